@@ -22,6 +22,7 @@ export default {
   moduleNameMapper: {
     '^@runplane/app-([^/]+)$': '<rootDir>/apps/$1/src/index.ts',
     '^@runplane/([^/]+)$': '<rootDir>/libs/$1/src/index.ts',
+    '^@runplane/([^/]+)/([^/]+)$': '<rootDir>/libs/$1/src/$2.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testMatch: ['<rootDir>/apps/*/test/**/*.test.ts', '<rootDir>/libs/*/test/**/*.test.ts', '<rootDir>/test/**/*.test.ts'],

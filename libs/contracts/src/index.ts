@@ -1,1 +1,5 @@
-export {};
+export * from './tools.js';
+export * from './events.js';
+export * from './factory.js';
+export * from './http.js';
+export * from './config.js';

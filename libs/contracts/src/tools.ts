@@ -140,3 +140,17 @@ export const ToolPack = {
 } as const;
 export type ToolName = keyof typeof ToolPack;
 export const ToolNames = Object.keys(ToolPack) as ToolName[];
+
+/**
+ * What the model reads back for one tool call (the `content` of the `role: "tool"` message the
+ * runtime builds from a receipt). An `unknown` outcome is shown as unknown, never as success (K5);
+ * a failed or denied call is shown as such and the Run goes on (K8).
+ */
+export const ToolMessageContent = z.discriminatedUnion('status', [
+  z.object({ status: z.literal('succeeded'), result: z.unknown() }),
+  z.object({
+    status: z.enum(['failed', 'denied', 'unknown']),
+    error: z.object({ code: z.string(), message: z.string() }),
+  }),
+]);
+export type ToolMessageContent = z.infer<typeof ToolMessageContent>;

@@ -1,1 +1,4 @@
-export {};
+export * from './subjects.js';
+export * from './errors.js';
+export * from './event-log.js';
+export * from './consumer.js';

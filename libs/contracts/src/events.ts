@@ -1,0 +1,229 @@
+/**
+ * The event catalogue: every fact Runplane records, as zod schemas. Each event travels in the
+ * same envelope (see {@link EventEnvelope}) on its Run's subject `<prefix>.run.<runId>.<owner>`,
+ * so a Run's events read in order are that Run's stream and the owner of every fact is visible in
+ * its subject. Schemas are versioned by `schemaVersion`; a change that is not backward compatible
+ * adds a new version instead of editing one (docs/event-catalog.md).
+ */
+import { z } from 'zod';
+import { ToolNames } from './tools.js';
+
+/** The service that alone may establish a kind of fact (CONTRACTS.md "Owner"). */
+export const Owner = z.enum(['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle']);
+export type Owner = z.infer<typeof Owner>;
+
+/** Identifier token: safe inside a NATS subject token and a URL path segment. */
+export const Id = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9_-]+$/, 'ids use letters, digits, "_" and "-" only');
+
+export const Usage = z.object({
+  promptTokens: z.number().int().nonnegative(),
+  completionTokens: z.number().int().nonnegative(),
+  totalTokens: z.number().int().nonnegative(),
+});
+export type Usage = z.infer<typeof Usage>;
+
+export const ToolErrorBody = z.object({ code: z.string(), message: z.string() });
+
+// ---- admission --------------------------------------------------------------------------------
+/** Limits a Run executes under (first cut of the K7 budget; the full ledger is issue [4]). */
+export const RunLimits = z.object({
+  maxModelRequests: z.number().int().positive(),
+  maxToolCalls: z.number().int().nonnegative(),
+  /** ISO-8601 instant after which no new model request or tool call is started. */
+  deadlineAt: z.string().datetime(),
+});
+export type RunLimits = z.infer<typeof RunLimits>;
+
+/** What the Run may use; a Run never inherits another Run's grant (CONTRACTS.md "Run"). */
+export const RunGrant = z.object({
+  tools: z.array(z.enum(ToolNames as [string, ...string[]])),
+  model: z.string().min(1),
+});
+export type RunGrant = z.infer<typeof RunGrant>;
+
+export const RunAdmittedV1 = z.object({
+  message: z.object({
+    messageId: Id,
+    clientMessageId: z.string(),
+    content: z.string(),
+    /** sha256 hex of the content: the K1 comparison key for a repeated clientMessageId. */
+    contentSha256: z.string().regex(/^[0-9a-f]{64}$/),
+  }),
+  grant: RunGrant,
+  limits: RunLimits,
+});
+
+// ---- runtime ----------------------------------------------------------------------------------
+export const ModelTurnRequestedV1 = z.object({
+  /** 1-based model turn number within the Run. */
+  turn: z.number().int().positive(),
+  model: z.string(),
+});
+export const ProposedToolCall = z.object({
+  toolCallId: Id,
+  name: z.string(),
+  /** The arguments exactly as the model produced them (JSON text; may be malformed). */
+  argumentsText: z.string(),
+});
+export type ProposedToolCall = z.infer<typeof ProposedToolCall>;
+export const ModelTurnCompletedV1 = z.object({
+  turn: z.number().int().positive(),
+  content: z.string(),
+  toolCalls: z.array(ProposedToolCall),
+  /** As the model reported it: `stop`, `tool_calls`, `length`, `content_filter`... */
+  finishReason: z.string(),
+  usage: Usage.nullable(),
+});
+export const ModelTurnFailedV1 = z.object({
+  turn: z.number().int().positive(),
+  error: z.object({
+    kind: z.enum(['http', 'timeout', 'connection', 'invalid-response']),
+    status: z.number().int().nullable(),
+    message: z.string(),
+  }),
+});
+export const ToolCallProposedV1 = ProposedToolCall.extend({ turn: z.number().int().positive() });
+/** Why the runtime stopped executing. It never settles; the lifecycle does (K9). */
+export const ExecutionStopReason = z.enum([
+  'answered',
+  'empty-output',
+  'truncated-output',
+  'model-error',
+  'model-request-limit',
+  'tool-call-limit',
+  'deadline',
+]);
+export type ExecutionStopReason = z.infer<typeof ExecutionStopReason>;
+export const ExecutionFinishedV1 = z.object({
+  reason: ExecutionStopReason,
+  detail: z.string(),
+  /** The model turn whose content is the answer (reason `answered`), else null. */
+  answerTurn: z.number().int().positive().nullable(),
+});
+
+// ---- tools ------------------------------------------------------------------------------------
+export const ToolCallDispatchedV1 = z.object({ toolCallId: Id, name: z.string() });
+/** A large result stored by reference in the results object store, content-addressed. */
+export const ResultRef = z.object({
+  bucket: z.string(),
+  key: z.string(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  bytes: z.number().int().nonnegative(),
+});
+export type ResultRef = z.infer<typeof ResultRef>;
+export const ReceiptStatus = z.enum(['succeeded', 'failed', 'denied', 'unknown']);
+export type ReceiptStatus = z.infer<typeof ReceiptStatus>;
+export const ToolCallReceiptV1 = z.object({
+  toolCallId: Id,
+  name: z.string(),
+  status: ReceiptStatus,
+  /** Inline result (small results only); absent when stored by reference or not succeeded. */
+  result: z.unknown().optional(),
+  resultRef: ResultRef.optional(),
+  error: ToolErrorBody.optional(),
+  durationMs: z.number().nonnegative(),
+});
+
+// ---- publication ------------------------------------------------------------------------------
+export const PassageCommittedV1 = z.object({
+  passageId: Id,
+  /** 0-based position of the passage in the answer. */
+  index: z.number().int().nonnegative(),
+  /** 1 for the first commit of a passage; a revision commits version + 1. */
+  version: z.number().int().positive(),
+  text: z.string().min(1),
+  sourceTurn: z.number().int().positive(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+export const AnswerPublishedV1 = z.object({
+  passageIds: z.array(Id),
+  characters: z.number().int().nonnegative(),
+  sourceTurn: z.number().int().positive(),
+});
+
+// ---- lifecycle --------------------------------------------------------------------------------
+export const Outcome = z.enum(['completed', 'partial', 'failed', 'canceled', 'interrupted']);
+export type Outcome = z.infer<typeof Outcome>;
+export const RunSettledV1 = z.object({
+  outcome: Outcome,
+  reason: z.string(),
+  passageIds: z.array(Id),
+  receipts: z.array(z.object({ toolCallId: Id, name: z.string(), status: ReceiptStatus })),
+  usage: z.object({
+    modelRequests: z.number().int().nonnegative(),
+    toolCalls: z.number().int().nonnegative(),
+    promptTokens: z.number().int().nonnegative(),
+    completionTokens: z.number().int().nonnegative(),
+  }),
+});
+
+/** Registry: event type -> owner, schema version, data schema. The single source of the catalogue. */
+export const EventCatalog = {
+  'run.admitted': { owner: 'admission', version: 1, data: RunAdmittedV1 },
+  'model.turn.requested': { owner: 'runtime', version: 1, data: ModelTurnRequestedV1 },
+  'model.turn.completed': { owner: 'runtime', version: 1, data: ModelTurnCompletedV1 },
+  'model.turn.failed': { owner: 'runtime', version: 1, data: ModelTurnFailedV1 },
+  'tool.call.proposed': { owner: 'runtime', version: 1, data: ToolCallProposedV1 },
+  'run.execution.finished': { owner: 'runtime', version: 1, data: ExecutionFinishedV1 },
+  'tool.call.dispatched': { owner: 'tools', version: 1, data: ToolCallDispatchedV1 },
+  'tool.call.receipt': { owner: 'tools', version: 1, data: ToolCallReceiptV1 },
+  'passage.committed': { owner: 'publication', version: 1, data: PassageCommittedV1 },
+  'answer.published': { owner: 'publication', version: 1, data: AnswerPublishedV1 },
+  'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
+} as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
+
+export type EventType = keyof typeof EventCatalog;
+export const EventTypes = Object.keys(EventCatalog) as EventType[];
+export type EventData<T extends EventType> = z.infer<(typeof EventCatalog)[T]['data']>;
+
+/** Envelope fields shared by every event. */
+export const EnvelopeFields = z.object({
+  /** Deterministic UUID (see `eventId()`); also the `Nats-Msg-Id` used for de-duplication. */
+  eventId: z.string().uuid(),
+  runId: Id,
+  conversationId: Id,
+  schemaVersion: z.number().int().positive(),
+  owner: Owner,
+  /** ISO-8601 UTC instant the owner recorded the fact. */
+  occurredAt: z.string().datetime(),
+  /** The event (or HTTP request) that caused this one; null for none. */
+  causationId: z.string().nullable(),
+  /** Correlates every event of one admitted Message: the Run's admitting messageId. */
+  correlationId: z.string(),
+});
+
+function envelopeOf<T extends EventType>(type: T) {
+  const entry = EventCatalog[type];
+  return EnvelopeFields.extend({
+    type: z.literal(type),
+    owner: z.literal(entry.owner),
+    schemaVersion: z.literal(entry.version),
+    data: entry.data as (typeof EventCatalog)[T]['data'],
+  });
+}
+
+const envelopes = EventTypes.map((t) => envelopeOf(t));
+/** Any Runplane event, discriminated by `type`. Parsing rejects an owner that is not the type's owner. */
+export const RunEvent = z.discriminatedUnion(
+  'type',
+  envelopes as unknown as [ReturnType<typeof envelopeOf>, ...ReturnType<typeof envelopeOf>[]],
+);
+export type RunEventOf<T extends EventType> = z.infer<typeof EnvelopeFields> & {
+  type: T;
+  owner: (typeof EventCatalog)[T]['owner'];
+  schemaVersion: (typeof EventCatalog)[T]['version'];
+  data: EventData<T>;
+};
+export type RunEvent = { [T in EventType]: RunEventOf<T> }[EventType];
+
+/** An event as read back from the log, with its stream position. */
+export interface StoredEvent<E extends RunEvent = RunEvent> {
+  /** JetStream stream sequence: a total order over all Runs, increasing within a Run. */
+  seq: number;
+  subject: string;
+  event: E;
+}

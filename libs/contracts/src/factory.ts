@@ -1,0 +1,65 @@
+/**
+ * Building events: deterministic ids so that a handler that repeats a decision after redelivery
+ * produces byte-identical ids, which JetStream de-duplicates by `Nats-Msg-Id` (K11).
+ */
+import { createHash } from 'node:crypto';
+import { v5 as uuidv5 } from 'uuid';
+import { EventCatalog, RunEvent, type EventData, type EventType, type RunEventOf } from './events.js';
+
+/** Namespace for Runplane's name-based (v5) UUIDs. */
+export const RUNPLANE_UUID_NAMESPACE = '6f1d0d3e-8a52-4c1e-9a0b-2b7e3c9d5a11';
+
+/** A v5 UUID of the given parts joined by "/": same parts, same id, on every machine. */
+export function deterministicId(...parts: (string | number)[]): string {
+  return uuidv5(parts.join('/'), RUNPLANE_UUID_NAMESPACE);
+}
+
+/** sha256 of a UTF-8 string, lowercase hex. */
+export function sha256Hex(text: string | Buffer): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+export interface EventContext {
+  runId: string;
+  conversationId: string;
+  correlationId: string;
+  causationId: string | null;
+}
+
+/**
+ * Creates a validated event. `key` names the decision within the Run (e.g. the turn number or
+ * tool call id) so that `eventId = v5(runId/type/key)` is stable across retries.
+ * @throws ZodError when `data` does not match the type's schema.
+ */
+export function makeEvent<T extends EventType>(
+  type: T,
+  ctx: EventContext,
+  key: string | number,
+  data: EventData<T>,
+  now: Date = new Date(),
+): RunEventOf<T> {
+  const entry = EventCatalog[type];
+  const event = {
+    eventId: deterministicId(ctx.runId, type, key),
+    type,
+    schemaVersion: entry.version,
+    owner: entry.owner,
+    runId: ctx.runId,
+    conversationId: ctx.conversationId,
+    occurredAt: now.toISOString(),
+    causationId: ctx.causationId,
+    correlationId: ctx.correlationId,
+    data,
+  };
+  return RunEvent.parse(event) as RunEventOf<T>;
+}
+
+/** The envelope context for events that follow `cause` in the same Run. */
+export function contextFrom(cause: RunEvent): EventContext {
+  return {
+    runId: cause.runId,
+    conversationId: cause.conversationId,
+    correlationId: cause.correlationId,
+    causationId: cause.eventId,
+  };
+}

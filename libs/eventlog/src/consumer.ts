@@ -1,0 +1,118 @@
+import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
+import type { StoredEvent } from '@runplane/contracts';
+import { AppendConflict, InvalidStoredEvent } from './errors.js';
+import { decodeStored, type EventLog } from './event-log.js';
+
+export interface DurableConsumerSpec {
+  /** Durable consumer name, one per service (e.g. `runtime`); prefixed with the subject prefix. */
+  durable: string;
+  /** Subject filter: e.g. `rp.run.>` or `rp.run.*.runtime` (one filter: NATS 2.9). */
+  filter: string;
+  /** Milliseconds before an unacknowledged message is redelivered; handlers heartbeat meanwhile. */
+  ackWaitMs?: number;
+}
+
+export type StoredEventHandler = (stored: StoredEvent) => Promise<void>;
+
+export interface ConsumerLogger {
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+/** Redelivery delay after a failed handler: exponential from 250 ms, capped at 15 s. */
+export function redeliveryDelayMs(deliveryCount: number): number {
+  return Math.min(15_000, 250 * 2 ** Math.max(0, deliveryCount - 1));
+}
+
+/**
+ * A durable pull consumer with explicit ack. Messages of one Run are handled one at a time in
+ * delivery order; different Runs proceed concurrently. A handler that throws gets its message
+ * redelivered (nak with backoff): handlers must be idempotent (K11), which Runplane's are because
+ * each decides from the Run's folded log, not from the message alone.
+ */
+export class DurableConsumer {
+  private messages: ConsumerMessages | null = null;
+  private loop: Promise<void> | null = null;
+  private readonly chains = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly log: EventLog,
+    private readonly spec: DurableConsumerSpec,
+    private readonly handler: StoredEventHandler,
+    private readonly logger: ConsumerLogger = console,
+  ) {}
+
+  get durableName(): string {
+    return `${this.log.space.prefix}-${this.spec.durable}`;
+  }
+
+  /** Creates (or updates) the durable consumer and starts consuming. */
+  async start(): Promise<void> {
+    const ackWaitMs = this.spec.ackWaitMs ?? 30_000;
+    const config = {
+      durable_name: this.durableName,
+      filter_subject: this.spec.filter,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: ackWaitMs * 1_000_000,
+      max_ack_pending: 1000,
+    };
+    try {
+      await this.log.jsm.consumers.info(this.log.space.stream, this.durableName);
+      await this.log.jsm.consumers.update(this.log.space.stream, this.durableName, {
+        ack_wait: config.ack_wait,
+        max_ack_pending: config.max_ack_pending,
+      });
+    } catch (e) {
+      if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
+      await this.log.jsm.consumers.add(this.log.space.stream, config);
+    }
+    const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
+    this.messages = await consumer.consume({ max_messages: 100 });
+    const messages = this.messages;
+    this.loop = (async () => {
+      for await (const m of messages) this.schedule(m, ackWaitMs);
+    })();
+  }
+
+  private schedule(m: JsMsg, ackWaitMs: number): void {
+    let stored: StoredEvent;
+    try {
+      stored = decodeStored(m.seq, m.subject, m.data);
+    } catch (e) {
+      this.logger.error(`${this.durableName}: terminating undecodable message: ${(e as Error).message}`);
+      m.term(e instanceof InvalidStoredEvent ? e.message : 'undecodable');
+      return;
+    }
+    const key = stored.event.runId;
+    const prev = this.chains.get(key) ?? Promise.resolve();
+    const next = prev.then(() => this.process(m, stored, ackWaitMs));
+    this.chains.set(key, next);
+    void next.finally(() => {
+      if (this.chains.get(key) === next) this.chains.delete(key);
+    });
+  }
+
+  private async process(m: JsMsg, stored: StoredEvent, ackWaitMs: number): Promise<void> {
+    const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
+    try {
+      await this.handler(stored);
+      m.ack();
+    } catch (e) {
+      const delay = e instanceof AppendConflict ? 50 : redeliveryDelayMs(m.info.deliveryCount);
+      const what = `${stored.event.type} #${stored.seq} of run ${stored.event.runId}`;
+      if (e instanceof AppendConflict) this.logger.warn(`${this.durableName}: ${what}: ${e.message}; will re-read`);
+      else this.logger.error(`${this.durableName}: ${what} failed (delivery ${m.info.deliveryCount}): ${(e as Error).stack ?? e}`);
+      m.nak(delay);
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+
+  /** Stops fetching, waits for in-flight handlers, leaves the durable consumer in place. */
+  async stop(): Promise<void> {
+    await this.messages?.close();
+    await this.loop?.catch(() => undefined);
+    await Promise.allSettled([...this.chains.values()]);
+  }
+}

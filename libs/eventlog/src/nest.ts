@@ -1,0 +1,95 @@
+/**
+ * Thin Nest adapters: an EventLog provider and a custom microservice transport that feeds a
+ * durable JetStream consumer's events to `@EventPattern('<event type>')` handlers.
+ */
+import { Logger, Module, type DynamicModule, type OnApplicationShutdown } from '@nestjs/common';
+import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
+import { lastValueFrom } from 'rxjs';
+import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
+import { DurableConsumer, type DurableConsumerSpec } from './consumer.js';
+import { EventLog } from './event-log.js';
+
+/** Provides one connected {@link EventLog} (configured from BusConfig env vars) and closes it on shutdown. */
+@Module({})
+export class EventLogModule implements OnApplicationShutdown {
+  private static instance: EventLog | null = null;
+
+  static forService(serviceName: string): DynamicModule {
+    return {
+      module: EventLogModule,
+      global: true,
+      providers: [
+        {
+          provide: EventLog,
+          useFactory: async () => {
+            const cfg = loadConfig(BusConfig);
+            EventLogModule.instance = await EventLog.connect({
+              natsUrl: cfg.NATS_URL,
+              stream: cfg.RUNPLANE_STREAM,
+              prefix: cfg.RUNPLANE_SUBJECT_PREFIX,
+              name: serviceName,
+            });
+            return EventLogModule.instance;
+          },
+        },
+      ],
+      exports: [EventLog],
+    };
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await EventLogModule.instance?.close();
+    EventLogModule.instance = null;
+  }
+}
+
+/** `@EventPattern(ALL_EVENTS)` receives every event type that has no handler of its own. */
+export const ALL_EVENTS = '*';
+
+/**
+ * Nest microservice transport over a JetStream durable consumer. Each stored event is routed by
+ * its `type` to the `@EventPattern(type)` handler (`@Payload()` is the {@link StoredEvent});
+ * events without a handler are acknowledged and skipped. A handler that throws makes the message
+ * redeliver (see DurableConsumer).
+ */
+export class JetStreamEventTransport extends Server implements CustomTransportStrategy {
+  private consumer: DurableConsumer | null = null;
+  private readonly nestLogger = new Logger('JetStreamEventTransport');
+
+  constructor(
+    private readonly log: EventLog,
+    private readonly spec: DurableConsumerSpec,
+  ) {
+    super();
+  }
+
+  async listen(callback: (...optionalParams: unknown[]) => unknown): Promise<void> {
+    try {
+      this.consumer = new DurableConsumer(this.log, this.spec, (stored) => this.dispatch(stored), {
+        warn: (m) => this.nestLogger.warn(m),
+        error: (m) => this.nestLogger.error(m),
+      });
+      await this.consumer.start();
+      callback();
+    } catch (e) {
+      callback(e);
+    }
+  }
+
+  private async dispatch(stored: StoredEvent): Promise<void> {
+    const handler = this.getHandlerByPattern(stored.event.type) ?? this.getHandlerByPattern(ALL_EVENTS);
+    if (!handler) return;
+    const result = await handler(stored);
+    await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+  }
+
+  async close(): Promise<void> {
+    await this.consumer?.stop();
+  }
+
+  on(): void {}
+
+  unwrap<T>(): T {
+    return this.consumer as T;
+  }
+}
