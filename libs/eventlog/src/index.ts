@@ -2,3 +2,4 @@ export * from './subjects.js';
 export * from './errors.js';
 export * from './event-log.js';
 export * from './consumer.js';
+export * from './result-store.js';

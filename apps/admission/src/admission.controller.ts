@@ -1,0 +1,100 @@
+import { Body, Controller, Get, HttpCode, HttpException, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
+import type { Response } from 'express';
+import { randomUUID } from 'node:crypto';
+import {
+  Id,
+  PostMessageBody,
+  ToolNames,
+  zodIssues,
+  type PostMessageResponse,
+  type RunEventOf,
+  type RunView,
+} from '@runplane/contracts';
+import { AppendConflict, EventLog } from '@runplane/eventlog';
+import { decideAdmission, admissionIds, type AdmitCommand } from './decide.js';
+import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
+
+function httpError(status: HttpStatus, code: string, message: string, issues?: { path: string; message: string }[]): HttpException {
+  return new HttpException({ error: { code, message, ...(issues ? { issues } : {}) } }, status);
+}
+
+function parseId(name: string, raw: string): string {
+  const parsed = Id.safeParse(raw);
+  if (!parsed.success) throw httpError(HttpStatus.BAD_REQUEST, 'bad_request', `${name}: ${parsed.error.issues[0]?.message}`);
+  return parsed.data;
+}
+
+function responseOf(event: RunEventOf<'run.admitted'>, admission: 'admitted' | 'existing'): PostMessageResponse {
+  return {
+    conversationId: event.conversationId,
+    clientMessageId: event.data.message.clientMessageId,
+    messageId: event.data.message.messageId,
+    runId: event.runId,
+    admittedAt: event.occurredAt,
+    admission,
+  };
+}
+
+@Controller('v1')
+export class AdmissionController {
+  constructor(
+    private readonly log: EventLog,
+    private readonly runs: RunReader,
+    @Inject(ADMISSION_SETTINGS) private readonly settings: AdmissionSettings,
+  ) {}
+
+  /**
+   * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content}`:
+   * 201 new Message and Run; 200 the same id and text again (nothing appended); 409 the same id
+   * with other text; 400 a bad body (zod reason). K1.
+   */
+  @Post('conversations/:conversationId/messages')
+  @HttpCode(201)
+  async postMessage(
+    @Param('conversationId') rawConversationId: string,
+    @Body() body: unknown,
+    @Res({ passthrough: true }) res: Response,
+  ): Promise<PostMessageResponse> {
+    const conversationId = parseId('conversationId', rawConversationId);
+    const parsed = PostMessageBody.safeParse(body ?? {});
+    if (!parsed.success) {
+      throw httpError(HttpStatus.BAD_REQUEST, 'invalid_body', 'the message body is invalid', zodIssues(parsed.error));
+    }
+    const cmd: AdmitCommand = {
+      conversationId,
+      clientMessageId: parsed.data.clientMessageId,
+      content: parsed.data.content,
+      grant: { tools: [...ToolNames], model: this.settings.model },
+      limits: this.settings.limits,
+      now: new Date(),
+      requestId: randomUUID(),
+    };
+    const { runId } = admissionIds(conversationId, cmd.clientMessageId);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const existing = await this.log.lastOf(runId, 'admission');
+      const decision = decideAdmission((existing?.event as RunEventOf<'run.admitted'> | undefined) ?? null, cmd);
+      if (decision.kind === 'conflict') throw httpError(HttpStatus.CONFLICT, 'message_conflict', decision.reason);
+      if (decision.kind === 'existing') {
+        res.status(HttpStatus.OK);
+        return responseOf(decision.event, 'existing');
+      }
+      try {
+        const appended = await this.log.append(decision.event, 0);
+        if (appended.duplicate) continue; // a concurrent identical request won: read its event back
+        return responseOf(decision.event, 'admitted');
+      } catch (e) {
+        if (!(e instanceof AppendConflict)) throw e; // another admission landed first: decide again
+      }
+    }
+    throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
+  }
+
+  /** `GET /v1/runs/{runId}`: the Run's projection; 404 when unknown (or not yet projected). */
+  @Get('runs/:runId')
+  async getRun(@Param('runId') rawRunId: string): Promise<RunView> {
+    const runId = parseId('runId', rawRunId);
+    const view = await this.runs.get(runId);
+    if (!view) throw httpError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+    return view;
+  }
+}

@@ -1,0 +1,29 @@
+import { Module } from '@nestjs/common';
+import { LimitsConfig, loadConfig, ModelConfig } from '@runplane/contracts';
+import { EventLogModule } from '@runplane/eventlog/nest';
+import { HealthModule } from '@runplane/service-kit';
+import { AdmissionController } from './admission.controller.js';
+import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-reader.js';
+
+@Module({
+  imports: [EventLogModule.forService('admission'), HealthModule],
+  controllers: [AdmissionController],
+  providers: [
+    RunReader,
+    {
+      provide: ADMISSION_SETTINGS,
+      useFactory: (): AdmissionSettings => {
+        const limits = loadConfig(LimitsConfig);
+        return {
+          model: loadConfig(ModelConfig).RUNPLANE_MODEL,
+          limits: {
+            maxModelRequests: limits.RUNPLANE_MAX_MODEL_REQUESTS,
+            maxToolCalls: limits.RUNPLANE_MAX_TOOL_CALLS,
+            deadlineSeconds: limits.RUNPLANE_RUN_DEADLINE_SECONDS,
+          },
+        };
+      },
+    },
+  ],
+})
+export class AdmissionModule {}

@@ -1,0 +1,42 @@
+/**
+ * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
+ * owners recorded. `completed` only when publication committed an answer; `failed` with the
+ * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
+ * an answer).
+ */
+import { contextFrom, makeEvent, type RunEvent } from '@runplane/contracts';
+import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts } from '@runplane/run-facts';
+
+const FAILURE_REASONS: Record<string, string> = {
+  'empty-output': 'the model returned an empty reply, which is not an answer',
+  'truncated-output': 'the model output was cut off at its length limit, which is not an answer',
+  'model-error': 'the model request failed',
+  'model-request-limit': 'the Run used all its model requests without an answer',
+  'tool-call-limit': 'the Run used all its tool calls without an answer',
+  deadline: 'the Run reached its deadline without an answer',
+};
+
+/** Decides the Run's settlement, or nothing yet (not finished, answer not yet published, already settled). */
+export function decideSettlement(facts: RunFacts): RunEvent[] {
+  if (facts.settled || !facts.finished || !facts.admitted || !facts.lastEvent) return [];
+  const finished = facts.finished;
+  if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
+  const passageIds = passagesInOrder(facts).map((p) => p.passageId);
+  const receipts = toolCallsInOrder(facts)
+    .filter((c) => c.receipt)
+    .map((c) => ({ toolCallId: c.toolCallId, name: c.name, status: c.receipt!.status }));
+  const answered = finished.reason === 'answered' && facts.answer !== null && facts.answer.passageIds.length > 0;
+  const outcome = answered ? 'completed' : 'failed';
+  const reason = answered
+    ? `answer committed in ${passageIds.length} passage(s)`
+    : `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`;
+  return [
+    makeEvent('run.settled', contextFrom(facts.lastEvent), 'settlement', {
+      outcome,
+      reason,
+      passageIds,
+      receipts,
+      usage: usageOf(facts),
+    }),
+  ];
+}

@@ -1,0 +1,11 @@
+import { ownerFilter } from '@runplane/eventlog';
+import { main } from '@runplane/service-kit';
+import { PublicationModule } from './publication.module.js';
+
+main({
+  name: 'publication',
+  module: PublicationModule,
+  portEnv: 'PUBLICATION_PORT',
+  defaultPort: 8082,
+  consumer: { durable: 'publication', filter: (space) => ownerFilter(space, 'runtime') },
+});

@@ -1,0 +1,3 @@
+export * from './decide.js';
+export * from './messages.js';
+export { runToolCallId, classify } from './model-client.js';

@@ -1,0 +1,67 @@
+/**
+ * Builds the model's view of a Run from its facts: the question, each completed turn, and each
+ * tool call's receipt as the model reads it (`ToolMessageContent`: unknown stays unknown, K5).
+ */
+import { z } from 'zod';
+import { ToolPack, type ToolMessageContent, type ToolName } from '@runplane/contracts';
+import type { ToolCallFacts, RunFacts } from '@runplane/run-facts';
+import type OpenAI from 'openai';
+
+type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
+type Tool = OpenAI.Chat.Completions.ChatCompletionTool;
+
+export const SYSTEM_PROMPT = [
+  'You are Runplane\'s fund research agent. Answer the user\'s question from the holdings files the tools read; never invent data.',
+  'Call tools to look things up. State every date as YYYY-MM-DD, as read from inside the file, and name the file each figure comes from.',
+  'If a tool fails, is denied or its outcome is unknown, say so plainly; do not treat an unknown outcome as a success.',
+  'Write the final answer as short passages separated by blank lines.',
+].join(' ');
+
+/** Function-tool definitions for the tools in the Run's grant (JSON Schema from the zod contract). */
+export function toolDefinitions(granted: readonly string[]): Tool[] {
+  return granted
+    .filter((n): n is ToolName => n in ToolPack)
+    .map((name) => {
+      const { $schema: _drop, ...parameters } = z.toJSONSchema(ToolPack[name].args, { io: 'input' }) as Record<string, unknown>;
+      return { type: 'function', function: { name, description: ToolPack[name].description, parameters } };
+    });
+}
+
+/** What the model reads for one receipt; `result` is the inline or fetched-by-reference result. */
+export function toolMessageContent(call: ToolCallFacts, result: unknown): ToolMessageContent {
+  const r = call.receipt;
+  if (!r) return { status: 'unknown', error: { code: 'no_receipt', message: 'no receipt recorded' } };
+  if (r.status === 'succeeded') return { status: 'succeeded', result };
+  return { status: r.status, error: r.error ?? { code: r.status, message: `tool call ${r.status}` } };
+}
+
+/**
+ * The chat messages for the next model request.
+ * @param results succeeded results by toolCallId (inline, or fetched from the result store).
+ */
+export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unknown>): Message[] {
+  if (!facts.admitted) throw new Error(`run ${facts.runId} is not admitted`);
+  const messages: Message[] = [
+    { role: 'system', content: SYSTEM_PROMPT },
+    { role: 'user', content: facts.admitted.message.content },
+  ];
+  for (const turn of facts.turns) {
+    const done = turn.completed;
+    if (!done) continue;
+    if (done.toolCalls.length === 0) {
+      messages.push({ role: 'assistant', content: done.content });
+      continue;
+    }
+    messages.push({
+      role: 'assistant',
+      content: done.content === '' ? null : done.content,
+      tool_calls: done.toolCalls.map((c) => ({ id: c.toolCallId, type: 'function', function: { name: c.name, arguments: c.argumentsText } })),
+    });
+    for (const c of done.toolCalls) {
+      const call = facts.toolCalls.get(c.toolCallId);
+      const content = call ? toolMessageContent(call, results.get(c.toolCallId)) : toolMessageContent({ ...c, turn: turn.turn, proposedSeq: 0, dispatched: false, receipt: null }, undefined);
+      messages.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(content) });
+    }
+  }
+  return messages;
+}

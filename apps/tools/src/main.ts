@@ -1,0 +1,11 @@
+import { ownerFilter } from '@runplane/eventlog';
+import { main } from '@runplane/service-kit';
+import { ToolsModule } from './tools.module.js';
+
+main({
+  name: 'tools',
+  module: ToolsModule,
+  portEnv: 'TOOLS_PORT',
+  defaultPort: 8084,
+  consumer: { durable: 'tools', filter: (space) => ownerFilter(space, 'runtime') },
+});

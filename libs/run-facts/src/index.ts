@@ -1,0 +1,160 @@
+/**
+ * The facts of one Run, folded from its events in stream order. Every owner decides its next
+ * step from this fold (`decide(facts, ...) -> events`), never from in-memory state, so a
+ * restarted or redelivered handler reaches the same decision (K10, K11).
+ */
+import type { EventData, Owner, RunEvent, StoredEvent } from '@runplane/contracts';
+
+export interface TurnFacts {
+  turn: number;
+  requestedAt: string;
+  completed: EventData<'model.turn.completed'> | null;
+  failed: EventData<'model.turn.failed'> | null;
+}
+
+export interface ToolCallFacts {
+  toolCallId: string;
+  turn: number;
+  name: string;
+  argumentsText: string;
+  /** Stream order of the proposal within the Run (for budget counting). */
+  proposedSeq: number;
+  dispatched: boolean;
+  receipt: EventData<'tool.call.receipt'> | null;
+}
+
+export interface RunFacts {
+  runId: string;
+  conversationId: string;
+  correlationId: string;
+  admitted: (EventData<'run.admitted'> & { at: string; eventId: string }) | null;
+  turns: TurnFacts[];
+  toolCalls: Map<string, ToolCallFacts>;
+  finished: EventData<'run.execution.finished'> | null;
+  passages: Map<string, EventData<'passage.committed'>>;
+  answer: EventData<'answer.published'> | null;
+  settled: (EventData<'run.settled'> & { at: string }) | null;
+  /** Last stream sequence written on each owner's subject: the expectation for its next append (K6). */
+  lastSeqByOwner: Record<Owner, number>;
+  /** Last stream sequence of the Run (any owner); 0 before admission. */
+  lastSeq: number;
+  lastEvent: RunEvent | null;
+}
+
+export function emptyFacts(runId: string): RunFacts {
+  return {
+    runId,
+    conversationId: '',
+    correlationId: '',
+    admitted: null,
+    turns: [],
+    toolCalls: new Map(),
+    finished: null,
+    passages: new Map(),
+    answer: null,
+    settled: null,
+    lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
+    lastSeq: 0,
+    lastEvent: null,
+  };
+}
+
+/** Applies one stored event. Pure: returns a new facts object; `facts` is not modified. */
+export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
+  const e = stored.event;
+  const next: RunFacts = {
+    ...facts,
+    turns: facts.turns.map((t) => ({ ...t })),
+    toolCalls: new Map([...facts.toolCalls].map(([k, v]) => [k, { ...v }])),
+    passages: new Map(facts.passages),
+    lastSeqByOwner: { ...facts.lastSeqByOwner, [e.owner]: stored.seq },
+    lastSeq: stored.seq,
+    lastEvent: e,
+  };
+  switch (e.type) {
+    case 'run.admitted':
+      next.conversationId = e.conversationId;
+      next.correlationId = e.correlationId;
+      next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
+      break;
+    case 'model.turn.requested':
+      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, failed: null });
+      break;
+    case 'model.turn.completed': {
+      const t = next.turns.find((x) => x.turn === e.data.turn);
+      if (t) t.completed = e.data;
+      break;
+    }
+    case 'model.turn.failed': {
+      const t = next.turns.find((x) => x.turn === e.data.turn);
+      if (t) t.failed = e.data;
+      break;
+    }
+    case 'tool.call.proposed':
+      next.toolCalls.set(e.data.toolCallId, {
+        toolCallId: e.data.toolCallId,
+        turn: e.data.turn,
+        name: e.data.name,
+        argumentsText: e.data.argumentsText,
+        proposedSeq: stored.seq,
+        dispatched: false,
+        receipt: null,
+      });
+      break;
+    case 'tool.call.dispatched': {
+      const c = next.toolCalls.get(e.data.toolCallId);
+      if (c) c.dispatched = true;
+      break;
+    }
+    case 'tool.call.receipt': {
+      const c = next.toolCalls.get(e.data.toolCallId);
+      if (c) c.receipt = e.data;
+      break;
+    }
+    case 'run.execution.finished':
+      next.finished = e.data;
+      break;
+    case 'passage.committed':
+      next.passages.set(e.data.passageId, e.data);
+      break;
+    case 'answer.published':
+      next.answer = e.data;
+      break;
+    case 'run.settled':
+      next.settled = { ...e.data, at: e.occurredAt };
+      break;
+  }
+  return next;
+}
+
+/** Folds a Run's stored events (in stream order) into its facts. */
+export function foldRun(runId: string, events: readonly StoredEvent[]): RunFacts {
+  return events.reduce(evolve, emptyFacts(runId));
+}
+
+/** The Run's latest model turn, or null before the first request. */
+export function lastTurn(facts: RunFacts): TurnFacts | null {
+  return facts.turns[facts.turns.length - 1] ?? null;
+}
+
+/** Tool calls in proposal order. */
+export function toolCallsInOrder(facts: RunFacts): ToolCallFacts[] {
+  return [...facts.toolCalls.values()].sort((a, b) => a.proposedSeq - b.proposedSeq);
+}
+
+/** Usage totals recorded so far: model requests, dispatched tool calls, tokens. */
+export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: number; promptTokens: number; completionTokens: number } {
+  let promptTokens = 0;
+  let completionTokens = 0;
+  for (const t of facts.turns) {
+    promptTokens += t.completed?.usage?.promptTokens ?? 0;
+    completionTokens += t.completed?.usage?.completionTokens ?? 0;
+  }
+  const toolCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
+  return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens };
+}
+
+/** Committed passages in answer order (latest version of each). */
+export function passagesInOrder(facts: RunFacts): EventData<'passage.committed'>[] {
+  return [...facts.passages.values()].sort((a, b) => a.index - b.index);
+}

@@ -1,0 +1,100 @@
+/**
+ * Bootstrapping shared by every Runplane service process. Each service is a Nest application
+ * with a small HTTP surface (at least `GET /healthz` for Kubernetes probes) and, when it reacts to
+ * events, a microservice transport over its own durable JetStream consumer.
+ */
+import 'reflect-metadata';
+import { Controller, Get, HttpException, HttpStatus, Module, type INestApplication, type Type } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import type { AddressInfo } from 'node:net';
+import { HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
+import { foldRun, type RunFacts } from '@runplane/run-facts';
+import { EventLog, type SubjectSpace } from '@runplane/eventlog';
+import { JetStreamEventTransport } from '@runplane/eventlog/nest';
+
+/** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503. */
+@Controller()
+export class HealthController {
+  constructor(private readonly log: EventLog) {}
+
+  @Get('healthz')
+  health(): { status: string } {
+    if (this.log.nc.isClosed()) throw new HttpException({ status: 'nats-closed' }, HttpStatus.SERVICE_UNAVAILABLE);
+    return { status: 'ok' };
+  }
+}
+
+@Module({ controllers: [HealthController] })
+export class HealthModule {}
+
+export interface ServiceSpec {
+  /** Service name: appears in logs, the NATS connection name and the ready line. */
+  name: Owner | 'projector';
+  module: Type<unknown>;
+  /** Env variable holding the HTTP port, and its default (0 = any free port). */
+  portEnv: string;
+  defaultPort: number;
+  /** Durable consumer feeding `@EventPattern` handlers, if the service reacts to events. */
+  consumer?: { durable: string; filter: (space: SubjectSpace) => string };
+}
+
+/**
+ * Starts a service: Nest app, optional JetStream consumer, HTTP listener. Prints exactly one line
+ * `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and the
+ * demo wait for it). SIGTERM/SIGINT shut down gracefully: the consumer stops fetching, in-flight
+ * handlers finish, connections drain.
+ */
+export async function runService(spec: ServiceSpec): Promise<INestApplication> {
+  const { HOST } = loadConfig(HttpConfig);
+  const port = Number(process.env[spec.portEnv] ?? spec.defaultPort);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`Invalid configuration: ${spec.portEnv} must be a port number`);
+  const app = await NestFactory.create(spec.module, {
+    logger: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
+  });
+  app.enableShutdownHooks();
+  if (spec.consumer) {
+    const log = app.get(EventLog);
+    app.connectMicroservice(
+      { strategy: new JetStreamEventTransport(log, { durable: spec.consumer.durable, filter: spec.consumer.filter(log.space) }) },
+      { inheritAppConfig: true },
+    );
+    await app.startAllMicroservices();
+  }
+  await app.listen(port, HOST);
+  const address = app.getHttpServer().address() as AddressInfo;
+  process.stdout.write(`${spec.name} ready on http://${HOST}:${address.port}\n`);
+  return app;
+}
+
+/** Process entry helper: runs the service, or prints the start-up error in one line and exits 1. */
+export function main(spec: ServiceSpec): void {
+  runService(spec).catch((e: unknown) => {
+    process.stderr.write(`${spec.name} failed to start: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exit(1);
+  });
+}
+
+/**
+ * The handler shape every event-driven owner uses: read the Run's log, fold it, decide, and
+ * append the decided events on the owner's subject, each conditional on the subject's last
+ * sequence (K6). Returns the facts before the decision and the appended sequences.
+ * @throws AppendConflict when another writer got there first (the message is redelivered and
+ * the decision is made again from the new log).
+ */
+export async function decideAndAppend(
+  log: EventLog,
+  runId: string,
+  owner: Owner,
+  decide: (facts: RunFacts) => RunEvent[],
+): Promise<{ facts: RunFacts; appended: number[] }> {
+  const facts = foldRun(runId, await log.readRun(runId));
+  let expected = facts.lastSeqByOwner[owner];
+  const appended: number[] = [];
+  for (const event of decide(facts)) {
+    if (event.owner !== owner) throw new Error(`${owner} may not append ${event.type} (owned by ${event.owner})`);
+    const result = await log.append(event, expected);
+    expected = result.seq;
+    appended.push(result.seq);
+  }
+  return { facts, appended };
+}
