@@ -1,0 +1,312 @@
+/**
+ * {@link HoldingsLibrary}: the fund-research tools over one data folder, with every file read and
+ * parsed at most once (re-read only when its size or modification time changes).
+ */
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type {
+  CompareHoldingsResult,
+  FundMetadataResult,
+  GetHoldingsResult,
+  HoldingsFileInfo,
+  ListFundsResult,
+} from '@runplane/contracts';
+import { compareFiles, holdingsResult } from './compare.js';
+import type { DataFolder, DataSet } from './data-folder.js';
+import { ToolFailure } from './errors.js';
+import { isOverviewTable, parseFactSheet, parseOverviewTable, type FactSheet, type OverviewTable } from './facts.js';
+import { isZip, parseHoldingsCsvText, parseSsgaWorkbook, sniffCsvFormat } from './parse.js';
+import type { ParsedHoldingsFile } from './types.js';
+import { daysBetween } from './values.js';
+
+/** What a file in the data folder turned out to be. */
+export type Inspection =
+  | { kind: 'holdings'; name: string; parsed: ParsedHoldingsFile }
+  | { kind: 'overview'; name: string; table: OverviewTable }
+  | { kind: 'factsheet'; name: string; sheet: FactSheet }
+  | { kind: 'other'; name: string; reason: string };
+
+/** Files larger than this are listed as other files without being read. */
+const MAX_FILE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Reads one file of the data folder and decides what it is by its content: an issuer holdings
+ * file (parsed), the ETF overview table, a fund fact sheet, or something else (with the reason).
+ * Never throws for a bad file; only an unreadable file becomes `other`.
+ */
+export async function inspectFile(path: string, name: string): Promise<Inspection> {
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (error) {
+    return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
+  }
+  try {
+    if (isZip(bytes)) return { kind: 'holdings', name, parsed: await parseSsgaWorkbook(bytes, path) };
+    const text = bytes.toString('utf8');
+    if (sniffCsvFormat(text) !== null) return { kind: 'holdings', name, parsed: parseHoldingsCsvText(text, path) };
+    if (isOverviewTable(text)) return { kind: 'overview', name, table: parseOverviewTable(text) };
+    const sheet = parseFactSheet(text);
+    if (sheet) return { kind: 'factsheet', name, sheet };
+    return { kind: 'other', name, reason: 'not a holdings file, overview table or fact sheet' };
+  } catch (error) {
+    return { kind: 'other', name, reason: (error as Error).message };
+  }
+}
+
+/** Arguments of {@link HoldingsLibrary.getHoldings} (`fund` is matched case-insensitively). */
+export interface GetHoldingsInput {
+  fund: string;
+  /** `YYYY-MM-DD`; absent = the latest dated file. */
+  asOf?: string | undefined;
+}
+
+/** Arguments of {@link HoldingsLibrary.compareHoldings}. */
+export interface CompareHoldingsInput {
+  fundA: string;
+  fundB: string;
+  asOfA?: string | undefined;
+  asOfB?: string | undefined;
+}
+
+/** Files ordered by as-of date (oldest first, undated last), then by name. */
+function byDateThenName(x: ParsedHoldingsFile, y: ParsedHoldingsFile): number {
+  if (x.asOf !== y.asOf) {
+    if (x.asOf === null) return 1;
+    if (y.asOf === null) return -1;
+    return x.asOf < y.asOf ? -1 : 1;
+  }
+  return x.file < y.file ? -1 : x.file > y.file ? 1 : 0;
+}
+
+/** The latest dated file (or, when all are undated, the last by name). `files` must be sorted by {@link byDateThenName}. */
+function latest(files: readonly ParsedHoldingsFile[]): ParsedHoldingsFile {
+  const dated = files.filter((f) => f.asOf !== null);
+  return (dated.length > 0 ? dated[dated.length - 1] : files[files.length - 1])!;
+}
+
+/**
+ * Picks one file per fund from the candidate files of each side: the pair with the fewest days
+ * between their as-of dates (ties: the later pair, i.e. the larger later date, then the larger
+ * earlier date). `compareHoldings` narrows a side to the file(s) of a requested date first, so a
+ * given date on one side yields the closest file on the other. When no dated pair exists, each
+ * side's latest file is used.
+ */
+export function pickPair(
+  filesA: readonly ParsedHoldingsFile[],
+  filesB: readonly ParsedHoldingsFile[],
+): [ParsedHoldingsFile, ParsedHoldingsFile] {
+  let best: { a: ParsedHoldingsFile; b: ParsedHoldingsFile; days: number; later: string; earlier: string } | null = null;
+  for (const a of filesA) {
+    for (const b of filesB) {
+      if (a.asOf === null || b.asOf === null) continue;
+      const days = daysBetween(a.asOf, b.asOf);
+      const [earlier, later] = a.asOf < b.asOf ? [a.asOf, b.asOf] : [b.asOf, a.asOf];
+      const better =
+        best === null ||
+        days < best.days ||
+        (days === best.days && (later > best.later || (later === best.later && earlier > best.earlier)));
+      if (better) best = { a, b, days, later, earlier };
+    }
+  }
+  return best ? [best.a, best.b] : [latest(filesA), latest(filesB)];
+}
+
+/**
+ * The fund-research tools over one data folder. Methods return the contract result shapes
+ * (weights in percent as the files state them, dates `YYYY-MM-DD` or `null` = undated) and throw
+ * {@link ToolFailure} (`unknown_fund`, `no_file_for_date`, `unreadable_file`).
+ */
+export class HoldingsLibrary {
+  readonly dir: string;
+  readonly dataSet: DataSet;
+  private readonly cache = new Map<string, { stamp: string; inspection: Promise<Inspection> }>();
+
+  constructor(folder: DataFolder) {
+    this.dir = folder.dir;
+    this.dataSet = folder.dataSet;
+  }
+
+  /**
+   * Every visible file of the folder, inspected (cached per path, size and modification time),
+   * in file-name order.
+   *
+   * @throws ToolFailure `unreadable_file` when the folder itself cannot be listed.
+   */
+  async inspectAll(): Promise<Inspection[]> {
+    let names: string[];
+    try {
+      const entries = await readdir(this.dir, { withFileTypes: true });
+      names = entries.filter((e) => !e.name.startsWith('.') && (e.isFile() || e.isSymbolicLink())).map((e) => e.name);
+    } catch (cause) {
+      throw new ToolFailure('unreadable_file', `Cannot read the data folder ${this.dir}: ${(cause as Error).message}`, { cause });
+    }
+    names.sort();
+    const inspections = await Promise.all(names.map((name) => this.inspect(name)));
+    return inspections.filter((i): i is Inspection => i !== null);
+  }
+
+  private async inspect(name: string): Promise<Inspection | null> {
+    const path = join(this.dir, name);
+    let info;
+    try {
+      info = await stat(path);
+    } catch {
+      return null; // vanished or dangling link
+    }
+    if (!info.isFile()) return null;
+    if (info.size > MAX_FILE_BYTES) return { kind: 'other', name, reason: 'too large to inspect' };
+    const stamp = `${info.size}:${info.mtimeMs}`;
+    const cached = this.cache.get(path);
+    if (cached && cached.stamp === stamp) return cached.inspection;
+    const inspection = inspectFile(path, name);
+    this.cache.set(path, { stamp, inspection });
+    return inspection;
+  }
+
+  /** Every parsed holdings file of the folder, ordered by fund, then as-of date (undated last), then name. */
+  async holdingsFiles(): Promise<ParsedHoldingsFile[]> {
+    const files = (await this.inspectAll()).flatMap((i) => (i.kind === 'holdings' ? [i.parsed] : []));
+    return files.sort((x, y) => (x.fund !== y.fund ? (x.fund < y.fund ? -1 : 1) : byDateThenName(x, y)));
+  }
+
+  /**
+   * `list_funds`: the funds with holdings files (each file with its issuer format and as-of date
+   * read from inside it) and the names of the other files in the folder.
+   */
+  async listFunds(): Promise<ListFundsResult> {
+    const inspections = await this.inspectAll();
+    const funds = new Map<string, HoldingsFileInfo[]>();
+    for (const file of await this.holdingsFiles()) {
+      const info: HoldingsFileInfo = { fund: file.fund, file: file.file, issuerFormat: file.issuerFormat, asOf: file.asOf };
+      funds.set(file.fund, [...(funds.get(file.fund) ?? []), info]);
+    }
+    return {
+      dataSet: this.dataSet,
+      funds: [...funds].map(([fund, files]) => ({ fund, files })),
+      otherFiles: inspections.filter((i) => i.kind !== 'holdings').map((i) => i.name),
+    };
+  }
+
+  /**
+   * The holdings files of one fund, oldest first (undated last).
+   *
+   * @throws ToolFailure `unknown_fund` when the folder has no holdings file for the fund.
+   */
+  async filesOf(fund: string): Promise<ParsedHoldingsFile[]> {
+    const ticker = fund.trim().toUpperCase();
+    const all = await this.holdingsFiles();
+    const files = all.filter((f) => f.fund === ticker);
+    if (files.length > 0) return files;
+    const covered = [...new Set(all.map((f) => f.fund))];
+    const mentions = (await this.inspectAll())
+      .filter((i) => i.kind !== 'holdings' && (i.kind === 'factsheet' ? i.sheet.fund === ticker : i.name.toUpperCase().startsWith(`${ticker}_`)))
+      .map((i) => i.name);
+    const hint = mentions.length > 0 ? ` ${ticker} appears only in files that are not holdings files (${mentions.join(', ')}); fund_metadata may have facts about it.` : '';
+    throw new ToolFailure(
+      'unknown_fund',
+      `Fund ${ticker} is not covered by the data folder: it has holdings files for ${covered.join(', ') || 'no fund'}.${hint}`,
+    );
+  }
+
+  /**
+   * One file of a fund: the one with as-of date `asOf`, or the latest dated file when absent.
+   *
+   * @throws ToolFailure `unknown_fund`, or `no_file_for_date` when no file of the fund has that date.
+   */
+  async fileOf(fund: string, asOf?: string): Promise<ParsedHoldingsFile> {
+    const files = await this.filesOf(fund);
+    if (asOf === undefined) return latest(files);
+    const match = files.find((f) => f.asOf === asOf);
+    if (match) return match;
+    throw noFileForDate(files, asOf);
+  }
+
+  /**
+   * `get_holdings`: summary (security count, non-security lines, weight sums in percent) and the
+   * 25 heaviest securities of one fund's file (`asOf` = that file's date; absent = latest).
+   *
+   * @throws ToolFailure `unknown_fund` | `no_file_for_date`.
+   */
+  async getHoldings(args: GetHoldingsInput): Promise<GetHoldingsResult> {
+    return holdingsResult(await this.fileOf(args.fund, args.asOf));
+  }
+
+  /**
+   * `compare_holdings`: securities in common (matched by CUSIP where both files carry CUSIPs,
+   * else by normalised ticker), names held by only one fund, the weight (percent, as stated) of
+   * each fund held by the other, and the days between the two as-of dates. Without dates the pair
+   * of files with the closest as-of dates is used (ties: the later pair).
+   *
+   * @throws ToolFailure `unknown_fund` | `no_file_for_date`.
+   */
+  async compareHoldings(args: CompareHoldingsInput): Promise<CompareHoldingsResult> {
+    const candidates = async (fund: string, asOf: string | undefined) => {
+      const files = await this.filesOf(fund);
+      if (asOf === undefined) return files;
+      const dated = files.filter((f) => f.asOf === asOf);
+      if (dated.length === 0) throw noFileForDate(files, asOf);
+      return dated;
+    };
+    const [a, b] = pickPair(await candidates(args.fundA, args.asOfA), await candidates(args.fundB, args.asOfB));
+    return compareFiles(a, b);
+  }
+
+  /**
+   * `fund_metadata`: facts the files state about a fund, each with its source file and that file's
+   * as-of date (`null` for the undated overview table): holdings-file preambles (SSGA fund name;
+   * iShares fund name, inception date, shares outstanding), the ETF overview row (assets $M,
+   * expense ratio %, number of holdings...) and fact sheets (benchmark, expense ratio, inception).
+   * Holdings-file facts come newest file first, and a fact several files state identically is
+   * given once (from the newest file).
+   *
+   * @throws ToolFailure `unknown_fund` when no file has anything about the fund.
+   */
+  async fundMetadata(args: { fund: string }): Promise<FundMetadataResult> {
+    const fund = args.fund.trim().toUpperCase();
+    const inspections = await this.inspectAll();
+    const facts: FundMetadataResult['facts'] = [];
+    let covered = false;
+    // Newest file first; a fact stated identically by several files is kept once, from the newest.
+    const seen = new Set<string>();
+    for (const file of (await this.holdingsFiles()).filter((f) => f.fund === fund).reverse()) {
+      covered = true;
+      for (const fact of file.preambleFacts) {
+        const key = JSON.stringify([fact.field, fact.value]);
+        if (seen.has(key)) continue;
+        seen.add(key);
+        facts.push({ ...fact, source: file.file, asOf: file.asOf });
+      }
+    }
+    for (const inspection of inspections) {
+      if (inspection.kind === 'factsheet' && inspection.sheet.fund === fund) {
+        covered = true;
+        for (const fact of inspection.sheet.facts) facts.push({ ...fact, source: inspection.name, asOf: inspection.sheet.asOf });
+      } else if (inspection.kind === 'overview') {
+        const row = inspection.table.get(fund);
+        if (!row) continue;
+        covered = true;
+        for (const fact of row) facts.push({ ...fact, source: inspection.name, asOf: null });
+      }
+    }
+    if (!covered) {
+      const holdingsFunds = [...new Set((await this.holdingsFiles()).map((f) => f.fund))];
+      const sheets = inspections.flatMap((i) => (i.kind === 'factsheet' ? [i.sheet.fund] : []));
+      const overview = inspections.some((i) => i.kind === 'overview');
+      throw new ToolFailure(
+        'unknown_fund',
+        `Fund ${fund} is not covered by the data folder: it has holdings files for ${holdingsFunds.join(', ') || 'no fund'}` +
+          (sheets.length > 0 ? `, fact sheets for ${[...new Set(sheets)].sort().join(', ')}` : '') +
+          (overview ? `, and no overview-table row for ${fund}` : '') +
+          '.',
+      );
+    }
+    return { fund, facts };
+  }
+}
+
+function noFileForDate(files: readonly ParsedHoldingsFile[], asOf: string): ToolFailure {
+  const fund = files[0]?.fund ?? '?';
+  const dates = files.map((f) => f.asOf ?? `undated (${f.file})`);
+  return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; its files are as of ${dates.join(', ')}.`);
+}

@@ -1,0 +1,57 @@
+/**
+ * {@link executeTool}: the tool-pack boundary. Validates a model's raw arguments with the
+ * contract's zod schema, runs the tool on a {@link HoldingsLibrary}, and validates the result.
+ */
+import { ToolPack, type ToolName } from '@runplane/contracts';
+import { z } from 'zod';
+import { ToolFailure } from './errors.js';
+import type { HoldingsLibrary } from './library.js';
+
+/** True when `name` is one of the contract's tool names. */
+export function isToolName(name: string): name is ToolName {
+  return Object.prototype.hasOwnProperty.call(ToolPack, name);
+}
+
+/**
+ * Runs tool `name` with `rawArgs` (as the model sent them; `undefined`/`null` count as `{}`).
+ *
+ * @returns the tool's result, parsed by the contract's result schema (unknown keys stripped).
+ * @throws ToolFailure `unknown_tool` (name not in the pack), `bad_arguments` (message includes
+ *   zod's reason), or whatever the tool throws (`unknown_fund`, `no_file_for_date`,
+ *   `unreadable_file`).
+ * @throws Error when the result does not satisfy the result schema (a bug in this library).
+ */
+export async function executeTool(library: HoldingsLibrary, name: string, rawArgs: unknown): Promise<unknown> {
+  if (!isToolName(name)) {
+    throw new ToolFailure('unknown_tool', `Unknown tool ${JSON.stringify(name)}; the tools are ${Object.keys(ToolPack).join(', ')}.`);
+  }
+  const spec = ToolPack[name];
+  const parsedArgs = spec.args.safeParse(rawArgs ?? {});
+  if (!parsedArgs.success) {
+    throw new ToolFailure('bad_arguments', `Bad arguments for ${name}: ${describeIssues(parsedArgs.error)}.`);
+  }
+  const result = await run(library, name, parsedArgs.data);
+  const checked = spec.result.safeParse(result);
+  if (!checked.success) {
+    throw new Error(`Result of ${name} does not match its contract: ${describeIssues(checked.error)}`);
+  }
+  return checked.data;
+}
+
+/** zod issues as one line: `asOf: date must be YYYY-MM-DD; fundB: Invalid input: expected string, received undefined`. */
+function describeIssues(error: z.ZodError): string {
+  return error.issues.map((issue) => (issue.path.length > 0 ? `${issue.path.join('.')}: ` : '') + issue.message).join('; ');
+}
+
+async function run(library: HoldingsLibrary, name: ToolName, args: unknown): Promise<unknown> {
+  switch (name) {
+    case 'list_funds':
+      return library.listFunds();
+    case 'get_holdings':
+      return library.getHoldings(args as z.output<(typeof ToolPack)['get_holdings']['args']>);
+    case 'compare_holdings':
+      return library.compareHoldings(args as z.output<(typeof ToolPack)['compare_holdings']['args']>);
+    case 'fund_metadata':
+      return library.fundMetadata(args as z.output<(typeof ToolPack)['fund_metadata']['args']>);
+  }
+}
