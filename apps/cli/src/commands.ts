@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { BusConfig, DatabaseConfig, loadConfig, type RunEvent } from '@runplane/contracts';
+import { RunplaneClient, type RunplaneEndpoints } from '@runplane/client';
+import { ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
+import { EventLog } from '@runplane/eventlog';
+import { resolveDataFolder } from '@runplane/holdings';
+import { rebuildProjections } from '@runplane/projections';
+import { renderLive, summarize } from './render.js';
+
+/** The default demo question on the real issuer files (../shared present). */
+export const DEFAULT_QUESTION =
+  'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
+/** The default question on the shipped illustrative sample. */
+export const ILLUSTRATIVE_QUESTION =
+  'Compare the holdings of AAA and BBB: verify the disclosure date of each file and identify gaps in coverage';
+
+const out = (line: string) => process.stdout.write(`${line}\n`);
+
+/**
+ * Admits `question` as a new Message and streams the Run until it settles: progress lines, the
+ * answer passages as they are committed, the settlement. Returns the settlement event.
+ */
+export async function ask(endpoints: RunplaneEndpoints, question: string, conversationId = `cli-${randomUUID()}`): Promise<RunEvent | null> {
+  const client = new RunplaneClient(endpoints);
+  const { status, body } = await client.postMessage(conversationId, { clientMessageId: randomUUID(), content: question });
+  out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId})`);
+  let settled: RunEvent | null = null;
+  await client.streamEvents(body.runId, {
+    onEvent: ({ seq, event }) => {
+      out(renderLive(event, seq));
+      if (event.type === 'run.settled') settled = event;
+    },
+  });
+  return settled;
+}
+
+/** Follows an existing Run's events until it settles. */
+export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<void> {
+  await new RunplaneClient(endpoints).streamEvents(runId, { lastEventId, onEvent: ({ seq, event }) => out(renderLive(event, seq)) });
+}
+
+async function openLog(name: string): Promise<EventLog> {
+  const bus = loadConfig(BusConfig);
+  return EventLog.connect({ natsUrl: bus.NATS_URL, stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, name });
+}
+
+/** Prints a Run's event timeline straight from the log: sequence, time, owner, type, summary. */
+export async function timeline(runId: string, json: boolean): Promise<number> {
+  const log = await openLog('runplane-cli');
+  try {
+    const events = await log.readRun(runId);
+    if (events.length === 0) {
+      process.stderr.write(`no events for run ${runId} in stream ${log.space.stream}\n`);
+      return 1;
+    }
+    for (const { seq, subject, event } of events) {
+      out(json ? JSON.stringify({ seq, subject, event }) : `${String(seq).padStart(6)}  ${event.occurredAt}  ${event.owner.padEnd(11)} ${event.type.padEnd(22)} ${summarize(event)}`);
+    }
+    return 0;
+  } finally {
+    await log.close();
+  }
+}
+
+/** Replays the whole log into a fresh database and compares it with the live projections (K11). */
+export async function rebuild(targetDatabase: string | undefined): Promise<number> {
+  const log = await openLog('runplane-rebuild');
+  try {
+    const { DATABASE_URL } = loadConfig(DatabaseConfig);
+    const result = await rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) });
+    out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
+    if (result.identicalToLive) {
+      out('rebuilt projections are identical to the live ones');
+      return 0;
+    }
+    out(`rebuilt projections differ from the live ones in ${result.differences.length} place(s):`);
+    for (const d of result.differences.slice(0, 50)) out(`  ${d}`);
+    return 2;
+  } finally {
+    await log.close();
+  }
+}
+
+/**
+ * The main job: NATS (found or started), PostgreSQL (found; database created), every service as its
+ * own process, the scripted model (or OPENAI_BASE_URL), one question asked and streamed, the
+ * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
+ */
+export async function demo(question: string | undefined): Promise<number> {
+  const root = repoRoot();
+  const stateDir = join(root, '.runplane');
+  mkdirSync(stateDir, { recursive: true });
+  const bus = loadConfig(BusConfig);
+  const { DATABASE_URL } = loadConfig(DatabaseConfig);
+  const data = resolveDataFolder();
+  out('Runplane demo');
+  const nats = await ensureNats(bus.NATS_URL, stateDir);
+  out(`  bus:      ${nats.note}`);
+  try {
+    if (!(await ensureDatabaseExists(DATABASE_URL))) {
+      throw new Error(`PostgreSQL is not reachable at ${DATABASE_URL}: start it or set DATABASE_URL`);
+    }
+    out(`  database: ${DATABASE_URL.replace(/\/\/[^@]*@/, '//')}`);
+    out(`  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`);
+    const realModel = process.env.RUNPLANE_DEMO_MODEL === 'external';
+    const stack = await startStack({
+      env: { ...process.env, NATS_URL: nats.url, DATABASE_URL, RUNPLANE_DATA_DIR: data.dir },
+      logDir: join(stateDir, 'logs'),
+      ...(realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL } : {}),
+    });
+    out(`  model:    ${stack.model ? `scripted research policy at ${stack.modelUrl} (offline)` : `${stack.modelUrl}`}`);
+    out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
+    out(`  logs:     ${stack.logFile}`);
+    out('');
+    try {
+      const q = question ?? (data.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
+      out(`Question: ${q}`);
+      const settled = await ask(stack.endpoints, q, `demo-${Date.now()}`);
+      return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
+    } finally {
+      await stack.stop();
+      out('\nAll services stopped.');
+    }
+  } finally {
+    await nats.stop();
+  }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+/**
+ * `runplane` CLI. Commands:
+ *   demo [question]                run the main job end to end (starts everything, asks, settles, stops)
+ *   ask <question>                 ask running services and stream the answer
+ *   watch <runId>                  follow a Run's events (from --last-event-id)
+ *   timeline <runId>               print a Run's events from the log
+ *   projections rebuild            replay the log into a fresh database and compare with the live one
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { ask, demo, rebuild, timeline, watch } from './commands.js';
+
+const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
+const nonNegative = (v: string) => {
+  if (!/^\d+$/.test(v)) throw new InvalidArgumentError('must be a non-negative integer');
+  return Number(v);
+};
+const run = (fn: () => Promise<number | void>) => async () => {
+  try {
+    process.exitCode = (await fn()) ?? 0;
+  } catch (e) {
+    process.stderr.write(`runplane: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exitCode = 1;
+  }
+};
+
+const program = new Command('runplane').description('Runplane: control plane for long-running AI research Runs');
+const api = (c: Command) =>
+  c
+    .option('--admission <url>', 'admission service base URL', process.env.RUNPLANE_ADMISSION_URL ?? 'http://127.0.0.1:8081')
+    .option('--publication <url>', 'publication service base URL', process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082');
+
+program
+  .command('demo')
+  .description('start NATS (if needed), every service and the scripted model; ask a question; print the answer and settlement; stop')
+  .argument('[question]', 'the research question (default: the SPY/QQQ comparison)')
+  .action((question?: string) => run(() => demo(question))());
+
+api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
+  .option('--conversation <id>', 'conversation id (default: a new one)')
+  .action((question: string, o) =>
+    run(async () => {
+      const settled = await ask(endpoints(o), question, o.conversation);
+      return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
+    })(),
+  );
+
+api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
+  .option('--last-event-id <seq>', 'resume after this stream sequence', nonNegative, 0)
+  .action((runId: string, o) => run(() => watch(endpoints(o), runId, o.lastEventId))());
+
+program
+  .command('timeline')
+  .description("print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX)")
+  .argument('<runId>')
+  .option('--json', 'one JSON object per event')
+  .action((runId: string, o) => run(() => timeline(runId, Boolean(o.json)))());
+
+program
+  .command('projections')
+  .description('projection maintenance')
+  .command('rebuild')
+  .description('replay the log into a fresh database and compare its rows with the live projections')
+  .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
+  .action((o) => run(() => rebuild(o.database))());
+
+await program.parseAsync(process.argv);

@@ -1,0 +1,48 @@
+/**
+ * Terminal rendering of a Run as it is observed: one short line per fact, the answer passages in
+ * full as they are committed, and the settlement.
+ */
+import type { RunEvent } from '@runplane/contracts';
+
+/** One-line summary of an event for timelines and progress output. */
+export function summarize(e: RunEvent): string {
+  switch (e.type) {
+    case 'run.admitted':
+      return `admitted message ${e.data.message.clientMessageId}: "${e.data.message.content.slice(0, 80)}"`;
+    case 'model.turn.requested':
+      return `model turn ${e.data.turn} requested (${e.data.model})`;
+    case 'model.turn.completed':
+      return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}`;
+    case 'model.turn.failed':
+      return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message}`;
+    case 'tool.call.proposed':
+      return `tool call proposed: ${e.data.name}(${e.data.argumentsText})`;
+    case 'tool.call.dispatched':
+      return `tool call dispatched: ${e.data.name} [${e.data.toolCallId}]`;
+    case 'tool.call.receipt':
+      return `receipt ${e.data.status}: ${e.data.name}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}`;
+    case 'run.execution.finished':
+      return `execution finished: ${e.data.reason} (${e.data.detail})`;
+    case 'passage.committed':
+      return `passage ${e.data.index} committed (v${e.data.version}, ${e.data.text.length} chars)`;
+    case 'answer.published':
+      return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars`;
+    case 'run.settled':
+      return `SETTLED ${e.data.outcome}: ${e.data.reason}`;
+  }
+}
+
+/** Renders an event for the live `ask`/`demo` view: progress lines dimmed, passages in full. */
+export function renderLive(e: RunEvent, seq: number): string {
+  if (e.type === 'passage.committed') return `\n${e.data.text}\n`;
+  if (e.type === 'run.settled') {
+    const u = e.data.usage;
+    return [
+      '',
+      `Settlement (by ${e.owner}): ${e.data.outcome.toUpperCase()}: ${e.data.reason}`,
+      `  usage: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${u.promptTokens} prompt + ${u.completionTokens} completion tokens`,
+      `  receipts: ${e.data.receipts.map((r) => `${r.name}=${r.status}`).join(', ') || 'none'}`,
+    ].join('\n');
+  }
+  return `  #${seq} [${e.owner}] ${summarize(e)}`;
+}

@@ -1,0 +1,263 @@
+/**
+ * A whole local Runplane: finds (or starts) NATS with JetStream, finds PostgreSQL and creates the
+ * database, starts the scripted model server and every service as its own process, and stops them
+ * cleanly. Used by `npm run demo` and the end-to-end tests, so both exercise the same processes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, existsSync, mkdirSync, type WriteStream } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { connect } from '@nats-io/transport-node';
+import getPort from 'get-port';
+import pg from 'pg';
+
+/** The service processes, in start order. `projector` keeps the PostgreSQL projections. */
+export const SERVICES = ['projector', 'lifecycle', 'publication', 'tools', 'runtime', 'admission'] as const;
+export type ServiceName = (typeof SERVICES)[number];
+
+/** The repository root: the nearest ancestor of this module holding nx.json. */
+export function repoRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'nx.json'))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error('cannot find the repository root (nx.json)');
+    dir = up;
+  }
+  return dir;
+}
+
+/** True when a NATS server answers at `url` within `timeoutMs`. */
+export async function natsReachable(url: string, timeoutMs = 1500): Promise<boolean> {
+  try {
+    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false });
+    await nc.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function onPath(cmd: string): string | null {
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    const p = join(dir, cmd);
+    if (dir && existsSync(p)) return p;
+  }
+  for (const p of [`/usr/sbin/${cmd}`, `/usr/local/bin/${cmd}`]) if (existsSync(p)) return p;
+  return null;
+}
+
+export interface NatsHandle {
+  url: string;
+  /** Set when this process started its own nats-server (stopped by `stop()`). */
+  child: ChildProcess | null;
+  note: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Uses the NATS server at `url` if it answers; otherwise starts `nats-server -js` from PATH on a
+ * free loopback port with storage under `stateDir`.
+ * @throws Error with one line saying how to get NATS when neither is possible.
+ */
+export async function ensureNats(url: string, stateDir: string): Promise<NatsHandle> {
+  if (await natsReachable(url)) return { url, child: null, note: `using NATS at ${url}`, stop: async () => undefined };
+  const bin = onPath('nats-server');
+  if (!bin) {
+    throw new Error(
+      `No NATS server answers at ${url} and nats-server is not installed: install it (Debian: apt-get install nats-server; or a release binary from nats.io) or set NATS_URL to a server with JetStream enabled.`,
+    );
+  }
+  const port = await getPort({ host: '127.0.0.1' });
+  const sd = join(stateDir, 'nats');
+  mkdirSync(sd, { recursive: true });
+  const child = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', sd], { stdio: 'ignore' });
+  const started = `nats://127.0.0.1:${port}`;
+  const deadline = Date.now() + 10_000;
+  while (!(await natsReachable(started, 500))) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`started ${bin} but it did not answer at ${started}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { url: started, child, note: `no NATS at ${url}: started ${bin} -js on ${started}`, stop: () => stopChild(child) };
+}
+
+/** True when PostgreSQL accepts a connection at `url`. */
+export async function postgresReachable(url: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
+  try {
+    await client.connect();
+    await client.end();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Makes sure the database named in `databaseUrl` exists (created through the server's `postgres`
+ * database when missing). Returns false when the server is not reachable.
+ */
+export async function ensureDatabaseExists(databaseUrl: string): Promise<boolean> {
+  const url = new URL(databaseUrl);
+  const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
+  const admin = new URL(databaseUrl);
+  admin.pathname = '/postgres';
+  if (!(await postgresReachable(admin.toString()))) return false;
+  const client = new pg.Client({ connectionString: admin.toString() });
+  await client.connect();
+  try {
+    const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (found.rowCount === 0) await client.query(`CREATE DATABASE "${name.replace(/"/g, '""')}"`);
+  } finally {
+    await client.end();
+  }
+  return true;
+}
+
+/** Drops a database (test clean-up), terminating its connections first. */
+export async function dropDatabase(databaseUrl: string): Promise<void> {
+  const url = new URL(databaseUrl);
+  const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
+  url.pathname = '/postgres';
+  const client = new pg.Client({ connectionString: url.toString() });
+  await client.connect();
+  try {
+    await client.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name]);
+    await client.query(`DROP DATABASE IF EXISTS "${name.replace(/"/g, '""')}"`);
+  } finally {
+    await client.end();
+  }
+}
+
+async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+export interface ManagedProcess {
+  name: string;
+  child: ChildProcess;
+  /** The URL the process printed in its ready line. */
+  url: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Spawns `node <script> ...args` and waits for a stdout line matching `ready` (whose first group
+ * is the URL). Every output line goes to `log` (a file stream), never to the terminal.
+ */
+export async function spawnReady(
+  name: string,
+  script: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  ready: RegExp,
+  log: WriteStream,
+  timeoutMs = 30_000,
+): Promise<ManagedProcess> {
+  const child = spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const tail: string[] = [];
+  const record = (line: string) => {
+    log.write(`[${name}] ${line}\n`);
+    tail.push(line);
+    if (tail.length > 20) tail.shift();
+  };
+  createInterface({ input: child.stderr! }).on('line', record);
+  const url = await new Promise<string>((resolveUrl, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} did not become ready within ${timeoutMs} ms:\n${tail.join('\n')}`)), timeoutMs);
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      record(line);
+      const m = ready.exec(line);
+      if (m?.[1]) {
+        clearTimeout(timer);
+        resolveUrl(m[1]);
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.join('\n')}`));
+    });
+  });
+  return { name, child, url, stop: () => stopChild(child) };
+}
+
+export interface StackOptions {
+  /** Environment for every process: NATS_URL, DATABASE_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX... */
+  env: NodeJS.ProcessEnv;
+  /** Folder for the processes' log files (created). */
+  logDir: string;
+  /** Scenario file for the scripted model; absent = its research policy. */
+  scenarioFile?: string;
+  /** Use this OpenAI-compatible endpoint instead of starting the scripted model. */
+  modelBaseUrl?: string;
+}
+
+export interface Stack {
+  endpoints: { admission: string; publication: string };
+  /** Base URL (ending in /v1) of the model endpoint the runtime uses. */
+  modelUrl: string;
+  /** The scripted model process, when one was started. */
+  model: ManagedProcess | null;
+  services: Map<ServiceName, ManagedProcess>;
+  logFile: string;
+  /** Stops one service (SIGTERM, then SIGKILL after the grace period). */
+  stopService(name: ServiceName): Promise<void>;
+  /** Stops everything, services first (in reverse start order), then the model server. */
+  stop(): Promise<void>;
+}
+
+/** Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process. */
+export async function startStack(opts: StackOptions): Promise<Stack> {
+  const root = repoRoot();
+  mkdirSync(opts.logDir, { recursive: true });
+  const logFile = join(opts.logDir, 'services.log');
+  const log = createWriteStream(logFile, { flags: 'a' });
+  const started: ManagedProcess[] = [];
+  const services = new Map<ServiceName, ManagedProcess>();
+  let model: ManagedProcess | null = null;
+  const stopAll = async () => {
+    for (const p of [...started].reverse()) await p.stop();
+    await new Promise<void>((r) => log.end(() => r()));
+  };
+  try {
+    let modelUrl = opts.modelBaseUrl;
+    if (!modelUrl) {
+      const args = ['--port', '0'];
+      if (opts.scenarioFile) args.push('--scenario', resolve(opts.scenarioFile));
+      model = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), args, opts.env, /listening on (\S+)/, log);
+      started.push(model);
+      modelUrl = model.url;
+    }
+    const env: NodeJS.ProcessEnv = {
+      ...opts.env,
+      OPENAI_BASE_URL: modelUrl,
+      ADMISSION_PORT: '0',
+      PUBLICATION_PORT: '0',
+      RUNTIME_PORT: '0',
+      TOOLS_PORT: '0',
+      LIFECYCLE_PORT: '0',
+      PROJECTOR_PORT: '0',
+    };
+    for (const name of SERVICES) {
+      const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], env, /ready on (\S+)/, log);
+      started.push(p);
+      services.set(name, p);
+    }
+    return {
+      endpoints: { admission: services.get('admission')!.url, publication: services.get('publication')!.url },
+      modelUrl,
+      model,
+      services,
+      logFile,
+      stopService: async (name) => services.get(name)?.stop(),
+      stop: stopAll,
+    };
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}
