@@ -1,0 +1,151 @@
+/**
+ * K1 (admission idempotent by message id), K4 (disconnect is not cancel; replay from
+ * Last-Event-ID without calling the model) and K9 (an empty reply is not an answer), end to end
+ * against the real processes, JetStream and PostgreSQL.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { RunplaneHttpError, type ObservedEvent } from '@runplane/client';
+import { startTestStack, type TestStack } from '../support/stack.js';
+
+let t: TestStack;
+beforeAll(async () => {
+  t = await startTestStack('k1k4');
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const post = async (conversationId: string, body: unknown) => {
+  const res = await fetch(`${t.stack.endpoints.admission}/v1/conversations/${conversationId}/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+};
+
+describe('K1 first cut: admission is idempotent by clientMessageId', () => {
+  it('same id and text returns the same Run with no new event; other text is a 409 that changes nothing', async () => {
+    const first = await t.client.postMessage('conv-k1', { clientMessageId: 'k1-a', content: 'What does SPY hold?' });
+    expect(first.status).toBe(201);
+    expect(first.body.admission).toBe('admitted');
+    const before = await t.waitForSettlement(first.body.runId);
+
+    const again = await t.client.postMessage('conv-k1', { clientMessageId: 'k1-a', content: 'What does SPY hold?' });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ runId: first.body.runId, messageId: first.body.messageId, admission: 'existing', admittedAt: first.body.admittedAt });
+
+    const conflict = await post('conv-k1', { clientMessageId: 'k1-a', content: 'Something else entirely' });
+    expect(conflict.status).toBe(409);
+    expect(conflict.body).toMatchObject({ error: { code: 'message_conflict' } });
+    expect(String((conflict.body.error as { message: string }).message)).toContain('k1-a');
+
+    const after = await t.log.readRun(first.body.runId);
+    expect(after.map((e) => e.seq)).toEqual(before.map((e) => e.seq));
+  }, 90_000);
+
+  it('concurrent duplicates produce exactly one Run', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => t.client.postMessage('conv-k1', { clientMessageId: 'k1-concurrent', content: 'Compare SPY and IVV' })),
+    );
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    expect(results.filter((r) => r.status === 200)).toHaveLength(7);
+    expect(new Set(results.map((r) => r.body.runId)).size).toBe(1);
+    const events = await t.waitForSettlement(results[0]!.body.runId);
+    expect(events.filter((e) => e.event.type === 'run.admitted')).toHaveLength(1);
+    expect(events.filter((e) => e.event.type === 'run.settled')).toHaveLength(1);
+  }, 90_000);
+
+  it('the same clientMessageId in another conversation is another Message and Run', async () => {
+    const a = await t.client.postMessage('conv-k1-x', { clientMessageId: 'shared-id', content: 'hello' });
+    const b = await t.client.postMessage('conv-k1-y', { clientMessageId: 'shared-id', content: 'hello' });
+    expect(a.status).toBe(201);
+    expect(b.status).toBe(201);
+    expect(a.body.runId).not.toBe(b.body.runId);
+    await t.waitForSettlement(a.body.runId);
+    await t.waitForSettlement(b.body.runId);
+  }, 90_000);
+
+  it.each([
+    ['missing content', { clientMessageId: 'x1' }, 'content'],
+    ['blank content', { clientMessageId: 'x2', content: '   ' }, 'content'],
+    ['missing clientMessageId', { content: 'hi' }, 'clientMessageId'],
+    ['bad clientMessageId', { clientMessageId: 'has spaces', content: 'hi' }, 'clientMessageId'],
+    ['unknown field', { clientMessageId: 'x3', content: 'hi', extra: 1 }, '(body)'],
+  ])('a bad body (%s) gets 400 with the zod reason', async (_name, body, path) => {
+    const res = await post('conv-k1-bad', body);
+    expect(res.status).toBe(400);
+    const error = res.body.error as { code: string; issues: { path: string; message: string }[] };
+    expect(error.code).toBe('invalid_body');
+    expect(error.issues.map((i) => i.path)).toContain(path);
+  });
+
+  it('malformed JSON and a bad conversation id get 400; an unknown Run gets 404', async () => {
+    expect((await post('conv-k1-bad', '{"clientMessageId": ')).status).toBe(400);
+    expect((await post('bad%20id', { clientMessageId: 'x', content: 'hi' })).status).toBe(400);
+    expect(await t.client.getRun('no-such-run')).toBeNull();
+    await expect(t.client.getAnswer('no-such-run')).rejects.toBeInstanceOf(RunplaneHttpError);
+  });
+});
+
+describe('K4 first cut: a disconnect only detaches the observer', () => {
+  it('the Run settles after the observer drops; Last-Event-ID replays exactly the rest; no extra model request', async () => {
+    await t.setScenario({
+      steps: [
+        { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] } },
+        { reply: { content: 'First passage.\n\nSecond passage.\n\nThird passage.' }, delayMs: 2000, chunkDelayMs: 20 },
+      ],
+      then: 'error',
+    });
+    const { body } = await t.client.postMessage('conv-k4', { clientMessageId: 'k4-observer', content: 'List the funds you cover.' });
+    const seen: ObservedEvent[] = [];
+    const controller = new AbortController();
+    const first = await t.client.streamEvents(body.runId, {
+      signal: controller.signal,
+      onEvent: (e) => {
+        seen.push(e);
+        if (seen.length === 3) controller.abort();
+      },
+    });
+    expect(first.ended).toBe('aborted');
+    expect(seen).toHaveLength(3);
+    const atDisconnect = await t.log.readRun(body.runId);
+    expect(atDisconnect.some((e) => e.event.type === 'run.settled')).toBe(false);
+
+    const all = await t.waitForSettlement(body.runId);
+    const settled = all.find((e) => e.event.type === 'run.settled')!.event;
+    expect(settled.type === 'run.settled' && settled.data.outcome).toBe('completed');
+    const requestsAfterRun = await t.modelRequests();
+    expect(requestsAfterRun).toBe(all.filter((e) => e.event.type === 'model.turn.requested').length);
+
+    const resumed: ObservedEvent[] = [];
+    const second = await t.client.streamEvents(body.runId, { lastEventId: first.lastEventId, onEvent: (e) => resumed.push(e) });
+    expect(second.ended).toBe('server');
+    const expected = all.filter((e) => e.seq > first.lastEventId).map((e) => e.seq);
+    expect(resumed.map((e) => e.seq)).toEqual(expected);
+    expect([...seen, ...resumed].map((e) => e.seq)).toEqual(all.map((e) => e.seq));
+    expect(await t.modelRequests()).toBe(requestsAfterRun);
+  }, 90_000);
+
+  it('rejects a Last-Event-ID that is not a sequence number with 400', async () => {
+    const { body } = await t.client.postMessage('conv-k4', { clientMessageId: 'k4-bad-id', content: 'hello' });
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${body.runId}/events`, { headers: { 'last-event-id': 'abc' } });
+    expect(res.status).toBe(400);
+    await t.waitForSettlement(body.runId);
+  }, 60_000);
+});
+
+describe('K9 first cut: an empty model reply is not an answer', () => {
+  it('settles failed with the reason, by the lifecycle, and publishes no passage', async () => {
+    await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'error' });
+    const { body } = await t.client.postMessage('conv-k9', { clientMessageId: 'k9-empty', content: 'Say nothing.' });
+    const events = await t.waitForSettlement(body.runId);
+    const settled = events.filter((e) => e.event.type === 'run.settled');
+    expect(settled).toHaveLength(1);
+    const s = settled[0]!.event;
+    expect(s.owner).toBe('lifecycle');
+    expect(s.type === 'run.settled' && s.data.outcome).toBe('failed');
+    expect(s.type === 'run.settled' && s.data.reason).toMatch(/empty/);
+    expect(events.some((e) => e.event.type === 'passage.committed')).toBe(false);
+  }, 60_000);
+});

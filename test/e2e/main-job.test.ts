@@ -1,0 +1,157 @@
+/**
+ * The main job end to end, every service as its own process on the real JetStream and
+ * PostgreSQL: admission -> runtime (model through the openai client, scripted research policy)
+ * -> tools on the real issuer files -> publication -> lifecycle settlement; projections rebuilt.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { EventCatalog, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { repoRoot } from '@runplane/devstack';
+import { ResultStore } from '@runplane/eventlog';
+import { HoldingsLibrary } from '@runplane/holdings';
+import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+const SHARED = join(repoRoot(), '..', 'shared', 'data', 'etf-holdings');
+const haveShared = existsSync(SHARED);
+const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
+
+let t: TestStack;
+beforeAll(async () => {
+  t = await startTestStack('main');
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const types = (events: StoredEvent[]) => events.map((e) => e.event.type);
+const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
+  events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
+
+(haveShared ? describe : describe.skip)('default question on the real holdings files (needs ../shared)', () => {
+  let runId: string;
+  let events: StoredEvent[];
+  let answer: string;
+
+  beforeAll(async () => {
+    const admitted = await t.client.postMessage('conv-main', { clientMessageId: 'default-question', content: DEFAULT_QUESTION });
+    expect(admitted.status).toBe(201);
+    runId = admitted.body.runId;
+    events = await t.waitForSettlement(runId, 90_000);
+    answer = (await t.client.getAnswer(runId)).text;
+  }, 120_000);
+
+  it('settles completed exactly once, by the lifecycle', () => {
+    const settlements = events.filter((e) => e.event.type === 'run.settled');
+    expect(settlements).toHaveLength(1);
+    expect(settlements[0]!.event.owner).toBe('lifecycle');
+    expect(settlements[0]!.subject.endsWith(`.run.${runId}.lifecycle`)).toBe(true);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+  });
+
+  it('records admission, model turns, tool proposal, dispatch and receipt, passages, one settlement, in that causal order', () => {
+    const seq = types(events);
+    expect(seq[0]).toBe('run.admitted');
+    expect(seq[seq.length - 1]).toBe('run.settled');
+    const first = (t: string) => seq.indexOf(t);
+    expect(first('model.turn.requested')).toBeLessThan(first('model.turn.completed'));
+    expect(first('model.turn.completed')).toBeLessThan(first('tool.call.proposed'));
+    expect(first('tool.call.proposed')).toBeLessThan(first('tool.call.dispatched'));
+    expect(first('tool.call.dispatched')).toBeLessThan(first('tool.call.receipt'));
+    expect(first('run.execution.finished')).toBeLessThan(first('passage.committed'));
+    expect(first('passage.committed')).toBeLessThan(first('answer.published'));
+    expect(first('answer.published')).toBeLessThan(first('run.settled'));
+    expect(ofType(events, 'model.turn.requested').length).toBeGreaterThanOrEqual(2);
+    expect(ofType(events, 'passage.committed').length).toBeGreaterThanOrEqual(2);
+    // every tool call proposed got exactly one dispatch and one receipt
+    const proposed = ofType(events, 'tool.call.proposed').map((e) => e.data.toolCallId).sort();
+    expect(ofType(events, 'tool.call.dispatched').map((e) => e.data.toolCallId).sort()).toEqual(proposed);
+    expect(ofType(events, 'tool.call.receipt').map((e) => e.data.toolCallId).sort()).toEqual(proposed);
+    // stream order is strictly increasing
+    const seqs = events.map((e) => e.seq);
+    expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
+  });
+
+  it('appends every event under its owner: the subject names the owner the catalogue gives its type', () => {
+    for (const { subject, event } of events) {
+      expect(event.owner).toBe(EventCatalog[event.type].owner);
+      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${event.owner}`);
+    }
+  });
+
+  it('answers with the checked figures, recomputed through the product', async () => {
+    // The figures as the product computes them (the tools service's library on the same files)...
+    const lib = new HoldingsLibrary({ dir: SHARED, dataSet: 'shared' });
+    const cmp = await lib.compareHoldings({ fundA: 'SPY', fundB: 'QQQ' });
+    expect([cmp.a.file, cmp.b.file]).toEqual(['SPY_2025-09-30.xlsx', 'QQQ_2025-09-26.csv']);
+    // ...equal the checked values from the files...
+    expect(cmp.a.asOf).toBe('2025-09-30');
+    expect(cmp.a.securityCount).toBe(503);
+    expect(cmp.a.nonSecurityLines.filter((l) => l.kind === 'cash')).toHaveLength(1);
+    expect(cmp.b.asOf).toBe('2025-09-26');
+    expect(cmp.b.securityCount).toBe(101);
+    expect(cmp.commonCount).toBe(88);
+    expect(cmp.weightOfBHeldInA.toFixed(1)).toBe('95.2');
+    expect(cmp.weightOfAHeldInB.toFixed(1)).toBe('51.4');
+    expect(cmp.onlyInB).toHaveLength(13);
+    // ...and the receipt the tools service recorded carries the same result (stored by reference)
+    const receipt = ofType(events, 'tool.call.receipt').find((r) => r.data.name === 'compare_holdings');
+    expect(receipt?.data.status).toBe('succeeded');
+    const stored = receipt!.data.resultRef
+      ? await (await ResultStore.open(t.log)).get(receipt!.data.resultRef)
+      : receipt!.data.result;
+    expect(stored).toEqual(JSON.parse(JSON.stringify(cmp)));
+    // ...and the published answer shows them, dates as YYYY-MM-DD.
+    expect(answer).toContain('2025-09-30');
+    expect(answer).toContain('2025-09-26');
+    expect(answer).toMatch(/503 securities plus a cash line/);
+    expect(answer).toMatch(/101 securities/);
+    expect(answer).toMatch(/88 securities in common/);
+    expect(answer).toContain('95.2%');
+    expect(answer).toContain('51.4%');
+    for (const line of cmp.onlyInB) expect(answer).toContain(line.ticker!);
+    expect(answer).toMatch(/13 QQQ names/);
+  });
+
+  it('projects the Run into PostgreSQL and a rebuild from the log gives identical rows (K11)', async () => {
+    const view = await eventually(async () => {
+      const v = await t.client.getRun(runId);
+      return v?.status === 'settled' ? v : null;
+    }, 20_000, 'settled projection');
+    expect(view.outcome).toBe('completed');
+    expect(view.passages).toBe(ofType(events, 'passage.committed').length);
+    expect(view.lastSeq).toBe(events[events.length - 1]!.seq);
+    const rebuilt = await rebuildProjections({ log: t.log, databaseUrl: t.env.DATABASE_URL!, targetDatabase: `rp_${t.tag}_rebuild` });
+    try {
+      expect(rebuilt.differences).toEqual([]);
+      expect(rebuilt.identicalToLive).toBe(true);
+      expect(rebuilt.eventsApplied).toBeGreaterThanOrEqual(events.length);
+    } finally {
+      const { dropDatabase } = await import('@runplane/devstack');
+      await dropDatabase(t.env.DATABASE_URL!.replace(/\/[^/]+$/, `/rp_${t.tag}_rebuild`));
+    }
+    const orm = await createProjectionOrm({ databaseUrl: t.env.DATABASE_URL! });
+    try {
+      expect((await getRunView(orm, runId))?.outcome).toBe('completed');
+    } finally {
+      await orm.close();
+    }
+  });
+});
+
+describe('K8 first cut: a fund that is not in the data', () => {
+  it('gets a failed receipt and the Run still settles with an answer saying the fund is not covered', async () => {
+    const { body } = await t.client.postMessage('conv-k8', { clientMessageId: 'k8-unknown-fund', content: 'What are the holdings of XYZQ?' });
+    const events = await t.waitForSettlement(body.runId);
+    const receipts = ofType(events, 'tool.call.receipt');
+    const failed = receipts.find((r) => r.data.status === 'failed');
+    expect(failed?.data.name).toBe('get_holdings');
+    expect(failed?.data.error?.code).toBe('unknown_fund');
+    const settled = ofType(events, 'run.settled')[0]!;
+    expect(settled.data.outcome).toBe('completed');
+    expect(settled.data.receipts).toContainEqual({ toolCallId: failed!.data.toolCallId, name: 'get_holdings', status: 'failed' });
+    const answer = (await t.client.getAnswer(body.runId)).text;
+    expect(answer).toMatch(/XYZQ[^.]*not covered/);
+  }, 90_000);
+});

@@ -1,0 +1,69 @@
+/**
+ * Given/when/then helper: builds a Run's stored events in order, with stream sequences, as the
+ * log would hold them, so decide functions can be tested on folded facts.
+ */
+import { makeEvent, sha256Hex, type EventData, type EventType, type StoredEvent } from '@runplane/contracts';
+import { foldRun, type RunFacts } from '@runplane/run-facts';
+
+export class History {
+  readonly events: StoredEvent[] = [];
+  private seq = 0;
+  constructor(
+    readonly runId = 'run-1',
+    readonly conversationId = 'conv-1',
+  ) {}
+
+  add<T extends EventType>(type: T, key: string | number, data: EventData<T>): this {
+    const event = makeEvent(type, { runId: this.runId, conversationId: this.conversationId, correlationId: 'msg-1', causationId: null }, key, data);
+    this.seq += 1;
+    this.events.push({ seq: this.seq, subject: `rp.run.${this.runId}.${event.owner}`, event });
+    return this;
+  }
+
+  admitted(opts: { content?: string; tools?: string[]; maxModelRequests?: number; maxToolCalls?: number; deadlineAt?: string } = {}): this {
+    const content = opts.content ?? 'Compare SPY and QQQ';
+    return this.add('run.admitted', 'admission', {
+      message: { messageId: 'msg-1', clientMessageId: 'c-1', content, contentSha256: sha256Hex(content) },
+      grant: { tools: opts.tools ?? ['list_funds', 'get_holdings', 'compare_holdings', 'fund_metadata'], model: 'scripted' },
+      limits: {
+        maxModelRequests: opts.maxModelRequests ?? 8,
+        maxToolCalls: opts.maxToolCalls ?? 16,
+        deadlineAt: opts.deadlineAt ?? '2100-01-01T00:00:00.000Z',
+      },
+    });
+  }
+
+  turn(turn: number, reply: { content?: string; calls?: { id: string; name: string; args?: string }[]; finishReason?: string }): this {
+    this.add('model.turn.requested', turn, { turn, model: 'scripted' });
+    const toolCalls = (reply.calls ?? []).map((c) => ({ toolCallId: c.id, name: c.name, argumentsText: c.args ?? '{}' }));
+    return this.add('model.turn.completed', turn, {
+      turn,
+      content: reply.content ?? '',
+      toolCalls,
+      finishReason: reply.finishReason ?? (toolCalls.length ? 'tool_calls' : 'stop'),
+      usage: { promptTokens: 10, completionTokens: 5, totalTokens: 15 },
+    });
+  }
+
+  proposed(turn: number, id: string, name: string, args = '{}'): this {
+    return this.add('tool.call.proposed', id, { toolCallId: id, name, argumentsText: args, turn });
+  }
+
+  dispatched(id: string, name: string): this {
+    return this.add('tool.call.dispatched', id, { toolCallId: id, name });
+  }
+
+  receipt(id: string, name: string, status: 'succeeded' | 'failed' | 'denied' | 'unknown', result: unknown = { ok: true }): this {
+    return this.add('tool.call.receipt', id, {
+      toolCallId: id,
+      name,
+      status,
+      ...(status === 'succeeded' ? { result } : { error: { code: status, message: `${name} ${status}` } }),
+      durationMs: 1,
+    });
+  }
+
+  get facts(): RunFacts {
+    return foldRun(this.runId, this.events);
+  }
+}
