@@ -6,8 +6,10 @@
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   timeline <runId>               print a Run's events from the log
  *   projections rebuild            replay the log into a fresh database and compare with the live one
+ *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  */
 import { Command, InvalidArgumentError } from 'commander';
+import { renderEventCatalog } from '@runplane/contracts';
 import { ask, demo, rebuild, timeline, watch } from './commands.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
@@ -63,5 +65,14 @@ program
   .description('replay the log into a fresh database and compare its rows with the live projections')
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .action((o) => run(() => rebuild(o.database))());
+
+program
+  .command('docs')
+  .description('generated documentation')
+  .command('event-catalog')
+  .description('print the event catalogue generated from the zod schemas (docs/event-catalog.md)')
+  .action(() => {
+    process.stdout.write(renderEventCatalog());
+  });
 
 await program.parseAsync(process.argv);

@@ -3,3 +3,4 @@ export * from './events.js';
 export * from './factory.js';
 export * from './http.js';
 export * from './config.js';
+export * from './catalog-doc.js';
