@@ -1,0 +1,41 @@
+/**
+ * @runplane/app-scripted-model: an OpenAI-compatible scripted model server for tests and the
+ * offline demo, and the deterministic research policy it answers with.
+ */
+export { startScriptedModel, type ScriptedModel, type ScriptedModelOptions, type ScriptedModelStats } from './server.js';
+export {
+  Scenario,
+  ScenarioStep,
+  ScenarioReply,
+  ScenarioError,
+  ScenarioToolCall,
+  ScenarioUsage,
+  ScenarioFileError,
+  parseScenario,
+  loadScenarioFile,
+  type ScenarioInput,
+} from './scenario.js';
+export {
+  researchPolicy,
+  writeAnswer,
+  planResearch,
+  closestPair,
+  mentionedFunds,
+  mentionedDates,
+  currentTurnCalls,
+  lastQuestion,
+  STOP_WORDS,
+  type CallOutcome,
+  type CallRecord,
+} from './research-policy.js';
+export {
+  ChatCompletionRequest,
+  WireMessage,
+  WireTool,
+  WireToolCall,
+  estimateTokens,
+  type Reply,
+  type ReplyToolCall,
+  type FinishReason,
+  type UsageOverride,
+} from './wire.js';

@@ -1,0 +1,297 @@
+/**
+ * The scripted model server: an OpenAI-compatible HTTP endpoint (`/v1/chat/completions`,
+ * `/v1/models`) answering from a scenario and, after it or without one, the research policy.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { z } from 'zod';
+import { researchPolicy } from './research-policy.js';
+import { actionFor, parseScenario, ScenarioFileError, type Scenario, type ScenarioInput, type StepAction } from './scenario.js';
+import {
+  ChatCompletionRequest,
+  completionBody,
+  errorBody,
+  errorTypeFor,
+  resolveReply,
+  streamChunks,
+  type Reply,
+} from './wire.js';
+
+export interface ScriptedModelOptions {
+  /** TCP port; 0 or absent = any free port. */
+  port?: number;
+  /** Interface to listen on; default 127.0.0.1. */
+  host?: string;
+  /** Scripted answers; absent = every request is answered by the policy. */
+  scenario?: Scenario | ScenarioInput;
+  /** The policy answering requests not covered by the scenario; only `research` exists (the default). */
+  policy?: 'research';
+  /** Largest accepted request body in bytes (default 32 MiB); larger ones get 413. */
+  maxBodyBytes?: number;
+}
+
+/** What the server received since start or the last reset. Admin (`/_scripted/*`) requests are not counted. */
+export interface ScriptedModelStats {
+  /** Model requests received (any path except `/_scripted/*`), including rejected ones. */
+  total: number;
+  /** Model requests received per URL path (query string dropped), e.g. `/v1/chat/completions`. */
+  perPath: Record<string, number>;
+  /** Bodies of the chat-completion requests received, in order: parsed JSON, or the raw text when it did not parse. */
+  bodies: unknown[];
+  /** Chat requests that were given a step (well-formed ones). */
+  chatRequests: number;
+  /** Requests whose client went away before the answer was complete (aborts, timeouts, hangs). */
+  aborted: number;
+  /** Model requests being answered right now (a hang stays open until its client goes away). */
+  open: number;
+}
+
+export interface ScriptedModel {
+  /** Base URL for the `openai` client, ending in `/v1` (e.g. `http://127.0.0.1:41234/v1`). */
+  readonly url: string;
+  readonly port: number;
+  /** A snapshot of the counters (see {@link ScriptedModelStats}). */
+  stats(): ScriptedModelStats;
+  /** Clears the counters and restarts the scenario at step 0 (also `POST /_scripted/reset`). */
+  reset(): void;
+  /** Replaces the scenario and resets (also `POST /_scripted/scenario`). @throws ScenarioFileError */
+  setScenario(scenario: Scenario | ScenarioInput | undefined): void;
+  /** Stops listening and drops every open connection, hanging ones included. */
+  close(): Promise<void>;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function sendError(res: ServerResponse, status: number, message: string, type = errorTypeFor(status)): void {
+  sendJson(res, status, errorBody(message, type));
+}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new HttpError(413, `request body is larger than ${limit} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Waits `ms`; resolves false instead when `signal` aborts first. */
+async function wait(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return false;
+  if (ms <= 0) return true;
+  try {
+    await sleep(ms, undefined, { signal });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function writeChunk(res: ServerResponse, data: string): Promise<void> {
+  if (res.destroyed) return;
+  if (!res.write(`data: ${data}\n\n`)) {
+    await new Promise<void>((resolve) => {
+      res.once('drain', resolve);
+      res.once('close', resolve);
+    });
+  }
+}
+
+/**
+ * Starts the scripted model server.
+ * @returns once listening; `url` is the base URL for the `openai` client.
+ * @throws ScenarioFileError when `scenario` is not valid; the listen error when the port is taken.
+ */
+export async function startScriptedModel(options: ScriptedModelOptions = {}): Promise<ScriptedModel> {
+  const host = options.host ?? '127.0.0.1';
+  const maxBodyBytes = options.maxBodyBytes ?? 32 * 1024 * 1024;
+  let scenario: Scenario | undefined = options.scenario ? parseScenario(options.scenario) : undefined;
+
+  let stats: ScriptedModelStats;
+  const resetStats = () => {
+    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, aborted: 0, open: 0 };
+  };
+  resetStats();
+  let stepIndex = 0;
+  const openResponses = new Set<ServerResponse>();
+
+  const nextAction = (): StepAction => {
+    const index = stepIndex++;
+    return scenario ? actionFor(scenario, index) : { kind: 'policy' };
+  };
+
+  async function answer(res: ServerResponse, request: ChatCompletionRequest, reply: Reply, chunkDelayMs: number, signal: AbortSignal, sequence: number) {
+    const resolved = resolveReply(reply, request, sequence);
+    if (!request.stream) {
+      sendJson(res, 200, completionBody(resolved));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    const chunks = streamChunks(resolved, request.stream_options?.include_usage === true);
+    for (let i = 0; i < chunks.length; i++) {
+      if (i > 0 && !(await wait(chunkDelayMs, signal))) return;
+      if (signal.aborted) return;
+      await writeChunk(res, JSON.stringify(chunks[i]));
+    }
+    if (signal.aborted) return;
+    await writeChunk(res, '[DONE]');
+    res.end();
+  }
+
+  async function chat(req: IncomingMessage, res: ServerResponse, signal: AbortSignal): Promise<void> {
+    const text = await readBody(req, maxBodyBytes);
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch (e) {
+      stats.bodies.push(text);
+      throw new HttpError(400, `request body is not valid JSON: ${(e as Error).message}`);
+    }
+    stats.bodies.push(json);
+    const parsed = ChatCompletionRequest.safeParse(json);
+    if (!parsed.success) throw new HttpError(400, `invalid chat completion request: ${z.prettifyError(parsed.error)}`);
+    const request = parsed.data;
+    stats.chatRequests++;
+    const sequence = stats.chatRequests;
+    const action = nextAction();
+
+    if (action.kind !== 'policy' && !(await wait(action.delayMs, signal))) return;
+    switch (action.kind) {
+      case 'hang':
+        // Never answer: the response stays open until the client goes away or the server closes.
+        await new Promise<void>((resolve) => {
+          if (signal.aborted) resolve();
+          else signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        return;
+      case 'error':
+        sendError(res, action.status, action.message, action.type ?? errorTypeFor(action.status));
+        return;
+      case 'reply':
+        await answer(res, request, action.reply, action.chunkDelayMs, signal, sequence);
+        return;
+      case 'policy':
+        await answer(res, request, researchPolicy(request.messages, request.tools), 0, signal, sequence);
+        return;
+    }
+  }
+
+  async function admin(path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const method = req.method ?? 'GET';
+    if (path === '/_scripted/stats' && method === 'GET') return sendJson(res, 200, model.stats());
+    if (path === '/_scripted/reset' && method === 'POST') {
+      await readBody(req, maxBodyBytes);
+      model.reset();
+      return sendJson(res, 200, { ok: true });
+    }
+    if (path === '/_scripted/scenario' && method === 'POST') {
+      const text = await readBody(req, maxBodyBytes);
+      let json: unknown;
+      try {
+        json = text.trim() === '' ? undefined : JSON.parse(text);
+      } catch (e) {
+        throw new HttpError(400, `scenario body is not valid JSON: ${(e as Error).message}`);
+      }
+      try {
+        model.setScenario(json === null ? undefined : (json as ScenarioInput | undefined));
+      } catch (e) {
+        if (e instanceof ScenarioFileError) throw new HttpError(400, e.message);
+        throw e;
+      }
+      return sendJson(res, 200, { ok: true });
+    }
+    throw new HttpError(404, `no admin endpoint ${method} ${path}`);
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    const method = req.method ?? 'GET';
+    if (path.startsWith('/_scripted/')) return admin(path, req, res);
+
+    stats.total++;
+    stats.perPath[path] = (stats.perPath[path] ?? 0) + 1;
+    stats.open++;
+    openResponses.add(res);
+    const controller = new AbortController();
+    res.on('close', () => {
+      stats.open--;
+      openResponses.delete(res);
+      if (!res.writableFinished) {
+        stats.aborted++;
+        controller.abort();
+      }
+    });
+
+    if (path === '/v1/chat/completions') {
+      if (method !== 'POST') throw new HttpError(405, `${method} is not allowed on ${path}; use POST`);
+      return chat(req, res, controller.signal);
+    }
+    if (path === '/v1/models') {
+      if (method !== 'GET') throw new HttpError(405, `${method} is not allowed on ${path}; use GET`);
+      return sendJson(res, 200, {
+        object: 'list',
+        data: [{ id: 'scripted-research', object: 'model', created: 0, owned_by: 'runplane-scripted-model' }],
+      });
+    }
+    throw new HttpError(404, `unknown endpoint ${method} ${path}`);
+  }
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((e: unknown) => {
+      if (e instanceof HttpError) sendError(res, e.status, e.message);
+      else if (!res.headersSent) sendError(res, 500, `scripted model failed: ${(e as Error)?.message ?? String(e)}`);
+      else res.destroy();
+    });
+  });
+  server.on('clientError', (_err, socket) => socket.destroy());
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+
+  const model: ScriptedModel = {
+    url: `http://${urlHost}:${port}/v1`,
+    port,
+    stats: () => structuredClone(stats),
+    reset: () => {
+      resetStats();
+      stepIndex = 0;
+      // Responses still open keep their place in `open` until they close.
+      stats.open = openResponses.size;
+    },
+    setScenario: (next) => {
+      scenario = next ? parseScenario(next) : undefined;
+      model.reset();
+    },
+    close: async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const res of openResponses) res.destroy();
+      server.closeAllConnections();
+      await closed;
+    },
+  };
+  return model;
+}
