@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { EventLog } from '@runplane/eventlog';
+import {
+  createProjectionOrm,
+  databaseUrlWith,
+  dropDatabase,
+  dumpProjectionRows,
+  getRunView,
+  rebuildProjections,
+} from '@runplane/projections';
+import { PROJECTOR_DURABLE, ProjectorService, startProjector, type StartedProjector } from '@runplane/app-projector';
+import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
+
+const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const tag = uniqueTag();
+const stream = `RPTEST_PROJECTOR_${tag}`;
+const prefix = `tpr${tag}`;
+const liveDb = `rp_test_projector_${tag}`;
+const liveUrl = databaseUrlWith(adminUrl, liveDb);
+const created: string[] = [];
+let log: EventLog;
+let orm: MikroORM | null = null;
+let projector: StartedProjector | null = null;
+
+async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** The projector's durable consumer has everything up to the stream's end delivered and acknowledged. */
+async function caughtUp(): Promise<boolean> {
+  const [info, last] = [await log.jsm.consumers.info(stream, `${prefix}-${PROJECTOR_DURABLE}`), await log.lastSeq()];
+  return info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq >= last;
+}
+
+beforeAll(async () => {
+  Object.assign(process.env, {
+    NATS_URL: natsUrl,
+    RUNPLANE_STREAM: stream,
+    RUNPLANE_SUBJECT_PREFIX: prefix,
+    DATABASE_URL: liveUrl,
+    HOST: '127.0.0.1',
+    PROJECTOR_PORT: '0',
+  });
+  log = await EventLog.connect({ natsUrl, stream, prefix });
+  projector = await startProjector({ logger: ['error'] }); // creates and migrates the database
+  orm = await createProjectionOrm({ databaseUrl: liveUrl });
+});
+afterAll(async () => {
+  await projector?.app.close();
+  await orm?.close();
+  for (const db of [liveDb, ...created]) await dropDatabase(adminUrl, db);
+  await log?.destroyStream();
+  await log?.close();
+});
+
+describe('projector service', () => {
+  it('serves GET /healthz with NATS and PostgreSQL up', async () => {
+    const res = await fetch(`${projector!.url}/healthz`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
+  });
+
+  it('given two Runs appended to the log, then the durable consumer projects them, and a rebuild from the log is identical (K11)', async () => {
+    const research = `research-${tag}`;
+    const failing = `failing-${tag}`;
+    const stored = await appendAll(log, interleave(researchRunEvents(research), failingRunEvents(failing)));
+    const lastSeq = stored[stored.length - 1]!.seq;
+
+    const view = await until('the research Run settled in the projection', async () => {
+      const v = await getRunView(orm!, research);
+      return v?.status === 'settled' && v;
+    });
+    await until('the failing Run settled in the projection', async () => (await getRunView(orm!, failing))?.status === 'settled');
+    await until('the consumer caught up', caughtUp);
+    expect(view).toMatchObject({ outcome: 'completed', modelRequests: 2, toolCalls: 2, passages: 2 });
+    expect(Math.max(view.lastSeq, (await getRunView(orm!, failing))!.lastSeq)).toBe(lastSeq);
+
+    const result = await rebuildProjections({ log, databaseUrl: liveUrl });
+    created.push(result.database);
+    expect(result).toMatchObject({ eventsApplied: stored.length, lastSeq, identicalToLive: true, differences: [] });
+    const rebuilt = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, result.database) });
+    try {
+      expect(await dumpProjectionRows(rebuilt)).toEqual(await dumpProjectionRows(orm!));
+    } finally {
+      await rebuilt.close();
+    }
+  });
+
+  it('given the consumer is recreated and redelivers the whole log, then every event is skipped and the rows do not change; new events still apply', async () => {
+    const before = await dumpProjectionRows(orm!);
+    expect(before.runs.length).toBeGreaterThan(0);
+    await projector!.app.close();
+    projector = null;
+    await log.jsm.consumers.delete(stream, `${prefix}-${PROJECTOR_DURABLE}`);
+    projector = await startProjector({ logger: ['error'] });
+    await until('the recreated consumer caught up', caughtUp);
+    expect(await dumpProjectionRows(orm!)).toEqual(before);
+    expect(projector.app.get(ProjectorService).stats).toEqual({ applied: 0, skipped: await log.lastSeq(), retries: 0 });
+
+    const late = `late-${tag}`;
+    await appendAll(log, researchRunEvents(late));
+    await until('the late Run settled', async () => (await getRunView(orm!, late))?.status === 'settled');
+  });
+});

@@ -1,0 +1,66 @@
+import { describe, expect, it } from '@jest/globals';
+import { HttpException } from '@nestjs/common';
+import { makeEvent, type StoredEvent } from '@runplane/contracts';
+import type { EventLog } from '@runplane/eventlog';
+import { HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
+
+const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefined) => ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
+const fakeDb = (ping: () => Promise<void>) => ({ ping, orm: {} }) as unknown as ProjectionDatabase;
+
+describe('GET /healthz', () => {
+  it('given NATS and PostgreSQL answer, then 200 ok', async () => {
+    await expect(new HealthController(fakeLog(), fakeDb(async () => undefined)).healthz()).resolves.toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
+  });
+
+  it('given PostgreSQL refuses, then 503 naming postgres down', async () => {
+    const err = await new HealthController(fakeLog(), fakeDb(async () => Promise.reject(new Error('ECONNREFUSED')))).healthz().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(HttpException);
+    expect((err as HttpException).getStatus()).toBe(503);
+    expect((err as HttpException).getResponse()).toEqual({ status: 'unavailable', nats: 'up', postgres: 'down' });
+  });
+
+  it('given the NATS connection is closed, then 503 naming nats down', async () => {
+    const err = (await new HealthController(fakeLog(true), fakeDb(async () => undefined)).healthz().catch((e: unknown) => e)) as HttpException;
+    expect(err.getResponse()).toEqual({ status: 'unavailable', nats: 'down', postgres: 'up' });
+  });
+});
+
+describe('ProjectorService retries', () => {
+  const stored: StoredEvent = {
+    seq: 3,
+    subject: 't.run.r.runtime',
+    event: makeEvent('model.turn.requested', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'm' }),
+  };
+  /** A database whose transaction fails `failures` times, then reports the step applied. */
+  const flakyDb = (failures: number) => {
+    let calls = 0;
+    const em = { fork: () => ({ transactional: async () => { if (calls++ < failures) throw new Error('connection lost'); return { status: 'applied', runId: 'r', seq: 3, previousLastSeq: 2 }; } }) };
+    return { db: { orm: { em } } as unknown as ProjectionDatabase, calls: () => calls };
+  };
+
+  it('given a step that fails twice, then it is retried in place until it applies (holding the Run order)', async () => {
+    const { db, calls } = flakyDb(2);
+    const service = new ProjectorService(db);
+    (service as unknown as { logger: { warn: () => void } }).logger = { warn: () => undefined };
+    await expect(service.project(stored)).resolves.toMatchObject({ status: 'applied' });
+    expect(calls()).toBe(3);
+    expect(service.stats).toEqual({ applied: 1, skipped: 0, retries: 2 });
+  });
+
+  it('given the application is stopping, then a step is refused so the message redelivers later', async () => {
+    const service = new ProjectorService(flakyDb(0).db);
+    service.beforeApplicationShutdown();
+    await expect(service.project(stored)).rejects.toThrow(/stopping/);
+  });
+
+  it('backs off from 100 ms, doubling, capped at 5 s', () => {
+    expect([1, 2, 3, 7, 20].map(retryDelayMs)).toEqual([100, 200, 400, 5000, 5000]);
+  });
+});
+
+describe('configuration', () => {
+  it('defaults the port to 8085 and the host to 127.0.0.1, and rejects a bad port', () => {
+    expect(loadProjectorConfig({})).toMatchObject({ PROJECTOR_PORT: 8085, HOST: '127.0.0.1', NATS_URL: 'nats://127.0.0.1:4222' });
+    expect(() => loadProjectorConfig({ PROJECTOR_PORT: 'eighty' })).toThrow(/Invalid configuration: PROJECTOR_PORT/);
+  });
+});

@@ -1,0 +1,162 @@
+/**
+ * MikroORM entities of the projection tables, defined with `defineEntity` (no decorator
+ * metadata). The tables themselves are created by `@runplane/migrations`; these definitions must
+ * match them column for column. Conversions to and from the plain rows of `rows.ts` live here.
+ */
+import { defineEntity, type InferEntity } from '@mikro-orm/core';
+import type { Outcome } from '@runplane/contracts';
+import type { MessageRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
+
+const p = defineEntity.properties;
+
+/** Table `runs`. */
+export const RunEntity = defineEntity({
+  name: 'RunProjection',
+  tableName: 'runs',
+  properties: {
+    runId: p.text().primary(),
+    conversationId: p.text(),
+    messageId: p.text(),
+    clientMessageId: p.text(),
+    question: p.text(),
+    status: p.text().$type<RunStatus>(),
+    outcome: p.text().$type<Outcome>().nullable(),
+    reason: p.text().nullable(),
+    modelRequests: p.integer(),
+    toolCalls: p.integer(),
+    passages: p.integer(),
+    admittedAt: p.datetime(),
+    settledAt: p.datetime().nullable(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type RunEntity = InferEntity<typeof RunEntity>;
+
+/** Table `messages`. */
+export const MessageEntity = defineEntity({
+  name: 'MessageProjection',
+  tableName: 'messages',
+  properties: {
+    messageId: p.text().primary(),
+    conversationId: p.text(),
+    clientMessageId: p.text(),
+    content: p.text(),
+    contentSha256: p.text(),
+    runId: p.text(),
+    admittedAt: p.datetime(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type MessageEntity = InferEntity<typeof MessageEntity>;
+
+/** Table `passages`, primary key (run_id, passage_id). */
+export const PassageEntity = defineEntity({
+  name: 'PassageProjection',
+  tableName: 'passages',
+  properties: {
+    runId: p.text().primary(),
+    passageId: p.text().primary(),
+    index: p.integer(),
+    version: p.integer(),
+    text: p.text(),
+    sha256: p.text(),
+    committedAt: p.datetime(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type PassageEntity = InferEntity<typeof PassageEntity>;
+
+/** Table `tool_calls`, primary key (run_id, tool_call_id): tool call ids come from the model. */
+export const ToolCallEntity = defineEntity({
+  name: 'ToolCallProjection',
+  tableName: 'tool_calls',
+  properties: {
+    runId: p.text().primary(),
+    toolCallId: p.text().primary(),
+    turn: p.integer().nullable(),
+    name: p.text(),
+    argumentsText: p.text().nullable(),
+    status: p.text().$type<ToolCallStatus>(),
+    errorCode: p.text().nullable(),
+    errorMessage: p.text().nullable(),
+    resultSha256: p.text().nullable(),
+    proposedAt: p.datetime().nullable(),
+    receiptAt: p.datetime().nullable(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type ToolCallEntity = InferEntity<typeof ToolCallEntity>;
+
+/** Every projection entity, for the ORM configuration. */
+export const projectionEntities = [RunEntity, MessageEntity, PassageEntity, ToolCallEntity];
+
+const iso = (d: Date): string => d.toISOString();
+const isoOrNull = (d: Date | null | undefined): string | null => (d ? d.toISOString() : null);
+const date = (s: string): Date => new Date(s);
+const dateOrNull = (s: string | null): Date | null => (s === null ? null : new Date(s));
+
+/** Entity -> plain row (times as ISO-8601 UTC strings, `lastSeq` as a number). */
+export const runRowOf = (e: RunEntity): RunRow => ({
+  runId: e.runId,
+  conversationId: e.conversationId,
+  messageId: e.messageId,
+  clientMessageId: e.clientMessageId,
+  question: e.question,
+  status: e.status,
+  outcome: e.outcome ?? null,
+  reason: e.reason ?? null,
+  modelRequests: e.modelRequests,
+  toolCalls: e.toolCalls,
+  passages: e.passages,
+  admittedAt: iso(e.admittedAt),
+  settledAt: isoOrNull(e.settledAt),
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */
+export const runDataOf = (r: RunRow) => ({ ...r, admittedAt: date(r.admittedAt), settledAt: dateOrNull(r.settledAt) });
+
+/** Entity -> plain row. */
+export const messageRowOf = (e: MessageEntity): MessageRow => ({
+  messageId: e.messageId,
+  conversationId: e.conversationId,
+  clientMessageId: e.clientMessageId,
+  content: e.content,
+  contentSha256: e.contentSha256,
+  runId: e.runId,
+  admittedAt: iso(e.admittedAt),
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data. */
+export const messageDataOf = (r: MessageRow) => ({ ...r, admittedAt: date(r.admittedAt) });
+
+/** Entity -> plain row. */
+export const passageRowOf = (e: PassageEntity): PassageRow => ({
+  runId: e.runId,
+  passageId: e.passageId,
+  index: e.index,
+  version: e.version,
+  text: e.text,
+  sha256: e.sha256,
+  committedAt: iso(e.committedAt),
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data. */
+export const passageDataOf = (r: PassageRow) => ({ ...r, committedAt: date(r.committedAt) });
+
+/** Entity -> plain row. */
+export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
+  runId: e.runId,
+  toolCallId: e.toolCallId,
+  turn: e.turn ?? null,
+  name: e.name,
+  argumentsText: e.argumentsText ?? null,
+  status: e.status,
+  errorCode: e.errorCode ?? null,
+  errorMessage: e.errorMessage ?? null,
+  resultSha256: e.resultSha256 ?? null,
+  proposedAt: isoOrNull(e.proposedAt),
+  receiptAt: isoOrNull(e.receiptAt),
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data. */
+export const toolCallDataOf = (r: ToolCallRow) => ({ ...r, proposedAt: dateOrNull(r.proposedAt), receiptAt: dateOrNull(r.receiptAt) });

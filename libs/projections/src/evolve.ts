@@ -1,0 +1,204 @@
+/**
+ * The view rules: small pure functions `evolve(row, storedEvent) -> row`, one per table. They
+ * read nothing but their arguments (times come from `occurredAt`, counters from the rows), so
+ * applying a Run's events in stream order always yields the same rows: the basis of the
+ * rebuild-equals-live guarantee (K11). Redelivery is not handled here but by the adapter's
+ * checkpoint (`apply.ts`): these rules assume each event is applied once, in order.
+ */
+import { sha256Hex, type StoredEvent } from '@runplane/contracts';
+import { RUN_STATUS_ORDER, type MessageRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
+
+/** The rows (other than the Run's) that one event touches, by key. */
+export interface TouchedKeys {
+  messageId?: string;
+  passageId?: string;
+  toolCallId?: string;
+}
+
+/** Which message, passage or tool call row an event affects (the Run row is affected by every event). */
+export function touchedKeys(stored: StoredEvent): TouchedKeys {
+  const e = stored.event;
+  switch (e.type) {
+    case 'run.admitted':
+      return { messageId: e.data.message.messageId };
+    case 'tool.call.proposed':
+    case 'tool.call.dispatched':
+    case 'tool.call.receipt':
+      return { toolCallId: e.data.toolCallId };
+    case 'passage.committed':
+      return { passageId: e.data.passageId };
+    default:
+      return {};
+  }
+}
+
+/** `a` or `b`, whichever is later in the Run's lifecycle: status never moves backwards. */
+export function laterStatus(a: RunStatus, b: RunStatus): RunStatus {
+  return RUN_STATUS_ORDER.indexOf(b) > RUN_STATUS_ORDER.indexOf(a) ? b : a;
+}
+
+/**
+ * What the other tables looked like before the event, for the Run's distinct counters:
+ * `toolCalls` counts a tool call the first time it is dispatched, `passages` a passage the
+ * first time it is committed.
+ */
+export interface RunContext {
+  toolCallBefore?: ToolCallRow | null;
+  passageBefore?: PassageRow | null;
+}
+
+/**
+ * Run rule. Returns null when there is no Run row yet and the event is not `run.admitted` (an
+ * event of a Run whose admission has not been applied: the adapter refuses it). Every applied
+ * event advances `lastSeq`.
+ */
+export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunContext = {}): RunRow | null {
+  const e = stored.event;
+  if (row === null) {
+    if (e.type !== 'run.admitted') return null;
+    const m = e.data.message;
+    return {
+      runId: e.runId,
+      conversationId: e.conversationId,
+      messageId: m.messageId,
+      clientMessageId: m.clientMessageId,
+      question: m.content,
+      status: 'admitted',
+      outcome: null,
+      reason: null,
+      modelRequests: 0,
+      toolCalls: 0,
+      passages: 0,
+      admittedAt: e.occurredAt,
+      settledAt: null,
+      lastSeq: stored.seq,
+    };
+  }
+  const next: RunRow = { ...row, lastSeq: stored.seq };
+  switch (e.type) {
+    case 'run.admitted':
+      break; // the first admission defines the Run
+    case 'model.turn.requested':
+      next.modelRequests = row.modelRequests + 1;
+      next.status = laterStatus(row.status, 'running');
+      break;
+    case 'model.turn.completed':
+    case 'model.turn.failed':
+    case 'tool.call.proposed':
+    case 'tool.call.receipt':
+      next.status = laterStatus(row.status, 'running');
+      break;
+    case 'tool.call.dispatched': {
+      const before = ctx.toolCallBefore ?? null;
+      if (before === null || before.status === 'proposed') next.toolCalls = row.toolCalls + 1;
+      next.status = laterStatus(row.status, 'running');
+      break;
+    }
+    case 'run.execution.finished':
+      next.status = laterStatus(row.status, 'finishing');
+      break;
+    case 'passage.committed':
+      if ((ctx.passageBefore ?? null) === null) next.passages = row.passages + 1;
+      break;
+    case 'answer.published':
+      break;
+    case 'run.settled':
+      if (row.status !== 'settled') {
+        next.status = 'settled';
+        next.outcome = e.data.outcome;
+        next.reason = e.data.reason;
+        next.settledAt = e.occurredAt;
+      } // exactly one settlement per Run (K9): a second one changes nothing but the checkpoint
+      break;
+  }
+  return next;
+}
+
+/** Message rule: `run.admitted` creates the message row; the first admission wins. */
+export function evolveMessage(row: MessageRow | null, stored: StoredEvent): MessageRow | null {
+  const e = stored.event;
+  if (e.type !== 'run.admitted' || row !== null) return row;
+  const m = e.data.message;
+  return {
+    messageId: m.messageId,
+    conversationId: e.conversationId,
+    clientMessageId: m.clientMessageId,
+    content: m.content,
+    contentSha256: m.contentSha256,
+    runId: e.runId,
+    admittedAt: e.occurredAt,
+    lastSeq: stored.seq,
+  };
+}
+
+/** Passage rule: keeps the highest committed version of each passage (a revision replaces it). */
+export function evolvePassage(row: PassageRow | null, stored: StoredEvent): PassageRow | null {
+  const e = stored.event;
+  if (e.type !== 'passage.committed') return row;
+  if (row !== null && e.data.version <= row.version) return row;
+  return {
+    runId: e.runId,
+    passageId: e.data.passageId,
+    index: e.data.index,
+    version: e.data.version,
+    text: e.data.text,
+    sha256: e.data.sha256,
+    committedAt: e.occurredAt,
+    lastSeq: stored.seq,
+  };
+}
+
+/**
+ * Tool call rule: proposed -> dispatched -> receipt status (K5). A later receipt replaces an
+ * earlier one (e.g. an `unknown` outcome reconciled); a dispatch never moves a call backwards.
+ */
+export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): ToolCallRow | null {
+  const e = stored.event;
+  const base = (toolCallId: string, name: string): ToolCallRow =>
+    row ?? {
+      runId: e.runId,
+      toolCallId,
+      turn: null,
+      name,
+      argumentsText: null,
+      status: 'proposed',
+      errorCode: null,
+      errorMessage: null,
+      resultSha256: null,
+      proposedAt: null,
+      receiptAt: null,
+      lastSeq: stored.seq,
+    };
+  switch (e.type) {
+    case 'tool.call.proposed': {
+      const current = base(e.data.toolCallId, e.data.name);
+      return {
+        ...current,
+        turn: current.turn ?? e.data.turn,
+        argumentsText: current.argumentsText ?? e.data.argumentsText,
+        proposedAt: current.proposedAt ?? e.occurredAt,
+        lastSeq: stored.seq,
+      };
+    }
+    case 'tool.call.dispatched': {
+      const current = base(e.data.toolCallId, e.data.name);
+      return { ...current, status: current.status === 'proposed' ? 'dispatched' : current.status, lastSeq: stored.seq };
+    }
+    case 'tool.call.receipt': {
+      const current = base(e.data.toolCallId, e.data.name);
+      const d = e.data;
+      const resultSha256 = d.resultRef?.sha256 ?? (d.result !== undefined ? sha256Hex(JSON.stringify(d.result) ?? 'null') : null);
+      return {
+        ...current,
+        status: d.status,
+        errorCode: d.error?.code ?? null,
+        errorMessage: d.error?.message ?? null,
+        resultSha256,
+        receiptAt: e.occurredAt,
+        lastSeq: stored.seq,
+      };
+    }
+    default:
+      return row;
+  }
+}

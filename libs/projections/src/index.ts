@@ -1,0 +1,14 @@
+/**
+ * PostgreSQL projections of the Run log (K11): tables `runs`, `messages`, `passages`,
+ * `tool_calls`, derived from events only. Pure view rules (`evolve*`), the idempotent adapter
+ * (`applyStoredEvent`), reads (`getRunView`, `dumpProjectionRows`) and the rebuild check
+ * (`rebuildProjections`).
+ */
+export * from './rows.js';
+export * from './evolve.js';
+export * from './entities.js';
+export * from './orm.js';
+export * from './apply.js';
+export * from './queries.js';
+export * from './database.js';
+export * from './rebuild.js';

@@ -1,0 +1,82 @@
+/**
+ * Reads over the projections: the Run view of the HTTP contract, and a full dump of the four
+ * tables for rebuild comparisons. Reads never append (K11).
+ */
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { RunView } from '@runplane/contracts';
+import { RunEntity, runRowOf } from './entities.js';
+
+/**
+ * The Run projection as the contracts' `RunView` (validated with its zod schema), or null when
+ * the Run has no row (unknown, or its admission not yet projected).
+ * @throws ZodError if a stored row does not satisfy `RunView` (a schema drift, not a user error).
+ */
+export async function getRunView(orm: MikroORM, runId: string): Promise<RunView | null> {
+  const entity = await orm.em.fork().findOne(RunEntity, { runId });
+  return entity ? RunView.parse(runRowOf(entity)) : null;
+}
+
+/** The projection tables and their primary key columns, in dump order. */
+export const PROJECTION_TABLES = {
+  runs: ['run_id'],
+  messages: ['message_id'],
+  passages: ['run_id', 'passage_id'],
+  tool_calls: ['run_id', 'tool_call_id'],
+} as const;
+export type ProjectionTable = keyof typeof PROJECTION_TABLES;
+
+/** Column name -> value as PostgreSQL renders the row with `to_jsonb` (timestamps as text, bigints as numbers). */
+export type DumpedRow = Record<string, unknown>;
+export type ProjectionDump = Record<ProjectionTable, DumpedRow[]>;
+
+/**
+ * Every row of the four projection tables, each table ordered by its primary key (byte order,
+ * `COLLATE "C"`, so the order does not depend on the database's locale). Rows are taken with
+ * `to_jsonb(row)`, so every column of the table is included, even one no entity maps.
+ */
+export async function dumpProjectionRows(orm: MikroORM): Promise<ProjectionDump> {
+  const em = orm.em.fork();
+  const dump = {} as ProjectionDump;
+  for (const [table, keys] of Object.entries(PROJECTION_TABLES) as [ProjectionTable, readonly string[]][]) {
+    const order = keys.map((k) => `t."${k}" collate "C"`).join(', ');
+    const rows = await em.execute<{ row: DumpedRow }[]>(`select to_jsonb(t) as "row" from "${table}" t order by ${order}`);
+    dump[table] = rows.map((r) => r.row);
+  }
+  return dump;
+}
+
+const show = (v: unknown): string => (v === undefined ? '(absent)' : JSON.stringify(v));
+
+/**
+ * Compares two dumps row by row (matched by primary key) and column by column. Each difference
+ * is one line: `runs[run_id=r1].status: live "settled" vs rebuilt "running"`, or
+ * `tool_calls[run_id=r1,tool_call_id=c1]: only in live`. Empty when identical.
+ */
+export function diffProjectionDumps(live: ProjectionDump, rebuilt: ProjectionDump): string[] {
+  const out: string[] = [];
+  for (const [table, keys] of Object.entries(PROJECTION_TABLES) as [ProjectionTable, readonly string[]][]) {
+    const keyOf = (row: DumpedRow) => keys.map((k) => `${k}=${String(row[k])}`).join(',');
+    const liveRows = new Map((live[table] ?? []).map((r) => [keyOf(r), r]));
+    const rebuiltRows = new Map((rebuilt[table] ?? []).map((r) => [keyOf(r), r]));
+    const allKeys = [...new Set([...liveRows.keys(), ...rebuiltRows.keys()])].sort();
+    for (const key of allKeys) {
+      const a = liveRows.get(key);
+      const b = rebuiltRows.get(key);
+      if (!a) {
+        out.push(`${table}[${key}]: only in rebuilt`);
+        continue;
+      }
+      if (!b) {
+        out.push(`${table}[${key}]: only in live`);
+        continue;
+      }
+      const columns = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+      for (const column of columns) {
+        if (JSON.stringify(a[column]) !== JSON.stringify(b[column])) {
+          out.push(`${table}[${key}].${column}: live ${show(a[column])} vs rebuilt ${show(b[column])}`);
+        }
+      }
+    }
+  }
+  return out;
+}

@@ -1,0 +1,80 @@
+/**
+ * Row shapes of the four projection tables, as plain values (times are ISO-8601 UTC strings taken
+ * from event `occurredAt`, never from a clock). The pure view rules in `evolve.ts` map
+ * `(row, storedEvent) -> row` over these shapes; `entities.ts` maps them to MikroORM entities.
+ * Every column derives from events only, so a rebuild from the log reproduces them exactly (K11).
+ */
+import type { Outcome, ReceiptStatus } from '@runplane/contracts';
+
+/** A Run's coarse status; it only ever moves forward (see `RUN_STATUS_ORDER`). */
+export type RunStatus = 'admitted' | 'running' | 'finishing' | 'settled';
+export const RUN_STATUS_ORDER: readonly RunStatus[] = ['admitted', 'running', 'finishing', 'settled'];
+
+/** Table `runs`, one row per admitted Run. `lastSeq` is the Run's projection checkpoint (K11). */
+export interface RunRow {
+  runId: string;
+  conversationId: string;
+  messageId: string;
+  clientMessageId: string;
+  /** The admitted message content, verbatim. */
+  question: string;
+  status: RunStatus;
+  outcome: Outcome | null;
+  reason: string | null;
+  /** Number of `model.turn.requested` events. */
+  modelRequests: number;
+  /** Number of distinct tool calls dispatched (`tool.call.dispatched`), as in settlement usage. */
+  toolCalls: number;
+  /** Number of distinct passages committed (revisions do not count again). */
+  passages: number;
+  admittedAt: string;
+  settledAt: string | null;
+  /** Stream sequence of the last event of this Run applied to the projections. */
+  lastSeq: number;
+}
+
+/** Table `messages`, one row per admitted message. */
+export interface MessageRow {
+  messageId: string;
+  conversationId: string;
+  clientMessageId: string;
+  content: string;
+  contentSha256: string;
+  runId: string;
+  admittedAt: string;
+  lastSeq: number;
+}
+
+/** Table `passages`, the latest committed version of each answer passage; key (runId, passageId). */
+export interface PassageRow {
+  runId: string;
+  passageId: string;
+  /** 0-based position in the answer. */
+  index: number;
+  version: number;
+  text: string;
+  sha256: string;
+  committedAt: string;
+  lastSeq: number;
+}
+
+export type ToolCallStatus = 'proposed' | 'dispatched' | ReceiptStatus;
+
+/** Table `tool_calls`, one row per tool call of a Run; key (runId, toolCallId). */
+export interface ToolCallRow {
+  runId: string;
+  toolCallId: string;
+  /** Model turn that proposed the call; null only if a dispatch/receipt arrived without a proposal. */
+  turn: number | null;
+  name: string;
+  /** Arguments exactly as the model produced them; null as for `turn`. */
+  argumentsText: string | null;
+  status: ToolCallStatus;
+  errorCode: string | null;
+  errorMessage: string | null;
+  /** sha256 of the stored result (`resultRef.sha256`), or of the inline result's JSON text. */
+  resultSha256: string | null;
+  proposedAt: string | null;
+  receiptAt: string | null;
+  lastSeq: number;
+}

@@ -1,0 +1,225 @@
+import { describe, expect, it } from '@jest/globals';
+import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import {
+  evolveMessage,
+  evolvePassage,
+  evolveRun,
+  evolveToolCall,
+  touchedKeys,
+  type PassageRow,
+  type RunRow,
+  type ToolCallRow,
+} from '@runplane/projections';
+import { admittedEvent, at, ctxOf, researchRunEvents, storedInOrder } from './fixtures.js';
+
+const runId = 'run-unit';
+const c = ctxOf(runId);
+const stored = (event: RunEvent, seq: number): StoredEvent => ({ seq, subject: `t.run.${runId}.${event.owner}`, event });
+
+const admittedRun = (): RunRow => evolveRun(null, stored(admittedEvent(runId), 1))!;
+const proposed = (seq = 5): ToolCallRow =>
+  evolveToolCall(null, stored(makeEvent('tool.call.proposed', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', argumentsText: '{"fund":"A"}', turn: 1 }, at(2)), seq))!;
+
+describe('runs rule', () => {
+  it('given no row, when run.admitted, then an admitted Run with zero counters, times from occurredAt and the checkpoint at its seq', () => {
+    expect(evolveRun(null, stored(admittedEvent(runId), 7))).toEqual({
+      runId,
+      conversationId: c.conversationId,
+      messageId: `msg-${runId}`,
+      clientMessageId: `client-${runId}`,
+      question: 'Compare the holdings of fund A and fund B',
+      status: 'admitted',
+      outcome: null,
+      reason: null,
+      modelRequests: 0,
+      toolCalls: 0,
+      passages: 0,
+      admittedAt: '2026-11-30T10:00:00.000Z',
+      settledAt: null,
+      lastSeq: 7,
+    });
+  });
+
+  it('given no row, when any other event arrives, then there is no Run (the adapter refuses it)', () => {
+    expect(evolveRun(null, stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toBeNull();
+  });
+
+  it('given an admitted Run, when a model turn is requested, then it is running and counts one model request', () => {
+    const next = evolveRun(admittedRun(), stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))!;
+    expect(next).toMatchObject({ status: 'running', modelRequests: 1, lastSeq: 2 });
+  });
+
+  it('given a proposed tool call, when it is dispatched, then the Run counts it once; a second dispatch of the same call does not count', () => {
+    const run = { ...admittedRun(), status: 'running' as const };
+    const dispatched = stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6);
+    const once = evolveRun(run, dispatched, { toolCallBefore: proposed() })!;
+    expect(once.toolCalls).toBe(1);
+    const twice = evolveRun(once, { ...dispatched, seq: 7 }, { toolCallBefore: { ...proposed(), status: 'dispatched' } })!;
+    expect(twice.toolCalls).toBe(1);
+    expect(twice.lastSeq).toBe(7);
+  });
+
+  it('given a committed passage, when a revision of it is committed, then the Run still counts one passage', () => {
+    const text = 'a passage';
+    const commit = (version: number, seq: number) =>
+      stored(makeEvent('passage.committed', c, `p0/${version}`, { passageId: 'p0', index: 0, version, text, sourceTurn: 1, sha256: sha256Hex(text) }, at(9)), seq);
+    const first = evolveRun(admittedRun(), commit(1, 3), { passageBefore: null })!;
+    const passage = evolvePassage(null, commit(1, 3))!;
+    const second = evolveRun(first, commit(2, 4), { passageBefore: passage })!;
+    expect([first.passages, second.passages]).toEqual([1, 1]);
+  });
+
+  it('given a running Run, when execution finishes, then it is finishing; a late tool receipt does not move it back to running', () => {
+    const finishing = evolveRun(
+      { ...admittedRun(), status: 'running' },
+      stored(makeEvent('run.execution.finished', c, 'f', { reason: 'deadline', detail: '', answerTurn: null }, at(8)), 9),
+    )!;
+    expect(finishing.status).toBe('finishing');
+    const late = evolveRun(
+      finishing,
+      stored(makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'unknown', durationMs: 30000 }, at(9)), 10),
+    )!;
+    expect(late.status).toBe('finishing');
+  });
+
+  it('given a Run, when it settles, then status, outcome, reason and settledAt come from the settlement; a second settlement changes nothing but the checkpoint', () => {
+    const settle = (outcome: 'completed' | 'failed', seq: number, t: number) =>
+      stored(
+        makeEvent('run.settled', c, `s${seq}`, { outcome, reason: `r${seq}`, passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } }, at(t)),
+        seq,
+      );
+    const settled = evolveRun(admittedRun(), settle('completed', 11, 11))!;
+    expect(settled).toMatchObject({ status: 'settled', outcome: 'completed', reason: 'r11', settledAt: '2026-11-30T10:00:11.000Z', lastSeq: 11 });
+    expect(evolveRun(settled, settle('failed', 12, 12))).toEqual({ ...settled, lastSeq: 12 });
+  });
+
+  it('given the whole research Run in order, then the Run row is settled with its counts', () => {
+    const events = storedInOrder(researchRunEvents(runId));
+    let run: RunRow | null = null;
+    const toolCalls = new Map<string, ToolCallRow | null>();
+    const passages = new Map<string, PassageRow | null>();
+    for (const s of events) {
+      const keys = touchedKeys(s);
+      const toolCallBefore = keys.toolCallId ? (toolCalls.get(keys.toolCallId) ?? null) : null;
+      const passageBefore = keys.passageId ? (passages.get(keys.passageId) ?? null) : null;
+      run = evolveRun(run, s, { toolCallBefore, passageBefore });
+      if (keys.toolCallId) toolCalls.set(keys.toolCallId, evolveToolCall(toolCallBefore, s));
+      if (keys.passageId) passages.set(keys.passageId, evolvePassage(passageBefore, s));
+    }
+    expect(run).toMatchObject({ status: 'settled', outcome: 'completed', modelRequests: 2, toolCalls: 2, passages: 2, lastSeq: events.length });
+  });
+});
+
+describe('messages rule', () => {
+  it('given no row, when run.admitted, then the message row records the admitted message', () => {
+    const event = admittedEvent(runId);
+    expect(evolveMessage(null, stored(event, 3))).toEqual({
+      messageId: `msg-${runId}`,
+      conversationId: c.conversationId,
+      clientMessageId: `client-${runId}`,
+      content: 'Compare the holdings of fund A and fund B',
+      contentSha256: sha256Hex('Compare the holdings of fund A and fund B'),
+      runId,
+      admittedAt: '2026-11-30T10:00:00.000Z',
+      lastSeq: 3,
+    });
+  });
+
+  it('given a message row, when another admission or any other event arrives, then the row is unchanged', () => {
+    const row = evolveMessage(null, stored(admittedEvent(runId), 3))!;
+    expect(evolveMessage(row, stored(admittedEvent(runId, 'other text'), 9))).toBe(row);
+    expect(evolveMessage(row, stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 10))).toBe(row);
+  });
+});
+
+describe('passages rule', () => {
+  const commit = (version: number, text: string, seq: number, t: number) =>
+    stored(makeEvent('passage.committed', c, `p0/${version}`, { passageId: 'p0', index: 0, version, text, sourceTurn: 2, sha256: sha256Hex(text) }, at(t)), seq);
+
+  it('given no row, when a passage is committed, then the row holds its text, hash, version and commit time', () => {
+    expect(evolvePassage(null, commit(1, 'first', 4, 9))).toEqual({
+      runId,
+      passageId: 'p0',
+      index: 0,
+      version: 1,
+      text: 'first',
+      sha256: sha256Hex('first'),
+      committedAt: '2026-11-30T10:00:09.000Z',
+      lastSeq: 4,
+    });
+  });
+
+  it('given version 1, when version 2 is committed, then the row holds version 2; an older version after it changes nothing', () => {
+    const v1 = evolvePassage(null, commit(1, 'first', 4, 9));
+    const v2 = evolvePassage(v1, commit(2, 'second', 5, 10))!;
+    expect(v2).toMatchObject({ version: 2, text: 'second', committedAt: '2026-11-30T10:00:10.000Z', lastSeq: 5 });
+    expect(evolvePassage(v2, commit(1, 'first', 6, 11))).toBe(v2);
+  });
+});
+
+describe('tool_calls rule', () => {
+  const receipt = (data: Partial<Parameters<typeof makeEvent<'tool.call.receipt'>>[3]>, seq: number) =>
+    stored(makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'succeeded', durationMs: 5, ...data }, at(4)), seq);
+
+  it('given no row, when a tool call is proposed, then it is proposed with turn, name, arguments and proposal time', () => {
+    expect(proposed(5)).toEqual({
+      runId,
+      toolCallId: 'call_1',
+      turn: 1,
+      name: 'get_holdings',
+      argumentsText: '{"fund":"A"}',
+      status: 'proposed',
+      errorCode: null,
+      errorMessage: null,
+      resultSha256: null,
+      proposedAt: '2026-11-30T10:00:02.000Z',
+      receiptAt: null,
+      lastSeq: 5,
+    });
+  });
+
+  it('given a proposed call, when it is dispatched, then it is dispatched', () => {
+    const next = evolveToolCall(proposed(), stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6));
+    expect(next).toMatchObject({ status: 'dispatched', lastSeq: 6, proposedAt: '2026-11-30T10:00:02.000Z' });
+  });
+
+  it('given a dispatched call, when a succeeded receipt with a stored result arrives, then the status and result hash are recorded', () => {
+    const next = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ resultRef: { bucket: 'b', key: 'k', sha256: 'c'.repeat(64), bytes: 10 } }, 7));
+    expect(next).toMatchObject({ status: 'succeeded', resultSha256: 'c'.repeat(64), errorCode: null, receiptAt: '2026-11-30T10:00:04.000Z', lastSeq: 7 });
+  });
+
+  it('given a dispatched call, when a succeeded receipt with an inline result arrives, then the hash is of its JSON text', () => {
+    const next = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ result: { funds: ['A', 'B'] } }, 7));
+    expect(next?.resultSha256).toBe(sha256Hex('{"funds":["A","B"]}'));
+  });
+
+  it('given a dispatched call, when a failed receipt arrives, then the error code and message are recorded (K5, K8)', () => {
+    const next = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'failed', error: { code: 'timeout', message: 'took too long' } }, 8));
+    expect(next).toMatchObject({ status: 'failed', errorCode: 'timeout', errorMessage: 'took too long', resultSha256: null });
+  });
+
+  it('given an unknown outcome, when a later dispatch is redelivered, then the call stays unknown (never moves backwards)', () => {
+    const unknown = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'unknown' }, 8))!;
+    const next = evolveToolCall(unknown, stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(5)), 9));
+    expect(next).toMatchObject({ status: 'unknown', lastSeq: 9 });
+  });
+
+  it('given no proposal, when a denied receipt arrives, then a row exists with the denial and no turn or arguments', () => {
+    expect(evolveToolCall(null, receipt({ status: 'denied', error: { code: 'not_granted', message: 'no' } }, 3))).toMatchObject({
+      status: 'denied',
+      turn: null,
+      argumentsText: null,
+      proposedAt: null,
+      errorCode: 'not_granted',
+    });
+  });
+});
+
+describe('touchedKeys', () => {
+  it('names the message, tool call or passage an event affects', () => {
+    const [admitted, , , proposal] = researchRunEvents(runId);
+    expect(touchedKeys(stored(admitted!, 1))).toEqual({ messageId: `msg-${runId}` });
+    expect(touchedKeys(stored(proposal!, 4))).toEqual({ toolCallId: 'call_1' });
+    expect(touchedKeys(stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toEqual({});
+  });
+});

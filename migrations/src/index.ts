@@ -1,0 +1,14 @@
+/**
+ * The projection migrations, in order, as an explicit list for MikroORM's migrator
+ * (`migrations: { migrationsList }`): no file globbing of compiled or TypeScript paths at run
+ * time. Add a new migration class here, after the existing ones; never edit an applied one.
+ */
+import type { MigrationObject } from '@mikro-orm/core';
+import { Migration20261130000000_projections } from './Migration20261130000000_projections.js';
+
+export { Migration20261130000000_projections };
+
+/** Every projection migration, oldest first; the name is what the migrations table records. */
+export const migrationsList: MigrationObject[] = [
+  { name: 'Migration20261130000000_projections', class: Migration20261130000000_projections },
+];
