@@ -104,6 +104,7 @@ export class RunplaneClient {
     if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res));
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {
+        if (opts.signal?.aborted) return; // detached: what arrives after the disconnect is not seen
         if (m.event === 'delta') {
           opts.onDelta?.(JSON.parse(m.data) as { turn: number; text: string });
           return;
