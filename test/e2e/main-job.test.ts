@@ -138,6 +138,27 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
       await orm.close();
     }
   });
+  it('redelivers the whole log to restarted services with fresh consumers: nothing is appended, executed or asked again (K5, K11)', async () => {
+    const before = await t.log.readRun(runId);
+    const requestsBefore = await t.modelRequests();
+    const reactors = ['runtime', 'tools', 'publication', 'lifecycle'] as const;
+    const stream = t.env.RUNPLANE_STREAM!;
+    const durable = (svc: string) => `${t.env.RUNPLANE_SUBJECT_PREFIX}-${svc}`;
+    for (const svc of reactors) {
+      await t.stack.stopService(svc);
+      await t.log.jsm.consumers.delete(stream, durable(svc));
+    }
+    for (const svc of reactors) await t.stack.startService(svc);
+    await eventually(async () => {
+      for (const svc of reactors) {
+        const info = await t.log.jsm.consumers.info(stream, durable(svc));
+        if (info.delivered.stream_seq < before[before.length - 1]!.seq || info.num_pending > 0 || info.num_ack_pending > 0) return null;
+      }
+      return true;
+    }, 30_000, 'every event redelivered and acknowledged');
+    expect(await t.log.readRun(runId)).toEqual(before);
+    expect(await t.modelRequests()).toBe(requestsBefore);
+  }, 90_000);
 });
 
 describe('K8 first cut: a fund that is not in the data', () => {

@@ -56,7 +56,9 @@ export async function startTestStack(name: string): Promise<TestStack> {
     env,
     stack,
     log,
-    client: new RunplaneClient(stack.endpoints),
+    get client() {
+      return new RunplaneClient(stack.endpoints);
+    },
     async modelRequests() {
       const res = await fetch(`${modelAdmin}/stats`);
       const body = (await res.json()) as { chatRequests: number };

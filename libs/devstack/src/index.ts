@@ -197,7 +197,8 @@ export interface StackOptions {
 }
 
 export interface Stack {
-  endpoints: { admission: string; publication: string };
+  /** Current base URLs (a restarted service listens on a new port). */
+  readonly endpoints: { admission: string; publication: string };
   /** Base URL (ending in /v1) of the model endpoint the runtime uses. */
   modelUrl: string;
   /** The scripted model process, when one was started. */
@@ -206,6 +207,8 @@ export interface Stack {
   logFile: string;
   /** Stops one service (SIGTERM, then SIGKILL after the grace period). */
   stopService(name: ServiceName): Promise<void>;
+  /** Starts a stopped service again (a new process with the same environment). */
+  startService(name: ServiceName): Promise<ManagedProcess>;
   /** Stops everything, services first (in reverse start order), then the model server. */
   stop(): Promise<void>;
 }
@@ -233,6 +236,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       modelUrl = model.url;
     }
     const env: NodeJS.ProcessEnv = {
+      NO_COLOR: '1',
       ...opts.env,
       OPENAI_BASE_URL: modelUrl,
       ADMISSION_PORT: '0',
@@ -242,18 +246,23 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       LIFECYCLE_PORT: '0',
       PROJECTOR_PORT: '0',
     };
-    for (const name of SERVICES) {
+    const startService = async (name: ServiceName) => {
       const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], env, /ready on (\S+)/, log);
       started.push(p);
       services.set(name, p);
-    }
+      return p;
+    };
+    for (const name of SERVICES) await startService(name);
     return {
-      endpoints: { admission: services.get('admission')!.url, publication: services.get('publication')!.url },
+      get endpoints() {
+        return { admission: services.get('admission')!.url, publication: services.get('publication')!.url };
+      },
       modelUrl,
       model,
       services,
       logFile,
       stopService: async (name) => services.get(name)?.stop(),
+      startService,
       stop: stopAll,
     };
   } catch (e) {
