@@ -6,7 +6,7 @@ import { RunplaneClient, type RunplaneEndpoints } from '@runplane/client';
 import { ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
-import { rebuildProjections } from '@runplane/projections';
+import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { renderLive, summarize } from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
@@ -98,15 +98,20 @@ export async function demo(question: string | undefined): Promise<number> {
   out('Runplane demo');
   const nats = await ensureNats(bus.NATS_URL, stateDir);
   out(`  bus:      ${nats.note}`);
+  let embedded: EmbeddedDatabase | null = null;
   try {
-    if (!(await ensureDatabaseExists(DATABASE_URL))) {
-      throw new Error(`PostgreSQL is not reachable at ${DATABASE_URL}: start it or set DATABASE_URL`);
+    let databaseUrl = DATABASE_URL;
+    if (await ensureDatabaseExists(DATABASE_URL)) {
+      out(`  database: ${redactUrl(DATABASE_URL)}`);
+    } else {
+      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, 'pglite') });
+      databaseUrl = embedded.url;
+      out(`  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`);
     }
-    out(`  database: ${DATABASE_URL.replace(/\/\/[^@]*@/, '//')}`);
     out(`  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`);
     const realModel = process.env.RUNPLANE_DEMO_MODEL === 'external';
     const stack = await startStack({
-      env: { ...process.env, NATS_URL: nats.url, DATABASE_URL, RUNPLANE_DATA_DIR: data.dir },
+      env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
       logDir: join(stateDir, 'logs'),
       ...(realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL } : {}),
     });
@@ -124,6 +129,12 @@ export async function demo(question: string | undefined): Promise<number> {
       out('\nAll services stopped.');
     }
   } finally {
+    await embedded?.close();
     await nats.stop();
   }
+}
+
+/** A URL without its password, for printing. */
+function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
 }

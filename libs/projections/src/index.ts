@@ -12,3 +12,4 @@ export * from './apply.js';
 export * from './queries.js';
 export * from './database.js';
 export * from './rebuild.js';
+export * from './embedded.js';
