@@ -34,7 +34,7 @@ export function summarize(e: RunEvent): string {
 
 /** Renders an event for the live `ask`/`demo` view: progress lines dimmed, passages in full. */
 export function renderLive(e: RunEvent, seq: number): string {
-  if (e.type === 'passage.committed') return `\n${e.data.text}\n`;
+  if (e.type === 'passage.committed') return `\n${e.data.text}`;
   if (e.type === 'run.settled') {
     const u = e.data.usage;
     return [
