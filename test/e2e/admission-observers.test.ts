@@ -81,7 +81,9 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
   });
 
   it('malformed JSON and a bad conversation id get 400; an unknown Run gets 404', async () => {
-    expect((await post('conv-k1-bad', '{"clientMessageId": ')).status).toBe(400);
+    const malformed = await post('conv-k1-bad', '{"clientMessageId": ');
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toMatchObject({ error: { code: 'bad_request' } });
     expect((await post('bad%20id', { clientMessageId: 'x', content: 'hi' })).status).toBe(400);
     expect(await t.client.getRun('no-such-run')).toBeNull();
     await expect(t.client.getAnswer('no-such-run')).rejects.toBeInstanceOf(RunplaneHttpError);

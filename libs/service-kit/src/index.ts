@@ -4,7 +4,18 @@
  * events, a microservice transport over its own durable JetStream consumer.
  */
 import 'reflect-metadata';
-import { Controller, Get, HttpException, HttpStatus, Module, type INestApplication, type Type } from '@nestjs/common';
+import {
+  Catch,
+  Controller,
+  Get,
+  HttpException,
+  HttpStatus,
+  Module,
+  type ArgumentsHost,
+  type ExceptionFilter,
+  type INestApplication,
+  type Type,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
@@ -26,6 +37,26 @@ export class HealthController {
 
 @Module({ controllers: [HealthController] })
 export class HealthModule {}
+
+/**
+ * Gives every HTTP error the API's one error shape, `{error: {code, message}}` (contracts
+ * `ErrorBody`), including the ones Nest raises itself (malformed JSON, unknown route).
+ */
+@Catch(HttpException)
+export class ErrorBodyFilter implements ExceptionFilter {
+  catch(exception: HttpException, host: ArgumentsHost): void {
+    const res = host.switchToHttp().getResponse<{ status(code: number): { json(body: unknown): void } }>();
+    const status = exception.getStatus();
+    const body = exception.getResponse();
+    if (typeof body === 'object' && body !== null && 'error' in body && typeof (body as { error: unknown }).error === 'object') {
+      res.status(status).json(body);
+      return;
+    }
+    const message = typeof body === 'string' ? body : String((body as { message?: unknown }).message ?? exception.message);
+    const code = (HttpStatus[status] ?? 'error').toLowerCase();
+    res.status(status).json({ error: { code, message } });
+  }
+}
 
 export interface ServiceSpec {
   /** Service name: appears in logs, the NATS connection name and the ready line. */
@@ -52,6 +83,7 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
     logger: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
   });
   app.enableShutdownHooks();
+  app.useGlobalFilters(new ErrorBodyFilter());
   if (spec.consumer) {
     const log = app.get(EventLog);
     app.connectMicroservice(
