@@ -6,6 +6,7 @@
 import 'reflect-metadata';
 import {
   Catch,
+  ConsoleLogger,
   Controller,
   Get,
   HttpException,
@@ -80,7 +81,11 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   const port = Number(process.env[spec.portEnv] ?? spec.defaultPort);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`Invalid configuration: ${spec.portEnv} must be a port number`);
   const app = await NestFactory.create(spec.module, {
-    logger: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
+    logger: new ConsoleLogger(spec.name, {
+      logLevels: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
+      json: process.env.LOG_FORMAT === 'json',
+      colors: process.env.NO_COLOR === undefined && process.stdout.isTTY,
+    }),
   });
   app.enableShutdownHooks();
   app.useGlobalFilters(new ErrorBodyFilter());
