@@ -127,35 +127,11 @@ export class EventLog {
   }
 
   /**
-   * Every event of one Run in stream order, as of the moment of the call.
-   * An ephemeral pull consumer snapshots the pending count, then exactly that many are fetched.
+   * Every event of one Run in stream order, as of the moment of the call (from `fromSeq`).
    */
   async readRun(runId: string, fromSeq = 1): Promise<StoredEvent[]> {
-    const info = await this.jsm.consumers.add(this.space.stream, {
-      filter_subject: runFilter(this.space, runId),
-      ack_policy: AckPolicy.None,
-      deliver_policy: fromSeq > 1 ? DeliverPolicy.StartSequence : DeliverPolicy.All,
-      ...(fromSeq > 1 ? { opt_start_seq: fromSeq } : {}),
-      inactive_threshold: 30 * 1_000_000_000,
-      mem_storage: true,
-    });
     const out: StoredEvent[] = [];
-    try {
-      let remaining = info.num_pending;
-      const consumer = await this.js.consumers.get(this.space.stream, info.name);
-      while (remaining > 0) {
-        const batch = await consumer.fetch({ max_messages: Math.min(remaining, 512), expires: 5000 });
-        let got = 0;
-        for await (const m of batch) {
-          out.push(decodeStored(m.seq, m.subject, m.data));
-          got++;
-        }
-        if (got === 0) throw new Error(`readRun(${runId}): stream returned no messages with ${remaining} pending`);
-        remaining -= got;
-      }
-    } finally {
-      await this.jsm.consumers.delete(this.space.stream, info.name).catch(() => undefined);
-    }
+    for await (const e of this.snapshot(runFilter(this.space, runId), fromSeq)) out.push(e);
     return out;
   }
 
@@ -185,11 +161,20 @@ export class EventLog {
   }
 
   /** Reads every stored event of every Run in stream order (for projection rebuilds and audits). */
-  async *readAll(batchSize = 512): AsyncGenerator<StoredEvent> {
+  readAll(): AsyncGenerator<StoredEvent> {
+    return this.snapshot(allRunsFilter(this.space), 1);
+  }
+
+  /**
+   * Reads the events matching `filter` from `fromSeq` as of the moment of the call: an ephemeral
+   * pull consumer snapshots the pending count, then exactly that many are fetched in batches.
+   * Reads never append (K11).
+   */
+  private async *snapshot(filter: string, fromSeq: number, batchSize = 512): AsyncGenerator<StoredEvent> {
     const info = await this.jsm.consumers.add(this.space.stream, {
-      filter_subject: allRunsFilter(this.space),
+      filter_subject: filter,
       ack_policy: AckPolicy.None,
-      deliver_policy: DeliverPolicy.All,
+      ...(fromSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: fromSeq } : { deliver_policy: DeliverPolicy.All }),
       inactive_threshold: 60 * 1_000_000_000,
       mem_storage: true,
     });
@@ -203,7 +188,7 @@ export class EventLog {
           got++;
           yield decodeStored(m.seq, m.subject, m.data);
         }
-        if (got === 0) throw new Error(`readAll: stream returned no messages with ${remaining} pending`);
+        if (got === 0) throw new Error(`reading ${filter}: the stream returned no messages with ${remaining} pending`);
         remaining -= got;
       }
     } finally {
