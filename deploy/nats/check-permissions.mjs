@@ -66,7 +66,7 @@ async function open(service) {
   const nc = await connect({ servers: server, user, pass, name: `check-${service}`, maxReconnectAttempts: 0 });
   const jsm = await jetstreamManager(nc, { timeout: TIMEOUT });
   const js = jetstream(nc, { timeout: TIMEOUT });
-  // EventLog.connect cannot pass credentials yet (see accounts.conf); build the same object.
+  // The same object EventLog.connect({ user, pass }) builds, without creating the stream as this user.
   const log = new EventLog(nc, js, jsm, space);
   return { nc, js, jsm, log };
 }

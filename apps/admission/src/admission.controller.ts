@@ -79,11 +79,11 @@ export class AdmissionController {
         return responseOf(decision.event, 'existing');
       }
       try {
-        const appended = await this.log.append(decision.event, 0);
-        if (appended.duplicate) continue; // a concurrent identical request won: read its event back
+        await this.log.append(decision.event, 0);
         return responseOf(decision.event, 'admitted');
       } catch (e) {
-        if (!(e instanceof AppendConflict)) throw e; // another admission landed first: decide again
+        // another admission of this Run landed first (or this very one, as a duplicate): decide again
+        if (!(e instanceof AppendConflict)) throw e;
       }
     }
     throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');

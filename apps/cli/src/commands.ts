@@ -43,7 +43,13 @@ export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEve
 
 async function openLog(name: string): Promise<EventLog> {
   const bus = loadConfig(BusConfig);
-  return EventLog.connect({ natsUrl: bus.NATS_URL, stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, name });
+  return EventLog.connect({
+    natsUrl: bus.NATS_URL,
+    stream: bus.RUNPLANE_STREAM,
+    prefix: bus.RUNPLANE_SUBJECT_PREFIX,
+    name,
+    ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
+  });
 }
 
 /** Prints a Run's event timeline straight from the log: sequence, time, owner, type, summary. */

@@ -1,4 +1,4 @@
-import { Controller, Get, Headers, HttpException, HttpStatus, Param, Query, Req, Res } from '@nestjs/common';
+import { Controller, Get, Headers, HttpException, HttpStatus, Param, Query, Req, Res, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { AnswerView, Id, type StoredEvent } from '@runplane/contracts';
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
@@ -30,8 +30,15 @@ export function parseLastEventId(raw: string | undefined): number {
  * Observers of a Run. Reads never append (K11); a disconnect only detaches the observer (K4).
  */
 @Controller('v1/runs')
-export class ObserversController {
+export class ObserversController implements BeforeApplicationShutdown {
+  /** Open observer streams; ended on shutdown so the HTTP server can close (observers resume with Last-Event-ID). */
+  private readonly open = new Set<() => Promise<void>>();
+
   constructor(private readonly log: EventLog) {}
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await Promise.all([...this.open].map((detach) => detach()));
+  }
 
   /**
    * `GET /v1/runs/{runId}/events`: Server-Sent Events. Replays the Run's stored events after
@@ -76,11 +83,13 @@ export class ObserversController {
     const detach = async () => {
       if (closed) return;
       closed = true;
+      this.open.delete(detach);
       clearInterval(heartbeat);
       sub?.unsubscribe();
       await stop?.();
       res.end();
     };
+    this.open.add(detach);
     req.on('close', () => void detach());
     stop = await this.log.followRun(runId, after + 1, (stored: StoredEvent) => {
       if (closed) return;

@@ -9,6 +9,9 @@ const positiveInt = z.coerce.number().int().positive();
 
 export const BusConfig = z.object({
   NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+  /** Credentials of this service's NATS user (deploy/nats/accounts.conf), when the server requires them. */
+  NATS_USER: z.string().min(1).optional(),
+  NATS_PASSWORD: z.string().optional(),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z.string().regex(/^[A-Za-z0-9_-]+$/).default('RUNPLANE'),
   /** First subject token; the stream captures `<prefix>.run.>`. */

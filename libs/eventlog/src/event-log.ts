@@ -19,12 +19,14 @@ export interface EventLogOptions {
   prefix: string;
   /** Connection name shown by the NATS server (e.g. the service name). */
   name?: string;
+  /** NATS user and password, when the server requires them. */
+  user?: string;
+  pass?: string;
 }
 
-/** Result of an append: where the event landed, and whether JetStream saw it as a duplicate. */
+/** Result of an append: where the event landed. */
 export interface AppendResult {
   seq: number;
-  duplicate: boolean;
 }
 
 const WRONG_LAST_SEQUENCE = 10071;
@@ -66,7 +68,12 @@ export class EventLog {
    * @throws when NATS is unreachable or JetStream is not enabled.
    */
   static async connect(opts: EventLogOptions): Promise<EventLog> {
-    const nc = await connect({ servers: opts.natsUrl, name: opts.name ?? 'runplane', maxReconnectAttempts: -1 });
+    const nc = await connect({
+      servers: opts.natsUrl,
+      name: opts.name ?? 'runplane',
+      maxReconnectAttempts: -1,
+      ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
+    });
     const jsm = await jetstreamManager(nc);
     const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix });
     await log.ensureStream();
@@ -100,7 +107,10 @@ export class EventLog {
   /**
    * Appends `event` to `<prefix>.run.<runId>.<owner>` only if that subject's last sequence is
    * still `expectedLastSubjectSeq` (0 = the subject must be empty).
-   * @throws AppendConflict when another write landed first (re-read and decide again).
+   * @throws AppendConflict when another write landed first (re-read and decide again). That
+   * includes JetStream answering "duplicate": it checks `Nats-Msg-Id` before the expected
+   * sequence, so a duplicate means another writer already recorded this very decision, and the
+   * caller must not go on as if it had (e.g. call the model or run the tool itself).
    */
   async append(event: RunEvent, expectedLastSubjectSeq: number): Promise<AppendResult> {
     const subject = this.subjectOf(event);
@@ -109,8 +119,12 @@ export class EventLog {
         msgID: event.eventId,
         expect: { lastSubjectSequence: expectedLastSubjectSeq },
       });
-      return { seq: ack.seq, duplicate: ack.duplicate };
+      if (ack.duplicate) {
+        throw new AppendConflict(subject, expectedLastSubjectSeq, `event ${event.eventId} is already stored at sequence ${ack.seq} (duplicate)`);
+      }
+      return { seq: ack.seq };
     } catch (e) {
+      if (e instanceof AppendConflict) throw e;
       if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
         throw new AppendConflict(subject, expectedLastSubjectSeq, e.message);
       }

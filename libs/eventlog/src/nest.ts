@@ -28,6 +28,7 @@ export class EventLogModule implements OnApplicationShutdown {
               stream: cfg.RUNPLANE_STREAM,
               prefix: cfg.RUNPLANE_SUBJECT_PREFIX,
               name: serviceName,
+              ...(cfg.NATS_USER ? { user: cfg.NATS_USER, pass: cfg.NATS_PASSWORD } : {}),
             });
             return EventLogModule.instance;
           },
