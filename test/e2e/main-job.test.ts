@@ -176,3 +176,24 @@ describe('K8 first cut: a fund that is not in the data', () => {
     expect(answer).toMatch(/XYZQ[^.]*not covered/);
   }, 90_000);
 });
+
+describe('K6 first cut: two runtime processes on one durable consumer', () => {
+  it('fence each other: every turn is requested once and the model is called once per recorded turn', async () => {
+    await t.stack.startService('runtime'); // a second runtime process sharing the rp-runtime consumer
+    const requestsBefore = await t.modelRequests();
+    const questions = ['Compare the holdings of IVV and SPY', 'Compare the holdings of QQQ and ARKK', 'Compare the holdings of DIA and SPY', 'What does ARKK hold?'];
+    const posted = await Promise.all(questions.map((content, i) => t.client.postMessage('conv-k6', { clientMessageId: `k6-${i}`, content })));
+    let turns = 0;
+    for (const { body } of posted) {
+      const events = await t.waitForSettlement(body.runId, 90_000);
+      const requested = ofType(events, 'model.turn.requested').map((e) => e.data.turn);
+      expect(requested).toEqual(requested.map((_, i) => i + 1));
+      expect(ofType(events, 'run.settled')).toHaveLength(1);
+      expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+      const dispatched = ofType(events, 'tool.call.dispatched').map((e) => e.data.toolCallId);
+      expect(new Set(dispatched).size).toBe(dispatched.length);
+      turns += requested.length;
+    }
+    expect((await t.modelRequests()) - requestsBefore).toBe(turns);
+  }, 120_000);
+});
