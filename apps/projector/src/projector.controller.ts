@@ -12,6 +12,6 @@ export class ProjectorController {
   /** Resolving acknowledges the message; throwing makes it redeliver (see ProjectorService). */
   @EventPattern(ALL_EVENTS)
   async onEvent(@Payload() stored: StoredEvent): Promise<void> {
-    await this.projector.project(stored);
+    await this.projector.catchUp(stored);
   }
 }

@@ -3,7 +3,8 @@
  */
 import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { StoredEvent } from '@runplane/contracts';
-import { OrphanEventError, applyStoredEvent, type ApplyResult } from '@runplane/projections';
+import { EventLog } from '@runplane/eventlog';
+import { OrphanEventError, RunEntity, applyStoredEvent, type ApplyResult } from '@runplane/projections';
 import { ProjectionDatabase } from './projection-database.js';
 
 /** Delay before retry `attempt` (1-based) of a failed projection step: 100 ms doubling, capped at 5 s. */
@@ -12,6 +13,12 @@ export function retryDelayMs(attempt: number): number {
 }
 
 /**
+ * Every delivery is a wake-up for its Run, not the only event to apply: the projector reads the
+ * Run's log after its checkpoint and applies every event there in stream order. A redelivery that
+ * arrives after later events of its Run (a restart hands back unacknowledged messages ~30 s later,
+ * behind newer ones) is therefore never lost: it was applied, in order, when the later event woke
+ * the catch-up, and its own delivery finds nothing left to do (K11).
+ *
  * Why the projector retries in-process instead of letting the message redeliver: the consumer
  * goes on with a Run's next message after a failed one, and the Run's checkpoint would then skip
  * the failed event when it comes back. So a failing step (database down, serialization error) is
@@ -26,11 +33,33 @@ export class ProjectorService implements BeforeApplicationShutdown {
   /** Steps since start: applied, skipped as already applied (redelivery), retried after a failure. */
   readonly stats = { applied: 0, skipped: 0, retries: 0 };
 
-  constructor(private readonly db: ProjectionDatabase) {}
+  constructor(
+    private readonly db: ProjectionDatabase,
+    private readonly log: EventLog,
+  ) {}
+
+  /**
+   * Brings the projection of `trigger`'s Run up to date with the Run's log: applies, in stream
+   * order, every event after the Run's checkpoint (the trigger included when it is new). Resolves
+   * with the results; the caller acknowledges the message only after this resolves.
+   * @throws when the application is stopping, or for an OrphanEventError.
+   */
+  async catchUp(trigger: StoredEvent): Promise<ApplyResult[]> {
+    const runId = trigger.event.runId;
+    const row = await this.db.orm.em.fork().findOne(RunEntity, { runId });
+    const checkpoint = row ? Number(row.lastSeq) : 0;
+    if (trigger.seq <= checkpoint) {
+      this.stats.skipped++;
+      return [{ status: 'skipped', runId, seq: trigger.seq, previousLastSeq: checkpoint }];
+    }
+    const results: ApplyResult[] = [];
+    for (const stored of await this.log.readRun(runId, checkpoint + 1)) results.push(await this.project(stored));
+    return results;
+  }
 
   /**
    * Applies one stored event (see `applyStoredEvent`): resolves with `applied` or `skipped`
-   * (already applied: redelivery). The caller acknowledges only after this resolves.
+   * (already applied: redelivery).
    * @throws when the application is stopping, or for an OrphanEventError.
    */
   async project(stored: StoredEvent): Promise<ApplyResult> {
@@ -44,7 +73,8 @@ export class ProjectorService implements BeforeApplicationShutdown {
         if (e instanceof OrphanEventError) throw e;
         this.stats.retries++;
         const delay = retryDelayMs(attempt);
-        this.logger.warn(`${stored.event.type} #${stored.seq} of run ${stored.event.runId}: attempt ${attempt} failed (${(e as Error).message}); retrying in ${delay} ms`);
+        const reason = e instanceof Error ? e.message : JSON.stringify(e);
+        this.logger.warn(`${stored.event.type} #${stored.seq} of run ${stored.event.runId}: attempt ${attempt} failed (${reason}); retrying in ${delay} ms`);
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
     }

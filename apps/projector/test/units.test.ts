@@ -1,3 +1,4 @@
+import type { EventLog } from '@runplane/eventlog';
 import { describe, expect, it } from '@jest/globals';
 import { HttpException } from '@nestjs/common';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
@@ -40,7 +41,7 @@ describe('ProjectorService retries', () => {
 
   it('given a step that fails twice, then it is retried in place until it applies (holding the Run order)', async () => {
     const { db, calls } = flakyDb(2);
-    const service = new ProjectorService(db);
+    const service = new ProjectorService(db, {} as EventLog);
     (service as unknown as { logger: { warn: () => void } }).logger = { warn: () => undefined };
     await expect(service.project(stored)).resolves.toMatchObject({ status: 'applied' });
     expect(calls()).toBe(3);
@@ -48,7 +49,7 @@ describe('ProjectorService retries', () => {
   });
 
   it('given the application is stopping, then a step is refused so the message redelivers later', async () => {
-    const service = new ProjectorService(flakyDb(0).db);
+    const service = new ProjectorService(flakyDb(0).db, {} as EventLog);
     service.beforeApplicationShutdown();
     await expect(service.project(stored)).rejects.toThrow(/stopping/);
   });
