@@ -3,13 +3,13 @@
  * (a bad value stops the process with the reason, see `loadConfig`).
  */
 import { z } from 'zod';
-import { BusConfig, DatabaseConfig, HttpConfig, loadConfig } from '@runplane/contracts';
+import { BusConfig, DatabaseConfig, envInt, HttpConfig, loadConfig } from '@runplane/contracts';
 
 export const ProjectorConfig = BusConfig.extend(DatabaseConfig.shape)
   .extend(HttpConfig.shape)
   .extend({
     /** HTTP port of `GET /healthz` (0 = any free port). */
-    PROJECTOR_PORT: z.coerce.number().int().min(0).max(65535).default(8085),
+    PROJECTOR_PORT: envInt(8085, 0, 65535),
     /** Create the projection database if it is missing (via the server's `postgres` database). */
     PROJECTOR_ENSURE_DATABASE: z.enum(['true', 'false']).default('true'),
   });

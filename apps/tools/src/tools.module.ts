@@ -1,6 +1,6 @@
 import { Controller, Inject, Logger, Module } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import { contextFrom, makeEvent, type EventContext, type EventData, type StoredEvent } from '@runplane/contracts';
+import { contextFrom, loadConfig, makeEvent, ToolsConfig, type EventContext, type EventData, type StoredEvent } from '@runplane/contracts';
 import { EventLog, INLINE_RESULT_LIMIT, ResultStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
@@ -8,7 +8,6 @@ import { foldRun } from '@runplane/run-facts';
 import { HealthModule } from '@runplane/service-kit';
 import { planToolSteps } from './decide.js';
 
-const TOOL_TIMEOUT_MS = Number(process.env.RUNPLANE_TOOL_TIMEOUT_MS ?? 60_000);
 export const HOLDINGS = Symbol('HOLDINGS');
 
 class ToolTimeout extends Error {}
@@ -28,6 +27,7 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 export class DispatchController {
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;
+  private readonly timeoutMs = loadConfig(ToolsConfig).RUNPLANE_TOOL_TIMEOUT_MS;
 
   constructor(
     private readonly log: EventLog,
@@ -68,7 +68,7 @@ export class DispatchController {
       return { ...base, status: 'failed', error: { code: 'bad_arguments', message: `arguments are not JSON: ${(e as Error).message}` }, durationMs: 0 };
     }
     try {
-      const result = await withTimeout(executeTool(this.holdings, name, args), TOOL_TIMEOUT_MS);
+      const result = await withTimeout(executeTool(this.holdings, name, args), this.timeoutMs);
       const json = JSON.stringify(result);
       const durationMs = Date.now() - started;
       if (Buffer.byteLength(json) <= INLINE_RESULT_LIMIT) return { ...base, status: 'succeeded', result, durationMs };

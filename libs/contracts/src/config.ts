@@ -4,8 +4,20 @@
  */
 import { z } from 'zod';
 
-const port = z.coerce.number().int().min(0).max(65535);
-const positiveInt = z.coerce.number().int().positive();
+/**
+ * A whole decimal number from an environment variable, within [min, max]; unset or empty means
+ * `def`. `0x1F`, `1e3`, `12abc`, `-1` are refused (plain `Number()` would accept some of them).
+ */
+export function envInt(def: number, min: number, max = Number.MAX_SAFE_INTEGER) {
+  return z.preprocess(
+    (v) => (v === undefined || v === '' ? String(def) : v),
+    z
+      .string()
+      .regex(/^\d+$/, 'must be a whole decimal number')
+      .transform(Number)
+      .pipe(z.number().int().min(min).max(max)),
+  );
+}
 
 export const BusConfig = z.object({
   NATS_URL: z.string().default('nats://127.0.0.1:4222'),
@@ -28,19 +40,24 @@ export const ModelConfig = z.object({
   OPENAI_API_KEY: z.string().default('runplane-scripted'),
   RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
   /** Per model request, milliseconds. */
-  RUNPLANE_MODEL_TIMEOUT_MS: positiveInt.default(120_000),
+  RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1),
 });
 
 export const LimitsConfig = z.object({
-  RUNPLANE_MAX_MODEL_REQUESTS: positiveInt.default(8),
-  RUNPLANE_MAX_TOOL_CALLS: z.coerce.number().int().nonnegative().default(16),
+  RUNPLANE_MAX_MODEL_REQUESTS: envInt(8, 1),
+  RUNPLANE_MAX_TOOL_CALLS: envInt(16, 0),
   /** Overall Run deadline, seconds from admission. */
-  RUNPLANE_RUN_DEADLINE_SECONDS: positiveInt.default(900),
+  RUNPLANE_RUN_DEADLINE_SECONDS: envInt(900, 1),
 });
 
-export const HttpConfig = z.object({ HOST: z.string().default('127.0.0.1') });
-export const AdmissionPort = z.object({ ADMISSION_PORT: port.default(8081) });
-export const PublicationPort = z.object({ PUBLICATION_PORT: port.default(8082) });
+export const HttpConfig = z.object({ HOST: z.string().min(1).default('127.0.0.1') });
+
+export const ToolsConfig = z.object({
+  /** A tool call without an outcome by then gets an `unknown` receipt (K5), milliseconds. */
+  RUNPLANE_TOOL_TIMEOUT_MS: envInt(60_000, 1),
+});
+export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) });
+export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 
 /**
  * Parses `env` with `schema`; on failure throws an Error listing every bad variable, e.g.

@@ -19,7 +19,8 @@ import {
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
-import { HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
+import { z } from 'zod';
+import { envInt, HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
@@ -78,8 +79,7 @@ export interface ServiceSpec {
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   const { HOST } = loadConfig(HttpConfig);
-  const port = Number(process.env[spec.portEnv] ?? spec.defaultPort);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`Invalid configuration: ${spec.portEnv} must be a port number`);
+  const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const app = await NestFactory.create(spec.module, {
     logger: new ConsoleLogger(spec.name, {
       logLevels: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],

@@ -1,0 +1,24 @@
+import { describe, expect, it } from '@jest/globals';
+import { AdmissionPort, BusConfig, LimitsConfig, ToolsConfig, loadConfig } from '@runplane/contracts';
+
+describe('configuration from the environment (zod, validated at start-up)', () => {
+  it('uses the documented defaults when variables are unset or empty', () => {
+    expect(loadConfig(LimitsConfig, {})).toEqual({ RUNPLANE_MAX_MODEL_REQUESTS: 8, RUNPLANE_MAX_TOOL_CALLS: 16, RUNPLANE_RUN_DEADLINE_SECONDS: 900 });
+    expect(loadConfig(LimitsConfig, { RUNPLANE_MAX_TOOL_CALLS: '' }).RUNPLANE_MAX_TOOL_CALLS).toBe(16);
+    expect(loadConfig(ToolsConfig, {}).RUNPLANE_TOOL_TIMEOUT_MS).toBe(60_000);
+    expect(loadConfig(BusConfig, {})).toMatchObject({ NATS_URL: 'nats://127.0.0.1:4222', RUNPLANE_STREAM: 'RUNPLANE', RUNPLANE_SUBJECT_PREFIX: 'rp' });
+  });
+
+  it.each(['abc', '0x1F90', '1e3', '-1', '12abc', '70000'])('refuses ADMISSION_PORT=%s with the variable named', (value) => {
+    expect(() => loadConfig(AdmissionPort, { ADMISSION_PORT: value })).toThrow(/Invalid configuration: ADMISSION_PORT/);
+  });
+
+  it('refuses a tool timeout that is not a positive whole number of milliseconds', () => {
+    expect(() => loadConfig(ToolsConfig, { RUNPLANE_TOOL_TIMEOUT_MS: 'abc' })).toThrow(/RUNPLANE_TOOL_TIMEOUT_MS/);
+    expect(() => loadConfig(ToolsConfig, { RUNPLANE_TOOL_TIMEOUT_MS: '0' })).toThrow(/RUNPLANE_TOOL_TIMEOUT_MS/);
+  });
+
+  it('refuses a subject prefix that would break the subject layout', () => {
+    expect(() => loadConfig(BusConfig, { RUNPLANE_SUBJECT_PREFIX: 'rp.x' })).toThrow(/RUNPLANE_SUBJECT_PREFIX/);
+  });
+});
