@@ -72,12 +72,25 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
     ['missing clientMessageId', { content: 'hi' }, 'clientMessageId'],
     ['bad clientMessageId', { clientMessageId: 'has spaces', content: 'hi' }, 'clientMessageId'],
     ['unknown field', { clientMessageId: 'x3', content: 'hi', extra: 1 }, '(body)'],
+    ['a NUL character', { clientMessageId: 'x4', content: 'Compare SPY \u0000 QQQ' }, 'content'],
   ])('a bad body (%s) gets 400 with the zod reason', async (_name, body, path) => {
     const res = await post('conv-k1-bad', body);
     expect(res.status).toBe(400);
     const error = res.body.error as { code: string; issues: { path: string; message: string }[] };
     expect(error.code).toBe('invalid_body');
     expect(error.issues.map((i) => i.path)).toContain(path);
+  });
+
+  it('a body that is not JSON gets 415 and admits nothing', async () => {
+    const res = await fetch(`${t.stack.endpoints.admission}/v1/conversations/conv-k1-form/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'clientMessageId=form-1&content=hello',
+    });
+    expect(res.status).toBe(415);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unsupported_media_type');
+    const { admissionIds } = await import('@runplane/app-admission');
+    expect(await t.log.readRun(admissionIds('conv-k1-form', 'form-1').runId)).toEqual([]);
   });
 
   it('malformed JSON and a bad conversation id get 400; an unknown Run gets 404', async () => {
@@ -127,6 +140,12 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     expect(resumed.map((e) => e.seq)).toEqual(expected);
     expect([...seen, ...resumed].map((e) => e.seq)).toEqual(all.map((e) => e.seq));
     expect(await t.modelRequests()).toBe(requestsAfterRun);
+
+    // resuming at (or after) the settlement: nothing more will come, so 204 ends it at once
+    for (const lastEventId of [all[all.length - 1]!.seq, all[all.length - 1]!.seq + 100]) {
+      const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${body.runId}/events`, { headers: { 'last-event-id': String(lastEventId) } });
+      expect(res.status).toBe(204);
+    }
   }, 90_000);
 
   it('rejects a Last-Event-ID that is not a sequence number with 400', async () => {

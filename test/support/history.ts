@@ -23,7 +23,7 @@ export class History {
   admitted(opts: { content?: string; tools?: string[]; maxModelRequests?: number; maxToolCalls?: number; deadlineAt?: string } = {}): this {
     const content = opts.content ?? 'Compare SPY and QQQ';
     return this.add('run.admitted', 'admission', {
-      message: { messageId: 'msg-1', clientMessageId: 'c-1', content, contentSha256: sha256Hex(content) },
+      message: { messageId: `msg-${this.runId}`, clientMessageId: 'c-1', content, contentSha256: sha256Hex(content) },
       grant: { tools: opts.tools ?? ['list_funds', 'get_holdings', 'compare_holdings', 'fund_metadata'], model: 'scripted' },
       limits: {
         maxModelRequests: opts.maxModelRequests ?? 8,

@@ -1,4 +1,4 @@
-import { Body, Controller, Get, HttpCode, HttpException, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
+import { Body, Controller, Get, Headers, HttpCode, HttpException, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
@@ -52,9 +52,13 @@ export class AdmissionController {
   @HttpCode(201)
   async postMessage(
     @Param('conversationId') rawConversationId: string,
+    @Headers('content-type') contentType: string | undefined,
     @Body() body: unknown,
     @Res({ passthrough: true }) res: Response,
   ): Promise<PostMessageResponse> {
+    if (!/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
+      throw httpError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the message as JSON (Content-Type: application/json)');
+    }
     const conversationId = parseId('conversationId', rawConversationId);
     const parsed = PostMessageBody.safeParse(body ?? {});
     if (!parsed.success) {
@@ -89,12 +93,20 @@ export class AdmissionController {
     throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
   }
 
-  /** `GET /v1/runs/{runId}`: the Run's projection; 404 when unknown (or not yet projected). */
+  /**
+   * `GET /v1/runs/{runId}`: the Run's projection. 404 `not_found` when no such Run was admitted;
+   * 404 `not_projected_yet` with `Retry-After: 1` when it was admitted but the projector has not
+   * applied it yet (projections follow the log).
+   */
   @Get('runs/:runId')
-  async getRun(@Param('runId') rawRunId: string): Promise<RunView> {
+  async getRun(@Param('runId') rawRunId: string, @Res({ passthrough: true }) res: Response): Promise<RunView> {
     const runId = parseId('runId', rawRunId);
     const view = await this.runs.get(runId);
-    if (!view) throw httpError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
-    return view;
+    if (view) return view;
+    if (await this.log.lastOf(runId, 'admission')) {
+      res.setHeader('Retry-After', '1');
+      throw httpError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`);
+    }
+    throw httpError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
   }
 }

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { BusConfig, DatabaseConfig, loadConfig, type RunEvent } from '@runplane/contracts';
-import { RunplaneClient, type RunplaneEndpoints } from '@runplane/client';
+import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
+import pRetry from 'p-retry';
+import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import { ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
@@ -26,19 +27,43 @@ export async function ask(endpoints: RunplaneEndpoints, question: string, conver
   const client = new RunplaneClient(endpoints);
   const { status, body } = await client.postMessage(conversationId, { clientMessageId: randomUUID(), content: question });
   out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId})`);
-  let settled: RunEvent | null = null;
-  await client.streamEvents(body.runId, {
-    onEvent: ({ seq, event }) => {
-      out(renderLive(event, seq));
-      if (event.type === 'run.settled') settled = event;
-    },
-  });
-  return settled;
+  return follow(client, body.runId, 0);
 }
 
 /** Follows an existing Run's events until it settles. */
-export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<void> {
-  await new RunplaneClient(endpoints).streamEvents(runId, { lastEventId, onEvent: ({ seq, event }) => out(renderLive(event, seq)) });
+export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<RunEvent | null> {
+  return follow(new RunplaneClient(endpoints), runId, lastEventId);
+}
+
+/**
+ * Prints a Run's events from after `lastEventId` until the server ends the stream (settled). A
+ * dropped connection is resumed from the last event seen (`Last-Event-ID`), with backoff: a
+ * disconnect is not a cancel (K4), for the observer either. Returns the settlement, if seen.
+ */
+async function follow(client: RunplaneClient, runId: string, lastEventId: number): Promise<RunEvent | null> {
+  let last = lastEventId;
+  let settled: RunEvent | null = null;
+  await pRetry(
+    () =>
+      client.streamEvents(runId, {
+        lastEventId: last,
+        onEvent: ({ seq, event }) => {
+          last = seq;
+          out(renderLive(event, seq));
+          if (event.type === 'run.settled') settled = event;
+        },
+      }),
+    {
+      retries: 8,
+      minTimeout: 500,
+      maxTimeout: 5000,
+      shouldRetry: ({ error }) => !(error instanceof RunplaneHttpError && error.status < 500),
+      onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+        if (retriesLeft > 0) process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
+      },
+    },
+  );
+  return settled;
 }
 
 async function openLog(name: string): Promise<EventLog> {
@@ -54,6 +79,8 @@ async function openLog(name: string): Promise<EventLog> {
 
 /** Prints a Run's event timeline straight from the log: sequence, time, owner, type, summary. */
 export async function timeline(runId: string, json: boolean): Promise<number> {
+  const valid = Id.safeParse(runId);
+  if (!valid.success) throw new Error(`not a run id: "${runId}" (${valid.error.issues[0]?.message})`);
   const log = await openLog('runplane-cli');
   try {
     const events = await log.readRun(runId);
@@ -116,6 +143,9 @@ export async function demo(question: string | undefined): Promise<number> {
     }
     out(`  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`);
     const realModel = process.env.RUNPLANE_DEMO_MODEL === 'external';
+    if (realModel && !process.env.OPENAI_BASE_URL) {
+      throw new Error('RUNPLANE_DEMO_MODEL=external needs OPENAI_BASE_URL (and OPENAI_API_KEY, RUNPLANE_MODEL) for the model endpoint');
+    }
     const stack = await startStack({
       env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
       logDir: join(stateDir, 'logs'),
@@ -125,6 +155,17 @@ export async function demo(question: string | undefined): Promise<number> {
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);
     out('');
+    // Ctrl-C or SIGTERM to the demo stops every process it started before it exits.
+    const interrupt = (signal: NodeJS.Signals) => {
+      out(`\n${signal}: stopping every service...`);
+      void stack
+        .stop()
+        .then(() => embedded?.close())
+        .then(() => nats.stop())
+        .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+    };
+    process.once('SIGINT', interrupt);
+    process.once('SIGTERM', interrupt);
     try {
       const q = question ?? (data.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);

@@ -49,7 +49,12 @@ api(program.command('ask').description('ask a question to running services and s
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
   .option('--last-event-id <seq>', 'resume after this stream sequence', nonNegative, 0)
-  .action((runId: string, o) => run(() => watch(endpoints(o), runId, o.lastEventId))());
+  .action((runId: string, o) =>
+    run(async () => {
+      await watch(endpoints(o), runId, o.lastEventId);
+      return 0;
+    })(),
+  );
 
 program
   .command('timeline')

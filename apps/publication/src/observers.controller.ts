@@ -46,6 +46,7 @@ export class ObserversController implements BeforeApplicationShutdown {
    * `id: <stream seq>`, `event: <event type>`, `data: <event envelope JSON>`. The stream ends
    * after `run.settled`. With `?deltas=true`, live token deltas are interleaved as
    * `event: delta` messages without an id (they are not stored and are never replayed).
+   * 204 when `Last-Event-ID` is at or after the Run's settlement (nothing more will come).
    */
   @Get(':runId/events')
   async events(
@@ -60,6 +61,13 @@ export class ObserversController implements BeforeApplicationShutdown {
     const after = parseLastEventId(lastEventIdHeader ?? lastEventIdQuery);
     if (!(await this.log.lastOf(runId, 'admission'))) {
       throw new HttpException({ error: { code: 'not_found', message: `run ${runId} not found` } }, HttpStatus.NOT_FOUND);
+    }
+    const settlement = await this.log.lastOf(runId, 'lifecycle');
+    if (settlement && settlement.seq <= after) {
+      // The observer has seen the settlement: nothing more will ever come. 204 also tells a
+      // browser's EventSource to stop reconnecting.
+      res.status(HttpStatus.NO_CONTENT).end();
+      return;
     }
     res.status(200).set({
       'Content-Type': 'text/event-stream; charset=utf-8',

@@ -101,6 +101,7 @@ export class RunplaneClient {
       if (opts.signal?.aborted) return { lastEventId: last, ended: 'aborted' };
       throw e;
     }
+    if (res.status === 204) return { lastEventId: last, ended: 'server' }; // nothing after the settlement
     if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res));
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {

@@ -13,7 +13,8 @@ export const PostMessageBody = z
     content: z
       .string()
       .max(20_000, 'content is at most 20000 characters')
-      .refine((s) => s.trim().length > 0, 'content must not be blank'),
+      .refine((s) => s.trim().length > 0, 'content must not be blank')
+      .refine((s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F]/.test(s), 'content must not contain control characters (other than tab and newlines)'),
   })
   .strict();
 export type PostMessageBody = z.infer<typeof PostMessageBody>;

@@ -9,6 +9,7 @@ import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
 
@@ -38,6 +39,19 @@ export async function natsReachable(url: string, timeoutMs = 1500): Promise<bool
   }
 }
 
+/** True when the NATS server at `url` has JetStream enabled (answers the JetStream API). */
+export async function jetStreamEnabled(url: string): Promise<boolean> {
+  const nc = await connect({ servers: url, timeout: 1500, reconnect: false });
+  try {
+    await jetstreamManager(nc, { timeout: 2000 });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await nc.close();
+  }
+}
+
 function onPath(cmd: string): string | null {
   for (const dir of (process.env.PATH ?? '').split(':')) {
     const p = join(dir, cmd);
@@ -61,7 +75,12 @@ export interface NatsHandle {
  * @throws Error with one line saying how to get NATS when neither is possible.
  */
 export async function ensureNats(url: string, stateDir: string): Promise<NatsHandle> {
-  if (await natsReachable(url)) return { url, child: null, note: `using NATS at ${url}`, stop: async () => undefined };
+  if (await natsReachable(url)) {
+    if (!(await jetStreamEnabled(url))) {
+      throw new Error(`NATS at ${url} answers but has no JetStream: restart it with -js, or point NATS_URL at a server with JetStream enabled.`);
+    }
+    return { url, child: null, note: `using NATS at ${url}`, stop: async () => undefined };
+  }
   const bin = onPath('nats-server');
   if (!bin) {
     throw new Error(

@@ -74,10 +74,19 @@ export class EventLog {
       maxReconnectAttempts: -1,
       ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
     });
-    const jsm = await jetstreamManager(nc);
-    const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix });
-    await log.ensureStream();
-    return log;
+    try {
+      const jsm = await jetstreamManager(nc);
+      const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix });
+      await log.ensureStream();
+      return log;
+    } catch (e) {
+      await nc.close().catch(() => undefined);
+      const text = String((e as Error)?.message ?? e);
+      if (/no responders|jetstream (is )?not enabled|503/i.test(text)) {
+        throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`);
+      }
+      throw e;
+    }
   }
 
   /** Creates the stream if missing (file storage, 2-minute duplicate window, direct get allowed). */

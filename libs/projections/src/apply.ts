@@ -51,7 +51,22 @@ export interface ApplyResult {
  * @throws OrphanEventError when the Run has no row and the event is not `run.admitted`;
  *   database errors propagate (nothing is written).
  */
-export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): Promise<ApplyResult> {
+/**
+ * PostgreSQL text cannot hold U+0000; a fact that carries one (model output, tool results) is
+ * projected with U+FFFD in its place, the same way live and in a rebuild. The log keeps the
+ * original.
+ */
+export function withoutNul<T>(value: T): T {
+  if (typeof value === 'string') return (value.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value) as T;
+  if (Array.isArray(value)) return value.map(withoutNul) as T;
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withoutNul(v)])) as T;
+  }
+  return value;
+}
+
+export async function applyStoredEvent(em: EntityManager, original: StoredEvent): Promise<ApplyResult> {
+  const stored = withoutNul(original);
   const runId = stored.event.runId;
   return em.fork().transactional(async (tx) => {
     await tx.execute('select pg_advisory_xact_lock(hashtextextended(?, 0))', [`runplane.projection.run/${runId}`]);
