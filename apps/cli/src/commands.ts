@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
-import { ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
+import { dropDatabase, ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
@@ -97,8 +97,12 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
   }
 }
 
-/** Replays the whole log into a fresh database and compares it with the live projections (K11). */
-export async function rebuild(targetDatabase: string | undefined): Promise<number> {
+/**
+ * Replays the whole log into a fresh database and compares it with the live projections (K11).
+ * Exit 0 identical (the fresh database is dropped unless `keep`), 2 different (it is kept for
+ * inspection). The live projections are never modified.
+ */
+export async function rebuild(targetDatabase: string | undefined, keep = false): Promise<number> {
   const log = await openLog('runplane-rebuild');
   try {
     const { DATABASE_URL } = loadConfig(DatabaseConfig);
@@ -106,10 +110,18 @@ export async function rebuild(targetDatabase: string | undefined): Promise<numbe
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
     if (result.identicalToLive) {
       out('rebuilt projections are identical to the live ones');
+      if (keep) out(`kept database ${result.database}`);
+      else {
+        const url = new URL(DATABASE_URL);
+        url.pathname = `/${result.database}`;
+        await dropDatabase(url.toString());
+        out(`dropped database ${result.database} (use --keep to keep it)`);
+      }
       return 0;
     }
     out(`rebuilt projections differ from the live ones in ${result.differences.length} place(s):`);
     for (const d of result.differences.slice(0, 50)) out(`  ${d}`);
+    out(`kept database ${result.database} for inspection (drop it when done)`);
     return 2;
   } finally {
     await log.close();
@@ -117,18 +129,46 @@ export async function rebuild(targetDatabase: string | undefined): Promise<numbe
 }
 
 /**
- * The main job: NATS (found or started), PostgreSQL (found; database created), every service as its
- * own process, the scripted model (or OPENAI_BASE_URL), one question asked and streamed, the
- * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
+ * Starts NATS (if needed), the database, every service and the scripted model on their configured
+ * ports (admission 8081, publication 8082, model 8090...) and keeps them running until Ctrl-C, so
+ * `ask`, `watch` and `timeline` can be used against them.
  */
-export async function demo(question: string | undefined): Promise<number> {
+export async function up(): Promise<number> {
+  const env = await prepareEnvironment();
+  const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, ...env.model });
+  out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
+  out(`  model:    ${stack.modelUrl}`);
+  out(`  logs:     ${stack.logFile}`);
+  out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
+  });
+  out('stopping...');
+  await stack.stop();
+  await env.close();
+  return 0;
+}
+
+/** What the demo and `up` share: NATS, the database (or the embedded one), the data folder, the model choice. */
+async function prepareEnvironment(): Promise<{
+  stateDir: string;
+  env: NodeJS.ProcessEnv;
+  dataSet: 'shared' | 'illustrative';
+  model: { modelBaseUrl?: string };
+  close(): Promise<void>;
+}> {
   const root = repoRoot();
   const stateDir = join(root, '.runplane');
   mkdirSync(stateDir, { recursive: true });
   const bus = loadConfig(BusConfig);
   const { DATABASE_URL } = loadConfig(DatabaseConfig);
   const data = resolveDataFolder();
-  out('Runplane demo');
+  const realModel = process.env.RUNPLANE_DEMO_MODEL === 'external';
+  if (realModel && !process.env.OPENAI_BASE_URL) {
+    throw new Error('RUNPLANE_DEMO_MODEL=external needs OPENAI_BASE_URL (and OPENAI_API_KEY, RUNPLANE_MODEL) for the model endpoint');
+  }
+  out('Runplane');
   const nats = await ensureNats(bus.NATS_URL, stateDir);
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
@@ -142,15 +182,32 @@ export async function demo(question: string | undefined): Promise<number> {
       out(`  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`);
     }
     out(`  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`);
-    const realModel = process.env.RUNPLANE_DEMO_MODEL === 'external';
-    if (realModel && !process.env.OPENAI_BASE_URL) {
-      throw new Error('RUNPLANE_DEMO_MODEL=external needs OPENAI_BASE_URL (and OPENAI_API_KEY, RUNPLANE_MODEL) for the model endpoint');
-    }
-    const stack = await startStack({
+    return {
+      stateDir,
       env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
-      logDir: join(stateDir, 'logs'),
-      ...(realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL } : {}),
-    });
+      dataSet: data.dataSet,
+      model: realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL! } : {},
+      async close() {
+        await embedded?.close();
+        await nats.stop();
+      },
+    };
+  } catch (e) {
+    await embedded?.close();
+    await nats.stop();
+    throw e;
+  }
+}
+
+/**
+ * The main job: NATS (found or started), PostgreSQL (found; database created), every service as its
+ * own process, the scripted model (or OPENAI_BASE_URL), one question asked and streamed, the
+ * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
+ */
+export async function demo(question: string | undefined): Promise<number> {
+  const prepared = await prepareEnvironment();
+  try {
+    const stack = await startStack({ env: prepared.env, logDir: join(prepared.stateDir, 'logs'), ...prepared.model });
     out(`  model:    ${stack.model ? `scripted research policy at ${stack.modelUrl} (offline)` : `${stack.modelUrl}`}`);
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);
@@ -160,14 +217,13 @@ export async function demo(question: string | undefined): Promise<number> {
       out(`\n${signal}: stopping every service...`);
       void stack
         .stop()
-        .then(() => embedded?.close())
-        .then(() => nats.stop())
+        .then(() => prepared.close())
         .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
     };
     process.once('SIGINT', interrupt);
     process.once('SIGTERM', interrupt);
     try {
-      const q = question ?? (data.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
+      const q = question ?? (prepared.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);
       const settled = await ask(stack.endpoints, q, `demo-${Date.now()}`);
       return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
@@ -176,8 +232,7 @@ export async function demo(question: string | undefined): Promise<number> {
       out('\nAll services stopped.');
     }
   } finally {
-    await embedded?.close();
-    await nats.stop();
+    await prepared.close();
   }
 }
 

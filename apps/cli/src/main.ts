@@ -2,6 +2,7 @@
 /**
  * `runplane` CLI. Commands:
  *   demo [question]                run the main job end to end (starts everything, asks, settles, stops)
+ *   up                             start everything on the configured ports and keep it running
  *   ask <question>                 ask running services and stream the answer
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   timeline <runId>               print a Run's events from the log
@@ -10,7 +11,7 @@
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { renderEventCatalog } from '@runplane/contracts';
-import { ask, demo, rebuild, timeline, watch } from './commands.js';
+import { ask, demo, rebuild, timeline, up, watch } from './commands.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
 const nonNegative = (v: string) => {
@@ -37,6 +38,11 @@ program
   .description('start NATS (if needed), every service and the scripted model; ask a question; print the answer and settlement; stop')
   .argument('[question]', 'the research question (default: the SPY/QQQ comparison)')
   .action((question?: string) => run(() => demo(question))());
+
+program
+  .command('up')
+  .description('start NATS (if needed), every service and the scripted model on their configured ports; run until Ctrl-C')
+  .action(() => run(() => up())());
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')
@@ -69,7 +75,8 @@ program
   .command('rebuild')
   .description('replay the log into a fresh database and compare its rows with the live projections')
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
-  .action((o) => run(() => rebuild(o.database))());
+  .option('--keep', 'keep the fresh database even when it is identical')
+  .action((o) => run(() => rebuild(o.database, Boolean(o.keep)))());
 
 program
   .command('docs')

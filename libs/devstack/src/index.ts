@@ -213,6 +213,11 @@ export interface StackOptions {
   scenarioFile?: string;
   /** Use this OpenAI-compatible endpoint instead of starting the scripted model. */
   modelBaseUrl?: string;
+  /**
+   * Listen on the configured ports (`*_PORT` variables, else the defaults 8081-8086, the scripted
+   * model on 8090) instead of any free port: for a stack that other commands talk to.
+   */
+  fixedPorts?: boolean;
 }
 
 export interface Stack {
@@ -248,22 +253,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   try {
     let modelUrl = opts.modelBaseUrl;
     if (!modelUrl) {
-      const args = ['--port', '0'];
+      const args = ['--port', opts.fixedPorts ? (opts.env.SCRIPTED_MODEL_PORT ?? '8090') : '0'];
       if (opts.scenarioFile) args.push('--scenario', resolve(opts.scenarioFile));
       model = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), args, opts.env, /listening on (\S+)/, log);
       started.push(model);
       modelUrl = model.url;
     }
+    const anyPort = { ADMISSION_PORT: '0', PUBLICATION_PORT: '0', RUNTIME_PORT: '0', TOOLS_PORT: '0', LIFECYCLE_PORT: '0', PROJECTOR_PORT: '0' };
     const env: NodeJS.ProcessEnv = {
       NO_COLOR: '1',
       ...opts.env,
       OPENAI_BASE_URL: modelUrl,
-      ADMISSION_PORT: '0',
-      PUBLICATION_PORT: '0',
-      RUNTIME_PORT: '0',
-      TOOLS_PORT: '0',
-      LIFECYCLE_PORT: '0',
-      PROJECTOR_PORT: '0',
+      ...(opts.fixedPorts ? {} : anyPort),
     };
     const startService = async (name: ServiceName) => {
       const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], env, /ready on (\S+)/, log);
