@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, ensureNats, repoRoot, startStack } from '@runplane/devstack';
+import { dropDatabase, ensureDatabaseExists, ensureNats, repoRoot, startStack, stopEverything } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
@@ -17,7 +17,12 @@ export const DEFAULT_QUESTION =
 export const ILLUSTRATIVE_QUESTION =
   'Compare the holdings of AAA and BBB: verify the disclosure date of each file and identify gaps in coverage';
 
-const out = (line: string) => process.stdout.write(`${line}\n`);
+/**
+ * Text from the log (model output, tool errors) is shown, never executed by the terminal: control
+ * characters (escape sequences), C1 controls and bidirectional overrides print as U+FFFD.
+ */
+export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
+const out = (line: string) => process.stdout.write(`${terminalSafe(line)}\n`);
 
 /**
  * Admits `question` as a new Message and streams the Run until it settles: progress lines, the
@@ -43,23 +48,29 @@ export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEve
 async function follow(client: RunplaneClient, runId: string, lastEventId: number): Promise<RunEvent | null> {
   let last = lastEventId;
   let settled: RunEvent | null = null;
+  const permanent = (e: unknown) => e instanceof RunplaneHttpError && e.status < 500;
   await pRetry(
-    () =>
-      client.streamEvents(runId, {
+    async () => {
+      const { ended } = await client.streamEvents(runId, {
         lastEventId: last,
         onEvent: ({ seq, event }) => {
           last = seq;
           out(renderLive(event, seq));
           if (event.type === 'run.settled') settled = event;
         },
-      }),
+      });
+      // a stream the server ended before the settlement (e.g. publication restarting) is resumed
+      if (!settled && ended === 'server') throw new Error('the event stream ended before the settlement');
+    },
     {
-      retries: 8,
+      retries: 10,
       minTimeout: 500,
       maxTimeout: 5000,
-      shouldRetry: ({ error }) => !(error instanceof RunplaneHttpError && error.status < 500),
+      shouldRetry: ({ error }) => !permanent(error),
       onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-        if (retriesLeft > 0) process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
+        if (retriesLeft > 0 && !permanent(error)) {
+          process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
+        }
       },
     },
   );
@@ -134,20 +145,34 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
  * `ask`, `watch` and `timeline` can be used against them.
  */
 export async function up(): Promise<number> {
+  const cleanup = stopOnSignal();
   const env = await prepareEnvironment();
+  cleanup.also(() => env.close());
   const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, ...env.model });
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
-  });
-  out('stopping...');
-  await stack.stop();
-  await env.close();
-  return 0;
+  return new Promise<number>(() => undefined); // until a signal stops everything
+}
+
+/**
+ * From now on, SIGINT or SIGTERM stops every process this CLI started (also while they are still
+ * starting), runs the registered clean-ups and exits (130 / 143).
+ */
+function stopOnSignal(): { also(fn: () => Promise<void>): void } {
+  const cleanups: (() => Promise<void>)[] = [];
+  const interrupt = (signal: NodeJS.Signals) => {
+    out(`\n${signal}: stopping every process this command started...`);
+    void stopEverything()
+      .then(async () => {
+        for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
+      })
+      .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  process.once('SIGINT', interrupt);
+  process.once('SIGTERM', interrupt);
+  return { also: (fn) => void cleanups.push(fn) };
 }
 
 /** What the demo and `up` share: NATS, the database (or the embedded one), the data folder, the model choice. */
@@ -205,23 +230,15 @@ async function prepareEnvironment(): Promise<{
  * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
  */
 export async function demo(question: string | undefined): Promise<number> {
+  const cleanup = stopOnSignal();
   const prepared = await prepareEnvironment();
+  cleanup.also(() => prepared.close());
   try {
     const stack = await startStack({ env: prepared.env, logDir: join(prepared.stateDir, 'logs'), ...prepared.model });
     out(`  model:    ${stack.model ? `scripted research policy at ${stack.modelUrl} (offline)` : `${stack.modelUrl}`}`);
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);
     out('');
-    // Ctrl-C or SIGTERM to the demo stops every process it started before it exits.
-    const interrupt = (signal: NodeJS.Signals) => {
-      out(`\n${signal}: stopping every service...`);
-      void stack
-        .stop()
-        .then(() => prepared.close())
-        .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
-    };
-    process.once('SIGINT', interrupt);
-    process.once('SIGTERM', interrupt);
     try {
       const q = question ?? (prepared.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);

@@ -27,6 +27,12 @@ const run = (fn: () => Promise<number | void>) => async () => {
   }
 };
 
+// `runplane timeline <id> | head`: a closed pipe ends the command quietly
+process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+  if (e.code === 'EPIPE') process.exit(0);
+  throw e;
+});
+
 const program = new Command('runplane').description('Runplane: control plane for long-running AI research Runs');
 const api = (c: Command) =>
   c

@@ -10,6 +10,7 @@ import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts } from '@runp
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
   'truncated-output': 'the model output was cut off at its length limit, which is not an answer',
+  'incomplete-output': 'the model output did not finish normally, which is not an answer',
   'model-error': 'the model request failed',
   'model-request-limit': 'the Run used all its model requests without an answer',
   'tool-call-limit': 'the Run used all its tool calls without an answer',

@@ -16,6 +16,11 @@ export type RuntimeStep =
   /** Stop executing, recording why; `answerTurn` is the turn holding the answer. */
   | { kind: 'finish'; reason: ExecutionStopReason; detail: string; answerTurn: number | null };
 
+/** True for text with nothing visible: whitespace, zero-width and other format characters only. */
+export function isBlank(text: string): boolean {
+  return text.replace(/[\s\p{Cf}\p{Cc}]/gu, '') === '';
+}
+
 /**
  * Decides the next step.
  * @param now current time, compared with the Run's `deadlineAt`.
@@ -38,7 +43,9 @@ export function decideRuntimeStep(facts: RunFacts, now: Date): RuntimeStep {
       if (waiting.length > 0) return { kind: 'none', why: `waiting for ${waiting.length} receipt(s)` };
     } else if (done.finishReason === 'length') {
       return { kind: 'finish', reason: 'truncated-output', detail: `turn ${last.turn} stopped at the length limit`, answerTurn: null };
-    } else if (done.content.trim() === '') {
+    } else if (done.finishReason !== 'stop') {
+      return { kind: 'finish', reason: 'incomplete-output', detail: `turn ${last.turn} ended with finish_reason=${done.finishReason}, not a finished answer`, answerTurn: null };
+    } else if (isBlank(done.content)) {
       return { kind: 'finish', reason: 'empty-output', detail: `turn ${last.turn} returned no text`, answerTurn: null };
     } else {
       return { kind: 'finish', reason: 'answered', detail: `answer in turn ${last.turn}`, answerTurn: last.turn };

@@ -1,4 +1,5 @@
 import { allRunsFilter } from '@runplane/eventlog';
+import { ModelConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
 
@@ -7,5 +8,6 @@ main({
   module: RuntimeModule,
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
+  config: [ModelConfig],
   consumer: { durable: 'runtime', filter: allRunsFilter },
 });

@@ -1,7 +1,7 @@
 import { Controller, Inject, Logger, Module } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { contextFrom, loadConfig, makeEvent, ModelConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { EventLog, liveDeltaSubject, ResultStore } from '@runplane/eventlog';
+import { AppendConflict, EventLog, liveDeltaSubject, ResultStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 import { HealthModule } from '@runplane/service-kit';
@@ -31,24 +31,36 @@ export class ExecutionController {
   @EventPattern(['run.admitted', 'tool.call.receipt'])
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     const runId = stored.event.runId;
+    let conflicts = 0;
     for (let i = 0; i < MAX_STEPS_PER_WAKE; i++) {
-      const facts = foldRun(runId, await this.log.readRun(runId));
-      const step = decideRuntimeStep(facts, new Date());
-      if (step.kind === 'none') return;
-      const ctx = contextFrom(facts.lastEvent!);
-      const append = (e: RunEvent) => this.log.append(e, facts.lastSeqByOwner.runtime);
-      if (step.kind === 'finish') {
-        await append(makeEvent('run.execution.finished', ctx, 'finished', { reason: step.reason, detail: step.detail, answerTurn: step.answerTurn }));
-      } else if (step.kind === 'propose') {
-        let expected = facts.lastSeqByOwner.runtime;
-        for (const call of step.calls) {
-          expected = (await this.log.append(makeEvent('tool.call.proposed', ctx, call.toolCallId, { ...call, turn: step.turn }), expected)).seq;
-        }
-      } else {
-        await this.requestTurn(facts, step.turn);
+      try {
+        if (!(await this.step(runId))) return;
+      } catch (e) {
+        // another runtime recorded this step first: re-read and decide again (K6)
+        if (!(e instanceof AppendConflict) || ++conflicts > 5) throw e;
       }
     }
     this.logger.warn(`run ${runId}: step limit reached in one wake`);
+  }
+
+  /** Takes the Run's next step; false when there is nothing to do. */
+  private async step(runId: string): Promise<boolean> {
+    const facts = foldRun(runId, await this.log.readRun(runId));
+    const step = decideRuntimeStep(facts, new Date());
+    if (step.kind === 'none') return false;
+    const ctx = contextFrom(facts.lastEvent!);
+    const append = (e: RunEvent) => this.log.append(e, facts.lastSeqByOwner.runtime);
+    if (step.kind === 'finish') {
+      await append(makeEvent('run.execution.finished', ctx, 'finished', { reason: step.reason, detail: step.detail, answerTurn: step.answerTurn }));
+    } else if (step.kind === 'propose') {
+      let expected = facts.lastSeqByOwner.runtime;
+      for (const call of step.calls) {
+        expected = (await this.log.append(makeEvent('tool.call.proposed', ctx, call.toolCallId, { ...call, turn: step.turn }), expected)).seq;
+      }
+    } else {
+      await this.requestTurn(facts, step.turn);
+    }
+    return true;
   }
 
   /** Appends `model.turn.requested`, calls the model, appends the outcome and the proposals. */

@@ -41,6 +41,8 @@ describe('runtime decide: the next step comes from the folded log alone', () => 
   it.each([
     ['an empty reply', { content: '   ' }, 'empty-output'],
     ['a length-truncated reply', { content: 'Half an ans', finishReason: 'length' }, 'truncated-output'],
+    ['a reply stopped by a content filter', { content: 'SPY and QQQ share 88 holdings, and the', finishReason: 'content_filter' }, 'incomplete-output'],
+    ['a reply of zero-width characters only', { content: '\u200B\u200D \uFEFF' }, 'empty-output'],
   ])('given %s, then it finishes without an answer (K9)', (_n, reply, reason) => {
     const h = new History().admitted().turn(1, reply);
     expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason, answerTurn: null });

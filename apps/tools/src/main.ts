@@ -1,4 +1,5 @@
 import { ownerFilter } from '@runplane/eventlog';
+import { ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';
 
@@ -7,5 +8,6 @@ main({
   module: ToolsModule,
   portEnv: 'TOOLS_PORT',
   defaultPort: 8084,
+  config: [ToolsConfig],
   consumer: { durable: 'tools', filter: (space) => ownerFilter(space, 'runtime') },
 });

@@ -5,7 +5,7 @@ import { EventLog, INLINE_RESULT_LIMIT, ResultStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
-import { HealthModule } from '@runplane/service-kit';
+import { HealthModule, retryOnConflict } from '@runplane/service-kit';
 import { planToolSteps } from './decide.js';
 
 export const HOLDINGS = Symbol('HOLDINGS');
@@ -36,6 +36,11 @@ export class DispatchController {
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
+    // a conflict means another writer recorded a step first: re-read and plan again (K5, K6)
+    await retryOnConflict(() => this.dispatchOwed(stored));
+  }
+
+  private async dispatchOwed(stored: StoredEvent): Promise<void> {
     const runId = stored.event.runId;
     const facts = foldRun(runId, await this.log.readRun(runId));
     let expected = facts.lastSeqByOwner.tools;

@@ -83,12 +83,15 @@ export class RunplaneClient {
   /**
    * Observes a Run over SSE from after `lastEventId` (0 = from the start). Calls `onEvent` for
    * every stored event and `onDelta` for live token deltas (when requested). Resolves when the
-   * server ends the stream (after `run.settled`) or `signal` aborts (a disconnect: the Run goes on).
+   * server ends the stream (`server`: after `run.settled`, or early when the server shuts down;
+   * the caller can tell by whether it saw the settlement), when the server answers 204 (`complete`:
+   * the settlement is already behind `lastEventId`) or when `signal` aborts (a disconnect: the Run
+   * goes on).
    */
   async streamEvents(
     runId: string,
     opts: { lastEventId?: number; signal?: AbortSignal; deltas?: boolean; onEvent: (e: ObservedEvent) => void; onDelta?: (d: { turn: number; text: string }) => void },
-  ): Promise<{ lastEventId: number; ended: 'server' | 'aborted' }> {
+  ): Promise<{ lastEventId: number; ended: 'server' | 'complete' | 'aborted' }> {
     const url = new URL(`${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/events`);
     if (opts.deltas) url.searchParams.set('deltas', 'true');
     const headers: Record<string, string> = { accept: 'text/event-stream' };
@@ -101,7 +104,7 @@ export class RunplaneClient {
       if (opts.signal?.aborted) return { lastEventId: last, ended: 'aborted' };
       throw e;
     }
-    if (res.status === 204) return { lastEventId: last, ended: 'server' }; // nothing after the settlement
+    if (res.status === 204) return { lastEventId: last, ended: 'complete' }; // the settlement is already behind Last-Event-ID
     if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res));
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {

@@ -4,6 +4,9 @@
  */
 import { z } from 'zod';
 
+/** Node timers overflow (and fire at once) past 2^31 - 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
 /**
  * A whole decimal number from an environment variable, within [min, max]; unset or empty means
  * `def`. `0x1F`, `1e3`, `12abc`, `-1` are refused (plain `Number()` would accept some of them).
@@ -40,21 +43,21 @@ export const ModelConfig = z.object({
   OPENAI_API_KEY: z.string().default('runplane-scripted'),
   RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
   /** Per model request, milliseconds. */
-  RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1),
+  RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
 });
 
 export const LimitsConfig = z.object({
   RUNPLANE_MAX_MODEL_REQUESTS: envInt(8, 1),
   RUNPLANE_MAX_TOOL_CALLS: envInt(16, 0),
   /** Overall Run deadline, seconds from admission. */
-  RUNPLANE_RUN_DEADLINE_SECONDS: envInt(900, 1),
+  RUNPLANE_RUN_DEADLINE_SECONDS: envInt(900, 1, 366 * 24 * 3600),
 });
 
 export const HttpConfig = z.object({ HOST: z.string().min(1).default('127.0.0.1') });
 
 export const ToolsConfig = z.object({
   /** A tool call without an outcome by then gets an `unknown` receipt (K5), milliseconds. */
-  RUNPLANE_TOOL_TIMEOUT_MS: envInt(60_000, 1),
+  RUNPLANE_TOOL_TIMEOUT_MS: envInt(60_000, 1, MAX_TIMER_MS),
 });
 export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) });
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });

@@ -92,6 +92,7 @@ export const ExecutionStopReason = z.enum([
   'answered',
   'empty-output',
   'truncated-output',
+  'incomplete-output',
   'model-error',
   'model-request-limit',
   'tool-call-limit',

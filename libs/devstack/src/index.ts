@@ -90,7 +90,7 @@ export async function ensureNats(url: string, stateDir: string): Promise<NatsHan
   const port = await getPort({ host: '127.0.0.1' });
   const sd = join(stateDir, 'nats');
   mkdirSync(sd, { recursive: true });
-  const child = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', sd], { stdio: 'ignore' });
+  const child = track(spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', sd], { stdio: 'ignore' }));
   const started = `nats://127.0.0.1:${port}`;
   const deadline = Date.now() + 10_000;
   while (!(await natsReachable(started, 500))) {
@@ -148,6 +148,23 @@ export async function dropDatabase(databaseUrl: string): Promise<void> {
   }
 }
 
+/** Every process this module started and that has not exited yet. */
+const running = new Set<ChildProcess>();
+
+/**
+ * Stops every process this module started (services, scripted model, nats-server), e.g. from a
+ * signal handler while a stack is still starting.
+ */
+export async function stopEverything(): Promise<void> {
+  await Promise.all([...running].map((c) => stopChild(c)));
+}
+
+function track(child: ChildProcess): ChildProcess {
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  return child;
+}
+
 async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
@@ -178,7 +195,7 @@ export async function spawnReady(
   log: WriteStream,
   timeoutMs = 30_000,
 ): Promise<ManagedProcess> {
-  const child = spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = track(spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }));
   const tail: string[] = [];
   const record = (line: string) => {
     log.write(`[${name}] ${line}\n`);

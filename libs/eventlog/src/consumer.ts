@@ -19,6 +19,16 @@ export interface ConsumerLogger {
   error(message: string): void;
 }
 
+/** A readable line for anything thrown (Nest hands non-Error objects back from handlers). */
+export function describeError(e: unknown): string {
+  if (e instanceof Error) return e.stack ?? e.message;
+  try {
+    return JSON.stringify(e);
+  } catch {
+    return String(e);
+  }
+}
+
 /** Redelivery delay after a failed handler: exponential from 250 ms, capped at 15 s. */
 export function redeliveryDelayMs(deliveryCount: number): number {
   return Math.min(15_000, 250 * 2 ** Math.max(0, deliveryCount - 1));
@@ -102,7 +112,7 @@ export class DurableConsumer {
       const delay = e instanceof AppendConflict ? 50 : redeliveryDelayMs(m.info.deliveryCount);
       const what = `${stored.event.type} #${stored.seq} of run ${stored.event.runId}`;
       if (e instanceof AppendConflict) this.logger.warn(`${this.durableName}: ${what}: ${e.message}; will re-read`);
-      else this.logger.error(`${this.durableName}: ${what} failed (delivery ${m.info.deliveryCount}): ${(e as Error).stack ?? e}`);
+      else this.logger.error(`${this.durableName}: ${what} failed (delivery ${m.info.deliveryCount}): ${describeError(e)}`);
       m.nak(delay);
     } finally {
       clearInterval(heartbeat);

@@ -56,6 +56,9 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
  */
 export class EventLog {
+  /** Called for every stored message that is not a valid event while reading (default: a warning on stderr). */
+  onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: skipping ${e.message}\n`);
+
   private constructor(
     readonly nc: NatsConnection,
     readonly js: JetStreamClient,
@@ -92,7 +95,13 @@ export class EventLog {
   /** Creates the stream if missing (file storage, 2-minute duplicate window, direct get allowed). */
   async ensureStream(): Promise<void> {
     try {
-      await this.jsm.streams.info(this.space.stream);
+      const info = await this.jsm.streams.info(this.space.stream);
+      const wanted = allRunsFilter(this.space);
+      if (!info.config.subjects?.includes(wanted)) {
+        throw new Error(
+          `stream ${this.space.stream} captures ${JSON.stringify(info.config.subjects)}, not ${wanted}: RUNPLANE_STREAM and RUNPLANE_SUBJECT_PREFIX do not belong together`,
+        );
+      }
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       await this.jsm.streams.add({
@@ -153,8 +162,10 @@ export class EventLog {
    * Every event of one Run in stream order, as of the moment of the call (from `fromSeq`).
    */
   async readRun(runId: string, fromSeq = 1): Promise<StoredEvent[]> {
+    // Always read the Run's subjects from the start: ephemeral consumers with a start sequence
+    // stalled intermittently under concurrency on nats-server 2.9.10 (a Run's log is small).
     const out: StoredEvent[] = [];
-    for await (const e of this.snapshot(runFilter(this.space, runId), fromSeq)) out.push(e);
+    for await (const e of this.snapshot(runFilter(this.space, runId), 1)) if (e.seq >= fromSeq) out.push(e);
     return out;
   }
 
@@ -169,7 +180,17 @@ export class EventLog {
     });
     const messages = await consumer.consume();
     const done = (async () => {
-      for await (const m of messages) await onEvent(decodeStored(m.seq, m.subject, m.data));
+      for await (const m of messages) {
+        let stored: StoredEvent;
+        try {
+          stored = decodeStored(m.seq, m.subject, m.data);
+        } catch (e) {
+          if (!(e instanceof InvalidStoredEvent)) throw e;
+          this.onInvalid(e);
+          continue;
+        }
+        await onEvent(stored);
+      }
     })();
     return async () => {
       await messages.close();
@@ -209,7 +230,14 @@ export class EventLog {
         let got = 0;
         for await (const m of batch) {
           got++;
-          yield decodeStored(m.seq, m.subject, m.data);
+          try {
+            yield decodeStored(m.seq, m.subject, m.data);
+          } catch (e) {
+            // Not a Runplane event (garbled, forged, wrong owner): it is not a fact; skip it,
+            // loudly, so one bad message cannot block folding, audits or rebuilds.
+            if (!(e instanceof InvalidStoredEvent)) throw e;
+            this.onInvalid(e);
+          }
         }
         if (got === 0) throw new Error(`reading ${filter}: the stream returned no messages with ${remaining} pending`);
         remaining -= got;

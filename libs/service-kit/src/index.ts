@@ -20,9 +20,9 @@ import {
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
-import { envInt, HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
+import { BusConfig, envInt, HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
-import { EventLog, type SubjectSpace } from '@runplane/eventlog';
+import { AppendConflict, EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 
 /** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503. */
@@ -44,10 +44,17 @@ export class HealthModule {}
  * Gives every HTTP error the API's one error shape, `{error: {code, message}}` (contracts
  * `ErrorBody`), including the ones Nest raises itself (malformed JSON, unknown route).
  */
-@Catch(HttpException)
+@Catch()
 export class ErrorBodyFilter implements ExceptionFilter {
-  catch(exception: HttpException, host: ArgumentsHost): void {
+  private readonly logger = new ConsoleLogger('http');
+
+  catch(exception: unknown, host: ArgumentsHost): void {
     const res = host.switchToHttp().getResponse<{ status(code: number): { json(body: unknown): void } }>();
+    if (!(exception instanceof HttpException)) {
+      this.logger.error(exception instanceof Error ? (exception.stack ?? exception.message) : JSON.stringify(exception));
+      res.status(500).json({ error: { code: 'internal_error', message: 'internal error; see the service log' } });
+      return;
+    }
     const status = exception.getStatus();
     const body = exception.getResponse();
     if (typeof body === 'object' && body !== null && 'error' in body && typeof (body as { error: unknown }).error === 'object') {
@@ -67,6 +74,8 @@ export interface ServiceSpec {
   /** Env variable holding the HTTP port, and its default (0 = any free port). */
   portEnv: string;
   defaultPort: number;
+  /** Configuration schemas validated before anything starts (a bad value fails in one line). */
+  config?: z.ZodObject[];
   /** Durable consumer feeding `@EventPattern` handlers, if the service reacts to events. */
   consumer?: { durable: string; filter: (space: SubjectSpace) => string };
 }
@@ -78,9 +87,11 @@ export interface ServiceSpec {
  * handlers finish, connections drain.
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
+  for (const schema of [BusConfig, ...(spec.config ?? [])]) loadConfig(schema);
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const app = await NestFactory.create(spec.module, {
+    abortOnError: false,
     logger: new ConsoleLogger(spec.name, {
       logLevels: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
       json: process.env.LOG_FORMAT === 'json',
@@ -93,7 +104,6 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
     const log = app.get(EventLog);
     app.connectMicroservice(
       { strategy: new JetStreamEventTransport(log, { durable: spec.consumer.durable, filter: spec.consumer.filter(log.space) }) },
-      { inheritAppConfig: true },
     );
     await app.startAllMicroservices();
   }
@@ -124,14 +134,31 @@ export async function decideAndAppend(
   owner: Owner,
   decide: (facts: RunFacts) => RunEvent[],
 ): Promise<{ facts: RunFacts; appended: number[] }> {
-  const facts = foldRun(runId, await log.readRun(runId));
-  let expected = facts.lastSeqByOwner[owner];
-  const appended: number[] = [];
-  for (const event of decide(facts)) {
-    if (event.owner !== owner) throw new Error(`${owner} may not append ${event.type} (owned by ${event.owner})`);
-    const result = await log.append(event, expected);
-    expected = result.seq;
-    appended.push(result.seq);
+  return retryOnConflict(async () => {
+    const facts = foldRun(runId, await log.readRun(runId));
+    let expected = facts.lastSeqByOwner[owner];
+    const appended: number[] = [];
+    for (const event of decide(facts)) {
+      if (event.owner !== owner) throw new Error(`${owner} may not append ${event.type} (owned by ${event.owner})`);
+      const result = await log.append(event, expected);
+      expected = result.seq;
+      appended.push(result.seq);
+    }
+    return { facts, appended };
+  });
+}
+
+/**
+ * Runs `step` again (it must re-read the log) when another writer got there first, up to
+ * `attempts` times; the last conflict propagates (the message is then redelivered). K6.
+ */
+export async function retryOnConflict<T>(step: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await step();
+    } catch (e) {
+      if (!(e instanceof AppendConflict) || i >= attempts) throw e;
+      await new Promise((r) => setTimeout(r, 10 * i));
+    }
   }
-  return { facts, appended };
 }
