@@ -65,6 +65,27 @@ describe('EventLog', () => {
     expect(await log.readRun(`nothing${tag}`)).toEqual([]);
   });
 
+  it('skips and reports a stored message that is not a valid event, so one bad message cannot block a Run\'s readers (K11)', async () => {
+    const runId = `r5${tag}`;
+    await log.append(admitted(runId), 0);
+    await log.js.publish(`tel${tag}.run.${runId}.tools`, 'not json at all');
+    await log.append(turnRequested(runId, 1), 0);
+    const reported: string[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e.message);
+    try {
+      expect((await log.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+    } finally {
+      log.onInvalid = previous;
+    }
+    expect(reported).toHaveLength(1);
+    expect(reported[0]).toMatch(/not JSON/);
+  });
+
+  it('refuses to start on a stream that does not capture its subject prefix', async () => {
+    await expect(EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(/do not belong together/);
+  });
+
   it('redelivers a message whose handler failed, then acknowledges it (at-least-once)', async () => {
     const runId = `r4${tag}`;
     await log.append(admitted(runId), 0);
