@@ -1,6 +1,7 @@
 /**
- * Given/when/then helper: builds a Run's stored events in order, with stream sequences, as the
- * log would hold them, so decide functions can be tested on folded facts.
+ * Builds a Run's prior events in order, with stream sequences, as the log would hold them: the
+ * `given` of a decider specification (test/support/decider-spec.ts). Event times are fixed, one
+ * second apart, before the specification's default clock.
  */
 import { makeEvent, sha256Hex, type EventData, type EventType, type StoredEvent } from '@runplane/contracts';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
@@ -14,8 +15,9 @@ export class History {
   ) {}
 
   add<T extends EventType>(type: T, key: string | number, data: EventData<T>): this {
-    const event = makeEvent(type, { runId: this.runId, conversationId: this.conversationId, correlationId: 'msg-1', causationId: null }, key, data);
     this.seq += 1;
+    const at = new Date(Date.parse('2025-12-31T23:00:00.000Z') + this.seq * 1000);
+    const event = makeEvent(type, { runId: this.runId, conversationId: this.conversationId, correlationId: 'msg-1', causationId: null }, key, data, at);
     this.events.push({ seq: this.seq, subject: `rp.run.${this.runId}.${event.owner}`, event });
     return this;
   }

@@ -11,7 +11,8 @@ import {
   type RunView,
 } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
-import { decideAdmission, admissionIds, type AdmitCommand } from './decide.js';
+import { RunCommandHandler, RunFolds } from '@runplane/service-kit';
+import { admissionIds, decide, MessageConflict, type PostMessage } from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
 function httpError(status: HttpStatus, code: string, message: string, issues?: { path: string; message: string }[]): HttpException {
@@ -41,7 +42,11 @@ export class AdmissionController {
     private readonly log: EventLog,
     private readonly runs: RunReader,
     @Inject(ADMISSION_SETTINGS) private readonly settings: AdmissionSettings,
-  ) {}
+  ) {
+    this.commands = new RunCommandHandler(log, 'admission', () => new Date(), new RunFolds(log, 1_000));
+  }
+
+  private readonly commands: RunCommandHandler;
 
   /**
    * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content}`:
@@ -64,33 +69,37 @@ export class AdmissionController {
     if (!parsed.success) {
       throw httpError(HttpStatus.BAD_REQUEST, 'invalid_body', 'the message body is invalid', zodIssues(parsed.error));
     }
-    const cmd: AdmitCommand = {
+    const cmd: PostMessage = {
+      type: 'PostMessage',
       conversationId,
       clientMessageId: parsed.data.clientMessageId,
       content: parsed.data.content,
       grant: { tools: [...ToolNames], model: this.settings.model },
       limits: this.settings.limits,
-      now: new Date(),
       requestId: randomUUID(),
     };
     const { runId } = admissionIds(conversationId, cmd.clientMessageId);
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const existing = await this.log.lastOf(runId, 'admission');
-      const decision = decideAdmission((existing?.event as RunEventOf<'run.admitted'> | undefined) ?? null, cmd);
-      if (decision.kind === 'conflict') throw httpError(HttpStatus.CONFLICT, 'message_conflict', decision.reason);
-      if (decision.kind === 'existing') {
-        res.status(HttpStatus.OK);
-        return responseOf(decision.event, 'existing');
-      }
-      try {
-        await this.log.append(decision.event, 0);
-        return responseOf(decision.event, 'admitted');
-      } catch (e) {
-        // another admission of this Run landed first (or this very one, as a duplicate): decide again
-        if (!(e instanceof AppendConflict)) throw e;
-      }
+    let result;
+    try {
+      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
+    } catch (e) {
+      if (e instanceof MessageConflict) throw httpError(HttpStatus.CONFLICT, 'message_conflict', e.message);
+      if (e instanceof AppendConflict) throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
+      throw e;
     }
-    throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
+    const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
+    if (admitted?.event.type === 'run.admitted') return responseOf(admitted.event, 'admitted');
+    // decided nothing: this message was admitted before, with the same content (K1)
+    const facts = result.facts;
+    res.status(HttpStatus.OK);
+    return {
+      conversationId: facts.conversationId,
+      clientMessageId: facts.admitted!.message.clientMessageId,
+      messageId: facts.admitted!.message.messageId,
+      runId,
+      admittedAt: facts.admitted!.at,
+      admission: 'existing',
+    };
   }
 
   /**

@@ -7,31 +7,34 @@
  * - same id, same text: return the existing Message and Run, append nothing;
  * - same id, other text: conflict, change nothing.
  */
-import {
-  deterministicId,
-  makeEvent,
-  sha256Hex,
-  type RunEventOf,
-  type RunGrant,
-  type RunLimits,
-} from '@runplane/contracts';
+import { deterministicId, makeEvent, sha256Hex, type RunEvent, type RunGrant, type RunLimits } from '@runplane/contracts';
+import type { RunFacts } from '@runplane/run-facts';
 
-export interface AdmitCommand {
+/** A user's message to admit (the HTTP body, validated, plus what admission adds). */
+export interface PostMessage {
+  type: 'PostMessage';
   conversationId: string;
   clientMessageId: string;
   content: string;
   grant: RunGrant;
   /** Limits without the deadline; the deadline is `now + deadlineSeconds`. */
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
-  now: Date;
   /** Id of the HTTP request, recorded as the admission's causation. */
   requestId: string;
 }
 
-export type AdmissionDecision =
-  | { kind: 'admit'; event: RunEventOf<'run.admitted'> }
-  | { kind: 'existing'; event: RunEventOf<'run.admitted'> }
-  | { kind: 'conflict'; event: RunEventOf<'run.admitted'>; reason: string };
+export type AdmissionTrigger = PostMessage;
+
+/** The same `clientMessageId` was already admitted with other content (HTTP 409; nothing is appended). K1. */
+export class MessageConflict extends Error {
+  constructor(
+    readonly clientMessageId: string,
+    readonly field: 'content',
+  ) {
+    super(`clientMessageId "${clientMessageId}" was already admitted in this conversation with different ${field}`);
+    this.name = 'MessageConflict';
+  }
+}
 
 /** `{messageId, runId}` for a client message id within a conversation (stable UUIDs). */
 export function admissionIds(conversationId: string, clientMessageId: string): { messageId: string; runId: string } {
@@ -41,29 +44,32 @@ export function admissionIds(conversationId: string, clientMessageId: string): {
   };
 }
 
-/** Decides an admission given the Run's existing admission event (or null). */
-export function decideAdmission(existing: RunEventOf<'run.admitted'> | null, cmd: AdmitCommand): AdmissionDecision {
+/**
+ * Decides an admission from the facts of the Run the message names (its id is derived from the
+ * conversation and `clientMessageId`, see {@link admissionIds}):
+ * - nothing admitted yet: `[run.admitted]`, with the deadline `now + deadlineSeconds`;
+ * - admitted with the same content: `[]` (the caller answers with the existing ids);
+ * @throws MessageConflict when admitted with other content.
+ */
+export function decide(facts: RunFacts, cmd: AdmissionTrigger, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
-  if (existing) {
-    if (existing.data.message.contentSha256 === contentSha256) return { kind: 'existing', event: existing };
-    return {
-      kind: 'conflict',
-      event: existing,
-      reason: `clientMessageId "${cmd.clientMessageId}" was already admitted in this conversation with different content`,
-    };
+  if (facts.admitted) {
+    if (facts.admitted.message.contentSha256 === contentSha256) return [];
+    throw new MessageConflict(cmd.clientMessageId, 'content');
   }
   const { messageId, runId } = admissionIds(cmd.conversationId, cmd.clientMessageId);
   const { deadlineSeconds, ...limits } = cmd.limits;
-  const event = makeEvent(
-    'run.admitted',
-    { runId, conversationId: cmd.conversationId, correlationId: messageId, causationId: cmd.requestId },
-    'admission',
-    {
-      message: { messageId, clientMessageId: cmd.clientMessageId, content: cmd.content, contentSha256 },
-      grant: cmd.grant,
-      limits: { ...limits, deadlineAt: new Date(cmd.now.getTime() + deadlineSeconds * 1000).toISOString() },
-    },
-    cmd.now,
-  );
-  return { kind: 'admit', event };
+  return [
+    makeEvent(
+      'run.admitted',
+      { runId, conversationId: cmd.conversationId, correlationId: messageId, causationId: cmd.requestId },
+      'admission',
+      {
+        message: { messageId, clientMessageId: cmd.clientMessageId, content: cmd.content, contentSha256 },
+        grant: cmd.grant,
+        limits: { ...limits, deadlineAt: new Date(now.getTime() + deadlineSeconds * 1000).toISOString() },
+      },
+      now,
+    ),
+  ];
 }

@@ -1,33 +1,52 @@
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, decideAdmission, type AdmitCommand } from '@runplane/app-admission';
+import { admissionIds, decide, MessageConflict, type PostMessage } from '@runplane/app-admission';
+import { sha256Hex } from '@runplane/contracts';
+import { emptyFacts } from '@runplane/run-facts';
+import { spec } from '../../../test/support/decider-spec.js';
 
-const cmd = (over: Partial<AdmitCommand> = {}): AdmitCommand => ({
+const admission = spec(decide);
+const post = (over: Partial<PostMessage> = {}): PostMessage => ({
+  type: 'PostMessage',
   conversationId: 'conv-1',
   clientMessageId: 'client-1',
   content: 'Compare SPY and QQQ',
   grant: { tools: ['list_funds'], model: 'm' },
   limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
-  now: new Date('2026-01-01T00:00:00Z'),
   requestId: 'req-1',
   ...over,
 });
+const { runId, messageId } = admissionIds('conv-1', 'client-1');
 
 describe('admission decide (K1)', () => {
-  it('given no admission, when a message arrives, then one Run is admitted with ids derived from the client id', () => {
-    const d = decideAdmission(null, cmd());
-    expect(d.kind).toBe('admit');
-    expect(d.event.runId).toBe(admissionIds('conv-1', 'client-1').runId);
-    expect(d.event.data.limits.deadlineAt).toBe('2026-01-01T00:01:00.000Z');
+  it('given no admission, when a message arrives, then one Run is admitted with ids derived from the client id and the deadline from the clock', () => {
+    const [e] = admission
+      .given([])
+      .when(post(), new Date('2026-01-01T00:00:00Z'))
+      .then([
+        {
+          type: 'run.admitted',
+          data: {
+            message: { messageId, clientMessageId: 'client-1', content: 'Compare SPY and QQQ', contentSha256: sha256Hex('Compare SPY and QQQ') },
+            grant: { tools: ['list_funds'], model: 'm' },
+            limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
+          },
+        },
+      ]);
+    expect(e!.runId).toBe(runId);
   });
 
-  it('given an admission, when the same id and text arrive again, then the existing Run is returned', () => {
-    const first = decideAdmission(null, cmd());
-    expect(decideAdmission(first.event, cmd({ now: new Date('2026-01-02T00:00:00Z'), requestId: 'req-2' }))).toEqual({ kind: 'existing', event: first.event });
+  const admitted = () => {
+    const [e] = decide(emptyFacts(runId), post(), new Date('2026-01-01T00:00:00Z'));
+    return [{ seq: 1, subject: `rp.run.${runId}.admission`, event: e! }];
+  };
+
+  it('given an admission, when the same id and text arrive again, then nothing is appended (the caller returns the existing ids)', () => {
+    admission.given(admitted()).when(post({ requestId: 'req-2' }), new Date('2026-01-02T00:00:00Z')).thenNothing();
   });
 
-  it('given an admission, when the same id arrives with other text, then it is a conflict', () => {
-    const first = decideAdmission(null, cmd());
-    expect(decideAdmission(first.event, cmd({ content: 'other' })).kind).toBe('conflict');
+  it('given an admission, when the same id arrives with other text, then it is a conflict that names the field', () => {
+    admission.given(admitted()).when(post({ content: 'other' })).thenThrows(MessageConflict);
+    admission.given(admitted()).when(post({ content: 'other' })).thenThrows(/different content/);
   });
 
   it('the same client id in two conversations names two Runs; the same pair always the same Run', () => {

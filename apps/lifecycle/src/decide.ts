@@ -17,8 +17,16 @@ const FAILURE_REASONS: Record<string, string> = {
   deadline: 'the Run reached its deadline without an answer',
 };
 
-/** Decides the Run's settlement, or nothing yet (not finished, answer not yet published, already settled). */
-export function decideSettlement(facts: RunFacts): RunEvent[] {
+/** What wakes the lifecycle: a fact that may complete the Run (the runtime stopping, the answer published). */
+export type LifecycleTrigger = { type: 'Wake' };
+
+/**
+ * Decides the Run's settlement, or nothing yet (not finished, answer not yet published, already
+ * settled). Exactly one settlement per Run (K9): its id is fixed and the append expects the
+ * lifecycle subject to be empty.
+ * @param now the decision clock (the settlement's `occurredAt`).
+ */
+export function decide(facts: RunFacts, _trigger: LifecycleTrigger, now: Date): RunEvent[] {
   if (facts.settled || !facts.finished || !facts.admitted || !facts.lastEvent) return [];
   const finished = facts.finished;
   if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
@@ -38,6 +46,6 @@ export function decideSettlement(facts: RunFacts): RunEvent[] {
       passageIds,
       receipts,
       usage: usageOf(facts),
-    }),
+    }, now),
   ];
 }

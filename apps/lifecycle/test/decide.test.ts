@@ -1,7 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
-import { decideSettlement } from '@runplane/app-lifecycle';
+import { decide } from '@runplane/app-lifecycle';
+import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
+const lifecycle = spec(decide);
+const wake = { type: 'Wake' } as const;
 const answered = () =>
   new History()
     .admitted()
@@ -12,37 +15,39 @@ const answered = () =>
     .turn(2, { content: 'Answer.' })
     .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
 
-describe('lifecycle: exactly one honest settlement (K9)', () => {
+describe('lifecycle decide: exactly one honest settlement (K9)', () => {
   it('given the runtime stopped with an answer not yet published, then it waits', () => {
-    expect(decideSettlement(answered().facts)).toEqual([]);
+    lifecycle.given(answered()).when(wake).thenNothing();
   });
 
   it('given the answer published, then it settles completed with passages, receipts and usage', () => {
     const h = answered()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
-    const [settled] = decideSettlement(h.facts);
-    expect(settled?.type).toBe('run.settled');
-    expect(settled?.owner).toBe('lifecycle');
-    expect(settled?.type === 'run.settled' && settled.data).toMatchObject({
-      outcome: 'completed',
-      passageIds: ['p0'],
-      receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
-      usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
-    });
+    const [settled] = lifecycle.given(h).when(wake).then([
+      {
+        type: 'run.settled',
+        data: {
+          outcome: 'completed',
+          reason: 'answer committed in 1 passage(s)',
+          passageIds: ['p0'],
+          receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
+          usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
+        },
+      },
+    ]);
+    expect(settled!.owner).toBe('lifecycle');
   });
 
   it('given an empty-output stop, then it settles failed with the reason', () => {
     const h = new History().admitted().turn(1, { content: '' }).add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'turn 1 returned no text', answerTurn: null });
-    const [settled] = decideSettlement(h.facts);
-    expect(settled?.type === 'run.settled' && settled.data.outcome).toBe('failed');
-    expect(settled?.type === 'run.settled' && settled.data.reason).toMatch(/empty reply/);
+    lifecycle.given(h).when(wake).then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }) }]);
   });
 
   it('given a settlement already recorded, then it never settles again', () => {
     const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
-    const [first] = decideSettlement(h.facts);
+    const [first] = lifecycle.given(h).when(wake).then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
     h.add('run.settled', 'settlement', (first as { data: never }).data);
-    expect(decideSettlement(h.facts)).toEqual([]);
+    lifecycle.given(h).when(wake).thenNothing();
   });
 });

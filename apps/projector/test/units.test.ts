@@ -30,7 +30,7 @@ describe('ProjectorService retries', () => {
   const stored: StoredEvent = {
     seq: 3,
     subject: 't.run.r.runtime',
-    event: makeEvent('model.turn.requested', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'm' }),
+    event: makeEvent('model.turn.requested', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'm' }, new Date(0)),
   };
   /** A database whose transaction fails `failures` times, then reports the step applied. */
   const flakyDb = (failures: number) => {

@@ -20,11 +20,15 @@ export function passageIdFor(runId: string, index: number): string {
   return deterministicId(runId, 'passage', index);
 }
 
+/** What wakes publication: the runtime stopped (`run.execution.finished`). */
+export type PublicationTrigger = { type: 'Wake' };
+
 /**
  * Decides the passage commits still missing for an answered Run, then `answer.published`.
  * Returns nothing when the runtime has not stopped with an answer, or publication is done.
+ * @param now the decision clock (the events' `occurredAt`).
  */
-export function decidePublication(facts: RunFacts): RunEvent[] {
+export function decide(facts: RunFacts, _trigger: PublicationTrigger, now: Date): RunEvent[] {
   const finished = facts.finished;
   if (!finished || finished.reason !== 'answered' || finished.answerTurn === null || facts.answer || !facts.lastEvent) return [];
   const turn = facts.turns.find((t) => t.turn === finished.answerTurn)?.completed;
@@ -43,7 +47,7 @@ export function decidePublication(facts: RunFacts): RunEvent[] {
         text,
         sourceTurn: finished.answerTurn!,
         sha256: sha256Hex(text),
-      }),
+      }, now),
     );
   });
   if (texts.length === 0) return events;
@@ -52,7 +56,7 @@ export function decidePublication(facts: RunFacts): RunEvent[] {
       passageIds: texts.map((_, i) => passageIdFor(facts.runId, i)),
       characters: texts.reduce((n, t) => n + t.length, 0),
       sourceTurn: finished.answerTurn,
-    }),
+    }, now),
   );
   return events;
 }

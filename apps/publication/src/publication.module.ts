@@ -1,23 +1,10 @@
-import { Controller, Module } from '@nestjs/common';
-import { EventPattern, Payload } from '@nestjs/microservices';
-import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
+import { Module } from '@nestjs/common';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { decideAndAppend, HealthModule } from '@runplane/service-kit';
-import { decidePublication } from './decide.js';
+import { HealthModule } from '@runplane/service-kit';
 import { ObserversController } from './observers.controller.js';
+import { PassagesController } from './passages.controller.js';
 
-/** Commits passages once the runtime has stopped with an answer. */
-@Controller()
-export class PassagesController {
-  constructor(private readonly log: EventLog) {}
-
-  @EventPattern('run.execution.finished')
-  async onExecutionFinished(@Payload() stored: StoredEvent): Promise<void> {
-    await decideAndAppend(this.log, stored.event.runId, 'publication', decidePublication);
-  }
-}
-
+/** Wires publication: the event log, passage commits and the observers' HTTP endpoints. */
 @Module({
   imports: [EventLogModule.forService('publication'), HealthModule],
   controllers: [PassagesController, ObserversController],

@@ -1,20 +1,24 @@
 /**
- * The runtime's next step for a Run, decided from its folded facts alone (never from memory), so
- * a restarted or redelivered handler decides the same (K10, K11). The runtime never settles a Run
- * (K9): when it stops it records why, and the lifecycle settles.
+ * The runtime's decider: `decide(facts, trigger, now) -> RunEvent[]`, pure, decided from the
+ * Run's folded facts alone (never from memory), so a restarted or redelivered handler decides the
+ * same (K10, K11). The side effect, one model request, is not made here: the adapter makes it
+ * only when this decider's `model.turn.requested` was appended by that adapter, and hands the
+ * outcome back as a `ModelTurnEnded` trigger. The runtime never settles a Run (K9): when it stops
+ * it records why (`run.execution.finished`), and the lifecycle settles.
  */
-import type { ExecutionStopReason, ProposedToolCall } from '@runplane/contracts';
-import { lastTurn, type RunFacts } from '@runplane/run-facts';
+import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent } from '@runplane/contracts';
+import { lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
 
-export type RuntimeStep =
-  /** Nothing to do: not admitted, already stopped, a turn in flight, or waiting for receipts. */
-  | { kind: 'none'; why: string }
-  /** Call the model for this turn (appending `model.turn.requested` first). */
-  | { kind: 'request-turn'; turn: number }
-  /** A completed turn's tool calls that were not yet proposed (repair after a crash). */
-  | { kind: 'propose'; turn: number; calls: ProposedToolCall[] }
-  /** Stop executing, recording why; `answerTurn` is the turn holding the answer. */
-  | { kind: 'finish'; reason: ExecutionStopReason; detail: string; answerTurn: number | null };
+/** The outcome of one model request, as the model client reports it. */
+export type ModelTurnResult =
+  | { ok: true; turn: Omit<EventData<'model.turn.completed'>, 'turn'> }
+  | { ok: false; error: EventData<'model.turn.failed'>['error'] };
+
+export type RuntimeTrigger =
+  /** Something happened on the Run (admission, a receipt, a redelivery): take the next step. */
+  | { type: 'Wake'; model: string }
+  /** The model request of `turn` ended with `result`. */
+  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult };
 
 /** True for text with nothing visible: whitespace, zero-width and other format characters only. */
 export function isBlank(text: string): boolean {
@@ -22,40 +26,74 @@ export function isBlank(text: string): boolean {
 }
 
 /**
- * Decides the next step.
- * @param now current time, compared with the Run's `deadlineAt`.
+ * Decides the runtime's events for a trigger.
+ * - `Wake`: request the next model turn (`model.turn.requested`) when every tool call of the last
+ *   turn has a receipt, the deadline has not passed and model requests remain; stop
+ *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
+ *   propose tool calls a crash left unproposed; nothing while a turn is in flight or receipts are
+ *   missing (a turn is never requested twice).
+ * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
+ *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
+ *   truncated reply: K9; a failure). Nothing when the turn is not the one in flight.
+ * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
-export function decideRuntimeStep(facts: RunFacts, now: Date): RuntimeStep {
-  if (!facts.admitted) return { kind: 'none', why: 'not admitted' };
-  if (facts.finished || facts.settled) return { kind: 'none', why: 'execution already stopped' };
-  const { limits } = facts.admitted;
+export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
+  if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled) return [];
+  return trigger.type === 'Wake' ? onWake(facts, trigger.model, now) : onTurnEnded(facts, trigger.turn, trigger.result, now);
+}
+
+function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
+  const { limits } = facts.admitted!;
+  const ctx = contextFrom(facts.lastEvent!);
   const last = lastTurn(facts);
-  if (last && !last.completed && !last.failed) return { kind: 'none', why: `turn ${last.turn} in flight` };
-  if (last?.failed) {
-    return { kind: 'finish', reason: 'model-error', detail: `turn ${last.turn}: ${last.failed.error.message}`, answerTurn: null };
-  }
+  if (last && !last.completed && !last.failed) return [];
+  if (last?.failed) return [finished(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
   if (last?.completed) {
     const done = last.completed;
-    if (done.toolCalls.length > 0) {
-      const missing = done.toolCalls.filter((c) => !facts.toolCalls.has(c.toolCallId));
-      if (missing.length > 0) return { kind: 'propose', turn: last.turn, calls: missing };
-      const waiting = done.toolCalls.filter((c) => !facts.toolCalls.get(c.toolCallId)?.receipt);
-      if (waiting.length > 0) return { kind: 'none', why: `waiting for ${waiting.length} receipt(s)` };
-    } else if (done.finishReason === 'length') {
-      return { kind: 'finish', reason: 'truncated-output', detail: `turn ${last.turn} stopped at the length limit`, answerTurn: null };
-    } else if (done.finishReason !== 'stop') {
-      return { kind: 'finish', reason: 'incomplete-output', detail: `turn ${last.turn} ended with finish_reason=${done.finishReason}, not a finished answer`, answerTurn: null };
-    } else if (isBlank(done.content)) {
-      return { kind: 'finish', reason: 'empty-output', detail: `turn ${last.turn} returned no text`, answerTurn: null };
-    } else {
-      return { kind: 'finish', reason: 'answered', detail: `answer in turn ${last.turn}`, answerTurn: last.turn };
-    }
+    if (done.toolCalls.length === 0) return [stopAfter(facts, last, now)];
+    const missing = done.toolCalls.filter((c) => !facts.toolCalls.has(c.toolCallId));
+    if (missing.length > 0) return missing.map((c) => makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: last.turn }, now));
+    if (done.toolCalls.some((c) => !facts.toolCalls.get(c.toolCallId)?.receipt)) return [];
   }
-  if (now.getTime() >= Date.parse(limits.deadlineAt)) {
-    return { kind: 'finish', reason: 'deadline', detail: `deadline ${limits.deadlineAt} passed`, answerTurn: null };
-  }
+  if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
   if (facts.turns.length >= limits.maxModelRequests) {
-    return { kind: 'finish', reason: 'model-request-limit', detail: `${facts.turns.length} of ${limits.maxModelRequests} model requests used`, answerTurn: null };
+    return [finished(facts, now, 'model-request-limit', `${facts.turns.length} of ${limits.maxModelRequests} model requests used`, null)];
   }
-  return { kind: 'request-turn', turn: facts.turns.length + 1 };
+  const turn = facts.turns.length + 1;
+  return [makeEvent('model.turn.requested', ctx, turn, { turn, model }, now)];
+}
+
+function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, now: Date): RunEvent[] {
+  const last = lastTurn(facts);
+  if (!last || last.turn !== turnNo || last.completed || last.failed) return [];
+  const ctx = contextFrom(facts.lastEvent!);
+  if (!result.ok) {
+    return [
+      makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now),
+      finished(facts, now, 'model-error', `turn ${turnNo}: ${result.error.message}`, null),
+    ];
+  }
+  const completed = { turn: turnNo, ...result.turn };
+  const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
+  if (completed.toolCalls.length > 0) {
+    for (const c of completed.toolCalls) events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
+    return events;
+  }
+  events.push(stopAfter(facts, { ...last, completed }, now));
+  return events;
+}
+
+/** The stop that a completed turn without tool calls means: an answer, or why it is not one (K9). */
+function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
+  const done = turn.completed!;
+  if (done.finishReason === 'length') return finished(facts, now, 'truncated-output', `turn ${turn.turn} stopped at the length limit`, null);
+  if (done.finishReason !== 'stop') {
+    return finished(facts, now, 'incomplete-output', `turn ${turn.turn} ended with finish_reason=${done.finishReason}, not a finished answer`, null);
+  }
+  if (isBlank(done.content)) return finished(facts, now, 'empty-output', `turn ${turn.turn} returned no text`, null);
+  return finished(facts, now, 'answered', `answer in turn ${turn.turn}`, turn.turn);
+}
+
+function finished(facts: RunFacts, now: Date, reason: ExecutionStopReason, detail: string, answerTurn: number | null): RunEvent {
+  return makeEvent('run.execution.finished', contextFrom(facts.lastEvent!), 'finished', { reason, detail, answerTurn }, now);
 }

@@ -4,7 +4,7 @@
  * (K7). Errors are classified for the `model.turn.failed` fact.
  */
 import OpenAI from 'openai';
-import type { EventData } from '@runplane/contracts';
+import type { ModelTurnResult } from './decide.js';
 
 export interface ModelClientOptions {
   baseURL: string;
@@ -14,9 +14,6 @@ export interface ModelClientOptions {
   timeoutMs: number;
 }
 
-export type TurnResult =
-  | { ok: true; turn: Omit<EventData<'model.turn.completed'>, 'turn'> }
-  | { ok: false; error: EventData<'model.turn.failed'>['error'] };
 
 /** Makes a model-chosen tool call id safe as a Runplane id and unique within the Run. */
 export function runToolCallId(turn: number, index: number, raw: string | undefined): string {
@@ -44,7 +41,7 @@ export class ModelClient {
     messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
     tools: OpenAI.Chat.Completions.ChatCompletionTool[],
     onDelta: (text: string) => void,
-  ): Promise<TurnResult> {
+  ): Promise<ModelTurnResult> {
     try {
       const stream = await this.client.chat.completions.create({
         model: this.opts.model,
@@ -55,7 +52,7 @@ export class ModelClient {
       });
       let content = '';
       let finishReason = '';
-      let usage: EventData<'model.turn.completed'>['usage'] = null;
+      let usage: Extract<ModelTurnResult, { ok: true }>['turn']['usage'] = null;
       const calls = new Map<number, { id?: string; name: string; args: string }>();
       for await (const chunk of stream) {
         if (chunk.usage) {
@@ -93,7 +90,7 @@ export class ModelClient {
 }
 
 /** Maps an openai client error to the recorded failure kind. */
-export function classify(e: unknown): EventData<'model.turn.failed'>['error'] {
+export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['error'] {
   if (e instanceof OpenAI.APIConnectionTimeoutError) return { kind: 'timeout', status: null, message: e.message };
   if (e instanceof OpenAI.APIConnectionError) return { kind: 'connection', status: null, message: e.message };
   if (e instanceof OpenAI.APIError) return { kind: 'http', status: typeof e.status === 'number' ? e.status : null, message: e.message };

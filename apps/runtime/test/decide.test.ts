@@ -1,41 +1,47 @@
 import { describe, expect, it } from '@jest/globals';
-import { buildMessages, decideRuntimeStep, toolDefinitions } from '@runplane/app-runtime';
+import { buildMessages, decide, toolDefinitions, type ModelTurnResult } from '@runplane/app-runtime';
+import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
-const now = new Date('2026-01-01T00:00:00Z');
+const runtime = spec(decide);
+const wake = { type: 'Wake', model: 'm' } as const;
+const ended = (turn: number, result: ModelTurnResult) => ({ type: 'ModelTurnEnded', turn, result }) as const;
+const reply = (content: string, extra: Partial<Extract<ModelTurnResult, { ok: true }>['turn']> = {}): ModelTurnResult => ({
+  ok: true,
+  turn: { content, toolCalls: [], finishReason: 'stop', usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 }, ...extra },
+});
+const requested = (turn: number) => ({ type: 'model.turn.requested', data: { turn, model: 'm' } }) as const;
+const finished = (reason: string, answerTurn: number | null = null) =>
+  ({ type: 'run.execution.finished', data: { reason, detail: expect.any(String), answerTurn } }) as never;
 
-describe('runtime decide: the next step comes from the folded log alone', () => {
-  it('given nothing admitted, when deciding, then there is nothing to do', () => {
-    expect(decideRuntimeStep(new History().facts, now).kind).toBe('none');
+describe('runtime decide, Wake: the next step comes from the folded log alone', () => {
+  it('given nothing admitted, when woken, then nothing', () => {
+    runtime.given(new History()).when(wake).thenNothing();
   });
 
-  it('given an admitted Run, when deciding, then it requests turn 1', () => {
-    expect(decideRuntimeStep(new History().admitted().facts, now)).toEqual({ kind: 'request-turn', turn: 1 });
+  it('given an admitted Run, when woken, then it requests turn 1', () => {
+    runtime.given(new History().admitted()).when(wake).then([requested(1)]);
   });
 
-  it('given a turn requested but not completed, then it waits (never calls the model twice for one turn)', () => {
-    const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' });
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'none', why: 'turn 1 in flight' });
+  it('given a turn requested but not completed, when woken again, then nothing (never calls the model twice for one turn)', () => {
+    runtime.given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' })).when(wake).thenNothing();
   });
 
-  it('given a completed turn whose tool calls were not proposed (crash), then it proposes the missing ones', () => {
+  it('given a completed turn whose tool calls were not all proposed (crash), then it proposes the missing ones', () => {
     const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'get_holdings' }] }).proposed(1, 'a', 'list_funds');
-    const step = decideRuntimeStep(h.facts, now);
-    expect(step.kind).toBe('propose');
-    expect(step.kind === 'propose' && step.calls.map((c) => c.toolCallId)).toEqual(['b']);
+    runtime.given(h).when(wake).then([{ type: 'tool.call.proposed', data: { toolCallId: 'b', name: 'get_holdings', argumentsText: '{}', turn: 1 } }]);
   });
 
   it('given proposals without receipts, then it waits; given every receipt (even failed), then it requests the next turn (K8)', () => {
     const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'get_holdings' }] }).proposed(1, 'a', 'list_funds').proposed(1, 'b', 'get_holdings');
     h.dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'none', why: 'waiting for 1 receipt(s)' });
+    runtime.given(h).when(wake).thenNothing();
     h.receipt('b', 'get_holdings', 'failed');
-    expect(decideRuntimeStep(h.facts, now)).toEqual({ kind: 'request-turn', turn: 2 });
+    runtime.given(h).when(wake).then([requested(2)]);
   });
 
-  it('given a final text turn, then it finishes answered with that turn', () => {
-    const h = new History().admitted().turn(1, { content: 'The answer.' });
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason: 'answered', answerTurn: 1 });
+  it('given a completed final text turn without a stop recorded (crash), then it finishes answered with that turn', () => {
+    runtime.given(new History().admitted().turn(1, { content: 'The answer.' })).when(wake).then([finished('answered', 1)]);
   });
 
   it.each([
@@ -43,29 +49,86 @@ describe('runtime decide: the next step comes from the folded log alone', () => 
     ['a length-truncated reply', { content: 'Half an ans', finishReason: 'length' }, 'truncated-output'],
     ['a reply stopped by a content filter', { content: 'SPY and QQQ share 88 holdings, and the', finishReason: 'content_filter' }, 'incomplete-output'],
     ['a reply of zero-width characters only', { content: '\u200B\u200D \uFEFF' }, 'empty-output'],
-  ])('given %s, then it finishes without an answer (K9)', (_n, reply, reason) => {
-    const h = new History().admitted().turn(1, reply);
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason, answerTurn: null });
+  ])('given %s, then it finishes without an answer (K9)', (_n, r, reason) => {
+    runtime.given(new History().admitted().turn(1, r)).when(wake).then([finished(reason)]);
   });
 
   it('given a failed turn, then it finishes with model-error (no silent retry)', () => {
     const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }).add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } });
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason: 'model-error' });
+    runtime.given(h).when(wake).then([finished('model-error')]);
   });
 
   it('given the model-request limit used up, then it finishes instead of calling again', () => {
     const h = new History().admitted({ maxModelRequests: 1 }).turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds').dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason: 'model-request-limit' });
+    runtime.given(h).when(wake).then([finished('model-request-limit')]);
   });
 
-  it('given the deadline passed, then it finishes with deadline', () => {
-    const h = new History().admitted({ deadlineAt: '2025-12-31T00:00:00.000Z' });
-    expect(decideRuntimeStep(h.facts, now)).toMatchObject({ kind: 'finish', reason: 'deadline' });
+  it('given the deadline passed, then it finishes with deadline (the clock is the one passed in)', () => {
+    const h = new History().admitted({ deadlineAt: '2026-06-01T00:00:00.000Z' });
+    runtime.given(h).when(wake, new Date('2026-06-01T00:00:00.000Z')).then([finished('deadline')]);
+    runtime.given(h).when(wake, new Date('2026-05-31T23:59:59.999Z')).then([requested(1)]);
   });
 
   it('given a finished Run, then nothing more happens', () => {
     const h = new History().admitted().turn(1, { content: 'x' }).add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
-    expect(decideRuntimeStep(h.facts, now).kind).toBe('none');
+    runtime.given(h).when(wake).thenNothing();
+  });
+});
+
+describe('runtime decide, ModelTurnEnded: the model\'s reply is recorded exactly once', () => {
+  const inFlight = () => new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' });
+
+  it('given turn 1 in flight, when it ends with text, then the turn is completed and execution finishes answered', () => {
+    runtime
+      .given(inFlight())
+      .when(ended(1, reply('The answer.')))
+      .then([
+        { type: 'model.turn.completed', data: { turn: 1, content: 'The answer.', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 } } },
+        finished('answered', 1),
+      ]);
+  });
+
+  it('given turn 1 in flight, when it ends with tool calls, then the turn and one proposal per call are recorded', () => {
+    const calls = [
+      { toolCallId: 't1-0-a', name: 'list_funds', argumentsText: '{}' },
+      { toolCallId: 't1-1-b', name: 'get_holdings', argumentsText: '{"fund":"SPY"}' },
+    ];
+    const events = runtime.given(inFlight()).when(ended(1, reply('', { toolCalls: calls, finishReason: 'tool_calls' }))).then([
+      { type: 'model.turn.completed', data: expect.objectContaining({ turn: 1, toolCalls: calls }) },
+      { type: 'tool.call.proposed', data: { ...calls[0]!, turn: 1 } },
+      { type: 'tool.call.proposed', data: { ...calls[1]!, turn: 1 } },
+    ]);
+    expect(events.every((e) => e.owner === 'runtime')).toBe(true);
+  });
+
+  it('given turn 1 in flight, when the request failed, then the failure is recorded and execution stops with model-error', () => {
+    runtime
+      .given(inFlight())
+      .when(ended(1, { ok: false, error: { kind: 'timeout', status: null, message: 'timed out' } }))
+      .then([{ type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } }, finished('model-error')]);
+  });
+
+  it('given turn 1 in flight, when it ends cut at the length limit, then it is recorded and never taken as an answer (K9)', () => {
+    runtime.given(inFlight()).when(ended(1, reply('Half', { finishReason: 'length' }))).then([
+      { type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) },
+      finished('truncated-output'),
+    ]);
+  });
+
+  it('given turn 1 already completed, when its end is reported again, then nothing (recorded once)', () => {
+    runtime.given(new History().admitted().turn(1, { content: 'A' })).when(ended(1, reply('A'))).thenNothing();
+  });
+
+  it('given turn 2 in flight, when turn 1 is reported, then nothing', () => {
+    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds').dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
+    h.add('model.turn.requested', 2, { turn: 2, model: 'm' });
+    runtime.given(h).when(ended(1, reply('late'))).thenNothing();
+  });
+
+  it('emits events stamped with the decision clock', () => {
+    const at = new Date('2026-03-04T05:06:07.000Z');
+    const [e] = runtime.given(inFlight()).when(ended(1, reply('x')), at).then([expect.anything() as never, expect.anything() as never]);
+    expect(e!.occurredAt).toBe(at.toISOString());
   });
 });
 

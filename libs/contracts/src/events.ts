@@ -181,6 +181,15 @@ export type EventType = keyof typeof EventCatalog;
 export const EventTypes = Object.keys(EventCatalog) as EventType[];
 export type EventData<T extends EventType> = z.infer<(typeof EventCatalog)[T]['data']>;
 
+/** The writer of an event: which service, which process instance (random per process start). */
+export const Writer = z.object({
+  service: z.string().min(1).max(64),
+  instance: z.string().min(1).max(64),
+  /** Fencing epoch of the lease the event was written under ([3]); absent while leases do not exist. */
+  epoch: z.number().int().nonnegative().optional(),
+});
+export type Writer = z.infer<typeof Writer>;
+
 /** Envelope fields shared by every event. */
 export const EnvelopeFields = z.object({
   /** Deterministic UUID (see `eventId()`); also the `Nats-Msg-Id` used for de-duplication. */
@@ -195,6 +204,16 @@ export const EnvelopeFields = z.object({
   causationId: z.string().nullable(),
   /** Correlates every event of one admitted Message: the Run's admitting messageId. */
   correlationId: z.string(),
+  /**
+   * Stream sequence of the previous event on this event's subject, as the conditional append
+   * expected it (0 = the first on its subject). The server refuses an append whose expectation is
+   * wrong, so every subject is a verified back-linked chain: a Run is read by following these
+   * links from each subject's last event (docs/event-log.md). Stamped by `EventLog.append`;
+   * absent only in events written before it existed.
+   */
+  prevSeq: z.number().int().nonnegative().optional(),
+  /** Who appended the event: service, process instance and (with leases, [3]) fencing epoch. Stamped by `EventLog.append`. */
+  writer: Writer.optional(),
 });
 
 function envelopeOf<T extends EventType>(type: T) {

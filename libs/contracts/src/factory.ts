@@ -28,7 +28,9 @@ export interface EventContext {
 
 /**
  * Creates a validated event. `key` names the decision within the Run (e.g. the turn number or
- * tool call id) so that `eventId = v5(runId/type/key)` is stable across retries.
+ * tool call id) so that `eventId = v5(runId/type/key)` is stable across retries. `now` is the
+ * decision's clock (deciders receive it; nothing here reads the time). `prevSeq` and `writer` are
+ * stamped later, by the append.
  * @throws ZodError when `data` does not match the type's schema.
  */
 export function makeEvent<T extends EventType>(
@@ -36,7 +38,7 @@ export function makeEvent<T extends EventType>(
   ctx: EventContext,
   key: string | number,
   data: EventData<T>,
-  now: Date = new Date(),
+  now: Date,
 ): RunEventOf<T> {
   const entry = EventCatalog[type];
   const event = {

@@ -20,18 +20,18 @@ describe('event catalogue', () => {
   });
 
   it('rejects an event whose owner is not its type\'s owner, and bad data, with a reason', () => {
-    const ok = makeEvent('run.execution.finished', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { reason: 'answered', detail: '', answerTurn: 1 });
+    const ok = makeEvent('run.execution.finished', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { reason: 'answered', detail: '', answerTurn: 1 }, new Date(0));
     expect(RunEvent.safeParse(ok).success).toBe(true);
     expect(RunEvent.safeParse({ ...ok, owner: 'lifecycle' }).success).toBe(false);
     expect(RunEvent.safeParse({ ...ok, data: { reason: 'because' } }).success).toBe(false);
-    expect(() => makeEvent('run.settled', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { outcome: 'done' } as never)).toThrow();
+    expect(() => makeEvent('run.settled', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { outcome: 'done' } as never, new Date(0))).toThrow();
   });
 
   it('derives the same event id for the same decision, another for another', () => {
     const ctx = { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null };
-    const a = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'x' });
+    const a = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'x' }, new Date(5));
     const b = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'x' }, new Date(0));
-    const c = makeEvent('model.turn.requested', ctx, 2, { turn: 2, model: 'x' });
+    const c = makeEvent('model.turn.requested', ctx, 2, { turn: 2, model: 'x' }, new Date(0));
     expect(a.eventId).toBe(b.eventId);
     expect(a.eventId).not.toBe(c.eventId);
   });

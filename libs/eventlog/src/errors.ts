@@ -1,13 +1,24 @@
 /**
- * The append was rejected because the writer's view of its subject is stale: another write
- * landed first (JetStream API code 10071, "wrong last sequence"). The writer must re-read the
- * Run's events and decide again; it must not retry the same append blindly (K6).
+ * Why an append was refused:
+ * - `wrong-last-sequence`: the writer's view of its subject is stale, another write landed first
+ *   (JetStream API code 10071);
+ * - `decided-elsewhere`: JetStream reported the event id as a duplicate and the stored message is
+ *   not this append's own earlier attempt: the same decision was recorded by another writer (or
+ *   an earlier execution), so its side effect must not run here.
+ */
+export type AppendConflictKind = 'wrong-last-sequence' | 'decided-elsewhere';
+
+/**
+ * The append was refused (see {@link AppendConflictKind}). The writer must re-read the Run's
+ * events and decide again; it must not retry the same append blindly, nor run the decision's
+ * side effect (K5, K6).
  */
 export class AppendConflict extends Error {
   constructor(
     readonly subject: string,
     readonly expectedLastSubjectSeq: number,
     detail: string,
+    readonly kind: AppendConflictKind = 'wrong-last-sequence',
   ) {
     super(`append to ${subject} conflicted (expected last subject sequence ${expectedLastSubjectSeq}): ${detail}`);
     this.name = 'AppendConflict';

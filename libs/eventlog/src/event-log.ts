@@ -1,4 +1,6 @@
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { randomUUID } from 'node:crypto';
+import { connect, errors as natsErrors, RequestError, type NatsConnection } from '@nats-io/transport-node';
+import pRetry, { AbortError } from 'p-retry';
 import {
   AckPolicy,
   DeliverPolicy,
@@ -9,7 +11,7 @@ import {
   type JetStreamManager,
   type JsMsg,
 } from '@nats-io/jetstream';
-import { RunEvent, type Owner, type StoredEvent } from '@runplane/contracts';
+import { Owner, RunEvent, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, InvalidStoredEvent } from './errors.js';
 import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
 
@@ -22,14 +24,44 @@ export interface EventLogOptions {
   /** NATS user and password, when the server requires them. */
   user?: string;
   pass?: string;
+  /**
+   * How long an append whose outcome is unknown (publish timed out, NATS restarting) is retried
+   * with the same event id before the error propagates, in ms (default 30,000).
+   */
+  appendRetryMs?: number;
 }
 
-/** Result of an append: where the event landed. */
+/** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
 export interface AppendResult {
   seq: number;
+  stored: StoredEvent;
+  /**
+   * True when an earlier attempt of this very append (same event id, same process) had been
+   * stored although its acknowledgement was lost (timeout, NATS restart): it counts as stored.
+   */
+  recovered: boolean;
+}
+
+/** What {@link EventLog.catchUp} found: the Run's events after what the caller knew, and each subject's last sequence. */
+export interface CatchUp {
+  /** New events in stream order. */
+  events: StoredEvent[];
+  /** Last sequence of each owner's subject (0 = empty), as of the read. */
+  lasts: Record<Owner, number>;
+  /** True when the back-links could not be followed and the Run was read in full by a scan instead (`events` is then the whole Run). */
+  full: boolean;
+}
+
+/** True for errors after which the outcome of a publish is unknown and the same publish may be retried. */
+export function isTransientNatsError(e: unknown): boolean {
+  if (e instanceof natsErrors.TimeoutError || (e instanceof Error && e.name === 'JetStreamNotEnabled')) return true; // no responders: JetStream restarting
+  if (e instanceof RequestError) return true;
+  if (e instanceof JetStreamApiError) return e.status === 503 || e.code === 10008;
+  return false;
 }
 
 const WRONG_LAST_SEQUENCE = 10071;
+const OWNERS = Owner.options;
 const DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000;
 
 /** Decodes and validates one stream message as a Runplane event whose owner matches its subject. */
@@ -59,12 +91,19 @@ export class EventLog {
   /** Called for every stored message that is not a valid event while reading (default: a warning on stderr). */
   onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: skipping ${e.message}\n`);
 
+  /** Stamped on every event this log appends: the service and this process's instance id. */
+  readonly writer: Writer;
+
   private constructor(
     readonly nc: NatsConnection,
     readonly js: JetStreamClient,
     readonly jsm: JetStreamManager,
     readonly space: SubjectSpace,
-  ) {}
+    service: string,
+    private readonly appendRetryMs: number,
+  ) {
+    this.writer = { service, instance: randomUUID() };
+  }
 
   /**
    * Connects to NATS and makes sure the stream exists.
@@ -79,7 +118,7 @@ export class EventLog {
     });
     try {
       const jsm = await jetstreamManager(nc);
-      const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix });
+      const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix }, opts.name ?? 'runplane', opts.appendRetryMs ?? 30_000);
       await log.ensureStream();
       return log;
     } catch (e) {
@@ -124,29 +163,69 @@ export class EventLog {
 
   /**
    * Appends `event` to `<prefix>.run.<runId>.<owner>` only if that subject's last sequence is
-   * still `expectedLastSubjectSeq` (0 = the subject must be empty).
-   * @throws AppendConflict when another write landed first (re-read and decide again). That
-   * includes JetStream answering "duplicate": it checks `Nats-Msg-Id` before the expected
-   * sequence, so a duplicate means another writer already recorded this very decision, and the
-   * caller must not go on as if it had (e.g. call the model or run the tool itself).
+   * still `expectedLastSubjectSeq` (0 = the subject must be empty), stamped with `prevSeq` (that
+   * expectation: the subject's verified back-link) and this log's `writer`. K6, K11.
+   *
+   * An attempt whose outcome is unknown (timeout, NATS restarting) is retried with the same event
+   * id, with backoff, for up to `appendRetryMs`: JetStream's de-duplication by `Nats-Msg-Id`
+   * makes that safe. When JetStream answers "duplicate", the stored message is read at the
+   * sequence it names and compared: this process's own earlier attempt of this append (its
+   * acknowledgement was lost) counts as stored (`recovered`); anything else means the decision
+   * was already recorded by another writer (or an earlier execution), and the caller must not
+   * run the decision's side effect.
+   * @throws AppendConflict (`kind` `wrong-last-sequence` or `decided-elsewhere`): re-read and decide again.
+   * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
   async append(event: RunEvent, expectedLastSubjectSeq: number): Promise<AppendResult> {
     const subject = this.subjectOf(event);
+    const stamped = { ...event, prevSeq: expectedLastSubjectSeq, writer: this.writer } as RunEvent;
+    const body = JSON.stringify(stamped);
+    let attempts = 0;
+    return pRetry(
+      async () => {
+        attempts++;
+        let ack;
+        try {
+          ack = await this.js.publish(subject, body, { msgID: event.eventId, expect: { lastSubjectSequence: expectedLastSubjectSeq } });
+        } catch (e) {
+          if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
+            throw new AbortError(new AppendConflict(subject, expectedLastSubjectSeq, e.message, 'wrong-last-sequence'));
+          }
+          if (isTransientNatsError(e)) throw e;
+          throw new AbortError(e as Error);
+        }
+        const stored: StoredEvent = { seq: ack.seq, subject, event: stamped };
+        if (!ack.duplicate) return { seq: ack.seq, stored, recovered: false };
+        const existing = await this.getStored(ack.seq);
+        if (attempts > 1 && existing?.event.eventId === event.eventId && existing.event.writer?.instance === this.writer.instance) {
+          return { seq: ack.seq, stored: existing, recovered: true };
+        }
+        const by = existing?.event.writer ? `${existing.event.writer.service}/${existing.event.writer.instance}` : 'an unknown writer';
+        throw new AbortError(
+          new AppendConflict(subject, expectedLastSubjectSeq, `event ${event.eventId} is already stored at sequence ${ack.seq} by ${by}`, 'decided-elsewhere'),
+        );
+      },
+      {
+        retries: 1_000,
+        minTimeout: 100,
+        maxTimeout: 2_000,
+        factor: 2,
+        maxRetryTime: this.appendRetryMs,
+        shouldRetry: ({ error }) => isTransientNatsError(error),
+      },
+    );
+  }
+
+  /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a valid event (reported through `onInvalid`). */
+  async getStored(seq: number): Promise<StoredEvent | null> {
+    const msg = await this.jsm.direct.getMessage(this.space.stream, { seq });
+    if (!msg) return null;
     try {
-      const ack = await this.js.publish(subject, JSON.stringify(event), {
-        msgID: event.eventId,
-        expect: { lastSubjectSequence: expectedLastSubjectSeq },
-      });
-      if (ack.duplicate) {
-        throw new AppendConflict(subject, expectedLastSubjectSeq, `event ${event.eventId} is already stored at sequence ${ack.seq} (duplicate)`);
-      }
-      return { seq: ack.seq };
+      return decodeStored(msg.seq, msg.subject, msg.data);
     } catch (e) {
-      if (e instanceof AppendConflict) throw e;
-      if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
-        throw new AppendConflict(subject, expectedLastSubjectSeq, e.message);
-      }
-      throw e;
+      if (!(e instanceof InvalidStoredEvent)) throw e;
+      this.onInvalid(e);
+      return null;
     }
   }
 
@@ -160,13 +239,66 @@ export class EventLog {
 
   /**
    * Every event of one Run in stream order, as of the moment of the call (from `fromSeq`).
+   * Costs one direct get per event of the Run plus one per owner subject, whatever else the
+   * stream holds (see {@link catchUp}).
    */
   async readRun(runId: string, fromSeq = 1): Promise<StoredEvent[]> {
-    // Always read the Run's subjects from the start: ephemeral consumers with a start sequence
-    // stalled intermittently under concurrency on nats-server 2.9.10 (a Run's log is small).
-    const out: StoredEvent[] = [];
-    for await (const e of this.snapshot(runFilter(this.space, runId), 1)) if (e.seq >= fromSeq) out.push(e);
-    return out;
+    return (await this.catchUp(runId, {}, fromSeq)).events;
+  }
+
+  /**
+   * The Run's events that the caller does not know yet. `known` gives, per owner subject, the
+   * last sequence the caller already holds (absent = nothing). Every event records `prevSeq`,
+   * the sequence its conditional append expected on its subject, which the server verified: so
+   * each subject is a back-linked chain, read from its last event (direct get `last_by_subj`)
+   * back to what is known (direct gets by sequence). The cost grows with the Run's new events
+   * only, never with other Runs' events, before or interleaved (docs/event-log.md). When a link
+   * cannot be followed (an event written before `prevSeq` existed, a message that is not a valid
+   * event, a purge), the Run is read whole by a filtered scan instead and `full` is true.
+   */
+  async catchUp(runId: string, known: Partial<Record<Owner, number>>, fromSeq = 1): Promise<CatchUp> {
+    const lasts = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
+    const chains = await Promise.all(OWNERS.map((owner) => this.walkBack(runSubject(this.space, runId, owner), known[owner] ?? 0, fromSeq)));
+    if (chains.every((c) => c !== null)) {
+      OWNERS.forEach((owner, i) => (lasts[owner] = chains[i]!.last));
+      const events = chains.flatMap((c) => c!.events).sort((a, b) => a.seq - b.seq);
+      return { events, lasts, full: false };
+    }
+    const events: StoredEvent[] = [];
+    for await (const e of this.snapshot(runFilter(this.space, runId), 1)) {
+      lasts[e.event.owner] = Math.max(lasts[e.event.owner], e.seq);
+      if (e.seq >= fromSeq) events.push(e);
+    }
+    return { events, lasts, full: true };
+  }
+
+  /**
+   * Follows one subject's back-links from its last event down to `stopAt` (exclusive) or below
+   * `fromSeq`; null when a link is broken. `last` is the subject's last sequence (0 = empty).
+   */
+  private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
+    let msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    if (!msg) return stopAt === 0 ? { events: [], last: 0 } : null;
+    const last = msg.seq;
+    if (last < stopAt) return null;
+    const events: StoredEvent[] = [];
+    while (msg.seq > stopAt && msg.seq >= fromSeq) {
+      let stored: StoredEvent;
+      try {
+        stored = decodeStored(msg.seq, msg.subject, msg.data);
+      } catch (e) {
+        if (!(e instanceof InvalidStoredEvent)) throw e;
+        return null; // the scan that follows reads (and reports) it
+      }
+      events.push(stored);
+      const prev = stored.event.prevSeq;
+      if (prev === undefined || prev >= msg.seq || (prev < stopAt && prev >= fromSeq)) return null;
+      if (prev === 0 || prev === stopAt || prev < fromSeq) break;
+      const next = await this.jsm.direct.getMessage(this.space.stream, { seq: prev });
+      if (!next || next.subject !== subject) return null;
+      msg = next;
+    }
+    return { events, last };
   }
 
   /**

@@ -2,9 +2,6 @@ import { Objm, type ObjectStore } from '@nats-io/obj';
 import { sha256Hex, type ResultRef } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
 
-/** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
-export const INLINE_RESULT_LIMIT = 16 * 1024;
-
 /**
  * Content-addressed store for large tool results: a JetStream object store bucket
  * `<prefix>_results`, keyed by the sha256 of the JSON. Receipts carry a {@link ResultRef}
@@ -16,8 +13,13 @@ export class ResultStore {
     readonly bucket: string,
   ) {}
 
+  /** The bucket name for a log's subject space: `<prefix>_results`. */
+  static bucketFor(log: Pick<EventLog, 'space'>): string {
+    return `${log.space.prefix}_results`;
+  }
+
   static async open(log: EventLog): Promise<ResultStore> {
-    const bucket = `${log.space.prefix}_results`;
+    const bucket = ResultStore.bucketFor(log);
     const store = await new Objm(log.nc).create(bucket);
     return new ResultStore(store, bucket);
   }

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict, DurableConsumer, EventLog, ownerFilter } from '@runplane/eventlog';
+import { errors as natsErrors } from '@nats-io/transport-node';
+import { AppendConflict, DurableConsumer, EventLog, ownerFilter, runSubject } from '@runplane/eventlog';
 
 const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const tag = randomBytes(4).toString('hex');
@@ -13,8 +14,8 @@ const admitted = (runId: string, content = 'hello') =>
     message: { messageId: 'm1', clientMessageId: 'cm1', content, contentSha256: 'a'.repeat(64) },
     grant: { tools: ['list_funds'], model: 'm' },
     limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-  });
-const turnRequested = (runId: string, turn: number) => makeEvent('model.turn.requested', ctx(runId), turn, { turn, model: 'm' });
+  }, new Date());
+const turnRequested = (runId: string, turn: number) => makeEvent('model.turn.requested', ctx(runId), turn, { turn, model: 'm' }, new Date());
 
 beforeAll(async () => {
   log = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}` });
@@ -42,7 +43,7 @@ describe('EventLog', () => {
     const first = await log.append(e, 0);
     // JetStream checks Nats-Msg-Id before the expectation: the same decision, retried with the
     // stale or the current expectation, is refused either way
-    await expect(log.append(e, 0)).rejects.toThrow(/duplicate/);
+    await expect(log.append(e, 0)).rejects.toMatchObject({ kind: 'decided-elsewhere' });
     await expect(log.append(e, first.seq)).rejects.toBeInstanceOf(AppendConflict);
     expect(await log.readRun(runId)).toHaveLength(1);
   });
@@ -102,5 +103,92 @@ describe('EventLog', () => {
     await consumer.stop();
     expect(seen.length).toBe(2);
     expect(seen[0]).toBe(seen[1]);
+  });
+
+  it('stamps every appended event with its back-link (prevSeq) and writer', async () => {
+    const runId = `r6${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const t1 = await log.append(turnRequested(runId, 1), 0);
+    const t2 = await log.append(turnRequested(runId, 2), t1.seq);
+    const events = await log.readRun(runId);
+    expect(events.map((e) => e.event.prevSeq)).toEqual([0, 0, t1.seq]);
+    expect(events.every((e) => e.event.writer?.instance === log.writer.instance)).toBe(true);
+    expect(events.map((e) => e.seq)).toEqual([a.seq, t1.seq, t2.seq]);
+  });
+
+  it('reads a Run by its back-links, with one direct get per event and per owner subject, whatever else the stream holds', async () => {
+    const runId = `r7${tag}`;
+    let runtimeSeq = 0;
+    await log.append(admitted(runId), 0);
+    for (let turn = 1; turn <= 10; turn++) {
+      // other Runs' events interleaved within the Run's span
+      await Promise.all(Array.from({ length: 50 }, (_, i) => log.js.publish(runSubject(log.space, `other${turn}x${i}${tag}`, 'runtime'), '{}')));
+      runtimeSeq = (await log.append(turnRequested(runId, turn), runtimeSeq)).seq;
+    }
+    const direct = log.jsm.direct;
+    const original = direct.getMessage.bind(direct);
+    let gets = 0;
+    direct.getMessage = ((...args: Parameters<typeof original>) => {
+      gets++;
+      return original(...args);
+    }) as typeof direct.getMessage;
+    try {
+      const events = await log.readRun(runId);
+      expect(events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array(10).fill('model.turn.requested')]);
+      expect(gets).toBe(11 - 2 + 6); // 11 events, 2 of them are their subjects' last (found by the 6 last_by_subj gets)
+      gets = 0;
+      const known = { admission: events[0]!.seq, runtime: events[5]!.seq };
+      const more = await log.catchUp(runId, known);
+      expect(more.full).toBe(false);
+      expect(more.events.map((e) => e.seq)).toEqual(events.slice(6).map((e) => e.seq));
+      expect(more.lasts.runtime).toBe(runtimeSeq);
+      expect(gets).toBe(6 + 4); // 5 new events, the last found by its subject's last_by_subj get
+    } finally {
+      direct.getMessage = original;
+    }
+  });
+
+  it('tells its own earlier attempt whose acknowledgement was lost (stored, goes on) from another writer\'s decision (conflict)', async () => {
+    const runId = `r8${tag}`;
+    const e = admitted(runId);
+    const js = log.js;
+    const publish = js.publish.bind(js);
+    let calls = 0;
+    js.publish = (async (...args: Parameters<typeof publish>) => {
+      const ack = await publish(...args);
+      if (++calls === 1) throw new natsErrors.TimeoutError(); // the ack of the first attempt is lost
+      return ack;
+    }) as typeof js.publish;
+    try {
+      const r = await log.append(e, 0);
+      expect(r.recovered).toBe(true);
+      expect(calls).toBe(2);
+    } finally {
+      js.publish = publish;
+    }
+    expect(await log.readRun(runId)).toHaveLength(1);
+
+    const other = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'other-writer' });
+    try {
+      const t = turnRequested(runId, 1);
+      await other.append(t, 0);
+      const conflict = await log.append(t, 0).catch((x: unknown) => x);
+      expect(conflict).toBeInstanceOf(AppendConflict);
+      expect(conflict).toMatchObject({ kind: 'decided-elsewhere' });
+      expect((conflict as Error).message).toContain(other.writer.instance);
+    } finally {
+      await other.close();
+    }
+    expect(await log.readRun(runId)).toHaveLength(2);
+  });
+
+  it('falls back to a full scan when a back-link cannot be followed (an event without prevSeq)', async () => {
+    const runId = `r9${tag}`;
+    await log.append(admitted(runId), 0);
+    const legacy = turnRequested(runId, 1);
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(legacy), { msgID: legacy.eventId });
+    const read = await log.catchUp(runId, {});
+    expect(read.full).toBe(true);
+    expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
   });
 });

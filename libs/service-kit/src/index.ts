@@ -20,9 +20,8 @@ import {
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, type Owner, type RunEvent } from '@runplane/contracts';
-import { foldRun, type RunFacts } from '@runplane/run-facts';
-import { AppendConflict, EventLog, type SubjectSpace } from '@runplane/eventlog';
+import { BusConfig, envInt, HttpConfig, loadConfig, type Owner } from '@runplane/contracts';
+import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 
 /** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503. */
@@ -121,44 +120,4 @@ export function main(spec: ServiceSpec): void {
   });
 }
 
-/**
- * The handler shape every event-driven owner uses: read the Run's log, fold it, decide, and
- * append the decided events on the owner's subject, each conditional on the subject's last
- * sequence (K6). Returns the facts before the decision and the appended sequences.
- * @throws AppendConflict when another writer got there first (the message is redelivered and
- * the decision is made again from the new log).
- */
-export async function decideAndAppend(
-  log: EventLog,
-  runId: string,
-  owner: Owner,
-  decide: (facts: RunFacts) => RunEvent[],
-): Promise<{ facts: RunFacts; appended: number[] }> {
-  return retryOnConflict(async () => {
-    const facts = foldRun(runId, await log.readRun(runId));
-    let expected = facts.lastSeqByOwner[owner];
-    const appended: number[] = [];
-    for (const event of decide(facts)) {
-      if (event.owner !== owner) throw new Error(`${owner} may not append ${event.type} (owned by ${event.owner})`);
-      const result = await log.append(event, expected);
-      expected = result.seq;
-      appended.push(result.seq);
-    }
-    return { facts, appended };
-  });
-}
-
-/**
- * Runs `step` again (it must re-read the log) when another writer got there first, up to
- * `attempts` times; the last conflict propagates (the message is then redelivered). K6.
- */
-export async function retryOnConflict<T>(step: () => Promise<T>, attempts = 5): Promise<T> {
-  for (let i = 1; ; i++) {
-    try {
-      return await step();
-    } catch (e) {
-      if (!(e instanceof AppendConflict) || i >= attempts) throw e;
-      await new Promise((r) => setTimeout(r, 10 * i));
-    }
-  }
-}
+export * from './command-handler.js';

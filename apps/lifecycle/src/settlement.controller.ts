@@ -1,0 +1,22 @@
+import { Controller } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import type { StoredEvent } from '@runplane/contracts';
+import { EventLog } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
+import { decide } from './decide.js';
+
+/** Reacts to the facts that can complete a Run (the runtime stopping, publication committing the answer): a thin adapter over {@link decide}. K9. */
+@Controller()
+export class SettlementController {
+  private readonly commands: RunCommandHandler;
+
+  constructor(log: EventLog) {
+    this.commands = new RunCommandHandler(log, 'lifecycle');
+  }
+
+  @EventPattern(['run.execution.finished', 'answer.published'])
+  async onRunFact(@Payload() stored: StoredEvent): Promise<void> {
+    const { appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    if (appended.some((e) => e.event.type === 'run.settled')) this.commands.folds.forget(stored.event.runId);
+  }
+}

@@ -1,0 +1,22 @@
+import { Controller } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import type { StoredEvent } from '@runplane/contracts';
+import { EventLog } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
+import { decide } from './decide.js';
+
+/** Commits passages once the runtime has stopped with an answer: a thin adapter over {@link decide}. */
+@Controller()
+export class PassagesController {
+  private readonly commands: RunCommandHandler;
+
+  constructor(log: EventLog) {
+    this.commands = new RunCommandHandler(log, 'publication');
+  }
+
+  @EventPattern('run.execution.finished')
+  async onExecutionFinished(@Payload() stored: StoredEvent): Promise<void> {
+    await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    this.commands.folds.forget(stored.event.runId);
+  }
+}

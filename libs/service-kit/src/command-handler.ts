@@ -1,0 +1,172 @@
+/**
+ * The one command handler every owner uses (docs/architecture.md, "Deciding"): read the Run,
+ * fold it, decide with the owner's pure `decide(facts, trigger, now)`, append the decided events
+ * conditionally on the owner's subject, and on a conflict re-read and decide again, under one
+ * retry and backoff policy. Side effects (a model call, a tool execution) never run in here: an
+ * adapter runs them only for events this handler reports as appended by this call.
+ */
+import pRetry, { AbortError } from 'p-retry';
+import type { Owner, RunEvent, StoredEvent } from '@runplane/contracts';
+import { AppendConflict, type EventLog } from '@runplane/eventlog';
+import { emptyFacts, evolve, type RunFacts } from '@runplane/run-facts';
+
+interface Entry {
+  /** Every known event of the Run, in stream order. */
+  events: StoredEvent[];
+  /** Last known sequence of each owner's subject. */
+  lasts: Partial<Record<Owner, number>>;
+  /** The fold of `events` (kept in step with them). */
+  facts: RunFacts;
+}
+
+/**
+ * The folds of the Runs a service is working on, kept between wakes and brought up to date from
+ * the log on every read by following each subject's back-links from its last event down to what
+ * is already known ({@link EventLog.catchUp}): one direct get per owner subject plus one per new
+ * event. A kept fold is only a hint: every decision made from it is still checked by the
+ * conditional append on the owner's subject (K6), and a conflict makes the caller read again.
+ * Bounded: the least recently used Runs are dropped past `capacity`.
+ */
+export class RunFolds {
+  private readonly entries = new Map<string, Entry>();
+
+  /**
+   * @param log the event log to read from.
+   * @param capacity most Runs kept (default 2,000).
+   */
+  constructor(
+    private readonly log: EventLog,
+    private readonly capacity = 2_000,
+  ) {}
+
+  /**
+   * The Run's facts as of now (every event stored before the call is included).
+   * @throws NATS errors from the reads.
+   */
+  async read(runId: string): Promise<RunFacts> {
+    const entry = this.entries.get(runId);
+    const found = await this.log.catchUp(runId, entry?.lasts ?? {});
+    const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
+    this.keep(runId, next);
+    return next.facts;
+  }
+
+  /** Adds an event this service appended itself (its sequence is known), so the next read need not fetch it. */
+  remember(stored: StoredEvent): void {
+    const entry = this.entries.get(stored.event.runId);
+    if (!entry) return;
+    const owner = stored.event.owner;
+    // Only when it directly follows what is known of its subject: otherwise a gap would be hidden.
+    if ((entry.lasts[owner] ?? 0) !== (stored.event.prevSeq ?? -1)) return;
+    this.keep(stored.event.runId, this.merge(stored.event.runId, entry, [stored], { [owner]: stored.seq }));
+  }
+
+  /** Drops a Run's fold (e.g. after its settlement). */
+  forget(runId: string): void {
+    this.entries.delete(runId);
+  }
+
+  /** Number of Runs kept. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  private fresh(runId: string, events: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
+    return { events, lasts: { ...lasts }, facts: events.reduce(evolve, emptyFacts(runId)) };
+  }
+
+  private merge(runId: string, entry: Entry, add: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
+    const mergedLasts = { ...entry.lasts };
+    for (const [owner, seq] of Object.entries(lasts) as [Owner, number][]) mergedLasts[owner] = Math.max(mergedLasts[owner] ?? 0, seq);
+    const known = new Set(entry.events.map((e) => e.seq));
+    const added = add.filter((e) => !known.has(e.seq));
+    if (added.length === 0) return { ...entry, lasts: mergedLasts };
+    const tail = entry.events.length ? entry.events[entry.events.length - 1]!.seq : 0;
+    if (added.every((e) => e.seq > tail)) {
+      const sorted = [...added].sort((a, b) => a.seq - b.seq);
+      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: sorted.reduce(evolve, entry.facts) };
+    }
+    // An event older than the newest known one (subjects are read one by one): fold again in stream order.
+    const events = [...entry.events, ...added].sort((a, b) => a.seq - b.seq);
+    return this.fresh(runId, events, mergedLasts);
+  }
+
+  private keep(runId: string, entry: Entry): void {
+    this.entries.delete(runId);
+    this.entries.set(runId, entry);
+    while (this.entries.size > this.capacity) this.entries.delete(this.entries.keys().next().value!);
+  }
+}
+
+/** What one handled command did. */
+export interface CommandResult {
+  /** The facts the (last, successful) decision was made from. */
+  facts: RunFacts;
+  /** The events this call stored, in order, as stored (with sequence, `prevSeq` and `writer`). */
+  appended: StoredEvent[];
+}
+
+export interface CommandOptions {
+  /**
+   * Runs before the decided events are appended (e.g. storing a large tool result the receipt
+   * refers to). Must be idempotent: it runs again when a conflict makes the handler decide again.
+   */
+  beforeAppend?: (events: RunEvent[]) => Promise<void>;
+}
+
+/** The retry and backoff policy for conflicts: re-read and decide again, up to 6 times, 10-320 ms apart with jitter. */
+export const CONFLICT_RETRY = { retries: 6, minTimeout: 10, maxTimeout: 320, factor: 2, randomize: true } as const;
+
+/**
+ * Reads, folds, decides and appends for one owner. One instance per service.
+ */
+export class RunCommandHandler {
+  readonly folds: RunFolds;
+
+  /**
+   * @param log the event log (appends are stamped with its writer).
+   * @param owner the owner this service appends as; a decided event of another owner is a bug and throws.
+   * @param clock the decision clock handed to deciders (`now`), injectable for tests.
+   */
+  constructor(
+    private readonly log: EventLog,
+    readonly owner: Owner,
+    private readonly clock: () => Date = () => new Date(),
+    folds?: RunFolds,
+  ) {
+    this.folds = folds ?? new RunFolds(log);
+  }
+
+  /**
+   * Handles one command on a Run: `decide(facts, now)` is called with the Run's current facts; its
+   * events are appended in order, each conditional on the owner subject's last sequence (K6).
+   * On an {@link AppendConflict} the Run is read again and `decide` called again (it must be pure
+   * and decide only what the facts still lack), under {@link CONFLICT_RETRY}.
+   * @returns the facts decided from and the events stored by this call (empty: nothing to do).
+   * @throws AppendConflict when conflicts persist past the policy (the caller's message is then redelivered).
+   */
+  async handle(runId: string, decide: (facts: RunFacts, now: Date) => RunEvent[], opts: CommandOptions = {}): Promise<CommandResult> {
+    const appended: StoredEvent[] = [];
+    return pRetry(
+      async () => {
+        const facts = await this.folds.read(runId);
+        const events = decide(facts, this.clock());
+        for (const e of events) {
+          if (e.owner !== this.owner) throw new AbortError(new Error(`${this.owner} may not append ${e.type} (owned by ${e.owner})`));
+          if (e.runId !== runId) throw new AbortError(new Error(`a decision for run ${runId} produced an event of run ${e.runId}`));
+        }
+        if (events.length === 0) return { facts, appended };
+        await opts.beforeAppend?.(events);
+        let expected = facts.lastSeqByOwner[this.owner];
+        for (const event of events) {
+          const result = await this.log.append(event, expected);
+          this.folds.remember(result.stored);
+          appended.push(result.stored);
+          expected = result.seq;
+        }
+        return { facts, appended };
+      },
+      { ...CONFLICT_RETRY, shouldRetry: ({ error }) => error instanceof AppendConflict },
+    );
+  }
+}
