@@ -143,16 +143,30 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     const requestsBefore = await t.modelRequests();
     const reactors = ['runtime', 'tools', 'publication', 'lifecycle'] as const;
     const stream = t.env.RUNPLANE_STREAM!;
-    const durable = (svc: string) => `${t.env.RUNPLANE_SUBJECT_PREFIX}-${svc}`;
+    // a service has one durable consumer per subject filter: <prefix>-<svc> or <prefix>-<svc>-<owner>
+    const durablesOf = async (svc: string) => {
+      const names: string[] = [];
+      for await (const c of t.log.jsm.consumers.list(stream)) {
+        const n = c.name;
+        if (n === `${t.env.RUNPLANE_SUBJECT_PREFIX}-${svc}` || n.startsWith(`${t.env.RUNPLANE_SUBJECT_PREFIX}-${svc}-`)) names.push(n);
+      }
+      return names;
+    };
     for (const svc of reactors) {
       await t.stack.stopService(svc);
-      await t.log.jsm.consumers.delete(stream, durable(svc));
+      const names = await durablesOf(svc);
+      expect(names.length).toBeGreaterThan(0);
+      for (const name of names) await t.log.jsm.consumers.delete(stream, name);
     }
     for (const svc of reactors) await t.stack.startService(svc);
     await eventually(async () => {
       for (const svc of reactors) {
-        const info = await t.log.jsm.consumers.info(stream, durable(svc));
-        if (info.delivered.stream_seq < before[before.length - 1]!.seq || info.num_pending > 0 || info.num_ack_pending > 0) return null;
+        const names = await durablesOf(svc);
+        if (names.length === 0) return null;
+        for (const name of names) {
+          const info = await t.log.jsm.consumers.info(stream, name);
+          if (info.num_pending > 0 || info.num_ack_pending > 0) return null;
+        }
       }
       return true;
     }, 30_000, 'every event redelivered and acknowledged');

@@ -1,4 +1,4 @@
-import { allRunsFilter } from '@runplane/eventlog';
+import { ownerFilter } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { LifecycleModule } from './lifecycle.module.js';
 
@@ -7,5 +7,5 @@ main({
   module: LifecycleModule,
   portEnv: 'LIFECYCLE_PORT',
   defaultPort: 8086,
-  consumer: { durable: 'lifecycle', filter: allRunsFilter },
+  consumer: { durable: 'lifecycle', filter: (space) => [ownerFilter(space, 'runtime'), ownerFilter(space, 'publication')] },
 });

@@ -35,7 +35,7 @@ export async function startProjector(opts: StartProjectorOptions = {}): Promise<
   try {
     const log = app.get(EventLog);
     app.connectMicroservice(
-      { strategy: new JetStreamEventTransport(log, { durable: PROJECTOR_DURABLE, filter: allRunsFilter(log.space) }) },
+      { strategy: new JetStreamEventTransport(log, { durable: PROJECTOR_DURABLE, filters: [allRunsFilter(log.space)] }) },
       { inheritAppConfig: true },
     );
     await app.startAllMicroservices();

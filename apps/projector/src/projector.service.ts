@@ -32,6 +32,8 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private stopping = false;
   /** Steps since start: applied, skipped as already applied (redelivery), retried after a failure. */
   readonly stats = { applied: 0, skipped: 0, retries: 0 };
+  /** Last sequence this process applied (or found applied) per Run: a lower bound of the Run's checkpoint. */
+  private readonly checkpoints = new Map<string, number>();
 
   constructor(
     private readonly db: ProjectionDatabase,
@@ -46,15 +48,33 @@ export class ProjectorService implements BeforeApplicationShutdown {
    */
   async catchUp(trigger: StoredEvent): Promise<ApplyResult[]> {
     const runId = trigger.event.runId;
+    // A checkpoint this process saw applied is a lower bound of the database's (checkpoints only
+    // grow): a delivery at or below it is a repeat, skipped without asking PostgreSQL.
+    const seen = this.checkpoints.get(runId) ?? 0;
+    if (trigger.seq <= seen) {
+      this.stats.skipped++;
+      return [{ status: 'skipped', runId, seq: trigger.seq, previousLastSeq: seen }];
+    }
     const row = await this.db.orm.em.fork().findOne(RunEntity, { runId });
     const checkpoint = row ? Number(row.lastSeq) : 0;
     if (trigger.seq <= checkpoint) {
+      this.remember(runId, checkpoint);
       this.stats.skipped++;
       return [{ status: 'skipped', runId, seq: trigger.seq, previousLastSeq: checkpoint }];
     }
     const results: ApplyResult[] = [];
-    for (const stored of await this.log.readRun(runId, checkpoint + 1)) results.push(await this.project(stored));
+    for (const stored of await this.log.readRun(runId, checkpoint + 1)) {
+      results.push(await this.project(stored));
+      this.remember(runId, stored.seq);
+    }
     return results;
+  }
+
+  /** Keeps the checkpoint of recently projected Runs (bounded: the oldest are dropped past 10,000). */
+  private remember(runId: string, seq: number): void {
+    this.checkpoints.delete(runId);
+    this.checkpoints.set(runId, seq);
+    if (this.checkpoints.size > 10_000) this.checkpoints.delete(this.checkpoints.keys().next().value!);
   }
 
   /**

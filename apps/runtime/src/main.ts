@@ -1,4 +1,4 @@
-import { allRunsFilter } from '@runplane/eventlog';
+import { ownerFilter } from '@runplane/eventlog';
 import { ModelConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
@@ -9,5 +9,5 @@ main({
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
   config: [ModelConfig],
-  consumer: { durable: 'runtime', filter: allRunsFilter },
+  consumer: { durable: 'runtime', filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools')] },
 });

@@ -212,6 +212,12 @@ export const EnvelopeFields = z.object({
    * absent only in events written before it existed.
    */
   prevSeq: z.number().int().nonnegative().optional(),
+  /**
+   * Sequences of earlier events on the same subject, before `prevSeq`, newest first (at most
+   * 31): read-ahead hints that let a reader fetch a subject's events in parallel. Hints only:
+   * a reader accepts them when the fetched events' own `prevSeq` links agree.
+   */
+  earlierSeqs: z.array(z.number().int().positive()).max(31).optional(),
   /** Who appended the event: service, process instance and (with leases, [3]) fencing epoch. Stamped by `EventLog.append`. */
   writer: Writer.optional(),
 });

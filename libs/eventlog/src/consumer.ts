@@ -43,13 +43,17 @@ export function redeliveryDelayMs(deliveryCount: number): number {
 export class DurableConsumer {
   private messages: ConsumerMessages | null = null;
   private loop: Promise<void> | null = null;
-  private readonly chains = new Map<string, Promise<void>>();
 
+  /**
+   * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
+   *   messages one at a time even when they arrive through different consumers.
+   */
   constructor(
     private readonly log: EventLog,
     private readonly spec: DurableConsumerSpec,
     private readonly handler: StoredEventHandler,
     private readonly logger: ConsumerLogger = console,
+    private readonly chains: Map<string, Promise<void>> = new Map(),
   ) {}
 
   get durableName(): string {

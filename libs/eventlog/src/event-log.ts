@@ -62,6 +62,8 @@ export function isTransientNatsError(e: unknown): boolean {
 
 const WRONG_LAST_SEQUENCE = 10071;
 const OWNERS = Owner.options;
+/** Most read-ahead hints an event carries (`earlierSeqs`). */
+export const MAX_EARLIER_SEQS = 31;
 const DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000;
 
 /** Decodes and validates one stream message as a Runplane event whose owner matches its subject. */
@@ -164,7 +166,9 @@ export class EventLog {
   /**
    * Appends `event` to `<prefix>.run.<runId>.<owner>` only if that subject's last sequence is
    * still `expectedLastSubjectSeq` (0 = the subject must be empty), stamped with `prevSeq` (that
-   * expectation: the subject's verified back-link) and this log's `writer`. K6, K11.
+   * expectation: the subject's verified back-link), `earlierSeqs` (the sequences of earlier
+   * events on the subject the writer knows, newest first: read-ahead hints) and this log's
+   * `writer`. K6, K11.
    *
    * An attempt whose outcome is unknown (timeout, NATS restarting) is retried with the same event
    * id, with backoff, for up to `appendRetryMs`: JetStream's de-duplication by `Nats-Msg-Id`
@@ -176,9 +180,10 @@ export class EventLog {
    * @throws AppendConflict (`kind` `wrong-last-sequence` or `decided-elsewhere`): re-read and decide again.
    * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
-  async append(event: RunEvent, expectedLastSubjectSeq: number): Promise<AppendResult> {
+  async append(event: RunEvent, expectedLastSubjectSeq: number, earlierSeqs: readonly number[] = []): Promise<AppendResult> {
     const subject = this.subjectOf(event);
-    const stamped = { ...event, prevSeq: expectedLastSubjectSeq, writer: this.writer } as RunEvent;
+    const hints = earlierSeqs.filter((s) => s < expectedLastSubjectSeq).slice(0, MAX_EARLIER_SEQS);
+    const stamped = { ...event, prevSeq: expectedLastSubjectSeq, ...(hints.length ? { earlierSeqs: hints } : {}), writer: this.writer } as RunEvent;
     const body = JSON.stringify(stamped);
     let attempts = 0;
     return pRetry(
@@ -275,28 +280,45 @@ export class EventLog {
   /**
    * Follows one subject's back-links from its last event down to `stopAt` (exclusive) or below
    * `fromSeq`; null when a link is broken. `last` is the subject's last sequence (0 = empty).
+   * Each event's `earlierSeqs` hints are fetched in parallel; the result is accepted only when
+   * every fetched event's verified `prevSeq` points at the next older one.
    */
   private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
-    let msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
-    if (!msg) return stopAt === 0 ? { events: [], last: 0 } : null;
-    const last = msg.seq;
+    const first = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    if (!first) return stopAt === 0 ? { events: [], last: 0 } : null;
+    const last = first.seq;
     if (last < stopAt) return null;
-    const events: StoredEvent[] = [];
-    while (msg.seq > stopAt && msg.seq >= fromSeq) {
-      let stored: StoredEvent;
+    const floor = Math.max(stopAt + 1, fromSeq);
+    const decode = (m: { seq: number; subject: string; data: Uint8Array }): StoredEvent | null => {
+      if (m.subject !== subject) return null;
       try {
-        stored = decodeStored(msg.seq, msg.subject, msg.data);
+        return decodeStored(m.seq, m.subject, m.data);
       } catch (e) {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
       }
-      events.push(stored);
-      const prev = stored.event.prevSeq;
-      if (prev === undefined || prev >= msg.seq || (prev < stopAt && prev >= fromSeq)) return null;
-      if (prev === 0 || prev === stopAt || prev < fromSeq) break;
-      const next = await this.jsm.direct.getMessage(this.space.stream, { seq: prev });
-      if (!next || next.subject !== subject) return null;
-      msg = next;
+    };
+    const events: StoredEvent[] = [];
+    let oldest = last >= floor ? decode(first) : null;
+    if (last >= floor && !oldest) return null;
+    while (oldest) {
+      events.push(oldest);
+      const prev = oldest.event.prevSeq;
+      if (prev === undefined || prev >= oldest.seq || (prev < stopAt && prev >= fromSeq)) return null;
+      if (prev < floor) break;
+      const wanted = [prev, ...(oldest.event.earlierSeqs ?? [])].filter((s) => s >= floor);
+      const fetched = await Promise.all(wanted.map((seq) => this.jsm.direct.getMessage(this.space.stream, { seq })));
+      let expected = prev;
+      oldest = null;
+      for (const m of fetched) {
+        const e = m ? decode(m) : null;
+        // a hint that does not match the verified chain: stop using hints here, follow prevSeq
+        if (!e || e.seq !== expected) break;
+        if (oldest) events.push(oldest);
+        oldest = e;
+        expected = e.event.prevSeq ?? -1;
+      }
+      if (!oldest) return null;
     }
     return { events, last };
   }

@@ -54,23 +54,31 @@ export const ALL_EVENTS = '*';
  * redeliver (see DurableConsumer).
  */
 export class JetStreamEventTransport extends Server implements CustomTransportStrategy {
-  private consumer: DurableConsumer | null = null;
+  private consumers: DurableConsumer[] = [];
   private readonly nestLogger = new Logger('JetStreamEventTransport');
 
+  /**
+   * @param spec the durable name and one or more subject filters; with several filters (NATS 2.9
+   *   allows one per consumer) one durable consumer is made per filter, named
+   *   `<durable>-<last token of the filter>`, and they share one per-Run handler chain.
+   */
   constructor(
     private readonly log: EventLog,
-    private readonly spec: DurableConsumerSpec,
+    private readonly spec: { durable: string; filters: string[]; ackWaitMs?: number },
   ) {
     super();
   }
 
   async listen(callback: (...optionalParams: unknown[]) => unknown): Promise<void> {
     try {
-      this.consumer = new DurableConsumer(this.log, this.spec, (stored) => this.dispatch(stored), {
-        warn: (m) => this.nestLogger.warn(m),
-        error: (m) => this.nestLogger.error(m),
+      const chains = new Map<string, Promise<void>>();
+      const logger = { warn: (m: string) => this.nestLogger.warn(m), error: (m: string) => this.nestLogger.error(m) };
+      const { durable, filters, ackWaitMs } = this.spec;
+      this.consumers = filters.map((filter) => {
+        const name = filters.length === 1 ? durable : `${durable}-${filter.split('.').pop()!.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        return new DurableConsumer(this.log, { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) }, (stored) => this.dispatch(stored), logger, chains);
       });
-      await this.consumer.start();
+      for (const c of this.consumers) await c.start();
       callback();
     } catch (e) {
       callback(e);
@@ -85,12 +93,12 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   }
 
   async close(): Promise<void> {
-    await this.consumer?.stop();
+    await Promise.all(this.consumers.map((c) => c.stop()));
   }
 
   on(): void {}
 
   unwrap<T>(): T {
-    return this.consumer as T;
+    return this.consumers as T;
   }
 }

@@ -136,6 +136,7 @@ describe('EventLog', () => {
       const events = await log.readRun(runId);
       expect(events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array(10).fill('model.turn.requested')]);
       expect(gets).toBe(11 - 2 + 6); // 11 events, 2 of them are their subjects' last (found by the 6 last_by_subj gets)
+      expect(events.map((e) => e.event.prevSeq)).toEqual([0, 0, ...events.slice(1, 10).map((e) => e.seq)]);
       gets = 0;
       const known = { admission: events[0]!.seq, runtime: events[5]!.seq };
       const more = await log.catchUp(runId, known);
@@ -190,5 +191,24 @@ describe('EventLog', () => {
     const read = await log.catchUp(runId, {});
     expect(read.full).toBe(true);
     expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+  });
+
+  it('reads a subject\'s events in parallel from the earlierSeqs hints, and ignores hints that disagree with the verified links', async () => {
+    const runId = `r10${tag}`;
+    await log.append(admitted(runId), 0);
+    const seqs: number[] = [];
+    for (let turn = 1; turn <= 8; turn++) {
+      const r = await log.append(turnRequested(runId, turn), seqs[0] ?? 0, seqs);
+      seqs.unshift(r.seq);
+    }
+    const stored = await log.readRun(runId);
+    expect(stored[8]!.event.earlierSeqs).toEqual(seqs.slice(2));
+    expect(stored.map((e) => e.seq)).toEqual([stored[0]!.seq, ...[...seqs].reverse()]);
+    // a forged hint list: the reader must not take it
+    const liar = turnRequested(runId, 9);
+    await log.append(liar, seqs[0]!, [stored[0]!.seq, 1, 2]);
+    const again = await log.catchUp(runId, {});
+    expect(again.full).toBe(false);
+    expect(again.events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array(9).fill('model.turn.requested')]);
   });
 });

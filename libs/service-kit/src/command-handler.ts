@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 import type { Owner, RunEvent, StoredEvent } from '@runplane/contracts';
-import { AppendConflict, type EventLog } from '@runplane/eventlog';
+import { AppendConflict, MAX_EARLIER_SEQS, type EventLog } from '@runplane/eventlog';
 import { emptyFacts, evolve, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
@@ -59,6 +59,15 @@ export class RunFolds {
     // Only when it directly follows what is known of its subject: otherwise a gap would be hidden.
     if ((entry.lasts[owner] ?? 0) !== (stored.event.prevSeq ?? -1)) return;
     this.keep(stored.event.runId, this.merge(stored.event.runId, entry, [stored], { [owner]: stored.seq }));
+  }
+
+  /** Sequences of the known events on one owner's subject of a Run, newest first (read-ahead hints for the next append). */
+  seqsOf(runId: string, owner: Owner): number[] {
+    const entry = this.entries.get(runId);
+    if (!entry) return [];
+    const out: number[] = [];
+    for (let i = entry.events.length - 1; i >= 0 && out.length <= MAX_EARLIER_SEQS; i--) if (entry.events[i]!.event.owner === owner) out.push(entry.events[i]!.seq);
+    return out;
   }
 
   /** Drops a Run's fold (e.g. after its settlement). */
@@ -158,8 +167,10 @@ export class RunCommandHandler {
         if (events.length === 0) return { facts, appended };
         await opts.beforeAppend?.(events);
         let expected = facts.lastSeqByOwner[this.owner];
+        let earlier = this.folds.seqsOf(runId, this.owner);
         for (const event of events) {
-          const result = await this.log.append(event, expected);
+          const result = await this.log.append(event, expected, earlier);
+          earlier = [result.seq, ...earlier];
           this.folds.remember(result.stored);
           appended.push(result.stored);
           expected = result.seq;

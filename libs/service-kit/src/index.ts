@@ -76,7 +76,7 @@ export interface ServiceSpec {
   /** Configuration schemas validated before anything starts (a bad value fails in one line). */
   config?: z.ZodObject[];
   /** Durable consumer feeding `@EventPattern` handlers, if the service reacts to events. */
-  consumer?: { durable: string; filter: (space: SubjectSpace) => string };
+  consumer?: { durable: string; filter: (space: SubjectSpace) => string | string[] };
 }
 
 /**
@@ -102,7 +102,7 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   if (spec.consumer) {
     const log = app.get(EventLog);
     app.connectMicroservice(
-      { strategy: new JetStreamEventTransport(log, { durable: spec.consumer.durable, filter: spec.consumer.filter(log.space) }) },
+      { strategy: new JetStreamEventTransport(log, { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat() }) },
     );
     await app.startAllMicroservices();
   }
