@@ -10,12 +10,12 @@
  * exit, crash, SIGKILL), and outside Jest an exit hook does the same at once. Tests should still
  * `cleanup()` in afterAll (describeEachNatsServer does), which stops them without delay.
  */
-import { afterAll, beforeAll, describe } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect } from '@jest/globals';
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -503,6 +503,14 @@ export async function natsServersUnderTest(): Promise<NatsServerUnderTest[]> {
 }
 
 /**
+ * Prints "testing on <title>: <test file>" to stderr, one line per server and test file, so
+ * non-verbose runs (where describe titles are not shown) also record which versions ran.
+ */
+export function recordServer(title: string): void {
+  process.stderr.write(`testing on ${title}: ${relative(repoRoot, expect.getState().testPath ?? '?')}\n`);
+}
+
+/**
  * `describe.each` over `servers`: one describe block per server, titled with its version, that
  * sets the server up before the block's own hooks and tears it down after them; skipped servers
  * become `describe.skip` blocks, so their tests show as skipped with the reason in the title.
@@ -513,6 +521,7 @@ export function describeEachNatsServer(servers: NatsServerUnderTest[], body: (se
     (server.skip ? describe.skip : describe)(server.title, () => {
       beforeAll(async () => {
         await server.setup();
+        recordServer(server.title);
       });
       body(server);
       // declared after the body's hooks, so it runs after them (afterAll runs in declaration order)

@@ -3,10 +3,10 @@
  * privately started server killed with SIGKILL and restarted on the same store keeps a stream's
  * messages, the same client connection carries on, and a conditional append still fences.
  */
-import { afterAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { natsServerBinariesUnderTest, nextReconnect, TestNatsServer } from '../../../test/support/nats-server.js';
+import { natsServerBinariesUnderTest, nextReconnect, recordServer, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const WRONG_LAST_SEQUENCE = 10071;
 
@@ -14,6 +14,7 @@ for (const target of natsServerBinariesUnderTest()) {
   (target.skip ? describe.skip : describe)(target.title, () => {
     let server: TestNatsServer | null = null;
     let nc: NatsConnection | null = null;
+    beforeAll(() => recordServer(target.title));
     afterAll(async () => {
       await nc?.close().catch(() => undefined);
       await server?.cleanup();
