@@ -194,6 +194,10 @@ export class EventLog {
           ack = await this.js.publish(subject, body, { msgID: event.eventId, expect: { lastSubjectSequence: expectedLastSubjectSeq } });
         } catch (e) {
           if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
+            // nats-server 2.11+ checks the expectation before Nats-Msg-Id: a retry of an attempt
+            // that was stored (its ack lost) is refused as a wrong last sequence, not a duplicate.
+            const own = attempts > 1 ? await this.ownLastOn(subject, event.eventId, expectedLastSubjectSeq) : null;
+            if (own) return { seq: own.seq, stored: own, recovered: true };
             throw new AbortError(new AppendConflict(subject, expectedLastSubjectSeq, e.message, 'wrong-last-sequence'));
           }
           if (isTransientNatsError(e)) throw e;
@@ -219,6 +223,19 @@ export class EventLog {
         shouldRetry: ({ error }) => isTransientNatsError(error),
       },
     );
+  }
+
+  /** The subject's last event when it is this process's own append of `eventId` on top of `prevSeq`, else null. */
+  private async ownLastOn(subject: string, eventId: string, prevSeq: number): Promise<StoredEvent | null> {
+    const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    if (!msg) return null;
+    try {
+      const stored = decodeStored(msg.seq, msg.subject, msg.data);
+      const e = stored.event;
+      return e.eventId === eventId && e.prevSeq === prevSeq && e.writer?.instance === this.writer.instance ? stored : null;
+    } catch {
+      return null;
+    }
   }
 
   /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a valid event (reported through `onInvalid`). */

@@ -1,0 +1,595 @@
+/**
+ * NATS servers for tests: the machine's shared server (nats://127.0.0.1:4222, never touched) and
+ * servers a test starts itself from a given binary, e.g. the current release cached by
+ * scripts/fetch-nats-server.sh. A started server runs with JetStream on a free loopback port with
+ * its own temporary store, and can be stopped, killed, restarted on the same port and store,
+ * frozen and thawed: the base for fault-injection tests.
+ *
+ * Started processes never outlive the test process: each is watched by a tiny `sh` that SIGKILLs
+ * it and removes its folder when the test process dies in any way (its stdin pipe closes: normal
+ * exit, crash, SIGKILL), and outside Jest an exit hook does the same at once. Tests should still
+ * `cleanup()` in afterAll (describeEachNatsServer does), which stops them without delay.
+ */
+import { afterAll, beforeAll, describe, expect } from '@jest/globals';
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect as tcpConnect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import getPort from 'get-port';
+
+/** The repository root (this file is test/support/nats-server.ts). */
+const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Where scripts/fetch-nats-server.sh caches current releases: `<dir>/<version>/nats-server`. */
+export const NATS_SERVER_CACHE = join(repoRoot, '.cache', 'nats-server');
+
+/** The machine's shared server; tests use their own stream names on it and never stop it. */
+export const MACHINE_NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+
+/** The oldest release counted as "current" (per-message TTL, batch get, atomic batch publish). */
+const CURRENT_MIN: [number, number] = [2, 11];
+
+export interface NatsServerOptions {
+  /** Path of the nats-server binary to run. */
+  bin: string;
+  /** Port to listen on (default: a free loopback port). */
+  port?: number;
+  /** Text of a server config file (passed with `-c`; the command-line flags still win). */
+  config?: string;
+  /** Extra command-line arguments. */
+  args?: string[];
+  /** How long to wait for the server to answer with JetStream (default 15 s). */
+  readyTimeoutMs?: number;
+}
+
+/** Every started server process that has not exited yet (killed on process exit). */
+const live = new Set<ChildProcess>();
+/** Temporary folders of servers not cleaned up yet (removed on process exit). */
+const dirs = new Set<string>();
+
+/**
+ * Kills and removes everything on process exit. Under Jest this never fires (each test file gets
+ * its own `process` object whose 'exit' is not emitted), so the per-server watchdog is what holds.
+ */
+function onExit(): void {
+  for (const child of live) {
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+}
+let exitHookInstalled = false;
+function ensureExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', onExit);
+}
+
+/**
+ * A nats-server process this test started, with JetStream, on `127.0.0.1:<port>`, storing in its
+ * own temporary folder. Start one with `TestNatsServer.start()`.
+ */
+export class TestNatsServer {
+  /** `nats://127.0.0.1:<port>`; stays the same across restarts. */
+  readonly url: string;
+  /** The JetStream store (`-sd`); kept across restarts, removed by `cleanup()`. */
+  readonly storeDir: string;
+  /** The server's log file (stdout and stderr of every run). */
+  readonly logFile: string;
+  /** Server version as reported in its INFO (e.g. "2.15.1"), set once it answered. */
+  version = 'unknown';
+
+  private child: ChildProcess | null = null;
+  private watchdog: ChildProcess | null = null;
+  private frozen = false;
+
+  private constructor(
+    readonly bin: string,
+    readonly port: number,
+    private readonly baseDir: string,
+    private readonly configFile: string | null,
+    private readonly extraArgs: string[],
+    private readonly readyTimeoutMs: number,
+  ) {
+    this.url = `nats://127.0.0.1:${port}`;
+    this.storeDir = join(baseDir, 'store');
+    this.logFile = join(baseDir, 'server.log');
+  }
+
+  /**
+   * Starts `bin -js -sd <tmp>/store -a 127.0.0.1 -p <port>` and resolves once the server answers
+   * JetStream API requests. On a port clash (free port taken meanwhile) it retries on another one.
+   * @throws Error with the tail of the server log when it exits or does not answer in time.
+   */
+  static async start(opts: NatsServerOptions): Promise<TestNatsServer> {
+    if (!existsSync(opts.bin)) throw new Error(`nats-server binary ${opts.bin} does not exist`);
+    ensureExitHook();
+    const attempts = opts.port ? 1 : 3;
+    for (let attempt = 1; ; attempt++) {
+      const baseDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
+      dirs.add(baseDir);
+      let configFile: string | null = null;
+      if (opts.config !== undefined) {
+        configFile = join(baseDir, 'server.conf');
+        writeFileSync(configFile, opts.config);
+      }
+      const port = opts.port ?? (await getPort({ host: '127.0.0.1' }));
+      const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000);
+      try {
+        await server.launch();
+        return server;
+      } catch (e) {
+        await server.cleanup();
+        const clash = /address already in use/i.test(String((e as Error).message));
+        if (!clash || attempt >= attempts) throw e;
+      }
+    }
+  }
+
+  /** The running process id, or null when stopped. */
+  get pid(): number | null {
+    return this.child?.pid ?? null;
+  }
+
+  /** True while the process runs (frozen counts as running). */
+  get running(): boolean {
+    return this.child !== null;
+  }
+
+  /** Stops gracefully: SIGTERM (after SIGCONT if frozen), waits; SIGKILL after `graceMs`. */
+  async stop(graceMs = 10_000): Promise<void> {
+    const child = this.child;
+    if (!child) return;
+    const exited = this.exited(child);
+    child.kill('SIGTERM');
+    if (this.frozen) this.thaw();
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** Kills the process with SIGKILL (a crash: nothing is flushed or closed) and waits for it. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (!child) return;
+    const exited = this.exited(child);
+    child.kill('SIGKILL');
+    await exited;
+  }
+
+  /**
+   * Starts the server again on the same port, store and config, stopping it gracefully first if
+   * it still runs (call `kill()` before for a crash-restart). Resolves once it answers again.
+   */
+  async restart(): Promise<void> {
+    await this.stop();
+    await this.launch();
+  }
+
+  /**
+   * Suspends the process (SIGSTOP): connections stay open but nothing answers. Resolves once the
+   * kernel reports every thread stopped (SIGSTOP is asynchronous; a running thread could still
+   * answer right after `kill()` returned).
+   */
+  async freeze(timeoutMs = 5000): Promise<void> {
+    const child = this.child;
+    if (!child?.pid) throw new Error('nats-server is not running');
+    child.kill('SIGSTOP');
+    this.frozen = true;
+    const deadline = Date.now() + timeoutMs;
+    while (!allThreadsStopped(child.pid)) {
+      if (Date.now() > deadline) throw new Error(`nats-server pid ${child.pid} did not stop within ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
+  /** Resumes a frozen process (SIGCONT). */
+  thaw(): void {
+    if (!this.child) return;
+    this.child.kill('SIGCONT');
+    this.frozen = false;
+  }
+
+  /** Kills the process if it still runs and removes its store, config and log. Idempotent. */
+  async cleanup(): Promise<void> {
+    await this.kill();
+    rmSync(this.baseDir, { recursive: true, force: true });
+    dirs.delete(this.baseDir);
+  }
+
+  /** The last `lines` lines of the server log (for error messages). */
+  logTail(lines = 20): string {
+    try {
+      return readFileSync(this.logFile, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+    } catch {
+      return '(no log)';
+    }
+  }
+
+  private exited(child: ChildProcess): Promise<void> {
+    if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+    return new Promise((r) => child.once('exit', () => r()));
+  }
+
+  private async launch(): Promise<void> {
+    if (this.child) throw new Error(`nats-server on ${this.url} is already running`);
+    const args = [
+      ...(this.configFile ? ['-c', this.configFile] : []),
+      '-js',
+      '-sd',
+      this.storeDir,
+      '-a',
+      '127.0.0.1',
+      '-p',
+      String(this.port),
+      ...this.extraArgs,
+    ];
+    // output straight to a file: the server never blocks on a pipe the test does not drain
+    const out = openSync(this.logFile, 'a');
+    let child: ChildProcess;
+    try {
+      child = spawn(this.bin, args, { stdio: ['ignore', out, out] });
+    } finally {
+      closeSync(out);
+    }
+    this.child = child;
+    this.frozen = false;
+    live.add(child);
+    child.unref();
+    let spawnError: Error | null = null;
+    child.once('error', (e) => (spawnError = e));
+    // when this process dies in any way (its stdin pipe closes), the watchdog SIGKILLs the server
+    // and removes its folder; under Jest it is the only exit guarantee (see onExit)
+    const watchdog = child.pid
+      ? spawn('sh', ['-c', 'read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), this.baseDir], {
+          stdio: ['pipe', 'ignore', 'ignore'],
+        })
+      : null;
+    if (watchdog) {
+      watchdog.on('error', () => undefined);
+      watchdog.stdin?.on('error', () => undefined);
+      watchdog.unref();
+      (watchdog.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+    }
+    this.watchdog = watchdog;
+    child.once('exit', () => {
+      live.delete(child);
+      if (this.child === child) this.child = null;
+      this.frozen = false;
+      // the server is gone: retire its watchdog without letting it signal anything
+      if (this.watchdog === watchdog) this.watchdog = null;
+      watchdog?.kill('SIGKILL');
+    });
+
+    const deadline = Date.now() + this.readyTimeoutMs;
+    for (;;) {
+      if (spawnError) throw new Error(`cannot start ${this.bin}: ${(spawnError as Error).message}`);
+      if (this.child !== child) {
+        throw new Error(`${this.bin} exited (${child.exitCode ?? child.signalCode}) before answering on ${this.url}:\n${this.logTail()}`);
+      }
+      const version = await jetStreamVersion(this.url, 1000);
+      if (version) {
+        this.version = version;
+        return;
+      }
+      if (Date.now() > deadline) {
+        await this.kill();
+        throw new Error(`${this.bin} did not answer with JetStream on ${this.url} within ${this.readyTimeoutMs} ms:\n${this.logTail()}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/** True when every thread of `pid` is stopped (state T in /proc; true where /proc is missing). */
+function allThreadsStopped(pid: number): boolean {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return true;
+  }
+  return tids.every((tid) => {
+    try {
+      // "<tid> (<comm>) <state> ...": the state follows the last ')'
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      return /^[Tt]$/.test(stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3));
+    } catch {
+      return true; // the thread is gone
+    }
+  });
+}
+
+/** The server's version once it answers JetStream API requests at `url`, else null. */
+async function jetStreamVersion(url: string, timeoutMs: number): Promise<string | null> {
+  let nc;
+  try {
+    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false });
+  } catch {
+    return null;
+  }
+  try {
+    await jetstreamManager(nc, { timeout: timeoutMs });
+    return nc.info?.version ?? 'unknown';
+  } catch {
+    return null;
+  } finally {
+    await nc.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Reads the INFO line a NATS server sends first on a new connection.
+ * @throws when nothing answers at `url` within `timeoutMs`.
+ */
+export function readServerInfo(url: string, timeoutMs = 2000): Promise<{ version: string; jetstream?: boolean; [k: string]: unknown }> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = tcpConnect({ host: u.hostname, port: Number(u.port || 4222) });
+    let buf = '';
+    const fail = (e: Error) => {
+      socket.destroy();
+      reject(e);
+    };
+    socket.setTimeout(timeoutMs, () => fail(new Error(`no INFO from ${url} within ${timeoutMs} ms`)));
+    socket.on('error', fail);
+    socket.on('data', (d) => {
+      buf += d.toString('utf8');
+      const end = buf.indexOf('\r\n');
+      if (end < 0) return;
+      socket.destroy();
+      const line = buf.slice(0, end);
+      if (!line.startsWith('INFO ')) return reject(new Error(`${url} did not start with INFO: ${line.slice(0, 80)}`));
+      try {
+        resolve(JSON.parse(line.slice(5)));
+      } catch (e) {
+        reject(e as Error);
+      }
+    });
+  });
+}
+
+/** `nats-server --version` of a binary ("2.15.1"), or null when it does not run. */
+export function binaryVersion(bin: string): string | null {
+  try {
+    const out = execFileSync(bin, ['--version'], { encoding: 'utf8', timeout: 10_000 });
+    return /v(\d+\.\d+\.\d+\S*)/.exec(out)?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+function versionParts(v: string): number[] {
+  return v.split(/[.-]/).map((p) => Number.parseInt(p, 10) || 0);
+}
+
+function compareVersions(a: string, b: string): number {
+  const x = versionParts(a);
+  const y = versionParts(b);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/**
+ * The current nats-server binary for tests: `RUNPLANE_NATS_SERVER_BIN` when set, else the newest
+ * release of 2.11 or later cached in `.cache/nats-server/<version>/nats-server`.
+ * Returns `{ skip }` with the reason when there is none.
+ */
+export function currentNatsServerBinary(): { bin: string; version: string } | { skip: string } {
+  const override = process.env.RUNPLANE_NATS_SERVER_BIN;
+  if (override) {
+    const version = binaryVersion(override);
+    return version ? { bin: override, version } : { skip: `RUNPLANE_NATS_SERVER_BIN=${override} does not run (nats-server --version)` };
+  }
+  const found: { bin: string; version: string }[] = [];
+  for (const dir of existsSync(NATS_SERVER_CACHE) ? readdirSync(NATS_SERVER_CACHE) : []) {
+    const bin = join(NATS_SERVER_CACHE, dir, 'nats-server');
+    if (!existsSync(bin)) continue;
+    const version = binaryVersion(bin);
+    if (version && compareVersions(version, CURRENT_MIN.join('.')) >= 0) found.push({ bin, version });
+  }
+  found.sort((a, b) => compareVersions(b.version, a.version));
+  return found[0] ?? { skip: `no nats-server >= ${CURRENT_MIN.join('.')} in .cache/nats-server (run scripts/fetch-nats-server.sh)` };
+}
+
+/** The machine's nats-server binary (for starting private instances of the old release), or null. */
+export function machineNatsServerBinary(): string | null {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/usr/local/bin']) {
+    if (dir && existsSync(join(dir, 'nats-server'))) return join(dir, 'nats-server');
+  }
+  return null;
+}
+
+/** One NATS server a test suite runs against; `setup()` before use, `teardown()` after. */
+export interface NatsServerUnderTest {
+  /** `machine`: the shared server at MACHINE_NATS_URL; `current`: a started current release. */
+  kind: 'machine' | 'current';
+  /** The server version ("2.9.10"), or "unknown"/"unreachable" for the machine's when not read. */
+  version: string;
+  /** Describe title naming version and origin, e.g. "nats-server 2.9.10 (machine, nats://127.0.0.1:4222)". */
+  title: string;
+  /** Why this server is skipped, or null when it runs. */
+  skip: string | null;
+  /** The server URL; for `current`, valid after `setup()`. */
+  readonly url: string;
+  /** The started server (kind `current`, after `setup()`), for fault injection; else null. */
+  readonly server: TestNatsServer | null;
+  /** Starts the server when this suite owns it; resolves with its URL. */
+  setup(): Promise<string>;
+  /** Kills and removes a started server (nothing for the machine's). */
+  teardown(): Promise<void>;
+}
+
+let warnedCurrentMissing = false;
+
+/**
+ * The servers every NATS-facing test runs against: the machine's (version from its INFO) and the
+ * cached current release, started privately per suite. When no current release is cached, its
+ * entry is marked skipped with the reason (warned once per test file), never failing.
+ */
+export async function natsServersUnderTest(): Promise<NatsServerUnderTest[]> {
+  let machineVersion: string;
+  try {
+    machineVersion = (await readServerInfo(MACHINE_NATS_URL)).version;
+  } catch {
+    machineVersion = 'unreachable';
+  }
+  const machine: NatsServerUnderTest = {
+    kind: 'machine',
+    version: machineVersion,
+    title: `nats-server ${machineVersion} (machine, ${MACHINE_NATS_URL})`,
+    skip: null,
+    url: MACHINE_NATS_URL,
+    server: null,
+    setup: async () => MACHINE_NATS_URL,
+    teardown: async () => undefined,
+  };
+
+  const current = currentNatsServerBinary();
+  if ('skip' in current) {
+    if (!warnedCurrentMissing) {
+      warnedCurrentMissing = true;
+      console.warn(`current nats-server skipped: ${current.skip}`);
+    }
+    return [
+      machine,
+      {
+        kind: 'current',
+        version: 'none',
+        title: `nats-server current (skipped: ${current.skip})`,
+        skip: current.skip,
+        url: '',
+        server: null,
+        setup: () => Promise.reject(new Error(current.skip)),
+        teardown: async () => undefined,
+      },
+    ];
+  }
+  let started: TestNatsServer | null = null;
+  return [
+    machine,
+    {
+      kind: 'current',
+      version: current.version,
+      title: `nats-server ${current.version} (current, started from ${current.bin.replace(repoRoot, '')})`,
+      skip: null,
+      get url() {
+        if (!started) throw new Error('the current nats-server is not set up yet (setup() in beforeAll)');
+        return started.url;
+      },
+      get server() {
+        return started;
+      },
+      async setup() {
+        started ??= await TestNatsServer.start({ bin: current.bin });
+        return started.url;
+      },
+      async teardown() {
+        await started?.cleanup();
+        started = null;
+      },
+    },
+  ];
+}
+
+/**
+ * Prints "testing on <title>: <test file>" to stderr, one line per server and test file, so
+ * non-verbose runs (where describe titles are not shown) also record which versions ran.
+ */
+export function recordServer(title: string): void {
+  process.stderr.write(`testing on ${title}: ${relative(repoRoot, expect.getState().testPath ?? '?')}\n`);
+}
+
+/**
+ * `describe.each` over `servers`: one describe block per server, titled with its version, that
+ * sets the server up before the block's own hooks and tears it down after them; skipped servers
+ * become `describe.skip` blocks, so their tests show as skipped with the reason in the title.
+ * Write the body with `server.url` read inside hooks or tests (not at collection time).
+ */
+export function describeEachNatsServer(servers: NatsServerUnderTest[], body: (server: NatsServerUnderTest) => void): void {
+  for (const server of servers) {
+    (server.skip ? describe.skip : describe)(server.title, () => {
+      beforeAll(async () => {
+        await server.setup();
+        recordServer(server.title);
+      });
+      body(server);
+      // declared after the body's hooks, so it runs after them (afterAll runs in declaration order)
+      afterAll(async () => {
+        await server.teardown();
+      });
+    });
+  }
+}
+
+/** A nats-server binary a fault-injection test starts (and kills, restarts, freezes) itself. */
+export interface NatsServerBinaryUnderTest {
+  kind: 'machine' | 'current';
+  bin: string;
+  version: string;
+  /** Describe title, e.g. "nats-server 2.9.10 (machine binary /usr/sbin/nats-server, started privately)". */
+  title: string;
+  skip: string | null;
+}
+
+/**
+ * The binaries fault-injection tests start privately (never the shared server): the machine's
+ * installed release and the cached current one; a missing one is listed as skipped with the reason.
+ */
+export function natsServerBinariesUnderTest(): NatsServerBinaryUnderTest[] {
+  const list: NatsServerBinaryUnderTest[] = [];
+  const machineBin = machineNatsServerBinary();
+  const machineVersion = machineBin ? binaryVersion(machineBin) : null;
+  if (machineBin && machineVersion) {
+    list.push({ kind: 'machine', bin: machineBin, version: machineVersion, title: `nats-server ${machineVersion} (machine binary ${machineBin}, started privately)`, skip: null });
+  } else {
+    const why = machineBin ? `${machineBin} does not run` : 'no nats-server on PATH';
+    list.push({ kind: 'machine', bin: '', version: 'none', title: `nats-server machine binary (skipped: ${why})`, skip: why });
+  }
+  const current = currentNatsServerBinary();
+  if ('skip' in current) {
+    if (!warnedCurrentMissing) {
+      warnedCurrentMissing = true;
+      console.warn(`current nats-server skipped: ${current.skip}`);
+    }
+    list.push({ kind: 'current', bin: '', version: 'none', title: `nats-server current (skipped: ${current.skip})`, skip: current.skip });
+  } else {
+    list.push({ kind: 'current', ...current, title: `nats-server ${current.version} (current, ${current.bin.replace(repoRoot, '')})`, skip: null });
+  }
+  return list;
+}
+
+/**
+ * Resolves on the connection's next `reconnect` status (rejects after `timeoutMs`). Call it BEFORE
+ * killing or restarting the server. Measured here: a JetStream API request buffered while the
+ * client was still reconnecting timed out on 2.15.1 (not on 2.9.10); one sent after the
+ * `reconnect` status was answered on both.
+ */
+export function nextReconnect(nc: NatsConnection, timeoutMs = 15_000): Promise<void> {
+  const statuses = nc.status()[Symbol.asyncIterator]();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no reconnect within ${timeoutMs} ms`)), timeoutMs);
+  });
+  const reconnect = (async () => {
+    for (;;) {
+      const next = await statuses.next();
+      if (next.done) throw new Error('connection closed before it reconnected');
+      if (next.value.type === 'reconnect') return;
+    }
+  })();
+  return Promise.race([reconnect, timeout]).finally(() => {
+    clearTimeout(timer);
+    void statuses.return?.();
+  });
+}
