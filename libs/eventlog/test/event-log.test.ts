@@ -178,8 +178,11 @@ describeEachNatsServer(servers, (server) => {
     const other = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'other-writer' });
     try {
       const t = turnRequested(runId, 1);
-      await other.append(t, 0);
-      const conflict = await log.append(t, 0).catch((x: unknown) => x);
+      const stored = await other.append(t, 0);
+      // with a stale expectation it is a plain conflict on either server version
+      await expect(log.append(t, 0)).rejects.toBeInstanceOf(AppendConflict);
+      // with the current one, the duplicate id names the decision as another writer's
+      const conflict = await log.append(t, stored.seq).catch((x: unknown) => x);
       expect(conflict).toBeInstanceOf(AppendConflict);
       expect(conflict).toMatchObject({ kind: 'decided-elsewhere' });
       expect((conflict as Error).message).toContain(other.writer.instance);
