@@ -1,4 +1,4 @@
-import { Body, Controller, Get, Headers, HttpCode, HttpException, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
+import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
@@ -11,16 +11,17 @@ import {
   type RunView,
 } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
+import { apiError, badRequestFromZod } from '@runplane/service-kit';
 import { decideAdmission, admissionIds, type AdmitCommand } from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
-function httpError(status: HttpStatus, code: string, message: string, issues?: { path: string; message: string }[]): HttpException {
-  return new HttpException({ error: { code, message, ...(issues ? { issues } : {}) } }, status);
-}
+/** The API's one error builder (service-kit); the short local name keeps the decision loop's lines as they are. */
+const httpError = apiError;
 
+/** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
 function parseId(name: string, raw: string): string {
   const parsed = Id.safeParse(raw);
-  if (!parsed.success) throw httpError(HttpStatus.BAD_REQUEST, 'bad_request', `${name}: ${parsed.error.issues[0]?.message}`);
+  if (!parsed.success) throw badRequestFromZod(name, parsed.error);
   return parsed.data;
 }
 
@@ -62,7 +63,8 @@ export class AdmissionController {
     const conversationId = parseId('conversationId', rawConversationId);
     const parsed = PostMessageBody.safeParse(body ?? {});
     if (!parsed.success) {
-      throw httpError(HttpStatus.BAD_REQUEST, 'invalid_body', 'the message body is invalid', zodIssues(parsed.error));
+      const issues = zodIssues(parsed.error);
+      throw httpError(HttpStatus.BAD_REQUEST, 'invalid_body', `the message body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
     }
     const cmd: AdmitCommand = {
       conversationId,
@@ -104,8 +106,7 @@ export class AdmissionController {
     const view = await this.runs.get(runId);
     if (view) return view;
     if (await this.log.lastOf(runId, 'admission')) {
-      res.setHeader('Retry-After', '1');
-      throw httpError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`);
+      throw httpError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`, { headers: { 'Retry-After': '1' } });
     }
     throw httpError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
   }
