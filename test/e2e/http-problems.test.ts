@@ -177,7 +177,7 @@ describe('a dependency that is down is a 503 with Retry-After', () => {
     }
   }, 60_000);
 
-  it('the Run read, the answer and /healthz while NATS is unreachable (a private nats-server, stopped)', async () => {
+  it('the answer and the event stream while NATS is unreachable (a private nats-server, stopped)', async () => {
     const stateDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
     const natsPort = await getPort({ host: '127.0.0.1' });
     const nats = await ensureNats(`nats://127.0.0.1:${natsPort}`, stateDir);
