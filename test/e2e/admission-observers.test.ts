@@ -37,8 +37,8 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
 
     const conflict = await post('conv-k1', { clientMessageId: 'k1-a', content: 'Something else entirely' });
     expect(conflict.status).toBe(409);
-    expect(conflict.body).toMatchObject({ error: { code: 'message_conflict' } });
-    expect(String((conflict.body.error as { message: string }).message)).toContain('k1-a');
+    expect(conflict.body).toMatchObject({ status: 409, code: 'message_conflict', type: 'urn:runplane:problem:message_conflict' });
+    expect(String(conflict.body.detail)).toContain('k1-a');
 
     const after = await t.log.readRun(first.body.runId);
     expect(after.map((e) => e.seq)).toEqual(before.map((e) => e.seq));
@@ -76,9 +76,9 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
   ])('a bad body (%s) gets 400 with the zod reason', async (_name, body, path) => {
     const res = await post('conv-k1-bad', body);
     expect(res.status).toBe(400);
-    const error = res.body.error as { code: string; issues: { path: string; message: string }[] };
-    expect(error.code).toBe('invalid_body');
-    expect(error.issues.map((i) => i.path)).toContain(path);
+    const problem = res.body as { code: string; issues: { path: string; message: string }[] };
+    expect(problem.code).toBe('invalid_body');
+    expect(problem.issues.map((i) => i.path)).toContain(path);
   });
 
   it('a body that is not JSON gets 415 and admits nothing', async () => {
@@ -88,7 +88,7 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
       body: 'clientMessageId=form-1&content=hello',
     });
     expect(res.status).toBe(415);
-    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('unsupported_media_type');
+    expect(((await res.json()) as { code: string }).code).toBe('unsupported_media_type');
     const { admissionIds } = await import('@runplane/app-admission');
     expect(await t.log.readRun(admissionIds('conv-k1-form', 'form-1').runId)).toEqual([]);
   });
@@ -96,7 +96,7 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
   it('malformed JSON and a bad conversation id get 400; an unknown Run gets 404', async () => {
     const malformed = await post('conv-k1-bad', '{"clientMessageId": ');
     expect(malformed.status).toBe(400);
-    expect(malformed.body).toMatchObject({ error: { code: 'bad_request' } });
+    expect(malformed.body).toMatchObject({ status: 400, code: 'bad_request' });
     expect((await post('bad%20id', { clientMessageId: 'x', content: 'hi' })).status).toBe(400);
     expect(await t.client.getRun('no-such-run')).toBeNull();
     await expect(t.client.getAnswer('no-such-run')).rejects.toBeInstanceOf(RunplaneHttpError);

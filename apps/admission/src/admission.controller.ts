@@ -1,4 +1,4 @@
-import { Body, Controller, Get, Headers, HttpCode, HttpException, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
+import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
@@ -11,17 +11,15 @@ import {
   type RunView,
 } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
-import { RunCommandHandler, RunFolds } from '@runplane/service-kit';
+import { apiError, badRequestFromZod, RunCommandHandler, RunFolds } from '@runplane/service-kit';
 import { admissionIds, decide, MessageConflict, type PostMessage } from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
-function httpError(status: HttpStatus, code: string, message: string, issues?: { path: string; message: string }[]): HttpException {
-  return new HttpException({ error: { code, message, ...(issues ? { issues } : {}) } }, status);
-}
 
+/** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
 function parseId(name: string, raw: string): string {
   const parsed = Id.safeParse(raw);
-  if (!parsed.success) throw httpError(HttpStatus.BAD_REQUEST, 'bad_request', `${name}: ${parsed.error.issues[0]?.message}`);
+  if (!parsed.success) throw badRequestFromZod(name, parsed.error);
   return parsed.data;
 }
 
@@ -62,12 +60,13 @@ export class AdmissionController {
     @Res({ passthrough: true }) res: Response,
   ): Promise<PostMessageResponse> {
     if (!/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
-      throw httpError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the message as JSON (Content-Type: application/json)');
+      throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the message as JSON (Content-Type: application/json)');
     }
     const conversationId = parseId('conversationId', rawConversationId);
     const parsed = PostMessageBody.safeParse(body ?? {});
     if (!parsed.success) {
-      throw httpError(HttpStatus.BAD_REQUEST, 'invalid_body', 'the message body is invalid', zodIssues(parsed.error));
+      const issues = zodIssues(parsed.error);
+      throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `the message body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
     }
     const cmd: PostMessage = {
       type: 'PostMessage',
@@ -83,8 +82,8 @@ export class AdmissionController {
     try {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
-      if (e instanceof MessageConflict) throw httpError(HttpStatus.CONFLICT, 'message_conflict', e.message);
-      if (e instanceof AppendConflict) throw httpError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
+      if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message);
+      if (e instanceof AppendConflict) throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
       throw e;
     }
     const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
@@ -113,9 +112,8 @@ export class AdmissionController {
     const view = await this.runs.get(runId);
     if (view) return view;
     if (await this.log.lastOf(runId, 'admission')) {
-      res.setHeader('Retry-After', '1');
-      throw httpError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`);
+      throw apiError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`, { headers: { 'Retry-After': '1' } });
     }
-    throw httpError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+    throw apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
   }
 }

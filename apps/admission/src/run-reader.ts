@@ -2,6 +2,7 @@ import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { DatabaseConfig, loadConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { createProjectionOrm, getRunView } from '@runplane/projections';
+import { dependencyUnavailable, unavailableDependency } from '@runplane/service-kit';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
@@ -16,13 +17,28 @@ export class RunReader implements OnApplicationShutdown {
   private orm: Promise<MikroORM> | null = null;
 
   private connect(): Promise<MikroORM> {
-    this.orm ??= createProjectionOrm({ databaseUrl: loadConfig(DatabaseConfig).DATABASE_URL });
+    if (!this.orm) {
+      const orm = createProjectionOrm({ databaseUrl: loadConfig(DatabaseConfig).DATABASE_URL });
+      // a failed start is not kept: the next read tries again (PostgreSQL may be back)
+      orm.catch(() => {
+        if (this.orm === orm) this.orm = null;
+      });
+      this.orm = orm;
+    }
     return this.orm;
   }
 
-  /** The Run's projection, or null when it is unknown or not projected yet. */
+  /**
+   * The Run's projection, or null when it is unknown or not projected yet.
+   * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
+   */
   async get(runId: string): Promise<RunView | null> {
-    return getRunView(await this.connect(), runId);
+    try {
+      return await getRunView(await this.connect(), runId);
+    } catch (e) {
+      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
+      throw e;
+    }
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -8,10 +8,11 @@
  *   timeline <runId>               print a Run's events from the log
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
+ *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
  */
 import { Command, InvalidArgumentError } from 'commander';
-import { renderEventCatalog } from '@runplane/contracts';
-import { ask, demo, rebuild, timeline, up, watch } from './commands.js';
+import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
+import { ask, demo, rebuild, terminalSafe, timeline, up, watch } from './commands.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
 const nonNegative = (v: string) => {
@@ -22,7 +23,8 @@ const run = (fn: () => Promise<number | void>) => async () => {
   try {
     process.exitCode = (await fn()) ?? 0;
   } catch (e) {
-    process.stderr.write(`runplane: ${e instanceof Error ? e.message : String(e)}\n`);
+    // the reason may quote the server (problem detail and issues): shown, never executed by the terminal
+    process.stderr.write(`runplane: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`);
     process.exitCode = 1;
   }
 };
@@ -84,13 +86,18 @@ program
   .option('--keep', 'keep the fresh database even when it is identical')
   .action((o) => run(() => rebuild(o.database, Boolean(o.keep)))());
 
-program
-  .command('docs')
-  .description('generated documentation')
+const docs = program.command('docs').description('generated documentation');
+docs
   .command('event-catalog')
   .description('print the event catalogue generated from the zod schemas (docs/event-catalog.md)')
   .action(() => {
     process.stdout.write(renderEventCatalog());
+  });
+docs
+  .command('openapi')
+  .description('print the OpenAPI 3.1 description of every HTTP endpoint, generated from the zod schemas (docs/openapi.json)')
+  .action(() => {
+    process.stdout.write(renderOpenApi());
   });
 
 await program.parseAsync(process.argv);

@@ -4,6 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import type { INestApplication, LogLevel } from '@nestjs/common';
 import { EventLog, allRunsFilter } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
+import { ProblemDetailsFilter, serveOpenApi } from '@runplane/service-kit';
 import { AppModule } from './app.module.js';
 import { loadProjectorConfig } from './config.js';
 
@@ -32,6 +33,8 @@ export async function startProjector(opts: StartProjectorOptions = {}): Promise<
   const cfg = loadProjectorConfig();
   const app = await NestFactory.create(AppModule, { logger: opts.logger ?? ['error', 'warn', 'log'] });
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
+  app.useGlobalFilters(new ProblemDetailsFilter());
+  serveOpenApi(app, 'projector');
   try {
     const log = app.get(EventLog);
     app.connectMicroservice(

@@ -1,12 +1,11 @@
-import { Controller, Get, HttpException, HttpStatus } from '@nestjs/common';
+import { Controller, Get } from '@nestjs/common';
+import type { ProjectorHealthBody } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
+import { dependencyUnavailable } from '@runplane/service-kit';
 import { ProjectionDatabase } from './projection-database.js';
 
-export interface ProjectorHealth {
-  status: 'ok' | 'unavailable';
-  nats: 'up' | 'down';
-  postgres: 'up' | 'down';
-}
+/** The projector's health body (contracts `ProjectorHealthBody`). */
+export type ProjectorHealth = ProjectorHealthBody;
 
 const CHECK_TIMEOUT_MS = 2_000;
 
@@ -27,8 +26,9 @@ async function probe(check: () => Promise<unknown>): Promise<'up' | 'down'> {
 
 /**
  * `GET /healthz`: 200 `{status:"ok", nats:"up", postgres:"up"}` when a NATS round trip and
- * `select 1` on the projection database both answer within 2 s; otherwise 503 with the same
- * shape, `status: "unavailable"` and the failing side `down`.
+ * `select 1` on the projection database both answer within 2 s; otherwise 503 problem details
+ * `dependency_unavailable` naming the failing side, with `Retry-After` and the extension members
+ * `nats` and `postgres` (`up`/`down`).
  */
 @Controller()
 export class HealthController {
@@ -47,7 +47,10 @@ export class HealthController {
       probe(() => this.db.ping()),
     ]);
     const body: ProjectorHealth = { status: nats === 'up' && postgres === 'up' ? 'ok' : 'unavailable', nats, postgres };
-    if (body.status !== 'ok') throw new HttpException(body, HttpStatus.SERVICE_UNAVAILABLE);
+    if (body.status !== 'ok') {
+      const down = [nats === 'down' ? 'NATS' : null, postgres === 'down' ? 'PostgreSQL' : null].filter(Boolean).join(' and ');
+      throw dependencyUnavailable(down, undefined, { nats, postgres });
+    }
     return body;
   }
 }

@@ -1,6 +1,6 @@
 import type { EventLog } from '@runplane/eventlog';
 import { describe, expect, it } from '@jest/globals';
-import { HttpException } from '@nestjs/common';
+import { ApiError } from '@runplane/service-kit';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 import { HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
@@ -15,14 +15,17 @@ describe('GET /healthz', () => {
 
   it('given PostgreSQL refuses, then 503 naming postgres down', async () => {
     const err = await new HealthController(fakeLog(), fakeDb(async () => Promise.reject(new Error('ECONNREFUSED')))).healthz().catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(HttpException);
-    expect((err as HttpException).getStatus()).toBe(503);
-    expect((err as HttpException).getResponse()).toEqual({ status: 'unavailable', nats: 'up', postgres: 'down' });
+    expect(err).toBeInstanceOf(ApiError);
+    expect((err as ApiError).getStatus()).toBe(503);
+    expect((err as ApiError).problem('/healthz')).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'up', postgres: 'down', instance: '/healthz' });
+    expect((err as ApiError).problem().detail).toMatch(/^PostgreSQL is unavailable/);
+    expect((err as ApiError).extras.headers).toEqual({ 'Retry-After': '2' });
   });
 
   it('given the NATS connection is closed, then 503 naming nats down', async () => {
-    const err = (await new HealthController(fakeLog(true), fakeDb(async () => undefined)).healthz().catch((e: unknown) => e)) as HttpException;
-    expect(err.getResponse()).toEqual({ status: 'unavailable', nats: 'down', postgres: 'up' });
+    const err = (await new HealthController(fakeLog(true), fakeDb(async () => undefined)).healthz().catch((e: unknown) => e)) as ApiError;
+    expect(err.problem()).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'down', postgres: 'up' });
+    expect(err.problem().detail).toMatch(/^NATS is unavailable/);
   });
 });
 

@@ -1,29 +1,42 @@
-import { Controller, Get, Headers, HttpException, HttpStatus, Param, Query, Req, Res, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { Request, Response } from 'express';
-import { AnswerView, Id, type StoredEvent } from '@runplane/contracts';
+import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
 import { foldRun, passagesInOrder } from '@runplane/run-facts';
+import { apiError, badRequestFromZod } from '@runplane/service-kit';
 
 const HEARTBEAT_MS = 15_000;
 
-function badRequest(message: string): HttpException {
-  return new HttpException({ error: { code: 'bad_request', message } }, HttpStatus.BAD_REQUEST);
-}
+const notFound = (runId: string) => apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
 
 function parseRunId(runId: string): string {
   const parsed = Id.safeParse(runId);
-  if (!parsed.success) throw badRequest(`runId: ${parsed.error.issues[0]?.message}`);
+  if (!parsed.success) throw badRequestFromZod('runId', parsed.error);
   return parsed.data;
 }
 
 /**
- * Parses a `Last-Event-ID` (the stream sequence of the last event the observer saw).
- * @throws 400 when it is not a non-negative integer.
+ * Parses a `Last-Event-ID` (the stream sequence of the last event the observer saw; contracts
+ * `LastEventIdText`). Absent or empty is 0 (from the start).
+ * @throws 400 `bad_request` when it is not a non-negative integer of at most 15 digits (a
+ * repeated header arrives joined with ", " and is refused too).
  */
-export function parseLastEventId(raw: string | undefined): number {
+export function parseLastEventId(raw: string | undefined, what = 'Last-Event-ID'): number {
   if (raw === undefined || raw === '') return 0;
-  if (!/^\d{1,15}$/.test(raw.trim())) throw badRequest(`Last-Event-ID must be a stream sequence number, got "${raw}"`);
-  return Number(raw.trim());
+  const parsed = LastEventIdText.safeParse(raw);
+  if (!parsed.success) throw badRequestFromZod(what, parsed.error);
+  return Number(parsed.data.trim());
+}
+
+/**
+ * Validates the query of the event stream (contracts `RunEventsQuery`): each parameter at most
+ * once, known names and values only.
+ * @throws 400 `bad_request` with every reason in `issues`.
+ */
+export function parseEventsQuery(query: unknown): RunEventsQuery {
+  const parsed = RunEventsQuery.safeParse(query ?? {});
+  if (!parsed.success) throw badRequestFromZod('query', parsed.error);
+  return parsed.data;
 }
 
 /**
@@ -52,16 +65,16 @@ export class ObserversController implements BeforeApplicationShutdown {
   async events(
     @Param('runId') rawRunId: string,
     @Headers('last-event-id') lastEventIdHeader: string | undefined,
-    @Query('lastEventId') lastEventIdQuery: string | undefined,
-    @Query('deltas') deltas: string | undefined,
+    @Query() query: unknown,
     @Req() req: Request,
     @Res() res: Response,
   ): Promise<void> {
     const runId = parseRunId(rawRunId);
-    const after = parseLastEventId(lastEventIdHeader ?? lastEventIdQuery);
-    if (!(await this.log.lastOf(runId, 'admission'))) {
-      throw new HttpException({ error: { code: 'not_found', message: `run ${runId} not found` } }, HttpStatus.NOT_FOUND);
-    }
+    const { lastEventId: lastEventIdQuery, deltas } = parseEventsQuery(query);
+    const after = lastEventIdHeader !== undefined && lastEventIdHeader !== ''
+      ? parseLastEventId(lastEventIdHeader)
+      : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
+    if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
     const settlement = await this.log.lastOf(runId, 'lifecycle');
     if (settlement && settlement.seq <= after) {
       // The observer has seen the settlement: nothing more will ever come. 204 also tells a
@@ -112,7 +125,7 @@ export class ObserversController implements BeforeApplicationShutdown {
   async answer(@Param('runId') rawRunId: string): Promise<AnswerView> {
     const runId = parseRunId(rawRunId);
     const facts = foldRun(runId, await this.log.readRun(runId));
-    if (!facts.admitted) throw new HttpException({ error: { code: 'not_found', message: `run ${runId} not found` } }, HttpStatus.NOT_FOUND);
+    if (!facts.admitted) throw notFound(runId);
     const passages = passagesInOrder(facts).map((p) => ({ passageId: p.passageId, index: p.index, version: p.version, text: p.text }));
     return AnswerView.parse({
       runId,

@@ -5,7 +5,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import {
   AnswerView,
-  ErrorBody,
+  ProblemDetails,
   PostMessageResponse,
   RunEvent,
   RunView,
@@ -18,16 +18,76 @@ export interface RunplaneEndpoints {
   publication: string;
 }
 
-/** An HTTP error answer: `status` plus the server's `{error:{code,message}}`. */
+/**
+ * An HTTP error answer: `status`, the URL asked, the raw body and, when the server answered with
+ * problem details (RFC 9457, contracts `ProblemDetails`), the parsed `problem`. The message says
+ * it all in one line: status, code, the server's reason (`detail`) and every issue.
+ */
 export class RunplaneHttpError extends Error {
+  /** The parsed problem details, or null when the body was not problem details (e.g. a proxy's page). */
+  readonly problem: ProblemDetails | null;
+
   constructor(
     readonly status: number,
     readonly body: unknown,
+    readonly url = '',
   ) {
-    const parsed = ErrorBody.safeParse(body);
-    super(parsed.success ? `HTTP ${status} ${parsed.data.error.code}: ${parsed.data.error.message}` : `HTTP ${status}: ${JSON.stringify(body)}`);
+    const parsed = ProblemDetails.safeParse(body);
+    const problem = parsed.success ? parsed.data : null;
+    const issues = problem?.issues?.length ? ` (${problem.issues.map((i) => `${i.path}: ${i.message}`).join('; ')})` : '';
+    const reason = problem
+      ? `${problem.code}: ${problem.detail}${issues && !problem.detail.includes(problem.issues![0]!.message) ? issues : ''}`
+      : typeof body === 'string'
+        ? body.slice(0, 300)
+        : JSON.stringify(body);
+    super(`HTTP ${status}${url ? ` from ${url}` : ''}: ${reason}`);
     this.name = 'RunplaneHttpError';
+    this.problem = problem;
   }
+
+  /** The problem's `code` (e.g. `invalid_body`), or null. */
+  get code(): string | null {
+    return this.problem?.code ?? null;
+  }
+}
+
+/**
+ * The service could not be reached at all (connection refused, unknown host, timeout): which
+ * service, the URL tried and the network reason.
+ */
+export class RunplaneUnreachableError extends Error {
+  constructor(
+    readonly service: string,
+    readonly url: string,
+    readonly reason: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`cannot reach ${service} at ${url}: ${reason}`, options);
+    this.name = 'RunplaneUnreachableError';
+  }
+}
+
+const NETWORK_REASONS: Record<string, string> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset',
+  ENOTFOUND: 'unknown host',
+  EAI_AGAIN: 'host name lookup failed',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+  UND_ERR_SOCKET: 'connection closed by the server',
+};
+
+/** The network reason of a failed `fetch` ("fetch failed" hides it in `cause`). */
+function networkReason(e: unknown): string {
+  for (let cur: unknown = e, depth = 0; cur instanceof Error && depth < 5; depth++) {
+    const code = (cur as { code?: unknown }).code;
+    if (typeof code === 'string') return NETWORK_REASONS[code] ?? `${code}${cur.message && !cur.message.includes(code) ? ` ${cur.message}` : ''}`;
+    const inner = (cur as { errors?: unknown[] }).errors?.[0];
+    cur = cur.cause ?? inner;
+  }
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** One event received over SSE: its stream sequence (the SSE id) and the validated event. */
@@ -48,35 +108,49 @@ async function readJson(res: Response): Promise<unknown> {
 export class RunplaneClient {
   constructor(readonly endpoints: RunplaneEndpoints) {}
 
+  /** `fetch` that turns a network failure into {@link RunplaneUnreachableError} (service, URL, reason). */
+  private async request(service: keyof RunplaneEndpoints, url: string | URL, init?: RequestInit): Promise<Response> {
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      if (init?.signal?.aborted) throw e;
+      throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
+    }
+  }
+
   /**
    * Submits a message. Resolves with the status (201 admitted, 200 existing) and the body.
-   * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 409 conflicting clientMessageId).
+   * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 409 conflicting clientMessageId);
+   * RunplaneUnreachableError when admission cannot be reached.
    */
   async postMessage(conversationId: string, body: { clientMessageId: string; content: string }): Promise<{ status: number; body: PostMessageResponse }> {
-    const res = await fetch(`${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`, {
+    const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`;
+    const res = await this.request('admission', url, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
     const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return { status: res.status, body: PostMessageResponse.parse(json) };
   }
 
   /** The Run projection, or null on 404 (unknown or not projected yet). */
   async getRun(runId: string): Promise<RunView | null> {
-    const res = await fetch(`${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}`);
+    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}`;
+    const res = await this.request('admission', url);
     const json = await readJson(res);
     if (res.status === 404) return null;
-    if (!res.ok) throw new RunplaneHttpError(res.status, json);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return RunView.parse(json);
   }
 
   /** The Run's committed answer passages. */
   async getAnswer(runId: string): Promise<AnswerView> {
-    const res = await fetch(`${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/answer`);
+    const url = `${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/answer`;
+    const res = await this.request('publication', url);
     const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return AnswerView.parse(json);
   }
 
@@ -99,13 +173,13 @@ export class RunplaneClient {
     let last = opts.lastEventId ?? 0;
     let res: Response;
     try {
-      res = await fetch(url, { headers, signal: opts.signal });
+      res = await this.request('publication', url, { headers, signal: opts.signal });
     } catch (e) {
       if (opts.signal?.aborted) return { lastEventId: last, ended: 'aborted' };
       throw e;
     }
     if (res.status === 204) return { lastEventId: last, ended: 'complete' }; // the settlement is already behind Last-Event-ID
-    if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res));
+    if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res), String(url));
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {
         if (opts.signal?.aborted) return; // detached: what arrives after the disconnect is not seen

@@ -17,7 +17,8 @@ export const PostMessageBody = z
       .refine((s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s), 'content must not contain control characters (other than tab and newlines)')
       .refine((s) => s.isWellFormed(), 'content must be well-formed Unicode (no lone surrogates)'),
   })
-  .strict();
+  .strict()
+  .meta({ id: 'PostMessageBody' });
 export type PostMessageBody = z.infer<typeof PostMessageBody>;
 
 /** 201 (admitted now) or 200 (the same message was already admitted: K1). */
@@ -29,17 +30,57 @@ export const PostMessageResponse = z.object({
   admittedAt: z.string().datetime(),
   /** `admitted` for a new admission, `existing` for an idempotent repeat. */
   admission: z.enum(['admitted', 'existing']),
-});
+}).meta({ id: 'PostMessageResponse' });
 export type PostMessageResponse = z.infer<typeof PostMessageResponse>;
 
-export const ErrorBody = z.object({
-  error: z.object({
-    code: z.string(),
-    message: z.string(),
-    issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
-  }),
-});
-export type ErrorBody = z.infer<typeof ErrorBody>;
+/** One reason a request was refused: where (`path`, dotted; `(body)` for the whole body) and why. */
+export const ProblemIssue = z.object({ path: z.string(), message: z.string() }).meta({ id: 'ProblemIssue' });
+export type ProblemIssue = z.infer<typeof ProblemIssue>;
+
+/** Media type of every error answer (RFC 9457). */
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/** Prefix of the `type` URI of Runplane's problem types: `urn:runplane:problem:<code>`. */
+export const PROBLEM_TYPE_PREFIX = 'urn:runplane:problem:';
+
+/**
+ * The body of every HTTP error answer of every service: RFC 9457 problem details
+ * (`application/problem+json`). `type` is `urn:runplane:problem:<code>`, `title` the fixed
+ * summary of that type, `detail` this occurrence's reason, `instance` the request path.
+ * Extension members: `code` (the stable machine-readable reason, also the end of `type`) and
+ * `issues` (every validation reason, for 400s). Other extension members may appear (the
+ * projector's health adds `nats` and `postgres`); clients must ignore unknown ones.
+ */
+export const ProblemDetails = z
+  .object({
+    type: z.string().meta({ description: 'URI of the problem type: urn:runplane:problem:<code>' }),
+    title: z.string().meta({ description: 'Short, fixed summary of the problem type' }),
+    status: z.number().int().min(400).max(599).meta({ description: 'The HTTP status code of this answer' }),
+    detail: z.string().meta({ description: 'Why this request failed, for a human' }),
+    instance: z.string().optional().meta({ description: 'The request path this problem occurred on' }),
+    code: z.string().meta({ description: 'Stable machine-readable reason (extension member)' }),
+    issues: z.array(ProblemIssue).optional().meta({ description: 'Every validation reason (extension member, on 400s)' }),
+  })
+  .meta({ id: 'ProblemDetails' });
+export type ProblemDetails = z.infer<typeof ProblemDetails>;
+
+/**
+ * The problem types the services answer with, and their fixed titles. Errors Nest raises itself
+ * (an HTTP status without a Runplane code) use the lower-cased status name as code.
+ */
+export const ProblemTitles: Record<string, string> = {
+  bad_request: 'Bad request',
+  invalid_body: 'The request body is invalid',
+  unsupported_media_type: 'Unsupported media type',
+  payload_too_large: 'Request body too large',
+  not_found: 'Not found',
+  route_not_found: 'No such route',
+  not_projected_yet: 'Not projected yet',
+  message_conflict: 'Message conflicts with an earlier one',
+  admission_contended: 'Admission contended',
+  dependency_unavailable: 'A dependency is unavailable',
+  internal_error: 'Internal error',
+};
 
 /** `GET /v1/runs/{runId}`: the Run projection. */
 export const RunView = z.object({
@@ -58,7 +99,7 @@ export const RunView = z.object({
   settledAt: z.string().datetime().nullable(),
   /** Stream sequence of the last event applied to this projection. */
   lastSeq: z.number().int(),
-});
+}).meta({ id: 'RunView' });
 export type RunView = z.infer<typeof RunView>;
 
 export const ToolCallView = z.object({
@@ -75,10 +116,44 @@ export const AnswerView = z.object({
   /** True once publication recorded `answer.published`. */
   complete: z.boolean(),
   outcome: Outcome.nullable(),
-});
+}).meta({ id: 'AnswerView' });
 export type AnswerView = z.infer<typeof AnswerView>;
 
 /** Turns a zod error into the 400 body's issue list. */
 export function zodIssues(error: z.ZodError): { path: string; message: string }[] {
   return error.issues.map((i) => ({ path: i.path.join('.') || '(body)', message: i.message }));
 }
+
+/** A stream sequence as text (`Last-Event-ID` header or `?lastEventId=`): 0 to 15 digits' worth. */
+export const LastEventIdText = z
+  .string()
+  .regex(/^\s*\d{1,15}\s*$/, 'must be a stream sequence number (a non-negative integer of at most 15 digits)')
+  .meta({ description: 'Stream sequence of the last event the observer saw (the SSE id)', example: '42' });
+
+/** Path parameters of the Run routes. */
+export const RunIdParams = z.object({ runId: Id.meta({ description: 'The Run id (from the admission answer)' }) });
+/** Path parameters of the conversation routes. */
+export const ConversationIdParams = z.object({ conversationId: Id.meta({ description: 'Conversation id chosen by the client' }) });
+
+/**
+ * Query of `GET /v1/runs/{runId}/events`. Each parameter at most once: a repeated one (an array
+ * here) is refused with 400, as is an unknown value; unknown parameters are ignored.
+ */
+export const RunEventsQuery = z
+  .object({
+    lastEventId: LastEventIdText.optional(),
+    deltas: z.enum(['true', 'false']).optional().meta({ description: '`true` interleaves live token deltas (not stored) as `event: delta`' }),
+  });
+export type RunEventsQuery = z.infer<typeof RunEventsQuery>;
+
+/** Headers of `GET /v1/runs/{runId}/events` (the header wins over `?lastEventId=`). */
+export const RunEventsHeaders = z.object({ 'last-event-id': LastEventIdText.optional() });
+
+/** `GET /healthz` of every service but the projector: 200 while its NATS connection is open. */
+export const HealthBody = z.object({ status: z.literal('ok') }).meta({ id: 'Health' });
+
+/** `GET /healthz` of the projector: NATS and PostgreSQL checked (200 when both are up). */
+export const ProjectorHealthBody = z
+  .object({ status: z.enum(['ok', 'unavailable']), nats: z.enum(['up', 'down']), postgres: z.enum(['up', 'down']) })
+  .meta({ id: 'ProjectorHealth' });
+export type ProjectorHealthBody = z.infer<typeof ProjectorHealthBody>;

@@ -4,3 +4,4 @@ export * from './factory.js';
 export * from './http.js';
 export * from './config.js';
 export * from './catalog-doc.js';
+export * from './openapi.js';

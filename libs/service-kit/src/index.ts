@@ -4,34 +4,23 @@
  * events, a microservice transport over its own durable JetStream consumer.
  */
 import 'reflect-metadata';
-import {
-  Catch,
-  ConsoleLogger,
-  Controller,
-  Get,
-  HttpException,
-  HttpStatus,
-  Module,
-  type ArgumentsHost,
-  type ExceptionFilter,
-  type INestApplication,
-  type Type,
-} from '@nestjs/common';
+import { ConsoleLogger, Controller, Get, Module, type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, type Owner } from '@runplane/contracts';
+import { BusConfig, envInt, HttpConfig, loadConfig, type HttpService, type Owner } from '@runplane/contracts';
+import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 
-/** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503. */
+/** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503 `dependency_unavailable` (contracts `HealthBody`). */
 @Controller()
 export class HealthController {
   constructor(private readonly log: EventLog) {}
 
   @Get('healthz')
-  health(): { status: string } {
-    if (this.log.nc.isClosed()) throw new HttpException({ status: 'nats-closed' }, HttpStatus.SERVICE_UNAVAILABLE);
+  health(): { status: 'ok' } {
+    if (this.log.nc.isClosed()) throw dependencyUnavailable('NATS', 'the connection is closed');
     return { status: 'ok' };
   }
 }
@@ -39,32 +28,7 @@ export class HealthController {
 @Module({ controllers: [HealthController] })
 export class HealthModule {}
 
-/**
- * Gives every HTTP error the API's one error shape, `{error: {code, message}}` (contracts
- * `ErrorBody`), including the ones Nest raises itself (malformed JSON, unknown route).
- */
-@Catch()
-export class ErrorBodyFilter implements ExceptionFilter {
-  private readonly logger = new ConsoleLogger('http');
-
-  catch(exception: unknown, host: ArgumentsHost): void {
-    const res = host.switchToHttp().getResponse<{ status(code: number): { json(body: unknown): void } }>();
-    if (!(exception instanceof HttpException)) {
-      this.logger.error(exception instanceof Error ? (exception.stack ?? exception.message) : JSON.stringify(exception));
-      res.status(500).json({ error: { code: 'internal_error', message: 'internal error; see the service log' } });
-      return;
-    }
-    const status = exception.getStatus();
-    const body = exception.getResponse();
-    if (typeof body === 'object' && body !== null && 'error' in body && typeof (body as { error: unknown }).error === 'object') {
-      res.status(status).json(body);
-      return;
-    }
-    const message = typeof body === 'string' ? body : String((body as { message?: unknown }).message ?? exception.message);
-    const code = (HttpStatus[status] ?? 'error').toLowerCase();
-    res.status(status).json({ error: { code, message } });
-  }
-}
+export * from './problems.js';
 
 export interface ServiceSpec {
   /** Service name: appears in logs, the NATS connection name and the ready line. */
@@ -98,7 +62,8 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
     }),
   });
   app.enableShutdownHooks();
-  app.useGlobalFilters(new ErrorBodyFilter());
+  app.useGlobalFilters(new ProblemDetailsFilter());
+  serveOpenApi(app, spec.name as HttpService);
   if (spec.consumer) {
     const log = app.get(EventLog);
     app.connectMicroservice(

@@ -1,0 +1,225 @@
+/**
+ * Every HTTP route of every Runplane service, with its zod request and response shapes, in one
+ * registry ({@link HttpRoutes}); the OpenAPI 3.1 description is generated from it by
+ * `zod-openapi` ({@link openApiDocument}). A route added to a controller is added here too, next
+ * to its shapes in `http.ts`: each service serves its part at `GET /openapi.json` and
+ * docs/openapi.json holds the whole (a test fails when it is stale).
+ */
+import { z } from 'zod';
+import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObject, type ZodOpenApiResponseObject } from 'zod-openapi';
+import { RunEvent } from './events.js';
+import {
+  AnswerView,
+  ConversationIdParams,
+  HealthBody,
+  PostMessageBody,
+  PostMessageResponse,
+  PROBLEM_CONTENT_TYPE,
+  ProblemDetails,
+  ProjectorHealthBody,
+  RunEventsHeaders,
+  RunEventsQuery,
+  RunIdParams,
+  RunView,
+} from './http.js';
+
+/** The service processes that serve HTTP (every one serves `/healthz` and `/openapi.json`). */
+export const HttpServices = ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'projector'] as const;
+export type HttpService = (typeof HttpServices)[number];
+
+/** One documented answer of a route. */
+export interface RouteResponse {
+  description: string;
+  /** Body media type and zod schema; none for an empty answer (204). */
+  body?: { contentType: string; schema: z.ZodType };
+  /** Response headers worth documenting (e.g. `Retry-After`). */
+  headers?: Record<string, string>;
+}
+
+/** One HTTP route: who serves it, its request shapes and its answers (status -> answer). */
+export interface HttpRoute {
+  services: readonly HttpService[];
+  method: 'get' | 'post';
+  /** OpenAPI path template, e.g. `/v1/runs/{runId}`. */
+  path: string;
+  operationId: string;
+  summary: string;
+  description?: string;
+  request?: {
+    path?: z.ZodObject;
+    query?: z.ZodObject;
+    header?: z.ZodObject;
+    body?: { contentType: string; schema: z.ZodType };
+  };
+  responses: Record<number, RouteResponse>;
+}
+
+const json = (schema: z.ZodType) => ({ contentType: 'application/json', schema });
+const problem = (description: string, headers?: Record<string, string>): RouteResponse => ({
+  description,
+  body: { contentType: PROBLEM_CONTENT_TYPE, schema: ProblemDetails },
+  ...(headers ? { headers } : {}),
+});
+const RETRY_AFTER = { 'Retry-After': 'Seconds to wait before retrying' };
+const unavailable = (what: string) => problem(`${what} is unreachable (\`dependency_unavailable\`); retry after \`Retry-After\` seconds`, RETRY_AFTER);
+
+/** An OpenAPI description is a JSON object whose `openapi` names the version (3.1.x). */
+export const OpenApiDocumentBody = z.object({ openapi: z.string(), info: z.object({ title: z.string(), version: z.string() }) }).loose();
+
+/** The registry: every HTTP route of every service. */
+export const HttpRoutes: readonly HttpRoute[] = [
+  {
+    services: ['admission'],
+    method: 'post',
+    path: '/v1/conversations/{conversationId}/messages',
+    operationId: 'postMessage',
+    summary: 'Submit a Message: admits it and its Run exactly once per clientMessageId (K1)',
+    request: { path: ConversationIdParams, body: json(PostMessageBody) },
+    responses: {
+      201: { description: 'A new Message and Run were admitted', body: json(PostMessageResponse) },
+      200: { description: 'The same clientMessageId and text were admitted before: nothing new', body: json(PostMessageResponse) },
+      400: problem('Bad body (`invalid_body`, every zod reason in `issues`), malformed JSON or bad conversationId (`bad_request`)'),
+      409: problem('The same clientMessageId was admitted with other text (`message_conflict`)'),
+      413: problem('The body is larger than the server accepts (`payload_too_large`)'),
+      415: problem('The body is not JSON (`unsupported_media_type`)'),
+      503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission'],
+    method: 'get',
+    path: '/v1/runs/{runId}',
+    operationId: 'getRun',
+    summary: 'The Run projection',
+    request: { path: RunIdParams },
+    responses: {
+      200: { description: 'The Run projection (status, outcome, counts, lastSeq)', body: json(RunView) },
+      400: problem('Bad runId (`bad_request`)'),
+      404: problem('No such Run (`not_found`), or admitted but not projected yet (`not_projected_yet`, with `Retry-After: 1`)', RETRY_AFTER),
+      503: unavailable('PostgreSQL (projections) or NATS JetStream'),
+    },
+  },
+  {
+    services: ['publication'],
+    method: 'get',
+    path: '/v1/runs/{runId}/events',
+    operationId: 'streamRunEvents',
+    summary: "Server-Sent Events of a Run's stored events, replayed after Last-Event-ID, then live",
+    description:
+      'Each SSE message has `id: <stream seq>`, `event: <event type>` and `data: <event envelope JSON>`. The stream ends after `run.settled`. ' +
+      'With `deltas=true`, live token deltas are interleaved as `event: delta` without an id (never replayed). The `Last-Event-ID` header wins over `?lastEventId=`.',
+    request: { path: RunIdParams, query: RunEventsQuery, header: RunEventsHeaders },
+    responses: {
+      200: { description: 'The event stream; every `data` is one event envelope', body: { contentType: 'text/event-stream', schema: RunEvent.meta({ id: 'RunEvent' }) } },
+      204: { description: 'Last-Event-ID is at or after the settlement: nothing more will come' },
+      400: problem('Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`'),
+      404: problem('No such Run (`not_found`)'),
+      503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['publication'],
+    method: 'get',
+    path: '/v1/runs/{runId}/answer',
+    operationId: 'getAnswer',
+    summary: 'The committed answer passages of a Run, in order',
+    request: { path: RunIdParams },
+    responses: {
+      200: { description: 'Passages, joined text, `complete` and `outcome`', body: json(AnswerView) },
+      400: problem('Bad runId (`bad_request`)'),
+      404: problem('No such Run (`not_found`)'),
+      503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle'],
+    method: 'get',
+    path: '/healthz',
+    operationId: 'health',
+    summary: 'Liveness/readiness: 200 while the NATS connection is open',
+    description: 'The projector answers the same path with its own shape: see `ProjectorHealth` (it also checks PostgreSQL).',
+    responses: {
+      200: { description: 'Connected to NATS', body: json(HealthBody) },
+      503: unavailable('NATS'),
+    },
+  },
+  {
+    services: ['projector'],
+    method: 'get',
+    path: '/healthz',
+    operationId: 'projectorHealth',
+    summary: 'Projector health: a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
+    responses: {
+      200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
+      503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
+    },
+  },
+  {
+    services: HttpServices,
+    method: 'get',
+    path: '/openapi.json',
+    operationId: 'openApi',
+    summary: "This service's OpenAPI 3.1 description (generated from the zod schemas)",
+    responses: { 200: { description: 'The OpenAPI description', body: json(OpenApiDocumentBody) } },
+  },
+];
+
+function operation(route: HttpRoute, tags: string[]): ZodOpenApiOperationObject {
+  const responses: Record<string, ZodOpenApiResponseObject> = {};
+  for (const [status, r] of Object.entries(route.responses)) {
+    responses[status] = {
+      description: r.description,
+      ...(r.body ? { content: { [r.body.contentType]: { schema: r.body.schema } } } : {}),
+      ...(r.headers
+        ? { headers: Object.fromEntries(Object.entries(r.headers).map(([name, description]) => [name, { description, schema: { type: 'string' } }])) }
+        : {}),
+    };
+  }
+  const params = route.request;
+  return {
+    operationId: route.operationId,
+    summary: route.summary,
+    ...(route.description ? { description: route.description } : {}),
+    tags,
+    ...(params?.path || params?.query || params?.header
+      ? { requestParams: { ...(params.path ? { path: params.path } : {}), ...(params.query ? { query: params.query } : {}), ...(params.header ? { header: params.header } : {}) } }
+      : {}),
+    ...(params?.body ? { requestBody: { required: true, content: { [params.body.contentType]: { schema: params.body.schema } } } } : {}),
+    responses,
+  };
+}
+
+/**
+ * The OpenAPI 3.1 description of one service's routes, or of every route of every service (the
+ * whole API, docs/openapi.json) when `service` is omitted. A path served by several services with
+ * different shapes (`/healthz`) is described once, by its first registration; the others are
+ * noted in its description.
+ */
+export function openApiDocument(service?: HttpService): ReturnType<typeof createDocument> {
+  const paths: ZodOpenApiPathsObject = {};
+  for (const route of HttpRoutes) {
+    if (service && !route.services.includes(service)) continue;
+    const item = (paths[route.path] ??= {});
+    if (item[route.method]) continue;
+    item[route.method] = operation(route, [...route.services]);
+  }
+  return createDocument(
+    {
+      openapi: '3.1.0',
+      info: {
+        title: service ? `Runplane ${service}` : 'Runplane',
+        version: '0.1.0',
+        description:
+          'HTTP API of the Runplane control plane, generated from the zod schemas in libs/contracts. Every error answer is ' +
+          '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`.',
+      },
+      tags: (service ? [service] : [...HttpServices]).map((name) => ({ name })),
+      paths,
+    },
+  );
+}
+
+/** The whole description as written to docs/openapi.json (2-space JSON, trailing newline). */
+export function renderOpenApi(): string {
+  return `${JSON.stringify(openApiDocument(), null, 2)}\n`;
+}

@@ -1,0 +1,170 @@
+/**
+ * The one home for HTTP errors of every service: {@link apiError} builds one, the
+ * {@link ProblemDetailsFilter} answers every error (ours, Nest's own, a dependency being down,
+ * a bug) as RFC 9457 problem details (`application/problem+json`, contracts `ProblemDetails`).
+ */
+import { Catch, ConsoleLogger, HttpException, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
+import type { z } from 'zod';
+import { openApiDocument, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ProblemTitles, zodIssues, type ProblemDetails, type HttpService, type ProblemIssue } from '@runplane/contracts';
+
+/** Seconds a client is told to wait (`Retry-After`) when a dependency is unavailable. */
+export const DEPENDENCY_RETRY_AFTER_SECONDS = 2;
+
+/** Options of {@link apiError}. */
+export interface ApiErrorOptions {
+  /** Every validation reason (400s). */
+  issues?: ProblemIssue[];
+  /** Response headers to set with the error (e.g. `Retry-After`). */
+  headers?: Record<string, string>;
+  /** Further extension members of the problem body. */
+  extensions?: Record<string, unknown>;
+}
+
+/**
+ * An HTTP error answer of the API: status, problem `code`, `detail` and extension members. Throw
+ * it from a controller; {@link ProblemDetailsFilter} writes it (adding `type`, `title` and
+ * `instance`). Build it with {@link apiError}.
+ */
+export class ApiError extends HttpException {
+  constructor(
+    status: number,
+    readonly code: string,
+    readonly detail: string,
+    readonly extras: ApiErrorOptions = {},
+  ) {
+    super(detail, status);
+    this.name = 'ApiError';
+  }
+
+  /** The problem body for a request to `instance`. */
+  problem(instance?: string): ProblemDetails & Record<string, unknown> {
+    return problemBody(this.getStatus(), this.code, this.detail, instance, this.extras);
+  }
+}
+
+/** Builds the API error `code` with status and reason (the only way services build one). */
+export function apiError(status: HttpStatus | number, code: string, detail: string, options: ApiErrorOptions = {}): ApiError {
+  return new ApiError(status, code, detail, options);
+}
+
+/** 400 `bad_request` naming `what` was wrong, with every zod reason as `issues` (paths prefixed with `what`). */
+export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
+  const issues = zodIssues(error).map((i) => ({ path: i.path === '(body)' ? what : `${what}.${i.path}`, message: i.message }));
+  return apiError(HttpStatus.BAD_REQUEST, 'bad_request', `${what}: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
+}
+
+/** 503 `dependency_unavailable` with `Retry-After`: `dependency` (e.g. "PostgreSQL") cannot be reached. */
+export function dependencyUnavailable(dependency: string, reason?: string, extensions?: Record<string, unknown>): ApiError {
+  return apiError(HttpStatus.SERVICE_UNAVAILABLE, 'dependency_unavailable', `${dependency} is unavailable${reason ? `: ${reason}` : ''}; retry later`, {
+    headers: { 'Retry-After': String(DEPENDENCY_RETRY_AFTER_SECONDS) },
+    ...(extensions ? { extensions } : {}),
+  });
+}
+
+function problemBody(status: number, code: string, detail: string, instance: string | undefined, options: ApiErrorOptions = {}): ProblemDetails & Record<string, unknown> {
+  return {
+    ...options.extensions,
+    type: `${PROBLEM_TYPE_PREFIX}${code}`,
+    title: ProblemTitles[code] ?? HttpStatus[status]?.toLowerCase().replace(/_/g, ' ') ?? 'error',
+    status,
+    detail,
+    ...(instance ? { instance } : {}),
+    code,
+    ...(options.issues ? { issues: options.issues } : {}),
+  };
+}
+
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', '57P01', '57P03']);
+const NATS_UNAVAILABLE = new Set(['ClosedConnectionError', 'DrainingConnectionError', 'ConnectionError', 'TimeoutError', 'NoRespondersError', 'JetStreamNotEnabled']);
+
+/**
+ * Which dependency an unexpected error says is unreachable: `PostgreSQL` for a refused/reset
+ * database connection (also inside MikroORM's wrappers), `NATS` for a closed, draining, timed-out
+ * or unanswered NATS request; null for anything else (a bug: 500). Follows `cause` and
+ * `AggregateError.errors`.
+ */
+export function unavailableDependency(error: unknown, depth = 0): string | null {
+  if (!(error instanceof Error) || depth > 5) return null;
+  const e = error as Error & { code?: unknown; errors?: unknown[] };
+  if (NATS_UNAVAILABLE.has(e.name) || NATS_UNAVAILABLE.has(e.constructor.name)) return 'NATS';
+  if (typeof e.code === 'string' && CONNECTION_CODES.has(e.code)) return /nats/i.test(e.stack ?? '') ? 'NATS' : 'PostgreSQL';
+  if (/Connection terminated|connection (?:is )?closed|too many clients/i.test(e.message) && /pg|postgres|mikro/i.test(e.stack ?? '')) return 'PostgreSQL';
+  for (const inner of [e.cause, ...(Array.isArray(e.errors) ? e.errors : [])]) {
+    const found = unavailableDependency(inner, depth + 1);
+    if (found) return found;
+  }
+  return null;
+}
+
+interface HttpResponse {
+  headersSent: boolean;
+  status(code: number): HttpResponse;
+  setHeader(name: string, value: string): void;
+  json(body: unknown): void;
+  end(): void;
+}
+
+/**
+ * Answers every HTTP error of a service as problem details (`application/problem+json`):
+ * {@link ApiError}s as built; Nest's own exceptions (unknown route: `route_not_found`, malformed
+ * JSON: `bad_request`, too large a body: `payload_too_large`) with the status name as code; an
+ * unreachable PostgreSQL or NATS as 503 `dependency_unavailable` with `Retry-After`; anything
+ * else as 500 `internal_error` (logged with its stack, never shown to the client).
+ */
+@Catch()
+export class ProblemDetailsFilter implements ExceptionFilter {
+  private readonly logger = new ConsoleLogger('http');
+
+  catch(exception: unknown, host: ArgumentsHost): void {
+    const http = host.switchToHttp();
+    const res = http.getResponse<HttpResponse>();
+    const req = http.getRequest<{ originalUrl?: string; url?: string; method?: string }>();
+    const instance = (req.originalUrl ?? req.url ?? '').split('?')[0];
+    const error = this.toApiError(exception, req.method);
+    if (res.headersSent) {
+      // a stream already started (SSE): nothing can be said any more but ending it
+      this.logger.warn(`error after the answer started on ${instance}: ${error.detail}`);
+      res.end();
+      return;
+    }
+    for (const [name, value] of Object.entries(error.extras.headers ?? {})) res.setHeader(name, value);
+    res.setHeader('Content-Type', `${PROBLEM_CONTENT_TYPE}; charset=utf-8`);
+    res.status(error.getStatus()).json(error.problem(instance));
+  }
+
+  private toApiError(exception: unknown, method = 'GET'): ApiError {
+    if (exception instanceof ApiError) return exception;
+    if (exception instanceof HttpException) {
+      const status = exception.getStatus();
+      const body = exception.getResponse();
+      const raw = typeof body === 'string' ? body : (body as { message?: unknown }).message ?? exception.message;
+      const detail = Array.isArray(raw) ? raw.join('; ') : String(raw);
+      if (status === 404 && /^Cannot [A-Z]+ /.test(detail)) return apiError(404, 'route_not_found', `no route ${method} ${detail.replace(/^Cannot [A-Z]+ /, '')}`);
+      if (status === 413) return apiError(413, 'payload_too_large', detail);
+      if (status === 400) return apiError(400, 'bad_request', detail);
+      return apiError(status, (HttpStatus[status] ?? 'error').toLowerCase(), detail);
+    }
+    // body-parser and similar middleware errors that carry a client status
+    const withStatus = exception as { status?: unknown; expose?: unknown; message?: unknown };
+    if (typeof withStatus?.status === 'number' && withStatus.status >= 400 && withStatus.status < 500 && withStatus.expose === true) {
+      const code = withStatus.status === 413 ? 'payload_too_large' : withStatus.status === 400 ? 'bad_request' : (HttpStatus[withStatus.status] ?? 'error').toLowerCase();
+      return apiError(withStatus.status, code, String(withStatus.message));
+    }
+    const dependency = unavailableDependency(exception);
+    if (dependency) {
+      this.logger.warn(`${dependency} unavailable: ${exception instanceof Error ? exception.message : String(exception)}`);
+      return dependencyUnavailable(dependency);
+    }
+    this.logger.error(exception instanceof Error ? (exception.stack ?? exception.message) : JSON.stringify(exception));
+    return apiError(500, 'internal_error', 'internal error; see the service log');
+  }
+}
+
+/**
+ * Serves `GET /openapi.json` on `app`: the OpenAPI 3.1 description of `service`'s routes,
+ * generated from the contracts' route registry. Call before `listen`.
+ */
+export function serveOpenApi(app: { getHttpAdapter(): { get(path: string, handler: (req: unknown, res: { json(body: unknown): void }) => void): unknown } }, service: HttpService): void {
+  const document = openApiDocument(service);
+  app.getHttpAdapter().get('/openapi.json', (_req, res) => res.json(document));
+}

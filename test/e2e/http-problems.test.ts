@@ -1,0 +1,238 @@
+/**
+ * The HTTP surface of every service, for real against the running processes: errors are RFC 9457
+ * problem details (application/problem+json), a client's mistake is a 400 with a reason (never a
+ * 500), an unreachable PostgreSQL or NATS is a 503 with Retry-After, every service serves its
+ * OpenAPI description, and the CLI says the server's reason and the URL it tried.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { connect } from 'node:net';
+import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import getPort from 'get-port';
+import { openApiDocument, ProblemDetails, type HttpService } from '@runplane/contracts';
+import { RunplaneClient, RunplaneHttpError, RunplaneUnreachableError } from '@runplane/client';
+import { ensureNats, repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
+import { readFileSync } from 'node:fs';
+import { startTestStack, type TestStack } from '../support/stack.js';
+
+let t: TestStack;
+beforeAll(async () => {
+  t = await startTestStack('http');
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const url = (service: 'admission' | 'publication' | 'projector' | 'runtime' | 'tools' | 'lifecycle', path: string) => `${t.stack.services.get(service)!.url}${path}`;
+
+/** Fetches and checks the answer is problem details with `status`; returns the problem and the response. */
+async function problemOf(res: Response, status: number): Promise<{ problem: ProblemDetails & Record<string, unknown>; res: Response }> {
+  expect(res.status).toBe(status);
+  expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  const body = (await res.json()) as Record<string, unknown>;
+  const parsed = ProblemDetails.safeParse(body);
+  expect(parsed.success).toBe(true);
+  const problem = body as ProblemDetails & Record<string, unknown>;
+  expect(problem.status).toBe(status);
+  expect(problem.type).toBe(`urn:runplane:problem:${problem.code}`);
+  expect(problem.title.length).toBeGreaterThan(0);
+  expect(problem.detail.length).toBeGreaterThan(0);
+  return { problem, res };
+}
+
+const postJson = (path: string, body: unknown, contentType = 'application/json') =>
+  fetch(url('admission', path), { method: 'POST', headers: { 'content-type': contentType }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+
+describe('errors are problem details (RFC 9457) on every service', () => {
+  it('400 invalid body: detail says why, issues list every reason, instance is the path', async () => {
+    const { problem } = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p1', content: '   ' }), 400);
+    expect(problem.code).toBe('invalid_body');
+    expect(problem.detail).toContain('content must not be blank');
+    expect(problem.issues).toEqual([{ path: 'content', message: 'content must not be blank' }]);
+    expect(problem.instance).toBe('/v1/conversations/conv-p/messages');
+  });
+
+  it('400 arrays where strings are expected, a huge body field, a bad id, malformed JSON', async () => {
+    const arrays = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: ['a'], content: ['b'] }), 400);
+    expect(arrays.problem.issues!.map((i) => i.path).sort()).toEqual(['clientMessageId', 'content']);
+    const huge = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p2', content: 'x'.repeat(20_001) }), 400);
+    expect(huge.problem.detail).toContain('at most 20000');
+    const badId = await problemOf(await postJson('/v1/conversations/bad%20id/messages', { clientMessageId: 'p3', content: 'hi' }), 400);
+    expect(badId.problem).toMatchObject({ code: 'bad_request', issues: [{ path: 'conversationId' }] });
+    const longId = await problemOf(await fetch(url('admission', `/v1/runs/${'r'.repeat(500)}`)), 400);
+    expect(longId.problem.detail).toMatch(/^runId/);
+    const malformed = await problemOf(await postJson('/v1/conversations/conv-p/messages', '{"clientMessageId": '), 400);
+    expect(malformed.problem.code).toBe('bad_request');
+  });
+
+  it('413 a body over the server limit, 415 not JSON', async () => {
+    const big = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p4', content: 'x'.repeat(300_000) }), 413);
+    expect(big.problem.code).toBe('payload_too_large');
+    const form = await problemOf(await postJson('/v1/conversations/conv-p/messages', 'a=b', 'application/x-www-form-urlencoded'), 415);
+    expect(form.problem.code).toBe('unsupported_media_type');
+  });
+
+  it('404 unknown Run (admission and publication) and 409 conflicting message', async () => {
+    expect((await problemOf(await fetch(url('admission', '/v1/runs/no-such-run')), 404)).problem.code).toBe('not_found');
+    expect((await problemOf(await fetch(url('publication', '/v1/runs/no-such-run/answer')), 404)).problem.code).toBe('not_found');
+    expect((await problemOf(await fetch(url('publication', '/v1/runs/no-such-run/events')), 404)).problem.code).toBe('not_found');
+    const first = await t.client.postMessage('conv-p', { clientMessageId: 'p-conflict', content: 'What does SPY hold?' });
+    const { problem } = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p-conflict', content: 'Other text' }), 409);
+    expect(problem.code).toBe('message_conflict');
+    expect(problem.detail).toContain('p-conflict');
+    await t.waitForSettlement(first.body.runId);
+  }, 90_000);
+
+  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)('an unknown route on %s is a 404 problem', async (service) => {
+    const { problem } = await problemOf(await fetch(url(service, '/no/such/route?x=1')), 404);
+    expect(problem).toMatchObject({ code: 'route_not_found', instance: '/no/such/route' });
+    expect(problem.detail).toContain('GET /no/such/route');
+  });
+});
+
+describe('a client mistake on the event stream is a 400 with a reason', () => {
+  it.each([
+    ['a repeated lastEventId', '?lastEventId=1&lastEventId=2', {}, 'query.lastEventId'],
+    ['a non-numeric lastEventId', '?lastEventId=abc', {}, 'query.lastEventId'],
+    ['a huge lastEventId', `?lastEventId=${'9'.repeat(40)}`, {}, 'query.lastEventId'],
+    ['a repeated deltas', '?deltas=true&deltas=true', {}, 'query.deltas'],
+    ['an unknown deltas value', '?deltas=yes', {}, 'query.deltas'],
+    ['a bad Last-Event-ID header', '', { 'last-event-id': '12abc' }, 'Last-Event-ID'],
+    ['a huge Last-Event-ID header', '', { 'last-event-id': '1'.repeat(100) }, 'Last-Event-ID'],
+  ])('%s', async (_name, query, headers, path) => {
+    const { problem } = await problemOf(await fetch(url('publication', `/v1/runs/some-run/events${query}`), { headers }), 400);
+    expect(problem.code).toBe('bad_request');
+    expect(problem.issues!.map((i) => i.path)).toContain(path);
+  });
+
+  it('a repeated Last-Event-ID header is refused too', async () => {
+    // fetch cannot repeat a header; a raw request can
+    const u = new URL(url('publication', '/v1/runs/some-run/events'));
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(u.port), u.hostname, () => {
+        socket.write(`GET ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nLast-Event-ID: 1\r\nLast-Event-ID: 2\r\nConnection: close\r\n\r\n`);
+      });
+      let text = '';
+      socket.on('data', (d) => (text += d.toString()));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    const res = { status: Number(/^HTTP\/1\.1 (\d+)/.exec(raw)?.[1]), type: /content-type: ([^\r]+)/i.exec(raw)?.[1] ?? '' };
+    expect(raw).toContain('Last-Event-ID');
+    expect(res.status).toBe(400);
+    expect(res.type).toMatch(/^application\/problem\+json/);
+  });
+
+  it('a bad runId on the stream and the answer', async () => {
+    for (const path of ['/v1/runs/bad.id/events', '/v1/runs/bad.id/answer']) {
+      expect((await problemOf(await fetch(url('publication', path)), 400)).problem.issues?.[0]?.path).toBe('runId');
+    }
+  });
+});
+
+describe('OpenAPI', () => {
+  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)('%s serves its description at /openapi.json, matching docs/openapi.json', async (service) => {
+    const res = await fetch(url(service, '/openapi.json'));
+    expect(res.status).toBe(200);
+    const served = (await res.json()) as ReturnType<typeof openApiDocument>;
+    expect(served).toEqual(JSON.parse(JSON.stringify(openApiDocument(service as HttpService))));
+    const whole = JSON.parse(readFileSync(join(repoRoot(), 'docs', 'openapi.json'), 'utf8')) as ReturnType<typeof openApiDocument>;
+    for (const [path, item] of Object.entries(served.paths ?? {})) {
+      for (const method of Object.keys(item)) {
+        if (path === '/healthz' && service === 'projector') continue; // the whole description shows the common /healthz
+        expect(whole.paths?.[path]).toHaveProperty(method, (item as Record<string, unknown>)[method]);
+      }
+    }
+  });
+});
+
+/** Starts one more service process of the stack's build with `env` overrides (any free port). */
+async function spawnService(name: 'admission' | 'publication', env: NodeJS.ProcessEnv, logName: string): Promise<ManagedProcess> {
+  const log = createWriteStream(join(repoRoot(), '.runplane', 'test-logs', t.tag, `${logName}.log`));
+  return spawnReady(name, join(repoRoot(), 'apps', name, 'dist', 'main.js'), [], { ...t.env, ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env }, /ready on (http:\/\/\S+)/, log);
+}
+
+describe('a dependency that is down is a 503 with Retry-After', () => {
+  it('GET /v1/runs/{id} while PostgreSQL is unreachable (an admission pointed at a port where nothing listens)', async () => {
+    const deadPort = await getPort({ host: '127.0.0.1' });
+    const admission = await spawnService('admission', { DATABASE_URL: `postgresql://postgres@127.0.0.1:${deadPort}/nothing` }, 'admission-no-postgres');
+    try {
+      for (let i = 0; i < 2; i++) {
+        // twice: a failed first connection is not kept, the next request tries again
+        const { problem, res } = await problemOf(await fetch(`${admission.url}/v1/runs/some-run`), 503);
+        expect(problem.code).toBe('dependency_unavailable');
+        expect(problem.detail).toContain('PostgreSQL');
+        expect(problem.detail).not.toContain(String(deadPort));
+        expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      }
+      const client = new RunplaneClient({ admission: admission.url, publication: t.stack.endpoints.publication });
+      const err = await client.getRun('some-run').catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RunplaneHttpError);
+      expect((err as RunplaneHttpError).code).toBe('dependency_unavailable');
+      expect((err as Error).message).toContain(`${admission.url}/v1/runs/some-run`);
+    } finally {
+      await admission.stop();
+    }
+  }, 60_000);
+
+  it('the answer and the event stream while NATS is unreachable (a private nats-server, stopped)', async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
+    const natsPort = await getPort({ host: '127.0.0.1' });
+    const nats = await ensureNats(`nats://127.0.0.1:${natsPort}`, stateDir);
+    expect(nats.child).not.toBeNull();
+    let publication: ManagedProcess | null = null;
+    try {
+      publication = await spawnService('publication', { NATS_URL: nats.url }, 'publication-no-nats');
+      expect((await fetch(`${publication.url}/healthz`)).status).toBe(200);
+      await nats.stop();
+      const answer = await problemOf(await fetch(`${publication.url}/v1/runs/some-run/answer`), 503);
+      expect(answer.problem).toMatchObject({ code: 'dependency_unavailable' });
+      expect(answer.problem.detail).toContain('NATS');
+      expect(Number(answer.res.headers.get('retry-after'))).toBeGreaterThan(0);
+      const events = await problemOf(await fetch(`${publication.url}/v1/runs/some-run/events`), 503);
+      expect(events.problem.code).toBe('dependency_unavailable');
+    } finally {
+      await publication?.stop();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  }, 90_000);
+});
+
+/** Runs the built CLI; resolves with its exit code and output. */
+function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [join(repoRoot(), 'apps', 'cli', 'dist', 'main.js'), ...args], { env: { ...process.env, NO_COLOR: '1', ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? Number((error as { code?: unknown }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe('the CLI says the reason and the URL', () => {
+  it('a service that is down: "cannot reach admission at <url>: connection refused"', async () => {
+    const port = await getPort({ host: '127.0.0.1' });
+    const r = await cli(['ask', 'What does SPY hold?', '--admission', `http://127.0.0.1:${port}`, '--conversation', 'cli-down']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`cannot reach admission at http://127.0.0.1:${port}/v1/conversations/cli-down/messages: connection refused`);
+    expect(r.stderr).not.toContain('fetch failed');
+    const client = new RunplaneClient({ admission: `http://127.0.0.1:${port}`, publication: `http://127.0.0.1:${port}` });
+    await expect(client.getAnswer('x')).rejects.toBeInstanceOf(RunplaneUnreachableError);
+  });
+
+  it('a bad body: the server\'s reason (detail and issues) and the URL', async () => {
+    const r = await cli(['ask', '   ', '--admission', t.stack.endpoints.admission, '--publication', t.stack.endpoints.publication, '--conversation', 'cli-bad']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`HTTP 400 from ${t.stack.endpoints.admission}/v1/conversations/cli-bad/messages`);
+    expect(r.stderr).toContain('invalid_body');
+    expect(r.stderr).toContain('content: content must not be blank');
+  });
+
+  it('a bad id on watch: the 400 reason from publication', async () => {
+    const r = await cli(['watch', 'bad.id', '--admission', t.stack.endpoints.admission, '--publication', t.stack.endpoints.publication]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`HTTP 400 from ${t.stack.endpoints.publication}/v1/runs/bad.id/events`);
+    expect(r.stderr).toContain('runId');
+  });
+});
