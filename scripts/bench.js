@@ -10,7 +10,7 @@
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
-//          --read-others 0,100000,1000000 --reads 200 --read-cap-s 30 --raw-appends 4000]
+//          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000]
 // Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -42,7 +42,7 @@ const { values: a } = parseArgs({
     'demo-concurrency': { type: 'string', default: '8' },
     'read-others': { type: 'string', default: '0,100000,1000000' },
     reads: { type: 'string', default: '200' },
-    'read-cap-s': { type: 'string', default: '30' },
+    'read-cap-s': { type: 'string', default: '120' },
     'raw-appends': { type: 'string', default: '4000' },
     svg: { type: 'string', default: 'docs/performance-runs-per-second.svg' },
     help: { type: 'boolean', default: false },
