@@ -1,88 +1,306 @@
-// Benchmark: the whole local Runplane (every service as its own process) on this machine's
-// NATS and PostgreSQL, with the scripted research policy as the model. Measures admission latency,
-// admission-to-settlement latency and throughput for concurrent Runs, and the cost of reading and
-// folding one Run's log (what every handler does per wake). Uses its own stream and database and
-// removes them afterwards. Usage: npm run bench [-- --runs 40 --concurrency 8]
-import { randomBytes } from 'node:crypto';
+// `npm run bench`: Runplane side by side with DBOS and Restate on workload W1, plus today's demo
+// workload on Runplane and the read cost of one Run's log. See docs/performance.md.
+//
+//   W1        one Run = model turn, tool call, model turn, tool call, model turn ("What does DIA
+//             hold?" answered by the scripted model's research policy), every model turn an HTTP
+//             call to the same scripted model server, the tools the same @runplane/holdings functions.
+//   demo      the SPY/QQQ comparison Run on Runplane (today's demo question).
+//   read-cost log.readRun(runId) + foldRun(runId, events) of one 30-event Run with 0 / 100k / 1M
+//             other events in the stream.
+//
+// Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
+//          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
+//          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000]
+// Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { RunplaneClient } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, repoRoot, startStack } from '@runplane/devstack';
-import { EventLog } from '@runplane/eventlog';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import pg from 'pg';
+import { makeEvent } from '@runplane/contracts';
+import { repoRoot } from '@runplane/devstack';
+import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
+import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
+import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
+import { readCostLevel } from './bench/read-cost.js';
+import { drive, num, pct, ratio } from './bench/stats.js';
+import { runsPerSecondSvg } from './bench/svg.js';
+import { startDbos, startRestate, startRunplane } from './bench/systems.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '40' }, concurrency: { type: 'string', default: '8' } } });
-const RUNS = Number(values.runs);
-const CONCURRENCY = Number(values.concurrency);
+const { values: a } = parseArgs({
+  options: {
+    only: { type: 'string', default: 'w1,demo,read-cost' },
+    systems: { type: 'string', default: 'runplane,dbos,restate' },
+    concurrency: { type: 'string', default: '1,8,64' },
+    runs: { type: 'string', default: '16,64,192' },
+    warmup: { type: 'string', default: '4' },
+    'demo-runs': { type: 'string', default: '16' },
+    'demo-concurrency': { type: 'string', default: '8' },
+    'read-others': { type: 'string', default: '0,100000,1000000' },
+    reads: { type: 'string', default: '200' },
+    'read-cap-s': { type: 'string', default: '120' },
+    'raw-appends': { type: 'string', default: '4000' },
+    svg: { type: 'string', default: 'docs/performance-runs-per-second.svg' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (a.help) {
+  process.stdout.write((await import('node:fs')).readFileSync(new URL(import.meta.url), 'utf8').split('\n').filter((l) => l.startsWith('//')).join('\n') + '\n');
+  process.exit(0);
+}
+const list = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+const only = new Set(list(a.only));
+const systemsWanted = list(a.systems).map((s) => s.toLowerCase());
+const levels = list(a.concurrency).map(Number);
+const runsPer = list(a.runs).map(Number);
+if (runsPer.length !== levels.length) throw new Error(`--runs needs one count per --concurrency level (${levels.length})`);
+const W1_QUESTION = 'What does DIA hold?';
+const DEMO_QUESTION = 'Compare the holdings of SPY and QQQ';
+
+const root = repoRoot();
 const tag = `bench${randomBytes(3).toString('hex')}`;
-const env = {
-  ...process.env,
-  NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
-  DATABASE_URL: `postgresql://postgres@127.0.0.1:5432/rp_${tag}`,
-  RUNPLANE_STREAM: `RPB_${tag}`,
-  RUNPLANE_SUBJECT_PREFIX: tag,
-};
-const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))];
-const fmt = (xs) => `p50 ${pct(xs, 50).toFixed(1)} ms, p95 ${pct(xs, 95).toFixed(1)} ms, max ${Math.max(...xs).toFixed(1)} ms`;
+const logDir = join(root, '.runplane', 'bench-logs', tag);
+mkdirSync(logDir, { recursive: true });
+const dataDir = resolveDataFolder(process.env).dir;
+const say = (s = '') => process.stdout.write(`${s}\n`);
+const started = Date.now();
 
-await ensureDatabaseExists(env.DATABASE_URL);
-const log = await EventLog.connect({ natsUrl: env.NATS_URL, stream: env.RUNPLANE_STREAM, prefix: env.RUNPLANE_SUBJECT_PREFIX });
-const stack = await startStack({ env, logDir: join(repoRoot(), '.runplane', 'bench-logs', tag) });
+say(`Runplane bench ${tag}: ${cpus().length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, load average at start ${loadavg().map((x) => x.toFixed(2)).join(' ')}, Node ${process.version}`);
+say(`logs: ${logDir}`);
+
+const cleanups = [];
+let nats = null;
+let model = null;
+const pgc = new pg.Client({ connectionString: 'postgresql://postgres@127.0.0.1:5432/postgres' });
+const results = {}; // name -> { levels: [...], idleRss, eventsPerRun, includes, skipped }
+let raw = null;
+let demo = null;
+let readCost = null;
+
 try {
-  const client = new RunplaneClient(stack.endpoints);
-  const admitMs = [];
-  const settleMs = [];
-  const runIds = [];
-  const started = performance.now();
-  let next = 0;
-  const worker = async () => {
-    while (next < RUNS) {
-      const i = next++;
-      const t0 = performance.now();
-      const { body } = await client.postMessage('bench', { clientMessageId: `${tag}-${i}`, content: 'Compare the holdings of SPY and QQQ' });
-      admitMs.push(performance.now() - t0);
-      runIds.push(body.runId);
-      for (;;) {
-        const last = await log.lastOf(body.runId, 'lifecycle');
-        if (last) break;
-        await new Promise((r) => setTimeout(r, 20));
-      }
-      settleMs.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  const wallS = (performance.now() - started) / 1000;
+  await pgc.connect();
+  nats = await startNats();
+  cleanups.push(() => nats.stop());
+  say(`private ${nats.version} at ${nats.url}`);
 
-  const foldMs = [];
-  let events = 0;
-  for (let i = 0; i < 100; i++) {
-    const t0 = performance.now();
-    const stored = await log.readRun(runIds[i % runIds.length]);
-    foldRun(runIds[i % runIds.length], stored);
-    foldMs.push(performance.now() - t0);
-    events = stored.length;
+  if (only.has('w1') || only.has('demo')) {
+    model = await startModel(root, join(logDir, 'model.log'));
+    cleanups.push(() => model.stop());
+    say(`scripted model at ${model.url} (shared by every system; its CPU is not counted for any)`);
+    say(`tool data folder: ${dataDir}`);
   }
-  console.log(`Runplane benchmark (${RUNS} Runs of the SPY/QQQ comparison, ${CONCURRENCY} at a time, scripted model, 2-core machine)`);
-  console.log(`  admission (POST -> 201):          ${fmt(admitMs)}`);
-  console.log(`  admission -> settlement:          ${fmt(settleMs)}`);
-  console.log(`  throughput:                       ${(RUNS / wallS).toFixed(2)} settled Runs/s (${wallS.toFixed(1)} s wall)`);
-  console.log(`  read + fold one Run (${events} events): ${fmt(foldMs)}`);
-  console.log(`  service RSS after the run:        ${(await rss(stack)).join(', ')}`);
+
+  if (only.has('w1')) {
+    const peerProblem = systemsWanted.some((s) => s !== 'runplane') ? ensurePeerPackages(root) : null;
+    for (const sys of systemsWanted) {
+      say(`\n== W1 on ${sys} ==`);
+      if (sys !== 'runplane' && peerProblem) {
+        say(`  skipped: ${peerProblem}`);
+        results[sys] = { skipped: peerProblem };
+        continue;
+      }
+      let handle;
+      try {
+        handle =
+          sys === 'runplane' ? await startRunplane({ tag, nats, modelUrl: model.url, pg: pgc, logDir, dataDir })
+          : sys === 'dbos' ? await startDbos({ root, tag, modelUrl: model.url, pg: pgc, logFile: join(logDir, 'dbos.log'), dataDir })
+          : sys === 'restate' ? await startRestate({ root, modelUrl: model.url, logFile: join(logDir, 'restate.log'), dataDir })
+          : null;
+        if (!handle) throw new Error(`unknown system ${sys}`);
+      } catch (e) {
+        const why = String(e?.message ?? e).split('\n').slice(0, 4).join(' | ');
+        say(`  could not start ${sys}: ${why}`);
+        results[sys] = { skipped: `could not start: ${why}` };
+        continue;
+      }
+      try {
+        results[sys] = await measureW1(sys, handle);
+        if (sys === 'runplane') {
+          raw = await rawAppendCost(Number(a['raw-appends']));
+          say(`  raw conditional JetStream append (js.publish, expect lastSubjectSequence, 8 in flight): ${num(raw.wallUs, 0)} us wall, ${num(raw.cpuUs, 1)} us CPU (client ${num(raw.clientUs, 1)} + nats-server ${num(raw.serverUs, 1)}) per append`);
+          if (only.has('demo')) demo = await measureDemo(handle);
+        }
+      } catch (e) {
+        say(`  failed: ${e?.stack ?? e}`);
+        results[sys] = { ...(results[sys] ?? {}), skipped: `failed: ${String(e?.message ?? e).slice(0, 200)}` };
+      } finally {
+        await handle.stop().catch((e) => say(`  stop ${sys}: ${e?.message ?? e}`));
+      }
+    }
+  } else if (only.has('demo')) {
+    const handle = await startRunplane({ tag, nats, modelUrl: model.url, pg: pgc, logDir, dataDir });
+    try {
+      demo = await measureDemo(handle);
+    } finally {
+      await handle.stop();
+    }
+  }
+
+  if (only.has('read-cost')) {
+    say('\n== read cost: log.readRun + foldRun of one 30-event Run ==');
+    readCost = [];
+    for (const others of list(a['read-others']).map(Number)) {
+      const r = await readCostLevel({ natsUrl: nats.url, tag, others, reads: Number(a.reads), capMs: Number(a['read-cap-s']) * 1000 });
+      say(`  ${String(others).padStart(9)} other events: median ${num(r.p50, 2)} ms, p90 ${num(r.p90, 2)} ms, first read ${num(r.firstMs, 2)} ms (${r.reads} reads; stream held ${r.streamMessages} messages, written in ${num(r.writeS, 1)} s)`);
+      readCost.push(r);
+    }
+  }
 } finally {
-  await stack.stop();
-  await log.jsm.streams.delete(`OBJ_${env.RUNPLANE_SUBJECT_PREFIX}_results`).catch(() => undefined);
-  await log.destroyStream();
-  await log.close();
-  await dropDatabase(env.DATABASE_URL);
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  await pgc.end().catch(() => undefined);
 }
 
-async function rss(s) {
-  const { readFile } = await import('node:fs/promises');
-  const out = [];
-  for (const [name, p] of s.services) {
-    const status = await readFile(`/proc/${p.child.pid}/status`, 'utf8').catch(() => '');
-    const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-    out.push(`${name} ${(kb / 1024).toFixed(0)} MiB`);
+printReport();
+if (only.has('w1') && a.svg) {
+  const svg = runsPerSecondSvg(
+    levels,
+    ['runplane', 'dbos', 'restate'].filter((s) => systemsWanted.includes(s)).map((s) => ({ name: label(s), values: levels.map((_, i) => results[s]?.levels?.[i]?.runsPerS ?? null) })),
+    `${cpus().length}-core machine, scripted model, ${new Date().toISOString().slice(0, 10)} (npm run bench, ${tag})`,
+  );
+  writeFileSync(join(root, a.svg), svg);
+  say(`chart written to ${a.svg}`);
+}
+say(`bench took ${((Date.now() - started) / 1000).toFixed(0)} s`);
+
+// ---------------------------------------------------------------------------------------------
+
+function label(sys) {
+  return { runplane: 'Runplane', dbos: 'DBOS', restate: 'Restate' }[sys] ?? sys;
+}
+
+/** Warm-up, idle RSS, then each concurrency level with its CPU meter. */
+async function measureW1(sys, h) {
+  await new Promise((r) => setTimeout(r, 3000));
+  const idleRss = await h.idleRss();
+  say(`  idle RSS: ${idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  const warm = await drive(2, Number(a.warmup), (i) => h.one(`w1-${tag}-${sys}-warm-${i}`, W1_QUESTION));
+  if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
+  let totalRuns = Number(a.warmup);
+  let shape = null;
+  if (sys === 'runplane') {
+    // Check W1's shape on one warm-up Run: 3 model turns, 2 tool calls.
+    const runId = await h.one(`w1-${tag}-${sys}-shape`, W1_QUESTION);
+    totalRuns++;
+    const facts = foldRun(runId, await h.log.readRun(runId));
+    shape = { turns: facts.turns.length, toolCalls: facts.toolCalls.size };
+    say(`  W1 shape on Runplane: ${shape.turns} model turns, ${shape.toolCalls} tool calls`);
   }
+  const meter = new CpuMeter(h.pids);
+  const out = [];
+  for (const [i, c] of levels.entries()) {
+    await meter.begin();
+    const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${k}`, W1_QUESTION));
+    const cpuMs = await meter.end();
+    totalRuns += runsPer[i];
+    const row = { c, runs: runsPer[i], runsPerS: r.runsPerS, p50: pct(r.latencies, 50), p99: pct(r.latencies, 99), cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length), failures: r.failures };
+    out.push(row);
+    say(`  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`);
+  }
+  let eventsPerRun;
+  if (sys === 'runplane') {
+    const info = await h.log.jsm.streams.info(h.log.space.stream);
+    eventsPerRun = info.state.messages / totalRuns;
+    say(`  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs)`);
+  }
+  return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape };
+}
+
+/** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
+async function rawAppendCost(n) {
+  const nc = await connect({ servers: nats.url, name: 'bench-raw' });
+  const js = jetstream(nc);
+  const jsm = await jetstreamManager(nc);
+  const stream = `RPB_RAW_${tag}`;
+  await jsm.streams.add({ name: stream, subjects: [`raw${tag}.>`], duplicate_window: 120 * 1e9, allow_direct: true });
+  try {
+    const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'raw', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }));
+    const writers = 8;
+    const per = Math.ceil(n / writers);
+    // Each writer owns one subject and appends conditionally on its last sequence (as a Runplane owner does).
+    const cpuA = process.cpuUsage();
+    const sA = await cpuTicks(nats.child.pid);
+    const tA = performance.now();
+    await Promise.all(
+      Array.from({ length: writers }, async (_, w) => {
+        let last = 0;
+        for (let k = 0; k < per; k++) last = (await js.publish(`raw${tag}.own.w${w}`, body, { msgID: randomUUID(), expect: { lastSubjectSequence: last } })).seq;
+      }),
+    );
+    const wallMs = performance.now() - tA;
+    const cpu = process.cpuUsage(cpuA);
+    const serverMs = (((await cpuTicks(nats.child.pid)) - sA) * 1000) / CLK_TCK;
+    const total = per * writers;
+    const clientUs = (cpu.user + cpu.system) / total;
+    const serverUs = (serverMs * 1000) / total;
+    return { appends: total, wallUs: (wallMs * 1000) / (total / writers), clientUs, serverUs, cpuUs: clientUs + serverUs };
+  } finally {
+    await jsm.streams.delete(stream).catch(() => undefined);
+    await nc.close();
+  }
+}
+
+/** Today's demo workload (SPY/QQQ comparison) on the running Runplane stack. */
+async function measureDemo(h) {
+  say(`\n== demo workload on Runplane: "${DEMO_QUESTION}" ==`);
+  const before = (await h.log.jsm.streams.info(h.log.space.stream)).state.messages;
+  const runs = Number(a['demo-runs']);
+  const c = Number(a['demo-concurrency']);
+  const meter = new CpuMeter(h.pids);
+  await meter.begin();
+  const r = await drive(c, runs, (k) => h.one(`demo-${tag}-${k}`, DEMO_QUESTION));
+  const cpuMs = await meter.end();
+  const after = (await h.log.jsm.streams.info(h.log.space.stream)).state.messages;
+  const out = { runs, c, runsPerS: r.runsPerS, p50: pct(r.latencies, 50), p95: pct(r.latencies, 95), eventsPerRun: (after - before) / runs, cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length), failures: r.failures };
+  say(`  ${r.latencies.length}/${runs} Runs at c=${c}: ${num(out.runsPerS, 2)} Runs/s, admission-to-settlement p50 ${num(out.p50, 0)} ms, p95 ${num(out.p95, 0)} ms, ${num(out.eventsPerRun, 1)} events/Run, CPU ${num(out.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`);
   return out;
+}
+
+function printReport() {
+  if (!only.has('w1')) return;
+  const names = ['runplane', 'dbos', 'restate'].filter((s) => systemsWanted.includes(s));
+  const base = results.runplane;
+  const rows = [];
+  const metric = (title, get, digits) => {
+    const cells = [title];
+    for (const s of names) {
+      const v = results[s]?.skipped && !results[s]?.levels ? undefined : get(results[s]);
+      cells.push(num(v, digits));
+      if (s !== 'runplane') cells.push(base && !base.skipped ? ratio(v, get(base)) : '');
+    }
+    rows.push(cells);
+  };
+  levels.forEach((c, i) => metric(`Runs/s, c=${c}`, (r) => r?.levels?.[i]?.runsPerS, 2));
+  levels.forEach((c, i) => metric(`p50 ms start-to-result, c=${c}`, (r) => r?.levels?.[i]?.p50, 0));
+  levels.forEach((c, i) => metric(`p99 ms start-to-result, c=${c}`, (r) => r?.levels?.[i]?.p99, 0));
+  levels.forEach((c, i) => metric(`CPU ms per Run, c=${c}`, (r) => r?.levels?.[i]?.cpuMsPerRun, 1));
+  metric('idle RSS, MiB (own processes)', (r) => (r?.idleRss ? r.idleRss.reduce((s, [, k]) => s + (k ?? 0), 0) / 1024 : undefined), 0);
+  metric('events per Run', (r) => r?.eventsPerRun, 1);
+  metric('failed Runs (all levels)', (r) => r?.levels?.reduce((s, l) => s + l.failures, 0), 0);
+  const header = ['W1 (3 model turns, 2 tool calls)'];
+  for (const s of names) header.push(label(s), ...(s !== 'runplane' ? ['vs Runplane'] : []));
+  const all = [header, ...rows];
+  const widths = header.map((_, j) => Math.max(...all.map((r) => String(r[j] ?? '').length)));
+  const line = (r) => '| ' + r.map((c, j) => (j === 0 ? String(c).padEnd(widths[j]) : String(c).padStart(widths[j]))).join(' | ') + ' |';
+  say('\n== W1 results ==');
+  say(line(header));
+  say('|' + widths.map((w, j) => (j === 0 ? '-'.repeat(w + 2) : '-'.repeat(w + 1) + ':')).join('|') + '|');
+  for (const r of rows) say(line(r));
+  for (const s of names) {
+    const r = results[s];
+    if (r?.skipped) say(`${label(s)}: ${r.skipped}`);
+    else if (r) say(`${label(s)} CPU includes: ${r.includes}`);
+  }
+  if (base?.idleRss) say(`Runplane idle RSS per process: ${base.idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  for (const s of names.filter((x) => x !== 'runplane')) if (results[s]?.idleRss) say(`${label(s)} idle RSS per process: ${results[s].idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  if (base?.eventsPerRun && raw) {
+    const mid = base.levels[Math.min(1, base.levels.length - 1)];
+    const perEventUs = (mid.cpuMsPerRun * 1000) / base.eventsPerRun;
+    say(`Control-plane cost per event (Runplane, c=${mid.c}): ${num(perEventUs, 0)} us CPU per event (all Runplane processes incl. nats-server and PostgreSQL backends, divided by ${num(base.eventsPerRun, 1)} events/Run)`);
+    say(`Raw conditional JetStream append, same nats-server, same run: ${num(raw.cpuUs, 1)} us CPU per append (client ${num(raw.clientUs, 1)} + server ${num(raw.serverUs, 1)}), ${num(raw.wallUs, 0)} us wall each with 8 writers; Runplane per event = ${ratio(perEventUs, raw.cpuUs)} a raw append`);
+  }
+  if (demo) say(`Demo workload (SPY/QQQ, Runplane, c=${demo.c}): ${num(demo.runsPerS, 2)} Runs/s, p50 ${num(demo.p50, 0)} ms, p95 ${num(demo.p95, 0)} ms, ${num(demo.eventsPerRun, 1)} events/Run, CPU ${num(demo.cpuMsPerRun, 1)} ms/Run`);
 }

@@ -1,6 +1,10 @@
 /**
  * The scripted model server: an OpenAI-compatible HTTP endpoint (`/v1/chat/completions`,
  * `/v1/models`) answering from a scenario and, after it or without one, the research policy.
+ *
+ * Scenarios are global (one step counter for every request) or bound to a key: a keyed scenario
+ * has its own step counter and answers only the requests that carry its key (see
+ * {@link requestKey}), so concurrent Runs each follow their own script.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -11,6 +15,7 @@ import { actionFor, parseScenario, ScenarioFileError, type Scenario, type Scenar
 import {
   ChatCompletionRequest,
   completionBody,
+  contentText,
   errorBody,
   errorTypeFor,
   resolveReply,
@@ -41,6 +46,8 @@ export interface ScriptedModelStats {
   bodies: unknown[];
   /** Chat requests that were given a step (well-formed ones). */
   chatRequests: number;
+  /** Chat requests answered from each keyed scenario's counter, by key (steps taken, policy after them included). */
+  perKey: Record<string, number>;
   /** Requests whose client went away before the answer was complete (aborts, timeouts, hangs). */
   aborted: number;
   /** Model requests being answered right now (a hang stays open until its client goes away). */
@@ -55,8 +62,16 @@ export interface ScriptedModel {
   stats(): ScriptedModelStats;
   /** Clears the counters and restarts the scenario at step 0 (also `POST /_scripted/reset`). */
   reset(): void;
-  /** Replaces the scenario and resets (also `POST /_scripted/scenario`). @throws ScenarioFileError */
-  setScenario(scenario: Scenario | ScenarioInput | undefined): void;
+  /**
+   * Without `key`: replaces the global scenario and resets (also `POST /_scripted/scenario`).
+   * With `key`: binds the scenario to that key with its own counter at step 0, or removes the
+   * binding when `scenario` is undefined; the global scenario and other keys are untouched
+   * (also `POST /_scripted/scenario?key=K`).
+   * @throws ScenarioFileError
+   */
+  setScenario(scenario: Scenario | ScenarioInput | undefined, key?: string): void;
+  /** The keys that have a scenario bound, in binding order. */
+  keys(): string[];
   /** Stops listening and drops every open connection, hanging ones included. */
   close(): Promise<void>;
 }
@@ -114,6 +129,31 @@ async function writeChunk(res: ServerResponse, data: string): Promise<void> {
   }
 }
 
+/** Header naming the scenario key of a request explicitly. */
+export const SCENARIO_KEY_HEADER = 'x-scripted-key';
+
+/**
+ * The bound key a chat request belongs to, if any: the `x-scripted-key` header or the OpenAI
+ * `user` field when it equals a bound key, else the longest bound key that occurs in the text of a
+ * user message (so a Run is matched by an id in its question, with no change to the caller).
+ */
+export function requestKey(
+  keys: Iterable<string>,
+  request: Pick<ChatCompletionRequest, 'messages'> & { user?: unknown },
+  header?: string | string[],
+): string | undefined {
+  const bound = new Set(keys);
+  if (bound.size === 0) return undefined;
+  const explicit = [...(Array.isArray(header) ? header : header ? [header] : []), typeof request.user === 'string' ? request.user : undefined];
+  for (const k of explicit) if (k !== undefined && bound.has(k)) return k;
+  const texts = request.messages.filter((m) => m.role === 'user').map((m) => contentText(m.content));
+  let best: string | undefined;
+  for (const k of bound) {
+    if (k.length > (best?.length ?? 0) && texts.some((t) => t.includes(k))) best = k;
+  }
+  return best;
+}
+
 /**
  * Starts the scripted model server.
  * @returns once listening; `url` is the base URL for the `openai` client.
@@ -126,13 +166,20 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
 
   let stats: ScriptedModelStats;
   const resetStats = () => {
-    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, aborted: 0, open: 0 };
+    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, perKey: {}, aborted: 0, open: 0 };
   };
   resetStats();
   let stepIndex = 0;
+  /** Keyed scenarios, each with its own next step index. */
+  const keyed = new Map<string, { scenario: Scenario; next: number }>();
   const openResponses = new Set<ServerResponse>();
 
-  const nextAction = (): StepAction => {
+  const nextAction = (key: string | undefined): StepAction => {
+    const bound = key === undefined ? undefined : keyed.get(key);
+    if (key !== undefined && bound) {
+      stats.perKey[key] = (stats.perKey[key] ?? 0) + 1;
+      return actionFor(bound.scenario, bound.next++);
+    }
     const index = stepIndex++;
     return scenario ? actionFor(scenario, index) : { kind: 'policy' };
   };
@@ -170,7 +217,7 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     const request = parsed.data;
     stats.chatRequests++;
     const sequence = stats.chatRequests;
-    const action = nextAction();
+    const action = nextAction(requestKey(keyed.keys(), request, req.headers[SCENARIO_KEY_HEADER]));
 
     if (action.kind !== 'policy' && !(await wait(action.delayMs, signal))) return;
     switch (action.kind) {
@@ -195,6 +242,8 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
 
   async function admin(path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
     const method = req.method ?? 'GET';
+    const key = new URL(req.url ?? '/', 'http://x').searchParams.get('key') ?? undefined;
+    if (key === '') throw new HttpError(400, 'the scenario key must not be empty');
     if (path === '/_scripted/stats' && method === 'GET') return sendJson(res, 200, model.stats());
     if (path === '/_scripted/reset' && method === 'POST') {
       await readBody(req, maxBodyBytes);
@@ -210,12 +259,12 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
         throw new HttpError(400, `scenario body is not valid JSON: ${(e as Error).message}`);
       }
       try {
-        model.setScenario(json === null ? undefined : (json as ScenarioInput | undefined));
+        model.setScenario(json === null ? undefined : (json as ScenarioInput | undefined), key);
       } catch (e) {
         if (e instanceof ScenarioFileError) throw new HttpError(400, e.message);
         throw e;
       }
-      return sendJson(res, 200, { ok: true });
+      return sendJson(res, 200, { ok: true, ...(key !== undefined && { key }) });
     }
     throw new HttpError(404, `no admin endpoint ${method} ${path}`);
   }
@@ -279,13 +328,21 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     reset: () => {
       resetStats();
       stepIndex = 0;
+      for (const b of keyed.values()) b.next = 0;
       // Responses still open keep their place in `open` until they close.
       stats.open = openResponses.size;
     },
-    setScenario: (next) => {
+    setScenario: (next, key) => {
+      if (key !== undefined) {
+        if (next) keyed.set(key, { scenario: parseScenario(next, `scenario for key ${key}`), next: 0 });
+        else keyed.delete(key);
+        delete stats.perKey[key];
+        return;
+      }
       scenario = next ? parseScenario(next) : undefined;
       model.reset();
     },
+    keys: () => [...keyed.keys()],
     close: async () => {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const res of openResponses) res.destroy();

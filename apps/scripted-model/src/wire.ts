@@ -63,6 +63,8 @@ export const ChatCompletionRequest = z
     tools: z.array(WireTool).optional(),
     stream: z.boolean().nullish(),
     stream_options: z.object({ include_usage: z.boolean().optional() }).loose().nullish(),
+    /** OpenAI's end-user id; the scripted model matches it against scenario keys. */
+    user: z.string().nullish(),
   })
   .loose();
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;

@@ -1,0 +1,75 @@
+// Infrastructure the bench starts for itself: a private nats-server with JetStream (so that its CPU
+// is the bench's alone and the machine's shared server keeps no bench data), the shared scripted
+// model, and the peers' package folder (`bench/`, installed on demand).
+import { spawn, execFileSync } from 'node:child_process';
+import { createWriteStream, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import getPort from 'get-port';
+import { natsReachable, spawnReady } from '@runplane/devstack';
+
+/** Waits until `check()` is true, polling every `everyMs`; throws `what` after `timeoutMs`. */
+export async function waitFor(check, what, timeoutMs = 30_000, everyMs = 100) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check().catch(() => false)) return;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** Stops a child process: SIGTERM, then SIGKILL after `graceMs`. */
+export async function stopProcess(child, graceMs = 10_000) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const t = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(t);
+}
+
+/**
+ * Starts a private `nats-server -js` on a free loopback port with a temporary store directory.
+ * @returns {{ url: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
+ */
+export async function startNats() {
+  const bin = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find((p) => existsSync(p)) ?? 'nats-server';
+  const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
+  const port = await getPort({ host: '127.0.0.1' });
+  const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));
+  const child = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir], { stdio: 'ignore' });
+  const url = `nats://127.0.0.1:${port}`;
+  await waitFor(() => natsReachable(url, 500), `nats-server on ${url}`, 15_000);
+  return {
+    url,
+    child,
+    version,
+    stop: async () => {
+      await stopProcess(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Starts the scripted model server as its own process (shared by every system of the bench). */
+export async function startModel(root, logFile) {
+  const log = createWriteStream(logFile, { flags: 'a' });
+  const p = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), ['--port', '0'], process.env, /listening on (\S+)/, log);
+  return { ...p, stop: async () => { await p.stop(); log.end(); } };
+}
+
+/**
+ * Installs the peers' packages into `bench/node_modules` when missing (`npm install --prefix bench`).
+ * @returns null when ready, else the reason it could not be installed.
+ */
+export function ensurePeerPackages(root) {
+  const dir = join(root, 'bench');
+  if (existsSync(join(dir, 'node_modules', '@dbos-inc', 'dbos-sdk')) && existsSync(join(dir, 'node_modules', '@restatedev', 'restate-sdk'))) return null;
+  process.stdout.write('installing the peers (npm install --prefix bench) ...\n');
+  try {
+    execFileSync('npm', ['install', '--prefix', dir, '--no-audit', '--no-fund'], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 300_000 });
+    return null;
+  } catch (e) {
+    return `npm install --prefix bench failed: ${String(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' ')}`;
+  }
+}
