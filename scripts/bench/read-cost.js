@@ -83,10 +83,13 @@ export async function readCostLevel({ natsUrl, tag, others, reads, capMs }) {
     const t0 = performance.now();
     await publishOthers(log, prefix, Math.floor(others / 2), state);
     const between = Math.floor((others - Math.floor(others / 2)) / events.length);
-    const lastByOwner = new Map();
+    // appended as the services' command handler does: expecting the subject's last sequence, with
+    // the writer's known earlier sequences on the subject as read-ahead hints
+    const seqsByOwner = new Map();
     for (const [i, e] of events.entries()) {
-      const r = await log.append(e, lastByOwner.get(e.owner) ?? 0);
-      lastByOwner.set(e.owner, r.seq);
+      const seqs = seqsByOwner.get(e.owner) ?? [];
+      const r = await log.append(e, seqs[0] ?? 0, seqs);
+      seqsByOwner.set(e.owner, [r.seq, ...seqs]);
       await publishOthers(log, prefix, i === events.length - 1 ? others - state.next : between, state);
     }
     const writeS = (performance.now() - t0) / 1000;
