@@ -1,0 +1,99 @@
+/**
+ * The one command handler (read, fold, decide, append conditionally, re-decide on conflict),
+ * against the real JetStream: two writers racing on one Run, kept folds brought up to date with
+ * only the new events, and an owner that may not append another owner's facts (K6).
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomBytes } from 'node:crypto';
+import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
+import { EventLog } from '@runplane/eventlog';
+import { lastTurn, type RunFacts } from '@runplane/run-facts';
+import { RunCommandHandler } from '@runplane/service-kit';
+
+const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const tag = randomBytes(4).toString('hex');
+const space = { stream: `RPTEST_CH_${tag}`, prefix: `tch${tag}` };
+let a: EventLog;
+let b: EventLog;
+
+const admit = (runId: string) =>
+  makeEvent(
+    'run.admitted',
+    { runId, conversationId: 'c1', correlationId: 'm1', causationId: null },
+    'admission',
+    {
+      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'q', contentSha256: sha256Hex('q') },
+      grant: { tools: ['list_funds'], model: 'm' },
+      limits: { maxModelRequests: 5, maxToolCalls: 2, deadlineAt: '2100-01-01T00:00:00.000Z' },
+    },
+    new Date(0),
+  );
+
+/** A small runtime-like decider: request the next turn unless one is in flight. */
+const requestNext = (facts: RunFacts, now: Date): RunEvent[] => {
+  const last = lastTurn(facts);
+  if (!facts.admitted || (last && !last.completed)) return [];
+  const turn = facts.turns.length + 1;
+  return [makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, { turn, model: 'm' }, now)];
+};
+
+beforeAll(async () => {
+  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a' });
+  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b' });
+});
+afterAll(async () => {
+  await a.destroyStream();
+  await a.close();
+  await b.close();
+});
+
+describe('RunCommandHandler', () => {
+  it('given two writers deciding the same step at once, then exactly one appends it and the other, re-reading, decides nothing (K6)', async () => {
+    const runId = `race${tag}`;
+    await a.append(admit(runId), 0);
+    const results = await Promise.all([new RunCommandHandler(a, 'runtime').handle(runId, requestNext), new RunCommandHandler(b, 'runtime').handle(runId, requestNext)]);
+    const appended = results.flatMap((r) => r.appended);
+    expect(appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
+    const events = await a.readRun(runId);
+    expect(events.filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
+  });
+
+  it('keeps a fold between commands and brings it up to date with only the new events', async () => {
+    const runId = `fold${tag}`;
+    await a.append(admit(runId), 0);
+    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
+    await handler.handle(runId, requestNext);
+    // another writer completes the turn meanwhile
+    const facts = await new RunCommandHandler(b, 'runtime').folds.read(runId);
+    await b.append(
+      makeEvent('model.turn.completed', contextFrom(facts.lastEvent!), 1, { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null }, new Date(2_000)),
+      facts.lastSeqByOwner.runtime,
+    );
+    const direct = a.jsm.direct;
+    const original = direct.getMessage.bind(direct);
+    let gets = 0;
+    direct.getMessage = ((...args: Parameters<typeof original>) => {
+      gets++;
+      return original(...args);
+    }) as typeof direct.getMessage;
+    try {
+      const { appended, facts: seen } = await handler.handle(runId, requestNext);
+      expect(seen.turns[0]?.completed).not.toBeNull();
+      expect(appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
+      expect(appended[0]!.event.occurredAt).toBe(new Date(1_000).toISOString());
+      expect(gets).toBe(6); // one last_by_subj per owner subject; the new event is its subject's last
+    } finally {
+      direct.getMessage = original;
+    }
+  });
+
+  it('refuses a decided event of another owner before appending anything', async () => {
+    const runId = `owner${tag}`;
+    await a.append(admit(runId), 0);
+    const settle = (facts: RunFacts, now: Date): RunEvent[] => [
+      makeEvent('run.settled', contextFrom(facts.lastEvent!), 'settlement', { outcome: 'completed', reason: 'forged', passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } }, now),
+    ];
+    await expect(new RunCommandHandler(a, 'runtime').handle(runId, settle)).rejects.toThrow(/runtime may not append run.settled/);
+    expect((await a.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted']);
+  });
+});
