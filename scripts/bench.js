@@ -217,7 +217,7 @@ async function rawAppendCost(n) {
   const stream = `RPB_RAW_${tag}`;
   await jsm.streams.add({ name: stream, subjects: [`raw${tag}.>`], duplicate_window: 120 * 1e9, allow_direct: true });
   try {
-    const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'raw', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }));
+    const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'raw', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }, new Date()));
     const writers = 8;
     const per = Math.ceil(n / writers);
     // Each writer owns one subject and appends conditionally on its last sequence (as a Runplane owner does).

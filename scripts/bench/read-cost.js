@@ -55,7 +55,7 @@ export function thirtyEventRun(runId) {
 
 /** Publishes `count` other Runs' events with plain js.publish, pipelined (`window` acks in flight). */
 async function publishOthers(log, prefix, count, state, window = 2000) {
-  const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'other', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }));
+  const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'other', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }, at(0)));
   let pending = [];
   for (let i = 0; i < count; i++) {
     const n = state.next++;
