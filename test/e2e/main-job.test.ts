@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { EventCatalog, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { ResultStore } from '@runplane/eventlog';
 import { HoldingsLibrary } from '@runplane/holdings';
@@ -54,7 +54,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     const seq = types(events);
     expect(seq[0]).toBe('run.admitted');
     expect(seq[seq.length - 1]).toBe('run.settled');
-    const first = (t: string) => seq.indexOf(t);
+    const first = (t: EventType) => seq.indexOf(t);
     expect(first('model.turn.requested')).toBeLessThan(first('model.turn.completed'));
     expect(first('model.turn.completed')).toBeLessThan(first('tool.call.proposed'));
     expect(first('tool.call.proposed')).toBeLessThan(first('tool.call.dispatched'));

@@ -1,4 +1,3 @@
-import type { EventLog } from '@runplane/eventlog';
 import { describe, expect, it } from '@jest/globals';
 import { HttpException } from '@nestjs/common';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
