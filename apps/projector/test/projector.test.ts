@@ -132,7 +132,7 @@ describe('projector service', () => {
       await until('the live projector projected the same Run', async () => (await getRunView(orm!, runId))?.lastSeq === last.seq);
       const pick = (rows: Record<string, unknown[]>) =>
         Object.fromEntries(Object.entries(rows).map(([table, list]) => [table, (list as { run_id?: string }[]).filter((r) => r.run_id === runId)]));
-      expect(pick(await dumpProjectionRows(scratch) as never)).toEqual(pick(await dumpProjectionRows(orm!) as never));
+      expect(pick(await dumpProjectionRows(scratch) as never)).toEqual(pick(await dumpProjectionRows(orm!)));
     } finally {
       await scratch.close();
     }

@@ -321,11 +321,20 @@ function datesPassage(
   return sentences.join(' ');
 }
 
+/**
+ * A tool argument as text: strings, numbers and booleans as they are, anything else the model sent
+ * as JSON (never `[object Object]`), `fallback` when it is missing.
+ */
+function argText(value: unknown, fallback = ''): string {
+  if (value === undefined || value === null) return fallback;
+  return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' ? String(value) : JSON.stringify(value);
+}
+
 function describeCall(c: CallRecord): string {
   const a = c.args;
-  if (c.name === 'get_holdings') return `the get_holdings call for ${String(a.fund ?? '?')}${a.asOf ? ` as of ${String(a.asOf)}` : ''}`;
-  if (c.name === 'compare_holdings') return `the comparison of ${String(a.fundA ?? '?')} and ${String(a.fundB ?? '?')}`;
-  if (c.name === 'fund_metadata') return `the fund_metadata call for ${String(a.fund ?? '?')}`;
+  if (c.name === 'get_holdings') return `the get_holdings call for ${argText(a.fund, '?')}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
+  if (c.name === 'compare_holdings') return `the comparison of ${argText(a.fundA, '?')} and ${argText(a.fundB, '?')}`;
+  if (c.name === 'fund_metadata') return `the fund_metadata call for ${argText(a.fund, '?')}`;
   return `the ${c.name} call`;
 }
 
@@ -339,7 +348,7 @@ function failureSentence(c: CallRecord, known: ReadonlySet<string> | null): stri
   const o = c.outcome;
   switch (o.status) {
     case 'failed': {
-      const fund = String(c.args.fund ?? '').toUpperCase();
+      const fund = argText(c.args.fund).toUpperCase();
       if (c.name === 'get_holdings' && known && !known.has(fund)) return `${fund} is not covered by the data: ${o.error.message}`;
       return `${capitalize(what)} failed (${o.error.code}): ${o.error.message}`;
     }
@@ -431,9 +440,9 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
 
   // Which file each fund was read from: get_holdings first, else the comparison's summaries.
   const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[] }>();
-  for (const h of holdings) if (h.result) summaries.set(String(h.call.args.fund ?? h.result.fund).toUpperCase(), { summary: h.result, top: h.result.top });
-  const fundA = compare ? String(compareCall?.args.fundA ?? compare.a.fund).toUpperCase() : undefined;
-  const fundB = compare ? String(compareCall?.args.fundB ?? compare.b.fund).toUpperCase() : undefined;
+  for (const h of holdings) if (h.result) summaries.set(argText(h.call.args.fund, h.result.fund).toUpperCase(), { summary: h.result, top: h.result.top });
+  const fundA = compare ? argText(compareCall?.args.fundA, compare.a.fund).toUpperCase() : undefined;
+  const fundB = compare ? argText(compareCall?.args.fundB, compare.b.fund).toUpperCase() : undefined;
   if (compare && fundA && fundB) {
     // The comparison's files are authoritative for the compared pair.
     const a = summaries.get(fundA);
@@ -451,11 +460,11 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
     );
   } else if (summaries.size > 0) {
     intro.push(`Holdings read: ${[...summaries].map(([f, s]) => `${f} ${dateText(s.summary.asOf)} from ${s.summary.file}`).join('; ')}.`);
-    const mentioned = holdings.map((h) => String(h.call.args.fund ?? '').toUpperCase());
+    const mentioned = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
     if (mentioned.length >= 2 && !compareCall) intro.push(`No comparison was made: fewer than two of ${mentioned.join(', ')} are covered by the data.`);
     if (compareCall && !compare) intro.push('The comparison did not succeed; see below.');
   } else {
-    const asked = holdings.map((h) => String(h.call.args.fund ?? '?').toUpperCase());
+    const asked = holdings.map((h) => argText(h.call.args.fund, '?').toUpperCase());
     intro.push(asked.length > 0 ? `None of the funds asked about (${asked.join(', ')}) could be read from the data.` : 'No holdings could be read from the data.');
     if (funds) intro.push(`Funds the data covers: ${funds.funds.map((f) => f.fund).join(', ')}.`);
   }

@@ -73,8 +73,8 @@ export function contentText(content: unknown): string {
   if (!Array.isArray(content)) return '';
   return content
     .map((p: unknown) =>
-      p !== null && typeof p === 'object' && (p as { type?: unknown }).type === 'text'
-        ? String((p as { text?: unknown }).text ?? '')
+      p !== null && typeof p === 'object' && (p as { type?: unknown }).type === 'text' && typeof (p as { text?: unknown }).text === 'string'
+        ? (p as { text: string }).text
         : '',
     )
     .join('');

@@ -117,7 +117,7 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(finish).toBe('tool_calls');
     expect(argumentDeltas).toBeGreaterThan(2);
     expect(calls.map((c) => c.name)).toEqual(['get_holdings', 'get_holdings']);
-    expect(calls.map((c) => JSON.parse(c.arguments))).toEqual([{ fund: 'SPY', asOf: '2025-09-30' }, { fund: 'QQQ' }]);
+    expect(calls.map((c) => JSON.parse(c.arguments) as unknown)).toEqual([{ fund: 'SPY', asOf: '2025-09-30' }, { fund: 'QQQ' }]);
     expect(calls[0]?.id).toMatch(/^call_/);
     expect(new Set(calls.map((c) => c.id)).size).toBe(2);
   });

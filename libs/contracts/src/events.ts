@@ -203,7 +203,7 @@ function envelopeOf<T extends EventType>(type: T) {
     type: z.literal(type),
     owner: z.literal(entry.owner),
     schemaVersion: z.literal(entry.version),
-    data: entry.data as (typeof EventCatalog)[T]['data'],
+    data: entry.data,
   });
 }
 

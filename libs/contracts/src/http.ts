@@ -14,6 +14,7 @@ export const PostMessageBody = z
       .string()
       .max(20_000, 'content is at most 20000 characters')
       .refine((s) => s.trim().length > 0, 'content must not be blank')
+      // eslint-disable-next-line no-control-regex -- matching control characters is the point
       .refine((s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s), 'content must not contain control characters (other than tab and newlines)')
       .refine((s) => s.isWellFormed(), 'content must be well-formed Unicode (no lone surrogates)'),
   })

@@ -195,7 +195,7 @@ export function cellValueText(value: ExcelJS.CellValue | undefined): string {
   if (typeof value === 'object') {
     if ('richText' in value && Array.isArray(value.richText)) return value.richText.map((part) => part.text).join('');
     if ('text' in value && typeof value.text === 'string') return value.text;
-    if ('result' in value) return cellValueText(value.result as ExcelJS.CellValue);
+    if ('result' in value) return cellValueText(value.result);
   }
   return '';
 }
@@ -203,7 +203,7 @@ export function cellValueText(value: ExcelJS.CellValue | undefined): string {
 /** Numeric value of an exceljs cell (numbers as-is, text through {@link parseNumberText}). */
 function cellValueNumber(value: ExcelJS.CellValue | undefined): number | null {
   if (typeof value === 'number') return Number.isFinite(value) ? value : null;
-  if (value && typeof value === 'object' && 'result' in value) return cellValueNumber(value.result as ExcelJS.CellValue);
+  if (value && typeof value === 'object' && 'result' in value) return cellValueNumber(value.result);
   return parseNumberText(cellValueText(value));
 }
 
