@@ -1,7 +1,9 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { DatabaseConfig, loadConfig, type RunLimits, type RunView } from '@runplane/contracts';
+import type { z } from 'zod';
+import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { createProjectionOrm, getRunView } from '@runplane/projections';
+import { InjectConfig } from '@runplane/service-kit';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
@@ -15,8 +17,10 @@ export interface AdmissionSettings {
 export class RunReader implements OnApplicationShutdown {
   private orm: Promise<MikroORM> | null = null;
 
+  constructor(@InjectConfig(DatabaseConfig) private readonly db: z.infer<typeof DatabaseConfig>) {}
+
   private connect(): Promise<MikroORM> {
-    this.orm ??= createProjectionOrm({ databaseUrl: loadConfig(DatabaseConfig).DATABASE_URL });
+    this.orm ??= createProjectionOrm({ databaseUrl: this.db.DATABASE_URL });
     return this.orm;
   }
 

@@ -52,7 +52,7 @@ beforeAll(async () => {
     PROJECTOR_PORT: '0',
   });
   log = await EventLog.connect({ natsUrl, stream, prefix });
-  projector = await startProjector({ logger: ['error'] }); // creates and migrates the database
+  projector = await startProjector({ logLevel: 'error' }); // creates and migrates the database
   orm = await createProjectionOrm({ databaseUrl: liveUrl });
 });
 afterAll(async () => {
@@ -102,7 +102,7 @@ describe('projector service', () => {
     await projector!.app.close();
     projector = null;
     await log.jsm.consumers.delete(stream, `${prefix}-${PROJECTOR_DURABLE}`);
-    projector = await startProjector({ logger: ['error'] });
+    projector = await startProjector({ logLevel: 'error' });
     await until('the recreated consumer caught up', caughtUp);
     expect(await dumpProjectionRows(orm!)).toEqual(before);
     expect(projector.app.get(ProjectorService).stats).toEqual({ applied: 0, skipped: await log.lastSeq(), retries: 0 });

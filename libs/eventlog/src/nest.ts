@@ -47,6 +47,12 @@ export class EventLogModule implements OnApplicationShutdown {
 /** `@EventPattern(ALL_EVENTS)` receives every event type that has no handler of its own. */
 export const ALL_EVENTS = '*';
 
+/** Logger wiring of {@link JetStreamEventTransport}, supplied by the service bootstrap. */
+export interface EventTransportLogging {
+  /** Runs one handler inside a log context whose every line carries `fields`. */
+  inLogContext?: (fields: { runId: string; eventType: string; seq: number }, handle: () => Promise<void>) => Promise<void>;
+}
+
 /**
  * Nest microservice transport over a JetStream durable consumer. Each stored event is routed by
  * its `type` to the `@EventPattern(type)` handler (`@Payload()` is the {@link StoredEvent});
@@ -60,6 +66,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   constructor(
     private readonly log: EventLog,
     private readonly spec: DurableConsumerSpec,
+    private readonly logging: EventTransportLogging = {},
   ) {
     super();
   }
@@ -67,8 +74,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   async listen(callback: (...optionalParams: unknown[]) => unknown): Promise<void> {
     try {
       this.consumer = new DurableConsumer(this.log, this.spec, (stored) => this.dispatch(stored), {
-        warn: (m) => this.nestLogger.warn(m),
-        error: (m) => this.nestLogger.error(m),
+        warn: (fields, m) => this.nestLogger.warn(fields, m),
+        error: (fields, m) => this.nestLogger.error(fields, m),
       });
       await this.consumer.start();
       callback();
@@ -80,8 +87,12 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   private async dispatch(stored: StoredEvent): Promise<void> {
     const handler = this.getHandlerByPattern(stored.event.type) ?? this.getHandlerByPattern(ALL_EVENTS);
     if (!handler) return;
-    const result = await handler(stored);
-    await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+    const run = async () => {
+      const result = await handler(stored);
+      await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+    };
+    const fields = { runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
+    await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
   }
 
   async close(): Promise<void> {
