@@ -10,10 +10,6 @@ import { RunplaneClient } from '@runplane/client';
 import { dropDatabase, ensureDatabaseExists, repoRoot, startStack, type Stack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 
-export interface ModelStats {
-  requests: number;
-}
-
 export interface TestStack {
   tag: string;
   env: NodeJS.ProcessEnv;

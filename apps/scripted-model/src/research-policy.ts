@@ -222,12 +222,12 @@ export function planResearch(question: string, funds: ListFundsResult | null, of
 // ---- writing ----------------------------------------------------------------------------------
 
 /** A derived percentage, 1 decimal: `95.2%`. */
-export function pct1(x: number): string {
+function pct1(x: number): string {
   return `${x.toFixed(1)}%`;
 }
 
 /** A weight or weight sum from a file, 2 decimals: `100.25%`, `0.26%`. */
-export function pct2(x: number): string {
+function pct2(x: number): string {
   return `${x.toFixed(2)}%`;
 }
 

@@ -187,7 +187,7 @@ function buildPerRowDated(
 // ---- SSGA xlsx ---------------------------------------------------------------------------------
 
 /** Text of an exceljs cell value (strings, numbers, dates, rich text, hyperlinks, formula results). */
-export function cellValueText(value: ExcelJS.CellValue | undefined): string {
+function cellValueText(value: ExcelJS.CellValue | undefined): string {
   if (value === null || value === undefined) return '';
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'boolean') return String(value);

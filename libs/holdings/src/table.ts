@@ -36,7 +36,7 @@ export function normaliseHeaderCell(cell: string): string {
  * Maps a candidate header row to column roles; returns `null` unless every required role is
  * present. Aliases are matched against the normalised header cell text.
  */
-export function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnMap | null {
+function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnMap | null {
   const normalised = cells.map(normaliseHeaderCell);
   const map: ColumnMap = {};
   for (const [role, names] of Object.entries(spec.aliases) as [ColumnRole, string[]][]) {
@@ -47,7 +47,7 @@ export function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnM
 }
 
 /** True when every cell is empty after trimming (a single NBSP counts as empty). */
-export function isBlankRow(cells: readonly string[]): boolean {
+function isBlankRow(cells: readonly string[]): boolean {
   return cells.every((cell) => cell.trim() === '');
 }
 
