@@ -12,8 +12,8 @@ import { z } from 'zod';
 
 /** `LOG_LEVEL` (pino's levels; default `info`) and `LOG_FORMAT` (`json`, the only format). */
 export const LogConfig = z.object({
-  LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
-  LOG_FORMAT: z.enum(['json']).default('json'),
+  LOG_LEVEL: z.preprocess((v) => (v === '' ? undefined : v), z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info')),
+  LOG_FORMAT: z.preprocess((v) => (v === '' ? undefined : v), z.enum(['json']).default('json')),
 });
 export type LogLevel = z.infer<typeof LogConfig>['LOG_LEVEL'];
 
