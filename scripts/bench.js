@@ -49,10 +49,20 @@ const { values: a } = parseArgs({
   },
 });
 if (a.help) {
-  process.stdout.write((await import('node:fs')).readFileSync(new URL(import.meta.url), 'utf8').split('\n').filter((l) => l.startsWith('//')).join('\n') + '\n');
+  process.stdout.write(
+    (await import('node:fs'))
+      .readFileSync(new URL(import.meta.url), 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('//'))
+      .join('\n') + '\n',
+  );
   process.exit(0);
 }
-const list = (s) => s.split(',').map((x) => x.trim()).filter(Boolean);
+const list = (s) =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 const only = new Set(list(a.only));
 const systemsWanted = list(a.systems).map((s) => s.toLowerCase());
 const levels = list(a.concurrency).map(Number);
@@ -69,7 +79,11 @@ const dataDir = resolveDataFolder(process.env).dir;
 const say = (s = '') => process.stdout.write(`${s}\n`);
 const started = Date.now();
 
-say(`Runplane bench ${tag}: ${cpus().length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, load average at start ${loadavg().map((x) => x.toFixed(2)).join(' ')}, Node ${process.version}`);
+say(
+  `Runplane bench ${tag}: ${cpus().length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, load average at start ${loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')}, Node ${process.version}`,
+);
 say(`logs: ${logDir}`);
 
 const cleanups = [];
@@ -79,7 +93,7 @@ const pgc = new pg.Client({ connectionString: 'postgresql://postgres@127.0.0.1:5
 const results = {}; // name -> { levels: [...], idleRss, eventsPerRun, includes, skipped }
 let raw = null;
 let demo = null;
-let readCost = null;
+let readCost;
 
 try {
   await pgc.connect();
@@ -106,13 +120,19 @@ try {
       let handle;
       try {
         handle =
-          sys === 'runplane' ? await startRunplane({ tag, nats, modelUrl: model.url, pg: pgc, logDir, dataDir })
-          : sys === 'dbos' ? await startDbos({ root, tag, modelUrl: model.url, pg: pgc, logFile: join(logDir, 'dbos.log'), dataDir })
-          : sys === 'restate' ? await startRestate({ root, modelUrl: model.url, logFile: join(logDir, 'restate.log'), dataDir })
-          : null;
+          sys === 'runplane'
+            ? await startRunplane({ tag, nats, modelUrl: model.url, pg: pgc, logDir, dataDir })
+            : sys === 'dbos'
+              ? await startDbos({ root, tag, modelUrl: model.url, pg: pgc, logFile: join(logDir, 'dbos.log'), dataDir })
+              : sys === 'restate'
+                ? await startRestate({ root, modelUrl: model.url, logFile: join(logDir, 'restate.log'), dataDir })
+                : null;
         if (!handle) throw new Error(`unknown system ${sys}`);
       } catch (e) {
-        const why = String(e?.message ?? e).split('\n').slice(0, 4).join(' | ');
+        const why = String(e?.message ?? e)
+          .split('\n')
+          .slice(0, 4)
+          .join(' | ');
         say(`  could not start ${sys}: ${why}`);
         results[sys] = { skipped: `could not start: ${why}` };
         continue;
@@ -121,7 +141,9 @@ try {
         results[sys] = await measureW1(sys, handle);
         if (sys === 'runplane') {
           raw = await rawAppendCost(Number(a['raw-appends']));
-          say(`  raw conditional JetStream append (js.publish, expect lastSubjectSequence, 8 in flight): ${num(raw.wallUs, 0)} us wall, ${num(raw.cpuUs, 1)} us CPU (client ${num(raw.clientUs, 1)} + nats-server ${num(raw.serverUs, 1)}) per append`);
+          say(
+            `  raw conditional JetStream append (js.publish, expect lastSubjectSequence, 8 in flight): ${num(raw.wallUs, 0)} us wall, ${num(raw.cpuUs, 1)} us CPU (client ${num(raw.clientUs, 1)} + nats-server ${num(raw.serverUs, 1)}) per append`,
+          );
           if (only.has('demo')) demo = await measureDemo(handle);
         }
       } catch (e) {
@@ -145,7 +167,9 @@ try {
     readCost = [];
     for (const others of list(a['read-others']).map(Number)) {
       const r = await readCostLevel({ natsUrl: nats.url, tag, others, reads: Number(a.reads), capMs: Number(a['read-cap-s']) * 1000 });
-      say(`  ${String(others).padStart(9)} other events: median ${num(r.p50, 2)} ms, p90 ${num(r.p90, 2)} ms, first read ${num(r.firstMs, 2)} ms (${r.reads} reads; stream held ${r.streamMessages} messages, written in ${num(r.writeS, 1)} s)`);
+      say(
+        `  ${String(others).padStart(9)} other events: median ${num(r.p50, 2)} ms, p90 ${num(r.p90, 2)} ms, first read ${num(r.firstMs, 2)} ms (${r.reads} reads; stream held ${r.streamMessages} messages, written in ${num(r.writeS, 1)} s)`,
+      );
       readCost.push(r);
     }
   }
@@ -158,7 +182,9 @@ printReport();
 if (only.has('w1') && a.svg) {
   const svg = runsPerSecondSvg(
     levels,
-    ['runplane', 'dbos', 'restate'].filter((s) => systemsWanted.includes(s)).map((s) => ({ name: label(s), values: levels.map((_, i) => results[s]?.levels?.[i]?.runsPerS ?? null) })),
+    ['runplane', 'dbos', 'restate']
+      .filter((s) => systemsWanted.includes(s))
+      .map((s) => ({ name: label(s), values: levels.map((_, i) => results[s]?.levels?.[i]?.runsPerS ?? null) })),
     `${cpus().length}-core machine, scripted model, ${new Date().toISOString().slice(0, 10)} (npm run bench, ${tag})`,
   );
   writeFileSync(join(root, a.svg), svg);
@@ -196,9 +222,19 @@ async function measureW1(sys, h) {
     const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${k}`, W1_QUESTION));
     const cpuMs = await meter.end();
     totalRuns += runsPer[i];
-    const row = { c, runs: runsPer[i], runsPerS: r.runsPerS, p50: pct(r.latencies, 50), p99: pct(r.latencies, 99), cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length), failures: r.failures };
+    const row = {
+      c,
+      runs: runsPer[i],
+      runsPerS: r.runsPerS,
+      p50: pct(r.latencies, 50),
+      p99: pct(r.latencies, 99),
+      cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length),
+      failures: r.failures,
+    };
     out.push(row);
-    say(`  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`);
+    say(
+      `  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
+    );
   }
   let eventsPerRun;
   if (sys === 'runplane') {
@@ -217,7 +253,15 @@ async function rawAppendCost(n) {
   const stream = `RPB_RAW_${tag}`;
   await jsm.streams.add({ name: stream, subjects: [`raw${tag}.>`], duplicate_window: 120 * 1e9, allow_direct: true });
   try {
-    const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'raw', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }, new Date()));
+    const body = JSON.stringify(
+      makeEvent(
+        'model.turn.requested',
+        { runId: 'raw', conversationId: 'c', correlationId: 'm', causationId: null },
+        1,
+        { turn: 1, model: 'runplane-scripted-research' },
+        new Date(),
+      ),
+    );
     const writers = 8;
     const per = Math.ceil(n / writers);
     // Each writer owns one subject and appends conditionally on its last sequence (as a Runplane owner does).
@@ -227,7 +271,8 @@ async function rawAppendCost(n) {
     await Promise.all(
       Array.from({ length: writers }, async (_, w) => {
         let last = 0;
-        for (let k = 0; k < per; k++) last = (await js.publish(`raw${tag}.own.w${w}`, body, { msgID: randomUUID(), expect: { lastSubjectSequence: last } })).seq;
+        for (let k = 0; k < per; k++)
+          last = (await js.publish(`raw${tag}.own.w${w}`, body, { msgID: randomUUID(), expect: { lastSubjectSequence: last } })).seq;
       }),
     );
     const wallMs = performance.now() - tA;
@@ -254,8 +299,19 @@ async function measureDemo(h) {
   const r = await drive(c, runs, (k) => h.one(`demo-${tag}-${k}`, DEMO_QUESTION));
   const cpuMs = await meter.end();
   const after = (await h.log.jsm.streams.info(h.log.space.stream)).state.messages;
-  const out = { runs, c, runsPerS: r.runsPerS, p50: pct(r.latencies, 50), p95: pct(r.latencies, 95), eventsPerRun: (after - before) / runs, cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length), failures: r.failures };
-  say(`  ${r.latencies.length}/${runs} Runs at c=${c}: ${num(out.runsPerS, 2)} Runs/s, admission-to-settlement p50 ${num(out.p50, 0)} ms, p95 ${num(out.p95, 0)} ms, ${num(out.eventsPerRun, 1)} events/Run, CPU ${num(out.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`);
+  const out = {
+    runs,
+    c,
+    runsPerS: r.runsPerS,
+    p50: pct(r.latencies, 50),
+    p95: pct(r.latencies, 95),
+    eventsPerRun: (after - before) / runs,
+    cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length),
+    failures: r.failures,
+  };
+  say(
+    `  ${r.latencies.length}/${runs} Runs at c=${c}: ${num(out.runsPerS, 2)} Runs/s, admission-to-settlement p50 ${num(out.p50, 0)} ms, p95 ${num(out.p95, 0)} ms, ${num(out.eventsPerRun, 1)} events/Run, CPU ${num(out.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
+  );
   return out;
 }
 
@@ -295,12 +351,21 @@ function printReport() {
     else if (r) say(`${label(s)} CPU includes: ${r.includes}`);
   }
   if (base?.idleRss) say(`Runplane idle RSS per process: ${base.idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
-  for (const s of names.filter((x) => x !== 'runplane')) if (results[s]?.idleRss) say(`${label(s)} idle RSS per process: ${results[s].idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  for (const s of names.filter((x) => x !== 'runplane'))
+    if (results[s]?.idleRss)
+      say(`${label(s)} idle RSS per process: ${results[s].idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
   if (base?.eventsPerRun && raw) {
     const mid = base.levels[Math.min(1, base.levels.length - 1)];
     const perEventUs = (mid.cpuMsPerRun * 1000) / base.eventsPerRun;
-    say(`Control-plane cost per event (Runplane, c=${mid.c}): ${num(perEventUs, 0)} us CPU per event (all Runplane processes incl. nats-server and PostgreSQL backends, divided by ${num(base.eventsPerRun, 1)} events/Run)`);
-    say(`Raw conditional JetStream append, same nats-server, same run: ${num(raw.cpuUs, 1)} us CPU per append (client ${num(raw.clientUs, 1)} + server ${num(raw.serverUs, 1)}), ${num(raw.wallUs, 0)} us wall each with 8 writers; Runplane per event = ${ratio(perEventUs, raw.cpuUs)} a raw append`);
+    say(
+      `Control-plane cost per event (Runplane, c=${mid.c}): ${num(perEventUs, 0)} us CPU per event (all Runplane processes incl. nats-server and PostgreSQL backends, divided by ${num(base.eventsPerRun, 1)} events/Run)`,
+    );
+    say(
+      `Raw conditional JetStream append, same nats-server, same run: ${num(raw.cpuUs, 1)} us CPU per append (client ${num(raw.clientUs, 1)} + server ${num(raw.serverUs, 1)}), ${num(raw.wallUs, 0)} us wall each with 8 writers; Runplane per event = ${ratio(perEventUs, raw.cpuUs)} a raw append`,
+    );
   }
-  if (demo) say(`Demo workload (SPY/QQQ, Runplane, c=${demo.c}): ${num(demo.runsPerS, 2)} Runs/s, p50 ${num(demo.p50, 0)} ms, p95 ${num(demo.p95, 0)} ms, ${num(demo.eventsPerRun, 1)} events/Run, CPU ${num(demo.cpuMsPerRun, 1)} ms/Run`);
+  if (demo)
+    say(
+      `Demo workload (SPY/QQQ, Runplane, c=${demo.c}): ${num(demo.runsPerS, 2)} Runs/s, p50 ${num(demo.p50, 0)} ms, p95 ${num(demo.p95, 0)} ms, ${num(demo.eventsPerRun, 1)} events/Run, CPU ${num(demo.cpuMsPerRun, 1)} ms/Run`,
+    );
 }

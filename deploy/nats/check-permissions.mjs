@@ -55,7 +55,13 @@ const expectDenied = async (what, fn) => {
     await fn();
     report(false, `${what} is refused`, 'it succeeded');
   } catch (e) {
-    report(true, `${what} is refused`, String(e?.message ?? e).split('\n')[0].slice(0, 90));
+    report(
+      true,
+      `${what} is refused`,
+      String(e?.message ?? e)
+        .split('\n')[0]
+        .slice(0, 90),
+    );
   }
 };
 
@@ -76,9 +82,14 @@ const rawAppend = (js, subject) => js.publish(subject, JSON.stringify({ forged: 
 
 async function consumeOne(log, durable, filter) {
   let got = null;
-  const consumer = new DurableConsumer(log, { durable, filter, ackWaitMs: 10_000 }, async (stored) => {
-    got ??= stored;
-  }, { warn: () => undefined, error: (m) => process.stderr.write(`${m}\n`) });
+  const consumer = new DurableConsumer(
+    log,
+    { durable, filter, ackWaitMs: 10_000 },
+    async (stored) => {
+      got ??= stored;
+    },
+    { warn: () => undefined, error: (m) => process.stderr.write(`${m}\n`) },
+  );
   await consumer.start();
   const deadline = Date.now() + 5000;
   while (!got && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -148,7 +159,9 @@ await expectOk('tools: append tool.call.dispatched', () =>
   tools.log.append(makeEvent('tool.call.dispatched', ctx, 'call-1', { toolCallId: randomUUID(), name: 'check' }), 0),
 );
 const big = JSON.stringify({ rows: Array.from({ length: 40_000 }, (_, i) => ({ i, text: `row ${i} of a large tool result` })) });
-const ref = await expectOk(`tools: ResultStore.put of a ${Math.round(big.length / 1024)} KiB result`, async () => (await ResultStore.open(tools.log)).put(big));
+const ref = await expectOk(`tools: ResultStore.put of a ${Math.round(big.length / 1024)} KiB result`, async () =>
+  (await ResultStore.open(tools.log)).put(big),
+);
 await expectDenied('tools publishing rp.run.*.lifecycle', () => rawAppend(tools.js, `${PREFIX}.run.${runId}.lifecycle`));
 await expectDenied('tools publishing rp.run.*.runtime', () => rawAppend(tools.js, `${PREFIX}.run.${runId}.runtime`));
 
@@ -189,13 +202,25 @@ await expectOk('publication: subscribes to live deltas', async () => {
 const passageText = 'A committed passage.';
 await expectOk('publication: append passage.committed', () =>
   publication.log.append(
-    makeEvent('passage.committed', ctx, '0/v1', { passageId: randomUUID(), index: 0, version: 1, text: passageText, sourceTurn: 1, sha256: 'b'.repeat(64) }),
+    makeEvent('passage.committed', ctx, '0/v1', {
+      passageId: randomUUID(),
+      index: 0,
+      version: 1,
+      text: passageText,
+      sourceTurn: 1,
+      sha256: 'b'.repeat(64),
+    }),
     0,
   ),
 );
 await expectDenied('publication publishing rp.run.*.lifecycle', () => rawAppend(publication.js, `${PREFIX}.run.${runId}.lifecycle`));
 await expectDenied('publication taking over durable rp-lifecycle', () =>
-  publication.jsm.consumers.add(STREAM, { durable_name: `${PREFIX}-lifecycle`, name: `${PREFIX}-lifecycle`, filter_subject: `${PREFIX}.run.>`, ack_policy: 'explicit' }),
+  publication.jsm.consumers.add(STREAM, {
+    durable_name: `${PREFIX}-lifecycle`,
+    name: `${PREFIX}-lifecycle`,
+    filter_subject: `${PREFIX}.run.>`,
+    ack_policy: 'explicit',
+  }),
 );
 await expectDenied('publication pulling from durable rp-runtime', () =>
   publication.nc.request(`$JS.API.CONSUMER.MSG.NEXT.${STREAM}.${PREFIX}-runtime`, JSON.stringify({ batch: 1, no_wait: true }), { timeout: TIMEOUT }),
@@ -207,7 +232,13 @@ await expectOk('lifecycle: durable rp-lifecycle on rp.run.> delivers and acks', 
 const facts = foldRun(runId, (await expectOk('lifecycle: readRun', () => lifecycle.log.readRun(runId))) ?? []);
 await expectOk('lifecycle: append run.settled (expects an empty lifecycle subject)', () =>
   lifecycle.log.append(
-    makeEvent('run.settled', ctx, 'settlement', { outcome: 'failed', reason: 'permission check', passageIds: [], receipts: [], usage: usageOf(facts) }),
+    makeEvent('run.settled', ctx, 'settlement', {
+      outcome: 'failed',
+      reason: 'permission check',
+      passageIds: [],
+      receipts: [],
+      usage: usageOf(facts),
+    }),
     0,
   ),
 );

@@ -9,6 +9,4 @@ import { Migration20261130000000_projections } from './Migration20261130000000_p
 export { Migration20261130000000_projections };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
-export const migrationsList: MigrationObject[] = [
-  { name: 'Migration20261130000000_projections', class: Migration20261130000000_projections },
-];
+export const migrationsList: MigrationObject[] = [{ name: 'Migration20261130000000_projections', class: Migration20261130000000_projections }];

@@ -54,8 +54,21 @@ export async function startNats() {
 /** Starts the scripted model server as its own process (shared by every system of the bench). */
 export async function startModel(root, logFile) {
   const log = createWriteStream(logFile, { flags: 'a' });
-  const p = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), ['--port', '0'], process.env, /listening on (\S+)/, log);
-  return { ...p, stop: async () => { await p.stop(); log.end(); } };
+  const p = await spawnReady(
+    'scripted-model',
+    join(root, 'apps/scripted-model/dist/main.js'),
+    ['--port', '0'],
+    process.env,
+    /listening on (\S+)/,
+    log,
+  );
+  return {
+    ...p,
+    stop: async () => {
+      await p.stop();
+      log.end();
+    },
+  };
 }
 
 /**
@@ -64,12 +77,17 @@ export async function startModel(root, logFile) {
  */
 export function ensurePeerPackages(root) {
   const dir = join(root, 'bench');
-  if (existsSync(join(dir, 'node_modules', '@dbos-inc', 'dbos-sdk')) && existsSync(join(dir, 'node_modules', '@restatedev', 'restate-sdk'))) return null;
+  if (existsSync(join(dir, 'node_modules', '@dbos-inc', 'dbos-sdk')) && existsSync(join(dir, 'node_modules', '@restatedev', 'restate-sdk')))
+    return null;
   process.stdout.write('installing the peers (npm install --prefix bench) ...\n');
   try {
     execFileSync('npm', ['install', '--prefix', dir, '--no-audit', '--no-fund'], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 300_000 });
     return null;
   } catch (e) {
-    return `npm install --prefix bench failed: ${String(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' ')}`;
+    return `npm install --prefix bench failed: ${String(e.stderr ?? e.message)
+      .trim()
+      .split('\n')
+      .slice(-3)
+      .join(' ')}`;
   }
 }

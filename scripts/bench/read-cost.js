@@ -15,11 +15,17 @@ export function thirtyEventRun(runId) {
   const usage = { promptTokens: 120, completionTokens: 30, totalTokens: 150 };
   const question = 'What does DIA hold?';
   const events = [
-    makeEvent('run.admitted', c, 'admission', {
-      message: { messageId: `msg-${runId}`, clientMessageId: `cm-${runId}`, content: question, contentSha256: sha256Hex(question) },
-      grant: { tools: ['list_funds', 'get_holdings', 'compare_holdings', 'fund_metadata'], model: 'runplane-scripted-research' },
-      limits: { maxModelRequests: 8, maxToolCalls: 16, deadlineAt: new Date(Date.now() + 900_000).toISOString() },
-    }, at(0)),
+    makeEvent(
+      'run.admitted',
+      c,
+      'admission',
+      {
+        message: { messageId: `msg-${runId}`, clientMessageId: `cm-${runId}`, content: question, contentSha256: sha256Hex(question) },
+        grant: { tools: ['list_funds', 'get_holdings', 'compare_holdings', 'fund_metadata'], model: 'runplane-scripted-research' },
+        limits: { maxModelRequests: 8, maxToolCalls: 16, deadlineAt: new Date(Date.now() + 900_000).toISOString() },
+      },
+      at(0),
+    ),
   ];
   const receipts = [];
   for (let turn = 1; turn <= 4; turn++) {
@@ -27,27 +33,70 @@ export function thirtyEventRun(runId) {
     const args = JSON.stringify({ fund: 'DIA' });
     events.push(
       makeEvent('model.turn.requested', c, turn, { turn, model: 'runplane-scripted-research' }, at(turn * 5)),
-      makeEvent('model.turn.completed', c, turn, { turn, content: '', toolCalls: [{ toolCallId: id, name: 'get_holdings', argumentsText: args }], finishReason: 'tool_calls', usage }, at(turn * 5 + 1)),
+      makeEvent(
+        'model.turn.completed',
+        c,
+        turn,
+        { turn, content: '', toolCalls: [{ toolCallId: id, name: 'get_holdings', argumentsText: args }], finishReason: 'tool_calls', usage },
+        at(turn * 5 + 1),
+      ),
       makeEvent('tool.call.proposed', c, id, { toolCallId: id, name: 'get_holdings', argumentsText: args, turn }, at(turn * 5 + 1)),
       makeEvent('tool.call.dispatched', c, id, { toolCallId: id, name: 'get_holdings' }, at(turn * 5 + 2)),
-      makeEvent('tool.call.receipt', c, id, { toolCallId: id, name: 'get_holdings', status: 'succeeded', resultRef: { bucket: 'results', key: `${runId}/${id}`, sha256: 'b'.repeat(64), bytes: 2048 }, durationMs: 3 }, at(turn * 5 + 3)),
+      makeEvent(
+        'tool.call.receipt',
+        c,
+        id,
+        {
+          toolCallId: id,
+          name: 'get_holdings',
+          status: 'succeeded',
+          resultRef: { bucket: 'results', key: `${runId}/${id}`, sha256: 'b'.repeat(64), bytes: 2048 },
+          durationMs: 3,
+        },
+        at(turn * 5 + 3),
+      ),
     );
     receipts.push({ toolCallId: id, name: 'get_holdings', status: 'succeeded' });
   }
-  const passages = ['DIA holds 30 securities.', 'Its weights sum to 100.00%.', 'Largest holdings: ...', 'The disclosure date was read from inside the file.'];
+  const passages = [
+    'DIA holds 30 securities.',
+    'Its weights sum to 100.00%.',
+    'Largest holdings: ...',
+    'The disclosure date was read from inside the file.',
+  ];
   events.push(
     makeEvent('model.turn.requested', c, 5, { turn: 5, model: 'runplane-scripted-research' }, at(30)),
     makeEvent('model.turn.completed', c, 5, { turn: 5, content: passages.join('\n\n'), toolCalls: [], finishReason: 'stop', usage }, at(31)),
     makeEvent('run.execution.finished', c, 'finished', { reason: 'answered', detail: 'turn 5 answered', answerTurn: 5 }, at(31)),
-    ...passages.map((text, index) => makeEvent('passage.committed', c, `p${index}/1`, { passageId: `p${index}`, index, version: 1, text, sourceTurn: 5, sha256: sha256Hex(text) }, at(32))),
-    makeEvent('answer.published', c, 'answer', { passageIds: passages.map((_, i) => `p${i}`), characters: passages.join('').length, sourceTurn: 5 }, at(33)),
-    makeEvent('run.settled', c, 'settled', {
-      outcome: 'completed',
-      reason: 'answered',
-      passageIds: passages.map((_, i) => `p${i}`),
-      receipts,
-      usage: { modelRequests: 5, toolCalls: 4, promptTokens: 600, completionTokens: 150 },
-    }, at(34)),
+    ...passages.map((text, index) =>
+      makeEvent(
+        'passage.committed',
+        c,
+        `p${index}/1`,
+        { passageId: `p${index}`, index, version: 1, text, sourceTurn: 5, sha256: sha256Hex(text) },
+        at(32),
+      ),
+    ),
+    makeEvent(
+      'answer.published',
+      c,
+      'answer',
+      { passageIds: passages.map((_, i) => `p${i}`), characters: passages.join('').length, sourceTurn: 5 },
+      at(33),
+    ),
+    makeEvent(
+      'run.settled',
+      c,
+      'settled',
+      {
+        outcome: 'completed',
+        reason: 'answered',
+        passageIds: passages.map((_, i) => `p${i}`),
+        receipts,
+        usage: { modelRequests: 5, toolCalls: 4, promptTokens: 600, completionTokens: 150 },
+      },
+      at(34),
+    ),
   );
   if (events.length !== 30) throw new Error(`expected 30 events, built ${events.length}`);
   return events;
@@ -55,7 +104,15 @@ export function thirtyEventRun(runId) {
 
 /** Publishes `count` other Runs' events with plain js.publish, pipelined (`window` acks in flight). */
 async function publishOthers(log, prefix, count, state, window = 2000) {
-  const body = JSON.stringify(makeEvent('model.turn.requested', { runId: 'other', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'runplane-scripted-research' }, at(0)));
+  const body = JSON.stringify(
+    makeEvent(
+      'model.turn.requested',
+      { runId: 'other', conversationId: 'c', correlationId: 'm', causationId: null },
+      1,
+      { turn: 1, model: 'runplane-scripted-research' },
+      at(0),
+    ),
+  );
   let pending = [];
   for (let i = 0; i < count; i++) {
     const n = state.next++;

@@ -10,8 +10,14 @@ const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replac
  * @returns {string} an SVG document
  */
 export function runsPerSecondSvg(levels, series, subtitle) {
-  const W = 640, H = 400, L = 64, R = 150, T = 56, B = 56;
-  const pw = W - L - R, ph = H - T - B;
+  const W = 640,
+    H = 400,
+    L = 64,
+    R = 150,
+    T = 56,
+    B = 56;
+  const pw = W - L - R,
+    ph = H - T - B;
   const max = Math.max(1, ...series.flatMap((s) => s.values.filter((v) => v !== null && Number.isFinite(v))));
   const step = niceStep(max / 5);
   const top = Math.ceil(max / step) * step;
@@ -30,11 +36,16 @@ export function runsPerSecondSvg(levels, series, subtitle) {
   levels.forEach((c, i) => out.push(`<text x="${x(i).toFixed(1)}" y="${T + ph + 20}" text-anchor="middle">${c}</text>`));
   out.push(`<text x="${L + pw / 2}" y="${H - 12}" text-anchor="middle">concurrent Runs (closed loop)</text>`);
   out.push(`<text transform="translate(18 ${T + ph / 2}) rotate(-90)" text-anchor="middle">settled Runs/s</text>`);
-  out.push(`<line x1="${L}" x2="${L}" y1="${T}" y2="${T + ph}" stroke="#333"/><line x1="${L}" x2="${L + pw}" y1="${T + ph}" y2="${T + ph}" stroke="#333"/>`);
+  out.push(
+    `<line x1="${L}" x2="${L}" y1="${T}" y2="${T + ph}" stroke="#333"/><line x1="${L}" x2="${L + pw}" y1="${T + ph}" y2="${T + ph}" stroke="#333"/>`,
+  );
   series.forEach((s, k) => {
     const color = COLORS[s.name] ?? '#666';
     const pts = s.values.map((v, i) => (v === null || !Number.isFinite(v) ? null : [x(i), y(v)])).filter(Boolean);
-    if (pts.length > 1) out.push(`<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${pts.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(' ')}"/>`);
+    if (pts.length > 1)
+      out.push(
+        `<polyline fill="none" stroke="${color}" stroke-width="2.5" points="${pts.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(' ')}"/>`,
+      );
     s.values.forEach((v, i) => {
       if (v === null || !Number.isFinite(v)) return;
       out.push(`<circle cx="${x(i).toFixed(1)}" cy="${y(v).toFixed(1)}" r="4" fill="${color}"/>`);

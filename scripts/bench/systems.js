@@ -41,7 +41,9 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       let outcome = 'unknown';
       try {
         outcome = JSON.parse(msg.string())?.data?.outcome ?? 'unknown';
-      } catch {}
+      } catch {
+        // not JSON: the outcome stays unknown
+      }
       const w = waiters.get(runId);
       if (w) {
         waiters.delete(runId);
@@ -90,7 +92,7 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       return body.runId;
     },
     pids: async () => [...[...stack.services.values()].map((p) => p.child.pid), nats.child.pid, ...(await pgBackendPids(pg, [db]))],
-    includes: 'the 6 service processes, the bench\'s private nats-server, the PostgreSQL backends of its projection database',
+    includes: "the 6 service processes, the bench's private nats-server, the PostgreSQL backends of its projection database",
     async idleRss() {
       const out = [];
       for (const [name, p] of stack.services) out.push([name, await rssKiB(p.child.pid)]);
@@ -164,7 +166,12 @@ export function restateBinary(root) {
 export async function startRestate({ root, modelUrl, logFile, dataDir }) {
   const bin = restateBinary(root);
   if (!bin) throw new Error(`no restate-server binary for ${platform()}-${arch()} under bench/node_modules/@restatedev`);
-  const [fabric, admin, ingress, endpoint] = [await getPort({ host: '127.0.0.1' }), await getPort({ host: '127.0.0.1' }), await getPort({ host: '127.0.0.1' }), await getPort({ host: '127.0.0.1' })];
+  const [fabric, admin, ingress, endpoint] = [
+    await getPort({ host: '127.0.0.1' }),
+    await getPort({ host: '127.0.0.1' }),
+    await getPort({ host: '127.0.0.1' }),
+    await getPort({ host: '127.0.0.1' }),
+  ];
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-restate-'));
   const fd = openSync(logFile, 'a');
   const server = spawn(bin, ['--no-logo', '--base-dir', dir, '--node-name', 'bench', '--listen-mode', 'tcp'], {
@@ -191,9 +198,26 @@ export async function startRestate({ root, modelUrl, logFile, dataDir }) {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await waitFor(async () => (await fetch(`${adminUrl}/health`)).ok && (await fetch(`${ingressUrl}/restate/health`)).ok, 'restate-server health', 60_000, 200);
-    app = await spawnReady('restate-app', join(root, 'bench/peers/restate-app.js'), [], { ...process.env, OPENAI_BASE_URL: modelUrl, RUNPLANE_DATA_DIR: dataDir, PORT: String(endpoint) }, /ready on (\S+)/, log, 60_000);
-    const reg = await fetch(`${adminUrl}/deployments`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ uri: `http://127.0.0.1:${endpoint}` }) });
+    await waitFor(
+      async () => (await fetch(`${adminUrl}/health`)).ok && (await fetch(`${ingressUrl}/restate/health`)).ok,
+      'restate-server health',
+      60_000,
+      200,
+    );
+    app = await spawnReady(
+      'restate-app',
+      join(root, 'bench/peers/restate-app.js'),
+      [],
+      { ...process.env, OPENAI_BASE_URL: modelUrl, RUNPLANE_DATA_DIR: dataDir, PORT: String(endpoint) },
+      /ready on (\S+)/,
+      log,
+      60_000,
+    );
+    const reg = await fetch(`${adminUrl}/deployments`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ uri: `http://127.0.0.1:${endpoint}` }),
+    });
     if (!reg.ok) throw new Error(`registering the deployment answered ${reg.status}: ${await reg.text()}`);
   } catch (e) {
     await cleanup();
@@ -202,7 +226,11 @@ export async function startRestate({ root, modelUrl, logFile, dataDir }) {
   return {
     name: 'Restate',
     async one(id, question) {
-      const res = await fetch(`${ingressUrl}/W1/run`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': id }, body: JSON.stringify({ question }) });
+      const res = await fetch(`${ingressUrl}/W1/run`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': id },
+        body: JSON.stringify({ question }),
+      });
       const text = await res.text();
       if (res.status !== 200) throw new Error(`ingress answered ${res.status}: ${text.slice(0, 200)}`);
       const body = JSON.parse(text);
@@ -210,7 +238,10 @@ export async function startRestate({ root, modelUrl, logFile, dataDir }) {
     },
     pids: async () => [server.pid, app.child.pid],
     includes: 'restate-server (all its threads) and the service endpoint process',
-    idleRss: async () => [['restate-server', await rssKiB(server.pid)], ['restate-app', await rssKiB(app.child.pid)]],
+    idleRss: async () => [
+      ['restate-server', await rssKiB(server.pid)],
+      ['restate-app', await rssKiB(app.child.pid)],
+    ],
     stop: cleanup,
   };
 }

@@ -33,7 +33,12 @@ describe('K1 first cut: admission is idempotent by clientMessageId', () => {
 
     const again = await t.client.postMessage('conv-k1', { clientMessageId: 'k1-a', content: 'What does SPY hold?' });
     expect(again.status).toBe(200);
-    expect(again.body).toMatchObject({ runId: first.body.runId, messageId: first.body.messageId, admission: 'existing', admittedAt: first.body.admittedAt });
+    expect(again.body).toMatchObject({
+      runId: first.body.runId,
+      messageId: first.body.messageId,
+      admission: 'existing',
+      admittedAt: first.body.admittedAt,
+    });
 
     const conflict = await post('conv-k1', { clientMessageId: 'k1-a', content: 'Something else entirely' });
     expect(conflict.status).toBe(409);

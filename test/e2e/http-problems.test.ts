@@ -11,7 +11,7 @@ import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
-import { openApiDocument, ProblemDetails, type HttpService } from '@runplane/contracts';
+import { openApiDocument, ProblemDetails } from '@runplane/contracts';
 import { RunplaneClient, RunplaneHttpError, RunplaneUnreachableError } from '@runplane/client';
 import { ensureNats, repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
 import { readFileSync } from 'node:fs';
@@ -25,7 +25,8 @@ afterAll(async () => {
   await t?.stop();
 });
 
-const url = (service: 'admission' | 'publication' | 'projector' | 'runtime' | 'tools' | 'lifecycle', path: string) => `${t.stack.services.get(service)!.url}${path}`;
+const url = (service: 'admission' | 'publication' | 'projector' | 'runtime' | 'tools' | 'lifecycle', path: string) =>
+  `${t.stack.services.get(service)!.url}${path}`;
 
 /** Fetches and checks the answer is problem details with `status`; returns the problem and the response. */
 async function problemOf(res: Response, status: number): Promise<{ problem: ProblemDetails & Record<string, unknown>; res: Response }> {
@@ -43,7 +44,11 @@ async function problemOf(res: Response, status: number): Promise<{ problem: Prob
 }
 
 const postJson = (path: string, body: unknown, contentType = 'application/json') =>
-  fetch(url('admission', path), { method: 'POST', headers: { 'content-type': contentType }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  fetch(url('admission', path), {
+    method: 'POST',
+    headers: { 'content-type': contentType },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 
 describe('errors are problem details (RFC 9457) on every service', () => {
   it('400 invalid body: detail says why, issues list every reason, instance is the path', async () => {
@@ -79,17 +84,23 @@ describe('errors are problem details (RFC 9457) on every service', () => {
     expect((await problemOf(await fetch(url('publication', '/v1/runs/no-such-run/answer')), 404)).problem.code).toBe('not_found');
     expect((await problemOf(await fetch(url('publication', '/v1/runs/no-such-run/events')), 404)).problem.code).toBe('not_found');
     const first = await t.client.postMessage('conv-p', { clientMessageId: 'p-conflict', content: 'What does SPY hold?' });
-    const { problem } = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p-conflict', content: 'Other text' }), 409);
+    const { problem } = await problemOf(
+      await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p-conflict', content: 'Other text' }),
+      409,
+    );
     expect(problem.code).toBe('message_conflict');
     expect(problem.detail).toContain('p-conflict');
     await t.waitForSettlement(first.body.runId);
   }, 90_000);
 
-  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)('an unknown route on %s is a 404 problem', async (service) => {
-    const { problem } = await problemOf(await fetch(url(service, '/no/such/route?x=1')), 404);
-    expect(problem).toMatchObject({ code: 'route_not_found', instance: '/no/such/route' });
-    expect(problem.detail).toContain('GET /no/such/route');
-  });
+  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)(
+    'an unknown route on %s is a 404 problem',
+    async (service) => {
+      const { problem } = await problemOf(await fetch(url(service, '/no/such/route?x=1')), 404);
+      expect(problem).toMatchObject({ code: 'route_not_found', instance: '/no/such/route' });
+      expect(problem.detail).toContain('GET /no/such/route');
+    },
+  );
 });
 
 describe('a client mistake on the event stream is a 400 with a reason', () => {
@@ -133,31 +144,45 @@ describe('a client mistake on the event stream is a 400 with a reason', () => {
 });
 
 describe('OpenAPI', () => {
-  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)('%s serves its description at /openapi.json, matching docs/openapi.json', async (service) => {
-    const res = await fetch(url(service, '/openapi.json'));
-    expect(res.status).toBe(200);
-    const served = (await res.json()) as ReturnType<typeof openApiDocument>;
-    expect(served).toEqual(JSON.parse(JSON.stringify(openApiDocument(service as HttpService))));
-    const whole = JSON.parse(readFileSync(join(repoRoot(), 'docs', 'openapi.json'), 'utf8')) as ReturnType<typeof openApiDocument>;
-    for (const [path, item] of Object.entries(served.paths ?? {})) {
-      for (const method of Object.keys(item)) {
-        if (path === '/healthz' && service === 'projector') continue; // the whole description shows the common /healthz
-        expect(whole.paths?.[path]).toHaveProperty(method, (item as Record<string, unknown>)[method]);
+  it.each(['admission', 'publication', 'projector', 'runtime', 'tools', 'lifecycle'] as const)(
+    '%s serves its description at /openapi.json, matching docs/openapi.json',
+    async (service) => {
+      const res = await fetch(url(service, '/openapi.json'));
+      expect(res.status).toBe(200);
+      const served = (await res.json()) as ReturnType<typeof openApiDocument>;
+      expect(served).toEqual(JSON.parse(JSON.stringify(openApiDocument(service))));
+      const whole = JSON.parse(readFileSync(join(repoRoot(), 'docs', 'openapi.json'), 'utf8')) as ReturnType<typeof openApiDocument>;
+      for (const [path, item] of Object.entries(served.paths ?? {})) {
+        for (const method of Object.keys(item)) {
+          if (path === '/healthz' && service === 'projector') continue; // the whole description shows the common /healthz
+          expect(whole.paths?.[path]).toHaveProperty(method, (item as Record<string, unknown>)[method]);
+        }
       }
-    }
-  });
+    },
+  );
 });
 
 /** Starts one more service process of the stack's build with `env` overrides (any free port). */
 async function spawnService(name: 'admission' | 'publication', env: NodeJS.ProcessEnv, logName: string): Promise<ManagedProcess> {
   const log = createWriteStream(join(repoRoot(), '.runplane', 'test-logs', t.tag, `${logName}.log`));
-  return spawnReady(name, join(repoRoot(), 'apps', name, 'dist', 'main.js'), [], { ...t.env, ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env }, /ready on (http:\/\/\S+)/, log);
+  return spawnReady(
+    name,
+    join(repoRoot(), 'apps', name, 'dist', 'main.js'),
+    [],
+    { ...t.env, ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env },
+    /ready on (http:\/\/\S+)/,
+    log,
+  );
 }
 
 describe('a dependency that is down is a 503 with Retry-After', () => {
   it('GET /v1/runs/{id} while PostgreSQL is unreachable (an admission pointed at a port where nothing listens)', async () => {
     const deadPort = await getPort({ host: '127.0.0.1' });
-    const admission = await spawnService('admission', { DATABASE_URL: `postgresql://postgres@127.0.0.1:${deadPort}/nothing` }, 'admission-no-postgres');
+    const admission = await spawnService(
+      'admission',
+      { DATABASE_URL: `postgresql://postgres@127.0.0.1:${deadPort}/nothing` },
+      'admission-no-postgres',
+    );
     try {
       for (let i = 0; i < 2; i++) {
         // twice: a failed first connection is not kept, the next request tries again
@@ -204,9 +229,14 @@ describe('a dependency that is down is a 503 with Retry-After', () => {
 /** Runs the built CLI; resolves with its exit code and output. */
 function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [join(repoRoot(), 'apps', 'cli', 'dist', 'main.js'), ...args], { env: { ...process.env, NO_COLOR: '1', ...env }, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? Number((error as { code?: unknown }).code ?? 1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [join(repoRoot(), 'apps', 'cli', 'dist', 'main.js'), ...args],
+      { env: { ...process.env, NO_COLOR: '1', ...env }, timeout: 60_000 },
+      (error, stdout, stderr) => {
+        resolve({ code: error ? Number((error as { code?: unknown }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -221,8 +251,17 @@ describe('the CLI says the reason and the URL', () => {
     await expect(client.getAnswer('x')).rejects.toBeInstanceOf(RunplaneUnreachableError);
   });
 
-  it('a bad body: the server\'s reason (detail and issues) and the URL', async () => {
-    const r = await cli(['ask', '   ', '--admission', t.stack.endpoints.admission, '--publication', t.stack.endpoints.publication, '--conversation', 'cli-bad']);
+  it("a bad body: the server's reason (detail and issues) and the URL", async () => {
+    const r = await cli([
+      'ask',
+      '   ',
+      '--admission',
+      t.stack.endpoints.admission,
+      '--publication',
+      t.stack.endpoints.publication,
+      '--conversation',
+      'cli-bad',
+    ]);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`HTTP 400 from ${t.stack.endpoints.admission}/v1/conversations/cli-bad/messages`);
     expect(r.stderr).toContain('invalid_body');

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { EventCatalog, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { ResultStore } from '@runplane/eventlog';
 import { HoldingsLibrary } from '@runplane/holdings';
@@ -54,7 +54,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     const seq = types(events);
     expect(seq[0]).toBe('run.admitted');
     expect(seq[seq.length - 1]).toBe('run.settled');
-    const first = (t: string) => seq.indexOf(t);
+    const first = (t: EventType) => seq.indexOf(t);
     expect(first('model.turn.requested')).toBeLessThan(first('model.turn.completed'));
     expect(first('model.turn.completed')).toBeLessThan(first('tool.call.proposed'));
     expect(first('tool.call.proposed')).toBeLessThan(first('tool.call.dispatched'));
@@ -65,9 +65,19 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     expect(ofType(events, 'model.turn.requested').length).toBeGreaterThanOrEqual(2);
     expect(ofType(events, 'passage.committed').length).toBeGreaterThanOrEqual(2);
     // every tool call proposed got exactly one dispatch and one receipt
-    const proposed = ofType(events, 'tool.call.proposed').map((e) => e.data.toolCallId).sort();
-    expect(ofType(events, 'tool.call.dispatched').map((e) => e.data.toolCallId).sort()).toEqual(proposed);
-    expect(ofType(events, 'tool.call.receipt').map((e) => e.data.toolCallId).sort()).toEqual(proposed);
+    const proposed = ofType(events, 'tool.call.proposed')
+      .map((e) => e.data.toolCallId)
+      .sort();
+    expect(
+      ofType(events, 'tool.call.dispatched')
+        .map((e) => e.data.toolCallId)
+        .sort(),
+    ).toEqual(proposed);
+    expect(
+      ofType(events, 'tool.call.receipt')
+        .map((e) => e.data.toolCallId)
+        .sort(),
+    ).toEqual(proposed);
     // stream order is strictly increasing
     const seqs = events.map((e) => e.seq);
     expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
@@ -98,9 +108,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     // ...and the receipt the tools service recorded carries the same result (stored by reference)
     const receipt = ofType(events, 'tool.call.receipt').find((r) => r.data.name === 'compare_holdings');
     expect(receipt?.data.status).toBe('succeeded');
-    const stored = receipt!.data.resultRef
-      ? await (await ResultStore.open(t.log)).get(receipt!.data.resultRef)
-      : receipt!.data.result;
+    const stored = receipt!.data.resultRef ? await (await ResultStore.open(t.log)).get(receipt!.data.resultRef) : receipt!.data.result;
     expect(stored).toEqual(JSON.parse(JSON.stringify(cmp)));
     // ...and the published answer shows them, dates as YYYY-MM-DD.
     expect(answer).toContain('2025-09-30');
@@ -115,10 +123,14 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   });
 
   it('projects the Run into PostgreSQL and a rebuild from the log gives identical rows (K11)', async () => {
-    const view = await eventually(async () => {
-      const v = await t.client.getRun(runId);
-      return v?.status === 'settled' ? v : null;
-    }, 20_000, 'settled projection');
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      20_000,
+      'settled projection',
+    );
     expect(view.outcome).toBe('completed');
     expect(view.passages).toBe(ofType(events, 'passage.committed').length);
     expect(view.lastSeq).toBe(events[events.length - 1]!.seq);
@@ -159,17 +171,21 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
       for (const name of names) await t.log.jsm.consumers.delete(stream, name);
     }
     for (const svc of reactors) await t.stack.startService(svc);
-    await eventually(async () => {
-      for (const svc of reactors) {
-        const names = await durablesOf(svc);
-        if (names.length === 0) return null;
-        for (const name of names) {
-          const info = await t.log.jsm.consumers.info(stream, name);
-          if (info.num_pending > 0 || info.num_ack_pending > 0) return null;
+    await eventually(
+      async () => {
+        for (const svc of reactors) {
+          const names = await durablesOf(svc);
+          if (names.length === 0) return null;
+          for (const name of names) {
+            const info = await t.log.jsm.consumers.info(stream, name);
+            if (info.num_pending > 0 || info.num_ack_pending > 0) return null;
+          }
         }
-      }
-      return true;
-    }, 30_000, 'every event redelivered and acknowledged');
+        return true;
+      },
+      30_000,
+      'every event redelivered and acknowledged',
+    );
     expect(await t.log.readRun(runId)).toEqual(before);
     expect(await t.modelRequests()).toBe(requestsBefore);
   }, 90_000);
@@ -195,7 +211,12 @@ describe('K6 first cut: two runtime processes on one durable consumer', () => {
   it('fence each other: every turn is requested once and the model is called once per recorded turn', async () => {
     await t.stack.startService('runtime'); // a second runtime process sharing the rp-runtime consumer
     const requestsBefore = await t.modelRequests();
-    const questions = ['Compare the holdings of IVV and SPY', 'Compare the holdings of QQQ and ARKK', 'Compare the holdings of DIA and SPY', 'What does ARKK hold?'];
+    const questions = [
+      'Compare the holdings of IVV and SPY',
+      'Compare the holdings of QQQ and ARKK',
+      'Compare the holdings of DIA and SPY',
+      'What does ARKK hold?',
+    ];
     const posted = await Promise.all(questions.map((content, i) => t.client.postMessage('conv-k6', { clientMessageId: `k6-${i}`, content })));
     let turns = 0;
     for (const { body } of posted) {

@@ -3,7 +3,7 @@
  * `given` of a decider specification (test/support/decider-spec.ts). Event times are fixed, one
  * second apart, before the specification's default clock.
  */
-import { makeEvent, sha256Hex, type EventData, type EventType, type StoredEvent } from '@runplane/contracts';
+import { makeEvent, sha256Hex, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 
 export class History {
@@ -17,7 +17,13 @@ export class History {
   add<T extends EventType>(type: T, key: string | number, data: EventData<T>): this {
     this.seq += 1;
     const at = new Date(Date.parse('2025-12-31T23:00:00.000Z') + this.seq * 1000);
-    const event = makeEvent(type, { runId: this.runId, conversationId: this.conversationId, correlationId: 'msg-1', causationId: null }, key, data, at);
+    const event = makeEvent(
+      type,
+      { runId: this.runId, conversationId: this.conversationId, correlationId: 'msg-1', causationId: null },
+      key,
+      data,
+      at,
+    ) as RunEvent;
     this.events.push({ seq: this.seq, subject: `rp.run.${this.runId}.${event.owner}`, event });
     return this;
   }

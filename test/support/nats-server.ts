@@ -348,9 +348,9 @@ export function readServerInfo(url: string, timeoutMs = 2000): Promise<{ version
       const line = buf.slice(0, end);
       if (!line.startsWith('INFO ')) return reject(new Error(`${url} did not start with INFO: ${line.slice(0, 80)}`));
       try {
-        resolve(JSON.parse(line.slice(5)));
+        resolve(JSON.parse(line.slice(5)) as { version: string; jetstream?: boolean; [k: string]: unknown });
       } catch (e) {
-        reject(e as Error);
+        reject(e instanceof Error ? e : new Error(String(e)));
       }
     });
   });
@@ -551,7 +551,13 @@ export function natsServerBinariesUnderTest(): NatsServerBinaryUnderTest[] {
   const machineBin = machineNatsServerBinary();
   const machineVersion = machineBin ? binaryVersion(machineBin) : null;
   if (machineBin && machineVersion) {
-    list.push({ kind: 'machine', bin: machineBin, version: machineVersion, title: `nats-server ${machineVersion} (machine binary ${machineBin}, started privately)`, skip: null });
+    list.push({
+      kind: 'machine',
+      bin: machineBin,
+      version: machineVersion,
+      title: `nats-server ${machineVersion} (machine binary ${machineBin}, started privately)`,
+      skip: null,
+    });
   } else {
     const why = machineBin ? `${machineBin} does not run` : 'no nats-server on PATH';
     list.push({ kind: 'machine', bin: '', version: 'none', title: `nats-server machine binary (skipped: ${why})`, skip: why });

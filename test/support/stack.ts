@@ -10,10 +10,6 @@ import { RunplaneClient } from '@runplane/client';
 import { dropDatabase, ensureDatabaseExists, repoRoot, startStack, type Stack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 
-export interface ModelStats {
-  requests: number;
-}
-
 export interface TestStack {
   tag: string;
   env: NodeJS.ProcessEnv;
@@ -40,7 +36,12 @@ export async function startTestStack(name: string): Promise<TestStack> {
     NO_COLOR: '1',
   };
   if (!(await ensureDatabaseExists(env.DATABASE_URL!))) throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
-  const log = await EventLog.connect({ natsUrl: env.NATS_URL!, stream: env.RUNPLANE_STREAM!, prefix: env.RUNPLANE_SUBJECT_PREFIX!, name: 'e2e-test' });
+  const log = await EventLog.connect({
+    natsUrl: env.NATS_URL!,
+    stream: env.RUNPLANE_STREAM!,
+    prefix: env.RUNPLANE_SUBJECT_PREFIX!,
+    name: 'e2e-test',
+  });
   let stack: Stack;
   try {
     stack = await startStack({ env, logDir: join(repoRoot(), '.runplane', 'test-logs', tag) });
@@ -65,7 +66,11 @@ export async function startTestStack(name: string): Promise<TestStack> {
       return body.chatRequests;
     },
     async setScenario(scenario) {
-      const res = await fetch(`${modelAdmin}/scenario`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(scenario) });
+      const res = await fetch(`${modelAdmin}/scenario`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(scenario),
+      });
       if (!res.ok) throw new Error(`scenario rejected: ${res.status} ${await res.text()}`);
     },
     async waitForSettlement(runId, timeoutMs = 60_000) {

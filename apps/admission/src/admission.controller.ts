@@ -1,20 +1,11 @@
 import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { randomUUID } from 'node:crypto';
-import {
-  Id,
-  PostMessageBody,
-  ToolNames,
-  zodIssues,
-  type PostMessageResponse,
-  type RunEventOf,
-  type RunView,
-} from '@runplane/contracts';
+import { Id, PostMessageBody, ToolNames, zodIssues, type PostMessageResponse, type RunEventOf, type RunView } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
 import { apiError, badRequestFromZod, RunCommandHandler, RunFolds } from '@runplane/service-kit';
 import { admissionIds, decide, MessageConflict, type PostMessage } from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
-
 
 /** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
 function parseId(name: string, raw: string): string {
@@ -66,7 +57,12 @@ export class AdmissionController {
     const parsed = PostMessageBody.safeParse(body ?? {});
     if (!parsed.success) {
       const issues = zodIssues(parsed.error);
-      throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `the message body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
+      throw apiError(
+        HttpStatus.BAD_REQUEST,
+        'invalid_body',
+        `the message body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        { issues },
+      );
     }
     const cmd: PostMessage = {
       type: 'PostMessage',
@@ -83,7 +79,8 @@ export class AdmissionController {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
       if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message);
-      if (e instanceof AppendConflict) throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
+      if (e instanceof AppendConflict)
+        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
       throw e;
     }
     const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
@@ -107,12 +104,14 @@ export class AdmissionController {
    * applied it yet (projections follow the log).
    */
   @Get('runs/:runId')
-  async getRun(@Param('runId') rawRunId: string, @Res({ passthrough: true }) res: Response): Promise<RunView> {
+  async getRun(@Param('runId') rawRunId: string): Promise<RunView> {
     const runId = parseId('runId', rawRunId);
     const view = await this.runs.get(runId);
     if (view) return view;
     if (await this.log.lastOf(runId, 'admission')) {
-      throw apiError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`, { headers: { 'Retry-After': '1' } });
+      throw apiError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`, {
+        headers: { 'Retry-After': '1' },
+      });
     }
     throw apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
   }

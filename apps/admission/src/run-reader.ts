@@ -1,8 +1,9 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { DatabaseConfig, loadConfig, type RunLimits, type RunView } from '@runplane/contracts';
+import type { z } from 'zod';
+import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { createProjectionOrm, getRunView } from '@runplane/projections';
-import { dependencyUnavailable, unavailableDependency } from '@runplane/service-kit';
+import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
@@ -16,9 +17,11 @@ export interface AdmissionSettings {
 export class RunReader implements OnApplicationShutdown {
   private orm: Promise<MikroORM> | null = null;
 
+  constructor(@InjectConfig(DatabaseConfig) private readonly db: z.infer<typeof DatabaseConfig>) {}
+
   private connect(): Promise<MikroORM> {
     if (!this.orm) {
-      const orm = createProjectionOrm({ databaseUrl: loadConfig(DatabaseConfig).DATABASE_URL });
+      const orm = createProjectionOrm({ databaseUrl: this.db.DATABASE_URL });
       // a failed start is not kept: the next read tries again (PostgreSQL may be back)
       orm.catch(() => {
         if (this.orm === orm) this.orm = null;

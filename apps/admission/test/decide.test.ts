@@ -41,12 +41,21 @@ describe('admission decide (K1)', () => {
   };
 
   it('given an admission, when the same id and text arrive again, then nothing is appended (the caller returns the existing ids)', () => {
-    admission.given(admitted()).when(post({ requestId: 'req-2' }), new Date('2026-01-02T00:00:00Z')).thenNothing();
+    admission
+      .given(admitted())
+      .when(post({ requestId: 'req-2' }), new Date('2026-01-02T00:00:00Z'))
+      .thenNothing();
   });
 
   it('given an admission, when the same id arrives with other text, then it is a conflict that names the field', () => {
-    admission.given(admitted()).when(post({ content: 'other' })).thenThrows(MessageConflict);
-    admission.given(admitted()).when(post({ content: 'other' })).thenThrows(/different content/);
+    admission
+      .given(admitted())
+      .when(post({ content: 'other' }))
+      .thenThrows(MessageConflict);
+    admission
+      .given(admitted())
+      .when(post({ content: 'other' }))
+      .thenThrows(/different content/);
   });
 
   it('the same client id in two conversations names two Runs; the same pair always the same Run', () => {

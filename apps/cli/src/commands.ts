@@ -11,16 +11,15 @@ import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from
 import { renderLive, summarize } from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
-export const DEFAULT_QUESTION =
-  'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
+export const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
 /** The default question on the shipped illustrative sample. */
-export const ILLUSTRATIVE_QUESTION =
-  'Compare the holdings of AAA and BBB: verify the disclosure date of each file and identify gaps in coverage';
+export const ILLUSTRATIVE_QUESTION = 'Compare the holdings of AAA and BBB: verify the disclosure date of each file and identify gaps in coverage';
 
 /**
  * Text from the log (model output, tool errors) is shown, never executed by the terminal: control
  * characters (escape sequences), C1 controls and bidirectional overrides print as U+FFFD.
  */
+// eslint-disable-next-line no-control-regex -- the point: control characters are what is replaced
 export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
 const out = (line: string) => process.stdout.write(`${terminalSafe(line)}\n`);
 
@@ -100,7 +99,11 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
       return 1;
     }
     for (const { seq, subject, event } of events) {
-      out(json ? JSON.stringify({ seq, subject, event }) : `${String(seq).padStart(6)}  ${event.occurredAt}  ${event.owner.padEnd(11)} ${event.type.padEnd(22)} ${summarize(event)}`);
+      out(
+        json
+          ? JSON.stringify({ seq, subject, event })
+          : `${String(seq).padStart(6)}  ${event.occurredAt}  ${event.owner.padEnd(11)} ${event.type.padEnd(22)} ${summarize(event)}`,
+      );
     }
     return 0;
   } finally {
@@ -204,9 +207,13 @@ async function prepareEnvironment(): Promise<{
     } else {
       embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, 'pglite') });
       databaseUrl = embedded.url;
-      out(`  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`);
+      out(
+        `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,
+      );
     }
-    out(`  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`);
+    out(
+      `  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`,
+    );
     return {
       stateDir,
       env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },

@@ -54,7 +54,7 @@ program
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')
-  .action((question: string, o) =>
+  .action((question: string, o: { admission: string; publication: string; conversation?: string }) =>
     run(async () => {
       const settled = await ask(endpoints(o), question, o.conversation);
       return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
@@ -63,7 +63,7 @@ api(program.command('ask').description('ask a question to running services and s
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
   .option('--last-event-id <seq>', 'resume after this stream sequence', nonNegative, 0)
-  .action((runId: string, o) =>
+  .action((runId: string, o: { admission: string; publication: string; lastEventId: number }) =>
     run(async () => {
       await watch(endpoints(o), runId, o.lastEventId);
       return 0;
@@ -75,7 +75,7 @@ program
   .description("print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX)")
   .argument('<runId>')
   .option('--json', 'one JSON object per event')
-  .action((runId: string, o) => run(() => timeline(runId, Boolean(o.json)))());
+  .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
 
 program
   .command('projections')
@@ -84,7 +84,7 @@ program
   .description('replay the log into a fresh database and compare its rows with the live projections')
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .option('--keep', 'keep the fresh database even when it is identical')
-  .action((o) => run(() => rebuild(o.database, Boolean(o.keep)))());
+  .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
 
 const docs = program.command('docs').description('generated documentation');
 docs

@@ -40,12 +40,18 @@ export function decide(facts: RunFacts, _trigger: LifecycleTrigger, now: Date): 
     ? `answer committed in ${passageIds.length} passage(s)`
     : `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`;
   return [
-    makeEvent('run.settled', contextFrom(facts.lastEvent), 'settlement', {
-      outcome,
-      reason,
-      passageIds,
-      receipts,
-      usage: usageOf(facts),
-    }, now),
+    makeEvent(
+      'run.settled',
+      contextFrom(facts.lastEvent),
+      'settlement',
+      {
+        outcome,
+        reason,
+        passageIds,
+        receipts,
+        usage: usageOf(facts),
+      },
+      now,
+    ),
   ];
 }

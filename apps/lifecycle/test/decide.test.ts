@@ -24,30 +24,43 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
     const h = answered()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
-    const [settled] = lifecycle.given(h).when(wake).then([
-      {
-        type: 'run.settled',
-        data: {
-          outcome: 'completed',
-          reason: 'answer committed in 1 passage(s)',
-          passageIds: ['p0'],
-          receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
-          usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
+    const [settled] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: {
+            outcome: 'completed',
+            reason: 'answer committed in 1 passage(s)',
+            passageIds: ['p0'],
+            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
+            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
+          },
         },
-      },
-    ]);
+      ]);
     expect(settled!.owner).toBe('lifecycle');
   });
 
   it('given an empty-output stop, then it settles failed with the reason', () => {
-    const h = new History().admitted().turn(1, { content: '' }).add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'turn 1 returned no text', answerTurn: null });
-    lifecycle.given(h).when(wake).then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }) }]);
+    const h = new History()
+      .admitted()
+      .turn(1, { content: '' })
+      .add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'turn 1 returned no text', answerTurn: null });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }) }]);
   });
 
   it('given a settlement already recorded, then it never settles again', () => {
     const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
-    const [first] = lifecycle.given(h).when(wake).then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
-    h.add('run.settled', 'settlement', (first as { data: never }).data);
+    const [first] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+    if (first?.type !== 'run.settled') throw new Error('expected a settlement');
+    h.add('run.settled', 'settlement', first.data);
     lifecycle.given(h).when(wake).thenNothing();
   });
 });

@@ -1,52 +1,34 @@
-import 'reflect-metadata';
-import type { AddressInfo } from 'node:net';
-import { NestFactory } from '@nestjs/core';
-import type { INestApplication, LogLevel } from '@nestjs/common';
-import { EventLog, allRunsFilter } from '@runplane/eventlog';
-import { JetStreamEventTransport } from '@runplane/eventlog/nest';
-import { ProblemDetailsFilter, serveOpenApi } from '@runplane/service-kit';
+/**
+ * The projector as a service of the shared bootstrap (`@runplane/service-kit`): its module, its
+ * configuration and its durable consumer `projector` on `<prefix>.run.>`.
+ */
+import { allRunsFilter } from '@runplane/eventlog';
+import { startService, type ServiceSpec, type StartedService, type StartServiceOptions } from '@runplane/service-kit';
 import { AppModule } from './app.module.js';
-import { loadProjectorConfig } from './config.js';
+import { ProjectorConfig } from './config.js';
 
 /** Name of the projector's durable JetStream consumer (prefixed with the subject prefix by the log). */
 export const PROJECTOR_DURABLE = 'projector';
 
-export interface StartedProjector {
-  app: INestApplication;
-  /** The HTTP address actually bound (useful with `PROJECTOR_PORT=0`). */
-  url: string;
-}
+/** A started projector: the Nest app and the HTTP address it bound. */
+export type StartedProjector = StartedService;
 
-export interface StartProjectorOptions {
-  logger?: LogLevel[] | false;
-  /** Install SIGTERM/SIGINT handlers that close the app and exit 0 (the process entry does). */
-  shutdownHooks?: boolean;
-}
+/** What the shared bootstrap needs to start the projector (`main.ts` hands it to `main`). */
+export const projectorService: ServiceSpec = {
+  name: 'projector',
+  module: AppModule,
+  portEnv: 'PROJECTOR_PORT',
+  defaultPort: 8085,
+  config: [ProjectorConfig],
+  consumer: { durable: PROJECTOR_DURABLE, filter: allRunsFilter },
+};
 
 /**
- * Starts the projector from environment configuration (BusConfig, DatabaseConfig, HOST,
- * PROJECTOR_PORT): connects NATS and PostgreSQL, migrates, starts the durable consumer
- * `projector` on `<prefix>.run.>` and serves `GET /healthz` on HOST:PROJECTOR_PORT.
+ * Starts the projector in this process from environment configuration (BusConfig,
+ * DatabaseConfig, HOST, PROJECTOR_PORT): connects NATS and PostgreSQL, migrates, starts the
+ * durable consumer and serves `GET /healthz`. Tests use it; the process entry is `main.ts`.
  * @throws on invalid configuration, unreachable NATS/PostgreSQL or a failed migration.
  */
-export async function startProjector(opts: StartProjectorOptions = {}): Promise<StartedProjector> {
-  const cfg = loadProjectorConfig();
-  const app = await NestFactory.create(AppModule, { logger: opts.logger ?? ['error', 'warn', 'log'] });
-  if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
-  app.useGlobalFilters(new ProblemDetailsFilter());
-  serveOpenApi(app, 'projector');
-  try {
-    const log = app.get(EventLog);
-    app.connectMicroservice(
-      { strategy: new JetStreamEventTransport(log, { durable: PROJECTOR_DURABLE, filters: [allRunsFilter(log.space)] }) },
-      { inheritAppConfig: true },
-    );
-    await app.startAllMicroservices();
-    await app.listen(cfg.PROJECTOR_PORT, cfg.HOST);
-  } catch (e) {
-    await app.close().catch(() => undefined);
-    throw e;
-  }
-  const address = app.getHttpServer().address() as AddressInfo;
-  return { app, url: `http://${cfg.HOST}:${address.port}` };
+export function startProjector(opts: StartServiceOptions = {}): Promise<StartedProjector> {
+  return startService(projectorService, opts);
 }

@@ -6,7 +6,8 @@
 import { Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createProjectionOrm, databaseNameOf, databaseUrlWith, ensureDatabase, migrateUp, redact } from '@runplane/projections';
-import { loadProjectorConfig } from './config.js';
+import { configToken } from '@runplane/service-kit';
+import { ProjectorConfig } from './config.js';
 
 /** Holds the connected, migrated projection ORM. */
 export class ProjectionDatabase {
@@ -23,20 +24,22 @@ export class ProjectionDatabase {
  * true and it is missing), applies pending migrations and returns the provider value.
  * @throws when PostgreSQL is unreachable or a migration fails: the process does not start.
  */
-export async function connectProjectionDatabase(logger = new Logger('ProjectionDatabase')): Promise<ProjectionDatabase> {
-  const cfg = loadProjectorConfig();
+export async function connectProjectionDatabase(
+  cfg: Pick<ProjectorConfig, 'DATABASE_URL' | 'PROJECTOR_ENSURE_DATABASE'>,
+  logger = new Logger('ProjectionDatabase'),
+): Promise<ProjectionDatabase> {
   if (cfg.PROJECTOR_ENSURE_DATABASE === 'true') {
-    const name = databaseNameOf(cfg.DATABASE_URL);
+    const database = databaseNameOf(cfg.DATABASE_URL);
     try {
-      if (await ensureDatabase(databaseUrlWith(cfg.DATABASE_URL, 'postgres'), name)) logger.log(`created database ${name}`);
+      if (await ensureDatabase(databaseUrlWith(cfg.DATABASE_URL, 'postgres'), database)) logger.log({ database }, 'created the projection database');
     } catch (e) {
-      logger.warn(`could not ensure database ${name} exists: ${(e as Error).message}`);
+      logger.warn({ database, reason: (e as Error).message }, 'could not ensure the projection database exists');
     }
   }
   const orm = await createProjectionOrm({ databaseUrl: cfg.DATABASE_URL });
   try {
     const applied = await migrateUp(orm);
-    if (applied.length) logger.log(`applied migrations ${applied.join(', ')} to ${redact(cfg.DATABASE_URL)}`);
+    if (applied.length) logger.log({ migrations: applied, database: redact(cfg.DATABASE_URL) }, 'applied projection migrations');
   } catch (e) {
     await orm.close();
     throw e;
@@ -44,8 +47,11 @@ export async function connectProjectionDatabase(logger = new Logger('ProjectionD
   return new ProjectionDatabase(orm);
 }
 
+/** Provides the connected {@link ProjectionDatabase} (needs `ProjectorConfig` from the bootstrap) and closes it on shutdown. */
 @Module({
-  providers: [{ provide: ProjectionDatabase, useFactory: () => connectProjectionDatabase() }],
+  providers: [
+    { provide: ProjectionDatabase, useFactory: (cfg: ProjectorConfig) => connectProjectionDatabase(cfg), inject: [configToken(ProjectorConfig)] },
+  ],
   exports: [ProjectionDatabase],
 })
 export class ProjectionDatabaseModule implements OnApplicationShutdown {

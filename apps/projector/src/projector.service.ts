@@ -94,7 +94,10 @@ export class ProjectorService implements BeforeApplicationShutdown {
         this.stats.retries++;
         const delay = retryDelayMs(attempt);
         const reason = e instanceof Error ? e.message : JSON.stringify(e);
-        this.logger.warn(`${stored.event.type} #${stored.seq} of run ${stored.event.runId}: attempt ${attempt} failed (${reason}); retrying in ${delay} ms`);
+        this.logger.warn(
+          { runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq, attempt, reason, retryInMs: delay },
+          'projection step failed; retrying',
+        );
         await new Promise((resolve) => setTimeout(resolve, delay));
       }
     }

@@ -23,13 +23,23 @@ afterAll(async () => {
 describe('process entry (dist/main.js, built by tsc -b)', () => {
   it('prints "projector ready", serves /healthz, and exits 0 on SIGTERM', async () => {
     const child = spawn(process.execPath, [entry], {
-      env: { ...process.env, NODE_OPTIONS: '', NATS_URL: natsUrl, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix, DATABASE_URL: databaseUrlWith(adminUrl, db), PROJECTOR_PORT: '0' },
+      env: {
+        ...process.env,
+        NODE_OPTIONS: '',
+        NATS_URL: natsUrl,
+        RUNPLANE_STREAM: stream,
+        RUNPLANE_SUBJECT_PREFIX: prefix,
+        DATABASE_URL: databaseUrlWith(adminUrl, db),
+        PROJECTOR_PORT: '0',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+      child.on('exit', (code, signal) => resolve({ code, signal })),
+    );
     const url = await new Promise<string>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no ready line; stdout=${stdout} stderr=${stderr}`)), 20_000);
       child.stdout.on('data', (d: Buffer) => {

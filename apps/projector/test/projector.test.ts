@@ -52,7 +52,7 @@ beforeAll(async () => {
     PROJECTOR_PORT: '0',
   });
   log = await EventLog.connect({ natsUrl, stream, prefix });
-  projector = await startProjector({ logger: ['error'] }); // creates and migrates the database
+  projector = await startProjector({ logLevel: 'error' }); // creates and migrates the database
   orm = await createProjectionOrm({ databaseUrl: liveUrl });
 });
 afterAll(async () => {
@@ -102,7 +102,7 @@ describe('projector service', () => {
     await projector!.app.close();
     projector = null;
     await log.jsm.consumers.delete(stream, `${prefix}-${PROJECTOR_DURABLE}`);
-    projector = await startProjector({ logger: ['error'] });
+    projector = await startProjector({ logLevel: 'error' });
     await until('the recreated consumer caught up', caughtUp);
     expect(await dumpProjectionRows(orm!)).toEqual(before);
     expect(projector.app.get(ProjectorService).stats).toEqual({ applied: 0, skipped: await log.lastSeq(), retries: 0 });
@@ -132,7 +132,7 @@ describe('projector service', () => {
       await until('the live projector projected the same Run', async () => (await getRunView(orm!, runId))?.lastSeq === last.seq);
       const pick = (rows: Record<string, unknown[]>) =>
         Object.fromEntries(Object.entries(rows).map(([table, list]) => [table, (list as { run_id?: string }[]).filter((r) => r.run_id === runId)]));
-      expect(pick(await dumpProjectionRows(scratch) as never)).toEqual(pick(await dumpProjectionRows(orm!) as never));
+      expect(pick((await dumpProjectionRows(scratch)) as never)).toEqual(pick(await dumpProjectionRows(orm!)));
     } finally {
       await scratch.close();
     }

@@ -1,29 +1,50 @@
-import type { EventLog } from '@runplane/eventlog';
 import { describe, expect, it } from '@jest/globals';
 import { ApiError } from '@runplane/service-kit';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 import { HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
 
-const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefined) => ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
+const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefined) =>
+  ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
 const fakeDb = (ping: () => Promise<void>) => ({ ping, orm: {} }) as unknown as ProjectionDatabase;
 
 describe('GET /healthz', () => {
   it('given NATS and PostgreSQL answer, then 200 ok', async () => {
-    await expect(new HealthController(fakeLog(), fakeDb(async () => undefined)).healthz()).resolves.toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
+    await expect(
+      new HealthController(
+        fakeLog(),
+        fakeDb(async () => undefined),
+      ).healthz(),
+    ).resolves.toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
   });
 
   it('given PostgreSQL refuses, then 503 naming postgres down', async () => {
-    const err = await new HealthController(fakeLog(), fakeDb(async () => Promise.reject(new Error('ECONNREFUSED')))).healthz().catch((e: unknown) => e);
+    const err = await new HealthController(
+      fakeLog(),
+      fakeDb(async () => Promise.reject(new Error('ECONNREFUSED'))),
+    )
+      .healthz()
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ApiError);
     expect((err as ApiError).getStatus()).toBe(503);
-    expect((err as ApiError).problem('/healthz')).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'up', postgres: 'down', instance: '/healthz' });
+    expect((err as ApiError).problem('/healthz')).toMatchObject({
+      status: 503,
+      code: 'dependency_unavailable',
+      nats: 'up',
+      postgres: 'down',
+      instance: '/healthz',
+    });
     expect((err as ApiError).problem().detail).toMatch(/^PostgreSQL is unavailable/);
     expect((err as ApiError).extras.headers).toEqual({ 'Retry-After': '2' });
   });
 
   it('given the NATS connection is closed, then 503 naming nats down', async () => {
-    const err = (await new HealthController(fakeLog(true), fakeDb(async () => undefined)).healthz().catch((e: unknown) => e)) as ApiError;
+    const err = (await new HealthController(
+      fakeLog(true),
+      fakeDb(async () => undefined),
+    )
+      .healthz()
+      .catch((e: unknown) => e)) as ApiError;
     expect(err.problem()).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'down', postgres: 'up' });
     expect(err.problem().detail).toMatch(/^NATS is unavailable/);
   });
@@ -33,12 +54,25 @@ describe('ProjectorService retries', () => {
   const stored: StoredEvent = {
     seq: 3,
     subject: 't.run.r.runtime',
-    event: makeEvent('model.turn.requested', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 1, { turn: 1, model: 'm' }, new Date(0)),
+    event: makeEvent(
+      'model.turn.requested',
+      { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null },
+      1,
+      { turn: 1, model: 'm' },
+      new Date(0),
+    ),
   };
   /** A database whose transaction fails `failures` times, then reports the step applied. */
   const flakyDb = (failures: number) => {
     let calls = 0;
-    const em = { fork: () => ({ transactional: async () => { if (calls++ < failures) throw new Error('connection lost'); return { status: 'applied', runId: 'r', seq: 3, previousLastSeq: 2 }; } }) };
+    const em = {
+      fork: () => ({
+        transactional: async () => {
+          if (calls++ < failures) throw new Error('connection lost');
+          return { status: 'applied', runId: 'r', seq: 3, previousLastSeq: 2 };
+        },
+      }),
+    };
     return { db: { orm: { em } } as unknown as ProjectionDatabase, calls: () => calls };
   };
 

@@ -40,23 +40,35 @@ export function decide(facts: RunFacts, _trigger: PublicationTrigger, now: Date)
     const passageId = passageIdFor(facts.runId, index);
     if (facts.passages.has(passageId)) return;
     events.push(
-      makeEvent('passage.committed', ctx, `${index}/v1`, {
-        passageId,
-        index,
-        version: 1,
-        text,
-        sourceTurn: finished.answerTurn!,
-        sha256: sha256Hex(text),
-      }, now),
+      makeEvent(
+        'passage.committed',
+        ctx,
+        `${index}/v1`,
+        {
+          passageId,
+          index,
+          version: 1,
+          text,
+          sourceTurn: finished.answerTurn!,
+          sha256: sha256Hex(text),
+        },
+        now,
+      ),
     );
   });
   if (texts.length === 0) return events;
   events.push(
-    makeEvent('answer.published', ctx, 'answer', {
-      passageIds: texts.map((_, i) => passageIdFor(facts.runId, i)),
-      characters: texts.reduce((n, t) => n + t.length, 0),
-      sourceTurn: finished.answerTurn,
-    }, now),
+    makeEvent(
+      'answer.published',
+      ctx,
+      'answer',
+      {
+        passageIds: texts.map((_, i) => passageIdFor(facts.runId, i)),
+        characters: texts.reduce((n, t) => n + t.length, 0),
+        sourceTurn: finished.answerTurn,
+      },
+      now,
+    ),
   );
   return events;
 }

@@ -71,9 +71,10 @@ export class ObserversController implements BeforeApplicationShutdown {
   ): Promise<void> {
     const runId = parseRunId(rawRunId);
     const { lastEventId: lastEventIdQuery, deltas } = parseEventsQuery(query);
-    const after = lastEventIdHeader !== undefined && lastEventIdHeader !== ''
-      ? parseLastEventId(lastEventIdHeader)
-      : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
+    const after =
+      lastEventIdHeader !== undefined && lastEventIdHeader !== ''
+        ? parseLastEventId(lastEventIdHeader)
+        : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
     const settlement = await this.log.lastOf(runId, 'lifecycle');
     if (settlement && settlement.seq <= after) {
@@ -93,13 +94,14 @@ export class ObserversController implements BeforeApplicationShutdown {
 
     let closed = false;
     const heartbeat = setInterval(() => res.write(': keepalive\n\n'), HEARTBEAT_MS);
-    const sub = deltas === 'true'
-      ? this.log.nc.subscribe(liveDeltaSubject(this.log.space, runId), {
-          callback: (_err, msg) => {
-            if (!closed) res.write(`event: delta\ndata: ${msg.string()}\n\n`);
-          },
-        })
-      : null;
+    const sub =
+      deltas === 'true'
+        ? this.log.nc.subscribe(liveDeltaSubject(this.log.space, runId), {
+            callback: (_err, msg) => {
+              if (!closed) res.write(`event: delta\ndata: ${msg.string()}\n\n`);
+            },
+          })
+        : null;
     let stop: (() => Promise<void>) | null = null;
     const detach = async () => {
       if (closed) return;

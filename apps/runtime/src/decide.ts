@@ -11,8 +11,7 @@ import { lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
-  | { ok: true; turn: Omit<EventData<'model.turn.completed'>, 'turn'> }
-  | { ok: false; error: EventData<'model.turn.failed'>['error'] };
+  { ok: true; turn: Omit<EventData<'model.turn.completed'>, 'turn'> } | { ok: false; error: EventData<'model.turn.failed'>['error'] };
 
 export type RuntimeTrigger =
   /** Something happened on the Run (admission, a receipt, a redelivery): take the next step. */

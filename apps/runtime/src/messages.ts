@@ -11,7 +11,7 @@ type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 type Tool = OpenAI.Chat.Completions.ChatCompletionTool;
 
 export const SYSTEM_PROMPT = [
-  'You are Runplane\'s fund research agent. Answer the user\'s question from the holdings files the tools read; never invent data.',
+  "You are Runplane's fund research agent. Answer the user's question from the holdings files the tools read; never invent data.",
   'Call tools to look things up. State every date as YYYY-MM-DD, as read from inside the file, and name the file each figure comes from.',
   'If a tool fails, is denied or its outcome is unknown, say so plainly; do not treat an unknown outcome as a success.',
   'Write the final answer as short passages separated by blank lines.',
@@ -59,7 +59,9 @@ export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unkn
     });
     for (const c of done.toolCalls) {
       const call = facts.toolCalls.get(c.toolCallId);
-      const content = call ? toolMessageContent(call, results.get(c.toolCallId)) : toolMessageContent({ ...c, turn: turn.turn, proposedSeq: 0, dispatched: false, receipt: null }, undefined);
+      const content = call
+        ? toolMessageContent(call, results.get(c.toolCallId))
+        : toolMessageContent({ ...c, turn: turn.turn, proposedSeq: 0, dispatched: false, receipt: null }, undefined);
       messages.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(content) });
     }
   }

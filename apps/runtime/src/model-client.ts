@@ -14,7 +14,6 @@ export interface ModelClientOptions {
   timeoutMs: number;
 }
 
-
 /** Makes a model-chosen tool call id safe as a Runplane id and unique within the Run. */
 export function runToolCallId(turn: number, index: number, raw: string | undefined): string {
   const clean = (raw ?? '').replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 80);

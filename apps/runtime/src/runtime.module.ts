@@ -14,7 +14,12 @@ import { ModelClient } from './model-client.js';
       provide: MODEL_CLIENT,
       useFactory: () => {
         const cfg = loadConfig(ModelConfig);
-        return new ModelClient({ baseURL: cfg.OPENAI_BASE_URL, apiKey: cfg.OPENAI_API_KEY, model: cfg.RUNPLANE_MODEL, timeoutMs: cfg.RUNPLANE_MODEL_TIMEOUT_MS });
+        return new ModelClient({
+          baseURL: cfg.OPENAI_BASE_URL,
+          apiKey: cfg.OPENAI_API_KEY,
+          model: cfg.RUNPLANE_MODEL,
+          timeoutMs: cfg.RUNPLANE_MODEL_TIMEOUT_MS,
+        });
       },
     },
   ],

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { buildMessages, decide, toolDefinitions, type ModelTurnResult } from '@runplane/app-runtime';
-import { NOW, spec } from '../../../test/support/decider-spec.js';
+import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
 const runtime = spec(decide);
@@ -20,62 +20,124 @@ describe('runtime decide, Wake: the next step comes from the folded log alone', 
   });
 
   it('given an admitted Run, when woken, then it requests turn 1', () => {
-    runtime.given(new History().admitted()).when(wake).then([requested(1)]);
+    runtime
+      .given(new History().admitted())
+      .when(wake)
+      .then([requested(1)]);
   });
 
   it('given a turn requested but not completed, when woken again, then nothing (never calls the model twice for one turn)', () => {
-    runtime.given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' })).when(wake).thenNothing();
+    runtime
+      .given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }))
+      .when(wake)
+      .thenNothing();
   });
 
   it('given a completed turn whose tool calls were not all proposed (crash), then it proposes the missing ones', () => {
-    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'get_holdings' }] }).proposed(1, 'a', 'list_funds');
-    runtime.given(h).when(wake).then([{ type: 'tool.call.proposed', data: { toolCallId: 'b', name: 'get_holdings', argumentsText: '{}', turn: 1 } }]);
+    const h = new History()
+      .admitted()
+      .turn(1, {
+        calls: [
+          { id: 'a', name: 'list_funds' },
+          { id: 'b', name: 'get_holdings' },
+        ],
+      })
+      .proposed(1, 'a', 'list_funds');
+    runtime
+      .given(h)
+      .when(wake)
+      .then([{ type: 'tool.call.proposed', data: { toolCallId: 'b', name: 'get_holdings', argumentsText: '{}', turn: 1 } }]);
   });
 
   it('given proposals without receipts, then it waits; given every receipt (even failed), then it requests the next turn (K8)', () => {
-    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'get_holdings' }] }).proposed(1, 'a', 'list_funds').proposed(1, 'b', 'get_holdings');
+    const h = new History()
+      .admitted()
+      .turn(1, {
+        calls: [
+          { id: 'a', name: 'list_funds' },
+          { id: 'b', name: 'get_holdings' },
+        ],
+      })
+      .proposed(1, 'a', 'list_funds')
+      .proposed(1, 'b', 'get_holdings');
     h.dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
     runtime.given(h).when(wake).thenNothing();
     h.receipt('b', 'get_holdings', 'failed');
-    runtime.given(h).when(wake).then([requested(2)]);
+    runtime
+      .given(h)
+      .when(wake)
+      .then([requested(2)]);
   });
 
   it('given a completed final text turn without a stop recorded (crash), then it finishes answered with that turn', () => {
-    runtime.given(new History().admitted().turn(1, { content: 'The answer.' })).when(wake).then([finished('answered', 1)]);
+    runtime
+      .given(new History().admitted().turn(1, { content: 'The answer.' }))
+      .when(wake)
+      .then([finished('answered', 1)]);
   });
 
   it.each([
     ['an empty reply', { content: '   ' }, 'empty-output'],
     ['a length-truncated reply', { content: 'Half an ans', finishReason: 'length' }, 'truncated-output'],
-    ['a reply stopped by a content filter', { content: 'SPY and QQQ share 88 holdings, and the', finishReason: 'content_filter' }, 'incomplete-output'],
+    [
+      'a reply stopped by a content filter',
+      { content: 'SPY and QQQ share 88 holdings, and the', finishReason: 'content_filter' },
+      'incomplete-output',
+    ],
     ['a reply of zero-width characters only', { content: '\u200B\u200D \uFEFF' }, 'empty-output'],
   ])('given %s, then it finishes without an answer (K9)', (_n, r, reason) => {
-    runtime.given(new History().admitted().turn(1, r)).when(wake).then([finished(reason)]);
+    runtime
+      .given(new History().admitted().turn(1, r))
+      .when(wake)
+      .then([finished(reason)]);
   });
 
   it('given a failed turn, then it finishes with model-error (no silent retry)', () => {
-    const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }).add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } });
-    runtime.given(h).when(wake).then([finished('model-error')]);
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } });
+    runtime
+      .given(h)
+      .when(wake)
+      .then([finished('model-error')]);
   });
 
   it('given the model-request limit used up, then it finishes instead of calling again', () => {
-    const h = new History().admitted({ maxModelRequests: 1 }).turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds').dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
-    runtime.given(h).when(wake).then([finished('model-request-limit')]);
+    const h = new History()
+      .admitted({ maxModelRequests: 1 })
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds')
+      .receipt('a', 'list_funds', 'succeeded');
+    runtime
+      .given(h)
+      .when(wake)
+      .then([finished('model-request-limit')]);
   });
 
   it('given the deadline passed, then it finishes with deadline (the clock is the one passed in)', () => {
     const h = new History().admitted({ deadlineAt: '2026-06-01T00:00:00.000Z' });
-    runtime.given(h).when(wake, new Date('2026-06-01T00:00:00.000Z')).then([finished('deadline')]);
-    runtime.given(h).when(wake, new Date('2026-05-31T23:59:59.999Z')).then([requested(1)]);
+    runtime
+      .given(h)
+      .when(wake, new Date('2026-06-01T00:00:00.000Z'))
+      .then([finished('deadline')]);
+    runtime
+      .given(h)
+      .when(wake, new Date('2026-05-31T23:59:59.999Z'))
+      .then([requested(1)]);
   });
 
   it('given a finished Run, then nothing more happens', () => {
-    const h = new History().admitted().turn(1, { content: 'x' }).add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    const h = new History()
+      .admitted()
+      .turn(1, { content: 'x' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
     runtime.given(h).when(wake).thenNothing();
   });
 });
 
-describe('runtime decide, ModelTurnEnded: the model\'s reply is recorded exactly once', () => {
+describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly once", () => {
   const inFlight = () => new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' });
 
   it('given turn 1 in flight, when it ends with text, then the turn is completed and execution finishes answered', () => {
@@ -83,7 +145,16 @@ describe('runtime decide, ModelTurnEnded: the model\'s reply is recorded exactly
       .given(inFlight())
       .when(ended(1, reply('The answer.')))
       .then([
-        { type: 'model.turn.completed', data: { turn: 1, content: 'The answer.', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 } } },
+        {
+          type: 'model.turn.completed',
+          data: {
+            turn: 1,
+            content: 'The answer.',
+            toolCalls: [],
+            finishReason: 'stop',
+            usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
+          },
+        },
         finished('answered', 1),
       ]);
   });
@@ -93,11 +164,14 @@ describe('runtime decide, ModelTurnEnded: the model\'s reply is recorded exactly
       { toolCallId: 't1-0-a', name: 'list_funds', argumentsText: '{}' },
       { toolCallId: 't1-1-b', name: 'get_holdings', argumentsText: '{"fund":"SPY"}' },
     ];
-    const events = runtime.given(inFlight()).when(ended(1, reply('', { toolCalls: calls, finishReason: 'tool_calls' }))).then([
-      { type: 'model.turn.completed', data: expect.objectContaining({ turn: 1, toolCalls: calls }) },
-      { type: 'tool.call.proposed', data: { ...calls[0]!, turn: 1 } },
-      { type: 'tool.call.proposed', data: { ...calls[1]!, turn: 1 } },
-    ]);
+    const events = runtime
+      .given(inFlight())
+      .when(ended(1, reply('', { toolCalls: calls, finishReason: 'tool_calls' })))
+      .then([
+        { type: 'model.turn.completed', data: expect.objectContaining({ turn: 1, toolCalls: calls }) },
+        { type: 'tool.call.proposed', data: { ...calls[0]!, turn: 1 } },
+        { type: 'tool.call.proposed', data: { ...calls[1]!, turn: 1 } },
+      ]);
     expect(events.every((e) => e.owner === 'runtime')).toBe(true);
   });
 
@@ -105,37 +179,66 @@ describe('runtime decide, ModelTurnEnded: the model\'s reply is recorded exactly
     runtime
       .given(inFlight())
       .when(ended(1, { ok: false, error: { kind: 'timeout', status: null, message: 'timed out' } }))
-      .then([{ type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } }, finished('model-error')]);
+      .then([
+        { type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } },
+        finished('model-error'),
+      ]);
   });
 
   it('given turn 1 in flight, when it ends cut at the length limit, then it is recorded and never taken as an answer (K9)', () => {
-    runtime.given(inFlight()).when(ended(1, reply('Half', { finishReason: 'length' }))).then([
-      { type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) },
-      finished('truncated-output'),
-    ]);
+    runtime
+      .given(inFlight())
+      .when(ended(1, reply('Half', { finishReason: 'length' })))
+      .then([{ type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) }, finished('truncated-output')]);
   });
 
   it('given turn 1 already completed, when its end is reported again, then nothing (recorded once)', () => {
-    runtime.given(new History().admitted().turn(1, { content: 'A' })).when(ended(1, reply('A'))).thenNothing();
+    runtime
+      .given(new History().admitted().turn(1, { content: 'A' }))
+      .when(ended(1, reply('A')))
+      .thenNothing();
   });
 
   it('given turn 2 in flight, when turn 1 is reported, then nothing', () => {
-    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds').dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds')
+      .receipt('a', 'list_funds', 'succeeded');
     h.add('model.turn.requested', 2, { turn: 2, model: 'm' });
-    runtime.given(h).when(ended(1, reply('late'))).thenNothing();
+    runtime
+      .given(h)
+      .when(ended(1, reply('late')))
+      .thenNothing();
   });
 
   it('emits events stamped with the decision clock', () => {
     const at = new Date('2026-03-04T05:06:07.000Z');
-    const [e] = runtime.given(inFlight()).when(ended(1, reply('x')), at).then([expect.anything() as never, expect.anything() as never]);
+    const [e] = runtime
+      .given(inFlight())
+      .when(ended(1, reply('x')), at)
+      .then([expect.anything() as never, expect.anything() as never]);
     expect(e!.occurredAt).toBe(at.toISOString());
   });
 });
 
 describe('model view of a Run', () => {
   it('shows receipts as the model should read them: results, failures, and unknown as unknown (K5)', () => {
-    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'get_holdings' }] }).proposed(1, 'a', 'list_funds').proposed(1, 'b', 'get_holdings');
-    h.dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded', { funds: [] }).dispatched('b', 'get_holdings').receipt('b', 'get_holdings', 'unknown');
+    const h = new History()
+      .admitted()
+      .turn(1, {
+        calls: [
+          { id: 'a', name: 'list_funds' },
+          { id: 'b', name: 'get_holdings' },
+        ],
+      })
+      .proposed(1, 'a', 'list_funds')
+      .proposed(1, 'b', 'get_holdings');
+    h.dispatched('a', 'list_funds')
+      .receipt('a', 'list_funds', 'succeeded', { funds: [] })
+      .dispatched('b', 'get_holdings')
+      .receipt('b', 'get_holdings', 'unknown');
     const messages = buildMessages(h.facts, new Map([['a', { funds: [] }]]));
     expect(messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'tool', 'tool']);
     expect(JSON.parse(messages[3]!.content as string)).toEqual({ status: 'succeeded', result: { funds: [] } });

@@ -2,7 +2,14 @@
  * @runplane/app-scripted-model: an OpenAI-compatible scripted model server for tests and the
  * offline demo, and the deterministic research policy it answers with.
  */
-export { startScriptedModel, requestKey, SCENARIO_KEY_HEADER, type ScriptedModel, type ScriptedModelOptions, type ScriptedModelStats } from './server.js';
+export {
+  startScriptedModel,
+  requestKey,
+  SCENARIO_KEY_HEADER,
+  type ScriptedModel,
+  type ScriptedModelOptions,
+  type ScriptedModelStats,
+} from './server.js';
 export {
   Scenario,
   ScenarioStep,

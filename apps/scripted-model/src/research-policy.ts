@@ -102,10 +102,12 @@ export function currentTurnCalls(messages: readonly WireMessage[]): CallRecord[]
 
 /** Upper-case words that look like tickers but are not funds. */
 export const STOP_WORDS: ReadonlySet<string> = new Set(
-  ('A I AN AND OR THE OF IN ON AT TO BY FOR AS IS IT BE NO NOT ANY ALL ARE WAS DO DOES HOW WHAT WHY WHO WHEN ' +
+  (
+    'A I AN AND OR THE OF IN ON AT TO BY FOR AS IS IT BE NO NOT ANY ALL ARE WAS DO DOES HOW WHAT WHY WHO WHEN ' +
     'WITH FROM VS VS. ETF ETFS FUND USD EUR GBP US USA UK EU S&P NAV ISIN CUSIP SEDOL SEC AUM ER TER YTD QTD MTD ' +
     'CSV XLSX XLS PDF JSON API ID IDS OK IPO CEO CFO AI FAQ NB PS TLDR ASAP NYSE AMEX MSCI CRSP FTSE GICS ' +
-    'REIT ADR GDP CPI FX EPS PE DIV TBD NA SPDR INC LLC PLC ESG MMF').split(/\s+/),
+    'REIT ADR GDP CPI FX EPS PE DIV TBD NA SPDR INC LLC PLC ESG MMF'
+  ).split(/\s+/),
 );
 
 /** ISO dates (YYYY-MM-DD) in the text, in order, without repeats. */
@@ -196,17 +198,17 @@ export function planResearch(question: string, funds: ListFundsResult | null, of
   const covered = funds ? mentioned.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : mentioned;
   const [first, second] = covered;
   const pair =
-    first !== undefined && second !== undefined
-      ? closestPair(filesByFund.get(first) ?? [], filesByFund.get(second) ?? [], dates)
-      : undefined;
+    first !== undefined && second !== undefined ? closestPair(filesByFund.get(first) ?? [], filesByFund.get(second) ?? [], dates) : undefined;
 
   const calls: ReplyToolCall[] = [];
   if (offered.has('get_holdings')) {
     for (const fund of mentioned) {
       const asOf =
-        fund === first && pair?.asOfA ? pair.asOfA
-        : fund === second && pair?.asOfB ? pair.asOfB
-        : pinnedFile(filesByFund.get(fund) ?? [], dates)?.asOf ?? undefined;
+        fund === first && pair?.asOfA
+          ? pair.asOfA
+          : fund === second && pair?.asOfB
+            ? pair.asOfB
+            : (pinnedFile(filesByFund.get(fund) ?? [], dates)?.asOf ?? undefined);
       calls.push({ name: 'get_holdings', arguments: asOf ? { fund, asOf } : { fund } });
     }
   }
@@ -222,12 +224,12 @@ export function planResearch(question: string, funds: ListFundsResult | null, of
 // ---- writing ----------------------------------------------------------------------------------
 
 /** A derived percentage, 1 decimal: `95.2%`. */
-export function pct1(x: number): string {
+function pct1(x: number): string {
   return `${x.toFixed(1)}%`;
 }
 
 /** A weight or weight sum from a file, 2 decimals: `100.25%`, `0.26%`. */
-export function pct2(x: number): string {
+function pct2(x: number): string {
   return `${x.toFixed(2)}%`;
 }
 
@@ -282,7 +284,13 @@ function fundPassage(fund: string, s: HoldingsSummary, top: readonly HoldingLine
     `Its weights sum to ${pct2(s.weightSum)} as the file states them` +
       (s.nonSecurityLines.length > 0 ? ` (securities ${pct2(s.securitiesWeightSum)}; ${nonSec}).` : '.'),
   );
-  if (top.length > 0) sentences.push(`Largest holdings: ${top.slice(0, 5).map((l) => `${label(l)} ${pct2(l.weight)}`).join(', ')}.`);
+  if (top.length > 0)
+    sentences.push(
+      `Largest holdings: ${top
+        .slice(0, 5)
+        .map((l) => `${label(l)} ${pct2(l.weight)}`)
+        .join(', ')}.`,
+    );
   return sentences.join(' ');
 }
 
@@ -294,7 +302,8 @@ function daysText(days: number | null): string {
 
 function fileNameCheck(info: { file: string; asOf: string | null }): string {
   const named = info.file.match(/\d{4}-\d{2}-\d{2}/)?.[0];
-  if (info.asOf === null) return `${info.file} states no date inside, so it is treated as undated${named ? ` (its name says ${named}, which is not used)` : ''}`;
+  if (info.asOf === null)
+    return `${info.file} states no date inside, so it is treated as undated${named ? ` (its name says ${named}, which is not used)` : ''}`;
   if (!named) return `${info.file} states ${info.asOf}`;
   if (named === info.asOf) return `${info.file} states ${info.asOf} (its name agrees)`;
   return `${info.file} states ${info.asOf} (its name says ${named}; the date inside the file is used)`;
@@ -305,9 +314,7 @@ function datesPassage(
   days: number | null | undefined,
   funds: ListFundsResult | null,
 ): string {
-  const sentences = [
-    `Disclosure dates were verified from inside each file, not taken from file names: ${files.map(fileNameCheck).join('; ')}.`,
-  ];
+  const sentences = [`Disclosure dates were verified from inside each file, not taken from file names: ${files.map(fileNameCheck).join('; ')}.`];
   if (days !== undefined) sentences.push(`${capitalize(daysText(days))}.`);
   if (funds) {
     const others = files
@@ -321,11 +328,20 @@ function datesPassage(
   return sentences.join(' ');
 }
 
+/**
+ * A tool argument as text: strings, numbers and booleans as they are, anything else the model sent
+ * as JSON (never `[object Object]`), `fallback` when it is missing.
+ */
+function argText(value: unknown, fallback = ''): string {
+  if (value === undefined || value === null) return fallback;
+  return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' ? String(value) : JSON.stringify(value);
+}
+
 function describeCall(c: CallRecord): string {
   const a = c.args;
-  if (c.name === 'get_holdings') return `the get_holdings call for ${String(a.fund ?? '?')}${a.asOf ? ` as of ${String(a.asOf)}` : ''}`;
-  if (c.name === 'compare_holdings') return `the comparison of ${String(a.fundA ?? '?')} and ${String(a.fundB ?? '?')}`;
-  if (c.name === 'fund_metadata') return `the fund_metadata call for ${String(a.fund ?? '?')}`;
+  if (c.name === 'get_holdings') return `the get_holdings call for ${argText(a.fund, '?')}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
+  if (c.name === 'compare_holdings') return `the comparison of ${argText(a.fundA, '?')} and ${argText(a.fundB, '?')}`;
+  if (c.name === 'fund_metadata') return `the fund_metadata call for ${argText(a.fund, '?')}`;
   return `the ${c.name} call`;
 }
 
@@ -339,7 +355,7 @@ function failureSentence(c: CallRecord, known: ReadonlySet<string> | null): stri
   const o = c.outcome;
   switch (o.status) {
     case 'failed': {
-      const fund = String(c.args.fund ?? '').toUpperCase();
+      const fund = argText(c.args.fund).toUpperCase();
       if (c.name === 'get_holdings' && known && !known.has(fund)) return `${fund} is not covered by the data: ${o.error.message}`;
       return `${capitalize(what)} failed (${o.error.code}): ${o.error.message}`;
     }
@@ -367,14 +383,11 @@ function endSentences(sentences: string[]): string {
 }
 
 function fundsOverview(funds: ListFundsResult): string {
-  const list = funds.funds
-    .map((f) => `${f.fund} (${f.files.map((x) => x.asOf ?? `${x.file} undated`).join(', ')})`)
-    .join('; ');
+  const list = funds.funds.map((f) => `${f.fund} (${f.files.map((x) => x.asOf ?? `${x.file} undated`).join(', ')})`).join('; ');
   return `The data holds holdings files for ${plural(funds.funds.length, 'fund', 'funds')}: ${list}. Dates are the as-of dates stated inside each file.`;
 }
 
-const ILLUSTRATIVE_NOTE =
-  'These figures come from the illustrative sample data shipped with the project, not from real issuer files.';
+const ILLUSTRATIVE_NOTE = 'These figures come from the illustrative sample data shipped with the project, not from real issuer files.';
 
 /**
  * The final answer for the question from the tool calls of the current turn: passages separated
@@ -387,22 +400,22 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
   const known = funds ? new Set(funds.funds.filter((f) => f.files.length > 0).map((f) => f.fund.toUpperCase())) : null;
   const illustrative = funds?.dataSet === 'illustrative';
 
-  const holdings = calls
-    .filter((c) => c.name === 'get_holdings')
-    .map((c) => ({ call: c, result: succeeded(c, GetHoldingsResult) }));
+  const holdings = calls.filter((c) => c.name === 'get_holdings').map((c) => ({ call: c, result: succeeded(c, GetHoldingsResult) }));
   const compareCall = calls.find((c) => c.name === 'compare_holdings');
   const compare = succeeded(compareCall, CompareHoldingsResult);
-  const metadata = calls
-    .filter((c) => c.name === 'fund_metadata')
-    .map((c) => ({ call: c, result: succeeded(c, FundMetadataResult) }));
+  const metadata = calls.filter((c) => c.name === 'fund_metadata').map((c) => ({ call: c, result: succeeded(c, FundMetadataResult) }));
   const failures = calls
     .filter((c) => {
       const schema =
-        c.name === 'list_funds' ? ListFundsResult
-        : c.name === 'get_holdings' ? GetHoldingsResult
-        : c.name === 'compare_holdings' ? CompareHoldingsResult
-        : c.name === 'fund_metadata' ? FundMetadataResult
-        : null;
+        c.name === 'list_funds'
+          ? ListFundsResult
+          : c.name === 'get_holdings'
+            ? GetHoldingsResult
+            : c.name === 'compare_holdings'
+              ? CompareHoldingsResult
+              : c.name === 'fund_metadata'
+                ? FundMetadataResult
+                : null;
       return c.outcome.status !== 'succeeded' || (schema !== null && !schema.safeParse(c.outcome.result).success);
     })
     .map((c) => failureSentence(c, known));
@@ -413,9 +426,10 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
   if (!researched) {
     // No fund mentioned (or no research tool offered): answer from list_funds.
     if (funds) {
-      const intro = mentionedFunds(question, known ?? []).length === 0
-        ? 'The question names no fund ticker, so here is what the data covers.'
-        : 'The holdings tools were not available, so here is only what the data covers.';
+      const intro =
+        mentionedFunds(question, known ?? []).length === 0
+          ? 'The question names no fund ticker, so here is what the data covers.'
+          : 'The holdings tools were not available, so here is only what the data covers.';
       passages.push([intro, illustrative ? ILLUSTRATIVE_NOTE : ''].filter(Boolean).join(' '));
       passages.push(fundsOverview(funds));
       if (funds.otherFiles.length > 0) passages.push(`Other files in the data, not read as holdings files: ${funds.otherFiles.join(', ')}.`);
@@ -431,9 +445,10 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
 
   // Which file each fund was read from: get_holdings first, else the comparison's summaries.
   const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[] }>();
-  for (const h of holdings) if (h.result) summaries.set(String(h.call.args.fund ?? h.result.fund).toUpperCase(), { summary: h.result, top: h.result.top });
-  const fundA = compare ? String(compareCall?.args.fundA ?? compare.a.fund).toUpperCase() : undefined;
-  const fundB = compare ? String(compareCall?.args.fundB ?? compare.b.fund).toUpperCase() : undefined;
+  for (const h of holdings)
+    if (h.result) summaries.set(argText(h.call.args.fund, h.result.fund).toUpperCase(), { summary: h.result, top: h.result.top });
+  const fundA = compare ? argText(compareCall?.args.fundA, compare.a.fund).toUpperCase() : undefined;
+  const fundB = compare ? argText(compareCall?.args.fundB, compare.b.fund).toUpperCase() : undefined;
   if (compare && fundA && fundB) {
     // The comparison's files are authoritative for the compared pair.
     const a = summaries.get(fundA);
@@ -451,12 +466,17 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
     );
   } else if (summaries.size > 0) {
     intro.push(`Holdings read: ${[...summaries].map(([f, s]) => `${f} ${dateText(s.summary.asOf)} from ${s.summary.file}`).join('; ')}.`);
-    const mentioned = holdings.map((h) => String(h.call.args.fund ?? '').toUpperCase());
-    if (mentioned.length >= 2 && !compareCall) intro.push(`No comparison was made: fewer than two of ${mentioned.join(', ')} are covered by the data.`);
+    const mentioned = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
+    if (mentioned.length >= 2 && !compareCall)
+      intro.push(`No comparison was made: fewer than two of ${mentioned.join(', ')} are covered by the data.`);
     if (compareCall && !compare) intro.push('The comparison did not succeed; see below.');
   } else {
-    const asked = holdings.map((h) => String(h.call.args.fund ?? '?').toUpperCase());
-    intro.push(asked.length > 0 ? `None of the funds asked about (${asked.join(', ')}) could be read from the data.` : 'No holdings could be read from the data.');
+    const asked = holdings.map((h) => argText(h.call.args.fund, '?').toUpperCase());
+    intro.push(
+      asked.length > 0
+        ? `None of the funds asked about (${asked.join(', ')}) could be read from the data.`
+        : 'No holdings could be read from the data.',
+    );
     if (funds) intro.push(`Funds the data covers: ${funds.funds.map((f) => f.fund).join(', ')}.`);
   }
   if (illustrative) intro.push(ILLUSTRATIVE_NOTE);
@@ -486,7 +506,11 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
     if (!m.result) continue;
     const facts = m.result.facts.slice(0, 12).map((f) => `${f.field}: ${f.value} (${f.source}${f.asOf ? `, as of ${f.asOf}` : ', undated'})`);
     const more = m.result.facts.length > facts.length ? ` (and ${m.result.facts.length - facts.length} more)` : '';
-    passages.push(facts.length > 0 ? `${m.result.fund} facts as the files state them: ${facts.join('; ')}${more}.` : `The data states no facts about ${m.result.fund}.`);
+    passages.push(
+      facts.length > 0
+        ? `${m.result.fund} facts as the files state them: ${facts.join('; ')}${more}.`
+        : `The data states no facts about ${m.result.fund}.`,
+    );
   }
 
   if (failures.length > 0) passages.push(endSentences(failures));
@@ -508,7 +532,11 @@ export function researchPolicy(messages: readonly WireMessage[], tools: readonly
   }
   const researched = calls.some((c) => c.name !== 'list_funds');
   if (!researched) {
-    const funds = succeeded(calls.find((c) => c.name === 'list_funds'), ListFundsResult) ?? null;
+    const funds =
+      succeeded(
+        calls.find((c) => c.name === 'list_funds'),
+        ListFundsResult,
+      ) ?? null;
     const plan = planResearch(question, funds, offered);
     if (plan.length > 0) return { toolCalls: plan, finishReason: 'tool_calls' };
   }

@@ -149,7 +149,13 @@ export function actionFor(scenario: Scenario, index: number): StepAction {
   const step = scenario.steps[index];
   if (step === undefined) {
     return scenario.then === 'error'
-      ? { kind: 'error', status: 500, type: 'scenario_exhausted', message: `scenario has ${scenario.steps.length} steps; request ${index + 1} has none`, delayMs: 0 }
+      ? {
+          kind: 'error',
+          status: 500,
+          type: 'scenario_exhausted',
+          message: `scenario has ${scenario.steps.length} steps; request ${index + 1} has none`,
+          delayMs: 0,
+        }
       : { kind: 'policy' };
   }
   const delayMs = step.delayMs ?? 0;

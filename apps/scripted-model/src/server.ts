@@ -12,16 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { researchPolicy } from './research-policy.js';
 import { actionFor, parseScenario, ScenarioFileError, type Scenario, type ScenarioInput, type StepAction } from './scenario.js';
-import {
-  ChatCompletionRequest,
-  completionBody,
-  contentText,
-  errorBody,
-  errorTypeFor,
-  resolveReply,
-  streamChunks,
-  type Reply,
-} from './wire.js';
+import { ChatCompletionRequest, completionBody, contentText, errorBody, errorTypeFor, resolveReply, streamChunks, type Reply } from './wire.js';
 
 export interface ScriptedModelOptions {
   /** TCP port; 0 or absent = any free port. */
@@ -184,7 +175,14 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     return scenario ? actionFor(scenario, index) : { kind: 'policy' };
   };
 
-  async function answer(res: ServerResponse, request: ChatCompletionRequest, reply: Reply, chunkDelayMs: number, signal: AbortSignal, sequence: number) {
+  async function answer(
+    res: ServerResponse,
+    request: ChatCompletionRequest,
+    reply: Reply,
+    chunkDelayMs: number,
+    signal: AbortSignal,
+    sequence: number,
+  ) {
     const resolved = resolveReply(reply, request, sequence);
     if (!request.stream) {
       sendJson(res, 200, completionBody(resolved));

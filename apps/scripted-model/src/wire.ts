@@ -75,8 +75,8 @@ export function contentText(content: unknown): string {
   if (!Array.isArray(content)) return '';
   return content
     .map((p: unknown) =>
-      p !== null && typeof p === 'object' && (p as { type?: unknown }).type === 'text'
-        ? String((p as { text?: unknown }).text ?? '')
+      p !== null && typeof p === 'object' && (p as { type?: unknown }).type === 'text' && typeof (p as { text?: unknown }).text === 'string'
+        ? (p as { text: string }).text
         : '',
     )
     .join('');
@@ -109,7 +109,7 @@ export interface Reply {
   usage?: UsageOverride;
 }
 
-export interface WireUsage {
+interface WireUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
@@ -135,7 +135,7 @@ export function estimateTokens(chars: number): number {
  * Usage numbers for a reply: the override where given, else chars/4 of the request messages
  * (prompt) and of the content plus tool-call names and arguments (completion); total = sum.
  */
-export function estimateUsage(
+function estimateUsage(
   request: Pick<ChatCompletionRequest, 'messages' | 'tools'>,
   content: string | null,
   toolCalls: ReadonlyArray<{ name: string; arguments: string }>,
@@ -207,7 +207,7 @@ export function completionBody(r: ResolvedReply): Record<string, unknown> {
  * Splits text into consecutive pieces of about `size` characters, cut after whitespace where
  * possible; joining the pieces gives the text back. Empty text gives no pieces.
  */
-export function splitText(text: string, size = 32): string[] {
+function splitText(text: string, size = 32): string[] {
   const pieces: string[] = [];
   let rest = text;
   while (rest.length > size) {
@@ -222,7 +222,7 @@ export function splitText(text: string, size = 32): string[] {
 }
 
 /** Splits a string into `n` (or fewer, when it is short) non-empty fragments of similar length. */
-export function fragments(s: string, n = 3): string[] {
+function fragments(s: string, n = 3): string[] {
   if (s.length === 0) return [];
   const size = Math.max(1, Math.ceil(s.length / n));
   const out: string[] = [];

@@ -15,7 +15,8 @@ async function start(): Promise<{ model: ScriptedModel; client: OpenAI; admin: (
   return {
     model,
     client: new OpenAI({ baseURL: model.url, apiKey: 'test', maxRetries: 0, timeout: 5000 }),
-    admin: (key, body) => fetch(key === null ? base : `${base}?key=${encodeURIComponent(key)}`, { method: 'POST', body: body === undefined ? '' : JSON.stringify(body) }),
+    admin: (key, body) =>
+      fetch(key === null ? base : `${base}?key=${encodeURIComponent(key)}`, { method: 'POST', body: body === undefined ? '' : JSON.stringify(body) }),
   };
 }
 
@@ -38,7 +39,7 @@ describe('scenarios bound to a key (per conversation or Run)', () => {
     expect(content(await client.chat.completions.create({ model: 'm', messages: ask('no key here') }))).toBe('global 1');
     // A keyed scenario's `then` applies to its own requests only.
     const exhausted = await client.chat.completions.create({ model: 'm', messages: ask('[run-A] again') }).catch((e: unknown) => e);
-    expect((exhausted as OpenAI.APIError).status).toBe(500);
+    expect((exhausted as InstanceType<typeof OpenAI.APIError>).status).toBe(500);
     expect(content(await client.chat.completions.create({ model: 'm', messages: ask('no key here') }))).toBe('global 2');
     expect(model!.stats()).toMatchObject({ chatRequests: 7, perKey: { 'run-A': 3, 'run-B': 2 } });
   });
@@ -48,7 +49,11 @@ describe('scenarios bound to a key (per conversation or Run)', () => {
     const keys = Array.from({ length: 8 }, (_, i) => `conv-${i}`);
     for (const k of keys) await admin(k, { steps: [{ reply: { content: `${k}:1` }, chunkDelayMs: 2 }, { reply: { content: `${k}:2` } }] });
     const turn = async (k: string) => {
-      const s = await client.chat.completions.create({ model: 'm', messages: [{ role: 'system', content: 'sys' }, ...ask(`Question for ${k}`)], stream: true });
+      const s = await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'system', content: 'sys' }, ...ask(`Question for ${k}`)],
+        stream: true,
+      });
       let text = '';
       for await (const c of s) text += c.choices[0]?.delta.content ?? '';
       return text;

@@ -3,8 +3,7 @@ import { ToolPack, type CompareHoldingsResult, type GetHoldingsResult, type List
 import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
 import { closestPair, mentionedFunds, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
 
-const DEFAULT_QUESTION =
-  'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
+const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
 const DATA_DIR = '/work/shared/data/etf-holdings';
 
 /** The tool pack as the runtime offers it. */
@@ -214,7 +213,7 @@ describe('research policy (hand-made tool results following the contract)', () =
       conversation(DEFAULT_QUESTION, [
         [{ name: 'list_funds', args: {}, content: ok(LIST) }],
         [
-          { name: 'get_holdings', args: { fund: 'SPY' }, content: failed('denied', 'not_granted', 'get_holdings is not in this Run\'s grant') },
+          { name: 'get_holdings', args: { fund: 'SPY' }, content: failed('denied', 'not_granted', "get_holdings is not in this Run's grant") },
           { name: 'get_holdings', args: { fund: 'QQQ' }, content: failed('unknown', 'timeout', 'no receipt within 30 s') },
           { name: 'compare_holdings', args: { fundA: 'SPY', fundB: 'QQQ' }, content: 'plain text, not JSON' },
         ],
@@ -229,10 +228,7 @@ describe('research policy (hand-made tool results following the contract)', () =
   });
 
   it('given a question naming no fund, then it answers from list_funds without further calls', () => {
-    const reply = researchPolicy(
-      conversation('Which funds can you research?', [[{ name: 'list_funds', args: {}, content: ok(LIST) }]]),
-      TOOLS,
-    );
+    const reply = researchPolicy(conversation('Which funds can you research?', [[{ name: 'list_funds', args: {}, content: ok(LIST) }]]), TOOLS);
     expect(reply.finishReason).toBe('stop');
     expect(reply.content).toContain('QQQ (2020-07-02, 2024-12-26, 2025-09-26)');
     expect(reply.content).toContain('ABC (ABC_undated.csv undated)');
@@ -305,7 +301,9 @@ describe('research policy on the real data (@runplane/holdings)', () => {
     expect(answer).toContain('SPY lacks 13 QQQ names');
     for (const t of ['SHOP', 'MELI', 'PDD', 'MSTR', 'ASML', 'MRVL', 'TRI', 'ZS', 'AZN', 'CCEP', 'TEAM', 'GFS', 'ARM']) expect(answer).toContain(t);
     expect(answer).toContain('Its weights sum to 100.25% as the file states them');
-    expect(answer).toMatch(/verified from inside each file, not taken from file names: SPY_2025-09-30\.xlsx states 2025-09-30.*QQQ_2025-09-26\.csv states 2025-09-26/);
+    expect(answer).toMatch(
+      /verified from inside each file, not taken from file names: SPY_2025-09-30\.xlsx states 2025-09-30.*QQQ_2025-09-26\.csv states 2025-09-26/,
+    );
     expect(answer).not.toMatch(/illustrative|not covered|unknown/);
   });
 
@@ -317,7 +315,12 @@ describe('research policy on the real data (@runplane/holdings)', () => {
 
   it('answers any covered pair (IVV and SPY on their closest dates)', async () => {
     const { turns, answer } = await research('How much do IVV and SPY overlap?');
-    expect(turns[1]?.find((c) => c.name === 'compare_holdings')?.args).toEqual({ fundA: 'IVV', fundB: 'SPY', asOfA: '2025-11-18', asOfB: '2025-11-18' });
+    expect(turns[1]?.find((c) => c.name === 'compare_holdings')?.args).toEqual({
+      fundA: 'IVV',
+      fundB: 'SPY',
+      asOfA: '2025-11-18',
+      asOfB: '2025-11-18',
+    });
     expect(answer).toContain('both files are dated the same day');
     expect(answer).toMatch(/\d+ securities in common/);
   });

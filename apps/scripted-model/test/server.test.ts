@@ -117,7 +117,7 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(finish).toBe('tool_calls');
     expect(argumentDeltas).toBeGreaterThan(2);
     expect(calls.map((c) => c.name)).toEqual(['get_holdings', 'get_holdings']);
-    expect(calls.map((c) => JSON.parse(c.arguments))).toEqual([{ fund: 'SPY', asOf: '2025-09-30' }, { fund: 'QQQ' }]);
+    expect(calls.map((c) => JSON.parse(c.arguments) as unknown)).toEqual([{ fund: 'SPY', asOf: '2025-09-30' }, { fund: 'QQQ' }]);
     expect(calls[0]?.id).toMatch(/^call_/);
     expect(new Set(calls.map((c) => c.id)).size).toBe(2);
   });
@@ -222,7 +222,9 @@ describe('scripted model over HTTP through the openai client', () => {
 
   it('survives a client aborting mid-stream', async () => {
     // About 40 chunks 100 ms apart: the client aborts long before the stream could finish.
-    const { client, model } = await start({ steps: [{ reply: { content: 'one two three four five six seven eight nine ten '.repeat(25) }, chunkDelayMs: 100 }] });
+    const { client, model } = await start({
+      steps: [{ reply: { content: 'one two three four five six seven eight nine ten '.repeat(25) }, chunkDelayMs: 100 }],
+    });
     const controller = new AbortController();
     const stream = await client.chat.completions.create({ model: 'm', messages: user, stream: true }, { signal: controller.signal });
     let n = 0;
@@ -342,13 +344,17 @@ describe('scenario files', () => {
 
   it('rejects a file that is not JSON, a step with two kinds, and an unknown key', async () => {
     await expect(loadScenarioFile(await fileWith('{ steps: ['))).rejects.toThrow(/is not valid JSON/);
-    expect(() => parseScenario({ steps: [{ error: { status: 500, message: 'x' }, hang: true }] })).toThrow(/exactly one of "reply", "error" or "hang"/);
+    expect(() => parseScenario({ steps: [{ error: { status: 500, message: 'x' }, hang: true }] })).toThrow(
+      /exactly one of "reply", "error" or "hang"/,
+    );
     expect(() => parseScenario({ steps: [{ reply: { content: 'x', tool_calls: [] } }] })).toThrow(/tool_calls/);
     await expect(loadScenarioFile('/nonexistent/scenario.json')).rejects.toThrow(/cannot be read/);
   });
 
   it('startScriptedModel rejects an invalid scenario object', async () => {
-    await expect(startScriptedModel({ scenario: { steps: [{ error: { status: 200, message: 'not an error' } }] } })).rejects.toThrow(/steps\[0\]\.error\.status/);
+    await expect(startScriptedModel({ scenario: { steps: [{ error: { status: 200, message: 'not an error' } }] } })).rejects.toThrow(
+      /steps\[0\]\.error\.status/,
+    );
   });
 });
 

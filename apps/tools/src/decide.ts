@@ -68,13 +68,33 @@ function onWake(facts: RunFacts, now: Date): RunEvent[] {
     if (call.receipt) continue;
     const base = { toolCallId: call.toolCallId, name: call.name, durationMs: 0 };
     if (call.dispatched) {
-      events.push(receipt({ ...base, status: 'unknown', error: { code: 'outcome_unknown', message: 'dispatched, but its outcome was not recorded; it is not re-run' } }));
+      events.push(
+        receipt({
+          ...base,
+          status: 'unknown',
+          error: { code: 'outcome_unknown', message: 'dispatched, but its outcome was not recorded; it is not re-run' },
+        }),
+      );
     } else if (!grant.tools.includes(call.name)) {
-      events.push(receipt({ ...base, status: 'denied', error: { code: 'not_granted', message: `tool ${call.name} is not in this Run's grant (${grant.tools.join(', ')})` } }));
+      events.push(
+        receipt({
+          ...base,
+          status: 'denied',
+          error: { code: 'not_granted', message: `tool ${call.name} is not in this Run's grant (${grant.tools.join(', ')})` },
+        }),
+      );
     } else if (!argumentsAreJson(call.argumentsText)) {
-      events.push(receipt({ ...base, status: 'failed', error: { code: 'bad_arguments', message: 'the arguments are not JSON; the call was not executed' } }));
+      events.push(
+        receipt({ ...base, status: 'failed', error: { code: 'bad_arguments', message: 'the arguments are not JSON; the call was not executed' } }),
+      );
     } else if (dispatched >= limits.maxToolCalls) {
-      events.push(receipt({ ...base, status: 'denied', error: { code: 'tool_call_limit', message: `the Run's tool-call limit of ${limits.maxToolCalls} is used up` } }));
+      events.push(
+        receipt({
+          ...base,
+          status: 'denied',
+          error: { code: 'tool_call_limit', message: `the Run's tool-call limit of ${limits.maxToolCalls} is used up` },
+        }),
+      );
     } else {
       dispatched++;
       events.push(makeEvent('tool.call.dispatched', ctx, call.toolCallId, { toolCallId: call.toolCallId, name: call.name }, now));
@@ -97,7 +117,8 @@ function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecu
       data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
     }
   } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: o.message } };
-  else if (o.kind === 'timed-out') data = { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } };
+  else if (o.kind === 'timed-out')
+    data = { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } };
   else data = { ...base, status: 'failed', error: { code: 'tool_error', message: o.message } };
   return [makeEvent('tool.call.receipt', contextFrom(facts.lastEvent!), call.toolCallId, data, now)];
 }

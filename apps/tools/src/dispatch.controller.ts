@@ -64,7 +64,8 @@ export class DispatchController {
         const started = performance.now();
         const outcome = await this.execute(call.name, call.argumentsText);
         const durationMs = Math.round(performance.now() - started);
-        if (outcome.kind === 'crashed') this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');
+        if (outcome.kind === 'crashed')
+          this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');
         await this.commands.handle(
           runId,
           (f, now) => decide(f, { type: 'ToolExecuted', toolCallId: call.toolCallId, outcome, durationMs, resultBucket }, now),

@@ -6,87 +6,180 @@ import { History } from '../../../test/support/history.js';
 
 const tools = spec(decide);
 const wake = { type: 'Wake' } as const;
-const executed = (toolCallId: string, outcome: ToolOutcome) => ({ type: 'ToolExecuted', toolCallId, outcome, durationMs: 12, resultBucket: 'rp_results' }) as const;
-const proposedA = () => new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds');
+const executed = (toolCallId: string, outcome: ToolOutcome) =>
+  ({ type: 'ToolExecuted', toolCallId, outcome, durationMs: 12, resultBucket: 'rp_results' }) as const;
+const proposedA = () =>
+  new History()
+    .admitted()
+    .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+    .proposed(1, 'a', 'list_funds');
 const dispatchedA = () => proposedA().dispatched('a', 'list_funds');
 
 describe('tools decide, Wake: every proposed call is executed at most once (K5)', () => {
   it('given a new proposal, then it is dispatched', () => {
-    tools.given(proposedA()).when(wake).then([{ type: 'tool.call.dispatched', data: { toolCallId: 'a', name: 'list_funds' } }]);
+    tools
+      .given(proposedA())
+      .when(wake)
+      .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'a', name: 'list_funds' } }]);
   });
 
   it('given a dispatched call without a receipt (executor died), then it is marked unknown, never re-run', () => {
-    tools.given(dispatchedA()).when(wake).then([
-      { type: 'tool.call.receipt', data: { toolCallId: 'a', name: 'list_funds', status: 'unknown', durationMs: 0, error: { code: 'outcome_unknown', message: expect.any(String) as never } } },
-    ]);
+    tools
+      .given(dispatchedA())
+      .when(wake)
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: {
+            toolCallId: 'a',
+            name: 'list_funds',
+            status: 'unknown',
+            durationMs: 0,
+            error: { code: 'outcome_unknown', message: expect.any(String) as never },
+          },
+        },
+      ]);
   });
 
   it('given a receipt, then nothing more is owed', () => {
-    tools.given(dispatchedA().receipt('a', 'list_funds', 'failed')).when(wake).thenNothing();
+    tools
+      .given(dispatchedA().receipt('a', 'list_funds', 'failed'))
+      .when(wake)
+      .thenNothing();
   });
 
   it('given a tool outside the grant, then it is denied without dispatch', () => {
-    const h = new History().admitted({ tools: ['list_funds'] }).turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] }).proposed(1, 'a', 'get_holdings');
-    tools.given(h).when(wake).then([{ type: 'tool.call.receipt', data: expect.objectContaining({ toolCallId: 'a', status: 'denied', error: expect.objectContaining({ code: 'not_granted' }) }) }]);
+    const h = new History()
+      .admitted({ tools: ['list_funds'] })
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings');
+    tools
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({ toolCallId: 'a', status: 'denied', error: expect.objectContaining({ code: 'not_granted' }) }),
+        },
+      ]);
   });
 
   it('given arguments that are not JSON, then the call fails without being dispatched (nothing executed)', () => {
-    const h = new History().admitted().turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":' }] }).proposed(1, 'a', 'get_holdings', '{"fund":');
-    tools.given(h).when(wake).then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'failed', error: expect.objectContaining({ code: 'bad_arguments' }) }) }]);
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":' }] })
+      .proposed(1, 'a', 'get_holdings', '{"fund":');
+    tools
+      .given(h)
+      .when(wake)
+      .then([
+        { type: 'tool.call.receipt', data: expect.objectContaining({ status: 'failed', error: expect.objectContaining({ code: 'bad_arguments' }) }) },
+      ]);
   });
 
   it('given the tool-call limit, then calls past it are denied, earlier ones dispatched', () => {
-    const h = new History().admitted({ maxToolCalls: 1 }).turn(1, { calls: [{ id: 'a', name: 'list_funds' }, { id: 'b', name: 'list_funds' }] }).proposed(1, 'a', 'list_funds').proposed(1, 'b', 'list_funds');
-    tools.given(h).when(wake).then([
-      { type: 'tool.call.dispatched', data: { toolCallId: 'a', name: 'list_funds' } },
-      { type: 'tool.call.receipt', data: expect.objectContaining({ toolCallId: 'b', status: 'denied', error: expect.objectContaining({ code: 'tool_call_limit' }) }) },
-    ]);
+    const h = new History()
+      .admitted({ maxToolCalls: 1 })
+      .turn(1, {
+        calls: [
+          { id: 'a', name: 'list_funds' },
+          { id: 'b', name: 'list_funds' },
+        ],
+      })
+      .proposed(1, 'a', 'list_funds')
+      .proposed(1, 'b', 'list_funds');
+    tools
+      .given(h)
+      .when(wake)
+      .then([
+        { type: 'tool.call.dispatched', data: { toolCallId: 'a', name: 'list_funds' } },
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({ toolCallId: 'b', status: 'denied', error: expect.objectContaining({ code: 'tool_call_limit' }) }),
+        },
+      ]);
   });
 
   it('given a settled Run, then nothing is dispatched', () => {
-    const h = proposedA().add('run.settled', 'settlement', { outcome: 'failed', reason: 'x', passageIds: [], receipts: [], usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 } });
+    const h = proposedA().add('run.settled', 'settlement', {
+      outcome: 'failed',
+      reason: 'x',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
     tools.given(h).when(wake).thenNothing();
   });
 });
 
 describe('tools decide, ToolExecuted: one receipt with the real outcome', () => {
   it('given a dispatched call, when it returned a small result, then the receipt carries it inline', () => {
-    tools.given(dispatchedA()).when(executed('a', { kind: 'returned', json: '{"funds":["SPY"]}' })).then([
-      { type: 'tool.call.receipt', data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: { funds: ['SPY'] }, durationMs: 12 } },
-    ]);
+    tools
+      .given(dispatchedA())
+      .when(executed('a', { kind: 'returned', json: '{"funds":["SPY"]}' }))
+      .then([
+        { type: 'tool.call.receipt', data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: { funds: ['SPY'] }, durationMs: 12 } },
+      ]);
   });
 
   it('given a dispatched call, when it returned a large result, then the receipt refers to it by content digest', () => {
     const json = JSON.stringify({ rows: 'x'.repeat(INLINE_RESULT_LIMIT) });
     const sha = sha256Hex(json);
-    tools.given(dispatchedA()).when(executed('a', { kind: 'returned', json })).then([
-      { type: 'tool.call.receipt', data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', resultRef: { bucket: 'rp_results', key: sha, sha256: sha, bytes: Buffer.byteLength(json) }, durationMs: 12 } },
-    ]);
+    tools
+      .given(dispatchedA())
+      .when(executed('a', { kind: 'returned', json }))
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: {
+            toolCallId: 'a',
+            name: 'list_funds',
+            status: 'succeeded',
+            resultRef: { bucket: 'rp_results', key: sha, sha256: sha, bytes: Buffer.byteLength(json) },
+            durationMs: 12,
+          },
+        },
+      ]);
   });
 
   it('given a dispatched call, when it outlived its timeout, then its outcome is unknown, not failed and not retried (K5)', () => {
-    tools.given(dispatchedA()).when(executed('a', { kind: 'timed-out', timeoutMs: 2000 })).then([
-      { type: 'tool.call.receipt', data: expect.objectContaining({ status: 'unknown', error: expect.objectContaining({ code: 'timeout' }) }) },
-    ]);
+    tools
+      .given(dispatchedA())
+      .when(executed('a', { kind: 'timed-out', timeoutMs: 2000 }))
+      .then([
+        { type: 'tool.call.receipt', data: expect.objectContaining({ status: 'unknown', error: expect.objectContaining({ code: 'timeout' }) }) },
+      ]);
   });
 
-  it.each([
-    ['a known failure', { kind: 'failed', code: 'unknown_fund', message: 'no such fund' } as ToolOutcome, 'unknown_fund'],
-    ['a crash', { kind: 'crashed', message: 'TypeError: x' } as ToolOutcome, 'tool_error'],
+  it.each<[string, ToolOutcome, string]>([
+    ['a known failure', { kind: 'failed', code: 'unknown_fund', message: 'no such fund' }, 'unknown_fund'],
+    ['a crash', { kind: 'crashed', message: 'TypeError: x' }, 'tool_error'],
   ])('given a dispatched call, when it ended with %s, then the receipt is failed with the code (K8)', (_n, outcome, code) => {
-    tools.given(dispatchedA()).when(executed('a', outcome)).then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'failed', error: expect.objectContaining({ code }) }) }]);
+    tools
+      .given(dispatchedA())
+      .when(executed('a', outcome))
+      .then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'failed', error: expect.objectContaining({ code }) }) }]);
   });
 
   it('given a call already marked unknown, when its result arrives late, then no second receipt is decided', () => {
-    tools.given(dispatchedA().receipt('a', 'list_funds', 'unknown')).when(executed('a', { kind: 'returned', json: '{}' })).thenNothing();
+    tools
+      .given(dispatchedA().receipt('a', 'list_funds', 'unknown'))
+      .when(executed('a', { kind: 'returned', json: '{}' }))
+      .thenNothing();
   });
 
   it('given a call that was never dispatched, when an outcome is reported, then nothing', () => {
-    tools.given(proposedA()).when(executed('a', { kind: 'returned', json: '{}' })).thenNothing();
+    tools
+      .given(proposedA())
+      .when(executed('a', { kind: 'returned', json: '{}' }))
+      .thenNothing();
   });
 
-  it('the decided events are the tools owner\'s', () => {
-    const events = tools.given(proposedA()).when(wake).then([expect.anything() as never]);
+  it("the decided events are the tools owner's", () => {
+    const events = tools
+      .given(proposedA())
+      .when(wake)
+      .then([expect.anything() as never]);
     expect(events[0]!.owner).toBe('tools');
   });
 });

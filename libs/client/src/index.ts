@@ -3,13 +3,7 @@
  * contracts' zod schemas; errors carry the HTTP status and the server's reason.
  */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import {
-  AnswerView,
-  ProblemDetails,
-  PostMessageResponse,
-  RunEvent,
-  RunView,
-} from '@runplane/contracts';
+import { AnswerView, ProblemDetails, PostMessageResponse, RunEvent, RunView } from '@runplane/contracts';
 
 export interface RunplaneEndpoints {
   /** Base URL of the admission service, e.g. http://127.0.0.1:8081 */
@@ -123,7 +117,10 @@ export class RunplaneClient {
    * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 409 conflicting clientMessageId);
    * RunplaneUnreachableError when admission cannot be reached.
    */
-  async postMessage(conversationId: string, body: { clientMessageId: string; content: string }): Promise<{ status: number; body: PostMessageResponse }> {
+  async postMessage(
+    conversationId: string,
+    body: { clientMessageId: string; content: string },
+  ): Promise<{ status: number; body: PostMessageResponse }> {
     const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`;
     const res = await this.request('admission', url, {
       method: 'POST',
@@ -164,7 +161,13 @@ export class RunplaneClient {
    */
   async streamEvents(
     runId: string,
-    opts: { lastEventId?: number; signal?: AbortSignal; deltas?: boolean; onEvent: (e: ObservedEvent) => void; onDelta?: (d: { turn: number; text: string }) => void },
+    opts: {
+      lastEventId?: number;
+      signal?: AbortSignal;
+      deltas?: boolean;
+      onEvent: (e: ObservedEvent) => void;
+      onDelta?: (d: { turn: number; text: string }) => void;
+    },
   ): Promise<{ lastEventId: number; ended: 'server' | 'complete' | 'aborted' }> {
     const url = new URL(`${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/events`);
     if (opts.deltas) url.searchParams.set('deltas', 'true');

@@ -6,17 +6,21 @@ import { z } from 'zod';
 import { EnvelopeFields, EventCatalog, EventTypes } from './events.js';
 
 const PURPOSE: Record<string, string> = {
-  'run.admitted': 'A Message and its Run were admitted (K1). The first and only event on the Run\'s `admission` subject.',
-  'model.turn.requested': 'The runtime is about to call the model for this turn (recorded before the call: it counts against the Run\'s model-request limit even if the call never returns).',
-  'model.turn.completed': 'The model answered the turn: its text, the tool calls it asked for (arguments as the model wrote them), finish reason and token usage.',
+  'run.admitted': "A Message and its Run were admitted (K1). The first and only event on the Run's `admission` subject.",
+  'model.turn.requested':
+    "The runtime is about to call the model for this turn (recorded before the call: it counts against the Run's model-request limit even if the call never returns).",
+  'model.turn.completed':
+    'The model answered the turn: its text, the tool calls it asked for (arguments as the model wrote them), finish reason and token usage.',
   'model.turn.failed': 'The model request failed (HTTP error, timeout, connection, invalid stream). The runtime does not retry it in this version.',
   'tool.call.proposed': 'One tool call the model asked for, proposed for execution (K5: proposed -> dispatched -> receipt).',
   'run.execution.finished': 'The runtime stopped executing the Run, and why. It never settles the Run: the lifecycle does (K9).',
-  'tool.call.dispatched': 'The tools service is about to execute the call. A dispatch without a receipt means the outcome is unknown: it is never re-run (K5).',
+  'tool.call.dispatched':
+    'The tools service is about to execute the call. A dispatch without a receipt means the outcome is unknown: it is never re-run (K5).',
   'tool.call.receipt': 'The outcome of one tool call: succeeded (result inline, or stored by reference with its sha256), failed, denied or unknown.',
   'passage.committed': 'One passage of the answer, committed with a version. Committed passages are never erased (K9).',
   'answer.published': 'Every passage of the answer is committed; lists them in order.',
-  'run.settled': 'The Run\'s one terminal fact (K9): completed, partial, failed, canceled or interrupted, with the reason, committed passages, receipts and usage.',
+  'run.settled':
+    "The Run's one terminal fact (K9): completed, partial, failed, canceled or interrupted, with the reason, committed passages, receipts and usage.",
 };
 
 function schemaJson(schema: z.ZodType): string {
@@ -33,7 +37,7 @@ export function renderEventCatalog(): string {
     '',
     'Every fact Runplane records is one JSON event on the JetStream stream, on the subject',
     '`<prefix>.run.<runId>.<owner>` (default prefix `rp`). Reading `<prefix>.run.<runId>.>` in stream order',
-    'gives the whole Run. The stream sequence is the event\'s position (the SSE `id` publication serves).',
+    "gives the whole Run. The stream sequence is the event's position (the SSE `id` publication serves).",
     'Events are versioned by `schemaVersion`; an incompatible change adds a new version, it never edits one.',
     'Consumers must tolerate redelivery (at-least-once): `eventId` is deterministic and unique per fact.',
     '',
@@ -43,13 +47,13 @@ export function renderEventCatalog(): string {
     '|---|---|',
     '| `eventId` | UUID v5 of (runId, type, decision key): the same decision retried gives the same id; also the `Nats-Msg-Id`. |',
     '| `type` | one of the types below |',
-    '| `schemaVersion` | version of `data`\'s schema for this type |',
+    "| `schemaVersion` | version of `data`'s schema for this type |",
     '| `runId`, `conversationId` | the Run and its Conversation |',
     '| `owner` | the only service allowed to record this type (also the last subject token) |',
     '| `occurredAt` | ISO-8601 UTC time the owner recorded it |',
     '| `causationId` | the event (or HTTP request) that caused it |',
     '| `correlationId` | the admitted Message id: the same for every event of the Run |',
-    '| `data` | the type\'s payload, below |',
+    "| `data` | the type's payload, below |",
     '',
     '```json',
     schemaJson(EnvelopeFields),

@@ -14,11 +14,7 @@ export const MAX_TIMER_MS = 2_147_483_647;
 export function envInt(def: number, min: number, max = Number.MAX_SAFE_INTEGER) {
   return z.preprocess(
     (v) => (v === undefined || v === '' ? String(def) : v),
-    z
-      .string()
-      .regex(/^\d+$/, 'must be a whole decimal number')
-      .transform(Number)
-      .pipe(z.number().int().min(min).max(max)),
+    z.string().regex(/^\d+$/, 'must be a whole decimal number').transform(Number).pipe(z.number().int().min(min).max(max)),
   );
 }
 
@@ -28,9 +24,15 @@ export const BusConfig = z.object({
   NATS_USER: z.string().min(1).optional(),
   NATS_PASSWORD: z.string().optional(),
   /** JetStream stream holding every Run's subjects. */
-  RUNPLANE_STREAM: z.string().regex(/^[A-Za-z0-9_-]+$/).default('RUNPLANE'),
+  RUNPLANE_STREAM: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+$/)
+    .default('RUNPLANE'),
   /** First subject token; the stream captures `<prefix>.run.>`. */
-  RUNPLANE_SUBJECT_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('rp'),
+  RUNPLANE_SUBJECT_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+$/)
+    .default('rp'),
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 

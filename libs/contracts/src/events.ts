@@ -228,16 +228,13 @@ function envelopeOf<T extends EventType>(type: T) {
     type: z.literal(type),
     owner: z.literal(entry.owner),
     schemaVersion: z.literal(entry.version),
-    data: entry.data as (typeof EventCatalog)[T]['data'],
+    data: entry.data,
   });
 }
 
 const envelopes = EventTypes.map((t) => envelopeOf(t));
 /** Any Runplane event, discriminated by `type`. Parsing rejects an owner that is not the type's owner. */
-export const RunEvent = z.discriminatedUnion(
-  'type',
-  envelopes as unknown as [ReturnType<typeof envelopeOf>, ...ReturnType<typeof envelopeOf>[]],
-);
+export const RunEvent = z.discriminatedUnion('type', envelopes as unknown as [ReturnType<typeof envelopeOf>, ...ReturnType<typeof envelopeOf>[]]);
 export type RunEventOf<T extends EventType> = z.infer<typeof EnvelopeFields> & {
   type: T;
   owner: (typeof EventCatalog)[T]['owner'];

@@ -33,13 +33,7 @@ export interface EventContext {
  * stamped later, by the append.
  * @throws ZodError when `data` does not match the type's schema.
  */
-export function makeEvent<T extends EventType>(
-  type: T,
-  ctx: EventContext,
-  key: string | number,
-  data: EventData<T>,
-  now: Date,
-): RunEventOf<T> {
+export function makeEvent<T extends EventType>(type: T, ctx: EventContext, key: string | number, data: EventData<T>, now: Date): RunEventOf<T> {
   const entry = EventCatalog[type];
   const event = {
     eventId: deterministicId(ctx.runId, type, key),

@@ -14,7 +14,11 @@ export const PostMessageBody = z
       .string()
       .max(20_000, 'content is at most 20000 characters')
       .refine((s) => s.trim().length > 0, 'content must not be blank')
-      .refine((s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s), 'content must not contain control characters (other than tab and newlines)')
+      .refine(
+        // eslint-disable-next-line no-control-regex -- matching control characters is the point
+        (s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s),
+        'content must not contain control characters (other than tab and newlines)',
+      )
       .refine((s) => s.isWellFormed(), 'content must be well-formed Unicode (no lone surrogates)'),
   })
   .strict()
@@ -22,15 +26,17 @@ export const PostMessageBody = z
 export type PostMessageBody = z.infer<typeof PostMessageBody>;
 
 /** 201 (admitted now) or 200 (the same message was already admitted: K1). */
-export const PostMessageResponse = z.object({
-  conversationId: Id,
-  clientMessageId: z.string(),
-  messageId: Id,
-  runId: Id,
-  admittedAt: z.string().datetime(),
-  /** `admitted` for a new admission, `existing` for an idempotent repeat. */
-  admission: z.enum(['admitted', 'existing']),
-}).meta({ id: 'PostMessageResponse' });
+export const PostMessageResponse = z
+  .object({
+    conversationId: Id,
+    clientMessageId: z.string(),
+    messageId: Id,
+    runId: Id,
+    admittedAt: z.string().datetime(),
+    /** `admitted` for a new admission, `existing` for an idempotent repeat. */
+    admission: z.enum(['admitted', 'existing']),
+  })
+  .meta({ id: 'PostMessageResponse' });
 export type PostMessageResponse = z.infer<typeof PostMessageResponse>;
 
 /** One reason a request was refused: where (`path`, dotted; `(body)` for the whole body) and why. */
@@ -83,23 +89,25 @@ export const ProblemTitles: Record<string, string> = {
 };
 
 /** `GET /v1/runs/{runId}`: the Run projection. */
-export const RunView = z.object({
-  runId: Id,
-  conversationId: Id,
-  messageId: Id,
-  clientMessageId: z.string(),
-  question: z.string(),
-  status: z.enum(['admitted', 'running', 'finishing', 'settled']),
-  outcome: Outcome.nullable(),
-  reason: z.string().nullable(),
-  modelRequests: z.number().int(),
-  toolCalls: z.number().int(),
-  passages: z.number().int(),
-  admittedAt: z.string().datetime(),
-  settledAt: z.string().datetime().nullable(),
-  /** Stream sequence of the last event applied to this projection. */
-  lastSeq: z.number().int(),
-}).meta({ id: 'RunView' });
+export const RunView = z
+  .object({
+    runId: Id,
+    conversationId: Id,
+    messageId: Id,
+    clientMessageId: z.string(),
+    question: z.string(),
+    status: z.enum(['admitted', 'running', 'finishing', 'settled']),
+    outcome: Outcome.nullable(),
+    reason: z.string().nullable(),
+    modelRequests: z.number().int(),
+    toolCalls: z.number().int(),
+    passages: z.number().int(),
+    admittedAt: z.string().datetime(),
+    settledAt: z.string().datetime().nullable(),
+    /** Stream sequence of the last event applied to this projection. */
+    lastSeq: z.number().int(),
+  })
+  .meta({ id: 'RunView' });
 export type RunView = z.infer<typeof RunView>;
 
 export const ToolCallView = z.object({
@@ -109,14 +117,16 @@ export const ToolCallView = z.object({
 });
 
 /** `GET /v1/runs/{runId}/answer`: the committed passages, in order, latest version of each. */
-export const AnswerView = z.object({
-  runId: Id,
-  passages: z.array(z.object({ passageId: Id, index: z.number().int(), version: z.number().int(), text: z.string() })),
-  text: z.string(),
-  /** True once publication recorded `answer.published`. */
-  complete: z.boolean(),
-  outcome: Outcome.nullable(),
-}).meta({ id: 'AnswerView' });
+export const AnswerView = z
+  .object({
+    runId: Id,
+    passages: z.array(z.object({ passageId: Id, index: z.number().int(), version: z.number().int(), text: z.string() })),
+    text: z.string(),
+    /** True once publication recorded `answer.published`. */
+    complete: z.boolean(),
+    outcome: Outcome.nullable(),
+  })
+  .meta({ id: 'AnswerView' });
 export type AnswerView = z.infer<typeof AnswerView>;
 
 /** Turns a zod error into the 400 body's issue list. */
@@ -139,11 +149,10 @@ export const ConversationIdParams = z.object({ conversationId: Id.meta({ descrip
  * Query of `GET /v1/runs/{runId}/events`. Each parameter at most once: a repeated one (an array
  * here) is refused with 400, as is an unknown value; unknown parameters are ignored.
  */
-export const RunEventsQuery = z
-  .object({
-    lastEventId: LastEventIdText.optional(),
-    deltas: z.enum(['true', 'false']).optional().meta({ description: '`true` interleaves live token deltas (not stored) as `event: delta`' }),
-  });
+export const RunEventsQuery = z.object({
+  lastEventId: LastEventIdText.optional(),
+  deltas: z.enum(['true', 'false']).optional().meta({ description: '`true` interleaves live token deltas (not stored) as `event: delta`' }),
+});
 export type RunEventsQuery = z.infer<typeof RunEventsQuery>;
 
 /** Headers of `GET /v1/runs/{runId}/events` (the header wins over `?lastEventId=`). */

@@ -61,7 +61,8 @@ const problem = (description: string, headers?: Record<string, string>): RouteRe
   ...(headers ? { headers } : {}),
 });
 const RETRY_AFTER = { 'Retry-After': 'Seconds to wait before retrying' };
-const unavailable = (what: string) => problem(`${what} is unreachable (\`dependency_unavailable\`); retry after \`Retry-After\` seconds`, RETRY_AFTER);
+const unavailable = (what: string) =>
+  problem(`${what} is unreachable (\`dependency_unavailable\`); retry after \`Retry-After\` seconds`, RETRY_AFTER);
 
 /** An OpenAPI description is a JSON object whose `openapi` names the version (3.1.x). */
 export const OpenApiDocumentBody = z.object({ openapi: z.string(), info: z.object({ title: z.string(), version: z.string() }) }).loose();
@@ -110,7 +111,10 @@ export const HttpRoutes: readonly HttpRoute[] = [
       'With `deltas=true`, live token deltas are interleaved as `event: delta` without an id (never replayed). The `Last-Event-ID` header wins over `?lastEventId=`.',
     request: { path: RunIdParams, query: RunEventsQuery, header: RunEventsHeaders },
     responses: {
-      200: { description: 'The event stream; every `data` is one event envelope', body: { contentType: 'text/event-stream', schema: RunEvent.meta({ id: 'RunEvent' }) } },
+      200: {
+        description: 'The event stream; every `data` is one event envelope',
+        body: { contentType: 'text/event-stream', schema: RunEvent.meta({ id: 'RunEvent' }) },
+      },
       204: { description: 'Last-Event-ID is at or after the settlement: nothing more will come' },
       400: problem('Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`'),
       404: problem('No such Run (`not_found`)'),
@@ -182,7 +186,13 @@ function operation(route: HttpRoute, tags: string[]): ZodOpenApiOperationObject 
     ...(route.description ? { description: route.description } : {}),
     tags,
     ...(params?.path || params?.query || params?.header
-      ? { requestParams: { ...(params.path ? { path: params.path } : {}), ...(params.query ? { query: params.query } : {}), ...(params.header ? { header: params.header } : {}) } }
+      ? {
+          requestParams: {
+            ...(params.path ? { path: params.path } : {}),
+            ...(params.query ? { query: params.query } : {}),
+            ...(params.header ? { header: params.header } : {}),
+          },
+        }
       : {}),
     ...(params?.body ? { requestBody: { required: true, content: { [params.body.contentType]: { schema: params.body.schema } } } } : {}),
     responses,
@@ -203,20 +213,18 @@ export function openApiDocument(service?: HttpService): ReturnType<typeof create
     if (item[route.method]) continue;
     item[route.method] = operation(route, [...route.services]);
   }
-  return createDocument(
-    {
-      openapi: '3.1.0',
-      info: {
-        title: service ? `Runplane ${service}` : 'Runplane',
-        version: '0.1.0',
-        description:
-          'HTTP API of the Runplane control plane, generated from the zod schemas in libs/contracts. Every error answer is ' +
-          '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`.',
-      },
-      tags: (service ? [service] : [...HttpServices]).map((name) => ({ name })),
-      paths,
+  return createDocument({
+    openapi: '3.1.0',
+    info: {
+      title: service ? `Runplane ${service}` : 'Runplane',
+      version: '0.1.0',
+      description:
+        'HTTP API of the Runplane control plane, generated from the zod schemas in libs/contracts. Every error answer is ' +
+        '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`.',
     },
-  );
+    tags: (service ? [service] : [...HttpServices]).map((name) => ({ name })),
+    paths,
+  });
 }
 
 /** The whole description as written to docs/openapi.json (2-space JSON, trailing newline). */

@@ -109,9 +109,7 @@ export const FundMetadataArgs = z.object({ fund: FundTicker }).strict();
 export const FundMetadataResult = z.object({
   fund: z.string(),
   /** Facts as the files state them; each with the file it came from and that file's date. */
-  facts: z.array(
-    z.object({ field: z.string(), value: z.string(), source: z.string(), asOf: IsoDate.nullable() }),
-  ),
+  facts: z.array(z.object({ field: z.string(), value: z.string(), source: z.string(), asOf: IsoDate.nullable() })),
 });
 export type FundMetadataResult = z.infer<typeof FundMetadataResult>;
 
@@ -125,12 +123,14 @@ export const ToolPack = {
   get_holdings: {
     args: GetHoldingsArgs,
     result: GetHoldingsResult,
-    description: 'Holdings of one fund from one issuer file (latest, or the file as of a given YYYY-MM-DD date): security count, cash and non-security lines, weight sums, top holdings.',
+    description:
+      'Holdings of one fund from one issuer file (latest, or the file as of a given YYYY-MM-DD date): security count, cash and non-security lines, weight sums, top holdings.',
   },
   compare_holdings: {
     args: CompareHoldingsArgs,
     result: CompareHoldingsResult,
-    description: 'Compare two funds\' holdings files: securities in common, names held by only one, weight of each fund held by the other, weight sums and the days between the two as-of dates.',
+    description:
+      "Compare two funds' holdings files: securities in common, names held by only one, weight of each fund held by the other, weight sums and the days between the two as-of dates.",
   },
   fund_metadata: {
     args: FundMetadataArgs,

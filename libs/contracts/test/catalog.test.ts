@@ -19,12 +19,26 @@ describe('event catalogue', () => {
     expect(EventTypes.filter((t) => EventCatalog[t].owner === 'lifecycle')).toEqual(['run.settled']);
   });
 
-  it('rejects an event whose owner is not its type\'s owner, and bad data, with a reason', () => {
-    const ok = makeEvent('run.execution.finished', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { reason: 'answered', detail: '', answerTurn: 1 }, new Date(0));
+  it("rejects an event whose owner is not its type's owner, and bad data, with a reason", () => {
+    const ok = makeEvent(
+      'run.execution.finished',
+      { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null },
+      'k',
+      { reason: 'answered', detail: '', answerTurn: 1 },
+      new Date(0),
+    );
     expect(RunEvent.safeParse(ok).success).toBe(true);
     expect(RunEvent.safeParse({ ...ok, owner: 'lifecycle' }).success).toBe(false);
     expect(RunEvent.safeParse({ ...ok, data: { reason: 'because' } }).success).toBe(false);
-    expect(() => makeEvent('run.settled', { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null }, 'k', { outcome: 'done' } as never, new Date(0))).toThrow();
+    expect(() =>
+      makeEvent(
+        'run.settled',
+        { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null },
+        'k',
+        { outcome: 'done' } as never,
+        new Date(0),
+      ),
+    ).toThrow();
   });
 
   it('derives the same event id for the same decision, another for another', () => {

@@ -6,7 +6,11 @@ describe('configuration from the environment (zod, validated at start-up)', () =
     expect(loadConfig(LimitsConfig, {})).toEqual({ RUNPLANE_MAX_MODEL_REQUESTS: 8, RUNPLANE_MAX_TOOL_CALLS: 16, RUNPLANE_RUN_DEADLINE_SECONDS: 900 });
     expect(loadConfig(LimitsConfig, { RUNPLANE_MAX_TOOL_CALLS: '' }).RUNPLANE_MAX_TOOL_CALLS).toBe(16);
     expect(loadConfig(ToolsConfig, {}).RUNPLANE_TOOL_TIMEOUT_MS).toBe(60_000);
-    expect(loadConfig(BusConfig, {})).toMatchObject({ NATS_URL: 'nats://127.0.0.1:4222', RUNPLANE_STREAM: 'RUNPLANE', RUNPLANE_SUBJECT_PREFIX: 'rp' });
+    expect(loadConfig(BusConfig, {})).toMatchObject({
+      NATS_URL: 'nats://127.0.0.1:4222',
+      RUNPLANE_STREAM: 'RUNPLANE',
+      RUNPLANE_SUBJECT_PREFIX: 'rp',
+    });
   });
 
   it.each(['abc', '0x1F90', '1e3', '-1', '12abc', '70000'])('refuses ADMISSION_PORT=%s with the variable named', (value) => {

@@ -12,20 +12,22 @@ import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
+import { findRepoRoot } from '@runplane/holdings';
+import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
 
 /** The service processes, in start order. `projector` keeps the PostgreSQL projections. */
 export const SERVICES = ['projector', 'lifecycle', 'publication', 'tools', 'runtime', 'admission'] as const;
 export type ServiceName = (typeof SERVICES)[number];
 
-/** The repository root: the nearest ancestor of this module holding nx.json. */
+/**
+ * The repository root: the nearest ancestor of this module holding nx.json (`findRepoRoot` of
+ * `@runplane/holdings`, the one implementation).
+ * @throws Error when there is none (the module runs outside a checkout).
+ */
 export function repoRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(join(dir, 'nx.json'))) {
-    const up = dirname(dir);
-    if (up === dir) throw new Error('cannot find the repository root (nx.json)');
-    dir = up;
-  }
-  return dir;
+  const root = findRepoRoot(dirname(fileURLToPath(import.meta.url)));
+  if (root === null) throw new Error('cannot find the repository root (nx.json)');
+  return root;
 }
 
 /** True when a NATS server answers at `url` within `timeoutMs`. */
@@ -114,38 +116,20 @@ export async function postgresReachable(url: string): Promise<boolean> {
 
 /**
  * Makes sure the database named in `databaseUrl` exists (created through the server's `postgres`
- * database when missing). Returns false when the server is not reachable.
+ * database when missing, by `ensureDatabase` of `@runplane/projections`). Returns false when the
+ * server is not reachable.
+ * @throws when the name is not a plain lowercase identifier or the server refuses.
  */
 export async function ensureDatabaseExists(databaseUrl: string): Promise<boolean> {
-  const url = new URL(databaseUrl);
-  const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
-  const admin = new URL(databaseUrl);
-  admin.pathname = '/postgres';
-  if (!(await postgresReachable(admin.toString()))) return false;
-  const client = new pg.Client({ connectionString: admin.toString() });
-  await client.connect();
-  try {
-    const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
-    if (found.rowCount === 0) await client.query(`CREATE DATABASE "${name.replace(/"/g, '""')}"`);
-  } finally {
-    await client.end();
-  }
+  const admin = databaseUrlWith(databaseUrl, 'postgres');
+  if (!(await postgresReachable(admin))) return false;
+  await ensureDatabase(admin, databaseNameOf(databaseUrl));
   return true;
 }
 
-/** Drops a database (test clean-up), terminating its connections first. */
+/** Drops the database named in `databaseUrl` (test clean-up), terminating its connections first. */
 export async function dropDatabase(databaseUrl: string): Promise<void> {
-  const url = new URL(databaseUrl);
-  const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
-  url.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: url.toString() });
-  await client.connect();
-  try {
-    await client.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [name]);
-    await client.query(`DROP DATABASE IF EXISTS "${name.replace(/"/g, '""')}"`);
-  } finally {
-    await client.end();
-  }
+  await dropNamedDatabase(databaseUrlWith(databaseUrl, 'postgres'), databaseNameOf(databaseUrl));
 }
 
 /** Every process this module started and that has not exited yet. */

@@ -14,9 +14,13 @@ export interface DurableConsumerSpec {
 
 export type StoredEventHandler = (stored: StoredEvent) => Promise<void>;
 
+/**
+ * Where the consumer reports problems: structured fields (`durable`, and for a stored event its
+ * `runId`, `eventType` and `seq`) apart from a constant message, pino-style. `console` fits.
+ */
 export interface ConsumerLogger {
-  warn(message: string): void;
-  error(message: string): void;
+  warn(fields: object, message: string): void;
+  error(fields: object, message: string): void;
 }
 
 /** A readable line for anything thrown (Nest hands non-Error objects back from handlers). */
@@ -94,7 +98,10 @@ export class DurableConsumer {
     try {
       stored = decodeStored(m.seq, m.subject, m.data);
     } catch (e) {
-      this.logger.error(`${this.durableName}: terminating undecodable message: ${(e as Error).message}`);
+      this.logger.error(
+        { durable: this.durableName, seq: m.seq, subject: m.subject, reason: (e as Error).message },
+        'terminating undecodable message',
+      );
       m.term(e instanceof InvalidStoredEvent ? e.message : 'undecodable');
       return;
     }
@@ -114,9 +121,13 @@ export class DurableConsumer {
       m.ack();
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : redeliveryDelayMs(m.info.deliveryCount);
-      const what = `${stored.event.type} #${stored.seq} of run ${stored.event.runId}`;
-      if (e instanceof AppendConflict) this.logger.warn(`${this.durableName}: ${what}: ${e.message}; will re-read`);
-      else this.logger.error(`${this.durableName}: ${what} failed (delivery ${m.info.deliveryCount}): ${describeError(e)}`);
+      const fields = { durable: this.durableName, runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
+      if (e instanceof AppendConflict) this.logger.warn({ ...fields, reason: e.message }, 'append conflict; will re-read');
+      else
+        this.logger.error(
+          { ...fields, delivery: m.info.deliveryCount, redeliveryMs: delay, err: e instanceof Error ? e : describeError(e) },
+          'handler failed; redelivering',
+        );
       m.nak(delay);
     } finally {
       clearInterval(heartbeat);

@@ -120,14 +120,21 @@ export class EventLog {
     });
     try {
       const jsm = await jetstreamManager(nc);
-      const log = new EventLog(nc, jetstream(nc), jsm, { stream: opts.stream, prefix: opts.prefix }, opts.name ?? 'runplane', opts.appendRetryMs ?? 30_000);
+      const log = new EventLog(
+        nc,
+        jetstream(nc),
+        jsm,
+        { stream: opts.stream, prefix: opts.prefix },
+        opts.name ?? 'runplane',
+        opts.appendRetryMs ?? 30_000,
+      );
       await log.ensureStream();
       return log;
     } catch (e) {
       await nc.close().catch(() => undefined);
       const text = String((e as Error)?.message ?? e);
       if (/no responders|jetstream (is )?not enabled|503/i.test(text)) {
-        throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`);
+        throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`, { cause: e });
       }
       throw e;
     }
@@ -211,7 +218,12 @@ export class EventLog {
         }
         const by = existing?.event.writer ? `${existing.event.writer.service}/${existing.event.writer.instance}` : 'an unknown writer';
         throw new AbortError(
-          new AppendConflict(subject, expectedLastSubjectSeq, `event ${event.eventId} is already stored at sequence ${ack.seq} by ${by}`, 'decided-elsewhere'),
+          new AppendConflict(
+            subject,
+            expectedLastSubjectSeq,
+            `event ${event.eventId} is already stored at sequence ${ack.seq} by ${by}`,
+            'decided-elsewhere',
+          ),
         );
       },
       {
@@ -283,7 +295,7 @@ export class EventLog {
     const chains = await Promise.all(OWNERS.map((owner) => this.walkBack(runSubject(this.space, runId, owner), known[owner] ?? 0, fromSeq)));
     if (chains.every((c) => c !== null)) {
       OWNERS.forEach((owner, i) => (lasts[owner] = chains[i]!.last));
-      const events = chains.flatMap((c) => c!.events).sort((a, b) => a.seq - b.seq);
+      const events = chains.flatMap((c) => c.events).sort((a, b) => a.seq - b.seq);
       return { events, lasts, full: false };
     }
     const events: StoredEvent[] = [];

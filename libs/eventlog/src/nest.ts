@@ -6,7 +6,7 @@ import { Logger, Module, type DynamicModule, type OnApplicationShutdown } from '
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
-import { DurableConsumer, type DurableConsumerSpec } from './consumer.js';
+import { DurableConsumer } from './consumer.js';
 import { EventLog } from './event-log.js';
 
 /** Provides one connected {@link EventLog} (configured from BusConfig env vars) and closes it on shutdown. */
@@ -47,6 +47,12 @@ export class EventLogModule implements OnApplicationShutdown {
 /** `@EventPattern(ALL_EVENTS)` receives every event type that has no handler of its own. */
 export const ALL_EVENTS = '*';
 
+/** Logger wiring of {@link JetStreamEventTransport}, supplied by the service bootstrap. */
+export interface EventTransportLogging {
+  /** Runs one handler inside a log context whose every line carries `fields`. */
+  inLogContext?: (fields: { runId: string; eventType: string; seq: number }, handle: () => Promise<void>) => Promise<void>;
+}
+
 /**
  * Nest microservice transport over a JetStream durable consumer. Each stored event is routed by
  * its `type` to the `@EventPattern(type)` handler (`@Payload()` is the {@link StoredEvent});
@@ -65,6 +71,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   constructor(
     private readonly log: EventLog,
     private readonly spec: { durable: string; filters: string[]; ackWaitMs?: number },
+    private readonly logging: EventTransportLogging = {},
   ) {
     super();
   }
@@ -72,11 +79,26 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   async listen(callback: (...optionalParams: unknown[]) => unknown): Promise<void> {
     try {
       const chains = new Map<string, Promise<void>>();
-      const logger = { warn: (m: string) => this.nestLogger.warn(m), error: (m: string) => this.nestLogger.error(m) };
+      const logger = {
+        warn: (fields: object, m: string) => this.nestLogger.warn(fields, m),
+        error: (fields: object, m: string) => this.nestLogger.error(fields, m),
+      };
       const { durable, filters, ackWaitMs } = this.spec;
       this.consumers = filters.map((filter) => {
-        const name = filters.length === 1 ? durable : `${durable}-${filter.split('.').pop()!.replace(/[^A-Za-z0-9_-]/g, '_')}`;
-        return new DurableConsumer(this.log, { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) }, (stored) => this.dispatch(stored), logger, chains);
+        const name =
+          filters.length === 1
+            ? durable
+            : `${durable}-${filter
+                .split('.')
+                .pop()!
+                .replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        return new DurableConsumer(
+          this.log,
+          { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) },
+          (stored) => this.dispatch(stored),
+          logger,
+          chains,
+        );
       });
       for (const c of this.consumers) await c.start();
       callback();
@@ -88,8 +110,12 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   private async dispatch(stored: StoredEvent): Promise<void> {
     const handler = this.getHandlerByPattern(stored.event.type) ?? this.getHandlerByPattern(ALL_EVENTS);
     if (!handler) return;
-    const result = await handler(stored);
-    await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+    const run = async () => {
+      const result: unknown = await handler(stored);
+      await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+    };
+    const fields = { runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
+    await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
   }
 
   async close(): Promise<void> {

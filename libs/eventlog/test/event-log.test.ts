@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { errors as natsErrors } from '@nats-io/transport-node';
@@ -11,11 +11,17 @@ const tag = randomBytes(4).toString('hex');
 
 const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
 const admitted = (runId: string, content = 'hello') =>
-  makeEvent('run.admitted', ctx(runId), 'admission', {
-    message: { messageId: 'm1', clientMessageId: 'cm1', content, contentSha256: 'a'.repeat(64) },
-    grant: { tools: ['list_funds'], model: 'm' },
-    limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-  }, new Date());
+  makeEvent(
+    'run.admitted',
+    ctx(runId),
+    'admission',
+    {
+      message: { messageId: 'm1', clientMessageId: 'cm1', content, contentSha256: 'a'.repeat(64) },
+      grant: { tools: ['list_funds'], model: 'm' },
+      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
+    },
+    new Date(),
+  );
 const turnRequested = (runId: string, turn: number) => makeEvent('model.turn.requested', ctx(runId), turn, { turn, model: 'm' }, new Date());
 
 describeEachNatsServer(servers, (server) => {
@@ -71,7 +77,7 @@ describeEachNatsServer(servers, (server) => {
     expect(await log.readRun(`nothing${tag}`)).toEqual([]);
   });
 
-  it('skips and reports a stored message that is not a valid event, so one bad message cannot block a Run\'s readers (K11)', async () => {
+  it("skips and reports a stored message that is not a valid event, so one bad message cannot block a Run's readers (K11)", async () => {
     const runId = `r5${tag}`;
     await log.append(admitted(runId), 0);
     await log.js.publish(`tel${tag}.run.${runId}.tools`, 'not json at all');
@@ -97,11 +103,16 @@ describeEachNatsServer(servers, (server) => {
     await log.append(admitted(runId), 0);
     const seen: number[] = [];
     let failures = 0;
-    const consumer = new DurableConsumer(log, { durable: 'redelivery', filter: ownerFilter(log.space, 'admission') }, async (s: StoredEvent) => {
-      if (s.event.runId !== runId) return;
-      seen.push(s.seq);
-      if (failures++ === 0) throw new Error('transient');
-    }, { warn: () => undefined, error: () => undefined });
+    const consumer = new DurableConsumer(
+      log,
+      { durable: 'redelivery', filter: ownerFilter(log.space, 'admission') },
+      async (s: StoredEvent) => {
+        if (s.event.runId !== runId) return;
+        seen.push(s.seq);
+        if (failures++ === 0) throw new Error('transient');
+      },
+      { warn: () => undefined, error: () => undefined },
+    );
     await consumer.start();
     const deadline = Date.now() + 10_000;
     while (seen.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -133,13 +144,13 @@ describeEachNatsServer(servers, (server) => {
     const direct = log.jsm.direct;
     const original = direct.getMessage.bind(direct);
     let gets = 0;
-    direct.getMessage = ((...args: Parameters<typeof original>) => {
+    direct.getMessage = (...args: Parameters<typeof original>) => {
       gets++;
       return original(...args);
-    }) as typeof direct.getMessage;
+    };
     try {
       const events = await log.readRun(runId);
-      expect(events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array(10).fill('model.turn.requested')]);
+      expect(events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array<string>(10).fill('model.turn.requested')]);
       expect(gets).toBe(11 - 2 + 6); // 11 events, 2 of them are their subjects' last (found by the 6 last_by_subj gets)
       expect(events.map((e) => e.event.prevSeq)).toEqual([0, 0, ...events.slice(1, 10).map((e) => e.seq)]);
       gets = 0;
@@ -154,18 +165,18 @@ describeEachNatsServer(servers, (server) => {
     }
   });
 
-  it('tells its own earlier attempt whose acknowledgement was lost (stored, goes on) from another writer\'s decision (conflict)', async () => {
+  it("tells its own earlier attempt whose acknowledgement was lost (stored, goes on) from another writer's decision (conflict)", async () => {
     const runId = `r8${tag}`;
     const e = admitted(runId);
     const js = log.js;
     const publish = js.publish.bind(js);
     let calls = 0;
-    js.publish = (async (...args: Parameters<typeof publish>) => {
+    js.publish = async (...args: Parameters<typeof publish>) => {
       const n = ++calls;
       const ack = await publish(...args);
       if (n === 1) throw new natsErrors.TimeoutError(); // the ack of the first attempt is lost
       return ack;
-    }) as typeof js.publish;
+    };
     try {
       const r = await log.append(e, 0);
       expect(r.recovered).toBe(true);
@@ -202,7 +213,7 @@ describeEachNatsServer(servers, (server) => {
     expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
   });
 
-  it('reads a subject\'s events in parallel from the earlierSeqs hints, and ignores hints that disagree with the verified links', async () => {
+  it("reads a subject's events in parallel from the earlierSeqs hints, and ignores hints that disagree with the verified links", async () => {
     const runId = `r10${tag}`;
     await log.append(admitted(runId), 0);
     const seqs: number[] = [];
@@ -218,6 +229,6 @@ describeEachNatsServer(servers, (server) => {
     await log.append(liar, seqs[0]!, [stored[0]!.seq, 1, 2]);
     const again = await log.catchUp(runId, {});
     expect(again.full).toBe(false);
-    expect(again.events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array(9).fill('model.turn.requested')]);
+    expect(again.events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array<string>(9).fill('model.turn.requested')]);
   });
 });

@@ -39,12 +39,7 @@ export function classifyIsharesLine(assetClass: string | null, sector: string | 
  *   CUSIP -> other. A blank ticker with a real CUSIP stays a security (ARK holds some unlisted names).
  * - A line with a ticker is a security unless its name is plainly cash ("USD CASH", "US DOLLAR").
  */
-export function classifyLineByName(
-  ticker: string | null,
-  cusip: string | null,
-  name: string,
-  classOfShares: string | null = null,
-): LineKind {
+export function classifyLineByName(ticker: string | null, cusip: string | null, name: string, classOfShares: string | null = null): LineKind {
   const n = name.trim();
   const cls = (classOfShares ?? '').trim().toLowerCase();
   const pseudoCusip = cusip !== null && /^(999|X9)/i.test(cusip);

@@ -15,17 +15,17 @@ export function securitiesOf(file: ParsedHoldingsFile): ParsedLine[] {
 }
 
 /** A parsed line in the contract's `HoldingLine` shape (ticker, name, cusip, weight in percent). */
-export function toHoldingLine(line: ParsedLine): HoldingLine {
+function toHoldingLine(line: ParsedLine): HoldingLine {
   return { ticker: line.ticker, name: line.name, cusip: line.cusip, weight: line.weight };
 }
 
 /** Lines sorted by weight, heaviest first (ties keep file order). */
-export function heaviestFirst(lines: readonly ParsedLine[]): ParsedLine[] {
+function heaviestFirst(lines: readonly ParsedLine[]): ParsedLine[] {
   return [...lines].sort((x, y) => y.weight - x.weight || x.sourceRow - y.sourceRow);
 }
 
 /** Sum of the lines' weights in percent, rounded to 6 decimals against float noise (not renormalised). */
-export function weightSum(lines: readonly ParsedLine[]): number {
+function weightSum(lines: readonly ParsedLine[]): number {
   return roundWeight(lines.reduce((sum, line) => sum + line.weight, 0));
 }
 
@@ -82,11 +82,7 @@ function indexSecurities(file: ParsedHoldingsFile, securities: readonly ParsedLi
  * by CUSIP when both files carry CUSIPs and the line has one, else by normalised ticker
  * (trim, upper-case, drop `.`, `/`, spaces: `BRK.B` == `BRKB`).
  */
-export function findInOther(
-  line: ParsedLine,
-  ownHasCusips: boolean,
-  other: SecurityIndex,
-): { method: MatchMethod; lines: ParsedLine[] } {
+function findInOther(line: ParsedLine, ownHasCusips: boolean, other: SecurityIndex): { method: MatchMethod; lines: ParsedLine[] } {
   const cusip = line.cusip?.trim().toUpperCase() || null;
   if (ownHasCusips && other.hasCusips && cusip !== null) {
     return { method: 'cusip', lines: other.byCusip.get(cusip) ?? [] };

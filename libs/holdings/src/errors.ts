@@ -4,12 +4,7 @@
  */
 
 /** Why a tool call failed. */
-export type ToolFailureCode =
-  | 'unknown_tool'
-  | 'bad_arguments'
-  | 'unknown_fund'
-  | 'no_file_for_date'
-  | 'unreadable_file';
+export type ToolFailureCode = 'unknown_tool' | 'bad_arguments' | 'unknown_fund' | 'no_file_for_date' | 'unreadable_file';
 
 /**
  * A tool call that failed for a reason the caller (the model) can act on.

@@ -70,7 +70,12 @@ const FACT_SHEET_ROWS: readonly [RegExp, string][] = [
 ];
 
 function decodeEntities(text: string): string {
-  return text.replace(/&amp;/g, '&').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&quot;/g, '"').replace(/&#39;/g, "'");
+  return text
+    .replace(/&amp;/g, '&')
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&quot;/g, '"')
+    .replace(/&#39;/g, "'");
 }
 
 /**
@@ -91,7 +96,10 @@ export function parseFactSheet(markdown: string): FactSheet | null {
   if (heading?.[1]) facts.push({ field: 'Fund name', value: heading[1].trim() });
   const seen = new Set<string>();
   for (const line of text.split(/\r?\n/)) {
-    const cells = /^\|(.+)\|\s*$/.exec(line)?.[1]?.split('|').map((c) => c.trim());
+    const cells = /^\|(.+)\|\s*$/
+      .exec(line)?.[1]
+      ?.split('|')
+      .map((c) => c.trim());
     if (!cells || cells.length < 2 || /^-+$/.test(cells[0]!)) continue;
     for (const [pattern, field] of FACT_SHEET_ROWS) {
       if (seen.has(field) || !pattern.test(cells[0]!)) continue;

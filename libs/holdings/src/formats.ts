@@ -20,7 +20,7 @@ export const SSGA_HEADER: HeaderSpec = {
 };
 
 /** iShares csv: `Ticker, Name, Sector, Asset Class, Market Value, Weight (%), ..., Quantity|Shares, ...`. */
-export const ISHARES_HEADER: HeaderSpec = {
+const ISHARES_HEADER: HeaderSpec = {
   required: ['ticker', 'name', 'assetClass', 'weight'],
   aliases: {
     ticker: ['ticker'],
@@ -34,7 +34,7 @@ export const ISHARES_HEADER: HeaderSpec = {
 };
 
 /** Invesco csv: `Fund Ticker, Security Identifier, Holding Ticker, Shares/Par Value, MarketValue, Weight, Name, Class of Shares, Sector, Date` (and the 2018 names). */
-export const INVESCO_HEADER: HeaderSpec = {
+const INVESCO_HEADER: HeaderSpec = {
   required: ['fund', 'ticker', 'weight', 'name'],
   aliases: {
     fund: ['fund ticker', 'fundticker'],
@@ -51,7 +51,7 @@ export const INVESCO_HEADER: HeaderSpec = {
 };
 
 /** ARK csv: `date, fund, company, ticker, cusip, shares, "market value ($)", "weight (%)"`. */
-export const ARK_HEADER: HeaderSpec = {
+const ARK_HEADER: HeaderSpec = {
   required: ['date', 'fund', 'name', 'ticker', 'weight'],
   aliases: {
     date: ['date'],

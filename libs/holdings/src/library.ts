@@ -4,13 +4,7 @@
  */
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type {
-  CompareHoldingsResult,
-  FundMetadataResult,
-  GetHoldingsResult,
-  HoldingsFileInfo,
-  ListFundsResult,
-} from '@runplane/contracts';
+import type { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, HoldingsFileInfo, ListFundsResult } from '@runplane/contracts';
 import { compareFiles, holdingsResult } from './compare.js';
 import type { DataFolder, DataSet } from './data-folder.js';
 import { ToolFailure } from './errors.js';
@@ -92,10 +86,7 @@ function latest(files: readonly ParsedHoldingsFile[]): ParsedHoldingsFile {
  * given date on one side yields the closest file on the other. When no dated pair exists, each
  * side's latest file is used.
  */
-export function pickPair(
-  filesA: readonly ParsedHoldingsFile[],
-  filesB: readonly ParsedHoldingsFile[],
-): [ParsedHoldingsFile, ParsedHoldingsFile] {
+export function pickPair(filesA: readonly ParsedHoldingsFile[], filesB: readonly ParsedHoldingsFile[]): [ParsedHoldingsFile, ParsedHoldingsFile] {
   let best: { a: ParsedHoldingsFile; b: ParsedHoldingsFile; days: number; later: string; earlier: string } | null = null;
   for (const a of filesA) {
     for (const b of filesB) {
@@ -103,9 +94,7 @@ export function pickPair(
       const days = daysBetween(a.asOf, b.asOf);
       const [earlier, later] = a.asOf < b.asOf ? [a.asOf, b.asOf] : [b.asOf, a.asOf];
       const better =
-        best === null ||
-        days < best.days ||
-        (days === best.days && (later > best.later || (later === best.later && earlier > best.earlier)));
+        best === null || days < best.days || (days === best.days && (later > best.later || (later === best.later && earlier > best.earlier)));
       if (better) best = { a, b, days, later, earlier };
     }
   }
@@ -202,7 +191,10 @@ export class HoldingsLibrary {
     const mentions = (await this.inspectAll())
       .filter((i) => i.kind !== 'holdings' && (i.kind === 'factsheet' ? i.sheet.fund === ticker : i.name.toUpperCase().startsWith(`${ticker}_`)))
       .map((i) => i.name);
-    const hint = mentions.length > 0 ? ` ${ticker} appears only in files that are not holdings files (${mentions.join(', ')}); fund_metadata may have facts about it.` : '';
+    const hint =
+      mentions.length > 0
+        ? ` ${ticker} appears only in files that are not holdings files (${mentions.join(', ')}); fund_metadata may have facts about it.`
+        : '';
     throw new ToolFailure(
       'unknown_fund',
       `Fund ${ticker} is not covered by the data folder: it has holdings files for ${covered.join(', ') || 'no fund'}.${hint}`,

@@ -142,12 +142,7 @@ function buildIshares(path: string, preamble: string[][], dataRows: DataRow[], c
 }
 
 /** Invesco and ARK: no preamble; fund and date repeated on every row (date as MM/DD/YYYY). */
-function buildPerRowDated(
-  format: 'invesco-csv' | 'ark-csv',
-  path: string,
-  dataRows: DataRow[],
-  columns: ColumnMap,
-): ParsedHoldingsFile {
+function buildPerRowDated(format: 'invesco-csv' | 'ark-csv', path: string, dataRows: DataRow[], columns: ColumnMap): ParsedHoldingsFile {
   const lines = dataRows.map(({ cells, line }): ParsedLine => {
     const ticker = cleanText(cell(cells, columns, 'ticker'));
     const cusip = cleanText(cell(cells, columns, 'cusip'));
@@ -187,7 +182,7 @@ function buildPerRowDated(
 // ---- SSGA xlsx ---------------------------------------------------------------------------------
 
 /** Text of an exceljs cell value (strings, numbers, dates, rich text, hyperlinks, formula results). */
-export function cellValueText(value: ExcelJS.CellValue | undefined): string {
+function cellValueText(value: ExcelJS.CellValue | undefined): string {
   if (value === null || value === undefined) return '';
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'boolean') return String(value);
@@ -195,7 +190,7 @@ export function cellValueText(value: ExcelJS.CellValue | undefined): string {
   if (typeof value === 'object') {
     if ('richText' in value && Array.isArray(value.richText)) return value.richText.map((part) => part.text).join('');
     if ('text' in value && typeof value.text === 'string') return value.text;
-    if ('result' in value) return cellValueText(value.result as ExcelJS.CellValue);
+    if ('result' in value) return cellValueText(value.result);
   }
   return '';
 }
@@ -203,7 +198,7 @@ export function cellValueText(value: ExcelJS.CellValue | undefined): string {
 /** Numeric value of an exceljs cell (numbers as-is, text through {@link parseNumberText}). */
 function cellValueNumber(value: ExcelJS.CellValue | undefined): number | null {
   if (typeof value === 'number') return Number.isFinite(value) ? value : null;
-  if (value && typeof value === 'object' && 'result' in value) return cellValueNumber(value.result as ExcelJS.CellValue);
+  if (value && typeof value === 'object' && 'result' in value) return cellValueNumber(value.result);
   return parseNumberText(cellValueText(value));
 }
 
@@ -233,7 +228,10 @@ export async function parseSsgaWorkbook(bytes: Buffer, path: string): Promise<Pa
   const texts = values.map((row) => row.map((v) => cellValueText(v)));
   const table = sliceTable(texts, SSGA_HEADER);
   if (!table) {
-    throw new ToolFailure('unreadable_file', `${basename(path)} is an xlsx workbook without an SSGA holdings table (Name, Ticker, Identifier, Weight).`);
+    throw new ToolFailure(
+      'unreadable_file',
+      `${basename(path)} is an xlsx workbook without an SSGA holdings table (Name, Ticker, Identifier, Weight).`,
+    );
   }
   const facts: FileFact[] = [];
   let fundName: string | null = null;

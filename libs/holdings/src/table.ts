@@ -8,18 +8,7 @@ import { parse } from 'csv-parse/sync';
 
 /** Column roles a holdings table may carry. */
 export type ColumnRole =
-  | 'ticker'
-  | 'name'
-  | 'cusip'
-  | 'sedol'
-  | 'weight'
-  | 'sector'
-  | 'shares'
-  | 'marketValue'
-  | 'assetClass'
-  | 'fund'
-  | 'date'
-  | 'classOfShares';
+  'ticker' | 'name' | 'cusip' | 'sedol' | 'weight' | 'sector' | 'shares' | 'marketValue' | 'assetClass' | 'fund' | 'date' | 'classOfShares';
 
 /** Header aliases (lower-case, single-spaced) per role, for one issuer format. */
 export type HeaderSpec = { required: ColumnRole[]; aliases: Partial<Record<ColumnRole, string[]>> };
@@ -29,14 +18,18 @@ export type ColumnMap = Partial<Record<ColumnRole, number>>;
 
 /** Lower-cases a header cell and collapses whitespace (NBSP included), dropping a leading BOM. */
 export function normaliseHeaderCell(cell: string): string {
-  return cell.replace(/^\uFEFF/, '').replace(/\s+/g, ' ').trim().toLowerCase();
+  return cell
+    .replace(/^\uFEFF/, '')
+    .replace(/\s+/g, ' ')
+    .trim()
+    .toLowerCase();
 }
 
 /**
  * Maps a candidate header row to column roles; returns `null` unless every required role is
  * present. Aliases are matched against the normalised header cell text.
  */
-export function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnMap | null {
+function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnMap | null {
   const normalised = cells.map(normaliseHeaderCell);
   const map: ColumnMap = {};
   for (const [role, names] of Object.entries(spec.aliases) as [ColumnRole, string[]][]) {
@@ -47,7 +40,7 @@ export function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnM
 }
 
 /** True when every cell is empty after trimming (a single NBSP counts as empty). */
-export function isBlankRow(cells: readonly string[]): boolean {
+function isBlankRow(cells: readonly string[]): boolean {
   return cells.every((cell) => cell.trim() === '');
 }
 

@@ -4,7 +4,18 @@
  */
 
 const MONTHS: Record<string, number> = {
-  jan: 1, feb: 2, mar: 3, apr: 4, may: 5, jun: 6, jul: 7, aug: 8, sep: 9, oct: 10, nov: 11, dec: 12,
+  jan: 1,
+  feb: 2,
+  mar: 3,
+  apr: 4,
+  may: 5,
+  jun: 6,
+  jul: 7,
+  aug: 8,
+  sep: 9,
+  oct: 10,
+  nov: 11,
+  dec: 12,
 };
 
 /**
@@ -14,7 +25,10 @@ const MONTHS: Record<string, number> = {
  */
 export function normaliseTicker(ticker: string | null | undefined): string | null {
   if (ticker == null) return null;
-  const key = ticker.trim().toUpperCase().replace(/[./\s]/g, '');
+  const key = ticker
+    .trim()
+    .toUpperCase()
+    .replace(/[./\s]/g, '');
   return key === '' || key === '-' ? null : key;
 }
 

@@ -27,7 +27,11 @@ describe('resolveDataFolder', () => {
 
   it('reports an empty folder as no funds, and an unreadable one as a typed failure', async () => {
     const empty = mkdtempSync(join(tmpdir(), 'holdings-empty-'));
-    await expect(new HoldingsLibrary({ dir: empty, dataSet: 'shared' }).listFunds()).resolves.toEqual({ dataSet: 'shared', funds: [], otherFiles: [] });
+    await expect(new HoldingsLibrary({ dir: empty, dataSet: 'shared' }).listFunds()).resolves.toEqual({
+      dataSet: 'shared',
+      funds: [],
+      otherFiles: [],
+    });
     const missing = new HoldingsLibrary({ dir: join(empty, 'nope'), dataSet: 'shared' });
     await expect(missing.listFunds()).rejects.toBeInstanceOf(ToolFailure);
     await expect(missing.listFunds()).rejects.toMatchObject({ code: 'unreadable_file' });

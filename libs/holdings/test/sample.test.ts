@@ -1,11 +1,6 @@
 /** The shipped illustrative sample (libs/holdings/sample): invented funds AAA (Invesco layout) and BBB (ARK layout). */
 import { describe, it, expect, beforeAll } from '@jest/globals';
-import {
-  CompareHoldingsResult,
-  FundMetadataResult,
-  GetHoldingsResult,
-  ListFundsResult,
-} from '@runplane/contracts';
+import { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, ListFundsResult } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, resolveDataFolder, SAMPLE_DIR, ToolFailure } from '../src/index.js';
 
 async function failure(promise: Promise<unknown>): Promise<ToolFailure> {

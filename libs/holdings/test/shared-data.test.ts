@@ -7,21 +7,12 @@ import { describe, it, expect, beforeAll } from '@jest/globals';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, ListFundsResult } from '@runplane/contracts';
-import {
-  compareFiles,
-  executeTool,
-  HoldingsLibrary,
-  parseHoldingsFile,
-  sharedDataDir,
-  type ParsedHoldingsFile,
-} from '../src/index.js';
+import { compareFiles, executeTool, HoldingsLibrary, parseHoldingsFile, sharedDataDir, type ParsedHoldingsFile } from '../src/index.js';
 
 const dir = sharedDataDir();
 const present = dir !== null && existsSync(dir);
 const describeShared = present ? describe : describe.skip;
-const suiteName = present
-  ? `shared issuer files (${dir})`
-  : 'shared issuer files — SKIPPED: <repo root>/../shared/data/etf-holdings not found';
+const suiteName = present ? `shared issuer files (${dir})` : 'shared issuer files — SKIPPED: <repo root>/../shared/data/etf-holdings not found';
 
 /** file -> [fund, format, asOf, rows, securities, non-security kinds in file order, weight sum at 2 dp]. */
 const EXPECTED: Record<string, [string, string, string, number, number, string[], string]> = {
@@ -127,9 +118,21 @@ describeShared(suiteName, () => {
       expect(result.weightOfAHeldInB.toFixed(1)).toBe('51.4');
       expect(result.onlyInB).toHaveLength(13);
       expect(result.onlyInA).toHaveLength(503 - 88);
-      expect(result.onlyInB.map((l) => l.ticker)).toEqual(
-        ['SHOP', 'MELI', 'PDD', 'MSTR', 'ASML', 'MRVL', 'TRI', 'ZS', 'AZN', 'CCEP', 'TEAM', 'GFS', 'ARM'],
-      );
+      expect(result.onlyInB.map((l) => l.ticker)).toEqual([
+        'SHOP',
+        'MELI',
+        'PDD',
+        'MSTR',
+        'ASML',
+        'MRVL',
+        'TRI',
+        'ZS',
+        'AZN',
+        'CCEP',
+        'TEAM',
+        'GFS',
+        'ARM',
+      ]);
     });
 
     it('gives the same figures with explicit dates, in either order, and when matching by ticker only', async () => {
@@ -177,8 +180,18 @@ describeShared(suiteName, () => {
   it('fund_metadata reads preambles, the overview table and fact sheets', async () => {
     const spy = FundMetadataResult.parse(await executeTool(library, 'fund_metadata', { fund: 'SPY' }));
     expect(spy.facts).toContainEqual({ field: 'Fund Name', value: 'SPDR® S&P 500® ETF Trust', source: 'SPY_2025-11-18.xlsx', asOf: '2025-11-18' });
-    expect(spy.facts).toContainEqual({ field: 'Assets ($M)', value: '411570.0', source: 'ETF-overviews_stockanalysis_committed-2021-10-28.csv', asOf: null });
-    expect(spy.facts).toContainEqual({ field: 'Expense ratio (%)', value: '0.09', source: 'ETF-overviews_stockanalysis_committed-2021-10-28.csv', asOf: null });
+    expect(spy.facts).toContainEqual({
+      field: 'Assets ($M)',
+      value: '411570.0',
+      source: 'ETF-overviews_stockanalysis_committed-2021-10-28.csv',
+      asOf: null,
+    });
+    expect(spy.facts).toContainEqual({
+      field: 'Expense ratio (%)',
+      value: '0.09',
+      source: 'ETF-overviews_stockanalysis_committed-2021-10-28.csv',
+      asOf: null,
+    });
 
     const ivv = FundMetadataResult.parse(await executeTool(library, 'fund_metadata', { fund: 'ivv' }));
     expect(ivv.facts).toContainEqual({ field: 'Inception Date', value: 'May 15, 2000', source: 'IVV_2025-11-18.csv', asOf: '2025-11-18' });

@@ -38,7 +38,11 @@ export interface RebuildResult {
   differences: string[];
 }
 
-const stamp = (d: Date): string => d.toISOString().replace(/[^0-9]/g, '').slice(0, 17);
+const stamp = (d: Date): string =>
+  d
+    .toISOString()
+    .replace(/[^0-9]/g, '')
+    .slice(0, 17);
 
 /**
  * Creates a FRESH database, migrates it, replays `log.readAll()` into it through the same

@@ -18,7 +18,13 @@ const stored = (event: RunEvent, seq: number): StoredEvent => ({ seq, subject: `
 
 const admittedRun = (): RunRow => evolveRun(null, stored(admittedEvent(runId), 1))!;
 const proposed = (seq = 5): ToolCallRow =>
-  evolveToolCall(null, stored(makeEvent('tool.call.proposed', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', argumentsText: '{"fund":"A"}', turn: 1 }, at(2)), seq))!;
+  evolveToolCall(
+    null,
+    stored(
+      makeEvent('tool.call.proposed', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', argumentsText: '{"fund":"A"}', turn: 1 }, at(2)),
+      seq,
+    ),
+  )!;
 
 describe('runs rule', () => {
   it('given no row, when run.admitted, then an admitted Run with zero counters, times from occurredAt and the checkpoint at its seq', () => {
@@ -62,7 +68,16 @@ describe('runs rule', () => {
   it('given a committed passage, when a revision of it is committed, then the Run still counts one passage', () => {
     const text = 'a passage';
     const commit = (version: number, seq: number) =>
-      stored(makeEvent('passage.committed', c, `p0/${version}`, { passageId: 'p0', index: 0, version, text, sourceTurn: 1, sha256: sha256Hex(text) }, at(9)), seq);
+      stored(
+        makeEvent(
+          'passage.committed',
+          c,
+          `p0/${version}`,
+          { passageId: 'p0', index: 0, version, text, sourceTurn: 1, sha256: sha256Hex(text) },
+          at(9),
+        ),
+        seq,
+      );
     const first = evolveRun(admittedRun(), commit(1, 3), { passageBefore: null })!;
     const passage = evolvePassage(null, commit(1, 3))!;
     const second = evolveRun(first, commit(2, 4), { passageBefore: passage })!;
@@ -77,7 +92,10 @@ describe('runs rule', () => {
     expect(finishing.status).toBe('finishing');
     const late = evolveRun(
       finishing,
-      stored(makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'unknown', durationMs: 30000 }, at(9)), 10),
+      stored(
+        makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'unknown', durationMs: 30000 }, at(9)),
+        10,
+      ),
     )!;
     expect(late.status).toBe('finishing');
   });
@@ -85,7 +103,19 @@ describe('runs rule', () => {
   it('given a Run, when it settles, then status, outcome, reason and settledAt come from the settlement; a second settlement changes nothing but the checkpoint', () => {
     const settle = (outcome: 'completed' | 'failed', seq: number, t: number) =>
       stored(
-        makeEvent('run.settled', c, `s${seq}`, { outcome, reason: `r${seq}`, passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } }, at(t)),
+        makeEvent(
+          'run.settled',
+          c,
+          `s${seq}`,
+          {
+            outcome,
+            reason: `r${seq}`,
+            passageIds: [],
+            receipts: [],
+            usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+          },
+          at(t),
+        ),
         seq,
       );
     const settled = evolveRun(admittedRun(), settle('completed', 11, 11))!;
@@ -134,7 +164,10 @@ describe('messages rule', () => {
 
 describe('passages rule', () => {
   const commit = (version: number, text: string, seq: number, t: number) =>
-    stored(makeEvent('passage.committed', c, `p0/${version}`, { passageId: 'p0', index: 0, version, text, sourceTurn: 2, sha256: sha256Hex(text) }, at(t)), seq);
+    stored(
+      makeEvent('passage.committed', c, `p0/${version}`, { passageId: 'p0', index: 0, version, text, sourceTurn: 2, sha256: sha256Hex(text) }, at(t)),
+      seq,
+    );
 
   it('given no row, when a passage is committed, then the row holds its text, hash, version and commit time', () => {
     expect(evolvePassage(null, commit(1, 'first', 4, 9))).toEqual({
@@ -159,7 +192,10 @@ describe('passages rule', () => {
 
 describe('tool_calls rule', () => {
   const receipt = (data: Partial<Parameters<typeof makeEvent<'tool.call.receipt'>>[3]>, seq: number) =>
-    stored(makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'succeeded', durationMs: 5, ...data }, at(4)), seq);
+    stored(
+      makeEvent('tool.call.receipt', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', status: 'succeeded', durationMs: 5, ...data }, at(4)),
+      seq,
+    );
 
   it('given no row, when a tool call is proposed, then it is proposed with turn, name, arguments and proposal time', () => {
     expect(proposed(5)).toEqual({
@@ -179,13 +215,25 @@ describe('tool_calls rule', () => {
   });
 
   it('given a proposed call, when it is dispatched, then it is dispatched', () => {
-    const next = evolveToolCall(proposed(), stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6));
+    const next = evolveToolCall(
+      proposed(),
+      stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6),
+    );
     expect(next).toMatchObject({ status: 'dispatched', lastSeq: 6, proposedAt: '2026-11-30T10:00:02.000Z' });
   });
 
   it('given a dispatched call, when a succeeded receipt with a stored result arrives, then the status and result hash are recorded', () => {
-    const next = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ resultRef: { bucket: 'b', key: 'k', sha256: 'c'.repeat(64), bytes: 10 } }, 7));
-    expect(next).toMatchObject({ status: 'succeeded', resultSha256: 'c'.repeat(64), errorCode: null, receiptAt: '2026-11-30T10:00:04.000Z', lastSeq: 7 });
+    const next = evolveToolCall(
+      { ...proposed(), status: 'dispatched' },
+      receipt({ resultRef: { bucket: 'b', key: 'k', sha256: 'c'.repeat(64), bytes: 10 } }, 7),
+    );
+    expect(next).toMatchObject({
+      status: 'succeeded',
+      resultSha256: 'c'.repeat(64),
+      errorCode: null,
+      receiptAt: '2026-11-30T10:00:04.000Z',
+      lastSeq: 7,
+    });
   });
 
   it('given a dispatched call, when a succeeded receipt with an inline result arrives, then the hash is of its JSON text', () => {
@@ -194,13 +242,19 @@ describe('tool_calls rule', () => {
   });
 
   it('given a dispatched call, when a failed receipt arrives, then the error code and message are recorded (K5, K8)', () => {
-    const next = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'failed', error: { code: 'timeout', message: 'took too long' } }, 8));
+    const next = evolveToolCall(
+      { ...proposed(), status: 'dispatched' },
+      receipt({ status: 'failed', error: { code: 'timeout', message: 'took too long' } }, 8),
+    );
     expect(next).toMatchObject({ status: 'failed', errorCode: 'timeout', errorMessage: 'took too long', resultSha256: null });
   });
 
   it('given an unknown outcome, when a later dispatch is redelivered, then the call stays unknown (never moves backwards)', () => {
     const unknown = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'unknown' }, 8))!;
-    const next = evolveToolCall(unknown, stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(5)), 9));
+    const next = evolveToolCall(
+      unknown,
+      stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(5)), 9),
+    );
     expect(next).toMatchObject({ status: 'unknown', lastSeq: 9 });
   });
 

@@ -63,7 +63,7 @@ describe('rebuildProjections (K11: rebuilt from the log alone, identical)', () =
         [
           [failing, 'settled', 'failed', 2, 0, 0],
           [research, 'settled', 'completed', 2, 2, 2],
-        ].sort((x, y) => String(x[0]) < String(y[0]) ? -1 : 1),
+        ].sort((x, y) => (String(x[0]) < String(y[0]) ? -1 : 1)),
       );
       expect(a.tool_calls.map((t) => [t.run_id, t.tool_call_id, t.status])).toEqual(
         expect.arrayContaining([

@@ -66,7 +66,8 @@ export class RunFolds {
     const entry = this.entries.get(runId);
     if (!entry) return [];
     const out: number[] = [];
-    for (let i = entry.events.length - 1; i >= 0 && out.length <= MAX_EARLIER_SEQS; i--) if (entry.events[i]!.event.owner === owner) out.push(entry.events[i]!.seq);
+    for (let i = entry.events.length - 1; i >= 0 && out.length <= MAX_EARLIER_SEQS; i--)
+      if (entry.events[i]!.event.owner === owner) out.push(entry.events[i]!.seq);
     return out;
   }
 

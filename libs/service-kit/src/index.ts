@@ -4,14 +4,20 @@
  * events, a microservice transport over its own durable JetStream consumer.
  */
 import 'reflect-metadata';
-import { ConsoleLogger, Controller, Get, Module, type INestApplication, type Type } from '@nestjs/common';
+import { Controller, Get, Module, type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
+import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
 import { BusConfig, envInt, HttpConfig, loadConfig, type HttpService, type Owner } from '@runplane/contracts';
 import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
+import { ConfigModule } from './config.js';
+import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
+
+export * from './config.js';
+export * from './logging.js';
 
 /** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503 `dependency_unavailable` (contracts `HealthBody`). */
 @Controller()
@@ -25,11 +31,13 @@ export class HealthController {
   }
 }
 
+/** `GET /healthz` for services whose health is their NATS connection. */
 @Module({ controllers: [HealthController] })
 export class HealthModule {}
 
 export * from './problems.js';
 
+/** What {@link runService} needs to start one service. */
 export interface ServiceSpec {
   /** Service name: appears in logs, the NATS connection name and the ready line. */
   name: Owner | 'projector';
@@ -43,37 +51,76 @@ export interface ServiceSpec {
   consumer?: { durable: string; filter: (space: SubjectSpace) => string | string[] };
 }
 
+/** Options of {@link startService} (process entries use {@link runService}). */
+export interface StartServiceOptions {
+  /** Overrides `LOG_LEVEL` (tests pass `error` or `silent`). */
+  logLevel?: LogLevel;
+  /** On SIGTERM/SIGINT close the app (consumer first, then connections) and exit 0. */
+  shutdownHooks?: boolean;
+}
+
+export interface StartedService {
+  app: INestApplication;
+  /** The HTTP address actually bound (useful with port 0), e.g. `http://127.0.0.1:8085`. */
+  url: string;
+}
+
+/** The root module of a service: validated configuration and logging around the service's module. */
+@Module({})
+class ServiceRootModule {}
+
 /**
- * Starts a service: Nest app, optional JetStream consumer, HTTP listener. Prints exactly one line
- * `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and the
- * demo wait for it). SIGTERM/SIGINT shut down gracefully: the consumer stops fetching, in-flight
- * handlers finish, connections drain.
+ * Starts a service in this process: validates its configuration (every schema, before anything
+ * connects), provides each schema's parsed value for injection ({@link ConfigModule}), logs JSON
+ * through pino (`LOG_LEVEL`), starts the optional durable consumer (each handler runs in a log
+ * context carrying the event's `runId`, `eventType` and `seq`) and the HTTP listener.
+ * @throws on invalid configuration or when a dependency (NATS, PostgreSQL) cannot be reached;
+ * whatever had started is closed again.
  */
-export async function runService(spec: ServiceSpec): Promise<INestApplication> {
-  for (const schema of [BusConfig, ...(spec.config ?? [])]) loadConfig(schema);
+export async function startService(spec: ServiceSpec, opts: StartServiceOptions = {}): Promise<StartedService> {
+  const schemas = [BusConfig, HttpConfig, LogConfig, ...(spec.config ?? [])];
+  const config = ConfigModule.forRoot(schemas);
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
-  const app = await NestFactory.create(spec.module, {
-    abortOnError: false,
-    logger: new ConsoleLogger(spec.name, {
-      logLevels: process.env.LOG_LEVEL === 'debug' ? ['error', 'warn', 'log', 'debug'] : ['error', 'warn', 'log'],
-      json: process.env.LOG_FORMAT === 'json',
-      colors: process.env.NO_COLOR === undefined && process.stdout.isTTY,
-    }),
-  });
-  app.enableShutdownHooks();
+  const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
+  const app = await NestFactory.create(
+    { module: ServiceRootModule, imports: [config, serviceLoggerModule(spec.name, level), spec.module] },
+    { abortOnError: false, bufferLogs: true },
+  );
+  app.useLogger(app.get(PinoNestLogger));
+  if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name as HttpService);
-  if (spec.consumer) {
-    const log = app.get(EventLog);
-    app.connectMicroservice(
-      { strategy: new JetStreamEventTransport(log, { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat() }) },
-    );
-    await app.startAllMicroservices();
+  try {
+    if (spec.consumer) {
+      const log = app.get(EventLog);
+      const pino = await app.resolve(PinoLogger);
+      const transport = new JetStreamEventTransport(
+        log,
+        { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat() },
+        { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
+      );
+      app.connectMicroservice({ strategy: transport });
+      await app.startAllMicroservices();
+    }
+    await app.listen(port, HOST);
+  } catch (e) {
+    await app.close().catch(() => undefined);
+    throw e;
   }
-  await app.listen(port, HOST);
-  const address = app.getHttpServer().address() as AddressInfo;
-  process.stdout.write(`${spec.name} ready on http://${HOST}:${address.port}\n`);
+  const address = (app.getHttpServer() as { address(): AddressInfo }).address();
+  return { app, url: `http://${HOST}:${address.port}` };
+}
+
+/**
+ * Starts a service as a process: {@link startService} with shutdown hooks, then prints exactly one
+ * line `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and
+ * the demo wait for it; logs go to stderr). SIGTERM/SIGINT shut down gracefully: the consumer
+ * stops fetching, in-flight handlers finish, connections drain, the process exits 0.
+ */
+export async function runService(spec: ServiceSpec): Promise<INestApplication> {
+  const { app, url } = await startService(spec, { shutdownHooks: true });
+  process.stdout.write(`${spec.name} ready on ${url}\n`);
   return app;
 }
 

@@ -3,9 +3,18 @@
  * {@link ProblemDetailsFilter} answers every error (ours, Nest's own, a dependency being down,
  * a bug) as RFC 9457 problem details (`application/problem+json`, contracts `ProblemDetails`).
  */
-import { Catch, ConsoleLogger, HttpException, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
+import { Catch, HttpException, Logger, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import type { z } from 'zod';
-import { openApiDocument, PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_PREFIX, ProblemTitles, zodIssues, type ProblemDetails, type HttpService, type ProblemIssue } from '@runplane/contracts';
+import {
+  openApiDocument,
+  PROBLEM_CONTENT_TYPE,
+  PROBLEM_TYPE_PREFIX,
+  ProblemTitles,
+  zodIssues,
+  type ProblemDetails,
+  type HttpService,
+  type ProblemIssue,
+} from '@runplane/contracts';
 
 /** Seconds a client is told to wait (`Retry-After`) when a dependency is unavailable. */
 export const DEPENDENCY_RETRY_AFTER_SECONDS = 2;
@@ -55,13 +64,24 @@ export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
 
 /** 503 `dependency_unavailable` with `Retry-After`: `dependency` (e.g. "PostgreSQL") cannot be reached. */
 export function dependencyUnavailable(dependency: string, reason?: string, extensions?: Record<string, unknown>): ApiError {
-  return apiError(HttpStatus.SERVICE_UNAVAILABLE, 'dependency_unavailable', `${dependency} is unavailable${reason ? `: ${reason}` : ''}; retry later`, {
-    headers: { 'Retry-After': String(DEPENDENCY_RETRY_AFTER_SECONDS) },
-    ...(extensions ? { extensions } : {}),
-  });
+  return apiError(
+    HttpStatus.SERVICE_UNAVAILABLE,
+    'dependency_unavailable',
+    `${dependency} is unavailable${reason ? `: ${reason}` : ''}; retry later`,
+    {
+      headers: { 'Retry-After': String(DEPENDENCY_RETRY_AFTER_SECONDS) },
+      ...(extensions ? { extensions } : {}),
+    },
+  );
 }
 
-function problemBody(status: number, code: string, detail: string, instance: string | undefined, options: ApiErrorOptions = {}): ProblemDetails & Record<string, unknown> {
+function problemBody(
+  status: number,
+  code: string,
+  detail: string,
+  instance: string | undefined,
+  options: ApiErrorOptions = {},
+): ProblemDetails & Record<string, unknown> {
   return {
     ...options.extensions,
     type: `${PROBLEM_TYPE_PREFIX}${code}`,
@@ -74,8 +94,26 @@ function problemBody(status: number, code: string, detail: string, instance: str
   };
 }
 
-const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', '57P01', '57P03']);
-const NATS_UNAVAILABLE = new Set(['ClosedConnectionError', 'DrainingConnectionError', 'ConnectionError', 'TimeoutError', 'NoRespondersError', 'JetStreamNotEnabled']);
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  '57P01',
+  '57P03',
+]);
+const NATS_UNAVAILABLE = new Set([
+  'ClosedConnectionError',
+  'DrainingConnectionError',
+  'ConnectionError',
+  'TimeoutError',
+  'NoRespondersError',
+  'JetStreamNotEnabled',
+]);
 
 /**
  * Which dependency an unexpected error says is unreachable: `PostgreSQL` for a refused/reset
@@ -88,7 +126,8 @@ export function unavailableDependency(error: unknown, depth = 0): string | null 
   const e = error as Error & { code?: unknown; errors?: unknown[] };
   if (NATS_UNAVAILABLE.has(e.name) || NATS_UNAVAILABLE.has(e.constructor.name)) return 'NATS';
   if (typeof e.code === 'string' && CONNECTION_CODES.has(e.code)) return /nats/i.test(e.stack ?? '') ? 'NATS' : 'PostgreSQL';
-  if (/Connection terminated|connection (?:is )?closed|too many clients/i.test(e.message) && /pg|postgres|mikro/i.test(e.stack ?? '')) return 'PostgreSQL';
+  if (/Connection terminated|connection (?:is )?closed|too many clients/i.test(e.message) && /pg|postgres|mikro/i.test(e.stack ?? ''))
+    return 'PostgreSQL';
   for (const inner of [e.cause, ...(Array.isArray(e.errors) ? e.errors : [])]) {
     const found = unavailableDependency(inner, depth + 1);
     if (found) return found;
@@ -113,7 +152,7 @@ interface HttpResponse {
  */
 @Catch()
 export class ProblemDetailsFilter implements ExceptionFilter {
-  private readonly logger = new ConsoleLogger('http');
+  private readonly logger = new Logger('http');
 
   catch(exception: unknown, host: ArgumentsHost): void {
     const http = host.switchToHttp();
@@ -123,7 +162,7 @@ export class ProblemDetailsFilter implements ExceptionFilter {
     const error = this.toApiError(exception, req.method);
     if (res.headersSent) {
       // a stream already started (SSE): nothing can be said any more but ending it
-      this.logger.warn(`error after the answer started on ${instance}: ${error.detail}`);
+      this.logger.warn({ instance, code: error.code, detail: error.detail }, 'error after the answer started');
       res.end();
       return;
     }
@@ -137,9 +176,10 @@ export class ProblemDetailsFilter implements ExceptionFilter {
     if (exception instanceof HttpException) {
       const status = exception.getStatus();
       const body = exception.getResponse();
-      const raw = typeof body === 'string' ? body : (body as { message?: unknown }).message ?? exception.message;
-      const detail = Array.isArray(raw) ? raw.join('; ') : String(raw);
-      if (status === 404 && /^Cannot [A-Z]+ /.test(detail)) return apiError(404, 'route_not_found', `no route ${method} ${detail.replace(/^Cannot [A-Z]+ /, '')}`);
+      const raw = typeof body === 'string' ? body : ((body as { message?: unknown }).message ?? exception.message);
+      const detail = Array.isArray(raw) ? raw.join('; ') : typeof raw === 'string' ? raw : JSON.stringify(raw);
+      if (status === 404 && /^Cannot [A-Z]+ /.test(detail))
+        return apiError(404, 'route_not_found', `no route ${method} ${detail.replace(/^Cannot [A-Z]+ /, '')}`);
       if (status === 413) return apiError(413, 'payload_too_large', detail);
       if (status === 400) return apiError(400, 'bad_request', detail);
       return apiError(status, (HttpStatus[status] ?? 'error').toLowerCase(), detail);
@@ -147,15 +187,20 @@ export class ProblemDetailsFilter implements ExceptionFilter {
     // body-parser and similar middleware errors that carry a client status
     const withStatus = exception as { status?: unknown; expose?: unknown; message?: unknown };
     if (typeof withStatus?.status === 'number' && withStatus.status >= 400 && withStatus.status < 500 && withStatus.expose === true) {
-      const code = withStatus.status === 413 ? 'payload_too_large' : withStatus.status === 400 ? 'bad_request' : (HttpStatus[withStatus.status] ?? 'error').toLowerCase();
+      const code =
+        withStatus.status === 413
+          ? 'payload_too_large'
+          : withStatus.status === 400
+            ? 'bad_request'
+            : (HttpStatus[withStatus.status] ?? 'error').toLowerCase();
       return apiError(withStatus.status, code, String(withStatus.message));
     }
     const dependency = unavailableDependency(exception);
     if (dependency) {
-      this.logger.warn(`${dependency} unavailable: ${exception instanceof Error ? exception.message : String(exception)}`);
+      this.logger.warn({ dependency, reason: exception instanceof Error ? exception.message : String(exception) }, 'dependency unavailable');
       return dependencyUnavailable(dependency);
     }
-    this.logger.error(exception instanceof Error ? (exception.stack ?? exception.message) : JSON.stringify(exception));
+    this.logger.error({ err: exception instanceof Error ? exception : JSON.stringify(exception) }, 'unhandled error in an HTTP handler');
     return apiError(500, 'internal_error', 'internal error; see the service log');
   }
 }
@@ -164,7 +209,10 @@ export class ProblemDetailsFilter implements ExceptionFilter {
  * Serves `GET /openapi.json` on `app`: the OpenAPI 3.1 description of `service`'s routes,
  * generated from the contracts' route registry. Call before `listen`.
  */
-export function serveOpenApi(app: { getHttpAdapter(): { get(path: string, handler: (req: unknown, res: { json(body: unknown): void }) => void): unknown } }, service: HttpService): void {
+export function serveOpenApi(
+  app: { getHttpAdapter(): { get(path: string, handler: (req: unknown, res: { json(body: unknown): void }) => void): unknown } },
+  service: HttpService,
+): void {
   const document = openApiDocument(service);
   app.getHttpAdapter().get('/openapi.json', (_req, res) => res.json(document));
 }

@@ -51,7 +51,10 @@ describe('RunCommandHandler', () => {
   it('given two writers deciding the same step at once, then exactly one appends it and the other, re-reading, decides nothing (K6)', async () => {
     const runId = `race${tag}`;
     await a.append(admit(runId), 0);
-    const results = await Promise.all([new RunCommandHandler(a, 'runtime').handle(runId, requestNext), new RunCommandHandler(b, 'runtime').handle(runId, requestNext)]);
+    const results = await Promise.all([
+      new RunCommandHandler(a, 'runtime').handle(runId, requestNext),
+      new RunCommandHandler(b, 'runtime').handle(runId, requestNext),
+    ]);
     const appended = results.flatMap((r) => r.appended);
     expect(appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
     const events = await a.readRun(runId);
@@ -66,16 +69,22 @@ describe('RunCommandHandler', () => {
     // another writer completes the turn meanwhile
     const facts = await new RunCommandHandler(b, 'runtime').folds.read(runId);
     await b.append(
-      makeEvent('model.turn.completed', contextFrom(facts.lastEvent!), 1, { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null }, new Date(2_000)),
+      makeEvent(
+        'model.turn.completed',
+        contextFrom(facts.lastEvent!),
+        1,
+        { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null },
+        new Date(2_000),
+      ),
       facts.lastSeqByOwner.runtime,
     );
     const direct = a.jsm.direct;
     const original = direct.getMessage.bind(direct);
     let gets = 0;
-    direct.getMessage = ((...args: Parameters<typeof original>) => {
+    direct.getMessage = (...args: Parameters<typeof original>) => {
       gets++;
       return original(...args);
-    }) as typeof direct.getMessage;
+    };
     try {
       const { appended, facts: seen } = await handler.handle(runId, requestNext);
       expect(seen.turns[0]?.completed).not.toBeNull();
@@ -91,7 +100,19 @@ describe('RunCommandHandler', () => {
     const runId = `owner${tag}`;
     await a.append(admit(runId), 0);
     const settle = (facts: RunFacts, now: Date): RunEvent[] => [
-      makeEvent('run.settled', contextFrom(facts.lastEvent!), 'settlement', { outcome: 'completed', reason: 'forged', passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } }, now),
+      makeEvent(
+        'run.settled',
+        contextFrom(facts.lastEvent!),
+        'settlement',
+        {
+          outcome: 'completed',
+          reason: 'forged',
+          passageIds: [],
+          receipts: [],
+          usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+        },
+        now,
+      ),
     ];
     await expect(new RunCommandHandler(a, 'runtime').handle(runId, settle)).rejects.toThrow(/runtime may not append run.settled/);
     expect((await a.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted']);

@@ -1,0 +1,36 @@
+/**
+ * Structured logs for every service: pino through nestjs-pino, one JSON object per line on
+ * stderr (stdout carries only the `<name> ready on <url>` line that supervisors wait for).
+ * Nest's own `Logger` instances write through it, so `logger.warn({ runId, seq }, 'message')`
+ * gives `runId` and `seq` as fields. The bootstrap runs each event handler inside a log context
+ * carrying the event's `runId`, `eventType` and `seq`.
+ */
+import type { DynamicModule } from '@nestjs/common';
+import { LoggerModule } from 'nestjs-pino';
+import pino from 'pino';
+import { z } from 'zod';
+
+/** `LOG_LEVEL` (pino's levels; default `info`) and `LOG_FORMAT` (`json`, the only format). */
+export const LogConfig = z.object({
+  LOG_LEVEL: z.preprocess((v) => (v === '' ? undefined : v), z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info')),
+  LOG_FORMAT: z.preprocess((v) => (v === '' ? undefined : v), z.enum(['json']).default('json')),
+});
+export type LogLevel = z.infer<typeof LogConfig>['LOG_LEVEL'];
+
+/**
+ * The logger module of service `name`: JSON lines on stderr with `service: name`, HTTP requests
+ * logged when they complete (except `GET /healthz`, which probes call every few seconds).
+ */
+export function serviceLoggerModule(name: string, level: LogLevel): DynamicModule {
+  return LoggerModule.forRoot({
+    pinoHttp: [
+      {
+        level,
+        base: { service: name, pid: process.pid },
+        autoLogging: { ignore: (req) => req.url === '/healthz' },
+      },
+      // Synchronous: the last lines before an exit are not lost.
+      pino.destination({ dest: 2, sync: true }),
+    ],
+  });
+}

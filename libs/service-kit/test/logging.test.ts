@@ -1,0 +1,95 @@
+/**
+ * Structured logs of a service started by the shared bootstrap: JSON lines on stderr, the
+ * consumer's and the handlers' lines carrying `runId`, `eventType` and `seq` as fields, and a
+ * SIGTERM that exits 0 without logging an error.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { makeEvent } from '@runplane/contracts';
+import { EventLog } from '@runplane/eventlog';
+
+const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const tag = randomBytes(4).toString('hex');
+const stream = `RPTEST_LOG_${tag}`;
+const prefix = `tlg${tag}`;
+const fixture = fileURLToPath(new URL('./fixtures/logging-service.mjs', import.meta.url));
+let log: EventLog;
+let child: ChildProcess | undefined;
+
+beforeAll(async () => {
+  log = await EventLog.connect({ natsUrl, stream, prefix });
+});
+afterAll(async () => {
+  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  await log.destroyStream();
+  await log.close();
+});
+
+type Line = Record<string, unknown> & { level: number; msg: string };
+
+describe('service logs (LOG_FORMAT json)', () => {
+  it('writes JSON lines with runId, eventType and seq as fields, and exits 0 on SIGTERM without errors', async () => {
+    child = spawn(process.execPath, [fixture], {
+      env: { ...process.env, NODE_OPTIONS: '', NATS_URL: natsUrl, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix, FIXTURE_PORT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    const proc = child;
+    proc.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+    proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+      proc.on('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const lines = () =>
+      stderr
+        .split('\n')
+        .filter((l) => l.trim() !== '')
+        .map((l) => JSON.parse(l) as Line);
+    const waitFor = async (what: string, found: () => boolean) => {
+      for (const deadline = Date.now() + 20_000; !found();) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; stdout=${stdout} stderr=${stderr}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+
+    await waitFor('the ready line', () => /ready on http/.test(stdout));
+    const runId = `run-${tag}`;
+    const { seq } = await log.append(
+      makeEvent(
+        'run.admitted',
+        { runId, conversationId: 'c1', correlationId: 'm1', causationId: null },
+        'admission',
+        {
+          message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
+          grant: { tools: ['list_funds'], model: 'm' },
+          limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
+        },
+        new Date(),
+      ),
+      0,
+    );
+    await waitFor('the handler line', () => stderr.includes('fixture handled an event'));
+    const fields = { runId, eventType: 'run.admitted', seq };
+    expect(lines().find((l) => l.msg === 'handler failed; redelivering')).toMatchObject({
+      level: 50,
+      service: 'lifecycle',
+      durable: `${prefix}-fixture`,
+      delivery: 1,
+      ...fields,
+    });
+    expect(lines().find((l) => l.msg === 'fixture handled an event')).toMatchObject({ level: 40, context: 'fixture', note: 'handled', ...fields });
+    expect(stdout.trim().split('\n')).toHaveLength(1);
+
+    const before = lines().length;
+    proc.kill('SIGTERM');
+    expect(await exited).toEqual({ code: 0, signal: null });
+    expect(
+      lines()
+        .slice(before)
+        .filter((l) => l.level >= 50),
+    ).toEqual([]);
+  });
+});
