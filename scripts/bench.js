@@ -10,7 +10,8 @@
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
-//          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000]
+//          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
+//          --nats-bin PATH (the nats-server to start, e.g. .cache/nats-server/2.15.1/nats-server)]
 // Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -45,6 +46,7 @@ const { values: a } = parseArgs({
     'read-cap-s': { type: 'string', default: '120' },
     'raw-appends': { type: 'string', default: '4000' },
     svg: { type: 'string', default: 'docs/performance-runs-per-second.svg' },
+    'nats-bin': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -97,7 +99,7 @@ let readCost;
 
 try {
   await pgc.connect();
-  nats = await startNats();
+  nats = await startNats(a['nats-bin']);
   cleanups.push(() => nats.stop());
   say(`private ${nats.version} at ${nats.url}`);
 

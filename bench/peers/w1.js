@@ -4,25 +4,13 @@
 // contract, streamed through the `openai` client with retries off); the tools are the same
 // functions Runplane's tools service runs (@runplane/holdings on the same data folder).
 import OpenAI from 'openai';
-import { z } from 'zod';
 import { ToolPack } from '@runplane/contracts';
 import { HoldingsLibrary, executeTool, resolveDataFolder } from '@runplane/holdings';
+// the runtime's own system prompt and tool definitions, so the peers send exactly its requests
+import { SYSTEM_PROMPT, toolDefinitions as runtimeToolDefinitions } from '@runplane/app-runtime';
 
-/** The runtime's system prompt (kept in step with apps/runtime/src/messages.ts; the policy does not read it). */
-export const SYSTEM_PROMPT = [
-  "You are Runplane's fund research agent. Answer the user's question from the holdings files the tools read; never invent data.",
-  'Call tools to look things up. State every date as YYYY-MM-DD, as read from inside the file, and name the file each figure comes from.',
-  'If a tool fails, is denied or its outcome is unknown, say so plainly; do not treat an unknown outcome as a success.',
-  'Write the final answer as short passages separated by blank lines.',
-].join(' ');
-
-/** Function-tool definitions for every tool of the pack, built as the runtime builds them. */
-export function toolDefinitions() {
-  return Object.keys(ToolPack).map((name) => {
-    const { $schema: _drop, ...parameters } = z.toJSONSchema(ToolPack[name].args, { io: 'input' });
-    return { type: 'function', function: { name, description: ToolPack[name].description, parameters } };
-  });
-}
+/** Function-tool definitions for every tool of the pack, built by the runtime's own function. */
+const toolDefinitions = () => runtimeToolDefinitions(Object.keys(ToolPack));
 
 /**
  * The W1 building blocks bound to one model endpoint and data folder.

@@ -30,10 +30,11 @@ export async function stopProcess(child, graceMs = 10_000) {
 
 /**
  * Starts a private `nats-server -js` on a free loopback port with a temporary store directory.
+ * @param {string} [binary] the nats-server to run (default: the machine's).
  * @returns {{ url: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
  */
-export async function startNats() {
-  const bin = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find((p) => existsSync(p)) ?? 'nats-server';
+export async function startNats(binary) {
+  const bin = binary ?? ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find((p) => existsSync(p)) ?? 'nats-server';
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));

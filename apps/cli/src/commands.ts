@@ -77,14 +77,8 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
 }
 
 async function openLog(name: string): Promise<EventLog> {
-  const bus = loadConfig(BusConfig);
-  return EventLog.connect({
-    natsUrl: bus.NATS_URL,
-    stream: bus.RUNPLANE_STREAM,
-    prefix: bus.RUNPLANE_SUBJECT_PREFIX,
-    name,
-    ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
-  });
+  loadConfig(BusConfig); // a bad value fails here in one readable line
+  return EventLog.fromEnv(name);
 }
 
 /** Prints a Run's event timeline straight from the log: sequence, time, owner, type, summary. */

@@ -11,7 +11,7 @@ import {
   type JetStreamManager,
   type JsMsg,
 } from '@nats-io/jetstream';
-import { Owner, RunEvent, type StoredEvent, type Writer } from '@runplane/contracts';
+import { BusConfig, Owner, RunEvent, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, InvalidStoredEvent } from './errors.js';
 import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
 
@@ -138,6 +138,24 @@ export class EventLog {
       }
       throw e;
     }
+  }
+
+  /**
+   * Connects with the bus configuration (`NATS_URL`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`,
+   * `NATS_USER`/`NATS_PASSWORD`, validated by contracts' `BusConfig`): the one way a service or
+   * the CLI connects from the environment.
+   * @param name the connection name shown by the NATS server (e.g. the service name).
+   * @throws as {@link connect}, and on invalid configuration.
+   */
+  static fromEnv(name: string, env: NodeJS.ProcessEnv = process.env): Promise<EventLog> {
+    const bus = BusConfig.parse(env);
+    return EventLog.connect({
+      natsUrl: bus.NATS_URL,
+      stream: bus.RUNPLANE_STREAM,
+      prefix: bus.RUNPLANE_SUBJECT_PREFIX,
+      name,
+      ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
+    });
   }
 
   /** Creates the stream if missing (file storage, 2-minute duplicate window, direct get allowed). */

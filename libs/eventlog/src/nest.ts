@@ -22,14 +22,8 @@ export class EventLogModule implements OnApplicationShutdown {
         {
           provide: EventLog,
           useFactory: async () => {
-            const cfg = loadConfig(BusConfig);
-            EventLogModule.instance = await EventLog.connect({
-              natsUrl: cfg.NATS_URL,
-              stream: cfg.RUNPLANE_STREAM,
-              prefix: cfg.RUNPLANE_SUBJECT_PREFIX,
-              name: serviceName,
-              ...(cfg.NATS_USER ? { user: cfg.NATS_USER, pass: cfg.NATS_PASSWORD } : {}),
-            });
+            loadConfig(BusConfig); // a bad value fails here in one readable line
+            EventLogModule.instance = await EventLog.fromEnv(serviceName);
             return EventLogModule.instance;
           },
         },

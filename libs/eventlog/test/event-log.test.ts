@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { errors as natsErrors } from '@nats-io/transport-node';
 import { AppendConflict, DurableConsumer, EventLog, ownerFilter, runSubject } from '@runplane/eventlog';
+import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
 
 // every test runs on the machine's nats-server (2.9.10) and on the cached current release
@@ -141,27 +142,21 @@ describeEachNatsServer(servers, (server) => {
       await Promise.all(Array.from({ length: 50 }, (_, i) => log.js.publish(runSubject(log.space, `other${turn}x${i}${tag}`, 'runtime'), '{}')));
       runtimeSeq = (await log.append(turnRequested(runId, turn), runtimeSeq)).seq;
     }
-    const direct = log.jsm.direct;
-    const original = direct.getMessage.bind(direct);
-    let gets = 0;
-    direct.getMessage = (...args: Parameters<typeof original>) => {
-      gets++;
-      return original(...args);
-    };
+    const gets = countDirectGets(log);
     try {
       const events = await log.readRun(runId);
       expect(events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array<string>(10).fill('model.turn.requested')]);
-      expect(gets).toBe(11 - 2 + 6); // 11 events, 2 of them are their subjects' last (found by the 6 last_by_subj gets)
+      expect(gets.count).toBe(11 - 2 + 6); // 11 events, 2 of them are their subjects' last (found by the 6 last_by_subj gets)
       expect(events.map((e) => e.event.prevSeq)).toEqual([0, 0, ...events.slice(1, 10).map((e) => e.seq)]);
-      gets = 0;
+      gets.reset();
       const known = { admission: events[0]!.seq, runtime: events[5]!.seq };
       const more = await log.catchUp(runId, known);
       expect(more.full).toBe(false);
       expect(more.events.map((e) => e.seq)).toEqual(events.slice(6).map((e) => e.seq));
       expect(more.lasts.runtime).toBe(runtimeSeq);
-      expect(gets).toBe(6 + 4); // 5 new events, the last found by its subject's last_by_subj get
+      expect(gets.count).toBe(6 + 4); // 5 new events, the last found by its subject's last_by_subj get
     } finally {
-      direct.getMessage = original;
+      gets.restore();
     }
   });
 

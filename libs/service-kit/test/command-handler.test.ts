@@ -9,6 +9,7 @@ import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/cont
 import { EventLog } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
+import { countDirectGets } from '../../../test/support/direct-gets.js';
 
 const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const tag = randomBytes(4).toString('hex');
@@ -78,21 +79,15 @@ describe('RunCommandHandler', () => {
       ),
       facts.lastSeqByOwner.runtime,
     );
-    const direct = a.jsm.direct;
-    const original = direct.getMessage.bind(direct);
-    let gets = 0;
-    direct.getMessage = (...args: Parameters<typeof original>) => {
-      gets++;
-      return original(...args);
-    };
+    const gets = countDirectGets(a);
     try {
       const { appended, facts: seen } = await handler.handle(runId, requestNext);
       expect(seen.turns[0]?.completed).not.toBeNull();
       expect(appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
       expect(appended[0]!.event.occurredAt).toBe(new Date(1_000).toISOString());
-      expect(gets).toBe(6); // one last_by_subj per owner subject; the new event is its subject's last
+      expect(gets.count).toBe(6); // one last_by_subj per owner subject; the new event is its subject's last
     } finally {
-      direct.getMessage = original;
+      gets.restore();
     }
   });
 
