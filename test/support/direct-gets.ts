@@ -20,7 +20,7 @@ export function countDirectGets(log: EventLog): DirectGetCounter {
   direct.getMessage = ((...args: Parameters<typeof original>) => {
     count++;
     return original(...args);
-  }) as typeof direct.getMessage;
+  });
   return {
     get count() {
       return count;
