@@ -17,10 +17,10 @@ export function countDirectGets(log: EventLog): DirectGetCounter {
   const direct = log.jsm.direct;
   const original = direct.getMessage.bind(direct);
   let count = 0;
-  direct.getMessage = ((...args: Parameters<typeof original>) => {
+  direct.getMessage = (...args: Parameters<typeof original>) => {
     count++;
     return original(...args);
-  });
+  };
   return {
     get count() {
       return count;
