@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { EventLog } from '@runplane/eventlog';
+import type { StoredEvent } from '@runplane/contracts';
 import {
+  OrphanEventError,
+  applyStoredEvent,
   createProjectionOrm,
   ensureDatabase,
   migrateUp,
@@ -40,6 +43,33 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined 
 async function caughtUp(): Promise<boolean> {
   const [info, last] = [await log.jsm.consumers.info(stream, `${prefix}-${PROJECTOR_DURABLE}`), await log.lastSeq()];
   return info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq >= last;
+}
+
+/** A fresh, migrated projection database (dropped after the suite). */
+async function scratchOrm(name: string): Promise<MikroORM> {
+  const db = `rp_test_projector_${name}_${tag}`;
+  await ensureDatabase(adminUrl, db);
+  created.push(db);
+  const scratch = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, db) });
+  await migrateUp(scratch);
+  return scratch;
+}
+
+/** A ProjectorService over `scratch` that counts the transactions it opens. */
+function countingService(scratch: MikroORM, from = log): { service: ProjectorService; transactions: () => number } {
+  let transactions = 0;
+  const em = {
+    fork: () => {
+      const fork = scratch.em.fork();
+      const transactional = fork.transactional.bind(fork);
+      fork.transactional = ((...args: Parameters<typeof transactional>) => {
+        transactions++;
+        return transactional(...args);
+      }) as typeof fork.transactional;
+      return fork;
+    },
+  };
+  return { service: new ProjectorService({ orm: { em } } as never, from), transactions: () => transactions };
 }
 
 beforeAll(async () => {
@@ -135,6 +165,65 @@ describe('projector service', () => {
       expect(pick((await dumpProjectionRows(scratch)) as never)).toEqual(pick(await dumpProjectionRows(orm!)));
     } finally {
       await scratch.close();
+    }
+  });
+
+  it('given concurrent deliveries of 12 Runs (and a repeat of each), then they are applied in one transaction, with the rows of applying every event one by one', async () => {
+    const runIds = Array.from({ length: 12 }, (_, i) => `batch${i}-${tag}`);
+    const stored = await appendAll(log, interleave(...runIds.map((r) => researchRunEvents(r))));
+    const batched = await scratchOrm('batched');
+    const oneByOne = await scratchOrm('onebyone');
+    try {
+      const { service, transactions } = countingService(batched);
+      const lastOf = (runId: string) => stored.filter((s) => s.event.runId === runId).at(-1)!;
+      const middleOf = (runId: string) => stored.filter((s) => s.event.runId === runId)[5]!;
+      const deliveries: StoredEvent[] = runIds.flatMap((r) => [lastOf(r), middleOf(r)]);
+      const results = await Promise.all(deliveries.map((d) => service.catchUp(d)));
+
+      expect(transactions()).toBe(1);
+      expect(transactions()).toBeLessThan(stored.length);
+      runIds.forEach((runId, i) => {
+        const own = stored.filter((s) => s.event.runId === runId);
+        expect(results[2 * i]!.map((r) => [r.status, r.seq])).toEqual(own.map((s) => ['applied', s.seq]));
+        expect(results[2 * i + 1]).toEqual([{ status: 'skipped', runId, seq: middleOf(runId).seq, previousLastSeq: lastOf(runId).seq }]);
+      });
+      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length, retries: 0 });
+
+      for (const s of stored) await applyStoredEvent(oneByOne.em, s);
+      expect(await dumpProjectionRows(batched)).toEqual(await dumpProjectionRows(oneByOne));
+      // every delivery again (a restart redelivering): skipped from the checkpoint cache, no transaction
+      await Promise.all(stored.map((s) => service.catchUp(s)));
+      expect(transactions()).toBe(1);
+      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length + stored.length, retries: 0 });
+    } finally {
+      await batched.close();
+      await oneByOne.close();
+    }
+  });
+
+  it("given a batch with a Run whose admission is missing from the log, then only that Run's delivery fails (OrphanEventError) and the other Run is applied", async () => {
+    const good = `good-${tag}`;
+    const orphan = `orphan-${tag}`;
+    // a stream of its own: the live projector of this suite must not meet the orphan
+    const own = await EventLog.connect({ natsUrl, stream: `${stream}_ORPHAN`, prefix: `${prefix}o` });
+    const stored = await appendAll(own, interleave(researchRunEvents(good), researchRunEvents(orphan).slice(1, 5)));
+    const scratch = await scratchOrm('orphan');
+    try {
+      const { service, transactions } = countingService(scratch, own);
+      (service as unknown as { logger: object }).logger = { error: () => undefined, warn: () => undefined }; // the orphan is expected here
+      const lastOf = (runId: string) => stored.filter((s) => s.event.runId === runId).at(-1)!;
+      const [orphanOutcome, goodOutcome] = await Promise.allSettled([service.catchUp(lastOf(orphan)), service.catchUp(lastOf(good))]);
+      expect(orphanOutcome.status).toBe('rejected');
+      expect((orphanOutcome as PromiseRejectedResult).reason).toBeInstanceOf(OrphanEventError);
+      expect(goodOutcome.status).toBe('fulfilled');
+      expect(transactions()).toBe(2); // the batch rolled back, then the other Runs without the orphan
+      expect(await getRunView(scratch, good)).toMatchObject({ status: 'settled', lastSeq: lastOf(good).seq });
+      expect(await getRunView(scratch, orphan)).toBeNull();
+      expect(service.stats).toMatchObject({ applied: stored.filter((s) => s.event.runId === good).length, retries: 0 });
+    } finally {
+      await scratch.close();
+      await own.destroyStream();
+      await own.close();
     }
   });
 });

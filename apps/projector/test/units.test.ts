@@ -62,33 +62,34 @@ describe('ProjectorService retries', () => {
       new Date(0),
     ),
   };
-  /** A database whose transaction fails `failures` times, then reports the step applied. */
+  /** A database whose transaction fails `failures` times, then reports the batch applied. */
   const flakyDb = (failures: number) => {
     let calls = 0;
     const em = {
       fork: () => ({
         transactional: async () => {
           if (calls++ < failures) throw new Error('connection lost');
-          return { status: 'applied', runId: 'r', seq: 3, previousLastSeq: 2 };
+          return [{ status: 'applied', runId: 'r', seq: 3, previousLastSeq: 2 }];
         },
       }),
     };
     return { db: { orm: { em } } as unknown as ProjectionDatabase, calls: () => calls };
   };
 
-  it('given a step that fails twice, then it is retried in place until it applies (holding the Run order)', async () => {
+  it("given a batch whose transaction fails twice, then it is retried in place until it applies (holding the Runs' order)", async () => {
     const { db, calls } = flakyDb(2);
     const service = new ProjectorService(db, {} as EventLog);
     (service as unknown as { logger: { warn: () => void } }).logger = { warn: () => undefined };
-    await expect(service.project(stored)).resolves.toMatchObject({ status: 'applied' });
+    await expect(service.project([stored])).resolves.toMatchObject([{ status: 'applied' }]);
     expect(calls()).toBe(3);
     expect(service.stats).toEqual({ applied: 1, skipped: 0, retries: 2 });
   });
 
-  it('given the application is stopping, then a step is refused so the message redelivers later', async () => {
+  it('given the application is stopping, then a batch is refused so the messages redeliver later', async () => {
     const service = new ProjectorService(flakyDb(0).db, {} as EventLog);
     service.beforeApplicationShutdown();
-    await expect(service.project(stored)).rejects.toThrow(/stopping/);
+    await expect(service.project([stored])).rejects.toThrow(/stopping/);
+    await expect(service.catchUp(stored)).rejects.toThrow(/stopping/);
   });
 
   it('backs off from 100 ms, doubling, capped at 5 s', () => {

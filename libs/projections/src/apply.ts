@@ -1,7 +1,7 @@
 /**
  * The adapter between the pure view rules and PostgreSQL: the idempotent projection step (K11).
  */
-import { LockMode } from '@mikro-orm/core';
+import { LockMode, type EntityName } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { StoredEvent } from '@runplane/contracts';
 import {
@@ -18,6 +18,7 @@ import {
   toolCallDataOf,
   toolCallRowOf,
 } from './entities.js';
+import type { MessageRow, PassageRow, RunRow, ToolCallRow } from './rows.js';
 import { evolveMessage, evolvePassage, evolveRun, evolveToolCall, touchedKeys } from './evolve.js';
 
 /** An event of a Run whose `run.admitted` has not been applied: the log or the delivery order is broken. */
@@ -38,20 +39,6 @@ export interface ApplyResult {
 }
 
 /**
- * Applies one stored event to the projections, exactly once under at-least-once delivery (K11).
- * In one transaction (on a fork of `em`):
- * 1. takes a transaction-scoped advisory lock on the Run id (so two deliveries of a Run's first
- *    event cannot both insert) and locks the Run's row with `SELECT ... FOR UPDATE`;
- * 2. skips when `seq <= runs.last_seq`: that row's `last_seq` is the Run's checkpoint;
- * 3. otherwise evolves the Run row and the message / passage / tool call row the event touches
- *    with the pure rules of `evolve.ts` and upserts them, the checkpoint included;
- * 4. commits. The caller acknowledges the message only after this resolves.
- * Events of one Run must be applied in stream order: an event older than the checkpoint is
- * taken for a redelivery and skipped.
- * @throws OrphanEventError when the Run has no row and the event is not `run.admitted`;
- *   database errors propagate (nothing is written).
- */
-/**
  * PostgreSQL text cannot hold U+0000; a fact that carries one (model output, tool results) is
  * projected with U+FFFD in its place, the same way live and in a rebuild. The log keeps the
  * original.
@@ -65,43 +52,152 @@ export function withoutNul<T>(value: T): T {
   return value;
 }
 
-export async function applyStoredEvent(em: EntityManager, original: StoredEvent): Promise<ApplyResult> {
-  const stored = withoutNul(original);
-  const runId = stored.event.runId;
+/** The advisory lock key of a Run's projection (transaction-scoped, see {@link applyStoredEvents}). */
+const runLockKey = (runId: string): string => `runplane.projection.run/${runId}`;
+/** Map key of a row with a (runId, id) primary key. */
+const pairKey = (runId: string, id: string): string => JSON.stringify([runId, id]);
+
+/**
+ * Applies one stored event to the projections, exactly once under at-least-once delivery (K11):
+ * `applyStoredEvents(em, [stored])`, see there.
+ * @throws OrphanEventError when the Run has no row and the event is not `run.admitted`;
+ *   database errors propagate (nothing is written).
+ */
+export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): Promise<ApplyResult> {
+  const [result] = await applyStoredEvents(em, [stored]);
+  return result!;
+}
+
+/**
+ * Applies a batch of stored events, of any number of Runs, to the projections in ONE transaction
+ * (on a fork of `em`), exactly once under at-least-once delivery (K11). The rows and results are
+ * the same as applying the events one by one with {@link applyStoredEvent}, in the order given:
+ * 1. takes a transaction-scoped advisory lock per Run of the batch, in the order of the lock keys
+ *    (so two batches with overlapping Runs cannot deadlock, and two deliveries of a Run's first
+ *    event cannot both insert), and loads the batch's Run rows with `SELECT ... FOR UPDATE`;
+ * 2. loads the message, passage and tool call rows the batch touches, one query per table;
+ * 3. evolves the rows in memory with the pure rules of `evolve.ts`, event by event in the order
+ *    given: an event at or below its Run's checkpoint (`runs.last_seq`, as advanced by the
+ *    earlier events of the batch) is `skipped` (redelivery), later events of a Run see the rows
+ *    its earlier events produced;
+ * 4. writes every changed row once (one flush, the checkpoints included) and commits.
+ * The caller acknowledges the messages only after this resolves. Events of one Run must be given
+ * in stream order (events of different Runs may interleave freely): an event older than the
+ * checkpoint is taken for a redelivery and skipped.
+ * @returns one result per event, in the order given (`[]` for an empty batch, with no transaction).
+ * @throws OrphanEventError for the first event (in the order given) whose Run has no row and that
+ *   is not `run.admitted`; the WHOLE batch is then rolled back (nothing is written, other Runs'
+ *   events included): the caller decides whether to re-apply the other Runs without it (the
+ *   projector does). Database errors propagate likewise, with nothing written.
+ */
+export async function applyStoredEvents(em: EntityManager, originals: readonly StoredEvent[]): Promise<ApplyResult[]> {
+  if (originals.length === 0) return [];
+  const batch = originals.map((s) => withoutNul(s));
+  const runIds = [...new Set(batch.map((s) => s.event.runId))];
   return em.fork().transactional(async (tx) => {
-    await tx.execute('select pg_advisory_xact_lock(hashtextextended(?, 0))', [`runplane.projection.run/${runId}`]);
-    const runEntity = await tx.findOne(RunEntity, { runId }, { lockMode: LockMode.PESSIMISTIC_WRITE });
-    const before = runEntity ? runRowOf(runEntity) : null;
-    const previousLastSeq = before?.lastSeq ?? 0;
-    if (before !== null && stored.seq <= before.lastSeq) return { status: 'skipped', runId, seq: stored.seq, previousLastSeq };
-
-    const keys = touchedKeys(stored);
-    const toolCallEntity = keys.toolCallId ? await tx.findOne(ToolCallEntity, { runId, toolCallId: keys.toolCallId }) : null;
-    const passageEntity = keys.passageId ? await tx.findOne(PassageEntity, { runId, passageId: keys.passageId }) : null;
-    const toolCallBefore = toolCallEntity ? toolCallRowOf(toolCallEntity) : null;
-    const passageBefore = passageEntity ? passageRowOf(passageEntity) : null;
-
-    const run = evolveRun(before, stored, { toolCallBefore, passageBefore });
-    if (run === null) throw new OrphanEventError(stored);
-    if (runEntity) tx.assign(runEntity, runDataOf(run));
-    else tx.create(RunEntity, runDataOf(run));
-
-    if (keys.messageId) {
-      const messageEntity = await tx.findOne(MessageEntity, { messageId: keys.messageId });
-      const message = evolveMessage(messageEntity ? messageRowOf(messageEntity) : null, stored);
-      if (message && messageEntity) tx.assign(messageEntity, messageDataOf(message));
-      else if (message) tx.create(MessageEntity, messageDataOf(message));
+    // one advisory lock per distinct lock value, taken in the order of the values themselves
+    // (sorting the ids would not do: two ids may hash alike)
+    await tx.execute(
+      'select count(pg_advisory_xact_lock(h)) from (select distinct hashtextextended(k, 0) as h from jsonb_array_elements_text(?::jsonb) as k order by h) as locks',
+      [JSON.stringify(runIds.map(runLockKey))],
+    );
+    const runEntities = new Map<string, RunEntity>();
+    for (const entity of await tx.find(RunEntity, { runId: { $in: runIds } }, { lockMode: LockMode.PESSIMISTIC_WRITE })) {
+      runEntities.set(entity.runId, entity);
     }
-    if (keys.toolCallId) {
-      const toolCall = evolveToolCall(toolCallBefore, stored);
-      if (toolCall && toolCallEntity) tx.assign(toolCallEntity, toolCallDataOf(toolCall));
-      else if (toolCall) tx.create(ToolCallEntity, toolCallDataOf(toolCall));
+    const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, runEntities.has(id) ? runRowOf(runEntities.get(id)!) : null]));
+
+    // the other rows the batch may touch: those of events above their Run's stored checkpoint
+    const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0 };
+    const ids = { toolCallRuns: new Set<string>(), toolCallIds: new Set<string>(), passageRuns: new Set<string>(), passageIds: new Set<string>() };
+    for (const s of batch) {
+      const runId = s.event.runId;
+      if (s.seq <= (runs.get(runId)?.lastSeq ?? 0)) continue;
+      const keys = touchedKeys(s);
+      if (keys.messageId) wanted.messageIds.add(keys.messageId);
+      if (keys.toolCallId) {
+        wanted.toolCalls++;
+        ids.toolCallRuns.add(runId);
+        ids.toolCallIds.add(keys.toolCallId);
+      }
+      if (keys.passageId) {
+        wanted.passages++;
+        ids.passageRuns.add(runId);
+        ids.passageIds.add(keys.passageId);
+      }
     }
-    if (keys.passageId) {
-      const passage = evolvePassage(passageBefore, stored);
-      if (passage && passageEntity) tx.assign(passageEntity, passageDataOf(passage));
-      else if (passage) tx.create(PassageEntity, passageDataOf(passage));
+    // (one connection: the queries go one after another; a key cross product may load a few rows
+    // the batch does not touch, which then stay unchanged)
+    const messageList = wanted.messageIds.size ? await tx.find(MessageEntity, { messageId: { $in: [...wanted.messageIds] } }) : [];
+    const toolCallList = wanted.toolCalls
+      ? await tx.find(ToolCallEntity, { runId: { $in: [...ids.toolCallRuns] }, toolCallId: { $in: [...ids.toolCallIds] } })
+      : [];
+    const passageList = wanted.passages
+      ? await tx.find(PassageEntity, { runId: { $in: [...ids.passageRuns] }, passageId: { $in: [...ids.passageIds] } })
+      : [];
+    const messageEntities = new Map(messageList.map((e) => [e.messageId, e]));
+    const toolCallEntities = new Map(toolCallList.map((e) => [pairKey(e.runId, e.toolCallId), e]));
+    const passageEntities = new Map(passageList.map((e) => [pairKey(e.runId, e.passageId), e]));
+    const messages = new Map<string, MessageRow | null>([...messageEntities].map(([k, e]) => [k, messageRowOf(e)]));
+    const toolCalls = new Map<string, ToolCallRow | null>([...toolCallEntities].map(([k, e]) => [k, toolCallRowOf(e)]));
+    const passages = new Map<string, PassageRow | null>([...passageEntities].map(([k, e]) => [k, passageRowOf(e)]));
+    const changed = { runs: new Set<string>(), messages: new Set<string>(), toolCalls: new Set<string>(), passages: new Set<string>() };
+
+    const results: ApplyResult[] = [];
+    for (const stored of batch) {
+      const runId = stored.event.runId;
+      const before = runs.get(runId) ?? null;
+      const previousLastSeq = before?.lastSeq ?? 0;
+      if (before !== null && stored.seq <= before.lastSeq) {
+        results.push({ status: 'skipped', runId, seq: stored.seq, previousLastSeq });
+        continue;
+      }
+      const keys = touchedKeys(stored);
+      const toolCallKey = keys.toolCallId ? pairKey(runId, keys.toolCallId) : null;
+      const passageKey = keys.passageId ? pairKey(runId, keys.passageId) : null;
+      const toolCallBefore = toolCallKey ? (toolCalls.get(toolCallKey) ?? null) : null;
+      const passageBefore = passageKey ? (passages.get(passageKey) ?? null) : null;
+
+      const run = evolveRun(before, stored, { toolCallBefore, passageBefore });
+      if (run === null) throw new OrphanEventError(stored);
+      runs.set(runId, run);
+      changed.runs.add(runId);
+      if (keys.messageId) {
+        const row = messages.get(keys.messageId) ?? null;
+        const message = evolveMessage(row, stored);
+        if (message !== row) {
+          messages.set(keys.messageId, message);
+          changed.messages.add(keys.messageId);
+        }
+      }
+      if (toolCallKey) {
+        const toolCall = evolveToolCall(toolCallBefore, stored);
+        if (toolCall !== toolCallBefore) {
+          toolCalls.set(toolCallKey, toolCall);
+          changed.toolCalls.add(toolCallKey);
+        }
+      }
+      if (passageKey) {
+        const passage = evolvePassage(passageBefore, stored);
+        if (passage !== passageBefore) {
+          passages.set(passageKey, passage);
+          changed.passages.add(passageKey);
+        }
+      }
+      results.push({ status: 'applied', runId, seq: stored.seq, previousLastSeq });
     }
-    return { status: 'applied', runId, seq: stored.seq, previousLastSeq };
+
+    // every changed row once; the commit flushes them together
+    for (const runId of changed.runs) write(tx, RunEntity, runEntities.get(runId), runDataOf(runs.get(runId)!));
+    for (const key of changed.messages) write(tx, MessageEntity, messageEntities.get(key), messageDataOf(messages.get(key)!));
+    for (const key of changed.toolCalls) write(tx, ToolCallEntity, toolCallEntities.get(key), toolCallDataOf(toolCalls.get(key)!));
+    for (const key of changed.passages) write(tx, PassageEntity, passageEntities.get(key), passageDataOf(passages.get(key)!));
+    return results;
   });
+}
+
+/** Updates a loaded entity, or creates the row when there was none. */
+function write<T extends object>(tx: EntityManager, entityName: EntityName<T>, entity: T | undefined, data: Partial<T>): void {
+  if (entity) tx.assign(entity, data as never);
+  else tx.create(entityName, data as never);
 }

@@ -3,7 +3,7 @@
  * projections (K11: "Projections are rebuilt from the log alone and come out identical").
  */
 import type { StoredEvent } from '@runplane/contracts';
-import { applyStoredEvent } from './apply.js';
+import { applyStoredEvents } from './apply.js';
 import { databaseNameOf, databaseUrlWith, dropDatabase, ensureDatabase, assertDatabaseName } from './database.js';
 import { createProjectionOrm, migrateUp } from './orm.js';
 import { diffProjectionDumps, dumpProjectionRows } from './queries.js';
@@ -23,6 +23,8 @@ export interface RebuildOptions {
   adminUrl?: string;
   /** Clock for the default name only (never for row contents). */
   now?: () => Date;
+  /** Events per transaction of the replay (default 500). */
+  batchSize?: number;
 }
 
 export interface RebuildResult {
@@ -45,8 +47,10 @@ const stamp = (d: Date): string =>
     .slice(0, 17);
 
 /**
- * Creates a FRESH database, migrates it, replays `log.readAll()` into it through the same
- * {@link applyStoredEvent} as the live projector, then compares every row with the live database.
+ * Creates a FRESH database, migrates it, replays `log.readAll()` into it in stream order through
+ * the same {@link applyStoredEvents} as the live projector, `batchSize` events per transaction,
+ * then compares every row of the four tables with the live database (K11). Batching changes only
+ * the number of transactions: a batch yields the rows of applying its events one by one.
  * The comparison is meaningful when the live projector has caught up with the log and no event is
  * appended meanwhile; otherwise the lag shows up as differences.
  * @throws Error when the target database already exists (a rebuild never reuses one), on an
@@ -67,11 +71,18 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
   const rebuiltOrm = await createProjectionOrm({ databaseUrl: databaseUrlWith(opts.databaseUrl, database) });
   try {
     await migrateUp(rebuiltOrm);
+    const batchSize = Math.max(1, opts.batchSize ?? 500);
+    let batch: StoredEvent[] = [];
+    const applyBatch = async () => {
+      for (const result of await applyStoredEvents(rebuiltOrm.em, batch)) if (result.status === 'applied') eventsApplied++;
+      batch = [];
+    };
     for await (const stored of opts.log.readAll()) {
-      const result = await applyStoredEvent(rebuiltOrm.em, stored);
-      if (result.status === 'applied') eventsApplied++;
+      batch.push(stored);
       lastSeq = Math.max(lastSeq, stored.seq);
+      if (batch.length >= batchSize) await applyBatch();
     }
+    await applyBatch();
   } catch (e) {
     await rebuiltOrm.close().catch(() => undefined);
     await dropDatabase(adminUrl, database).catch(() => undefined);

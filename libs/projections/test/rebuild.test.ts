@@ -81,6 +81,16 @@ describe('rebuildProjections (K11: rebuilt from the log alone, identical)', () =
     }
   });
 
+  it.each([1, 4])(
+    'given live projections, when rebuilt with %i event(s) per transaction (batches cutting across both Runs), then every row is identical too',
+    async (batchSize) => {
+      const target = `rp_test_rb_${tag}_b${batchSize}`;
+      created.push(target);
+      const result = await rebuildProjections({ log, databaseUrl: liveUrl, targetDatabase: target, batchSize });
+      expect(result).toMatchObject({ eventsApplied: appended, identicalToLive: true, differences: [] });
+    },
+  );
+
   it('given a tampered live row and a missing live row, when rebuilt, then both are reported as differences', async () => {
     const em = live.em.fork();
     await em.execute(`update "runs" set "reason" = 'tampered', "model_requests" = 99 where "run_id" = ?`, [research]);
