@@ -2,7 +2,6 @@ import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { z } from 'zod';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
-import { createProjectionOrm, getRunView } from '@runplane/projections';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
@@ -12,7 +11,20 @@ export interface AdmissionSettings {
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
 }
 
-/** Reads Run projections from PostgreSQL (reads never append, K11). */
+type Projections = typeof import('@runplane/projections');
+
+/**
+ * `@runplane/projections` (MikroORM, its PostgreSQL driver, migrations), loaded with the first
+ * Run read: admitting Messages never needs it, and loading it at start-up cost admission about
+ * 10 MiB of resident memory whether or not anyone reads a Run (docs/performance.md, idle RSS).
+ */
+let projections: Promise<Projections> | null = null;
+function loadProjections(): Promise<Projections> {
+  projections ??= import('@runplane/projections');
+  return projections;
+}
+
+/** Reads Run projections from PostgreSQL (reads never append, K11); connects on the first read. */
 @Injectable()
 export class RunReader implements OnApplicationShutdown {
   private orm: Promise<MikroORM> | null = null;
@@ -21,7 +33,7 @@ export class RunReader implements OnApplicationShutdown {
 
   private connect(): Promise<MikroORM> {
     if (!this.orm) {
-      const orm = createProjectionOrm({ databaseUrl: this.db.DATABASE_URL });
+      const orm = loadProjections().then(({ createProjectionOrm }) => createProjectionOrm({ databaseUrl: this.db.DATABASE_URL }));
       // a failed start is not kept: the next read tries again (PostgreSQL may be back)
       orm.catch(() => {
         if (this.orm === orm) this.orm = null;
@@ -37,7 +49,9 @@ export class RunReader implements OnApplicationShutdown {
    */
   async get(runId: string): Promise<RunView | null> {
     try {
-      return await getRunView(await this.connect(), runId);
+      const orm = await this.connect();
+      const { getRunView } = await loadProjections();
+      return await getRunView(orm, runId);
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
       throw e;

@@ -5,7 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
-import ExcelJS from 'exceljs';
+import type ExcelJS from 'exceljs';
 import type { IssuerFormat } from '@runplane/contracts';
 import { classifyIsharesLine, classifyLineByName } from './classify.js';
 import { ToolFailure } from './errors.js';
@@ -181,6 +181,17 @@ function buildPerRowDated(format: 'invesco-csv' | 'ark-csv', path: string, dataR
 
 // ---- SSGA xlsx ---------------------------------------------------------------------------------
 
+/**
+ * exceljs (with its zip, stream and csv writers, ~170 modules, ~20 MiB of resident memory), loaded
+ * when the first workbook is parsed rather than by every process that imports this package (the
+ * CLI, the devstack, a tools worker that has not opened an xlsx yet).
+ */
+let excel: Promise<typeof ExcelJS> | null = null;
+function loadExcelJs(): Promise<typeof ExcelJS> {
+  excel ??= import('exceljs').then((m) => m.default);
+  return excel;
+}
+
 /** Text of an exceljs cell value (strings, numbers, dates, rich text, hyperlinks, formula results). */
 function cellValueText(value: ExcelJS.CellValue | undefined): string {
   if (value === null || value === undefined) return '';
@@ -210,7 +221,8 @@ function cellValueNumber(value: ExcelJS.CellValue | undefined): number | null {
  * @throws ToolFailure `unreadable_file` when the workbook cannot be loaded or has no holdings header.
  */
 export async function parseSsgaWorkbook(bytes: Buffer, path: string): Promise<ParsedHoldingsFile> {
-  const workbook = new ExcelJS.Workbook();
+  const { Workbook } = await loadExcelJs();
+  const workbook = new Workbook();
   try {
     await workbook.xlsx.load(bytes as unknown as ArrayBuffer);
   } catch (cause) {
