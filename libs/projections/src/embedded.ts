@@ -5,10 +5,7 @@
  * with their ordinary PostgreSQL driver. For demos only: one process holds the data, and PGlite
  * serialises queries from all connections.
  */
-import { PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { Migrator } from '@mikro-orm/migrations';
-import { MikroORM as PgliteMikroORM } from '@mikro-orm/pglite';
 import { migrationsList } from '#migrations';
 import { projectionEntities } from './entities.js';
 
@@ -27,6 +24,13 @@ export interface EmbeddedDatabase {
  * @throws when PGlite cannot open the folder or the port is taken.
  */
 export async function startEmbeddedDatabase(opts: { dataDir: string; port?: number }): Promise<EmbeddedDatabase> {
+  // Loaded on first use: PGlite (WASM) and its drivers are only for the demo's fallback, and would
+  // otherwise sit in the memory of every service that imports the projections (the projector).
+  const [{ PGlite }, { PGLiteSocketServer }, { MikroORM: PgliteMikroORM }] = await Promise.all([
+    import('@electric-sql/pglite'),
+    import('@electric-sql/pglite-socket'),
+    import('@mikro-orm/pglite'),
+  ]);
   const db = await PGlite.create(opts.dataDir);
   const orm = await PgliteMikroORM.init({
     dbName: 'postgres',
