@@ -27,7 +27,7 @@ import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
 import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
 import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
-import { readCostLevel } from './bench/read-cost.js';
+import { readCostLevels } from './bench/read-cost.js';
 import { drive, num, pct, ratio } from './bench/stats.js';
 import { runsPerSecondSvg } from './bench/svg.js';
 import { startDbos, startRestate, startRunplane } from './bench/systems.js';
@@ -166,13 +166,17 @@ try {
 
   if (only.has('read-cost')) {
     say('\n== read cost: log.readRun + foldRun of one 30-event Run ==');
-    readCost = [];
-    for (const others of list(a['read-others']).map(Number)) {
-      const r = await readCostLevel({ natsUrl: nats.url, tag, others, reads: Number(a.reads), capMs: Number(a['read-cap-s']) * 1000 });
+    readCost = await readCostLevels({
+      natsUrl: nats.url,
+      tag,
+      levels: list(a['read-others']).map(Number),
+      reads: Number(a.reads),
+      capMs: Number(a['read-cap-s']) * 1000,
+    });
+    for (const r of readCost) {
       say(
-        `  ${String(others).padStart(9)} other events: median ${num(r.p50, 2)} ms, p90 ${num(r.p90, 2)} ms, first read ${num(r.firstMs, 2)} ms (${r.reads} reads; stream held ${r.streamMessages} messages, written in ${num(r.writeS, 1)} s)`,
+        `  ${String(r.others).padStart(9)} other events: median ${num(r.p50, 2)} ms, p90 ${num(r.p90, 2)} ms, first read ${num(r.firstMs, 2)} ms (${r.reads} reads; stream held ${r.streamMessages} messages, written in ${num(r.writeS, 1)} s)`,
       );
-      readCost.push(r);
     }
   }
 } finally {

@@ -127,50 +127,80 @@ async function publishOthers(log, prefix, count, state, window = 2000) {
 }
 
 /**
- * Measures read + fold of one 30-event Run with `others` other events in its own stream.
- * @returns {{ others: number, reads: number, firstMs: number, p50: number, p90: number, writeS: number }}
+ * Writes one level: a stream holding one 30-event Run and `others` other events, half before the
+ * Run and half interleaved between its events. The Run is appended as the services' command
+ * handler appends (conditional on its subject's last sequence, with read-ahead hints).
+ * @returns {Promise<{ others: number, log: EventLog, runId: string, writeS: number }>}
  */
-export async function readCostLevel({ natsUrl, tag, others, reads, capMs }) {
+async function writeLevel({ natsUrl, tag, others }) {
   const prefix = `rc${tag}n${others}`;
   const log = await EventLog.connect({ natsUrl, stream: `RPB_RC_${tag}_${others}`, prefix, name: 'bench-read-cost' });
+  const runId = `run-${tag}`;
+  const events = thirtyEventRun(runId);
+  const state = { next: 0 };
+  const t0 = performance.now();
+  await publishOthers(log, prefix, Math.floor(others / 2), state);
+  const between = Math.floor((others - Math.floor(others / 2)) / events.length);
+  const seqsByOwner = new Map();
+  for (const [i, e] of events.entries()) {
+    const seqs = seqsByOwner.get(e.owner) ?? [];
+    const r = await log.append(e, seqs[0] ?? 0, seqs);
+    seqsByOwner.set(e.owner, [r.seq, ...seqs]);
+    await publishOthers(log, prefix, i === events.length - 1 ? others - state.next : between, state);
+  }
+  return { others, log, runId, writeS: (performance.now() - t0) / 1000 };
+}
+
+/** One cold read + fold (a new readRun from the log, nothing kept), in ms. */
+async function timedRead(level) {
+  const s = performance.now();
+  const stored = await level.log.readRun(level.runId);
+  const facts = foldRun(level.runId, stored);
+  const ms = performance.now() - s;
+  if (stored.length !== 30 || !facts) throw new Error(`read ${stored.length} events of the Run, expected 30`);
+  return ms;
+}
+
+/**
+ * Measures read + fold of one 30-event Run at every level of `levels` (other events in the
+ * stream), each level on its own stream (deleted afterwards). The levels are read in turn, round
+ * after round, so that the machine's noise and the client's warm-up fall on all of them alike;
+ * the first read of each level is reported on its own (the server loads the blocks it needs), and
+ * `warmup` rounds are not counted.
+ * @returns {Promise<{ others: number, streamMessages: number, reads: number, firstMs: number, p50: number, p90: number, writeS: number }[]>}
+ */
+export async function readCostLevels({ natsUrl, tag, levels, reads, capMs, warmup = 100 }) {
+  const written = [];
   try {
-    const runId = `run-${tag}`;
-    const events = thirtyEventRun(runId);
-    const state = { next: 0 };
-    const t0 = performance.now();
-    await publishOthers(log, prefix, Math.floor(others / 2), state);
-    const between = Math.floor((others - Math.floor(others / 2)) / events.length);
-    // appended as the services' command handler does: expecting the subject's last sequence, with
-    // the writer's known earlier sequences on the subject as read-ahead hints
-    const seqsByOwner = new Map();
-    for (const [i, e] of events.entries()) {
-      const seqs = seqsByOwner.get(e.owner) ?? [];
-      const r = await log.append(e, seqs[0] ?? 0, seqs);
-      seqsByOwner.set(e.owner, [r.seq, ...seqs]);
-      await publishOthers(log, prefix, i === events.length - 1 ? others - state.next : between, state);
-    }
-    const writeS = (performance.now() - t0) / 1000;
-    const times = [];
+    for (const others of levels) written.push(await writeLevel({ natsUrl, tag, others }));
+    const firstMs = [];
+    for (const level of written) firstMs.push(await timedRead(level));
+    const times = written.map(() => []);
     const end = performance.now() + capMs;
-    let firstMs = NaN;
-    // The first read is reported on its own (the server loads the blocks it needs); the next
-    // WARMUP reads are not counted, so that every level is measured with the client code equally
-    // warm (the 0-event level runs first and would otherwise pay the JIT's warm-up alone). Nothing
-    // is cached between reads: each one is a new readRun from the log.
-    const WARMUP = 20;
-    for (let i = 0; i < reads + WARMUP + 1 && (i < 5 || performance.now() < end); i++) {
-      const s = performance.now();
-      const stored = await log.readRun(runId);
-      const facts = foldRun(runId, stored);
-      const ms = performance.now() - s;
-      if (stored.length !== 30 || !facts) throw new Error(`read ${stored.length} events of the Run, expected 30`);
-      if (i === 0) firstMs = ms;
-      else if (i > WARMUP) times.push(ms);
+    for (let round = 0; round < warmup + reads && (round < warmup + 5 || performance.now() < end); round++) {
+      for (const [i, level] of written.entries()) {
+        const ms = await timedRead(level);
+        if (round >= warmup) times[i].push(ms);
+      }
     }
-    const info = await log.jsm.streams.info(log.space.stream);
-    return { others, streamMessages: info.state.messages, reads: times.length, firstMs, p50: pct(times, 50), p90: pct(times, 90), writeS };
+    const out = [];
+    for (const [i, level] of written.entries()) {
+      const info = await level.log.jsm.streams.info(level.log.space.stream);
+      out.push({
+        others: level.others,
+        streamMessages: info.state.messages,
+        reads: times[i].length,
+        firstMs: firstMs[i],
+        p50: pct(times[i], 50),
+        p90: pct(times[i], 90),
+        writeS: level.writeS,
+      });
+    }
+    return out;
   } finally {
-    await log.destroyStream();
-    await log.close();
+    for (const level of written) {
+      await level.log.destroyStream();
+      await level.log.close();
+    }
   }
 }
