@@ -8,7 +8,7 @@
  * - same id, other text: conflict, change nothing.
  */
 import { deterministicId, makeEvent, sha256Hex, type RunEvent, type RunGrant, type RunLimits } from '@runplane/contracts';
-import type { RunFacts } from '@runplane/run-facts';
+import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** A user's message to admit (the HTTP body, validated, plus what admission adds). */
 export interface PostMessage {
@@ -51,7 +51,16 @@ export function admissionIds(conversationId: string, clientMessageId: string): {
  * - admitted with the same content: `[]` (the caller answers with the existing ids);
  * @throws MessageConflict when admitted with other content.
  */
-export function decide(facts: RunFacts, cmd: AdmissionTrigger, now: Date): RunEvent[] {
+export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): RunEvent[] {
+  switch (trigger.type) {
+    case 'PostMessage':
+      return admit(facts, trigger, now);
+    default:
+      return unknownTrigger('admission', trigger.type);
+  }
+}
+
+function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
   if (facts.admitted) {
     if (facts.admitted.message.contentSha256 === contentSha256) return [];

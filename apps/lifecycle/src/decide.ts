@@ -5,7 +5,7 @@
  * an answer).
  */
 import { contextFrom, makeEvent, type RunEvent } from '@runplane/contracts';
-import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts } from '@runplane/run-facts';
+import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
@@ -26,7 +26,16 @@ export type LifecycleTrigger = { type: 'Wake' };
  * lifecycle subject to be empty.
  * @param now the decision clock (the settlement's `occurredAt`).
  */
-export function decide(facts: RunFacts, _trigger: LifecycleTrigger, now: Date): RunEvent[] {
+export function decide(facts: RunFacts, trigger: LifecycleTrigger, now: Date): RunEvent[] {
+  switch (trigger.type) {
+    case 'Wake':
+      return settle(facts, now);
+    default:
+      return unknownTrigger('lifecycle', trigger.type);
+  }
+}
+
+function settle(facts: RunFacts, now: Date): RunEvent[] {
   if (facts.settled || !facts.finished || !facts.admitted || !facts.lastEvent) return [];
   const finished = facts.finished;
   if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet

@@ -4,7 +4,7 @@
  * answer whole. Committed passages are never erased by a later failure (K9).
  */
 import { contextFrom, deterministicId, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
-import type { RunFacts } from '@runplane/run-facts';
+import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** Splits answer text into passages: paragraphs separated by blank lines, trimmed, none empty. */
 export function splitPassages(text: string): string[] {
@@ -28,7 +28,16 @@ export type PublicationTrigger = { type: 'Wake' };
  * Returns nothing when the runtime has not stopped with an answer, or publication is done.
  * @param now the decision clock (the events' `occurredAt`).
  */
-export function decide(facts: RunFacts, _trigger: PublicationTrigger, now: Date): RunEvent[] {
+export function decide(facts: RunFacts, trigger: PublicationTrigger, now: Date): RunEvent[] {
+  switch (trigger.type) {
+    case 'Wake':
+      return publish(facts, now);
+    default:
+      return unknownTrigger('publication', trigger.type);
+  }
+}
+
+function publish(facts: RunFacts, now: Date): RunEvent[] {
   const finished = facts.finished;
   if (!finished || finished.reason !== 'answered' || finished.answerTurn === null || facts.answer || !facts.lastEvent) return [];
   const turn = facts.turns.find((t) => t.turn === finished.answerTurn)?.completed;

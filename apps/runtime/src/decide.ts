@@ -7,7 +7,7 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent } from '@runplane/contracts';
-import { lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
+import { lastTurn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
@@ -38,7 +38,14 @@ export function isBlank(text: string): boolean {
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled) return [];
-  return trigger.type === 'Wake' ? onWake(facts, trigger.model, now) : onTurnEnded(facts, trigger.turn, trigger.result, now);
+  switch (trigger.type) {
+    case 'Wake':
+      return onWake(facts, trigger.model, now);
+    case 'ModelTurnEnded':
+      return onTurnEnded(facts, trigger.turn, trigger.result, now);
+    default:
+      return unknownTrigger('runtime', trigger);
+  }
 }
 
 function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {

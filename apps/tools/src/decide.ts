@@ -17,7 +17,7 @@
  * A failed or denied call stops only its own effect; the Run goes on (K8).
  */
 import { contextFrom, makeEvent, sha256Hex, type EventData, type RunEvent } from '@runplane/contracts';
-import { toolCallsInOrder, type RunFacts } from '@runplane/run-facts';
+import { toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
 export const INLINE_RESULT_LIMIT = 16 * 1024;
@@ -55,7 +55,14 @@ export function argumentsAreJson(text: string): boolean {
 /** Decides the tools owner's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEvent[] {
   if (!facts.admitted || !facts.lastEvent || facts.settled) return [];
-  return trigger.type === 'Wake' ? onWake(facts, now) : onExecuted(facts, trigger, now);
+  switch (trigger.type) {
+    case 'Wake':
+      return onWake(facts, now);
+    case 'ToolExecuted':
+      return onExecuted(facts, trigger, now);
+    default:
+      return unknownTrigger('tools', trigger);
+  }
 }
 
 function onWake(facts: RunFacts, now: Date): RunEvent[] {

@@ -158,3 +158,12 @@ export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: nu
 export function passagesInOrder(facts: RunFacts): EventData<'passage.committed'>[] {
   return [...facts.passages.values()].sort((a, b) => a.index - b.index);
 }
+
+/**
+ * The `default` of a decider's `switch (trigger.type)`: the compiler checks that every trigger
+ * type has its case (`trigger` is `never` there); at run time an unknown trigger is a bug.
+ * @throws Error naming the owner and the trigger.
+ */
+export function unknownTrigger(owner: string, trigger: never): never {
+  throw new Error(`${owner}: unknown trigger ${JSON.stringify(trigger)}`);
+}
