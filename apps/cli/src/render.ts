@@ -29,6 +29,12 @@ export function summarize(e: RunEvent): string {
       return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars`;
     case 'run.settled':
       return `SETTLED ${e.data.outcome}: ${e.data.reason}`;
+    case 'lease.granted':
+      return `lease granted: epoch ${e.data.epoch} to ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (ttl ${e.data.ttlMs} ms)`;
+    case 'run.fenced': {
+      const uncertain = e.data.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `${u.name} [${u.toolCallId}]`));
+      return `FENCED ${e.data.fencedSubject} (epoch ${e.data.epoch}, ${e.data.reason}): ${e.data.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`;
+    }
   }
 }
 

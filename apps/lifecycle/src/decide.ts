@@ -36,31 +36,28 @@ export function decide(facts: RunFacts, trigger: LifecycleTrigger, now: Date): R
 }
 
 function settle(facts: RunFacts, now: Date): RunEvent[] {
-  if (facts.settled || !facts.finished || !facts.admitted || !facts.lastEvent) return [];
-  const finished = facts.finished;
-  if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
+  if (facts.settled || !facts.admitted || !facts.lastEvent) return [];
   const passageIds = passagesInOrder(facts).map((p) => p.passageId);
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)
     .map((c) => ({ toolCallId: c.toolCallId, name: c.name, status: c.receipt!.status }));
+  const settled = (outcome: 'completed' | 'failed' | 'interrupted', reason: string) =>
+    makeEvent('run.settled', contextFrom(facts.lastEvent!), 'settlement', { outcome, reason, passageIds, receipts, usage: usageOf(facts) }, now);
+  const finished = facts.finished;
+  if (!finished) {
+    // The execution was fenced before it stopped on its own: it is over, not resumed in place (K10).
+    // What was committed stays (passages, receipts, usage); what was in flight is named uncertain.
+    const f = facts.fenced;
+    if (!f) return [];
+    const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
+    const uncertain = f.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `tool call ${u.name} [${u.toolCallId}]`));
+    return [settled('interrupted', `${cause}: ${f.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`)];
+  }
+  if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
   const answered = finished.reason === 'answered' && facts.answer !== null && facts.answer.passageIds.length > 0;
-  const outcome = answered ? 'completed' : 'failed';
-  const reason = answered
-    ? `answer committed in ${passageIds.length} passage(s)`
-    : `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`;
   return [
-    makeEvent(
-      'run.settled',
-      contextFrom(facts.lastEvent),
-      'settlement',
-      {
-        outcome,
-        reason,
-        passageIds,
-        receipts,
-        usage: usageOf(facts),
-      },
-      now,
-    ),
+    answered
+      ? settled('completed', `answer committed in ${passageIds.length} passage(s)`)
+      : settled('failed', `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`),
   ];
 }

@@ -37,7 +37,8 @@ export function isBlank(text: string): boolean {
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
-  if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled) return [];
+  // a fenced execution is over for good: nothing is requested, recorded or stopped by a stale holder (K6, K10)
+  if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake':
       return onWake(facts, trigger.model, now);
@@ -59,9 +60,10 @@ function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
     if (done.toolCalls.length === 0) return [stopAfter(facts, last, now)];
     const missing = done.toolCalls.filter((c) => !facts.toolCalls.has(c.toolCallId));
     if (missing.length > 0) return missing.map((c) => makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: last.turn }, now));
-    if (done.toolCalls.some((c) => !facts.toolCalls.get(c.toolCallId)?.receipt)) return [];
   }
+  // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
+  if (last?.completed && last.completed.toolCalls.some((c) => !facts.toolCalls.get(c.toolCallId)?.receipt)) return [];
   if (facts.turns.length >= limits.maxModelRequests) {
     return [finished(facts, now, 'model-request-limit', `${facts.turns.length} of ${limits.maxModelRequests} model requests used`, null)];
   }

@@ -1,7 +1,7 @@
-import { Controller, Inject, Logger } from '@nestjs/common';
+import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog, liveDeltaSubject, ResultStore } from '@runplane/eventlog';
+import { EventLog, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
 import type { RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
@@ -9,49 +9,150 @@ import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
 
 export const MODEL_CLIENT = Symbol('MODEL_CLIENT');
+export const LEASES = Symbol('LEASES');
+export const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
+
+/** Settings of the runtime (from contracts' LeaseConfig). */
+export interface RuntimeSettings {
+  /** Lease time-to-live, ms; the lease is renewed every third of it. */
+  leaseTtlMs: number;
+}
+
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
 const MAX_TURNS_PER_WAKE = 64;
 
 /**
- * Executes Runs: a thin adapter over {@link decide}. Woken by admission and by receipts, it
- * decides through the command handler; when its own `model.turn.requested` was appended it makes
- * that one model request (the activity) and decides the outcome into events. A request whose
- * `model.turn.requested` another writer stored is never made here (K5, K6).
+ * Executes Runs: a thin adapter over {@link decide}. A Run is executed only while this instance
+ * holds its lease (K6): the first wake takes it (a Run whose lease was ever taken, released or
+ * fenced is never taken again: no resume in place, K10), a timer renews it every third of its TTL
+ * and also wakes every held Run (so a receipt delivered to another runtime replica is not missed),
+ * and it is released when execution finishes, or at once when the process stops (recovery then
+ * fences the Run and the lifecycle settles it `interrupted`). Every event is written under the
+ * lease's epoch. When its own `model.turn.requested` was appended, it makes that one model request
+ * (the activity) and decides the outcome into events; a request whose `model.turn.requested`
+ * another writer stored is never made here (K5, K6).
  */
 @Controller()
-export class ExecutionController {
+export class ExecutionController implements OnModuleDestroy, BeforeApplicationShutdown {
   private readonly logger = new Logger('runtime');
   private results: ResultStore | null = null;
   private readonly commands: RunCommandHandler;
+  /** Leases this instance holds, by Run. */
+  private readonly held = new Map<string, HeldLease>();
+  /** One execution at a time per Run, whatever woke it (a delivery or the renewal timer). */
+  private readonly serial = new Map<string, Promise<void>>();
+  /** Aborts the model request in flight per Run (when the process stops or the lease is lost). */
+  private readonly inFlight = new Map<string, AbortController>();
+  private readonly timer: NodeJS.Timeout;
+  private stopping = false;
 
   constructor(
     private readonly log: EventLog,
     @Inject(MODEL_CLIENT) private readonly model: ModelClient,
+    @Inject(LEASES) private readonly leases: LeaseStore,
+    @Inject(RUNTIME_SETTINGS) private readonly settings: RuntimeSettings,
   ) {
     this.commands = new RunCommandHandler(log, 'runtime');
+    this.timer = setInterval(() => void this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
   }
 
   @EventPattern(['run.admitted', 'tool.call.receipt'])
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
-    const runId = stored.event.runId;
+    await this.exclusive(stored.event.runId, () => this.execute(stored.event.runId));
+  }
+
+  /** Runs `step` after every earlier step of the same Run in this process. */
+  private exclusive(runId: string, step: () => Promise<void>): Promise<void> {
+    const next = (this.serial.get(runId) ?? Promise.resolve()).then(step, step);
+    this.serial.set(runId, next);
+    const done = () => {
+      if (this.serial.get(runId) === next) this.serial.delete(runId);
+    };
+    next.then(done, done);
+    return next;
+  }
+
+  /** Takes the Run's next steps while this instance holds (or can take) its lease. */
+  private async execute(runId: string): Promise<void> {
+    if (this.stopping) return; // its Runs are released to recovery; nothing new starts here
+    let lease = this.held.get(runId);
+    if (!lease) {
+      const facts = await this.commands.folds.read(runId);
+      if (!facts.admitted || facts.finished || facts.settled || facts.fenced) return;
+      const taken = await this.leases.acquire(runId, this.log.writer, this.settings.leaseTtlMs);
+      if ('held' in taken) return; // another instance executes it, or it was released or fenced: never resumed here
+      lease = taken;
+      this.held.set(runId, lease);
+    }
+    const epoch = lease.epoch;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
-      const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', model: this.model.model }, now));
+      const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', model: this.model.model }, now), { epoch });
+      if (facts.finished || facts.settled || facts.fenced || appended.some((e) => e.event.type === 'run.execution.finished')) {
+        await this.release(runId, 'finished');
+        return;
+      }
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
       if (!requested || requested.event.type !== 'model.turn.requested') return;
       const turn = requested.event.data.turn;
-      const result = await this.requestTurn(facts, turn);
+      const abort = new AbortController();
+      this.inFlight.set(runId, abort);
+      let result: ModelTurnResult;
+      try {
+        result = await this.requestTurn(facts, turn, abort.signal);
+      } finally {
+        this.inFlight.delete(runId);
+      }
+      // Aborted because this process stops or lost the lease: the turn's outcome is not known here,
+      // so nothing is decided; recovery records it as uncertain.
+      if (abort.signal.aborted) return;
       if (!result.ok) this.logger.warn({ runId, turn, error: result.error }, 'model turn failed');
-      await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result }, now));
+      await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result }, now), { epoch });
     }
     this.logger.warn({ runId }, 'turn limit reached in one wake');
   }
 
+  /** Gives the Run's lease up (if held). */
+  private async release(runId: string, reason: 'finished' | 'stopping'): Promise<void> {
+    const lease = this.held.get(runId);
+    if (!lease) return;
+    this.held.delete(runId);
+    await this.leases.release(lease, this.log.writer, reason).catch((e: unknown) => {
+      this.logger.warn({ runId, reason, error: (e as Error).message }, 'could not release the lease (fenced or changed meanwhile)');
+    });
+  }
+
+  /**
+   * Renews every held lease (compare-and-set) and wakes its Run. A lease that changed meanwhile was
+   * fenced: this instance stops executing that Run at once (its model request is aborted, and the
+   * fence on its subject refuses any write it still attempts). A renewal that fails because NATS is
+   * unreachable is retried on the next tick; recovery does not count that time as an expiry.
+   */
+  private async renewAll(): Promise<void> {
+    if (this.stopping) return;
+    for (const [runId, lease] of [...this.held]) {
+      try {
+        this.held.set(runId, await this.leases.renew(lease, this.log.writer));
+      } catch (e) {
+        const current = await this.leases.get(runId).catch(() => undefined);
+        if (current === undefined) continue; // NATS unreachable: try again next tick
+        if (current?.revision === lease.revision) continue; // the renewal itself failed in transit
+        this.logger.warn({ runId, epoch: lease.epoch, error: (e as Error).message }, 'lease lost (fenced): execution of this Run stops here');
+        this.held.delete(runId);
+        this.inFlight.get(runId)?.abort();
+        continue;
+      }
+      void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
+        this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
+      });
+    }
+  }
+
   /** The activity: one streamed model request for `turn`, built from the Run's facts. Never throws for model-side failures. */
-  private async requestTurn(facts: RunFacts, turn: number): Promise<ModelTurnResult> {
+  private async requestTurn(facts: RunFacts, turn: number, signal: AbortSignal): Promise<ModelTurnResult> {
     const messages = buildMessages(facts, await this.resolveResults(facts));
     const tools = toolDefinitions(facts.admitted!.grant.tools);
     const delta = liveDeltaSubject(this.log.space, facts.runId);
-    return this.model.turn(turn, messages, tools, (text) => this.log.nc.publish(delta, JSON.stringify({ turn, text })));
+    return this.model.turn(turn, messages, tools, (text) => this.log.nc.publish(delta, JSON.stringify({ turn, text })), signal);
   }
 
   /** Succeeded results by toolCallId: inline ones as recorded, large ones from the result store. */
@@ -66,5 +167,21 @@ export class ExecutionController {
       } else out.set(call.toolCallId, r.result);
     }
     return out;
+  }
+
+  /**
+   * A stopping runtime gives every lease up at once and aborts its model requests, before its
+   * consumers drain: its Runs are then fenced and settled `interrupted` without waiting for the
+   * lease to expire (K10). Nothing it was doing is resumed elsewhere.
+   */
+  async onModuleDestroy(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.timer);
+    for (const abort of this.inFlight.values()) abort.abort();
+    await Promise.all([...this.held.keys()].map((runId) => this.release(runId, 'stopping')));
+  }
+
+  beforeApplicationShutdown(): void {
+    clearInterval(this.timer);
   }
 }

@@ -1,5 +1,5 @@
 import { ownerFilter } from '@runplane/eventlog';
-import { ModelConfig } from '@runplane/contracts';
+import { LeaseConfig, ModelConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
 
@@ -8,6 +8,6 @@ main({
   module: RuntimeModule,
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
-  config: [ModelConfig],
+  config: [ModelConfig, LeaseConfig],
   consumer: { durable: 'runtime', filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools')] },
 });

@@ -40,15 +40,19 @@ export class ModelClient {
     messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
     tools: OpenAI.Chat.Completions.ChatCompletionTool[],
     onDelta: (text: string) => void,
+    signal?: AbortSignal,
   ): Promise<ModelTurnResult> {
     try {
-      const stream = await this.client.chat.completions.create({
-        model: this.opts.model,
-        messages,
-        ...(tools.length > 0 ? { tools } : {}),
-        stream: true,
-        stream_options: { include_usage: true },
-      });
+      const stream = await this.client.chat.completions.create(
+        {
+          model: this.opts.model,
+          messages,
+          ...(tools.length > 0 ? { tools } : {}),
+          stream: true,
+          stream_options: { include_usage: true },
+        },
+        signal ? { signal } : undefined,
+      );
       let content = '';
       let finishReason = '';
       let usage: Extract<ModelTurnResult, { ok: true }>['turn']['usage'] = null;

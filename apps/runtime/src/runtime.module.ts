@@ -1,26 +1,32 @@
 import { Module } from '@nestjs/common';
-import { loadConfig, ModelConfig } from '@runplane/contracts';
+import { LeaseConfig, ModelConfig } from '@runplane/contracts';
+import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { HealthModule } from '@runplane/service-kit';
-import { ExecutionController, MODEL_CLIENT } from './execution.controller.js';
+import { configToken, HealthModule } from '@runplane/service-kit';
+import { ExecutionController, LEASES, MODEL_CLIENT, RUNTIME_SETTINGS, type RuntimeSettings } from './execution.controller.js';
 import { ModelClient } from './model-client.js';
 
-/** Wires the runtime: the event log, the model client (from ModelConfig) and the execution controller. */
+/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig) and the execution controller. */
 @Module({
   imports: [EventLogModule.forService('runtime'), HealthModule],
   controllers: [ExecutionController],
   providers: [
     {
       provide: MODEL_CLIENT,
-      useFactory: () => {
-        const cfg = loadConfig(ModelConfig);
-        return new ModelClient({
+      inject: [configToken(ModelConfig)],
+      useFactory: (cfg: ModelConfig) =>
+        new ModelClient({
           baseURL: cfg.OPENAI_BASE_URL,
           apiKey: cfg.OPENAI_API_KEY,
           model: cfg.RUNPLANE_MODEL,
           timeoutMs: cfg.RUNPLANE_MODEL_TIMEOUT_MS,
-        });
-      },
+        }),
+    },
+    { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
+    {
+      provide: RUNTIME_SETTINGS,
+      inject: [configToken(LeaseConfig)],
+      useFactory: (cfg: LeaseConfig): RuntimeSettings => ({ leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS }),
     },
   ],
 })

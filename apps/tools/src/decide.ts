@@ -57,7 +57,9 @@ export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEv
   if (!facts.admitted || !facts.lastEvent || facts.settled) return [];
   switch (trigger.type) {
     case 'Wake':
-      return onWake(facts, now);
+      // after a fence nothing more is dispatched (K6); a call already executing still gets its real
+      // receipt (a fence never cancels an effect in flight, and its outcome is a fact)
+      return facts.fenced ? [] : onWake(facts, now);
     case 'ToolExecuted':
       return onExecuted(facts, trigger, now);
     default:

@@ -47,6 +47,7 @@ export const ModelConfig = z.object({
   /** Per model request, milliseconds. */
   RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
 });
+export type ModelConfig = z.infer<typeof ModelConfig>;
 
 export const LimitsConfig = z.object({
   RUNPLANE_MAX_MODEL_REQUESTS: envInt(8, 1),
@@ -61,6 +62,20 @@ export const ToolsConfig = z.object({
   /** A tool call without an outcome by then gets an `unknown` receipt (K5), milliseconds. */
   RUNPLANE_TOOL_TIMEOUT_MS: envInt(60_000, 1, MAX_TIMER_MS),
 });
+/** Execution leases (K6, K10): read by the runtime (holder) and recovery (watcher). */
+export const LeaseConfig = z.object({
+  /** A held lease without a renewal for this long has expired and its Run is fenced, ms (renewed every third of it). */
+  RUNPLANE_LEASE_TTL_MS: envInt(15_000, 300, MAX_TIMER_MS),
+});
+export type LeaseConfig = z.infer<typeof LeaseConfig>;
+
+/** The recovery service. */
+export const RecoveryConfig = z.object({
+  /** How often recovery compares every lease with the clock, ms. */
+  RUNPLANE_RECOVERY_SWEEP_MS: envInt(1_000, 50, MAX_TIMER_MS),
+});
+export type RecoveryConfig = z.infer<typeof RecoveryConfig>;
+
 export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) });
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 

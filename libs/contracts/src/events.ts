@@ -146,6 +146,44 @@ export const AnswerPublishedV1 = z.object({
   sourceTurn: z.number().int().positive(),
 });
 
+// ---- recovery ---------------------------------------------------------------------------------
+/** Who held a Run's execution lease: the writer of the runtime's events under it. */
+export const LeaseHolder = z.object({ service: z.string(), instance: z.string() });
+/** A runtime instance took a Run's execution lease (observed by recovery in the lease bucket). K6. */
+export const LeaseGrantedV1 = z.object({
+  /** Fencing epoch: grows with every grant of the Run; the runtime's events carry it as `writer.epoch`. */
+  epoch: z.number().int().positive(),
+  holder: LeaseHolder,
+  /** How long the lease lives without a renewal, ms. */
+  ttlMs: z.number().int().positive(),
+});
+/** Why recovery fenced a Run's execution. */
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped']);
+export type FenceReason = z.infer<typeof FenceReason>;
+/** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
+export const UncertainStep = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('model-turn'), turn: z.number().int().positive() }),
+  z.object({ kind: z.literal('tool-call'), toolCallId: Id, name: z.string() }),
+]);
+export type UncertainStep = z.infer<typeof UncertainStep>;
+/**
+ * Recovery fenced the Run's execution: written on each executor's own subject (`runtime`,
+ * `tools`: `fencedSubject`), so that every later conditional append of a stale holder there
+ * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
+ * (K10). A crashed or frozen execution is never resumed in place.
+ */
+export const RunFencedV1 = z.object({
+  /** The subject this marker stands on: the executor it fences. */
+  fencedSubject: z.enum(['runtime', 'tools']),
+  /** The epoch of the lease that ended. */
+  epoch: z.number().int().positive(),
+  holder: LeaseHolder,
+  reason: FenceReason,
+  /** Human-readable detail: when the lease expired, which instance stopped. */
+  detail: z.string(),
+  uncertain: z.array(UncertainStep),
+});
+
 // ---- lifecycle --------------------------------------------------------------------------------
 export const Outcome = z.enum(['completed', 'partial', 'failed', 'canceled', 'interrupted']);
 export type Outcome = z.infer<typeof Outcome>;
@@ -175,6 +213,8 @@ export const EventCatalog = {
   'passage.committed': { owner: 'publication', version: 1, data: PassageCommittedV1 },
   'answer.published': { owner: 'publication', version: 1, data: AnswerPublishedV1 },
   'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
+  'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
+  'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
 } as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
 
 export type EventType = keyof typeof EventCatalog;
@@ -242,6 +282,14 @@ export type RunEventOf<T extends EventType> = z.infer<typeof EnvelopeFields> & {
   data: EventData<T>;
 };
 export type RunEvent = { [T in EventType]: RunEventOf<T> }[EventType];
+
+/**
+ * The subject token an event is stored under: its owner's, except for recovery's fence, which
+ * stands on the subject of the executor it fences (`<prefix>.run.<runId>.<fencedSubject>`).
+ */
+export function subjectTokenOf(event: RunEvent): Owner {
+  return event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
+}
 
 /** An event as read back from the log, with its stream position. */
 export interface StoredEvent<E extends RunEvent = RunEvent> {

@@ -24,7 +24,7 @@ import {
 } from './http.js';
 
 /** The service processes that serve HTTP (every one serves `/healthz` and `/openapi.json`). */
-export const HttpServices = ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'projector'] as const;
+export const HttpServices = ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'] as const;
 export type HttpService = (typeof HttpServices)[number];
 
 /** One documented answer of a route. */
@@ -136,7 +136,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
     },
   },
   {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle'],
+    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery'],
     method: 'get',
     path: '/healthz',
     operationId: 'health',

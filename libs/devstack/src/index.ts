@@ -25,7 +25,7 @@ import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ens
 export const SERVICE_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4'];
 
 /** The service processes, in start order. `projector` keeps the PostgreSQL projections. */
-export const SERVICES = ['projector', 'lifecycle', 'publication', 'tools', 'runtime', 'admission'] as const;
+export const SERVICES = ['projector', 'lifecycle', 'recovery', 'publication', 'tools', 'runtime', 'admission'] as const;
 export type ServiceName = (typeof SERVICES)[number];
 
 /**
@@ -270,7 +270,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       started.push(model);
       modelUrl = model.url;
     }
-    const anyPort = { ADMISSION_PORT: '0', PUBLICATION_PORT: '0', RUNTIME_PORT: '0', TOOLS_PORT: '0', LIFECYCLE_PORT: '0', PROJECTOR_PORT: '0' };
+    const anyPort = {
+      ADMISSION_PORT: '0',
+      PUBLICATION_PORT: '0',
+      RUNTIME_PORT: '0',
+      TOOLS_PORT: '0',
+      LIFECYCLE_PORT: '0',
+      RECOVERY_PORT: '0',
+      PROJECTOR_PORT: '0',
+    };
     const env: NodeJS.ProcessEnv = {
       NO_COLOR: '1',
       ...opts.env,

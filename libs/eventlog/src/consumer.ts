@@ -1,6 +1,6 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
-import { AppendConflict, InvalidStoredEvent } from './errors.js';
+import { AppendConflict } from './errors.js';
 import { decodeStored, type EventLog } from './event-log.js';
 
 export interface DurableConsumerSpec {
@@ -98,11 +98,13 @@ export class DurableConsumer {
     try {
       stored = decodeStored(m.seq, m.subject, m.data);
     } catch (e) {
+      const tokens = m.subject.split('.');
       this.logger.error(
-        { durable: this.durableName, seq: m.seq, subject: m.subject, reason: (e as Error).message },
-        'terminating undecodable message',
+        { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[tokens.length - 2], reason: (e as Error).message },
+        'terminating a message that is not a valid event (an anomaly: it is not a fact)',
       );
-      m.term(e instanceof InvalidStoredEvent ? e.message : 'undecodable');
+      // plain term: nats-server 2.9 ignores a term that carries a reason and redelivers for ever
+      m.term();
       return;
     }
     const key = stored.event.runId;

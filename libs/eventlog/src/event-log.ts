@@ -10,8 +10,9 @@ import {
   type JetStreamClient,
   type JetStreamManager,
   type JsMsg,
+  type StoredMsg,
 } from '@nats-io/jetstream';
-import { BusConfig, Owner, RunEvent, type StoredEvent, type Writer } from '@runplane/contracts';
+import { BusConfig, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, InvalidStoredEvent } from './errors.js';
 import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
 
@@ -61,6 +62,8 @@ export function isTransientNatsError(e: unknown): boolean {
 }
 
 const WRONG_LAST_SEQUENCE = 10071;
+/** The header of a conditional append, stored with the message: the server checked it. */
+const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
@@ -78,7 +81,7 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
   if (!parsed.success) throw new InvalidStoredEvent(seq, subject, parsed.error.message);
   const event = parsed.data as StoredEvent['event'];
   const tokens = subject.split('.');
-  if (tokens[tokens.length - 1] !== event.owner || tokens[tokens.length - 2] !== event.runId) {
+  if (tokens[tokens.length - 1] !== subjectTokenOf(event) || tokens[tokens.length - 2] !== event.runId) {
     throw new InvalidStoredEvent(seq, subject, `owner ${event.owner} / run ${event.runId} do not match the subject`);
   }
   return { seq, subject, event };
@@ -185,7 +188,7 @@ export class EventLog {
   }
 
   subjectOf(event: RunEvent): string {
-    return runSubject(this.space, event.runId, event.owner);
+    return runSubject(this.space, event.runId, subjectTokenOf(event));
   }
 
   /**
@@ -193,7 +196,7 @@ export class EventLog {
    * still `expectedLastSubjectSeq` (0 = the subject must be empty), stamped with `prevSeq` (that
    * expectation: the subject's verified back-link), `earlierSeqs` (the sequences of earlier
    * events on the subject the writer knows, newest first: read-ahead hints) and this log's
-   * `writer`. K6, K11.
+   * `writer` (with `epoch`, the fencing epoch of the lease the writer executes under, when given). K6, K11.
    *
    * An attempt whose outcome is unknown (timeout, NATS restarting) is retried with the same event
    * id, with backoff, for up to `appendRetryMs`: JetStream's de-duplication by `Nats-Msg-Id`
@@ -205,10 +208,11 @@ export class EventLog {
    * @throws AppendConflict (`kind` `wrong-last-sequence` or `decided-elsewhere`): re-read and decide again.
    * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
-  async append(event: RunEvent, expectedLastSubjectSeq: number, earlierSeqs: readonly number[] = []): Promise<AppendResult> {
+  async append(event: RunEvent, expectedLastSubjectSeq: number, earlierSeqs: readonly number[] = [], epoch?: number): Promise<AppendResult> {
     const subject = this.subjectOf(event);
     const hints = earlierSeqs.filter((s) => s < expectedLastSubjectSeq).slice(0, MAX_EARLIER_SEQS);
-    const stamped = { ...event, prevSeq: expectedLastSubjectSeq, ...(hints.length ? { earlierSeqs: hints } : {}), writer: this.writer } as RunEvent;
+    const writer = epoch === undefined ? this.writer : { ...this.writer, epoch };
+    const stamped = { ...event, prevSeq: expectedLastSubjectSeq, ...(hints.length ? { earlierSeqs: hints } : {}), writer } as RunEvent;
     const body = JSON.stringify(stamped);
     let attempts = 0;
     return pRetry(
@@ -286,7 +290,14 @@ export class EventLog {
     const subject = runSubject(this.space, runId, owner);
     const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
     if (!msg) return null;
-    return decodeStored(msg.seq, msg.subject, msg.data);
+    try {
+      return decodeStored(msg.seq, msg.subject, msg.data);
+    } catch (e) {
+      if (!(e instanceof InvalidStoredEvent)) throw e;
+      // the subject's last message is not an event: the last event on it is found by reading the Run
+      const events = (await this.catchUp(runId, {})).events.filter((s) => s.subject === subject);
+      return events[events.length - 1] ?? null;
+    }
   }
 
   /**
@@ -317,8 +328,20 @@ export class EventLog {
       return { events, lasts, full: false };
     }
     const events: StoredEvent[] = [];
-    for await (const e of this.snapshot(runFilter(this.space, runId), 1)) {
-      lasts[e.event.owner] = Math.max(lasts[e.event.owner], e.seq);
+    // every message counts for its subject's last sequence, an invalid one too: the next append
+    // there must expect it, or it would conflict for ever
+    const seen = (subject: string, seq: number) => {
+      const token = subject.split('.').pop() as Owner;
+      if (token in lasts) lasts[token] = Math.max(lasts[token], seq);
+    };
+    const eventIds = new Set<string>();
+    for await (const e of this.snapshot(runFilter(this.space, runId), 1, 512, seen)) {
+      // a copy of an event already read (a replay under another message id) is not a second fact
+      if (eventIds.has(e.event.eventId)) {
+        this.onInvalid(new InvalidStoredEvent(e.seq, e.subject, `a copy of event ${e.event.eventId}, already stored earlier`));
+        continue;
+      }
+      eventIds.add(e.event.eventId);
       if (e.seq >= fromSeq) events.push(e);
     }
     return { events, lasts, full: true };
@@ -327,8 +350,11 @@ export class EventLog {
   /**
    * Follows one subject's back-links from its last event down to `stopAt` (exclusive) or below
    * `fromSeq`; null when a link is broken. `last` is the subject's last sequence (0 = empty).
-   * Each event's `earlierSeqs` hints are fetched in parallel; the result is accepted only when
-   * every fetched event's verified `prevSeq` points at the next older one.
+   * A link is the `Nats-Expected-Last-Subject-Sequence` header stored with the message, which the
+   * server checked when it stored it, and the event's `prevSeq` must say the same; a message
+   * without that header (published by anything but a conditional append), or whose body says
+   * otherwise, breaks the chain. Each event's `earlierSeqs` hints are fetched in parallel; the
+   * result is accepted only where every fetched event's verified link points at the next older one.
    */
   private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
     const first = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
@@ -336,34 +362,42 @@ export class EventLog {
     const last = first.seq;
     if (last < stopAt) return null;
     const floor = Math.max(stopAt + 1, fromSeq);
-    const decode = (m: { seq: number; subject: string; data: Uint8Array }): StoredEvent | null => {
+    /** The event and its verified back-link, or null when the message is not a linked event of this subject. */
+    const decode = (m: StoredMsg): { stored: StoredEvent; prev: number } | null => {
       if (m.subject !== subject) return null;
+      const header = m.header?.get(EXPECTED_LAST_SUBJECT_SEQUENCE);
+      const prev = header ? Number(header) : NaN;
+      if (!Number.isSafeInteger(prev) || prev < 0 || prev >= m.seq) return null;
+      let stored: StoredEvent;
       try {
-        return decodeStored(m.seq, m.subject, m.data);
+        stored = decodeStored(m.seq, m.subject, m.data);
       } catch (e) {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
       }
+      return stored.event.prevSeq === prev ? { stored, prev } : null;
     };
     const events: StoredEvent[] = [];
     let oldest = last >= floor ? decode(first) : null;
     if (last >= floor && !oldest) return null;
     while (oldest) {
-      events.push(oldest);
-      const prev = oldest.event.prevSeq;
-      if (prev === undefined || prev >= oldest.seq || (prev < stopAt && prev >= fromSeq)) return null;
+      events.push(oldest.stored);
+      const prev = oldest.prev;
+      if (stopAt > 0 && prev < stopAt) return null; // the chain skips an event this reader knows: not consistent
       if (prev < floor) break;
-      const wanted = [prev, ...(oldest.event.earlierSeqs ?? [])].filter((s) => s >= floor);
+      const wanted = [prev, ...(oldest.stored.event.earlierSeqs ?? [])].filter((s) => s >= floor);
       const fetched = await Promise.all(wanted.map((seq) => this.jsm.direct.getMessage(this.space.stream, { seq })));
       let expected = prev;
       oldest = null;
       for (const m of fetched) {
         const e = m ? decode(m) : null;
-        // a hint that does not match the verified chain: stop using hints here, follow prevSeq
-        if (!e || e.seq !== expected) break;
-        if (oldest) events.push(oldest);
+        // a hint that does not match the verified chain: stop using hints here, follow the link
+        if (!e || e.stored.seq !== expected) break;
+        if (oldest) events.push(oldest.stored);
         oldest = e;
-        expected = e.event.prevSeq ?? -1;
+        expected = e.prev;
+        if (stopAt > 0 && expected < stopAt) return null;
+        if (expected < floor) break;
       }
       if (!oldest) return null;
     }
@@ -415,7 +449,12 @@ export class EventLog {
    * pull consumer snapshots the pending count, then exactly that many are fetched in batches.
    * Reads never append (K11).
    */
-  private async *snapshot(filter: string, fromSeq: number, batchSize = 512): AsyncGenerator<StoredEvent> {
+  private async *snapshot(
+    filter: string,
+    fromSeq: number,
+    batchSize = 512,
+    seen?: (subject: string, seq: number) => void,
+  ): AsyncGenerator<StoredEvent> {
     const info = await this.jsm.consumers.add(this.space.stream, {
       filter_subject: filter,
       ack_policy: AckPolicy.None,
@@ -431,6 +470,7 @@ export class EventLog {
         let got = 0;
         for await (const m of batch) {
           got++;
+          seen?.(m.subject, m.seq);
           try {
             yield decodeStored(m.seq, m.subject, m.data);
           } catch (e) {

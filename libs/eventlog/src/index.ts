@@ -3,3 +3,4 @@ export * from './errors.js';
 export * from './event-log.js';
 export * from './consumer.js';
 export * from './result-store.js';
+export * from './leases.js';

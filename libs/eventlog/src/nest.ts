@@ -23,8 +23,15 @@ export class EventLogModule implements OnApplicationShutdown {
           provide: EventLog,
           useFactory: async () => {
             loadConfig(BusConfig); // a bad value fails here in one readable line
-            EventLogModule.instance = await EventLog.fromEnv(serviceName);
-            return EventLogModule.instance;
+            const log = await EventLog.fromEnv(serviceName);
+            const logger = new Logger('EventLog');
+            log.onInvalid = (e) =>
+              logger.warn(
+                { seq: e.seq, subject: e.subject, runId: e.subject.split('.').at(-2), reason: e.message },
+                'skipping a stored message that is not a valid event',
+              );
+            EventLogModule.instance = log;
+            return log;
           },
         },
       ],

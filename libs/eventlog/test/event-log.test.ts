@@ -226,4 +226,60 @@ describeEachNatsServer(servers, (server) => {
     expect(again.full).toBe(false);
     expect(again.events.map((e) => e.event.type)).toEqual(['run.admitted', ...Array<string>(9).fill('model.turn.requested')]);
   });
+
+  it('a copy of a genuine event stored again without the conditional append (a replay) breaks the chain: the Run is read whole, and the copy is not a second fact', async () => {
+    const runId = `r11${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const t1 = await log.append(turnRequested(runId, 1), 0);
+    const t2 = await log.append(turnRequested(runId, 2), t1.seq, [t1.seq]);
+    // a byte-for-byte copy of turn 1 claiming to be the first on its subject, published plainly
+    const replay = { ...t1.stored.event, prevSeq: 0 };
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(replay));
+    const reported: string[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e.message);
+    try {
+      const read = await log.catchUp(runId, {});
+      expect(read.full).toBe(true);
+      expect(read.events.map((e) => e.seq)).toEqual([a.seq, t1.seq, t2.seq]);
+      expect(read.lasts.runtime).toBeGreaterThan(t2.seq); // the copy still moves the subject on
+      // a reader that knew the subject up to turn 2 is not fooled into a shorter chain either
+      const again = await log.catchUp(runId, { admission: a.seq, runtime: t2.seq });
+      expect(again.full).toBe(true);
+    } finally {
+      log.onInvalid = previous;
+    }
+    expect(reported.some((m) => /a copy of event/.test(m))).toBe(true);
+  });
+
+  it('an event whose prevSeq disagrees with the expectation the server checked is not a link', async () => {
+    const runId = `r12${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const t1 = await log.append(turnRequested(runId, 1), 0);
+    // a conditional append whose body claims another predecessor than its header
+    const liar = { ...turnRequested(runId, 2), prevSeq: 0 };
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(liar), {
+      msgID: liar.eventId,
+      expect: { lastSubjectSequence: t1.seq },
+    });
+    const read = await log.catchUp(runId, {});
+    expect(read.full).toBe(true);
+    expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested', 'model.turn.requested']);
+    expect(read.events[0]!.seq).toBe(a.seq);
+  });
+
+  it('the last event of a subject whose last message is garbage is still found (no error)', async () => {
+    const runId = `r13${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    await log.js.publish(runSubject(log.space, runId, 'admission'), 'not json');
+    const previous = log.onInvalid;
+    log.onInvalid = () => undefined;
+    try {
+      expect((await log.lastOf(runId, 'admission'))?.seq).toBe(a.seq);
+      const read = await log.catchUp(runId, {});
+      expect(read.lasts.admission).toBeGreaterThan(a.seq);
+    } finally {
+      log.onInvalid = previous;
+    }
+  });
 });

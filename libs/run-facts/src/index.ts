@@ -3,7 +3,7 @@
  * step from this fold (`decide(facts, ...) -> events`), never from in-memory state, so a
  * restarted or redelivered handler reaches the same decision (K10, K11).
  */
-import type { EventData, Owner, RunEvent, StoredEvent } from '@runplane/contracts';
+import { subjectTokenOf, type EventData, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 
 export interface TurnFacts {
   turn: number;
@@ -34,7 +34,15 @@ export interface RunFacts {
   passages: Map<string, EventData<'passage.committed'>>;
   answer: EventData<'answer.published'> | null;
   settled: (EventData<'run.settled'> & { at: string }) | null;
-  /** Last stream sequence written on each owner's subject: the expectation for its next append (K6). */
+  /** The execution lease grants recovery recorded, in order (K6). */
+  leases: EventData<'lease.granted'>[];
+  /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
+  fenced: EventData<'run.fenced'> | null;
+  /**
+   * Last stream sequence on each of the Run's subjects (`<prefix>.run.<runId>.<token>`, one per
+   * owner; recovery's fences stand on the executors' subjects): the expectation for the next
+   * append on that subject (K6).
+   */
   lastSeqByOwner: Record<Owner, number>;
   /** Last stream sequence of the Run (any owner); 0 before admission. */
   lastSeq: number;
@@ -53,6 +61,8 @@ export function emptyFacts(runId: string): RunFacts {
     passages: new Map(),
     answer: null,
     settled: null,
+    leases: [],
+    fenced: null,
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastSeq: 0,
     lastEvent: null,
@@ -67,7 +77,7 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     turns: facts.turns.map((t) => ({ ...t })),
     toolCalls: new Map([...facts.toolCalls].map(([k, v]) => [k, { ...v }])),
     passages: new Map(facts.passages),
-    lastSeqByOwner: { ...facts.lastSeqByOwner, [e.owner]: stored.seq },
+    lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastSeq: stored.seq,
     lastEvent: e,
   };
@@ -123,13 +133,27 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'run.settled':
       next.settled = { ...e.data, at: e.occurredAt };
       break;
+    case 'lease.granted':
+      next.leases = [...facts.leases, e.data];
+      break;
+    case 'run.fenced':
+      next.fenced ??= e.data;
+      break;
   }
   return next;
 }
 
-/** Folds a Run's stored events (in stream order) into its facts. */
+/**
+ * Folds a Run's stored events (in stream order) into its facts. An event whose id was already
+ * folded (a copy stored again under another message id) is not a second fact: it is skipped.
+ */
 export function foldRun(runId: string, events: readonly StoredEvent[]): RunFacts {
-  return events.reduce(evolve, emptyFacts(runId));
+  const seen = new Set<string>();
+  return events.reduce((facts, stored) => {
+    if (seen.has(stored.event.eventId)) return facts;
+    seen.add(stored.event.eventId);
+    return evolve(facts, stored);
+  }, emptyFacts(runId));
 }
 
 /** The Run's latest model turn, or null before the first request. */

@@ -6,9 +6,9 @@
  * adapter runs them only for events this handler reports as appended by this call.
  */
 import pRetry, { AbortError } from 'p-retry';
-import type { Owner, RunEvent, StoredEvent } from '@runplane/contracts';
+import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { AppendConflict, MAX_EARLIER_SEQS, type EventLog } from '@runplane/eventlog';
-import { emptyFacts, evolve, type RunFacts } from '@runplane/run-facts';
+import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
   /** Every known event of the Run, in stream order. */
@@ -17,6 +17,18 @@ interface Entry {
   lasts: Partial<Record<Owner, number>>;
   /** The fold of `events` (kept in step with them). */
   facts: RunFacts;
+  /** Ids of the events folded (a copy of one stored again is not folded twice). */
+  eventIds: Set<string>;
+}
+
+/**
+ * The facts with each subject's last sequence as the log reported it: a message on a subject
+ * that is not a valid event still moves that subject on, and the next append there must expect it.
+ */
+function withLasts(facts: RunFacts, lasts: Partial<Record<Owner, number>>): RunFacts {
+  const lastSeqByOwner = { ...facts.lastSeqByOwner };
+  for (const [token, seq] of Object.entries(lasts) as [Owner, number][]) lastSeqByOwner[token] = Math.max(lastSeqByOwner[token] ?? 0, seq);
+  return { ...facts, lastSeqByOwner };
 }
 
 /**
@@ -55,19 +67,19 @@ export class RunFolds {
   remember(stored: StoredEvent): void {
     const entry = this.entries.get(stored.event.runId);
     if (!entry) return;
-    const owner = stored.event.owner;
+    const owner = subjectTokenOf(stored.event);
     // Only when it directly follows what is known of its subject: otherwise a gap would be hidden.
     if ((entry.lasts[owner] ?? 0) !== (stored.event.prevSeq ?? -1)) return;
     this.keep(stored.event.runId, this.merge(stored.event.runId, entry, [stored], { [owner]: stored.seq }));
   }
 
-  /** Sequences of the known events on one owner's subject of a Run, newest first (read-ahead hints for the next append). */
-  seqsOf(runId: string, owner: Owner): number[] {
+  /** Sequences of the known events on one of a Run's subjects, newest first (read-ahead hints for the next append). */
+  seqsOf(runId: string, subject: Owner): number[] {
     const entry = this.entries.get(runId);
     if (!entry) return [];
     const out: number[] = [];
     for (let i = entry.events.length - 1; i >= 0 && out.length <= MAX_EARLIER_SEQS; i--)
-      if (entry.events[i]!.event.owner === owner) out.push(entry.events[i]!.seq);
+      if (subjectTokenOf(entry.events[i]!.event) === subject) out.push(entry.events[i]!.seq);
     return out;
   }
 
@@ -82,7 +94,7 @@ export class RunFolds {
   }
 
   private fresh(runId: string, events: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
-    return { events, lasts: { ...lasts }, facts: events.reduce(evolve, emptyFacts(runId)) };
+    return { events, lasts: { ...lasts }, facts: withLasts(foldRun(runId, events), lasts), eventIds: new Set(events.map((e) => e.event.eventId)) };
   }
 
   private merge(runId: string, entry: Entry, add: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
@@ -90,11 +102,18 @@ export class RunFolds {
     for (const [owner, seq] of Object.entries(lasts) as [Owner, number][]) mergedLasts[owner] = Math.max(mergedLasts[owner] ?? 0, seq);
     const known = new Set(entry.events.map((e) => e.seq));
     const added = add.filter((e) => !known.has(e.seq));
-    if (added.length === 0) return { ...entry, lasts: mergedLasts };
+    if (added.length === 0) return { ...entry, lasts: mergedLasts, facts: withLasts(entry.facts, mergedLasts) };
     const tail = entry.events.length ? entry.events[entry.events.length - 1]!.seq : 0;
     if (added.every((e) => e.seq > tail)) {
       const sorted = [...added].sort((a, b) => a.seq - b.seq);
-      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: sorted.reduce(evolve, entry.facts) };
+      const eventIds = new Set(entry.eventIds);
+      let facts = entry.facts;
+      for (const e of sorted) {
+        if (eventIds.has(e.event.eventId)) continue; // a copy of an event already folded
+        eventIds.add(e.event.eventId);
+        facts = evolve(facts, e);
+      }
+      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: withLasts(facts, mergedLasts), eventIds };
     }
     // An event older than the newest known one (subjects are read one by one): fold again in stream order.
     const events = [...entry.events, ...added].sort((a, b) => a.seq - b.seq);
@@ -117,6 +136,8 @@ export interface CommandResult {
 }
 
 export interface CommandOptions {
+  /** The fencing epoch of the lease the writer executes under; stamped as `writer.epoch` on every appended event (K6). */
+  epoch?: number;
   /**
    * Runs before the decided events are appended (e.g. storing a large tool result the receipt
    * refers to). Must be idempotent: it runs again when a conflict makes the handler decide again.
@@ -167,14 +188,17 @@ export class RunCommandHandler {
         }
         if (events.length === 0) return { facts, appended };
         await opts.beforeAppend?.(events);
-        let expected = facts.lastSeqByOwner[this.owner];
-        let earlier = this.folds.seqsOf(runId, this.owner);
+        // each event goes on its subject (its owner's; a fence on the executor's it fences), conditional on that subject's last sequence
+        const expected = { ...facts.lastSeqByOwner };
+        const earlier = new Map<Owner, number[]>();
         for (const event of events) {
-          const result = await this.log.append(event, expected, earlier);
-          earlier = [result.seq, ...earlier];
+          const subject = subjectTokenOf(event);
+          const hints = earlier.get(subject) ?? this.folds.seqsOf(runId, subject);
+          const result = await this.log.append(event, expected[subject], hints, opts.epoch);
+          earlier.set(subject, [result.seq, ...hints]);
+          expected[subject] = result.seq;
           this.folds.remember(result.stored);
           appended.push(result.stored);
-          expected = result.seq;
         }
         return { facts, appended };
       },

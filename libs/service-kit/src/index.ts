@@ -9,7 +9,7 @@ import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, type HttpService, type Owner } from '@runplane/contracts';
+import { BusConfig, envInt, HttpConfig, loadConfig, type Owner } from '@runplane/contracts';
 import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
@@ -90,7 +90,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   app.useLogger(app.get(PinoNestLogger));
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   app.useGlobalFilters(new ProblemDetailsFilter());
-  serveOpenApi(app, spec.name as HttpService);
+  serveOpenApi(app, spec.name);
   try {
     if (spec.consumer) {
       const log = app.get(EventLog);

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, runSubject } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
@@ -111,5 +111,19 @@ describe('RunCommandHandler', () => {
     ];
     await expect(new RunCommandHandler(a, 'runtime').handle(runId, settle)).rejects.toThrow(/runtime may not append run.settled/);
     expect((await a.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted']);
+  });
+
+  it('given a message on its subject that is not an event, then the next decision still appends (expecting it), and does not loop on conflicts', async () => {
+    const runId = `garbage${tag}`;
+    await a.append(admit(runId), 0);
+    await a.js.publish(runSubject(a.space, runId, 'runtime'), 'garbage{not json');
+    const previous = a.onInvalid;
+    a.onInvalid = () => undefined;
+    try {
+      const { appended } = await new RunCommandHandler(a, 'runtime').handle(runId, requestNext);
+      expect(appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
+    } finally {
+      a.onInvalid = previous;
+    }
   });
 });

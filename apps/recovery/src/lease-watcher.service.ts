@@ -1,0 +1,150 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import type { QueuedIterator } from '@nats-io/transport-node';
+import type { KvWatchEntry } from '@nats-io/kv';
+import { EventLog, LeaseStore, leaseExpiresAt, type LeaseEntry } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
+import { decide } from './decide.js';
+
+export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
+export const RECOVERY_LEASES = Symbol('RECOVERY_LEASES');
+
+/** Settings of recovery (contracts' LeaseConfig and RecoveryConfig). */
+export interface RecoverySettings {
+  /** The lease TTL the runtimes use, ms: the grace after recovery's own reconnection to NATS. */
+  leaseTtlMs: number;
+  /** How often every lease is compared with the clock, ms. */
+  sweepMs: number;
+}
+
+/**
+ * Watches the execution leases (K6, K10). It records each grant in the Run's log; when a lease
+ * expired (its holder crashed or froze) or was released by a stopping runtime with the Run
+ * unfinished, it marks the lease fenced in the bucket (compare-and-set: the holder's next renewal
+ * fails) and fences the Run in the log through {@link decide}; the lifecycle settles it
+ * `interrupted`. Recovery never resumes a Run. Time during which recovery itself could not reach
+ * NATS is not counted against any lease: after it reconnects, every lease gets a full TTL again
+ * (its holder was just as cut off, and renews within a third of it).
+ */
+@Injectable()
+export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger = new Logger('recovery');
+  private readonly commands: RunCommandHandler;
+  /** The latest entry of every lease, by Run. */
+  private readonly leases = new Map<string, LeaseEntry>();
+  /** Grants already recorded in the log (`runId/epoch`). */
+  private readonly recorded = new Set<string>();
+  private watch: QueuedIterator<KvWatchEntry> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private sweeping: Promise<void> | null = null;
+  /** When recovery last (re)connected to NATS: no lease expires before this plus a TTL. */
+  private connectedAt = Date.now();
+  private stopped = false;
+
+  constructor(
+    private readonly log: EventLog,
+    @Inject(RECOVERY_LEASES) private readonly store: LeaseStore,
+    @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
+  ) {
+    this.commands = new RunCommandHandler(log, 'recovery');
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    void this.followStatus();
+    this.watch = await this.store.kv.watch();
+    void this.follow(this.watch);
+    this.timer = setInterval(() => {
+      this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
+    }, this.settings.sweepMs);
+  }
+
+  /** Keeps the latest entry of every lease; records grants as they appear. */
+  private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
+    for await (const e of watch) {
+      if (e.operation !== 'PUT') {
+        this.leases.delete(e.key);
+        continue;
+      }
+      const entry = LeaseStore.parse(e);
+      if (!entry) {
+        this.logger.warn({ key: e.key, revision: e.revision }, 'a lease entry that is not a lease value: ignored');
+        continue;
+      }
+      this.leases.set(entry.runId, entry);
+      if (entry.value.state === 'held' && !this.recorded.has(`${entry.runId}/${entry.value.epoch}`)) {
+        const { epoch, holder, ttlMs } = entry.value;
+        await this.commands
+          .handle(entry.runId, (f, now) => decide(f, { type: 'LeaseObserved', epoch, holder, ttlMs }, now))
+          .then(() => this.recorded.add(`${entry.runId}/${epoch}`))
+          .catch((err: unknown) =>
+            this.logger.warn({ runId: entry.runId, epoch, error: (err as Error).message }, 'could not record the lease grant yet'),
+          );
+      }
+    }
+  }
+
+  /** Notes every reconnection: leases get a full TTL from then on. */
+  private async followStatus(): Promise<void> {
+    for await (const s of this.log.nc.status()) {
+      if (s.type === 'reconnect') this.connectedAt = Date.now();
+    }
+  }
+
+  /** Compares every lease with the clock and acts on the lost ones. */
+  private async sweep(): Promise<void> {
+    if (this.stopped) return;
+    const now = Date.now();
+    for (const entry of [...this.leases.values()]) {
+      const v = entry.value;
+      try {
+        if (v.state === 'held') {
+          const expiresAt = Math.max(leaseExpiresAt(entry), this.connectedAt + v.ttlMs);
+          if (now > expiresAt) {
+            await this.fence(
+              entry,
+              'lease-expired',
+              `lease epoch ${v.epoch} of ${v.holder.instance} expired at ${new Date(leaseExpiresAt(entry)).toISOString()} without a renewal`,
+            );
+          }
+        } else if (v.state === 'released' && v.reason === 'stopping') {
+          await this.fence(
+            entry,
+            'runtime-stopped',
+            `runtime ${v.holder.instance} stopped and released lease epoch ${v.epoch} with the Run unfinished`,
+          );
+        } else if (v.state === 'released') {
+          await this.store.forget(entry.runId);
+          this.leases.delete(entry.runId);
+        } else if (v.state === 'fenced' && !this.recorded.has(`${entry.runId}/fence/${v.epoch}`)) {
+          // fenced in the bucket but not yet (or not known to be) in the log: a previous attempt failed
+          await this.recordFence(entry, 'lease-expired', `lease epoch ${v.epoch} of ${v.holder.instance} was fenced`);
+        }
+      } catch (e) {
+        this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'lease sweep step failed; retried on the next sweep');
+      }
+    }
+  }
+
+  /** Marks the lease fenced (compare-and-set), then fences the Run in the log. */
+  private async fence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
+    try {
+      await this.store.fence(entry);
+    } catch {
+      return; // the holder renewed or released it meanwhile: the watch brings the new entry
+    }
+    this.logger.warn({ runId: entry.runId, epoch: entry.value.epoch, reason }, 'execution lease lost: fencing the Run');
+    await this.recordFence(entry, reason, detail);
+  }
+
+  private async recordFence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
+    const { epoch, holder } = entry.value;
+    await this.commands.handle(entry.runId, (f, now) => decide(f, { type: 'LeaseLost', epoch, holder, reason, detail }, now));
+    this.recorded.add(`${entry.runId}/fence/${epoch}`);
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    this.watch?.stop();
+    await this.sweeping;
+  }
+}

@@ -1,0 +1,24 @@
+import { Module } from '@nestjs/common';
+import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
+import { EventLog, LeaseStore } from '@runplane/eventlog';
+import { EventLogModule } from '@runplane/eventlog/nest';
+import { configToken, HealthModule } from '@runplane/service-kit';
+import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
+
+/** Wires recovery: the event log, the lease bucket, its settings (LeaseConfig, RecoveryConfig) and the lease watcher. */
+@Module({
+  imports: [EventLogModule.forService('recovery'), HealthModule],
+  providers: [
+    LeaseWatcher,
+    { provide: RECOVERY_LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
+    {
+      provide: RECOVERY_SETTINGS,
+      inject: [configToken(LeaseConfig), configToken(RecoveryConfig)],
+      useFactory: (lease: LeaseConfig, recovery: RecoveryConfig): RecoverySettings => ({
+        leaseTtlMs: lease.RUNPLANE_LEASE_TTL_MS,
+        sweepMs: recovery.RUNPLANE_RECOVERY_SWEEP_MS,
+      }),
+    },
+  ],
+})
+export class RecoveryModule {}

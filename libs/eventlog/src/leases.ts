@@ -1,0 +1,161 @@
+/**
+ * Execution leases (K6): one NATS KV bucket `<prefix>_leases`, one key per Run. A runtime instance
+ * executes a Run only while it holds the Run's lease; every change is a compare-and-set on the
+ * key's revision (KV `create`, `update(key, value, revision)`: both on nats-server 2.9.10), so two
+ * instances can never both believe they hold it after a change. A lease's expiry is its last
+ * write's server timestamp plus `ttlMs` (KV key TTL does not exist before 2.11). Recovery watches
+ * the bucket, fences a Run whose lease expired or was released by a stopping runtime, and marks
+ * the key `fenced` so that the stale holder's renewal fails. The lease is coordination only: the
+ * facts (grant, fence) are events in the Run's log, and the fence is what stops a stale holder's
+ * writes (docs/recovery.md).
+ */
+import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import { z } from 'zod';
+import type { EventLog } from './event-log.js';
+
+/** A lease's value in the bucket. */
+export const LeaseValue = z.discriminatedUnion('state', [
+  /** Held by `holder`, renewed at least every `ttlMs`. */
+  z.object({
+    state: z.literal('held'),
+    epoch: z.number().int().positive(),
+    holder: z.object({ service: z.string(), instance: z.string() }),
+    ttlMs: z.number().int().positive(),
+  }),
+  /** Given up by its holder: `finished` (execution ended normally) or `stopping` (the runtime shuts down with the Run unfinished). */
+  z.object({
+    state: z.literal('released'),
+    epoch: z.number().int().positive(),
+    holder: z.object({ service: z.string(), instance: z.string() }),
+    reason: z.enum(['finished', 'stopping']),
+  }),
+  /** Fenced by recovery: nobody may hold it again (a stored Run is not a licence to resume, K10). */
+  z.object({
+    state: z.literal('fenced'),
+    epoch: z.number().int().positive(),
+    holder: z.object({ service: z.string(), instance: z.string() }),
+  }),
+]);
+export type LeaseValue = z.infer<typeof LeaseValue>;
+
+/** A lease as read from the bucket: its value, the revision to compare-and-set against, and the server time of its last write. */
+export interface LeaseEntry {
+  runId: string;
+  value: LeaseValue;
+  revision: number;
+  writtenAt: Date;
+}
+
+/** A lease this process holds. */
+export interface HeldLease {
+  runId: string;
+  epoch: number;
+  revision: number;
+  ttlMs: number;
+}
+
+/** Why a lease could not be taken. */
+export type AcquireRefusal = { held: false; by: LeaseEntry };
+
+/** The leases bucket. */
+export class LeaseStore {
+  private constructor(
+    readonly kv: KV,
+    readonly bucket: string,
+  ) {}
+
+  /** The bucket name for a log's subject space: `<prefix>_leases`. */
+  static bucketFor(log: Pick<EventLog, 'space'>): string {
+    return `${log.space.prefix}_leases`;
+  }
+
+  /** Opens (creating if missing) the bucket of `log`'s subject space. */
+  static async open(log: EventLog): Promise<LeaseStore> {
+    const bucket = LeaseStore.bucketFor(log);
+    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
+    return new LeaseStore(kv, bucket);
+  }
+
+  /** Parses a bucket entry; null for a deleted key or a value that is not a lease. */
+  static parse(entry: KvEntry): LeaseEntry | null {
+    if (entry.operation !== 'PUT') return null;
+    let raw: unknown;
+    try {
+      raw = entry.json();
+    } catch {
+      return null;
+    }
+    const value = LeaseValue.safeParse(raw);
+    return value.success ? { runId: entry.key, value: value.data, revision: entry.revision, writtenAt: entry.created } : null;
+  }
+
+  /** The Run's lease, or null when there is none. */
+  async get(runId: string): Promise<LeaseEntry | null> {
+    const entry = await this.kv.get(runId);
+    return entry ? LeaseStore.parse(entry) : null;
+  }
+
+  /**
+   * Takes the Run's lease for `holder` (epoch 1): succeeds only when the Run has no lease at all.
+   * A Run whose lease was ever held, released or fenced is never taken again (K10: no resume in place).
+   * @returns the held lease, or the existing entry that refused it.
+   */
+  async acquire(runId: string, holder: { service: string; instance: string }, ttlMs: number): Promise<HeldLease | AcquireRefusal> {
+    const value: LeaseValue = { state: 'held', epoch: 1, holder, ttlMs };
+    try {
+      const revision = await this.kv.create(runId, JSON.stringify(value));
+      return { runId, epoch: 1, revision, ttlMs };
+    } catch (e) {
+      const existing = await this.get(runId);
+      if (!existing) throw e;
+      return { held: false, by: existing };
+    }
+  }
+
+  /**
+   * Renews a held lease (compare-and-set on its revision).
+   * @returns the lease with its new revision.
+   * @throws when the lease changed meanwhile (fenced, or not ours): the holder must stop executing.
+   */
+  async renew(lease: HeldLease, holder: { service: string; instance: string }): Promise<HeldLease> {
+    const value: LeaseValue = { state: 'held', epoch: lease.epoch, holder, ttlMs: lease.ttlMs };
+    const revision = await this.kv.update(lease.runId, JSON.stringify(value), lease.revision);
+    return { ...lease, revision };
+  }
+
+  /**
+   * Gives a held lease up (compare-and-set): `finished` after execution ended, `stopping` when the
+   * runtime shuts down with the Run unfinished (recovery then fences it at once, without waiting
+   * for the expiry).
+   * @throws when the lease changed meanwhile.
+   */
+  async release(lease: HeldLease, holder: { service: string; instance: string }, reason: 'finished' | 'stopping'): Promise<void> {
+    const value: LeaseValue = { state: 'released', epoch: lease.epoch, holder, reason };
+    await this.kv.update(lease.runId, JSON.stringify(value), lease.revision);
+  }
+
+  /**
+   * Marks a lease fenced (compare-and-set on the revision recovery read), so that its holder's
+   * next renewal or release fails.
+   * @throws when the lease changed since it was read (the holder renewed it: read again).
+   */
+  async fence(entry: LeaseEntry): Promise<number> {
+    const value: LeaseValue = { state: 'fenced', epoch: entry.value.epoch, holder: entry.value.holder };
+    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+  }
+
+  /** Removes a Run's lease key (recovery's clean-up once the Run needs it no more). */
+  async forget(runId: string): Promise<void> {
+    await this.kv.purge(runId);
+  }
+
+  /** Deletes the bucket: test clean-up only. */
+  async destroy(): Promise<void> {
+    await this.kv.destroy().catch(() => undefined);
+  }
+}
+
+/** When a held lease expires: the server time of its last write plus its TTL, in ms since the epoch. */
+export function leaseExpiresAt(entry: LeaseEntry): number {
+  return entry.value.state === 'held' ? entry.writtenAt.getTime() + entry.value.ttlMs : entry.writtenAt.getTime();
+}
