@@ -18,14 +18,18 @@ export interface TestStack {
   client: RunplaneClient;
   /** Total chat requests the scripted model received. */
   modelRequests(): Promise<number>;
-  /** Replaces the scripted model's scenario (and resets its counters). */
-  setScenario(scenario: unknown): Promise<void>;
+  /** Replaces the scripted model's scenario (and resets its counters), or binds one to `key` (requests whose text contains the key). */
+  setScenario(scenario: unknown, key?: string): Promise<void>;
   /** Resolves with the Run's events once it has a settlement (polling the log). */
   waitForSettlement(runId: string, timeoutMs?: number): Promise<StoredEvent[]>;
   stop(): Promise<void>;
 }
 
-export async function startTestStack(name: string): Promise<TestStack> {
+/**
+ * Starts the stack for one test file. `envOverrides` set service configuration (short lease TTLs,
+ * ack waits) for fault tests.
+ */
+export async function startTestStack(name: string, envOverrides: NodeJS.ProcessEnv = {}): Promise<TestStack> {
   const tag = `${name}${randomBytes(3).toString('hex')}`.toLowerCase();
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -34,6 +38,7 @@ export async function startTestStack(name: string): Promise<TestStack> {
     RUNPLANE_STREAM: `RPT_${tag}`,
     RUNPLANE_SUBJECT_PREFIX: `t${tag}`,
     NO_COLOR: '1',
+    ...envOverrides,
   };
   if (!(await ensureDatabaseExists(env.DATABASE_URL!))) throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
   const log = await EventLog.connect({
@@ -65,8 +70,8 @@ export async function startTestStack(name: string): Promise<TestStack> {
       const body = (await res.json()) as { chatRequests: number };
       return body.chatRequests;
     },
-    async setScenario(scenario) {
-      const res = await fetch(`${modelAdmin}/scenario`, {
+    async setScenario(scenario, key) {
+      const res = await fetch(`${modelAdmin}/scenario${key ? `?key=${encodeURIComponent(key)}` : ''}`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify(scenario),
@@ -87,6 +92,7 @@ export async function startTestStack(name: string): Promise<TestStack> {
     async stop() {
       await stack.stop();
       await log.jsm.streams.delete(`OBJ_${env.RUNPLANE_SUBJECT_PREFIX}_results`).catch(() => undefined);
+      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_leases`).catch(() => undefined);
       await log.destroyStream();
       await log.close();
       await dropDatabase(env.DATABASE_URL!);

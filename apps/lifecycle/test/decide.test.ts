@@ -63,4 +63,37 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
     h.add('run.settled', 'settlement', first.data);
     lifecycle.given(h).when(wake).thenNothing();
   });
+
+  it('given a fenced execution that never stopped on its own, then it settles interrupted with the reason and what is uncertain, keeping receipts and usage (K10)', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'succeeded')
+      .add('model.turn.requested', 2, { turn: 2, model: 'm' })
+      .add('run.fenced', 'fence/1/runtime', {
+        fencedSubject: 'runtime',
+        epoch: 1,
+        holder: { service: 'runtime', instance: 'i-1' },
+        reason: 'lease-expired',
+        detail: 'no renewal',
+        uncertain: [{ kind: 'model-turn', turn: 2 }],
+      });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: {
+            outcome: 'interrupted',
+            reason: 'the runtime was lost (its lease expired): no renewal; outcome unknown: model turn 2',
+            passageIds: [],
+            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
+            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5 },
+          },
+        },
+      ]);
+  });
 });

@@ -112,6 +112,29 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
   });
 });
 
+describe('tools decide after a fence (K6)', () => {
+  const fenced = (h: History) =>
+    h.add('run.fenced', 'fence/1/tools', {
+      fencedSubject: 'tools',
+      epoch: 1,
+      holder: { service: 'runtime', instance: 'i-1' },
+      reason: 'lease-expired',
+      detail: 'x',
+      uncertain: [],
+    });
+
+  it('given a fenced Run, when a proposal arrives, then nothing is dispatched', () => {
+    tools.given(fenced(proposedA())).when(wake).thenNothing();
+  });
+
+  it('given a call executing when the fence landed, when its outcome arrives, then the real receipt is still recorded (a fence never cancels an effect in flight)', () => {
+    tools
+      .given(fenced(dispatchedA()))
+      .when(executed('a', { kind: 'returned', json: '{"funds":[]}' }))
+      .then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'succeeded' }) }]);
+  });
+});
+
 describe('tools decide, ToolExecuted: one receipt with the real outcome', () => {
   it('given a dispatched call, when it returned a small result, then the receipt carries it inline', () => {
     tools

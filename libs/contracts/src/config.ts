@@ -33,6 +33,8 @@ export const BusConfig = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]+$/)
     .default('rp'),
+  /** How long a delivered event may stay unacknowledged before it is redelivered (handlers heartbeat while they run), ms. */
+  RUNPLANE_ACK_WAIT_MS: envInt(30_000, 500, MAX_TIMER_MS),
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 

@@ -97,7 +97,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
       const pino = await app.resolve(PinoLogger);
       const transport = new JetStreamEventTransport(
         log,
-        { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat() },
+        { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat(), ackWaitMs: loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
         { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
       );
       app.connectMicroservice({ strategy: transport });

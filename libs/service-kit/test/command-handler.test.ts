@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
-import { EventLog, runSubject } from '@runplane/eventlog';
+import { AppendConflict, EventLog, runSubject } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
@@ -125,5 +125,42 @@ describe('RunCommandHandler', () => {
     } finally {
       a.onInvalid = previous;
     }
+  });
+
+  it('given a fence recovery wrote on the runtime subject, then a stale runtime writer is refused by the log itself and, re-reading, decides nothing (K6)', async () => {
+    const runId = `fence${tag}`;
+    await a.append(admit(runId), 0);
+    const stale = new RunCommandHandler(a, 'runtime');
+    await stale.handle(runId, requestNext, { epoch: 1 });
+    const staleFacts = await stale.folds.read(runId); // the holder's view, kept
+    // recovery (another writer) fences the execution on the runtime and tools subjects
+    const fence = (facts: RunFacts, now: Date): RunEvent[] =>
+      facts.fenced
+        ? []
+        : (['runtime', 'tools'] as const).map((fencedSubject) =>
+            makeEvent(
+              'run.fenced',
+              contextFrom(facts.lastEvent!),
+              `fence/1/${fencedSubject}`,
+              { fencedSubject, epoch: 1, holder: a.writer, reason: 'lease-expired', detail: 'test', uncertain: [{ kind: 'model-turn', turn: 1 }] },
+              now,
+            ),
+          );
+    await new RunCommandHandler(b, 'recovery').handle(runId, fence);
+    // the stale holder's direct append, expecting what it last saw on its subject, fails at the log
+    const completed = makeEvent(
+      'model.turn.completed',
+      contextFrom(staleFacts.lastEvent!),
+      1,
+      { turn: 1, content: 'late', toolCalls: [], finishReason: 'stop', usage: null },
+      new Date(),
+    );
+    await expect(a.append(completed, staleFacts.lastSeqByOwner.runtime)).rejects.toBeInstanceOf(AppendConflict);
+    // and through the handler, a decider that respects the fence appends nothing after re-reading
+    const recordTurn = (facts: RunFacts): RunEvent[] => (facts.fenced ? [] : [completed]);
+    expect((await stale.handle(runId, recordTurn, { epoch: 1 })).appended).toEqual([]);
+    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.').pop()}`);
+    expect(types).toEqual(['run.admitted@admission', 'model.turn.requested@runtime', 'run.fenced@runtime', 'run.fenced@tools']);
+    expect((await a.readRun(runId)).find((e) => e.event.type === 'model.turn.requested')!.event.writer!.epoch).toBe(1);
   });
 });

@@ -1,0 +1,149 @@
+/**
+ * Crash recovery with the fault really injected (K6, K10): a runtime killed with SIGKILL, stopped
+ * with SIGTERM, or frozen with SIGSTOP past its lease while another runtime keeps executing other
+ * Runs. Each interrupted Run is fenced by recovery and settled `interrupted` by the lifecycle,
+ * exactly once; its model request is never made again; a thawed holder's writes are refused by the
+ * log. Short lease and sweep timings keep the file fast.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+const LEASE_TTL_MS = 1_500;
+let t: TestStack;
+
+beforeAll(async () => {
+  t = await startTestStack('recov', {
+    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+    RUNPLANE_RECOVERY_SWEEP_MS: '100',
+    RUNPLANE_ACK_WAIT_MS: '2000',
+  });
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
+  events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
+
+/** Binds a scenario whose first model request answers only after `delayMs`, then the research policy. */
+async function slowFirstTurn(key: string, delayMs: number): Promise<void> {
+  await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs }] }, key);
+}
+
+async function modelRequestsFor(key: string): Promise<number> {
+  const res = await fetch(`${t.stack.modelUrl.replace(/\/v1$/, '/_scripted')}/stats`);
+  const body = (await res.json()) as { perKey?: Record<string, number> };
+  return body.perKey?.[key] ?? 0;
+}
+
+async function waitForType(runId: string, type: RunEvent['type']): Promise<StoredEvent[]> {
+  return eventually(
+    async () => {
+      const events = await t.log.readRun(runId);
+      return events.some((e) => e.event.type === type) ? events : null;
+    },
+    30_000,
+    `${type} of ${runId}`,
+  );
+}
+
+/** Kills a process with `signal` and waits until it is gone. */
+async function killed(name: 'runtime', signal: NodeJS.Signals): Promise<void> {
+  const p = t.stack.services.get(name)!;
+  const exited = new Promise((r) => p.child.once('exit', r));
+  p.child.kill(signal);
+  await exited;
+}
+
+describe('a runtime that dies mid-Run (K10)', () => {
+  it('killed with SIGKILL during a model turn: the lease expires, recovery fences, the Run settles interrupted once, and the model is never asked again', async () => {
+    const key = `kill9-${t.tag}`;
+    await slowFirstTurn(key, 6_000);
+    const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    await waitForType(body.runId, 'model.turn.requested');
+    await killed('runtime', 'SIGKILL');
+    const killedAt = Date.now();
+    const events = await t.waitForSettlement(body.runId, 30_000);
+    const settleMs = Date.now() - killedAt;
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('interrupted');
+    expect(settled[0]!.data.reason).toMatch(/lease expired/);
+    expect(settled[0]!.data.reason).toMatch(/model turn 1/);
+    const fences = ofType(events, 'run.fenced');
+    expect(fences.map((f) => f.data.fencedSubject).sort()).toEqual(['runtime', 'tools']);
+    expect(fences[0]!.data.uncertain).toEqual([{ kind: 'model-turn', turn: 1 }]);
+    expect(ofType(events, 'lease.granted')).toHaveLength(1);
+    // a generous bound: TTL 1.5 s, sweep 0.1 s
+    expect(settleMs).toBeLessThan(15_000);
+    process.stdout.write(`recovery: SIGKILL mid-turn -> settled interrupted ${settleMs} ms after the kill\n`);
+
+    // a restarted runtime does not resume the Run: no second request to the model for it
+    await t.stack.startService('runtime');
+    await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
+    expect(await modelRequestsFor(key)).toBe(1);
+    const after = await t.log.readRun(body.runId);
+    expect(after.filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
+    expect(ofType(after, 'run.settled')).toHaveLength(1);
+
+    // a later message in the same conversation is admitted and runs normally
+    const next = await t.client.postMessage('conv-recovery', { clientMessageId: `${key}-next`, content: 'What does DIA hold?' });
+    const nextEvents = await t.waitForSettlement(next.body.runId, 60_000);
+    expect(ofType(nextEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
+  }, 120_000);
+
+  it('stopped with SIGTERM during a model turn: it releases its lease at once and the Run settles interrupted without waiting for the expiry', async () => {
+    const key = `sigterm-${t.tag}`;
+    await slowFirstTurn(key, 8_000);
+    const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    await waitForType(body.runId, 'model.turn.requested');
+    const stoppedAt = Date.now();
+    await t.stack.stopService('runtime');
+    const events = await t.waitForSettlement(body.runId, 30_000);
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('interrupted');
+    expect(settled[0]!.data.reason).toMatch(/runtime stopped/);
+    expect(ofType(events, 'model.turn.completed')).toHaveLength(0);
+    process.stdout.write(`recovery: SIGTERM mid-turn -> settled interrupted ${Date.now() - stoppedAt} ms after the stop began\n`);
+    await t.stack.startService('runtime');
+    await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
+    expect(await modelRequestsFor(key)).toBe(1);
+  }, 120_000);
+});
+
+describe('a frozen holder (K6)', () => {
+  it('frozen with SIGSTOP past its lease: fenced and settled interrupted while the other runtime executes other Runs; thawed, every write it attempts is refused', async () => {
+    const key = `sigstop-${t.tag}`;
+    await slowFirstTurn(key, 3_000);
+    const frozen = t.stack.services.get('runtime')!;
+    const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const requested = await waitForType(body.runId, 'model.turn.requested');
+    const holder = requested.find((e) => e.event.type === 'model.turn.requested')!.event.writer!;
+    expect(holder.epoch).toBe(1);
+    const other = await t.stack.startService('runtime'); // a second runtime process on the same consumers
+    frozen.child.kill('SIGSTOP');
+    try {
+      const events = await t.waitForSettlement(body.runId, 30_000);
+      expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('interrupted');
+      // the other runtime keeps executing other Runs meanwhile
+      const otherRun = await t.client.postMessage('conv-recovery', { clientMessageId: `${key}-other`, content: 'What does DIA hold?' });
+      const otherEvents = await t.waitForSettlement(otherRun.body.runId, 60_000);
+      expect(ofType(otherEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
+    } finally {
+      frozen.child.kill('SIGCONT');
+    }
+    // thawed: its model reply arrives (the scripted model answered meanwhile) and its renewal runs;
+    // nothing it writes lands after the fence
+    await new Promise((r) => setTimeout(r, 3 * LEASE_TTL_MS));
+    const final = await t.log.readRun(body.runId);
+    const fenceSeq = Math.min(...final.filter((e) => e.event.type === 'run.fenced').map((e) => e.seq));
+    const staleWrites = final.filter((e) => e.seq > fenceSeq && e.event.writer?.instance === holder.instance);
+    expect(staleWrites).toEqual([]);
+    expect(ofType(final, 'model.turn.completed')).toHaveLength(0);
+    expect(ofType(final, 'run.settled')).toHaveLength(1);
+    expect(await modelRequestsFor(key)).toBe(1);
+    void other;
+  }, 150_000);
+});
