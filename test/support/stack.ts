@@ -25,7 +25,8 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-export async function startTestStack(name: string): Promise<TestStack> {
+/** Starts the stack; `extraEnv` is added to every process's environment (e.g. short timings). */
+export async function startTestStack(name: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<TestStack> {
   const tag = `${name}${randomBytes(3).toString('hex')}`.toLowerCase();
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -34,6 +35,7 @@ export async function startTestStack(name: string): Promise<TestStack> {
     RUNPLANE_STREAM: `RPT_${tag}`,
     RUNPLANE_SUBJECT_PREFIX: `t${tag}`,
     NO_COLOR: '1',
+    ...extraEnv,
   };
   if (!(await ensureDatabaseExists(env.DATABASE_URL!))) throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
   const log = await EventLog.connect({
@@ -87,6 +89,7 @@ export async function startTestStack(name: string): Promise<TestStack> {
     async stop() {
       await stack.stop();
       await log.jsm.streams.delete(`OBJ_${env.RUNPLANE_SUBJECT_PREFIX}_results`).catch(() => undefined);
+      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_claims`).catch(() => undefined);
       await log.destroyStream();
       await log.close();
       await dropDatabase(env.DATABASE_URL!);

@@ -133,7 +133,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     await Promise.all(
       appended.map(async ({ event }) => {
         if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
-          this.logger.warn({ runId, toolCallId: event.data.toolCallId, code: event.data.error?.code }, 'tool call outcome unknown');
+          this.logger.warn(
+            { runId, toolCallId: event.data.toolCallId, code: event.data.error?.code, claimSeen: looked[event.data.toolCallId] ?? null, at: new Date().toISOString() },
+            'tool call outcome unknown',
+          );
           await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
         }
         if (event.type !== 'tool.call.dispatched') return;
