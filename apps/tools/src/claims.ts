@@ -104,12 +104,23 @@ export class ClaimStore {
     throw new ClaimTaken(key, 'a concurrent taker');
   }
 
-  /** Extends a held claim. @returns the renewed claim, or null when it was lost (taken over or deleted). */
+  /**
+   * Extends a held claim. A failed update is not by itself a loss (a publish can time out after
+   * it was stored): the key is read again, and the claim is lost only when someone else holds it
+   * or it is gone.
+   * @returns the renewed claim, the unchanged one when NATS did not answer (try again later), or null when it was lost.
+   */
   async renew(held: HeldClaim, runId: string, toolCallId: string): Promise<HeldClaim | null> {
     try {
       return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), held.revision) };
     } catch {
-      return null;
+      try {
+        const found = await this.read(held.key);
+        if (!found || found.claim.holder !== this.holder) return null;
+        return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), found.revision) };
+      } catch {
+        return held;
+      }
     }
   }
 

@@ -134,7 +134,13 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
       appended.map(async ({ event }) => {
         if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
           this.logger.warn(
-            { runId, toolCallId: event.data.toolCallId, code: event.data.error?.code, claimSeen: looked[event.data.toolCallId] ?? null, at: new Date().toISOString() },
+            {
+              runId,
+              toolCallId: event.data.toolCallId,
+              code: event.data.error?.code,
+              claimSeen: looked[event.data.toolCallId] ?? null,
+              at: new Date().toISOString(),
+            },
             'tool call outcome unknown',
           );
           await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
