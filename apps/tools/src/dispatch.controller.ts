@@ -85,7 +85,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   async onApplicationShutdown(): Promise<void> {
     if (this.sweeper) clearInterval(this.sweeper);
-    await Promise.allSettled([...this.lateWork]);
+    // Calls already recorded unknown are not waited for (that could take the abandon period): their late results are simply not observed.
     await this.executor.close();
   }
 
