@@ -1,10 +1,20 @@
 import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
 import type { Response } from 'express';
 import { randomUUID } from 'node:crypto';
-import { Id, PostMessageBody, ToolNames, zodIssues, type PostMessageResponse, type RunEventOf, type RunView } from '@runplane/contracts';
+import {
+  Id,
+  PostMessageBody,
+  ReconcileToolCallBody,
+  ToolNames,
+  zodIssues,
+  type PostMessageResponse,
+  type ReconcileToolCallResponse,
+  type RunEventOf,
+  type RunView,
+} from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
 import { apiError, badRequestFromZod, RunCommandHandler, RunFolds } from '@runplane/service-kit';
-import { admissionIds, decide, MessageConflict, type PostMessage } from './decide.js';
+import { admissionIds, decide, MessageConflict, ReconcileConflict, ReconcileNotFound, type PostMessage } from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
 /** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
@@ -69,7 +79,7 @@ export class AdmissionController {
       conversationId,
       clientMessageId: parsed.data.clientMessageId,
       content: parsed.data.content,
-      grant: { tools: [...ToolNames], model: this.settings.model },
+      grant: { tools: [...ToolNames, ...(this.settings.testTools ?? [])], model: this.settings.model },
       limits: this.settings.limits,
       requestId: randomUUID(),
     };
@@ -95,6 +105,79 @@ export class AdmissionController {
       runId,
       admittedAt: facts.admitted!.at,
       admission: 'existing',
+    };
+  }
+
+  /**
+   * `POST /v1/runs/{runId}/tool-calls/{toolCallId}/reconcile` `{outcome, evidence, operator?}`: an
+   * operator's reconciliation of an `unknown` call, recorded as `tool.call.reconciled` (K5).
+   * 201 recorded; 200 the same again (nothing appended); 409 not `unknown` or reconciled
+   * differently; 404 no such Run or call; 400 a bad body or no operator. Dispatches nothing.
+   */
+  @Post('runs/:runId/tool-calls/:toolCallId/reconcile')
+  @HttpCode(201)
+  async reconcileToolCall(
+    @Param('runId') rawRunId: string,
+    @Param('toolCallId') rawToolCallId: string,
+    @Headers('content-type') contentType: string | undefined,
+    @Headers('x-runplane-operator') operatorHeader: string | undefined,
+    @Body() body: unknown,
+    @Res({ passthrough: true }) res: Response,
+  ): Promise<ReconcileToolCallResponse> {
+    if (!/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
+      throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the reconciliation as JSON (Content-Type: application/json)');
+    }
+    const runId = parseId('runId', rawRunId);
+    const toolCallId = parseId('toolCallId', rawToolCallId);
+    const parsed = ReconcileToolCallBody.safeParse(body ?? {});
+    if (!parsed.success) {
+      const issues = zodIssues(parsed.error);
+      throw apiError(
+        HttpStatus.BAD_REQUEST,
+        'invalid_body',
+        `the reconciliation body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        { issues },
+      );
+    }
+    const operator = parsed.data.operator ?? operatorHeader?.trim();
+    if (!operator || operator.length > 200) {
+      throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', 'name the operator (body `operator` or header X-Runplane-Operator, 1-200 characters)', {
+        issues: [{ path: 'operator', message: 'required: body field or X-Runplane-Operator header' }],
+      });
+    }
+    const cmd = {
+      type: 'ReconcileToolCall',
+      toolCallId,
+      outcome: parsed.data.outcome,
+      evidence: parsed.data.evidence,
+      operator,
+      requestId: randomUUID(),
+    } as const;
+    let result;
+    try {
+      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
+    } catch (e) {
+      if (e instanceof ReconcileNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof ReconcileConflict) throw apiError(HttpStatus.CONFLICT, 'reconcile_conflict', e.message);
+      if (e instanceof AppendConflict)
+        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the reconciliation could not be recorded; retry the same request');
+      throw e;
+    }
+    const recorded = result.appended.find((s) => s.event.type === 'tool.call.reconciled');
+    const r =
+      recorded?.event.type === 'tool.call.reconciled'
+        ? { ...recorded.event.data, at: recorded.event.occurredAt }
+        : result.facts.toolCalls.get(toolCallId)!.reconciliation!;
+    if (!recorded) res.status(HttpStatus.OK);
+    return {
+      runId,
+      toolCallId,
+      name: r.name,
+      outcome: r.outcome,
+      evidence: r.evidence,
+      operator: r.operator,
+      reconciledAt: r.at,
+      reconciliation: recorded ? 'recorded' : 'existing',
     };
   }
 

@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { LimitsConfig, loadConfig, ModelConfig } from '@runplane/contracts';
+import { LimitsConfig, loadConfig, ModelConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { HealthModule } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
@@ -16,6 +16,10 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
         const limits = loadConfig(LimitsConfig);
         return {
           model: loadConfig(ModelConfig).RUNPLANE_MODEL,
+          testTools: loadConfig(TestToolsConfig)
+            .RUNPLANE_TEST_TOOLS.split(',')
+            .map((t) => t.trim())
+            .filter((t) => (TestToolNames as string[]).includes(t)),
           limits: {
             maxModelRequests: limits.RUNPLANE_MAX_MODEL_REQUESTS,
             maxToolCalls: limits.RUNPLANE_MAX_TOOL_CALLS,

@@ -7,7 +7,16 @@
  * - same id, same text: return the existing Message and Run, append nothing;
  * - same id, other text: conflict, change nothing.
  */
-import { deterministicId, makeEvent, sha256Hex, type RunEvent, type RunGrant, type RunLimits } from '@runplane/contracts';
+import {
+  contextFrom,
+  deterministicId,
+  makeEvent,
+  sha256Hex,
+  type ReconciledOutcome,
+  type RunEvent,
+  type RunGrant,
+  type RunLimits,
+} from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** A user's message to admit (the HTTP body, validated, plus what admission adds). */
@@ -23,7 +32,31 @@ export interface PostMessage {
   requestId: string;
 }
 
-export type AdmissionTrigger = PostMessage;
+/**
+ * An operator's reconciliation of an `unknown` tool call (K5): what was found at the destination,
+ * the evidence, and who. Recorded by admission (facts from a user or operator over HTTP).
+ */
+export interface ReconcileToolCall {
+  type: 'ReconcileToolCall';
+  toolCallId: string;
+  outcome: ReconciledOutcome;
+  evidence: string;
+  operator: string;
+  /** Id of the HTTP request. */
+  requestId: string;
+}
+
+export type AdmissionTrigger = PostMessage | ReconcileToolCall;
+
+/** No such Run, or no such tool call in it (HTTP 404). */
+export class ReconcileNotFound extends Error {
+  override readonly name = 'ReconcileNotFound';
+}
+
+/** The call's receipt is not `unknown`, or it was reconciled differently before (HTTP 409; nothing appended). */
+export class ReconcileConflict extends Error {
+  override readonly name = 'ReconcileConflict';
+}
 
 /** The same `clientMessageId` was already admitted with other content (HTTP 409; nothing is appended). K1. */
 export class MessageConflict extends Error {
@@ -55,8 +88,10 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
   switch (trigger.type) {
     case 'PostMessage':
       return admit(facts, trigger, now);
+    case 'ReconcileToolCall':
+      return reconcile(facts, trigger, now);
     default:
-      return unknownTrigger('admission', trigger.type);
+      return unknownTrigger('admission', trigger);
   }
 }
 
@@ -78,6 +113,37 @@ function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
         grant: cmd.grant,
         limits: { ...limits, deadlineAt: new Date(now.getTime() + deadlineSeconds * 1000).toISOString() },
       },
+      now,
+    ),
+  ];
+}
+
+/**
+ * Records an operator's reconciliation of an `unknown` call, once: `[tool.call.reconciled]`; `[]`
+ * for the same reconciliation again (same outcome, evidence and operator). It dispatches nothing
+ * and never rewrites the receipt; it may come after the Run's settlement.
+ * @throws ReconcileNotFound when the Run or the call is unknown.
+ * @throws ReconcileConflict when the call's receipt is not `unknown` (or it has none yet), or it was reconciled differently.
+ */
+function reconcile(facts: RunFacts, cmd: ReconcileToolCall, now: Date): RunEvent[] {
+  if (!facts.admitted || !facts.lastEvent) throw new ReconcileNotFound(`run ${facts.runId} not found`);
+  const call = facts.toolCalls.get(cmd.toolCallId);
+  if (!call) throw new ReconcileNotFound(`run ${facts.runId} has no tool call ${cmd.toolCallId}`);
+  if (call.receipt?.status !== 'unknown')
+    throw new ReconcileConflict(
+      `tool call ${cmd.toolCallId} is ${call.receipt ? `recorded ${call.receipt.status}` : 'not settled by a receipt yet'}; only an unknown outcome can be reconciled`,
+    );
+  const r = call.reconciliation;
+  if (r) {
+    if (r.outcome === cmd.outcome && r.evidence === cmd.evidence && r.operator === cmd.operator) return [];
+    throw new ReconcileConflict(`tool call ${cmd.toolCallId} was already reconciled as ${r.outcome} by ${r.operator} at ${r.at}`);
+  }
+  return [
+    makeEvent(
+      'tool.call.reconciled',
+      { ...contextFrom(facts.lastEvent), causationId: cmd.requestId },
+      cmd.toolCallId,
+      { toolCallId: cmd.toolCallId, name: call.name, outcome: cmd.outcome, evidence: cmd.evidence, operator: cmd.operator, requestId: cmd.requestId },
       now,
     ),
   ];

@@ -8,6 +8,8 @@ export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
 export interface AdmissionSettings {
   model: string;
+  /** Test tools added to every Run's grant (`RUNPLANE_TEST_TOOLS`); none by default. */
+  testTools?: string[];
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
 }
 

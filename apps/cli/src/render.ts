@@ -20,7 +20,7 @@ export function summarize(e: RunEvent): string {
     case 'tool.call.dispatched':
       return `tool call dispatched: ${e.data.name} [${e.data.toolCallId}]`;
     case 'tool.call.receipt':
-      return `receipt ${e.data.status}: ${e.data.name}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}`;
+      return `receipt ${e.data.status}: ${e.data.name}${e.data.effect ? ` {${e.data.effect}}` : ''}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}`;
     case 'run.execution.finished':
       return `execution finished: ${e.data.reason} (${e.data.detail})`;
     case 'passage.committed':
@@ -35,6 +35,11 @@ export function summarize(e: RunEvent): string {
       const uncertain = e.data.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `${u.name} [${u.toolCallId}]`));
       return `FENCED ${e.data.fencedSubject} (epoch ${e.data.epoch}, ${e.data.reason}): ${e.data.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`;
     }
+    // tool effects (K5)
+    case 'tool.call.late_observed':
+      return `late observation after unknown: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (the receipt stays unknown)`;
+    case 'tool.call.reconciled':
+      return `reconciled by ${e.data.operator}: ${e.data.name} [${e.data.toolCallId}] ${e.data.outcome} (evidence: ${e.data.evidence.slice(0, 120)})`;
   }
 }
 

@@ -32,7 +32,17 @@ export function toolMessageContent(call: ToolCallFacts, result: unknown): ToolMe
   const r = call.receipt;
   if (!r) return { status: 'unknown', error: { code: 'no_receipt', message: 'no receipt recorded' } };
   if (r.status === 'succeeded') return { status: 'succeeded', result };
-  return { status: r.status, error: r.error ?? { code: r.status, message: `tool call ${r.status}` } };
+  const error = r.error ?? { code: r.status, message: `tool call ${r.status}` };
+  if (r.status !== 'unknown') return { status: r.status, error };
+  // An unknown call stays unknown; what an operator or a late result said is shown beside it (K5).
+  const rec = call.reconciliation;
+  const late = call.lateObserved;
+  return {
+    status: 'unknown',
+    error,
+    ...(rec ? { reconciliation: { outcome: rec.outcome, evidence: rec.evidence, by: rec.operator, at: rec.at } } : {}),
+    ...(late ? { lateObservation: { status: late.status, at: late.at } } : {}),
+  };
 }
 
 /**

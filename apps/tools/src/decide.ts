@@ -2,8 +2,10 @@
  * The tools decider: `decide(facts, trigger, now) -> RunEvent[]`, pure. A proposed call moves to
  * dispatched and then one receipt; nothing here ever lets a call execute twice (K5):
  * - `Wake`, for each proposed call without a receipt, in proposal order:
- *   - already dispatched (its executor died or lost the outcome) -> `unknown` receipt: never
- *     re-executed, never reported as success;
+ *   - already dispatched: decided only from the live claims the adapter read after the facts
+ *     (`claims`): a call whose claim is absent or expired (its executor died or froze) -> `unknown`
+ *     receipt, never re-executed, never reported as success; a call whose claim is live (its
+ *     executor is alive and within its timeout), or that the adapter did not look up -> nothing;
  *   - not in the Run's grant -> `denied` receipt, never dispatched;
  *   - arguments that are not JSON -> `failed` receipt (`bad_arguments`), never dispatched;
  *   - over the Run's tool-call limit -> `denied` receipt (first cut of K7);
@@ -14,9 +16,14 @@
  *   adapter stores the bytes before the receipt is appended), `failed` with the tool's error, or
  *   `unknown` when it outlived its timeout (its effect may still happen). Nothing for a call that
  *   is not dispatched or already has a receipt.
+ *   A call whose receipt is already `unknown` (or whose Run settled before it had a receipt) gets
+ *   `tool.call.late_observed` with the real outcome instead, once: never rewritten into success,
+ *   never dropped, never changing the Run's outcome. It is the one event decided after settlement.
+ * Every receipt records the tool's effect label (`read-only` | `external-effect`) for operators;
+ * the label never makes an `unknown` call eligible for replay.
  * A failed or denied call stops only its own effect; the Run goes on (K8).
  */
-import { contextFrom, makeEvent, sha256Hex, type EventData, type RunEvent } from '@runplane/contracts';
+import { contextFrom, makeEvent, sha256Hex, ToolEffects, type EventData, type RunEvent, type ToolEffect } from '@runplane/contracts';
 import { toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
@@ -33,13 +40,31 @@ export type ToolOutcome =
   /** The tool threw something unexpected (a bug): recorded as failed, with its message. */
   | { kind: 'crashed'; message: string };
 
+/** A live executor's claim on a call, as read from the claims bucket. */
+export interface ToolClaim {
+  /** The process instance executing the call. */
+  holder: string;
+  /** ISO-8601 instant after which the claim is dead unless renewed. */
+  expiresAt: string;
+}
+
 export type ToolsTrigger =
-  | { type: 'Wake' }
+  /**
+   * Decide what the Run's proposals still need. `claims` holds, for each dispatched call without a
+   * receipt that the adapter looked up (after reading the facts), its claim or null when absent.
+   */
+  | { type: 'Wake'; claims?: Readonly<Record<string, ToolClaim | null>> }
   /**
    * The adapter executed `toolCallId`. `resultBucket` names the object store a large result is
    * referenced in; `durationMs` is the execution's wall time.
    */
-  | { type: 'ToolExecuted'; toolCallId: string; outcome: ToolOutcome; durationMs: number; resultBucket: string };
+  | { type: 'ToolExecuted'; toolCallId: string; outcome: ToolOutcome; durationMs: number; resultBucket: string; executor?: string };
+
+/** The effect label of a tool, when it is one Runplane knows. */
+function effectOf(name: string): { effect?: ToolEffect } {
+  const effect = (ToolEffects as Record<string, ToolEffect | undefined>)[name];
+  return effect ? { effect } : {};
+}
 
 /** True when `text` is acceptable tool arguments: blank (no arguments) or JSON. */
 export function argumentsAreJson(text: string): boolean {
@@ -54,12 +79,14 @@ export function argumentsAreJson(text: string): boolean {
 
 /** Decides the tools owner's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEvent[] {
-  if (!facts.admitted || !facts.lastEvent || facts.settled) return [];
+  if (!facts.admitted || !facts.lastEvent) return [];
+  // After settlement only a late observation may still be recorded.
+  if (facts.settled && trigger.type !== 'ToolExecuted') return [];
   switch (trigger.type) {
     case 'Wake':
       // after a fence nothing more is dispatched (K6); a call already executing still gets its real
       // receipt (a fence never cancels an effect in flight, and its outcome is a fact)
-      return facts.fenced ? [] : onWake(facts, now);
+      return facts.fenced ? [] : onWake(facts, trigger.claims ?? {}, now);
     case 'ToolExecuted':
       return onExecuted(facts, trigger, now);
     default:
@@ -67,7 +94,7 @@ export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEv
   }
 }
 
-function onWake(facts: RunFacts, now: Date): RunEvent[] {
+function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | null>>, now: Date): RunEvent[] {
   const { grant, limits } = facts.admitted!;
   const ctx = contextFrom(facts.lastEvent!);
   const receipt = (data: EventData<'tool.call.receipt'>) => makeEvent('tool.call.receipt', ctx, data.toolCallId, data, now);
@@ -75,13 +102,21 @@ function onWake(facts: RunFacts, now: Date): RunEvent[] {
   const events: RunEvent[] = [];
   for (const call of toolCallsInOrder(facts)) {
     if (call.receipt) continue;
-    const base = { toolCallId: call.toolCallId, name: call.name, durationMs: 0 };
+    const base = { toolCallId: call.toolCallId, name: call.name, durationMs: 0, ...effectOf(call.name) };
     if (call.dispatched) {
+      if (!(call.toolCallId in claims)) continue; // not looked up: no decision about its executor
+      const claim = claims[call.toolCallId];
+      if (claim && Date.parse(claim.expiresAt) > now.getTime()) continue; // its executor is alive
       events.push(
         receipt({
           ...base,
           status: 'unknown',
-          error: { code: 'outcome_unknown', message: 'dispatched, but its outcome was not recorded; it is not re-run' },
+          error: {
+            code: 'executor_lost',
+            message: claim
+              ? `dispatched, but its executor's claim (${claim.holder}) expired at ${claim.expiresAt} without an outcome; it is not re-run`
+              : "dispatched, but its executor's claim is gone without an outcome; it is not re-run",
+          },
         }),
       );
     } else if (!grant.tools.includes(call.name)) {
@@ -114,8 +149,10 @@ function onWake(facts: RunFacts, now: Date): RunEvent[] {
 
 function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecuted' }>, now: Date): RunEvent[] {
   const call = facts.toolCalls.get(t.toolCallId);
-  if (!call || !call.dispatched || call.receipt) return [];
-  const base = { toolCallId: call.toolCallId, name: call.name, durationMs: t.durationMs };
+  if (!call || !call.dispatched) return [];
+  if (call.receipt?.status === 'unknown' || (!call.receipt && facts.settled)) return lateObservation(facts, call.toolCallId, call.name, t, now);
+  if (call.receipt || facts.settled) return [];
+  const base = { toolCallId: call.toolCallId, name: call.name, durationMs: t.durationMs, ...effectOf(call.name) };
   const o = t.outcome;
   let data: EventData<'tool.call.receipt'>;
   if (o.kind === 'returned') {
@@ -130,4 +167,30 @@ function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecu
     data = { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } };
   else data = { ...base, status: 'failed', error: { code: 'tool_error', message: o.message } };
   return [makeEvent('tool.call.receipt', contextFrom(facts.lastEvent!), call.toolCallId, data, now)];
+}
+
+/** The real outcome after `unknown` (or after settlement), once; nothing for one that still has no outcome. */
+function lateObservation(
+  facts: RunFacts,
+  toolCallId: string,
+  name: string,
+  t: Extract<ToolsTrigger, { type: 'ToolExecuted' }>,
+  now: Date,
+): RunEvent[] {
+  const call = facts.toolCalls.get(toolCallId)!;
+  if (call.lateObserved) return [];
+  const o = t.outcome;
+  if (o.kind === 'timed-out') return [];
+  const base = { toolCallId, name, durationMs: t.durationMs, executor: t.executor ?? 'unknown' };
+  let data: EventData<'tool.call.late_observed'>;
+  if (o.kind === 'returned') {
+    const bytes = Buffer.byteLength(o.json, 'utf8');
+    if (bytes <= INLINE_RESULT_LIMIT) data = { ...base, status: 'succeeded', result: JSON.parse(o.json) as unknown };
+    else {
+      const sha256 = sha256Hex(o.json);
+      data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
+    }
+  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: o.message } };
+  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: o.message } };
+  return [makeEvent('tool.call.late_observed', contextFrom(facts.lastEvent!), toolCallId, data, now)];
 }

@@ -1,97 +1,263 @@
-import { Controller, Inject, Logger } from '@nestjs/common';
+import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore } from '@runplane/eventlog';
-import { executeTool, ToolFailure, type HoldingsLibrary } from '@runplane/holdings';
 import { RunCommandHandler } from '@runplane/service-kit';
+import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
+import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
 import { decide, type ToolOutcome } from './decide.js';
+import { ToolExecutor } from './executor.js';
 
-export const HOLDINGS = Symbol('HOLDINGS');
 export const TOOLS_SETTINGS = Symbol('TOOLS_SETTINGS');
 
 /** Settings of the tools worker (from {@link ToolsConfig}). */
 export interface ToolsSettings {
   /** Wall time after which a call's outcome is recorded `unknown`, ms. */
   timeoutMs: number;
-}
-
-class ToolTimeout extends Error {}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p,
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new ToolTimeout(`no outcome within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
+  /** A claim's lifetime unless renewed (renewed every third of it), ms. */
+  claimTtlMs: number;
+  /** Interval of the sweep for expired claims, ms. */
+  sweepMs: number;
+  /** How long a timed-out call may still run for a late observation, ms. */
+  abandonMs: number;
+  /** Worker threads running tools. */
+  threads: number;
+  /** Test tools this worker runs (`RUNPLANE_TEST_TOOLS`). */
+  testTools: string[];
+  /** File `record_effect` appends to. */
+  recordEffectFile: string;
 }
 
 /** Settings from the environment (validated at start-up). */
 export function toolsSettingsFromEnv(): ToolsSettings {
   const cfg = loadConfig(ToolsConfig);
-  return { timeoutMs: cfg.RUNPLANE_TOOL_TIMEOUT_MS };
+  return {
+    timeoutMs: cfg.RUNPLANE_TOOL_TIMEOUT_MS,
+    claimTtlMs: cfg.RUNPLANE_TOOL_CLAIM_TTL_MS,
+    sweepMs: cfg.RUNPLANE_TOOL_CLAIM_SWEEP_MS,
+    abandonMs: cfg.RUNPLANE_TOOL_ABANDON_MS,
+    threads: cfg.RUNPLANE_TOOL_THREADS,
+    testTools: cfg.RUNPLANE_TEST_TOOLS.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+    recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
+  };
+}
+
+/** Dispatched calls of a Run that have no receipt yet: the ones whose executor must be looked up. */
+function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
+  return [...facts.toolCalls.values()].filter((c) => c.dispatched && !c.receipt);
 }
 
 /**
- * Executes proposed tool calls: a thin adapter over {@link decide}. On each proposal it decides
- * through the command handler; it executes exactly the calls whose `tool.call.dispatched` it
- * appended itself (concurrently), and decides each outcome into a receipt. K5, K8.
+ * Executes proposed tool calls: a thin adapter over {@link decide} (K5, K8).
+ * - On each proposal (and for each expired claim the sweep finds) it reads the Run, then the
+ *   claims of its dispatched calls without a receipt, and decides a `Wake` with them: a call is
+ *   declared `unknown` only when its executor's claim is gone or expired.
+ * - Before a `tool.call.dispatched` is appended it takes the call's claim (so a dispatched call
+ *   always has had a live claim); it executes exactly the calls whose dispatch it appended itself,
+ *   in worker threads, renewing each claim meanwhile, and decides the outcome into a receipt (or,
+ *   after `unknown`, a late observation), then releases the claim.
  */
 @Controller()
-export class DispatchController {
+export class DispatchController implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;
+  private claimsStore: Promise<ClaimStore> | null = null;
   private readonly commands: RunCommandHandler;
+  private readonly executor: ToolExecutor;
+  private sweeper: NodeJS.Timeout | null = null;
+  private sweeping = false;
+  /** Late observations still awaited (timed-out calls whose thread still runs). */
+  private readonly lateWork = new Set<Promise<void>>();
 
   constructor(
     private readonly log: EventLog,
-    @Inject(HOLDINGS) private readonly holdings: HoldingsLibrary,
     @Inject(TOOLS_SETTINGS) private readonly settings: ToolsSettings,
   ) {
     this.commands = new RunCommandHandler(log, 'tools');
+    this.executor = new ToolExecutor({ threads: settings.threads, timeoutMs: settings.timeoutMs, abandonMs: settings.abandonMs });
+  }
+
+  onModuleInit(): void {
+    this.sweeper = setInterval(() => void this.sweep(), this.settings.sweepMs);
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    // Calls already recorded unknown are not waited for (that could take the abandon period): their late results are simply not observed.
+    await this.executor.close();
+  }
+
+  private claims(): Promise<ClaimStore> {
+    if (!this.claimsStore) {
+      const opening = ClaimStore.open(this.log, this.settings.claimTtlMs);
+      opening.catch(() => {
+        if (this.claimsStore === opening) this.claimsStore = null;
+      });
+      this.claimsStore = opening;
+    }
+    return this.claimsStore;
   }
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
-    const runId = stored.event.runId;
-    const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake' }, now));
-    const resultBucket = ResultStore.bucketFor(this.log);
-    await Promise.all(
-      appended.map(async ({ event }) => {
-        if (event.type !== 'tool.call.dispatched') return;
-        const call = facts.toolCalls.get(event.data.toolCallId)!;
-        const started = performance.now();
-        const outcome = await this.execute(call.name, call.argumentsText);
-        const durationMs = Math.round(performance.now() - started);
-        if (outcome.kind === 'crashed')
-          this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');
-        await this.commands.handle(
-          runId,
-          (f, now) => decide(f, { type: 'ToolExecuted', toolCallId: call.toolCallId, outcome, durationMs, resultBucket }, now),
-          { beforeAppend: (events) => this.storeLargeResults(events, outcome) },
-        );
-      }),
-    );
+    await this.wake(stored.event.runId);
   }
 
-  /** The activity: runs one tool call under the timeout. Never throws: every ending is an outcome. */
-  private async execute(name: string, argumentsText: string): Promise<ToolOutcome> {
-    try {
-      const args: unknown = argumentsText.trim() === '' ? {} : JSON.parse(argumentsText);
-      const result = await withTimeout(executeTool(this.holdings, name, args), this.settings.timeoutMs);
-      return { kind: 'returned', json: JSON.stringify(result) };
-    } catch (e) {
-      if (e instanceof ToolFailure) return { kind: 'failed', code: e.code, message: e.message };
-      if (e instanceof ToolTimeout) return { kind: 'timed-out', timeoutMs: this.settings.timeoutMs };
-      return { kind: 'crashed', message: e instanceof Error ? e.message : String(e) };
+  /**
+   * Decides a Wake for the Run and executes what this call dispatched (awaits the executions within
+   * their timeouts). A call is declared `unknown` for a lost executor only after its expired claim
+   * was removed on the very revision the decision read; a claim renewed meanwhile means the
+   * executor is alive, and the Wake is decided again on fresh claims.
+   */
+  private async wake(runId: string): Promise<void> {
+    const claims = await this.claims();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.wakeOnce(runId, claims);
+        return;
+      } catch (e) {
+        if (!(e instanceof ClaimRenewed) || attempt >= 3) throw e;
+      }
     }
   }
 
-  /** Stores the bytes a decided receipt refers to (content-addressed, idempotent) before it is appended. */
+  private async wakeOnce(runId: string, claims: ClaimStore): Promise<void> {
+    // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
+    const before = await this.commands.folds.read(runId);
+    const { claims: looked, revisions } = await claims.lookup(
+      runId,
+      awaitingReceipt(before).map((c) => c.toolCallId),
+    );
+    const held = new Map<string, HeldClaim>();
+    let result;
+    try {
+      result = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', claims: looked }, now), {
+        beforeAppend: async (events) => {
+          for (const e of events) {
+            if (e.type === 'tool.call.dispatched' && !held.has(e.data.toolCallId))
+              held.set(e.data.toolCallId, await claims.take(runId, e.data.toolCallId));
+            if (e.type === 'tool.call.receipt' && e.data.status === 'unknown' && e.data.error?.code === 'executor_lost') {
+              await claims.seize(runId, e.data.toolCallId, revisions[e.data.toolCallId] ?? 0);
+            }
+          }
+        },
+      });
+    } catch (e) {
+      for (const h of held.values()) await claims.release(h.key, h.revision);
+      if (e instanceof ClaimTaken) return; // another live executor is dispatching these calls
+      throw e;
+    }
+    const { facts, appended } = result;
+    await Promise.all(
+      appended.map(async ({ event }) => {
+        if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
+          this.logger.warn(
+            {
+              runId,
+              toolCallId: event.data.toolCallId,
+              code: event.data.error?.code,
+              claimSeen: looked[event.data.toolCallId] ?? null,
+              at: new Date().toISOString(),
+            },
+            'tool call outcome unknown',
+          );
+          await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
+        }
+        if (event.type !== 'tool.call.dispatched') return;
+        const call = facts.toolCalls.get(event.data.toolCallId)!;
+        await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
+      }),
+    );
+    // claims taken for dispatches that were not appended after all
+    for (const [id, h] of held)
+      if (!appended.some((s) => s.event.type === 'tool.call.dispatched' && s.event.data.toolCallId === id)) await claims.release(h.key);
+  }
+
+  /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
+  private async executeClaimed(runId: string, call: ToolCallFacts, claim: HeldClaim, claims: ClaimStore): Promise<void> {
+    let current: HeldClaim | null = claim;
+    const renewEvery = Math.max(50, Math.floor(this.settings.claimTtlMs / 3));
+    let renewing = Promise.resolve();
+    const renewal = setInterval(() => {
+      renewing = renewing.then(async () => {
+        if (!current) return;
+        current = await claims.renew(current, runId, call.toolCallId);
+        if (!current) this.logger.warn({ runId, toolCallId: call.toolCallId }, 'lost the claim of a running tool call');
+      });
+    }, renewEvery);
+    const stopRenewing = async () => {
+      clearInterval(renewal);
+      await renewing;
+    };
+    try {
+      const { outcome, durationMs, late } = await this.executor.run({
+        name: call.name,
+        argumentsText: call.argumentsText,
+        runId,
+        toolCallId: call.toolCallId,
+        testTools: this.settings.testTools,
+        recordEffectFile: this.settings.recordEffectFile,
+      });
+      if (outcome.kind === 'crashed')
+        this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');
+      // The claim is released only after the outcome is recorded: until then this executor is alive.
+      await this.record(runId, call.toolCallId, outcome, durationMs);
+      await stopRenewing();
+      if (current) await claims.release(current.key, current.revision);
+      if (late) {
+        const work = late.then(async (observed) => {
+          if (observed) await this.record(runId, call.toolCallId, observed.outcome, observed.durationMs);
+        });
+        const tracked = work.catch((e: unknown) =>
+          this.logger.error({ runId, toolCallId: call.toolCallId, err: e }, 'late observation not recorded'),
+        );
+        this.lateWork.add(tracked);
+        void tracked.finally(() => this.lateWork.delete(tracked));
+      }
+    } finally {
+      await stopRenewing();
+    }
+  }
+
+  /** Decides an execution's outcome into a receipt or a late observation. */
+  private async record(runId: string, toolCallId: string, outcome: ToolOutcome, durationMs: number): Promise<void> {
+    const resultBucket = ResultStore.bucketFor(this.log);
+    await this.commands.handle(
+      runId,
+      (f, now) => decide(f, { type: 'ToolExecuted', toolCallId, outcome, durationMs, resultBucket, executor: this.log.writer.instance }, now),
+      { beforeAppend: (events) => this.storeLargeResults(events, outcome) },
+    );
+  }
+
+  /**
+   * Wakes the Runs of expired claims (their executor died or froze with nobody left to notice):
+   * deciding again records `unknown` for their calls; claims whose calls have their receipt are removed.
+   */
+  private async sweep(): Promise<void> {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    try {
+      const claims = await this.claims();
+      for await (const { key, claim, revision } of claims.all()) {
+        if (Date.parse(claim.expiresAt) > Date.now()) continue;
+        await this.wake(claim.runId);
+        const facts = await this.commands.folds.read(claim.runId);
+        const call = facts.toolCalls.get(claim.toolCallId);
+        if (!call || call.receipt) await claims.release(key, revision);
+      }
+    } catch (e) {
+      this.logger.warn({ err: e instanceof Error ? e.message : String(e) }, 'claims sweep failed; trying again next interval');
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  /** Stores the bytes a decided receipt or late observation refers to (content-addressed, idempotent) before it is appended. */
   private async storeLargeResults(events: RunEvent[], outcome: ToolOutcome): Promise<void> {
     for (const e of events) {
-      if (e.type !== 'tool.call.receipt' || !e.data.resultRef || outcome.kind !== 'returned') continue;
+      if ((e.type !== 'tool.call.receipt' && e.type !== 'tool.call.late_observed') || !e.data.resultRef || outcome.kind !== 'returned') continue;
       this.results ??= await ResultStore.open(this.log);
       await this.results.put(outcome.json);
     }

@@ -1,5 +1,5 @@
 import { ownerFilter } from '@runplane/eventlog';
-import { ToolsConfig } from '@runplane/contracts';
+import { loadConfig, ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';
 
@@ -9,5 +9,9 @@ main({
   portEnv: 'TOOLS_PORT',
   defaultPort: 8084,
   config: [ToolsConfig],
-  consumer: { durable: 'tools', filter: (space) => ownerFilter(space, 'runtime') },
+  consumer: {
+    durable: 'tools',
+    filter: (space) => ownerFilter(space, 'runtime'),
+    ackWaitMs: () => loadConfig(ToolsConfig).RUNPLANE_TOOLS_ACK_WAIT_MS,
+  },
 });

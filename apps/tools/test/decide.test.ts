@@ -23,10 +23,10 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
       .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'a', name: 'list_funds' } }]);
   });
 
-  it('given a dispatched call without a receipt (executor died), then it is marked unknown, never re-run', () => {
+  it('given a dispatched call whose claim is gone (executor died), then it is marked unknown, never re-run', () => {
     tools
       .given(dispatchedA())
-      .when(wake)
+      .when({ type: 'Wake', claims: { a: null } })
       .then([
         {
           type: 'tool.call.receipt',
@@ -35,10 +35,47 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
             name: 'list_funds',
             status: 'unknown',
             durationMs: 0,
-            error: { code: 'outcome_unknown', message: expect.any(String) as never },
+            effect: 'read-only',
+            error: { code: 'executor_lost', message: expect.any(String) as never },
           },
         },
       ]);
+  });
+
+  it('given a dispatched call whose claim expired, then it is marked unknown (K5)', () => {
+    tools
+      .given(dispatchedA())
+      .when({ type: 'Wake', claims: { a: { holder: 'tools-1', expiresAt: '2025-12-31T23:59:59.000Z' } } })
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({ status: 'unknown', error: expect.objectContaining({ code: 'executor_lost' }) }),
+        },
+      ]);
+  });
+
+  it('given a dispatched call whose executor holds a live claim, then nothing: it is not declared unknown while alive (K5)', () => {
+    tools
+      .given(dispatchedA())
+      .when({ type: 'Wake', claims: { a: { holder: 'tools-1', expiresAt: '2026-01-01T00:00:05.000Z' } } })
+      .thenNothing();
+  });
+
+  it('given a dispatched call the adapter did not look up (a redelivered proposal racing the dispatch), then nothing', () => {
+    tools.given(dispatchedA()).when(wake).thenNothing();
+  });
+
+  it('given an unknown external-effect call, then a Wake never dispatches it again, whatever its label', () => {
+    const h = new History()
+      .admitted({ tools: ['record_effect'] })
+      .turn(1, { calls: [{ id: 'e', name: 'record_effect' }] })
+      .proposed(1, 'e', 'record_effect')
+      .dispatched('e', 'record_effect')
+      .receipt('e', 'record_effect', 'unknown');
+    tools
+      .given(h)
+      .when({ type: 'Wake', claims: { e: null } })
+      .thenNothing();
   });
 
   it('given a receipt, then nothing more is owed', () => {
@@ -141,7 +178,10 @@ describe('tools decide, ToolExecuted: one receipt with the real outcome', () => 
       .given(dispatchedA())
       .when(executed('a', { kind: 'returned', json: '{"funds":["SPY"]}' }))
       .then([
-        { type: 'tool.call.receipt', data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: { funds: ['SPY'] }, durationMs: 12 } },
+        {
+          type: 'tool.call.receipt',
+          data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: { funds: ['SPY'] }, durationMs: 12, effect: 'read-only' },
+        },
       ]);
   });
 
@@ -160,6 +200,7 @@ describe('tools decide, ToolExecuted: one receipt with the real outcome', () => 
             status: 'succeeded',
             resultRef: { bucket: 'rp_results', key: sha, sha256: sha, bytes: Buffer.byteLength(json) },
             durationMs: 12,
+            effect: 'read-only',
           },
         },
       ]);
@@ -184,10 +225,64 @@ describe('tools decide, ToolExecuted: one receipt with the real outcome', () => 
       .then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'failed', error: expect.objectContaining({ code }) }) }]);
   });
 
-  it('given a call already marked unknown, when its result arrives late, then no second receipt is decided', () => {
+  it('given a call already marked unknown, when its result arrives late, then a late observation is recorded, not a second receipt', () => {
     tools
       .given(dispatchedA().receipt('a', 'list_funds', 'unknown'))
+      .when({ ...executed('a', { kind: 'returned', json: '{"funds":[]}' }), executor: 'tools-1' })
+      .then([
+        {
+          type: 'tool.call.late_observed',
+          data: { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: { funds: [] }, durationMs: 12, executor: 'tools-1' },
+        },
+      ]);
+  });
+
+  it('given a late observation already recorded, when the result is reported again, then nothing', () => {
+    const h = dispatchedA()
+      .receipt('a', 'list_funds', 'unknown')
+      .add('tool.call.late_observed', 'a', {
+        toolCallId: 'a',
+        name: 'list_funds',
+        status: 'failed',
+        durationMs: 5,
+        executor: 'x',
+        error: { code: 'c', message: 'm' },
+      });
+    tools
+      .given(h)
       .when(executed('a', { kind: 'returned', json: '{}' }))
+      .thenNothing();
+  });
+
+  it('given an unknown call in a settled Run, when its result arrives late, then it is still recorded (the one fact after settlement)', () => {
+    const h = dispatchedA()
+      .receipt('a', 'list_funds', 'unknown')
+      .add('run.settled', 'settlement', {
+        outcome: 'completed',
+        reason: 'answered',
+        passageIds: [],
+        receipts: [{ toolCallId: 'a', name: 'list_funds', status: 'unknown' }],
+        usage: { modelRequests: 2, toolCalls: 1, promptTokens: 0, completionTokens: 0 },
+      });
+    tools
+      .given(h)
+      .when(executed('a', { kind: 'failed', code: 'injected_failure', message: 'boom' }))
+      .then([
+        {
+          type: 'tool.call.late_observed',
+          data: expect.objectContaining({ status: 'failed', error: { code: 'injected_failure', message: 'boom' } }),
+        },
+      ]);
+    tools
+      .given(h)
+      .when({ type: 'Wake', claims: { a: null } })
+      .thenNothing();
+  });
+
+  it('given an unknown call, when the late run also timed out, then nothing (no outcome to observe)', () => {
+    tools
+      .given(dispatchedA().receipt('a', 'list_funds', 'unknown'))
+      .when(executed('a', { kind: 'timed-out', timeoutMs: 1000 }))
       .thenNothing();
   });
 

@@ -63,6 +63,20 @@ export const HttpConfig = z.object({ HOST: z.string().min(1).default('127.0.0.1'
 export const ToolsConfig = z.object({
   /** A tool call without an outcome by then gets an `unknown` receipt (K5), milliseconds. */
   RUNPLANE_TOOL_TIMEOUT_MS: envInt(60_000, 1, MAX_TIMER_MS),
+  /** A running call's claim lasts this long unless renewed (renewed every third of it), ms. */
+  RUNPLANE_TOOL_CLAIM_TTL_MS: envInt(15_000, 100, MAX_TIMER_MS),
+  /** How often each worker looks for expired claims to wake their Runs, ms. */
+  RUNPLANE_TOOL_CLAIM_SWEEP_MS: envInt(5_000, 50, MAX_TIMER_MS),
+  /** Ack wait of the tools consumer, ms (redelivery of a proposal still being handled). */
+  RUNPLANE_TOOLS_ACK_WAIT_MS: envInt(30_000, 100, MAX_TIMER_MS),
+  /** After the timeout, how long a call may still run for a late observation before its thread is stopped, ms. */
+  RUNPLANE_TOOL_ABANDON_MS: envInt(300_000, 0, MAX_TIMER_MS),
+  /** Worker threads executing tools. */
+  RUNPLANE_TOOL_THREADS: envInt(2, 1, 64),
+  /** Comma-separated test tools to grant and execute (`record_effect`); empty in production. */
+  RUNPLANE_TEST_TOOLS: z.string().default(''),
+  /** File `record_effect` appends its lines to. */
+  RUNPLANE_RECORD_EFFECT_FILE: z.string().default(''),
 });
 /** Execution leases (K6, K10): read by the runtime (holder) and recovery (watcher). */
 export const LeaseConfig = z.object({
@@ -78,6 +92,8 @@ export const RecoveryConfig = z.object({
 });
 export type RecoveryConfig = z.infer<typeof RecoveryConfig>;
 
+/** Test tools admission grants (`RUNPLANE_TEST_TOOLS`, comma-separated); none by default. */
+export const TestToolsConfig = z.object({ RUNPLANE_TEST_TOOLS: z.string().default('') });
 export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) });
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 

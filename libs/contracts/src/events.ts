@@ -6,7 +6,7 @@
  * adds a new version instead of editing one (docs/event-catalog.md).
  */
 import { z } from 'zod';
-import { ToolNames } from './tools.js';
+import { TestToolNames, ToolEffect, ToolNames } from './tools.js';
 
 /** The service that alone may establish a kind of fact (CONTRACTS.md "Owner"). */
 export const Owner = z.enum(['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle']);
@@ -40,7 +40,7 @@ export type RunLimits = z.infer<typeof RunLimits>;
 
 /** What the Run may use; a Run never inherits another Run's grant (CONTRACTS.md "Run"). */
 export const RunGrant = z.object({
-  tools: z.array(z.enum(ToolNames as [string, ...string[]])),
+  tools: z.array(z.enum([...ToolNames, ...TestToolNames] as [string, ...string[]])),
   model: z.string().min(1),
 });
 export type RunGrant = z.infer<typeof RunGrant>;
@@ -127,6 +127,43 @@ export const ToolCallReceiptV1 = z.object({
   resultRef: ResultRef.optional(),
   error: ToolErrorBody.optional(),
   durationMs: z.number().nonnegative(),
+  /** What the tool does to the world (for operators); absent on receipts written before it existed. Never a licence to replay. */
+  effect: ToolEffect.optional(),
+});
+
+// ---- tool effects (K5): late observations and reconciliations ---------------------------------
+/**
+ * tools: the real outcome of a call that arrived after the call was recorded `unknown` (a late
+ * observation). Never rewrites the receipt, never changes the Run's outcome; the one fact that may
+ * still be appended after the Run's settlement.
+ */
+export const ToolCallLateObservedV1 = z.object({
+  toolCallId: Id,
+  name: z.string(),
+  status: z.enum(['succeeded', 'failed']),
+  result: z.unknown().optional(),
+  resultRef: ResultRef.optional(),
+  error: ToolErrorBody.optional(),
+  /** Wall time of the execution, ms. */
+  durationMs: z.number().nonnegative(),
+  /** The process instance that executed the call. */
+  executor: z.string(),
+});
+export const ReconciledOutcome = z.enum(['succeeded', 'failed', 'not_executed']);
+export type ReconciledOutcome = z.infer<typeof ReconciledOutcome>;
+/**
+ * admission: an operator's reconciliation of an `unknown` call (over HTTP): what was found at the
+ * destination, the evidence, who and when. Dispatches nothing; never rewrites the receipt.
+ */
+export const ToolCallReconciledV1 = z.object({
+  toolCallId: Id,
+  name: z.string(),
+  outcome: ReconciledOutcome,
+  evidence: z.string().min(1).max(4000),
+  /** The operator who reconciled (as the request named them). */
+  operator: z.string().min(1).max(200),
+  /** Id of the HTTP request. */
+  requestId: z.string(),
 });
 
 // ---- publication ------------------------------------------------------------------------------
@@ -215,6 +252,9 @@ export const EventCatalog = {
   'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
   'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
+  // tool effects (K5)
+  'tool.call.late_observed': { owner: 'tools', version: 1, data: ToolCallLateObservedV1 },
+  'tool.call.reconciled': { owner: 'admission', version: 1, data: ToolCallReconciledV1 },
 } as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
 
 export type EventType = keyof typeof EventCatalog;

@@ -83,6 +83,7 @@ export const ProblemTitles: Record<string, string> = {
   route_not_found: 'No such route',
   not_projected_yet: 'Not projected yet',
   message_conflict: 'Message conflicts with an earlier one',
+  reconcile_conflict: 'The tool call cannot be reconciled so',
   admission_contended: 'Admission contended',
   dependency_unavailable: 'A dependency is unavailable',
   internal_error: 'Internal error',
@@ -128,6 +129,44 @@ export const AnswerView = z
   })
   .meta({ id: 'AnswerView' });
 export type AnswerView = z.infer<typeof AnswerView>;
+
+/** `POST /v1/runs/{runId}/tool-calls/{toolCallId}/reconcile` body (K5). */
+export const ReconcileToolCallBody = z
+  .object({
+    /** What the operator found at the destination. */
+    outcome: z.enum(['succeeded', 'failed', 'not_executed']),
+    evidence: z.string().trim().min(1, 'evidence must not be blank').max(4000),
+    /** The operator; may instead be given in the `X-Runplane-Operator` header. */
+    operator: z.string().trim().min(1).max(200).optional(),
+  })
+  .strict()
+  .meta({ id: 'ReconcileToolCallBody' });
+export type ReconcileToolCallBody = z.infer<typeof ReconcileToolCallBody>;
+
+/** 201 (recorded now) or 200 (the same reconciliation was recorded before). */
+export const ReconcileToolCallResponse = z
+  .object({
+    runId: Id,
+    toolCallId: Id,
+    name: z.string(),
+    outcome: z.enum(['succeeded', 'failed', 'not_executed']),
+    evidence: z.string(),
+    operator: z.string(),
+    reconciledAt: z.string().datetime(),
+    /** `recorded` now, or `existing` for an idempotent repeat. */
+    reconciliation: z.enum(['recorded', 'existing']),
+  })
+  .meta({ id: 'ReconcileToolCallResponse' });
+export type ReconcileToolCallResponse = z.infer<typeof ReconcileToolCallResponse>;
+
+/** Path parameters of the tool-call routes. */
+export const ToolCallParams = z.object({
+  runId: Id.meta({ description: 'The Run id' }),
+  toolCallId: Id.meta({ description: 'The tool call id (from the Run events)' }),
+});
+export const ReconcileHeaders = z.object({
+  'x-runplane-operator': z.string().optional().meta({ description: 'The operator reconciling (when the body does not name one)' }),
+});
 
 /** Turns a zod error into the 400 body's issue list. */
 export function zodIssues(error: z.ZodError): { path: string; message: string }[] {

@@ -17,6 +17,10 @@ import {
   PROBLEM_CONTENT_TYPE,
   ProblemDetails,
   ProjectorHealthBody,
+  ReconcileHeaders,
+  ReconcileToolCallBody,
+  ReconcileToolCallResponse,
+  ToolCallParams,
   RunEventsHeaders,
   RunEventsQuery,
   RunIdParams,
@@ -98,6 +102,26 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem('Bad runId (`bad_request`)'),
       404: problem('No such Run (`not_found`), or admitted but not projected yet (`not_projected_yet`, with `Retry-After: 1`)', RETRY_AFTER),
       503: unavailable('PostgreSQL (projections) or NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission'],
+    method: 'post',
+    path: '/v1/runs/{runId}/tool-calls/{toolCallId}/reconcile',
+    operationId: 'reconcileToolCall',
+    summary: "Record an operator's reconciliation of a tool call whose outcome is unknown (K5)",
+    description:
+      'Records what was found at the destination (`succeeded`, `failed`, `not_executed`), the evidence, who (body `operator` or the ' +
+      '`X-Runplane-Operator` header) and when, as the event `tool.call.reconciled`. Dispatches nothing and never rewrites the receipt.',
+    request: { path: ToolCallParams, header: ReconcileHeaders, body: json(ReconcileToolCallBody) },
+    responses: {
+      201: { description: 'The reconciliation was recorded', body: json(ReconcileToolCallResponse) },
+      200: { description: 'The same reconciliation was recorded before: nothing appended', body: json(ReconcileToolCallResponse) },
+      400: problem('Bad body or ids (`invalid_body` / `bad_request`), or no operator named'),
+      404: problem('No such Run or tool call (`not_found`)'),
+      409: problem('The call is not `unknown`, or was reconciled differently (`reconcile_conflict`)'),
+      415: problem('The body is not JSON (`unsupported_media_type`)'),
+      503: unavailable('NATS JetStream'),
     },
   },
   {

@@ -141,6 +141,54 @@ export const ToolPack = {
 export type ToolName = keyof typeof ToolPack;
 export const ToolNames = Object.keys(ToolPack) as ToolName[];
 
+// ---- record_effect (test tool, K5) -----------------------------------------------------------
+/**
+ * `record_effect`: a fault-injectable tool with an external effect, for tests only. It appends one
+ * line (`<runId> <toolCallId> <tag>`) to the file the tools worker is configured with, then may
+ * sleep, burn the CPU (blocking its thread), fail or hang as told. Granted only when
+ * `RUNPLANE_TEST_TOOLS` names it; never in the default grant.
+ */
+export const RecordEffectArgs = z
+  .object({
+    tag: z.string().max(200).default(''),
+    /** Wall time to wait after recording, ms. */
+    sleepMs: z.number().int().min(0).max(600_000).optional(),
+    /** CPU time to burn (a busy loop, blocking its thread) after recording, ms. */
+    burnMs: z.number().int().min(0).max(600_000).optional(),
+    /** Fail (`injected_failure`) after recording. */
+    fail: z.boolean().optional(),
+    /** Never return. */
+    hang: z.boolean().optional(),
+  })
+  .strict();
+export const RecordEffectResult = z.object({ recorded: z.string() });
+
+/** Tools that exist only for tests, granted only when configured (`RUNPLANE_TEST_TOOLS`). */
+export const TestToolPack = {
+  record_effect: {
+    args: RecordEffectArgs,
+    result: RecordEffectResult,
+    description: 'Test tool: records one external effect (a line in a file), then sleeps, burns CPU, fails or hangs as told.',
+  },
+} as const;
+export type TestToolName = keyof typeof TestToolPack;
+export const TestToolNames = Object.keys(TestToolPack) as TestToolName[];
+
+/**
+ * What a tool does to the world, recorded on its receipt for operators: `read-only` tools only
+ * read; `external-effect` tools change something outside the Run's log. The label never makes an
+ * `unknown` call eligible for automatic replay (K5): no call is ever replayed.
+ */
+export const ToolEffect = z.enum(['read-only', 'external-effect']);
+export type ToolEffect = z.infer<typeof ToolEffect>;
+export const ToolEffects: Record<ToolName | TestToolName, ToolEffect> = {
+  list_funds: 'read-only',
+  get_holdings: 'read-only',
+  compare_holdings: 'read-only',
+  fund_metadata: 'read-only',
+  record_effect: 'external-effect',
+};
+
 /**
  * What the model reads back for one tool call (the `content` of the `role: "tool"` message the
  * runtime builds from a receipt). An `unknown` outcome is shown as unknown, never as success (K5);
@@ -151,6 +199,12 @@ export const ToolMessageContent = z.discriminatedUnion('status', [
   z.object({
     status: z.enum(['failed', 'denied', 'unknown']),
     error: z.object({ code: z.string(), message: z.string() }),
+    /** For an `unknown` call: what an operator later found at the destination (never a success by itself). */
+    reconciliation: z
+      .object({ outcome: z.enum(['succeeded', 'failed', 'not_executed']), evidence: z.string(), by: z.string(), at: z.string() })
+      .optional(),
+    /** For an `unknown` call: the outcome that arrived after it was recorded unknown. */
+    lateObservation: z.object({ status: z.enum(['succeeded', 'failed']), at: z.string() }).optional(),
   }),
 ]);
 export type ToolMessageContent = z.infer<typeof ToolMessageContent>;

@@ -2,6 +2,7 @@
  * {@link HoldingsLibrary}: the fund-research tools over one data folder, with every file read and
  * parsed at most once (re-read only when its size or modification time changes).
  */
+import { createHash } from 'node:crypto';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, HoldingsFileInfo, ListFundsResult } from '@runplane/contracts';
@@ -35,6 +36,34 @@ export async function inspectFile(path: string, name: string): Promise<Inspectio
   } catch (error) {
     return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
   }
+  return inspectBytes(bytes, path, name);
+}
+
+/**
+ * Parsed files by content digest (sha256 of the bytes) and name: the same bytes are parsed once
+ * per process or worker thread, whatever their path or modification time. Bounded (oldest dropped).
+ */
+const byDigest = new Map<string, Promise<Inspection>>();
+const BY_DIGEST_LIMIT = 256;
+
+/** {@link inspectFile}, answered from the content-digest cache when the same bytes were inspected before. */
+export async function inspectFileCached(path: string, name: string): Promise<Inspection> {
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (error) {
+    return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
+  }
+  const key = `${createHash('sha256').update(bytes).digest('hex')}:${name}`;
+  const hit = byDigest.get(key);
+  if (hit) return hit;
+  const inspection = inspectBytes(bytes, path, name);
+  byDigest.set(key, inspection);
+  while (byDigest.size > BY_DIGEST_LIMIT) byDigest.delete(byDigest.keys().next().value!);
+  return inspection;
+}
+
+async function inspectBytes(bytes: Buffer, path: string, name: string): Promise<Inspection> {
   try {
     if (isZip(bytes)) return { kind: 'holdings', name, parsed: await parseSsgaWorkbook(bytes, path) };
     const text = bytes.toString('utf8');
@@ -148,7 +177,7 @@ export class HoldingsLibrary {
     const stamp = `${info.size}:${info.mtimeMs}`;
     const cached = this.cache.get(path);
     if (cached && cached.stamp === stamp) return cached.inspection;
-    const inspection = inspectFile(path, name);
+    const inspection = inspectFileCached(path, name);
     this.cache.set(path, { stamp, inspection });
     return inspection;
   }

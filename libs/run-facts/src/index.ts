@@ -21,6 +21,11 @@ export interface ToolCallFacts {
   proposedSeq: number;
   dispatched: boolean;
   receipt: EventData<'tool.call.receipt'> | null;
+  // ---- tool effects (K5) ----
+  /** The real outcome that arrived after an `unknown` receipt (never rewrites the receipt). */
+  lateObserved?: EventData<'tool.call.late_observed'> & { at: string };
+  /** An operator's reconciliation of an `unknown` call. */
+  reconciliation?: EventData<'tool.call.reconciled'> & { at: string };
 }
 
 export interface RunFacts {
@@ -139,6 +144,17 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'run.fenced':
       next.fenced ??= e.data;
       break;
+    // ---- tool effects (K5) ----
+    case 'tool.call.late_observed': {
+      const c = next.toolCalls.get(e.data.toolCallId);
+      if (c && !c.lateObserved) c.lateObserved = { ...e.data, at: e.occurredAt };
+      break;
+    }
+    case 'tool.call.reconciled': {
+      const c = next.toolCalls.get(e.data.toolCallId);
+      if (c && !c.reconciliation) c.reconciliation = { ...e.data, at: e.occurredAt };
+      break;
+    }
   }
   return next;
 }

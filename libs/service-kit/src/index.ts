@@ -48,7 +48,12 @@ export interface ServiceSpec {
   /** Configuration schemas validated before anything starts (a bad value fails in one line). */
   config?: z.ZodObject[];
   /** Durable consumer feeding `@EventPattern` handlers, if the service reacts to events. */
-  consumer?: { durable: string; filter: (space: SubjectSpace) => string | string[] };
+  consumer?: {
+    durable: string;
+    filter: (space: SubjectSpace) => string | string[];
+    /** The consumer's ack wait, ms, read after the configuration is validated (default: the transport's). */
+    ackWaitMs?: () => number;
+  };
 }
 
 /** Options of {@link startService} (process entries use {@link runService}). */
@@ -97,7 +102,11 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
       const pino = await app.resolve(PinoLogger);
       const transport = new JetStreamEventTransport(
         log,
-        { durable: spec.consumer.durable, filters: [spec.consumer.filter(log.space)].flat(), ackWaitMs: loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
+        {
+          durable: spec.consumer.durable,
+          filters: [spec.consumer.filter(log.space)].flat(),
+          ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS,
+        },
         { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
       );
       app.connectMicroservice({ strategy: transport });

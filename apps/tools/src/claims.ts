@@ -1,0 +1,182 @@
+/**
+ * Live executors' claims on tool calls (K5): a NATS KV bucket `<prefix>_claims`, one key per Run
+ * and tool call (`<runId>.<toolCallId>`), whose value names the holder instance and an expiry.
+ * KV key TTL does not exist on nats-server 2.9, so the expiry is in the value and every reader
+ * compares it with its own clock. A claim is taken with `create` (or, when the previous holder's
+ * claim expired, `update` on the revision read), renewed with `update(key, value, revision)` while
+ * the call executes, and deleted once the call has its receipt.
+ */
+import { Kvm, type KV } from '@nats-io/kv';
+import type { EventLog } from '@runplane/eventlog';
+import type { ToolClaim } from './decide.js';
+
+/** The stored value of a claim. */
+export interface ClaimValue extends ToolClaim {
+  runId: string;
+  toolCallId: string;
+}
+
+/** Another live executor holds the claim: this worker must not dispatch the call. */
+export class ClaimTaken extends Error {
+  constructor(
+    readonly key: string,
+    readonly holder: string,
+  ) {
+    super(`the claim ${key} is held by ${holder}`);
+    this.name = 'ClaimTaken';
+  }
+}
+
+/** The executor's claim was renewed (or taken) after it was read as expired: the call must not be declared unknown on that reading. */
+export class ClaimRenewed extends Error {
+  constructor(readonly key: string) {
+    super(`the claim ${key} changed after it was read: its executor may be alive`);
+    this.name = 'ClaimRenewed';
+  }
+}
+
+/** A claim this process holds, with the revision its next renewal is conditional on. */
+export interface HeldClaim {
+  key: string;
+  revision: number;
+}
+
+export class ClaimStore {
+  private constructor(
+    private readonly kv: KV,
+    readonly bucket: string,
+    /** This process's instance id (the holder named in its claims). */
+    readonly holder: string,
+    private readonly ttlMs: number,
+  ) {}
+
+  /** The bucket name for a log's subject space: `<prefix>_claims`. */
+  static bucketFor(log: Pick<EventLog, 'space'>): string {
+    return `${log.space.prefix}_claims`;
+  }
+
+  /** Opens (creating when missing) the claims bucket of `log`'s subject space. */
+  static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
+    const bucket = ClaimStore.bucketFor(log);
+    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
+    return new ClaimStore(kv, bucket, log.writer.instance, ttlMs);
+  }
+
+  static keyOf(runId: string, toolCallId: string): string {
+    return `${runId}.${toolCallId}`;
+  }
+
+  private value(runId: string, toolCallId: string): Uint8Array {
+    const v: ClaimValue = { runId, toolCallId, holder: this.holder, expiresAt: new Date(Date.now() + this.ttlMs).toISOString() };
+    return new TextEncoder().encode(JSON.stringify(v));
+  }
+
+  /** The claim stored under `key` and its revision, or null. */
+  async read(key: string): Promise<{ claim: ClaimValue; revision: number } | null> {
+    const e = await this.kv.get(key);
+    if (!e || e.operation !== 'PUT' || e.length === 0) return null;
+    return { claim: e.json<ClaimValue>(), revision: e.revision };
+  }
+
+  /**
+   * Claims of the given calls of a Run: toolCallId -> claim, or null when absent, and the
+   * revision each was read at (0 when absent), for {@link seize}.
+   */
+  async lookup(
+    runId: string,
+    toolCallIds: readonly string[],
+  ): Promise<{ claims: Record<string, ToolClaim | null>; revisions: Record<string, number> }> {
+    const claims: Record<string, ToolClaim | null> = {};
+    const revisions: Record<string, number> = {};
+    await Promise.all(
+      toolCallIds.map(async (id) => {
+        const found = await this.read(ClaimStore.keyOf(runId, id));
+        claims[id] = found ? { holder: found.claim.holder, expiresAt: found.claim.expiresAt } : null;
+        revisions[id] = found?.revision ?? 0;
+      }),
+    );
+    return { claims, revisions };
+  }
+
+  /**
+   * Removes an expired claim before its call is declared unknown, only if it is still the
+   * revision that was read (compare-and-set): a holder that renewed meanwhile is alive, and its
+   * call is not declared unknown on a stale reading.
+   * @throws ClaimRenewed when the claim changed since it was read.
+   */
+  async seize(runId: string, toolCallId: string, revision: number): Promise<void> {
+    const key = ClaimStore.keyOf(runId, toolCallId);
+    if (revision === 0) {
+      if (await this.read(key)) throw new ClaimRenewed(key); // it appeared since: an executor took it
+      return;
+    }
+    try {
+      await this.kv.delete(key, { previousSeq: revision });
+    } catch {
+      throw new ClaimRenewed(key);
+    }
+  }
+
+  /**
+   * Takes the claim on a call before its dispatch is appended: creates it, renews it when this
+   * process holds it already, or takes it over when the holder's claim expired.
+   * @throws ClaimTaken when another live executor holds it.
+   */
+  async take(runId: string, toolCallId: string): Promise<HeldClaim> {
+    const key = ClaimStore.keyOf(runId, toolCallId);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const found = await this.read(key);
+      try {
+        if (!found) return { key, revision: await this.kv.create(key, this.value(runId, toolCallId)) };
+        const mine = found.claim.holder === this.holder;
+        if (!mine && Date.parse(found.claim.expiresAt) > Date.now()) throw new ClaimTaken(key, found.claim.holder);
+        return { key, revision: await this.kv.update(key, this.value(runId, toolCallId), found.revision) };
+      } catch (e) {
+        if (e instanceof ClaimTaken) throw e;
+        // lost a create/update race: read again and decide again
+      }
+    }
+    throw new ClaimTaken(key, 'a concurrent taker');
+  }
+
+  /**
+   * Extends a held claim. A failed update is not by itself a loss (a publish can time out after
+   * it was stored): the key is read again, and the claim is lost only when someone else holds it
+   * or it is gone.
+   * @returns the renewed claim, the unchanged one when NATS did not answer (try again later), or null when it was lost.
+   */
+  async renew(held: HeldClaim, runId: string, toolCallId: string): Promise<HeldClaim | null> {
+    try {
+      return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), held.revision) };
+    } catch {
+      try {
+        const found = await this.read(held.key);
+        if (!found || found.claim.holder !== this.holder) return null;
+        return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), found.revision) };
+      } catch {
+        return held;
+      }
+    }
+  }
+
+  /** Deletes a claim (its call has its receipt); only the stored revision when given. */
+  async release(key: string, revision?: number): Promise<void> {
+    await this.kv.delete(key, revision === undefined ? {} : { previousSeq: revision }).catch(() => undefined);
+  }
+
+  /** Every claim in the bucket (keys of deleted claims skipped). */
+  async *all(): AsyncGenerator<{ key: string; claim: ClaimValue; revision: number }> {
+    const keys = await this.kv.keys();
+    const list: string[] = [];
+    for await (const k of keys) list.push(k);
+    for (const key of list) {
+      const found = await this.read(key);
+      if (found) yield { key, ...found };
+    }
+  }
+
+  /** Removes the bucket (tests). */
+  async destroy(): Promise<void> {
+    await this.kv.destroy();
+  }
+}

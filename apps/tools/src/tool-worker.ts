@@ -1,0 +1,67 @@
+/**
+ * The activity, in a worker thread (piscina): runs one tool call and returns how it ended. Tool
+ * work (parsing a large issuer file, a CPU-bound test tool) blocks only this thread, so the tools
+ * worker's event loop stays free to enforce timeouts and renew claims (K5). Each thread keeps its
+ * own holdings library, whose parsed files are cached by content digest.
+ */
+import { appendFile } from 'node:fs/promises';
+import { RecordEffectArgs, TestToolPack } from '@runplane/contracts';
+import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
+import type { ToolOutcome } from './decide.js';
+
+/** One call to run: the tool, its raw arguments (JSON text), and who asked (recorded by test tools). */
+export interface ToolTask {
+  name: string;
+  argumentsText: string;
+  runId: string;
+  toolCallId: string;
+  /** Test tools this worker may run (`RUNPLANE_TEST_TOOLS`). */
+  testTools: string[];
+  /** File `record_effect` appends to. */
+  recordEffectFile: string;
+}
+
+let library: HoldingsLibrary | null = null;
+
+/** Busy-waits `ms` milliseconds: blocks the thread, as a CPU-bound parse does. */
+function burn(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    /* burning */
+  }
+}
+
+async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> {
+  const parsed = RecordEffectArgs.safeParse(rawArgs ?? {});
+  if (!parsed.success) throw new ToolFailure('bad_arguments', `Bad arguments for record_effect: ${parsed.error.message}`);
+  const args = parsed.data;
+  if (!task.recordEffectFile) throw new Error('record_effect has no RUNPLANE_RECORD_EFFECT_FILE to record in');
+  const line = `${task.runId} ${task.toolCallId} ${args.tag}`;
+  await appendFile(task.recordEffectFile, `${line}\n`);
+  if (args.burnMs) burn(args.burnMs);
+  if (args.sleepMs) await new Promise((r) => setTimeout(r, args.sleepMs));
+  if (args.hang) await new Promise(() => undefined);
+  if (args.fail) return Promise.reject(Object.assign(new Error('record_effect was told to fail'), { code: 'injected_failure' }));
+  return TestToolPack.record_effect.result.parse({ recorded: line });
+}
+
+/** Runs `task`; never throws: every ending is an outcome. */
+export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutcome, { kind: 'timed-out' }>> {
+  try {
+    const args: unknown = task.argumentsText.trim() === '' ? {} : JSON.parse(task.argumentsText);
+    let result: unknown;
+    if (task.name in TestToolPack) {
+      if (!task.testTools.includes(task.name)) throw new ToolFailure('unknown_tool', `Tool ${task.name} is not enabled on this worker.`);
+      result = await recordEffect(task, args);
+    } else {
+      library ??= new HoldingsLibrary(resolveDataFolder());
+      result = await executeTool(library, task.name, args);
+    }
+    return { kind: 'returned', json: JSON.stringify(result) };
+  } catch (e) {
+    if (e instanceof ToolFailure) return { kind: 'failed', code: e.code, message: e.message };
+    const code = (e as { code?: unknown }).code;
+    if (code === 'injected_failure') return { kind: 'failed', code, message: (e as Error).message };
+    return { kind: 'crashed', message: e instanceof Error ? e.message : String(e) };
+  }
+}
