@@ -7,6 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { RunplaneHttpError } from '@runplane/client';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -146,4 +147,45 @@ describe('a frozen holder (K6)', () => {
     expect(await modelRequestsFor(key)).toBe(1);
     void other;
   }, 150_000);
+});
+
+describe('cancel versus disconnect (K4)', () => {
+  it('a cancel during a model turn: recorded once (a repeat gets the same answer), the request in flight is aborted, nothing more is asked or dispatched, and the Run settles canceled promptly', async () => {
+    const key = `cancel-${t.tag}`;
+    await slowFirstTurn(key, 10_000);
+    const { body } = await t.client.postMessage('conv-cancel', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    await waitForType(body.runId, 'model.turn.requested');
+    const asked = Date.now();
+    const first = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
+    const again = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
+    expect(again).toEqual(first);
+    await t.waitForSettlement(body.runId, 15_000);
+    expect(await t.client.cancelRun(body.runId)).toEqual(first); // after the cancel settled it: still the same answer
+    const events = await t.waitForSettlement(body.runId, 15_000);
+    const settleMs = Date.now() - asked;
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('canceled');
+    expect(settled[0]!.data.reason).toBe('canceled by ana: wrong fund');
+    expect(ofType(events, 'run.cancel.requested')).toHaveLength(1);
+    expect(ofType(events, 'tool.call.dispatched')).toHaveLength(0);
+    expect(settleMs).toBeLessThan(8_000); // well before the model's 10 s reply
+    process.stdout.write(`cancel: settled canceled ${settleMs} ms after the cancel request\n`);
+    await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
+    expect(await modelRequestsFor(key)).toBe(1);
+    expect((await t.log.readRun(body.runId)).filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
+  }, 60_000);
+
+  it('a cancel of a settled Run is refused with its outcome; an unknown Run is 404; nothing is appended', async () => {
+    const { body } = await t.client.postMessage('conv-cancel', { clientMessageId: `done-${t.tag}`, content: 'What does DIA hold?' });
+    await t.waitForSettlement(body.runId, 60_000);
+    const before = await t.log.readRun(body.runId);
+    const refused = await t.client.cancelRun(body.runId).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RunplaneHttpError);
+    expect((refused as RunplaneHttpError).status).toBe(409);
+    expect((refused as RunplaneHttpError).body).toMatchObject({ code: 'run_settled', outcome: 'completed', status: 409 });
+    expect(await t.log.readRun(body.runId)).toEqual(before);
+    const missing = await t.client.cancelRun('no-such-run').catch((e: unknown) => e);
+    expect((missing as RunplaneHttpError).status).toBe(404);
+  }, 90_000);
 });

@@ -5,6 +5,8 @@ import {
   Id,
   PostMessageBody,
   ReconcileToolCallBody,
+  CancelRunBody,
+  type CancelRunResponse,
   ToolNames,
   zodIssues,
   type PostMessageResponse,
@@ -14,7 +16,16 @@ import {
 } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
 import { apiError, badRequestFromZod, RunCommandHandler, RunFolds } from '@runplane/service-kit';
-import { admissionIds, decide, MessageConflict, ReconcileConflict, ReconcileNotFound, type PostMessage } from './decide.js';
+import {
+  admissionIds,
+  decide,
+  MessageConflict,
+  RunAlreadySettled,
+  RunNotFound,
+  ReconcileConflict,
+  ReconcileNotFound,
+  type PostMessage,
+} from './decide.js';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
 /** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
@@ -179,6 +190,59 @@ export class AdmissionController {
       reconciledAt: r.at,
       reconciliation: recorded ? 'recorded' : 'existing',
     };
+  }
+
+  /**
+   * `POST /v1/runs/{runId}/cancel` `{reason?}`: records the user's cancel intent (K4). 202 with the
+   * same answer whether recorded now or before (nothing appended the second time); 404 no such
+   * Run; 409 `run_settled` with the Run's `outcome` when it is settled already; 400 a bad body.
+   */
+  @Post('runs/:runId/cancel')
+  @HttpCode(202)
+  async cancelRun(
+    @Param('runId') rawRunId: string,
+    @Headers('content-type') contentType: string | undefined,
+    @Headers('x-runplane-user') user: string | undefined,
+    @Body() body: unknown,
+  ): Promise<CancelRunResponse> {
+    const runId = parseId('runId', rawRunId);
+    const hasBody = body !== undefined && body !== null && !(typeof body === 'object' && Object.keys(body).length === 0);
+    if (hasBody && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
+      throw apiError(
+        HttpStatus.UNSUPPORTED_MEDIA_TYPE,
+        'unsupported_media_type',
+        'send the cancel body as JSON (Content-Type: application/json), or no body',
+      );
+    }
+    const parsed = CancelRunBody.safeParse(body ?? {});
+    if (!parsed.success) {
+      const issues = zodIssues(parsed.error);
+      throw apiError(
+        HttpStatus.BAD_REQUEST,
+        'invalid_body',
+        `the cancel body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        { issues },
+      );
+    }
+    const cmd = {
+      type: 'CancelRun',
+      requestedBy: user?.trim().slice(0, 200) || null,
+      reason: parsed.data.reason || null,
+      requestId: randomUUID(),
+    } as const;
+    let result;
+    try {
+      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
+    } catch (e) {
+      if (e instanceof RunNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof RunAlreadySettled) throw apiError(HttpStatus.CONFLICT, 'run_settled', e.message, { extensions: { outcome: e.outcome } });
+      if (e instanceof AppendConflict)
+        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the cancel could not be recorded; retry');
+      throw e;
+    }
+    const recorded = result.appended.find((s) => s.event.type === 'run.cancel.requested');
+    const requestedAt = recorded ? recorded.event.occurredAt : result.facts.cancelRequested!.at;
+    return { runId, status: 'cancel-requested', requestedAt };
   }
 
   /**

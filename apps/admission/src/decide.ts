@@ -46,7 +46,29 @@ export interface ReconcileToolCall {
   requestId: string;
 }
 
-export type AdmissionTrigger = PostMessage | ReconcileToolCall;
+/** A user's request to cancel a Run (K4). */
+export interface CancelRun {
+  type: 'CancelRun';
+  requestedBy: string | null;
+  reason: string | null;
+  /** Id of the HTTP request. */
+  requestId: string;
+}
+
+export type AdmissionTrigger = PostMessage | ReconcileToolCall | CancelRun;
+
+/** No such Run (HTTP 404). */
+export class RunNotFound extends Error {
+  override readonly name = 'RunNotFound';
+}
+
+/** The Run is settled already: a cancel changes nothing (HTTP 409 with its outcome). */
+export class RunAlreadySettled extends Error {
+  override readonly name = 'RunAlreadySettled';
+  constructor(readonly outcome: string) {
+    super(`the Run is already settled (${outcome}); a cancel changes nothing`);
+  }
+}
 
 /** No such Run, or no such tool call in it (HTTP 404). */
 export class ReconcileNotFound extends Error {
@@ -90,6 +112,8 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
       return admit(facts, trigger, now);
     case 'ReconcileToolCall':
       return reconcile(facts, trigger, now);
+    case 'CancelRun':
+      return cancel(facts, trigger, now);
     default:
       return unknownTrigger('admission', trigger);
   }
@@ -147,4 +171,18 @@ function reconcile(facts: RunFacts, cmd: ReconcileToolCall, now: Date): RunEvent
       now,
     ),
   ];
+}
+
+/**
+ * Records the user's cancel intent, once (K4): `[run.cancel.requested]`; `[]` when it was recorded
+ * before (the same answer again, nothing appended, also after the Run settled `canceled`).
+ * @throws RunNotFound when the Run was never admitted.
+ * @throws RunAlreadySettled when the Run has its settlement.
+ */
+function cancel(facts: RunFacts, cmd: CancelRun, now: Date): RunEvent[] {
+  if (!facts.admitted || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
+  if (facts.cancelRequested) return []; // a repeat gets the same answer, even once the cancel has settled the Run
+  if (facts.settled) throw new RunAlreadySettled(facts.settled.outcome);
+  const ctx = { ...contextFrom(facts.lastEvent), causationId: cmd.requestId };
+  return [makeEvent('run.cancel.requested', ctx, 'cancel', { requestedBy: cmd.requestedBy, reason: cmd.reason }, now)];
 }

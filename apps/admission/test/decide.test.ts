@@ -1,7 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, decide, MessageConflict, type PostMessage } from '@runplane/app-admission';
+import { admissionIds, decide, MessageConflict, RunAlreadySettled, RunNotFound, type PostMessage } from '@runplane/app-admission';
 import { sha256Hex } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
+import { History } from '../../../test/support/history.js';
 import { spec } from '../../../test/support/decider-spec.js';
 
 const admission = spec(decide);
@@ -61,5 +62,32 @@ describe('admission decide (K1)', () => {
   it('the same client id in two conversations names two Runs; the same pair always the same Run', () => {
     expect(admissionIds('a', 'x').runId).not.toBe(admissionIds('b', 'x').runId);
     expect(admissionIds('a', 'x')).toEqual(admissionIds('a', 'x'));
+  });
+
+  describe('cancel (K4)', () => {
+    const cancel = { type: 'CancelRun', requestedBy: 'ana', reason: 'wrong fund', requestId: 'req-9' } as const;
+    it('given an admitted Run, when its user cancels, then the cancel intent is recorded once', () => {
+      admission
+        .given(new History().admitted())
+        .when(cancel)
+        .then([{ type: 'run.cancel.requested', data: { requestedBy: 'ana', reason: 'wrong fund' } }]);
+      const canceled = new History().admitted().add('run.cancel.requested', 'cancel', { requestedBy: 'ana', reason: 'wrong fund' });
+      admission.given(canceled).when(cancel).thenNothing();
+    });
+    it('given no such Run, then RunNotFound; given a settled Run, then RunAlreadySettled with its outcome', () => {
+      admission.given(new History()).when(cancel).thenThrows(RunNotFound);
+      const settled = new History().admitted().add('run.settled', 'settlement', {
+        outcome: 'completed',
+        reason: 'x',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      });
+      admission.given(settled).when(cancel).thenThrows(RunAlreadySettled);
+      admission
+        .given(settled)
+        .when(cancel)
+        .thenThrows(/already settled \(completed\)/);
+    });
   });
 });

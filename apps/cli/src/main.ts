@@ -5,12 +5,14 @@
  *   up                             start everything on the configured ports and keep it running
  *   ask <question>                 ask running services and stream the answer
  *   watch <runId>                  follow a Run's events (from --last-event-id)
+ *   cancel <runId>                 ask to cancel a Run (K4)
  *   timeline <runId>               print a Run's events from the log
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
  */
 import { Command, InvalidArgumentError } from 'commander';
+import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { ask, demo, rebuild, terminalSafe, timeline, up, watch } from './commands.js';
 
@@ -66,6 +68,19 @@ api(program.command('watch').description("follow a Run's events until it settles
   .action((runId: string, o: { admission: string; publication: string; lastEventId: number }) =>
     run(async () => {
       await watch(endpoints(o), runId, o.lastEventId);
+      return 0;
+    })(),
+  );
+
+api(program.command('cancel').description('ask to cancel a Run (it settles `canceled`, keeping what was published)').argument('<runId>'))
+  .option('--reason <text>', 'why (kept with the cancel intent)')
+  .action((runId: string, o: { admission: string; publication: string; reason?: string }) =>
+    run(async () => {
+      const r = await new RunplaneClient(endpoints(o)).cancelRun(runId, {
+        ...(o.reason ? { reason: o.reason } : {}),
+        user: process.env.USER ?? 'cli',
+      });
+      process.stdout.write(`cancel requested for run ${r.runId} at ${r.requestedAt}; watch it settle with: runplane watch ${r.runId}\n`);
       return 0;
     })(),
   );

@@ -29,6 +29,8 @@ export function summarize(e: RunEvent): string {
       return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars`;
     case 'run.settled':
       return `SETTLED ${e.data.outcome}: ${e.data.reason}`;
+    case 'run.cancel.requested':
+      return `CANCEL requested by ${e.data.requestedBy ?? 'the user'}${e.data.reason ? `: ${e.data.reason}` : ''}`;
     case 'lease.granted':
       return `lease granted: epoch ${e.data.epoch} to ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (ttl ${e.data.ttlMs} ms)`;
     case 'run.fenced': {

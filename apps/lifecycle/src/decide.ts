@@ -41,9 +41,15 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)
     .map((c) => ({ toolCallId: c.toolCallId, name: c.name, status: c.receipt!.status }));
-  const settled = (outcome: 'completed' | 'failed' | 'interrupted', reason: string) =>
+  const settled = (outcome: 'completed' | 'failed' | 'interrupted' | 'canceled', reason: string) =>
     makeEvent('run.settled', contextFrom(facts.lastEvent!), 'settlement', { outcome, reason, passageIds, receipts, usage: usageOf(facts) }, now);
   const finished = facts.finished;
+  // The user's cancel (K4) settles the Run `canceled` once its execution is fenced or stopped,
+  // keeping what was published; only an answer already published before it wins (completed).
+  if (facts.cancelRequested && !facts.answer && (facts.fenced || finished)) {
+    const c = facts.cancelRequested;
+    return [settled('canceled', `canceled by ${c.requestedBy ?? 'the user'}${c.reason ? `: ${c.reason}` : ''}`)];
+  }
   if (!finished) {
     // The execution was fenced before it stopped on its own: it is over, not resumed in place (K10).
     // What was committed stays (passages, receipts, usage); what was in flight is named uncertain.

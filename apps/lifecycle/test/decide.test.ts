@@ -96,4 +96,34 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
         },
       ]);
   });
+
+  it('given a cancel intent and the execution fenced, then it settles canceled, keeping what was committed (K4); given the answer already published, then completed', () => {
+    const fenced = (h: History) =>
+      h.add('run.fenced', 'fence/1/runtime', {
+        fencedSubject: 'runtime',
+        epoch: 1,
+        holder: null,
+        reason: 'canceled',
+        detail: 'canceled by ana',
+        uncertain: [],
+      });
+    const h = fenced(
+      new History()
+        .admitted()
+        .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+        .add('run.cancel.requested', 'cancel', { requestedBy: 'ana', reason: 'enough' }),
+    );
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana: enough' }) }]);
+    const published = answered()
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 })
+      .add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
+    lifecycle
+      .given(published)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+  });
 });

@@ -21,7 +21,9 @@ export interface Holder {
 
 export type RecoveryTrigger =
   | { type: 'LeaseObserved'; epoch: number; holder: Holder; ttlMs: number }
-  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: FenceReason; detail: string };
+  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled'>; detail: string }
+  /** The user's cancel intent was recorded (K4): the execution is fenced as for a lost lease, with reason `canceled`. */
+  | { type: 'CancelRequested' };
 
 /** Decides recovery's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): RunEvent[] {
@@ -38,18 +40,34 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
           now,
         ),
       ];
-    case 'LeaseLost': {
-      if (facts.finished || facts.fenced) return [];
-      const uncertain = uncertainSteps(facts);
-      const ctx = contextFrom(facts.lastEvent);
-      const data = { epoch: trigger.epoch, holder: trigger.holder, reason: trigger.reason, detail: trigger.detail, uncertain };
-      return (['runtime', 'tools'] as const).map((fencedSubject) =>
-        makeEvent('run.fenced', ctx, `fence/${trigger.epoch}/${fencedSubject}`, { fencedSubject, ...data }, now),
+    case 'LeaseLost':
+      return fence(facts, trigger.epoch, trigger.holder, trigger.reason, trigger.detail, now);
+    case 'CancelRequested': {
+      if (!facts.cancelRequested) return [];
+      const lease = facts.leases[facts.leases.length - 1];
+      const who = facts.cancelRequested.requestedBy ?? 'the user';
+      return fence(
+        facts,
+        lease?.epoch ?? 0,
+        lease?.holder ?? null,
+        'canceled',
+        `canceled by ${who}${facts.cancelRequested.reason ? `: ${facts.cancelRequested.reason}` : ''}`,
+        now,
       );
     }
     default:
       return unknownTrigger('recovery', trigger);
   }
+}
+
+/** One `run.fenced` marker on each executor's subject, unless the execution already stopped, the Run is settled or fenced. */
+function fence(facts: RunFacts, epoch: number, holder: Holder | null, reason: FenceReason, detail: string, now: Date): RunEvent[] {
+  if (facts.finished || facts.fenced) return [];
+  const data = { epoch, holder, reason, detail, uncertain: uncertainSteps(facts) };
+  const ctx = contextFrom(facts.lastEvent!);
+  return (['runtime', 'tools'] as const).map((fencedSubject) =>
+    makeEvent('run.fenced', ctx, `fence/${epoch}/${fencedSubject}`, { fencedSubject, ...data }, now),
+  );
 }
 
 /** What the execution had started without a recorded outcome. */

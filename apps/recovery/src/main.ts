@@ -1,4 +1,5 @@
 import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
+import { ownerFilter } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { RecoveryModule } from './recovery.module.js';
 
@@ -8,4 +9,5 @@ main({
   portEnv: 'RECOVERY_PORT',
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
+  consumer: { durable: 'recovery', filter: (space) => ownerFilter(space, 'admission') },
 });

@@ -3,11 +3,13 @@ import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
+import { CancelController } from './cancel.controller.js';
 import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
 /** Wires recovery: the event log, the lease bucket, its settings (LeaseConfig, RecoveryConfig) and the lease watcher. */
 @Module({
   imports: [EventLogModule.forService('recovery'), HealthModule],
+  controllers: [CancelController],
   providers: [
     LeaseWatcher,
     { provide: RECOVERY_LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },

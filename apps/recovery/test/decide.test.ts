@@ -1,4 +1,4 @@
-import { describe, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { decide } from '@runplane/app-recovery';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
@@ -58,5 +58,33 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
       .given(new History().admitted().add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 }))
       .when(observed)
       .thenNothing();
+  });
+
+  it('given a recorded cancel intent, when recovery sees it, then both executor subjects are fenced with reason canceled (epoch of the last lease, or 0)', () => {
+    const h = new History().admitted().add('run.cancel.requested', 'cancel', { requestedBy: 'ana', reason: null });
+    recovery
+      .given(h)
+      .when({ type: 'CancelRequested' })
+      .then([
+        {
+          type: 'run.fenced',
+          data: { fencedSubject: 'runtime', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
+        },
+        {
+          type: 'run.fenced',
+          data: { fencedSubject: 'tools', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
+        },
+      ]);
+    const leased = new History()
+      .admitted()
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
+    recovery
+      .given(leased)
+      .when({ type: 'CancelRequested' })
+      .then([
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', epoch: 1, holder, reason: 'canceled' }) },
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', epoch: 1, holder, reason: 'canceled' }) },
+      ]);
   });
 });

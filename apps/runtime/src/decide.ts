@@ -50,6 +50,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
 }
 
 function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
+  if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
   const ctx = contextFrom(facts.lastEvent!);
   const last = lastTurn(facts);
@@ -83,6 +84,8 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, n
   }
   const completed = { turn: turnNo, ...result.turn };
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
+  // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
+  if (facts.cancelRequested) return events;
   if (completed.toolCalls.length > 0) {
     for (const c of completed.toolCalls) events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
     return events;

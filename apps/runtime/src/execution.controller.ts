@@ -56,8 +56,10 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     this.timer = setInterval(() => void this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
   }
 
-  @EventPattern(['run.admitted', 'tool.call.receipt'])
+  @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested'])
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
+    // a cancel stops the model request in flight at once (K4): it does not wait behind it
+    if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
     await this.exclusive(stored.event.runId, () => this.execute(stored.event.runId));
   }
 
@@ -78,7 +80,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     let lease = this.held.get(runId);
     if (!lease) {
       const facts = await this.commands.folds.read(runId);
-      if (!facts.admitted || facts.finished || facts.settled || facts.fenced) return;
+      if (!facts.admitted || facts.finished || facts.settled || facts.fenced || facts.cancelRequested) return;
       const taken = await this.leases.acquire(runId, this.log.writer, this.settings.leaseTtlMs);
       if ('held' in taken) return; // another instance executes it, or it was released or fenced: never resumed here
       lease = taken;
@@ -87,7 +89,13 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const epoch = lease.epoch;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
       const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', model: this.model.model }, now), { epoch });
-      if (facts.finished || facts.settled || facts.fenced || appended.some((e) => e.event.type === 'run.execution.finished')) {
+      if (
+        facts.finished ||
+        facts.settled ||
+        facts.fenced ||
+        facts.cancelRequested ||
+        appended.some((e) => e.event.type === 'run.execution.finished')
+      ) {
         await this.release(runId, 'finished');
         return;
       }

@@ -86,7 +86,7 @@ export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEv
     case 'Wake':
       // after a fence nothing more is dispatched (K6); a call already executing still gets its real
       // receipt (a fence never cancels an effect in flight, and its outcome is a fact)
-      return facts.fenced ? [] : onWake(facts, trigger.claims ?? {}, now);
+      return facts.fenced || facts.cancelRequested ? [] : onWake(facts, trigger.claims ?? {}, now);
     case 'ToolExecuted':
       return onExecuted(facts, trigger, now);
     default:

@@ -180,10 +180,16 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     let current: HeldClaim | null = claim;
     const renewEvery = Math.max(50, Math.floor(this.settings.claimTtlMs / 3));
     let renewing = Promise.resolve();
+    let renewedAt = Date.now();
     const renewal = setInterval(() => {
       renewing = renewing.then(async () => {
         if (!current) return;
+        const gapMs = Date.now() - renewedAt;
+        // a renewal this late means this process was starved or NATS was slow: the claim may have expired meanwhile
+        if (gapMs > this.settings.claimTtlMs / 2)
+          this.logger.warn({ runId, toolCallId: call.toolCallId, gapMs, claimTtlMs: this.settings.claimTtlMs }, 'claim renewal late');
         current = await claims.renew(current, runId, call.toolCallId);
+        renewedAt = Date.now();
         if (!current) this.logger.warn({ runId, toolCallId: call.toolCallId }, 'lost the claim of a running tool call');
       });
     }, renewEvery);

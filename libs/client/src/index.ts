@@ -3,7 +3,7 @@
  * contracts' zod schemas; errors carry the HTTP status and the server's reason.
  */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { AnswerView, ProblemDetails, PostMessageResponse, RunEvent, RunView } from '@runplane/contracts';
+import { AnswerView, CancelRunResponse, ProblemDetails, PostMessageResponse, RunEvent, RunView } from '@runplane/contracts';
 
 export interface RunplaneEndpoints {
   /** Base URL of the admission service, e.g. http://127.0.0.1:8081 */
@@ -130,6 +130,22 @@ export class RunplaneClient {
     const json = await readJson(res);
     if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return { status: res.status, body: PostMessageResponse.parse(json) };
+  }
+
+  /**
+   * Asks to cancel a Run (K4): resolves with the 202 body, the same for a repeated cancel.
+   * @throws RunplaneHttpError 404 (no such Run), 409 `run_settled` (its `outcome` in the problem body).
+   */
+  async cancelRun(runId: string, opts: { reason?: string; user?: string } = {}): Promise<CancelRunResponse> {
+    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/cancel`;
+    const res = await this.request('admission', url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
+      body: JSON.stringify(opts.reason ? { reason: opts.reason } : {}),
+    });
+    const json = await readJson(res);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    return CancelRunResponse.parse(json);
   }
 
   /** The Run projection, or null on 404 (unknown or not projected yet). */

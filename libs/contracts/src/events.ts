@@ -183,6 +183,19 @@ export const AnswerPublishedV1 = z.object({
   sourceTurn: z.number().int().positive(),
 });
 
+// ---- admission: the user's cancel intent (K4) ------------------------------------------------
+/**
+ * A user asked to cancel the Run (`POST /v1/runs/{runId}/cancel`). Nothing new is started after
+ * it is recorded; recovery fences the execution and the lifecycle settles the Run `canceled`,
+ * keeping what was published. A dropped observer connection is never a cancel (K4).
+ */
+export const RunCancelRequestedV1 = z.object({
+  /** Who asked (the `X-Runplane-User` header), when known. */
+  requestedBy: z.string().max(200).nullable(),
+  /** The user's reason, when given. */
+  reason: z.string().max(2_000).nullable(),
+});
+
 // ---- recovery ---------------------------------------------------------------------------------
 /** Who held a Run's execution lease: the writer of the runtime's events under it. */
 export const LeaseHolder = z.object({ service: z.string(), instance: z.string() });
@@ -195,7 +208,7 @@ export const LeaseGrantedV1 = z.object({
   ttlMs: z.number().int().positive(),
 });
 /** Why recovery fenced a Run's execution. */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped']);
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -212,9 +225,10 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
 export const RunFencedV1 = z.object({
   /** The subject this marker stands on: the executor it fences. */
   fencedSubject: z.enum(['runtime', 'tools']),
-  /** The epoch of the lease that ended. */
-  epoch: z.number().int().positive(),
-  holder: LeaseHolder,
+  /** The epoch of the lease that ended (0: no lease was ever held, e.g. a Run canceled before it started). */
+  epoch: z.number().int().nonnegative(),
+  /** The lease's holder, or null when no lease was held. */
+  holder: LeaseHolder.nullable(),
   reason: FenceReason,
   /** Human-readable detail: when the lease expired, which instance stopped. */
   detail: z.string(),
@@ -250,6 +264,7 @@ export const EventCatalog = {
   'passage.committed': { owner: 'publication', version: 1, data: PassageCommittedV1 },
   'answer.published': { owner: 'publication', version: 1, data: AnswerPublishedV1 },
   'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
+  'run.cancel.requested': { owner: 'admission', version: 1, data: RunCancelRequestedV1 },
   'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
   // tool effects (K5)

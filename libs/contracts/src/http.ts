@@ -84,6 +84,7 @@ export const ProblemTitles: Record<string, string> = {
   not_projected_yet: 'Not projected yet',
   message_conflict: 'Message conflicts with an earlier one',
   reconcile_conflict: 'The tool call cannot be reconciled so',
+  run_settled: 'The Run is already settled',
   admission_contended: 'Admission contended',
   dependency_unavailable: 'A dependency is unavailable',
   internal_error: 'Internal error',
@@ -158,6 +159,29 @@ export const ReconcileToolCallResponse = z
   })
   .meta({ id: 'ReconcileToolCallResponse' });
 export type ReconcileToolCallResponse = z.infer<typeof ReconcileToolCallResponse>;
+
+/** `POST /v1/runs/{runId}/cancel` body: optional (an empty body or `{}` is fine). */
+export const CancelRunBody = z
+  .object({
+    /** Why the user cancels, kept with the cancel intent. */
+    reason: z.string().trim().max(2000).optional(),
+  })
+  .strict()
+  .meta({ id: 'CancelRunBody' });
+export type CancelRunBody = z.infer<typeof CancelRunBody>;
+
+/** 202: the cancel intent is recorded (now, or by an earlier request: the same answer, nothing appended). */
+export const CancelRunResponse = z
+  .object({
+    runId: Id,
+    status: z.literal('cancel-requested'),
+    requestedAt: z.string().datetime(),
+  })
+  .meta({ id: 'CancelRunResponse' });
+export type CancelRunResponse = z.infer<typeof CancelRunResponse>;
+export const CancelHeaders = z.object({
+  'x-runplane-user': z.string().optional().meta({ description: 'Who cancels (kept with the cancel intent)' }),
+});
 
 /** Path parameters of the tool-call routes. */
 export const ToolCallParams = z.object({

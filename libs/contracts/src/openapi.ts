@@ -19,6 +19,9 @@ import {
   ProjectorHealthBody,
   ReconcileHeaders,
   ReconcileToolCallBody,
+  CancelHeaders,
+  CancelRunBody,
+  CancelRunResponse,
   ReconcileToolCallResponse,
   ToolCallParams,
   RunEventsHeaders,
@@ -120,6 +123,26 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem('Bad body or ids (`invalid_body` / `bad_request`), or no operator named'),
       404: problem('No such Run or tool call (`not_found`)'),
       409: problem('The call is not `unknown`, or was reconciled differently (`reconcile_conflict`)'),
+      415: problem('The body is not JSON (`unsupported_media_type`)'),
+      503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission'],
+    method: 'post',
+    path: '/v1/runs/{runId}/cancel',
+    operationId: 'cancelRun',
+    summary: "Record the user's intent to cancel a Run (K4)",
+    description:
+      'Records `run.cancel.requested` once; nothing new is started for the Run after it, recovery fences its execution and the lifecycle ' +
+      'settles it `canceled`, keeping what was published. A repeated cancel gets the same answer and appends nothing. A dropped event ' +
+      'stream is never a cancel.',
+    request: { path: RunIdParams, header: CancelHeaders, body: json(CancelRunBody) },
+    responses: {
+      202: { description: 'The cancel intent is recorded (now or before)', body: json(CancelRunResponse) },
+      400: problem('Bad runId or body (`bad_request` / `invalid_body`)'),
+      404: problem('No such Run (`not_found`)'),
+      409: problem('The Run is already settled (`run_settled`, with its `outcome`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
       503: unavailable('NATS JetStream'),
     },

@@ -41,6 +41,8 @@ export interface RunFacts {
   settled: (EventData<'run.settled'> & { at: string }) | null;
   /** The execution lease grants recovery recorded, in order (K6). */
   leases: EventData<'lease.granted'>[];
+  /** The user's cancel intent, when recorded (K4). */
+  cancelRequested: (EventData<'run.cancel.requested'> & { at: string }) | null;
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
@@ -67,6 +69,7 @@ export function emptyFacts(runId: string): RunFacts {
     answer: null,
     settled: null,
     leases: [],
+    cancelRequested: null,
     fenced: null,
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastSeq: 0,
@@ -140,6 +143,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       break;
     case 'lease.granted':
       next.leases = [...facts.leases, e.data];
+      break;
+    case 'run.cancel.requested':
+      next.cancelRequested ??= { ...e.data, at: e.occurredAt };
       break;
     case 'run.fenced':
       next.fenced ??= e.data;
