@@ -113,7 +113,12 @@ describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
     const before = await t.log.readRun(runId);
     const killedAt = await kill9(t, 'tools');
     await restart('tools');
-    const final = await check('kill -9 tools during a call', key, runId, before, killedAt, { outcome: 'completed', modelRequests: 2, tools: 1, passages: 2 });
+    const final = await check('kill -9 tools during a call', key, runId, before, killedAt, {
+      outcome: 'completed',
+      modelRequests: 2,
+      tools: 1,
+      passages: 2,
+    });
     expect(ofType(final, 'tool.call.receipt')[0]!.data).toMatchObject({ status: 'unknown', error: { code: 'executor_lost' } });
   }, 120_000);
 
@@ -164,12 +169,21 @@ describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
     await waitForType(t, runId, 'model.turn.requested');
     const before = await t.log.readRun(runId);
     const killedAt = await kill9(t, 'projector');
-    const final = await check('kill -9 projector mid-Run', key, runId, before, killedAt, { outcome: 'completed', modelRequests: 1, tools: 0, passages: 2 });
+    const final = await check('kill -9 projector mid-Run', key, runId, before, killedAt, {
+      outcome: 'completed',
+      modelRequests: 1,
+      tools: 0,
+      passages: 2,
+    });
     await restart('projector');
-    const view = await eventually(async () => {
-      const v = await t.client.getRun(runId);
-      return v?.status === 'settled' ? v : null;
-    }, 30_000, 'the projection to catch up');
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      30_000,
+      'the projection to catch up',
+    );
     expect(view).toMatchObject({ outcome: 'completed', passages: 2, lastSeq: final.at(-1)!.seq });
   }, 120_000);
 
@@ -179,7 +193,12 @@ describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
     const before = await t.log.readRun(runId);
     const killedAt = await kill9(t, 'admission');
     await restart('admission');
-    await check('kill -9 admission right after a 201', key, runId, before, killedAt, { outcome: 'completed', modelRequests: 1, tools: 0, passages: 2 });
+    await check('kill -9 admission right after a 201', key, runId, before, killedAt, {
+      outcome: 'completed',
+      modelRequests: 1,
+      tools: 0,
+      passages: 2,
+    });
     const again = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     expect(again.status).toBe(200);
     expect(again.body.runId).toBe(runId);
@@ -202,4 +221,3 @@ describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
     expect(ofType(final, 'lease.granted')).toHaveLength(1);
   }, 120_000);
 });
-

@@ -112,7 +112,5 @@ export function lostFacts(before: StoredEvent[], after: StoredEvent[]): string[]
 
 /** One row of the fault matrix, printed for the closing note. */
 export function reportRow(row: { fault: string; runs: number; settled: string; duplicates: number; lost: number; settleMs: number | string }): void {
-  process.stdout.write(
-    `FAULT-MATRIX | ${row.fault} | ${row.runs} | ${row.settled} | ${row.duplicates} | ${row.lost} | ${row.settleMs} ms |\n`,
-  );
+  process.stdout.write(`FAULT-MATRIX | ${row.fault} | ${row.runs} | ${row.settled} | ${row.duplicates} | ${row.lost} | ${row.settleMs} ms |\n`);
 }

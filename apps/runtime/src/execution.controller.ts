@@ -128,7 +128,10 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         return;
       } catch (e) {
         if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;
-        this.logger.warn({ runId, turn, attempt, error: (e as Error).message }, 'outcome of a model turn not recorded yet (NATS unreachable); retrying');
+        this.logger.warn(
+          { runId, turn, attempt, error: (e as Error).message },
+          'outcome of a model turn not recorded yet (NATS unreachable); retrying',
+        );
         await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** Math.min(attempt, 5))));
       }
     }
@@ -175,7 +178,10 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
           if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: current.revision });
           continue;
         }
-        this.logger.warn({ runId, epoch: lease.epoch, state: v.state, error: (e as Error).message }, 'lease lost (fenced): execution of this Run stops here');
+        this.logger.warn(
+          { runId, epoch: lease.epoch, state: v.state, error: (e as Error).message },
+          'lease lost (fenced): execution of this Run stops here',
+        );
         this.held.delete(runId);
         this.inFlight.get(runId)?.abort();
         continue;
