@@ -101,6 +101,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
     await slowFirstTurn(key, 8_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     await waitForType(body.runId, 'model.turn.requested');
+    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
     const stoppedAt = Date.now();
     await t.stack.stopService('runtime');
     const events = await t.waitForSettlement(body.runId, 30_000);
