@@ -63,6 +63,9 @@ describe('a runtime that dies mid-Run (K10)', () => {
     await slowFirstTurn(key, 6_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     await waitForType(body.runId, 'model.turn.requested');
+    // mid-turn means the request reached the model: under a loaded suite the kill could otherwise
+    // land between the append of model.turn.requested and the HTTP request
+    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
     await killed('runtime', 'SIGKILL');
     const killedAt = Date.now();
     const events = await t.waitForSettlement(body.runId, 30_000);
@@ -99,6 +102,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
     await slowFirstTurn(key, 8_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     await waitForType(body.runId, 'model.turn.requested');
+    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
     const stoppedAt = Date.now();
     await t.stack.stopService('runtime');
     const events = await t.waitForSettlement(body.runId, 30_000);

@@ -174,6 +174,19 @@ export class TestNatsServer {
   }
 
   /**
+   * A NATS outage of about `downMs`: stops the server gracefully, keeps it down for `downMs`, then
+   * starts it again on the same port and store (the stream and buckets survive). Resolves with the
+   * moments it went down and came back (ms since the epoch) once it answers again.
+   */
+  async bounce(downMs: number): Promise<{ downAt: number; upAt: number }> {
+    await this.stop();
+    const downAt = Date.now();
+    await new Promise((r) => setTimeout(r, downMs));
+    await this.launch();
+    return { downAt, upAt: Date.now() };
+  }
+
+  /**
    * Suspends the process (SIGSTOP): connections stay open but nothing answers. Resolves once the
    * kernel reports every thread stopped (SIGSTOP is asynchronous; a running thread could still
    * answer right after `kill()` returned).

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { EventLog, LeaseStore, leaseExpiresAt, type LeaseEntry } from '@runplane/eventlog';
+import { EventLog, LeaseStore, leaseExpiresAt, RECONNECT_GRACE_MS, type LeaseEntry } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
@@ -51,10 +51,29 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   async onApplicationBootstrap(): Promise<void> {
     void this.followStatus();
     this.watch = await this.store.kv.watch();
-    void this.follow(this.watch);
+    void this.keepWatching(this.watch);
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
     }, this.settings.sweepMs);
+  }
+
+  /**
+   * Follows the bucket for as long as recovery runs: a watch that ends or fails (NATS restarted
+   * under it) is opened again, so grants and renewals made after a restart are still seen.
+   */
+  private async keepWatching(first: QueuedIterator<KvWatchEntry>): Promise<void> {
+    let watch = first;
+    while (!this.stopped) {
+      await this.follow(watch).catch((e: unknown) => this.logger.warn({ error: (e as Error).message }, 'lease watch failed; watching again'));
+      if (this.stopped) return;
+      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
+      try {
+        watch = await this.store.kv.watch();
+        this.watch = watch;
+      } catch (e) {
+        this.logger.warn({ error: (e as Error).message }, 'could not watch the leases yet');
+      }
+    }
   }
 
   /** Keeps the latest entry of every lease; records grants as they appear. */
@@ -69,6 +88,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
         this.logger.warn({ key: e.key, revision: e.revision }, 'a lease entry that is not a lease value: ignored');
         continue;
       }
+      const known = this.leases.get(entry.runId);
+      if (known && known.revision > entry.revision) continue; // older than what a sweep already read
       this.leases.set(entry.runId, entry);
       if (entry.value.state === 'held' && !this.recorded.has(`${entry.runId}/${entry.value.epoch}`)) {
         const { epoch, holder, ttlMs } = entry.value;
@@ -97,7 +118,9 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       const v = entry.value;
       try {
         if (v.state === 'held') {
-          const expiresAt = Math.max(leaseExpiresAt(entry), this.connectedAt + v.ttlMs);
+          // after recovery's own reconnection the holder gets a full TTL plus the time every other
+          // client may take to reconnect: renewals missed while NATS was unreachable are not an expiry
+          const expiresAt = Math.max(leaseExpiresAt(entry), this.connectedAt + RECONNECT_GRACE_MS + v.ttlMs);
           if (now > expiresAt) {
             await this.fence(
               entry,
@@ -129,7 +152,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     try {
       await this.store.fence(entry);
     } catch {
-      return; // the holder renewed or released it meanwhile: the watch brings the new entry
+      // the holder renewed or released it meanwhile: take the stored entry (the watch may have
+      // missed it across a NATS restart) so the next sweep judges the current one
+      const fresh = await this.store.get(entry.runId).catch(() => undefined);
+      if (fresh && this.leases.get(entry.runId) === entry) this.leases.set(entry.runId, fresh);
+      return;
     }
     this.logger.warn({ runId: entry.runId, epoch: entry.value.epoch, reason }, 'execution lease lost: fencing the Run');
     await this.recordFence(entry, reason, detail);

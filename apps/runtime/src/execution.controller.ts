@@ -1,7 +1,7 @@
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
+import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
 import type { RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
@@ -45,6 +45,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private readonly inFlight = new Map<string, AbortController>();
   private readonly timer: NodeJS.Timeout;
   private stopping = false;
+  private renewing = false;
 
   constructor(
     private readonly log: EventLog,
@@ -114,9 +115,34 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       // so nothing is decided; recovery records it as uncertain.
       if (abort.signal.aborted) return;
       if (!result.ok) this.logger.warn({ runId, turn, error: result.error }, 'model turn failed');
-      await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result }, now), { epoch });
+      await this.recordTurn(runId, turn, result, epoch);
     }
     this.logger.warn({ runId }, 'turn limit reached in one wake');
+  }
+
+  /**
+   * Decides a finished model turn into its events, retrying through NATS outages for as long as
+   * this instance still holds the lease: the paid answer is never dropped without a record (a
+   * dropped outcome would leave the turn "in flight" for good, since a redelivered wake never
+   * calls the model again). The retry decides again from a fresh read, and the events' ids are
+   * deterministic, so an attempt that was stored counts once; it ends when the log says stored
+   * (or decided elsewhere: a fence, a conflict), or when the lease is lost or the process stops
+   * (recovery then records the turn as uncertain).
+   */
+  private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result }, now), { epoch });
+        return;
+      } catch (e) {
+        if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;
+        this.logger.warn(
+          { runId, turn, attempt, error: (e as Error).message },
+          'outcome of a model turn not recorded yet (NATS unreachable); retrying',
+        );
+        await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** Math.min(attempt, 5))));
+      }
+    }
   }
 
   /** Gives the Run's lease up (if held). */
@@ -136,15 +162,34 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * unreachable is retried on the next tick; recovery does not count that time as an expiry.
    */
   private async renewAll(): Promise<void> {
-    if (this.stopping) return;
+    if (this.stopping || this.renewing) return; // a tick still waiting on NATS: no overlapping rounds on a stale revision
+    this.renewing = true;
+    try {
+      await this.renewRound();
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  private async renewRound(): Promise<void> {
     for (const [runId, lease] of [...this.held]) {
+      if (this.held.get(runId) !== lease) continue;
       try {
         this.held.set(runId, await this.leases.renew(lease, this.log.writer));
       } catch (e) {
         const current = await this.leases.get(runId).catch(() => undefined);
-        if (current === undefined) continue; // NATS unreachable: try again next tick
-        if (current?.revision === lease.revision) continue; // the renewal itself failed in transit
-        this.logger.warn({ runId, epoch: lease.epoch, error: (e as Error).message }, 'lease lost (fenced): execution of this Run stops here');
+        if (current === undefined || current === null) continue; // NATS unreachable (or restarting): try again next tick
+        const v = current.value;
+        if (v.state === 'held' && v.epoch === lease.epoch && v.holder.instance === this.log.writer.instance) {
+          // Still ours: a renewal buffered or timed out during an outage was stored after all (its
+          // revision moved on). Adopt the stored revision; only positive evidence is a loss.
+          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: current.revision });
+          continue;
+        }
+        this.logger.warn(
+          { runId, epoch: lease.epoch, state: v.state, error: (e as Error).message },
+          'lease lost (fenced): execution of this Run stops here',
+        );
         this.held.delete(runId);
         this.inFlight.get(runId)?.abort();
         continue;

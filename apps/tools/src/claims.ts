@@ -7,7 +7,7 @@
  * the call executes, and deleted once the call has its receipt.
  */
 import { Kvm, type KV } from '@nats-io/kv';
-import type { EventLog } from '@runplane/eventlog';
+import { RECONNECT_GRACE_MS, type EventLog } from '@runplane/eventlog';
 import type { ToolClaim } from './decide.js';
 
 /** The stored value of a claim. */
@@ -42,6 +42,11 @@ export interface HeldClaim {
 }
 
 export class ClaimStore {
+  /** Keys of the claims this process holds for calls it is executing now (taken, not yet released). */
+  private readonly mine = new Set<string>();
+  /** When this process last (re)connected to NATS: no claim counts as expired before this plus a TTL and the others' reconnect time. */
+  private connectedAt = Date.now();
+
   private constructor(
     private readonly kv: KV,
     readonly bucket: string,
@@ -59,7 +64,29 @@ export class ClaimStore {
   static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
     const bucket = ClaimStore.bucketFor(log);
     const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    return new ClaimStore(kv, bucket, log.writer.instance, ttlMs);
+    const store = new ClaimStore(kv, bucket, log.writer.instance, ttlMs);
+    void (async () => {
+      for await (const st of log.nc.status()) if (st.type === 'reconnect') store.connectedAt = Date.now();
+    })().catch(() => undefined);
+    return store;
+  }
+
+  /**
+   * The expiry a reader should judge a stored claim by. A claim this very process holds for a
+   * call it is still executing is alive, whatever its stored expiry (its renewals may have been
+   * missed while NATS was unreachable). Any other claim expires no earlier than a full TTL, plus
+   * the time other clients take to reconnect, after this process's own last reconnection:
+   * renewals missed during a NATS outage are not an expiry (issue [3]).
+   */
+  judgedExpiry(key: string, claim: ToolClaim): string {
+    if (this.mine.has(key) && claim.holder === this.holder) return new Date(Date.now() + this.ttlMs).toISOString();
+    const graceUntil = this.connectedAt + RECONNECT_GRACE_MS + this.ttlMs;
+    return Date.parse(claim.expiresAt) >= graceUntil ? claim.expiresAt : new Date(graceUntil).toISOString();
+  }
+
+  /** True when a stored claim counts as expired now (see {@link judgedExpiry}). */
+  expired(key: string, claim: ToolClaim): boolean {
+    return Date.parse(this.judgedExpiry(key, claim)) <= Date.now();
   }
 
   static keyOf(runId: string, toolCallId: string): string {
@@ -90,8 +117,9 @@ export class ClaimStore {
     const revisions: Record<string, number> = {};
     await Promise.all(
       toolCallIds.map(async (id) => {
-        const found = await this.read(ClaimStore.keyOf(runId, id));
-        claims[id] = found ? { holder: found.claim.holder, expiresAt: found.claim.expiresAt } : null;
+        const key = ClaimStore.keyOf(runId, id);
+        const found = await this.read(key);
+        claims[id] = found ? { holder: found.claim.holder, expiresAt: this.judgedExpiry(key, found.claim) } : null;
         revisions[id] = found?.revision ?? 0;
       }),
     );
@@ -127,10 +155,16 @@ export class ClaimStore {
     for (let attempt = 0; attempt < 3; attempt++) {
       const found = await this.read(key);
       try {
-        if (!found) return { key, revision: await this.kv.create(key, this.value(runId, toolCallId)) };
+        if (!found) {
+          const revision = await this.kv.create(key, this.value(runId, toolCallId));
+          this.mine.add(key);
+          return { key, revision };
+        }
         const mine = found.claim.holder === this.holder;
-        if (!mine && Date.parse(found.claim.expiresAt) > Date.now()) throw new ClaimTaken(key, found.claim.holder);
-        return { key, revision: await this.kv.update(key, this.value(runId, toolCallId), found.revision) };
+        if (!mine && !this.expired(key, found.claim)) throw new ClaimTaken(key, found.claim.holder);
+        const revision = await this.kv.update(key, this.value(runId, toolCallId), found.revision);
+        this.mine.add(key);
+        return { key, revision };
       } catch (e) {
         if (e instanceof ClaimTaken) throw e;
         // lost a create/update race: read again and decide again
@@ -161,6 +195,7 @@ export class ClaimStore {
 
   /** Deletes a claim (its call has its receipt); only the stored revision when given. */
   async release(key: string, revision?: number): Promise<void> {
+    this.mine.delete(key);
     await this.kv.delete(key, revision === undefined ? {} : { previousSeq: revision }).catch(() => undefined);
   }
 

@@ -247,7 +247,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     try {
       const claims = await this.claims();
       for await (const { key, claim, revision } of claims.all()) {
-        if (Date.parse(claim.expiresAt) > Date.now()) continue;
+        if (!claims.expired(key, claim)) continue; // alive, or judged alive through a NATS outage
         await this.wake(claim.runId);
         const facts = await this.commands.folds.read(claim.runId);
         const call = facts.toolCalls.get(claim.toolCallId);

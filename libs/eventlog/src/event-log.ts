@@ -56,10 +56,21 @@ export interface CatchUp {
 /** True for errors after which the outcome of a publish is unknown and the same publish may be retried. */
 export function isTransientNatsError(e: unknown): boolean {
   if (e instanceof natsErrors.TimeoutError || (e instanceof Error && e.name === 'JetStreamNotEnabled')) return true; // no responders: JetStream restarting
-  if (e instanceof RequestError) return true;
+  if (e instanceof RequestError || e instanceof natsErrors.NoRespondersError || e instanceof natsErrors.ConnectionError) return true;
   if (e instanceof JetStreamApiError) return e.status === 503 || e.code === 10008;
   return false;
 }
+
+/**
+ * How long a client waits between attempts to reconnect to a NATS server that went away, and the
+ * most random jitter added: after a NATS restart every service is back within about this much of
+ * the others, so a judge of liveness (recovery's lease sweep, the tools' claim sweep) gives a
+ * holder this long on top of its TTL after its own reconnection before it counts renewals as missed.
+ */
+export const RECONNECT_TIME_WAIT_MS = 1_000;
+export const RECONNECT_JITTER_MS = 200;
+/** The grace a liveness judge adds after its own reconnection: the others' reconnect wait, jitter and a margin. */
+export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER_MS);
 
 const WRONG_LAST_SEQUENCE = 10071;
 /** The header of a conditional append, stored with the message: the server checked it. */
@@ -119,6 +130,8 @@ export class EventLog {
       servers: opts.natsUrl,
       name: opts.name ?? 'runplane',
       maxReconnectAttempts: -1,
+      reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
+      reconnectJitter: RECONNECT_JITTER_MS,
       ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
     });
     try {

@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict, MAX_EARLIER_SEQS, type EventLog } from '@runplane/eventlog';
+import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, type EventLog } from '@runplane/eventlog';
 import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
@@ -180,7 +180,7 @@ export class RunCommandHandler {
     const appended: StoredEvent[] = [];
     return pRetry(
       async () => {
-        const facts = await this.folds.read(runId);
+        const facts = await this.readThroughOutage(runId);
         const events = decide(facts, this.clock());
         for (const e of events) {
           if (e.owner !== this.owner) throw new AbortError(new Error(`${this.owner} may not append ${e.type} (owned by ${e.owner})`));
@@ -205,4 +205,25 @@ export class RunCommandHandler {
       { ...CONFLICT_RETRY, shouldRetry: ({ error }) => error instanceof AppendConflict },
     );
   }
+
+  /**
+   * Reads the Run, retrying while NATS does not answer (a restart), for up to
+   * {@link READ_RETRY_MS}. Nothing has been appended by this attempt yet, so a retried read is
+   * safe; without it a decision whose trigger was an activity's outcome (a finished model turn, a
+   * tool's result) would be dropped by a short outage, and the redelivered wake would find the
+   * step in flight and record nothing (issue [3]).
+   */
+  private readThroughOutage(runId: string): Promise<RunFacts> {
+    return pRetry(() => this.folds.read(runId), {
+      retries: 1_000,
+      minTimeout: 100,
+      maxTimeout: 1_000,
+      factor: 2,
+      maxRetryTime: READ_RETRY_MS,
+      shouldRetry: ({ error }) => isTransientNatsError(error),
+    });
+  }
 }
+
+/** How long a command handler's read of a Run is retried through a NATS outage, ms (as long as an append is). */
+export const READ_RETRY_MS = 30_000;
