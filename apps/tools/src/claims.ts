@@ -152,6 +152,9 @@ export class ClaimStore {
    */
   async take(runId: string, toolCallId: string): Promise<HeldClaim> {
     const key = ClaimStore.keyOf(runId, toolCallId);
+    // this process is executing the call already (a second, stale wake decided to dispatch it again):
+    // it must neither dispatch it twice nor touch the claim the execution renews
+    if (this.mine.has(key)) throw new ClaimTaken(key, this.holder);
     for (let attempt = 0; attempt < 3; attempt++) {
       const found = await this.read(key);
       try {
@@ -193,10 +196,20 @@ export class ClaimStore {
     }
   }
 
+  /** This process no longer executes the call under `key` (its claim is released or lost). */
+  executionEnded(key: string): void {
+    this.mine.delete(key);
+  }
+
   /** Deletes a claim (its call has its receipt); only the stored revision when given. */
   async release(key: string, revision?: number): Promise<void> {
-    this.mine.delete(key);
-    await this.kv.delete(key, revision === undefined ? {} : { previousSeq: revision }).catch(() => undefined);
+    try {
+      await this.kv.delete(key, revision === undefined ? {} : { previousSeq: revision });
+      this.mine.delete(key);
+    } catch {
+      // a newer revision stands (renewed since): it is not this release's to delete
+      if (revision === undefined) this.mine.delete(key);
+    }
   }
 
   /** Every claim in the bucket (keys of deleted claims skipped). */

@@ -172,7 +172,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     );
     // claims taken for dispatches that were not appended after all
     for (const [id, h] of held)
-      if (!appended.some((s) => s.event.type === 'tool.call.dispatched' && s.event.data.toolCallId === id)) await claims.release(h.key);
+      if (!appended.some((s) => s.event.type === 'tool.call.dispatched' && s.event.data.toolCallId === id)) await claims.release(h.key, h.revision);
   }
 
   /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
@@ -224,6 +224,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
       }
     } finally {
       await stopRenewing();
+      claims.executionEnded(claim.key);
     }
   }
 

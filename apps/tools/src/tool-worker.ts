@@ -10,6 +10,8 @@ import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@r
 import type { ToolOutcome } from './decide.js';
 
 /** One call to run: the tool, its raw arguments (JSON text), and who asked (recorded by test tools). */
+import type { MessagePort } from 'node:worker_threads';
+
 export interface ToolTask {
   name: string;
   argumentsText: string;
@@ -19,6 +21,8 @@ export interface ToolTask {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** Told `started` the moment this thread begins the call (the timeout counts from then, not from the queue). */
+  startedPort?: MessagePort;
 }
 
 let library: HoldingsLibrary | null = null;
@@ -47,6 +51,8 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
 
 /** Runs `task`; never throws: every ending is an outcome. */
 export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutcome, { kind: 'timed-out' }>> {
+  task.startedPort?.postMessage('started');
+  task.startedPort?.close();
   try {
     const args: unknown = task.argumentsText.trim() === '' ? {} : JSON.parse(task.argumentsText);
     let result: unknown;
