@@ -1,4 +1,5 @@
-import { Controller } from '@nestjs/common';
+import { Controller, UseFilters } from '@nestjs/common';
+import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
@@ -7,6 +8,7 @@ import { decide } from './decide.js';
 
 /** Reacts to the facts that can complete a Run (the runtime stopping, publication committing the answer, recovery fencing the execution): a thin adapter over {@link decide}. K9, K10. */
 @Controller()
+@UseFilters(PassThroughEventErrors)
 export class SettlementController {
   private readonly commands: RunCommandHandler;
 

@@ -1,4 +1,5 @@
-import { Controller } from '@nestjs/common';
+import { Controller, UseFilters } from '@nestjs/common';
+import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
@@ -7,6 +8,7 @@ import { decide } from './decide.js';
 
 /** Commits passages once the runtime has stopped with an answer: a thin adapter over {@link decide}. */
 @Controller()
+@UseFilters(PassThroughEventErrors)
 export class PassagesController {
   private readonly commands: RunCommandHandler;
 

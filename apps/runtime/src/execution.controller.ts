@@ -1,4 +1,5 @@
-import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy } from '@nestjs/common';
+import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
+import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
@@ -33,6 +34,7 @@ const MAX_TURNS_PER_WAKE = 64;
  * another writer stored is never made here (K5, K6).
  */
 @Controller()
+@UseFilters(PassThroughEventErrors)
 export class ExecutionController implements OnModuleDestroy, BeforeApplicationShutdown {
   private readonly logger = new Logger('runtime');
   private results: ResultStore | null = null;

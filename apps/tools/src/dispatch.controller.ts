@@ -1,4 +1,5 @@
-import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit, UseFilters } from '@nestjs/common';
+import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore } from '@runplane/eventlog';
@@ -60,6 +61,7 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  *   after `unknown`, a late observation), then releases the claim.
  */
 @Controller()
+@UseFilters(PassThroughEventErrors)
 export class DispatchController implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;

@@ -2,9 +2,9 @@
  * Thin Nest adapters: an EventLog provider and a custom microservice transport that feeds a
  * durable JetStream consumer's events to `@EventPattern('<event type>')` handlers.
  */
-import { Logger, Module, type DynamicModule, type OnApplicationShutdown } from '@nestjs/common';
+import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, type RpcExceptionFilter } from '@nestjs/common';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
-import { lastValueFrom } from 'rxjs';
+import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
 import { DurableConsumer } from './consumer.js';
 import { EventLog } from './event-log.js';
@@ -42,6 +42,19 @@ export class EventLogModule implements OnApplicationShutdown {
   async onApplicationShutdown(): Promise<void> {
     await EventLogModule.instance?.close();
     EventLogModule.instance = null;
+  }
+}
+
+/**
+ * Hands a handler's error to the durable consumer as it was thrown (Nest's default turns it into
+ * `{status: 'error', message: 'Internal server error'}`), so that an `AppendConflict` is re-read
+ * after 50 ms instead of being logged as a crash and redelivered with backoff. Put it on every
+ * event controller: `@UseFilters(PassThroughEventErrors)`.
+ */
+@Catch()
+export class PassThroughEventErrors implements RpcExceptionFilter<unknown> {
+  catch(exception: unknown): Observable<never> {
+    return throwError(() => exception);
   }
 }
 

@@ -80,6 +80,8 @@ describe('service logs (LOG_FORMAT json)', () => {
       delivery: 1,
       ...fields,
     });
+    // the handler's own error reaches the consumer (not Nest's "Internal server error")
+    expect(JSON.stringify(lines().find((l) => l.msg === 'handler failed; redelivering'))).toContain('first delivery fails on purpose');
     expect(lines().find((l) => l.msg === 'fixture handled an event')).toMatchObject({ level: 40, context: 'fixture', note: 'handled', ...fields });
     expect(stdout.trim().split('\n')).toHaveLength(1);
 
