@@ -8,14 +8,13 @@ import {
   CancelRunBody,
   type CancelRunResponse,
   ToolNames,
-  zodIssues,
   type PostMessageResponse,
   type ReconcileToolCallResponse,
   type RunEventOf,
   type RunView,
 } from '@runplane/contracts';
 import { AppendConflict, EventLog } from '@runplane/eventlog';
-import { apiError, badRequestFromZod, RunCommandHandler, RunFolds } from '@runplane/service-kit';
+import { apiError, badRequestFromZod, parseJsonBody, RunCommandHandler, RunFolds } from '@runplane/service-kit';
 import {
   admissionIds,
   decide,
@@ -71,25 +70,13 @@ export class AdmissionController {
     @Body() body: unknown,
     @Res({ passthrough: true }) res: Response,
   ): Promise<PostMessageResponse> {
-    if (!/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
-      throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the message as JSON (Content-Type: application/json)');
-    }
+    const message = parseJsonBody(PostMessageBody, body, contentType, 'the message body');
     const conversationId = parseId('conversationId', rawConversationId);
-    const parsed = PostMessageBody.safeParse(body ?? {});
-    if (!parsed.success) {
-      const issues = zodIssues(parsed.error);
-      throw apiError(
-        HttpStatus.BAD_REQUEST,
-        'invalid_body',
-        `the message body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
-        { issues },
-      );
-    }
     const cmd: PostMessage = {
       type: 'PostMessage',
       conversationId,
-      clientMessageId: parsed.data.clientMessageId,
-      content: parsed.data.content,
+      clientMessageId: message.clientMessageId,
+      content: message.content,
       grant: { tools: [...ToolNames, ...(this.settings.testTools ?? [])], model: this.settings.model },
       limits: this.settings.limits,
       requestId: randomUUID(),
@@ -135,22 +122,10 @@ export class AdmissionController {
     @Body() body: unknown,
     @Res({ passthrough: true }) res: Response,
   ): Promise<ReconcileToolCallResponse> {
-    if (!/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
-      throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', 'send the reconciliation as JSON (Content-Type: application/json)');
-    }
+    const reconciliation = parseJsonBody(ReconcileToolCallBody, body, contentType, 'the reconciliation body');
     const runId = parseId('runId', rawRunId);
     const toolCallId = parseId('toolCallId', rawToolCallId);
-    const parsed = ReconcileToolCallBody.safeParse(body ?? {});
-    if (!parsed.success) {
-      const issues = zodIssues(parsed.error);
-      throw apiError(
-        HttpStatus.BAD_REQUEST,
-        'invalid_body',
-        `the reconciliation body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
-        { issues },
-      );
-    }
-    const operator = parsed.data.operator ?? operatorHeader?.trim();
+    const operator = reconciliation.operator ?? operatorHeader?.trim();
     if (!operator || operator.length > 200) {
       throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', 'name the operator (body `operator` or header X-Runplane-Operator, 1-200 characters)', {
         issues: [{ path: 'operator', message: 'required: body field or X-Runplane-Operator header' }],
@@ -159,8 +134,8 @@ export class AdmissionController {
     const cmd = {
       type: 'ReconcileToolCall',
       toolCallId,
-      outcome: parsed.data.outcome,
-      evidence: parsed.data.evidence,
+      outcome: reconciliation.outcome,
+      evidence: reconciliation.evidence,
       operator,
       requestId: randomUUID(),
     } as const;
@@ -206,28 +181,11 @@ export class AdmissionController {
     @Body() body: unknown,
   ): Promise<CancelRunResponse> {
     const runId = parseId('runId', rawRunId);
-    const hasBody = body !== undefined && body !== null && !(typeof body === 'object' && Object.keys(body).length === 0);
-    if (hasBody && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
-      throw apiError(
-        HttpStatus.UNSUPPORTED_MEDIA_TYPE,
-        'unsupported_media_type',
-        'send the cancel body as JSON (Content-Type: application/json), or no body',
-      );
-    }
-    const parsed = CancelRunBody.safeParse(body ?? {});
-    if (!parsed.success) {
-      const issues = zodIssues(parsed.error);
-      throw apiError(
-        HttpStatus.BAD_REQUEST,
-        'invalid_body',
-        `the cancel body is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
-        { issues },
-      );
-    }
+    const request = parseJsonBody(CancelRunBody, body, contentType, 'the cancel body', { optional: true });
     const cmd = {
       type: 'CancelRun',
       requestedBy: user?.trim().slice(0, 200) || null,
-      reason: parsed.data.reason || null,
+      reason: request.reason || null,
       requestId: randomUUID(),
     } as const;
     let result;

@@ -62,6 +62,35 @@ export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
   return apiError(HttpStatus.BAD_REQUEST, 'bad_request', `${what}: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
 }
 
+/**
+ * Validates a JSON request body with its zod schema: the one place an endpoint turns a bad body
+ * into its answer.
+ * @param what how the body is named in the error ("the message body").
+ * @param opts.optional a missing or empty body is allowed (parsed as `{}`), whatever its content type.
+ * @throws 415 `unsupported_media_type` when a body is not sent as JSON; 400 `invalid_body` with
+ *   every zod reason in `detail` and `issues`.
+ */
+export function parseJsonBody<S extends z.ZodType>(
+  schema: S,
+  body: unknown,
+  contentType: string | undefined,
+  what: string,
+  opts: { optional?: boolean } = {},
+): z.infer<S> {
+  const empty = body === undefined || body === null || (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0);
+  if (!(opts.optional && empty) && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
+    throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', `send ${what} as JSON (Content-Type: application/json)`);
+  }
+  const parsed = schema.safeParse(body ?? {});
+  if (!parsed.success) {
+    const issues = zodIssues(parsed.error);
+    throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `${what} is invalid: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, {
+      issues,
+    });
+  }
+  return parsed.data;
+}
+
 /** 503 `dependency_unavailable` with `Retry-After`: `dependency` (e.g. "PostgreSQL") cannot be reached. */
 export function dependencyUnavailable(dependency: string, reason?: string, extensions?: Record<string, unknown>): ApiError {
   return apiError(
