@@ -207,8 +207,11 @@ export const LeaseGrantedV1 = z.object({
   /** How long the lease lives without a renewal, ms. */
   ttlMs: z.number().int().positive(),
 });
-/** Why recovery fenced a Run's execution. */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled']);
+/**
+ * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
+ * unfinished, the user canceled it, or its deadline passed while nobody stopped it (`deadline`).
+ */
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -230,7 +233,7 @@ export const RunFencedV1 = z.object({
   /** The lease's holder, or null when no lease was held. */
   holder: LeaseHolder.nullable(),
   reason: FenceReason,
-  /** Human-readable detail: when the lease expired, which instance stopped. */
+  /** Human-readable detail: when the lease expired, which instance stopped, when the deadline passed. */
   detail: z.string(),
   uncertain: z.array(UncertainStep),
 });
