@@ -223,7 +223,8 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
  * Recovery fenced the Run's execution: written on each executor's own subject (`runtime`,
  * `tools`: `fencedSubject`), so that every later conditional append of a stale holder there
  * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
- * (K10). A crashed or frozen execution is never resumed in place.
+ * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed
+ * while nobody executed it to its end). A crashed or frozen execution is never resumed in place.
  */
 export const RunFencedV1 = z.object({
   /** The subject this marker stands on: the executor it fences. */
