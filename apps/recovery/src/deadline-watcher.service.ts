@@ -5,7 +5,7 @@ import { EventLog } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
-import { RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
+import { LeaseWatcher, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
 export const RECOVERY_DEADLINES = Symbol('RECOVERY_DEADLINES');
 
@@ -17,8 +17,9 @@ const CLEANUP_EVERY_MS = 30_000;
  * Run's deadline in the `<prefix>_deadlines` bucket ({@link DeadlineStore}, from
  * `CancelController.onAdmitted`); this watcher follows the bucket (so a restarted recovery knows
  * every deadline again) and on each sweep decides `DeadlinePassed` for every Run past its deadline
- * plus the lease TTL (a live holder wakes its Runs every third of a TTL and stops them itself at
- * their deadline first). The decider fences the Run (`run.fenced`, reason `deadline`) unless it
+ * plus the lease TTL and whose lease no runtime holds: a holder wakes its Runs every third of a
+ * TTL and stops them itself at their deadline (keeping the outcome of a model turn in flight),
+ * and a holder that is gone loses its lease to the {@link LeaseWatcher}. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
  * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
  * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
  */
@@ -37,6 +38,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     log: EventLog,
     @Inject(RECOVERY_DEADLINES) private readonly store: DeadlineStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
+    private readonly leases: LeaseWatcher,
   ) {
     this.commands = new RunCommandHandler(log, 'recovery');
   }
@@ -91,7 +93,8 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     if (cleanup) this.lastCleanup = now;
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
-      const due = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
+      // a Run whose lease is held is executed: its holder stops it at the deadline (or loses the lease)
+      const due = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs && !this.leases.isHeld(entry.runId);
       if (!due && !cleanup) continue;
       try {
         const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => decide(f, { type: 'DeadlinePassed' }, at));
