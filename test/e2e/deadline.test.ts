@@ -88,4 +88,18 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect(ofType(nextAfter, 'run.fenced')).toHaveLength(0);
     expect((await deadlines.get(next.body.runId))?.operation).not.toBe('PUT'); // purged (or never kept)
   }, 120_000);
+
+  it('a Run a live runtime holds is left to it past the deadline: a model turn slower than the deadline is recorded, not fenced away', async () => {
+    const key = `held-${t.tag}`;
+    await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs: DEADLINE_SECONDS * 1000 + 3 * LEASE_TTL_MS }] }, key);
+    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const events = await t.waitForSettlement(body.runId, 60_000);
+    expect(ofType(events, 'run.fenced')).toHaveLength(0);
+    expect(ofType(events, 'model.turn.completed')).toHaveLength(1);
+    expect(ofType(events, 'lease.granted')).toHaveLength(1);
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.reason).not.toMatch(/nobody executed/);
+    expect(await modelRequestsFor(key)).toBe(1);
+  }, 90_000);
 });

@@ -1,11 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
-import { LeaseWatcher, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
+import { RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
 export const RECOVERY_DEADLINES = Symbol('RECOVERY_DEADLINES');
 
@@ -19,7 +19,7 @@ const CLEANUP_EVERY_MS = 30_000;
  * every deadline again) and on each sweep decides `DeadlinePassed` for every Run past its deadline
  * plus the lease TTL and whose lease no runtime holds: a holder wakes its Runs every third of a
  * TTL and stops them itself at their deadline (keeping the outcome of a model turn in flight),
- * and a holder that is gone loses its lease to the {@link LeaseWatcher}. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
+ * and a holder that is gone loses its lease to the lease watcher. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
  * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
  * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
  */
@@ -38,7 +38,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     log: EventLog,
     @Inject(RECOVERY_DEADLINES) private readonly store: DeadlineStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
-    private readonly leases: LeaseWatcher,
+    @Inject(RECOVERY_LEASES) private readonly leases: LeaseStore,
   ) {
     this.commands = new RunCommandHandler(log, 'recovery');
   }
@@ -93,11 +93,15 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     if (cleanup) this.lastCleanup = now;
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
-      // a Run whose lease is held is executed: its holder stops it at the deadline (or loses the lease)
-      const due = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs && !this.leases.isHeld(entry.runId);
-      if (!due && !cleanup) continue;
+      const past = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
+      if (!past && !cleanup) continue;
       try {
-        const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => decide(f, { type: 'DeadlinePassed' }, at));
+        // a Run whose lease is held is executed: its holder stops it at the deadline itself, or
+        // loses the lease to the lease watcher (read from the bucket, not from a watch that may lag)
+        const due = past && (await this.leases.get(entry.runId))?.value.state !== 'held';
+        if (!due && !cleanup) continue;
+        // only a due deadline is decided; the clean-up pass merely reads the Run (it never fences)
+        const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => (due ? decide(f, { type: 'DeadlinePassed' }, at) : []));
         if (appended.length) this.logger.warn({ runId: entry.runId, deadlineAt: entry.deadlineAt }, 'deadline passed: Run fenced');
         if (due || facts.settled || facts.fenced || facts.finished) {
           await this.store.forget(entry.runId);

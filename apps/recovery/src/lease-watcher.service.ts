@@ -103,14 +103,6 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
-  /**
-   * Whether a runtime holds the Run's lease now (as last seen; an expired one is fenced by the
-   * next sweep): that runtime executes the Run and stops it at its deadline itself.
-   */
-  isHeld(runId: string): boolean {
-    return this.leases.get(runId)?.value.state === 'held';
-  }
-
   /** Notes every reconnection: leases get a full TTL from then on. */
   private async followStatus(): Promise<void> {
     for await (const s of this.log.nc.status()) {
