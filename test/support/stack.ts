@@ -94,6 +94,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       await log.jsm.streams.delete(`OBJ_${env.RUNPLANE_SUBJECT_PREFIX}_results`).catch(() => undefined);
       await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_leases`).catch(() => undefined);
       await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_claims`).catch(() => undefined);
+      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_deadlines`).catch(() => undefined);
       await log.destroyStream();
       await log.close();
       await dropDatabase(env.DATABASE_URL!);

@@ -2,7 +2,8 @@
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer; `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
- * an answer).
+ * an answer), or when recovery fenced it at its deadline; `interrupted` when its execution was
+ * fenced after a fault; `canceled` on the user's cancel.
  */
 import { contextFrom, makeEvent, type RunEvent } from '@runplane/contracts';
 import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
@@ -55,9 +56,15 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     // What was committed stays (passages, receipts, usage); what was in flight is named uncertain.
     const f = facts.fenced;
     if (!f) return [];
-    const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     const uncertain = f.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `tool call ${u.name} [${u.toolCallId}]`));
-    return [settled('interrupted', `${cause}: ${f.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`)];
+    const unknown = uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : '';
+    // A Run fenced at its deadline by recovery (nobody executed it to its end in time) failed: it
+    // is not interrupted by a fault, its time is up.
+    if (f.reason === 'deadline') {
+      return [settled('failed', `the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
+    }
+    const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
+    return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];
   }
   if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
   const answered = finished.reason === 'answered' && facts.answer !== null && facts.answer.passageIds.length > 0;

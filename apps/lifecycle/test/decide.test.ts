@@ -126,4 +126,49 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .when(wake)
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
   });
+
+  it('given an execution fenced at its deadline, then it settles failed saying the deadline passed (and when) while nobody executed it, keeping passages, receipts and usage', () => {
+    const h = new History()
+      .admitted({ deadlineAt: '2026-01-01T00:00:10.000Z' })
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'succeeded')
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Part.', sourceTurn: 1, sha256: 'a'.repeat(64) })
+      .add('run.fenced', 'fence/0/runtime', {
+        fencedSubject: 'runtime',
+        epoch: 0,
+        holder: null,
+        reason: 'deadline',
+        detail: 'deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
+        uncertain: [],
+      });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: {
+            outcome: 'failed',
+            reason:
+              'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
+            passageIds: ['p0'],
+            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
+            usage: { modelRequests: 1, toolCalls: 1, promptTokens: 10, completionTokens: 5 },
+          },
+        },
+      ]);
+  });
+
+  it('given a Run fenced at its deadline after its cancel was requested, then the cancel wins (canceled)', () => {
+    const h = new History()
+      .admitted()
+      .add('run.cancel.requested', 'cancel', { requestedBy: 'ana', reason: null })
+      .add('run.fenced', 'fence/0/runtime', { fencedSubject: 'runtime', epoch: 0, holder: null, reason: 'deadline', detail: 'x', uncertain: [] });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana' }) }]);
+  });
 });

@@ -4,16 +4,30 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
+import { DeadlineWatcher } from './deadline-watcher.service.js';
 import { decide } from './decide.js';
 
-/** Fences a Run's execution when its user's cancel intent is recorded (K4): a thin adapter over {@link decide}. */
+/**
+ * Recovery's adapter on the admission subjects: fences a Run's execution when its user's cancel
+ * intent is recorded (K4, through {@link decide}), and records every admitted Run's deadline
+ * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10).
+ */
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class CancelController {
   private readonly commands: RunCommandHandler;
 
-  constructor(log: EventLog) {
+  constructor(
+    log: EventLog,
+    private readonly deadlines: DeadlineWatcher,
+  ) {
     this.commands = new RunCommandHandler(log, 'recovery');
+  }
+
+  @EventPattern('run.admitted')
+  async onAdmitted(@Payload() stored: StoredEvent): Promise<void> {
+    if (stored.event.type !== 'run.admitted') return;
+    await this.deadlines.record(stored.event.runId, stored.event.data.limits.deadlineAt);
   }
 
   @EventPattern('run.cancel.requested')

@@ -9,6 +9,11 @@
  *   outcome (a model turn without its outcome, a dispatched tool call without its receipt: K5).
  *   The lifecycle then settles the Run `interrupted` (K10). Nothing when the execution already
  *   stopped on its own, the Run is settled, or it is already fenced.
+ * - `CancelRequested`: the user's cancel intent is recorded: fence with reason `canceled`.
+ * - `DeadlinePassed`: recovery's deadline sweep found the Run past its `deadlineAt` (from its
+ *   admission): fence with reason `deadline`, naming what is uncertain, so that a Run nobody
+ *   executes (no runtime, or one waiting forever) does not stay running; the lifecycle settles it
+ *   `failed`. Nothing before the deadline, nor when the Run finished, is settled or fenced.
  */
 import { contextFrom, makeEvent, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
 import { lastTurn, toolCallsInOrder, unknownTrigger, type RunFacts } from '@runplane/run-facts';
@@ -21,9 +26,11 @@ export interface Holder {
 
 export type RecoveryTrigger =
   | { type: 'LeaseObserved'; epoch: number; holder: Holder; ttlMs: number }
-  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled'>; detail: string }
+  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled' | 'deadline'>; detail: string }
   /** The user's cancel intent was recorded (K4): the execution is fenced as for a lost lease, with reason `canceled`. */
-  | { type: 'CancelRequested' };
+  | { type: 'CancelRequested' }
+  /** Recovery's deadline sweep: the Run's deadline may have passed (the decider compares its `deadlineAt` with `now`). */
+  | { type: 'DeadlinePassed' };
 
 /** Decides recovery's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): RunEvent[] {
@@ -54,6 +61,13 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
         `canceled by ${who}${facts.cancelRequested.reason ? `: ${facts.cancelRequested.reason}` : ''}`,
         now,
       );
+    }
+    case 'DeadlinePassed': {
+      const deadlineAt = facts.admitted.limits.deadlineAt;
+      if (now.getTime() < Date.parse(deadlineAt)) return [];
+      const lease = facts.leases[facts.leases.length - 1];
+      const who = lease ? `lease epoch ${lease.epoch} of ${lease.holder.instance} was held, the Run not stopped` : 'no runtime took the Run';
+      return fence(facts, lease?.epoch ?? 0, lease?.holder ?? null, 'deadline', `deadline ${deadlineAt} passed (${who})`, now);
     }
     default:
       return unknownTrigger('recovery', trigger);

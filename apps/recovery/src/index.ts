@@ -1,1 +1,2 @@
 export * from './decide.js';
+export { DeadlineStore, type DeadlineEntry } from './deadlines.js';

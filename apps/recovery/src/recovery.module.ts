@@ -4,15 +4,19 @@ import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
 import { CancelController } from './cancel.controller.js';
+import { DeadlineStore } from './deadlines.js';
+import { DeadlineWatcher, RECOVERY_DEADLINES } from './deadline-watcher.service.js';
 import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
-/** Wires recovery: the event log, the lease bucket, its settings (LeaseConfig, RecoveryConfig) and the lease watcher. */
+/** Wires recovery: the event log, the lease and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers. */
 @Module({
   imports: [EventLogModule.forService('recovery'), HealthModule],
   controllers: [CancelController],
   providers: [
     LeaseWatcher,
+    DeadlineWatcher,
     { provide: RECOVERY_LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
+    { provide: RECOVERY_DEADLINES, inject: [EventLog], useFactory: (log: EventLog) => DeadlineStore.open(log) },
     {
       provide: RECOVERY_SETTINGS,
       inject: [configToken(LeaseConfig), configToken(RecoveryConfig)],

@@ -88,3 +88,76 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
       ]);
   });
 });
+
+describe('recovery decide: a deadline passing while nobody executes the Run (K10)', () => {
+  const deadlineAt = '2026-01-01T00:00:10.000Z';
+  const passed = { type: 'DeadlinePassed' } as const;
+  const after = new Date('2026-01-01T00:00:11.000Z');
+  const before = new Date('2026-01-01T00:00:09.000Z');
+
+  it('given an admitted Run nobody took, when its deadline passed, then both executor subjects are fenced with reason deadline, saying when (epoch 0, no holder)', () => {
+    const data = {
+      epoch: 0,
+      holder: null,
+      reason: 'deadline' as const,
+      detail: `deadline ${deadlineAt} passed (no runtime took the Run)`,
+      uncertain: [],
+    };
+    recovery
+      .given(new History().admitted({ deadlineAt }))
+      .when(passed, after)
+      .then([
+        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data } },
+        { type: 'run.fenced', data: { fencedSubject: 'tools', ...data } },
+      ]);
+  });
+
+  it('given a held lease and a dispatched call without receipt, when the deadline passed, then it is fenced under that epoch, naming the call as uncertain', () => {
+    const h = new History()
+      .admitted({ deadlineAt })
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings');
+    recovery
+      .given(h)
+      .when(passed, after)
+      .then([
+        {
+          type: 'run.fenced',
+          data: expect.objectContaining({
+            fencedSubject: 'runtime',
+            epoch: 1,
+            holder,
+            reason: 'deadline',
+            detail: expect.stringContaining(deadlineAt),
+            uncertain: [{ kind: 'tool-call', toolCallId: 'a', name: 'get_holdings' }],
+          }),
+        },
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', epoch: 1, reason: 'deadline' }) },
+      ]);
+  });
+
+  it('given the deadline not yet passed, then nothing', () => {
+    recovery.given(new History().admitted({ deadlineAt })).when(passed, before).thenNothing();
+  });
+
+  it('given the Run finished, fenced or settled, when its deadline passed, then nothing', () => {
+    const finished = new History()
+      .admitted({ deadlineAt })
+      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
+    recovery.given(finished).when(passed, after).thenNothing();
+    const fenced = new History()
+      .admitted({ deadlineAt })
+      .add('run.fenced', 'fence/0/runtime', { fencedSubject: 'runtime', epoch: 0, holder: null, reason: 'canceled', detail: 'x', uncertain: [] });
+    recovery.given(fenced).when(passed, after).thenNothing();
+    const settled = new History().admitted({ deadlineAt }).add('run.settled', 'settlement', {
+      outcome: 'failed',
+      reason: 'x',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
+    recovery.given(settled).when(passed, after).thenNothing();
+  });
+});

@@ -207,8 +207,11 @@ export const LeaseGrantedV1 = z.object({
   /** How long the lease lives without a renewal, ms. */
   ttlMs: z.number().int().positive(),
 });
-/** Why recovery fenced a Run's execution. */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled']);
+/**
+ * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
+ * unfinished, the user canceled it, or its deadline passed while nobody stopped it (`deadline`).
+ */
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -220,7 +223,8 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
  * Recovery fenced the Run's execution: written on each executor's own subject (`runtime`,
  * `tools`: `fencedSubject`), so that every later conditional append of a stale holder there
  * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
- * (K10). A crashed or frozen execution is never resumed in place.
+ * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed
+ * while nobody executed it to its end). A crashed or frozen execution is never resumed in place.
  */
 export const RunFencedV1 = z.object({
   /** The subject this marker stands on: the executor it fences. */
@@ -230,7 +234,7 @@ export const RunFencedV1 = z.object({
   /** The lease's holder, or null when no lease was held. */
   holder: LeaseHolder.nullable(),
   reason: FenceReason,
-  /** Human-readable detail: when the lease expired, which instance stopped. */
+  /** Human-readable detail: when the lease expired, which instance stopped, when the deadline passed. */
   detail: z.string(),
   uncertain: z.array(UncertainStep),
 });

@@ -1,0 +1,122 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import type { QueuedIterator } from '@nats-io/transport-node';
+import type { KvWatchEntry } from '@nats-io/kv';
+import { EventLog, LeaseStore } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
+import { decide } from './decide.js';
+import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
+import { RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
+
+export const RECOVERY_DEADLINES = Symbol('RECOVERY_DEADLINES');
+
+/** How often every recorded deadline, due or not, is checked against its Run (to forget the entries of Runs that ended), ms. */
+const CLEANUP_EVERY_MS = 30_000;
+
+/**
+ * Stops Runs whose deadline passed while nobody stopped them (K10). Recovery records each admitted
+ * Run's deadline in the `<prefix>_deadlines` bucket ({@link DeadlineStore}, from
+ * `CancelController.onAdmitted`); this watcher follows the bucket (so a restarted recovery knows
+ * every deadline again) and on each sweep decides `DeadlinePassed` for every Run past its deadline
+ * plus the lease TTL and whose lease no runtime holds: a holder wakes its Runs every third of a
+ * TTL and stops them itself at their deadline (keeping the outcome of a model turn in flight),
+ * and a holder that is gone loses its lease to the lease watcher. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
+ * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
+ * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
+ */
+@Injectable()
+export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
+  private readonly logger = new Logger('recovery');
+  private readonly commands: RunCommandHandler;
+  private readonly deadlines = new Map<string, DeadlineEntry>();
+  private watch: QueuedIterator<KvWatchEntry> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private sweeping: Promise<void> | null = null;
+  private lastCleanup = Date.now();
+  private stopped = false;
+
+  constructor(
+    log: EventLog,
+    @Inject(RECOVERY_DEADLINES) private readonly store: DeadlineStore,
+    @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
+    @Inject(RECOVERY_LEASES) private readonly leases: LeaseStore,
+  ) {
+    this.commands = new RunCommandHandler(log, 'recovery');
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    this.watch = await this.store.kv.watch();
+    void this.keepWatching(this.watch);
+    this.timer = setInterval(() => {
+      this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
+    }, this.settings.sweepMs);
+  }
+
+  /** Records a Run's deadline (on `run.admitted`), durably first, then in memory. */
+  async record(runId: string, deadlineAt: string): Promise<void> {
+    await this.store.record(runId, deadlineAt);
+    this.deadlines.set(runId, { runId, deadlineAt });
+  }
+
+  /** Follows the bucket for as long as recovery runs; a watch that ends (NATS restarted) is opened again. */
+  private async keepWatching(first: QueuedIterator<KvWatchEntry>): Promise<void> {
+    let watch = first;
+    while (!this.stopped) {
+      await this.follow(watch).catch((e: unknown) => this.logger.warn({ error: (e as Error).message }, 'deadline watch failed; watching again'));
+      if (this.stopped) return;
+      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
+      try {
+        watch = await this.store.kv.watch();
+        this.watch = watch;
+      } catch (e) {
+        this.logger.warn({ error: (e as Error).message }, 'could not watch the deadlines yet');
+      }
+    }
+  }
+
+  private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
+    for await (const e of watch) {
+      if (e.operation !== 'PUT') {
+        this.deadlines.delete(e.key);
+        continue;
+      }
+      const entry = DeadlineStore.parse(e);
+      if (entry) this.deadlines.set(entry.runId, entry);
+      else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
+    }
+  }
+
+  /** Decides every due deadline; now and then checks every entry to forget those of ended Runs. */
+  private async sweep(): Promise<void> {
+    if (this.stopped) return;
+    const now = Date.now();
+    const cleanup = now - this.lastCleanup >= CLEANUP_EVERY_MS;
+    if (cleanup) this.lastCleanup = now;
+    for (const entry of [...this.deadlines.values()]) {
+      if (this.stopped) return;
+      const past = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
+      if (!past && !cleanup) continue;
+      try {
+        // a Run whose lease is held is executed: its holder stops it at the deadline itself, or
+        // loses the lease to the lease watcher (read from the bucket, not from a watch that may lag)
+        const due = past && (await this.leases.get(entry.runId))?.value.state !== 'held';
+        if (!due && !cleanup) continue;
+        // only a due deadline is decided; the clean-up pass merely reads the Run (it never fences)
+        const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => (due ? decide(f, { type: 'DeadlinePassed' }, at) : []));
+        if (appended.length) this.logger.warn({ runId: entry.runId, deadlineAt: entry.deadlineAt }, 'deadline passed: Run fenced');
+        if (due || facts.settled || facts.fenced || facts.finished) {
+          await this.store.forget(entry.runId);
+          this.deadlines.delete(entry.runId);
+        }
+      } catch (e) {
+        this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'deadline sweep step failed; retried on the next sweep');
+      }
+    }
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    this.watch?.stop();
+    await this.sweeping;
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * A Run whose deadline passes while nobody executes it (K10): with the runtime stopped, an
+ * admitted Run is fenced by recovery at its deadline and settled `failed` by the lifecycle with
+ * the deadline reason, exactly once, even though recovery itself restarted before the deadline
+ * (the deadline is kept in the `<prefix>_deadlines` bucket, not in memory); a runtime started
+ * afterwards does not execute it. Its own stack: the short Run deadline applies to every Run of
+ * the stack, which the slow model turns of recovery.test.ts would not survive.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Kvm } from '@nats-io/kv';
+import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+const LEASE_TTL_MS = 1_500;
+const DEADLINE_SECONDS = 6;
+let t: TestStack;
+
+beforeAll(async () => {
+  t = await startTestStack('deadl', {
+    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+    RUNPLANE_RECOVERY_SWEEP_MS: '100',
+    RUNPLANE_ACK_WAIT_MS: '2000',
+    RUNPLANE_RUN_DEADLINE_SECONDS: String(DEADLINE_SECONDS),
+  });
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
+  events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
+
+async function modelRequestsFor(key: string): Promise<number> {
+  const res = await fetch(`${t.stack.modelUrl.replace(/\/v1$/, '/_scripted')}/stats`);
+  const body = (await res.json()) as { perKey?: Record<string, number> };
+  return body.perKey?.[key] ?? 0;
+}
+
+describe('a deadline passing while nobody executes the Run (K10)', () => {
+  it('with no runtime running, the Run is fenced at its deadline and settled failed with the reason, once, across a recovery restart; a runtime started later does not execute it', async () => {
+    const key = `deadline-${t.tag}`;
+    const deadlines = await new Kvm(t.log.nc).open(`${t.env.RUNPLANE_SUBJECT_PREFIX}_deadlines`);
+    await t.stack.stopService('runtime');
+    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const admittedAt = Date.now();
+    const admitted = ofType(await t.log.readRun(body.runId), 'run.admitted')[0]!;
+    const deadlineAt = admitted.data.limits.deadlineAt;
+    // recovery recorded the deadline durably
+    await eventually(async () => ((await deadlines.get(body.runId))?.operation === 'PUT' ? true : null), 5_000, 'the deadline entry');
+    expect((await deadlines.get(body.runId))!.json()).toEqual({ deadlineAt });
+
+    // recovery restarts before the deadline: the new process knows the deadline only from the bucket
+    await t.stack.stopService('recovery');
+    await t.stack.startService('recovery');
+    expect(Date.now()).toBeLessThan(Date.parse(deadlineAt)); // the restart really was before the deadline
+
+    const events = await t.waitForSettlement(body.runId, 30_000);
+    const settleMs = Date.now() - admittedAt;
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('failed');
+    expect(settled[0]!.data.reason).toMatch(/deadline passed while nobody executed the Run/);
+    expect(settled[0]!.data.reason).toContain(deadlineAt);
+    const fences = ofType(events, 'run.fenced');
+    expect(fences.map((f) => f.data.fencedSubject).sort()).toEqual(['runtime', 'tools']);
+    expect(fences.every((f) => f.data.reason === 'deadline' && f.data.epoch === 0 && f.data.holder === null)).toBe(true);
+    expect(ofType(events, 'model.turn.requested')).toHaveLength(0);
+    // a generous bound: deadline 6 s, plus the lease TTL (1.5 s) as grace, plus a 0.1 s sweep
+    expect(settleMs).toBeLessThan(DEADLINE_SECONDS * 1000 + 10_000);
+    process.stdout.write(`deadline: settled failed ${settleMs} ms after admission (deadline ${DEADLINE_SECONDS} s)\n`);
+    // the entry is forgotten once the Run is fenced
+    await eventually(async () => ((await deadlines.get(body.runId))?.operation === 'PUT' ? null : true), 5_000, 'the deadline entry forgotten');
+
+    // a runtime started afterwards receives run.admitted but does not execute the Run
+    await t.stack.startService('runtime');
+    await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
+    expect(await modelRequestsFor(key)).toBe(0);
+    const after = await t.log.readRun(body.runId);
+    expect(ofType(after, 'model.turn.requested')).toHaveLength(0);
+    expect(ofType(after, 'run.settled')).toHaveLength(1);
+
+    // a Run that completes well within its deadline is not touched, and its entry is forgotten
+    const next = await t.client.postMessage('conv-deadline', { clientMessageId: `${key}-next`, content: 'What does DIA hold?' });
+    const nextEvents = await t.waitForSettlement(next.body.runId, 60_000);
+    expect(ofType(nextEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
+    await new Promise((r) => setTimeout(r, DEADLINE_SECONDS * 1000 + 2 * LEASE_TTL_MS));
+    const nextAfter = await t.log.readRun(next.body.runId);
+    expect(ofType(nextAfter, 'run.fenced')).toHaveLength(0);
+    expect((await deadlines.get(next.body.runId))?.operation).not.toBe('PUT'); // purged (or never kept)
+  }, 120_000);
+
+  it('a Run a live runtime holds is left to it past the deadline: a model turn slower than the deadline is recorded, not fenced away', async () => {
+    const key = `held-${t.tag}`;
+    await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs: DEADLINE_SECONDS * 1000 + 3 * LEASE_TTL_MS }] }, key);
+    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const events = await t.waitForSettlement(body.runId, 60_000);
+    expect(ofType(events, 'run.fenced')).toHaveLength(0);
+    expect(ofType(events, 'model.turn.completed')).toHaveLength(1);
+    expect(ofType(events, 'lease.granted')).toHaveLength(1);
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.reason).not.toMatch(/nobody executed/);
+    expect(await modelRequestsFor(key)).toBe(1);
+  }, 90_000);
+});
