@@ -6,7 +6,11 @@ import {
   PostMessageBody,
   ReconcileToolCallBody,
   CancelRunBody,
+  AnswerWaitBody,
+  type AnswerWaitResponse,
   type CancelRunResponse,
+  type WaitView,
+  type WaitsView,
   ToolNames,
   type PostMessageResponse,
   type ReconcileToolCallResponse,
@@ -23,8 +27,12 @@ import {
   RunNotFound,
   ReconcileConflict,
   ReconcileNotFound,
+  WaitConflict,
+  WaitNotFound,
+  WaitNotPending,
   type PostMessage,
 } from './decide.js';
+import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 
 /** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
@@ -32,6 +40,29 @@ function parseId(name: string, raw: string): string {
   const parsed = Id.safeParse(raw);
   if (!parsed.success) throw badRequestFromZod(name, parsed.error);
   return parsed.data;
+}
+
+/** A wait as the log says it is, judged at `now` (K10). */
+export function waitView(facts: RunFacts, w: WaitFacts, now: Date): WaitView {
+  const status: WaitView['status'] = w.answer
+    ? 'answered'
+    : now.getTime() >= Date.parse(w.expiresAt) || facts.fenced?.reason === 'wait-expired'
+      ? 'expired'
+      : facts.settled || facts.fenced || facts.finished
+        ? 'closed'
+        : 'pending';
+  return {
+    runId: facts.runId,
+    waitId: w.waitId,
+    toolCallId: w.toolCallId,
+    question: w.question,
+    status,
+    openedAt: w.openedAt,
+    expiresAt: w.expiresAt,
+    answer: w.answer?.answer ?? null,
+    answeredBy: w.answer?.answeredBy ?? null,
+    answeredAt: w.answer?.at ?? null,
+  };
 }
 
 function responseOf(event: RunEventOf<'run.admitted'>, admission: 'admitted' | 'existing'): PostMessageResponse {
@@ -77,7 +108,7 @@ export class AdmissionController {
       conversationId,
       clientMessageId: message.clientMessageId,
       content: message.content,
-      grant: { tools: [...ToolNames, ...(this.settings.testTools ?? [])], model: this.settings.model },
+      grant: { tools: [...ToolNames, ...(this.settings.testTools ?? []), ...(this.settings.parkingTools ?? [])], model: this.settings.model },
       limits: this.settings.limits,
       requestId: randomUUID(),
     };
@@ -201,6 +232,60 @@ export class AdmissionController {
     const recorded = result.appended.find((s) => s.event.type === 'run.cancel.requested');
     const requestedAt = recorded ? recorded.event.occurredAt : result.facts.cancelRequested!.at;
     return { runId, status: 'cancel-requested', requestedAt };
+  }
+
+  /**
+   * `POST /v1/runs/{runId}/waits/{waitId}` `{answer}`: a user's answer to the Run's pending
+   * question (K10), recorded once as `wait.answered`, which wakes the Run. 202 accepted now; 200
+   * the same answer again (nothing appended); 409 `wait_conflict` another answer was recorded,
+   * `wait_not_pending` the wait expired or the Run settled, stopped or is being canceled; 404 no
+   * such Run or wait; 400 a blank answer.
+   */
+  @Post('runs/:runId/waits/:waitId')
+  @HttpCode(202)
+  async answerWait(
+    @Param('runId') rawRunId: string,
+    @Param('waitId') rawWaitId: string,
+    @Headers('content-type') contentType: string | undefined,
+    @Headers('x-runplane-user') user: string | undefined,
+    @Body() body: unknown,
+    @Res({ passthrough: true }) res: Response,
+  ): Promise<AnswerWaitResponse> {
+    const request = parseJsonBody(AnswerWaitBody, body, contentType, 'the answer body');
+    const runId = parseId('runId', rawRunId);
+    const waitId = parseId('waitId', rawWaitId);
+    const cmd = {
+      type: 'AnswerWait',
+      waitId,
+      answer: request.answer,
+      answeredBy: user?.trim().slice(0, 200) || null,
+      requestId: randomUUID(),
+    } as const;
+    let result;
+    try {
+      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
+    } catch (e) {
+      if (e instanceof RunNotFound || e instanceof WaitNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof WaitConflict) throw apiError(HttpStatus.CONFLICT, 'wait_conflict', e.message);
+      if (e instanceof WaitNotPending) throw apiError(HttpStatus.CONFLICT, 'wait_not_pending', e.message, { extensions: { reason: e.reason } });
+      if (e instanceof AppendConflict)
+        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the answer could not be recorded; retry');
+      throw e;
+    }
+    const recorded = result.appended.some((s) => s.event.type === 'wait.answered');
+    if (!recorded) res.status(HttpStatus.OK);
+    const wait = result.facts.waits.get(waitId)!;
+    return { ...waitView(result.facts, wait, new Date()), recording: recorded ? 'recorded' : 'existing' };
+  }
+
+  /** `GET /v1/runs/{runId}/waits`: every wait of the Run, read from its log (reads never append, K11). 404 no such Run. */
+  @Get('runs/:runId/waits')
+  async listWaits(@Param('runId') rawRunId: string): Promise<WaitsView> {
+    const runId = parseId('runId', rawRunId);
+    const facts = await this.commands.folds.read(runId);
+    if (!facts.admitted) throw apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+    const now = new Date();
+    return { runId, waits: [...facts.waits.values()].map((w) => waitView(facts, w, now)) };
   }
 
   /**

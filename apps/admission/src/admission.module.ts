@@ -1,13 +1,14 @@
 import { Module } from '@nestjs/common';
-import { LimitsConfig, loadConfig, ModelConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
+import { LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { HealthModule } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
+import { ChildRunsController } from './child-runs.controller.js';
 import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-reader.js';
 
 @Module({
   imports: [EventLogModule.forService('admission'), HealthModule],
-  controllers: [AdmissionController],
+  controllers: [AdmissionController, ChildRunsController],
   providers: [
     RunReader,
     {
@@ -20,6 +21,10 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
             .RUNPLANE_TEST_TOOLS.split(',')
             .map((t) => t.trim())
             .filter((t) => (TestToolNames as string[]).includes(t)),
+          parkingTools: loadConfig(ParkingToolsConfig)
+            .RUNPLANE_PARKING_TOOLS.split(',')
+            .map((t) => t.trim())
+            .filter((t) => (ParkingToolNames as string[]).includes(t)),
           limits: {
             maxModelRequests: limits.RUNPLANE_MAX_MODEL_REQUESTS,
             maxToolCalls: limits.RUNPLANE_MAX_TOOL_CALLS,

@@ -8,13 +8,14 @@
  * - same id, other text: conflict, change nothing.
  */
 import {
+  admissionIds,
   contextFrom,
-  deterministicId,
   makeEvent,
   sha256Hex,
   type ReconciledOutcome,
   type RunEvent,
   type RunGrant,
+  type EventData,
   type RunLimits,
 } from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
@@ -55,7 +56,54 @@ export interface CancelRun {
   requestId: string;
 }
 
-export type AdmissionTrigger = PostMessage | ReconcileToolCall | CancelRun;
+/** A user's answer to a pending wait of the Run (K10), over HTTP. */
+export interface AnswerWait {
+  type: 'AnswerWait';
+  waitId: string;
+  /** Non-blank (the HTTP body is validated before). */
+  answer: string;
+  answeredBy: string | null;
+  /** Id of the HTTP request. */
+  requestId: string;
+}
+
+/**
+ * A parent Run requested a child (`child.run.requested`, decided on the CHILD's facts): admit it
+ * once, linked to its parent, with the carved grant and limits. `parentActive` is false when the
+ * parent's log says it is settled or fenced already (then no child is admitted).
+ */
+export interface AdmitChild {
+  type: 'AdmitChild';
+  parentRunId: string;
+  conversationId: string;
+  request: EventData<'child.run.requested'>;
+  /** The `child.run.requested` event's id (the admission's causation). */
+  causationId: string;
+  parentActive: boolean;
+}
+
+export type AdmissionTrigger = PostMessage | ReconcileToolCall | CancelRun | AnswerWait | AdmitChild;
+
+/** No such wait in the Run (HTTP 404). */
+export class WaitNotFound extends Error {
+  override readonly name = 'WaitNotFound';
+}
+
+/** The wait cannot be answered any more: expired, or the Run settled, was fenced or canceled (HTTP 409 `wait_not_pending`). */
+export class WaitNotPending extends Error {
+  override readonly name = 'WaitNotPending';
+  constructor(
+    readonly reason: 'expired' | 'run-settled' | 'run-stopped' | 'run-canceled',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The wait was answered before with another text (HTTP 409 `wait_conflict`; nothing appended). */
+export class WaitConflict extends Error {
+  override readonly name = 'WaitConflict';
+}
 
 /** No such Run (HTTP 404). */
 export class RunNotFound extends Error {
@@ -91,13 +139,7 @@ export class MessageConflict extends Error {
   }
 }
 
-/** `{messageId, runId}` for a client message id within a conversation (stable UUIDs). */
-export function admissionIds(conversationId: string, clientMessageId: string): { messageId: string; runId: string } {
-  return {
-    messageId: deterministicId('message', conversationId, clientMessageId),
-    runId: deterministicId('run', conversationId, clientMessageId),
-  };
-}
+export { admissionIds };
 
 /**
  * Decides an admission from the facts of the Run the message names (its id is derived from the
@@ -114,6 +156,10 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
       return reconcile(facts, trigger, now);
     case 'CancelRun':
       return cancel(facts, trigger, now);
+    case 'AnswerWait':
+      return answerWait(facts, trigger, now);
+    case 'AdmitChild':
+      return admitChild(facts, trigger, now);
     default:
       return unknownTrigger('admission', trigger);
   }
@@ -185,4 +231,70 @@ function cancel(facts: RunFacts, cmd: CancelRun, now: Date): RunEvent[] {
   if (facts.settled) throw new RunAlreadySettled(facts.settled.outcome);
   const ctx = { ...contextFrom(facts.lastEvent), causationId: cmd.requestId };
   return [makeEvent('run.cancel.requested', ctx, 'cancel', { requestedBy: cmd.requestedBy, reason: cmd.reason }, now)];
+}
+
+/**
+ * Records a user's answer to a pending wait, once (K10): `[wait.answered]`, the Run's wake.
+ * `[]` for the same answer again (the caller answers 200 with the recorded answer).
+ * @throws RunNotFound / WaitNotFound when the Run or the wait is unknown.
+ * @throws WaitConflict when the wait was answered with another text.
+ * @throws WaitNotPending when the wait expired (`now >= expiresAt`) or the Run settled, stopped
+ *   (finished, fenced) or is being canceled: a stale answer appends nothing.
+ */
+function answerWait(facts: RunFacts, cmd: AnswerWait, now: Date): RunEvent[] {
+  if (!facts.admitted || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
+  const wait = facts.waits.get(cmd.waitId);
+  if (!wait) throw new WaitNotFound(`run ${facts.runId} has no wait ${cmd.waitId}`);
+  if (wait.answer) {
+    if (wait.answer.answer === cmd.answer) return [];
+    throw new WaitConflict(
+      `wait ${cmd.waitId} was already answered${wait.answer.answeredBy ? ` by ${wait.answer.answeredBy}` : ''} at ${wait.answer.at} with another answer`,
+    );
+  }
+  if (facts.settled)
+    throw new WaitNotPending('run-settled', `the Run is settled (${facts.settled.outcome}); wait ${cmd.waitId} can no longer be answered`);
+  if (facts.fenced || facts.finished)
+    throw new WaitNotPending(
+      'run-stopped',
+      `the Run's execution ended (${facts.fenced ? `fenced: ${facts.fenced.reason}` : facts.finished!.reason}); wait ${cmd.waitId} can no longer be answered`,
+    );
+  if (facts.cancelRequested) throw new WaitNotPending('run-canceled', `the Run is being canceled; wait ${cmd.waitId} can no longer be answered`);
+  if (now.getTime() >= Date.parse(wait.expiresAt)) throw new WaitNotPending('expired', `wait ${cmd.waitId} expired at ${wait.expiresAt}`);
+  const ctx = { ...contextFrom(facts.lastEvent), causationId: cmd.requestId };
+  return [
+    makeEvent(
+      'wait.answered',
+      ctx,
+      cmd.waitId,
+      { waitId: cmd.waitId, toolCallId: wait.toolCallId, answer: cmd.answer, answeredBy: cmd.answeredBy, requestId: cmd.requestId },
+      now,
+    ),
+  ];
+}
+
+/**
+ * Admits a parent's child Run once (K1 by the derived `childRunId`, K7): `[run.admitted]` with
+ * the sub-question as its message, the grant and limits carved by the parent's runtime, and
+ * `link: {parentRunId, relation: 'child'}`; it belongs to the parent's conversation. `[]` when
+ * it is admitted already, or its parent is no longer active.
+ */
+function admitChild(facts: RunFacts, cmd: AdmitChild, now: Date): RunEvent[] {
+  if (facts.admitted || !cmd.parentActive) return [];
+  const r = cmd.request;
+  const { messageId, runId } = admissionIds(cmd.conversationId, r.clientMessageId);
+  if (runId !== r.childRunId) throw new Error(`child run id ${r.childRunId} does not derive from ${r.clientMessageId}`);
+  return [
+    makeEvent(
+      'run.admitted',
+      { runId, conversationId: cmd.conversationId, correlationId: messageId, causationId: cmd.causationId },
+      'admission',
+      {
+        message: { messageId, clientMessageId: r.clientMessageId, content: r.question, contentSha256: sha256Hex(r.question) },
+        grant: r.grant,
+        limits: r.limits,
+        link: { parentRunId: cmd.parentRunId, relation: 'child' },
+      },
+      now,
+    ),
+  ];
 }

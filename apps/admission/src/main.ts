@@ -1,4 +1,5 @@
-import { DatabaseConfig, LimitsConfig, ModelConfig } from '@runplane/contracts';
+import { DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig } from '@runplane/contracts';
+import { ownerFilter } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { AdmissionModule } from './admission.module.js';
 
@@ -7,5 +8,8 @@ main({
   module: AdmissionModule,
   portEnv: 'ADMISSION_PORT',
   defaultPort: 8081,
-  config: [DatabaseConfig, LimitsConfig, ModelConfig],
+  config: [DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig],
+  // child Runs (K10): admits a child on its parent's `child.run.requested` (runtime subject) and
+  // cancels the children still running when a parent settles (lifecycle subject)
+  consumer: { durable: 'admission', filter: (space) => [ownerFilter(space, 'runtime'), ownerFilter(space, 'lifecycle')] },
 });

@@ -10,6 +10,8 @@ export interface AdmissionSettings {
   model: string;
   /** Test tools added to every Run's grant (`RUNPLANE_TEST_TOOLS`); none by default. */
   testTools?: string[];
+  /** Parking tools (`ask_human`, `spawn_subagent`, K10) in every user Run's grant (`RUNPLANE_PARKING_TOOLS`); both by default. */
+  parkingTools?: string[];
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
 }
 

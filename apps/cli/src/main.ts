@@ -6,6 +6,7 @@
  *   ask <question>                 ask running services and stream the answer
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   cancel <runId>                 ask to cancel a Run (K4)
+ *   answer <runId> <waitId> "text" answer a Run's pending question (K10)
  *   timeline <runId>               print a Run's events from the log
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
@@ -84,6 +85,25 @@ api(program.command('cancel').description('ask to cancel a Run (it settles `canc
       return 0;
     })(),
   );
+
+api(
+  program
+    .command('answer')
+    .description("answer a Run's pending question for a human (the Run continues)")
+    .argument('<runId>')
+    .argument('<waitId>')
+    .argument('<text>'),
+).action((runId: string, waitId: string, text: string, o: { admission: string; publication: string }) =>
+  run(async () => {
+    const r = await new RunplaneClient(endpoints(o)).answerWait(runId, waitId, text, { user: process.env.USER ?? 'cli' });
+    process.stdout.write(
+      r.body.recording === 'recorded'
+        ? `answer accepted for wait ${waitId} of run ${runId}; watch it continue with: runplane watch ${runId}\n`
+        : `this answer was already recorded at ${r.body.answeredAt}; nothing changed\n`,
+    );
+    return 0;
+  })(),
+);
 
 program
   .command('timeline')

@@ -8,7 +8,7 @@ import type { RunEvent } from '@runplane/contracts';
 export function summarize(e: RunEvent): string {
   switch (e.type) {
     case 'run.admitted':
-      return `admitted message ${e.data.message.clientMessageId}: "${e.data.message.content.slice(0, 80)}"`;
+      return `admitted message ${e.data.message.clientMessageId}: "${e.data.message.content.slice(0, 80)}"${e.data.link ? ` (${e.data.link.relation} of ${e.data.link.parentRunId})` : ''}`;
     case 'model.turn.requested':
       return `model turn ${e.data.turn} requested (${e.data.model})`;
     case 'model.turn.completed':
@@ -32,7 +32,7 @@ export function summarize(e: RunEvent): string {
     case 'run.cancel.requested':
       return `CANCEL requested by ${e.data.requestedBy ?? 'the user'}${e.data.reason ? `: ${e.data.reason}` : ''}`;
     case 'lease.granted':
-      return `lease granted: epoch ${e.data.epoch} to ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (ttl ${e.data.ttlMs} ms)`;
+      return `lease granted: epoch ${e.data.epoch}${e.data.epoch > 1 ? ' (woken)' : ''} to ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (ttl ${e.data.ttlMs} ms)`;
     case 'run.fenced': {
       const uncertain = e.data.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `${u.name} [${u.toolCallId}]`));
       return `FENCED ${e.data.fencedSubject} (epoch ${e.data.epoch}, ${e.data.reason}): ${e.data.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`;
@@ -42,6 +42,15 @@ export function summarize(e: RunEvent): string {
       return `late observation after unknown: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (the receipt stays unknown)`;
     case 'tool.call.reconciled':
       return `reconciled by ${e.data.operator}: ${e.data.name} [${e.data.toolCallId}] ${e.data.outcome} (evidence: ${e.data.evidence.slice(0, 120)})`;
+    // waits and child Runs (K10)
+    case 'wait.opened':
+      return `WAIT opened ${e.data.waitId}: "${e.data.question.slice(0, 120)}" (expires ${e.data.expiresAt}); answer with: runplane answer ${e.runId} ${e.data.waitId} "<text>"`;
+    case 'wait.answered':
+      return `WAIT answered ${e.data.waitId} by ${e.data.answeredBy ?? 'the user'}: "${e.data.answer.slice(0, 120)}"`;
+    case 'child.run.requested':
+      return `CHILD requested ${e.data.childRunId}: "${e.data.question.slice(0, 100)}" (grant: ${e.data.limits.maxModelRequests} model request(s), ${e.data.limits.maxToolCalls} tool call(s), deadline ${e.data.limits.deadlineAt})`;
+    case 'child.run.settled':
+      return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
   }
 }
 

@@ -2,10 +2,11 @@
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer; `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
- * an answer), or when recovery fenced it at its deadline; `interrupted` when its execution was
- * fenced after a fault; `canceled` on the user's cancel.
+ * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
+ * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
+ * user's cancel. It also records a child Run's settlement on its parent (`child.run.settled`).
  */
-import { contextFrom, makeEvent, type RunEvent } from '@runplane/contracts';
+import { contextFrom, makeEvent, type Outcome, type RunEvent } from '@runplane/contracts';
 import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
@@ -18,8 +19,12 @@ const FAILURE_REASONS: Record<string, string> = {
   deadline: 'the Run reached its deadline without an answer',
 };
 
-/** What wakes the lifecycle: a fact that may complete the Run (the runtime stopping, the answer published). */
-export type LifecycleTrigger = { type: 'Wake' };
+/**
+ * What wakes the lifecycle: a fact that may complete the Run (the runtime stopping, the answer
+ * published, a fence: `Wake`), or, decided on a PARENT's facts, one of its child Runs settled
+ * (`ChildSettled`, K10).
+ */
+export type LifecycleTrigger = { type: 'Wake' } | { type: 'ChildSettled'; childRunId: string; outcome: Outcome; reason: string; answer: string };
 
 /**
  * Decides the Run's settlement, or nothing yet (not finished, answer not yet published, already
@@ -31,8 +36,10 @@ export function decide(facts: RunFacts, trigger: LifecycleTrigger, now: Date): R
   switch (trigger.type) {
     case 'Wake':
       return settle(facts, now);
+    case 'ChildSettled':
+      return childSettled(facts, trigger, now);
     default:
-      return unknownTrigger('lifecycle', trigger.type);
+      return unknownTrigger('lifecycle', trigger);
   }
 }
 
@@ -63,6 +70,9 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     if (f.reason === 'deadline') {
       return [settled('failed', `the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
     }
+    // A Run parked on a question nobody answered in time (K10) failed: it did not crash.
+    if (f.reason === 'wait-expired')
+      return [settled('failed', `wait-expired: the question for a human was not answered in time: ${f.detail}${unknown}`)];
     const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];
   }
@@ -72,5 +82,25 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     answered
       ? settled('completed', `answer committed in ${passageIds.length} passage(s)`)
       : settled('failed', `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`),
+  ];
+}
+
+/**
+ * Records a child Run's settlement on its parent (K10): `[child.run.settled]` with the child's
+ * outcome, reason and published answer, once per child (fixed id). This is the parent's wake.
+ * Nothing when the parent does not know the child, has its result already, or is settled.
+ */
+function childSettled(facts: RunFacts, t: Extract<LifecycleTrigger, { type: 'ChildSettled' }>, now: Date): RunEvent[] {
+  if (facts.settled || !facts.lastEvent) return [];
+  const child = facts.children.get(t.childRunId);
+  if (!child || child.result) return [];
+  return [
+    makeEvent(
+      'child.run.settled',
+      contextFrom(facts.lastEvent),
+      `child/${t.childRunId}`,
+      { childRunId: t.childRunId, toolCallId: child.toolCallId, outcome: t.outcome, reason: t.reason, answer: t.answer },
+      now,
+    ),
   ];
 }

@@ -3,10 +3,18 @@ import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
+import { passagesInOrder } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
-/** Reacts to the facts that can complete a Run (the runtime stopping, publication committing the answer, recovery fencing the execution): a thin adapter over {@link decide}. K9, K10. */
+/**
+ * Reacts to the facts that can complete a Run (the runtime stopping, publication committing the
+ * answer, recovery fencing the execution): a thin adapter over {@link decide}. K9, K10. Once a
+ * child Run is settled (now, or already on a redelivery), its settlement is recorded on its
+ * parent (`child.run.settled`, the parent's wake); the triggering event is acknowledged only
+ * after that, so a crash in between is repaired by the redelivery, and the decider makes the
+ * repeat a no-op (exactly once).
+ */
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class SettlementController {
@@ -18,7 +26,21 @@ export class SettlementController {
 
   @EventPattern(['run.execution.finished', 'answer.published', 'run.fenced'])
   async onRunFact(@Payload() stored: StoredEvent): Promise<void> {
-    const { appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    const { facts, appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    const link = facts.admitted?.link;
+    if (facts.settled && link?.relation === 'child') {
+      const answer = passagesInOrder(facts)
+        .map((p) => p.text)
+        .join('\n\n');
+      const trigger = {
+        type: 'ChildSettled',
+        childRunId: facts.runId,
+        outcome: facts.settled.outcome,
+        reason: facts.settled.reason,
+        answer,
+      } as const;
+      await this.commands.handle(link.parentRunId, (f, now) => decide(f, trigger, now));
+    }
     if (appended.some((e) => e.event.type === 'run.settled')) this.commands.folds.forget(stored.event.runId);
   }
 }

@@ -14,9 +14,15 @@
  *   admission): fence with reason `deadline`, naming what is uncertain, so that a Run nobody
  *   executes (no runtime, or one waiting forever) does not stay running; the lifecycle settles it
  *   `failed`. Nothing before the deadline, nor when the Run finished, is settled or fenced.
+ * - `WaitExpired`: the Run is parked on a question for a human whose `expiresAt` passed
+ *   unanswered (K10): fence with reason `wait-expired`; the lifecycle settles it `failed`.
+ *   Nothing while every wait is answered or not yet expired.
+ * A parked Run (a wait unanswered, a child unsettled: K10) has no execution to lose: a lease that
+ * expires or is released by a stopping runtime while the log says parked is not fenced
+ * (`LeaseLost` decides nothing; the lease watcher marks the lease parked instead).
  */
 import { contextFrom, makeEvent, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
-import { lastTurn, toolCallsInOrder, unknownTrigger, type RunFacts } from '@runplane/run-facts';
+import { lastTurn, parkedOn, toolCallsInOrder, unansweredWaits, unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** The holder of a lease: the runtime process that wrote under it. */
 export interface Holder {
@@ -30,7 +36,9 @@ export type RecoveryTrigger =
   /** The user's cancel intent was recorded (K4): the execution is fenced as for a lost lease, with reason `canceled`. */
   | { type: 'CancelRequested' }
   /** Recovery's deadline sweep: the Run's deadline may have passed (the decider compares its `deadlineAt` with `now`). */
-  | { type: 'DeadlinePassed' };
+  | { type: 'DeadlinePassed' }
+  /** Recovery's lease sweep: a parked Run's wait may have expired (the decider compares each unanswered wait's `expiresAt` with `now`). */
+  | { type: 'WaitExpired' };
 
 /** Decides recovery's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): RunEvent[] {
@@ -48,7 +56,23 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
         ),
       ];
     case 'LeaseLost':
+      if (parkedOn(facts)) return []; // parked: nothing was executing, nothing is lost (K10)
       return fence(facts, trigger.epoch, trigger.holder, trigger.reason, trigger.detail, now);
+    case 'WaitExpired': {
+      if (facts.cancelRequested) return [];
+      const expired = unansweredWaits(facts).filter((w) => Date.parse(w.expiresAt) <= now.getTime());
+      if (expired.length === 0) return [];
+      const lease = facts.leases[facts.leases.length - 1];
+      const w = expired[0]!;
+      return fence(
+        facts,
+        lease?.epoch ?? 0,
+        lease?.holder ?? null,
+        'wait-expired',
+        `wait ${w.waitId} ("${w.question.slice(0, 120)}") expired unanswered at ${w.expiresAt}`,
+        now,
+      );
+    }
     case 'CancelRequested': {
       if (!facts.cancelRequested) return [];
       const lease = facts.leases[facts.leases.length - 1];

@@ -2,11 +2,15 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplica
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import { EventLog, LeaseStore, leaseExpiresAt, RECONNECT_GRACE_MS, type LeaseEntry } from '@runplane/eventlog';
+import { parkedOn, unansweredWaits } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
 export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
 export const RECOVERY_LEASES = Symbol('RECOVERY_LEASES');
+
+/** How often parked leases are checked against their Runs (to forget those of ended Runs), ms. */
+const PARKED_CLEANUP_EVERY_MS = 30_000;
 
 /** Settings of recovery (contracts' LeaseConfig and RecoveryConfig). */
 export interface RecoverySettings {
@@ -24,6 +28,12 @@ export interface RecoverySettings {
  * `interrupted`. Recovery never resumes a Run. Time during which recovery itself could not reach
  * NATS is not counted against any lease: after it reconnects, every lease gets a full TTL again
  * (its holder was just as cut off, and renews within a third of it).
+ *
+ * Parked Runs (K10): a lease released `parked` is kept (it is what a wake takes again at the next
+ * epoch) and never fenced; when its wait's expiry (`wakeBy`) passed more than one TTL ago, the
+ * Run is decided `WaitExpired` (fenced `wait-expired` if the wait is still unanswered). A lease
+ * that expires, or is released by a stopping runtime, while the Run's log says it is parked (the
+ * holder died between parking and releasing) is marked parked instead of fenced.
  */
 @Injectable()
 export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -39,6 +49,9 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   /** When recovery last (re)connected to NATS: no lease expires before this plus a TTL. */
   private connectedAt = Date.now();
   private stopped = false;
+  /** Parked leases whose wait expiry was already decided (`runId/wakeBy`). */
+  private readonly expiryDecided = new Set<string>();
+  private lastParkedCleanup = Date.now();
 
   constructor(
     private readonly log: EventLog,
@@ -114,9 +127,15 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private async sweep(): Promise<void> {
     if (this.stopped) return;
     const now = Date.now();
+    const cleanup = now - this.lastParkedCleanup >= PARKED_CLEANUP_EVERY_MS;
+    if (cleanup) this.lastParkedCleanup = now;
     for (const entry of [...this.leases.values()]) {
       const v = entry.value;
       try {
+        if (v.state === 'released' && v.reason === 'parked') {
+          await this.sweepParked(entry, now, cleanup);
+          continue;
+        }
         if (v.state === 'held') {
           // after recovery's own reconnection the holder gets a full TTL plus the time every other
           // client may take to reconnect: renewals missed while NATS was unreachable are not an expiry
@@ -147,8 +166,50 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
-  /** Marks the lease fenced (compare-and-set), then fences the Run in the log. */
+  /**
+   * A parked lease: decides the wait's expiry once it passed (plus one TTL, so that an answer
+   * admission accepted just before the expiry is in the log first), and forgets the key of a Run
+   * that ended (on the slower clean-up pass).
+   */
+  private async sweepParked(entry: LeaseEntry, now: number, cleanup: boolean): Promise<void> {
+    const v = entry.value;
+    if (v.state !== 'released') return;
+    const key = `${entry.runId}/${v.wakeBy}`;
+    const due = v.wakeBy !== undefined && !this.expiryDecided.has(key) && now > Date.parse(v.wakeBy) + this.settings.leaseTtlMs;
+    if (!due && !cleanup) return;
+    const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => (due ? decide(f, { type: 'WaitExpired' }, at) : []));
+    if (due) this.expiryDecided.add(key);
+    if (appended.length) this.logger.warn({ runId: entry.runId, wakeBy: v.wakeBy }, 'wait expired unanswered: Run fenced');
+    if (facts.settled || facts.fenced || facts.finished) {
+      await this.store.forget(entry.runId);
+      this.leases.delete(entry.runId);
+      this.expiryDecided.delete(key);
+    }
+  }
+
+  /**
+   * True when the Run's log says it is parked (K10): then a lost lease loses nothing; the lease is
+   * marked parked (compare-and-set, with the earliest unanswered wait's expiry) instead of fenced.
+   */
+  private async parkedInstead(entry: LeaseEntry): Promise<boolean> {
+    const facts = await this.commands.folds.read(entry.runId);
+    if (!parkedOn(facts)) return false;
+    const wakeBy = unansweredWaits(facts)
+      .map((w) => w.expiresAt)
+      .sort()[0];
+    try {
+      await this.store.park(entry, wakeBy);
+      this.logger.log({ runId: entry.runId, epoch: entry.value.epoch }, 'lease of a parked Run lost by its holder: marked parked, not fenced');
+    } catch {
+      const fresh = await this.store.get(entry.runId).catch(() => undefined);
+      if (fresh && this.leases.get(entry.runId) === entry) this.leases.set(entry.runId, fresh);
+    }
+    return true;
+  }
+
+  /** Marks the lease fenced (compare-and-set), then fences the Run in the log (a parked Run's lease is marked parked instead). */
   private async fence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
+    if (await this.parkedInstead(entry)) return;
     try {
       await this.store.fence(entry);
     } catch {

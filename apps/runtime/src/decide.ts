@@ -7,17 +7,24 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent } from '@runplane/contracts';
-import { lastTurn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { carvedForChildren, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
   { ok: true; turn: Omit<EventData<'model.turn.completed'>, 'turn'> } | { ok: false; error: EventData<'model.turn.failed'>['error'] };
 
 export type RuntimeTrigger =
-  /** Something happened on the Run (admission, a receipt, a redelivery): take the next step. */
-  | { type: 'Wake'; model: string }
+  /**
+   * Something happened on the Run (admission, a receipt, a wake, a redelivery): take the next
+   * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline).
+   */
+  | { type: 'Wake'; model: string; waitTtlMs?: number }
   /** The model request of `turn` ended with `result`. */
-  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult };
+  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number };
+
+/** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
+export const DEFAULT_WAIT_TTL_MS = 3_600_000;
 
 /** True for text with nothing visible: whitespace, zero-width and other format characters only. */
 export function isBlank(text: string): boolean {
@@ -29,11 +36,14 @@ export function isBlank(text: string): boolean {
  * - `Wake`: request the next model turn (`model.turn.requested`) when every tool call of the last
  *   turn has a receipt, the deadline has not passed and model requests remain; stop
  *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
- *   propose tool calls a crash left unproposed; nothing while a turn is in flight or receipts are
- *   missing (a turn is never requested twice).
+ *   propose tool calls (and open waits, request children) a crash left undecided; nothing while
+ *   a turn is in flight, receipts are missing or the Run is parked on a wait or a child (a turn
+ *   is never requested twice). Model requests carved for children count as used (K7).
  * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
  *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
- *   truncated reply: K9; a failure). Nothing when the turn is not the one in flight.
+ *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
+ *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
+ *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -41,15 +51,15 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake':
-      return onWake(facts, trigger.model, now);
+      return onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ModelTurnEnded':
-      return onTurnEnded(facts, trigger.turn, trigger.result, now);
+      return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
 }
 
-function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
+function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date): RunEvent[] {
   if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
   const ctx = contextFrom(facts.lastEvent!);
@@ -59,20 +69,56 @@ function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
   if (last?.completed) {
     const done = last.completed;
     if (done.toolCalls.length === 0) return [stopAfter(facts, last, now)];
-    const missing = done.toolCalls.filter((c) => !facts.toolCalls.has(c.toolCallId));
-    if (missing.length > 0) return missing.map((c) => makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: last.turn }, now));
+    const missing = undecidedCalls(facts, last, waitTtlMs, now);
+    if (missing.length > 0) return missing;
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
-  if (last?.completed && last.completed.toolCalls.some((c) => !facts.toolCalls.get(c.toolCallId)?.receipt)) return [];
-  if (facts.turns.length >= limits.maxModelRequests) {
-    return [finished(facts, now, 'model-request-limit', `${facts.turns.length} of ${limits.maxModelRequests} model requests used`, null)];
+  if (parkedOn(facts)) return []; // parked: only the wait's answer or the child's settlement continues it (K10)
+  if (last?.completed) {
+    const plans = planCalls(facts, last.turn, last.completed.toolCalls, new Date(last.completedAt ?? now));
+    if (last.completed.toolCalls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
+  }
+  const used = facts.turns.length + carvedForChildren(facts).modelRequests;
+  if (used >= limits.maxModelRequests) {
+    const carved = used - facts.turns.length;
+    return [
+      finished(
+        facts,
+        now,
+        'model-request-limit',
+        `${facts.turns.length} of ${limits.maxModelRequests} model requests used${carved ? ` (+${carved} carved for child Runs)` : ''}`,
+        null,
+      ),
+    ];
   }
   const turn = facts.turns.length + 1;
   return [makeEvent('model.turn.requested', ctx, turn, { turn, model }, now)];
 }
 
-function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, now: Date): RunEvent[] {
+/** Proposals, waits and child requests of the completed turn `last` that are not recorded yet (a crash between appends). */
+function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now: Date): RunEvent[] {
+  const ctx = contextFrom(facts.lastEvent!);
+  const calls = last.completed!.toolCalls;
+  const completedAt = new Date(last.completedAt ?? now);
+  const plans = planCalls(facts, last.turn, calls, completedAt);
+  const out: RunEvent[] = [];
+  for (const c of calls) {
+    const plan = plans.get(c.toolCallId)!;
+    if (plan.kind === 'tool' && !facts.toolCalls.has(c.toolCallId))
+      out.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: last.turn }, now));
+    const recorded =
+      plan.kind === 'wait'
+        ? [...facts.waits.values()].some((w) => w.toolCallId === c.toolCallId)
+        : plan.kind === 'child'
+          ? [...facts.children.values()].some((ch) => ch.toolCallId === c.toolCallId)
+          : true;
+    if (!recorded) out.push(parkingEvent(facts, ctx, c, last.turn, plan, completedAt, waitTtlMs, now)!);
+  }
+  return out;
+}
+
+function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, waitTtlMs: number, now: Date): RunEvent[] {
   const last = lastTurn(facts);
   if (!last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
@@ -87,7 +133,15 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, n
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
   if (completed.toolCalls.length > 0) {
-    for (const c of completed.toolCalls) events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
+    const plans = planCalls(facts, turnNo, completed.toolCalls, now);
+    for (const c of completed.toolCalls) {
+      const plan = plans.get(c.toolCallId)!;
+      if (plan.kind === 'tool') events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
+      else {
+        const parking = parkingEvent(facts, ctx, c, turnNo, plan, now, waitTtlMs, now);
+        if (parking) events.push(parking);
+      }
+    }
     return events;
   }
   events.push(stopAfter(facts, { ...last, completed }, now));

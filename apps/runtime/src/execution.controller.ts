@@ -3,7 +3,7 @@ import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
-import type { RunFacts } from '@runplane/run-facts';
+import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { buildMessages, toolDefinitions } from './messages.js';
@@ -17,6 +17,8 @@ export const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
 export interface RuntimeSettings {
   /** Lease time-to-live, ms; the lease is renewed every third of it. */
   leaseTtlMs: number;
+  /** How long a question for a human stays answerable, ms (capped by the Run's deadline). */
+  waitTtlMs: number;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -25,13 +27,17 @@ const MAX_TURNS_PER_WAKE = 64;
 /**
  * Executes Runs: a thin adapter over {@link decide}. A Run is executed only while this instance
  * holds its lease (K6): the first wake takes it (a Run whose lease was ever taken, released or
- * fenced is never taken again: no resume in place, K10), a timer renews it every third of its TTL
+ * fenced is never taken again: no resume in place, K10, except a parked Run whose wake is
+ * recorded, at the next epoch), a timer renews it every third of its TTL
  * and also wakes every held Run (so a receipt delivered to another runtime replica is not missed),
  * and it is released when execution finishes, or at once when the process stops (recovery then
  * fences the Run and the lifecycle settles it `interrupted`). Every event is written under the
  * lease's epoch. When its own `model.turn.requested` was appended, it makes that one model request
  * (the activity) and decides the outcome into events; a request whose `model.turn.requested`
- * another writer stored is never made here (K5, K6).
+ * another writer stored is never made here (K5, K6). A Run parked on a wait or a child Run
+ * (`wait.opened`, `child.run.requested`) has its lease released `parked`: this process keeps
+ * nothing of it. Its wake (`wait.answered`, `child.run.settled`) is delivered here, and the
+ * lease is taken again at the next epoch (K10).
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
@@ -59,7 +65,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     this.timer = setInterval(() => void this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
   }
 
-  @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested'])
+  @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested', 'wait.answered', 'child.run.settled'])
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     // a cancel stops the model request in flight at once (K4): it does not wait behind it
     if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
@@ -84,14 +90,21 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     if (!lease) {
       const facts = await this.commands.folds.read(runId);
       if (!facts.admitted || facts.finished || facts.settled || facts.fenced || facts.cancelRequested) return;
-      const taken = await this.leases.acquire(runId, this.log.writer, this.settings.leaseTtlMs);
+      if (parkedOn(facts)) return; // parked: nothing to do until its wake is recorded (K10)
+      let taken = await this.leases.acquire(runId, this.log.writer, this.settings.leaseTtlMs);
+      // a parked Run whose wake is recorded (the log says it is no longer parked) is taken again, at the next epoch
+      if ('held' in taken && taken.by.value.state === 'released' && taken.by.value.reason === 'parked') {
+        taken = await this.leases.resume(taken.by, this.log.writer, this.settings.leaseTtlMs);
+        if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch }, 'parked Run woken: lease taken again');
+      }
       if ('held' in taken) return; // another instance executes it, or it was released or fenced: never resumed here
       lease = taken;
       this.held.set(runId, lease);
     }
     const epoch = lease.epoch;
+    const wake = { type: 'Wake', model: this.model.model, waitTtlMs: this.settings.waitTtlMs } as const;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
-      const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', model: this.model.model }, now), { epoch });
+      const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });
       if (
         facts.finished ||
         facts.settled ||
@@ -100,6 +113,10 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         appended.some((e) => e.event.type === 'run.execution.finished')
       ) {
         await this.release(runId, 'finished');
+        return;
+      }
+      if (parkedOn(facts)) {
+        await this.park(runId, facts);
         return;
       }
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
@@ -134,7 +151,9 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result }, now), { epoch });
+        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs }, now), {
+          epoch,
+        });
         return;
       } catch (e) {
         if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;
@@ -147,14 +166,35 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     }
   }
 
-  /** Gives the Run's lease up (if held). */
-  private async release(runId: string, reason: 'finished' | 'stopping'): Promise<void> {
+  /** Gives the Run's lease up (if held). @returns true when released. */
+  private async release(runId: string, reason: 'finished' | 'stopping' | 'parked', wakeBy?: string): Promise<boolean> {
     const lease = this.held.get(runId);
-    if (!lease) return;
+    if (!lease) return false;
     this.held.delete(runId);
-    await this.leases.release(lease, this.log.writer, reason).catch((e: unknown) => {
-      this.logger.warn({ runId, reason, error: (e as Error).message }, 'could not release the lease (fenced or changed meanwhile)');
-    });
+    return this.leases.release(lease, this.log.writer, reason, wakeBy).then(
+      () => true,
+      (e: unknown) => {
+        this.logger.warn({ runId, reason, error: (e as Error).message }, 'could not release the lease (fenced or changed meanwhile)');
+        return false;
+      },
+    );
+  }
+
+  /**
+   * Parks the Run (K10): releases its lease `parked` (with its wait's expiry, which recovery
+   * keeps) and forgets it. A wake recorded while the lease was still held was refused by this
+   * process's own lease (another replica could not take it): so the log is read once more, and a
+   * Run no longer parked is taken again at once.
+   */
+  private async park(runId: string, facts: RunFacts): Promise<void> {
+    const expiries = unansweredWaits(facts)
+      .map((w) => w.expiresAt)
+      .sort();
+    if (!(await this.release(runId, 'parked', expiries[0]))) return;
+    this.commands.folds.forget(runId);
+    this.logger.log({ runId, on: parkedOn(facts) }, 'Run parked: lease released');
+    const now = await this.commands.folds.read(runId);
+    if (!parkedOn(now) && !now.finished && !now.settled && !now.fenced) await this.execute(runId);
   }
 
   /**

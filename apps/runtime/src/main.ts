@@ -1,5 +1,5 @@
 import { ownerFilter } from '@runplane/eventlog';
-import { LeaseConfig, ModelConfig } from '@runplane/contracts';
+import { LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
 
@@ -8,6 +8,10 @@ main({
   module: RuntimeModule,
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
-  config: [ModelConfig, LeaseConfig],
-  consumer: { durable: 'runtime', filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools')] },
+  config: [ModelConfig, LeaseConfig, WaitConfig],
+  // the lifecycle subject carries a child's settlement recorded on its parent (`child.run.settled`, a wake: K10)
+  consumer: {
+    durable: 'runtime',
+    filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools'), ownerFilter(space, 'lifecycle')],
+  },
 });

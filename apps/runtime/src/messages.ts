@@ -3,9 +3,10 @@
  * tool call's receipt as the model reads it (`ToolMessageContent`: unknown stays unknown, K5).
  */
 import { z } from 'zod';
-import { ToolPack, type ToolMessageContent, type ToolName } from '@runplane/contracts';
+import { ParkingToolPack, ToolPack, waitIdOf, type ProposedToolCall, type ToolMessageContent, type ToolName } from '@runplane/contracts';
 import type { ToolCallFacts, RunFacts } from '@runplane/run-facts';
 import type OpenAI from 'openai';
+import { planCalls, type CallPlan } from './parking.js';
 
 type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 type Tool = OpenAI.Chat.Completions.ChatCompletionTool;
@@ -17,14 +18,42 @@ export const SYSTEM_PROMPT = [
   'Write the final answer as short passages separated by blank lines.',
 ].join(' ');
 
-/** Function-tool definitions for the tools in the Run's grant (JSON Schema from the zod contract). */
+/**
+ * Function-tool definitions for the tools in the Run's grant (JSON Schema from the zod contract),
+ * the parking tools (`ask_human`, `spawn_subagent`) included only when granted.
+ */
 export function toolDefinitions(granted: readonly string[]): Tool[] {
+  const pack: Record<string, { args: z.ZodType; description: string }> = { ...ToolPack, ...ParkingToolPack };
   return granted
-    .filter((n): n is ToolName => n in ToolPack)
+    .filter((n): n is ToolName => n in pack)
     .map((name) => {
-      const { $schema: _drop, ...parameters } = z.toJSONSchema(ToolPack[name].args, { io: 'input' }) as Record<string, unknown>;
-      return { type: 'function', function: { name, description: ToolPack[name].description, parameters } };
+      const { $schema: _drop, ...parameters } = z.toJSONSchema(pack[name]!.args, { io: 'input' }) as Record<string, unknown>;
+      return { type: 'function', function: { name, description: pack[name]!.description, parameters } };
     });
+}
+
+/**
+ * What the model reads for a parking call (K10): the human's answer, the child Run's result, or
+ * why nothing was asked; `unknown` only while unresolved (never sent: the Run is parked then).
+ */
+export function parkingMessageContent(facts: RunFacts, call: ProposedToolCall, plan: CallPlan): ToolMessageContent {
+  if (plan.kind === 'rejected') return { status: plan.status, error: plan.error };
+  if (plan.kind === 'wait') {
+    const w = facts.waits.get(waitIdOf(facts.runId, call.toolCallId));
+    if (w?.answer) return { status: 'succeeded', result: { answer: w.answer.answer, answeredBy: w.answer.answeredBy, answeredAt: w.answer.at } };
+    return { status: 'unknown', error: { code: 'not_answered', message: 'the question has no answer recorded' } };
+  }
+  const child = [...facts.children.values()].find((c) => c.toolCallId === call.toolCallId);
+  const r = child?.result;
+  if (!child || !r) return { status: 'unknown', error: { code: 'child_not_settled', message: 'the sub-agent has not settled' } };
+  if (r.outcome === 'completed') return { status: 'succeeded', result: { childRunId: child.childRunId, outcome: r.outcome, answer: r.answer } };
+  return {
+    status: 'failed',
+    error: {
+      code: `child_${r.outcome}`,
+      message: `the sub-agent Run ${child.childRunId} settled ${r.outcome}: ${r.reason}${r.answer ? `; what it published: ${r.answer}` : ''}`,
+    },
+  };
 }
 
 /** What the model reads for one receipt; `result` is the inline or fetched-by-reference result. */
@@ -67,7 +96,13 @@ export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unkn
       content: done.content === '' ? null : done.content,
       tool_calls: done.toolCalls.map((c) => ({ id: c.toolCallId, type: 'function', function: { name: c.name, arguments: c.argumentsText } })),
     });
+    const plans = planCalls(facts, turn.turn, done.toolCalls, new Date(turn.completedAt ?? 0));
     for (const c of done.toolCalls) {
+      const plan = plans.get(c.toolCallId)!;
+      if (plan.kind !== 'tool') {
+        messages.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(parkingMessageContent(facts, c, plan)) });
+        continue;
+      }
       const call = facts.toolCalls.get(c.toolCallId);
       const content = call
         ? toolMessageContent(call, results.get(c.toolCallId))

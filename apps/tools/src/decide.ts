@@ -24,7 +24,7 @@
  * A failed or denied call stops only its own effect; the Run goes on (K8).
  */
 import { contextFrom, makeEvent, sha256Hex, ToolEffects, type EventData, type RunEvent, type ToolEffect } from '@runplane/contracts';
-import { toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
+import { carvedForChildren, toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
 export const INLINE_RESULT_LIMIT = 16 * 1024;
@@ -98,7 +98,8 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
   const { grant, limits } = facts.admitted!;
   const ctx = contextFrom(facts.lastEvent!);
   const receipt = (data: EventData<'tool.call.receipt'>) => makeEvent('tool.call.receipt', ctx, data.toolCallId, data, now);
-  let dispatched = toolCallsInOrder(facts).filter((c) => c.dispatched).length;
+  // what was carved for child Runs counts as used (K7: a child's grant comes out of its parent's)
+  let dispatched = toolCallsInOrder(facts).filter((c) => c.dispatched).length + carvedForChildren(facts).toolCalls;
   const events: RunEvent[] = [];
   for (const call of toolCallsInOrder(facts)) {
     if (call.receipt) continue;

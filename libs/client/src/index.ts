@@ -3,7 +3,16 @@
  * contracts' zod schemas; errors carry the HTTP status and the server's reason.
  */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { AnswerView, CancelRunResponse, ProblemDetails, PostMessageResponse, RunEvent, RunView } from '@runplane/contracts';
+import {
+  AnswerView,
+  AnswerWaitResponse,
+  CancelRunResponse,
+  ProblemDetails,
+  PostMessageResponse,
+  RunEvent,
+  RunView,
+  WaitsView,
+} from '@runplane/contracts';
 
 export interface RunplaneEndpoints {
   /** Base URL of the admission service, e.g. http://127.0.0.1:8081 */
@@ -146,6 +155,38 @@ export class RunplaneClient {
     const json = await readJson(res);
     if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return CancelRunResponse.parse(json);
+  }
+
+  /**
+   * Answers a Run's pending wait (K10): resolves with the HTTP status (202 accepted now, 200 the
+   * same answer recorded before) and the wait as recorded.
+   * @throws RunplaneHttpError 400 (blank answer), 404 (no such Run or wait), 409 `wait_not_pending`
+   *   (expired, Run settled) or `wait_conflict` (answered differently).
+   */
+  async answerWait(
+    runId: string,
+    waitId: string,
+    answer: string,
+    opts: { user?: string } = {},
+  ): Promise<{ status: number; body: AnswerWaitResponse }> {
+    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits/${encodeURIComponent(waitId)}`;
+    const res = await this.request('admission', url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
+      body: JSON.stringify({ answer }),
+    });
+    const json = await readJson(res);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    return { status: res.status, body: AnswerWaitResponse.parse(json) };
+  }
+
+  /** A Run's waits, as its log says. @throws RunplaneHttpError 404 (no such Run). */
+  async listWaits(runId: string): Promise<WaitsView> {
+    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits`;
+    const res = await this.request('admission', url);
+    const json = await readJson(res);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    return WaitsView.parse(json);
   }
 
   /** The Run projection, or null on 404 (unknown or not projected yet). */

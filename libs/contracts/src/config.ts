@@ -85,6 +85,16 @@ export const LeaseConfig = z.object({
 });
 export type LeaseConfig = z.infer<typeof LeaseConfig>;
 
+/** Human waits (K10), read by the runtime when it opens a wait. */
+export const WaitConfig = z.object({
+  /** How long a question for a human stays answerable, s (capped by the Run's deadline). */
+  RUNPLANE_WAIT_TTL_SECONDS: envInt(3_600, 1, 366 * 24 * 3600),
+});
+export type WaitConfig = z.infer<typeof WaitConfig>;
+
+/** Parking tools admission grants every Run admitted from a user's message (comma-separated; empty = none). */
+export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: z.string().default('ask_human,spawn_subagent') });
+
 /** The recovery service. */
 export const RecoveryConfig = z.object({
   /** How often recovery compares every lease with the clock, ms. */

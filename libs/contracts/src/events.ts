@@ -6,7 +6,7 @@
  * adds a new version instead of editing one (docs/event-catalog.md).
  */
 import { z } from 'zod';
-import { TestToolNames, ToolEffect, ToolNames } from './tools.js';
+import { ParkingToolNames, TestToolNames, ToolEffect, ToolNames } from './tools.js';
 
 /** The service that alone may establish a kind of fact (CONTRACTS.md "Owner"). */
 export const Owner = z.enum(['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle']);
@@ -40,10 +40,22 @@ export type RunLimits = z.infer<typeof RunLimits>;
 
 /** What the Run may use; a Run never inherits another Run's grant (CONTRACTS.md "Run"). */
 export const RunGrant = z.object({
-  tools: z.array(z.enum([...ToolNames, ...TestToolNames] as [string, ...string[]])),
+  tools: z.array(z.enum([...ToolNames, ...TestToolNames, ...ParkingToolNames] as [string, ...string[]])),
   model: z.string().min(1),
 });
 export type RunGrant = z.infer<typeof RunGrant>;
+
+/**
+ * How a Run relates to an earlier one: the one link model for related Runs. `child` (a sub-agent
+ * Run spawned by its parent, with a grant carved from the parent's: K7), `continuation` (Continue,
+ * K3) and `clarification` (K2) name the parent Run; a Run without a link was admitted from a
+ * user's message alone.
+ */
+export const RunLink = z.object({
+  parentRunId: Id,
+  relation: z.enum(['child', 'continuation', 'clarification']),
+});
+export type RunLink = z.infer<typeof RunLink>;
 
 export const RunAdmittedV1 = z.object({
   message: z.object({
@@ -55,6 +67,8 @@ export const RunAdmittedV1 = z.object({
   }),
   grant: RunGrant,
   limits: RunLimits,
+  /** The Run this one is related to (a child's parent); absent for a Run admitted from a user's message. */
+  link: RunLink.optional(),
 });
 
 // ---- runtime ----------------------------------------------------------------------------------
@@ -104,6 +118,36 @@ export const ExecutionFinishedV1 = z.object({
   detail: z.string(),
   /** The model turn whose content is the answer (reason `answered`), else null. */
   answerTurn: z.number().int().positive().nullable(),
+});
+
+/**
+ * runtime: the Run parks on a question for a human (an `ask_human` tool call, K10). The wait is
+ * durable: its id is derived from the Run and the tool call, and it expires at `expiresAt`
+ * (never later than the Run's deadline). Only its answer (`wait.answered`) wakes the Run.
+ */
+export const WaitOpenedV1 = z.object({
+  waitId: Id,
+  toolCallId: Id,
+  turn: z.number().int().positive(),
+  question: z.string().min(1),
+  /** ISO-8601 instant after which the wait can no longer be answered (<= the Run's `deadlineAt`). */
+  expiresAt: z.string().datetime(),
+});
+/**
+ * runtime: the Run spawns a child Run (a `spawn_subagent` tool call) and parks until the child
+ * settles. The child's grant and limits are carved from what the parent had left (at most half
+ * of each, docs/recovery.md); the parent's budget is charged with them whatever the child uses (K7).
+ * Admission admits the child (`run.admitted` with `link` relation `child`), once, by `childRunId`.
+ */
+export const ChildRunRequestedV1 = z.object({
+  childRunId: Id,
+  /** The child's message id within the parent's conversation (from which `childRunId` derives, K1). */
+  clientMessageId: z.string().min(1).max(200),
+  toolCallId: Id,
+  turn: z.number().int().positive(),
+  question: z.string().min(1),
+  grant: RunGrant,
+  limits: RunLimits,
 });
 
 // ---- tools ------------------------------------------------------------------------------------
@@ -196,6 +240,18 @@ export const RunCancelRequestedV1 = z.object({
   reason: z.string().max(2_000).nullable(),
 });
 
+// ---- admission: a human's answer to a wait (K10) ----------------------------------------------
+/** A user answered a pending wait (`POST /v1/runs/{runId}/waits/{waitId}`): the Run's one wake for it. */
+export const WaitAnsweredV1 = z.object({
+  waitId: Id,
+  toolCallId: Id,
+  answer: z.string().min(1).max(20_000),
+  /** Who answered (the `X-Runplane-User` header), when known. */
+  answeredBy: z.string().max(200).nullable(),
+  /** Id of the HTTP request. */
+  requestId: z.string(),
+});
+
 // ---- recovery ---------------------------------------------------------------------------------
 /** Who held a Run's execution lease: the writer of the runtime's events under it. */
 export const LeaseHolder = z.object({ service: z.string(), instance: z.string() });
@@ -209,9 +265,10 @@ export const LeaseGrantedV1 = z.object({
 });
 /**
  * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
- * unfinished, the user canceled it, or its deadline passed while nobody stopped it (`deadline`).
+ * unfinished, the user canceled it, its deadline passed while nobody stopped it (`deadline`), or
+ * it was parked on a question nobody answered before the wait expired (`wait-expired`).
  */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline']);
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'wait-expired']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -255,6 +312,20 @@ export const RunSettledV1 = z.object({
   }),
 });
 
+/**
+ * lifecycle: a child Run settled; recorded on its PARENT's stream (the lifecycle subject), once
+ * per child, with the child's outcome and its published answer text. This is the parent's wake
+ * (K10): the runtime continues the parent with it as the result of the `spawn_subagent` call.
+ */
+export const ChildRunSettledV1 = z.object({
+  childRunId: Id,
+  toolCallId: Id,
+  outcome: Outcome,
+  reason: z.string(),
+  /** The child's committed passages joined by blank lines ('' when it published none). */
+  answer: z.string(),
+});
+
 /** Registry: event type -> owner, schema version, data schema. The single source of the catalogue. */
 export const EventCatalog = {
   'run.admitted': { owner: 'admission', version: 1, data: RunAdmittedV1 },
@@ -274,6 +345,11 @@ export const EventCatalog = {
   // tool effects (K5)
   'tool.call.late_observed': { owner: 'tools', version: 1, data: ToolCallLateObservedV1 },
   'tool.call.reconciled': { owner: 'admission', version: 1, data: ToolCallReconciledV1 },
+  // waits and child Runs (K10)
+  'wait.opened': { owner: 'runtime', version: 1, data: WaitOpenedV1 },
+  'wait.answered': { owner: 'admission', version: 1, data: WaitAnsweredV1 },
+  'child.run.requested': { owner: 'runtime', version: 1, data: ChildRunRequestedV1 },
+  'child.run.settled': { owner: 'lifecycle', version: 1, data: ChildRunSettledV1 },
 } as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
 
 export type EventType = keyof typeof EventCatalog;

@@ -14,6 +14,28 @@ export function deterministicId(...parts: (string | number)[]): string {
   return uuidv5(parts.join('/'), RUNPLANE_UUID_NAMESPACE);
 }
 
+/**
+ * `{messageId, runId}` for a client message id within a conversation (stable UUIDs): the same
+ * `clientMessageId` always names the same Run (K1). Child Runs use the same derivation with
+ * {@link childClientMessageId}, so a child has one id however often its spawn is decided.
+ */
+export function admissionIds(conversationId: string, clientMessageId: string): { messageId: string; runId: string } {
+  return {
+    messageId: deterministicId('message', conversationId, clientMessageId),
+    runId: deterministicId('run', conversationId, clientMessageId),
+  };
+}
+
+/** The client message id of the child Run a parent spawns from its tool call (`child.<parentRunId>.<toolCallId>`). */
+export function childClientMessageId(parentRunId: string, toolCallId: string): string {
+  return `child.${parentRunId}.${toolCallId}`.slice(0, 200);
+}
+
+/** The id of the wait a Run opens for its `ask_human` tool call. */
+export function waitIdOf(runId: string, toolCallId: string): string {
+  return deterministicId('wait', runId, toolCallId);
+}
+
 /** sha256 of a UTF-8 string, lowercase hex. */
 export function sha256Hex(text: string | Buffer): string {
   return createHash('sha256').update(text).digest('hex');

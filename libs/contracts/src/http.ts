@@ -85,6 +85,8 @@ export const ProblemTitles: Record<string, string> = {
   message_conflict: 'Message conflicts with an earlier one',
   reconcile_conflict: 'The tool call cannot be reconciled so',
   run_settled: 'The Run is already settled',
+  wait_not_pending: 'The wait is not pending',
+  wait_conflict: 'The wait was answered differently',
   admission_contended: 'Admission contended',
   dependency_unavailable: 'A dependency is unavailable',
   internal_error: 'Internal error',
@@ -98,7 +100,8 @@ export const RunView = z
     messageId: Id,
     clientMessageId: z.string(),
     question: z.string(),
-    status: z.enum(['admitted', 'running', 'finishing', 'settled']),
+    /** `awaiting_human` / `awaiting_child`: parked on a question or a child Run (K10); nothing executes it meanwhile. */
+    status: z.enum(['admitted', 'running', 'awaiting_human', 'awaiting_child', 'finishing', 'settled']),
     outcome: Outcome.nullable(),
     reason: z.string().nullable(),
     modelRequests: z.number().int(),
@@ -181,6 +184,57 @@ export const CancelRunResponse = z
 export type CancelRunResponse = z.infer<typeof CancelRunResponse>;
 export const CancelHeaders = z.object({
   'x-runplane-user': z.string().optional().meta({ description: 'Who cancels (kept with the cancel intent)' }),
+});
+
+/** `POST /v1/runs/{runId}/waits/{waitId}` body: the human's answer (K10). */
+export const AnswerWaitBody = z
+  .object({
+    answer: z
+      .string()
+      .max(20_000, 'answer is at most 20000 characters')
+      .refine((s) => s.trim().length > 0, 'answer must not be blank')
+      .refine((s) => s.isWellFormed(), 'answer must be well-formed Unicode (no lone surrogates)'),
+  })
+  .strict()
+  .meta({ id: 'AnswerWaitBody' });
+export type AnswerWaitBody = z.infer<typeof AnswerWaitBody>;
+
+/** One wait of a Run, as its log says (`GET /v1/runs/{runId}/waits`, and the answer's response). */
+export const WaitView = z
+  .object({
+    runId: Id,
+    waitId: Id,
+    toolCallId: Id,
+    question: z.string(),
+    /** `pending` (answerable), `answered`, `expired` (past `expiresAt` unanswered) or `closed` (the Run settled unanswered). */
+    status: z.enum(['pending', 'answered', 'expired', 'closed']),
+    openedAt: z.string().datetime(),
+    expiresAt: z.string().datetime(),
+    answer: z.string().nullable(),
+    answeredBy: z.string().nullable(),
+    answeredAt: z.string().datetime().nullable(),
+  })
+  .meta({ id: 'WaitView' });
+export type WaitView = z.infer<typeof WaitView>;
+
+/** 202 (accepted now) or 200 (the same answer was recorded before: nothing appended). */
+export const AnswerWaitResponse = WaitView.extend({
+  /** `recorded` now, or `existing` for an idempotent repeat. */
+  recording: z.enum(['recorded', 'existing']),
+}).meta({ id: 'AnswerWaitResponse' });
+export type AnswerWaitResponse = z.infer<typeof AnswerWaitResponse>;
+
+/** `GET /v1/runs/{runId}/waits`: every wait the Run opened, in order. */
+export const WaitsView = z.object({ runId: Id, waits: z.array(WaitView) }).meta({ id: 'WaitsView' });
+export type WaitsView = z.infer<typeof WaitsView>;
+
+/** Path parameters of the wait routes. */
+export const WaitParams = z.object({
+  runId: Id.meta({ description: 'The Run id' }),
+  waitId: Id.meta({ description: 'The wait id (from `wait.opened` or `GET /v1/runs/{runId}/waits`)' }),
+});
+export const AnswerHeaders = z.object({
+  'x-runplane-user': z.string().optional().meta({ description: 'Who answers (kept with the answer)' }),
 });
 
 /** Path parameters of the tool-call routes. */

@@ -174,6 +174,42 @@ export const TestToolPack = {
 export type TestToolName = keyof typeof TestToolPack;
 export const TestToolNames = Object.keys(TestToolPack) as TestToolName[];
 
+// ---- parking tools (K10): the Run waits for a human or a child Run ---------------------------
+/** A question for a human (`ask_human`) or a sub-agent (`spawn_subagent`): one non-blank text. */
+export const ParkingToolArgs = z
+  .object({
+    question: z
+      .string()
+      .max(4_000, 'question is at most 4000 characters')
+      .refine((s) => s.trim().length > 0, 'question must not be blank'),
+  })
+  .strict();
+
+/**
+ * Tools that park the Run instead of executing anything: the runtime turns such a call into a
+ * durable wait (`wait.opened`, `ask_human`) or a child Run (`child.run.requested`,
+ * `spawn_subagent`), never a `tool.call.proposed`, so the tools service never sees them. Offered
+ * to the model only when in the Run's grant; a child Run's grant never holds them (no grandchildren).
+ */
+export const ParkingToolPack = {
+  ask_human: {
+    args: ParkingToolArgs,
+    description:
+      'Ask the user a question and wait for the answer (the Run pauses until it is answered or the question expires). Use only when the question cannot be answered from the data.',
+  },
+  spawn_subagent: {
+    args: ParkingToolArgs,
+    description:
+      "Hand a self-contained research question to a sub-agent (a child Run with part of this Run's remaining budget) and wait for its answer.",
+  },
+} as const;
+export type ParkingToolName = keyof typeof ParkingToolPack;
+export const ParkingToolNames = Object.keys(ParkingToolPack) as ParkingToolName[];
+/** True when `name` is a parking tool. */
+export function isParkingTool(name: string): name is ParkingToolName {
+  return (ParkingToolNames as string[]).includes(name);
+}
+
 /**
  * What a tool does to the world, recorded on its receipt for operators: `read-only` tools only
  * read; `external-effect` tools change something outside the Run's log. The label never makes an

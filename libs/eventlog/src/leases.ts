@@ -22,12 +22,18 @@ export const LeaseValue = z.discriminatedUnion('state', [
     holder: z.object({ service: z.string(), instance: z.string() }),
     ttlMs: z.number().int().positive(),
   }),
-  /** Given up by its holder: `finished` (execution ended normally) or `stopping` (the runtime shuts down with the Run unfinished). */
+  /**
+   * Given up by its holder: `finished` (execution ended normally), `stopping` (the runtime shuts
+   * down with the Run unfinished) or `parked` (the Run waits for a human's answer or a child Run,
+   * K10: the one state from which the lease may be taken again, at the next epoch, once the wake
+   * is recorded). `wakeBy`: when the parked Run's wait expires (recovery fences it then).
+   */
   z.object({
     state: z.literal('released'),
     epoch: z.number().int().positive(),
     holder: z.object({ service: z.string(), instance: z.string() }),
-    reason: z.enum(['finished', 'stopping']),
+    reason: z.enum(['finished', 'stopping', 'parked']),
+    wakeBy: z.string().datetime().optional(),
   }),
   /** Fenced by recovery: nobody may hold it again (a stored Run is not a licence to resume, K10). */
   z.object({
@@ -97,7 +103,8 @@ export class LeaseStore {
 
   /**
    * Takes the Run's lease for `holder` (epoch 1): succeeds only when the Run has no lease at all.
-   * A Run whose lease was ever held, released or fenced is never taken again (K10: no resume in place).
+   * A Run whose lease was ever held, released or fenced is never taken again (K10: no resume in
+   * place), except a parked one through {@link resume}.
    * @returns the held lease, or the existing entry that refused it.
    */
   async acquire(runId: string, holder: { service: string; instance: string }, ttlMs: number): Promise<HeldLease | AcquireRefusal> {
@@ -110,6 +117,44 @@ export class LeaseStore {
       if (!existing) throw e;
       return { held: false, by: existing };
     }
+  }
+
+  /**
+   * Takes a parked Run's lease again (K10: only an accepted wake continues a parked Run): a
+   * compare-and-set from `released`/`parked` to `held` at the next epoch (previous + 1), so every
+   * event written under it carries the new epoch and a holder of an older epoch can hold nothing.
+   * The caller checks in the log that the wake is recorded before it resumes.
+   * @returns the held lease, or the entry that refused it (not parked, or changed meanwhile).
+   */
+  async resume(entry: LeaseEntry, holder: { service: string; instance: string }, ttlMs: number): Promise<HeldLease | AcquireRefusal> {
+    const v = entry.value;
+    if (v.state !== 'released' || v.reason !== 'parked') return { held: false, by: entry };
+    const epoch = v.epoch + 1;
+    const value: LeaseValue = { state: 'held', epoch, holder, ttlMs };
+    try {
+      const revision = await this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+      return { runId: entry.runId, epoch, revision, ttlMs };
+    } catch (e) {
+      const now = await this.get(entry.runId);
+      if (!now) throw e;
+      return { held: false, by: now };
+    }
+  }
+
+  /**
+   * Marks a lease `released`/`parked` on behalf of a holder that is gone (recovery, for a Run whose
+   * log says it is parked: the holder died between parking and releasing). Compare-and-set.
+   * @throws when the lease changed since it was read.
+   */
+  async park(entry: LeaseEntry, wakeBy?: string): Promise<number> {
+    const value: LeaseValue = {
+      state: 'released',
+      epoch: entry.value.epoch,
+      holder: entry.value.holder,
+      reason: 'parked',
+      ...(wakeBy ? { wakeBy } : {}),
+    };
+    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
   }
 
   /**
@@ -126,11 +171,16 @@ export class LeaseStore {
   /**
    * Gives a held lease up (compare-and-set): `finished` after execution ended, `stopping` when the
    * runtime shuts down with the Run unfinished (recovery then fences it at once, without waiting
-   * for the expiry).
+   * for the expiry), `parked` when the Run waits for a wake (`wakeBy`: its wait's expiry).
    * @throws when the lease changed meanwhile.
    */
-  async release(lease: HeldLease, holder: { service: string; instance: string }, reason: 'finished' | 'stopping'): Promise<void> {
-    const value: LeaseValue = { state: 'released', epoch: lease.epoch, holder, reason };
+  async release(
+    lease: HeldLease,
+    holder: { service: string; instance: string },
+    reason: 'finished' | 'stopping' | 'parked',
+    wakeBy?: string,
+  ): Promise<void> {
+    const value: LeaseValue = { state: 'released', epoch: lease.epoch, holder, reason, ...(wakeBy ? { wakeBy } : {}) };
     await this.kv.update(lease.runId, JSON.stringify(value), lease.revision);
   }
 

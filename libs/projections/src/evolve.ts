@@ -102,6 +102,17 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       break;
     case 'answer.published':
       break;
+    // parking and wakes (K10): parked until the wake, then running again
+    case 'wait.opened':
+      next.status = laterStatus(row.status, 'awaiting_human');
+      break;
+    case 'child.run.requested':
+      next.status = laterStatus(row.status, 'awaiting_child');
+      break;
+    case 'wait.answered':
+    case 'child.run.settled':
+      if (row.status === 'awaiting_human' || row.status === 'awaiting_child') next.status = 'running';
+      break;
     case 'run.settled':
       if (row.status !== 'settled') {
         next.status = 'settled';

@@ -6,9 +6,12 @@
  */
 import type { Outcome, ReceiptStatus } from '@runplane/contracts';
 
-/** A Run's coarse status; it only ever moves forward (see `RUN_STATUS_ORDER`). */
-export type RunStatus = 'admitted' | 'running' | 'finishing' | 'settled';
-export const RUN_STATUS_ORDER: readonly RunStatus[] = ['admitted', 'running', 'finishing', 'settled'];
+/**
+ * A Run's coarse status; it only ever moves forward (see `RUN_STATUS_ORDER`), except that a
+ * parked Run (`awaiting_human`, `awaiting_child`, K10) returns to `running` on its wake.
+ */
+export type RunStatus = 'admitted' | 'running' | 'awaiting_human' | 'awaiting_child' | 'finishing' | 'settled';
+export const RUN_STATUS_ORDER: readonly RunStatus[] = ['admitted', 'running', 'awaiting_human', 'awaiting_child', 'finishing', 'settled'];
 
 /** Table `runs`, one row per admitted Run. `lastSeq` is the Run's projection checkpoint (K11). */
 export interface RunRow {

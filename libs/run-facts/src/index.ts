@@ -9,7 +9,33 @@ export interface TurnFacts {
   turn: number;
   requestedAt: string;
   completed: EventData<'model.turn.completed'> | null;
+  /** When the turn's completion was recorded (the decision clock of `model.turn.completed`), or null. */
+  completedAt: string | null;
   failed: EventData<'model.turn.failed'> | null;
+}
+
+/** A question for a human the Run parked on (K10): opened by the runtime, answered through admission. */
+export interface WaitFacts {
+  waitId: string;
+  toolCallId: string;
+  turn: number;
+  question: string;
+  openedAt: string;
+  expiresAt: string;
+  answer: (EventData<'wait.answered'> & { at: string }) | null;
+}
+
+/** A child Run the Run spawned and parked on (K10): requested by the runtime, its result recorded by the lifecycle. */
+export interface ChildFacts {
+  childRunId: string;
+  clientMessageId: string;
+  toolCallId: string;
+  turn: number;
+  question: string;
+  grant: EventData<'child.run.requested'>['grant'];
+  limits: EventData<'child.run.requested'>['limits'];
+  requestedAt: string;
+  result: (EventData<'child.run.settled'> & { at: string }) | null;
 }
 
 export interface ToolCallFacts {
@@ -43,6 +69,10 @@ export interface RunFacts {
   leases: EventData<'lease.granted'>[];
   /** The user's cancel intent, when recorded (K4). */
   cancelRequested: (EventData<'run.cancel.requested'> & { at: string }) | null;
+  /** Questions for a human, by waitId, in the order opened (K10). */
+  waits: Map<string, WaitFacts>;
+  /** Child Runs spawned, by childRunId, in the order requested (K10). */
+  children: Map<string, ChildFacts>;
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
@@ -70,6 +100,8 @@ export function emptyFacts(runId: string): RunFacts {
     settled: null,
     leases: [],
     cancelRequested: null,
+    waits: new Map(),
+    children: new Map(),
     fenced: null,
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastSeq: 0,
@@ -85,6 +117,8 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     turns: facts.turns.map((t) => ({ ...t })),
     toolCalls: new Map([...facts.toolCalls].map(([k, v]) => [k, { ...v }])),
     passages: new Map(facts.passages),
+    waits: new Map([...facts.waits].map(([k, v]) => [k, { ...v }])),
+    children: new Map([...facts.children].map(([k, v]) => [k, { ...v }])),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastSeq: stored.seq,
     lastEvent: e,
@@ -96,11 +130,14 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
       break;
     case 'model.turn.requested':
-      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, failed: null });
+      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, completedAt: null, failed: null });
       break;
     case 'model.turn.completed': {
       const t = next.turns.find((x) => x.turn === e.data.turn);
-      if (t) t.completed = e.data;
+      if (t && !t.completed) {
+        t.completed = e.data;
+        t.completedAt = e.occurredAt;
+      }
       break;
     }
     case 'model.turn.failed': {
@@ -150,6 +187,39 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'run.fenced':
       next.fenced ??= e.data;
       break;
+    // ---- waits and child Runs (K10) ----
+    case 'wait.opened':
+      if (!next.waits.has(e.data.waitId)) {
+        const { waitId, toolCallId, turn, question, expiresAt } = e.data;
+        next.waits.set(waitId, { waitId, toolCallId, turn, question, expiresAt, openedAt: e.occurredAt, answer: null });
+      }
+      break;
+    case 'wait.answered': {
+      const w = next.waits.get(e.data.waitId);
+      if (w && !w.answer) w.answer = { ...e.data, at: e.occurredAt };
+      break;
+    }
+    case 'child.run.requested':
+      if (!next.children.has(e.data.childRunId)) {
+        const { childRunId, clientMessageId, toolCallId, turn, question, grant, limits } = e.data;
+        next.children.set(childRunId, {
+          childRunId,
+          clientMessageId,
+          toolCallId,
+          turn,
+          question,
+          grant,
+          limits,
+          requestedAt: e.occurredAt,
+          result: null,
+        });
+      }
+      break;
+    case 'child.run.settled': {
+      const c = next.children.get(e.data.childRunId);
+      if (c && !c.result) c.result = { ...e.data, at: e.occurredAt };
+      break;
+    }
     // ---- tool effects (K5) ----
     case 'tool.call.late_observed': {
       const c = next.toolCalls.get(e.data.toolCallId);
@@ -203,6 +273,42 @@ export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: nu
 /** Committed passages in answer order (latest version of each). */
 export function passagesInOrder(facts: RunFacts): EventData<'passage.committed'>[] {
   return [...facts.passages.values()].sort((a, b) => a.index - b.index);
+}
+
+/** Waits not answered yet (whether or not expired: the expiry is judged against a clock by the deciders). */
+export function unansweredWaits(facts: RunFacts): WaitFacts[] {
+  return [...facts.waits.values()].filter((w) => !w.answer);
+}
+
+/** Child Runs whose settlement is not recorded on this Run yet. */
+export function pendingChildren(facts: RunFacts): ChildFacts[] {
+  return [...facts.children.values()].filter((c) => !c.result);
+}
+
+/**
+ * Why the Run is parked (K10): `awaiting_human` while a wait is unanswered, `awaiting_child`
+ * while a child Run has not settled, null otherwise (also once the Run finished, is fenced or
+ * settled). A parked Run holds no lease and nothing executes it until its wake is recorded.
+ */
+export function parkedOn(facts: RunFacts): 'awaiting_human' | 'awaiting_child' | null {
+  if (facts.finished || facts.fenced || facts.settled) return null;
+  if (unansweredWaits(facts).length > 0) return 'awaiting_human';
+  if (pendingChildren(facts).length > 0) return 'awaiting_child';
+  return null;
+}
+
+/**
+ * What the Run's children were carved from its limits (K7): the sum of their model requests and
+ * tool calls. The parent is charged with the whole carve, whatever the child uses: nothing comes back.
+ */
+export function carvedForChildren(facts: RunFacts): { modelRequests: number; toolCalls: number } {
+  let modelRequests = 0;
+  let toolCalls = 0;
+  for (const c of facts.children.values()) {
+    modelRequests += c.limits.maxModelRequests;
+    toolCalls += c.limits.maxToolCalls;
+  }
+  return { modelRequests, toolCalls };
 }
 
 /**

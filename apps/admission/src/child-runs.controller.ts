@@ -1,0 +1,59 @@
+import { Controller, Logger, UseFilters } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import type { StoredEvent } from '@runplane/contracts';
+import { EventLog } from '@runplane/eventlog';
+import { PassThroughEventErrors } from '@runplane/eventlog/nest';
+import { pendingChildren } from '@runplane/run-facts';
+import { RunCommandHandler } from '@runplane/service-kit';
+import { decide, RunAlreadySettled, RunNotFound } from './decide.js';
+
+/**
+ * Admission's adapter for child Runs (K7, K10): admits the child a parent's runtime requested
+ * (`child.run.requested` -> the child's `run.admitted`, once, by its derived id, linked to the
+ * parent), unless the parent already settled or was fenced; and when a parent settles while
+ * children still run (canceled, fenced, past its deadline), records a cancel on each of them,
+ * since nothing would ever read their result.
+ */
+@Controller()
+@UseFilters(PassThroughEventErrors)
+export class ChildRunsController {
+  private readonly logger = new Logger('admission');
+  private readonly commands: RunCommandHandler;
+
+  constructor(log: EventLog) {
+    this.commands = new RunCommandHandler(log, 'admission');
+  }
+
+  @EventPattern('child.run.requested')
+  async onChildRequested(@Payload() stored: StoredEvent): Promise<void> {
+    const e = stored.event;
+    if (e.type !== 'child.run.requested') return;
+    const parent = await this.commands.folds.read(e.runId);
+    const parentActive = !parent.settled && !parent.fenced && !parent.cancelRequested;
+    const trigger = {
+      type: 'AdmitChild',
+      parentRunId: e.runId,
+      conversationId: e.conversationId,
+      request: e.data,
+      causationId: e.eventId,
+      parentActive,
+    } as const;
+    const { appended } = await this.commands.handle(e.data.childRunId, (f, now) => decide(f, trigger, now));
+    if (appended.length) this.logger.log({ runId: e.runId, childRunId: e.data.childRunId }, 'child Run admitted');
+  }
+
+  @EventPattern('run.settled')
+  async onSettled(@Payload() stored: StoredEvent): Promise<void> {
+    const parent = await this.commands.folds.read(stored.event.runId);
+    for (const child of pendingChildren(parent)) {
+      const reason = `its parent Run ${parent.runId} settled ${parent.settled?.outcome ?? ''}`.trim();
+      const cmd = { type: 'CancelRun', requestedBy: 'runplane', reason, requestId: `parent-settled/${parent.runId}` } as const;
+      await this.commands
+        .handle(child.childRunId, (f, now) => decide(f, cmd, now))
+        .catch((err: unknown) => {
+          if (!(err instanceof RunAlreadySettled) && !(err instanceof RunNotFound)) throw err; // settled already, or never admitted
+        });
+    }
+    this.commands.folds.forget(stored.event.runId);
+  }
+}

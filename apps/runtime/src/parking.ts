@@ -1,0 +1,190 @@
+/**
+ * Parking rules (K7, K10): what the runtime makes of a model's `ask_human` and `spawn_subagent`
+ * calls. They are never proposed to the tools service; instead the Run parks on a durable wait
+ * (`wait.opened`) or a child Run (`child.run.requested`) and holds no lease until its wake is
+ * recorded (`wait.answered`, `child.run.settled`). Everything here is a pure function of the
+ * Run's facts and the turn's recorded completion time, so a runtime that decides a turn again
+ * after a crash reaches the same classification and the same events.
+ */
+import {
+  admissionIds,
+  childClientMessageId,
+  isParkingTool,
+  makeEvent,
+  ParkingToolArgs,
+  ParkingToolNames,
+  waitIdOf,
+  type EventContext,
+  type ProposedToolCall,
+  type RunEvent,
+  type RunGrant,
+  type RunLimits,
+} from '@runplane/contracts';
+import type { RunFacts } from '@runplane/run-facts';
+
+/** How one tool call of a completed turn is handled. */
+export type CallPlan =
+  /** An ordinary tool: proposed to the tools service, resolved by its receipt. */
+  | { kind: 'tool' }
+  /** `ask_human`: the Run parks on a wait, resolved by its answer. */
+  | { kind: 'wait'; question: string }
+  /** `spawn_subagent`: the Run parks on a child Run with the carved grant and limits, resolved by its settlement. */
+  | { kind: 'child'; question: string; grant: RunGrant; limits: RunLimits }
+  /** A parking call that cannot park: resolved at once; the model reads the error as the call's result. */
+  | { kind: 'rejected'; status: 'failed' | 'denied'; error: { code: string; message: string } };
+
+/** Smallest share of the parent's remaining time a child gets, ms: below it no child is spawned. */
+const MIN_CHILD_MS = 1_000;
+
+/**
+ * Plans every call of turn `turnNo` (which must be completed, at `completedAt`). Rules:
+ * - a call whose name is not a parking tool is an ordinary `tool`;
+ * - a parking tool outside the grant is `denied` (`not_granted`); arguments that are not
+ *   `{question}` with a non-blank question are `failed` (`bad_arguments`);
+ * - only the first parking call of a turn that can park parks (the Run waits on one thing at a
+ *   time); every later one is `denied` (`one_park_per_turn`);
+ * - a child gets at most half of what the parent has left after this turn (K7): model requests
+ *   `floor((max - turnNo - carved before) / 2)` (at least 1, else `denied`
+ *   `no_budget_for_child`: the parent keeps at least one request to use the result), tool calls
+ *   `floor((max - ordinary calls proposed so far - carved before) / 2)`, deadline halfway from
+ *   the turn to the parent's deadline; its grant is the parent's without the parking tools (a
+ *   child neither asks the human nor spawns children of its own).
+ */
+export function planCalls(facts: RunFacts, turnNo: number, calls: readonly ProposedToolCall[], completedAt: Date): Map<string, CallPlan> {
+  const { grant, limits } = facts.admitted!;
+  const plans = new Map<string, CallPlan>();
+  let parked = false;
+  for (const call of calls) {
+    if (!isParkingTool(call.name)) {
+      plans.set(call.toolCallId, { kind: 'tool' });
+      continue;
+    }
+    if (!grant.tools.includes(call.name)) {
+      plans.set(call.toolCallId, rejected('denied', 'not_granted', `tool ${call.name} is not in this Run's grant`));
+      continue;
+    }
+    const question = questionOf(call.argumentsText);
+    if (question === null) {
+      plans.set(call.toolCallId, rejected('failed', 'bad_arguments', 'the arguments must be {"question": "<non-blank text>"}; nothing was asked'));
+      continue;
+    }
+    if (parked) {
+      plans.set(
+        call.toolCallId,
+        rejected('denied', 'one_park_per_turn', 'the Run waits on one question or sub-agent at a time; ask again after it is answered'),
+      );
+      continue;
+    }
+    if (call.name === 'ask_human') {
+      plans.set(call.toolCallId, { kind: 'wait', question });
+      parked = true;
+      continue;
+    }
+    const carve = carveChild(facts, turnNo, calls, grant, limits, completedAt);
+    if ('error' in carve) {
+      plans.set(call.toolCallId, rejected('denied', 'no_budget_for_child', carve.error));
+      continue;
+    }
+    plans.set(call.toolCallId, { kind: 'child', question, ...carve });
+    parked = true;
+  }
+  return plans;
+}
+
+/** The question of a parking call, or null when its arguments are not `{question}` with a non-blank text. */
+function questionOf(argumentsText: string): string | null {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(argumentsText);
+  } catch {
+    return null;
+  }
+  const parsed = ParkingToolArgs.safeParse(raw);
+  return parsed.success ? parsed.data.question : null;
+}
+
+function rejected(status: 'failed' | 'denied', code: string, message: string): CallPlan {
+  return { kind: 'rejected', status, error: { code, message } };
+}
+
+/** The child's grant and limits carved from what the parent has left after `turnNo` (see {@link planCalls}). */
+function carveChild(
+  facts: RunFacts,
+  turnNo: number,
+  calls: readonly ProposedToolCall[],
+  grant: RunGrant,
+  limits: RunLimits,
+  completedAt: Date,
+): { grant: RunGrant; limits: RunLimits } | { error: string } {
+  let carvedModel = 0;
+  let carvedTools = 0;
+  for (const c of facts.children.values()) {
+    if (c.turn >= turnNo) continue;
+    carvedModel += c.limits.maxModelRequests;
+    carvedTools += c.limits.maxToolCalls;
+  }
+  // ordinary calls proposed up to and including this turn (this turn's may not be folded yet)
+  let ordinaryCalls = calls.filter((c) => !isParkingTool(c.name)).length;
+  for (const t of facts.turns) {
+    if (t.turn < turnNo) ordinaryCalls += (t.completed?.toolCalls ?? []).filter((c) => !isParkingTool(c.name)).length;
+  }
+  const leftModel = limits.maxModelRequests - turnNo - carvedModel;
+  const childModel = Math.floor(leftModel / 2);
+  if (childModel < 1) return { error: `${Math.max(0, leftModel)} model request(s) left: too few to carve a child's grant and still use its result` };
+  const childTools = Math.floor(Math.max(0, limits.maxToolCalls - ordinaryCalls - carvedTools) / 2);
+  const leftMs = Date.parse(limits.deadlineAt) - completedAt.getTime();
+  const childMs = Math.floor(leftMs / 2);
+  if (childMs < MIN_CHILD_MS) return { error: `${Math.max(0, leftMs)} ms left before the deadline: too little for a child` };
+  return {
+    grant: { model: grant.model, tools: grant.tools.filter((t) => !(ParkingToolNames as string[]).includes(t)) },
+    limits: { maxModelRequests: childModel, maxToolCalls: childTools, deadlineAt: new Date(completedAt.getTime() + childMs).toISOString() },
+  };
+}
+
+/**
+ * The events that park the Run for one planned call: `wait.opened` (expiring at
+ * `min(completedAt + waitTtlMs, deadlineAt)`) or `child.run.requested` (ids derived from the Run
+ * and the tool call, so a repeated decision is the same event).
+ */
+export function parkingEvent(
+  facts: RunFacts,
+  ctx: EventContext,
+  call: ProposedToolCall,
+  turn: number,
+  plan: CallPlan,
+  completedAt: Date,
+  waitTtlMs: number,
+  now: Date,
+): RunEvent | null {
+  if (plan.kind === 'wait') {
+    const waitId = waitIdOf(facts.runId, call.toolCallId);
+    const expiresAt = new Date(Math.min(completedAt.getTime() + waitTtlMs, Date.parse(facts.admitted!.limits.deadlineAt))).toISOString();
+    return makeEvent('wait.opened', ctx, waitId, { waitId, toolCallId: call.toolCallId, turn, question: plan.question, expiresAt }, now);
+  }
+  if (plan.kind === 'child') {
+    const clientMessageId = childClientMessageId(facts.runId, call.toolCallId);
+    const childRunId = admissionIds(facts.conversationId, clientMessageId).runId;
+    return makeEvent(
+      'child.run.requested',
+      ctx,
+      childRunId,
+      { childRunId, clientMessageId, toolCallId: call.toolCallId, turn, question: plan.question, grant: plan.grant, limits: plan.limits },
+      now,
+    );
+  }
+  return null;
+}
+
+/** True when the call's outcome is known: a receipt, an answer, a child's settlement, or a rejection. */
+export function isResolved(facts: RunFacts, call: ProposedToolCall, plan: CallPlan): boolean {
+  switch (plan.kind) {
+    case 'tool':
+      return !!facts.toolCalls.get(call.toolCallId)?.receipt;
+    case 'wait':
+      return !!facts.waits.get(waitIdOf(facts.runId, call.toolCallId))?.answer;
+    case 'child':
+      return [...facts.children.values()].some((c) => c.toolCallId === call.toolCallId && c.result);
+    case 'rejected':
+      return true;
+  }
+}
