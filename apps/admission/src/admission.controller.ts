@@ -274,8 +274,8 @@ export class AdmissionController {
     }
     const recorded = result.appended.some((s) => s.event.type === 'wait.answered');
     if (!recorded) res.status(HttpStatus.OK);
-    const wait = result.facts.waits.get(waitId)!;
-    return { ...waitView(result.facts, wait, new Date()), recording: recorded ? 'recorded' : 'existing' };
+    const facts = recorded ? await this.commands.folds.read(runId) : result.facts; // with the answer just recorded
+    return { ...waitView(facts, facts.waits.get(waitId)!, new Date()), recording: recorded ? 'recorded' : 'existing' };
   }
 
   /** `GET /v1/runs/{runId}/waits`: every wait of the Run, read from its log (reads never append, K11). 404 no such Run. */

@@ -26,7 +26,9 @@ export class SettlementController {
 
   @EventPattern(['run.execution.finished', 'answer.published', 'run.fenced'])
   async onRunFact(@Payload() stored: StoredEvent): Promise<void> {
-    const { facts, appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    const { facts: before, appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
+    // the handler returns the facts it decided from: after our own settlement, fold it in (a cheap catch-up)
+    const facts = appended.length ? await this.commands.folds.read(stored.event.runId) : before;
     const link = facts.admitted?.link;
     if (facts.settled && link?.relation === 'child') {
       const answer = passagesInOrder(facts)

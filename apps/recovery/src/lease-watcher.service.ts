@@ -180,7 +180,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     const { facts, appended } = await this.commands.handle(entry.runId, (f, at) => (due ? decide(f, { type: 'WaitExpired' }, at) : []));
     if (due) this.expiryDecided.add(key);
     if (appended.length) this.logger.warn({ runId: entry.runId, wakeBy: v.wakeBy }, 'wait expired unanswered: Run fenced');
-    if (facts.settled || facts.fenced || facts.finished) {
+    if (appended.length || facts.settled || facts.fenced || facts.finished) {
       await this.store.forget(entry.runId);
       this.leases.delete(entry.runId);
       this.expiryDecided.delete(key);
