@@ -41,10 +41,11 @@ afterAll(async () => {
 });
 
 /** The Run's lease value in the `<prefix>_leases` bucket (null when there is none). */
-async function leaseOf(runId: string): Promise<{ state: string; epoch: number; reason?: string; wakeBy?: string } | null> {
+type LeaseSeen = { state: string; epoch: number; reason?: string; wakeBy?: string };
+async function leaseOf(runId: string): Promise<LeaseSeen | null> {
   const kv = await new Kvm(t.log.nc).open(`${t.env.RUNPLANE_SUBJECT_PREFIX}_leases`);
   const e = await kv.get(runId);
-  return e && e.operation === 'PUT' ? (e.json() as { state: string; epoch: number }) : null;
+  return e && e.operation === 'PUT' ? e.json<LeaseSeen>() : null;
 }
 
 /** Chat request bodies the scripted model received whose user message contains `key`. */
