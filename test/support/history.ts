@@ -3,7 +3,17 @@
  * `given` of a decider specification (test/support/decider-spec.ts). Event times are fixed, one
  * second apart, before the specification's default clock.
  */
-import { makeEvent, sha256Hex, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import {
+  admissionIds,
+  childClientMessageId,
+  makeEvent,
+  sha256Hex,
+  waitIdOf,
+  type EventData,
+  type EventType,
+  type RunEvent,
+  type StoredEvent,
+} from '@runplane/contracts';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 
 export class History {
@@ -69,6 +79,35 @@ export class History {
       ...(status === 'succeeded' ? { result } : { error: { code: status, message: `${name} ${status}` } }),
       durationMs: 1,
     });
+  }
+
+  // ---- waits and child Runs (K10) ----
+  waitOpened(turn: number, toolCallId: string, question: string, expiresAt = '2026-01-01T01:00:00.000Z'): this {
+    const waitId = waitIdOf(this.runId, toolCallId);
+    return this.add('wait.opened', waitId, { waitId, toolCallId, turn, question, expiresAt });
+  }
+
+  waitAnswered(toolCallId: string, answer: string, answeredBy: string | null = 'ana'): this {
+    const waitId = waitIdOf(this.runId, toolCallId);
+    return this.add('wait.answered', waitId, { waitId, toolCallId, answer, answeredBy, requestId: 'req-1' });
+  }
+
+  childRequested(turn: number, toolCallId: string, question: string, limits: { maxModelRequests?: number; maxToolCalls?: number } = {}): this {
+    const clientMessageId = childClientMessageId(this.runId, toolCallId);
+    const childRunId = admissionIds(this.conversationId, clientMessageId).runId;
+    return this.add('child.run.requested', childRunId, {
+      childRunId,
+      clientMessageId,
+      toolCallId,
+      turn,
+      question,
+      grant: { tools: ['list_funds'], model: 'scripted' },
+      limits: { maxModelRequests: limits.maxModelRequests ?? 3, maxToolCalls: limits.maxToolCalls ?? 4, deadlineAt: '2099-01-01T00:00:00.000Z' },
+    });
+  }
+
+  childSettled(childRunId: string, toolCallId: string, outcome: 'completed' | 'failed' | 'interrupted' | 'canceled', answer = ''): this {
+    return this.add('child.run.settled', `child/${childRunId}`, { childRunId, toolCallId, outcome, reason: `child ${outcome}`, answer });
   }
 
   get facts(): RunFacts {

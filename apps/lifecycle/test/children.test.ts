@@ -1,0 +1,91 @@
+/** The lifecycle's rules for parked Runs (K9, K10): a child's settlement recorded on its parent once; an expired wait settles `failed`. */
+import { describe, it } from '@jest/globals';
+import { admissionIds, childClientMessageId } from '@runplane/contracts';
+import { decide } from '@runplane/app-lifecycle';
+import { spec } from '../../../test/support/decider-spec.js';
+import { History } from '../../../test/support/history.js';
+
+const lifecycle = spec(decide);
+const childRunId = admissionIds('conv-1', childClientMessageId('run-1', 's')).runId;
+const parent = () =>
+  new History()
+    .admitted({ tools: ['list_funds', 'spawn_subagent'] })
+    .turn(1, { calls: [{ id: 's', name: 'spawn_subagent', args: '{"question":"sub"}' }] })
+    .childRequested(1, 's', 'sub');
+const childSettled = {
+  type: 'ChildSettled',
+  childRunId,
+  outcome: 'completed',
+  reason: 'answer committed in 1 passage(s)',
+  answer: 'DIA holds 30.',
+} as const;
+
+describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)', () => {
+  it("given the parent waiting on the child, when the child settles, then child.run.settled with the child's outcome and answer", () => {
+    lifecycle
+      .given(parent())
+      .when(childSettled)
+      .then([
+        {
+          type: 'child.run.settled',
+          data: { childRunId, toolCallId: 's', outcome: 'completed', reason: 'answer committed in 1 passage(s)', answer: 'DIA holds 30.' },
+        },
+      ]);
+  });
+
+  it('given the result recorded already, an unknown child, or a settled parent, then nothing', () => {
+    lifecycle
+      .given(parent().childSettled(childRunId, 's', 'completed'))
+      .when(childSettled)
+      .thenNothing();
+    lifecycle
+      .given(parent())
+      .when({ ...childSettled, childRunId: 'other' })
+      .thenNothing();
+    const settled = parent().add('run.settled', 'settlement', {
+      outcome: 'canceled',
+      reason: 'x',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
+    lifecycle.given(settled).when(childSettled).thenNothing();
+  });
+
+  it('a parked parent settles nothing by itself: no finish, no fence, no settlement', () => {
+    lifecycle.given(parent()).when({ type: 'Wake' }).thenNothing();
+  });
+});
+
+describe('lifecycle decide: a wait that expired unanswered settles the Run failed (K9, K10)', () => {
+  it('given the fence wait-expired, when woken, then settled failed with the reason', () => {
+    const h = new History()
+      .admitted({ tools: ['ask_human'] })
+      .turn(1, { calls: [{ id: 'q', name: 'ask_human', args: '{"question":"Which?"}' }] })
+      .waitOpened(1, 'q', 'Which?');
+    for (const fencedSubject of ['runtime', 'tools'] as const)
+      h.add('run.fenced', `fence/1/${fencedSubject}`, {
+        fencedSubject,
+        epoch: 1,
+        holder: { service: 'runtime', instance: 'i-1' },
+        reason: 'wait-expired',
+        detail: 'wait w expired unanswered at 2026-01-01T00:00:00.000Z',
+        uncertain: [],
+      });
+    lifecycle
+      .given(h)
+      .when({ type: 'Wake' })
+      .then([
+        {
+          type: 'run.settled',
+          data: {
+            outcome: 'failed',
+            reason: 'wait-expired: the question for a human was not answered in time: wait w expired unanswered at 2026-01-01T00:00:00.000Z',
+            passageIds: [],
+            receipts: [],
+            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5 },
+          },
+        },
+      ]);
+  });
+});

@@ -1,0 +1,83 @@
+/** Recovery's rules for parked Runs (K6, K10): a parked Run loses nothing when its lease goes; an unanswered wait is fenced at its expiry. */
+import { describe, it } from '@jest/globals';
+import { decide } from '@runplane/app-recovery';
+import { spec } from '../../../test/support/decider-spec.js';
+import { History } from '../../../test/support/history.js';
+
+const recovery = spec(decide);
+const holder = { service: 'runtime', instance: 'i-1' };
+const parked = () =>
+  new History()
+    .admitted({ tools: ['list_funds', 'ask_human'] })
+    .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+    .turn(1, { calls: [{ id: 'q', name: 'ask_human', args: '{"question":"Which?"}' }] })
+    .waitOpened(1, 'q', 'Which?', '2026-01-01T00:10:00.000Z');
+
+describe('recovery decide: a parked Run is not an execution to fence (K10)', () => {
+  it('given a parked Run, when its lease expires or its runtime stops, then nothing', () => {
+    recovery.given(parked()).when({ type: 'LeaseLost', epoch: 1, holder, reason: 'lease-expired', detail: 'expired' }).thenNothing();
+    recovery.given(parked()).when({ type: 'LeaseLost', epoch: 1, holder, reason: 'runtime-stopped', detail: 'stopped' }).thenNothing();
+  });
+
+  it('given its wake recorded and the Run taken again, a lost lease fences as usual', () => {
+    const h = parked()
+      .waitAnswered('q', 'A')
+      .add('lease.granted', 'lease/2', { epoch: 2, holder, ttlMs: 1500 })
+      .add('model.turn.requested', 2, { turn: 2, model: 'm' });
+    recovery
+      .given(h)
+      .when({ type: 'LeaseLost', epoch: 2, holder, reason: 'lease-expired', detail: 'expired' })
+      .then(
+        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+          type: 'run.fenced' as const,
+          data: {
+            fencedSubject,
+            epoch: 2,
+            holder,
+            reason: 'lease-expired' as const,
+            detail: 'expired',
+            uncertain: [{ kind: 'model-turn' as const, turn: 2 }],
+          },
+        })),
+      );
+  });
+
+  it('a grant of the next epoch is recorded once', () => {
+    recovery
+      .given(parked().waitAnswered('q', 'A'))
+      .when({ type: 'LeaseObserved', epoch: 2, holder, ttlMs: 1500 })
+      .then([{ type: 'lease.granted', data: { epoch: 2, holder, ttlMs: 1500 } }]);
+  });
+});
+
+describe('recovery decide, WaitExpired (K10)', () => {
+  it('given the wait not yet expired, or answered, or the Run canceled, then nothing', () => {
+    recovery.given(parked()).when({ type: 'WaitExpired' }, new Date('2026-01-01T00:09:59.000Z')).thenNothing();
+    recovery.given(parked().waitAnswered('q', 'A')).when({ type: 'WaitExpired' }, new Date('2026-01-01T00:11:00.000Z')).thenNothing();
+    recovery
+      .given(parked().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null }))
+      .when({ type: 'WaitExpired' }, new Date('2026-01-01T00:11:00.000Z'))
+      .thenNothing();
+  });
+
+  it('given the wait expired unanswered, then both executor subjects are fenced wait-expired', () => {
+    const h = parked();
+    const waitId = h.facts.waits.keys().next().value as string;
+    recovery
+      .given(h)
+      .when({ type: 'WaitExpired' }, new Date('2026-01-01T00:10:01.000Z'))
+      .then(
+        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+          type: 'run.fenced' as const,
+          data: {
+            fencedSubject,
+            epoch: 1,
+            holder,
+            reason: 'wait-expired' as const,
+            detail: `wait ${waitId} ("Which?") expired unanswered at 2026-01-01T00:10:00.000Z`,
+            uncertain: [],
+          },
+        })),
+      );
+  });
+});
