@@ -16,7 +16,8 @@ describe('event catalogue', () => {
       expect(['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle']).toContain(EventCatalog[t].owner);
       expect(EventCatalog[t].version).toBeGreaterThan(0);
     }
-    expect(EventTypes.filter((t) => EventCatalog[t].owner === 'lifecycle')).toEqual(['run.settled']);
+    // the lifecycle owns the settlement, and records a child's settlement on its parent (K9, K10); nothing else
+    expect(EventTypes.filter((t) => EventCatalog[t].owner === 'lifecycle')).toEqual(['run.settled', 'child.run.settled']);
   });
 
   it("rejects an event whose owner is not its type's owner, and bad data, with a reason", () => {
