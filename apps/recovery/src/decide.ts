@@ -90,7 +90,12 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
       const deadlineAt = facts.admitted.limits.deadlineAt;
       if (now.getTime() < Date.parse(deadlineAt)) return [];
       const lease = facts.leases[facts.leases.length - 1];
-      const who = lease ? `lease epoch ${lease.epoch} of ${lease.holder.instance} was held, the Run not stopped` : 'no runtime took the Run';
+      const parked = parkedOn(facts);
+      const who = parked
+        ? `the Run was parked ${parked}`
+        : lease
+          ? `lease epoch ${lease.epoch} of ${lease.holder.instance} was held, the Run not stopped`
+          : 'no runtime took the Run';
       return fence(facts, lease?.epoch ?? 0, lease?.holder ?? null, 'deadline', `deadline ${deadlineAt} passed (${who})`, now);
     }
     default:

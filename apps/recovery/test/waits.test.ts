@@ -81,3 +81,30 @@ describe('recovery decide, WaitExpired (K10)', () => {
       );
   });
 });
+
+describe('recovery decide: a parked Run still has a deadline (K7, K10)', () => {
+  it('given a parked Run past its deadline, when the deadline sweep decides it, then it is fenced deadline (the lifecycle settles it failed)', () => {
+    const h = new History()
+      .admitted({ tools: ['ask_human'], deadlineAt: '2026-01-01T00:05:00.000Z' })
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { calls: [{ id: 'q', name: 'ask_human', args: '{"question":"Which?"}' }] })
+      .waitOpened(1, 'q', 'Which?', '2026-01-01T00:05:00.000Z');
+    recovery.given(h).when({ type: 'DeadlinePassed' }, new Date('2026-01-01T00:04:00.000Z')).thenNothing();
+    recovery
+      .given(h)
+      .when({ type: 'DeadlinePassed' }, new Date('2026-01-01T00:05:01.000Z'))
+      .then(
+        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+          type: 'run.fenced' as const,
+          data: {
+            fencedSubject,
+            epoch: 1,
+            holder,
+            reason: 'deadline' as const,
+            detail: 'deadline 2026-01-01T00:05:00.000Z passed (the Run was parked awaiting_human)',
+            uncertain: [],
+          },
+        })),
+      );
+  });
+});
