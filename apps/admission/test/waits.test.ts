@@ -4,7 +4,7 @@
  * parent, with the grant its parent's runtime carved.
  */
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, childClientMessageId, waitIdOf } from '@runplane/contracts';
+import { admissionIds, childClientMessageId, PostMessageBody, waitIdOf } from '@runplane/contracts';
 import { decide, RunNotFound, WaitConflict, WaitNotFound, WaitNotPending } from '@runplane/app-admission';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
@@ -110,6 +110,11 @@ describe('admission decide, AdmitChild: one link model, one admission per child 
       ]);
     expect(e!.runId).toBe(childRunId);
     expect(e!.conversationId).toBe('conv-1');
+  });
+
+  it("a user's message cannot take a child's id (the `child.` prefix is reserved)", () => {
+    expect(PostMessageBody.safeParse({ clientMessageId: childClientMessageId('run-1', 's'), content: 'hi' }).success).toBe(false);
+    expect(PostMessageBody.safeParse({ clientMessageId: 'children.1', content: 'hi' }).success).toBe(true);
   });
 
   it('given the child admitted, when the request is delivered again, then nothing; a parent no longer active admits no child', () => {

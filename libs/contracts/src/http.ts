@@ -9,7 +9,9 @@ export const PostMessageBody = z
       .string()
       .min(1)
       .max(200)
-      .regex(/^[A-Za-z0-9._:-]+$/, 'clientMessageId uses letters, digits, ".", "_", ":" and "-" only'),
+      .regex(/^[A-Za-z0-9._:-]+$/, 'clientMessageId uses letters, digits, ".", "_", ":" and "-" only')
+      // child Runs are admitted under `child.<parentRunId>.<toolCallId>` (K1 by that id): a user's message may not take one
+      .refine((s) => !s.startsWith('child.'), 'clientMessageId must not start with "child." (reserved for child Runs)'),
     content: z
       .string()
       .max(20_000, 'content is at most 20000 characters')
