@@ -5,8 +5,8 @@ import { Migration } from '@mikro-orm/migrations';
  * pending) and `awaiting_child` (a child Run has not settled). Only the check constraint
  * changes; no row is rewritten.
  */
-export class Migration20261130120000_parked_status extends Migration {
-  override name = 'Migration20261130120000_parked_status';
+export class Migration20261130130000_parked_status extends Migration {
+  override name = 'Migration20261130130000_parked_status';
 
   override up(): void {
     this.addSql('alter table "runs" drop constraint if exists "runs_status_check"');
