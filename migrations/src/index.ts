@@ -5,8 +5,12 @@
  */
 import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261130000000_projections } from './Migration20261130000000_projections.js';
+import { Migration20261130120000_tool_call_observations } from './Migration20261130120000_tool_call_observations.js';
 
-export { Migration20261130000000_projections };
+export { Migration20261130000000_projections, Migration20261130120000_tool_call_observations };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
-export const migrationsList: MigrationObject[] = [{ name: 'Migration20261130000000_projections', class: Migration20261130000000_projections }];
+export const migrationsList: MigrationObject[] = [
+  { name: 'Migration20261130000000_projections', class: Migration20261130000000_projections },
+  { name: 'Migration20261130120000_tool_call_observations', class: Migration20261130120000_tool_call_observations },
+];
