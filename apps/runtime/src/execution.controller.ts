@@ -2,7 +2,7 @@ import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModu
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
+import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, renewalVerdict, ResultStore, type HeldLease } from '@runplane/eventlog';
 import type { RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
@@ -180,16 +180,16 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         this.held.set(runId, await this.leases.renew(lease, this.log.writer));
       } catch (e) {
         const current = await this.leases.get(runId).catch(() => undefined);
-        if (current === undefined || current === null) continue; // NATS unreachable (or restarting): try again next tick
-        const v = current.value;
-        if (v.state === 'held' && v.epoch === lease.epoch && v.holder.instance === this.log.writer.instance) {
+        const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+        if (verdict.kind === 'retry') continue; // NATS unreachable (or restarting): try again next tick
+        if (verdict.kind === 'adopt') {
           // Still ours: a renewal buffered or timed out during an outage was stored after all (its
           // revision moved on). Adopt the stored revision; only positive evidence is a loss.
-          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: current.revision });
+          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
           continue;
         }
         this.logger.warn(
-          { runId, epoch: lease.epoch, state: v.state, error: (e as Error).message },
+          { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
           'lease lost (fenced): execution of this Run stops here',
         );
         this.held.delete(runId);
