@@ -58,7 +58,7 @@ function onWake(facts: RunFacts, model: string, now: Date): RunEvent[] {
   if (last?.failed) return [finished(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
   if (last?.completed) {
     const done = last.completed;
-    if (done.toolCalls.length === 0) return [stopAfter(facts, last, now)];
+    if (proposableCalls(done).length === 0) return [stopAfter(facts, last, now)];
     const missing = done.toolCalls.filter((c) => !facts.toolCalls.has(c.toolCallId));
     if (missing.length > 0) return missing.map((c) => makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: last.turn }, now));
   }
@@ -86,7 +86,7 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, n
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
-  if (completed.toolCalls.length > 0) {
+  if (proposableCalls(completed).length > 0) {
     for (const c of completed.toolCalls) events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
     return events;
   }
@@ -94,7 +94,15 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, n
   return events;
 }
 
-/** The stop that a completed turn without tool calls means: an answer, or why it is not one (K9). */
+/**
+ * The calls of a completed turn that may be proposed: none when the reply was cut by the length
+ * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
+ */
+function proposableCalls(done: NonNullable<TurnFacts['completed']>): NonNullable<TurnFacts['completed']>['toolCalls'] {
+  return done.finishReason === 'length' ? [] : done.toolCalls;
+}
+
+/** The stop that a completed turn without (proposable) tool calls means: an answer, or why it is not one (K9). */
 function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
   const done = turn.completed!;
   if (done.finishReason === 'length') return finished(facts, now, 'truncated-output', `turn ${turn.turn} stopped at the length limit`, null);

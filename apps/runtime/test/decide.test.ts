@@ -192,6 +192,24 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
       .then([{ type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) }, finished('truncated-output')]);
   });
 
+  it('given turn 1 in flight, when it ends cut at the length limit with tool calls, then none is proposed, even one that looks complete (K5, K9)', () => {
+    const calls = [{ toolCallId: 't1-0-a', name: 'get_holdings', argumentsText: '{"fund":"SPY"}' }];
+    runtime
+      .given(inFlight())
+      .when(ended(1, reply('', { toolCalls: calls, finishReason: 'length' })))
+      .then([
+        { type: 'model.turn.completed', data: expect.objectContaining({ toolCalls: calls, finishReason: 'length' }) },
+        finished('truncated-output'),
+      ]);
+  });
+
+  it('given a length-cut turn with tool calls recorded and no proposal, when woken, then its calls are not proposed: execution stops', () => {
+    runtime
+      .given(new History().admitted().turn(1, { content: '', calls: [{ id: 't1-0-a', name: 'list_funds' }], finishReason: 'length' }))
+      .when(wake)
+      .then([finished('truncated-output')]);
+  });
+
   it('given turn 1 already completed, when its end is reported again, then nothing (recorded once)', () => {
     runtime
       .given(new History().admitted().turn(1, { content: 'A' }))

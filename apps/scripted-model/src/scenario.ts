@@ -6,7 +6,9 @@
  *     { "reply": { "content": "Hi", "finishReason": "stop" }, "chunkDelayMs": 20 },
  *     { "reply": { "toolCalls": [{ "name": "list_funds", "arguments": {} }] } },
  *     { "error": { "status": 500, "message": "boom" }, "delayMs": 100 },
- *     { "hang": true } ],
+ *     { "hang": true },
+ *     { "rawChunks": [{ "delta": { "tool_calls": [{ "index": 0, "id": "a", "function": { "name": "list_funds", "arguments": {} } }] } },
+ *                     { "finishReason": "tool_calls" }] } ],
  *   "then": "research-policy" }
  * ```
  * Step i answers the i-th well-formed chat request (a request rejected with 400 takes no step).
@@ -68,6 +70,21 @@ export const ScenarioError = z
   })
   .strict();
 
+/**
+ * One raw stream chunk, sent verbatim inside the chunk envelope (id, model, created): `delta` is
+ * `choices[0].delta` exactly as written (a repeated function name, two calls under one index,
+ * arguments as an object: the malformed streams real providers send), `finishReason` its
+ * `finish_reason`, `usage` the chunk's `usage` (then `choices` is empty).
+ */
+export const RawChunk = z
+  .object({
+    delta: z.record(z.string(), z.unknown()).optional(),
+    finishReason: z.string().nullable().optional(),
+    usage: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict();
+export type RawChunk = z.infer<typeof RawChunk>;
+
 const StepTiming = {
   /** Milliseconds to wait before the first byte of the answer. */
   delayMs: NonNegativeMs.optional(),
@@ -80,11 +97,13 @@ export const ScenarioStep = z
     reply: ScenarioReply.optional(),
     error: ScenarioError.optional(),
     hang: z.literal(true).optional(),
+    /** A raw chunk script for a streaming request (a non-streaming request gets 400). */
+    rawChunks: z.array(RawChunk).min(1).optional(),
     ...StepTiming,
   })
   .strict()
-  .refine((s) => [s.reply, s.error, s.hang].filter((x) => x !== undefined).length === 1, {
-    message: 'a step needs exactly one of "reply", "error" or "hang": true',
+  .refine((s) => [s.reply, s.error, s.hang, s.rawChunks].filter((x) => x !== undefined).length === 1, {
+    message: 'a step needs exactly one of "reply", "error", "hang": true or "rawChunks"',
   });
 
 /** A scenario: the steps in request order and what happens after them. */
@@ -139,6 +158,7 @@ export type StepAction =
   | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number }
   | { kind: 'error'; status: number; message: string; type?: string; delayMs: number }
   | { kind: 'hang'; delayMs: number }
+  | { kind: 'raw'; chunks: RawChunk[]; delayMs: number; chunkDelayMs: number }
   | { kind: 'policy' };
 
 /**
@@ -161,5 +181,6 @@ export function actionFor(scenario: Scenario, index: number): StepAction {
   const delayMs = step.delayMs ?? 0;
   if (step.reply) return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
   if (step.error) return { kind: 'error', ...step.error, delayMs };
+  if (step.rawChunks) return { kind: 'raw', chunks: step.rawChunks, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
   return { kind: 'hang', delayMs };
 }

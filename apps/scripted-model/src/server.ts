@@ -12,7 +12,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { researchPolicy } from './research-policy.js';
 import { actionFor, parseScenario, ScenarioFileError, type Scenario, type ScenarioInput, type StepAction } from './scenario.js';
-import { ChatCompletionRequest, completionBody, contentText, errorBody, errorTypeFor, resolveReply, streamChunks, type Reply } from './wire.js';
+import {
+  ChatCompletionRequest,
+  completionBody,
+  contentText,
+  errorBody,
+  errorTypeFor,
+  rawChunkBody,
+  resolveReply,
+  streamChunks,
+  type Reply,
+} from './wire.js';
 
 export interface ScriptedModelOptions {
   /** TCP port; 0 or absent = any free port. */
@@ -234,6 +244,18 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
         return;
       case 'policy':
         await answer(res, request, researchPolicy(request.messages, request.tools), 0, signal, sequence);
+        return;
+      case 'raw':
+        if (!request.stream) throw new HttpError(400, 'this scenario step is a raw chunk script: it answers streaming requests only');
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+        for (const [i, raw] of action.chunks.entries()) {
+          if (i > 0 && !(await wait(action.chunkDelayMs, signal))) return;
+          if (signal.aborted) return;
+          await writeChunk(res, JSON.stringify(rawChunkBody(raw, sequence, request.model)));
+        }
+        if (signal.aborted) return;
+        await writeChunk(res, '[DONE]');
+        res.end();
         return;
     }
   }

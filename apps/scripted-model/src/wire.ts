@@ -255,6 +255,24 @@ export function streamChunks(r: ResolvedReply, includeUsage: boolean): Array<Rec
   return chunks;
 }
 
+/**
+ * A raw scripted chunk in its envelope: `choices[0].delta` exactly as scripted (no validation:
+ * malformed on purpose), or, for a usage chunk, `choices: []` and the usage as written.
+ */
+export function rawChunkBody(
+  raw: { delta?: Record<string, unknown>; finishReason?: string | null; usage?: Record<string, unknown> },
+  sequence: number,
+  model: string,
+): Record<string, unknown> {
+  const base = { id: `chatcmpl-raw-${sequence}`, object: 'chat.completion.chunk', created: 0, model };
+  if (raw.usage && !raw.delta && raw.finishReason === undefined) return { ...base, choices: [], usage: raw.usage };
+  return {
+    ...base,
+    choices: [{ index: 0, delta: raw.delta ?? {}, logprobs: null, finish_reason: raw.finishReason ?? null }],
+    ...(raw.usage && { usage: raw.usage }),
+  };
+}
+
 /** The `{error:{message,type}}` body of an error response. */
 export function errorBody(message: string, type: string, code: string | null = null): Record<string, unknown> {
   return { error: { message, type, param: null, code } };
