@@ -5,7 +5,7 @@
  */
 import OpenAI from 'openai';
 import type { ModelTurnResult } from './decide.js';
-import { TurnAssembler, type StreamChunk } from './turn-assembly.js';
+import { TurnAssembler } from './turn-assembly.js';
 
 export interface ModelClientOptions {
   baseURL: string;
@@ -52,7 +52,7 @@ export class ModelClient {
       );
       const assembler = new TurnAssembler();
       for await (const chunk of stream) {
-        const text = assembler.push(chunk as unknown as StreamChunk);
+        const text = assembler.push(chunk);
         if (text) onDelta(text);
       }
       return assembler.result(turnNo);
