@@ -4,7 +4,16 @@ import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, ensureNats, repoRoot, startStack, stopEverything } from '@runplane/devstack';
+import {
+  dropDatabase,
+  ensureDatabaseExists,
+  ensureNats,
+  FALLBACK_NATS_SUFFIX,
+  projectionDatabaseFor,
+  repoRoot,
+  startStack,
+  stopEverything,
+} from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
@@ -195,11 +204,12 @@ async function prepareEnvironment(): Promise<{
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
-    let databaseUrl = DATABASE_URL;
-    if (await ensureDatabaseExists(DATABASE_URL)) {
-      out(`  database: ${redactUrl(DATABASE_URL)}`);
+    // A fallback NATS has its own log, so its projections go to a database of their own.
+    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats);
+    if (await ensureDatabaseExists(databaseUrl)) {
+      out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, 'pglite') });
+      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite') });
       databaseUrl = embedded.url;
       out(
         `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,

@@ -111,6 +111,21 @@ export async function ensureNats(url: string, stateDir: string): Promise<NatsHan
   return { url: started, child, note: `no NATS at ${url}: started ${bin} -js on ${started}`, stop: () => stopChild(child) };
 }
 
+/** Suffix of the projection database (and embedded-database folder) used with a NATS this process started. */
+export const FALLBACK_NATS_SUFFIX = '_devnats';
+
+/**
+ * The projection database for a stack on `nats`: `databaseUrl` as configured when the stack uses
+ * the machine's own NATS; a database of its own (`<name>_devnats`, same server) when `nats` is the
+ * fallback server this process started. Projections are rebuilt from the log they were built
+ * from, so rows from the fallback server's log must never sit in the database of the machine's
+ * own log, where a later rebuild against the real log would find rows it cannot explain.
+ */
+export function projectionDatabaseFor(databaseUrl: string, nats: Pick<NatsHandle, 'child'>): string {
+  if (nats.child === null) return databaseUrl;
+  return databaseUrlWith(databaseUrl, `${databaseNameOf(databaseUrl)}${FALLBACK_NATS_SUFFIX}`);
+}
+
 /** True when PostgreSQL accepts a connection at `url`. */
 export async function postgresReachable(url: string): Promise<boolean> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
