@@ -30,6 +30,12 @@ export interface EventLogOptions {
    * with the same event id before the error propagates, in ms (default 30,000).
    */
   appendRetryMs?: number;
+  /**
+   * The stream's duplicate window when this log creates the stream, ms (default 120,000): a copy
+   * of an event published again after it is stored as a new message, which readers and consumers
+   * recognise and skip (docs/event-log.md "Messages that are not events").
+   */
+  duplicateWindowMs?: number;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -78,7 +84,8 @@ const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
-const DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000;
+/** The stream's default duplicate window, ms. */
+export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
 
 /** Decodes and validates one stream message as a Runplane event whose owner matches its subject. */
 export function decodeStored(seq: number, subject: string, data: Uint8Array): StoredEvent {
@@ -117,6 +124,7 @@ export class EventLog {
     readonly space: SubjectSpace,
     service: string,
     private readonly appendRetryMs: number,
+    private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -143,6 +151,7 @@ export class EventLog {
         { stream: opts.stream, prefix: opts.prefix },
         opts.name ?? 'runplane',
         opts.appendRetryMs ?? 30_000,
+        opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
       );
       await log.ensureStream();
       return log;
@@ -170,11 +179,16 @@ export class EventLog {
       stream: bus.RUNPLANE_STREAM,
       prefix: bus.RUNPLANE_SUBJECT_PREFIX,
       name,
+      duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
     });
   }
 
-  /** Creates the stream if missing (file storage, 2-minute duplicate window, direct get allowed). */
+  /**
+   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, and no
+   * message can be deleted, purged or rolled up through the JetStream API (the log is the truth,
+   * K11); only deleting the whole stream remains (the admin's, and tests' clean-up).
+   */
   async ensureStream(): Promise<void> {
     try {
       const info = await this.jsm.streams.info(this.space.stream);
@@ -189,8 +203,11 @@ export class EventLog {
       await this.jsm.streams.add({
         name: this.space.stream,
         subjects: [allRunsFilter(this.space)],
-        duplicate_window: DUPLICATE_WINDOW_NS,
+        duplicate_window: this.duplicateWindowMs * 1_000_000,
         allow_direct: true,
+        allow_rollup_hdrs: false,
+        deny_delete: true,
+        deny_purge: true,
       });
     }
   }

@@ -4,3 +4,4 @@ export * from './event-log.js';
 export * from './consumer.js';
 export * from './result-store.js';
 export * from './leases.js';
+export * from './bus.js';

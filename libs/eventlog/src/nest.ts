@@ -6,6 +6,7 @@ import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, 
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
+import { durableFor } from './bus.js';
 import { DurableConsumer } from './consumer.js';
 import { EventLog } from './event-log.js';
 
@@ -99,13 +100,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       };
       const { durable, filters, ackWaitMs } = this.spec;
       this.consumers = filters.map((filter) => {
-        const name =
-          filters.length === 1
-            ? durable
-            : `${durable}-${filter
-                .split('.')
-                .pop()!
-                .replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        const name = durableFor(durable, filter, filters.length);
         return new DurableConsumer(
           this.log,
           { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) },
