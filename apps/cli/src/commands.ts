@@ -123,8 +123,10 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
   const log = await openLog('runplane-rebuild');
   try {
     const { DATABASE_URL } = loadConfig(DatabaseConfig);
+    log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) });
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
+    for (const line of result.skipped) out(`anomaly: ${line}`);
     if (result.identicalToLive) {
       out('rebuilt projections are identical to the live ones');
       if (keep) out(`kept database ${result.database}`);

@@ -80,7 +80,7 @@ export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER
 
 const WRONG_LAST_SEQUENCE = 10071;
 /** The header of a conditional append, stored with the message: the server checked it. */
-const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
+export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
@@ -436,7 +436,8 @@ export class EventLog {
 
   /**
    * Follows one Run live from `fromSeq` (inclusive) with an ordered consumer: stored events
-   * first, then new ones as they are appended. Returns a stop function.
+   * first, then new ones as they are appended. Messages that are not events are skipped
+   * (reported through `onInvalid`). Returns a stop function, which also deletes the consumer.
    */
   async followRun(runId: string, fromSeq: number, onEvent: (e: StoredEvent) => void | Promise<void>): Promise<() => Promise<void>> {
     const consumer = await this.js.consumers.get(this.space.stream, {
@@ -460,6 +461,8 @@ export class EventLog {
     return async () => {
       await messages.close();
       await done.catch(() => undefined);
+      // the server-side consumer goes with its observer, not after its inactivity threshold (5 minutes)
+      await consumer.delete().catch(() => undefined);
     };
   }
 
@@ -502,7 +505,18 @@ export class EventLog {
           got++;
           seen?.(m.subject, m.seq);
           try {
-            yield decodeStored(m.seq, m.subject, m.data);
+            const stored = decodeStored(m.seq, m.subject, m.data);
+            const prevSeq = stored.event.prevSeq;
+            if (prevSeq !== undefined && m.headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
+              // published around the log (a replay after the duplicate window, a forgery): every
+              // append is conditional and the server stores the expectation it checked
+              throw new InvalidStoredEvent(
+                m.seq,
+                m.subject,
+                `event ${stored.event.eventId} is unverified: not appended by the event log (a replay or a forgery)`,
+              );
+            }
+            yield stored;
           } catch (e) {
             // Not a Runplane event (garbled, forged, wrong owner): it is not a fact; skip it,
             // loudly, so one bad message cannot block folding, audits or rebuilds.
