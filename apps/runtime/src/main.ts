@@ -1,4 +1,4 @@
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { LeaseConfig, ModelConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
@@ -9,5 +9,5 @@ main({
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
   config: [ModelConfig, LeaseConfig],
-  consumer: { durable: 'runtime', filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools')] },
+  consumer: { durable: 'runtime', filter: (space) => consumerFilters(space, 'runtime') },
 });

@@ -350,6 +350,15 @@ export function subjectTokenOf(event: RunEvent): Owner {
   return event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
 }
 
+/**
+ * Every subject token an event of `type` may stand on: its owner's, except `run.fenced`, which
+ * stands on each executor's subject it fences (K6). The broker's publish permissions are derived
+ * from this (libs/eventlog bus.ts): a new event type gets its owner's permission automatically.
+ */
+export function subjectTokensOfType(type: EventType): readonly Owner[] {
+  return type === 'run.fenced' ? RunFencedV1.shape.fencedSubject.options : [EventCatalog[type].owner];
+}
+
 /** An event as read back from the log, with its stream position. */
 export interface StoredEvent<E extends RunEvent = RunEvent> {
   /** JetStream stream sequence: a total order over all Runs, increasing within a Run. */
