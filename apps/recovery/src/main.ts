@@ -9,5 +9,6 @@ main({
   portEnv: 'RECOVERY_PORT',
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
-  consumer: { durable: 'recovery', filter: (space) => ownerFilter(space, 'admission') },
+  // one durable per filter: rp-recovery-admission (cancel, deadlines), rp-recovery-runtime (closing the executors' subjects)
+  consumer: { durable: 'recovery', filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'runtime')] },
 });
