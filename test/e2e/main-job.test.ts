@@ -84,10 +84,11 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
   });
 
-  it('appends every event under its owner: the subject names the owner the catalogue gives its type', () => {
+  it("appends every event under its owner: the subject names the owner the catalogue gives its type (recovery's fences stand on the executor subject they close)", () => {
     for (const { subject, event } of events) {
       expect(event.owner).toBe(EventCatalog[event.type].owner);
-      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${event.owner}`);
+      const token = event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
+      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${token}`);
     }
   });
 

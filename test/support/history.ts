@@ -71,6 +71,21 @@ export class History {
     });
   }
 
+  /** Recovery's `settling` fences on the tools and then the runtime subject: the executors' subjects closed before a settlement (K6, K9). */
+  closed(epoch = 1): this {
+    for (const fencedSubject of ['tools', 'runtime'] as const) {
+      this.add('run.fenced', `settling/${fencedSubject}`, {
+        fencedSubject,
+        epoch,
+        holder: epoch ? { service: 'runtime', instance: 'i-1' } : null,
+        reason: 'settling',
+        detail: 'execution finished',
+        uncertain: [],
+      });
+    }
+    return this;
+  }
+
   get facts(): RunFacts {
     return foldRun(this.runId, this.events);
   }

@@ -9,5 +9,6 @@ main({
   portEnv: 'RECOVERY_PORT',
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
+  // one durable per filter: recovery-admission (cancel, deadlines), recovery-runtime (closing the executors' subjects)
   consumer: { durable: 'recovery', filter: (space) => consumerFilters(space, 'recovery') },
 });

@@ -6,7 +6,15 @@
  * outcome back as a `ModelTurnEnded` trigger. The runtime never settles a Run (K9): when it stops
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
-import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent } from '@runplane/contracts';
+import {
+  contextFrom,
+  makeEvent,
+  sha256Hex,
+  type EventData,
+  type ExecutionStopReason,
+  type RunEvent,
+  type StreamedParagraph,
+} from '@runplane/contracts';
 import { lastTurn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** The outcome of one model request, as the model client reports it. */
@@ -17,7 +25,9 @@ export type RuntimeTrigger =
   /** Something happened on the Run (admission, a receipt, a redelivery): take the next step. */
   | { type: 'Wake'; model: string }
   /** The model request of `turn` ended with `result`. */
-  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult };
+  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult }
+  /** While `turn` streams, these paragraphs of its text were finished (a blank line followed each). */
+  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[] };
 
 /** True for text with nothing visible: whitespace, zero-width and other format characters only. */
 export function isBlank(text: string): boolean {
@@ -34,6 +44,9 @@ export function isBlank(text: string): boolean {
  * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
  *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
  *   truncated reply: K9; a failure). Nothing when the turn is not the one in flight.
+ * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
+ *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
+ *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -44,6 +57,8 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
       return onWake(facts, trigger.model, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, now);
+    case 'ParagraphsStreamed':
+      return onParagraphs(facts, trigger.turn, trigger.paragraphs, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
@@ -100,6 +115,25 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, n
  */
 function proposableCalls(done: NonNullable<TurnFacts['completed']>): NonNullable<TurnFacts['completed']>['toolCalls'] {
   return done.finishReason === 'length' ? [] : done.toolCalls;
+}
+
+/** Records the streamed paragraphs of the turn in flight not yet recorded (never after a cancel, never for another turn). */
+function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParagraph[], now: Date): RunEvent[] {
+  const last = lastTurn(facts);
+  if (facts.cancelRequested || !last || last.turn !== turnNo || last.completed || last.failed) return [];
+  const ctx = contextFrom(facts.lastEvent!);
+  const recorded = new Set(last.paragraphs.map((p) => p.index));
+  return paragraphs
+    .filter((p) => !recorded.has(p.index))
+    .map((p) =>
+      makeEvent(
+        'model.output.paragraph',
+        ctx,
+        `${turnNo}/${p.index}`,
+        { turn: turnNo, index: p.index, text: p.text, sha256: sha256Hex(p.text) },
+        now,
+      ),
+    );
 }
 
 /** The stop that a completed turn without (proposable) tool calls means: an answer, or why it is not one (K9). */

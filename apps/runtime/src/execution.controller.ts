@@ -8,6 +8,7 @@ import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
+import { ParagraphRecorder } from './paragraphs.js';
 
 export const MODEL_CLIENT = Symbol('MODEL_CLIENT');
 export const LEASES = Symbol('LEASES');
@@ -109,7 +110,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       this.inFlight.set(runId, abort);
       let result: ModelTurnResult;
       try {
-        result = await this.requestTurn(facts, turn, abort.signal);
+        result = await this.requestTurn(facts, turn, epoch, abort.signal);
       } finally {
         this.inFlight.delete(runId);
       }
@@ -202,12 +203,38 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     }
   }
 
-  /** The activity: one streamed model request for `turn`, built from the Run's facts. Never throws for model-side failures. */
-  private async requestTurn(facts: RunFacts, turn: number, signal: AbortSignal): Promise<ModelTurnResult> {
+  /**
+   * The activity: one streamed model request for `turn`, built from the Run's facts. Never throws
+   * for model-side failures. Deltas go live to observers; each paragraph finished while the turn
+   * streams is recorded (`model.output.paragraph`, under the lease epoch) so that publication
+   * commits it at once; all recording is over before this returns, so the turn's own record never
+   * races it.
+   */
+  private async requestTurn(facts: RunFacts, turn: number, epoch: number, signal: AbortSignal): Promise<ModelTurnResult> {
+    const runId = facts.runId;
     const messages = buildMessages(facts, await this.resolveResults(facts));
     const tools = toolDefinitions(facts.admitted!.grant.tools);
-    const delta = liveDeltaSubject(this.log.space, facts.runId);
-    return this.model.turn(turn, messages, tools, (text) => this.log.nc.publish(delta, JSON.stringify({ turn, text })), signal);
+    const delta = liveDeltaSubject(this.log.space, runId);
+    const paragraphs = new ParagraphRecorder(
+      async (finished) => {
+        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished }, now), { epoch });
+      },
+      (e) => this.logger.warn({ runId, turn, error: (e as Error).message }, 'a streamed paragraph was not recorded (the turn record keeps its text)'),
+    );
+    try {
+      return await this.model.turn(
+        turn,
+        messages,
+        tools,
+        (text) => {
+          this.log.nc.publish(delta, JSON.stringify({ turn, text }));
+          paragraphs.push(text);
+        },
+        signal,
+      );
+    } finally {
+      await paragraphs.close();
+    }
   }
 
   /** Succeeded results by toolCallId: inline ones as recorded, large ones from the result store. */

@@ -4,6 +4,7 @@
  * ```json
  * { "steps": [
  *     { "reply": { "content": "Hi", "finishReason": "stop" }, "chunkDelayMs": 20 },
+ *     { "reply": { "content": "One.\n\nTwo." }, "paragraphDelayMs": 3000 },
  *     { "reply": { "toolCalls": [{ "name": "list_funds", "arguments": {} }] } },
  *     { "error": { "status": 500, "message": "boom" }, "delayMs": 100 },
  *     { "hang": true },
@@ -90,6 +91,8 @@ const StepTiming = {
   delayMs: NonNegativeMs.optional(),
   /** Milliseconds to wait between stream chunks (streaming requests only). */
   chunkDelayMs: NonNegativeMs.optional(),
+  /** Milliseconds to wait after each paragraph of the content, i.e. after a chunk that completes a blank-line separator (streaming requests only). */
+  paragraphDelayMs: NonNegativeMs.optional(),
 };
 
 export const ScenarioStep = z
@@ -155,7 +158,7 @@ export async function loadScenarioFile(path: string): Promise<Scenario> {
 
 /** What the server does for one chat request. */
 export type StepAction =
-  | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number }
+  | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number; paragraphDelayMs: number }
   | { kind: 'error'; status: number; message: string; type?: string; delayMs: number }
   | { kind: 'hang'; delayMs: number }
   | { kind: 'raw'; chunks: RawChunk[]; delayMs: number; chunkDelayMs: number }
@@ -179,7 +182,8 @@ export function actionFor(scenario: Scenario, index: number): StepAction {
       : { kind: 'policy' };
   }
   const delayMs = step.delayMs ?? 0;
-  if (step.reply) return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
+  if (step.reply)
+    return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0, paragraphDelayMs: step.paragraphDelayMs ?? 0 };
   if (step.error) return { kind: 'error', ...step.error, delayMs };
   if (step.rawChunks) return { kind: 'raw', chunks: step.rawChunks, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
   return { kind: 'hang', delayMs };

@@ -203,6 +203,21 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(115);
   });
 
+  it('waits paragraphDelayMs after each finished paragraph, and never sends the end of one paragraph with the start of the next', async () => {
+    const { client } = await start({ steps: [{ reply: { content: 'First one.\n\nSecond one.\n\nThird.' }, paragraphDelayMs: 150 }] });
+    const stream = await client.chat.completions.create({ model: 'm', messages: user, stream: true });
+    const pieces: { text: string; at: number }[] = [];
+    for await (const chunk of stream) {
+      const text = chunk.choices[0]?.delta?.content;
+      if (text) pieces.push({ text, at: Date.now() });
+    }
+    expect(pieces.map((p) => p.text).join('')).toBe('First one.\n\nSecond one.\n\nThird.');
+    const ends = pieces.map((p, i) => ({ i, end: p.text.endsWith('\n\n') })).filter((p) => p.end);
+    expect(ends).toHaveLength(2);
+    for (const { i } of ends) expect(pieces[i + 1]!.at - pieces[i]!.at).toBeGreaterThanOrEqual(140);
+    expect(pieces.some((p) => /\n\n./s.test(p.text))).toBe(false);
+  });
+
   it('a hang hits the client timeout; the server drops the request and keeps serving', async () => {
     const { model } = await start({ steps: [{ hang: true }, { hang: true }, { reply: { content: 'after the hangs' } }] });
     const impatient = new OpenAI({ baseURL: model.url, apiKey: 'test', maxRetries: 0, timeout: 300 });

@@ -41,7 +41,7 @@ export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'a
   tools: ['runtime'],
   publication: ['runtime'],
   lifecycle: ['runtime', 'publication'],
-  recovery: ['admission'],
+  recovery: ['admission', 'runtime'],
   projector: 'all',
 };
 

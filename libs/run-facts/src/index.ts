@@ -10,6 +10,8 @@ export interface TurnFacts {
   requestedAt: string;
   completed: EventData<'model.turn.completed'> | null;
   failed: EventData<'model.turn.failed'> | null;
+  /** The paragraphs recorded while the turn streamed (`model.output.paragraph`), in index order. */
+  paragraphs: EventData<'model.output.paragraph'>[];
 }
 
 export interface ToolCallFacts {
@@ -46,6 +48,13 @@ export interface RunFacts {
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
+   * Per executor subject: true while its last event is a fence of recovery (`run.fenced`), late
+   * observations aside (the one fact allowed after it). Every executor append decided before that
+   * fence is refused by the log, so a settlement made while both are closed cannot be followed by a
+   * stale executor's append (K6, K9).
+   */
+  closed: { runtime: boolean; tools: boolean };
+  /**
    * Last stream sequence on each of the Run's subjects (`<prefix>.run.<runId>.<token>`, one per
    * owner; recovery's fences stand on the executors' subjects): the expectation for the next
    * append on that subject (K6).
@@ -71,6 +80,7 @@ export function emptyFacts(runId: string): RunFacts {
     leases: [],
     cancelRequested: null,
     fenced: null,
+    closed: { runtime: false, tools: false },
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastSeq: 0,
     lastEvent: null,
@@ -85,6 +95,7 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     turns: facts.turns.map((t) => ({ ...t })),
     toolCalls: new Map([...facts.toolCalls].map(([k, v]) => [k, { ...v }])),
     passages: new Map(facts.passages),
+    closed: closedAfter(facts.closed, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastSeq: stored.seq,
     lastEvent: e,
@@ -96,8 +107,13 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
       break;
     case 'model.turn.requested':
-      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, failed: null });
+      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, failed: null, paragraphs: [] });
       break;
+    case 'model.output.paragraph': {
+      const t = next.turns.find((x) => x.turn === e.data.turn);
+      if (t && !t.paragraphs.some((p) => p.index === e.data.index)) t.paragraphs = [...t.paragraphs, e.data].sort((a, b) => a.index - b.index);
+      break;
+    }
     case 'model.turn.completed': {
       const t = next.turns.find((x) => x.turn === e.data.turn);
       if (t) t.completed = e.data;
@@ -132,9 +148,11 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'run.execution.finished':
       next.finished = e.data;
       break;
-    case 'passage.committed':
-      next.passages.set(e.data.passageId, e.data);
+    case 'passage.committed': {
+      const before = next.passages.get(e.data.passageId);
+      if (!before || e.data.version > before.version) next.passages.set(e.data.passageId, e.data);
       break;
+    }
     case 'answer.published':
       next.answer = e.data;
       break;
@@ -200,9 +218,35 @@ export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: nu
   return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens };
 }
 
-/** Committed passages in answer order (latest version of each). */
+/** What an event on an executor subject does to its closure (see {@link RunFacts.closed}). */
+function closedAfter(closed: RunFacts['closed'], e: RunEvent): RunFacts['closed'] {
+  const token = subjectTokenOf(e);
+  if ((token !== 'runtime' && token !== 'tools') || e.type === 'tool.call.late_observed') return closed;
+  return { ...closed, [token]: e.type === 'run.fenced' };
+}
+
+/** Committed passages (latest version of each) in the order of their source turn, then index. */
 export function passagesInOrder(facts: RunFacts): EventData<'passage.committed'>[] {
-  return [...facts.passages.values()].sort((a, b) => a.index - b.index);
+  return [...facts.passages.values()].sort((a, b) => a.sourceTurn - b.sourceTurn || a.index - b.index);
+}
+
+/**
+ * The passages an observer is shown as the Run's answer: once `answer.published` is recorded,
+ * exactly the passages it lists, in its order; before that (the answer still streaming, or the
+ * Run interrupted, canceled or failed without one), every committed passage in the order of
+ * {@link passagesInOrder}, so text committed while a turn streamed is served as it was committed.
+ */
+export function answerPassages(facts: RunFacts): EventData<'passage.committed'>[] {
+  if (!facts.answer) return passagesInOrder(facts);
+  return facts.answer.passageIds.map((id) => facts.passages.get(id)).filter((p) => p !== undefined);
+}
+
+/** Recorded paragraphs (`model.output.paragraph`) whose passage publication has not committed yet: `[turn, index]` pairs. */
+export function uncommittedParagraphs(facts: RunFacts): { turn: number; index: number }[] {
+  const committed = new Set([...facts.passages.values()].map((p) => `${p.sourceTurn}/${p.index}`));
+  return facts.turns.flatMap((t) =>
+    t.paragraphs.filter((p) => !committed.has(`${t.turn}/${p.index}`)).map((p) => ({ turn: t.turn, index: p.index })),
+  );
 }
 
 /**
