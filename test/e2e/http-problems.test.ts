@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import getPort from 'get-port';
 import { openApiDocument, ProblemDetails } from '@runplane/contracts';
 import { RunplaneClient, RunplaneHttpError, RunplaneUnreachableError } from '@runplane/client';
-import { ensureNats, repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
+import { ensureNats, natsEnvOf, repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
 import { readFileSync } from 'node:fs';
 import { startTestStack, type TestStack } from '../support/stack.js';
 
@@ -169,7 +169,7 @@ async function spawnService(name: 'admission' | 'publication', env: NodeJS.Proce
     name,
     join(repoRoot(), 'apps', name, 'dist', 'main.js'),
     [],
-    { ...t.env, ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env },
+    { ...t.env, ...natsEnvOf(t.users, name), ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env },
     /ready on (http:\/\/\S+)/,
     log,
   );

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { ResultStore } from '@runplane/eventlog';
+import { extractUnanswered } from '@runplane/app-scripted-model';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -83,18 +84,24 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
   });
 
-  it('appends every event under its owner: the subject names the owner the catalogue gives its type', () => {
+  it("appends every event under its owner: the subject names the owner the catalogue gives its type (recovery's fences stand on the executor subject they close)", () => {
     for (const { subject, event } of events) {
       expect(event.owner).toBe(EventCatalog[event.type].owner);
-      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${event.owner}`);
+      const token = event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
+      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${token}`);
     }
   });
 
   it('answers with the checked figures, recomputed through the product', async () => {
     // The figures as the product computes them (the tools service's library on the same files)...
     const lib = new HoldingsLibrary({ dir: SHARED, dataSet: 'shared' });
-    const cmp = await lib.compareHoldings({ fundA: 'SPY', fundB: 'QQQ' });
-    expect([cmp.a.file, cmp.b.file]).toEqual(['SPY_2025-09-30.xlsx', 'QQQ_2025-09-26.csv']);
+    const closest = await lib.compareHoldings({ fundA: 'SPY', fundB: 'QQQ' });
+    expect([closest.a.file, closest.b.file]).toEqual(['SPY_2025-09-30.xlsx', 'QQQ_2025-09-26.csv']);
+    // (the policy asks for those two files by date, as the receipt's selection records)
+    const cmp = await lib.compareHoldings({ fundA: 'SPY', fundB: 'QQQ', asOfA: '2025-09-30', asOfB: '2025-09-26' });
+    expect(cmp.selectionA.rule).toBe('requested-date');
+    expect(cmp.a.provenance).toMatchObject({ file: 'SPY_2025-09-30.xlsx', layout: 'ssga-xlsx', asOfHow: 'preamble', asOfText: 'As of 30-Sep-2025' });
+    expect(cmp.standardOverlap.toFixed(1)).toBe('51.4');
     // ...equal the checked values from the files...
     expect(cmp.a.asOf).toBe('2025-09-30');
     expect(cmp.a.securityCount).toBe(503);
@@ -120,6 +127,9 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     expect(answer).toContain('51.4%');
     for (const line of cmp.onlyInB) expect(answer).toContain(line.ticker!);
     expect(answer).toMatch(/13 QQQ names/);
+    expect(answer).toContain('The standard overlap (the smaller weight summed over common holdings) is 51.4%');
+    // ...and it ends with the machine-readable list of unanswered parts: none.
+    expect(extractUnanswered(answer)).toEqual([]);
   });
 
   it('projects the Run into PostgreSQL and a rebuild from the log gives identical rows (K11)', async () => {

@@ -13,8 +13,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { effectsOf, lostFacts, modelRequestsFor, outcomeOf, reportRow, sleep, until, waitForSettled, waitForType } from '../support/faults.js';
-import { currentNatsServerBinary, machineNatsServerBinary, TestNatsServer } from '../support/nats-server.js';
-import { startTestStack, type TestStack } from '../support/stack.js';
+import { TestNatsServer } from '../support/nats-server.js';
+import { startTestStack, testNatsServerBinary, type TestStack } from '../support/stack.js';
 
 const DOWN_MS = 1_500;
 const LEASE_TTL_MS = 1_200;
@@ -25,22 +25,21 @@ let server: TestNatsServer;
 let t: TestStack;
 
 beforeAll(async () => {
-  // the machine's release (2.9.10) when installed, so the product is tested on the server it runs on
-  const current = currentNatsServerBinary();
-  const bin = machineNatsServerBinary() ?? ('bin' in current ? current.bin : null);
-  if (!bin) throw new Error('no nats-server binary to start (install nats-server or run scripts/fetch-nats-server.sh)');
-  server = await TestNatsServer.start({ bin });
-  t = await startTestStack('natsrst', {
-    NATS_URL: server.url,
-    RUNPLANE_TEST_TOOLS: 'record_effect',
-    RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_ACK_WAIT_MS: '2000',
-    RUNPLANE_TOOL_CLAIM_TTL_MS: '3000',
-    RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
-    RUNPLANE_TOOL_TIMEOUT_MS: '30000',
-  });
+  t = await startTestStack(
+    'natsrst',
+    {
+      RUNPLANE_TEST_TOOLS: 'record_effect',
+      RUNPLANE_RECORD_EFFECT_FILE: effectFile,
+      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_ACK_WAIT_MS: '2000',
+      RUNPLANE_TOOL_CLAIM_TTL_MS: '3000',
+      RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
+      RUNPLANE_TOOL_TIMEOUT_MS: '30000',
+    },
+    // a server of this file's own, with the stack's users and permissions, that it can restart
+    { nats: async (config, auth) => (server = await TestNatsServer.start({ bin: testNatsServerBinary(), config, auth })).url },
+  );
 }, 120_000);
 
 afterAll(async () => {

@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { RunplaneHttpError } from '@runplane/client';
+import { lostFacts, reportRow } from '../support/faults.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -81,8 +82,6 @@ describe('a runtime that dies mid-Run (K10)', () => {
     expect(ofType(events, 'lease.granted')).toHaveLength(1);
     // a generous bound: TTL 1.5 s, sweep 0.1 s
     expect(settleMs).toBeLessThan(15_000);
-    process.stdout.write(`recovery: SIGKILL mid-turn -> settled interrupted ${settleMs} ms after the kill\n`);
-
     // a restarted runtime does not resume the Run: no second request to the model for it
     await t.stack.startService('runtime');
     await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
@@ -90,6 +89,14 @@ describe('a runtime that dies mid-Run (K10)', () => {
     const after = await t.log.readRun(body.runId);
     expect(after.filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
     expect(ofType(after, 'run.settled')).toHaveLength(1);
+    reportRow({
+      fault: 'runtime kill -9 mid model turn',
+      runs: 1,
+      settled: '1 x interrupted',
+      duplicates: (await modelRequestsFor(key)) - 1,
+      lost: lostFacts(events, after).length,
+      settleMs,
+    });
 
     // a later message in the same conversation is admitted and runs normally
     const next = await t.client.postMessage('conv-recovery', { clientMessageId: `${key}-next`, content: 'What does DIA hold?' });
@@ -111,10 +118,13 @@ describe('a runtime that dies mid-Run (K10)', () => {
     expect(settled[0]!.data.outcome).toBe('interrupted');
     expect(settled[0]!.data.reason).toMatch(/runtime stopped/);
     expect(ofType(events, 'model.turn.completed')).toHaveLength(0);
-    process.stdout.write(`recovery: SIGTERM mid-turn -> settled interrupted ${Date.now() - stoppedAt} ms after the stop began\n`);
+    const settleMs = Date.now() - stoppedAt;
     await t.stack.startService('runtime');
     await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
     expect(await modelRequestsFor(key)).toBe(1);
+    const after = await t.log.readRun(body.runId);
+    expect(lostFacts(events, after)).toEqual([]);
+    reportRow({ fault: 'runtime SIGTERM mid model turn', runs: 1, settled: '1 x interrupted', duplicates: 0, lost: 0, settleMs });
   }, 120_000);
 });
 
@@ -129,8 +139,13 @@ describe('a frozen holder (K6)', () => {
     expect(holder.epoch).toBe(1);
     const other = await t.stack.startService('runtime'); // a second runtime process on the same consumers
     frozen.child.kill('SIGSTOP');
+    const frozenAt = Date.now();
+    let atSettlement: StoredEvent[];
+    let settleMs: number;
     try {
       const events = await t.waitForSettlement(body.runId, 30_000);
+      settleMs = Date.now() - frozenAt;
+      atSettlement = events;
       expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('interrupted');
       // the other runtime keeps executing other Runs meanwhile
       const otherRun = await t.client.postMessage('conv-recovery', { clientMessageId: `${key}-other`, content: 'What does DIA hold?' });
@@ -149,6 +164,15 @@ describe('a frozen holder (K6)', () => {
     expect(ofType(final, 'model.turn.completed')).toHaveLength(0);
     expect(ofType(final, 'run.settled')).toHaveLength(1);
     expect(await modelRequestsFor(key)).toBe(1);
+    expect(lostFacts(atSettlement, final)).toEqual([]);
+    reportRow({
+      fault: 'runtime SIGSTOP past its lease, SIGCONT later (2 runtimes)',
+      runs: 2,
+      settled: '1 x interrupted, 1 x completed',
+      duplicates: staleWrites.length,
+      lost: 0,
+      settleMs,
+    });
     void other;
   }, 150_000);
 });
@@ -174,7 +198,7 @@ describe('cancel versus disconnect (K4)', () => {
     expect(ofType(events, 'run.cancel.requested')).toHaveLength(1);
     expect(ofType(events, 'tool.call.dispatched')).toHaveLength(0);
     expect(settleMs).toBeLessThan(8_000); // well before the model's 10 s reply
-    process.stdout.write(`cancel: settled canceled ${settleMs} ms after the cancel request\n`);
+    reportRow({ fault: 'cancel during a model turn', runs: 1, settled: '1 x canceled', duplicates: 0, lost: 0, settleMs });
     await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
     expect(await modelRequestsFor(key)).toBe(1);
     expect((await t.log.readRun(body.runId)).filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);

@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
+import pg from 'pg';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import type { ManagedProcess } from '@runplane/devstack';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -193,6 +194,27 @@ describe('a result after unknown is a late observation (K5)', () => {
       // it dispatched nothing and re-ran nothing
       expect(ofType(after, 'tool.call.dispatched')).toHaveLength(1);
       expect(effectsOf(lateRunId)).toHaveLength(1);
+      // the projection shows the late observation and the reconciliation beside the receipt, which stays unknown
+      const row = await eventually(
+        async () => {
+          const db = new pg.Client({ connectionString: t.env.DATABASE_URL });
+          await db.connect();
+          try {
+            const r = await db.query(
+              'select status, late_status, reconciled_outcome, reconciled_by, reconciled_at from tool_calls where run_id = $1 and tool_call_id = $2',
+              [lateRunId, toolCallId],
+            );
+            const found = r.rows[0] as Record<string, unknown> | undefined;
+            return found?.reconciled_outcome ? found : null;
+          } finally {
+            await db.end();
+          }
+        },
+        20_000,
+        'the reconciliation in the tool_calls projection',
+      );
+      expect(row).toMatchObject({ status: 'unknown', late_status: 'succeeded', reconciled_outcome: 'succeeded', reconciled_by: 'ops-ada' });
+      expect(row.reconciled_at).not.toBeNull();
     });
 
     it('names the operator from the header; refuses bad bodies (400), unknown Runs and calls (404), calls that are not unknown (409)', async () => {

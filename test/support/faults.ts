@@ -75,6 +75,7 @@ export interface RunOutcome {
   settlements: number;
   outcome: string | undefined;
   reason: string | undefined;
+  /** Fences of a fault, cancel or deadline (recovery's `settling` fences, which close every finished Run, are not counted). */
   fenced: number;
   turnsRequested: number;
   turnsCompleted: number;
@@ -93,7 +94,7 @@ export function outcomeOf(events: StoredEvent[]): RunOutcome {
     settlements: settled.length,
     outcome: settled[0]?.data.outcome,
     reason: settled[0]?.data.reason,
-    fenced: ofType(events, 'run.fenced').length,
+    fenced: ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling').length,
     turnsRequested: ofType(events, 'model.turn.requested').length,
     turnsCompleted: ofType(events, 'model.turn.completed').length,
     dispatched: ofType(events, 'tool.call.dispatched').length,

@@ -81,6 +81,21 @@ export class History {
     });
   }
 
+  /** Recovery's `settling` fences on the tools and then the runtime subject: the executors' subjects closed before a settlement (K6, K9). */
+  closed(epoch = 1): this {
+    for (const fencedSubject of ['tools', 'runtime'] as const) {
+      this.add('run.fenced', `settling/${fencedSubject}`, {
+        fencedSubject,
+        epoch,
+        holder: epoch ? { service: 'runtime', instance: 'i-1' } : null,
+        reason: 'settling',
+        detail: 'execution finished',
+        uncertain: [],
+      });
+    }
+    return this;
+  }
+
   // ---- waits and child Runs (K10) ----
   waitOpened(turn: number, toolCallId: string, question: string, expiresAt = '2026-01-01T01:00:00.000Z'): this {
     const waitId = waitIdOf(this.runId, toolCallId);

@@ -44,6 +44,8 @@ export interface NatsServerOptions {
   args?: string[];
   /** How long to wait for the server to answer with JetStream (default 15 s). */
   readyTimeoutMs?: number;
+  /** A user the readiness probe connects as, when `config` requires one (libs/devstack natsAuthConfig). */
+  auth?: { user: string; pass: string };
 }
 
 /** Every started server process that has not exited yet (killed on process exit). */
@@ -97,6 +99,7 @@ export class TestNatsServer {
     private readonly configFile: string | null,
     private readonly extraArgs: string[],
     private readonly readyTimeoutMs: number,
+    private readonly auth: { user: string; pass: string } | null = null,
   ) {
     this.url = `nats://127.0.0.1:${port}`;
     this.storeDir = join(baseDir, 'store');
@@ -121,7 +124,7 @@ export class TestNatsServer {
         writeFileSync(configFile, opts.config);
       }
       const port = opts.port ?? (await getPort({ host: '127.0.0.1' }));
-      const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000);
+      const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000, opts.auth ?? null);
       try {
         await server.launch();
         return server;
@@ -287,7 +290,7 @@ export class TestNatsServer {
       if (this.child !== child) {
         throw new Error(`${this.bin} exited (${child.exitCode ?? child.signalCode}) before answering on ${this.url}:\n${this.logTail()}`);
       }
-      const version = await jetStreamVersion(this.url, 1000);
+      const version = await jetStreamVersion(this.url, 1000, this.auth);
       if (version) {
         this.version = version;
         return;
@@ -321,10 +324,10 @@ function allThreadsStopped(pid: number): boolean {
 }
 
 /** The server's version once it answers JetStream API requests at `url`, else null. */
-async function jetStreamVersion(url: string, timeoutMs: number): Promise<string | null> {
+async function jetStreamVersion(url: string, timeoutMs: number, auth: { user: string; pass: string } | null = null): Promise<string | null> {
   let nc;
   try {
-    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false });
+    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
   } catch {
     return null;
   }

@@ -1,20 +1,37 @@
 /**
- * End-to-end test stack: the real processes (scripted model + every service) against the real
- * NATS JetStream and PostgreSQL of this machine, isolated by a unique stream, subject prefix and
- * database per test file, all removed afterwards.
+ * End-to-end test stack: the real processes (scripted model + every service) against a
+ * nats-server the test file starts itself with the Runplane users and permissions switched on
+ * (libs/eventlog bus.ts, as deployed: K9 by the broker) and the real PostgreSQL of this machine,
+ * isolated by a unique stream, subject prefix and database per test file, all removed afterwards.
  */
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
 import { RunplaneClient } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, repoRoot, startStack, type Stack } from '@runplane/devstack';
-import { EventLog } from '@runplane/eventlog';
+import {
+  dropDatabase,
+  ensureDatabaseExists,
+  natsAuthConfig,
+  newNatsUsers,
+  repoRoot,
+  startStack,
+  type NatsUsers,
+  type Stack,
+} from '@runplane/devstack';
+import { destroyBus, EventLog } from '@runplane/eventlog';
+import { currentNatsServerBinary, machineNatsServerBinary, TestNatsServer } from './nats-server.js';
 
 export interface TestStack {
   tag: string;
+  /** The services' common environment (without any user's credentials). */
   env: NodeJS.ProcessEnv;
   stack: Stack;
+  /** The test's own reads and clean-up, connected as the `admin` user. */
   log: EventLog;
+  /** Every NATS user's credentials (e.g. `natsEnvOf(t.users, 'runtime')` to act as the runtime). */
+  users: NatsUsers;
+  /** The nats-server this file started (null when `opts.nats` supplied the URL). */
+  nats: TestNatsServer | null;
   client: RunplaneClient;
   /** Total chat requests the scripted model received. */
   modelRequests(): Promise<number>;
@@ -25,43 +42,74 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
+/** The nats-server binary tests start: the machine's release (2.9.10) when installed, so the product is tested on the server it runs on. */
+export function testNatsServerBinary(): string {
+  const current = currentNatsServerBinary();
+  const bin = machineNatsServerBinary() ?? ('bin' in current ? current.bin : null);
+  if (!bin) throw new Error('no nats-server binary to start (install nats-server or run scripts/fetch-nats-server.sh)');
+  return bin;
+}
+
+export interface TestStackOptions {
+  /**
+   * Starts the nats-server with the given configuration (the users and permissions) and returns
+   * its URL; for a test that restarts its server. Default: a {@link TestNatsServer} of
+   * {@link testNatsServerBinary}, stopped with the stack.
+   */
+  nats?: (config: string, admin: { user: string; pass: string }) => Promise<string>;
+}
+
 /**
  * Starts the stack for one test file. `envOverrides` set service configuration (short lease TTLs,
  * ack waits) for fault tests.
  */
-export async function startTestStack(name: string, envOverrides: NodeJS.ProcessEnv = {}): Promise<TestStack> {
+export async function startTestStack(name: string, envOverrides: NodeJS.ProcessEnv = {}, opts: TestStackOptions = {}): Promise<TestStack> {
   const tag = `${name}${randomBytes(3).toString('hex')}`.toLowerCase();
+  const users = newNatsUsers();
+  const space = { stream: `RPT_${tag}`, prefix: `t${tag}` };
+  const admin = { user: users.admin.user, pass: users.admin.password };
+  let nats: TestNatsServer | null = null;
+  const natsUrl = opts.nats
+    ? await opts.nats(natsAuthConfig(space, users), admin)
+    : (nats = await TestNatsServer.start({ bin: testNatsServerBinary(), config: natsAuthConfig(space, users), auth: admin })).url;
   const env: NodeJS.ProcessEnv = {
     ...process.env,
-    NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    NATS_URL: natsUrl,
     DATABASE_URL: `postgresql://postgres@127.0.0.1:5432/rp_${tag}`,
-    RUNPLANE_STREAM: `RPT_${tag}`,
-    RUNPLANE_SUBJECT_PREFIX: `t${tag}`,
+    RUNPLANE_STREAM: space.stream,
+    RUNPLANE_SUBJECT_PREFIX: space.prefix,
     NO_COLOR: '1',
     ...envOverrides,
   };
-  if (!(await ensureDatabaseExists(env.DATABASE_URL!))) throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
-  const log = await EventLog.connect({
-    natsUrl: env.NATS_URL!,
-    stream: env.RUNPLANE_STREAM!,
-    prefix: env.RUNPLANE_SUBJECT_PREFIX!,
-    name: 'e2e-test',
-  });
+  delete env.NATS_USER;
+  delete env.NATS_PASSWORD;
+  if (!(await ensureDatabaseExists(env.DATABASE_URL!))) {
+    await nats?.cleanup();
+    throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
+  }
+  let log: EventLog | null = null;
   let stack: Stack;
   try {
-    stack = await startStack({ env, logDir: join(repoRoot(), '.runplane', 'test-logs', tag) });
+    stack = await startStack({ env, logDir: join(repoRoot(), '.runplane', 'test-logs', tag), natsUsers: users });
+    log = await EventLog.connect({ natsUrl, ...space, name: 'e2e-test', ...admin });
   } catch (e) {
-    await log.destroyStream();
-    await log.close();
+    if (log) {
+      await destroyBus(log);
+      await log.close();
+    }
     await dropDatabase(env.DATABASE_URL!);
+    await nats?.cleanup();
     throw e;
   }
+  const adminLog = log;
   const modelAdmin = stack.modelUrl.replace(/\/v1$/, '/_scripted');
   return {
     tag,
     env,
     stack,
-    log,
+    log: adminLog,
+    users,
+    nats,
     get client() {
       return new RunplaneClient(stack.endpoints);
     },
@@ -81,7 +129,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     async waitForSettlement(runId, timeoutMs = 60_000) {
       const deadline = Date.now() + timeoutMs;
       for (;;) {
-        const events = await log.readRun(runId);
+        const events = await adminLog.readRun(runId);
         if (events.some((e) => e.event.type === 'run.settled')) return events;
         if (Date.now() > deadline) {
           throw new Error(`run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}`);
@@ -91,13 +139,10 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     },
     async stop() {
       await stack.stop();
-      await log.jsm.streams.delete(`OBJ_${env.RUNPLANE_SUBJECT_PREFIX}_results`).catch(() => undefined);
-      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_leases`).catch(() => undefined);
-      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_claims`).catch(() => undefined);
-      await log.jsm.streams.delete(`KV_${env.RUNPLANE_SUBJECT_PREFIX}_deadlines`).catch(() => undefined);
-      await log.destroyStream();
-      await log.close();
+      await destroyBus(adminLog);
+      await adminLog.close();
       await dropDatabase(env.DATABASE_URL!);
+      await nats?.cleanup();
     },
   };
 }

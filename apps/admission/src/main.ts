@@ -1,5 +1,5 @@
 import { DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig } from '@runplane/contracts';
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { AdmissionModule } from './admission.module.js';
 
@@ -11,5 +11,5 @@ main({
   config: [DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig],
   // child Runs (K10): admits a child on its parent's `child.run.requested` (runtime subject) and
   // cancels the children still running when a parent settles (lifecycle subject)
-  consumer: { durable: 'admission', filter: (space) => [ownerFilter(space, 'runtime'), ownerFilter(space, 'lifecycle')] },
+  consumer: { durable: 'admission', filter: (space) => consumerFilters(space, 'admission') },
 });

@@ -4,7 +4,18 @@ import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, ensureNats, repoRoot, startStack, stopEverything } from '@runplane/devstack';
+import {
+  dropDatabase,
+  ensureDatabaseExists,
+  FALLBACK_NATS_SUFFIX,
+  natsEnvOf,
+  projectionDatabaseFor,
+  repoRoot,
+  startSecuredNats,
+  startStack,
+  stopEverything,
+  type NatsUsers,
+} from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
@@ -114,8 +125,10 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
   const log = await openLog('runplane-rebuild');
   try {
     const { DATABASE_URL } = loadConfig(DatabaseConfig);
+    log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) });
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
+    for (const line of result.skipped) out(`anomaly: ${line}`);
     if (result.identicalToLive) {
       out('rebuilt projections are identical to the live ones');
       if (keep) out(`kept database ${result.database}`);
@@ -145,10 +158,12 @@ export async function up(): Promise<number> {
   const cleanup = stopOnSignal();
   const env = await prepareEnvironment();
   cleanup.also(() => env.close());
-  const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, ...env.model });
+  const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
+  const ops = natsEnvOf(env.natsUsers, 'ops');
+  out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything
 }
@@ -176,6 +191,8 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
 async function prepareEnvironment(): Promise<{
   stateDir: string;
   env: NodeJS.ProcessEnv;
+  /** The users of the nats-server this command started (permissions switched on). */
+  natsUsers: NatsUsers;
   dataSet: 'shared' | 'illustrative';
   model: { modelBaseUrl?: string };
   close(): Promise<void>;
@@ -191,15 +208,18 @@ async function prepareEnvironment(): Promise<{
     throw new Error('RUNPLANE_DEMO_MODEL=external needs OPENAI_BASE_URL (and OPENAI_API_KEY, RUNPLANE_MODEL) for the model endpoint');
   }
   out('Runplane');
-  const nats = await ensureNats(bus.NATS_URL, stateDir);
+  // always a server of its own with the Runplane users switched on, as deployed (K9 by the broker);
+  // a server already running (the machine's) is never reconfigured
+  const nats = await startSecuredNats({ stateDir, space: { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX } });
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
-    let databaseUrl = DATABASE_URL;
-    if (await ensureDatabaseExists(DATABASE_URL)) {
-      out(`  database: ${redactUrl(DATABASE_URL)}`);
+    // The NATS started here has its own log, so its projections go to a database of their own.
+    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats);
+    if (await ensureDatabaseExists(databaseUrl)) {
+      out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, 'pglite') });
+      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite') });
       databaseUrl = embedded.url;
       out(
         `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,
@@ -211,6 +231,7 @@ async function prepareEnvironment(): Promise<{
     return {
       stateDir,
       env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
+      natsUsers: nats.users,
       dataSet: data.dataSet,
       model: realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL! } : {},
       async close() {
@@ -235,7 +256,7 @@ export async function demo(question: string | undefined): Promise<number> {
   const prepared = await prepareEnvironment();
   cleanup.also(() => prepared.close());
   try {
-    const stack = await startStack({ env: prepared.env, logDir: join(prepared.stateDir, 'logs'), ...prepared.model });
+    const stack = await startStack({ env: prepared.env, logDir: join(prepared.stateDir, 'logs'), natsUsers: prepared.natsUsers, ...prepared.model });
     out(`  model:    ${stack.model ? `scripted research policy at ${stack.modelUrl} (offline)` : `${stack.modelUrl}`}`);
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);

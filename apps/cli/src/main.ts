@@ -11,10 +11,12 @@
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
+ *   docs nats-auth                 print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
+import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
 import { ask, demo, rebuild, terminalSafe, timeline, up, watch } from './commands.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
@@ -133,6 +135,14 @@ docs
   .description('print the OpenAPI 3.1 description of every HTTP endpoint, generated from the zod schemas (docs/openapi.json)')
   .action(() => {
     process.stdout.write(renderOpenApi());
+  });
+docs
+  .command('nats-auth')
+  .description(
+    'print the NATS users and permissions for stream RUNPLANE, prefix rp, passwords from the server environment (deploy/nats/accounts.conf)',
+  )
+  .action(() => {
+    process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
   });
 
 await program.parseAsync(process.argv);

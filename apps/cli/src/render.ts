@@ -17,6 +17,8 @@ export function summarize(e: RunEvent): string {
       return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message}`;
     case 'tool.call.proposed':
       return `tool call proposed: ${e.data.name}(${e.data.argumentsText})`;
+    case 'model.output.paragraph':
+      return `model turn ${e.data.turn}: paragraph ${e.data.index} streamed (${e.data.text.length} chars)`;
     case 'tool.call.dispatched':
       return `tool call dispatched: ${e.data.name} [${e.data.toolCallId}]`;
     case 'tool.call.receipt':

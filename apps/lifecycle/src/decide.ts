@@ -5,9 +5,16 @@
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
  * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
  * user's cancel. It also records a child Run's settlement on its parent (`child.run.settled`).
+ *
+ * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
+ * while both executor subjects (`runtime`, `tools`) end in a fence of recovery (`facts.closed`;
+ * recovery fences them with reason `settling` when an execution finished on its own), so an
+ * executor append decided before the settlement is refused by its conditional append, on
+ * nats-server 2.9.10 too. And it settles only once every paragraph recorded while the answer
+ * streamed is a committed passage, so text produced before a crash or a failure is kept (K9, K10).
  */
 import { contextFrom, makeEvent, type Outcome, type RunEvent } from '@runplane/contracts';
-import { passagesInOrder, toolCallsInOrder, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
+import { passagesInOrder, toolCallsInOrder, uncommittedParagraphs, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
@@ -27,8 +34,8 @@ const FAILURE_REASONS: Record<string, string> = {
 export type LifecycleTrigger = { type: 'Wake' } | { type: 'ChildSettled'; childRunId: string; outcome: Outcome; reason: string; answer: string };
 
 /**
- * Decides the Run's settlement, or nothing yet (not finished, answer not yet published, already
- * settled). Exactly one settlement per Run (K9): its id is fixed and the append expects the
+ * Decides the Run's settlement, or nothing yet (not finished, answer not yet published, executor
+ * subjects not closed yet, streamed paragraphs not committed yet, already settled). Exactly one settlement per Run (K9): its id is fixed and the append expects the
  * lifecycle subject to be empty.
  * @param now the decision clock (the settlement's `occurredAt`).
  */
@@ -45,6 +52,8 @@ export function decide(facts: RunFacts, trigger: LifecycleTrigger, now: Date): R
 
 function settle(facts: RunFacts, now: Date): RunEvent[] {
   if (facts.settled || !facts.admitted || !facts.lastEvent) return [];
+  // the executors' subjects are closed first (a fence there refuses every stale append), and the text streamed so far is committed
+  if (!facts.closed.runtime || !facts.closed.tools || uncommittedParagraphs(facts).length > 0) return [];
   const passageIds = passagesInOrder(facts).map((p) => p.passageId);
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)
@@ -80,7 +89,7 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
   const answered = finished.reason === 'answered' && facts.answer !== null && facts.answer.passageIds.length > 0;
   return [
     answered
-      ? settled('completed', `answer committed in ${passageIds.length} passage(s)`)
+      ? settled('completed', `answer committed in ${facts.answer!.passageIds.length} passage(s)`)
       : settled('failed', `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`),
   ];
 }

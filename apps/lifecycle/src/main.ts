@@ -1,4 +1,4 @@
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { LifecycleModule } from './lifecycle.module.js';
 
@@ -7,5 +7,5 @@ main({
   module: LifecycleModule,
   portEnv: 'LIFECYCLE_PORT',
   defaultPort: 8086,
-  consumer: { durable: 'lifecycle', filter: (space) => [ownerFilter(space, 'runtime'), ownerFilter(space, 'publication')] },
+  consumer: { durable: 'lifecycle', filter: (space) => consumerFilters(space, 'lifecycle') },
 });

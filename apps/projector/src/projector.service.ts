@@ -4,7 +4,7 @@
  */
 import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, recordAnomaly } from '@runplane/eventlog';
 import { OrphanEventError, RunEntity, applyStoredEvents, type ApplyResult } from '@runplane/projections';
 import { ProjectionDatabase } from './projection-database.js';
 
@@ -63,8 +63,9 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
  * flush's Runs' later events behind it, until it succeeds or the application shuts down; only
  * then does the error reach the consumer (nak, redelivery after restart). An
  * {@link OrphanEventError} is not retried (it cannot succeed by waiting): the orphan's Run is
- * dropped from the batch, its deliveries fail with the error, and the other Runs are applied
- * without it. A failed log read fails only its own Run's deliveries (they redeliver).
+ * dropped from the batch, its deliveries are acknowledged as skipped and logged as an anomaly
+ * (an event of a Run that was never admitted is a forgery, not a fact), and the other Runs are
+ * applied without it. A failed log read fails only its own Run's deliveries (they redeliver).
  */
 @Injectable()
 export class ProjectorService implements BeforeApplicationShutdown {
@@ -195,13 +196,22 @@ export class ProjectorService implements BeforeApplicationShutdown {
         events = events.slice(chunk.length);
       } catch (e) {
         if (!(e instanceof OrphanEventError)) throw e;
-        // the whole transaction was rolled back: drop the orphan's Run, apply the others without it
+        // the whole transaction was rolled back: drop the orphan's Run, apply the others without it.
+        // A Run's admission is its first event in the log, which was just read: an event of a Run
+        // without one can never apply (a forgery, K11); it is skipped as an anomaly, not redelivered
         const orphanRun = e.stored.event.runId;
         this.logger.error(
-          { runId: orphanRun, eventType: e.stored.event.type, seq: e.stored.seq, reason: e.message },
-          'orphan event; its Run is left out of the batch',
+          {
+            runId: orphanRun,
+            eventType: e.stored.event.type,
+            seq: e.stored.seq,
+            anomaly: 'inapplicable-event',
+            anomalies: recordAnomaly('inapplicable-event'),
+            reason: e.message,
+          },
+          'skipping the events of a Run that was never admitted (an anomaly)',
         );
-        this.fail(byRun, orphanRun, e);
+        this.skipAll(byRun, orphanRun);
         events = events.filter((s) => s.event.runId !== orphanRun);
       }
     }
@@ -220,6 +230,12 @@ export class ProjectorService implements BeforeApplicationShutdown {
   }
 
   /** Fails the deliveries of one Run of the flush and drops it from `byRun`. */
+  /** Acknowledges every delivery of a Run whose events cannot apply (skipped, nothing written). */
+  private skipAll(byRun: Map<string, Delivery[]>, runId: string): void {
+    for (const d of byRun.get(runId) ?? []) d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: 0 }]);
+    byRun.delete(runId);
+  }
+
   private fail(byRun: Map<string, Delivery[]>, runId: string, e: unknown): void {
     for (const d of byRun.get(runId) ?? []) d.reject(e);
     byRun.delete(runId);

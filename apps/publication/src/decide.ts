@@ -1,31 +1,34 @@
 /**
- * Publication rules: when the runtime stops with an answer, the answer turn's text is committed
- * as passages (split on blank lines), each with a version, then `answer.published` marks the
- * answer whole. Committed passages are never erased by a later failure (K9).
+ * Publication rules. Passages are committed while the answer streams: each paragraph the runtime
+ * recorded (`model.output.paragraph`, a paragraph followed by a blank line) is committed as a
+ * passage at once, keyed by its turn and index. When the runtime stops with an answer, the answer
+ * turn's text is split on blank lines and every passage still missing is committed; one whose
+ * final text differs from what was committed while streaming is committed again as the next
+ * version (never silently replaced); then `answer.published` lists the answer's passages.
+ * Committed passages are never erased by a later failure (K9), and nothing is appended after the
+ * Run's settlement.
+ *
+ * Text streamed in a turn that then proposes tool calls is committed like any other (nothing says
+ * it is not answer text until the turn ends): it stays a committed passage of its turn, but it is
+ * not part of the published answer, which lists only the answer turn's passages.
  */
-import { contextFrom, deterministicId, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
+import { contextFrom, deterministicId, makeEvent, sha256Hex, splitPassages, type EventData, type RunEvent } from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
-/** Splits answer text into passages: paragraphs separated by blank lines, trimmed, none empty. */
-export function splitPassages(text: string): string[] {
-  return text
-    .replace(/\r\n/g, '\n')
-    .split(/\n[ \t]*\n/)
-    .map((p) => p.trim())
-    .filter((p) => p.length > 0);
+export { splitPassages };
+
+/** Stable passage id: the same Run, turn and position give the same id on every retry. */
+export function passageIdFor(runId: string, turn: number, index: number): string {
+  return deterministicId(runId, 'passage', turn, index);
 }
 
-/** Stable passage id: the same Run and position give the same id on every retry. */
-export function passageIdFor(runId: string, index: number): string {
-  return deterministicId(runId, 'passage', index);
-}
-
-/** What wakes publication: the runtime stopped (`run.execution.finished`). */
+/** What wakes publication: a paragraph was recorded, or the runtime stopped (`run.execution.finished`). */
 export type PublicationTrigger = { type: 'Wake' };
 
 /**
- * Decides the passage commits still missing for an answered Run, then `answer.published`.
- * Returns nothing when the runtime has not stopped with an answer, or publication is done.
+ * Decides the passage commits still missing (recorded paragraphs first, then, for an answered
+ * Run, the rest of the answer turn), then `answer.published`. Nothing for a settled Run, or when
+ * everything is committed and published.
  * @param now the decision clock (the events' `occurredAt`).
  */
 export function decide(facts: RunFacts, trigger: PublicationTrigger, now: Date): RunEvent[] {
@@ -37,34 +40,35 @@ export function decide(facts: RunFacts, trigger: PublicationTrigger, now: Date):
   }
 }
 
+type Passage = EventData<'passage.committed'>;
+
 function publish(facts: RunFacts, now: Date): RunEvent[] {
-  const finished = facts.finished;
-  if (!finished || finished.reason !== 'answered' || finished.answerTurn === null || facts.answer || !facts.lastEvent) return [];
-  const turn = facts.turns.find((t) => t.turn === finished.answerTurn)?.completed;
-  if (!turn) return [];
+  if (!facts.lastEvent || facts.settled || facts.answer) return [];
   const ctx = contextFrom(facts.lastEvent);
-  const texts = splitPassages(turn.content);
   const events: RunEvent[] = [];
-  texts.forEach((text, index) => {
-    const passageId = passageIdFor(facts.runId, index);
-    if (facts.passages.has(passageId)) return;
-    events.push(
-      makeEvent(
-        'passage.committed',
-        ctx,
-        `${index}/v1`,
-        {
-          passageId,
-          index,
-          version: 1,
-          text,
-          sourceTurn: finished.answerTurn!,
-          sha256: sha256Hex(text),
-        },
-        now,
-      ),
-    );
-  });
+  const latest = new Map(facts.passages);
+  /** Commits `text` at (turn, index) unless that exact text is its latest version already. */
+  const commit = (turn: number, index: number, text: string) => {
+    const passageId = passageIdFor(facts.runId, turn, index);
+    const sha256 = sha256Hex(text);
+    const before = latest.get(passageId);
+    if (before?.sha256 === sha256) return;
+    const version = (before?.version ?? 0) + 1;
+    const data: Passage = { passageId, index, version, text, sourceTurn: turn, sha256 };
+    latest.set(passageId, data);
+    events.push(makeEvent('passage.committed', ctx, `${turn}/${index}/v${version}`, data, now));
+  };
+  // streamed paragraphs, at most once each (a later version comes only from the final text)
+  for (const t of facts.turns) {
+    for (const p of t.paragraphs) if (!latest.has(passageIdFor(facts.runId, t.turn, p.index))) commit(t.turn, p.index, p.text);
+  }
+  const finished = facts.finished;
+  if (!finished || finished.reason !== 'answered' || finished.answerTurn === null) return events;
+  const answerTurn = finished.answerTurn;
+  const turn = facts.turns.find((t) => t.turn === answerTurn)?.completed;
+  if (!turn) return events;
+  const texts = splitPassages(turn.content);
+  texts.forEach((text, index) => commit(answerTurn, index, text));
   if (texts.length === 0) return events;
   events.push(
     makeEvent(
@@ -72,9 +76,9 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
       ctx,
       'answer',
       {
-        passageIds: texts.map((_, i) => passageIdFor(facts.runId, i)),
+        passageIds: texts.map((_, i) => passageIdFor(facts.runId, answerTurn, i)),
         characters: texts.reduce((n, t) => n + t.length, 0),
-        sourceTurn: finished.answerTurn,
+        sourceTurn: answerTurn,
       },
       now,
     ),

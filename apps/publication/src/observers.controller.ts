@@ -2,7 +2,7 @@ import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, type Befo
 import type { Request, Response } from 'express';
 import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
-import { foldRun, passagesInOrder } from '@runplane/run-facts';
+import { answerPassages, foldRun } from '@runplane/run-facts';
 import { apiError, badRequestFromZod } from '@runplane/service-kit';
 
 const HEARTBEAT_MS = 15_000;
@@ -122,13 +122,24 @@ export class ObserversController implements BeforeApplicationShutdown {
     if (closed) await stop();
   }
 
-  /** `GET /v1/runs/{runId}/answer`: committed passages in order, from the Run's log. */
+  /**
+   * `GET /v1/runs/{runId}/answer`: from the Run's log, the published answer's passages, or, before
+   * an answer is published (still streaming, or settled without one), every committed passage in
+   * turn and index order: text committed while the answer streamed is served as soon as it is
+   * committed, and after an interruption (`answerPassages`).
+   */
   @Get(':runId/answer')
   async answer(@Param('runId') rawRunId: string): Promise<AnswerView> {
     const runId = parseRunId(rawRunId);
     const facts = foldRun(runId, await this.log.readRun(runId));
     if (!facts.admitted) throw notFound(runId);
-    const passages = passagesInOrder(facts).map((p) => ({ passageId: p.passageId, index: p.index, version: p.version, text: p.text }));
+    const passages = answerPassages(facts).map((p) => ({
+      passageId: p.passageId,
+      index: p.index,
+      version: p.version,
+      text: p.text,
+      sourceTurn: p.sourceTurn,
+    }));
     return AnswerView.parse({
       runId,
       passages,

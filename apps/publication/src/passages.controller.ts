@@ -6,7 +6,10 @@ import { EventLog } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
-/** Commits passages once the runtime has stopped with an answer: a thin adapter over {@link decide}. */
+/**
+ * Commits passages as the runtime records paragraphs while the answer streams, and the rest of the
+ * answer once the runtime has stopped with it: a thin adapter over {@link decide}.
+ */
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class PassagesController {
@@ -16,9 +19,9 @@ export class PassagesController {
     this.commands = new RunCommandHandler(log, 'publication');
   }
 
-  @EventPattern('run.execution.finished')
-  async onExecutionFinished(@Payload() stored: StoredEvent): Promise<void> {
+  @EventPattern(['model.output.paragraph', 'run.execution.finished'])
+  async onRuntimeFact(@Payload() stored: StoredEvent): Promise<void> {
     await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
-    this.commands.folds.forget(stored.event.runId);
+    if (stored.event.type === 'run.execution.finished') this.commands.folds.forget(stored.event.runId);
   }
 }

@@ -11,11 +11,18 @@ const answeredAB = () =>
     .admitted()
     .turn(1, { content: 'A.\n\nB.' })
     .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
-const passage = (index: number, text: string) =>
+const passage = (index: number, text: string, turn = 1, version = 1) =>
   ({
     type: 'passage.committed',
-    data: { passageId: passageIdFor('run-1', index), index, version: 1, text, sourceTurn: 1, sha256: sha256Hex(text) },
+    data: { passageId: passageIdFor('run-1', turn, index), index, version, text, sourceTurn: turn, sha256: sha256Hex(text) },
   }) as const;
+const paragraph = (turn: number, index: number, text: string) => ({ turn, index, text, sha256: sha256Hex(text) });
+/** A Run whose turn `turn` is in flight (requested, no outcome yet). */
+const streaming = (turn = 1) => {
+  const h = new History().admitted();
+  for (let t = 1; t < turn; t++) h.turn(t, { calls: [{ id: `c${t}`, name: 'list_funds' }] });
+  return h.add('model.turn.requested', turn, { turn, model: 'scripted' });
+};
 
 describe('publication decide: passages are committed from the answer turn', () => {
   it('splits on blank lines, trims, drops empties', () => {
@@ -29,13 +36,13 @@ describe('publication decide: passages are committed from the answer turn', () =
       .then([
         passage(0, 'A.'),
         passage(1, 'B.'),
-        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 0), passageIdFor('run-1', 1)], characters: 4, sourceTurn: 1 } },
+        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 1, 0), passageIdFor('run-1', 1, 1)], characters: 4, sourceTurn: 1 } },
       ]);
     expect(events.every((e) => e.owner === 'publication')).toBe(true);
   });
 
   it('given some passages already committed (redelivery), then only the missing ones are committed, with the same ids', () => {
-    const h = answeredAB().add('passage.committed', '0/v1', passage(0, 'A.').data);
+    const h = answeredAB().add('passage.committed', '1/0/v1', passage(0, 'A.').data);
     publication
       .given(h)
       .when(wake)
@@ -47,6 +54,92 @@ describe('publication decide: passages are committed from the answer turn', () =
       .admitted()
       .turn(1, { content: '' })
       .add('run.execution.finished', 'finished', { reason: 'empty-output', detail: '', answerTurn: null });
+    publication.given(h).when(wake).thenNothing();
+  });
+});
+
+describe('publication decide: passages are committed while the answer streams', () => {
+  it('given a paragraph recorded while its turn streams, then it is committed at once as passage (turn, index), version 1, and nothing is published yet', () => {
+    const h = streaming().add('model.output.paragraph', '1/0', paragraph(1, 0, 'First.'));
+    publication
+      .given(h)
+      .when(wake)
+      .then([passage(0, 'First.')]);
+  });
+
+  it('given that paragraph already committed, then a repeated wake commits nothing', () => {
+    const h = streaming()
+      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'First.'))
+      .add('passage.committed', '1/0/v1', passage(0, 'First.').data);
+    publication.given(h).when(wake).thenNothing();
+  });
+
+  it('given two paragraphs streamed and committed and the answer ended with a third, then only the third is committed before answer.published lists all three', () => {
+    const h = streaming()
+      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'One.'))
+      .add('passage.committed', '1/0/v1', passage(0, 'One.').data)
+      .add('model.output.paragraph', '1/1', paragraph(1, 1, 'Two.'))
+      .add('passage.committed', '1/1/v1', passage(1, 'Two.').data)
+      .add('model.turn.completed', 1, { turn: 1, content: 'One.\n\nTwo.\n\nThree.', toolCalls: [], finishReason: 'stop', usage: null })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    publication
+      .given(h)
+      .when(wake)
+      .then([
+        passage(2, 'Three.'),
+        {
+          type: 'answer.published',
+          data: { passageIds: [0, 1, 2].map((i) => passageIdFor('run-1', 1, i)), characters: 14, sourceTurn: 1 },
+        },
+      ]);
+  });
+
+  it('given a final text whose paragraph differs from the one committed while streaming, then it is committed as version 2 of that passage, never silently replaced', () => {
+    const h = streaming()
+      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'Draft.'))
+      .add('passage.committed', '1/0/v1', passage(0, 'Draft.').data)
+      .add('model.turn.completed', 1, { turn: 1, content: 'Final.\n\nTwo.', toolCalls: [], finishReason: 'stop', usage: null })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    publication
+      .given(h)
+      .when(wake)
+      .then([passage(0, 'Final.', 1, 2), passage(1, 'Two.'), { type: 'answer.published', data: expect.objectContaining({ characters: 10 }) }]);
+  });
+
+  it('given text streamed in a turn that then proposed tool calls, then its passage stays committed under that turn and the published answer lists only the answer turn', () => {
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'scripted' })
+      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'Let me look.'))
+      .add('passage.committed', '1/0/v1', passage(0, 'Let me look.').data)
+      .add('model.turn.completed', 1, {
+        turn: 1,
+        content: 'Let me look.\n\n',
+        toolCalls: [{ toolCallId: 'c1', name: 'list_funds', argumentsText: '{}' }],
+        finishReason: 'tool_calls',
+        usage: null,
+      })
+      .turn(2, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+    publication
+      .given(h)
+      .when(wake)
+      .then([
+        passage(0, 'Answer.', 2),
+        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 2, 0)], characters: 7, sourceTurn: 2 } },
+      ]);
+  });
+
+  it('given a paragraph recorded and the Run settled before publication committed it, then nothing is appended after the settlement', () => {
+    const h = streaming()
+      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'First.'))
+      .add('run.settled', 'settlement', {
+        outcome: 'interrupted',
+        reason: 'x',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      });
     publication.given(h).when(wake).thenNothing();
   });
 });

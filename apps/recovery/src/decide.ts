@@ -14,6 +14,11 @@
  *   admission): fence with reason `deadline`, naming what is uncertain, so that a Run nobody
  *   executes (no runtime, or one waiting forever) does not stay running; the lifecycle settles it
  *   `failed`. Nothing before the deadline, nor when the Run finished, is settled or fenced.
+ * - `ExecutionFinished`: the runtime stopped on its own (`run.execution.finished`): close each
+ *   executor subject that is not closed yet with a fence of reason `settling`, so that the
+ *   lifecycle's settlement, which waits for it, cannot be followed by an executor's append decided
+ *   before it (the log refuses it: K6, K9). Nothing when the Run is settled or not finished.
+ * Fences go on the `tools` subject first, then on `runtime`: the lifecycle wakes on the latter.
  * - `WaitExpired`: the Run is parked on a question for a human whose `expiresAt` passed
  *   unanswered (K10): fence with reason `wait-expired`; the lifecycle settles it `failed`.
  *   Nothing while every wait is answered or not yet expired.
@@ -37,6 +42,8 @@ export type RecoveryTrigger =
   | { type: 'CancelRequested' }
   /** Recovery's deadline sweep: the Run's deadline may have passed (the decider compares its `deadlineAt` with `now`). */
   | { type: 'DeadlinePassed' }
+  /** The runtime recorded `run.execution.finished`: close the executors' subjects before the settlement. */
+  | { type: 'ExecutionFinished' }
   /** Recovery's lease sweep: a parked Run's wait may have expired (the decider compares each unanswered wait's `expiresAt` with `now`). */
   | { type: 'WaitExpired' };
 
@@ -98,6 +105,8 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
           : 'no runtime took the Run';
       return fence(facts, lease?.epoch ?? 0, lease?.holder ?? null, 'deadline', `deadline ${deadlineAt} passed (${who})`, now);
     }
+    case 'ExecutionFinished':
+      return closeForSettlement(facts, now);
     default:
       return unknownTrigger('recovery', trigger);
   }
@@ -108,8 +117,27 @@ function fence(facts: RunFacts, epoch: number, holder: Holder | null, reason: Fe
   if (facts.finished || facts.fenced) return [];
   const data = { epoch, holder, reason, detail, uncertain: uncertainSteps(facts) };
   const ctx = contextFrom(facts.lastEvent!);
-  return (['runtime', 'tools'] as const).map((fencedSubject) =>
-    makeEvent('run.fenced', ctx, `fence/${epoch}/${fencedSubject}`, { fencedSubject, ...data }, now),
+  return EXECUTOR_SUBJECTS.map((fencedSubject) => makeEvent('run.fenced', ctx, `fence/${epoch}/${fencedSubject}`, { fencedSubject, ...data }, now));
+}
+
+/** The executors' subjects, in the order their fences are written: the lifecycle wakes on the `runtime` one, the last. */
+const EXECUTOR_SUBJECTS = ['tools', 'runtime'] as const;
+
+/** A `settling` fence on each executor subject not closed yet, for a finished, unsettled Run. */
+function closeForSettlement(facts: RunFacts, now: Date): RunEvent[] {
+  const finished = facts.finished;
+  if (!finished) return [];
+  const lease = facts.leases[facts.leases.length - 1];
+  const data = {
+    epoch: lease?.epoch ?? 0,
+    holder: lease?.holder ?? null,
+    reason: 'settling' as const,
+    detail: `execution finished (${finished.reason}): the executors' subjects are closed before the settlement`,
+    uncertain: uncertainSteps(facts),
+  };
+  const ctx = contextFrom(facts.lastEvent!);
+  return EXECUTOR_SUBJECTS.filter((subject) => !facts.closed[subject]).map((fencedSubject) =>
+    makeEvent('run.fenced', ctx, `settling/${fencedSubject}`, { fencedSubject, ...data }, now),
   );
 }
 

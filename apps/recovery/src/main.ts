@@ -1,5 +1,5 @@
 import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { RecoveryModule } from './recovery.module.js';
 
@@ -9,5 +9,6 @@ main({
   portEnv: 'RECOVERY_PORT',
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
-  consumer: { durable: 'recovery', filter: (space) => ownerFilter(space, 'admission') },
+  // one durable per filter: recovery-admission (cancel, deadlines), recovery-runtime (closing the executors' subjects)
+  consumer: { durable: 'recovery', filter: (space) => consumerFilters(space, 'recovery') },
 });

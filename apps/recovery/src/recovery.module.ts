@@ -4,14 +4,15 @@ import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
 import { CancelController } from './cancel.controller.js';
+import { ClosingController } from './closing.controller.js';
 import { DeadlineStore } from './deadlines.js';
 import { DeadlineWatcher, RECOVERY_DEADLINES } from './deadline-watcher.service.js';
 import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
-/** Wires recovery: the event log, the lease and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers. */
+/** Wires recovery: the event log, the lease and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers, its adapters on the admission and runtime subjects. */
 @Module({
   imports: [EventLogModule.forService('recovery'), HealthModule],
-  controllers: [CancelController],
+  controllers: [CancelController, ClosingController],
   providers: [
     LeaseWatcher,
     DeadlineWatcher,

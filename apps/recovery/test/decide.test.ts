@@ -8,7 +8,7 @@ const holder = { service: 'runtime', instance: 'i-1' };
 const lost = { type: 'LeaseLost', epoch: 1, holder, reason: 'lease-expired', detail: 'expired' } as const;
 
 describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
-  it('given a turn in flight and a dispatched call without receipt, when the lease is lost, then both executor subjects are fenced, naming what is uncertain', () => {
+  it('given a turn in flight and a dispatched call without receipt, when the lease is lost, then both executor subjects are fenced (tools first, runtime last: the lifecycle wakes on it), naming what is uncertain', () => {
     const h = new History()
       .admitted()
       .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
@@ -28,8 +28,8 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
       .given(h)
       .when(lost)
       .then([
-        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data, uncertain: [...uncertain] } },
         { type: 'run.fenced', data: { fencedSubject: 'tools', ...data, uncertain: [...uncertain] } },
+        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data, uncertain: [...uncertain] } },
       ]);
   });
 
@@ -68,11 +68,11 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
       .then([
         {
           type: 'run.fenced',
-          data: { fencedSubject: 'runtime', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
+          data: { fencedSubject: 'tools', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
         },
         {
           type: 'run.fenced',
-          data: { fencedSubject: 'tools', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
+          data: { fencedSubject: 'runtime', epoch: 0, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
         },
       ]);
     const leased = new History()
@@ -83,8 +83,8 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
       .given(leased)
       .when({ type: 'CancelRequested' })
       .then([
-        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', epoch: 1, holder, reason: 'canceled' }) },
         { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', epoch: 1, holder, reason: 'canceled' }) },
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', epoch: 1, holder, reason: 'canceled' }) },
       ]);
   });
 });
@@ -107,8 +107,8 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
       .given(new History().admitted({ deadlineAt }))
       .when(passed, after)
       .then([
-        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data } },
         { type: 'run.fenced', data: { fencedSubject: 'tools', ...data } },
+        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data } },
       ]);
   });
 
@@ -123,6 +123,7 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
       .given(h)
       .when(passed, after)
       .then([
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', epoch: 1, reason: 'deadline' }) },
         {
           type: 'run.fenced',
           data: expect.objectContaining({
@@ -134,7 +135,6 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
             uncertain: [{ kind: 'tool-call', toolCallId: 'a', name: 'get_holdings' }],
           }),
         },
-        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', epoch: 1, reason: 'deadline' }) },
       ]);
   });
 
@@ -159,5 +159,87 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
       usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
     });
     recovery.given(settled).when(passed, after).thenNothing();
+  });
+});
+
+describe("recovery decide: the executors' subjects are closed before a settlement (K6, K9)", () => {
+  const finishedRun = () =>
+    new History()
+      .admitted()
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { content: 'A.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+  const finishedEvent = { type: 'ExecutionFinished' } as const;
+
+  it('given an execution that finished on its own, when recovery sees it, then it fences the tools and then the runtime subject with reason settling, under the last epoch', () => {
+    const data = {
+      epoch: 1,
+      holder,
+      reason: 'settling',
+      detail: "execution finished (answered): the executors' subjects are closed before the settlement",
+    } as const;
+    const events = recovery
+      .given(finishedRun())
+      .when(finishedEvent)
+      .then([
+        { type: 'run.fenced', data: { fencedSubject: 'tools', ...data, uncertain: [] } },
+        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data, uncertain: [] } },
+      ]);
+    expect(events.every((e) => e.owner === 'recovery')).toBe(true);
+  });
+
+  it('given a call dispatched without a receipt when the execution stopped at its deadline, then the closing fence names it uncertain', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
+    recovery
+      .given(h)
+      .when(finishedEvent)
+      .then([
+        {
+          type: 'run.fenced',
+          data: expect.objectContaining({
+            fencedSubject: 'tools',
+            epoch: 0,
+            holder: null,
+            uncertain: [{ kind: 'tool-call', toolCallId: 'a', name: 'get_holdings' }],
+          }),
+        },
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', reason: 'settling' }) },
+      ]);
+  });
+
+  it('given the subjects already closed, a Run not finished, or a settled Run, then nothing', () => {
+    recovery.given(finishedRun().closed()).when(finishedEvent).thenNothing();
+    recovery
+      .given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }))
+      .when(finishedEvent)
+      .thenNothing();
+    const settled = finishedRun().add('run.settled', 'settlement', {
+      outcome: 'failed',
+      reason: 'x',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
+    recovery.given(settled).when(finishedEvent).thenNothing();
+  });
+
+  it('given only the tools subject closed (a retry after the runtime fence failed), then only the runtime subject is fenced', () => {
+    const h = finishedRun().add('run.fenced', 'settling/tools', {
+      fencedSubject: 'tools',
+      epoch: 1,
+      holder,
+      reason: 'settling',
+      detail: 'x',
+      uncertain: [],
+    });
+    recovery
+      .given(h)
+      .when(finishedEvent)
+      .then([{ type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', reason: 'settling' }) }]);
   });
 });

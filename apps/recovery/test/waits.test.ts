@@ -28,7 +28,7 @@ describe('recovery decide: a parked Run is not an execution to fence (K10)', () 
       .given(h)
       .when({ type: 'LeaseLost', epoch: 2, holder, reason: 'lease-expired', detail: 'expired' })
       .then(
-        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+        (['tools', 'runtime'] as const).map((fencedSubject) => ({
           type: 'run.fenced' as const,
           data: {
             fencedSubject,
@@ -67,7 +67,7 @@ describe('recovery decide, WaitExpired (K10)', () => {
       .given(h)
       .when({ type: 'WaitExpired' }, new Date('2026-01-01T00:10:01.000Z'))
       .then(
-        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+        (['tools', 'runtime'] as const).map((fencedSubject) => ({
           type: 'run.fenced' as const,
           data: {
             fencedSubject,
@@ -94,7 +94,7 @@ describe('recovery decide: a parked Run still has a deadline (K7, K10)', () => {
       .given(h)
       .when({ type: 'DeadlinePassed' }, new Date('2026-01-01T00:05:01.000Z'))
       .then(
-        (['runtime', 'tools'] as const).map((fencedSubject) => ({
+        (['tools', 'runtime'] as const).map((fencedSubject) => ({
           type: 'run.fenced' as const,
           data: {
             fencedSubject,

@@ -6,7 +6,15 @@
  * outcome back as a `ModelTurnEnded` trigger. The runtime never settles a Run (K9): when it stops
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
-import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent } from '@runplane/contracts';
+import {
+  contextFrom,
+  makeEvent,
+  sha256Hex,
+  type EventData,
+  type ExecutionStopReason,
+  type RunEvent,
+  type StreamedParagraph,
+} from '@runplane/contracts';
 import { carvedForChildren, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { isResolved, parkingEvent, planCalls } from './parking.js';
 
@@ -21,7 +29,9 @@ export type RuntimeTrigger =
    */
   | { type: 'Wake'; model: string; waitTtlMs?: number }
   /** The model request of `turn` ended with `result`. */
-  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number };
+  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number }
+  /** While `turn` streams, these paragraphs of its text were finished (a blank line followed each). */
+  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[] };
 
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
@@ -44,6 +54,9 @@ export function isBlank(text: string): boolean {
  *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
  *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
+ * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
+ *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
+ *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -54,6 +67,8 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
       return onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
+    case 'ParagraphsStreamed':
+      return onParagraphs(facts, trigger.turn, trigger.paragraphs, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
@@ -68,7 +83,7 @@ function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date): R
   if (last?.failed) return [finished(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
   if (last?.completed) {
     const done = last.completed;
-    if (done.toolCalls.length === 0) return [stopAfter(facts, last, now)];
+    if (proposableCalls(done).length === 0) return [stopAfter(facts, last, now)];
     const missing = undecidedCalls(facts, last, waitTtlMs, now);
     if (missing.length > 0) return missing;
   }
@@ -132,7 +147,7 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
-  if (completed.toolCalls.length > 0) {
+  if (proposableCalls(completed).length > 0) {
     const plans = planCalls(facts, turnNo, completed.toolCalls, now);
     for (const c of completed.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
@@ -148,7 +163,34 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   return events;
 }
 
-/** The stop that a completed turn without tool calls means: an answer, or why it is not one (K9). */
+/**
+ * The calls of a completed turn that may be proposed: none when the reply was cut by the length
+ * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
+ */
+function proposableCalls(done: NonNullable<TurnFacts['completed']>): NonNullable<TurnFacts['completed']>['toolCalls'] {
+  return done.finishReason === 'length' ? [] : done.toolCalls;
+}
+
+/** Records the streamed paragraphs of the turn in flight not yet recorded (never after a cancel, never for another turn). */
+function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParagraph[], now: Date): RunEvent[] {
+  const last = lastTurn(facts);
+  if (facts.cancelRequested || !last || last.turn !== turnNo || last.completed || last.failed) return [];
+  const ctx = contextFrom(facts.lastEvent!);
+  const recorded = new Set(last.paragraphs.map((p) => p.index));
+  return paragraphs
+    .filter((p) => !recorded.has(p.index))
+    .map((p) =>
+      makeEvent(
+        'model.output.paragraph',
+        ctx,
+        `${turnNo}/${p.index}`,
+        { turn: turnNo, index: p.index, text: p.text, sha256: sha256Hex(p.text) },
+        now,
+      ),
+    );
+}
+
+/** The stop that a completed turn without (proposable) tool calls means: an answer, or why it is not one (K9). */
 function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
   const done = turn.completed!;
   if (done.finishReason === 'length') return finished(facts, now, 'truncated-output', `turn ${turn.turn} stopped at the length limit`, null);

@@ -2,12 +2,13 @@ import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModu
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, ResultStore, type HeldLease } from '@runplane/eventlog';
+import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, renewalVerdict, ResultStore, type HeldLease } from '@runplane/eventlog';
 import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
+import { ParagraphRecorder } from './paragraphs.js';
 
 export const MODEL_CLIENT = Symbol('MODEL_CLIENT');
 export const LEASES = Symbol('LEASES');
@@ -126,7 +127,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       this.inFlight.set(runId, abort);
       let result: ModelTurnResult;
       try {
-        result = await this.requestTurn(facts, turn, abort.signal);
+        result = await this.requestTurn(facts, turn, epoch, abort.signal);
       } finally {
         this.inFlight.delete(runId);
       }
@@ -220,16 +221,16 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         this.held.set(runId, await this.leases.renew(lease, this.log.writer));
       } catch (e) {
         const current = await this.leases.get(runId).catch(() => undefined);
-        if (current === undefined || current === null) continue; // NATS unreachable (or restarting): try again next tick
-        const v = current.value;
-        if (v.state === 'held' && v.epoch === lease.epoch && v.holder.instance === this.log.writer.instance) {
+        const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+        if (verdict.kind === 'retry') continue; // NATS unreachable (or restarting): try again next tick
+        if (verdict.kind === 'adopt') {
           // Still ours: a renewal buffered or timed out during an outage was stored after all (its
           // revision moved on). Adopt the stored revision; only positive evidence is a loss.
-          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: current.revision });
+          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
           continue;
         }
         this.logger.warn(
-          { runId, epoch: lease.epoch, state: v.state, error: (e as Error).message },
+          { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
           'lease lost (fenced): execution of this Run stops here',
         );
         this.held.delete(runId);
@@ -242,12 +243,38 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     }
   }
 
-  /** The activity: one streamed model request for `turn`, built from the Run's facts. Never throws for model-side failures. */
-  private async requestTurn(facts: RunFacts, turn: number, signal: AbortSignal): Promise<ModelTurnResult> {
+  /**
+   * The activity: one streamed model request for `turn`, built from the Run's facts. Never throws
+   * for model-side failures. Deltas go live to observers; each paragraph finished while the turn
+   * streams is recorded (`model.output.paragraph`, under the lease epoch) so that publication
+   * commits it at once; all recording is over before this returns, so the turn's own record never
+   * races it.
+   */
+  private async requestTurn(facts: RunFacts, turn: number, epoch: number, signal: AbortSignal): Promise<ModelTurnResult> {
+    const runId = facts.runId;
     const messages = buildMessages(facts, await this.resolveResults(facts));
     const tools = toolDefinitions(facts.admitted!.grant.tools);
-    const delta = liveDeltaSubject(this.log.space, facts.runId);
-    return this.model.turn(turn, messages, tools, (text) => this.log.nc.publish(delta, JSON.stringify({ turn, text })), signal);
+    const delta = liveDeltaSubject(this.log.space, runId);
+    const paragraphs = new ParagraphRecorder(
+      async (finished) => {
+        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished }, now), { epoch });
+      },
+      (e) => this.logger.warn({ runId, turn, error: (e as Error).message }, 'a streamed paragraph was not recorded (the turn record keeps its text)'),
+    );
+    try {
+      return await this.model.turn(
+        turn,
+        messages,
+        tools,
+        (text) => {
+          this.log.nc.publish(delta, JSON.stringify({ turn, text }));
+          paragraphs.push(text);
+        },
+        signal,
+      );
+    } finally {
+      await paragraphs.close();
+    }
   }
 
   /** Succeeded results by toolCallId: inline ones as recorded, large ones from the result store. */

@@ -1,3 +1,5 @@
 export * from './decide.js';
 export * from './messages.js';
-export { runToolCallId, classify } from './model-client.js';
+export { classify } from './model-client.js';
+export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
+export * from './paragraphs.js';

@@ -1,4 +1,4 @@
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
@@ -9,9 +9,6 @@ main({
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
   config: [ModelConfig, LeaseConfig, WaitConfig],
-  // the lifecycle subject carries a child's settlement recorded on its parent (`child.run.settled`, a wake: K10)
-  consumer: {
-    durable: 'runtime',
-    filter: (space) => [ownerFilter(space, 'admission'), ownerFilter(space, 'tools'), ownerFilter(space, 'lifecycle')],
-  },
+  // admission, tools and lifecycle subjects (the lifecycle's carries `child.run.settled`, a wake: K10): libs/eventlog/src/bus.ts
+  consumer: { durable: 'runtime', filter: (space) => consumerFilters(space, 'runtime') },
 });

@@ -5,6 +5,7 @@
  */
 import OpenAI from 'openai';
 import type { ModelTurnResult } from './decide.js';
+import { TurnAssembler } from './turn-assembly.js';
 
 export interface ModelClientOptions {
   baseURL: string;
@@ -12,12 +13,6 @@ export interface ModelClientOptions {
   model: string;
   /** Per request, milliseconds. */
   timeoutMs: number;
-}
-
-/** Makes a model-chosen tool call id safe as a Runplane id and unique within the Run. */
-export function runToolCallId(turn: number, index: number, raw: string | undefined): string {
-  const clean = (raw ?? '').replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 80);
-  return `t${turn}-${index}-${clean || 'call'}`;
 }
 
 export class ModelClient {
@@ -32,8 +27,10 @@ export class ModelClient {
   }
 
   /**
-   * One streamed chat completion. Content deltas are passed to `onDelta` as they arrive (for
-   * live observers; they are not facts). Never throws for model-side failures: returns them.
+   * One streamed chat completion, assembled by {@link TurnAssembler} into exactly the calls the
+   * model made. Content deltas are passed to `onDelta` as they arrive (for live observers; they
+   * are not facts). Never throws for model-side failures: returns them (a malformed stream is an
+   * `invalid-response` failure).
    */
   async turn(
     turnNo: number,
@@ -53,39 +50,12 @@ export class ModelClient {
         },
         signal ? { signal } : undefined,
       );
-      let content = '';
-      let finishReason = '';
-      let usage: Extract<ModelTurnResult, { ok: true }>['turn']['usage'] = null;
-      const calls = new Map<number, { id?: string; name: string; args: string }>();
+      const assembler = new TurnAssembler();
       for await (const chunk of stream) {
-        if (chunk.usage) {
-          usage = {
-            promptTokens: chunk.usage.prompt_tokens,
-            completionTokens: chunk.usage.completion_tokens,
-            totalTokens: chunk.usage.total_tokens,
-          };
-        }
-        for (const choice of chunk.choices) {
-          const d = choice.delta;
-          if (d?.content) {
-            content += d.content;
-            onDelta(d.content);
-          }
-          for (const tc of d?.tool_calls ?? []) {
-            const slot = calls.get(tc.index) ?? { name: '', args: '' };
-            if (tc.id) slot.id = tc.id;
-            if (tc.function?.name) slot.name += tc.function.name;
-            if (tc.function?.arguments) slot.args += tc.function.arguments;
-            calls.set(tc.index, slot);
-          }
-          if (choice.finish_reason) finishReason = choice.finish_reason;
-        }
+        const text = assembler.push(chunk);
+        if (text) onDelta(text);
       }
-      if (!finishReason) return { ok: false, error: { kind: 'invalid-response', status: null, message: 'stream ended without a finish reason' } };
-      const toolCalls = [...calls.entries()]
-        .sort(([a], [b]) => a - b)
-        .map(([index, c]) => ({ toolCallId: runToolCallId(turnNo, index, c.id), name: c.name, argumentsText: c.args }));
-      return { ok: true, turn: { content, toolCalls, finishReason, usage } };
+      return assembler.result(turnNo);
     } catch (e) {
       return { ok: false, error: classify(e) };
     }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { buildMessages, decide, toolDefinitions, type ModelTurnResult } from '@runplane/app-runtime';
+import { sha256Hex } from '@runplane/contracts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
@@ -192,6 +193,24 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
       .then([{ type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) }, finished('truncated-output')]);
   });
 
+  it('given turn 1 in flight, when it ends cut at the length limit with tool calls, then none is proposed, even one that looks complete (K5, K9)', () => {
+    const calls = [{ toolCallId: 't1-0-a', name: 'get_holdings', argumentsText: '{"fund":"SPY"}' }];
+    runtime
+      .given(inFlight())
+      .when(ended(1, reply('', { toolCalls: calls, finishReason: 'length' })))
+      .then([
+        { type: 'model.turn.completed', data: expect.objectContaining({ toolCalls: calls, finishReason: 'length' }) },
+        finished('truncated-output'),
+      ]);
+  });
+
+  it('given a length-cut turn with tool calls recorded and no proposal, when woken, then its calls are not proposed: execution stops', () => {
+    runtime
+      .given(new History().admitted().turn(1, { content: '', calls: [{ id: 't1-0-a', name: 'list_funds' }], finishReason: 'length' }))
+      .when(wake)
+      .then([finished('truncated-output')]);
+  });
+
   it('given turn 1 already completed, when its end is reported again, then nothing (recorded once)', () => {
     runtime
       .given(new History().admitted().turn(1, { content: 'A' }))
@@ -220,6 +239,60 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
       .when(ended(1, reply('x')), at)
       .then([expect.anything() as never, expect.anything() as never]);
     expect(e!.occurredAt).toBe(at.toISOString());
+  });
+});
+
+describe('runtime decide, ParagraphsStreamed: text is recorded while the turn streams', () => {
+  const streamed = (turn: number, paragraphs: { index: number; text: string }[]) => ({ type: 'ParagraphsStreamed', turn, paragraphs }) as const;
+  const paragraph = (turn: number, index: number, text: string) =>
+    ({ type: 'model.output.paragraph', data: { turn, index, text, sha256: sha256Hex(text) } }) as const;
+  const inFlight = () => new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' });
+
+  it('given turn 1 in flight, when two paragraphs finished, then each is recorded once, in order, with its digest', () => {
+    runtime
+      .given(inFlight())
+      .when(
+        streamed(1, [
+          { index: 0, text: 'One.' },
+          { index: 1, text: 'Two.' },
+        ]),
+      )
+      .then([paragraph(1, 0, 'One.'), paragraph(1, 1, 'Two.')]);
+  });
+
+  it('given paragraph 0 already recorded, when it is reported again with paragraph 1, then only paragraph 1 is recorded', () => {
+    const h = inFlight().add('model.output.paragraph', '1/0', paragraph(1, 0, 'One.').data);
+    runtime
+      .given(h)
+      .when(
+        streamed(1, [
+          { index: 0, text: 'One.' },
+          { index: 1, text: 'Two.' },
+        ]),
+      )
+      .then([paragraph(1, 1, 'Two.')]);
+  });
+
+  it('given the turn already recorded, another turn in flight, a cancel, or a fence, then nothing', () => {
+    const p = [{ index: 0, text: 'One.' }];
+    runtime
+      .given(new History().admitted().turn(1, { content: 'One.\n\nTwo.' }))
+      .when(streamed(1, p))
+      .thenNothing();
+    runtime.given(inFlight()).when(streamed(2, p)).thenNothing();
+    runtime
+      .given(inFlight().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null }))
+      .when(streamed(1, p))
+      .thenNothing();
+    const fencedRun = inFlight().add('run.fenced', 'fence/1/runtime', {
+      fencedSubject: 'runtime',
+      epoch: 1,
+      holder: null,
+      reason: 'lease-expired',
+      detail: 'x',
+      uncertain: [],
+    });
+    runtime.given(fencedRun).when(streamed(1, p)).thenNothing();
   });
 });
 

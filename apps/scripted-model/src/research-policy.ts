@@ -5,10 +5,14 @@
  *
  * Plan for one user question (only messages after the last user message count):
  * 1. nothing called yet: call `list_funds` (when offered);
- * 2. then, in one turn, `get_holdings` for every fund the question mentions (covered or not) and,
- *    when two mentioned funds are covered, `compare_holdings` for the first two with the
- *    closest-dated pair of files (a date in the question pins a fund's file);
- * 3. once every call has a tool message: the final answer, passages separated by blank lines.
+ * 2. then, in one turn, `get_holdings` for every fund the question mentions (covered or not; with
+ *    `top` when it asks for a "top N"), `compare_holdings` for every pair of covered funds (up to
+ *    {@link MAX_COMPARED_FUNDS}; one fund and two dates = that fund's two files), and
+ *    `fund_metadata` per fund when it asks for fund facts. Files are chosen by {@link chooseFiles}:
+ *    the dates the question names (in any form people write them), else the closest dates between
+ *    the funds, else the newest;
+ * 3. once every call has a tool message: the final answer, passages separated by blank lines,
+ *    ending with the parts it could not answer as a fenced JSON block ({@link UNANSWERED_FENCE}).
  */
 import {
   CompareHoldingsResult,
@@ -20,6 +24,7 @@ import {
   type HoldingLine,
   type HoldingsSummary,
 } from '@runplane/contracts';
+import { questionDates, type QuestionDate } from '@runplane/holdings';
 import type { z } from 'zod';
 import { contentText, type Reply, type ReplyToolCall, type WireMessage, type WireTool } from './wire.js';
 
@@ -110,9 +115,11 @@ export const STOP_WORDS: ReadonlySet<string> = new Set(
   ).split(/\s+/),
 );
 
-/** ISO dates (YYYY-MM-DD) in the text, in order, without repeats. */
+/** Day dates (YYYY-MM-DD) the text names in any written form (`Dec 6, 2024`, `12/06/2024`...), in order, without repeats. */
 export function mentionedDates(text: string): string[] {
-  return [...new Set(text.match(/\b\d{4}-\d{2}-\d{2}\b/g) ?? [])];
+  return questionDates(text)
+    .filter((d) => d.precision === 'day')
+    .map((d) => d.from);
 }
 
 /**
@@ -132,11 +139,6 @@ export function mentionedFunds(question: string, knownFunds: Iterable<string> = 
 }
 
 // ---- planning ---------------------------------------------------------------------------------
-
-const DAY_MS = 86_400_000;
-function dayNumber(iso: string): number {
-  return Math.round(Date.parse(`${iso}T00:00:00Z`) / DAY_MS);
-}
 
 /** The dated file of `files` whose as-of date is the first of `dates` to match one, if any. */
 function pinnedFile(files: readonly HoldingsFileInfo[], dates: readonly string[]): HoldingsFileInfo | undefined {
@@ -182,41 +184,231 @@ export function closestPair(
   return best ? { asOfA: best.a, asOfB: best.b } : {};
 }
 
-const METADATA_WORDS = /\b(expense ratio|expenses?|inception|shares outstanding|metadata|fact ?sheet|benchmark|fees?)\b/i;
+const METADATA_WORDS = /\b(expense ratio|expenses?|inception|shares outstanding|metadata|fact ?sheet|benchmark|fees?|net assets|dividend)\b/i;
+const HOLDINGS_WORDS =
+  /\b(holdings?|hold|holds|compare|comparison|overlap|top|weights?|gaps?|coverage|securities|stocks|names|changed?|since|vs\.?|versus)\b/i;
+const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|today|now|latest|newest)\b/i;
+const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };
+
+/** Most funds compared pairwise in one answer; further funds get holdings but no comparison (listed as unanswered). */
+export const MAX_COMPARED_FUNDS = 4;
+
+/** The N of "top N" / "N largest" in the question (1-500), or `null`. */
+export function topN(question: string): number | null {
+  const m = /\btop[- ](\d{1,3}|five|ten|fifteen|twenty|three)\b|\b(\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\b/i.exec(question);
+  const word = (m?.[1] ?? m?.[2])?.toLowerCase();
+  if (!word) return null;
+  const n = NUMBER_WORDS[word] ?? Number(word);
+  return n >= 1 && n <= 500 ? n : null;
+}
+
+/** One fund at one file: what the answer reads, and why that file. */
+export interface Subject {
+  fund: string;
+  /** The chosen file's as-of date (`undefined`: the fund's files are undated or unknown; the tool picks). */
+  asOf?: string;
+  file?: string;
+  why: string;
+}
+
+const DAY_MS = 86_400_000;
+function dayNumber(iso: string): number {
+  return Math.round(Date.parse(`${iso}T00:00:00Z`) / DAY_MS);
+}
+function daysWord(n: number): string {
+  return `${n} ${n === 1 ? 'day' : 'days'}`;
+}
+
+/** The file of `files` for a requested date, and why: the file of that day / period, else the nearest, with the distance. */
+function fileForDate(fund: string, files: readonly HoldingsFileInfo[], d: QuestionDate): { file: HoldingsFileInfo; why: string } | null {
+  const dated = files.filter((f) => f.asOf !== null);
+  if (dated.length === 0) return null;
+  const inside = dated.filter((f) => f.asOf! >= d.from && f.asOf! <= d.to);
+  if (inside.length > 0) {
+    const file = inside[inside.length - 1]!;
+    const why =
+      d.precision === 'day'
+        ? `the file dated ${d.from}, as asked ("${d.text}")`
+        : `the newest file dated within ${d.from.slice(0, d.precision === 'year' ? 4 : 7)}, as asked ("${d.text}")`;
+    return { file, why };
+  }
+  let best: { file: HoldingsFileInfo; gap: number } | null = null;
+  for (const f of dated) {
+    const n = dayNumber(f.asOf!);
+    const gap = n < dayNumber(d.from) ? dayNumber(d.from) - n : n - dayNumber(d.to);
+    if (best === null || gap < best.gap) best = { file: f, gap };
+  }
+  const { file, gap } = best!;
+  const side = file.asOf! < d.from ? 'before' : 'after';
+  const asked = d.precision === 'day' ? d.from : `${d.from} to ${d.to}`;
+  return {
+    file,
+    why: `${fund} has no file dated ${d.precision === 'day' ? d.from : `within ${asked}`} ("${d.text}"); the nearest is ${file.file}, ${daysWord(gap)} ${side} ${d.precision === 'day' ? 'it' : `the ${side === 'before' ? 'start' : 'end'} of that period`}`,
+  };
+}
+
+/**
+ * The file for each fund: a fund with a requested date gets the file of that date (else the
+ * nearest, with the distance); the others get, among their dated files, the combination with the
+ * closest as-of dates to each other and to the requested ones (ties: the later), or the newest
+ * file when the fund stands alone. Undated files are used only when a fund has nothing else.
+ */
+export function chooseFiles(
+  funds: readonly string[],
+  filesByFund: ReadonlyMap<string, readonly HoldingsFileInfo[]>,
+  requested: ReadonlyMap<string, QuestionDate>,
+): Subject[] {
+  const chosen = new Map<string, Subject>();
+  for (const fund of funds) {
+    const files = filesByFund.get(fund) ?? [];
+    const d = requested.get(fund);
+    if (files.length === 0) chosen.set(fund, { fund, why: 'no holdings file in the data' });
+    else if (files.every((f) => f.asOf === null)) {
+      const last = files[files.length - 1]!;
+      chosen.set(fund, { fund, file: last.file, why: `its only file${files.length > 1 ? 's state' : ' states'} no readable date` });
+    } else if (d) {
+      const pick = fileForDate(fund, files, d)!;
+      chosen.set(fund, { fund, asOf: pick.file.asOf!, file: pick.file.file, why: pick.why });
+    }
+  }
+  const free = funds.filter((f) => !chosen.has(f));
+  const anchors = [...chosen.values()].filter((s) => s.asOf !== undefined).map((s) => s.asOf!);
+  if (free.length === 1 && anchors.length === 0) {
+    const fund = free[0]!;
+    const dated = (filesByFund.get(fund) ?? []).filter((f) => f.asOf !== null);
+    const newest = dated[dated.length - 1]!;
+    chosen.set(fund, {
+      fund,
+      asOf: newest.asOf!,
+      file: newest.file,
+      why: dated.length > 1 ? `the newest of its ${dated.length} dated files` : 'its only dated file',
+    });
+  } else if (free.length > 0) {
+    // Try each dated file of the free funds as the anchor; keep the smallest spread of dates (ties: later).
+    const candidates = free.flatMap((f) => (filesByFund.get(f) ?? []).filter((x) => x.asOf !== null).map((x) => x.asOf!));
+    let best: { picks: Map<string, HoldingsFileInfo>; spread: number; sum: number } | null = null;
+    for (const anchor of candidates) {
+      const picks = new Map<string, HoldingsFileInfo>();
+      for (const fund of free) {
+        const dated = (filesByFund.get(fund) ?? []).filter((x) => x.asOf !== null);
+        let pick = dated[0]!;
+        for (const x of dated) {
+          const gap = Math.abs(dayNumber(x.asOf!) - dayNumber(anchor));
+          const bestGap = Math.abs(dayNumber(pick.asOf!) - dayNumber(anchor));
+          if (gap < bestGap || (gap === bestGap && x.asOf! > pick.asOf!)) pick = x;
+        }
+        picks.set(fund, pick);
+      }
+      const days = [...[...picks.values()].map((x) => dayNumber(x.asOf!)), ...anchors.map(dayNumber)];
+      const spread = Math.max(...days) - Math.min(...days);
+      const sum = days.reduce((a, b) => a + b, 0);
+      if (best === null || spread < best.spread || (spread === best.spread && sum > best.sum)) best = { picks, spread, sum };
+    }
+    for (const [fund, pick] of best!.picks) {
+      const why =
+        funds.length === 1 ? 'its newest file' : `the closest dates between the funds' files (all within ${daysWord(best!.spread)} of each other)`;
+      chosen.set(fund, { fund, asOf: pick.asOf!, file: pick.file, why });
+    }
+  }
+  return funds.map((f) => chosen.get(f)!);
+}
+
+/** Which requested date belongs to which fund: the date written nearest after a fund (else before it); one date serves all. */
+function requestedDates(question: string, funds: readonly string[]): Map<string, QuestionDate> {
+  const dates = questionDates(question);
+  const out = new Map<string, QuestionDate>();
+  if (dates.length === 0) return out;
+  if (dates.length === 1) {
+    for (const f of funds) out.set(f, dates[0]!);
+    return out;
+  }
+  const upper = question.toUpperCase();
+  const positions = funds.map((f) => ({ fund: f, at: new RegExp(`\\b${f}\\b`).exec(upper)?.index ?? -1 }));
+  for (const d of dates) {
+    const before = positions.filter((p) => p.at >= 0 && p.at < d.index).sort((x, y) => y.at - x.at);
+    const target = before.find((p) => !out.has(p.fund)) ?? positions.find((p) => !out.has(p.fund));
+    if (target) out.set(target.fund, d);
+  }
+  return out;
+}
+
+/**
+ * What the question asks for: the subjects (fund + file + why), the pairs to compare, the funds
+ * whose facts it asks for, a "top N", and the parts that cannot be planned (too many funds).
+ */
+export function questionPlan(question: string, funds: ListFundsResult | null) {
+  const filesByFund = new Map<string, HoldingsFileInfo[]>((funds?.funds ?? []).map((f) => [f.fund.toUpperCase(), f.files]));
+  const mentioned = mentionedFunds(question, filesByFund.keys());
+  const covered = funds ? mentioned.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : mentioned;
+  const wantsFacts = METADATA_WORDS.test(question);
+  const wantsHoldings = !wantsFacts || HOLDINGS_WORDS.test(question);
+  const unplanned: { part: string; reason: string }[] = [];
+  const dates = questionDates(question);
+  let subjects: Subject[] = [];
+  const pairs: [number, number][] = [];
+  if (covered.length === 1 && funds && (dates.length >= 2 || (dates.length === 1 && CHANGE_WORDS.test(question)))) {
+    // One fund at two dates: its file of each date (one date and "since"/"now": that date against the newest).
+    const fund = covered[0]!;
+    const files = filesByFund.get(fund)!;
+    const first = fileForDate(fund, files, dates[0]!);
+    const second = dates[1] ? fileForDate(fund, files, dates[1]) : null;
+    const dated = files.filter((f) => f.asOf !== null);
+    const newest = dated[dated.length - 1];
+    if (first && (second || newest)) {
+      subjects = [
+        { fund, asOf: first.file.asOf!, file: first.file.file, why: first.why },
+        second
+          ? { fund, asOf: second.file.asOf!, file: second.file.file, why: second.why }
+          : { fund, asOf: newest!.asOf!, file: newest!.file, why: 'its newest file, to compare against' },
+      ];
+      if (subjects[0]!.file !== subjects[1]!.file) pairs.push([0, 1]);
+      else unplanned.push({ part: `how ${fund} changed between the dates asked`, reason: `both dates lead to the same file (${subjects[0]!.file})` });
+    }
+  }
+  if (subjects.length === 0) {
+    subjects = funds
+      ? chooseFiles(covered, filesByFund, requestedDates(question, covered))
+      : covered.map((fund) => ({ fund, why: 'chosen by the tool' }));
+    const compared = Math.min(subjects.length, MAX_COMPARED_FUNDS);
+    for (let i = 0; i < compared; i++) for (let j = i + 1; j < compared; j++) pairs.push([i, j]);
+    if (subjects.length > MAX_COMPARED_FUNDS) {
+      for (const s of subjects.slice(MAX_COMPARED_FUNDS)) {
+        unplanned.push({
+          part: `comparison of ${s.fund} with the other funds`,
+          reason: `only the first ${MAX_COMPARED_FUNDS} funds named are compared pairwise`,
+        });
+      }
+    }
+  }
+  const uncovered = mentioned.filter((f) => !covered.includes(f));
+  return { mentioned, covered, uncovered, subjects, pairs, wantsFacts, wantsHoldings, top: topN(question), unplanned };
+}
 
 /**
  * The research calls for the question, given the list_funds result (null when list_funds was not
- * available or did not succeed): get_holdings per mentioned fund, compare_holdings for the first
- * two covered ones, fund_metadata per covered fund when the question asks for fund facts. Only
- * tools in `offered` are planned. Empty when the question mentions no fund.
+ * available or did not succeed): see {@link questionPlan}. Only tools in `offered` are planned.
+ * Empty when the question mentions no fund.
  */
 export function planResearch(question: string, funds: ListFundsResult | null, offered: ReadonlySet<string>): ReplyToolCall[] {
-  const filesByFund = new Map<string, HoldingsFileInfo[]>((funds?.funds ?? []).map((f) => [f.fund.toUpperCase(), f.files]));
-  const mentioned = mentionedFunds(question, filesByFund.keys());
-  if (mentioned.length === 0) return [];
-  const dates = mentionedDates(question);
-  const covered = funds ? mentioned.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : mentioned;
-  const [first, second] = covered;
-  const pair =
-    first !== undefined && second !== undefined ? closestPair(filesByFund.get(first) ?? [], filesByFund.get(second) ?? [], dates) : undefined;
-
+  const plan = questionPlan(question, funds);
+  if (plan.mentioned.length === 0) return [];
   const calls: ReplyToolCall[] = [];
-  if (offered.has('get_holdings')) {
-    for (const fund of mentioned) {
-      const asOf =
-        fund === first && pair?.asOfA
-          ? pair.asOfA
-          : fund === second && pair?.asOfB
-            ? pair.asOfB
-            : (pinnedFile(filesByFund.get(fund) ?? [], dates)?.asOf ?? undefined);
-      calls.push({ name: 'get_holdings', arguments: asOf ? { fund, asOf } : { fund } });
+  const top = plan.top !== null ? { top: plan.top } : {};
+  if (offered.has('get_holdings') && plan.wantsHoldings) {
+    for (const s of plan.subjects) calls.push({ name: 'get_holdings', arguments: { fund: s.fund, ...(s.asOf ? { asOf: s.asOf } : {}), ...top } });
+    for (const fund of plan.uncovered) calls.push({ name: 'get_holdings', arguments: { fund } });
+  }
+  if (offered.has('compare_holdings') && plan.wantsHoldings) {
+    for (const [i, j] of plan.pairs) {
+      const [a, b] = [plan.subjects[i]!, plan.subjects[j]!];
+      calls.push({
+        name: 'compare_holdings',
+        arguments: { fundA: a.fund, fundB: b.fund, ...(a.asOf ? { asOfA: a.asOf } : {}), ...(b.asOf ? { asOfB: b.asOf } : {}) },
+      });
     }
   }
-  if (pair && first !== undefined && second !== undefined && offered.has('compare_holdings')) {
-    calls.push({ name: 'compare_holdings', arguments: { fundA: first, fundB: second, ...pair } });
-  }
-  if (METADATA_WORDS.test(question) && offered.has('fund_metadata')) {
-    for (const fund of covered) calls.push({ name: 'fund_metadata', arguments: { fund } });
+  if (plan.wantsFacts && offered.has('fund_metadata')) {
+    for (const fund of plan.mentioned) calls.push({ name: 'fund_metadata', arguments: { fund } });
   }
   return calls;
 }
@@ -228,13 +420,15 @@ function pct1(x: number): string {
   return `${x.toFixed(1)}%`;
 }
 
-/** A weight or weight sum from a file, 2 decimals: `100.25%`, `0.26%`. */
-function pct2(x: number): string {
-  return `${x.toFixed(2)}%`;
+/** A weight or weight sum from a file, 2 decimals: `100.25%`, `0.26%`; an unreadable one says so. */
+function pct2(x: number | null): string {
+  return x === null ? 'weight unreadable' : `${x.toFixed(2)}%`;
 }
 
+/** A line's label: its ticker, or the name next to a bare exchange code (`TAIWAN SEMICONDUCTOR (2330)`) or when there is no ticker. */
 function label(line: HoldingLine): string {
-  return line.ticker ?? line.name;
+  if (line.ticker === null) return line.name;
+  return /^[A-Za-z]/.test(line.ticker) ? line.ticker : `${line.name} (${line.ticker})`;
 }
 
 function listNames(lines: readonly HoldingLine[], max = 20): string {
@@ -244,15 +438,18 @@ function listNames(lines: readonly HoldingLine[], max = 20): string {
 }
 
 function sumWeights(lines: readonly HoldingLine[]): number {
-  return lines.reduce((s, l) => s + l.weight, 0);
+  return lines.reduce((s, l) => s + (l.weight ?? 0), 0);
 }
 
 function plural(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`;
 }
 
-function dateText(asOf: string | null): string {
-  return asOf ? `as of ${asOf}` : 'undated (the file states no date)';
+/** The date of a file as the answer states it: read from inside, unreadable, or absent. */
+function dateText(info: { asOf: string | null; provenance?: { asOfHow: string; asOfText: string | null } }): string {
+  if (info.asOf) return `as of ${info.asOf}`;
+  if (info.provenance?.asOfHow === 'unreadable') return `with a date line that cannot be read ("${info.provenance.asOfText ?? ''}")`;
+  return 'undated (the file states no date)';
 }
 
 const KIND_WORDS: Record<string, [string, string]> = {
@@ -262,6 +459,9 @@ const KIND_WORDS: Record<string, [string, string]> = {
   collateral: ['a collateral line', 'collateral lines'],
   other: ['another non-security line', 'other non-security lines'],
 };
+
+/** Non-security lines listed one by one up to this many; more are summarised with a count. */
+const LIST_NON_SECURITY_MAX = 5;
 
 /** "503 securities plus a cash line", "101 securities" ... */
 function countText(s: HoldingsSummary): string {
@@ -277,50 +477,76 @@ function countText(s: HoldingsSummary): string {
   return `${base} plus ${joined}`;
 }
 
-function fundPassage(fund: string, s: HoldingsSummary, top: readonly HoldingLine[] = []): string {
-  const sentences = [`${fund} ${dateText(s.asOf)} (file ${s.file}): ${countText(s)}.`];
-  const nonSec = s.nonSecurityLines.map((l) => `${l.name}${l.ticker ? ` (${l.ticker})` : ''} ${pct2(l.weight)}`).join(', ');
-  sentences.push(
-    `Its weights sum to ${pct2(s.weightSum)} as the file states them` +
-      (s.nonSecurityLines.length > 0 ? ` (securities ${pct2(s.securitiesWeightSum)}; ${nonSec}).` : '.'),
+function nonSecurityText(s: HoldingsSummary): string {
+  const lines = s.nonSecurityLines;
+  const one = (l: HoldingLine) => `${l.name}${l.ticker ? ` (${l.ticker})` : ''} ${pct2(l.weight)}`;
+  if (lines.length <= LIST_NON_SECURITY_MAX) return lines.map(one).join(', ');
+  const heaviest = [...lines].sort((x, y) => Math.abs(y.weight ?? 0) - Math.abs(x.weight ?? 0)).slice(0, 3);
+  return `${lines.length} non-security lines together ${pct2(sumWeights(lines))}, the largest ${heaviest.map(one).join(', ')}`;
+}
+
+function unreadableText(s: HoldingsSummary): string | null {
+  const lines = s.unreadableWeightLines;
+  if (lines.length === 0) return null;
+  const shown = lines
+    .slice(0, 5)
+    .map((l) => `${label(l)} "${l.unreadable?.find((u) => u.field === 'weight')?.text ?? ''}"`)
+    .join(', ');
+  return (
+    `${plural(lines.length, 'line states a weight', 'lines state a weight')} that cannot be read (${shown}${lines.length > 5 ? ', ...' : ''}): ` +
+    'they are kept, not counted as 0, and the sums leave them out, so those sums and any figure built on them are lower bounds'
   );
-  if (top.length > 0)
-    sentences.push(
-      `Largest holdings: ${top
-        .slice(0, 5)
-        .map((l) => `${label(l)} ${pct2(l.weight)}`)
-        .join(', ')}.`,
-    );
+}
+
+function fundPassage(
+  name: string,
+  s: HoldingsSummary,
+  top: readonly HoldingLine[],
+  topCount: number,
+  why: string | undefined,
+  stated: boolean,
+): string {
+  const sentences = [`${name} ${dateText(s)} (file ${s.file}${why ? `, chosen as ${why}` : ''}): ${countText(s)}.`];
+  const sums = `${stated ? 'Its weights sum to' : 'Weights sum to'} ${pct2(s.weightSum)}${stated ? ' as the file states them, not renormalised' : ''}`;
+  sentences.push(s.nonSecurityLines.length > 0 ? `${sums} (securities ${pct2(s.securitiesWeightSum)}; ${nonSecurityText(s)}).` : `${sums}.`);
+  const unreadable = unreadableText(s);
+  if (unreadable) sentences.push(`${capitalize(unreadable)}.`);
+  if (top.length > 0) {
+    const shown = top.slice(0, topCount);
+    const heading = topCount === 5 ? 'Largest holdings' : `Top ${shown.length} holdings`;
+    sentences.push(`${heading}: ${shown.map((l) => `${label(l)} ${pct2(l.weight)}`).join(', ')}.`);
+  }
   return sentences.join(' ');
 }
 
 function daysText(days: number | null): string {
-  if (days === null) return 'at least one file is undated, so the days between them are unknown';
+  if (days === null) return 'at least one file has no readable date, so the days between them are unknown';
   if (days === 0) return 'both files are dated the same day';
   return `the disclosure dates are ${plural(days, 'day', 'days')} apart`;
 }
 
-function fileNameCheck(info: { file: string; asOf: string | null }): string {
+function fileNameCheck(info: HoldingsSummary): string {
   const named = info.file.match(/\d{4}-\d{2}-\d{2}/)?.[0];
-  if (info.asOf === null)
-    return `${info.file} states no date inside, so it is treated as undated${named ? ` (its name says ${named}, which is not used)` : ''}`;
+  if (info.asOf === null) {
+    const how =
+      info.provenance?.asOfHow === 'unreadable'
+        ? `has a date line ("${info.provenance.asOfText ?? ''}") that cannot be read as a date`
+        : 'states no date inside, so it is treated as undated';
+    return `${info.file} ${how}${named ? ` (its name says ${named}, which is not used)` : ''}`;
+  }
   if (!named) return `${info.file} states ${info.asOf}`;
   if (named === info.asOf) return `${info.file} states ${info.asOf} (its name agrees)`;
   return `${info.file} states ${info.asOf} (its name says ${named}; the date inside the file is used)`;
 }
 
-function datesPassage(
-  files: Array<{ fund: string; file: string; asOf: string | null }>,
-  days: number | null | undefined,
-  funds: ListFundsResult | null,
-): string {
+function datesPassage(files: readonly HoldingsSummary[], funds: ListFundsResult | null): string {
   const sentences = [`Disclosure dates were verified from inside each file, not taken from file names: ${files.map(fileNameCheck).join('; ')}.`];
-  if (days !== undefined) sentences.push(`${capitalize(daysText(days))}.`);
   if (funds) {
-    const others = files
-      .map(({ fund, file }) => {
-        const rest = (funds.funds.find((f) => f.fund.toUpperCase() === fund)?.files ?? []).filter((f) => f.file !== file);
-        return rest.length > 0 ? `${fund} ${rest.map((f) => f.asOf ?? `${f.file} (undated)`).join(', ')}` : null;
+    const used = new Set(files.map((f) => f.file));
+    const others = [...new Set(files.map((f) => f.fund.toUpperCase()))]
+      .map((fund) => {
+        const rest = (funds.funds.find((f) => f.fund.toUpperCase() === fund)?.files ?? []).filter((f) => !used.has(f.file));
+        return rest.length > 0 ? `${fund} ${rest.map((f) => f.asOf ?? `${f.file} (no readable date)`).join(', ')}` : null;
       })
       .filter((x): x is string => x !== null);
     if (others.length > 0) sentences.push(`Other holdings files in the data: ${others.join('; ')}.`);
@@ -337,12 +563,23 @@ function argText(value: unknown, fallback = ''): string {
   return typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' ? String(value) : JSON.stringify(value);
 }
 
+/** A call in the user's words (no tool names). */
 function describeCall(c: CallRecord): string {
   const a = c.args;
-  if (c.name === 'get_holdings') return `the get_holdings call for ${argText(a.fund, '?')}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
+  if (c.name === 'get_holdings') return `reading the holdings of ${argText(a.fund, '?')}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
   if (c.name === 'compare_holdings') return `the comparison of ${argText(a.fundA, '?')} and ${argText(a.fundB, '?')}`;
-  if (c.name === 'fund_metadata') return `the fund_metadata call for ${argText(a.fund, '?')}`;
-  return `the ${c.name} call`;
+  if (c.name === 'fund_metadata') return `looking up the fund facts of ${argText(a.fund, '?')}`;
+  if (c.name === 'list_funds') return 'listing the data';
+  return `the ${c.name} step`;
+}
+
+/** The part of the question a call answers, for the unanswered list. */
+function partOf(c: CallRecord): string {
+  const a = c.args;
+  if (c.name === 'get_holdings') return `holdings of ${argText(a.fund, '?').toUpperCase()}`;
+  if (c.name === 'compare_holdings') return `comparison of ${argText(a.fundA, '?').toUpperCase()} and ${argText(a.fundB, '?').toUpperCase()}`;
+  if (c.name === 'fund_metadata') return `fund facts of ${argText(a.fund, '?').toUpperCase()}`;
+  return 'the list of funds in the data';
 }
 
 function capitalize(s: string): string {
@@ -389,88 +626,220 @@ function fundsOverview(funds: ListFundsResult): string {
 
 const ILLUSTRATIVE_NOTE = 'These figures come from the illustrative sample data shipped with the project, not from real issuer files.';
 
+/** Opens the machine-readable list of unanswered parts that ends every final answer. */
+export const UNANSWERED_FENCE = '```json runplane-unanswered';
+
+/** One part of the question the answer does not answer, and why (plain words). */
+export interface UnansweredPart {
+  part: string;
+  reason: string;
+}
+
+/**
+ * The unanswered parts of a final answer: the JSON in the last {@link UNANSWERED_FENCE} block,
+ * `{"unanswered":[{"part","reason"}]}`. `null` when the text has no such block (not written by
+ * this policy) or it cannot be parsed.
+ */
+export function extractUnanswered(answer: string): UnansweredPart[] | null {
+  const at = answer.lastIndexOf(UNANSWERED_FENCE);
+  if (at < 0) return null;
+  const body = answer.slice(at + UNANSWERED_FENCE.length);
+  const end = body.indexOf('```');
+  if (end < 0) return null;
+  try {
+    const json = JSON.parse(body.slice(0, end)) as { unanswered?: unknown };
+    if (!Array.isArray(json.unanswered)) return null;
+    return json.unanswered.filter(
+      (u): u is UnansweredPart =>
+        typeof u === 'object' && u !== null && typeof (u as UnansweredPart).part === 'string' && typeof (u as UnansweredPart).reason === 'string',
+    );
+  } catch {
+    return null;
+  }
+}
+
+/** The closing passage: the unanswered parts in words, then as the fenced JSON block (one passage: no blank line inside). */
+function unansweredPassage(parts: readonly UnansweredPart[]): string {
+  const unique = parts.filter((p, i) => parts.findIndex((q) => q.part === p.part) === i);
+  const words =
+    unique.length === 0 ? 'Every part of the question was answered.' : `Not answered: ${unique.map((p) => `${p.part} (${p.reason})`).join('; ')}.`;
+  return `${words}\n${UNANSWERED_FENCE}\n${JSON.stringify({ unanswered: unique })}\n\`\`\``;
+}
+
+/** Fields a question may ask for, and how fact names spell them. */
+const FACT_REQUESTS: readonly [RegExp, RegExp, string][] = [
+  [/\bexpense ratio|\bexpenses?\b|\bfees?\b/i, /expense/i, 'expense ratio'],
+  [/\binception\b/i, /inception/i, 'inception date'],
+  [/\bbenchmark\b/i, /benchmark/i, 'benchmark'],
+  [/\bshares outstanding\b/i, /shares ?out/i, 'shares outstanding'],
+  [/\bnet assets\b|\bassets\b/i, /assets/i, 'net assets'],
+  [/\bdividend\b/i, /div/i, 'dividend'],
+];
+
+function factsPassage(question: string, m: FundMetadataResult, unanswered: UnansweredPart[]): string {
+  const asked = FACT_REQUESTS.filter(([q]) => q.test(question));
+  const fmt = (f: FundMetadataResult['facts'][number]) => `${f.field}: ${f.value} (${f.source}${f.asOf ? `, as of ${f.asOf}` : ', undated'})`;
+  const sentences: string[] = [];
+  for (const [, field, words] of asked) {
+    const found = m.facts.filter((f) => field.test(f.field));
+    if (found.length === 0) unanswered.push({ part: `${words} of ${m.fund}`, reason: 'no file in the data states it' });
+    else sentences.push(`${capitalize(words)} of ${m.fund} as the files state it: ${found.map(fmt).join('; ')}.`);
+  }
+  if (asked.length === 0 || sentences.length === 0) {
+    const facts = m.facts.slice(0, 12).map(fmt);
+    const more = m.facts.length > facts.length ? ` (and ${m.facts.length - facts.length} more)` : '';
+    sentences.push(
+      facts.length > 0 ? `${m.fund} facts as the files state them: ${facts.join('; ')}${more}.` : `The data states no facts about ${m.fund}.`,
+    );
+  }
+  return sentences.join(' ');
+}
+
+function overlapPassage(nameA: string, nameB: string, c: CompareHoldingsResult): string {
+  const by = Object.entries(c.matchedBy)
+    .filter(([, n]) => n > 0)
+    .map(([k, n]) => `${k === 'ticker' ? 'ticker on the same market' : k === 'name' ? 'company name' : k.toUpperCase()} ${n}`);
+  const sentences = [
+    `Overlap of ${nameA} and ${nameB}: ${c.commonCount} securities in common${by.length > 0 ? ` (matched by ${by.join(', ')})` : ''}. ` +
+      `The standard overlap (the smaller weight summed over common holdings) is ${pct1(c.standardOverlap)}; ` +
+      `${pct1(c.weightOfBHeldInA)} of ${nameB}'s weight is held in ${nameA}; ${pct1(c.weightOfAHeldInB)} of ${nameA}'s weight is held in ${nameB}.`,
+  ];
+  if (c.commonWithUnreadableWeight > 0) {
+    sentences.push(
+      `${plural(c.commonWithUnreadableWeight, 'common holding has', 'common holdings have')} an unreadable weight and ${c.commonWithUnreadableWeight === 1 ? 'is' : 'are'} left out of these weight figures, which are therefore lower bounds.`,
+    );
+  }
+  if (c.fallbackMatches.length > 0) {
+    const shown = c.fallbackMatches.slice(0, 8).map((m) => `${label(m.a)} = ${label(m.b)} (${m.why})`);
+    sentences.push(
+      `${plural(c.fallbackMatches.length, 'match', 'matches')} used a fallback because the ${c.strongestSharedIdentifier.toUpperCase()} did not match: ${shown.join('; ')}${c.fallbackMatches.length > 8 ? `; and ${c.fallbackMatches.length - 8} more` : ''}.`,
+    );
+  }
+  if (c.notMatched.length > 0) {
+    const shown = c.notMatched.slice(0, 5).map((p) => `${label(p.a)} / ${label(p.b)}: ${p.why}`);
+    sentences.push(`Not counted as common: ${shown.join('; ')}${c.notMatched.length > 5 ? `; and ${c.notMatched.length - 5} more` : ''}.`);
+  }
+  return sentences.join(' ');
+}
+
+function gapsPassage(nameA: string, nameB: string, c: CompareHoldingsResult): string {
+  const gap = (holder: string, other: string, lines: readonly HoldingLine[]) =>
+    lines.length === 0
+      ? `${holder} holds every security of ${other}.`
+      : `${holder} lacks ${plural(lines.length, `${other} name`, `${other} names`)} (${pct1(sumWeights(lines))} of ${other}'s weight): ${listNames(lines)}.`;
+  return `Coverage gaps: ${gap(nameA, nameB, c.onlyInB)} ${gap(nameB, nameA, c.onlyInA)}`;
+}
+
 /**
  * The final answer for the question from the tool calls of the current turn: passages separated
  * by blank lines, dates as YYYY-MM-DD, derived percentages with 1 decimal. Every figure is read
- * from the tool results; failed, denied, unknown and missing calls get their own passage.
+ * from the tool results; each fund's file is named with why it was chosen; failed, denied,
+ * unknown and missing calls get their own passage. The last passage lists the parts not answered,
+ * in words and as a fenced JSON block ({@link extractUnanswered}).
  */
 export function writeAnswer(question: string, calls: readonly CallRecord[]): string {
   const listCall = calls.find((c) => c.name === 'list_funds');
   const funds = succeeded(listCall, ListFundsResult) ?? null;
   const known = funds ? new Set(funds.funds.filter((f) => f.files.length > 0).map((f) => f.fund.toUpperCase())) : null;
   const illustrative = funds?.dataSet === 'illustrative';
+  const plan = questionPlan(question, funds);
+  const why = new Map(plan.subjects.filter((s) => s.file).map((s) => [s.file!, s.why]));
 
   const holdings = calls.filter((c) => c.name === 'get_holdings').map((c) => ({ call: c, result: succeeded(c, GetHoldingsResult) }));
-  const compareCall = calls.find((c) => c.name === 'compare_holdings');
-  const compare = succeeded(compareCall, CompareHoldingsResult);
+  const compares = calls.filter((c) => c.name === 'compare_holdings').map((c) => ({ call: c, result: succeeded(c, CompareHoldingsResult) }));
   const metadata = calls.filter((c) => c.name === 'fund_metadata').map((c) => ({ call: c, result: succeeded(c, FundMetadataResult) }));
-  const failures = calls
-    .filter((c) => {
-      const schema =
-        c.name === 'list_funds'
-          ? ListFundsResult
-          : c.name === 'get_holdings'
-            ? GetHoldingsResult
-            : c.name === 'compare_holdings'
-              ? CompareHoldingsResult
-              : c.name === 'fund_metadata'
-                ? FundMetadataResult
-                : null;
-      return c.outcome.status !== 'succeeded' || (schema !== null && !schema.safeParse(c.outcome.result).success);
-    })
-    .map((c) => failureSentence(c, known));
+  const schemaOf = (name: string) =>
+    name === 'list_funds'
+      ? ListFundsResult
+      : name === 'get_holdings'
+        ? GetHoldingsResult
+        : name === 'compare_holdings'
+          ? CompareHoldingsResult
+          : name === 'fund_metadata'
+            ? FundMetadataResult
+            : null;
+  const failedCalls = calls.filter((c) => {
+    const schema = schemaOf(c.name);
+    return c.outcome.status !== 'succeeded' || (schema !== null && !schema.safeParse(c.outcome.result).success);
+  });
+  const failures = failedCalls.map((c) => failureSentence(c, known));
+  const unanswered: UnansweredPart[] = [...plan.unplanned];
+  for (const c of failedCalls) {
+    if (c.name === 'list_funds') continue;
+    const o = c.outcome;
+    unanswered.push({
+      part: partOf(c),
+      reason: 'error' in o ? `${o.status}: ${o.error.message}` : o.status === 'missing' ? 'no result came back' : 'the result could not be used',
+    });
+  }
 
   const passages: string[] = [];
-  const researched = holdings.length > 0 || compareCall !== undefined || metadata.length > 0;
+  const researched = holdings.length > 0 || compares.length > 0 || metadata.length > 0;
 
   if (!researched) {
     // No fund mentioned (or no research tool offered): answer from list_funds.
     if (funds) {
       const intro =
-        mentionedFunds(question, known ?? []).length === 0
+        plan.mentioned.length === 0
           ? 'The question names no fund ticker, so here is what the data covers.'
           : 'The holdings tools were not available, so here is only what the data covers.';
       passages.push([intro, illustrative ? ILLUSTRATIVE_NOTE : ''].filter(Boolean).join(' '));
       passages.push(fundsOverview(funds));
-      if (funds.otherFiles.length > 0) passages.push(`Other files in the data, not read as holdings files: ${funds.otherFiles.join(', ')}.`);
+      if (funds.otherFiles.length > 0) {
+        const notes = new Map((funds.otherFileNotes ?? []).map((n) => [n.file, n]));
+        const unread = funds.otherFiles.filter((f) => notes.get(f)?.kind === 'not-holdings');
+        passages.push(
+          `Other files in the data, not read as holdings files: ${funds.otherFiles.join(', ')}.` +
+            (unread.length > 0 && unread.length <= 5 ? ` ${unread.map((f) => notes.get(f)!.reason).join(' ')}` : ''),
+        );
+      }
       passages.push('Name one or more fund tickers to get their holdings, the verified disclosure dates and a comparison.');
+      if (plan.mentioned.length > 0)
+        for (const f of plan.mentioned) unanswered.push({ part: `research on ${f}`, reason: 'the holdings tools were not available' });
     } else if (calls.length === 0) {
       passages.push('No research tools were available, so the holdings data could not be read; nothing is assumed about it.');
+      unanswered.push({ part: 'the whole question', reason: 'no research tools were available' });
     } else {
       passages.push('The data could not be read, so the question cannot be answered from it; nothing is assumed.');
+      unanswered.push({ part: 'the whole question', reason: 'the data could not be read' });
     }
     if (failures.length > 0) passages.push(endSentences(failures));
+    passages.push(unansweredPassage(unanswered));
     return passages.join('\n\n');
   }
 
-  // Which file each fund was read from: get_holdings first, else the comparison's summaries.
-  const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[] }>();
+  // Which file each fund was read from: get_holdings results, and the comparisons' summaries.
+  const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[]; selection?: string }>();
   for (const h of holdings)
-    if (h.result) summaries.set(argText(h.call.args.fund, h.result.fund).toUpperCase(), { summary: h.result, top: h.result.top });
-  const fundA = compare ? argText(compareCall?.args.fundA, compare.a.fund).toUpperCase() : undefined;
-  const fundB = compare ? argText(compareCall?.args.fundB, compare.b.fund).toUpperCase() : undefined;
-  if (compare && fundA && fundB) {
-    // The comparison's files are authoritative for the compared pair.
-    const a = summaries.get(fundA);
-    const b = summaries.get(fundB);
-    summaries.set(fundA, { summary: compare.a, top: a && a.summary.file === compare.a.file ? a.top : [] });
-    summaries.set(fundB, { summary: compare.b, top: b && b.summary.file === compare.b.file ? b.top : [] });
+    if (h.result) summaries.set(h.result.file, { summary: h.result, top: h.result.top, selection: h.result.selection.detail });
+  for (const c of compares) {
+    if (!c.result) continue;
+    for (const [s, sel] of [
+      [c.result.a, c.result.selectionA],
+      [c.result.b, c.result.selectionB],
+    ] as const) {
+      if (!summaries.has(s.file)) summaries.set(s.file, { summary: s, top: [], selection: sel.detail });
+    }
   }
+  const sameFundTwice = new Set([...summaries.values()].map((s) => s.summary.fund)).size < summaries.size;
+  const nameOf = (s: HoldingsSummary) => (sameFundTwice ? `${s.fund} ${s.asOf ?? s.file}` : s.fund);
+  const okCompares = compares.filter((c) => c.result).map((c) => c.result!);
 
   // Passage 1: what was answered.
   const intro: string[] = [];
-  if (compare && fundA && fundB) {
-    intro.push(
-      `${fundA} (${dateText(compare.a.asOf)}) and ${fundB} (${dateText(compare.b.asOf)}) were compared from their holdings files ${compare.a.file} and ${compare.b.file}; ${daysText(compare.daysBetween)}.`,
-      `They hold ${compare.commonCount} securities in common.`,
-    );
+  if (okCompares.length > 0) {
+    for (const c of okCompares) {
+      intro.push(
+        `${nameOf(c.a)} (${dateText(c.a)}) and ${nameOf(c.b)} (${dateText(c.b)}) were compared from their holdings files ${c.a.file} and ${c.b.file}; ${daysText(c.daysBetween)}; ${plural(c.commonCount, 'security', 'securities')} in common.`,
+      );
+    }
   } else if (summaries.size > 0) {
-    intro.push(`Holdings read: ${[...summaries].map(([f, s]) => `${f} ${dateText(s.summary.asOf)} from ${s.summary.file}`).join('; ')}.`);
-    const mentioned = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
-    if (mentioned.length >= 2 && !compareCall)
-      intro.push(`No comparison was made: fewer than two of ${mentioned.join(', ')} are covered by the data.`);
-    if (compareCall && !compare) intro.push('The comparison did not succeed; see below.');
-  } else {
+    intro.push(`Holdings read: ${[...summaries.values()].map((s) => `${s.summary.fund} ${dateText(s.summary)} from ${s.summary.file}`).join('; ')}.`);
+    const asked = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
+    if (new Set(asked).size >= 2 && compares.length === 0)
+      intro.push(`No comparison was made: fewer than two of ${[...new Set(asked)].join(', ')} are covered by the data.`);
+    if (compares.length > 0) intro.push('The comparison did not succeed; see below.');
+  } else if (holdings.length > 0 || compares.length > 0) {
     const asked = holdings.map((h) => argText(h.call.args.fund, '?').toUpperCase());
     intro.push(
       asked.length > 0
@@ -478,42 +847,46 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
         : 'No holdings could be read from the data.',
     );
     if (funds) intro.push(`Funds the data covers: ${funds.funds.map((f) => f.fund).join(', ')}.`);
+  } else {
+    intro.push(`Fund facts for ${metadata.map((m) => argText(m.call.args.fund, '?').toUpperCase()).join(', ')}, as the files state them.`);
   }
   if (illustrative) intro.push(ILLUSTRATIVE_NOTE);
   passages.push(intro.join(' '));
 
-  // One passage per fund read.
-  for (const [fund, s] of summaries) passages.push(fundPassage(fund, s.summary, s.top));
+  // One passage per file read; the "as the file states them" note once.
+  const topCount = plan.top ?? 5;
+  const said = new Set<string>();
+  [...summaries.values()].forEach((s, i) => {
+    // A reason shared by several files (the closest dates between the funds) is given once.
+    const reason = why.get(s.summary.file) ?? s.selection;
+    passages.push(fundPassage(nameOf(s.summary), s.summary, s.top, topCount, reason && !said.has(reason) ? reason : undefined, i === 0));
+    if (reason) said.add(reason);
+  });
+  if (plan.top !== null) {
+    for (const s of summaries.values()) {
+      if (s.top.length > 0 && s.top.length < plan.top && s.summary.securityCount > s.top.length) {
+        unanswered.push({ part: `top ${plan.top} holdings of ${s.summary.fund}`, reason: `only ${s.top.length} came back` });
+      }
+    }
+  }
 
-  if (compare && fundA && fundB) {
+  for (const c of okCompares) {
+    passages.push(overlapPassage(nameOf(c.a), nameOf(c.b), c));
+    passages.push(gapsPassage(nameOf(c.a), nameOf(c.b), c));
+  }
+
+  if (summaries.size > 0)
     passages.push(
-      `Overlap: ${compare.commonCount} securities in common (matched by CUSIP ${compare.matchedBy.cusip}, by ticker ${compare.matchedBy.ticker}). ` +
-        `${pct1(compare.weightOfBHeldInA)} of ${fundB}'s weight is held in ${fundA}; ${pct1(compare.weightOfAHeldInB)} of ${fundA}'s weight is held in ${fundB}.`,
+      datesPassage(
+        [...summaries.values()].map((s) => s.summary),
+        funds,
+      ),
     );
-    const gap = (holder: string, other: string, lines: readonly HoldingLine[]) =>
-      lines.length === 0
-        ? `${holder} holds every security of ${other}.`
-        : `${holder} lacks ${plural(lines.length, `${other} name`, `${other} names`)} (${pct1(sumWeights(lines))} of ${other}'s weight): ${listNames(lines)}.`;
-    passages.push(`Coverage gaps: ${gap(fundA, fundB, compare.onlyInB)} ${gap(fundB, fundA, compare.onlyInA)}`);
-  }
 
-  if (summaries.size > 0) {
-    const files = [...summaries].map(([fund, s]) => ({ fund, file: s.summary.file, asOf: s.summary.asOf }));
-    passages.push(datesPassage(files, compare ? compare.daysBetween : undefined, funds));
-  }
-
-  for (const m of metadata) {
-    if (!m.result) continue;
-    const facts = m.result.facts.slice(0, 12).map((f) => `${f.field}: ${f.value} (${f.source}${f.asOf ? `, as of ${f.asOf}` : ', undated'})`);
-    const more = m.result.facts.length > facts.length ? ` (and ${m.result.facts.length - facts.length} more)` : '';
-    passages.push(
-      facts.length > 0
-        ? `${m.result.fund} facts as the files state them: ${facts.join('; ')}${more}.`
-        : `The data states no facts about ${m.result.fund}.`,
-    );
-  }
+  for (const m of metadata) if (m.result) passages.push(factsPassage(question, m.result, unanswered));
 
   if (failures.length > 0) passages.push(endSentences(failures));
+  passages.push(unansweredPassage(unanswered));
   return passages.join('\n\n');
 }
 

@@ -4,9 +4,12 @@
  * ```json
  * { "steps": [
  *     { "reply": { "content": "Hi", "finishReason": "stop" }, "chunkDelayMs": 20 },
+ *     { "reply": { "content": "One.\n\nTwo." }, "paragraphDelayMs": 3000 },
  *     { "reply": { "toolCalls": [{ "name": "list_funds", "arguments": {} }] } },
  *     { "error": { "status": 500, "message": "boom" }, "delayMs": 100 },
- *     { "hang": true } ],
+ *     { "hang": true },
+ *     { "rawChunks": [{ "delta": { "tool_calls": [{ "index": 0, "id": "a", "function": { "name": "list_funds", "arguments": {} } }] } },
+ *                     { "finishReason": "tool_calls" }] } ],
  *   "then": "research-policy" }
  * ```
  * Step i answers the i-th well-formed chat request (a request rejected with 400 takes no step).
@@ -68,11 +71,28 @@ export const ScenarioError = z
   })
   .strict();
 
+/**
+ * One raw stream chunk, sent verbatim inside the chunk envelope (id, model, created): `delta` is
+ * `choices[0].delta` exactly as written (a repeated function name, two calls under one index,
+ * arguments as an object: the malformed streams real providers send), `finishReason` its
+ * `finish_reason`, `usage` the chunk's `usage` (then `choices` is empty).
+ */
+export const RawChunk = z
+  .object({
+    delta: z.record(z.string(), z.unknown()).optional(),
+    finishReason: z.string().nullable().optional(),
+    usage: z.record(z.string(), z.unknown()).optional(),
+  })
+  .strict();
+export type RawChunk = z.infer<typeof RawChunk>;
+
 const StepTiming = {
   /** Milliseconds to wait before the first byte of the answer. */
   delayMs: NonNegativeMs.optional(),
   /** Milliseconds to wait between stream chunks (streaming requests only). */
   chunkDelayMs: NonNegativeMs.optional(),
+  /** Milliseconds to wait after each paragraph of the content, i.e. after a chunk that completes a blank-line separator (streaming requests only). */
+  paragraphDelayMs: NonNegativeMs.optional(),
 };
 
 export const ScenarioStep = z
@@ -80,11 +100,13 @@ export const ScenarioStep = z
     reply: ScenarioReply.optional(),
     error: ScenarioError.optional(),
     hang: z.literal(true).optional(),
+    /** A raw chunk script for a streaming request (a non-streaming request gets 400). */
+    rawChunks: z.array(RawChunk).min(1).optional(),
     ...StepTiming,
   })
   .strict()
-  .refine((s) => [s.reply, s.error, s.hang].filter((x) => x !== undefined).length === 1, {
-    message: 'a step needs exactly one of "reply", "error" or "hang": true',
+  .refine((s) => [s.reply, s.error, s.hang, s.rawChunks].filter((x) => x !== undefined).length === 1, {
+    message: 'a step needs exactly one of "reply", "error", "hang": true or "rawChunks"',
   });
 
 /** A scenario: the steps in request order and what happens after them. */
@@ -136,9 +158,10 @@ export async function loadScenarioFile(path: string): Promise<Scenario> {
 
 /** What the server does for one chat request. */
 export type StepAction =
-  | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number }
+  | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number; paragraphDelayMs: number }
   | { kind: 'error'; status: number; message: string; type?: string; delayMs: number }
   | { kind: 'hang'; delayMs: number }
+  | { kind: 'raw'; chunks: RawChunk[]; delayMs: number; chunkDelayMs: number }
   | { kind: 'policy' };
 
 /**
@@ -159,7 +182,9 @@ export function actionFor(scenario: Scenario, index: number): StepAction {
       : { kind: 'policy' };
   }
   const delayMs = step.delayMs ?? 0;
-  if (step.reply) return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
+  if (step.reply)
+    return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0, paragraphDelayMs: step.paragraphDelayMs ?? 0 };
   if (step.error) return { kind: 'error', ...step.error, delayMs };
+  if (step.rawChunks) return { kind: 'raw', chunks: step.rawChunks, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
   return { kind: 'hang', delayMs };
 }

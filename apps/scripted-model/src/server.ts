@@ -12,7 +12,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { researchPolicy } from './research-policy.js';
 import { actionFor, parseScenario, ScenarioFileError, type Scenario, type ScenarioInput, type StepAction } from './scenario.js';
-import { ChatCompletionRequest, completionBody, contentText, errorBody, errorTypeFor, resolveReply, streamChunks, type Reply } from './wire.js';
+import {
+  ChatCompletionRequest,
+  completionBody,
+  contentText,
+  errorBody,
+  errorTypeFor,
+  rawChunkBody,
+  resolveReply,
+  streamChunks,
+  type Reply,
+} from './wire.js';
 
 export interface ScriptedModelOptions {
   /** TCP port; 0 or absent = any free port. */
@@ -99,6 +109,18 @@ async function readBody(req: IncomingMessage, limit: number): Promise<string> {
 }
 
 /** Waits `ms`; resolves false instead when `signal` aborts first. */
+/** The content delta of a stream chunk ('' for none). */
+function chunkContent(chunk: Record<string, unknown>): string {
+  const choices = chunk.choices as Array<{ delta?: { content?: unknown } }> | undefined;
+  const content = choices?.[0]?.delta?.content;
+  return typeof content === 'string' ? content : '';
+}
+
+/** How many blank-line paragraph separators `text` holds. */
+function paragraphSeparators(text: string): number {
+  return text.match(/\r?\n[ \t]*\r?\n/g)?.length ?? 0;
+}
+
 async function wait(ms: number, signal: AbortSignal): Promise<boolean> {
   if (signal.aborted) return false;
   if (ms <= 0) return true;
@@ -179,7 +201,7 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     res: ServerResponse,
     request: ChatCompletionRequest,
     reply: Reply,
-    chunkDelayMs: number,
+    timing: { chunkDelayMs: number; paragraphDelayMs: number },
     signal: AbortSignal,
     sequence: number,
   ) {
@@ -190,10 +212,19 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     const chunks = streamChunks(resolved, request.stream_options?.include_usage === true);
+    let sent = '';
+    let separators = 0;
     for (let i = 0; i < chunks.length; i++) {
-      if (i > 0 && !(await wait(chunkDelayMs, signal))) return;
+      if (i > 0 && !(await wait(timing.chunkDelayMs, signal))) return;
       if (signal.aborted) return;
       await writeChunk(res, JSON.stringify(chunks[i]));
+      if (timing.paragraphDelayMs > 0) {
+        // a paragraph is finished once a blank-line separator follows it: pause after the chunk that completes one
+        sent += chunkContent(chunks[i]!);
+        const now = paragraphSeparators(sent);
+        if (now > separators && !(await wait(timing.paragraphDelayMs, signal))) return;
+        separators = now;
+      }
     }
     if (signal.aborted) return;
     await writeChunk(res, '[DONE]');
@@ -230,10 +261,22 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
         sendError(res, action.status, action.message, action.type ?? errorTypeFor(action.status));
         return;
       case 'reply':
-        await answer(res, request, action.reply, action.chunkDelayMs, signal, sequence);
+        await answer(res, request, action.reply, { chunkDelayMs: action.chunkDelayMs, paragraphDelayMs: action.paragraphDelayMs }, signal, sequence);
         return;
       case 'policy':
-        await answer(res, request, researchPolicy(request.messages, request.tools), 0, signal, sequence);
+        await answer(res, request, researchPolicy(request.messages, request.tools), { chunkDelayMs: 0, paragraphDelayMs: 0 }, signal, sequence);
+        return;
+      case 'raw':
+        if (!request.stream) throw new HttpError(400, 'this scenario step is a raw chunk script: it answers streaming requests only');
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+        for (const [i, raw] of action.chunks.entries()) {
+          if (i > 0 && !(await wait(action.chunkDelayMs, signal))) return;
+          if (signal.aborted) return;
+          await writeChunk(res, JSON.stringify(rawChunkBody(raw, sequence, request.model)));
+        }
+        if (signal.aborted) return;
+        await writeChunk(res, '[DONE]');
+        res.end();
         return;
     }
   }

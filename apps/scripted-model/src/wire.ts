@@ -221,6 +221,22 @@ function splitText(text: string, size = 32): string[] {
   return pieces;
 }
 
+/**
+ * Cuts text just after each blank-line paragraph separator, so that a chunk never carries the end
+ * of one paragraph and the start of the next; joining the pieces gives the text back.
+ */
+function paragraphPieces(text: string): string[] {
+  const pieces: string[] = [];
+  let from = 0;
+  for (const m of text.matchAll(/\r?\n[ \t]*\r?\n/g)) {
+    const end = m.index + m[0].length;
+    pieces.push(text.slice(from, end));
+    from = end;
+  }
+  if (from < text.length) pieces.push(text.slice(from));
+  return pieces;
+}
+
 /** Splits a string into `n` (or fewer, when it is short) non-empty fragments of similar length. */
 function fragments(s: string, n = 3): string[] {
   if (s.length === 0) return [];
@@ -245,7 +261,7 @@ export function streamChunks(r: ResolvedReply, includeUsage: boolean): Array<Rec
     ...extra,
   });
   const chunks: Array<Record<string, unknown>> = [chunk({ role: 'assistant', content: '', refusal: null })];
-  for (const piece of splitText(r.content ?? '')) chunks.push(chunk({ content: piece }));
+  for (const paragraph of paragraphPieces(r.content ?? '')) for (const piece of splitText(paragraph)) chunks.push(chunk({ content: piece }));
   r.toolCalls.forEach((c, index) => {
     chunks.push(chunk({ tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.name, arguments: '' } }] }));
     for (const f of fragments(c.arguments)) chunks.push(chunk({ tool_calls: [{ index, function: { arguments: f } }] }));
@@ -253,6 +269,24 @@ export function streamChunks(r: ResolvedReply, includeUsage: boolean): Array<Rec
   chunks.push(chunk({}, r.finishReason));
   if (includeUsage) chunks.push({ ...base, choices: [], usage: r.usage });
   return chunks;
+}
+
+/**
+ * A raw scripted chunk in its envelope: `choices[0].delta` exactly as scripted (no validation:
+ * malformed on purpose), or, for a usage chunk, `choices: []` and the usage as written.
+ */
+export function rawChunkBody(
+  raw: { delta?: Record<string, unknown>; finishReason?: string | null; usage?: Record<string, unknown> },
+  sequence: number,
+  model: string,
+): Record<string, unknown> {
+  const base = { id: `chatcmpl-raw-${sequence}`, object: 'chat.completion.chunk', created: 0, model };
+  if (raw.usage && !raw.delta && raw.finishReason === undefined) return { ...base, choices: [], usage: raw.usage };
+  return {
+    ...base,
+    choices: [{ index: 0, delta: raw.delta ?? {}, logprobs: null, finish_reason: raw.finishReason ?? null }],
+    ...(raw.usage && { usage: raw.usage }),
+  };
 }
 
 /** The `{error:{message,type}}` body of an error response. */

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { ToolPack, type CompareHoldingsResult, type GetHoldingsResult, type ListFundsResult } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
-import { closestPair, mentionedFunds, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
+import { closestPair, extractUnanswered, mentionedFunds, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
 
 const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
 const DATA_DIR = '/work/shared/data/etf-holdings';
@@ -50,12 +50,24 @@ const passages = (text: string) => text.split(/\n\s*\n/);
 
 // ---- hand-made results that follow the contract schemas ---------------------------------------
 
-const file = (fund: string, asOf: string | null, ext = 'csv') => ({
-  fund,
-  file: `${fund}_${asOf ?? 'undated'}.${ext}`,
-  issuerFormat: ext === 'xlsx' ? ('ssga-xlsx' as const) : ('invesco-csv' as const),
-  asOf,
-});
+const file = (fund: string, asOf: string | null, ext = 'csv') => {
+  const issuerFormat = ext === 'xlsx' ? ('ssga-xlsx' as const) : ('invesco-csv' as const);
+  const name = `${fund}_${asOf ?? 'undated'}.${ext}`;
+  return {
+    fund,
+    file: name,
+    issuerFormat,
+    asOf,
+    provenance: {
+      file: name,
+      sha256: '0'.repeat(64),
+      layout: issuerFormat,
+      asOf,
+      asOfHow: asOf ? ('preamble' as const) : ('absent' as const),
+      asOfText: asOf,
+    },
+  };
+};
 
 const LIST: ListFundsResult = ListFundsResultOf('shared');
 function ListFundsResultOf(dataSet: 'shared' | 'illustrative'): ListFundsResult {
@@ -67,6 +79,7 @@ function ListFundsResultOf(dataSet: 'shared' | 'illustrative'): ListFundsResult 
       { fund: 'ABC', files: [file('ABC', null)] },
     ],
     otherFiles: ['SOURCES.md'],
+    otherFileNotes: [{ file: 'SOURCES.md', kind: 'not-holdings', reason: 'SOURCES.md is not a holdings file.' }],
   };
 }
 
@@ -77,12 +90,18 @@ function summary(fund: string, asOf: string, ext: string, securityCount: number,
     nonSecurityLines: cash === null ? [] : [{ ticker: null, name: 'US DOLLAR', cusip: null, weight: cash, kind: 'cash' as const }],
     weightSum,
     securitiesWeightSum: weightSum - (cash ?? 0),
+    unreadableWeightLines: [],
   };
 }
 
 const line = (ticker: string, weight: number) => ({ ticker, name: `${ticker} Inc`, cusip: null, weight });
-const SPY_HAND: GetHoldingsResult = { ...summary('SPY', '2025-09-30', 'xlsx', 407, 100.37, 0.31), top: [line('NVDA', 7.91), line('MSFT', 6.72)] };
-const QQQ_HAND: GetHoldingsResult = { ...summary('QQQ', '2025-09-26', 'csv', 99, 99.98, null), top: [line('NVDA', 9.61)] };
+const NEWEST = { rule: 'newest' as const, detail: 'the newest of 3 files of the fund' };
+const SPY_HAND: GetHoldingsResult = {
+  ...summary('SPY', '2025-09-30', 'xlsx', 407, 100.37, 0.31),
+  top: [line('NVDA', 7.91), line('MSFT', 6.72)],
+  selection: NEWEST,
+};
+const QQQ_HAND: GetHoldingsResult = { ...summary('QQQ', '2025-09-26', 'csv', 99, 99.98, null), top: [line('NVDA', 9.61)], selection: NEWEST };
 const COMPARE_HAND: CompareHoldingsResult = {
   a: summary('SPY', '2025-09-30', 'xlsx', 407, 100.37, 0.31),
   b: summary('QQQ', '2025-09-26', 'csv', 99, 99.98, null),
@@ -92,7 +111,14 @@ const COMPARE_HAND: CompareHoldingsResult = {
   onlyInB: [line('SHOP', 0.93), line('MELI', 0.68), line('ARM', 0.1)],
   weightOfAHeldInB: 43.21,
   weightOfBHeldInA: 91.76,
-  matchedBy: { cusip: 70, ticker: 7 },
+  standardOverlap: 40.5,
+  commonWithUnreadableWeight: 0,
+  strongestSharedIdentifier: 'cusip',
+  matchedBy: { cusip: 70, isin: 0, sedol: 0, ticker: 7, name: 0 },
+  selectionA: NEWEST,
+  selectionB: NEWEST,
+  fallbackMatches: [],
+  notMatched: [],
 };
 
 describe('research policy (hand-made tool results following the contract)', () => {
@@ -187,7 +213,7 @@ describe('research policy (hand-made tool results following the contract)', () =
     const question = 'Compare SPY with XYZQ';
     const second = researchPolicy(conversation(question, [[{ name: 'list_funds', args: {}, content: ok(LIST) }]]), TOOLS);
     expect(callsOf(second)).toEqual([
-      { name: 'get_holdings', arguments: { fund: 'SPY' } },
+      { name: 'get_holdings', arguments: { fund: 'SPY', asOf: '2025-11-18' } },
       { name: 'get_holdings', arguments: { fund: 'XYZQ' } },
     ]);
 
@@ -221,8 +247,9 @@ describe('research policy (hand-made tool results following the contract)', () =
       TOOLS,
     );
     const text = final.content ?? '';
-    expect(text).toContain("The get_holdings call for SPY was denied (not_granted): get_holdings is not in this Run's grant.");
-    expect(text).toContain('The get_holdings call for QQQ: outcome unknown, not assumed (timeout: no receipt within 30 s).');
+    expect(text).toContain("Reading the holdings of SPY was denied (not_granted): get_holdings is not in this Run's grant.");
+    expect(text).toContain('Reading the holdings of QQQ: outcome unknown, not assumed (timeout: no receipt within 30 s).');
+    expect(extractUnanswered(text)?.map((u) => u.part)).toEqual(['holdings of SPY', 'holdings of QQQ', 'comparison of SPY and QQQ']);
     expect(text).toContain('The comparison of SPY and QQQ returned content that is not a tool result; it is not used.');
     expect(text).not.toMatch(/securities in common/);
   });
@@ -292,8 +319,12 @@ describe('research policy on the real data (@runplane/holdings)', () => {
     expect(turns.map((t) => t.map((c) => c.name))).toEqual([['list_funds'], ['get_holdings', 'get_holdings', 'compare_holdings']]);
     expect(turns[1]?.[2]?.args).toEqual({ fundA: 'SPY', fundB: 'QQQ', asOfA: '2025-09-30', asOfB: '2025-09-26' });
     expect(passages(answer).length).toBeGreaterThanOrEqual(5);
-    expect(answer).toContain('SPY as of 2025-09-30 (file SPY_2025-09-30.xlsx): 503 securities plus a cash line');
+    expect(answer).toMatch(
+      /SPY as of 2025-09-30 \(file SPY_2025-09-30\.xlsx, chosen as the closest dates between the funds' files \(all within 4 days of each other\)\): 503 securities plus a cash line/,
+    );
     expect(answer).toContain('QQQ as of 2025-09-26 (file QQQ_2025-09-26.csv): 101 securities');
+    expect(answer).toContain('The standard overlap (the smaller weight summed over common holdings) is 51.4%');
+    expect(extractUnanswered(answer)).toEqual([]);
     expect(answer).toContain('the disclosure dates are 4 days apart');
     expect(answer).toContain('88 securities in common');
     expect(answer).toContain("95.2% of QQQ's weight is held in SPY");

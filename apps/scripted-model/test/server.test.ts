@@ -74,6 +74,31 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(last?.usage).toEqual({ prompt_tokens: 11, completion_tokens: 5, total_tokens: 16 });
   });
 
+  it('streams a raw chunk script verbatim (malformed on purpose), and refuses it to a non-streaming request', async () => {
+    const { client } = await start({
+      steps: [
+        {
+          rawChunks: [
+            { delta: { tool_calls: [{ index: 0, id: 'a', function: { name: 'f', arguments: { x: 1 } } }] } },
+            { delta: { tool_calls: [{ index: 0, function: { name: 'f' } }] } },
+            { finishReason: 'tool_calls' },
+            { usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } },
+          ],
+        },
+        { rawChunks: [{ finishReason: 'stop' }] },
+      ],
+    });
+    const stream = await client.chat.completions.create({ model: 'm', messages: user, stream: true });
+    const chunks: unknown[] = [];
+    for await (const c of stream) chunks.push(c);
+    expect(chunks).toHaveLength(4);
+    expect(chunks[0]).toMatchObject({ choices: [{ delta: { tool_calls: [{ index: 0, id: 'a', function: { name: 'f', arguments: { x: 1 } } }] } }] });
+    expect(chunks[2]).toMatchObject({ choices: [{ finish_reason: 'tool_calls' }] });
+    expect(chunks[3]).toMatchObject({ choices: [], usage: { total_tokens: 3 } });
+    await expect(client.chat.completions.create({ model: 'm', messages: user })).rejects.toMatchObject({ status: 400 });
+    expect(() => parseScenario({ steps: [{ rawChunks: [{ finishReason: 'stop' }], reply: { content: 'x' } }] })).toThrow(/exactly one/);
+  });
+
   it('sends no usage chunk when include_usage is not asked for', async () => {
     const { client } = await start({ steps: [{ reply: { content: 'hi' } }] });
     const stream = await client.chat.completions.create({ model: 'm', messages: user, stream: true });
@@ -176,6 +201,21 @@ describe('scripted model over HTTP through the openai client', () => {
     // role, content, finish: 3 chunks, 2 gaps of >= 60 ms.
     expect(chunks).toBe(3);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(115);
+  });
+
+  it('waits paragraphDelayMs after each finished paragraph, and never sends the end of one paragraph with the start of the next', async () => {
+    const { client } = await start({ steps: [{ reply: { content: 'First one.\n\nSecond one.\n\nThird.' }, paragraphDelayMs: 150 }] });
+    const stream = await client.chat.completions.create({ model: 'm', messages: user, stream: true });
+    const pieces: { text: string; at: number }[] = [];
+    for await (const chunk of stream) {
+      const text = chunk.choices[0]?.delta?.content;
+      if (text) pieces.push({ text, at: Date.now() });
+    }
+    expect(pieces.map((p) => p.text).join('')).toBe('First one.\n\nSecond one.\n\nThird.');
+    const ends = pieces.map((p, i) => ({ i, end: p.text.endsWith('\n\n') })).filter((p) => p.end);
+    expect(ends).toHaveLength(2);
+    for (const { i } of ends) expect(pieces[i + 1]!.at - pieces[i]!.at).toBeGreaterThanOrEqual(140);
+    expect(pieces.some((p) => /\n\n./s.test(p.text))).toBe(false);
   });
 
   it('a hang hits the client timeout; the server drops the request and keeps serving', async () => {
@@ -345,7 +385,7 @@ describe('scenario files', () => {
   it('rejects a file that is not JSON, a step with two kinds, and an unknown key', async () => {
     await expect(loadScenarioFile(await fileWith('{ steps: ['))).rejects.toThrow(/is not valid JSON/);
     expect(() => parseScenario({ steps: [{ error: { status: 500, message: 'x' }, hang: true }] })).toThrow(
-      /exactly one of "reply", "error" or "hang"/,
+      /exactly one of "reply", "error", "hang": true or "rawChunks"/,
     );
     expect(() => parseScenario({ steps: [{ reply: { content: 'x', tool_calls: [] } }] })).toThrow(/tool_calls/);
     await expect(loadScenarioFile('/nonexistent/scenario.json')).rejects.toThrow(/cannot be read/);

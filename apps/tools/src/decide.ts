@@ -16,9 +16,11 @@
  *   adapter stores the bytes before the receipt is appended), `failed` with the tool's error, or
  *   `unknown` when it outlived its timeout (its effect may still happen). Nothing for a call that
  *   is not dispatched or already has a receipt.
- *   A call whose receipt is already `unknown` (or whose Run settled before it had a receipt) gets
- *   `tool.call.late_observed` with the real outcome instead, once: never rewritten into success,
- *   never dropped, never changing the Run's outcome. It is the one event decided after settlement.
+ *   A call whose receipt is already `unknown` (or whose Run was fenced or settled before it had a
+ *   receipt) gets `tool.call.late_observed` with the real outcome instead, once: never rewritten
+ *   into success, never dropped, never changing the Run's outcome. It is the one event decided
+ *   after a fence closed the tools subject, and after settlement (the fence named the call
+ *   uncertain; a receipt after it would reopen a subject the settlement relies on being closed).
  * Every receipt records the tool's effect label (`read-only` | `external-effect`) for operators;
  * the label never makes an `unknown` call eligible for replay.
  * A failed or denied call stops only its own effect; the Run goes on (K8).
@@ -84,9 +86,10 @@ export function decide(facts: RunFacts, trigger: ToolsTrigger, now: Date): RunEv
   if (facts.settled && trigger.type !== 'ToolExecuted') return [];
   switch (trigger.type) {
     case 'Wake':
-      // after a fence nothing more is dispatched (K6); a call already executing still gets its real
-      // receipt (a fence never cancels an effect in flight, and its outcome is a fact)
-      return facts.fenced || facts.cancelRequested ? [] : onWake(facts, trigger.claims ?? {}, now);
+      // after a fence, a cancel or the end of the execution nothing more is dispatched (K6); a call
+      // already executing still gets its real outcome recorded (a fence never cancels an effect in
+      // flight, and its outcome is a fact), as a late observation
+      return facts.fenced || facts.cancelRequested || facts.finished ? [] : onWake(facts, trigger.claims ?? {}, now);
     case 'ToolExecuted':
       return onExecuted(facts, trigger, now);
     default:
@@ -151,7 +154,9 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
 function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecuted' }>, now: Date): RunEvent[] {
   const call = facts.toolCalls.get(t.toolCallId);
   if (!call || !call.dispatched) return [];
-  if (call.receipt?.status === 'unknown' || (!call.receipt && facts.settled)) return lateObservation(facts, call.toolCallId, call.name, t, now);
+  if (call.receipt?.status === 'unknown' || (!call.receipt && (facts.settled || facts.fenced))) {
+    return lateObservation(facts, call.toolCallId, call.name, t, now);
+  }
   if (call.receipt || facts.settled) return [];
   const base = { toolCallId: call.toolCallId, name: call.name, durationMs: t.durationMs, ...effectOf(call.name) };
   const o = t.outcome;

@@ -1,4 +1,4 @@
-import { ownerFilter } from '@runplane/eventlog';
+import { consumerFilters } from '@runplane/eventlog';
 import { loadConfig, ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';
@@ -11,7 +11,7 @@ main({
   config: [ToolsConfig],
   consumer: {
     durable: 'tools',
-    filter: (space) => ownerFilter(space, 'runtime'),
+    filter: (space) => consumerFilters(space, 'tools'),
     ackWaitMs: () => loadConfig(ToolsConfig).RUNPLANE_TOOLS_ACK_WAIT_MS,
   },
 });

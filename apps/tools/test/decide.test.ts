@@ -164,11 +164,21 @@ describe('tools decide after a fence (K6)', () => {
     tools.given(fenced(proposedA())).when(wake).thenNothing();
   });
 
-  it('given a call executing when the fence landed, when its outcome arrives, then the real receipt is still recorded (a fence never cancels an effect in flight)', () => {
-    tools
+  it('given a call executing when the fence landed, when its outcome arrives, then the real outcome is still recorded, as a late observation: a fence never cancels an effect in flight, and the fenced subject stays closed', () => {
+    const [late] = tools
       .given(fenced(dispatchedA()))
       .when(executed('a', { kind: 'returned', json: '{"funds":[]}' }))
-      .then([{ type: 'tool.call.receipt', data: expect.objectContaining({ status: 'succeeded' }) }]);
+      .then([{ type: 'tool.call.late_observed', data: expect.objectContaining({ toolCallId: 'a', status: 'succeeded', result: { funds: [] } }) }]);
+    const h = fenced(dispatchedA());
+    h.add('tool.call.late_observed', 'a', late!.data as never);
+    expect(h.facts.closed.tools).toBe(true);
+  });
+
+  it('given the execution finished on its own (its deadline) with a call proposed but not dispatched, when tools wake, then nothing is dispatched', () => {
+    tools
+      .given(proposedA().add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null }))
+      .when(wake)
+      .thenNothing();
   });
 });
 

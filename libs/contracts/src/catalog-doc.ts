@@ -13,6 +13,8 @@ const PURPOSE: Record<string, string> = {
     'The model answered the turn: its text, the tool calls it asked for (arguments as the model wrote them), finish reason and token usage.',
   'model.turn.failed': 'The model request failed (HTTP error, timeout, connection, invalid stream). The runtime does not retry it in this version.',
   'tool.call.proposed': 'One tool call the model asked for, proposed for execution (K5: proposed -> dispatched -> receipt).',
+  'model.output.paragraph':
+    'One finished paragraph of a model turn, recorded while the turn still streams (a blank line followed it), so the text survives a crash, cancel or failure; publication commits it as a passage at once.',
   'run.execution.finished': 'The runtime stopped executing the Run, and why. It never settles the Run: the lifecycle does (K9).',
   'tool.call.dispatched':
     'The tools service is about to execute the call. A dispatch without a receipt means the outcome is unknown: it is never re-run (K5).',

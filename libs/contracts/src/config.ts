@@ -35,6 +35,8 @@ export const BusConfig = z.object({
     .default('rp'),
   /** How long a delivered event may stay unacknowledged before it is redelivered (handlers heartbeat while they run), ms. */
   RUNPLANE_ACK_WAIT_MS: envInt(30_000, 500, MAX_TIMER_MS),
+  /** The Run stream's duplicate window when a process creates it, ms (a copy published later is a new message, recognised as a replay). */
+  RUNPLANE_DUPLICATE_WINDOW_MS: envInt(120_000, 100, 7 * 24 * 3600 * 1000),
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 

@@ -101,6 +101,20 @@ export const ModelTurnFailedV1 = z.object({
   }),
 });
 export const ToolCallProposedV1 = ProposedToolCall.extend({ turn: z.number().int().positive() });
+/**
+ * runtime: one finished paragraph of a model turn's text, recorded while the turn still streams
+ * (a paragraph is finished once a blank line follows it: `ParagraphStream`), so that text the
+ * model produced before a crash, a cancel or a failure is a fact, and publication commits it as a
+ * passage at once. Recorded under the lease epoch like every runtime event; at most once per turn
+ * and index. The turn's `model.turn.completed` still records the whole text.
+ */
+export const ModelOutputParagraphV1 = z.object({
+  turn: z.number().int().positive(),
+  /** 0-based position of the paragraph among the turn's passages (`splitPassages`). */
+  index: z.number().int().nonnegative(),
+  text: z.string().min(1),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
 /** Why the runtime stopped executing. It never settles; the lifecycle does (K9). */
 export const ExecutionStopReason = z.enum([
   'answered',
@@ -213,7 +227,7 @@ export const ToolCallReconciledV1 = z.object({
 // ---- publication ------------------------------------------------------------------------------
 export const PassageCommittedV1 = z.object({
   passageId: Id,
-  /** 0-based position of the passage in the answer. */
+  /** 0-based position of the passage among the passages of its source turn (for the answer turn: in the answer). */
   index: z.number().int().nonnegative(),
   /** 1 for the first commit of a passage; a revision commits version + 1. */
   version: z.number().int().positive(),
@@ -266,9 +280,11 @@ export const LeaseGrantedV1 = z.object({
 /**
  * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
  * unfinished, the user canceled it, its deadline passed while nobody stopped it (`deadline`), or
- * it was parked on a question nobody answered before the wait expired (`wait-expired`).
+ * it was parked on a question nobody answered before the wait expired (`wait-expired`); or,
+ * `settling`, the execution finished on its own and the executors' subjects are closed before the
+ * lifecycle settles the Run (a settlement never leaves them open to a stale append).
  */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'wait-expired']);
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'settling', 'wait-expired']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -282,6 +298,9 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
  * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
  * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed
  * while nobody executed it to its end). A crashed or frozen execution is never resumed in place.
+ * With reason `settling` it closes the subjects of an execution that finished on its own: every
+ * settlement comes after a fence on both executor subjects, so an executor append decided before
+ * it is refused by the log; only a late observation (`tool.call.late_observed`) follows one.
  */
 export const RunFencedV1 = z.object({
   /** The subject this marker stands on: the executor it fences. */
@@ -333,6 +352,7 @@ export const EventCatalog = {
   'model.turn.completed': { owner: 'runtime', version: 1, data: ModelTurnCompletedV1 },
   'model.turn.failed': { owner: 'runtime', version: 1, data: ModelTurnFailedV1 },
   'tool.call.proposed': { owner: 'runtime', version: 1, data: ToolCallProposedV1 },
+  'model.output.paragraph': { owner: 'runtime', version: 1, data: ModelOutputParagraphV1 },
   'run.execution.finished': { owner: 'runtime', version: 1, data: ExecutionFinishedV1 },
   'tool.call.dispatched': { owner: 'tools', version: 1, data: ToolCallDispatchedV1 },
   'tool.call.receipt': { owner: 'tools', version: 1, data: ToolCallReceiptV1 },
@@ -424,6 +444,15 @@ export type RunEvent = { [T in EventType]: RunEventOf<T> }[EventType];
  */
 export function subjectTokenOf(event: RunEvent): Owner {
   return event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
+}
+
+/**
+ * Every subject token an event of `type` may stand on: its owner's, except `run.fenced`, which
+ * stands on each executor's subject it fences (K6). The broker's publish permissions are derived
+ * from this (libs/eventlog bus.ts): a new event type gets its owner's permission automatically.
+ */
+export function subjectTokensOfType(type: EventType): readonly Owner[] {
+  return type === 'run.fenced' ? RunFencedV1.shape.fencedSubject.options : [EventCatalog[type].owner];
 }
 
 /** An event as read back from the log, with its stream position. */

@@ -123,11 +123,25 @@ export const ToolCallView = z.object({
   status: z.enum(['proposed', 'dispatched']).or(ReceiptStatus),
 });
 
-/** `GET /v1/runs/{runId}/answer`: the committed passages, in order, latest version of each. */
+/**
+ * `GET /v1/runs/{runId}/answer`: the latest version of each passage. Once the answer is published
+ * (`complete`), exactly its passages in order; before that (still streaming, or settled without
+ * an answer), every committed passage in the order of its source turn, then index.
+ */
 export const AnswerView = z
   .object({
     runId: Id,
-    passages: z.array(z.object({ passageId: Id, index: z.number().int(), version: z.number().int(), text: z.string() })),
+    passages: z.array(
+      z.object({
+        passageId: Id,
+        /** Position among the passages of its source turn. */
+        index: z.number().int(),
+        version: z.number().int(),
+        text: z.string(),
+        /** The model turn whose text the passage is. */
+        sourceTurn: z.number().int(),
+      }),
+    ),
     text: z.string(),
     /** True once publication recorded `answer.published`. */
     complete: z.boolean(),

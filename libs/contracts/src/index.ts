@@ -5,3 +5,4 @@ export * from './http.js';
 export * from './config.js';
 export * from './catalog-doc.js';
 export * from './openapi.js';
+export * from './passages.js';

@@ -24,15 +24,60 @@ export type IssuerFormat = z.infer<typeof IssuerFormat>;
 /** How a non-security line of a holdings file was classified (kept, not dropped). */
 export const NonSecurityKind = z.enum(['cash', 'money-market', 'futures', 'collateral', 'other']);
 
+/** A value of a holdings line that the file states but that cannot be read as a number (`N/A`, `-`, blank, text). */
+export const UnreadableValue = z.object({
+  field: z.enum(['weight', 'shares', 'marketValue', 'price']),
+  /** The cell exactly as the file writes it ('' for a blank cell). */
+  text: z.string(),
+});
+export type UnreadableValue = z.infer<typeof UnreadableValue>;
+
 export const HoldingLine = z.object({
   ticker: z.string().nullable(),
   name: z.string(),
   cusip: z.string().nullable(),
-  weight: z.number(),
+  /** Percent of the fund; `null` when the file's weight cannot be read (never taken as 0; see `unreadable`). */
+  weight: z.number().nullable(),
+  /** ISIN / SEDOL where the file carries them. */
+  isin: z.string().nullable().optional(),
+  sedol: z.string().nullable().optional(),
+  /** Where the security trades, as the file says it (`India, National Stock Exchange Of India`), or how it was inferred. */
+  market: z.string().nullable().optional(),
+  /** Values the file states but that cannot be read (the line is kept; figures from it are labelled). */
+  unreadable: z.array(UnreadableValue).optional(),
 });
 export type HoldingLine = z.infer<typeof HoldingLine>;
 
 export const NonSecurityLine = HoldingLine.extend({ kind: NonSecurityKind });
+
+/** The layout a source file was read in: an issuer holdings layout, a fund fact sheet or the ETF overview table. */
+export const SourceLayout = z.enum(['ssga-xlsx', 'ishares-csv', 'invesco-csv', 'ark-csv', 'fact-sheet-md', 'overview-csv']);
+
+/**
+ * How a file's as-of date was established: read from a preamble line (`preamble`), from the
+ * per-row date column (`row-date-column`), from the fact sheet's `As of` line (`fact-sheet-line`);
+ * `unreadable` = the file has a date line that cannot be read as a date (the file is NOT undated
+ * and is never given its name's date); `absent` = the file states no date at all (undated).
+ */
+export const AsOfHow = z.enum(['preamble', 'row-date-column', 'fact-sheet-line', 'unreadable', 'absent']);
+export type AsOfHow = z.infer<typeof AsOfHow>;
+
+/**
+ * What a tool read, so that a continuation or an auditor can check the material without the
+ * answer text: the file, the sha256 of its bytes, the layout it was read in, and its as-of date
+ * with how that date was established and the text it came from.
+ */
+export const Provenance = z.object({
+  file: z.string(),
+  /** Lower-case hex sha256 of the file's bytes as read. */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  layout: SourceLayout,
+  asOf: IsoDate.nullable(),
+  asOfHow: AsOfHow,
+  /** The text the date was read from, or the date line that could not be read; `null` when the file states none. */
+  asOfText: z.string().nullable(),
+});
+export type Provenance = z.infer<typeof Provenance>;
 
 /** One holdings file as found in the data folder. */
 export const HoldingsFileInfo = z.object({
@@ -40,8 +85,21 @@ export const HoldingsFileInfo = z.object({
   file: z.string(),
   issuerFormat: IssuerFormat,
   asOf: IsoDate.nullable(),
+  provenance: Provenance,
 });
 export type HoldingsFileInfo = z.infer<typeof HoldingsFileInfo>;
+
+/**
+ * Why a tool read the file it read for a fund: the file of the requested date, the newest file,
+ * or the pair of files with the closest as-of dates between the two funds.
+ */
+export const FileSelection = z.object({
+  rule: z.enum(['requested-date', 'newest', 'closest-dates']),
+  /** The requested `YYYY-MM-DD` date, for `requested-date`. */
+  requested: IsoDate.optional(),
+  detail: z.string(),
+});
+export type FileSelection = z.infer<typeof FileSelection>;
 
 // ---- list_funds -------------------------------------------------------------------------------
 export const ListFundsArgs = z.object({}).strict();
@@ -51,6 +109,8 @@ export const ListFundsResult = z.object({
   funds: z.array(z.object({ fund: z.string(), files: z.array(HoldingsFileInfo) })),
   /** Files present but not holdings files this pack reads (fact sheets, scrapes), by name. */
   otherFiles: z.array(z.string()),
+  /** Each other file with what it is and, when it could not be read as holdings, why (in plain words). */
+  otherFileNotes: z.array(z.object({ file: z.string(), kind: z.enum(['fact-sheet', 'overview-table', 'not-holdings']), reason: z.string() })),
 });
 export type ListFundsResult = z.infer<typeof ListFundsResult>;
 
@@ -60,19 +120,24 @@ export const GetHoldingsArgs = z
     fund: FundTicker,
     /** Pick the file with this as-of date; absent = the latest dated file. */
     asOf: IsoDate.optional(),
+    /** How many of the heaviest securities to list in `top` (default 25). */
+    top: z.number().int().min(1).max(500).optional(),
   })
   .strict();
 export const HoldingsSummary = HoldingsFileInfo.extend({
   securityCount: z.number().int(),
   nonSecurityLines: z.array(NonSecurityLine),
-  /** Sum of every line's weight, securities and non-security lines, as the file states them. */
+  /** Sum of every readable weight, securities and non-security lines, as the file states them. */
   weightSum: z.number(),
   securitiesWeightSum: z.number(),
+  /** Lines whose weight cannot be read (kept, never taken as 0): the sums above leave them out. */
+  unreadableWeightLines: z.array(HoldingLine.extend({ kind: z.enum(['security', ...NonSecurityKind.options]) })),
 });
 export type HoldingsSummary = z.infer<typeof HoldingsSummary>;
 export const GetHoldingsResult = HoldingsSummary.extend({
-  /** The largest securities by weight (at most 25). */
+  /** The largest securities by readable weight (25, or the `top` asked for); unreadable weights are in `unreadableWeightLines`. */
   top: z.array(HoldingLine),
+  selection: FileSelection,
 });
 export type GetHoldingsResult = z.infer<typeof GetHoldingsResult>;
 
@@ -86,21 +151,38 @@ export const CompareHoldingsArgs = z
     asOfB: IsoDate.optional(),
   })
   .strict();
+/** How a security of one file was found in the other: by an identifier, or by a fallback. */
+export const MatchMethod = z.enum(['cusip', 'isin', 'sedol', 'ticker', 'name']);
+export type MatchMethod = z.infer<typeof MatchMethod>;
+
 export const CompareHoldingsResult = z.object({
   a: HoldingsSummary,
   b: HoldingsSummary,
+  selectionA: FileSelection,
+  selectionB: FileSelection,
   /** Whole days from the earlier to the later as-of date; null when either file is undated. */
   daysBetween: z.number().int().nullable(),
+  /** Securities matched one to one between the files. */
   commonCount: z.number().int(),
   /** Securities of A not held by B, and of B not held by A, heaviest first. */
   onlyInA: z.array(HoldingLine),
   onlyInB: z.array(HoldingLine),
-  /** Percent of A's weight (sum of A's weights over securities B also holds). */
+  /** Percent of A's weight (sum of A's readable weights over securities B also holds). */
   weightOfAHeldInB: z.number(),
-  /** Percent of B's weight (sum of B's weights over securities A also holds). */
+  /** Percent of B's weight (sum of B's readable weights over securities A also holds). */
   weightOfBHeldInA: z.number(),
-  /** How the common securities were matched: by CUSIP where both files have it, else by ticker. */
-  matchedBy: z.object({ cusip: z.number().int(), ticker: z.number().int() }),
+  /** The standard overlap, percent: the sum over common securities of the smaller of the two weights. */
+  standardOverlap: z.number(),
+  /** Common securities left out of the weight figures because a weight cannot be read (the figures are then lower bounds). */
+  commonWithUnreadableWeight: z.number().int(),
+  /** The strongest identifier both files carry, which the match tries first (`ticker` = ticker on the same market). */
+  strongestSharedIdentifier: z.enum(['cusip', 'isin', 'sedol', 'ticker']),
+  /** How the common securities were matched. */
+  matchedBy: z.object({ cusip: z.number().int(), isin: z.number().int(), sedol: z.number().int(), ticker: z.number().int(), name: z.number().int() }),
+  /** Matches made by a weaker key than `strongestSharedIdentifier` (an identifier changed), each with why. */
+  fallbackMatches: z.array(z.object({ a: HoldingLine, b: HoldingLine, method: MatchMethod, why: z.string() })),
+  /** Lines that look alike but were NOT matched (same ticker on different markets, ambiguous names), each with why. */
+  notMatched: z.array(z.object({ a: HoldingLine, b: HoldingLine, why: z.string() })),
 });
 export type CompareHoldingsResult = z.infer<typeof CompareHoldingsResult>;
 
@@ -110,6 +192,8 @@ export const FundMetadataResult = z.object({
   fund: z.string(),
   /** Facts as the files state them; each with the file it came from and that file's date. */
   facts: z.array(z.object({ field: z.string(), value: z.string(), source: z.string(), asOf: IsoDate.nullable() })),
+  /** Every file the facts came from, with its provenance. */
+  sources: z.array(Provenance),
 });
 export type FundMetadataResult = z.infer<typeof FundMetadataResult>;
 
@@ -124,13 +208,13 @@ export const ToolPack = {
     args: GetHoldingsArgs,
     result: GetHoldingsResult,
     description:
-      'Holdings of one fund from one issuer file (latest, or the file as of a given YYYY-MM-DD date): security count, cash and non-security lines, weight sums, top holdings.',
+      'Holdings of one fund from one issuer file (latest, or the file as of a given YYYY-MM-DD date): security count, cash and non-security lines, weight sums (unreadable weights reported apart), the top N holdings, and what file was read (sha256, layout, how its date was established).',
   },
   compare_holdings: {
     args: CompareHoldingsArgs,
     result: CompareHoldingsResult,
     description:
-      "Compare two funds' holdings files: securities in common, names held by only one, weight of each fund held by the other, weight sums and the days between the two as-of dates.",
+      "Compare two funds' (or one fund's two dates') holdings files: securities in common matched on the strongest identifier both carry (CUSIP, ISIN, SEDOL; tickers only on the same market; then names), fallback matches listed, names held by only one, weight of each fund held by the other, the standard overlap (sum of the smaller weights) and the days between the two as-of dates.",
   },
   fund_metadata: {
     args: FundMetadataArgs,

@@ -4,7 +4,8 @@
  * cleanly. Used by `npm run demo` and the end-to-end tests, so both exercise the same processes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, type WriteStream } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { createWriteStream, existsSync, mkdirSync, readdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +13,8 @@ import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
+import { BusConfig } from '@runplane/contracts';
+import { BUS_USERS, EventLog, natsUserName, provisionBus, renderNatsAuthorization, type BusUser, type SubjectSpace } from '@runplane/eventlog';
 import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
 
@@ -40,9 +43,9 @@ export function repoRoot(): string {
 }
 
 /** True when a NATS server answers at `url` within `timeoutMs`. */
-export async function natsReachable(url: string, timeoutMs = 1500): Promise<boolean> {
+export async function natsReachable(url: string, timeoutMs = 1500, auth?: { user: string; pass: string }): Promise<boolean> {
   try {
-    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false });
+    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
     await nc.close();
     return true;
   } catch {
@@ -109,6 +112,120 @@ export async function ensureNats(url: string, stateDir: string): Promise<NatsHan
     await new Promise((r) => setTimeout(r, 100));
   }
   return { url: started, child, note: `no NATS at ${url}: started ${bin} -js on ${started}`, stop: () => stopChild(child) };
+}
+
+/** Suffix of the projection database (and embedded-database folder) used with a NATS this process started. */
+export const FALLBACK_NATS_SUFFIX = '_devnats';
+
+/**
+ * The projection database for a stack on `nats`: `databaseUrl` as configured when the stack uses
+ * a NATS it did not start; a database of its own (`<name>_devnats`, same server) when `nats` is a
+ * server this process started (`demo` and `up` always start their own, with the Runplane users
+ * switched on). Projections are rebuilt from the log they were built
+ * from, so rows from the fallback server's log must never sit in the database of the machine's
+ * own log, where a later rebuild against the real log would find rows it cannot explain.
+ */
+export function projectionDatabaseFor(databaseUrl: string, nats: Pick<NatsHandle, 'child'>): string {
+  if (nats.child === null) return databaseUrl;
+  return databaseUrlWith(databaseUrl, `${databaseNameOf(databaseUrl)}${FALLBACK_NATS_SUFFIX}`);
+}
+
+/** One NATS user's credentials, as a service gets them (`NATS_USER`, `NATS_PASSWORD`). */
+export interface NatsCredentials {
+  user: string;
+  password: string;
+}
+/** Credentials of every Runplane NATS user (libs/eventlog bus.ts `BUS_USERS`). */
+export type NatsUsers = Record<BusUser, NatsCredentials>;
+
+/** Fresh random credentials for every Runplane NATS user (a local stack's; never stored in the repository). */
+export function newNatsUsers(): NatsUsers {
+  return Object.fromEntries(BUS_USERS.map((u) => [u, { user: natsUserName(u), password: randomBytes(18).toString('base64url') }])) as NatsUsers;
+}
+
+/** The environment variables that make a process connect as `user`. */
+export function natsEnvOf(users: NatsUsers, user: BusUser): { NATS_USER: string; NATS_PASSWORD: string } {
+  return { NATS_USER: users[user].user, NATS_PASSWORD: users[user].password };
+}
+
+/**
+ * The nats-server configuration (the `authorization` block of libs/eventlog bus.ts, the same
+ * permissions as deploy/nats/accounts.conf) for a subject space with these credentials.
+ */
+export function natsAuthConfig(space: SubjectSpace, users: NatsUsers): string {
+  return renderNatsAuthorization(space, Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>);
+}
+
+/** The nats-server binary a local stack starts: on PATH, else one cached by scripts/fetch-nats-server.sh. */
+export function natsServerBinary(): string | null {
+  const found = onPath('nats-server');
+  if (found) return found;
+  const cache = join(repoRoot(), '.cache', 'nats-server');
+  if (!existsSync(cache)) return null;
+  for (const v of readdirSync(cache).sort().reverse()) if (existsSync(join(cache, v, 'nats-server'))) return join(cache, v, 'nats-server');
+  return null;
+}
+
+/** A nats-server the local stack started with the Runplane users switched on. */
+export interface SecuredNats extends NatsHandle {
+  users: NatsUsers;
+}
+
+/**
+ * Starts a nats-server of its own (never reconfiguring one that already runs) on a free loopback
+ * port, with JetStream storing under `stateDir`/nats (kept between runs) and the Runplane users and
+ * permissions of {@link natsAuthConfig} switched on: a connection without a user is refused, each
+ * service may publish only the facts it owns (K9).
+ * @throws Error with one line saying how to get nats-server when none is installed.
+ */
+export async function startSecuredNats(opts: { stateDir: string; space: SubjectSpace; users?: NatsUsers }): Promise<SecuredNats> {
+  const bin = natsServerBinary();
+  if (!bin) {
+    throw new Error(
+      'nats-server is not installed: install it (Debian: apt-get install nats-server), or run scripts/fetch-nats-server.sh, or use a release binary from nats.io.',
+    );
+  }
+  const users = opts.users ?? newNatsUsers();
+  const port = await getPort({ host: '127.0.0.1' });
+  const dir = join(opts.stateDir, 'nats');
+  mkdirSync(dir, { recursive: true });
+  const config = join(dir, 'server.conf');
+  writeFileSync(config, natsAuthConfig(opts.space, users), { mode: 0o600 });
+  const child = track(
+    spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', join(dir, 'server.log')], {
+      stdio: 'ignore',
+    }),
+  );
+  const url = `nats://127.0.0.1:${port}`;
+  const admin = { user: users.admin.user, pass: users.admin.password };
+  const deadline = Date.now() + 10_000;
+  while (!(await natsReachable(url, 500, admin))) {
+    if (Date.now() > deadline || child.exitCode !== null)
+      throw new Error(`started ${bin} but it did not answer at ${url} (log: ${join(dir, 'server.log')})`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { url, child, users, note: `started ${bin} -js on ${url} with the Runplane users (config ${config})`, stop: () => stopChild(child) };
+}
+
+/**
+ * Creates the Run stream and the buckets (libs/eventlog `provisionBus`) as the admin user, before
+ * any service starts: the services' users may not create them.
+ */
+export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers | null): Promise<void> {
+  const bus = BusConfig.parse({ ...env, ...(users ? natsEnvOf(users, 'admin') : {}) });
+  const log = await EventLog.connect({
+    natsUrl: bus.NATS_URL,
+    stream: bus.RUNPLANE_STREAM,
+    prefix: bus.RUNPLANE_SUBJECT_PREFIX,
+    name: 'runplane-provision',
+    duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
+    ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
+  });
+  try {
+    await provisionBus(log);
+  } finally {
+    await log.close();
+  }
 }
 
 /** True when PostgreSQL accepts a connection at `url`. */
@@ -229,6 +346,11 @@ export interface StackOptions {
    * model on 8090) instead of any free port: for a stack that other commands talk to.
    */
   fixedPorts?: boolean;
+  /**
+   * The NATS users of a server with permissions switched on ({@link startSecuredNats}): the stream
+   * and buckets are created as `admin` first, and each service connects as its own user.
+   */
+  natsUsers?: NatsUsers;
 }
 
 export interface Stack {
@@ -285,8 +407,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       OPENAI_BASE_URL: modelUrl,
       ...(opts.fixedPorts ? {} : anyPort),
     };
+    await provisionAsAdmin(env, opts.natsUsers ?? null);
     const startService = async (name: ServiceName) => {
-      const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], env, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
+      const own = opts.natsUsers ? { ...env, ...natsEnvOf(opts.natsUsers, name) } : env;
+      const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
       started.push(p);
       services.set(name, p);
       return p;

@@ -1,7 +1,8 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
+import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict } from './errors.js';
-import { decodeStored, type EventLog } from './event-log.js';
+import { decodeStored, EXPECTED_LAST_SUBJECT_SEQUENCE, type EventLog } from './event-log.js';
 
 export interface DurableConsumerSpec {
   /** Durable consumer name, one per service (e.g. `runtime`); prefixed with the subject prefix. */
@@ -93,18 +94,39 @@ export class DurableConsumer {
     })();
   }
 
+  /**
+   * Terminates a message that is not a fact, once, and logs it as an anomaly with its running count.
+   * A plain `term()`: nats-server 2.9 ignores a term that carries a reason and redelivers for
+   * ever, and unacknowledged poison would fill `max_ack_pending` and stall the consumer.
+   */
+  private terminate(m: JsMsg, kind: AnomalyKind, reason: string): void {
+    const tokens = m.subject.split('.');
+    const count = recordAnomaly(kind);
+    this.logger.error(
+      { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[tokens.length - 2], anomaly: kind, anomalies: count, reason },
+      'terminating a message that is not a fact (an anomaly)',
+    );
+    m.term();
+  }
+
   private schedule(m: JsMsg, ackWaitMs: number): void {
     let stored: StoredEvent;
     try {
       stored = decodeStored(m.seq, m.subject, m.data);
     } catch (e) {
-      const tokens = m.subject.split('.');
-      this.logger.error(
-        { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[tokens.length - 2], reason: (e as Error).message },
-        'terminating a message that is not a valid event (an anomaly: it is not a fact)',
+      this.terminate(m, 'invalid-message', (e as Error).message);
+      return;
+    }
+    // every append of the event log is conditional, and the server stores the expectation it
+    // checked: an event whose back-link the server did not verify was published around the log
+    // (a replay after the duplicate window, a forgery), whatever its body says
+    const prevSeq = stored.event.prevSeq;
+    if (prevSeq !== undefined && m.headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
+      this.terminate(
+        m,
+        'unverified-event',
+        `event ${stored.event.eventId} (${stored.event.type}) was not appended by the event log: its back-link is not verified`,
       );
-      // plain term: nats-server 2.9 ignores a term that carries a reason and redelivers for ever
-      m.term();
       return;
     }
     const key = stored.event.runId;

@@ -30,6 +30,12 @@ export interface EventLogOptions {
    * with the same event id before the error propagates, in ms (default 30,000).
    */
   appendRetryMs?: number;
+  /**
+   * The stream's duplicate window when this log creates the stream, ms (default 120,000): a copy
+   * of an event published again after it is stored as a new message, which readers and consumers
+   * recognise and skip (docs/event-log.md "Messages that are not events").
+   */
+  duplicateWindowMs?: number;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -74,11 +80,12 @@ export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER
 
 const WRONG_LAST_SEQUENCE = 10071;
 /** The header of a conditional append, stored with the message: the server checked it. */
-const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
+export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
-const DUPLICATE_WINDOW_NS = 2 * 60 * 1_000_000_000;
+/** The stream's default duplicate window, ms. */
+export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
 
 /** Decodes and validates one stream message as a Runplane event whose owner matches its subject. */
 export function decodeStored(seq: number, subject: string, data: Uint8Array): StoredEvent {
@@ -117,6 +124,7 @@ export class EventLog {
     readonly space: SubjectSpace,
     service: string,
     private readonly appendRetryMs: number,
+    private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -143,6 +151,7 @@ export class EventLog {
         { stream: opts.stream, prefix: opts.prefix },
         opts.name ?? 'runplane',
         opts.appendRetryMs ?? 30_000,
+        opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
       );
       await log.ensureStream();
       return log;
@@ -170,11 +179,16 @@ export class EventLog {
       stream: bus.RUNPLANE_STREAM,
       prefix: bus.RUNPLANE_SUBJECT_PREFIX,
       name,
+      duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
     });
   }
 
-  /** Creates the stream if missing (file storage, 2-minute duplicate window, direct get allowed). */
+  /**
+   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, and no
+   * message can be deleted, purged or rolled up through the JetStream API (the log is the truth,
+   * K11); only deleting the whole stream remains (the admin's, and tests' clean-up).
+   */
   async ensureStream(): Promise<void> {
     try {
       const info = await this.jsm.streams.info(this.space.stream);
@@ -189,8 +203,11 @@ export class EventLog {
       await this.jsm.streams.add({
         name: this.space.stream,
         subjects: [allRunsFilter(this.space)],
-        duplicate_window: DUPLICATE_WINDOW_NS,
+        duplicate_window: this.duplicateWindowMs * 1_000_000,
         allow_direct: true,
+        allow_rollup_hdrs: false,
+        deny_delete: true,
+        deny_purge: true,
       });
     }
   }
@@ -419,7 +436,8 @@ export class EventLog {
 
   /**
    * Follows one Run live from `fromSeq` (inclusive) with an ordered consumer: stored events
-   * first, then new ones as they are appended. Returns a stop function.
+   * first, then new ones as they are appended. Messages that are not events are skipped
+   * (reported through `onInvalid`). Returns a stop function, which also deletes the consumer.
    */
   async followRun(runId: string, fromSeq: number, onEvent: (e: StoredEvent) => void | Promise<void>): Promise<() => Promise<void>> {
     const consumer = await this.js.consumers.get(this.space.stream, {
@@ -443,6 +461,8 @@ export class EventLog {
     return async () => {
       await messages.close();
       await done.catch(() => undefined);
+      // the server-side consumer goes with its observer, not after its inactivity threshold (5 minutes)
+      await consumer.delete().catch(() => undefined);
     };
   }
 
@@ -485,7 +505,18 @@ export class EventLog {
           got++;
           seen?.(m.subject, m.seq);
           try {
-            yield decodeStored(m.seq, m.subject, m.data);
+            const stored = decodeStored(m.seq, m.subject, m.data);
+            const prevSeq = stored.event.prevSeq;
+            if (prevSeq !== undefined && m.headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
+              // published around the log (a replay after the duplicate window, a forgery): every
+              // append is conditional and the server stores the expectation it checked
+              throw new InvalidStoredEvent(
+                m.seq,
+                m.subject,
+                `event ${stored.event.eventId} is unverified: not appended by the event log (a replay or a forgery)`,
+              );
+            }
+            yield stored;
           } catch (e) {
             // Not a Runplane event (garbled, forged, wrong owner): it is not a fact; skip it,
             // loudly, so one bad message cannot block folding, audits or rebuilds.

@@ -4,3 +4,6 @@ export * from './event-log.js';
 export * from './consumer.js';
 export * from './result-store.js';
 export * from './leases.js';
+export * from './lease-renewal.js';
+export * from './bus.js';
+export * from './anomalies.js';

@@ -6,6 +6,8 @@ import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, 
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
+import { recordAnomaly } from './anomalies.js';
+import { durableFor } from './bus.js';
 import { DurableConsumer } from './consumer.js';
 import { EventLog } from './event-log.js';
 
@@ -25,11 +27,17 @@ export class EventLogModule implements OnApplicationShutdown {
             loadConfig(BusConfig); // a bad value fails here in one readable line
             const log = await EventLog.fromEnv(serviceName);
             const logger = new Logger('EventLog');
-            log.onInvalid = (e) =>
+            log.onInvalid = (e) => {
+              const anomaly = /a copy of event/.test(e.message)
+                ? 'duplicate-event'
+                : /is unverified/.test(e.message)
+                  ? 'unverified-event'
+                  : 'invalid-message';
               logger.warn(
-                { seq: e.seq, subject: e.subject, runId: e.subject.split('.').at(-2), reason: e.message },
-                'skipping a stored message that is not a valid event',
+                { seq: e.seq, subject: e.subject, runId: e.subject.split('.').at(-2), anomaly, anomalies: recordAnomaly(anomaly), reason: e.message },
+                'skipping a stored message that is not a fact (an anomaly)',
               );
+            };
             EventLogModule.instance = log;
             return log;
           },
@@ -99,13 +107,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       };
       const { durable, filters, ackWaitMs } = this.spec;
       this.consumers = filters.map((filter) => {
-        const name =
-          filters.length === 1
-            ? durable
-            : `${durable}-${filter
-                .split('.')
-                .pop()!
-                .replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        const name = durableFor(durable, filter, filters.length);
         return new DurableConsumer(
           this.log,
           { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) },

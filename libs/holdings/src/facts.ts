@@ -4,7 +4,7 @@
  */
 import { parseCsvRows, normaliseHeaderCell } from './table.js';
 import type { FileFact } from './types.js';
-import { cleanText, parseMonthDayYear } from './values.js';
+import { cleanText, parseStatedDate } from './values.js';
 
 /** Facts about one fund found in an overview table: fund ticker -> facts. */
 export type OverviewTable = Map<string, FileFact[]>;
@@ -53,7 +53,10 @@ export function parseOverviewTable(text: string): OverviewTable {
 /** A fact sheet's fund, its as-of date and the facts that are easy to pick out. */
 export interface FactSheet {
   fund: string;
+  /** Date of the `As of ...` line (`null`: no such line, or one that cannot be read; see `asOfText`). */
   asOf: string | null;
+  /** The `As of` line's text, `null` when the sheet has none. */
+  asOfText: string | null;
   facts: FileFact[];
 }
 
@@ -110,5 +113,6 @@ export function parseFactSheet(markdown: string): FactSheet | null {
     }
   }
   if (facts.length === 0) return null;
-  return { fund: fund.toUpperCase(), asOf: parseMonthDayYear(/^As of (.+)$/im.exec(text)?.[1]), facts };
+  const asOfText = /^As of (.+)$/im.exec(text)?.[1]?.trim() ?? null;
+  return { fund: fund.toUpperCase(), asOf: parseStatedDate(asOfText), asOfText, facts };
 }

@@ -12,6 +12,7 @@ export const SSGA_HEADER: HeaderSpec = {
     name: ['name'],
     ticker: ['ticker'],
     cusip: ['identifier', 'identifier (cusip)', 'cusip'],
+    isin: ['isin'],
     sedol: ['sedol'],
     weight: ['weight', 'weight (%)'],
     sector: ['sector'],
@@ -30,6 +31,12 @@ const ISHARES_HEADER: HeaderSpec = {
     marketValue: ['market value'],
     weight: ['weight (%)'],
     shares: ['quantity', 'shares'],
+    price: ['price'],
+    location: ['location', 'location of risk'],
+    exchange: ['exchange'],
+    cusip: ['cusip'],
+    isin: ['isin'],
+    sedol: ['sedol'],
   },
 };
 
@@ -63,6 +70,23 @@ const ARK_HEADER: HeaderSpec = {
     marketValue: ['market value ($)', 'market value'],
     weight: ['weight (%)', 'weight(%)', 'weight'],
   },
+};
+
+/** Each layout's issuer as users know it, and each column role in plain words (for "unknown layout" reasons). */
+export const ISSUER_NAMES: Record<IssuerFormat, string> = {
+  'ssga-xlsx': 'SPDR (State Street) workbook',
+  'ishares-csv': 'iShares csv',
+  'invesco-csv': 'Invesco csv',
+  'ark-csv': 'ARK csv',
+};
+export const ROLE_WORDS: Record<string, string> = {
+  ticker: 'a ticker column ("Ticker" / "Holding Ticker")',
+  name: 'a security name column ("Name" / "company")',
+  cusip: 'an identifier column ("Identifier" / "CUSIP")',
+  weight: 'a weight column ("Weight (%)" / "Weight")',
+  assetClass: 'an "Asset Class" column',
+  fund: 'a fund ticker column ("Fund Ticker" / "fund")',
+  date: 'a "date" column',
 };
 
 /** The csv layouts, in the order they are tried when sniffing. */

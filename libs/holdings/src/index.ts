@@ -10,9 +10,31 @@ export { ToolFailure, isToolFailure, type ToolFailureCode } from './errors.js';
 export { resolveDataFolder, findRepoRoot, sharedDataDir, SAMPLE_DIR, type DataFolder, type DataSet } from './data-folder.js';
 export { HoldingsLibrary, inspectFile, pickPair, type CompareHoldingsInput, type GetHoldingsInput, type Inspection } from './library.js';
 export { executeTool, isToolName } from './tools.js';
-export { parseHoldingsFile, parseHoldingsCsvText, parseSsgaWorkbook, sniffCsvFormat, fundFromFileName, isZip } from './parse.js';
-export { compareFiles, summarise, holdingsResult, securitiesOf, TOP_HOLDINGS, type MatchMethod } from './compare.js';
+export {
+  parseHoldingsFile,
+  parseHoldingsCsvText,
+  parseSsgaWorkbook,
+  sniffCsvFormat,
+  fundFromFileName,
+  isZip,
+  sha256Of,
+  unknownLayoutReason,
+} from './parse.js';
+export { compareFiles, summarise, holdingsResult, securitiesOf, provenanceOf, TOP_HOLDINGS, type MatchMethod } from './compare.js';
+export { identifierKind, cusipOf, marketOf, tickerKey, nameKey, type Market } from './identity.js';
 export { classifyIsharesLine, classifyLineByName } from './classify.js';
 export { isOverviewTable, parseOverviewTable, parseFactSheet, type FactSheet, type OverviewTable } from './facts.js';
-export { normaliseTicker, parseNumberText, parseDayMonYear, parseMonthDayYear, parseUsDate, daysBetween, isoDate } from './values.js';
+export {
+  normaliseTicker,
+  parseNumberText,
+  parseStatedDate,
+  readNumberCell,
+  questionDates,
+  type QuestionDate,
+  parseDayMonYear,
+  parseMonthDayYear,
+  parseUsDate,
+  daysBetween,
+  isoDate,
+} from './values.js';
 export type { ParsedHoldingsFile, ParsedLine, LineKind, FileFact } from './types.js';

@@ -2,23 +2,30 @@
  * {@link HoldingsLibrary}: the fund-research tools over one data folder, with every file read and
  * parsed at most once (re-read only when its size or modification time changes).
  */
-import { createHash } from 'node:crypto';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, HoldingsFileInfo, ListFundsResult } from '@runplane/contracts';
-import { compareFiles, holdingsResult } from './compare.js';
+import type {
+  CompareHoldingsResult,
+  FileSelection,
+  FundMetadataResult,
+  GetHoldingsResult,
+  HoldingsFileInfo,
+  ListFundsResult,
+  Provenance,
+} from '@runplane/contracts';
+import { compareFiles, holdingsResult, provenanceOf, TOP_HOLDINGS } from './compare.js';
 import type { DataFolder, DataSet } from './data-folder.js';
 import { ToolFailure } from './errors.js';
 import { isOverviewTable, parseFactSheet, parseOverviewTable, type FactSheet, type OverviewTable } from './facts.js';
-import { isZip, parseHoldingsCsvText, parseSsgaWorkbook, sniffCsvFormat } from './parse.js';
+import { isZip, parseHoldingsCsvText, parseSsgaWorkbook, sha256Of, sniffCsvFormat } from './parse.js';
 import type { ParsedHoldingsFile } from './types.js';
 import { daysBetween } from './values.js';
 
 /** What a file in the data folder turned out to be. */
 export type Inspection =
   | { kind: 'holdings'; name: string; parsed: ParsedHoldingsFile }
-  | { kind: 'overview'; name: string; table: OverviewTable }
-  | { kind: 'factsheet'; name: string; sheet: FactSheet }
+  | { kind: 'overview'; name: string; sha256: string; table: OverviewTable }
+  | { kind: 'factsheet'; name: string; sha256: string; sheet: FactSheet }
   | { kind: 'other'; name: string; reason: string };
 
 /** Files larger than this are listed as other files without being read. */
@@ -54,7 +61,7 @@ export async function inspectFileCached(path: string, name: string): Promise<Ins
   } catch (error) {
     return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
   }
-  const key = `${createHash('sha256').update(bytes).digest('hex')}:${name}`;
+  const key = `${sha256Of(bytes)}:${name}`;
   const hit = byDigest.get(key);
   if (hit) return hit;
   const inspection = inspectBytes(bytes, path, name);
@@ -64,17 +71,36 @@ export async function inspectFileCached(path: string, name: string): Promise<Ins
 }
 
 async function inspectBytes(bytes: Buffer, path: string, name: string): Promise<Inspection> {
+  const sha256 = sha256Of(bytes);
   try {
     if (isZip(bytes)) return { kind: 'holdings', name, parsed: await parseSsgaWorkbook(bytes, path) };
     const text = bytes.toString('utf8');
-    if (sniffCsvFormat(text) !== null) return { kind: 'holdings', name, parsed: parseHoldingsCsvText(text, path) };
-    if (isOverviewTable(text)) return { kind: 'overview', name, table: parseOverviewTable(text) };
+    if (sniffCsvFormat(text) !== null) return { kind: 'holdings', name, parsed: parseHoldingsCsvText(text, path, sha256) };
+    if (isOverviewTable(text)) return { kind: 'overview', name, sha256, table: parseOverviewTable(text) };
     const sheet = parseFactSheet(text);
-    if (sheet) return { kind: 'factsheet', name, sheet };
+    if (sheet) return { kind: 'factsheet', name, sha256, sheet };
+    // Not a known kind: the csv parser's reason says which holdings columns are missing.
+    parseHoldingsCsvText(text, path, sha256);
     return { kind: 'other', name, reason: 'not a holdings file, overview table or fact sheet' };
   } catch (error) {
     return { kind: 'other', name, reason: (error as Error).message };
   }
+}
+
+/** What a fact sheet or overview table read by `fund_metadata` was, for its provenance. */
+function sourceProvenance(inspection: Extract<Inspection, { kind: 'factsheet' | 'overview' }>): Provenance {
+  if (inspection.kind === 'overview') {
+    return { file: inspection.name, sha256: inspection.sha256, layout: 'overview-csv', asOf: null, asOfHow: 'absent', asOfText: null };
+  }
+  const { sheet } = inspection;
+  return {
+    file: inspection.name,
+    sha256: inspection.sha256,
+    layout: 'fact-sheet-md',
+    asOf: sheet.asOf,
+    asOfHow: sheet.asOfText === null ? 'absent' : sheet.asOf === null ? 'unreadable' : 'fact-sheet-line',
+    asOfText: sheet.asOfText,
+  };
 }
 
 /** Arguments of {@link HoldingsLibrary.getHoldings} (`fund` is matched case-insensitively). */
@@ -82,6 +108,8 @@ export interface GetHoldingsInput {
   fund: string;
   /** `YYYY-MM-DD`; absent = the latest dated file. */
   asOf?: string | undefined;
+  /** How many of the heaviest securities to list (default 25). */
+  top?: number | undefined;
 }
 
 /** Arguments of {@link HoldingsLibrary.compareHoldings}. */
@@ -196,13 +224,25 @@ export class HoldingsLibrary {
     const inspections = await this.inspectAll();
     const funds = new Map<string, HoldingsFileInfo[]>();
     for (const file of await this.holdingsFiles()) {
-      const info: HoldingsFileInfo = { fund: file.fund, file: file.file, issuerFormat: file.issuerFormat, asOf: file.asOf };
+      const info: HoldingsFileInfo = {
+        fund: file.fund,
+        file: file.file,
+        issuerFormat: file.issuerFormat,
+        asOf: file.asOf,
+        provenance: provenanceOf(file),
+      };
       funds.set(file.fund, [...(funds.get(file.fund) ?? []), info]);
     }
     return {
       dataSet: this.dataSet,
       funds: [...funds].map(([fund, files]) => ({ fund, files })),
       otherFiles: inspections.filter((i) => i.kind !== 'holdings').map((i) => i.name),
+      otherFileNotes: inspections.flatMap((i): ListFundsResult['otherFileNotes'] => {
+        if (i.kind === 'factsheet') return [{ file: i.name, kind: 'fact-sheet', reason: `a fact sheet of ${i.sheet.fund}` }];
+        if (i.kind === 'overview') return [{ file: i.name, kind: 'overview-table', reason: 'a table of fund overview figures (no date inside)' }];
+        if (i.kind === 'other') return [{ file: i.name, kind: 'not-holdings', reason: i.reason }];
+        return [];
+      }),
     };
   }
 
@@ -219,10 +259,10 @@ export class HoldingsLibrary {
     const covered = [...new Set(all.map((f) => f.fund))];
     const mentions = (await this.inspectAll())
       .filter((i) => i.kind !== 'holdings' && (i.kind === 'factsheet' ? i.sheet.fund === ticker : i.name.toUpperCase().startsWith(`${ticker}_`)))
-      .map((i) => i.name);
+      .map((i) => (i.kind === 'other' ? `${i.name}: ${i.reason}` : i.name));
     const hint =
       mentions.length > 0
-        ? ` ${ticker} appears only in files that are not holdings files (${mentions.join(', ')}); fund_metadata may have facts about it.`
+        ? ` ${ticker} appears only in files that are not holdings files (${mentions.join('; ')}); its fund facts may still be stated there.`
         : '';
     throw new ToolFailure(
       'unknown_fund',
@@ -236,10 +276,18 @@ export class HoldingsLibrary {
    * @throws ToolFailure `unknown_fund`, or `no_file_for_date` when no file of the fund has that date.
    */
   async fileOf(fund: string, asOf?: string): Promise<ParsedHoldingsFile> {
+    return (await this.selectFile(fund, asOf)).file;
+  }
+
+  /** {@link fileOf} with why that file: the requested date, or the newest. */
+  private async selectFile(fund: string, asOf?: string): Promise<{ file: ParsedHoldingsFile; selection: FileSelection }> {
     const files = await this.filesOf(fund);
-    if (asOf === undefined) return latest(files);
+    if (asOf === undefined) {
+      const file = latest(files);
+      return { file, selection: { rule: 'newest', detail: newestDetail(file, files) } };
+    }
     const match = files.find((f) => f.asOf === asOf);
-    if (match) return match;
+    if (match) return { file: match, selection: { rule: 'requested-date', requested: asOf, detail: `the file dated ${asOf}, as requested` } };
     throw noFileForDate(files, asOf);
   }
 
@@ -250,7 +298,8 @@ export class HoldingsLibrary {
    * @throws ToolFailure `unknown_fund` | `no_file_for_date`.
    */
   async getHoldings(args: GetHoldingsInput): Promise<GetHoldingsResult> {
-    return holdingsResult(await this.fileOf(args.fund, args.asOf));
+    const { file, selection } = await this.selectFile(args.fund, args.asOf);
+    return holdingsResult(file, selection, args.top ?? TOP_HOLDINGS);
   }
 
   /**
@@ -269,8 +318,35 @@ export class HoldingsLibrary {
       if (dated.length === 0) throw noFileForDate(files, asOf);
       return dated;
     };
-    const [a, b] = pickPair(await candidates(args.fundA, args.asOfA), await candidates(args.fundB, args.asOfB));
-    return compareFiles(a, b);
+    const filesA = await candidates(args.fundA, args.asOfA);
+    const filesB = await candidates(args.fundB, args.asOfB);
+    const requested = (asOf: string): FileSelection => ({ rule: 'requested-date', requested: asOf, detail: `the file dated ${asOf}, as requested` });
+    if (args.fundA.trim().toUpperCase() === args.fundB.trim().toUpperCase() && (args.asOfA === undefined || args.asOfB === undefined)) {
+      // One fund at two dates: a date not given means the newest other file (none given: the two newest).
+      const all = filesA;
+      let a = args.asOfA !== undefined ? filesA[0] : undefined;
+      let b = args.asOfB !== undefined ? filesB[0] : undefined;
+      const newestBesides = (f: ParsedHoldingsFile | undefined) => {
+        const others = all.filter((x) => x !== f);
+        return others.length > 0 ? latest(others) : (f ?? latest(all));
+      };
+      if (a === undefined && b === undefined) {
+        b = latest(all);
+        a = newestBesides(b);
+      } else if (a === undefined) a = newestBesides(b);
+      else b = newestBesides(a);
+      const newest = (f: ParsedHoldingsFile): FileSelection => ({ rule: 'newest', detail: newestDetail(f, all) });
+      return compareFiles(a, b!, args.asOfA ? requested(args.asOfA) : newest(a), args.asOfB ? requested(args.asOfB) : newest(b!));
+    }
+    const [a, b] = pickPair(filesA, filesB);
+    const closest = (own: ParsedHoldingsFile, other: ParsedHoldingsFile): FileSelection => ({
+      rule: 'closest-dates',
+      detail:
+        own.asOf !== null && other.asOf !== null
+          ? `of the two funds' files, the pair with the closest as-of dates (${daysBetween(own.asOf, other.asOf)} days apart)`
+          : 'the newest file (no dated pair of files to compare by date)',
+    });
+    return compareFiles(a, b, args.asOfA ? requested(args.asOfA) : closest(a, b), args.asOfB ? requested(args.asOfB) : closest(b, a));
   }
 
   /**
@@ -287,11 +363,13 @@ export class HoldingsLibrary {
     const fund = args.fund.trim().toUpperCase();
     const inspections = await this.inspectAll();
     const facts: FundMetadataResult['facts'] = [];
+    const sources: Provenance[] = [];
     let covered = false;
     // Newest file first; a fact stated identically by several files is kept once, from the newest.
     const seen = new Set<string>();
     for (const file of (await this.holdingsFiles()).filter((f) => f.fund === fund).reverse()) {
       covered = true;
+      sources.push(provenanceOf(file));
       for (const fact of file.preambleFacts) {
         const key = JSON.stringify([fact.field, fact.value]);
         if (seen.has(key)) continue;
@@ -302,11 +380,13 @@ export class HoldingsLibrary {
     for (const inspection of inspections) {
       if (inspection.kind === 'factsheet' && inspection.sheet.fund === fund) {
         covered = true;
+        sources.push(sourceProvenance(inspection));
         for (const fact of inspection.sheet.facts) facts.push({ ...fact, source: inspection.name, asOf: inspection.sheet.asOf });
       } else if (inspection.kind === 'overview') {
         const row = inspection.table.get(fund);
         if (!row) continue;
         covered = true;
+        sources.push(sourceProvenance(inspection));
         for (const fact of row) facts.push({ ...fact, source: inspection.name, asOf: null });
       }
     }
@@ -322,12 +402,19 @@ export class HoldingsLibrary {
           '.',
       );
     }
-    return { fund, facts };
+    return { fund, facts, sources };
   }
+}
+
+/** Why the newest file: `the newest of 3 files (2024-12-06, 2025-11-18...)`, or the only one. */
+function newestDetail(file: ParsedHoldingsFile, files: readonly ParsedHoldingsFile[]): string {
+  if (files.length <= 1) return 'the only file of the fund';
+  if (file.asOf === null) return 'no file of the fund has a readable date; the last by name';
+  return `the newest of ${files.length} files of the fund`;
 }
 
 function noFileForDate(files: readonly ParsedHoldingsFile[], asOf: string): ToolFailure {
   const fund = files[0]?.fund ?? '?';
-  const dates = files.map((f) => f.asOf ?? `undated (${f.file})`);
+  const dates = files.map((f) => f.asOf ?? `${f.asOfHow === 'unreadable' ? 'an unreadable date' : 'undated'} (${f.file})`);
   return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; its files are as of ${dates.join(', ')}.`);
 }

@@ -3,16 +3,75 @@
  * iShares / Invesco / ARK `.csv` through csv-parse. The format is recognised by sniffing the
  * content (ZIP magic + sheet header, or a csv header row), not by the file extension.
  */
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import type ExcelJS from 'exceljs';
-import type { IssuerFormat } from '@runplane/contracts';
+import type { AsOfHow, IssuerFormat, UnreadableValue } from '@runplane/contracts';
 import { classifyIsharesLine, classifyLineByName } from './classify.js';
 import { ToolFailure } from './errors.js';
-import { CSV_FORMATS, SSGA_HEADER } from './formats.js';
-import { cell, normaliseHeaderCell, parseCsvRows, sliceTable, type ColumnMap } from './table.js';
+import { CSV_FORMATS, ISSUER_NAMES, ROLE_WORDS, SSGA_HEADER } from './formats.js';
+import { identifierKind } from './identity.js';
+import { cell, mapColumns, normaliseHeaderCell, parseCsvRows, sliceTable, type ColumnMap, type HeaderSpec } from './table.js';
 import type { FileFact, ParsedHoldingsFile, ParsedLine } from './types.js';
-import { cleanText, parseDayMonYear, parseMonthDayYear, parseNumberText, parseUsDate } from './values.js';
+import { cleanText, parseNumberText, parseStatedDate, readNumberCell } from './values.js';
+
+/** Lower-case hex sha256 of bytes (or of a text's UTF-8 bytes). */
+export function sha256Of(data: Buffer | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/** An as-of date as established from a date line: read, unreadable (the line exists), or absent. */
+function establishDate(
+  text: string | null,
+  how: 'preamble' | 'row-date-column',
+  where: string,
+): {
+  asOf: string | null;
+  asOfHow: AsOfHow;
+  asOfText: string | null;
+  asOfSource: string;
+} {
+  if (text === null) return { asOf: null, asOfHow: 'absent', asOfText: null, asOfSource: `no ${where}: the file states no date (undated)` };
+  const asOf = parseStatedDate(text);
+  if (asOf === null) {
+    return {
+      asOf: null,
+      asOfHow: 'unreadable',
+      asOfText: text,
+      asOfSource: `${where} says "${text}", which cannot be read as a date (the file is not undated, and its name's date is not used)`,
+    };
+  }
+  return { asOf, asOfHow: how, asOfText: text, asOfSource: `${where} "${text}"` };
+}
+
+/**
+ * Identifier cells sorted by what they hold, judged by shape: a CUSIP-titled column holding ISINs
+ * (some issuers' "Security Identifier") gives ISINs, and the reverse.
+ */
+function identifiers(cusipCell: string, isinCell: string, sedolCell: string): { cusip: string | null; isin: string | null; sedol: string | null } {
+  const out = { cusip: null as string | null, isin: null as string | null, sedol: null as string | null };
+  const cusipText = cleanText(cusipCell);
+  if (cusipText !== null) {
+    if (identifierKind(cusipText) === 'isin') out.isin = cusipText;
+    else out.cusip = cusipText;
+  }
+  out.isin ??= cleanText(isinCell);
+  out.sedol = cleanText(sedolCell);
+  return out;
+}
+
+/** Reads the numeric cells of a row, collecting stated values that are not numbers (never taken as 0). */
+function numbers(read: (role: 'weight' | 'shares' | 'marketValue' | 'price') => { text: string | number | null; present: boolean }) {
+  const unreadable: UnreadableValue[] = [];
+  const get = (role: 'weight' | 'shares' | 'marketValue' | 'price') => {
+    const { text, present } = read(role);
+    const value = readNumberCell(text, present);
+    if (value.value === null && value.unreadable !== null) unreadable.push({ field: role, text: value.unreadable });
+    return value.value;
+  };
+  return { weight: get('weight'), shares: get('shares'), marketValue: get('marketValue'), price: get('price'), unreadable };
+}
 
 /** True when the bytes start with the ZIP local-file magic `PK\x03\x04` (xlsx is a ZIP). */
 export function isZip(bytes: Uint8Array): boolean {
@@ -50,7 +109,7 @@ export async function parseHoldingsFile(path: string): Promise<ParsedHoldingsFil
     throw new ToolFailure('unreadable_file', `Cannot read ${basename(path)}: ${(cause as Error).message}`, { cause });
   }
   if (isZip(bytes)) return parseSsgaWorkbook(bytes, path);
-  return parseHoldingsCsvText(bytes.toString('utf8'), path);
+  return parseHoldingsCsvText(bytes.toString('utf8'), path, sha256Of(bytes));
 }
 
 // ---- csv layouts -------------------------------------------------------------------------------
@@ -61,7 +120,12 @@ export async function parseHoldingsFile(path: string): Promise<ParsedHoldingsFil
  *
  * @throws ToolFailure `unreadable_file` when no known header row is found.
  */
-export function parseHoldingsCsvText(text: string, path: string): ParsedHoldingsFile {
+export function parseHoldingsCsvText(text: string, path: string, sha256: string = sha256Of(text)): ParsedHoldingsFile {
+  const parsed = parseCsvLayouts(text, path);
+  return { ...parsed, sha256 };
+}
+
+function parseCsvLayouts(text: string, path: string): Omit<ParsedHoldingsFile, 'sha256'> {
   const rows = parseCsvRows(text);
   const cells = rows.map((row) => row.cells);
   for (const { format, header } of CSV_FORMATS) {
@@ -77,7 +141,34 @@ export function parseHoldingsCsvText(text: string, path: string): ParsedHoldings
         return buildPerRowDated(format, path, dataRows, table.columns);
     }
   }
-  throw new ToolFailure('unreadable_file', `${basename(path)} is not a holdings file of a known issuer layout (SSGA, iShares, Invesco, ARK).`);
+  throw new ToolFailure('unreadable_file', unknownLayoutReason(basename(path), cells, CSV_FORMATS));
+}
+
+/**
+ * Why a file is in no known layout, in the user's words: the row that comes closest to a known
+ * holdings header and the columns it lacks, or that no row looks like a holdings header.
+ */
+export function unknownLayoutReason(
+  file: string,
+  rows: readonly (readonly string[])[],
+  formats: readonly { format: IssuerFormat; header: HeaderSpec }[],
+): string {
+  let best: { row: number; format: IssuerFormat; found: number; missing: string[] } | null = null;
+  rows.slice(0, 40).forEach((cells, row) => {
+    for (const { format, header } of formats) {
+      const map = mapColumns(cells, header);
+      const found = header.required.filter((role) => map[role] !== undefined).length;
+      if (found >= 2 && (best === null || found > best.found)) {
+        best = { row, format, found, missing: header.required.filter((role) => map[role] === undefined) };
+      }
+    }
+  });
+  const known = 'SPDR (State Street) xlsx, iShares, Invesco or ARK csv';
+  if (best === null) {
+    return `${file} is not a holdings file in a layout this research can read (${known}): none of its first 40 rows names the columns of a holdings table (a ticker or security name column and a weight column).`;
+  }
+  const b = best as { row: number; format: IssuerFormat; found: number; missing: string[] };
+  return `${file} is not a holdings file in a layout this research can read: row ${b.row + 1} looks like the header of an ${ISSUER_NAMES[b.format]} file but lacks ${b.missing.map((role) => ROLE_WORDS[role] ?? role).join(' and ')}.`;
 }
 
 type DataRow = { cells: string[]; line: number };
@@ -90,10 +181,11 @@ export function fundFromFileName(path: string): string {
 }
 
 /** iShares: preamble of `key,"value"` lines (first line = fund name), `Asset Class` drives classification. */
-function buildIshares(path: string, preamble: string[][], dataRows: DataRow[], columns: ColumnMap): ParsedHoldingsFile {
+function buildIshares(path: string, preamble: string[][], dataRows: DataRow[], columns: ColumnMap): Omit<ParsedHoldingsFile, 'sha256'> {
   const facts: FileFact[] = [];
   let fundName: string | null = null;
   let asOfText: string | null = null;
+  let dateLine = false;
   preamble.forEach((row, index) => {
     const filled = row.map((c) => c.trim()).filter((c) => c !== '');
     if (filled.length === 0) return;
@@ -103,26 +195,37 @@ function buildIshares(path: string, preamble: string[][], dataRows: DataRow[], c
       return;
     }
     const key = (row[0] ?? '').trim();
+    const isDateLine = normaliseHeaderCell(key) === 'fund holdings as of';
+    if (isDateLine) {
+      dateLine = true;
+      asOfText = (row[1] ?? '').trim();
+    }
     const value = cleanText(row[1]);
     if (key === '' || value === null) return;
     facts.push({ field: key, value });
-    if (normaliseHeaderCell(key) === 'fund holdings as of') asOfText = value;
   });
-  const asOf = parseMonthDayYear(asOfText);
+  const date = dateLine
+    ? establishDate(asOfText ?? '', 'preamble', 'the "Fund Holdings as of" line')
+    : establishDate(null, 'preamble', '"Fund Holdings as of" line');
   const lines = dataRows.map(({ cells, line }): ParsedLine => {
     const name = cell(cells, columns, 'name');
     const sector = cleanText(cell(cells, columns, 'sector'));
     const assetClass = cleanText(cell(cells, columns, 'assetClass'));
+    const ids = identifiers(cell(cells, columns, 'cusip'), cell(cells, columns, 'isin'), cell(cells, columns, 'sedol'));
+    const values = numbers((role) => ({ text: cell(cells, columns, role), present: columns[role] !== undefined }));
     return {
       ticker: cleanText(cell(cells, columns, 'ticker')),
       name,
-      cusip: null,
-      weight: parseNumberText(cell(cells, columns, 'weight')) ?? 0,
+      ...ids,
+      weight: values.weight,
       kind: classifyIsharesLine(assetClass, sector, name),
       sector,
-      shares: parseNumberText(cell(cells, columns, 'shares')),
-      marketValue: parseNumberText(cell(cells, columns, 'marketValue')),
+      shares: values.shares,
+      marketValue: values.marketValue,
       assetClass,
+      location: cleanText(cell(cells, columns, 'location')),
+      exchange: cleanText(cell(cells, columns, 'exchange')),
+      unreadable: values.unreadable,
       sourceRow: line,
     };
   });
@@ -132,36 +235,48 @@ function buildIshares(path: string, preamble: string[][], dataRows: DataRow[], c
     issuerFormat: 'ishares-csv',
     fund: fundFromFileName(path),
     fundSource: 'file-name',
-    asOf,
-    asOfSource: asOf ? `preamble "Fund Holdings as of,${asOfText}"` : 'no "Fund Holdings as of" line: undated',
+    ...date,
     fundName,
     preambleFacts: facts,
     lines,
-    hasCusips: false,
+    hasCusips: columns.cusip !== undefined,
+    hasIsins: columns.isin !== undefined,
+    hasSedols: columns.sedol !== undefined,
   };
 }
 
 /** Invesco and ARK: no preamble; fund and date repeated on every row (date as MM/DD/YYYY). */
-function buildPerRowDated(format: 'invesco-csv' | 'ark-csv', path: string, dataRows: DataRow[], columns: ColumnMap): ParsedHoldingsFile {
+function buildPerRowDated(
+  format: 'invesco-csv' | 'ark-csv',
+  path: string,
+  dataRows: DataRow[],
+  columns: ColumnMap,
+): Omit<ParsedHoldingsFile, 'sha256'> {
   const lines = dataRows.map(({ cells, line }): ParsedLine => {
     const ticker = cleanText(cell(cells, columns, 'ticker'));
-    const cusip = cleanText(cell(cells, columns, 'cusip'));
+    const ids = identifiers(cell(cells, columns, 'cusip'), cell(cells, columns, 'isin'), cell(cells, columns, 'sedol'));
     const name = cell(cells, columns, 'name');
+    const values = numbers((role) => ({ text: cell(cells, columns, role), present: columns[role] !== undefined }));
     return {
       ticker,
       name,
-      cusip,
-      weight: parseNumberText(cell(cells, columns, 'weight')) ?? 0,
-      kind: classifyLineByName(ticker, cusip, name, cleanText(cell(cells, columns, 'classOfShares'))),
+      ...ids,
+      weight: values.weight,
+      kind: classifyLineByName(ticker, ids.cusip ?? ids.isin, name, cleanText(cell(cells, columns, 'classOfShares'))),
       sector: cleanText(cell(cells, columns, 'sector')),
-      shares: parseNumberText(cell(cells, columns, 'shares')),
-      marketValue: parseNumberText(cell(cells, columns, 'marketValue')),
+      shares: values.shares,
+      marketValue: values.marketValue,
       assetClass: null,
+      location: null,
+      exchange: null,
+      unreadable: values.unreadable,
       sourceRow: line,
     };
   });
-  const dateText = dataRows.map(({ cells }) => cell(cells, columns, 'date')).find((d) => parseUsDate(d) !== null) ?? null;
-  const asOf = parseUsDate(dateText);
+  // The first stated date cell decides: a readable one dates the file; stated but unreadable
+  // ones make the date unreadable (never replaced by the file name's date).
+  const dateCells = dataRows.map(({ cells }) => cell(cells, columns, 'date')).filter((d) => d !== '');
+  const dateText = dateCells.find((d) => parseStatedDate(d) !== null) ?? dateCells[0] ?? null;
   const fundInside = dataRows.map(({ cells }) => cleanText(cell(cells, columns, 'fund'))).find((f) => f !== null) ?? null;
   const dateColumn = format === 'ark-csv' ? 'date' : 'Date';
   return {
@@ -170,12 +285,13 @@ function buildPerRowDated(format: 'invesco-csv' | 'ark-csv', path: string, dataR
     issuerFormat: format,
     fund: (fundInside ?? fundFromFileName(path)).toUpperCase(),
     fundSource: fundInside ? 'inside-file' : 'file-name',
-    asOf,
-    asOfSource: asOf ? `per-row ${dateColumn} column ${dateText}` : `no ${dateColumn} column value: undated`,
+    ...establishDate(dateText, 'row-date-column', `the per-row ${dateColumn} column`),
     fundName: null,
     preambleFacts: [],
     lines,
     hasCusips: columns.cusip !== undefined,
+    hasIsins: columns.isin !== undefined || lines.some((l) => l.isin !== null),
+    hasSedols: columns.sedol !== undefined,
   };
 }
 
@@ -239,12 +355,7 @@ export async function parseSsgaWorkbook(bytes: Buffer, path: string): Promise<Pa
   }
   const texts = values.map((row) => row.map((v) => cellValueText(v)));
   const table = sliceTable(texts, SSGA_HEADER);
-  if (!table) {
-    throw new ToolFailure(
-      'unreadable_file',
-      `${basename(path)} is an xlsx workbook without an SSGA holdings table (Name, Ticker, Identifier, Weight).`,
-    );
-  }
+  if (!table) throw new ToolFailure('unreadable_file', unknownLayoutReason(basename(path), texts, [{ format: 'ssga-xlsx', header: SSGA_HEADER }]));
   const facts: FileFact[] = [];
   let fundName: string | null = null;
   let fundInside: string | null = null;
@@ -252,45 +363,57 @@ export async function parseSsgaWorkbook(bytes: Buffer, path: string): Promise<Pa
   for (const row of texts.slice(0, table.headerIndex)) {
     const key = (row[0] ?? '').trim().replace(/:$/, '');
     const value = cleanText(row[1]);
+    const k = normaliseHeaderCell(key);
+    // The date line: `Holdings:` | `As of 30-Sep-2025` (any cell saying "As of ...").
+    if (asOfText === null && (k === 'holdings' || /^as of\b/i.test(value ?? '') || /^as of\b/i.test(key))) {
+      asOfText = [key.match(/^as of\b/i) ? key : '', row[1] ?? ''].join(' ').trim();
+    }
     if (key === '' || value === null) continue;
     facts.push({ field: key, value });
-    const k = normaliseHeaderCell(key);
     if (k === 'fund name') fundName = value;
     else if (k === 'ticker symbol') fundInside = value.toUpperCase();
-    else if (parseDayMonYear(value) && asOfText === null) asOfText = value;
   }
   const columns = table.columns;
   const lines = table.rowIndexes.map((i): ParsedLine => {
     const text = texts[i]!;
     const raw = values[i]!;
     const ticker = cleanText(cell(text, columns, 'ticker'));
-    const cusip = cleanText(cell(text, columns, 'cusip'));
+    const ids = identifiers(cell(text, columns, 'cusip'), cell(text, columns, 'isin'), cell(text, columns, 'sedol'));
     const name = cell(text, columns, 'name');
+    const nums = numbers((role) => {
+      const index = role === 'weight' || role === 'shares' ? columns[role] : undefined;
+      if (index === undefined) return { text: null, present: false };
+      return { text: cellValueNumber(raw[index]) ?? cellValueText(raw[index]), present: true };
+    });
     return {
       ticker,
       name,
-      cusip,
-      weight: cellValueNumber(raw[columns.weight!]) ?? 0,
-      kind: classifyLineByName(ticker, cusip, name),
+      ...ids,
+      weight: nums.weight,
+      kind: classifyLineByName(ticker, ids.cusip ?? ids.isin, name),
       sector: cleanText(cell(text, columns, 'sector')),
-      shares: columns.shares === undefined ? null : cellValueNumber(raw[columns.shares]),
+      shares: nums.shares,
       marketValue: null,
       assetClass: null,
+      location: null,
+      exchange: null,
+      unreadable: nums.unreadable,
       sourceRow: i + 1,
     };
   });
-  const asOf = parseDayMonYear(asOfText);
   return {
     path,
     file: basename(path),
+    sha256: sha256Of(bytes),
     issuerFormat: 'ssga-xlsx',
     fund: fundInside ?? fundFromFileName(path),
     fundSource: fundInside ? 'inside-file' : 'file-name',
-    asOf,
-    asOfSource: asOf ? `preamble "${asOfText}"` : 'no "As of" date in the preamble: undated',
+    ...establishDate(asOfText, 'preamble', 'the preamble\'s "Holdings: As of" line'),
     fundName,
     preambleFacts: facts,
     lines,
-    hasCusips: true,
+    hasCusips: columns.cusip !== undefined,
+    hasIsins: columns.isin !== undefined || lines.some((l) => l.isin !== null),
+    hasSedols: columns.sedol !== undefined,
   };
 }

@@ -8,7 +8,22 @@ import { parse } from 'csv-parse/sync';
 
 /** Column roles a holdings table may carry. */
 export type ColumnRole =
-  'ticker' | 'name' | 'cusip' | 'sedol' | 'weight' | 'sector' | 'shares' | 'marketValue' | 'assetClass' | 'fund' | 'date' | 'classOfShares';
+  | 'ticker'
+  | 'name'
+  | 'cusip'
+  | 'isin'
+  | 'sedol'
+  | 'weight'
+  | 'sector'
+  | 'shares'
+  | 'marketValue'
+  | 'price'
+  | 'assetClass'
+  | 'location'
+  | 'exchange'
+  | 'fund'
+  | 'date'
+  | 'classOfShares';
 
 /** Header aliases (lower-case, single-spaced) per role, for one issuer format. */
 export type HeaderSpec = { required: ColumnRole[]; aliases: Partial<Record<ColumnRole, string[]>> };
@@ -30,13 +45,19 @@ export function normaliseHeaderCell(cell: string): string {
  * present. Aliases are matched against the normalised header cell text.
  */
 function matchHeader(cells: readonly string[], spec: HeaderSpec): ColumnMap | null {
+  const map = mapColumns(cells, spec);
+  return spec.required.every((role) => map[role] !== undefined) ? map : null;
+}
+
+/** Every role of `spec` found in a row of header cells (required or not). */
+export function mapColumns(cells: readonly string[], spec: HeaderSpec): ColumnMap {
   const normalised = cells.map(normaliseHeaderCell);
   const map: ColumnMap = {};
   for (const [role, names] of Object.entries(spec.aliases) as [ColumnRole, string[]][]) {
     const index = normalised.findIndex((cell) => names.includes(cell));
     if (index >= 0) map[role] = index;
   }
-  return spec.required.every((role) => map[role] !== undefined) ? map : null;
+  return map;
 }
 
 /** True when every cell is empty after trimming (a single NBSP counts as empty). */

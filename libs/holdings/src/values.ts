@@ -1,7 +1,9 @@
 /**
  * Small pure helpers for the values found in issuer files: numbers written with thousands
- * separators, `%` or `$`; dates in three notations; tickers in several conventions.
+ * separators, `%` or `$`; dates as issuers write them (read by chrono-node); tickers in several
+ * conventions.
  */
+import * as chrono from 'chrono-node';
 
 const MONTHS: Record<string, number> = {
   jan: 1,
@@ -98,4 +100,96 @@ export function daysBetween(a: string, b: string): number {
 /** Rounds away floating-point noise from sums of percentages (keeps 6 decimals, the finest issuers use). */
 export function roundWeight(value: number): number {
   return Math.round(value * 1e6) / 1e6;
+}
+
+/**
+ * The calendar date a file states in `text`, in any form issuers write (`Nov 18, 2025`,
+ * `11/18/2025` (US order), `18-Nov-2025`, `2025-11-18`, `As of 30-Sep-2025`), read by chrono-node's
+ * strict parser: only a date with day, month and year all written counts. `null` when the text
+ * holds no such date (the caller reports the line as unreadable, never substitutes another date).
+ */
+export function parseStatedDate(text: string | null | undefined): string | null {
+  if (!text) return null;
+  const [found] = chrono.strict.parse(text, new Date(Date.UTC(2000, 0, 1)));
+  if (!found) return null;
+  const { start } = found;
+  if (!start.isCertain('day') || !start.isCertain('month') || !start.isCertain('year')) return null;
+  return isoDate(start.get('year')!, start.get('month')!, start.get('day')!);
+}
+
+/** A numeric cell as read: its value, or the text when the file states something that is not a number. */
+export type CellNumber = { value: number } | { value: null; unreadable: string | null };
+
+/**
+ * Reads a numeric cell: `{ value }` for a number ({@link parseNumberText}); `{ value: null,
+ * unreadable: text }` for a stated value that is not a number (`N/A`, `-`, blank, words), so the
+ * caller keeps the line and marks the value instead of taking it as 0; `unreadable: null` when the
+ * column is absent.
+ */
+export function readNumberCell(text: string | number | null | undefined, columnPresent = true): CellNumber {
+  if (!columnPresent) return { value: null, unreadable: null };
+  const value = parseNumberText(text);
+  if (value !== null) return { value };
+  return { value: null, unreadable: typeof text === 'number' ? String(text) : (text ?? '').trim() };
+}
+
+/** A date a question asks about, as the person wrote it, with the span of days it names. */
+export interface QuestionDate {
+  /** The words as written (`Dec 6, 2024`, `end of 2024`, `as of 2018`). */
+  text: string;
+  /** Character offset in the question. */
+  index: number;
+  /** `day` = one day; `month` / `year` = every day of that month / year. */
+  precision: 'day' | 'month' | 'year';
+  /** First and last day named, `YYYY-MM-DD` (equal for `day`). */
+  from: string;
+  to: string;
+}
+
+/**
+ * `end of 2024`, `year-end 2024` -> the last day; `as of 2018`, `in 2018`, `since 2020` -> the whole
+ * year (tagged `runplane/year`). chrono itself drops a bare four-digit number, so the rule needs
+ * the word before the year.
+ */
+const YEAR_PARSER: chrono.Parser = {
+  pattern: () => /\b(as of|in|for|during|since|from|end of|year[- ]end)\s+((?:19|20)\d{2})\b(?![-/.]\d)/i,
+  extract: (context, match) => {
+    const components = context.createParsingComponents({ year: Number(match[2]), month: 12, day: 31 });
+    if (!/end/i.test(match[1]!)) components.addTag('runplane/year');
+    return components;
+  },
+};
+const questionParser = (() => {
+  const parser = chrono.casual.clone();
+  parser.parsers.push(YEAR_PARSER);
+  return parser;
+})();
+
+/**
+ * The dates a question names, in the forms people write (`Dec 6, 2024`, `6 December 2024`,
+ * `2024-12-06`, `12/06/2024` (US order), `December 2024`, `as of 2018`, `end of 2024`), read by
+ * chrono-node (its casual English parser plus a year-only rule); relative words (`today`) are
+ * ignored. In question order, without repeats.
+ */
+export function questionDates(question: string): QuestionDate[] {
+  const out: QuestionDate[] = [];
+  for (const found of questionParser.parse(question, new Date(Date.UTC(2000, 0, 1)))) {
+    const { start } = found;
+    // Only dates written with a year count ("today", "now", "Friday" say nothing about the files).
+    if (!start.isCertain('year') || !/\d{4}/.test(found.text)) continue;
+    const year = start.get('year')!;
+    let q: QuestionDate | null = null;
+    if (found.tags().has('runplane/year')) {
+      q = { text: found.text, index: found.index, precision: 'year', from: `${year}-01-01`, to: `${year}-12-31` };
+    } else if (start.isCertain('day') && start.isCertain('month')) {
+      const day = isoDate(year, start.get('month')!, start.get('day')!);
+      if (day) q = { text: found.text, index: found.index, precision: 'day', from: day, to: day };
+    } else if (start.isCertain('month')) {
+      const month = start.get('month')!;
+      const last = new Date(Date.UTC(year, month, 0)).getUTCDate();
+      q = { text: found.text, index: found.index, precision: 'month', from: isoDate(year, month, 1)!, to: isoDate(year, month, last)! };
+    }
+    if (q && !out.some((o) => o.from === q.from && o.to === q.to)) out.push(q);
+  }
+  return out;
 }

@@ -31,6 +31,7 @@ describe('resolveDataFolder', () => {
       dataSet: 'shared',
       funds: [],
       otherFiles: [],
+      otherFileNotes: [],
     });
     const missing = new HoldingsLibrary({ dir: join(empty, 'nope'), dataSet: 'shared' });
     await expect(missing.listFunds()).rejects.toBeInstanceOf(ToolFailure);
@@ -42,7 +43,7 @@ describe('resolveDataFolder', () => {
     copyFileSync(join(SAMPLE_DIR, 'ILLUSTRATIVE-BBB_2025-01-30.csv'), join(dir, 'export.txt'));
     copyFileSync(join(SAMPLE_DIR, 'README.md'), join(dir, 'notes.csv'));
     const listed = await new HoldingsLibrary({ dir, dataSet: 'shared' }).listFunds();
-    expect(listed.funds).toEqual([{ fund: 'BBB', files: [{ fund: 'BBB', file: 'export.txt', issuerFormat: 'ark-csv', asOf: '2025-01-30' }] }]);
+    expect(listed.funds).toMatchObject([{ fund: 'BBB', files: [{ fund: 'BBB', file: 'export.txt', issuerFormat: 'ark-csv', asOf: '2025-01-30' }] }]);
     expect(listed.otherFiles).toEqual(['notes.csv']);
   });
 });

@@ -1,5 +1,8 @@
 /** The shipped illustrative sample (libs/holdings/sample): invented funds AAA (Invesco layout) and BBB (ARK layout). */
 import { describe, it, expect, beforeAll } from '@jest/globals';
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, ListFundsResult } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, resolveDataFolder, SAMPLE_DIR, ToolFailure } from '../src/index.js';
 
@@ -23,13 +26,23 @@ describe('illustrative sample', () => {
 
   it('lists both funds, dated from inside the files, and the README as another file', async () => {
     const result = ListFundsResult.parse(await executeTool(library, 'list_funds', {}));
-    expect(result).toEqual({
+    expect(result).toMatchObject({
       dataSet: 'illustrative',
       funds: [
         { fund: 'AAA', files: [{ fund: 'AAA', file: 'ILLUSTRATIVE-AAA_2025-01-31.csv', issuerFormat: 'invesco-csv', asOf: '2025-01-31' }] },
         { fund: 'BBB', files: [{ fund: 'BBB', file: 'ILLUSTRATIVE-BBB_2025-01-30.csv', issuerFormat: 'ark-csv', asOf: '2025-01-30' }] },
       ],
       otherFiles: ['README.md'],
+    });
+    expect(result.funds[0]!.files[0]!.provenance).toEqual({
+      file: 'ILLUSTRATIVE-AAA_2025-01-31.csv',
+      sha256: createHash('sha256')
+        .update(readFileSync(join(SAMPLE_DIR, 'ILLUSTRATIVE-AAA_2025-01-31.csv')))
+        .digest('hex'),
+      layout: 'invesco-csv',
+      asOf: '2025-01-31',
+      asOfHow: 'row-date-column',
+      asOfText: '01/31/2025',
     });
   });
 
@@ -39,9 +52,11 @@ describe('illustrative sample', () => {
     expect(bbb.nonSecurityLines).toEqual([
       { ticker: null, name: 'ILLUSTRATIVE MONEY MARKET FUND', cusip: 'X9USDILLU', weight: 1, kind: 'money-market' },
     ]);
+    expect(bbb.unreadableWeightLines).toEqual([]);
+    expect(bbb.selection.rule).toBe('newest');
     expect(bbb.weightSum).toBeCloseTo(100, 6);
     expect(bbb.securitiesWeightSum).toBeCloseTo(99, 6);
-    expect(bbb.top[0]).toEqual({ ticker: 'ICO1', name: 'ILLUSTRATIVE CO 1', cusip: 'ILLUS0001', weight: 30 });
+    expect(bbb.top[0]).toMatchObject({ ticker: 'ICO1', name: 'ILLUSTRATIVE CO 1', cusip: 'ILLUS0001', weight: 30 });
 
     const aaa = GetHoldingsResult.parse(await executeTool(library, 'get_holdings', { fund: 'AAA', asOf: '2025-01-31' }));
     expect(aaa.securityCount).toBe(8);
@@ -53,7 +68,8 @@ describe('illustrative sample', () => {
     const result = CompareHoldingsResult.parse(await executeTool(library, 'compare_holdings', { fundA: 'AAA', fundB: 'BBB' }));
     expect(result.daysBetween).toBe(1);
     expect(result.commonCount).toBe(3);
-    expect(result.matchedBy).toEqual({ cusip: 3, ticker: 0 });
+    expect(result.matchedBy).toEqual({ cusip: 3, isin: 0, sedol: 0, ticker: 0, name: 0 });
+    expect(result.fallbackMatches).toEqual([]);
     expect(result.weightOfAHeldInB).toBeCloseTo(52, 6);
     expect(result.weightOfBHeldInA).toBeCloseTo(65, 6);
     expect(result.onlyInA.map((l) => l.ticker)).toEqual(['ICO2', 'ICO5', 'ICO6', 'ICO7', 'ICO8']);
@@ -61,7 +77,7 @@ describe('illustrative sample', () => {
   });
 
   it('has no facts for AAA but does not fail', async () => {
-    expect(FundMetadataResult.parse(await executeTool(library, 'fund_metadata', { fund: 'AAA' }))).toEqual({ fund: 'AAA', facts: [] });
+    expect(FundMetadataResult.parse(await executeTool(library, 'fund_metadata', { fund: 'AAA' }))).toMatchObject({ fund: 'AAA', facts: [] });
   });
 
   it('reports typed failures', async () => {

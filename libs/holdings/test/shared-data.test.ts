@@ -52,7 +52,8 @@ describeShared(suiteName, () => {
     expect(file.lines).toHaveLength(rows);
     expect(file.lines.filter((l) => l.kind === 'security')).toHaveLength(securities);
     expect(file.lines.filter((l) => l.kind !== 'security').map((l) => l.kind)).toEqual(kinds);
-    expect(file.lines.reduce((sum, l) => sum + l.weight, 0).toFixed(2)).toBe(wsum);
+    expect(file.lines.filter((l) => l.weight === null)).toEqual([]);
+    expect(file.lines.reduce((sum, l) => sum + (l.weight ?? 0), 0).toFixed(2)).toBe(wsum);
   });
 
   it('reads the fund from inside the file except for iShares (file-name prefix)', () => {
@@ -64,7 +65,7 @@ describeShared(suiteName, () => {
   it('parseHoldingsFile reads an SSGA workbook directly (DIA: price-weighted, equal share counts)', async () => {
     const dia = await parseHoldingsFile(join(dir!, 'DIA_2024-02-14.xlsx'));
     expect(dia.fundName).toBe('SPDR® Dow Jones® Industrial Average ETF Trust');
-    expect(dia.asOfSource).toBe('preamble "As of 14-Feb-2024"');
+    expect([dia.asOf, dia.asOfHow, dia.asOfText]).toEqual(['2024-02-14', 'preamble', 'As of 14-Feb-2024']);
     const stocks = dia.lines.filter((l) => l.kind === 'security');
     expect(new Set(stocks.map((l) => l.shares))).toEqual(new Set([5619462]));
     expect(stocks.every((l) => l.sector === null && /^[0-9A-Z]{9}$/.test(l.cusip ?? ''))).toBe(true);
@@ -101,7 +102,7 @@ describeShared(suiteName, () => {
     it('SPY: 503 securities plus one cash line, as of 2025-09-30', () => {
       expect(result.a.asOf).toBe('2025-09-30');
       expect(result.a.securityCount).toBe(503);
-      expect(result.a.nonSecurityLines).toEqual([{ ticker: null, name: 'US DOLLAR', cusip: '999USDZ92', weight: 0.260806, kind: 'cash' }]);
+      expect(result.a.nonSecurityLines).toMatchObject([{ ticker: null, name: 'US DOLLAR', cusip: '999USDZ92', weight: 0.260806, kind: 'cash' }]);
       expect(result.a.weightSum.toFixed(2)).toBe('100.25');
     });
 
@@ -113,7 +114,9 @@ describeShared(suiteName, () => {
 
     it('88 in common (all by CUSIP); 95.2 % of QQQ held in SPY; 51.4 % of SPY held in QQQ; 13 QQQ names SPY lacks', () => {
       expect(result.commonCount).toBe(88);
-      expect(result.matchedBy).toEqual({ cusip: 88, ticker: 0 });
+      expect(result.matchedBy).toEqual({ cusip: 88, isin: 0, sedol: 0, ticker: 0, name: 0 });
+      expect(result.strongestSharedIdentifier).toBe('cusip');
+      expect(result.fallbackMatches).toEqual([]);
       expect(result.weightOfBHeldInA.toFixed(1)).toBe('95.2');
       expect(result.weightOfAHeldInB.toFixed(1)).toBe('51.4');
       expect(result.onlyInB).toHaveLength(13);
@@ -140,8 +143,9 @@ describeShared(suiteName, () => {
         await executeTool(library, 'compare_holdings', { fundA: 'QQQ', fundB: 'spy', asOfA: '2025-09-26', asOfB: '2025-09-30' }),
       );
       expect([dated.commonCount, dated.weightOfAHeldInB.toFixed(1), dated.weightOfBHeldInA.toFixed(1)]).toEqual([88, '95.2', '51.4']);
-      const byTicker = compareFiles({ ...files.get('SPY_2025-09-30.xlsx')!, hasCusips: false }, files.get('QQQ_2025-09-26.csv')!);
-      expect(byTicker.matchedBy).toEqual({ cusip: 0, ticker: 88 });
+      const newest = { rule: 'newest', detail: 'test' } as const;
+      const byTicker = compareFiles({ ...files.get('SPY_2025-09-30.xlsx')!, hasCusips: false }, files.get('QQQ_2025-09-26.csv')!, newest, newest);
+      expect(byTicker.matchedBy).toEqual({ cusip: 0, isin: 0, sedol: 0, ticker: 88, name: 0 });
       expect(byTicker.weightOfBHeldInA).toBeCloseTo(result.weightOfBHeldInA, 9);
     });
   });
@@ -157,7 +161,8 @@ describeShared(suiteName, () => {
     const result = CompareHoldingsResult.parse(await executeTool(library, 'compare_holdings', { fundA: 'SPY', fundB: 'IVV' }));
     expect([result.a.file, result.b.file, result.daysBetween]).toEqual(['SPY_2025-11-18.xlsx', 'IVV_2025-11-18.csv', 0]);
     expect(result.commonCount).toBe(503);
-    expect(result.matchedBy).toEqual({ cusip: 0, ticker: 503 });
+    expect(result.matchedBy).toEqual({ cusip: 0, isin: 0, sedol: 0, ticker: 503, name: 0 });
+    expect(result.strongestSharedIdentifier).toBe('ticker');
     expect(result.onlyInA).toEqual([]);
     expect(result.onlyInB).toEqual([]);
   });
@@ -169,17 +174,27 @@ describeShared(suiteName, () => {
     expect(ivv.top.find((l) => l.ticker === 'JPM')).toMatchObject({ name: 'JPMORGAN CHASE & CO' });
   });
 
-  it('CUSIP matching follows FB -> META, and a changed CUSIP (LRCX split) is a different security', () => {
-    const result = compareFiles(files.get('QQQ_2020-07-02.csv')!, files.get('QQQ_2025-09-26.csv')!);
+  it('CUSIP matching follows FB -> META, and a changed CUSIP (LRCX split) falls back to the ticker on the same market, listed', () => {
+    const newest = { rule: 'newest', detail: 'test' } as const;
+    const result = compareFiles(files.get('QQQ_2020-07-02.csv')!, files.get('QQQ_2025-09-26.csv')!, newest, newest);
     expect(result.onlyInA.map((l) => l.ticker)).not.toContain('FB');
-    expect(result.onlyInA.map((l) => l.ticker)).toContain('LRCX');
-    expect(result.onlyInB.map((l) => l.ticker)).toContain('LRCX');
-    expect(result.commonCount).toBe(67);
+    expect(result.onlyInA.map((l) => l.ticker)).not.toContain('LRCX');
+    expect(result.onlyInB.map((l) => l.ticker)).not.toContain('LRCX');
+    expect(result.commonCount).toBe(68);
+    expect(result.matchedBy).toMatchObject({ cusip: 67, ticker: 1 });
+    expect(result.fallbackMatches).toEqual([
+      expect.objectContaining({ method: 'ticker', why: expect.stringContaining('CUSIP differs (512807108 in A, 512807306 in B)') }),
+    ]);
   });
 
   it('fund_metadata reads preambles, the overview table and fact sheets', async () => {
     const spy = FundMetadataResult.parse(await executeTool(library, 'fund_metadata', { fund: 'SPY' }));
     expect(spy.facts).toContainEqual({ field: 'Fund Name', value: 'SPDR® S&P 500® ETF Trust', source: 'SPY_2025-11-18.xlsx', asOf: '2025-11-18' });
+    expect(spy.sources.map((s) => [s.file, s.layout, s.asOfHow])).toContainEqual([
+      'ETF-overviews_stockanalysis_committed-2021-10-28.csv',
+      'overview-csv',
+      'absent',
+    ]);
     expect(spy.facts).toContainEqual({
       field: 'Assets ($M)',
       value: '411570.0',

@@ -4,7 +4,7 @@
  * match them column for column. Conversions to and from the plain rows of `rows.ts` live here.
  */
 import { defineEntity, type InferEntity } from '@mikro-orm/core';
-import type { Outcome } from '@runplane/contracts';
+import type { Outcome, ReconciledOutcome } from '@runplane/contracts';
 import type { MessageRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
 
 const p = defineEntity.properties;
@@ -82,6 +82,11 @@ export const ToolCallEntity = defineEntity({
     resultSha256: p.text().nullable(),
     proposedAt: p.datetime().nullable(),
     receiptAt: p.datetime().nullable(),
+    lateStatus: p.text().$type<'succeeded' | 'failed'>().nullable(),
+    lateObservedAt: p.datetime().nullable(),
+    reconciledOutcome: p.text().$type<ReconciledOutcome>().nullable(),
+    reconciledBy: p.text().nullable(),
+    reconciledAt: p.datetime().nullable(),
     lastSeq: p.bigint('number'),
   },
 });
@@ -156,7 +161,18 @@ export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
   resultSha256: e.resultSha256 ?? null,
   proposedAt: isoOrNull(e.proposedAt),
   receiptAt: isoOrNull(e.receiptAt),
+  lateStatus: e.lateStatus ?? null,
+  lateObservedAt: isoOrNull(e.lateObservedAt),
+  reconciledOutcome: e.reconciledOutcome ?? null,
+  reconciledBy: e.reconciledBy ?? null,
+  reconciledAt: isoOrNull(e.reconciledAt),
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data. */
-export const toolCallDataOf = (r: ToolCallRow) => ({ ...r, proposedAt: dateOrNull(r.proposedAt), receiptAt: dateOrNull(r.receiptAt) });
+export const toolCallDataOf = (r: ToolCallRow) => ({
+  ...r,
+  proposedAt: dateOrNull(r.proposedAt),
+  receiptAt: dateOrNull(r.receiptAt),
+  lateObservedAt: dateOrNull(r.lateObservedAt),
+  reconciledAt: dateOrNull(r.reconciledAt),
+});

@@ -24,6 +24,8 @@ export function touchedKeys(stored: StoredEvent): TouchedKeys {
     case 'tool.call.proposed':
     case 'tool.call.dispatched':
     case 'tool.call.receipt':
+    case 'tool.call.late_observed':
+    case 'tool.call.reconciled':
       return { toolCallId: e.data.toolCallId };
     case 'passage.committed':
       return { passageId: e.data.passageId };
@@ -160,8 +162,9 @@ export function evolvePassage(row: PassageRow | null, stored: StoredEvent): Pass
 }
 
 /**
- * Tool call rule: proposed -> dispatched -> receipt status (K5). A later receipt replaces an
- * earlier one (e.g. an `unknown` outcome reconciled); a dispatch never moves a call backwards.
+ * Tool call rule: proposed -> dispatched -> receipt status (K5); a dispatch never moves a call
+ * backwards. A late observation and an operator's reconciliation of an `unknown` call are kept
+ * beside the receipt (`lateStatus`, `reconciledOutcome`, by whom, when), never written over it.
  */
 export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): ToolCallRow | null {
   const e = stored.event;
@@ -178,6 +181,11 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
       resultSha256: null,
       proposedAt: null,
       receiptAt: null,
+      lateStatus: null,
+      lateObservedAt: null,
+      reconciledOutcome: null,
+      reconciledBy: null,
+      reconciledAt: null,
       lastSeq: stored.seq,
     };
   switch (e.type) {
@@ -208,6 +216,18 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
         receiptAt: e.occurredAt,
         lastSeq: stored.seq,
       };
+    }
+    case 'tool.call.late_observed': {
+      // the first late observation is the one kept; the receipt (`status`) stays as recorded (K5)
+      const current = base(e.data.toolCallId, e.data.name);
+      if (current.lateStatus !== null) return { ...current, lastSeq: stored.seq };
+      return { ...current, lateStatus: e.data.status, lateObservedAt: e.occurredAt, lastSeq: stored.seq };
+    }
+    case 'tool.call.reconciled': {
+      // admission records one reconciliation per call; the receipt (`status`) stays as recorded (K5)
+      const current = base(e.data.toolCallId, e.data.name);
+      if (current.reconciledOutcome !== null) return { ...current, lastSeq: stored.seq };
+      return { ...current, reconciledOutcome: e.data.outcome, reconciledBy: e.data.operator, reconciledAt: e.occurredAt, lastSeq: stored.seq };
     }
     default:
       return row;

@@ -3,7 +3,7 @@
  * projections (K11: "Projections are rebuilt from the log alone and come out identical").
  */
 import type { StoredEvent } from '@runplane/contracts';
-import { applyStoredEvents } from './apply.js';
+import { applyStoredEvents, OrphanEventError } from './apply.js';
 import { databaseNameOf, databaseUrlWith, dropDatabase, ensureDatabase, assertDatabaseName } from './database.js';
 import { createProjectionOrm, migrateUp } from './orm.js';
 import { diffProjectionDumps, dumpProjectionRows } from './queries.js';
@@ -30,8 +30,13 @@ export interface RebuildOptions {
 export interface RebuildResult {
   /** Name of the rebuilt database (left in place; drop it with `dropDatabase`). */
   database: string;
-  /** Events applied to the rebuilt projections (equals the events read: a fresh database skips none). */
+  /** Events applied to the rebuilt projections (the events read, less the skipped ones). */
   eventsApplied: number;
+  /**
+   * Events that could not apply and were skipped, one line each (an event of a Run that was never
+   * admitted: a forgery, K11); the live projector skips the same ones.
+   */
+  skipped: string[];
   /** Highest stream sequence replayed (0 for an empty log). */
   lastSeq: number;
   /** True when every row of the four tables is equal in the live and rebuilt databases. */
@@ -67,14 +72,27 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
   }
 
   let eventsApplied = 0;
+  const skipped: string[] = [];
   let lastSeq = 0;
   const rebuiltOrm = await createProjectionOrm({ databaseUrl: databaseUrlWith(opts.databaseUrl, database) });
   try {
     await migrateUp(rebuiltOrm);
     const batchSize = Math.max(1, opts.batchSize ?? 500);
     let batch: StoredEvent[] = [];
+    const orphans = new Set<string>();
     const applyBatch = async () => {
-      for (const result of await applyStoredEvents(rebuiltOrm.em, batch)) if (result.status === 'applied') eventsApplied++;
+      for (;;) {
+        batch = batch.filter((s) => !orphans.has(s.event.runId));
+        try {
+          for (const result of await applyStoredEvents(rebuiltOrm.em, batch)) if (result.status === 'applied') eventsApplied++;
+          break;
+        } catch (e) {
+          if (!(e instanceof OrphanEventError)) throw e;
+          // the batch rolled back: leave the Run out (now and later) and apply the others again
+          orphans.add(e.stored.event.runId);
+          skipped.push(`${e.message}: skipped`);
+        }
+      }
       batch = [];
     };
     for await (const stored of opts.log.readAll()) {
@@ -93,7 +111,7 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
   try {
     const [live, rebuilt] = [await dumpProjectionRows(liveOrm), await dumpProjectionRows(rebuiltOrm)];
     const differences = diffProjectionDumps(live, rebuilt);
-    return { database, eventsApplied, lastSeq, identicalToLive: differences.length === 0, differences };
+    return { database, eventsApplied, skipped, lastSeq, identicalToLive: differences.length === 0, differences };
   } finally {
     await liveOrm.close();
     await rebuiltOrm.close();

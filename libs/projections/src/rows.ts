@@ -4,7 +4,7 @@
  * `(row, storedEvent) -> row` over these shapes; `entities.ts` maps them to MikroORM entities.
  * Every column derives from events only, so a rebuild from the log reproduces them exactly (K11).
  */
-import type { Outcome, ReceiptStatus } from '@runplane/contracts';
+import type { Outcome, ReceiptStatus, ReconciledOutcome } from '@runplane/contracts';
 
 /**
  * A Run's coarse status; it only ever moves forward (see `RUN_STATUS_ORDER`), except that a
@@ -79,5 +79,12 @@ export interface ToolCallRow {
   resultSha256: string | null;
   proposedAt: string | null;
   receiptAt: string | null;
+  /** The real outcome of an `unknown` call that arrived late (`tool.call.late_observed`); never rewrites `status` (K5). */
+  lateStatus: 'succeeded' | 'failed' | null;
+  lateObservedAt: string | null;
+  /** An operator's reconciliation of an `unknown` call (`tool.call.reconciled`): what was found, by whom, when; never rewrites `status`. */
+  reconciledOutcome: ReconciledOutcome | null;
+  reconciledBy: string | null;
+  reconciledAt: string | null;
   lastSeq: number;
 }

@@ -210,6 +210,11 @@ describe('tool_calls rule', () => {
       resultSha256: null,
       proposedAt: '2026-11-30T10:00:02.000Z',
       receiptAt: null,
+      lateStatus: null,
+      lateObservedAt: null,
+      reconciledOutcome: null,
+      reconciledBy: null,
+      reconciledAt: null,
       lastSeq: 5,
     });
   });
@@ -247,6 +252,54 @@ describe('tool_calls rule', () => {
       receipt({ status: 'failed', error: { code: 'timeout', message: 'took too long' } }, 8),
     );
     expect(next).toMatchObject({ status: 'failed', errorCode: 'timeout', errorMessage: 'took too long', resultSha256: null });
+  });
+
+  it('given an unknown outcome, when the real outcome is observed late, then it is kept beside the receipt, which stays unknown (K5)', () => {
+    const unknown = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'unknown' }, 8))!;
+    const late = (status: 'succeeded' | 'failed', seq: number, t: number) =>
+      stored(
+        makeEvent(
+          'tool.call.late_observed',
+          c,
+          `call_1/${seq}`,
+          { toolCallId: 'call_1', name: 'get_holdings', status, durationMs: 10, executor: 'tools-1' },
+          at(t),
+        ),
+        seq,
+      );
+    const next = evolveToolCall(unknown, late('succeeded', 9, 6))!;
+    expect(next).toMatchObject({ status: 'unknown', lateStatus: 'succeeded', lateObservedAt: '2026-11-30T10:00:06.000Z', lastSeq: 9 });
+    // a second observation keeps the first
+    expect(evolveToolCall(next, late('failed', 10, 7))).toMatchObject({ status: 'unknown', lateStatus: 'succeeded', lastSeq: 10 });
+  });
+
+  it('given an unknown outcome, when an operator reconciles it, then outcome, operator and time are kept beside the receipt (K5)', () => {
+    const unknown = evolveToolCall({ ...proposed(), status: 'dispatched' }, receipt({ status: 'unknown' }, 8))!;
+    const reconciled = stored(
+      makeEvent(
+        'tool.call.reconciled',
+        c,
+        'call_1',
+        {
+          toolCallId: 'call_1',
+          name: 'get_holdings',
+          outcome: 'not_executed',
+          evidence: 'no row at the destination',
+          operator: 'ops@x',
+          requestId: 'r1',
+        },
+        at(9),
+      ),
+      11,
+    );
+    expect(evolveToolCall(unknown, reconciled)).toMatchObject({
+      status: 'unknown',
+      reconciledOutcome: 'not_executed',
+      reconciledBy: 'ops@x',
+      reconciledAt: '2026-11-30T10:00:09.000Z',
+      lastSeq: 11,
+    });
+    expect(touchedKeys(reconciled)).toEqual({ toolCallId: 'call_1' });
   });
 
   it('given an unknown outcome, when a later dispatch is redelivered, then the call stays unknown (never moves backwards)', () => {

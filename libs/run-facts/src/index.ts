@@ -12,6 +12,8 @@ export interface TurnFacts {
   /** When the turn's completion was recorded (the decision clock of `model.turn.completed`), or null. */
   completedAt: string | null;
   failed: EventData<'model.turn.failed'> | null;
+  /** The paragraphs recorded while the turn streamed (`model.output.paragraph`), in index order. */
+  paragraphs: EventData<'model.output.paragraph'>[];
 }
 
 /** A question for a human the Run parked on (K10): opened by the runtime, answered through admission. */
@@ -76,6 +78,13 @@ export interface RunFacts {
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
+   * Per executor subject: true while its last event is a fence of recovery (`run.fenced`), late
+   * observations aside (the one fact allowed after it). Every executor append decided before that
+   * fence is refused by the log, so a settlement made while both are closed cannot be followed by a
+   * stale executor's append (K6, K9).
+   */
+  closed: { runtime: boolean; tools: boolean };
+  /**
    * Last stream sequence on each of the Run's subjects (`<prefix>.run.<runId>.<token>`, one per
    * owner; recovery's fences stand on the executors' subjects): the expectation for the next
    * append on that subject (K6).
@@ -103,6 +112,7 @@ export function emptyFacts(runId: string): RunFacts {
     waits: new Map(),
     children: new Map(),
     fenced: null,
+    closed: { runtime: false, tools: false },
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastSeq: 0,
     lastEvent: null,
@@ -119,6 +129,7 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     passages: new Map(facts.passages),
     waits: new Map([...facts.waits].map(([k, v]) => [k, { ...v }])),
     children: new Map([...facts.children].map(([k, v]) => [k, { ...v }])),
+    closed: closedAfter(facts.closed, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastSeq: stored.seq,
     lastEvent: e,
@@ -130,8 +141,13 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
       break;
     case 'model.turn.requested':
-      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, completedAt: null, failed: null });
+      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, completedAt: null, failed: null, paragraphs: [] });
       break;
+    case 'model.output.paragraph': {
+      const t = next.turns.find((x) => x.turn === e.data.turn);
+      if (t && !t.paragraphs.some((p) => p.index === e.data.index)) t.paragraphs = [...t.paragraphs, e.data].sort((a, b) => a.index - b.index);
+      break;
+    }
     case 'model.turn.completed': {
       const t = next.turns.find((x) => x.turn === e.data.turn);
       if (t && !t.completed) {
@@ -169,9 +185,11 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'run.execution.finished':
       next.finished = e.data;
       break;
-    case 'passage.committed':
-      next.passages.set(e.data.passageId, e.data);
+    case 'passage.committed': {
+      const before = next.passages.get(e.data.passageId);
+      if (!before || e.data.version > before.version) next.passages.set(e.data.passageId, e.data);
       break;
+    }
     case 'answer.published':
       next.answer = e.data;
       break;
@@ -270,9 +288,35 @@ export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: nu
   return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens };
 }
 
-/** Committed passages in answer order (latest version of each). */
+/** What an event on an executor subject does to its closure (see {@link RunFacts.closed}). */
+function closedAfter(closed: RunFacts['closed'], e: RunEvent): RunFacts['closed'] {
+  const token = subjectTokenOf(e);
+  if ((token !== 'runtime' && token !== 'tools') || e.type === 'tool.call.late_observed') return closed;
+  return { ...closed, [token]: e.type === 'run.fenced' };
+}
+
+/** Committed passages (latest version of each) in the order of their source turn, then index. */
 export function passagesInOrder(facts: RunFacts): EventData<'passage.committed'>[] {
-  return [...facts.passages.values()].sort((a, b) => a.index - b.index);
+  return [...facts.passages.values()].sort((a, b) => a.sourceTurn - b.sourceTurn || a.index - b.index);
+}
+
+/**
+ * The passages an observer is shown as the Run's answer: once `answer.published` is recorded,
+ * exactly the passages it lists, in its order; before that (the answer still streaming, or the
+ * Run interrupted, canceled or failed without one), every committed passage in the order of
+ * {@link passagesInOrder}, so text committed while a turn streamed is served as it was committed.
+ */
+export function answerPassages(facts: RunFacts): EventData<'passage.committed'>[] {
+  if (!facts.answer) return passagesInOrder(facts);
+  return facts.answer.passageIds.map((id) => facts.passages.get(id)).filter((p) => p !== undefined);
+}
+
+/** Recorded paragraphs (`model.output.paragraph`) whose passage publication has not committed yet: `[turn, index]` pairs. */
+export function uncommittedParagraphs(facts: RunFacts): { turn: number; index: number }[] {
+  const committed = new Set([...facts.passages.values()].map((p) => `${p.sourceTurn}/${p.index}`));
+  return facts.turns.flatMap((t) =>
+    t.paragraphs.filter((p) => !committed.has(`${t.turn}/${p.index}`)).map((p) => ({ turn: t.turn, index: p.index })),
+  );
 }
 
 /** Waits not answered yet (whether or not expired: the expiry is judged against a clock by the deciders). */

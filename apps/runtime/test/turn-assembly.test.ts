@@ -1,0 +1,132 @@
+/**
+ * Given a streamed reply's chunks, when assembled, then the turn is exactly what the model sent
+ * (K5, K11): each malformed variant the issue names, plus the well-formed controls.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { TurnAssembler, type StreamChunk } from '@runplane/app-runtime';
+
+type Delta = NonNullable<NonNullable<StreamChunk['choices']>[number]['delta']>;
+const c = (delta: Delta, finish: string | null = null): StreamChunk => ({ choices: [{ delta, finish_reason: finish }] });
+const call = (index: number, fn: { name?: unknown; arguments?: unknown }, id?: string) => ({
+  tool_calls: [{ index, ...(id !== undefined && { id }), function: fn }],
+});
+
+function assemble(chunks: StreamChunk[], turn = 2) {
+  const a = new TurnAssembler();
+  const texts = chunks.map((ch) => a.push(ch));
+  return { result: a.result(turn), texts };
+}
+
+describe('well-formed streams (controls)', () => {
+  it('given text in pieces and a usage chunk, then one content, its deltas in order, the finish reason and the usage', () => {
+    const { result, texts } = assemble([
+      c({ content: '' }),
+      c({ content: 'Hel' }),
+      c({ content: 'lo' }),
+      c({}, 'stop'),
+      { choices: [], usage: { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12 } },
+    ]);
+    expect(texts).toEqual(['', 'Hel', 'lo', '', '']);
+    expect(result).toEqual({
+      ok: true,
+      turn: { content: 'Hello', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 } },
+    });
+  });
+
+  it('given two calls, each named once with argument fragments (the OpenAI shape), then two calls with their own ids and arguments', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'get_holdings', arguments: '' }, 'call_a')),
+      c(call(0, { arguments: '{"fund":' })),
+      c(call(0, { arguments: '"DIA"}' })),
+      c(call(1, { name: 'list_funds', arguments: '' }, 'call_b')),
+      c(call(1, { arguments: '{}' })),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result).toEqual({
+      ok: true,
+      turn: {
+        content: '',
+        finishReason: 'tool_calls',
+        usage: null,
+        toolCalls: [
+          { toolCallId: 't2-0-call_a', name: 'get_holdings', argumentsText: '{"fund":"DIA"}' },
+          { toolCallId: 't2-1-call_b', name: 'list_funds', argumentsText: '{}' },
+        ],
+      },
+    });
+  });
+
+  it('given a name sent in fragments, then they are joined', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'get_', arguments: '' }, 'x')),
+      c(call(0, { name: 'holdings', arguments: '{}' })),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result.ok && result.turn.toolCalls.map((t) => t.name)).toEqual(['get_holdings']);
+  });
+});
+
+describe('malformed streams', () => {
+  it('given the function name repeated in every chunk, then it is one name, not the name several times', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'get_holdings', arguments: '{"fund":' }, 'call_a')),
+      c(call(0, { name: 'get_holdings', arguments: '"DIA"}' })),
+      c(call(0, { name: 'get_holdings' })),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result.ok && result.turn.toolCalls).toEqual([{ toolCallId: 't2-0-call_a', name: 'get_holdings', argumentsText: '{"fund":"DIA"}' }]);
+  });
+
+  it('given two calls sent under the same index with different ids, then they are two calls, each with its own arguments', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'get_holdings', arguments: '{"fund":"DIA"}' }, 'call_a')),
+      c(call(0, { name: 'get_holdings', arguments: '{"fund":' }, 'call_b')),
+      c(call(0, { arguments: '"SPY"}' })),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result.ok && result.turn.toolCalls).toEqual([
+      { toolCallId: 't2-0-call_a', name: 'get_holdings', argumentsText: '{"fund":"DIA"}' },
+      { toolCallId: 't2-1-call_b', name: 'get_holdings', argumentsText: '{"fund":"SPY"}' },
+    ]);
+  });
+
+  it("given arguments sent as a JSON object instead of a string, then they are recorded as that object's JSON text", () => {
+    const { result } = assemble([c(call(0, { name: 'get_holdings', arguments: { fund: 'DIA', top: 10 } }, 'call_a')), c({}, 'tool_calls')]);
+    expect(result.ok && result.turn.toolCalls[0]!.argumentsText).toBe('{"fund":"DIA","top":10}');
+    expect(JSON.stringify(result)).not.toContain('[object Object]');
+  });
+
+  it('given an arguments object mixed with text fragments, then the reply is invalid, never "[object Object]"', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'get_holdings', arguments: '{"fund":' }, 'call_a')),
+      c(call(0, { arguments: { fund: 'DIA' } })),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result).toEqual({
+      ok: false,
+      error: { kind: 'invalid-response', status: null, message: expect.stringMatching(/mixes an arguments object/) },
+    });
+  });
+
+  it('given arguments of another type (a number), then the reply is invalid', () => {
+    const { result } = assemble([c(call(0, { name: 'get_holdings', arguments: 42 }, 'call_a')), c({}, 'tool_calls')]);
+    expect(result.ok).toBe(false);
+  });
+
+  it('given a call that never gets a name, then the reply is invalid', () => {
+    const { result } = assemble([c(call(0, { arguments: '{}' }, 'call_a')), c({}, 'tool_calls')]);
+    expect(result).toEqual({ ok: false, error: { kind: 'invalid-response', status: null, message: 'tool call 0 has no function name' } });
+  });
+
+  it('given a tool call delta without an index, then the reply is invalid', () => {
+    const { result } = assemble([c({ tool_calls: [{ id: 'x', function: { name: 'list_funds', arguments: '{}' } }] }), c({}, 'tool_calls')]);
+    expect(result.ok).toBe(false);
+  });
+
+  it('given a stream that ends without a finish reason, then the reply is invalid', () => {
+    expect(assemble([c({ content: 'Hi' })]).result).toEqual({
+      ok: false,
+      error: { kind: 'invalid-response', status: null, message: 'stream ended without a finish reason' },
+    });
+  });
+});

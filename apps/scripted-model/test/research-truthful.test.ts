@@ -1,0 +1,147 @@
+/**
+ * Issue 8's answer defects, end to end through the policy and @runplane/holdings on small files
+ * written here: dates as people write them, the file used for each fund and why, more than two
+ * funds, "top N", fact-sheet facts, the unanswered list, names next to bare exchange codes, long
+ * non-security lists summarised, unreadable values labelled.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ToolPack } from '@runplane/contracts';
+import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
+import { extractUnanswered, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
+
+const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
+  type: 'function',
+  function: { name, description: spec.description, parameters: { type: 'object' } },
+}));
+
+const HEADER = 'Fund Ticker,Security Identifier,Holding Ticker,Shares/Par Value,MarketValue,Weight,Name,Class of Shares,Sector,Date';
+function invesco(fund: string, date: string, rows: [string, string, string, string][]): string {
+  return [HEADER, ...rows.map(([cusip, t, w, n]) => `${fund},${cusip},${t} ,"100","1,000.00",${w},${n},Common Stock,Tech,${date}`)].join('\n');
+}
+const ROWS: [string, string, string, string][] = [
+  ['037833100', 'AAPL', '40.0', 'Apple Inc'],
+  ['594918104', 'MSFT', '30.0', 'Microsoft Corp'],
+  ['67066G104', 'NVDA', '20.0', 'NVIDIA Corp'],
+  ['023135106', 'AMZN', '10.0', 'Amazon.com Inc'],
+];
+const ISH = [
+  'iShares Example EM ETF',
+  'Fund Holdings as of,"Jan 17, 2025"',
+  '\u00a0',
+  'Ticker,Name,Sector,Asset Class,Market Value,Weight (%),Notional Value,Quantity,Price,Location,Exchange,Currency,FX Rate,Market Currency,Accrual Date',
+  '"2330","TAIWAN SEMICONDUCTOR MANUFACTURING","IT","Equity","1.00","60.00","1.00","1.00","1.00","Taiwan","Taiwan Stock Exchange","TWD","1.00","TWD","-"',
+  '"HAL","HINDUSTAN AERONAUTICS LTD","Industrials","Equity","1.00","N/A","1.00","1.00","1.00","India","National Stock Exchange Of India","INR","1.00","INR","-"',
+  ...['USD', 'TWD', 'INR', 'BRL', 'ZAR', 'KRW', 'MXN'].map(
+    (c) => `"${c}","${c} CASH","Cash and/or Derivatives","Cash","1.00","0.50","1.00","1.00","1.00","-","-","${c}","1.00","${c}","-"`,
+  ),
+].join('\n');
+
+function library(): HoldingsLibrary {
+  const dir = mkdtempSync(join(tmpdir(), 'policy-truth-'));
+  writeFileSync(join(dir, 'AAA_2024-12-06.csv'), invesco('AAA', '12/06/2024', ROWS));
+  writeFileSync(join(dir, 'AAA_2025-09-26.csv'), invesco('AAA', '09/26/2025', ROWS.slice(0, 3)));
+  writeFileSync(join(dir, 'BBB_2024-12-20.csv'), invesco('BBB', '12/20/2024', ROWS.slice(1)));
+  writeFileSync(join(dir, 'CCC_2025-01-02.csv'), invesco('CCC', '01/02/2025', ROWS.slice(2)));
+  writeFileSync(join(dir, 'EMX_2025-01-17.csv'), ISH);
+  writeFileSync(
+    join(dir, 'VVV_factsheet.md'),
+    ['## Example Total Fund | VVV', 'As of June 30, 2025', '| Expense ratio | 0.03% |', '| Benchmark | Example Index |'].join('\n'),
+  );
+  return new HoldingsLibrary({ dir, dataSet: 'shared' });
+}
+
+async function research(lib: HoldingsLibrary, question: string) {
+  const messages: WireMessage[] = [{ role: 'user', content: question }];
+  const calls: { name: string; arguments: Record<string, unknown> }[][] = [];
+  for (let t = 0; t < 5; t++) {
+    const reply = researchPolicy(messages, TOOLS);
+    if (!reply.toolCalls) return { calls, answer: reply.content ?? '' };
+    calls.push(reply.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments as Record<string, unknown> })));
+    const ids = reply.toolCalls.map((_, i) => `c${t}_${i}`);
+    messages.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: reply.toolCalls.map((c, i) => ({
+        id: ids[i]!,
+        type: 'function',
+        function: { name: c.name, arguments: JSON.stringify(c.arguments) },
+      })),
+    });
+    for (const [i, c] of reply.toolCalls.entries()) {
+      let content: string;
+      try {
+        content = JSON.stringify({ status: 'succeeded', result: await executeTool(lib, c.name, c.arguments) });
+      } catch (e) {
+        if (!(e instanceof ToolFailure)) throw e;
+        content = JSON.stringify({ status: 'failed', error: { code: e.code, message: e.message } });
+      }
+      messages.push({ role: 'tool', tool_call_id: ids[i]!, content });
+    }
+  }
+  throw new Error('no final answer in 5 turns');
+}
+
+describe('research policy: answers that say how they chose (issue 8)', () => {
+  const lib = library();
+
+  it.each(['Dec 6, 2024', '6 December 2024', '2024-12-06', '12/06/2024'])(
+    'a date written "%s" selects the file (before: ignored unless YYYY-MM-DD)',
+    async (written) => {
+      const { calls, answer } = await research(lib, `Compare AAA and BBB as of ${written}`);
+      expect(calls[1]).toContainEqual({
+        name: 'compare_holdings',
+        arguments: { fundA: 'AAA', fundB: 'BBB', asOfA: '2024-12-06', asOfB: '2024-12-20' },
+      });
+      expect(answer).toContain('chosen as the file dated 2024-12-06, as asked');
+      expect(answer).toContain('BBB has no file dated 2024-12-06');
+      expect(answer).toContain('the nearest is BBB_2024-12-20.csv, 14 days after it');
+    },
+  );
+
+  it('"end of 2024" and "as of 2018" are read too, and a missing year says how far the nearest file is', async () => {
+    const end = await research(lib, 'AAA holdings at the end of 2024');
+    expect(end.calls[1]).toEqual([{ name: 'get_holdings', arguments: { fund: 'AAA', asOf: '2024-12-06' } }]);
+    expect(end.answer).toContain('AAA has no file dated 2024-12-31 ("end of 2024"); the nearest is AAA_2024-12-06.csv, 25 days before it');
+    const old = await research(lib, 'AAA holdings as of 2018');
+    expect(old.answer).toMatch(
+      /AAA has no file dated within 2018-01-01 to 2018-12-31 \("as of 2018"\); the nearest is AAA_2024-12-06\.csv, \d+ days after the end of that period/,
+    );
+  });
+
+  it('answers more than two funds, "top N", and fact-sheet facts; lists what it could not answer', async () => {
+    const { calls, answer } = await research(lib, 'Compare AAA, BBB and CCC: top 2 holdings, and the expense ratio of AAA and VVV');
+    expect(calls[1]!.filter((c) => c.name === 'compare_holdings')).toHaveLength(3);
+    expect(calls[1]!.filter((c) => c.name === 'get_holdings').every((c) => c.arguments.top === 2 || c.arguments.fund === 'VVV')).toBe(true);
+    expect(answer).toContain('Top 2 holdings: AAPL 40.00%, MSFT 30.00%');
+    expect(answer).toContain('Overlap of AAA and CCC');
+    expect(answer).toContain('Overlap of BBB and CCC');
+    expect(answer).toContain('Expense ratio of VVV as the files state it: Expense ratio: 0.03% (VVV_factsheet.md, as of 2025-06-30)');
+    const unanswered = extractUnanswered(answer);
+    expect(unanswered).toEqual(
+      expect.arrayContaining([expect.objectContaining({ part: 'expense ratio of AAA' }), expect.objectContaining({ part: 'holdings of VVV' })]),
+    );
+    expect(answer).not.toMatch(/get_holdings|fund_metadata|compare_holdings call/);
+  });
+
+  it('names bare exchange codes, summarises long cash lists, labels unreadable weights; no repeated reasons', async () => {
+    const { answer } = await research(lib, 'What does EMX hold?');
+    expect(answer).toContain('TAIWAN SEMICONDUCTOR MANUFACTURING (2330) 60.00%');
+    expect(answer).toMatch(/7 non-security lines together 3\.50%, the largest/);
+    expect(answer).toContain('1 line states a weight that cannot be read (HAL "N/A")');
+    expect(extractUnanswered(answer)).toEqual([]);
+  });
+
+  it('one fund at two dates: the old and new files compared, the reasons given once each', async () => {
+    const { calls, answer } = await research(lib, 'How has AAA changed since 2024?');
+    expect(calls[1]).toContainEqual({
+      name: 'compare_holdings',
+      arguments: { fundA: 'AAA', fundB: 'AAA', asOfA: '2024-12-06', asOfB: '2025-09-26' },
+    });
+    expect(answer).toContain('AAA 2025-09-26 lacks 1 AAA 2024-12-06 name');
+    const sentences = answer.split(/(?<=[.!?])\s+/).filter((x) => x.length > 40);
+    expect(new Set(sentences).size).toBe(sentences.length);
+  });
+});

@@ -1,0 +1,239 @@
+/**
+ * The bus layout and who may do what on it: one source for the services' durable consumers, the
+ * coordination buckets, the NATS users and their permissions (K9: only the lifecycle settles, and
+ * the broker enforces it). The same definitions render deploy/nats/accounts.conf (Kubernetes), the
+ * configuration of the nats-server the local stack starts (`demo`, `up`, the tests), and the set-up
+ * an admin user does before any service starts ({@link provisionBus}).
+ *
+ * Publish permissions on Run subjects are derived from the event catalogue: a service may publish
+ * on `<prefix>.run.*.<token>` for every subject token of every event type it owns
+ * (`subjectTokensOfType`), so recovery gets the runtime and tools subjects for `run.fenced`, and a
+ * new event type gets its owner's permission without an edit here. Nobody but the admin may
+ * create, change, purge or delete a stream, delete a message, or delete or take over another
+ * service's durable consumer.
+ */
+import { Kvm } from '@nats-io/kv';
+import { Objm } from '@nats-io/obj';
+import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
+import type { EventLog } from './event-log.js';
+import { allRunsFilter, ownerFilter, type SubjectSpace } from './subjects.js';
+
+/** The subject space of the deployment (deploy/nats, deploy/k8s/config.env): stream `RUNPLANE`, prefix `rp`. */
+export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp' };
+
+/** The services that connect to NATS: every owner, and the projector (which owns nothing). */
+export const BUS_SERVICES = [...Owner.options, 'projector'] as const;
+export type BusService = (typeof BUS_SERVICES)[number];
+/** Every NATS user: the services, `ops` (the CLI's reads: timeline, projections rebuild) and `admin` (stream set-up). */
+export const BUS_USERS = [...BUS_SERVICES, 'ops', 'admin'] as const;
+export type BusUser = (typeof BUS_USERS)[number];
+
+/** The NATS user name of a Runplane user (`runplane-<user>`), as set in `NATS_USER`. */
+export const natsUserName = (user: BusUser): string => `runplane-${user}`;
+
+/**
+ * The durable consumer of each service that reacts to events: the owners whose subjects it reads
+ * (`all`: every Run subject). With several owners it gets one durable per owner (one filter per
+ * consumer on NATS 2.9), named `<durable>-<owner>`.
+ */
+export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'all'>> = {
+  // the lifecycle subject carries a child's settlement on its parent (`child.run.settled`, a wake: K10)
+  runtime: ['admission', 'tools', 'lifecycle'],
+  // child Runs (K10): `child.run.requested` on the runtime subject, a parent's `run.settled` on the lifecycle subject
+  admission: ['runtime', 'lifecycle'],
+  tools: ['runtime'],
+  publication: ['runtime'],
+  lifecycle: ['runtime', 'publication'],
+  recovery: ['admission', 'runtime'],
+  projector: 'all',
+};
+
+/** The subject filters of a service's durable consumer(s) (empty when it has none). */
+export function consumerFilters(space: SubjectSpace, service: BusService): string[] {
+  const reads = SERVICE_CONSUMERS[service];
+  if (!reads) return [];
+  return reads === 'all' ? [allRunsFilter(space)] : reads.map((o) => ownerFilter(space, o));
+}
+
+/**
+ * The durable name for one filter of a consumer (without the subject prefix): `durable` when it
+ * has one filter, else `<durable>-<last token of the filter>`.
+ */
+export function durableFor(durable: string, filter: string, filterCount: number): string {
+  return filterCount === 1
+    ? durable
+    : `${durable}-${filter
+        .split('.')
+        .pop()!
+        .replace(/[^A-Za-z0-9_-]/g, '_')}`;
+}
+
+/** The server-side names of a service's durable consumers (`<prefix>-<durable>`). */
+export function durableNamesOf(space: SubjectSpace, service: BusService): string[] {
+  const filters = consumerFilters(space, service);
+  return filters.map((f) => `${space.prefix}-${durableFor(service, f, filters.length)}`);
+}
+
+/** The coordination buckets: who writes them and who only reads them. */
+export const BUS_BUCKETS = {
+  /** Execution leases (K6): taken and renewed by the runtime, fenced and forgotten by recovery. */
+  leases: { kind: 'kv', writers: ['runtime', 'recovery'], readers: [] },
+  /** Live executors' claims on tool calls (K5). */
+  claims: { kind: 'kv', writers: ['tools'], readers: [] },
+  /** Run deadlines recovery watches (K10). */
+  deadlines: { kind: 'kv', writers: ['recovery'], readers: [] },
+  /** Large tool results, content-addressed. */
+  results: { kind: 'obj', writers: ['tools'], readers: ['runtime'] },
+} as const satisfies Record<string, { kind: 'kv' | 'obj'; writers: readonly BusService[]; readers: readonly BusService[] }>;
+export type BusBucket = keyof typeof BUS_BUCKETS;
+
+/** A bucket's name in a subject space: `<prefix>_<bucket>`. */
+export const bucketName = (space: Pick<SubjectSpace, 'prefix'>, bucket: BusBucket): string => `${space.prefix}_${bucket}`;
+
+/** NATS permissions of one user (subject lists as in a nats-server `permissions` block). */
+export interface UserPermissions {
+  publish: { allow: string[]; deny: string[] };
+  subscribe: { allow: string[]; deny: string[] };
+}
+
+/** The subject tokens a service may publish Run events on, from the event catalogue. */
+export function runSubjectTokensOf(service: BusService): Owner[] {
+  const tokens = new Set<Owner>();
+  for (const type of EventTypes) if (EventCatalog[type].owner === service) for (const t of subjectTokensOfType(type)) tokens.add(t);
+  return Owner.options.filter((o) => tokens.has(o));
+}
+
+const bucketApi = (stream: string): string[] => [
+  `$JS.API.STREAM.INFO.${stream}`,
+  `$JS.API.STREAM.MSG.GET.${stream}`,
+  `$JS.API.DIRECT.GET.${stream}`,
+  `$JS.API.DIRECT.GET.${stream}.>`,
+  `$JS.API.CONSUMER.CREATE.${stream}`,
+  `$JS.API.CONSUMER.CREATE.${stream}.>`,
+  `$JS.API.CONSUMER.INFO.${stream}.*`,
+  `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
+  `$JS.API.CONSUMER.DELETE.${stream}.*`,
+  `$JS.FC.${stream}.>`,
+];
+
+/**
+ * Every user's permissions in a subject space. Derived from the event catalogue's owners,
+ * {@link SERVICE_CONSUMERS} and {@link BUS_BUCKETS}; `admin` may do everything.
+ */
+export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermissions> {
+  const S = space.stream;
+  const allDurables = BUS_SERVICES.flatMap((s) => durableNamesOf(space, s));
+  const result = {} as Record<BusUser, UserPermissions>;
+  for (const user of BUS_USERS) {
+    if (user === 'admin') {
+      result.admin = { publish: { allow: ['>'], deny: [] }, subscribe: { allow: ['>'], deny: [] } };
+      continue;
+    }
+    const own = user === 'ops' ? [] : durableNamesOf(space, user);
+    const others = allDurables.filter((d) => !own.includes(d));
+    const publish: string[] = [];
+    const subscribe: string[] = ['_INBOX.>'];
+    if (user !== 'ops') for (const token of runSubjectTokensOf(user)) publish.push(`${space.prefix}.run.*.${token}`);
+    if (user === 'runtime') publish.push(`${space.prefix}.live.*.delta`);
+    if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
+    // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers)
+    publish.push(
+      '$JS.API.INFO',
+      `$JS.API.STREAM.INFO.${S}`,
+      `$JS.API.DIRECT.GET.${S}`,
+      `$JS.API.DIRECT.GET.${S}.${space.prefix}.run.>`,
+      `$JS.API.CONSUMER.CREATE.${S}`,
+      `$JS.API.CONSUMER.INFO.${S}.*`,
+      `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
+      `$JS.API.CONSUMER.DELETE.${S}.*`,
+    );
+    // observers follow one Run with an ordered consumer (generated name, filter in the subject)
+    if (user === 'publication') publish.push(`$JS.API.CONSUMER.CREATE.${S}.*.${space.prefix}.run.*.>`);
+    for (const d of own) publish.push(`$JS.API.CONSUMER.CREATE.${S}.${d}.>`, `$JS.ACK.${S}.${d}.>`);
+    for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
+      const writes = (spec.writers as readonly string[]).includes(user);
+      if (!writes && !(spec.readers as readonly string[]).includes(user)) continue;
+      const name = bucketName(space, bucket);
+      publish.push(...bucketApi(spec.kind === 'kv' ? `KV_${name}` : `OBJ_${name}`));
+      if (writes) publish.push(spec.kind === 'kv' ? `$KV.${name}.>` : `$O.${name}.>`);
+      // the object store purges the chunks of an object it replaces (its own stream only)
+      if (writes && spec.kind === 'obj') publish.push(`$JS.API.STREAM.PURGE.OBJ_${name}`);
+    }
+    const deny = [
+      '$JS.API.STREAM.CREATE.>',
+      '$JS.API.STREAM.UPDATE.>',
+      '$JS.API.STREAM.DELETE.>',
+      '$JS.API.STREAM.MSG.DELETE.>',
+      `$JS.API.STREAM.PURGE.${S}`,
+      '$JS.API.CONSUMER.DURABLE.CREATE.>',
+      ...allDurables.map((d) => `$JS.API.CONSUMER.DELETE.${S}.${d}`),
+      ...others.flatMap((d) => [`$JS.API.CONSUMER.CREATE.${S}.${d}`, `$JS.API.CONSUMER.CREATE.${S}.${d}.>`, `$JS.API.CONSUMER.MSG.NEXT.${S}.${d}`]),
+    ];
+    result[user] = { publish: { allow: publish, deny }, subscribe: { allow: subscribe, deny: [] } };
+  }
+  return result;
+}
+
+/** The environment variable holding a user's password in the deployed nats-server (`RUNPLANE_NATS_PASSWORD_<USER>`). */
+export const passwordVariable = (user: BusUser): string => `RUNPLANE_NATS_PASSWORD_${user.toUpperCase()}`;
+
+/**
+ * Renders the nats-server `authorization` block for a subject space: one user per
+ * {@link BUS_USERS} entry with its {@link busPermissions}. `passwords` gives each user's password,
+ * or `'env'` to reference `$RUNPLANE_NATS_PASSWORD_<USER>` (resolved by nats-server from its
+ * environment: the deployed file holds no secret). A connection without a user is refused.
+ */
+export function renderNatsAuthorization(space: SubjectSpace, passwords: Record<BusUser, string> | 'env'): string {
+  const q = (s: string) => JSON.stringify(s);
+  const list = (items: string[], indent: string) => (items.length ? `[\n${items.map((i) => `${indent}  ${q(i)}`).join('\n')}\n${indent}]` : '[]');
+  const perms = busPermissions(space);
+  const users = BUS_USERS.map((user) => {
+    const p = perms[user];
+    const pass = passwords === 'env' ? `$${passwordVariable(user)}` : q(passwords[user]);
+    return [
+      `    {`,
+      `      user: ${q(natsUserName(user))}`,
+      `      password: ${pass}`,
+      `      permissions: {`,
+      `        publish: { allow: ${list(p.publish.allow, '        ')}, deny: ${list(p.publish.deny, '        ')} }`,
+      `        subscribe: { allow: ${list(p.subscribe.allow, '        ')} }`,
+      `      }`,
+      `    }`,
+    ].join('\n');
+  });
+  return [
+    `# Runplane NATS users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
+    `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
+    `#   npm run runplane -- docs nats-auth > deploy/nats/accounts.conf`,
+    `# Do not edit by hand; a test fails when this file is stale.`,
+    `authorization {`,
+    `  users = [`,
+    users.join('\n'),
+    `  ]`,
+    `}`,
+    ``,
+  ].join('\n');
+}
+
+/**
+ * Creates what the services may not create themselves (the admin's set-up, before any service
+ * starts): the Run stream and every bucket of {@link BUS_BUCKETS}, each only when missing.
+ * @param log a log connected as a user allowed to create streams (`admin`).
+ */
+export async function provisionBus(log: EventLog): Promise<void> {
+  await log.ensureStream();
+  const kvm = new Kvm(log.nc);
+  const objm = new Objm(log.nc);
+  for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
+    if (spec.kind === 'kv') await kvm.create(bucketName(log.space, bucket), { history: 1 });
+    else await objm.create(bucketName(log.space, bucket));
+  }
+}
+
+/** Deletes the Run stream and every bucket of a subject space (test and demo clean-up). */
+export async function destroyBus(log: EventLog): Promise<void> {
+  for (const [bucket, spec] of Object.entries(BUS_BUCKETS)) {
+    await log.jsm.streams.delete(`${spec.kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, bucket as BusBucket)}`).catch(() => undefined);
+  }
+  await log.jsm.streams.delete(log.space.stream).catch(() => undefined);
+}

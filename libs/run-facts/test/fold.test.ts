@@ -1,0 +1,60 @@
+import { describe, expect, it } from '@jest/globals';
+import { sha256Hex } from '@runplane/contracts';
+import { answerPassages, uncommittedParagraphs } from '@runplane/run-facts';
+import { History } from '../../../test/support/history.js';
+
+const passage = (id: string, turn: number, index: number, text: string, version = 1) => ({
+  passageId: id,
+  index,
+  version,
+  text,
+  sourceTurn: turn,
+  sha256: sha256Hex(text),
+});
+
+describe('the fold: executor subjects closed before a settlement (K6, K9)', () => {
+  it('a subject is closed while its last event is a fence; a late observation keeps it closed, any other executor event reopens it', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds');
+    expect(h.facts.closed).toEqual({ runtime: false, tools: false });
+    h.closed();
+    expect(h.facts.closed).toEqual({ runtime: true, tools: true });
+    h.add('tool.call.late_observed', 'a', { toolCallId: 'a', name: 'list_funds', status: 'succeeded', result: {}, durationMs: 1, executor: 'x' });
+    expect(h.facts.closed).toEqual({ runtime: true, tools: true });
+    h.receipt('a', 'list_funds', 'succeeded');
+    expect(h.facts.closed).toEqual({ runtime: true, tools: false });
+  });
+});
+
+describe('the fold: passages while the answer streams', () => {
+  it('keeps the latest version of a passage, whatever order versions arrive in', () => {
+    const h = new History()
+      .admitted()
+      .add('passage.committed', 'p/v2', passage('p', 1, 0, 'Final.', 2))
+      .add('passage.committed', 'p/v1', passage('p', 1, 0, 'Draft.', 1));
+    expect(answerPassages(h.facts).map((p) => [p.version, p.text])).toEqual([[2, 'Final.']]);
+  });
+
+  it('before the answer is published, the answer view is every committed passage by turn then index; after it, exactly the published ones', () => {
+    const h = new History()
+      .admitted()
+      .add('passage.committed', 't2p0', passage('t2p0', 2, 0, 'Answer.'))
+      .add('passage.committed', 't1p0', passage('t1p0', 1, 0, 'Let me look.'));
+    expect(answerPassages(h.facts).map((p) => p.passageId)).toEqual(['t1p0', 't2p0']);
+    h.add('answer.published', 'answer', { passageIds: ['t2p0'], characters: 7, sourceTurn: 2 });
+    expect(answerPassages(h.facts).map((p) => p.passageId)).toEqual(['t2p0']);
+  });
+
+  it('names the streamed paragraphs that are not committed passages yet', () => {
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('model.output.paragraph', '1/0', { turn: 1, index: 0, text: 'One.', sha256: sha256Hex('One.') })
+      .add('model.output.paragraph', '1/1', { turn: 1, index: 1, text: 'Two.', sha256: sha256Hex('Two.') })
+      .add('passage.committed', 'p0', passage('p0', 1, 0, 'One.'));
+    expect(uncommittedParagraphs(h.facts)).toEqual([{ turn: 1, index: 1 }]);
+  });
+});

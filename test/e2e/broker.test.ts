@@ -1,0 +1,262 @@
+/**
+ * Authority enforced by the broker (K9) and broken or hostile messages on Run subjects (K11): the
+ * stack runs against a nats-server this file starts with the Runplane users and permissions
+ * (libs/eventlog bus.ts, as deployed). Bad messages are published with plain NATS clients.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { natsEnvOf, repoRoot } from '@runplane/devstack';
+import { BUS_SERVICES, durableNamesOf, runSubject, type BusUser } from '@runplane/eventlog';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+const DUPLICATE_WINDOW_MS = 1_000;
+let t: TestStack;
+const open: NatsConnection[] = [];
+
+beforeAll(async () => {
+  t = await startTestStack('broker', { RUNPLANE_DUPLICATE_WINDOW_MS: String(DUPLICATE_WINDOW_MS), RUNPLANE_ACK_WAIT_MS: '2000' });
+  t.log.onInvalid = () => undefined; // the test's own polling reads: the services' logs are what is checked
+}, 120_000);
+afterAll(async () => {
+  for (const nc of open) await nc.close().catch(() => undefined);
+  await t?.stop();
+});
+
+async function connectAs(user: BusUser): Promise<NatsConnection> {
+  const nc = await connect({ servers: t.env.NATS_URL!, user: t.users[user].user, pass: t.users[user].password, reconnect: false });
+  open.push(nc);
+  return nc;
+}
+
+const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) => events.filter((e) => e.event.type === type);
+
+async function ask(key: string, steps?: unknown[]): Promise<string> {
+  if (steps) await t.setScenario({ steps }, key);
+  const admitted = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] what is in the fund?` });
+  expect(admitted.status).toBe(201);
+  return admitted.body.runId;
+}
+
+async function waitForType(runId: string, type: RunEvent['type']): Promise<StoredEvent[]> {
+  return eventually(
+    async () => {
+      const events = await t.log.readRun(runId);
+      return events.some((e) => e.event.type === type) ? events : null;
+    },
+    30_000,
+    `${type} of ${runId}`,
+  );
+}
+
+/** Every durable consumer of the stack has nothing pending or unacknowledged, and redelivered nothing. */
+async function consumersDrained(): Promise<Record<string, { pending: number; ackPending: number; redelivered: number }>> {
+  const names = BUS_SERVICES.flatMap((s) => durableNamesOf(t.log.space, s));
+  return eventually(
+    async () => {
+      const state: Record<string, { pending: number; ackPending: number; redelivered: number }> = {};
+      for (const name of names) {
+        const ci = await t.log.jsm.consumers.info(t.log.space.stream, name);
+        state[name] = { pending: ci.num_pending, ackPending: ci.num_ack_pending, redelivered: ci.num_redelivered };
+      }
+      return Object.values(state).every((s) => s.pending === 0 && s.ackPending === 0) ? state : null;
+    },
+    60_000,
+    'every durable consumer to drain',
+  );
+}
+
+const serviceLog = () => readFileSync(t.stack.logFile, 'utf8');
+
+describe('authority enforced by the broker (K9)', () => {
+  it('refuses a settlement published by the runtime user on a live Run; the Run settles once, by the lifecycle', async () => {
+    const key = 'k9-forged-settlement';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 2_000 }]);
+    const admitted = (await waitForType(runId, 'model.turn.requested')).find((e) => e.event.type === 'run.admitted')!.event;
+    const ctx = { runId, conversationId: admitted.conversationId, correlationId: admitted.eventId, causationId: admitted.eventId };
+    const forged = makeEvent(
+      'run.settled',
+      ctx,
+      'settlement',
+      {
+        outcome: 'completed',
+        reason: 'forged by the runtime user',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      },
+      new Date(),
+    );
+    const runtime = await connectAs('runtime');
+    await expect(jetstream(runtime).publish(runSubject(t.log.space, runId, 'lifecycle'), JSON.stringify(forged), { timeout: 2_000 })).rejects.toThrow(
+      /permission/i,
+    );
+    // nor may it skip admission: a run.admitted from the runtime user is refused as well
+    const other = randomUUID();
+    const fakeAdmission = { ...admitted, runId: other, eventId: randomUUID() };
+    await expect(
+      jetstream(await connectAs('runtime')).publish(runSubject(t.log.space, other, 'admission'), JSON.stringify(fakeAdmission), { timeout: 2_000 }),
+    ).rejects.toThrow(/permission/i);
+    const events = await t.waitForSettlement(runId);
+    const settlements = ofType(events, 'run.settled');
+    expect(settlements).toHaveLength(1);
+    expect(settlements[0]!.event.writer?.service).toBe('lifecycle');
+    expect((settlements[0]!.event.data as { reason: string }).reason).not.toBe(forged.data.reason);
+    expect(events.filter((e) => e.event.writer?.service === 'runtime').every((e) => e.subject.endsWith('.runtime'))).toBe(true);
+    expect(await t.log.readRun(other)).toEqual([]);
+  }, 60_000);
+
+  it('refuses a connection without a user: it can neither read nor write Run subjects', async () => {
+    await expect(connect({ servers: t.env.NATS_URL!, reconnect: false, timeout: 2_000 })).rejects.toThrow(/authorization/i);
+    await expect(connect({ servers: t.env.NATS_URL!, reconnect: false, timeout: 2_000, user: 'runplane-runtime', pass: 'wrong' })).rejects.toThrow(
+      /authorization/i,
+    );
+  });
+
+  it('refuses a service user that deletes a settlement message, purges or deletes the stream, or takes over a durable consumer', async () => {
+    const key = 'k9-delete-settlement';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` } }]);
+    const settled = ofType(await t.waitForSettlement(runId), 'run.settled')[0]!;
+    const S = t.log.space.stream;
+    for (const user of ['lifecycle', 'runtime', 'projector', 'ops'] as const) {
+      const jsm = await jetstreamManager(await connectAs(user));
+      await expect(jsm.streams.deleteMessage(S, settled.seq)).rejects.toThrow(/permission/i);
+      await expect(jsm.streams.purge(S)).rejects.toThrow(/permission/i);
+      await expect(jsm.streams.delete(S)).rejects.toThrow(/permission/i);
+      await expect(jsm.consumers.delete(S, `${t.log.space.prefix}-lifecycle-runtime`)).rejects.toThrow(/permission/i);
+    }
+    // the runtime may not pull the lifecycle's messages (it would steal them)
+    const runtime = await connectAs('runtime');
+    await expect(
+      runtime.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.${t.log.space.prefix}-lifecycle-runtime`, JSON.stringify({ batch: 1, no_wait: true }), {
+        timeout: 2_000,
+      }),
+    ).rejects.toThrow(/permission/i);
+    // and even the admin cannot delete a message: the stream denies deletes and purges
+    await expect(t.log.jsm.streams.deleteMessage(S, settled.seq)).rejects.toThrow();
+    expect((await t.log.getStored(settled.seq))?.event.eventId).toBe(settled.event.eventId);
+  }, 60_000);
+});
+
+describe('broken and hostile messages never stall anything (K11)', () => {
+  it('1,200 undecodable messages on Run subjects are each terminated once and logged; new Runs still complete', async () => {
+    const admin = await connectAs('admin');
+    const owners = ['admission', 'runtime', 'tools', 'publication'] as const;
+    for (let i = 0; i < 1_200; i++) admin.publish(runSubject(t.log.space, randomUUID(), owners[i % owners.length]!), `garbage ${i} {not json`);
+    await admin.flush();
+    const runId = await ask('garbage-flood-after', [{ reply: { content: 'The answer after the flood.' } }]);
+    const events = await t.waitForSettlement(runId, 60_000);
+    expect(ofType(events, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+    const drained = await consumersDrained();
+    process.stdout.write(`after 1,200 garbage messages: ${JSON.stringify(drained)}\n`);
+    for (const s of Object.values(drained)) expect(s.redelivered).toBe(0); // terminated once: never redelivered
+    const terminated = serviceLog()
+      .split('\n')
+      .filter((l) => l.includes('terminating a message that is not a fact') && l.includes('garbage'));
+    expect(terminated.length).toBeGreaterThanOrEqual(1_200);
+  }, 120_000);
+
+  it('a foreign message on a live Run’s runtime subject does not break the runtime: it appends after it and the Run completes', async () => {
+    const key = 'foreign-on-runtime';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}, despite the foreign message.` }, delayMs: 2_000 }]);
+    await waitForType(runId, 'model.turn.requested');
+    const admin = await connectAs('admin');
+    await jetstream(admin).publish(runSubject(t.log.space, runId, 'runtime'), 'a foreign message {');
+    const events = await t.waitForSettlement(runId, 60_000);
+    expect(ofType(events, 'model.turn.completed')).toHaveLength(1);
+    expect(ofType(events, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+    expect((await t.client.getAnswer(runId)).text).toContain('despite the foreign message');
+  }, 60_000);
+
+  it('the event stream of a Run whose subjects hold invalid messages answers 200 and replays its events', async () => {
+    const key = 'sse-invalid';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` } }]);
+    await t.waitForSettlement(runId);
+    const admin = jetstream(await connectAs('admin'));
+    for (const owner of ['admission', 'lifecycle', 'runtime'] as const)
+      await admin.publish(runSubject(t.log.space, runId, owner), `not an event on ${owner}`);
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${runId}/events`);
+    expect(res.status).toBe(200);
+    const body = await res.text();
+    expect(body).toContain('event: run.admitted');
+    expect(body).toContain('event: run.settled');
+    expect((await t.client.getAnswer(runId)).outcome).toBe('completed');
+  }, 60_000);
+
+  it('a replay of a stored event after the duplicate window is terminated, executes nothing and appends nothing', async () => {
+    const key = 'replay-admission';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` } }]);
+    const before = await t.waitForSettlement(runId);
+    const admitted = before.find((e) => e.event.type === 'run.admitted')!;
+    const requests = await t.modelRequests();
+    await new Promise((r) => setTimeout(r, DUPLICATE_WINDOW_MS + 500));
+    const ack = await jetstream(await connectAs('admin')).publish(admitted.subject, JSON.stringify(admitted.event), {
+      msgID: admitted.event.eventId,
+    });
+    expect(ack.duplicate).toBe(false); // stored again: the window is over
+    await consumersDrained();
+    expect((await t.log.readRun(runId)).map((e) => e.seq)).toEqual(before.map((e) => e.seq));
+    expect(await t.modelRequests()).toBe(requests);
+    expect(serviceLog()).toMatch(
+      new RegExp(`"anomaly":"unverified-event"[^\\n]*${admitted.event.eventId}|${admitted.event.eventId}[^\\n]*"anomaly":"unverified-event"`),
+    );
+  }, 60_000);
+
+  it('a forged event of a Run that was never admitted: the projector skips it, and projections rebuild reports it and goes on', async () => {
+    const runId = randomUUID();
+    const forged = makeEvent(
+      'run.settled',
+      { runId, conversationId: randomUUID(), correlationId: randomUUID(), causationId: null },
+      'settlement',
+      {
+        outcome: 'completed',
+        reason: 'forged',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      },
+      new Date(),
+    );
+    await jetstream(await connectAs('admin')).publish(runSubject(t.log.space, runId, 'lifecycle'), JSON.stringify({ ...forged, prevSeq: 0 }), {
+      expect: { lastSubjectSequence: 0 },
+    });
+    await consumersDrained();
+    const cli = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'projections', 'rebuild'], {
+      env: { ...t.env, ...natsEnvOf(t.users, 'ops') },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    process.stdout.write(`projections rebuild: exit ${cli.status}\n${cli.stdout}${cli.stderr}\n`);
+    expect(cli.stdout + cli.stderr).toContain(runId);
+    expect(cli.status).toBe(0);
+  }, 90_000);
+});
+
+describe('observers (K4)', () => {
+  it("removes an SSE observer's server-side consumer when the observer leaves, not minutes later", async () => {
+    const key = 'sse-leaves';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 5_000 }]);
+    await waitForType(runId, 'model.turn.requested');
+    const consumers = async () => (await t.log.jsm.streams.info(t.log.space.stream)).state.consumer_count;
+    const before = await consumers();
+    const abort = new AbortController();
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${runId}/events`, { signal: abort.signal });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    let seen = '';
+    while (!seen.includes('event: run.admitted')) seen += new TextDecoder().decode(((await reader.read()) as { value?: Uint8Array }).value);
+    expect(await consumers()).toBe(before + 1);
+    const leftAt = Date.now();
+    abort.abort();
+    await eventually(async () => ((await consumers()) === before ? true : null), 5_000, 'the observer consumer to be removed');
+    process.stdout.write(`SSE observer consumer removed ${Date.now() - leftAt} ms after the observer left\n`);
+    // leaving is not cancelling: the Run completes
+    const events = await t.waitForSettlement(runId);
+    expect(ofType(events, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+  }, 60_000);
+});
