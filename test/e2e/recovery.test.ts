@@ -137,9 +137,11 @@ describe('a frozen holder (K6)', () => {
     const requested = await waitForType(body.runId, 'model.turn.requested');
     const holder = requested.find((e) => e.event.type === 'model.turn.requested')!.event.writer!;
     expect(holder.epoch).toBe(1);
-    const other = await t.stack.startService('runtime'); // a second runtime process on the same consumers
+    // frozen first (mid-turn: the model answers only after 3 s), then a second runtime process on
+    // the same consumers; the other way round, a slow start under load let the turn finish unfrozen
     frozen.child.kill('SIGSTOP');
     const frozenAt = Date.now();
+    const other = await t.stack.startService('runtime');
     let atSettlement: StoredEvent[];
     let settleMs: number;
     try {

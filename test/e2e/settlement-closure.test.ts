@@ -7,17 +7,15 @@
  * nats-server 2.9.10 (which ignores the wildcard expectation header) and on the current release,
  * each with the whole stack on it.
  */
-import { afterAll, beforeAll, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { contextFrom, makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { AppendConflict } from '@runplane/eventlog';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
-import { describeEachNatsServer, natsServersUnderTest } from '../support/nats-server.js';
+import { natsServerBinariesUnderTest, recordServer, TestNatsServer } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
-
-const servers = await natsServersUnderTest();
 
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type) as (StoredEvent & { event: Extract<RunEvent, { type: T }> })[];
@@ -48,133 +46,142 @@ async function tryStale(t: TestStack, stale: { runtime: Stale; tools: Stale }): 
   return { runtime: await attempt(stale.runtime.facts, 'runtime'), tools: await attempt(stale.tools.facts, 'tools') };
 }
 
-describeEachNatsServer(servers, (server) => {
-  let t: TestStack;
-  const dir = mkdtempSync(join(tmpdir(), 'rp-closure-'));
-  beforeAll(async () => {
-    t = await startTestStack('closure', {
-      NATS_URL: server.url,
-      RUNPLANE_LEASE_TTL_MS: '1500',
-      RUNPLANE_RECOVERY_SWEEP_MS: '100',
-      RUNPLANE_ACK_WAIT_MS: '2000',
-      RUNPLANE_TEST_TOOLS: 'record_effect',
-      RUNPLANE_RECORD_EFFECT_FILE: join(dir, 'effects.log'),
-      RUNPLANE_TOOL_TIMEOUT_MS: '1500',
-      RUNPLANE_TOOL_ABANDON_MS: '30000',
-    });
-  }, 120_000);
-  afterAll(async () => {
-    await t?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it('an executor append built from a read after the execution finished but before the settlement is refused after the settlement, on the runtime and on the tools subject', async () => {
-    // recovery is held back, so the Run cannot be closed nor settled while the stale reads are taken
-    await t.stack.stopService('recovery');
-    const { body } = await t.client.postMessage('conv-closure', { clientMessageId: `held-${t.tag}`, content: 'What does DIA hold?' });
-    const before = await eventually(
-      async () => {
-        const events = await t.log.readRun(body.runId);
-        return ofType(events, 'answer.published').length ? events : null;
-      },
-      60_000,
-      'the published answer',
-    );
-    const facts = foldRun(body.runId, before);
-    expect(facts.finished?.reason).toBe('answered');
-    expect(facts.settled).toBeNull();
-    expect(facts.closed).toEqual({ runtime: false, tools: false });
-    await new Promise((r) => setTimeout(r, 500));
-    expect(ofType(await t.log.readRun(body.runId), 'run.settled')).toHaveLength(0); // no settlement while the subjects are open
-
-    await t.stack.startService('recovery');
-    const events = await t.waitForSettlement(body.runId, 30_000);
-    const results = await tryStale(t, { runtime: { facts, readAt: 0 }, tools: { facts, readAt: 0 } });
-    expect(results.runtime).toBeInstanceOf(AppendConflict);
-    expect(results.tools).toBeInstanceOf(AppendConflict);
-    expect(results).toMatchObject({ runtime: { kind: 'wrong-last-sequence' }, tools: { kind: 'wrong-last-sequence' } });
-
-    const fences = ofType(events, 'run.fenced');
-    expect(fences.map((f) => [f.event.data.fencedSubject, f.event.data.reason])).toEqual([
-      ['tools', 'settling'],
-      ['runtime', 'settling'],
-    ]);
-    const settledSeq = ofType(events, 'run.settled')[0]!.seq;
-    expect(fences.every((f) => f.seq < settledSeq)).toBe(true);
-    expect(ofType(events, 'run.settled')[0]!.event.data.outcome).toBe('completed');
-    const after = await t.log.readRun(body.runId);
-    expect(after.filter((e) => e.seq > settledSeq)).toEqual([]);
-  }, 120_000);
-
-  it('racing: stale reads taken as close to the closing as a tight loop gets are all refused after the settlement, for several Runs at once', async () => {
-    const runs = await Promise.all(
-      [1, 2, 3].map(
-        async (i) =>
-          (await t.client.postMessage('conv-closure', { clientMessageId: `race-${i}-${t.tag}`, content: 'What does DIA hold?' })).body.runId,
-      ),
-    );
-    const outcomes = await Promise.all(
-      runs.map(async (runId) => {
-        // the latest fold in which each subject was still open and the Run unsettled: what a stale executor would decide from
-        const stale: { runtime: Stale | null; tools: Stale | null } = { runtime: null, tools: null };
-        let reads = 0;
-        for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
-          const facts = foldRun(runId, await t.log.readRun(runId));
-          reads++;
-          if (facts.settled) break;
-          if (facts.admitted && facts.lastEvent) {
-            if (!facts.closed.runtime) stale.runtime = { facts, readAt: Date.now() };
-            if (!facts.closed.tools) stale.tools = { facts, readAt: Date.now() };
-          }
-        }
-        const events = await t.waitForSettlement(runId, 10_000);
-        const settled = ofType(events, 'run.settled')[0]!;
-        const results = await tryStale(t, { runtime: stale.runtime!, tools: stale.tools! });
-        const finished = ofType(events, 'run.execution.finished')[0]!;
-        return { runId, events, settled, results, stale, reads, finished };
-      }),
-    );
-    for (const o of outcomes) {
-      expect(o.settled.event.data.outcome).toBe('completed');
-      expect(o.results.runtime).toBeInstanceOf(AppendConflict);
-      expect(o.results.tools).toBeInstanceOf(AppendConflict);
-      const after = await t.log.readRun(o.runId);
-      expect(after.filter((e) => e.seq > o.settled.seq)).toEqual([]);
-      const fences = ofType(o.events, 'run.fenced');
-      const ms = (e: StoredEvent) => Date.parse(e.event.occurredAt);
-      process.stdout.write(
-        `${server.version}: run ${o.runId.slice(0, 8)}: ${o.reads} reads; last stale runtime read at seq ${o.stale.runtime!.facts.lastSeq}, tools at ${o.stale.tools!.facts.lastSeq}; ` +
-          `finished seq ${o.finished.seq} -> fences ${fences.map((f) => f.seq).join(',')} -> settled ${o.settled.seq}; ` +
-          `finished->settled ${ms(o.settled) - ms(o.finished)} ms (last fence ${ms(fences.at(-1)!) - ms(o.finished)} ms after finished)\n`,
+for (const server of natsServerBinariesUnderTest())
+  (server.skip ? describe.skip : describe)(server.title, () => {
+    let t: TestStack;
+    let nats: TestNatsServer | null = null;
+    const dir = mkdtempSync(join(tmpdir(), 'rp-closure-'));
+    beforeAll(async () => {
+      recordServer(server.title);
+      // a server of this file's own from that release, with the stack's users and permissions
+      t = await startTestStack(
+        'closure',
+        {
+          RUNPLANE_LEASE_TTL_MS: '1500',
+          RUNPLANE_RECOVERY_SWEEP_MS: '100',
+          RUNPLANE_ACK_WAIT_MS: '2000',
+          RUNPLANE_TEST_TOOLS: 'record_effect',
+          RUNPLANE_RECORD_EFFECT_FILE: join(dir, 'effects.log'),
+          RUNPLANE_TOOL_TIMEOUT_MS: '1500',
+          RUNPLANE_TOOL_ABANDON_MS: '30000',
+        },
+        { nats: async (config, auth) => (nats = await TestNatsServer.start({ bin: server.bin, config, auth })).url },
       );
-    }
-  }, 120_000);
+      expect(nats!.version).toBe(server.version);
+    }, 120_000);
+    afterAll(async () => {
+      await t?.stop();
+      await nats?.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    });
 
-  it('a late observation is still appended after the settlement (the one executor fact after the close)', async () => {
-    const key = `late-${t.tag}`;
-    await t.setScenario(
-      {
-        steps: [
-          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 4000 } }] } },
-          { reply: { content: `Recorded for ${key}; its outcome is not known yet.` } },
-        ],
-        then: 'error',
-      },
-      key,
-    );
-    const { body } = await t.client.postMessage('conv-closure', { clientMessageId: key, content: `[${key}] record the effect` });
-    const events = await t.waitForSettlement(body.runId, 60_000);
-    expect(ofType(events, 'tool.call.receipt')[0]!.event.data.status).toBe('unknown');
-    const settledSeq = ofType(events, 'run.settled')[0]!.seq;
-    const toolsFence = ofType(events, 'run.fenced').find((f) => f.event.data.fencedSubject === 'tools')!;
-    const late = await eventually(
-      async () => ofType(await t.log.readRun(body.runId), 'tool.call.late_observed')[0] ?? null,
-      30_000,
-      'the late observation',
-    );
-    expect(late.seq).toBeGreaterThan(settledSeq);
-    expect(late.event.data.status).toBe('succeeded');
-    expect(late.event.prevSeq).toBe(toolsFence.seq);
-    expect(late.subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${body.runId}.tools`);
-  }, 90_000);
-});
+    it('an executor append built from a read after the execution finished but before the settlement is refused after the settlement, on the runtime and on the tools subject', async () => {
+      // recovery is held back, so the Run cannot be closed nor settled while the stale reads are taken
+      await t.stack.stopService('recovery');
+      const { body } = await t.client.postMessage('conv-closure', { clientMessageId: `held-${t.tag}`, content: 'What does DIA hold?' });
+      const before = await eventually(
+        async () => {
+          const events = await t.log.readRun(body.runId);
+          return ofType(events, 'answer.published').length ? events : null;
+        },
+        60_000,
+        'the published answer',
+      );
+      const facts = foldRun(body.runId, before);
+      expect(facts.finished?.reason).toBe('answered');
+      expect(facts.settled).toBeNull();
+      expect(facts.closed).toEqual({ runtime: false, tools: false });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(ofType(await t.log.readRun(body.runId), 'run.settled')).toHaveLength(0); // no settlement while the subjects are open
+
+      await t.stack.startService('recovery');
+      const events = await t.waitForSettlement(body.runId, 30_000);
+      const results = await tryStale(t, { runtime: { facts, readAt: 0 }, tools: { facts, readAt: 0 } });
+      expect(results.runtime).toBeInstanceOf(AppendConflict);
+      expect(results.tools).toBeInstanceOf(AppendConflict);
+      expect(results).toMatchObject({ runtime: { kind: 'wrong-last-sequence' }, tools: { kind: 'wrong-last-sequence' } });
+
+      const fences = ofType(events, 'run.fenced');
+      expect(fences.map((f) => [f.event.data.fencedSubject, f.event.data.reason])).toEqual([
+        ['tools', 'settling'],
+        ['runtime', 'settling'],
+      ]);
+      const settledSeq = ofType(events, 'run.settled')[0]!.seq;
+      expect(fences.every((f) => f.seq < settledSeq)).toBe(true);
+      expect(ofType(events, 'run.settled')[0]!.event.data.outcome).toBe('completed');
+      const after = await t.log.readRun(body.runId);
+      expect(after.filter((e) => e.seq > settledSeq)).toEqual([]);
+    }, 120_000);
+
+    it('racing: stale reads taken as close to the closing as a tight loop gets are all refused after the settlement, for several Runs at once', async () => {
+      const runs = await Promise.all(
+        [1, 2, 3].map(
+          async (i) =>
+            (await t.client.postMessage('conv-closure', { clientMessageId: `race-${i}-${t.tag}`, content: 'What does DIA hold?' })).body.runId,
+        ),
+      );
+      const outcomes = await Promise.all(
+        runs.map(async (runId) => {
+          // the latest fold in which each subject was still open and the Run unsettled: what a stale executor would decide from
+          const stale: { runtime: Stale | null; tools: Stale | null } = { runtime: null, tools: null };
+          let reads = 0;
+          for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
+            const facts = foldRun(runId, await t.log.readRun(runId));
+            reads++;
+            if (facts.settled) break;
+            if (facts.admitted && facts.lastEvent) {
+              if (!facts.closed.runtime) stale.runtime = { facts, readAt: Date.now() };
+              if (!facts.closed.tools) stale.tools = { facts, readAt: Date.now() };
+            }
+          }
+          const events = await t.waitForSettlement(runId, 10_000);
+          const settled = ofType(events, 'run.settled')[0]!;
+          const results = await tryStale(t, { runtime: stale.runtime!, tools: stale.tools! });
+          const finished = ofType(events, 'run.execution.finished')[0]!;
+          return { runId, events, settled, results, stale, reads, finished };
+        }),
+      );
+      for (const o of outcomes) {
+        expect(o.settled.event.data.outcome).toBe('completed');
+        expect(o.results.runtime).toBeInstanceOf(AppendConflict);
+        expect(o.results.tools).toBeInstanceOf(AppendConflict);
+        const after = await t.log.readRun(o.runId);
+        expect(after.filter((e) => e.seq > o.settled.seq)).toEqual([]);
+        const fences = ofType(o.events, 'run.fenced');
+        const ms = (e: StoredEvent) => Date.parse(e.event.occurredAt);
+        process.stdout.write(
+          `${server.version}: run ${o.runId.slice(0, 8)}: ${o.reads} reads; last stale runtime read at seq ${o.stale.runtime!.facts.lastSeq}, tools at ${o.stale.tools!.facts.lastSeq}; ` +
+            `finished seq ${o.finished.seq} -> fences ${fences.map((f) => f.seq).join(',')} -> settled ${o.settled.seq}; ` +
+            `finished->settled ${ms(o.settled) - ms(o.finished)} ms (last fence ${ms(fences.at(-1)!) - ms(o.finished)} ms after finished)\n`,
+        );
+      }
+    }, 120_000);
+
+    it('a late observation is still appended after the settlement (the one executor fact after the close)', async () => {
+      const key = `late-${t.tag}`;
+      await t.setScenario(
+        {
+          steps: [
+            { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 4000 } }] } },
+            { reply: { content: `Recorded for ${key}; its outcome is not known yet.` } },
+          ],
+          then: 'error',
+        },
+        key,
+      );
+      const { body } = await t.client.postMessage('conv-closure', { clientMessageId: key, content: `[${key}] record the effect` });
+      const events = await t.waitForSettlement(body.runId, 60_000);
+      expect(ofType(events, 'tool.call.receipt')[0]!.event.data.status).toBe('unknown');
+      const settledSeq = ofType(events, 'run.settled')[0]!.seq;
+      const toolsFence = ofType(events, 'run.fenced').find((f) => f.event.data.fencedSubject === 'tools')!;
+      const late = await eventually(
+        async () => ofType(await t.log.readRun(body.runId), 'tool.call.late_observed')[0] ?? null,
+        30_000,
+        'the late observation',
+      );
+      expect(late.seq).toBeGreaterThan(settledSeq);
+      expect(late.event.data.status).toBe('succeeded');
+      expect(late.event.prevSeq).toBe(toolsFence.seq);
+      expect(late.subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${body.runId}.tools`);
+    }, 90_000);
+  });
