@@ -72,6 +72,29 @@ describe('errors are problem details (RFC 9457) on every service', () => {
     expect(malformed.problem.code).toBe('bad_request');
   });
 
+  it('valid JSON that is not an object is an invalid body (400 invalid_body), not malformed JSON', async () => {
+    for (const body of ['null', '"str"', '42']) {
+      const { problem } = await problemOf(await postJson('/v1/conversations/conv-p/messages', body), 400);
+      expect(problem.code).toBe('invalid_body');
+      expect(problem.detail).toMatch(/must be a JSON object/);
+    }
+  });
+
+  it('a cancel sent as text/plain (a cross-origin form post needs no preflight) is 415 and records nothing; an over-long X-Runplane-User is 400', async () => {
+    const { body } = await t.client.postMessage('conv-p-cancel', { clientMessageId: 'pc1', content: 'What does DIA hold?' });
+    const before = (await t.log.readRun(body.runId)).filter((e) => e.event.type === 'run.cancel.requested');
+    const plain = await problemOf(await postJson(`/v1/runs/${body.runId}/cancel`, 'please cancel', 'text/plain'), 415);
+    expect(plain.problem.code).toBe('unsupported_media_type');
+    const longUser = await fetch(url('admission', `/v1/runs/${body.runId}/cancel`), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-runplane-user': 'u'.repeat(5000) },
+      body: '{}',
+    });
+    expect((await problemOf(longUser, 400)).problem.detail).toMatch(/X-Runplane-User/);
+    const after = (await t.log.readRun(body.runId)).filter((e) => e.event.type === 'run.cancel.requested');
+    expect(after).toEqual(before);
+  });
+
   it('413 a body over the server limit, 415 not JSON', async () => {
     const big = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p4', content: 'x'.repeat(300_000) }), 413);
     expect(big.problem.code).toBe('payload_too_large');

@@ -76,6 +76,21 @@ function responseOf(event: RunEventOf<'run.admitted'>, admission: 'admitted' | '
   };
 }
 
+/**
+ * The user a request names in `X-Runplane-User` (trimmed; null when absent or blank).
+ * @throws 400 `bad_request` when it is longer than 200 characters (never silently cut: the name
+ *   is recorded in the Run's log as who canceled or answered).
+ */
+export function userOf(header: string | undefined): string | null {
+  const user = header?.trim() ?? '';
+  if (user.length > 200) {
+    throw apiError(HttpStatus.BAD_REQUEST, 'bad_request', `X-Runplane-User is ${user.length} characters long; at most 200`, {
+      issues: [{ path: 'X-Runplane-User', message: 'at most 200 characters' }],
+    });
+  }
+  return user || null;
+}
+
 @Controller('v1')
 export class AdmissionController {
   constructor(
@@ -215,7 +230,7 @@ export class AdmissionController {
     const request = parseJsonBody(CancelRunBody, body, contentType, 'the cancel body', { optional: true });
     const cmd = {
       type: 'CancelRun',
-      requestedBy: user?.trim().slice(0, 200) || null,
+      requestedBy: userOf(user),
       reason: request.reason || null,
       requestId: randomUUID(),
     } as const;
@@ -258,7 +273,7 @@ export class AdmissionController {
       type: 'AnswerWait',
       waitId,
       answer: request.answer,
-      answeredBy: user?.trim().slice(0, 200) || null,
+      answeredBy: userOf(user),
       requestId: randomUUID(),
     } as const;
     let result;

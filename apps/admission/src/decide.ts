@@ -189,17 +189,22 @@ function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
 }
 
 /**
- * Records an operator's reconciliation of an `unknown` call, once: `[tool.call.reconciled]`; `[]`
+ * Records an operator's reconciliation of an `unknown` call (an `unknown` receipt, or a dispatched
+ * call that a fence left without a receipt), once: `[tool.call.reconciled]`; `[]`
  * for the same reconciliation again (same outcome, evidence and operator). It dispatches nothing
  * and never rewrites the receipt; it may come after the Run's settlement.
  * @throws ReconcileNotFound when the Run or the call is unknown.
- * @throws ReconcileConflict when the call's receipt is not `unknown` (or it has none yet), or it was reconciled differently.
+ * @throws ReconcileConflict when the call's receipt is not `unknown` (or it has none yet while the
+ *   Run is not fenced), or it was reconciled differently.
  */
 function reconcile(facts: RunFacts, cmd: ReconcileToolCall, now: Date): RunEvent[] {
   if (!facts.admitted || !facts.lastEvent) throw new ReconcileNotFound(`run ${facts.runId} not found`);
   const call = facts.toolCalls.get(cmd.toolCallId);
   if (!call) throw new ReconcileNotFound(`run ${facts.runId} has no tool call ${cmd.toolCallId}`);
-  if (call.receipt?.status !== 'unknown')
+  // unknown: a receipt says so, or a fence left the dispatched call without one (its executor was
+  // cut off by the fence: no receipt can follow, only a late observation)
+  const uncertainAtFence = !call.receipt && call.dispatched && facts.fenced !== null;
+  if (call.receipt?.status !== 'unknown' && !uncertainAtFence)
     throw new ReconcileConflict(
       `tool call ${cmd.toolCallId} is ${call.receipt ? `recorded ${call.receipt.status}` : 'not settled by a receipt yet'}; only an unknown outcome can be reconciled`,
     );

@@ -73,6 +73,26 @@ describe('admission decide, ReconcileToolCall: an operator reconciles an unknown
       .thenThrows(ReconcileConflict);
   });
 
+  it('given a dispatched call left without a receipt by a fence (its runtime was lost mid-call), then it can be reconciled (K5)', () => {
+    const cut = new History()
+      .admitted({ tools: ['record_effect'] })
+      .turn(1, { calls: [{ id: 'e', name: 'record_effect' }] })
+      .proposed(1, 'e', 'record_effect')
+      .dispatched('e', 'record_effect')
+      .add('run.fenced', 'lost/tools', {
+        fencedSubject: 'tools',
+        epoch: 1,
+        holder: { service: 'runtime', instance: 'i-1' },
+        reason: 'lease-expired',
+        detail: 'lease expired',
+        uncertain: [{ kind: 'tool-call', toolCallId: 'e', name: 'record_effect' }],
+      });
+    admission
+      .given(cut)
+      .when(reconcile())
+      .then([{ type: 'tool.call.reconciled', data: expect.objectContaining({ toolCallId: 'e', outcome: 'succeeded' }) as never }]);
+  });
+
   it('given no such Run or call, then not found', () => {
     admission.given(new History()).when(reconcile()).thenThrows(ReconcileNotFound);
     admission

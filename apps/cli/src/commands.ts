@@ -215,7 +215,7 @@ async function prepareEnvironment(): Promise<{
   let embedded: EmbeddedDatabase | null = null;
   try {
     // The NATS started here has its own log, so its projections go to a database of their own.
-    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats);
+    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, stateDir);
     if (await ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {

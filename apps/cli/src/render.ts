@@ -41,7 +41,7 @@ export function summarize(e: RunEvent): string {
     }
     // tool effects (K5)
     case 'tool.call.late_observed':
-      return `late observation after unknown: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (the receipt stays unknown)`;
+      return `late observation after unknown: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (the recorded outcome stays unknown)`;
     case 'tool.call.reconciled':
       return `reconciled by ${e.data.operator}: ${e.data.name} [${e.data.toolCallId}] ${e.data.outcome} (evidence: ${e.data.evidence.slice(0, 120)})`;
     // waits and child Runs (K10)

@@ -4,7 +4,7 @@
  * cleanly. Used by `npm run demo` and the end-to-end tests, so both exercise the same processes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream, existsSync, mkdirSync, readdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -119,15 +119,19 @@ export const FALLBACK_NATS_SUFFIX = '_devnats';
 
 /**
  * The projection database for a stack on `nats`: `databaseUrl` as configured when the stack uses
- * a NATS it did not start; a database of its own (`<name>_devnats`, same server) when `nats` is a
+ * a NATS it did not start; a database of its own (`<name>_devnats_<8 hex of the state folder's
+ * path>`, same server; without `stateDir`, `<name>_devnats`) when `nats` is a
  * server this process started (`demo` and `up` always start their own, with the Runplane users
  * switched on). Projections are rebuilt from the log they were built
  * from, so rows from the fallback server's log must never sit in the database of the machine's
  * own log, where a later rebuild against the real log would find rows it cannot explain.
  */
-export function projectionDatabaseFor(databaseUrl: string, nats: Pick<NatsHandle, 'child'>): string {
+export function projectionDatabaseFor(databaseUrl: string, nats: Pick<NatsHandle, 'child'>, stateDir?: string): string {
   if (nats.child === null) return databaseUrl;
-  return databaseUrlWith(databaseUrl, `${databaseNameOf(databaseUrl)}${FALLBACK_NATS_SUFFIX}`);
+  // one log per state folder (the server's store lives there): one database per state folder too,
+  // so two clones (or two state folders) never share projections built from different logs (K11)
+  const store = stateDir ? `_${createHash('sha256').update(resolve(stateDir)).digest('hex').slice(0, 8)}` : '';
+  return databaseUrlWith(databaseUrl, `${databaseNameOf(databaseUrl)}${FALLBACK_NATS_SUFFIX}${store}`);
 }
 
 /** One NATS user's credentials, as a service gets them (`NATS_USER`, `NATS_PASSWORD`). */

@@ -14,6 +14,12 @@ describe('projectionDatabaseFor', () => {
     const child = spawn(process.execPath, ['-e', '0']);
     try {
       expect(projectionDatabaseFor(url, { child })).toBe('postgres://runplane:secret@127.0.0.1:5432/runplane_devnats?sslmode=disable');
+      // one per state folder (each holds its own server's store): two clones never share one
+      const a = projectionDatabaseFor(url, { child }, '/tmp/clone-a/.runplane');
+      const b = projectionDatabaseFor(url, { child }, '/tmp/clone-b/.runplane');
+      expect(a).toMatch(/\/runplane_devnats_[0-9a-f]{8}\?sslmode=disable$/);
+      expect(b).not.toBe(a);
+      expect(projectionDatabaseFor(url, { child }, '/tmp/clone-a/.runplane')).toBe(a);
     } finally {
       child.kill();
     }

@@ -66,7 +66,8 @@ export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
  * Validates a JSON request body with its zod schema: the one place an endpoint turns a bad body
  * into its answer.
  * @param what how the body is named in the error ("the message body").
- * @param opts.optional a missing or empty body is allowed (parsed as `{}`), whatever its content type.
+ * @param opts.optional a body left out (no body, no Content-Type) is allowed and parsed as `{}`; one
+ *   sent in another format is still 415.
  * @throws 415 `unsupported_media_type` when a body is not sent as JSON; 400 `invalid_body` with
  *   every zod reason in `detail` and `issues`.
  */
@@ -78,7 +79,10 @@ export function parseJsonBody<S extends z.ZodType>(
   opts: { optional?: boolean } = {},
 ): z.infer<S> {
   const empty = body === undefined || body === null || (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0);
-  if (!(opts.optional && empty) && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
+  // an optional body may be left out, not sent in another format: a `text/plain` POST (which a
+  // browser sends cross-origin without a preflight) is refused, never read as an empty body
+  const omitted = empty && (contentType === undefined || contentType === '');
+  if (!(opts.optional && omitted) && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
     throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', `send ${what} as JSON (Content-Type: application/json)`);
   }
   const parsed = schema.safeParse(body ?? {});
@@ -173,6 +177,29 @@ interface HttpResponse {
 }
 
 /**
+ * The body parser accepts only a JSON object or array at the top (strict mode) and calls anything
+ * else malformed. A body that is valid JSON of another kind (`null`, `"text"`, `42`) is not
+ * malformed: it is a body of the wrong shape, answered like every invalid body (400
+ * `invalid_body`). Null for any other error.
+ */
+function jsonThatIsNotAnObject(exception: unknown): ApiError | null {
+  // Nest's Express adapter wraps the parser's error in a BadRequestException (as its cause)
+  const cause = exception instanceof HttpException ? exception.cause : undefined;
+  const e = (cause ?? exception) as { type?: unknown; body?: unknown };
+  if (e?.type !== 'entity.parse.failed' || typeof e.body !== 'string') return null;
+  let value: unknown;
+  try {
+    value = JSON.parse(e.body);
+  } catch {
+    return null; // really malformed: bad_request, as before
+  }
+  const kind = value === null ? 'null' : typeof value;
+  return apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `the body must be a JSON object, not ${kind}`, {
+    issues: [{ path: '(body)', message: `expected a JSON object, received ${kind}` }],
+  });
+}
+
+/**
  * Answers every HTTP error of a service as problem details (`application/problem+json`):
  * {@link ApiError}s as built; Nest's own exceptions (unknown route: `route_not_found`, malformed
  * JSON: `bad_request`, too large a body: `payload_too_large`) with the status name as code; an
@@ -202,6 +229,8 @@ export class ProblemDetailsFilter implements ExceptionFilter {
 
   private toApiError(exception: unknown, method = 'GET'): ApiError {
     if (exception instanceof ApiError) return exception;
+    const notAnObject = jsonThatIsNotAnObject(exception);
+    if (notAnObject) return notAnObject;
     if (exception instanceof HttpException) {
       const status = exception.getStatus();
       const body = exception.getResponse();
