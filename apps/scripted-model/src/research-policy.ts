@@ -228,6 +228,8 @@ export interface Subject {
  * distance. One month: issuers publish holdings at least monthly, so a nearer file should exist.
  */
 export const APPROXIMATE_AFTER_DAYS = 31;
+/** How an unanswered-list reason starts for a part answered only approximately. */
+const APPROXIMATE_REASON = 'answered only approximately';
 
 const DAY_MS = 86_400_000;
 function dayNumber(iso: string): number {
@@ -287,7 +289,9 @@ function fileForDate(
  * The file for each fund: a fund with a requested date gets the file of that date (else the
  * nearest, with the distance); the others get, among their dated files, the combination with the
  * closest as-of dates to each other and to the requested ones (ties: the later), or the newest
- * file when the fund stands alone. Undated files are used only when a fund has nothing else.
+ * file when the fund stands alone. An undated file is used only when it is a fund's only file; for
+ * a fund whose files are all undated a requested date is passed on unchanged (the tool reports it
+ * cannot be met) and, without one, no file is named (the tool refuses to pick by file name).
  */
 export function chooseFiles(
   funds: readonly string[],
@@ -345,7 +349,11 @@ export function chooseFiles(
     }
     for (const [fund, pick] of best!.picks) {
       const why =
-        funds.length === 1 ? 'its newest file' : `the closest dates between the funds' files (all within ${daysWord(best!.spread)} of each other)`;
+        funds.length === 1
+          ? 'its newest file'
+          : best!.spread === 0
+            ? "the closest dates between the funds' files (all dated the same day)"
+            : `the closest dates between the funds' files (all within ${daysWord(best!.spread)} of each other)`;
       chosen.set(fund, { fund, asOf: pick.asOf!, file: pick.file, why });
     }
   }
@@ -399,7 +407,7 @@ export function questionPlan(question: string, funds: ListFundsResult | null, no
     for (const d of dates.slice(0, MAX_COMPARED_FUNDS)) {
       const pick = fileForDate(oneFund, oneFundFiles, d)!;
       const same = picks.find((p) => p.file === pick.file.file);
-      if (same) same.why = `${same.why}; and for ${askedWords(d)}: ${pick.why}`;
+      if (same) same.why = `${same.why}; it is also ${alsoFor(d, pick)}`;
       else picks.push({ fund: oneFund, asOf: pick.file.asOf!, file: pick.file.file, why: pick.why, asked: { date: d, gapDays: pick.gapDays } });
       approximate(oneFund, d, pick, unplanned);
     }
@@ -426,9 +434,6 @@ export function questionPlan(question: string, funds: ListFundsResult | null, no
     subjects = funds ? chooseFiles(covered, filesByFund, requested) : covered.map((fund) => ({ fund, why: 'chosen by the tool' }));
     for (const s of subjects) {
       if (s.asked) approximate(s.fund, s.asked.date, { file: { file: s.file!, asOf: s.asOf! }, gapDays: s.asked.gapDays }, unplanned);
-      const d = requested.get(s.fund);
-      if (d && s.file === undefined && s.asOf !== undefined)
-        unplanned.push({ part: `${s.fund} as of ${dateArgument(d)}`, reason: 'none of its files states a readable date' });
     }
     const compared = Math.min(subjects.length, MAX_COMPARED_FUNDS);
     for (let i = 0; i < compared; i++) for (let j = i + 1; j < compared; j++) pairs.push([i, j]);
@@ -457,6 +462,13 @@ export function questionPlan(question: string, funds: ListFundsResult | null, no
   };
 }
 
+/** The same file standing for a further date, without repeating the first reason: `the nearest to 2026-11-30 ("now", ...), 909 days before it`. */
+function alsoFor(d: QuestionDate, pick: { file: HoldingsFileInfo; gapDays: number }): string {
+  if (pick.gapDays === 0) return `the file for ${askedWords(d)}`;
+  const side = pick.file.asOf! < d.from ? 'before' : 'after';
+  return `the nearest to ${d.precision === 'day' ? d.from : `${d.from} to ${d.to}`} (${askedWords(d)}), ${daysWord(pick.gapDays)} ${side} ${d.precision === 'day' ? 'it' : 'that period'}`;
+}
+
 /** Lists a requested date met by a file more than {@link APPROXIMATE_AFTER_DAYS} days away as answered only approximately. */
 function approximate(
   fund: string,
@@ -467,8 +479,8 @@ function approximate(
   if (pick.gapDays <= APPROXIMATE_AFTER_DAYS) return;
   const when = d.precision === 'day' ? d.from : d.precision === 'month' ? d.from.slice(0, 7) : d.from.slice(0, 4);
   unplanned.push({
-    part: `${fund} as of ${when} ("${d.text}")`,
-    reason: `answered only approximately, from ${pick.file.file}, ${daysWord(pick.gapDays)} away (more than ${APPROXIMATE_AFTER_DAYS})`,
+    part: d.text.includes(when) ? `${fund} as of ${when}` : `${fund} as of ${when} ("${d.text}")`,
+    reason: `${APPROXIMATE_REASON}, from ${pick.file.file}, ${daysWord(pick.gapDays)} away (more than ${APPROXIMATE_AFTER_DAYS})`,
   });
 }
 
@@ -665,7 +677,7 @@ function describeCall(c: CallRecord): string {
 /** The part of the question a call answers, for the unanswered list. */
 function partOf(c: CallRecord): string {
   const a = c.args;
-  if (c.name === 'get_holdings') return `holdings of ${argText(a.fund, '?').toUpperCase()}`;
+  if (c.name === 'get_holdings') return `holdings of ${argText(a.fund, '?').toUpperCase()}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
   if (c.name === 'compare_holdings') return `comparison of ${argText(a.fundA, '?').toUpperCase()} and ${argText(a.fundB, '?').toUpperCase()}`;
   if (c.name === 'fund_metadata') return `fund facts of ${argText(a.fund, '?').toUpperCase()}`;
   return 'the list of funds in the data';
@@ -714,8 +726,9 @@ function shortReason(c: CallRecord): string {
     case 'unknown_fund':
       return 'not covered by the data';
     case 'no_file_for_date': {
-      const asked = [c.args.asOf, c.args.asOfA, c.args.asOfB].filter((x) => x !== undefined).map((x) => argText(x));
-      return asked.length > 0 ? `no file dated ${asked.join(' / ')}` : 'no file of the date asked';
+      // The tool names the fund and date it could not meet; the other side of a comparison may be fine.
+      const m = /Fund (\S+) has no holdings file as of (\d{4}-\d{2}-\d{2})/.exec(o.error.message);
+      return m ? `no file of ${m[1]} dated ${m[2]}` : 'no file of the date asked';
     }
     case 'no_readable_date':
       return 'none of its files states a readable date, so none can be chosen';
@@ -784,12 +797,18 @@ export function extractUnanswered(answer: string): UnansweredPart[] | null {
 /** The closing passage: the unanswered parts in words, then as the fenced JSON block (one passage: no blank line inside). */
 function unansweredPassage(parts: readonly UnansweredPart[]): string {
   const unique = parts.filter((p, i) => parts.findIndex((q) => q.part === p.part) === i);
-  const approximate = unique.some((p) => p.reason.startsWith('answered only approximately'));
-  const words =
-    unique.length === 0
-      ? 'Every part of the question was answered.'
-      : `${approximate ? 'Not answered, or answered only approximately' : 'Not answered'}: ${unique.map((p) => `${p.part} (${p.reason})`).join('; ')}.`;
-  return `${words}\n${UNANSWERED_FENCE}\n${JSON.stringify({ unanswered: unique })}\n\`\`\``;
+  // Parts answered from a far-away file are said apart from the parts not answered, each reason once.
+  const approximate = unique.filter((p) => p.reason.startsWith(APPROXIMATE_REASON));
+  const missing = unique.filter((p) => !approximate.includes(p));
+  const words = [
+    missing.length > 0 ? `Not answered: ${missing.map((p) => `${p.part} (${p.reason})`).join('; ')}.` : '',
+    approximate.length > 0
+      ? `Answered only approximately: ${approximate.map((p) => `${p.part} (${p.reason.slice(APPROXIMATE_REASON.length).replace(/^, /, '')})`).join('; ')}.`
+      : '',
+  ]
+    .filter(Boolean)
+    .join(' ');
+  return `${words || 'Every part of the question was answered.'}\n${UNANSWERED_FENCE}\n${JSON.stringify({ unanswered: unique })}\n\`\`\``;
 }
 
 /** Fields a question may ask for, and how fact names spell them. */

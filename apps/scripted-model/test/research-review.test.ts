@@ -112,7 +112,9 @@ describe('research policy after the fresh-user review of issue 8', () => {
     expect(answer).not.toContain('same file');
     expect(answer).toContain('KKK has no file dated 2024-12-06 ("on 6 December 2024"); the nearest is KKK_2024-06-04.csv, 185 days before it');
     expect(answer).toContain('the newest file dated within 2021, as asked ("compared with 2021")');
-    expect(answer).toContain('"now", read as the current date, 2026-11-30');
+    expect(answer).toContain(
+      'the nearest is KKK_2024-06-04.csv, 185 days before it; it is also the nearest to 2026-11-30 ("now", read as the current date, 2026-11-30), 909 days before it',
+    );
     expect(answer).toContain('KKK 2024-06-04 lacks 2 KKK 2021-10-28 names');
     // D: both far-away dates are answered only approximately, with the distance.
     expect(unanswered).toEqual([
@@ -171,8 +173,9 @@ describe('research policy after the fresh-user review of issue 8', () => {
     expect(answer).not.toContain('chosen as its only files');
     expect(answer.match(/Fund BDX has no holdings file as of 2024-01-01/g)).toHaveLength(1);
     expect(answer).toContain('The comparison of BDX and USX failed for the same reason.');
-    expect(unanswered).toContainEqual({ part: 'BDX as of 2024-01-01', reason: 'none of its files states a readable date' });
-    expect(unanswered).toContainEqual({ part: 'holdings of BDX', reason: 'no file dated 2024-01-01' });
+    expect(answer).toContain('BDX_2024-01-01.csv, BDX_2025-11-18.csv state no readable date');
+    expect(unanswered).toContainEqual({ part: 'holdings of BDX as of 2024-01-01', reason: 'no file of BDX dated 2024-01-01' });
+    expect(unanswered).toContainEqual({ part: 'comparison of BDX and USX', reason: 'no file of BDX dated 2024-01-01' });
     expect(answer).not.toContain('Every part of the question was answered');
     expect(repeatedSentences(answer)).toEqual([]);
   });
@@ -194,7 +197,9 @@ describe('research policy after the fresh-user review of issue 8', () => {
     expect(far.unanswered).toEqual([
       { part: 'AAA as of 2026-11-30 ("today")', reason: 'answered only approximately, from AAA_2025-09-26.csv, 430 days away (more than 31)' },
     ]);
-    expect(far.answer).toContain('Not answered, or answered only approximately: AAA as of 2026-11-30');
+    expect(far.answer).toContain(
+      'Answered only approximately: AAA as of 2026-11-30 ("today") (from AAA_2025-09-26.csv, 430 days away (more than 31)).',
+    );
     expect(far.answer).toContain('Largest holdings: AAPL 40.00%'); // the figures are kept
     const near = await research(lib, 'What does AAA hold today?', new Date(Date.UTC(2025, 9, 10)));
     expect(near.unanswered).toEqual([]);
@@ -204,7 +209,7 @@ describe('research policy after the fresh-user review of issue 8', () => {
 
   it('D: a year with no file for either fund is approximate for each, with its distance', async () => {
     const { unanswered, answer } = await research(folder(AAA), 'Compare AAA and BBB as of 2018');
-    expect(unanswered.map((u) => u.part)).toEqual(['AAA as of 2018 ("as of 2018")', 'BBB as of 2018 ("as of 2018")']);
+    expect(unanswered.map((u) => u.part)).toEqual(['AAA as of 2018', 'BBB as of 2018']);
     expect(unanswered.every((u) => /^answered only approximately, from \w+_2024-03-2\d\.csv, \d+ days away/.test(u.reason))).toBe(true);
     expect(answer).not.toContain('Every part of the question was answered');
   });

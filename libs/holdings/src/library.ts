@@ -434,6 +434,11 @@ function noReadableDate(files: readonly ParsedHoldingsFile[]): ToolFailure {
 
 function noFileForDate(files: readonly ParsedHoldingsFile[], asOf: string): ToolFailure {
   const fund = files[0]?.fund ?? '?';
-  const dates = files.map((f) => f.asOf ?? `${f.asOfHow === 'unreadable' ? 'an unreadable date' : 'undated'} (${f.file})`);
-  return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; its files are as of ${dates.join(', ')}.`);
+  const dates = files.filter((f) => f.asOf !== null).map((f) => f.asOf!);
+  const undated = files.filter((f) => f.asOf === null).map((f) => f.file);
+  const parts = [
+    dates.length > 0 ? `its files are as of ${dates.join(', ')}` : null,
+    undated.length > 0 ? `${undated.join(', ')} ${undated.length === 1 ? 'states' : 'state'} no readable date` : null,
+  ].filter((x): x is string => x !== null);
+  return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; ${parts.join('; ')}.`);
 }
