@@ -38,6 +38,7 @@ export {
   extractUnanswered,
   UNANSWERED_FENCE,
   MAX_COMPARED_FUNDS,
+  APPROXIMATE_AFTER_DAYS,
   type Subject,
   type UnansweredPart,
   type CallOutcome,

@@ -24,7 +24,7 @@ import {
   type HoldingLine,
   type HoldingsSummary,
 } from '@runplane/contracts';
-import { questionDates, type QuestionDate } from '@runplane/holdings';
+import { isoDay, readQuestionDates, type QuestionDate, type UnreadableDate } from '@runplane/holdings';
 import type { z } from 'zod';
 import { contentText, type Reply, type ReplyToolCall, type WireMessage, type WireTool } from './wire.js';
 
@@ -116,20 +116,29 @@ export const STOP_WORDS: ReadonlySet<string> = new Set(
 );
 
 /** Day dates (YYYY-MM-DD) the text names in any written form (`Dec 6, 2024`, `12/06/2024`...), in order, without repeats. */
-export function mentionedDates(text: string): string[] {
-  return questionDates(text)
-    .filter((d) => d.precision === 'day')
+export function mentionedDates(text: string, now: Date = new Date()): string[] {
+  return readQuestionDates(text, now)
+    .dates.filter((d) => d.precision === 'day')
     .map((d) => d.from);
+}
+
+/** The question with its date phrases (read or unreadable) blanked out, so no fund is taken from them (`Q1 2024` is not fund `Q`). */
+function withoutDatePhrases(question: string): string {
+  const { dates, unreadable } = readQuestionDates(question);
+  let out = question;
+  for (const d of [...dates, ...unreadable]) out = out.slice(0, d.index) + ' '.repeat(d.text.length) + out.slice(d.index + d.text.length);
+  return out;
 }
 
 /**
  * Fund tickers the question mentions, in question order without repeats: upper-case tokens of 1-5
  * letters that are not {@link STOP_WORDS}, plus any token naming a known fund (any case, 3+ letters).
+ * Words inside date phrases (`Q1 2024`, `as of the 45th of Smarch`) are never funds.
  */
 export function mentionedFunds(question: string, knownFunds: Iterable<string> = []): string[] {
   const known = new Set([...knownFunds].map((f) => f.toUpperCase()));
   const out: string[] = [];
-  for (const raw of question.match(/[A-Za-z][A-Za-z&]*/g) ?? []) {
+  for (const raw of withoutDatePhrases(question).match(/[A-Za-z][A-Za-z&]*/g) ?? []) {
     const upper = raw.toUpperCase();
     const isKnown = known.has(upper) && (raw === upper || raw.length >= 3);
     const looksLikeTicker = /^[A-Z]{1,5}$/.test(raw) && !STOP_WORDS.has(raw);
@@ -187,7 +196,7 @@ export function closestPair(
 const METADATA_WORDS = /\b(expense ratio|expenses?|inception|shares outstanding|metadata|fact ?sheet|benchmark|fees?|net assets|dividend)\b/i;
 const HOLDINGS_WORDS =
   /\b(holdings?|hold|holds|compare|comparison|overlap|top|weights?|gaps?|coverage|securities|stocks|names|changed?|since|vs\.?|versus)\b/i;
-const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|today|now|latest|newest)\b/i;
+const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|latest|newest)\b/i;
 const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };
 
 /** Most funds compared pairwise in one answer; further funds get holdings but no comparison (listed as unanswered). */
@@ -209,7 +218,18 @@ export interface Subject {
   asOf?: string;
   file?: string;
   why: string;
+  /** The requested date this file stands for, and how many days the file is from it (0 = inside the period asked). */
+  asked?: { date: QuestionDate; gapDays: number };
 }
+
+/**
+ * A requested date answered with a file more than this many days away is answered only
+ * approximately: the answer keeps the figures and lists that part in the unanswered list with the
+ * distance. One month: issuers publish holdings at least monthly, so a nearer file should exist.
+ */
+export const APPROXIMATE_AFTER_DAYS = 31;
+/** How an unanswered-list reason starts for a part answered only approximately. */
+const APPROXIMATE_REASON = 'answered only approximately';
 
 const DAY_MS = 86_400_000;
 function dayNumber(iso: string): number {
@@ -219,8 +239,25 @@ function daysWord(n: number): string {
   return `${n} ${n === 1 ? 'day' : 'days'}`;
 }
 
-/** The file of `files` for a requested date, and why: the file of that day / period, else the nearest, with the distance. */
-function fileForDate(fund: string, files: readonly HoldingsFileInfo[], d: QuestionDate): { file: HoldingsFileInfo; why: string } | null {
+/** The words asked, quoted, with how they were read when that is not plain (`"Q1 2024", read as the end of that quarter, 2024-03-31`). */
+function askedWords(d: QuestionDate): string {
+  return d.reading ? `"${d.text}", read as ${d.reading}` : `"${d.text}"`;
+}
+
+/** The date to pass to a tool for a requested date: the day, or the last day of a month / year. */
+function dateArgument(d: QuestionDate): string {
+  return d.precision === 'day' ? d.from : d.to;
+}
+
+/**
+ * The file of `files` for a requested date, and why: the file of that day / period, else the
+ * nearest, with the distance (`gapDays`, 0 inside the period). `null` when no file has a readable date.
+ */
+function fileForDate(
+  fund: string,
+  files: readonly HoldingsFileInfo[],
+  d: QuestionDate,
+): { file: HoldingsFileInfo; why: string; gapDays: number } | null {
   const dated = files.filter((f) => f.asOf !== null);
   if (dated.length === 0) return null;
   const inside = dated.filter((f) => f.asOf! >= d.from && f.asOf! <= d.to);
@@ -228,9 +265,9 @@ function fileForDate(fund: string, files: readonly HoldingsFileInfo[], d: Questi
     const file = inside[inside.length - 1]!;
     const why =
       d.precision === 'day'
-        ? `the file dated ${d.from}, as asked ("${d.text}")`
-        : `the newest file dated within ${d.from.slice(0, d.precision === 'year' ? 4 : 7)}, as asked ("${d.text}")`;
-    return { file, why };
+        ? `the file dated ${d.from}, as asked (${askedWords(d)})`
+        : `the newest file dated within ${d.from.slice(0, d.precision === 'year' ? 4 : 7)}, as asked (${askedWords(d)})`;
+    return { file, why, gapDays: 0 };
   }
   let best: { file: HoldingsFileInfo; gap: number } | null = null;
   for (const f of dated) {
@@ -243,7 +280,8 @@ function fileForDate(fund: string, files: readonly HoldingsFileInfo[], d: Questi
   const asked = d.precision === 'day' ? d.from : `${d.from} to ${d.to}`;
   return {
     file,
-    why: `${fund} has no file dated ${d.precision === 'day' ? d.from : `within ${asked}`} ("${d.text}"); the nearest is ${file.file}, ${daysWord(gap)} ${side} ${d.precision === 'day' ? 'it' : `the ${side === 'before' ? 'start' : 'end'} of that period`}`,
+    gapDays: gap,
+    why: `${fund} has no file dated ${d.precision === 'day' ? d.from : `within ${asked}`} (${askedWords(d)}); the nearest is ${file.file}, ${daysWord(gap)} ${side} ${d.precision === 'day' ? 'it' : `the ${side === 'before' ? 'start' : 'end'} of that period`}`,
   };
 }
 
@@ -251,7 +289,9 @@ function fileForDate(fund: string, files: readonly HoldingsFileInfo[], d: Questi
  * The file for each fund: a fund with a requested date gets the file of that date (else the
  * nearest, with the distance); the others get, among their dated files, the combination with the
  * closest as-of dates to each other and to the requested ones (ties: the later), or the newest
- * file when the fund stands alone. Undated files are used only when a fund has nothing else.
+ * file when the fund stands alone. An undated file is used only when it is a fund's only file; for
+ * a fund whose files are all undated a requested date is passed on unchanged (the tool reports it
+ * cannot be met) and, without one, no file is named (the tool refuses to pick by file name).
  */
 export function chooseFiles(
   funds: readonly string[],
@@ -264,15 +304,18 @@ export function chooseFiles(
     const d = requested.get(fund);
     if (files.length === 0) chosen.set(fund, { fund, why: 'no holdings file in the data' });
     else if (files.every((f) => f.asOf === null)) {
-      const last = files[files.length - 1]!;
-      chosen.set(fund, { fund, file: last.file, why: `its only file${files.length > 1 ? 's state' : ' states'} no readable date` });
+      // No file can stand for a date, and between several undated files none is the newest: the
+      // requested date is passed on (the tool reports it cannot be met), nothing is picked by name.
+      if (d) chosen.set(fund, { fund, asOf: dateArgument(d), why: `the date asked (${askedWords(d)}), which none of its files can meet` });
+      else if (files.length === 1) chosen.set(fund, { fund, file: files[0]!.file, why: 'its only file, which states no readable date' });
+      else chosen.set(fund, { fund, why: 'none of its files states a readable date' });
     } else if (d) {
       const pick = fileForDate(fund, files, d)!;
-      chosen.set(fund, { fund, asOf: pick.file.asOf!, file: pick.file.file, why: pick.why });
+      chosen.set(fund, { fund, asOf: pick.file.asOf!, file: pick.file.file, why: pick.why, asked: { date: d, gapDays: pick.gapDays } });
     }
   }
   const free = funds.filter((f) => !chosen.has(f));
-  const anchors = [...chosen.values()].filter((s) => s.asOf !== undefined).map((s) => s.asOf!);
+  const anchors = [...chosen.values()].filter((s) => s.asOf !== undefined && s.file !== undefined).map((s) => s.asOf!);
   if (free.length === 1 && anchors.length === 0) {
     const fund = free[0]!;
     const dated = (filesByFund.get(fund) ?? []).filter((f) => f.asOf !== null);
@@ -306,7 +349,11 @@ export function chooseFiles(
     }
     for (const [fund, pick] of best!.picks) {
       const why =
-        funds.length === 1 ? 'its newest file' : `the closest dates between the funds' files (all within ${daysWord(best!.spread)} of each other)`;
+        funds.length === 1
+          ? 'its newest file'
+          : best!.spread === 0
+            ? "the closest dates between the funds' files (all dated the same day)"
+            : `the closest dates between the funds' files (all within ${daysWord(best!.spread)} of each other)`;
       chosen.set(fund, { fund, asOf: pick.asOf!, file: pick.file, why });
     }
   }
@@ -314,8 +361,7 @@ export function chooseFiles(
 }
 
 /** Which requested date belongs to which fund: the date written nearest after a fund (else before it); one date serves all. */
-function requestedDates(question: string, funds: readonly string[]): Map<string, QuestionDate> {
-  const dates = questionDates(question);
+function requestedDates(dates: readonly QuestionDate[], question: string, funds: readonly string[]): Map<string, QuestionDate> {
   const out = new Map<string, QuestionDate>();
   if (dates.length === 0) return out;
   if (dates.length === 1) {
@@ -334,41 +380,61 @@ function requestedDates(question: string, funds: readonly string[]): Map<string,
 
 /**
  * What the question asks for: the subjects (fund + file + why), the pairs to compare, the funds
- * whose facts it asks for, a "top N", and the parts that cannot be planned (too many funds).
+ * whose facts it asks for, a "top N", and the parts that cannot be planned or are answered only
+ * approximately: too many funds, a date phrase that cannot be read, a requested date (`today`
+ * included) met by a file more than {@link APPROXIMATE_AFTER_DAYS} days away, or a requested date
+ * that none of a fund's files can meet.
+ *
+ * @param now the current instant; `today` / `now` / `current` / `last year` are read against it.
  */
-export function questionPlan(question: string, funds: ListFundsResult | null) {
+export function questionPlan(question: string, funds: ListFundsResult | null, now: Date = new Date()) {
   const filesByFund = new Map<string, HoldingsFileInfo[]>((funds?.funds ?? []).map((f) => [f.fund.toUpperCase(), f.files]));
   const mentioned = mentionedFunds(question, filesByFund.keys());
   const covered = funds ? mentioned.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : mentioned;
   const wantsFacts = METADATA_WORDS.test(question);
   const wantsHoldings = !wantsFacts || HOLDINGS_WORDS.test(question);
-  const unplanned: { part: string; reason: string }[] = [];
-  const dates = questionDates(question);
+  const unplanned: UnansweredPart[] = [];
+  const { dates, unreadable } = readQuestionDates(question, now);
+  for (const u of unreadable) unplanned.push({ part: `the date "${u.text}"`, reason: u.reason });
   let subjects: Subject[] = [];
   const pairs: [number, number][] = [];
-  if (covered.length === 1 && funds && (dates.length >= 2 || (dates.length === 1 && CHANGE_WORDS.test(question)))) {
-    // One fund at two dates: its file of each date (one date and "since"/"now": that date against the newest).
-    const fund = covered[0]!;
-    const files = filesByFund.get(fund)!;
-    const first = fileForDate(fund, files, dates[0]!);
-    const second = dates[1] ? fileForDate(fund, files, dates[1]) : null;
-    const dated = files.filter((f) => f.asOf !== null);
-    const newest = dated[dated.length - 1];
-    if (first && (second || newest)) {
-      subjects = [
-        { fund, asOf: first.file.asOf!, file: first.file.file, why: first.why },
-        second
-          ? { fund, asOf: second.file.asOf!, file: second.file.file, why: second.why }
-          : { fund, asOf: newest!.asOf!, file: newest!.file, why: 'its newest file, to compare against' },
-      ];
-      if (subjects[0]!.file !== subjects[1]!.file) pairs.push([0, 1]);
-      else unplanned.push({ part: `how ${fund} changed between the dates asked`, reason: `both dates lead to the same file (${subjects[0]!.file})` });
+  const oneFund = covered.length === 1 ? covered[0]! : null;
+  const oneFundFiles = oneFund ? (filesByFund.get(oneFund) ?? []) : [];
+  if (oneFund && funds && oneFundFiles.some((f) => f.asOf !== null) && (dates.length >= 2 || (dates.length === 1 && CHANGE_WORDS.test(question)))) {
+    // One fund at several dates: its file of each date (one date and "since": that date against
+    // the newest). Dates met by the same file share it, and its reason names each of them.
+    const picks: Subject[] = [];
+    for (const d of dates.slice(0, MAX_COMPARED_FUNDS)) {
+      const pick = fileForDate(oneFund, oneFundFiles, d)!;
+      const same = picks.find((p) => p.file === pick.file.file);
+      if (same) same.why = `${same.why}; it is also ${alsoFor(d, pick)}`;
+      else picks.push({ fund: oneFund, asOf: pick.file.asOf!, file: pick.file.file, why: pick.why, asked: { date: d, gapDays: pick.gapDays } });
+      approximate(oneFund, d, pick, unplanned);
+    }
+    if (dates.length === 1) {
+      const dated = oneFundFiles.filter((f) => f.asOf !== null);
+      const newest = dated[dated.length - 1]!;
+      if (newest.file !== picks[0]!.file)
+        picks.push({ fund: oneFund, asOf: newest.asOf!, file: newest.file, why: 'its newest file, to compare against' });
+    }
+    if (picks.length >= 2) {
+      // Oldest first, so each comparison reads as "then" against "later".
+      subjects = [...picks].sort((x, y) => (x.asOf! < y.asOf! ? -1 : 1));
+      for (let i = 0; i + 1 < subjects.length; i++) pairs.push([i, i + 1]);
+    } else {
+      subjects = picks;
+      unplanned.push({
+        part: `how ${oneFund} changed between the dates asked`,
+        reason: `every date asked leads to the same file (${picks[0]!.file})`,
+      });
     }
   }
   if (subjects.length === 0) {
-    subjects = funds
-      ? chooseFiles(covered, filesByFund, requestedDates(question, covered))
-      : covered.map((fund) => ({ fund, why: 'chosen by the tool' }));
+    const requested = requestedDates(dates, question, covered);
+    subjects = funds ? chooseFiles(covered, filesByFund, requested) : covered.map((fund) => ({ fund, why: 'chosen by the tool' }));
+    for (const s of subjects) {
+      if (s.asked) approximate(s.fund, s.asked.date, { file: { file: s.file!, asOf: s.asOf! }, gapDays: s.asked.gapDays }, unplanned);
+    }
     const compared = Math.min(subjects.length, MAX_COMPARED_FUNDS);
     for (let i = 0; i < compared; i++) for (let j = i + 1; j < compared; j++) pairs.push([i, j]);
     if (subjects.length > MAX_COMPARED_FUNDS) {
@@ -381,7 +447,41 @@ export function questionPlan(question: string, funds: ListFundsResult | null) {
     }
   }
   const uncovered = mentioned.filter((f) => !covered.includes(f));
-  return { mentioned, covered, uncovered, subjects, pairs, wantsFacts, wantsHoldings, top: topN(question), unplanned };
+  return {
+    mentioned,
+    covered,
+    uncovered,
+    subjects,
+    pairs,
+    wantsFacts,
+    wantsHoldings,
+    top: topN(question),
+    unplanned,
+    unreadable,
+    today: isoDay(now),
+  };
+}
+
+/** The same file standing for a further date, without repeating the first reason: `the nearest to 2026-11-30 ("now", ...), 909 days before it`. */
+function alsoFor(d: QuestionDate, pick: { file: HoldingsFileInfo; gapDays: number }): string {
+  if (pick.gapDays === 0) return `the file for ${askedWords(d)}`;
+  const side = pick.file.asOf! < d.from ? 'before' : 'after';
+  return `the nearest to ${d.precision === 'day' ? d.from : `${d.from} to ${d.to}`} (${askedWords(d)}), ${daysWord(pick.gapDays)} ${side} ${d.precision === 'day' ? 'it' : 'that period'}`;
+}
+
+/** Lists a requested date met by a file more than {@link APPROXIMATE_AFTER_DAYS} days away as answered only approximately. */
+function approximate(
+  fund: string,
+  d: QuestionDate,
+  pick: { file: Pick<HoldingsFileInfo, 'file' | 'asOf'>; gapDays: number },
+  unplanned: UnansweredPart[],
+): void {
+  if (pick.gapDays <= APPROXIMATE_AFTER_DAYS) return;
+  const when = d.precision === 'day' ? d.from : d.precision === 'month' ? d.from.slice(0, 7) : d.from.slice(0, 4);
+  unplanned.push({
+    part: d.text.includes(when) ? `${fund} as of ${when}` : `${fund} as of ${when} ("${d.text}")`,
+    reason: `${APPROXIMATE_REASON}, from ${pick.file.file}, ${daysWord(pick.gapDays)} away (more than ${APPROXIMATE_AFTER_DAYS})`,
+  });
 }
 
 /**
@@ -389,8 +489,8 @@ export function questionPlan(question: string, funds: ListFundsResult | null) {
  * available or did not succeed): see {@link questionPlan}. Only tools in `offered` are planned.
  * Empty when the question mentions no fund.
  */
-export function planResearch(question: string, funds: ListFundsResult | null, offered: ReadonlySet<string>): ReplyToolCall[] {
-  const plan = questionPlan(question, funds);
+export function planResearch(question: string, funds: ListFundsResult | null, offered: ReadonlySet<string>, now: Date = new Date()): ReplyToolCall[] {
+  const plan = questionPlan(question, funds, now);
   if (plan.mentioned.length === 0) return [];
   const calls: ReplyToolCall[] = [];
   const top = plan.top !== null ? { top: plan.top } : {};
@@ -506,7 +606,8 @@ function fundPassage(
   why: string | undefined,
   stated: boolean,
 ): string {
-  const sentences = [`${name} ${dateText(s)} (file ${s.file}${why ? `, chosen as ${why}` : ''}): ${countText(s)}.`];
+  const how = why === undefined ? '' : why.startsWith(`${s.fund} has no file`) ? `, chosen because ${why}` : `, chosen as ${why}`;
+  const sentences = [`${name} ${dateText(s)} (file ${s.file}${how}): ${countText(s)}.`];
   const sums = `${stated ? 'Its weights sum to' : 'Weights sum to'} ${pct2(s.weightSum)}${stated ? ' as the file states them, not renormalised' : ''}`;
   sentences.push(s.nonSecurityLines.length > 0 ? `${sums} (securities ${pct2(s.securitiesWeightSum)}; ${nonSecurityText(s)}).` : `${sums}.`);
   const unreadable = unreadableText(s);
@@ -576,7 +677,7 @@ function describeCall(c: CallRecord): string {
 /** The part of the question a call answers, for the unanswered list. */
 function partOf(c: CallRecord): string {
   const a = c.args;
-  if (c.name === 'get_holdings') return `holdings of ${argText(a.fund, '?').toUpperCase()}`;
+  if (c.name === 'get_holdings') return `holdings of ${argText(a.fund, '?').toUpperCase()}${a.asOf ? ` as of ${argText(a.asOf)}` : ''}`;
   if (c.name === 'compare_holdings') return `comparison of ${argText(a.fundA, '?').toUpperCase()} and ${argText(a.fundB, '?').toUpperCase()}`;
   if (c.name === 'fund_metadata') return `fund facts of ${argText(a.fund, '?').toUpperCase()}`;
   return 'the list of funds in the data';
@@ -587,14 +688,19 @@ function capitalize(s: string): string {
 }
 
 /** One honest sentence for a call that did not succeed (or whose result cannot be used). */
-function failureSentence(c: CallRecord, known: ReadonlySet<string> | null): string {
+function failureSentence(c: CallRecord, known: ReadonlySet<string> | null, said: Set<string>): string {
   const what = describeCall(c);
   const o = c.outcome;
+  if ('error' in o && said.has(o.error.message))
+    return `${capitalize(what)} ${o.status === 'failed' ? 'failed' : `was ${o.status}`} for the same reason`;
+  if ('error' in o) said.add(o.error.message);
   switch (o.status) {
     case 'failed': {
       const fund = argText(c.args.fund).toUpperCase();
-      if (c.name === 'get_holdings' && known && !known.has(fund)) return `${fund} is not covered by the data: ${o.error.message}`;
-      return `${capitalize(what)} failed (${o.error.code}): ${o.error.message}`;
+      // The tool's message already says the fund is not covered; it is not said twice.
+      if (c.name === 'get_holdings' && known && !known.has(fund))
+        return /not covered/i.test(o.error.message) ? o.error.message : `${fund} is not covered by the data: ${o.error.message}`;
+      return `${capitalize(what)} failed: ${o.error.message}`;
     }
     case 'denied':
       return `${capitalize(what)} was denied (${o.error.code}): ${o.error.message}`;
@@ -607,6 +713,36 @@ function failureSentence(c: CallRecord, known: ReadonlySet<string> | null): stri
     case 'succeeded':
       return `${capitalize(what)} returned a result that does not match the tool contract; it is not used`;
   }
+}
+
+/** The short reason for the unanswered list (the prose has the tool's full message). */
+function shortReason(c: CallRecord): string {
+  const o = c.outcome;
+  if (o.status === 'missing') return 'no result came back';
+  if (o.status === 'unreadable' || o.status === 'succeeded') return 'the result could not be used';
+  if (o.status === 'unknown') return 'outcome unknown';
+  if (o.status === 'denied') return `denied (${o.error.code})`;
+  switch (o.error.code) {
+    case 'unknown_fund':
+      return 'not covered by the data';
+    case 'no_file_for_date': {
+      // The tool names the fund and date it could not meet; the other side of a comparison may be fine.
+      const m = /Fund (\S+) has no holdings file as of (\d{4}-\d{2}-\d{2})/.exec(o.error.message);
+      return m ? `no file of ${m[1]} dated ${m[2]}` : 'no file of the date asked';
+    }
+    case 'no_readable_date':
+      return 'none of its files states a readable date, so none can be chosen';
+    case 'unreadable_file':
+      return 'its file could not be read';
+    default:
+      return `failed (${o.error.code})`;
+  }
+}
+
+/** The question's date phrases that could not be read: said once in the prose (the list has them in short). */
+function unreadableDatesSentence(unreadable: readonly UnreadableDate[]): string {
+  const each = unreadable.map((u) => `"${u.text}" (${u.reason})`).join(', ');
+  return `${unreadable.length === 1 ? 'A date in the question could not be used' : 'Dates in the question could not be used'}: ${each}; the files were chosen as if ${unreadable.length === 1 ? 'it were' : 'they were'} not written.`;
 }
 
 function succeeded<T>(c: CallRecord | undefined, schema: z.ZodType<T>): T | undefined {
@@ -661,9 +797,18 @@ export function extractUnanswered(answer: string): UnansweredPart[] | null {
 /** The closing passage: the unanswered parts in words, then as the fenced JSON block (one passage: no blank line inside). */
 function unansweredPassage(parts: readonly UnansweredPart[]): string {
   const unique = parts.filter((p, i) => parts.findIndex((q) => q.part === p.part) === i);
-  const words =
-    unique.length === 0 ? 'Every part of the question was answered.' : `Not answered: ${unique.map((p) => `${p.part} (${p.reason})`).join('; ')}.`;
-  return `${words}\n${UNANSWERED_FENCE}\n${JSON.stringify({ unanswered: unique })}\n\`\`\``;
+  // Parts answered from a far-away file are said apart from the parts not answered, each reason once.
+  const approximate = unique.filter((p) => p.reason.startsWith(APPROXIMATE_REASON));
+  const missing = unique.filter((p) => !approximate.includes(p));
+  const words = [
+    missing.length > 0 ? `Not answered: ${missing.map((p) => `${p.part} (${p.reason})`).join('; ')}.` : '',
+    approximate.length > 0
+      ? `Answered only approximately: ${approximate.map((p) => `${p.part} (${p.reason.slice(APPROXIMATE_REASON.length).replace(/^, /, '')})`).join('; ')}.`
+      : '',
+  ]
+    .filter(Boolean)
+    .join(' ');
+  return `${words || 'Every part of the question was answered.'}\n${UNANSWERED_FENCE}\n${JSON.stringify({ unanswered: unique })}\n\`\`\``;
 }
 
 /** Fields a question may ask for, and how fact names spell them. */
@@ -695,18 +840,36 @@ function factsPassage(question: string, m: FundMetadataResult, unanswered: Unans
   return sentences.join(' ');
 }
 
+/**
+ * How many common holdings have an unreadable weight on each side: a side's unreadable security
+ * weights less those among the securities only it holds.
+ */
+function unreadableCommon(c: CompareHoldingsResult): { a: number; b: number } {
+  const side = (s: HoldingsSummary, only: readonly HoldingLine[]) =>
+    s.unreadableWeightLines.filter((l) => l.kind === 'security').length - only.filter((l) => l.weight === null).length;
+  return { a: Math.max(0, side(c.a, c.onlyInA)), b: Math.max(0, side(c.b, c.onlyInB)) };
+}
+
 function overlapPassage(nameA: string, nameB: string, c: CompareHoldingsResult): string {
   const by = Object.entries(c.matchedBy)
     .filter(([, n]) => n > 0)
     .map(([k, n]) => `${k === 'ticker' ? 'ticker on the same market' : k === 'name' ? 'company name' : k.toUpperCase()} ${n}`);
+  // A figure that leaves out unreadable weights is a lower bound and says so ("at least").
+  const missing = unreadableCommon(c);
+  const atLeast = (lower: boolean) => (lower ? 'at least ' : '');
   const sentences = [
     `Overlap of ${nameA} and ${nameB}: ${c.commonCount} securities in common${by.length > 0 ? ` (matched by ${by.join(', ')})` : ''}. ` +
-      `The standard overlap (the smaller weight summed over common holdings) is ${pct1(c.standardOverlap)}; ` +
-      `${pct1(c.weightOfBHeldInA)} of ${nameB}'s weight is held in ${nameA}; ${pct1(c.weightOfAHeldInB)} of ${nameA}'s weight is held in ${nameB}.`,
+      `The standard overlap (the smaller weight summed over common holdings) is ${atLeast(c.commonWithUnreadableWeight > 0)}${pct1(c.standardOverlap)}; ` +
+      `${atLeast(missing.b > 0)}${pct1(c.weightOfBHeldInA)} of ${nameB}'s weight is held in ${nameA}; ${atLeast(missing.a > 0)}${pct1(c.weightOfAHeldInB)} of ${nameA}'s weight is held in ${nameB}.`,
   ];
   if (c.commonWithUnreadableWeight > 0) {
+    const sides = [
+      missing.a > 0 ? `${missing.a} in ${nameA}'s file (left out of ${nameA}'s weight held in ${nameB})` : null,
+      missing.b > 0 ? `${missing.b} in ${nameB}'s file (left out of ${nameB}'s weight held in ${nameA})` : null,
+    ].filter((x): x is string => x !== null);
     sentences.push(
-      `${plural(c.commonWithUnreadableWeight, 'common holding has', 'common holdings have')} an unreadable weight and ${c.commonWithUnreadableWeight === 1 ? 'is' : 'are'} left out of these weight figures, which are therefore lower bounds.`,
+      `${plural(c.commonWithUnreadableWeight, 'common holding has', 'common holdings have')} a weight that cannot be read in one file or both: ` +
+        `${sides.join(' and ')}; the standard overlap leaves out ${c.commonWithUnreadableWeight === 1 ? 'that pair' : `those ${c.commonWithUnreadableWeight} pairs`}, so the figures marked "at least" are lower bounds.`,
     );
   }
   if (c.fallbackMatches.length > 0) {
@@ -723,10 +886,15 @@ function overlapPassage(nameA: string, nameB: string, c: CompareHoldingsResult):
 }
 
 function gapsPassage(nameA: string, nameB: string, c: CompareHoldingsResult): string {
-  const gap = (holder: string, other: string, lines: readonly HoldingLine[]) =>
-    lines.length === 0
-      ? `${holder} holds every security of ${other}.`
-      : `${holder} lacks ${plural(lines.length, `${other} name`, `${other} names`)} (${pct1(sumWeights(lines))} of ${other}'s weight): ${listNames(lines)}.`;
+  const gap = (holder: string, other: string, lines: readonly HoldingLine[]) => {
+    if (lines.length === 0) return `${holder} holds every security of ${other}.`;
+    const unread = lines.filter((l) => l.weight === null).length;
+    const weight =
+      unread === 0
+        ? `${pct1(sumWeights(lines))} of ${other}'s weight`
+        : `at least ${pct1(sumWeights(lines))} of ${other}'s weight, a lower bound: ${unread} of them ${unread === 1 ? 'has a weight' : 'have weights'} that cannot be read`;
+    return `${holder} lacks ${plural(lines.length, `${other} name`, `${other} names`)} (${weight}): ${listNames(lines)}.`;
+  };
   return `Coverage gaps: ${gap(nameA, nameB, c.onlyInB)} ${gap(nameB, nameA, c.onlyInA)}`;
 }
 
@@ -737,12 +905,12 @@ function gapsPassage(nameA: string, nameB: string, c: CompareHoldingsResult): st
  * unknown and missing calls get their own passage. The last passage lists the parts not answered,
  * in words and as a fenced JSON block ({@link extractUnanswered}).
  */
-export function writeAnswer(question: string, calls: readonly CallRecord[]): string {
+export function writeAnswer(question: string, calls: readonly CallRecord[], now: Date = new Date()): string {
   const listCall = calls.find((c) => c.name === 'list_funds');
   const funds = succeeded(listCall, ListFundsResult) ?? null;
   const known = funds ? new Set(funds.funds.filter((f) => f.files.length > 0).map((f) => f.fund.toUpperCase())) : null;
   const illustrative = funds?.dataSet === 'illustrative';
-  const plan = questionPlan(question, funds);
+  const plan = questionPlan(question, funds, now);
   const why = new Map(plan.subjects.filter((s) => s.file).map((s) => [s.file!, s.why]));
 
   const holdings = calls.filter((c) => c.name === 'get_holdings').map((c) => ({ call: c, result: succeeded(c, GetHoldingsResult) }));
@@ -762,15 +930,13 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
     const schema = schemaOf(c.name);
     return c.outcome.status !== 'succeeded' || (schema !== null && !schema.safeParse(c.outcome.result).success);
   });
-  const failures = failedCalls.map((c) => failureSentence(c, known));
+  // Each failure's message is said once in the prose; the unanswered list gives a short reason.
+  const saidMessages = new Set<string>();
+  const failures = failedCalls.map((c) => failureSentence(c, known, saidMessages));
   const unanswered: UnansweredPart[] = [...plan.unplanned];
   for (const c of failedCalls) {
     if (c.name === 'list_funds') continue;
-    const o = c.outcome;
-    unanswered.push({
-      part: partOf(c),
-      reason: 'error' in o ? `${o.status}: ${o.error.message}` : o.status === 'missing' ? 'no result came back' : 'the result could not be used',
-    });
+    unanswered.push({ part: partOf(c), reason: shortReason(c) });
   }
 
   const passages: string[] = [];
@@ -783,7 +949,11 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
         plan.mentioned.length === 0
           ? 'The question names no fund ticker, so here is what the data covers.'
           : 'The holdings tools were not available, so here is only what the data covers.';
-      passages.push([intro, illustrative ? ILLUSTRATIVE_NOTE : ''].filter(Boolean).join(' '));
+      passages.push(
+        [intro, illustrative ? ILLUSTRATIVE_NOTE : '', plan.unreadable.length > 0 ? unreadableDatesSentence(plan.unreadable) : '']
+          .filter(Boolean)
+          .join(' '),
+      );
       passages.push(fundsOverview(funds));
       if (funds.otherFiles.length > 0) {
         const notes = new Map((funds.otherFileNotes ?? []).map((n) => [n.file, n]));
@@ -851,6 +1021,7 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
     intro.push(`Fund facts for ${metadata.map((m) => argText(m.call.args.fund, '?').toUpperCase()).join(', ')}, as the files state them.`);
   }
   if (illustrative) intro.push(ILLUSTRATIVE_NOTE);
+  if (plan.unreadable.length > 0) intro.push(unreadableDatesSentence(plan.unreadable));
   passages.push(intro.join(' '));
 
   // One passage per file read; the "as the file states them" note once.
@@ -893,9 +1064,11 @@ export function writeAnswer(question: string, calls: readonly CallRecord[]): str
 /**
  * The research policy: given a chat request's messages and offered tools, the next reply.
  * Tool calls (finish `tool_calls`) while research remains, else the final answer (finish `stop`).
- * Deterministic and pure; never throws on odd input (unreadable tool messages are reported).
+ * Deterministic and pure given `now` (the clock: `today`, `now`, `current`, `last year` in the
+ * question are read against its UTC date; the server passes the machine's, tests fix it); never
+ * throws on odd input (unreadable tool messages are reported).
  */
-export function researchPolicy(messages: readonly WireMessage[], tools: readonly WireTool[] | undefined): Reply {
+export function researchPolicy(messages: readonly WireMessage[], tools: readonly WireTool[] | undefined, now: Date = new Date()): Reply {
   const offered = new Set((tools ?? []).map((t) => t.function.name));
   const question = lastQuestion(messages);
   const calls = currentTurnCalls(messages);
@@ -910,8 +1083,8 @@ export function researchPolicy(messages: readonly WireMessage[], tools: readonly
         calls.find((c) => c.name === 'list_funds'),
         ListFundsResult,
       ) ?? null;
-    const plan = planResearch(question, funds, offered);
+    const plan = planResearch(question, funds, offered, now);
     if (plan.length > 0) return { toolCalls: plan, finishReason: 'tool_calls' };
   }
-  return { content: writeAnswer(question, calls), finishReason: 'stop' };
+  return { content: writeAnswer(question, calls, now), finishReason: 'stop' };
 }

@@ -340,7 +340,9 @@ describe('research policy on the real data (@runplane/holdings)', () => {
 
   it('reports a fund the data does not cover', async () => {
     const { answer } = await research('Compare QQQ and XYZQ holdings');
-    expect(answer).toMatch(/XYZQ is not covered by the data: /);
+    // Said once, in the tool's words (before: "XYZQ is not covered by the data: Fund XYZQ is not covered by the data folder").
+    expect(answer).toContain('Fund XYZQ is not covered by the data folder');
+    expect(answer.match(/not covered/g)).toHaveLength(3); // the sentence, then the short reason in the closing line and its JSON
     expect(answer).toContain('QQQ as of 2025-09-26');
   });
 

@@ -130,10 +130,19 @@ function byDateThenName(x: ParsedHoldingsFile, y: ParsedHoldingsFile): number {
   return x.file < y.file ? -1 : x.file > y.file ? 1 : 0;
 }
 
-/** The latest dated file (or, when all are undated, the last by name). `files` must be sorted by {@link byDateThenName}. */
+/**
+ * The latest dated file; a fund's only file when it has one file and no readable date. Between
+ * several files none of which states a readable date there is no newest: the file names' dates are
+ * never used (they are not verified), so this refuses rather than let the names decide.
+ * `files` must be sorted by {@link byDateThenName}.
+ *
+ * @throws ToolFailure `no_readable_date` when the fund has 2+ files and none states a readable date.
+ */
 function latest(files: readonly ParsedHoldingsFile[]): ParsedHoldingsFile {
   const dated = files.filter((f) => f.asOf !== null);
-  return (dated.length > 0 ? dated[dated.length - 1] : files[files.length - 1])!;
+  if (dated.length > 0) return dated[dated.length - 1]!;
+  if (files.length === 1) return files[0]!;
+  throw noReadableDate(files);
 }
 
 /**
@@ -161,7 +170,7 @@ export function pickPair(filesA: readonly ParsedHoldingsFile[], filesB: readonly
 /**
  * The fund-research tools over one data folder. Methods return the contract result shapes
  * (weights in percent as the files state them, dates `YYYY-MM-DD` or `null` = undated) and throw
- * {@link ToolFailure} (`unknown_fund`, `no_file_for_date`, `unreadable_file`).
+ * {@link ToolFailure} (`unknown_fund`, `no_file_for_date`, `no_readable_date`, `unreadable_file`).
  */
 export class HoldingsLibrary {
   readonly dir: string;
@@ -259,7 +268,8 @@ export class HoldingsLibrary {
     const covered = [...new Set(all.map((f) => f.fund))];
     const mentions = (await this.inspectAll())
       .filter((i) => i.kind !== 'holdings' && (i.kind === 'factsheet' ? i.sheet.fund === ticker : i.name.toUpperCase().startsWith(`${ticker}_`)))
-      .map((i) => (i.kind === 'other' ? `${i.name}: ${i.reason}` : i.name));
+      // A reason that already names its file is not prefixed with the name again.
+      .map((i) => (i.kind === 'other' ? (i.reason.startsWith(i.name) ? i.reason : `${i.name}: ${i.reason}`).replace(/\.$/, '') : i.name));
     const hint =
       mentions.length > 0
         ? ` ${ticker} appears only in files that are not holdings files (${mentions.join('; ')}); its fund facts may still be stated there.`
@@ -295,7 +305,7 @@ export class HoldingsLibrary {
    * `get_holdings`: summary (security count, non-security lines, weight sums in percent) and the
    * 25 heaviest securities of one fund's file (`asOf` = that file's date; absent = latest).
    *
-   * @throws ToolFailure `unknown_fund` | `no_file_for_date`.
+   * @throws ToolFailure `unknown_fund` | `no_file_for_date` | `no_readable_date` (no date given, several files, none dated).
    */
   async getHoldings(args: GetHoldingsInput): Promise<GetHoldingsResult> {
     const { file, selection } = await this.selectFile(args.fund, args.asOf);
@@ -308,7 +318,7 @@ export class HoldingsLibrary {
    * each fund held by the other, and the days between the two as-of dates. Without dates the pair
    * of files with the closest as-of dates is used (ties: the later pair).
    *
-   * @throws ToolFailure `unknown_fund` | `no_file_for_date`.
+   * @throws ToolFailure `unknown_fund` | `no_file_for_date` | `no_readable_date` (no date given, several files, none dated).
    */
   async compareHoldings(args: CompareHoldingsInput): Promise<CompareHoldingsResult> {
     const candidates = async (fund: string, asOf: string | undefined) => {
@@ -409,12 +419,26 @@ export class HoldingsLibrary {
 /** Why the newest file: `the newest of 3 files (2024-12-06, 2025-11-18...)`, or the only one. */
 function newestDetail(file: ParsedHoldingsFile, files: readonly ParsedHoldingsFile[]): string {
   if (files.length <= 1) return 'the only file of the fund';
-  if (file.asOf === null) return 'no file of the fund has a readable date; the last by name';
   return `the newest of ${files.length} files of the fund`;
+}
+
+/** Why a fund's undated files cannot be told apart: each file with its unreadable date line, or "states no date". */
+function noReadableDate(files: readonly ParsedHoldingsFile[]): ToolFailure {
+  const fund = files[0]?.fund ?? '?';
+  const each = files.map((f) => `${f.file} ${f.asOfHow === 'unreadable' ? `("${f.asOfText ?? ''}" is not a readable date)` : '(states no date)'}`);
+  return new ToolFailure(
+    'no_readable_date',
+    `Fund ${fund} has ${files.length} holdings files and none states a readable date (${each.join('; ')}), so none can be chosen as the newest; the dates in file names are not used.`,
+  );
 }
 
 function noFileForDate(files: readonly ParsedHoldingsFile[], asOf: string): ToolFailure {
   const fund = files[0]?.fund ?? '?';
-  const dates = files.map((f) => f.asOf ?? `${f.asOfHow === 'unreadable' ? 'an unreadable date' : 'undated'} (${f.file})`);
-  return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; its files are as of ${dates.join(', ')}.`);
+  const dates = files.filter((f) => f.asOf !== null).map((f) => f.asOf!);
+  const undated = files.filter((f) => f.asOf === null).map((f) => f.file);
+  const parts = [
+    dates.length > 0 ? `its files are as of ${dates.join(', ')}` : null,
+    undated.length > 0 ? `${undated.join(', ')} ${undated.length === 1 ? 'states' : 'state'} no readable date` : null,
+  ].filter((x): x is string => x !== null);
+  return new ToolFailure('no_file_for_date', `Fund ${fund} has no holdings file as of ${asOf}; ${parts.join('; ')}.`);
 }
