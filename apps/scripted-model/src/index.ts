@@ -35,11 +35,8 @@ export {
   chooseFiles,
   questionPlan,
   topN,
-  extractUnanswered,
-  UNANSWERED_FENCE,
   MAX_COMPARED_FUNDS,
   type Subject,
-  type UnansweredPart,
   type CallOutcome,
   type CallRecord,
 } from './research-policy.js';
@@ -54,3 +51,5 @@ export {
   type FinishReason,
   type UsageOverride,
 } from './wire.js';
+/** The unanswered-block helpers live in the contracts (one definition for the product); re-exported for the policy's users. */
+export { extractUnanswered, UNANSWERED_FENCE, type UnansweredPart } from '@runplane/contracts';
