@@ -9,7 +9,7 @@
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
  * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
- * user's cancel. It also records a child Run's settlement on its parent (`child.run.settled`).
+ * user's cancel, unless the runtime had already stopped with an answer (then the answer settles). It also records a child Run's settlement on its parent (`child.run.settled`).
  *
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
  * while both executor subjects (`runtime`, `tools`) end in a fence of recovery (`facts.closed`;
@@ -80,8 +80,14 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
       : settled('failed', reason);
   const finished = facts.finished;
   // The user's cancel (K4) settles the Run `canceled` once its execution is fenced or stopped,
-  // keeping what was published; only an answer already published before it wins (completed).
-  if (facts.cancelRequested && !facts.answer && (facts.fenced || finished)) {
+  // keeping what was published. Once the runtime has recorded that it stopped with an answer, the
+  // answer wins: nothing is left to stop, and the settlement waits for its publication (below).
+  // This depends only on the runtime subject's order (its `run.execution.finished` and recovery's
+  // cancel fence are conditional appends there, one wins), never on which of the cancel or
+  // `answer.published` a lifecycle replica happened to read first: a cancel racing the completion
+  // settles the same way on every replica (K9).
+  const answeredByRuntime = finished?.reason === 'answered';
+  if (facts.cancelRequested && !answeredByRuntime && (facts.fenced || finished)) {
     const c = facts.cancelRequested;
     return [settled('canceled', `canceled by ${c.requestedBy ?? 'the user'}${c.reason ? `: ${c.reason}` : ''}`)];
   }

@@ -121,6 +121,15 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
       ]);
   });
 
+  it('given a cancel racing the completion: once the runtime recorded its answer, the cancel does not win; the settlement waits for the answer and follows it, whatever a replica read first (K9)', () => {
+    const cancelThenFinished = answered().closed().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
+    lifecycle.given(cancelThenFinished).when(wake).thenNothing();
+    lifecycle
+      .given(published(cancelThenFinished))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+  });
+
   it('given a cancel after the answer with an unanswered list was published, then the answer wins: partial, never a second settlement', () => {
     const h = published(answered(), [{ part: 'x', reason: 'y' }]).add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
     const [first] = lifecycle
