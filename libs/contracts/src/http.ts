@@ -108,6 +108,11 @@ export const RunView = z
     outcome: Outcome.nullable(),
     reason: z.string().nullable(),
     modelRequests: z.number().int(),
+    /** Tokens measured, summed over the model requests that reported usage (a lower bound when `unknownUsageTurns` > 0). */
+    promptTokens: z.number().int(),
+    completionTokens: z.number().int(),
+    /** Model requests whose token usage is unknown (no usage reported, failed, cut, in flight): never counted as 0 tokens (K9). */
+    unknownUsageTurns: z.number().int(),
     toolCalls: z.number().int(),
     passages: z.number().int(),
     admittedAt: z.string().datetime(),
