@@ -7,12 +7,19 @@ import type { MigrationObject } from '@mikro-orm/core';
 import { Migration20261130000000_projections } from './Migration20261130000000_projections.js';
 import { Migration20261130120000_tool_call_observations } from './Migration20261130120000_tool_call_observations.js';
 import { Migration20261130130000_parked_status } from './Migration20261130130000_parked_status.js';
+import { Migration20261130140000_run_usage } from './Migration20261130140000_run_usage.js';
 
-export { Migration20261130000000_projections, Migration20261130120000_tool_call_observations, Migration20261130130000_parked_status };
+export {
+  Migration20261130000000_projections,
+  Migration20261130120000_tool_call_observations,
+  Migration20261130130000_parked_status,
+  Migration20261130140000_run_usage,
+};
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
 export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261130000000_projections', class: Migration20261130000000_projections },
   { name: 'Migration20261130120000_tool_call_observations', class: Migration20261130120000_tool_call_observations },
   { name: 'Migration20261130130000_parked_status', class: Migration20261130130000_parked_status },
+  { name: 'Migration20261130140000_run_usage', class: Migration20261130140000_run_usage },
 ];

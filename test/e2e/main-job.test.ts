@@ -128,8 +128,10 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     for (const line of cmp.onlyInB) expect(answer).toContain(line.ticker!);
     expect(answer).toMatch(/13 QQQ names/);
     expect(answer).toContain('The standard overlap (the smaller weight summed over common holdings) is 51.4%');
-    // ...and it ends with the machine-readable list of unanswered parts: none.
-    expect(extractUnanswered(answer)).toEqual([]);
+    // ...and its machine-readable list of unanswered parts (kept out of the text) is empty.
+    expect(extractUnanswered(answer)).toBeNull();
+    expect(ofType(events, 'answer.published')[0]!.data.unanswered).toEqual([]);
+    expect(ofType(events, 'run.settled')[0]!.data.unanswered).toEqual([]);
   });
 
   it('projects the Run into PostgreSQL and a rebuild from the log gives identical rows (K11)', async () => {
@@ -202,7 +204,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
 });
 
 describe('K8 first cut: a fund that is not in the data', () => {
-  it('gets a failed receipt and the Run still settles with an answer saying the fund is not covered', async () => {
+  it('gets a failed receipt and the Run still settles with an answer saying the fund is not covered: partial, naming it (K9)', async () => {
     const { body } = await t.client.postMessage('conv-k8', { clientMessageId: 'k8-unknown-fund', content: 'What are the holdings of XYZQ?' });
     const events = await t.waitForSettlement(body.runId);
     const receipts = ofType(events, 'tool.call.receipt');
@@ -210,7 +212,8 @@ describe('K8 first cut: a fund that is not in the data', () => {
     expect(failed?.data.name).toBe('get_holdings');
     expect(failed?.data.error?.code).toBe('unknown_fund');
     const settled = ofType(events, 'run.settled')[0]!;
-    expect(settled.data.outcome).toBe('completed');
+    expect(settled.data.outcome).toBe('partial');
+    expect(settled.data.unanswered?.some((u) => u.part.includes('XYZQ'))).toBe(true);
     expect(settled.data.receipts).toContainEqual({ toolCallId: failed!.data.toolCallId, name: 'get_holdings', status: 'failed' });
     const answer = (await t.client.getAnswer(body.runId)).text;
     expect(answer).toMatch(/XYZQ[^.]*not covered/);

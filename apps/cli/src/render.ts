@@ -2,7 +2,7 @@
  * Terminal rendering of a Run as it is observed: one short line per fact, the answer passages in
  * full as they are committed, and the settlement.
  */
-import type { RunEvent } from '@runplane/contracts';
+import type { EventData, RunEvent } from '@runplane/contracts';
 
 /** One-line summary of an event for timelines and progress output. */
 export function summarize(e: RunEvent): string {
@@ -12,9 +12,9 @@ export function summarize(e: RunEvent): string {
     case 'model.turn.requested':
       return `model turn ${e.data.turn} requested (${e.data.model})`;
     case 'model.turn.completed':
-      return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}`;
+      return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}, ${e.data.usage ? `${e.data.usage.totalTokens} tokens` : 'usage unknown'}`;
     case 'model.turn.failed':
-      return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message}`;
+      return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message} (usage unknown)`;
     case 'tool.call.proposed':
       return `tool call proposed: ${e.data.name}(${e.data.argumentsText})`;
     case 'model.output.paragraph':
@@ -28,7 +28,7 @@ export function summarize(e: RunEvent): string {
     case 'passage.committed':
       return `passage ${e.data.index} committed (v${e.data.version}, ${e.data.text.length} chars)`;
     case 'answer.published':
-      return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars`;
+      return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars${e.data.unanswered?.length ? `, ${e.data.unanswered.length} part(s) unanswered` : ''}`;
     case 'run.settled':
       return `SETTLED ${e.data.outcome}: ${e.data.reason}`;
     case 'run.cancel.requested':
@@ -64,9 +64,22 @@ export function renderLive(e: RunEvent, seq: number): string {
     return [
       '',
       `Settlement (by ${e.owner}): ${e.data.outcome.toUpperCase()}: ${e.data.reason}`,
-      `  usage: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${u.promptTokens} prompt + ${u.completionTokens} completion tokens`,
+      `  usage: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${tokensText(u)}`,
+      ...(e.data.unanswered?.length ? [`  unanswered: ${e.data.unanswered.map((p) => `${p.part} (${p.reason})`).join('; ')}`] : []),
       `  receipts: ${e.data.receipts.map((r) => `${r.name}=${r.status}`).join(', ') || 'none'}`,
     ].join('\n');
   }
   return `  #${seq} [${e.owner}] ${summarize(e)}`;
+}
+
+/**
+ * A settlement's tokens as measured: unknown usage (a turn without a usage chunk, a failed or cut
+ * request, a dead process) is shown as unknown with its count, never as 0 tokens (K9). A
+ * settlement written before `unknownUsageTurns` existed shows its sums as they were recorded.
+ */
+export function tokensText(u: EventData<'run.settled'>['usage']): string {
+  const unknown = u.unknownUsageTurns ?? 0;
+  if (unknown === 0) return `${u.promptTokens} prompt + ${u.completionTokens} completion tokens`;
+  if (unknown >= u.modelRequests) return `tokens unknown (no usage reported for any of the ${unknown} model request(s))`;
+  return `at least ${u.promptTokens} prompt + ${u.completionTokens} completion tokens (usage unknown for ${unknown} of ${u.modelRequests} model request(s))`;
 }

@@ -1,10 +1,15 @@
 /**
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
- * owners recorded. `completed` only when publication committed an answer; `failed` with the
+ * owners recorded. `completed` only when publication committed an answer that lists nothing
+ * unanswered; `partial`, with that list as `unanswered`, when the published answer says it left
+ * parts of the question unanswered, or when the Run failed (any failure below) after committing
+ * some text: published passages are never erased by a later failure, so such a Run is neither
+ * `completed` nor a bare `failed` (its `unanswered` names the rest of the answer and why);
+ * `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
  * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
- * user's cancel. It also records a child Run's settlement on its parent (`child.run.settled`).
+ * user's cancel, unless the runtime had already stopped with an answer (then the answer settles). It also records a child Run's settlement on its parent (`child.run.settled`).
  *
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
  * while both executor subjects (`runtime`, `tools`) end in a fence of recovery (`facts.closed`;
@@ -13,7 +18,7 @@
  * nats-server 2.9.10 too. And it settles only once every paragraph recorded while the answer
  * streamed is a committed passage, so text produced before a crash or a failure is kept (K9, K10).
  */
-import { contextFrom, makeEvent, type Outcome, type RunEvent } from '@runplane/contracts';
+import { contextFrom, makeEvent, type Outcome, type RunEvent, type UnansweredPart } from '@runplane/contracts';
 import { passagesInOrder, toolCallsInOrder, uncommittedParagraphs, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
@@ -58,12 +63,31 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)
     .map((c) => ({ toolCallId: c.toolCallId, name: c.name, status: c.receipt!.status }));
-  const settled = (outcome: 'completed' | 'failed' | 'interrupted' | 'canceled', reason: string) =>
-    makeEvent('run.settled', contextFrom(facts.lastEvent!), 'settlement', { outcome, reason, passageIds, receipts, usage: usageOf(facts) }, now);
+  const settled = (outcome: Outcome, reason: string, unanswered: UnansweredPart[] = []) =>
+    makeEvent(
+      'run.settled',
+      contextFrom(facts.lastEvent!),
+      'settlement',
+      { outcome, reason, passageIds, receipts, usage: usageOf(facts), unanswered },
+      now,
+    );
+  /** A failure: `partial` when text was committed before it (kept, K9), else `failed`. */
+  const failedAfter = (reason: string) =>
+    passageIds.length > 0
+      ? settled('partial', `${reason}; the ${passageIds.length} passage(s) committed before it are kept`, [
+          { part: 'the rest of the answer', reason },
+        ])
+      : settled('failed', reason);
   const finished = facts.finished;
   // The user's cancel (K4) settles the Run `canceled` once its execution is fenced or stopped,
-  // keeping what was published; only an answer already published before it wins (completed).
-  if (facts.cancelRequested && !facts.answer && (facts.fenced || finished)) {
+  // keeping what was published. Once the runtime has recorded that it stopped with an answer, the
+  // answer wins: nothing is left to stop, and the settlement waits for its publication (below).
+  // This depends only on the runtime subject's order (its `run.execution.finished` and recovery's
+  // cancel fence are conditional appends there, one wins), never on which of the cancel or
+  // `answer.published` a lifecycle replica happened to read first: a cancel racing the completion
+  // settles the same way on every replica (K9).
+  const answeredByRuntime = finished?.reason === 'answered';
+  if (facts.cancelRequested && !answeredByRuntime && (facts.fenced || finished)) {
     const c = facts.cancelRequested;
     return [settled('canceled', `canceled by ${c.requestedBy ?? 'the user'}${c.reason ? `: ${c.reason}` : ''}`)];
   }
@@ -76,22 +100,23 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     const unknown = uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : '';
     // A Run fenced at its deadline by recovery (nobody executed it to its end in time) failed: it
     // is not interrupted by a fault, its time is up.
-    if (f.reason === 'deadline') {
-      return [settled('failed', `the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
-    }
+    if (f.reason === 'deadline') return [failedAfter(`the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
     // A Run parked on a question nobody answered in time (K10) failed: it did not crash.
-    if (f.reason === 'wait-expired')
-      return [settled('failed', `wait-expired: the question for a human was not answered in time: ${f.detail}${unknown}`)];
+    if (f.reason === 'wait-expired') return [failedAfter(`wait-expired: the question for a human was not answered in time: ${f.detail}${unknown}`)];
+    // Interrupted stays interrupted (K10: eligible for Continue), its passages kept.
     const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];
   }
   if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
-  const answered = finished.reason === 'answered' && facts.answer !== null && facts.answer.passageIds.length > 0;
-  return [
-    answered
-      ? settled('completed', `answer committed in ${facts.answer!.passageIds.length} passage(s)`)
-      : settled('failed', `${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`),
-  ];
+  const answer = finished.reason === 'answered' ? facts.answer : null;
+  if (answer && answer.passageIds.length > 0) {
+    const committed = `answer committed in ${answer.passageIds.length} passage(s)`;
+    const unanswered = answer.unanswered ?? [];
+    if (unanswered.length === 0) return [settled('completed', committed)];
+    const listed = unanswered.map((u) => `${u.part} (${u.reason})`).join('; ');
+    return [settled('partial', `${committed}; not answered: ${listed}`, unanswered)];
+  }
+  return [failedAfter(`${FAILURE_REASONS[finished.reason] ?? finished.reason}: ${finished.detail}`)];
 }
 
 /**

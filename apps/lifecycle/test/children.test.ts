@@ -83,7 +83,8 @@ describe('lifecycle decide: a wait that expired unanswered settles the Run faile
             reason: 'wait-expired: the question for a human was not answered in time: wait w expired unanswered at 2026-01-01T00:00:00.000Z',
             passageIds: [],
             receipts: [],
-            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5 },
+            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
+            unanswered: [],
           },
         },
       ]);

@@ -21,6 +21,129 @@ const answered = () =>
     .turn(2, { content: 'Answer.' })
     .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
 
+const published = (h: History, unanswered?: { part: string; reason: string }[]) =>
+  h
+    .closed()
+    .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
+    .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2, ...(unanswered ? { unanswered } : {}) });
+
+describe('lifecycle decide: an answer that says what it did not answer settles partial (K9)', () => {
+  it('given the answer published with an unanswered list, then it settles partial with that list', () => {
+    const gaps = [
+      { part: 'holdings of XYZ', reason: 'no holdings file' },
+      { part: 'top 10 holdings of SPY', reason: 'only 5 came back' },
+    ];
+    lifecycle
+      .given(published(answered(), gaps))
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({
+            outcome: 'partial',
+            reason: 'answer committed in 1 passage(s); not answered: holdings of XYZ (no holdings file); top 10 holdings of SPY (only 5 came back)',
+            passageIds: ['p0'],
+            unanswered: gaps,
+          }),
+        },
+      ]);
+  });
+
+  it('given the answer published with an empty list (or none, as written before the list existed), then it settles completed with an empty list', () => {
+    for (const list of [[], undefined])
+      lifecycle
+        .given(published(answered(), list))
+        .when(wake)
+        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+  });
+
+  it('given a model error after a passage was committed, then it settles partial keeping the passage and naming the rest of the answer, not failed', () => {
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('model.output.paragraph', '1/0', { turn: 1, index: 0, text: 'First.', sha256: 'b'.repeat(64) })
+      .add('passage.committed', '1/0/v1', { passageId: 'p0', index: 0, version: 1, text: 'First.', sourceTurn: 1, sha256: 'b'.repeat(64) })
+      .add('model.turn.failed', 1, { turn: 1, error: { kind: 'connection', status: null, message: 'stream cut' } })
+      .add('run.execution.finished', 'finished', { reason: 'model-error', detail: 'turn 1: stream cut', answerTurn: null })
+      .closed();
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: {
+            outcome: 'partial',
+            reason: 'the model request failed: turn 1: stream cut; the 1 passage(s) committed before it are kept',
+            passageIds: ['p0'],
+            receipts: [],
+            // the failed turn's usage is unknown: not 0 tokens measured
+            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
+            unanswered: [{ part: 'the rest of the answer', reason: 'the model request failed: turn 1: stream cut' }],
+          },
+        },
+      ]);
+  });
+
+  it('given a model error before any text was committed, then it settles failed, with nothing unanswered listed', () => {
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } })
+      .add('run.execution.finished', 'finished', { reason: 'model-error', detail: 'turn 1: boom', answerTurn: null })
+      .closed();
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', passageIds: [], unanswered: [] }) }]);
+  });
+
+  it('given a turn that completed without a usage chunk, then its tokens are unknown, not 0 measured', () => {
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('model.turn.completed', 1, { turn: 1, content: 'Answer.', toolCalls: [], finishReason: 'stop', usage: null })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 })
+      .closed()
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 1, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 1, unanswered: [] });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({
+            outcome: 'completed',
+            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
+          }),
+        },
+      ]);
+  });
+
+  it('given a cancel racing the completion: once the runtime recorded its answer, the cancel does not win; the settlement waits for the answer and follows it, whatever a replica read first (K9)', () => {
+    const cancelThenFinished = answered().closed().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
+    lifecycle.given(cancelThenFinished).when(wake).thenNothing();
+    lifecycle
+      .given(published(cancelThenFinished))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+  });
+
+  it('given a cancel after the answer with an unanswered list was published, then the answer wins: partial, never a second settlement', () => {
+    const h = published(answered(), [{ part: 'x', reason: 'y' }]).add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
+    const [first] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
+    if (first?.type !== 'run.settled') throw new Error('expected a settlement');
+    lifecycle
+      .given(h.add('run.settled', 'settlement', first.data))
+      .when(wake)
+      .thenNothing();
+  });
+});
+
 describe('lifecycle decide: exactly one honest settlement (K9)', () => {
   it('given the runtime stopped with an answer not yet published, then it waits', () => {
     lifecycle.given(answered()).when(wake).thenNothing();
@@ -42,7 +165,8 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
             reason: 'answer committed in 1 passage(s)',
             passageIds: ['p0'],
             receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
-            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
+            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10, unknownUsageTurns: 0 },
+            unanswered: [],
           },
         },
       ]);
@@ -98,7 +222,9 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
             reason: 'the runtime was lost (its lease expired): no renewal; outcome unknown: model turn 2',
             passageIds: [],
             receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
-            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5 },
+            // turn 2 was in flight when the runtime was lost: its usage is unknown, not 0 tokens
+            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 1 },
+            unanswered: [],
           },
         },
       ]);
@@ -127,7 +253,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
   });
 
-  it('given an execution fenced at its deadline, then it settles failed saying the deadline passed (and when) while nobody executed it, keeping passages, receipts and usage', () => {
+  it('given an execution fenced at its deadline after committing a passage, then it settles partial saying the deadline passed (and when) while nobody executed it, keeping passages, receipts and usage (K9)', () => {
     const h = new History()
       .admitted({ deadlineAt: '2026-01-01T00:00:10.000Z' })
       .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
@@ -149,12 +275,19 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
         {
           type: 'run.settled',
           data: {
-            outcome: 'failed',
+            outcome: 'partial',
             reason:
-              'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
+              'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run); the 1 passage(s) committed before it are kept',
             passageIds: ['p0'],
             receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
-            usage: { modelRequests: 1, toolCalls: 1, promptTokens: 10, completionTokens: 5 },
+            usage: { modelRequests: 1, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
+            unanswered: [
+              {
+                part: 'the rest of the answer',
+                reason:
+                  'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
+              },
+            ],
           },
         },
       ]);

@@ -8,11 +8,26 @@
  * Committed passages are never erased by a later failure (K9), and nothing is appended after the
  * Run's settlement.
  *
+ * The answer's machine-readable list of what it left unanswered (its `runplane-unanswered` block,
+ * `splitUnanswered`) is recorded on `answer.published` (`unanswered`, [] when the answer lists
+ * nothing or has no block) and kept out of the published passages: the answer's prose says the
+ * same in words. An answer that is nothing but the block keeps it as its text (never an empty
+ * answer). The lifecycle settles a Run whose list is not empty `partial` (K9).
+ *
  * Text streamed in a turn that then proposes tool calls is committed like any other (nothing says
  * it is not answer text until the turn ends): it stays a committed passage of its turn, but it is
  * not part of the published answer, which lists only the answer turn's passages.
  */
-import { contextFrom, deterministicId, makeEvent, sha256Hex, splitPassages, type EventData, type RunEvent } from '@runplane/contracts';
+import {
+  contextFrom,
+  deterministicId,
+  makeEvent,
+  sha256Hex,
+  splitPassages,
+  splitUnanswered,
+  type EventData,
+  type RunEvent,
+} from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 export { splitPassages };
@@ -67,7 +82,9 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
   const answerTurn = finished.answerTurn;
   const turn = facts.turns.find((t) => t.turn === answerTurn)?.completed;
   if (!turn) return events;
-  const texts = splitPassages(turn.content);
+  const gaps = splitUnanswered(turn.content);
+  const withoutBlock = splitPassages(gaps.text);
+  const texts = withoutBlock.length > 0 ? withoutBlock : splitPassages(turn.content);
   texts.forEach((text, index) => commit(answerTurn, index, text));
   if (texts.length === 0) return events;
   events.push(
@@ -79,6 +96,7 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
         passageIds: texts.map((_, i) => passageIdFor(facts.runId, answerTurn, i)),
         characters: texts.reduce((n, t) => n + t.length, 0),
         sourceTurn: answerTurn,
+        unanswered: gaps.unanswered ?? [],
       },
       now,
     ),

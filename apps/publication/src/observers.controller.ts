@@ -126,7 +126,8 @@ export class ObserversController implements BeforeApplicationShutdown {
    * `GET /v1/runs/{runId}/answer`: from the Run's log, the published answer's passages, or, before
    * an answer is published (still streaming, or settled without one), every committed passage in
    * turn and index order: text committed while the answer streamed is served as soon as it is
-   * committed, and after an interruption (`answerPassages`).
+   * committed, and after an interruption (`answerPassages`). `complete` is true only once the Run
+   * settled `completed`; `unanswered` lists what the answer (or the settlement) says is missing.
    */
   @Get(':runId/answer')
   async answer(@Param('runId') rawRunId: string): Promise<AnswerView> {
@@ -144,7 +145,10 @@ export class ObserversController implements BeforeApplicationShutdown {
       runId,
       passages,
       text: passages.map((p) => p.text).join('\n\n'),
-      complete: facts.answer !== null,
+      // complete only for a `completed` settlement: an answer that is partial, failed after some
+      // text, canceled or interrupted is not the complete answer, even when one was published (K9)
+      complete: facts.settled?.outcome === 'completed',
+      unanswered: facts.settled?.unanswered ?? facts.answer?.unanswered ?? [],
       outcome: facts.settled?.outcome ?? null,
     });
   }

@@ -36,7 +36,10 @@ describe('publication decide: passages are committed from the answer turn', () =
       .then([
         passage(0, 'A.'),
         passage(1, 'B.'),
-        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 1, 0), passageIdFor('run-1', 1, 1)], characters: 4, sourceTurn: 1 } },
+        {
+          type: 'answer.published',
+          data: { passageIds: [passageIdFor('run-1', 1, 0), passageIdFor('run-1', 1, 1)], characters: 4, sourceTurn: 1, unanswered: [] },
+        },
       ]);
     expect(events.every((e) => e.owner === 'publication')).toBe(true);
   });
@@ -47,6 +50,41 @@ describe('publication decide: passages are committed from the answer turn', () =
       .given(h)
       .when(wake)
       .then([passage(1, 'B.'), { type: 'answer.published', data: expect.objectContaining({ sourceTurn: 1 }) }]);
+  });
+
+  it('given an answer ending with its unanswered block, then the block is kept out of the passages and its list is on answer.published (K9)', () => {
+    const block = '```json runplane-unanswered\n{"unanswered":[{"part":"holdings of XYZ","reason":"no holdings file"}]}\n```';
+    const h = new History()
+      .admitted()
+      .turn(1, { content: `A.\n\nNot answered: holdings of XYZ (no holdings file).\n${block}` })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    publication
+      .given(h)
+      .when(wake)
+      .then([
+        passage(0, 'A.'),
+        passage(1, 'Not answered: holdings of XYZ (no holdings file).'),
+        {
+          type: 'answer.published',
+          data: expect.objectContaining({ unanswered: [{ part: 'holdings of XYZ', reason: 'no holdings file' }] }),
+        },
+      ]);
+  });
+
+  it('given an answer with an unreadable unanswered block, then the block stays in the text and the list is empty', () => {
+    const text = 'A.\n\n```json runplane-unanswered\n{not json}\n```';
+    const h = new History()
+      .admitted()
+      .turn(1, { content: text })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    publication
+      .given(h)
+      .when(wake)
+      .then([
+        passage(0, 'A.'),
+        passage(1, '```json runplane-unanswered\n{not json}\n```'),
+        { type: 'answer.published', data: expect.objectContaining({ unanswered: [] }) },
+      ]);
   });
 
   it('given a Run stopped without an answer, then nothing is published', () => {
@@ -89,7 +127,7 @@ describe('publication decide: passages are committed while the answer streams', 
         passage(2, 'Three.'),
         {
           type: 'answer.published',
-          data: { passageIds: [0, 1, 2].map((i) => passageIdFor('run-1', 1, i)), characters: 14, sourceTurn: 1 },
+          data: { passageIds: [0, 1, 2].map((i) => passageIdFor('run-1', 1, i)), characters: 14, sourceTurn: 1, unanswered: [] },
         },
       ]);
   });
@@ -126,7 +164,7 @@ describe('publication decide: passages are committed while the answer streams', 
       .when(wake)
       .then([
         passage(0, 'Answer.', 2),
-        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 2, 0)], characters: 7, sourceTurn: 2 } },
+        { type: 'answer.published', data: { passageIds: [passageIdFor('run-1', 2, 0)], characters: 7, sourceTurn: 2, unanswered: [] } },
       ]);
   });
 

@@ -26,7 +26,7 @@
  * expires or is released by a stopping runtime while the log says parked is not fenced
  * (`LeaseLost` decides nothing; the lease watcher marks the lease parked instead).
  */
-import { contextFrom, makeEvent, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
+import { contextFrom, makeEvent, type EventData, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
 import { lastTurn, parkedOn, toolCallsInOrder, unansweredWaits, unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** The holder of a lease: the runtime process that wrote under it. */
@@ -112,12 +112,37 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
   }
 }
 
-/** One `run.fenced` marker on each executor's subject, unless the execution already stopped, the Run is settled or fenced. */
+/**
+ * One `run.fenced` marker on each executor's subject, unless the execution already stopped or the
+ * Run is settled. A Run fenced already gets nothing, except where its fence is incomplete: an
+ * executor appended on its subject between the two markers (the second append was refused), so
+ * that subject is open; it is fenced again with the first marker's reason, else nothing would
+ * ever close it and the Run would never settle (K9).
+ */
 function fence(facts: RunFacts, epoch: number, holder: Holder | null, reason: FenceReason, detail: string, now: Date): RunEvent[] {
-  if (facts.finished || facts.fenced) return [];
+  if (facts.settled) return [];
+  if (facts.fenced) return completeFence(facts, facts.fenced, now);
+  if (facts.finished) return [];
   const data = { epoch, holder, reason, detail, uncertain: uncertainSteps(facts) };
   const ctx = contextFrom(facts.lastEvent!);
   return EXECUTOR_SUBJECTS.map((fencedSubject) => makeEvent('run.fenced', ctx, `fence/${epoch}/${fencedSubject}`, { fencedSubject, ...data }, now));
+}
+
+/** The fence `first` again on each executor subject still open after it (see {@link fence}); its key names the subject's position, so it is a new fact. */
+function completeFence(facts: RunFacts, first: EventData<'run.fenced'>, now: Date): RunEvent[] {
+  if (facts.finished) return []; // closed for the settlement instead (closeForSettlement)
+  const ctx = contextFrom(facts.lastEvent!);
+  // open: its last event is an executor's append, not a fence (a subject with no event was never written after one)
+  const open = EXECUTOR_SUBJECTS.filter((subject) => !facts.closed[subject] && facts.lastSeqByOwner[subject] > 0);
+  return open.map((fencedSubject) =>
+    makeEvent(
+      'run.fenced',
+      ctx,
+      `fence/${first.epoch}/${fencedSubject}/after/${facts.lastSeqByOwner[fencedSubject]}`,
+      { ...first, fencedSubject, uncertain: uncertainSteps(facts) },
+      now,
+    ),
+  );
 }
 
 /** The executors' subjects, in the order their fences are written: the lifecycle wakes on the `runtime` one, the last. */

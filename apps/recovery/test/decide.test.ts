@@ -87,6 +87,45 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
         { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', epoch: 1, holder, reason: 'canceled' }) },
       ]);
   });
+
+  it('given a cancel fence half-written (the runtime appended its turn between the tools marker and the runtime one, whose append was refused), when retried, then only the runtime subject is fenced again, so the Run can settle (K9)', () => {
+    const h = new History()
+      .admitted()
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null })
+      .add('run.fenced', 'fence/1/tools', {
+        fencedSubject: 'tools',
+        epoch: 1,
+        holder,
+        reason: 'canceled',
+        detail: 'canceled by the user',
+        uncertain: [{ kind: 'model-turn', turn: 1 }],
+      })
+      .add('model.turn.completed', 1, { turn: 1, content: 'A.', toolCalls: [], finishReason: 'stop', usage: null });
+    recovery
+      .given(h)
+      .when({ type: 'CancelRequested' })
+      .then([
+        {
+          type: 'run.fenced',
+          data: { fencedSubject: 'runtime', epoch: 1, holder, reason: 'canceled', detail: 'canceled by the user', uncertain: [] },
+        },
+      ]);
+    recovery
+      .given(
+        h.add('run.fenced', 'refence', {
+          fencedSubject: 'runtime',
+          epoch: 1,
+          holder,
+          reason: 'canceled',
+          detail: 'canceled by the user',
+          uncertain: [],
+        }),
+      )
+      .when({ type: 'CancelRequested' })
+      .thenNothing();
+  });
 });
 
 describe('recovery decide: a deadline passing while nobody executes the Run (K10)', () => {

@@ -3,7 +3,15 @@
  * tool call's receipt as the model reads it (`ToolMessageContent`: unknown stays unknown, K5).
  */
 import { z } from 'zod';
-import { ParkingToolPack, ToolPack, waitIdOf, type ProposedToolCall, type ToolMessageContent, type ToolName } from '@runplane/contracts';
+import {
+  ParkingToolPack,
+  ToolPack,
+  UNANSWERED_FENCE,
+  waitIdOf,
+  type ProposedToolCall,
+  type ToolMessageContent,
+  type ToolName,
+} from '@runplane/contracts';
 import type { ToolCallFacts, RunFacts } from '@runplane/run-facts';
 import type OpenAI from 'openai';
 import { planCalls, type CallPlan } from './parking.js';
@@ -11,11 +19,21 @@ import { planCalls, type CallPlan } from './parking.js';
 type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 type Tool = OpenAI.Chat.Completions.ChatCompletionTool;
 
+/**
+ * The system prompt of every model request. It asks the model for the same structure the offline
+ * research policy writes: the parts it could not answer, in words and as the closing
+ * `runplane-unanswered` block (`splitUnanswered`), which publication records and the lifecycle
+ * settles `partial` on (K9).
+ */
 export const SYSTEM_PROMPT = [
   "You are Runplane's fund research agent. Answer the user's question from the holdings files the tools read; never invent data.",
   'Call tools to look things up. State every date as YYYY-MM-DD, as read from inside the file, and name the file each figure comes from.',
   'If a tool fails, is denied or its outcome is unknown, say so plainly; do not treat an unknown outcome as a success.',
   'Write the final answer as short passages separated by blank lines.',
+  'Never answer an easier question than the one asked. Say in words which parts of the question you could not answer and why',
+  '(a fund with no data, a date you could not use, a sub-question you skipped), then end the final answer with this block,',
+  `listing them (an empty list when you answered everything): ${UNANSWERED_FENCE}`,
+  '{"unanswered":[{"part":"<the part of the question>","reason":"<why it is not answered>"}]} ``` on its own lines, with no blank line inside it.',
 ].join(' ');
 
 /**

@@ -35,12 +35,9 @@ export {
   chooseFiles,
   questionPlan,
   topN,
-  extractUnanswered,
-  UNANSWERED_FENCE,
   MAX_COMPARED_FUNDS,
   APPROXIMATE_AFTER_DAYS,
   type Subject,
-  type UnansweredPart,
   type CallOutcome,
   type CallRecord,
 } from './research-policy.js';
@@ -55,3 +52,5 @@ export {
   type FinishReason,
   type UsageOverride,
 } from './wire.js';
+/** The unanswered-block helpers live in the contracts (one definition for the product); re-exported for the policy's users. */
+export { extractUnanswered, UNANSWERED_FENCE, type UnansweredPart } from '@runplane/contracts';

@@ -23,6 +23,8 @@ import {
   type HoldingsFileInfo,
   type HoldingLine,
   type HoldingsSummary,
+  UNANSWERED_FENCE,
+  type UnansweredPart,
 } from '@runplane/contracts';
 import { isoDay, readQuestionDates, type QuestionDate, type UnreadableDate } from '@runplane/holdings';
 import type { z } from 'zod';
@@ -761,38 +763,6 @@ function fundsOverview(funds: ListFundsResult): string {
 }
 
 const ILLUSTRATIVE_NOTE = 'These figures come from the illustrative sample data shipped with the project, not from real issuer files.';
-
-/** Opens the machine-readable list of unanswered parts that ends every final answer. */
-export const UNANSWERED_FENCE = '```json runplane-unanswered';
-
-/** One part of the question the answer does not answer, and why (plain words). */
-export interface UnansweredPart {
-  part: string;
-  reason: string;
-}
-
-/**
- * The unanswered parts of a final answer: the JSON in the last {@link UNANSWERED_FENCE} block,
- * `{"unanswered":[{"part","reason"}]}`. `null` when the text has no such block (not written by
- * this policy) or it cannot be parsed.
- */
-export function extractUnanswered(answer: string): UnansweredPart[] | null {
-  const at = answer.lastIndexOf(UNANSWERED_FENCE);
-  if (at < 0) return null;
-  const body = answer.slice(at + UNANSWERED_FENCE.length);
-  const end = body.indexOf('```');
-  if (end < 0) return null;
-  try {
-    const json = JSON.parse(body.slice(0, end)) as { unanswered?: unknown };
-    if (!Array.isArray(json.unanswered)) return null;
-    return json.unanswered.filter(
-      (u): u is UnansweredPart =>
-        typeof u === 'object' && u !== null && typeof (u as UnansweredPart).part === 'string' && typeof (u as UnansweredPart).reason === 'string',
-    );
-  } catch {
-    return null;
-  }
-}
 
 /** The closing passage: the unanswered parts in words, then as the fenced JSON block (one passage: no blank line inside). */
 function unansweredPassage(parts: readonly UnansweredPart[]): string {

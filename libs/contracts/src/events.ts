@@ -7,6 +7,7 @@
  */
 import { z } from 'zod';
 import { ParkingToolNames, TestToolNames, ToolEffect, ToolNames } from './tools.js';
+import { UnansweredPart } from './unanswered.js';
 
 /** The service that alone may establish a kind of fact (CONTRACTS.md "Owner"). */
 export const Owner = z.enum(['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle']);
@@ -239,6 +240,12 @@ export const AnswerPublishedV1 = z.object({
   passageIds: z.array(Id),
   characters: z.number().int().nonnegative(),
   sourceTurn: z.number().int().positive(),
+  /**
+   * The parts of the question the answer says it left unanswered (its `runplane-unanswered` block,
+   * which is kept out of the passages), [] when it lists none or has no block (K9). Absent on
+   * answers published before it existed (read as []).
+   */
+  unanswered: z.array(UnansweredPart).optional(),
 });
 
 // ---- admission: the user's cancel intent (K4) ------------------------------------------------
@@ -326,9 +333,22 @@ export const RunSettledV1 = z.object({
   usage: z.object({
     modelRequests: z.number().int().nonnegative(),
     toolCalls: z.number().int().nonnegative(),
+    /** Tokens MEASURED: the sum over the turns whose usage the model reported (a lower bound when `unknownUsageTurns` > 0). */
     promptTokens: z.number().int().nonnegative(),
     completionTokens: z.number().int().nonnegative(),
+    /**
+     * Model requests whose token usage is unknown (no usage chunk, a failed or cut request, a
+     * dead process): they are not counted as 0 tokens measured. Absent on settlements written
+     * before it existed (their token sums counted such turns as 0).
+     */
+    unknownUsageTurns: z.number().int().nonnegative().optional(),
   }),
+  /**
+   * What the Run did not answer (K9): the answer's own unanswered list, or for a Run that failed
+   * after committing text, the rest of the answer and why. Not empty exactly when the outcome is
+   * `partial`; absent on settlements written before it existed.
+   */
+  unanswered: z.array(UnansweredPart).optional(),
 });
 
 /**

@@ -1,6 +1,7 @@
 /** HTTP bodies of the admission and publication APIs (zod is their single source). */
 import { z } from 'zod';
 import { Id, Outcome, ReceiptStatus } from './events.js';
+import { UnansweredPart } from './unanswered.js';
 
 /** `POST /v1/conversations/{conversationId}/messages` body. */
 export const PostMessageBody = z
@@ -107,6 +108,11 @@ export const RunView = z
     outcome: Outcome.nullable(),
     reason: z.string().nullable(),
     modelRequests: z.number().int(),
+    /** Tokens measured, summed over the model requests that reported usage (a lower bound when `unknownUsageTurns` > 0). */
+    promptTokens: z.number().int(),
+    completionTokens: z.number().int(),
+    /** Model requests whose token usage is unknown (no usage reported, failed, cut, in flight): never counted as 0 tokens (K9). */
+    unknownUsageTurns: z.number().int(),
     toolCalls: z.number().int(),
     passages: z.number().int(),
     admittedAt: z.string().datetime(),
@@ -124,8 +130,8 @@ export const ToolCallView = z.object({
 });
 
 /**
- * `GET /v1/runs/{runId}/answer`: the latest version of each passage. Once the answer is published
- * (`complete`), exactly its passages in order; before that (still streaming, or settled without
+ * `GET /v1/runs/{runId}/answer`: the latest version of each passage. Once the answer is published,
+ * exactly its passages in order; before that (still streaming, or settled without
  * an answer), every committed passage in the order of its source turn, then index.
  */
 export const AnswerView = z
@@ -143,8 +149,16 @@ export const AnswerView = z
       }),
     ),
     text: z.string(),
-    /** True once publication recorded `answer.published`. */
+    /**
+     * True only once the Run settled `completed` (K9): false while it runs, and for a `partial`,
+     * `failed`, `canceled` or `interrupted` settlement even when an answer was published.
+     */
     complete: z.boolean(),
+    /**
+     * What the answer does not answer: the settlement's list once settled, else the published
+     * answer's own list, else [] (K9).
+     */
+    unanswered: z.array(UnansweredPart),
     outcome: Outcome.nullable(),
   })
   .meta({ id: 'AnswerView' });

@@ -6,3 +6,4 @@ export * from './config.js';
 export * from './catalog-doc.js';
 export * from './openapi.js';
 export * from './passages.js';
+export * from './unanswered.js';

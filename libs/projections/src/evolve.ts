@@ -69,6 +69,9 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       outcome: null,
       reason: null,
       modelRequests: 0,
+      promptTokens: 0,
+      completionTokens: 0,
+      unknownUsageTurns: 0,
       toolCalls: 0,
       passages: 0,
       admittedAt: e.occurredAt,
@@ -82,9 +85,18 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       break; // the first admission defines the Run
     case 'model.turn.requested':
       next.modelRequests = row.modelRequests + 1;
+      // unknown until the turn reports its usage (K9)
+      next.unknownUsageTurns = row.unknownUsageTurns + 1;
       next.status = laterStatus(row.status, 'running');
       break;
     case 'model.turn.completed':
+      if (e.data.usage) {
+        next.promptTokens = row.promptTokens + e.data.usage.promptTokens;
+        next.completionTokens = row.completionTokens + e.data.usage.completionTokens;
+        next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
+      }
+      next.status = laterStatus(row.status, 'running');
+      break;
     case 'model.turn.failed':
     case 'tool.call.proposed':
     case 'tool.call.receipt':

@@ -26,6 +26,11 @@ export interface RunRow {
   reason: string | null;
   /** Number of `model.turn.requested` events. */
   modelRequests: number;
+  /** Tokens measured: summed over the model turns that reported usage. */
+  promptTokens: number;
+  completionTokens: number;
+  /** Model requests whose usage is unknown (not reported, failed, cut, in flight): not counted as 0 tokens (K9). */
+  unknownUsageTurns: number;
   /** Number of distinct tool calls dispatched (`tool.call.dispatched`), as in settlement usage. */
   toolCalls: number;
   /** Number of distinct passages committed (revisions do not count again). */

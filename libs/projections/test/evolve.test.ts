@@ -38,6 +38,9 @@ describe('runs rule', () => {
       outcome: null,
       reason: null,
       modelRequests: 0,
+      promptTokens: 0,
+      completionTokens: 0,
+      unknownUsageTurns: 0,
       toolCalls: 0,
       passages: 0,
       admittedAt: '2026-11-30T10:00:00.000Z',
@@ -50,9 +53,29 @@ describe('runs rule', () => {
     expect(evolveRun(null, stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toBeNull();
   });
 
+  it('given turns with and without usage and a failed one, then tokens are the measured sums and the others count as unknown usage, not 0 tokens (K9)', () => {
+    const events: RunEvent[] = [
+      makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)),
+      makeEvent(
+        'model.turn.completed',
+        c,
+        1,
+        { turn: 1, content: '', toolCalls: [], finishReason: 'tool_calls', usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10 } },
+        at(2),
+      ),
+      makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'm' }, at(3)),
+      makeEvent('model.turn.completed', c, 2, { turn: 2, content: 'A.', toolCalls: [], finishReason: 'stop', usage: null }, at(4)),
+      makeEvent('model.turn.requested', c, 3, { turn: 3, model: 'm' }, at(5)),
+      makeEvent('model.turn.failed', c, 3, { turn: 3, error: { kind: 'connection', status: null, message: 'cut' } }, at(6)),
+    ];
+    const row = events.reduce<RunRow>((r, e, i) => evolveRun(r, stored(e, i + 2))!, admittedRun());
+    expect(row).toMatchObject({ modelRequests: 3, promptTokens: 7, completionTokens: 3, unknownUsageTurns: 2 });
+  });
+
   it('given an admitted Run, when a model turn is requested, then it is running and counts one model request', () => {
     const next = evolveRun(admittedRun(), stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))!;
-    expect(next).toMatchObject({ status: 'running', modelRequests: 1, lastSeq: 2 });
+    // a requested turn's usage is unknown until it reports it (K9)
+    expect(next).toMatchObject({ status: 'running', modelRequests: 1, unknownUsageTurns: 1, promptTokens: 0, lastSeq: 2 });
   });
 
   it('given a proposed tool call, when it is dispatched, then the Run counts it once; a second dispatch of the same call does not count', () => {
@@ -136,7 +159,17 @@ describe('runs rule', () => {
       if (keys.toolCallId) toolCalls.set(keys.toolCallId, evolveToolCall(toolCallBefore, s));
       if (keys.passageId) passages.set(keys.passageId, evolvePassage(passageBefore, s));
     }
-    expect(run).toMatchObject({ status: 'settled', outcome: 'completed', modelRequests: 2, toolCalls: 2, passages: 2, lastSeq: events.length });
+    expect(run).toMatchObject({
+      status: 'settled',
+      outcome: 'completed',
+      modelRequests: 2,
+      promptTokens: 240,
+      completionTokens: 60,
+      unknownUsageTurns: 0,
+      toolCalls: 2,
+      passages: 2,
+      lastSeq: events.length,
+    });
   });
 });
 

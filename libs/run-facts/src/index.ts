@@ -276,16 +276,33 @@ export function toolCallsInOrder(facts: RunFacts): ToolCallFacts[] {
   return [...facts.toolCalls.values()].sort((a, b) => a.proposedSeq - b.proposedSeq);
 }
 
-/** Usage totals recorded so far: model requests, dispatched tool calls, tokens. */
-export function usageOf(facts: RunFacts): { modelRequests: number; toolCalls: number; promptTokens: number; completionTokens: number } {
+/**
+ * Usage totals recorded so far: model requests, dispatched tool calls, and the tokens MEASURED
+ * (summed over turns whose usage the model reported). A requested turn whose usage is not known
+ * (completed without a usage chunk, failed, cut, or never completed because the process died) is
+ * counted in `unknownUsageTurns`, never as 0 tokens (K9, K10).
+ */
+export function usageOf(facts: RunFacts): {
+  modelRequests: number;
+  toolCalls: number;
+  promptTokens: number;
+  completionTokens: number;
+  unknownUsageTurns: number;
+} {
   let promptTokens = 0;
   let completionTokens = 0;
+  let unknownUsageTurns = 0;
   for (const t of facts.turns) {
-    promptTokens += t.completed?.usage?.promptTokens ?? 0;
-    completionTokens += t.completed?.usage?.completionTokens ?? 0;
+    const u = t.completed?.usage;
+    if (!u) {
+      unknownUsageTurns += 1;
+      continue;
+    }
+    promptTokens += u.promptTokens;
+    completionTokens += u.completionTokens;
   }
   const toolCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
-  return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens };
+  return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens, unknownUsageTurns };
 }
 
 /** What an event on an executor subject does to its closure (see {@link RunFacts.closed}). */
