@@ -29,6 +29,13 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
             maxModelRequests: limits.RUNPLANE_MAX_MODEL_REQUESTS,
             maxToolCalls: limits.RUNPLANE_MAX_TOOL_CALLS,
             deadlineSeconds: limits.RUNPLANE_RUN_DEADLINE_SECONDS,
+            maxInputTokens: limits.RUNPLANE_MAX_INPUT_TOKENS,
+            maxOutputTokens: limits.RUNPLANE_MAX_OUTPUT_TOKENS,
+            finalOutputReserve: {
+              modelRequests: limits.RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS,
+              outputTokens: limits.RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS,
+            },
+            noProgressSeconds: limits.RUNPLANE_NO_PROGRESS_SECONDS,
           },
         };
       },

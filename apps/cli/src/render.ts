@@ -53,6 +53,8 @@ export function summarize(e: RunEvent): string {
       return `CHILD requested ${e.data.childRunId}: "${e.data.question.slice(0, 100)}" (grant: ${e.data.limits.maxModelRequests} model request(s), ${e.data.limits.maxToolCalls} tool call(s), deadline ${e.data.limits.deadlineAt})`;
     case 'child.run.settled':
       return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
+    case 'clarification.requested':
+      return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"`;
   }
 }
 

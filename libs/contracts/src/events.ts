@@ -36,6 +36,24 @@ export const RunLimits = z.object({
   maxToolCalls: z.number().int().nonnegative(),
   /** ISO-8601 instant after which no new model request or tool call is started. */
   deadlineAt: z.string().datetime(),
+  /**
+   * Prompt tokens all model requests of the Run may consume, measured or (flagged) estimated (K7).
+   * Absent: not limited by tokens (a Run admitted before token limits existed).
+   */
+  maxInputTokens: z.number().int().positive().optional(),
+  /** Completion tokens all model requests of the Run may consume (K7). Absent: not limited by tokens. */
+  maxOutputTokens: z.number().int().positive().optional(),
+  /**
+   * The part of the limits ordinary research cannot spend, kept for one finalization request (K7,
+   * K9): with 4 model requests and a reserve of 1, research may use 3. Absent: no reserve.
+   */
+  finalOutputReserve: z.object({ modelRequests: z.number().int().nonnegative(), outputTokens: z.number().int().nonnegative() }).optional(),
+  /**
+   * The Run ends when nothing counted as progress (streamed answer text, a new receipt, a valid
+   * tool call) happened for this long, seconds; heartbeats and keep-alive chunks do not count (K7).
+   * Absent: no such limit.
+   */
+  noProgressSeconds: z.number().int().positive().optional(),
 });
 export type RunLimits = z.infer<typeof RunLimits>;
 
@@ -70,6 +88,27 @@ export const RunAdmittedV1 = z.object({
   limits: RunLimits,
   /** The Run this one is related to (a child's parent); absent for a Run admitted from a user's message. */
   link: RunLink.optional(),
+  /**
+   * The Runs admitted before this one in its Conversation, oldest first, as admission's durable
+   * conversation index saw them (K2): the runtime may read their questions and committed passages
+   * as labelled history. Absent or empty: no earlier Run (or a Run admitted before the index).
+   */
+  conversationHistory: z.object({ runIds: z.array(Id) }).optional(),
+  /**
+   * For `link.relation === 'clarification'` (K2): the clarification this message answers (the
+   * parent's `clarification.requested`), its question and the parent's original request. The
+   * message content is the user's chosen answer.
+   */
+  clarification: z.object({ clarificationId: Id, question: z.string(), originalRequest: z.string() }).optional(),
+  /**
+   * For `link.relation === 'continuation'` (K3): sha256 hex of the parent's original request as
+   * admission read it from the parent's log; the runtime refuses to build context from a parent
+   * whose request no longer matches it.
+   */
+  parentRequestSha256: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
 
 // ---- runtime ----------------------------------------------------------------------------------
@@ -163,6 +202,20 @@ export const ChildRunRequestedV1 = z.object({
   question: z.string().min(1),
   grant: RunGrant,
   limits: RunLimits,
+});
+
+/**
+ * runtime: the model asked the user a clarification question (an `ask_clarification` tool call,
+ * K2). Unlike a human wait it does not park the Run: the Run ends with the question as its
+ * published answer (settled `completed`, the clarification pending). A reply naming
+ * `clarificationId` is admitted as a new Run linked to this one (relation `clarification`).
+ */
+export const ClarificationRequestedV1 = z.object({
+  /** Derived from the Run and the tool call (`clarificationIdOf`). */
+  clarificationId: Id,
+  toolCallId: Id,
+  turn: z.number().int().positive(),
+  question: z.string().min(1),
 });
 
 // ---- tools ------------------------------------------------------------------------------------
@@ -390,6 +443,8 @@ export const EventCatalog = {
   'wait.answered': { owner: 'admission', version: 1, data: WaitAnsweredV1 },
   'child.run.requested': { owner: 'runtime', version: 1, data: ChildRunRequestedV1 },
   'child.run.settled': { owner: 'lifecycle', version: 1, data: ChildRunSettledV1 },
+  // conversations (K2)
+  'clarification.requested': { owner: 'runtime', version: 1, data: ClarificationRequestedV1 },
 } as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
 
 export type EventType = keyof typeof EventCatalog;

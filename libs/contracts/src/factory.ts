@@ -36,6 +36,11 @@ export function waitIdOf(runId: string, toolCallId: string): string {
   return deterministicId('wait', runId, toolCallId);
 }
 
+/** The id of the clarification a Run registers for its `ask_clarification` tool call (K2). */
+export function clarificationIdOf(runId: string, toolCallId: string): string {
+  return deterministicId('clarification', runId, toolCallId);
+}
+
 /** sha256 of a UTF-8 string, lowercase hex. */
 export function sha256Hex(text: string | Buffer): string {
   return createHash('sha256').update(text).digest('hex');

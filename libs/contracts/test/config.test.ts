@@ -3,7 +3,16 @@ import { AdmissionPort, BusConfig, LimitsConfig, ToolsConfig, loadConfig } from 
 
 describe('configuration from the environment (zod, validated at start-up)', () => {
   it('uses the documented defaults when variables are unset or empty', () => {
-    expect(loadConfig(LimitsConfig, {})).toEqual({ RUNPLANE_MAX_MODEL_REQUESTS: 8, RUNPLANE_MAX_TOOL_CALLS: 16, RUNPLANE_RUN_DEADLINE_SECONDS: 900 });
+    expect(loadConfig(LimitsConfig, {})).toEqual({
+      RUNPLANE_MAX_MODEL_REQUESTS: 8,
+      RUNPLANE_MAX_TOOL_CALLS: 16,
+      RUNPLANE_RUN_DEADLINE_SECONDS: 900,
+      RUNPLANE_MAX_INPUT_TOKENS: 2_000_000,
+      RUNPLANE_MAX_OUTPUT_TOKENS: 64_000,
+      RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS: 1,
+      RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS: 4_000,
+      RUNPLANE_NO_PROGRESS_SECONDS: 300,
+    });
     expect(loadConfig(LimitsConfig, { RUNPLANE_MAX_TOOL_CALLS: '' }).RUNPLANE_MAX_TOOL_CALLS).toBe(16);
     expect(loadConfig(ToolsConfig, {}).RUNPLANE_TOOL_TIMEOUT_MS).toBe(60_000);
     expect(loadConfig(BusConfig, {})).toMatchObject({

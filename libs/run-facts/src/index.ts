@@ -75,6 +75,8 @@ export interface RunFacts {
   waits: Map<string, WaitFacts>;
   /** Child Runs spawned, by childRunId, in the order requested (K10). */
   children: Map<string, ChildFacts>;
+  /** Clarification questions the Run registered (K2), by clarificationId. */
+  clarifications: Map<string, EventData<'clarification.requested'> & { at: string }>;
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
@@ -111,6 +113,7 @@ export function emptyFacts(runId: string): RunFacts {
     cancelRequested: null,
     waits: new Map(),
     children: new Map(),
+    clarifications: new Map(),
     fenced: null,
     closed: { runtime: false, tools: false },
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
@@ -129,6 +132,7 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     passages: new Map(facts.passages),
     waits: new Map([...facts.waits].map(([k, v]) => [k, { ...v }])),
     children: new Map([...facts.children].map(([k, v]) => [k, { ...v }])),
+    clarifications: new Map(facts.clarifications),
     closed: closedAfter(facts.closed, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastSeq: stored.seq,
@@ -238,6 +242,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       if (c && !c.result) c.result = { ...e.data, at: e.occurredAt };
       break;
     }
+    case 'clarification.requested':
+      if (!next.clarifications.has(e.data.clarificationId)) next.clarifications.set(e.data.clarificationId, { ...e.data, at: e.occurredAt });
+      break;
     // ---- tool effects (K5) ----
     case 'tool.call.late_observed': {
       const c = next.toolCalls.get(e.data.toolCallId);
