@@ -8,7 +8,8 @@
  * `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
- * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
+ * (`wait-expired`) or when nothing counted as progress for its no-progress limit (`no-progress`,
+ * K7); `interrupted` when its execution was fenced after a fault; `canceled` on the
  * user's cancel, unless the runtime had already stopped with an answer (then the answer settles). It also records a child Run's settlement on its parent (`child.run.settled`).
  *
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
@@ -103,6 +104,8 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     if (f.reason === 'deadline') return [failedAfter(`the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
     // A Run parked on a question nobody answered in time (K10) failed: it did not crash.
     if (f.reason === 'wait-expired') return [failedAfter(`wait-expired: the question for a human was not answered in time: ${f.detail}${unknown}`)];
+    // A Run that made no progress for its no-progress limit (K7) failed: it produced no answer.
+    if (f.reason === 'no-progress') return [failedAfter(`no-progress: no answer was produced: ${f.detail}${unknown}`)];
     // Interrupted stays interrupted (K10: eligible for Continue), its passages kept.
     const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];

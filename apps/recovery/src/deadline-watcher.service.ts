@@ -3,6 +3,7 @@ import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
+import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
 import { RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
@@ -22,12 +23,20 @@ const CLEANUP_EVERY_MS = 30_000;
  * and a holder that is gone loses its lease to the lease watcher. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
  * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
  * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
+ *
+ * The same sweep keeps each Run's no-progress clock (K7): it reads a Run when its clock may have
+ * run out (first when it is seen, then at its last progress plus `noProgressSeconds`, from the
+ * Run's own log) and decides `NoProgress`, which fences it `no-progress` whoever holds its lease
+ * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
+ * Run costs one read per limit, not one per sweep; a restarted recovery reads every Run once.
  */
 @Injectable()
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('recovery');
   private readonly commands: RunCommandHandler;
   private readonly deadlines = new Map<string, DeadlineEntry>();
+  /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: no such limit). */
+  private readonly progressDue = new Map<string, number>();
   private watch: QueuedIterator<KvWatchEntry> | null = null;
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
@@ -77,6 +86,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     for await (const e of watch) {
       if (e.operation !== 'PUT') {
         this.deadlines.delete(e.key);
+        this.progressDue.delete(e.key);
         continue;
       }
       const entry = DeadlineStore.parse(e);
@@ -94,6 +104,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
       const past = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
+      if (!past && now >= (this.progressDue.get(entry.runId) ?? 0)) await this.checkProgress(entry.runId);
       if (!past && !cleanup) continue;
       try {
         // a Run whose lease is held is executed: its holder stops it at the deadline itself, or
@@ -106,10 +117,34 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         if (due || facts.settled || facts.fenced || facts.finished) {
           await this.store.forget(entry.runId);
           this.deadlines.delete(entry.runId);
+          this.progressDue.delete(entry.runId);
         }
       } catch (e) {
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'deadline sweep step failed; retried on the next sweep');
       }
+    }
+  }
+
+  /** Decides `NoProgress` for one Run and notes when its clock may run out next (see the class comment). */
+  private async checkProgress(runId: string): Promise<void> {
+    try {
+      const { facts, appended } = await this.commands.handle(runId, (f, at) => decide(f, { type: 'NoProgress' }, at));
+      if (appended.length) {
+        this.logger.warn({ runId, lastProgressAt: facts.lastProgressAt, reason: 'no-progress' }, 'no progress within the limit: Run fenced');
+      }
+      const now = Date.now();
+      const clock = noProgressClock(facts, new Date(now));
+      const ended = facts.settled || facts.fenced || facts.finished;
+      let due: number;
+      if (ended || !clock || clock.limitMs === null) due = Infinity;
+      else if (clock.passed)
+        due = now; // not fenced yet (a conflict decided nothing): the next sweep tries again
+      else if (clock.sinceMs >= clock.limitMs)
+        due = now + clock.limitMs; // parked: its wake restarts the clock, at least a limit from now
+      else due = Date.parse(clock.dueAt!);
+      this.progressDue.set(runId, due);
+    } catch (e) {
+      this.logger.warn({ runId, error: (e as Error).message }, 'no-progress check failed; retried on the next sweep');
     }
   }
 

@@ -340,11 +340,12 @@ export const LeaseGrantedV1 = z.object({
 /**
  * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
  * unfinished, the user canceled it, its deadline passed while nobody stopped it (`deadline`), or
- * it was parked on a question nobody answered before the wait expired (`wait-expired`); or,
+ * it was parked on a question nobody answered before the wait expired (`wait-expired`), nothing
+ * counted as progress happened for its `noProgressSeconds` (`no-progress`, K7); or,
  * `settling`, the execution finished on its own and the executors' subjects are closed before the
  * lifecycle settles the Run (a settlement never leaves them open to a stale append).
  */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'settling', 'wait-expired']);
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'settling', 'wait-expired', 'no-progress']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -356,7 +357,8 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
  * Recovery fenced the Run's execution: written on each executor's own subject (`runtime`,
  * `tools`: `fencedSubject`), so that every later conditional append of a stale holder there
  * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
- * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed
+ * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed;
+ * `wait-expired`; `no-progress`: nothing counted as progress for its `noProgressSeconds`, K7
  * while nobody executed it to its end). A crashed or frozen execution is never resumed in place.
  * With reason `settling` it closes the subjects of an execution that finished on its own: every
  * settlement comes after a fence on both executor subjects, so an executor append decided before
