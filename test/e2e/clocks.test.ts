@@ -4,7 +4,9 @@
  * (`RUNPLANE_NO_PROGRESS_SECONDS`) and sweeps every 100 ms.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { connect } from '@nats-io/transport-node';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const NO_PROGRESS_SECONDS = 3;
@@ -63,4 +65,50 @@ describe('the no-progress limit (K7)', () => {
     expect(Date.parse(controlSettled.occurredAt) - control.admittedAt).toBeGreaterThan(NO_PROGRESS_SECONDS * 1000); // it did outlive the limit
     expect(ofType(controlEvents, 'model.output.paragraph').length).toBeGreaterThanOrEqual(6);
   }, 90_000);
+});
+
+/** One sample of a Prometheus text exposition, or 0 when the series is absent. */
+function sample(text: string, name: string, labels: Record<string, string>): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+async function scrape(service: 'lifecycle' | 'runtime'): Promise<string> {
+  const res = await fetch(`${t.stack.services.get(service)!.url}/metrics`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
+  return res.text();
+}
+
+describe('metrics (K9, K11)', () => {
+  it('a garbage message on a Run subject is counted as an anomaly by kind and service on /metrics; settlements are counted by outcome', async () => {
+    const kind = { service: 'lifecycle', kind: 'invalid-message' };
+    const before = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
+    const settledBefore = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
+    const nc = await connect({ servers: t.env.NATS_URL!, user: t.users.admin.user, pass: t.users.admin.password, reconnect: false });
+    try {
+      // the lifecycle consumes the publication subject: a message there that is not a fact
+      nc.publish(runSubject(t.log.space, `garbage-${t.tag}`, 'publication'), 'garbage {not json');
+      await nc.flush();
+    } finally {
+      await nc.close();
+    }
+    const after = await eventually(
+      async () => {
+        const n = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
+        return n > before ? n : null;
+      },
+      20_000,
+      'the anomaly counted on /metrics',
+    );
+    expect(after).toBe(before + 1);
+    // a Run that completes is counted once under its outcome
+    const { runId } = await ask(`metrics-${t.tag}`, [{ reply: { content: 'The answer.' } }]);
+    const events = await t.waitForSettlement(runId, 30_000);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+    const settledAfter = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
+    expect(settledAfter).toBe(settledBefore + 1);
+    // every service labels its own series
+    expect(await scrape('runtime')).toMatch(/process_cpu_seconds_total\{service="runtime"\}/);
+  }, 60_000);
 });
