@@ -4,8 +4,11 @@
  * (`RUNPLANE_NO_PROGRESS_SECONDS`) and sweeps every 100 ms.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -111,4 +114,54 @@ describe('metrics (K9, K11)', () => {
     // every service labels its own series
     expect(await scrape('runtime')).toMatch(/process_cpu_seconds_total\{service="runtime"\}/);
   }, 60_000);
+});
+
+/** Runs `runplane ask` against the stack; resolves with its exit code and output. */
+function cliAsk(question: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const { admission, publication } = t.stack.endpoints;
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot(), 'apps/cli/dist/main.js'), 'ask', question, '--admission', admission, '--publication', publication],
+      {
+        env: t.env,
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('runplane ask: exit codes tell outcomes apart (K9)', () => {
+  it('0 for completed, 3 for partial with the unanswered parts printed, 1 for failed', async () => {
+    const gaps = [{ part: 'holdings of XYZ', reason: 'no holdings file for XYZ in the data' }];
+    const block = `\`\`\`json runplane-unanswered\n${JSON.stringify({ unanswered: gaps })}\n\`\`\``;
+    const keys = { completed: `cli-ok-${t.tag}`, partial: `cli-part-${t.tag}`, failed: `cli-fail-${t.tag}` };
+    await t.setScenario({ steps: [{ reply: { content: 'SPY holds 500 stocks.' } }], then: 'error' }, keys.completed);
+    await t.setScenario(
+      { steps: [{ reply: { content: `SPY and QQQ overlap by half.\n\nNot answered: XYZ.\n${block}` } }], then: 'error' },
+      keys.partial,
+    );
+    await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'error' }, keys.failed); // an empty reply is not an answer
+    const [completed, partial, failed] = await Promise.all([
+      cliAsk(`[${keys.completed}] What does SPY hold?`),
+      cliAsk(`[${keys.partial}] Compare SPY, QQQ and XYZ`),
+      cliAsk(`[${keys.failed}] What does QQQ hold?`),
+    ]);
+    expect(completed.stdout).toMatch(/Settlement \(by lifecycle\): COMPLETED/);
+    expect(completed.code).toBe(0);
+    expect(partial.stdout).toMatch(/Settlement \(by lifecycle\): PARTIAL/);
+    expect(partial.stdout).toContain('unanswered: holdings of XYZ (no holdings file for XYZ in the data)');
+    expect(partial.code).toBe(3);
+    expect(failed.stdout).toMatch(/Settlement \(by lifecycle\): FAILED/);
+    expect(failed.code).toBe(1);
+  }, 90_000);
 });

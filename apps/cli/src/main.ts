@@ -18,6 +18,7 @@ import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
 import { ask, demo, rebuild, terminalSafe, timeline, up, watch } from './commands.js';
+import { exitCodeOf } from './render.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
 const nonNegative = (v: string) => {
@@ -59,11 +60,13 @@ program
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')
+  .addHelpText(
+    'after',
+    '\nExit codes: 0 the Run settled completed; 3 it settled partial (the unanswered parts are printed with the settlement);\n' +
+      '1 it settled failed, canceled or interrupted, or no settlement was seen (or a request failed).',
+  )
   .action((question: string, o: { admission: string; publication: string; conversation?: string }) =>
-    run(async () => {
-      const settled = await ask(endpoints(o), question, o.conversation);
-      return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
-    })(),
+    run(async () => exitCodeOf(await ask(endpoints(o), question, o.conversation)))(),
   );
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))

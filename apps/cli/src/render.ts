@@ -85,3 +85,21 @@ export function tokensText(u: EventData<'run.settled'>['usage']): string {
   if (unknown >= u.modelRequests) return `tokens unknown (no usage reported for any of the ${unknown} model request(s))`;
   return `at least ${u.promptTokens} prompt + ${u.completionTokens} completion tokens (usage unknown for ${unknown} of ${u.modelRequests} model request(s))`;
 }
+
+/**
+ * Exit codes of `runplane ask` (and of the same outcomes anywhere a command waits for a
+ * settlement): they tell outcomes apart for scripts (K9).
+ */
+export const EXIT_CODES = { completed: 0, failed: 1, partial: 3 } as const;
+
+/**
+ * The exit code for a settlement: 0 `completed`; 3 `partial` (an answer that lists what it did
+ * not answer, or text committed before a failure: the unanswered parts are printed with the
+ * settlement); 1 `failed`, `canceled`, `interrupted`, or no settlement seen.
+ */
+export function exitCodeOf(settlement: RunEvent | null): number {
+  if (settlement?.type !== 'run.settled') return EXIT_CODES.failed;
+  if (settlement.data.outcome === 'completed') return EXIT_CODES.completed;
+  if (settlement.data.outcome === 'partial') return EXIT_CODES.partial;
+  return EXIT_CODES.failed;
+}
