@@ -30,6 +30,19 @@ export const RunEntity = defineEntity({
     passages: p.integer(),
     admittedAt: p.datetime(),
     settledAt: p.datetime().nullable(),
+    maxModelRequests: p.integer().nullable(),
+    maxToolCalls: p.integer().nullable(),
+    maxInputTokens: p.integer().nullable(),
+    maxOutputTokens: p.integer().nullable(),
+    reserveModelRequests: p.integer().nullable(),
+    reserveOutputTokens: p.integer().nullable(),
+    noProgressSeconds: p.integer().nullable(),
+    deadlineAt: p.datetime().nullable(),
+    startedAt: p.datetime().nullable(),
+    queuedMs: p.bigint('number').nullable(),
+    executionEndedAt: p.datetime().nullable(),
+    executingMs: p.bigint('number').nullable(),
+    lastProgressAt: p.datetime().nullable(),
     lastSeq: p.bigint('number'),
   },
 });
@@ -84,6 +97,7 @@ export const ToolCallEntity = defineEntity({
     errorMessage: p.text().nullable(),
     resultSha256: p.text().nullable(),
     proposedAt: p.datetime().nullable(),
+    dispatchedAt: p.datetime().nullable(),
     receiptAt: p.datetime().nullable(),
     lateStatus: p.text().$type<'succeeded' | 'failed'>().nullable(),
     lateObservedAt: p.datetime().nullable(),
@@ -121,10 +135,31 @@ export const runRowOf = (e: RunEntity): RunRow => ({
   passages: e.passages,
   admittedAt: iso(e.admittedAt),
   settledAt: isoOrNull(e.settledAt),
+  maxModelRequests: e.maxModelRequests ?? null,
+  maxToolCalls: e.maxToolCalls ?? null,
+  maxInputTokens: e.maxInputTokens ?? null,
+  maxOutputTokens: e.maxOutputTokens ?? null,
+  reserveModelRequests: e.reserveModelRequests ?? null,
+  reserveOutputTokens: e.reserveOutputTokens ?? null,
+  noProgressSeconds: e.noProgressSeconds ?? null,
+  deadlineAt: isoOrNull(e.deadlineAt),
+  startedAt: isoOrNull(e.startedAt),
+  queuedMs: e.queuedMs === null || e.queuedMs === undefined ? null : Number(e.queuedMs),
+  executionEndedAt: isoOrNull(e.executionEndedAt),
+  executingMs: e.executingMs === null || e.executingMs === undefined ? null : Number(e.executingMs),
+  lastProgressAt: isoOrNull(e.lastProgressAt),
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */
-export const runDataOf = (r: RunRow) => ({ ...r, admittedAt: date(r.admittedAt), settledAt: dateOrNull(r.settledAt) });
+export const runDataOf = (r: RunRow) => ({
+  ...r,
+  admittedAt: date(r.admittedAt),
+  settledAt: dateOrNull(r.settledAt),
+  deadlineAt: dateOrNull(r.deadlineAt),
+  startedAt: dateOrNull(r.startedAt),
+  executionEndedAt: dateOrNull(r.executionEndedAt),
+  lastProgressAt: dateOrNull(r.lastProgressAt),
+});
 
 /** Entity -> plain row. */
 export const messageRowOf = (e: MessageEntity): MessageRow => ({
@@ -166,6 +201,7 @@ export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
   errorMessage: e.errorMessage ?? null,
   resultSha256: e.resultSha256 ?? null,
   proposedAt: isoOrNull(e.proposedAt),
+  dispatchedAt: isoOrNull(e.dispatchedAt),
   receiptAt: isoOrNull(e.receiptAt),
   lateStatus: e.lateStatus ?? null,
   lateObservedAt: isoOrNull(e.lateObservedAt),
@@ -178,6 +214,7 @@ export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
 export const toolCallDataOf = (r: ToolCallRow) => ({
   ...r,
   proposedAt: dateOrNull(r.proposedAt),
+  dispatchedAt: dateOrNull(r.dispatchedAt),
   receiptAt: dateOrNull(r.receiptAt),
   lateObservedAt: dateOrNull(r.lateObservedAt),
   reconciledAt: dateOrNull(r.reconciledAt),

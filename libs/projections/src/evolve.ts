@@ -6,6 +6,7 @@
  * checkpoint (`apply.ts`): these rules assume each event is applied once, in order.
  */
 import { sha256Hex, type StoredEvent } from '@runplane/contracts';
+import { countsAsProgress } from '@runplane/run-facts';
 import { RUN_STATUS_ORDER, type MessageRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
 
 /** The rows (other than the Run's) that one event touches, by key. */
@@ -59,6 +60,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
   if (row === null) {
     if (e.type !== 'run.admitted') return null;
     const m = e.data.message;
+    const limits = e.data.limits;
     return {
       runId: e.runId,
       conversationId: e.conversationId,
@@ -76,10 +78,23 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       passages: 0,
       admittedAt: e.occurredAt,
       settledAt: null,
+      maxModelRequests: limits.maxModelRequests,
+      maxToolCalls: limits.maxToolCalls,
+      maxInputTokens: limits.maxInputTokens ?? null,
+      maxOutputTokens: limits.maxOutputTokens ?? null,
+      reserveModelRequests: limits.finalOutputReserve?.modelRequests ?? null,
+      reserveOutputTokens: limits.finalOutputReserve?.outputTokens ?? null,
+      noProgressSeconds: limits.noProgressSeconds ?? null,
+      deadlineAt: limits.deadlineAt,
+      startedAt: null,
+      queuedMs: null,
+      executionEndedAt: null,
+      executingMs: null,
+      lastProgressAt: e.occurredAt,
       lastSeq: stored.seq,
     };
   }
-  const next: RunRow = { ...row, lastSeq: stored.seq };
+  const next: RunRow = { ...row, lastSeq: stored.seq, ...clocksAfter(row, stored) };
   switch (e.type) {
     case 'run.admitted':
       break; // the first admission defines the Run
@@ -139,6 +154,34 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
   return next;
 }
 
+/** Milliseconds from one ISO-8601 instant to another (never negative). */
+const msBetween = (from: string, to: string): number => Math.max(0, Date.parse(to) - Date.parse(from));
+
+/**
+ * The Run's clocks after an event (K7), from event times only: execution starts at the first
+ * model request or lease grant (queue time before it), ends at `run.execution.finished` or the
+ * first fence (execution time up to it), and `lastProgressAt` moves with each fact that counts
+ * as progress. Time since progress and to the deadline depend on the reader's clock: readers
+ * compute them from `lastProgressAt` and `deadlineAt`.
+ */
+function clocksAfter(row: RunRow, stored: StoredEvent): Partial<RunRow> {
+  const e = stored.event;
+  const out: Partial<RunRow> = {};
+  if (row.startedAt === null && (e.type === 'model.turn.requested' || e.type === 'lease.granted')) {
+    out.startedAt = e.occurredAt;
+    out.queuedMs = msBetween(row.admittedAt, e.occurredAt);
+  }
+  if (row.executionEndedAt === null && (e.type === 'run.execution.finished' || e.type === 'run.fenced')) {
+    out.executionEndedAt = e.occurredAt;
+    const started = out.startedAt ?? row.startedAt;
+    out.executingMs = started === null ? null : msBetween(started, e.occurredAt);
+  }
+  if (countsAsProgress(e) && (row.lastProgressAt === null || Date.parse(e.occurredAt) > Date.parse(row.lastProgressAt))) {
+    out.lastProgressAt = e.occurredAt;
+  }
+  return out;
+}
+
 /** Message rule: `run.admitted` creates the message row; the first admission wins. */
 export function evolveMessage(row: MessageRow | null, stored: StoredEvent): MessageRow | null {
   const e = stored.event;
@@ -192,6 +235,7 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
       errorMessage: null,
       resultSha256: null,
       proposedAt: null,
+      dispatchedAt: null,
       receiptAt: null,
       lateStatus: null,
       lateObservedAt: null,
@@ -213,7 +257,12 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
     }
     case 'tool.call.dispatched': {
       const current = base(e.data.toolCallId, e.data.name);
-      return { ...current, status: current.status === 'proposed' ? 'dispatched' : current.status, lastSeq: stored.seq };
+      return {
+        ...current,
+        status: current.status === 'proposed' ? 'dispatched' : current.status,
+        dispatchedAt: current.dispatchedAt ?? e.occurredAt,
+        lastSeq: stored.seq,
+      };
     }
     case 'tool.call.receipt': {
       const current = base(e.data.toolCallId, e.data.name);

@@ -37,6 +37,32 @@ export interface RunRow {
   passages: number;
   admittedAt: string;
   settledAt: string | null;
+  // ---- budget limits of the grant (K7), from `run.admitted`; null on rows projected before they existed ----
+  /** Model requests the Run may make, the final reserve included. */
+  maxModelRequests: number | null;
+  /** Tool calls the Run may dispatch. */
+  maxToolCalls: number | null;
+  /** Prompt / completion tokens the Run may consume; null: not limited by tokens. */
+  maxInputTokens: number | null;
+  maxOutputTokens: number | null;
+  /** The final-output reserve ordinary research cannot spend (K7, K9); null: no reserve. */
+  reserveModelRequests: number | null;
+  reserveOutputTokens: number | null;
+  /** The no-progress limit, seconds (K7); null: none. */
+  noProgressSeconds: number | null;
+  /** The Run's overall deadline (ISO-8601). */
+  deadlineAt: string | null;
+  // ---- clocks (K7), every one from event times ----
+  /** When execution started: the first model request or lease grant, whichever was recorded first; null while queued. */
+  startedAt: string | null;
+  /** Queue time: admission to `startedAt`, ms; null while queued. */
+  queuedMs: number | null;
+  /** When execution ended: `run.execution.finished` or the first fence, whichever came first; null while executing. */
+  executionEndedAt: string | null;
+  /** Execution time: `startedAt` to `executionEndedAt`, ms (parked time included); null until both are known. */
+  executingMs: number | null;
+  /** The last fact counted as progress (admission, answer text, a turn with text, a valid tool call, a receipt, a wake: run-facts `countsAsProgress`). */
+  lastProgressAt: string | null;
   /** Stream sequence of the last event of this Run applied to the projections. */
   lastSeq: number;
 }
@@ -83,6 +109,8 @@ export interface ToolCallRow {
   /** sha256 of the stored result (`resultRef.sha256`), or of the inline result's JSON text. */
   resultSha256: string | null;
   proposedAt: string | null;
+  /** When the tools service dispatched it (`tool.call.dispatched`); with `proposedAt` and `receiptAt`, the step's clocks. */
+  dispatchedAt: string | null;
   receiptAt: string | null;
   /** The real outcome of an `unknown` call that arrived late (`tool.call.late_observed`); never rewrites `status` (K5). */
   lateStatus: 'succeeded' | 'failed' | null;

@@ -45,6 +45,19 @@ describe('runs rule', () => {
       passages: 0,
       admittedAt: '2026-11-30T10:00:00.000Z',
       settledAt: null,
+      maxModelRequests: 8,
+      maxToolCalls: 16,
+      maxInputTokens: null,
+      maxOutputTokens: null,
+      reserveModelRequests: null,
+      reserveOutputTokens: null,
+      noProgressSeconds: null,
+      deadlineAt: '2026-11-30T10:15:00.000Z',
+      startedAt: null,
+      queuedMs: null,
+      executionEndedAt: null,
+      executingMs: null,
+      lastProgressAt: '2026-11-30T10:00:00.000Z',
       lastSeq: 7,
     });
   });
@@ -171,6 +184,50 @@ describe('runs rule', () => {
       lastSeq: events.length,
     });
   });
+
+  it('given a whole Run, then its clocks come from event times: queue time to the first request, execution time to the finish, the last progress (K7)', () => {
+    let run: RunRow | null = null;
+    researchRunEvents(runId).forEach((e, i) => (run = evolveRun(run, stored(e, i + 1))));
+    expect(run).toMatchObject({
+      startedAt: '2026-11-30T10:00:01.000Z',
+      queuedMs: 1000,
+      executionEndedAt: '2026-11-30T10:00:08.000Z',
+      executingMs: 7000,
+      // the answer turn's text (10:00:08); the passages committed after it are publication's work, not the Run's progress
+      lastProgressAt: '2026-11-30T10:00:08.000Z',
+      deadlineAt: '2026-11-30T10:15:00.000Z',
+      maxModelRequests: 8,
+      maxToolCalls: 16,
+    });
+  });
+
+  it('given lease grants, a request and empty or cut turns only, then the last progress stays at the admission; a fence ends the execution clock', () => {
+    const events: RunEvent[] = [
+      admittedEvent(runId),
+      makeEvent('lease.granted', c, 'lease/1', { epoch: 1, holder: { service: 'runtime', instance: 'i' }, ttlMs: 1000 }, at(2)),
+      makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(3)),
+      makeEvent('model.turn.completed', c, 1, { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null }, at(4)),
+      makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'm' }, at(5)),
+      makeEvent('model.turn.completed', c, 2, { turn: 2, content: 'cut', toolCalls: [], finishReason: 'length', usage: null }, at(6)),
+      makeEvent('lease.granted', c, 'lease/2', { epoch: 2, holder: { service: 'runtime', instance: 'i' }, ttlMs: 1000 }, at(7)),
+      makeEvent(
+        'run.fenced',
+        c,
+        'fence/2/runtime',
+        { fencedSubject: 'runtime', epoch: 2, holder: null, reason: 'no-progress', detail: 'd', uncertain: [] },
+        at(9),
+      ),
+    ];
+    let run: RunRow | null = null;
+    events.forEach((e, i) => (run = evolveRun(run, stored(e, i + 1))));
+    expect(run).toMatchObject({
+      startedAt: '2026-11-30T10:00:02.000Z',
+      queuedMs: 2000,
+      executionEndedAt: '2026-11-30T10:00:09.000Z',
+      executingMs: 7000,
+      lastProgressAt: '2026-11-30T10:00:00.000Z',
+    });
+  });
 });
 
 describe('messages rule', () => {
@@ -242,6 +299,7 @@ describe('tool_calls rule', () => {
       errorMessage: null,
       resultSha256: null,
       proposedAt: '2026-11-30T10:00:02.000Z',
+      dispatchedAt: null,
       receiptAt: null,
       lateStatus: null,
       lateObservedAt: null,
@@ -257,7 +315,12 @@ describe('tool_calls rule', () => {
       proposed(),
       stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6),
     );
-    expect(next).toMatchObject({ status: 'dispatched', lastSeq: 6, proposedAt: '2026-11-30T10:00:02.000Z' });
+    expect(next).toMatchObject({
+      status: 'dispatched',
+      lastSeq: 6,
+      proposedAt: '2026-11-30T10:00:02.000Z',
+      dispatchedAt: '2026-11-30T10:00:03.000Z',
+    });
   });
 
   it('given a dispatched call, when a succeeded receipt with a stored result arrives, then the status and result hash are recorded', () => {
