@@ -1,18 +1,18 @@
 /**
  * Clocks, the no-progress limit, metrics and the CLI's exit codes (K7, K8, K9), against the real
- * services, JetStream and PostgreSQL. The stack admits every Run with a 3 s no-progress limit
+ * services, JetStream and PostgreSQL. The stack admits every Run with a 5 s no-progress limit
  * (`RUNPLANE_NO_PROGRESS_SECONDS`) and sweeps every 100 ms.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
-import { repoRoot } from '@runplane/devstack';
+import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
-const NO_PROGRESS_SECONDS = 3;
+const NO_PROGRESS_SECONDS = 5;
 let t: TestStack;
 
 beforeAll(async () => {
@@ -39,13 +39,13 @@ async function ask(key: string, steps: unknown[]): Promise<{ runId: string; admi
 
 describe('the no-progress limit (K7)', () => {
   it('a model stream of keep-alive chunks only ends the Run no-progress within a bounded time; a slow but steady stream of text is not ended', async () => {
-    // 80 empty deltas 200 ms apart: 16 s of a live stream without a character of text
+    // 125 empty deltas 200 ms apart: 25 s of a live stream without a character of text
     const keepAlive = [
-      { rawChunks: [...Array.from({ length: 80 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
+      { rawChunks: [...Array.from({ length: 125 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
     ];
-    // 7 paragraphs 1.2 s apart: ~8.4 s, longer than the limit, with progress all along
+    // 7 paragraphs 1.5 s apart: ~9 s, longer than the limit, with progress all along
     const paragraphs = Array.from({ length: 7 }, (_, i) => `Paragraph ${i + 1} of a slow but steady answer.`).join('\n\n');
-    const steady = [{ reply: { content: paragraphs, finishReason: 'stop' }, paragraphDelayMs: 1_200 }];
+    const steady = [{ reply: { content: paragraphs, finishReason: 'stop' }, paragraphDelayMs: 1_500 }];
     const [silent, control] = await Promise.all([ask(`keepalive-${t.tag}`, keepAlive), ask(`steady-${t.tag}`, steady)]);
 
     const silentEvents = await t.waitForSettlement(silent.runId, 30_000);
@@ -53,12 +53,12 @@ describe('the no-progress limit (K7)', () => {
     const settled = ofType(silentEvents, 'run.settled');
     expect(settled).toHaveLength(1);
     expect(settled[0]!.data.outcome).toBe('failed');
-    expect(settled[0]!.data.reason).toMatch(/^no-progress: no answer was produced: no progress for \d+ s \(limit 3 s\)/);
+    expect(settled[0]!.data.reason).toMatch(/^no-progress: no answer was produced: no progress for \d+ s \(limit 5 s\)/);
     const fences = ofType(silentEvents, 'run.fenced');
     expect(fences.map((f) => f.data.reason)).toEqual(['no-progress', 'no-progress']);
     expect(fences[0]!.data.uncertain).toEqual([{ kind: 'model-turn', turn: 1 }]); // the keep-alive turn never completed before the fence
-    // bounded: the limit, plus sweeps and appends; well before the 16 s stream would have ended by itself
-    expect(settleMs).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 6_000);
+    // bounded: the limit, plus sweeps and appends; well before the 25 s stream would have ended by itself
+    expect(settleMs).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 8_000);
     expect(ofType(silentEvents, 'model.turn.completed')).toHaveLength(0);
 
     const controlEvents = await t.waitForSettlement(control.runId, 60_000);
@@ -164,4 +164,59 @@ describe('runplane ask: exit codes tell outcomes apart (K9)', () => {
     expect(failed.stdout).toMatch(/Settlement \(by lifecycle\): FAILED/);
     expect(failed.code).toBe(1);
   }, 90_000);
+});
+
+describe('clocks and budget in the Run projection, the timeline and the CLI (K7)', () => {
+  it('a Run with a tool call: GET /v1/runs shows used/limit, queue and execution time, last progress and deadline; `status` and `timeline` print them', async () => {
+    const key = `clocked-${t.tag}`;
+    const { runId } = await ask(key, [
+      { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] } },
+      { reply: { content: 'DIA holds the 30 Dow stocks.' }, delayMs: 300 },
+    ]);
+    const events = await t.waitForSettlement(runId, 30_000);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      20_000,
+      'the settled projection',
+    );
+    const admitted = ofType(events, 'run.admitted')[0]!;
+    const firstRequest = ofType(events, 'model.turn.requested')[0]!;
+    const finished = ofType(events, 'run.execution.finished')[0]!;
+    const receipt = ofType(events, 'tool.call.receipt')[0]!;
+    expect(view).toMatchObject({
+      modelRequests: 2,
+      maxModelRequests: admitted.data.limits.maxModelRequests,
+      toolCalls: 1,
+      maxToolCalls: admitted.data.limits.maxToolCalls,
+      noProgressSeconds: NO_PROGRESS_SECONDS,
+      deadlineAt: admitted.data.limits.deadlineAt,
+      executionEndedAt: finished.occurredAt,
+    });
+    const firstStart = [firstRequest.occurredAt, ...ofType(events, 'lease.granted').map((e) => e.occurredAt)].sort()[0]!;
+    expect(view.startedAt).toBe(firstStart);
+    expect(view.queuedMs).toBe(Date.parse(firstStart) - Date.parse(admitted.occurredAt));
+    expect(view.executingMs).toBe(Date.parse(finished.occurredAt) - Date.parse(firstStart));
+    expect(view.executingMs!).toBeGreaterThanOrEqual(300); // the scripted answer waited 300 ms
+    // the answer's text is the last progress; it comes after the tool's receipt
+    expect(Date.parse(view.lastProgressAt!)).toBeGreaterThan(Date.parse(receipt.occurredAt));
+
+    const cli = (args: string[], env: NodeJS.ProcessEnv = t.env) =>
+      spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env, encoding: 'utf8', timeout: 30_000 });
+    const statusOut = cli(['status', runId, '--admission', t.stack.endpoints.admission]);
+    expect(statusOut.status).toBe(0);
+    expect(statusOut.stdout).toContain(`model requests: 2/${admitted.data.limits.maxModelRequests}`);
+    expect(statusOut.stdout).toContain(`tool calls:     1/${admitted.data.limits.maxToolCalls}`);
+    expect(statusOut.stdout).toMatch(/queued: +\d/);
+    expect(statusOut.stdout).toMatch(/executing: +\d.* \(ended /);
+    const timelineOut = cli(['timeline', runId], { ...t.env, ...natsEnvOf(t.users, 'ops') });
+    expect(timelineOut.status).toBe(0);
+    expect(timelineOut.stdout).toMatch(/model\.turn\.completed .*\[turn took \d/);
+    expect(timelineOut.stdout).toMatch(/tool\.call\.dispatched .*\[\d.* after its proposal\]/);
+    expect(timelineOut.stdout).toMatch(/tool\.call\.receipt .*\[ran \d/);
+    expect(timelineOut.stdout).toMatch(/ \+\d+(\.\d)? m?s /);
+  }, 60_000);
 });
