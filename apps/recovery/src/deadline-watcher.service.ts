@@ -28,7 +28,8 @@ const CLEANUP_EVERY_MS = 30_000;
  * run out (first when it is seen, then at its last progress plus `noProgressSeconds`, from the
  * Run's own log) and decides `NoProgress`, which fences it `no-progress` whoever holds its lease
  * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
- * Run costs one read per limit, not one per sweep; a restarted recovery reads every Run once.
+ * Run costs one read per limit, not one per sweep (a Run this process saw admitted is first read
+ * one limit after its admission); a restarted recovery reads every Run once.
  */
 @Injectable()
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -60,10 +61,15 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     }, this.settings.sweepMs);
   }
 
-  /** Records a Run's deadline (on `run.admitted`), durably first, then in memory. */
-  async record(runId: string, deadlineAt: string): Promise<void> {
+  /**
+   * Records a Run's deadline (on `run.admitted`), durably first, then in memory, with when its
+   * no-progress clock may first run out (admission + `noProgressSeconds`, epoch ms; null: no such
+   * limit), so a new Run is not read before then.
+   */
+  async record(runId: string, deadlineAt: string, firstProgressDue: number | null = null): Promise<void> {
     await this.store.record(runId, deadlineAt);
     this.deadlines.set(runId, { runId, deadlineAt });
+    if (!this.progressDue.has(runId)) this.progressDue.set(runId, firstProgressDue ?? Infinity);
   }
 
   /** Follows the bucket for as long as recovery runs; a watch that ends (NATS restarted) is opened again. */
@@ -90,7 +96,8 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         continue;
       }
       const entry = DeadlineStore.parse(e);
-      if (entry) this.deadlines.set(entry.runId, entry);
+      if (entry)
+        this.deadlines.set(entry.runId, entry); // its no-progress clock is read on the next sweep, unless recorded here
       else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
     }
   }
