@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
@@ -60,6 +61,9 @@ describe('the no-progress limit (K7)', () => {
     // bounded: the limit, plus sweeps and appends; well before the 25 s stream would have ended by itself
     expect(settleMs).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 8_000);
     expect(ofType(silentEvents, 'model.turn.completed')).toHaveLength(0);
+    // the runtime's lease is marked fenced too, so its holder stops streaming at its next renewal
+    const leases = await new Kvm(t.log.nc).open(`${t.env.RUNPLANE_SUBJECT_PREFIX}_leases`);
+    expect((await leases.get(silent.runId))?.json()).toMatchObject({ state: 'fenced' });
 
     const controlEvents = await t.waitForSettlement(control.runId, 60_000);
     const controlSettled = ofType(controlEvents, 'run.settled')[0]!;

@@ -138,6 +138,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
       const { facts, appended } = await this.commands.handle(runId, (f, at) => decide(f, { type: 'NoProgress' }, at));
       if (appended.length) {
         this.logger.warn({ runId, lastProgressAt: facts.lastProgressAt, reason: 'no-progress' }, 'no progress within the limit: Run fenced');
+        await this.stopHolder(runId);
       }
       const now = Date.now();
       const clock = noProgressClock(facts, new Date(now));
@@ -153,6 +154,26 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     } catch (e) {
       this.logger.warn({ runId, error: (e as Error).message }, 'no-progress check failed; retried on the next sweep');
     }
+  }
+
+  /**
+   * Marks a Run's held lease fenced (compare-and-set, retried while its holder renews it), so that
+   * the holder's next renewal fails and it aborts the model request still streaming keep-alive
+   * chunks at once, instead of holding it to its timeout. The fence in the log already refuses its
+   * writes (K6); this only stops the work sooner. Nothing when no lease is held.
+   */
+  private async stopHolder(runId: string): Promise<void> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const entry = await this.leases.get(runId).catch(() => null);
+      if (entry?.value.state !== 'held') return;
+      try {
+        await this.leases.fence(entry);
+        return;
+      } catch {
+        // renewed meanwhile: read it again
+      }
+    }
+    this.logger.warn({ runId }, 'could not mark the lease fenced (renewed every time); its holder stops at its next write');
   }
 
   async onApplicationShutdown(): Promise<void> {
