@@ -96,8 +96,8 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         continue;
       }
       const entry = DeadlineStore.parse(e);
-      if (entry)
-        this.deadlines.set(entry.runId, entry); // its no-progress clock is read on the next sweep, unless recorded here
+      // a Run known only from the bucket (recovery restarted) has its no-progress clock read on the next sweep
+      if (entry) this.deadlines.set(entry.runId, entry);
       else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
     }
   }
@@ -143,12 +143,12 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
       const now = Date.now();
       const clock = noProgressClock(facts, new Date(now));
       const ended = facts.settled || facts.fenced || facts.finished;
+      // passed but not fenced (a conflict decided nothing): the next sweep tries again; past the
+      // limit but not passed means parked: its wake restarts the clock, so a limit from now at least
       let due: number;
       if (ended || !clock || clock.limitMs === null) due = Infinity;
-      else if (clock.passed)
-        due = now; // not fenced yet (a conflict decided nothing): the next sweep tries again
-      else if (clock.sinceMs >= clock.limitMs)
-        due = now + clock.limitMs; // parked: its wake restarts the clock, at least a limit from now
+      else if (clock.passed) due = now;
+      else if (clock.sinceMs >= clock.limitMs) due = now + clock.limitMs;
       else due = Date.parse(clock.dueAt!);
       this.progressDue.set(runId, due);
     } catch (e) {
