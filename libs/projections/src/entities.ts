@@ -5,7 +5,7 @@
  */
 import { defineEntity, type InferEntity } from '@mikro-orm/core';
 import type { Outcome, ReconciledOutcome } from '@runplane/contracts';
-import type { MessageRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
+import type { MessageRow, ModelTurnRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
 
 const p = defineEntity.properties;
 
@@ -109,8 +109,31 @@ export const ToolCallEntity = defineEntity({
 });
 export type ToolCallEntity = InferEntity<typeof ToolCallEntity>;
 
+/** Table `model_turns`, primary key (run_id, turn). */
+export const ModelTurnEntity = defineEntity({
+  name: 'ModelTurnProjection',
+  tableName: 'model_turns',
+  properties: {
+    runId: p.text().primary(),
+    turn: p.integer().primary(),
+    status: p.text().$type<ModelTurnRow['status']>(),
+    requestedAt: p.datetime().nullable(),
+    firstTextAt: p.datetime().nullable(),
+    endedAt: p.datetime().nullable(),
+    durationMs: p.bigint('number').nullable(),
+    finishReason: p.text().nullable(),
+    contentChars: p.integer().nullable(),
+    toolCalls: p.integer().nullable(),
+    promptTokens: p.integer().nullable(),
+    completionTokens: p.integer().nullable(),
+    errorKind: p.text().nullable(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type ModelTurnEntity = InferEntity<typeof ModelTurnEntity>;
+
 /** Every projection entity, for the ORM configuration. */
-export const projectionEntities = [RunEntity, MessageEntity, PassageEntity, ToolCallEntity];
+export const projectionEntities = [RunEntity, MessageEntity, PassageEntity, ToolCallEntity, ModelTurnEntity];
 
 const iso = (d: Date): string => d.toISOString();
 const isoOrNull = (d: Date | null | undefined): string | null => (d ? d.toISOString() : null);
@@ -218,4 +241,29 @@ export const toolCallDataOf = (r: ToolCallRow) => ({
   receiptAt: dateOrNull(r.receiptAt),
   lateObservedAt: dateOrNull(r.lateObservedAt),
   reconciledAt: dateOrNull(r.reconciledAt),
+});
+
+/** Entity -> plain row. */
+export const modelTurnRowOf = (e: ModelTurnEntity): ModelTurnRow => ({
+  runId: e.runId,
+  turn: e.turn,
+  status: e.status,
+  requestedAt: isoOrNull(e.requestedAt),
+  firstTextAt: isoOrNull(e.firstTextAt),
+  endedAt: isoOrNull(e.endedAt),
+  durationMs: e.durationMs === null || e.durationMs === undefined ? null : Number(e.durationMs),
+  finishReason: e.finishReason ?? null,
+  contentChars: e.contentChars ?? null,
+  toolCalls: e.toolCalls ?? null,
+  promptTokens: e.promptTokens ?? null,
+  completionTokens: e.completionTokens ?? null,
+  errorKind: e.errorKind ?? null,
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data. */
+export const modelTurnDataOf = (r: ModelTurnRow) => ({
+  ...r,
+  requestedAt: dateOrNull(r.requestedAt),
+  firstTextAt: dateOrNull(r.firstTextAt),
+  endedAt: dateOrNull(r.endedAt),
 });

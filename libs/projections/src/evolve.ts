@@ -7,16 +7,18 @@
  */
 import { sha256Hex, type StoredEvent } from '@runplane/contracts';
 import { countsAsProgress } from '@runplane/run-facts';
-import { RUN_STATUS_ORDER, type MessageRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
+import { RUN_STATUS_ORDER, type MessageRow, type ModelTurnRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
 
 /** The rows (other than the Run's) that one event touches, by key. */
 export interface TouchedKeys {
   messageId?: string;
   passageId?: string;
   toolCallId?: string;
+  /** The model turn (table `model_turns`). */
+  turn?: number;
 }
 
-/** Which message, passage or tool call row an event affects (the Run row is affected by every event). */
+/** Which message, passage, tool call or model turn row an event affects (the Run row is affected by every event). */
 export function touchedKeys(stored: StoredEvent): TouchedKeys {
   const e = stored.event;
   switch (e.type) {
@@ -30,6 +32,11 @@ export function touchedKeys(stored: StoredEvent): TouchedKeys {
       return { toolCallId: e.data.toolCallId };
     case 'passage.committed':
       return { passageId: e.data.passageId };
+    case 'model.turn.requested':
+    case 'model.turn.completed':
+    case 'model.turn.failed':
+    case 'model.output.paragraph':
+      return { turn: e.data.turn };
     default:
       return {};
   }
@@ -292,5 +299,65 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
     }
     default:
       return row;
+  }
+}
+
+/**
+ * Model turn rule (K7, K9): requested -> first text -> completed or failed, with the step's
+ * duration from event times; usage is copied as reported, null when unknown (never 0). The first
+ * outcome recorded is kept.
+ */
+export function evolveModelTurn(row: ModelTurnRow | null, stored: StoredEvent): ModelTurnRow | null {
+  const e = stored.event;
+  if (
+    e.type !== 'model.turn.requested' &&
+    e.type !== 'model.turn.completed' &&
+    e.type !== 'model.turn.failed' &&
+    e.type !== 'model.output.paragraph'
+  ) {
+    return row;
+  }
+  const current: ModelTurnRow = row ?? {
+    runId: e.runId,
+    turn: e.data.turn,
+    status: 'requested',
+    requestedAt: null,
+    firstTextAt: null,
+    endedAt: null,
+    durationMs: null,
+    finishReason: null,
+    contentChars: null,
+    toolCalls: null,
+    promptTokens: null,
+    completionTokens: null,
+    errorKind: null,
+    lastSeq: stored.seq,
+  };
+  const ended = (at: string): Pick<ModelTurnRow, 'endedAt' | 'durationMs'> => ({
+    endedAt: at,
+    durationMs: current.requestedAt === null ? null : msBetween(current.requestedAt, at),
+  });
+  switch (e.type) {
+    case 'model.turn.requested':
+      return { ...current, requestedAt: current.requestedAt ?? e.occurredAt, lastSeq: stored.seq };
+    case 'model.output.paragraph':
+      return { ...current, firstTextAt: current.firstTextAt ?? e.occurredAt, lastSeq: stored.seq };
+    case 'model.turn.completed':
+      if (current.status !== 'requested') return { ...current, lastSeq: stored.seq };
+      return {
+        ...current,
+        status: 'completed',
+        ...ended(e.occurredAt),
+        firstTextAt: current.firstTextAt ?? (e.data.content.trim() ? e.occurredAt : null),
+        finishReason: e.data.finishReason,
+        contentChars: e.data.content.length,
+        toolCalls: e.data.toolCalls.length,
+        promptTokens: e.data.usage?.promptTokens ?? null,
+        completionTokens: e.data.usage?.completionTokens ?? null,
+        lastSeq: stored.seq,
+      };
+    case 'model.turn.failed':
+      if (current.status !== 'requested') return { ...current, lastSeq: stored.seq };
+      return { ...current, status: 'failed', ...ended(e.occurredAt), errorKind: e.data.error.kind, lastSeq: stored.seq };
   }
 }

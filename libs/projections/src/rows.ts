@@ -1,5 +1,5 @@
 /**
- * Row shapes of the four projection tables, as plain values (times are ISO-8601 UTC strings taken
+ * Row shapes of the projection tables, as plain values (times are ISO-8601 UTC strings taken
  * from event `occurredAt`, never from a clock). The pure view rules in `evolve.ts` map
  * `(row, storedEvent) -> row` over these shapes; `entities.ts` maps them to MikroORM entities.
  * Every column derives from events only, so a rebuild from the log reproduces them exactly (K11).
@@ -119,5 +119,31 @@ export interface ToolCallRow {
   reconciledOutcome: ReconciledOutcome | null;
   reconciledBy: string | null;
   reconciledAt: string | null;
+  lastSeq: number;
+}
+
+/**
+ * Table `model_turns`, one row per model turn of a Run; key (runId, turn). The step's clocks (K7):
+ * requested -> first streamed text -> completed or failed, and its usage, null when unknown (no
+ * usage reported, failed, in flight: never 0 tokens, K9).
+ */
+export interface ModelTurnRow {
+  runId: string;
+  turn: number;
+  status: 'requested' | 'completed' | 'failed';
+  requestedAt: string | null;
+  /** When its first paragraph of text was recorded (`model.output.paragraph`), or null. */
+  firstTextAt: string | null;
+  /** When it completed or failed, or null while in flight (or never recorded). */
+  endedAt: string | null;
+  /** `requestedAt` to `endedAt`, ms. */
+  durationMs: number | null;
+  finishReason: string | null;
+  contentChars: number | null;
+  toolCalls: number | null;
+  promptTokens: number | null;
+  completionTokens: number | null;
+  /** For a failed turn: `http`, `timeout`, `connection`, `invalid-response`. */
+  errorKind: string | null;
   lastSeq: number;
 }

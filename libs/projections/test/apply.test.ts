@@ -126,6 +126,12 @@ describe('getRunView', () => {
       ['p0', 2],
       ['p1', 1],
     ]);
+    expect(
+      dump.model_turns.filter((t) => t.run_id === runId).map((t) => [t.turn, t.status, t.duration_ms, t.prompt_tokens, t.first_text_at !== null]),
+    ).toEqual([
+      [1, 'completed', 1000, 120, false],
+      [2, 'completed', 2000, 120, true],
+    ]);
     expect(dump.tool_calls.filter((t) => t.run_id === runId).map((t) => [t.tool_call_id, t.status, t.error_code])).toEqual([
       ['call_1', 'succeeded', null],
       ['call_2', 'failed', 'source_unavailable'],

@@ -2,10 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import {
   evolveMessage,
+  evolveModelTurn,
   evolvePassage,
   evolveRun,
   evolveToolCall,
   touchedKeys,
+  type ModelTurnRow,
   type PassageRow,
   type RunRow,
   type ToolCallRow,
@@ -423,6 +425,65 @@ describe('touchedKeys', () => {
     const [admitted, , , proposal] = researchRunEvents(runId);
     expect(touchedKeys(stored(admitted!, 1))).toEqual({ messageId: `msg-${runId}` });
     expect(touchedKeys(stored(proposal!, 4))).toEqual({ toolCallId: 'call_1' });
-    expect(touchedKeys(stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toEqual({});
+    expect(touchedKeys(stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toEqual({ turn: 1 });
+    expect(
+      touchedKeys(stored(makeEvent('lease.granted', c, 'lease/1', { epoch: 1, holder: { service: 'r', instance: 'i' }, ttlMs: 1 }, at(1)), 2)),
+    ).toEqual({});
+  });
+});
+
+describe('model_turns rule (K7, K9)', () => {
+  const apply = (events: RunEvent[]): ModelTurnRow | null =>
+    events.reduce<ModelTurnRow | null>((row, e, i) => evolveModelTurn(row, stored(e, i + 2)), null);
+
+  it('given a turn requested, streaming text, then completed with usage, then its clocks are requested -> first text -> end and the usage as reported', () => {
+    expect(
+      apply([
+        makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)),
+        makeEvent('model.output.paragraph', c, '1/0', { turn: 1, index: 0, text: 'One.', sha256: 'a'.repeat(64) }, at(3)),
+        makeEvent('model.output.paragraph', c, '1/1', { turn: 1, index: 1, text: 'Two.', sha256: 'b'.repeat(64) }, at(4)),
+        makeEvent(
+          'model.turn.completed',
+          c,
+          1,
+          { turn: 1, content: 'One.\n\nTwo.', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10 } },
+          at(5),
+        ),
+      ]),
+    ).toEqual({
+      runId,
+      turn: 1,
+      status: 'completed',
+      requestedAt: '2026-11-30T10:00:01.000Z',
+      firstTextAt: '2026-11-30T10:00:03.000Z',
+      endedAt: '2026-11-30T10:00:05.000Z',
+      durationMs: 4000,
+      finishReason: 'stop',
+      contentChars: 10,
+      toolCalls: 0,
+      promptTokens: 7,
+      completionTokens: 3,
+      errorKind: null,
+      lastSeq: 5,
+    });
+  });
+
+  it('given a turn without usage, or failed, then its tokens are null (unknown), never 0', () => {
+    const noUsage = apply([
+      makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'm' }, at(1)),
+      makeEvent('model.turn.completed', c, 2, { turn: 2, content: '', toolCalls: [], finishReason: 'stop', usage: null }, at(2)),
+    ]);
+    expect(noUsage).toMatchObject({ status: 'completed', promptTokens: null, completionTokens: null, firstTextAt: null, durationMs: 1000 });
+    const failed = apply([
+      makeEvent('model.turn.requested', c, 3, { turn: 3, model: 'm' }, at(1)),
+      makeEvent('model.turn.failed', c, 3, { turn: 3, error: { kind: 'timeout', status: null, message: 'slow' } }, at(31)),
+    ]);
+    expect(failed).toMatchObject({
+      status: 'failed',
+      errorKind: 'timeout',
+      promptTokens: null,
+      durationMs: 30_000,
+      endedAt: '2026-11-30T10:00:31.000Z',
+    });
   });
 });
