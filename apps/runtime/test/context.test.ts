@@ -129,7 +129,7 @@ describe('continuation context (K3)', () => {
   it('refuses a parent from another conversation', () => {
     const other = parent();
     const moved = new History('parent-1', 'conv-other');
-    for (const e of other.events) moved.add(e.event.type, e.event.eventId, e.event.data as never);
+    for (const e of other.events) moved.add(e.event.type, e.event.eventId, e.event.data);
     const events = decideCarry(continuation().facts, earlierOf(moved), 100_000, NOW);
     expect(events[0]!.data).toMatchObject({ reason: 'context-refused', detail: expect.stringMatching(/another conversation/) });
   });
@@ -246,7 +246,7 @@ describe('context budget: whole pairs only', () => {
     expect(ids).toContain('b12');
     expect(ids).not.toContain('a1');
     expect(small.find((m) => m.role === 'user')).toEqual({ role: 'user', content: 'Compare SPY and QQQ' });
-    expect(small.some((m) => m.role === 'system' && String(m.content).includes('left out to fit the context budget'))).toBe(true);
+    expect(small.some((m) => m.role === 'system' && JSON.stringify(m.content).includes('left out to fit the context budget'))).toBe(true);
     // every kept tool turn is whole: an assistant with calls is followed by exactly its results
     for (const [i, m] of small.entries()) {
       if (m.role !== 'assistant' || !('tool_calls' in m) || !m.tool_calls) continue;
