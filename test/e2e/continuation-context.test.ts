@@ -121,6 +121,13 @@ describe('clarification (K2)', () => {
     expect(ofType(events, 'run.execution.finished')[0]!.event.data.reason).toBe('clarification-requested');
     const answer = await t.client.getAnswer(runId);
     expect(answer.passages.map((p) => p.text)).toEqual([question]);
+    // the Run view (projection) names the pending clarification
+    const view = await eventually(async () => {
+      const v = await t.client.getRun(runId);
+      return v?.status === 'settled' ? v : null;
+    });
+    expect(view.clarificationId).toBe(asked!.event.data.clarificationId);
+    expect(view.outcome).toBe('completed');
     expect(ofType(events, 'wait.opened')).toHaveLength(0); // not a human wait: nothing parks
     expect(ofType(events, 'tool.call.proposed')).toHaveLength(0);
 

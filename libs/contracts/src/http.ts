@@ -117,6 +117,11 @@ export const RunView = z
     passages: z.number().int(),
     admittedAt: z.string().datetime(),
     settledAt: z.string().datetime().nullable(),
+    /**
+     * The clarification the Run asked the user (`ask_clarification`, K2): its question is the Run's
+     * published answer, and a reply naming this id starts a new Run. Null when it asked none.
+     */
+    clarificationId: Id.nullable(),
     /** Stream sequence of the last event applied to this projection. */
     lastSeq: z.number().int(),
   })

@@ -30,6 +30,7 @@ export const RunEntity = defineEntity({
     passages: p.integer(),
     admittedAt: p.datetime(),
     settledAt: p.datetime().nullable(),
+    clarificationId: p.text().nullable(),
     lastSeq: p.bigint('number'),
   },
 });
@@ -121,6 +122,7 @@ export const runRowOf = (e: RunEntity): RunRow => ({
   passages: e.passages,
   admittedAt: iso(e.admittedAt),
   settledAt: isoOrNull(e.settledAt),
+  clarificationId: e.clarificationId ?? null,
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */

@@ -76,6 +76,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       passages: 0,
       admittedAt: e.occurredAt,
       settledAt: null,
+      clarificationId: null,
       lastSeq: stored.seq,
     };
   }
@@ -126,6 +127,9 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
     case 'wait.answered':
     case 'child.run.settled':
       if (row.status === 'awaiting_human' || row.status === 'awaiting_child') next.status = 'running';
+      break;
+    case 'clarification.requested':
+      next.clarificationId ??= e.data.clarificationId;
       break;
     case 'run.settled':
       if (row.status !== 'settled') {

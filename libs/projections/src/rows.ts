@@ -37,6 +37,8 @@ export interface RunRow {
   passages: number;
   admittedAt: string;
   settledAt: string | null;
+  /** The clarification the Run asked the user (`clarification.requested`, K2): pending until a reply Run names it; null when none. */
+  clarificationId: string | null;
   /** Stream sequence of the last event of this Run applied to the projections. */
   lastSeq: number;
 }
