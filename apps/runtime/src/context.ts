@@ -147,7 +147,10 @@ export function carryContext(
       const label = `${call.name}(${call.argumentsText})`;
       if (r.status === 'unknown') {
         const rec = call.reconciliation;
-        const recText = rec ? ` An operator reconciled it as ${rec.outcome} (${rec.operator}, ${rec.at}): ${rec.evidence}.` : '';
+        const late = call.lateObserved;
+        const recText =
+          (rec ? ` An operator reconciled it as ${rec.outcome} (${rec.operator}, ${rec.at}): ${rec.evidence}.` : '') +
+          (late ? ` A late observation says it ${late.status} at ${late.at} (the receipt stays unknown).` : '');
         parentItems.push(
           item(
             'unknown-call',

@@ -45,7 +45,8 @@ export function isBlank(text: string): boolean {
 
 /**
  * Decides the runtime's events for a trigger.
- * - `Wake`: request the next model turn (`model.turn.requested`) when every tool call of the last
+ * - `Wake`: nothing while the Run must still record what it carries from earlier Runs
+ *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then request the next model turn (`model.turn.requested`) when every tool call of the last
  *   turn has a receipt, the deadline has not passed and model requests remain; stop
  *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
  *   propose tool calls (and open waits, request children) a crash left undecided; nothing while
@@ -55,7 +56,9 @@ export function isBlank(text: string): boolean {
  *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
  *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
- *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
+ *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
+ *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
+ *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
  *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
