@@ -35,8 +35,8 @@ beforeAll(async () => {
   t = await startTestStack('context', {
     RUNPLANE_TEST_TOOLS: 'record_effect',
     RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_TOOL_TIMEOUT_MS: '6000',
-    RUNPLANE_TOOL_THREADS: '4',
+    RUNPLANE_TOOL_TIMEOUT_MS: '20000',
+    RUNPLANE_TOOL_THREADS: '6',
     RUNPLANE_CONTEXT_MAX_CHARS: String(MAX_CHARS),
   });
 }, 120_000);
@@ -168,15 +168,17 @@ describe('continuation (K3)', () => {
             reply: {
               content: '',
               toolCalls: [
-                { name: 'get_holdings', arguments: { fund: 'SPY', top: 5 } },
-                { name: 'get_holdings', arguments: { fund: 'QQQ', top: 5 } },
+                ...[5, 6, 7].flatMap((top) => [
+                  { name: 'get_holdings', arguments: { fund: 'SPY', top } },
+                  { name: 'get_holdings', arguments: { fund: 'QQQ', top } },
+                ]),
               ],
             },
           },
           // succeeded, but with no provenance: never carried
           { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-ok' } }] } },
           // outlives the tool timeout: unknown
-          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-effect', sleepMs: 9000 } }] } },
+          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-effect', sleepMs: 24000 } }] } },
           { reply: { content: 'SPY and QQQ holdings were read.\n\nThe recording outcome is unknown.' } },
         ],
         then: 'error',
@@ -189,8 +191,7 @@ describe('continuation (K3)', () => {
     parentEvents = await t.waitForSettlement(parentRunId, 60_000);
     const receipts = ofType(parentEvents, 'tool.call.receipt').map((e) => [e.event.data.name, e.event.data.status]);
     expect(receipts).toEqual([
-      ['get_holdings', 'succeeded'],
-      ['get_holdings', 'succeeded'],
+      ...Array.from({ length: 6 }, () => ['get_holdings', 'succeeded']),
       ['record_effect', 'succeeded'],
       ['record_effect', 'unknown'],
     ]);
@@ -209,7 +210,7 @@ describe('continuation (K3)', () => {
           { reply: { content: '', toolCalls: holdings(20) } },
           { reply: { content: '', toolCalls: holdings(21) } },
           { reply: { content: '', toolCalls: holdings(22) } },
-          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { sleepMs: 9000, tag: 'ctx-effect' } }] } },
+          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { sleepMs: 24000, tag: 'ctx-effect' } }] } },
           { reply: { content: 'Continued: the holdings were compared again; the earlier recording stays unknown.' } },
         ],
         then: 'error',
@@ -235,6 +236,9 @@ describe('continuation (K3)', () => {
     const parentUnknown = ofType(parentEvents, 'tool.call.receipt').find((e) => e.event.data.status === 'unknown')!.event.data.toolCallId;
     expect(c.unknownEffects.map((u) => u.toolCallId)).toEqual([parentUnknown]);
     expect(c.items.some((i) => i.kind === 'tool-result')).toBe(true);
+    // at most half the budget is carried: the parent's other results are listed as dropped, never sent
+    expect(c.dropped.filter((d) => d.reason === 'budget').length).toBeGreaterThan(0);
+    expect(c.items.reduce((n, i) => n + i.text.length, 0)).toBeLessThanOrEqual(MAX_CHARS / 2);
     // a result without provenance is never made readable again
     const okCall = ofType(parentEvents, 'tool.call.receipt').find(
       (e) => e.event.data.status === 'succeeded' && e.event.data.name === 'record_effect',

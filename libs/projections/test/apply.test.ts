@@ -106,6 +106,7 @@ describe('getRunView', () => {
       passages: 2,
       admittedAt: '2026-11-30T10:00:00.000Z',
       settledAt: '2026-11-30T10:00:11.000Z',
+      clarificationId: null,
       lastSeq: 1000 + stored.length - 1,
     });
     const dump = await dumpProjectionRows(orm);
