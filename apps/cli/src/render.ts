@@ -55,6 +55,8 @@ export function summarize(e: RunEvent): string {
       return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
     case 'clarification.requested':
       return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"`;
+    case 'context.carried':
+      return `CONTEXT carried ${e.data.items.length} item(s) from ${[...e.data.historyRunIds, ...(e.data.parentRunId ? [e.data.parentRunId] : [])].join(', ') || 'no earlier Run'} (${e.data.dropped.length} dropped, ${e.data.unknownEffects.length} unknown effect(s))`;
   }
 }
 

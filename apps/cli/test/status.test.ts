@@ -27,6 +27,7 @@ const view = (over: Partial<RunView> = {}): RunView => ({
   reserveModelRequests: 1,
   reserveOutputTokens: 4000,
   noProgressSeconds: 300,
+  clarificationId: null,
   deadlineAt: '2026-01-01T00:15:00.000Z',
   startedAt: '2026-01-01T00:00:02.000Z',
   queuedMs: 2000,

@@ -5,7 +5,8 @@
  * parts of the question unanswered, or when the Run failed (any failure below) after committing
  * some text: published passages are never erased by a later failure, so such a Run is neither
  * `completed` nor a bare `failed` (its `unanswered` names the rest of the answer and why);
- * `failed` with the
+ * `completed` with the clarification pending when the Run ended asking the user a clarification
+ * and its question is published (K2); `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
  * (`wait-expired`) or when nothing counted as progress for its no-progress limit (`no-progress`,
@@ -30,6 +31,8 @@ const FAILURE_REASONS: Record<string, string> = {
   'model-request-limit': 'the Run used all its model requests without an answer',
   'tool-call-limit': 'the Run used all its tool calls without an answer',
   deadline: 'the Run reached its deadline without an answer',
+  'context-refused': 'the context of the continuation could not be verified, so nothing was asked of the model',
+  'clarification-requested': 'the clarification question could not be published',
 };
 
 /**
@@ -110,7 +113,17 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];
   }
-  if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
+  if ((finished.reason === 'answered' || finished.reason === 'clarification-requested') && !facts.answer) return []; // publication has not committed it yet
+  if (finished.reason === 'clarification-requested' && facts.answer!.passageIds.length > 0) {
+    // the question is the published answer; the Run is done, the clarification waits for the user's reply (a new Run, K2)
+    const pending = [...facts.clarifications.values()].find((c) => c.turn === finished.answerTurn);
+    return [
+      settled(
+        'completed',
+        `clarification pending: ${pending?.clarificationId ?? 'unknown'}: the question to the user was published in ${facts.answer!.passageIds.length} passage(s); a reply naming it starts a new Run`,
+      ),
+    ];
+  }
   const answer = finished.reason === 'answered' ? facts.answer : null;
   if (answer && answer.passageIds.length > 0) {
     const committed = `answer committed in ${answer.passageIds.length} passage(s)`;

@@ -7,6 +7,7 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import {
+  clarificationIdOf,
   contextFrom,
   makeEvent,
   sha256Hex,
@@ -16,7 +17,8 @@ import {
   type StreamedParagraph,
 } from '@runplane/contracts';
 import { carvedForChildren, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
-import { isResolved, parkingEvent, planCalls } from './parking.js';
+import { awaitingContext } from './context.js';
+import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
@@ -43,7 +45,8 @@ export function isBlank(text: string): boolean {
 
 /**
  * Decides the runtime's events for a trigger.
- * - `Wake`: request the next model turn (`model.turn.requested`) when every tool call of the last
+ * - `Wake`: nothing while the Run must still record what it carries from earlier Runs
+ *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then request the next model turn (`model.turn.requested`) when every tool call of the last
  *   turn has a receipt, the deadline has not passed and model requests remain; stop
  *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
  *   propose tool calls (and open waits, request children) a crash left undecided; nothing while
@@ -53,7 +56,9 @@ export function isBlank(text: string): boolean {
  *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
  *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
- *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
+ *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
+ *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
+ *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
  *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
@@ -64,7 +69,8 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake':
-      return onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
+      // no model request before what the Run carries from earlier Runs is recorded (K2, K3: ./context.ts)
+      return awaitingContext(facts) ? [] : onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ParagraphsStreamed':
@@ -86,6 +92,8 @@ function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date): R
     if (proposableCalls(done).length === 0) return [stopAfter(facts, last, now)];
     const missing = undecidedCalls(facts, last, waitTtlMs, now);
     if (missing.length > 0) return missing;
+    const asked = clarificationOf(planCalls(facts, last.turn, done.toolCalls, new Date(last.completedAt ?? now)));
+    if (asked) return [clarificationStop(facts, last.turn, asked.question, now)];
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
@@ -127,7 +135,9 @@ function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now
         ? [...facts.waits.values()].some((w) => w.toolCallId === c.toolCallId)
         : plan.kind === 'child'
           ? [...facts.children.values()].some((ch) => ch.toolCallId === c.toolCallId)
-          : true;
+          : plan.kind === 'clarification'
+            ? facts.clarifications.has(clarificationIdOf(facts.runId, c.toolCallId))
+            : true;
     if (!recorded) out.push(parkingEvent(facts, ctx, c, last.turn, plan, completedAt, waitTtlMs, now)!);
   }
   return out;
@@ -157,6 +167,9 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
         if (parking) events.push(parking);
       }
     }
+    // a clarification ends the Run: its question is the answer, the reply is a new Run (K2)
+    const asked = clarificationOf(plans);
+    if (asked) events.push(clarificationStop(facts, turnNo, asked.question, now));
     return events;
   }
   events.push(stopAfter(facts, { ...last, completed }, now));
@@ -199,6 +212,10 @@ function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
   }
   if (isBlank(done.content)) return finished(facts, now, 'empty-output', `turn ${turn.turn} returned no text`, null);
   return finished(facts, now, 'answered', `answer in turn ${turn.turn}`, turn.turn);
+}
+
+function clarificationStop(facts: RunFacts, turn: number, question: string, now: Date): RunEvent {
+  return finished(facts, now, 'clarification-requested', `turn ${turn} asked the user to clarify: ${question}`, turn);
 }
 
 function finished(facts: RunFacts, now: Date, reason: ExecutionStopReason, detail: string, answerTurn: number | null): RunEvent {

@@ -3,3 +3,4 @@ export * from './messages.js';
 export { classify } from './model-client.js';
 export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
 export * from './paragraphs.js';
+export * from './context.js';

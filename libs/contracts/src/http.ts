@@ -140,6 +140,11 @@ export const RunView = z
     executingMs: z.number().int().nullable(),
     /** The last fact counted as progress: answer text, a turn with text, a valid tool call, a receipt, a wake (K7). */
     lastProgressAt: z.string().datetime().nullable(),
+    /**
+     * The clarification the Run asked the user (`ask_clarification`, K2): its question is the Run's
+     * published answer, and a reply naming this id starts a new Run. Null when it asked none.
+     */
+    clarificationId: Id.nullable(),
     /** Stream sequence of the last event applied to this projection. */
     lastSeq: z.number().int(),
   })

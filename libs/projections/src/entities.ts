@@ -43,6 +43,7 @@ export const RunEntity = defineEntity({
     executionEndedAt: p.datetime().nullable(),
     executingMs: p.bigint('number').nullable(),
     lastProgressAt: p.datetime().nullable(),
+    clarificationId: p.text().nullable(),
     lastSeq: p.bigint('number'),
   },
 });
@@ -171,6 +172,7 @@ export const runRowOf = (e: RunEntity): RunRow => ({
   executionEndedAt: isoOrNull(e.executionEndedAt),
   executingMs: e.executingMs === null || e.executingMs === undefined ? null : Number(e.executingMs),
   lastProgressAt: isoOrNull(e.lastProgressAt),
+  clarificationId: e.clarificationId ?? null,
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */

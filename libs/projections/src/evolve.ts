@@ -98,6 +98,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       executionEndedAt: null,
       executingMs: null,
       lastProgressAt: e.occurredAt,
+      clarificationId: null,
       lastSeq: stored.seq,
     };
   }
@@ -148,6 +149,9 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
     case 'wait.answered':
     case 'child.run.settled':
       if (row.status === 'awaiting_human' || row.status === 'awaiting_child') next.status = 'running';
+      break;
+    case 'clarification.requested':
+      next.clarificationId ??= e.data.clarificationId;
       break;
     case 'run.settled':
       if (row.status !== 'settled') {

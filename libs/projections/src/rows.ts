@@ -63,6 +63,8 @@ export interface RunRow {
   executingMs: number | null;
   /** The last fact counted as progress (admission, answer text, a turn with text, a valid tool call, a receipt, a wake: run-facts `countsAsProgress`). */
   lastProgressAt: string | null;
+  /** The clarification the Run asked the user (`clarification.requested`, K2): pending until a reply Run names it; null when none. */
+  clarificationId: string | null;
   /** Stream sequence of the last event of this Run applied to the projections. */
   lastSeq: number;
 }

@@ -119,6 +119,7 @@ describe('getRunView', () => {
       executionEndedAt: '2026-11-30T10:00:08.000Z',
       executingMs: 7000,
       lastProgressAt: '2026-11-30T10:00:08.000Z',
+      clarificationId: null,
       lastSeq: 1000 + stored.length - 1,
     });
     const dump = await dumpProjectionRows(orm);

@@ -60,8 +60,20 @@ describe('runs rule', () => {
       executionEndedAt: null,
       executingMs: null,
       lastProgressAt: '2026-11-30T10:00:00.000Z',
+      clarificationId: null,
       lastSeq: 7,
     });
+  });
+
+  it('given a Run, when clarification.requested, then the view names that clarification (K2), once', () => {
+    const asked = (id: string, seq: number) =>
+      stored(
+        makeEvent('clarification.requested', c, id, { clarificationId: id, toolCallId: `call-${id}`, turn: 1, question: 'Which period?' }, at(3)),
+        seq,
+      );
+    const row = evolveRun(admittedRun(), asked('cl-1', 2))!;
+    expect(row.clarificationId).toBe('cl-1');
+    expect(evolveRun(row, asked('cl-2', 3))!.clarificationId).toBe('cl-1');
   });
 
   it('given no row, when any other event arrives, then there is no Run (the adapter refuses it)', () => {

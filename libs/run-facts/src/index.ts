@@ -77,6 +77,8 @@ export interface RunFacts {
   children: Map<string, ChildFacts>;
   /** Clarification questions the Run registered (K2), by clarificationId. */
   clarifications: Map<string, EventData<'clarification.requested'> & { at: string }>;
+  /** What the Run carries from earlier Runs into its model requests (K2, K3), once recorded. */
+  carried: EventData<'context.carried'> | null;
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
@@ -120,6 +122,7 @@ export function emptyFacts(runId: string): RunFacts {
     waits: new Map(),
     children: new Map(),
     clarifications: new Map(),
+    carried: null,
     fenced: null,
     closed: { runtime: false, tools: false },
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
@@ -252,6 +255,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     }
     case 'clarification.requested':
       if (!next.clarifications.has(e.data.clarificationId)) next.clarifications.set(e.data.clarificationId, { ...e.data, at: e.occurredAt });
+      break;
+    case 'context.carried':
+      next.carried ??= e.data;
       break;
     // ---- tool effects (K5) ----
     case 'tool.call.late_observed': {
