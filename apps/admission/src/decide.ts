@@ -274,13 +274,14 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
 
 function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
-  if (facts.admitted) return repeat(facts.admitted, cmd, contentSha256);
+  // the id names another Run already (an ordinary message's id reused for an answer, or the reverse): K1 first
   if (cmd.messageRunElsewhere && cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(cmd.conversationId, cmd.clientMessageId).runId))
     throw new MessageConflict(
       cmd.clientMessageId,
       'replyTo',
       cmd.reply ? 'it was admitted as a message that answers no clarification' : 'it was admitted as the answer to a clarification',
     );
+  if (facts.admitted) return repeat(facts.admitted, cmd, contentSha256);
   const ids = admissionIds(cmd.conversationId, cmd.clientMessageId);
   const messageId = ids.messageId;
   const runId = cmd.reply ? clarificationReplyRunId(cmd.conversationId, cmd.reply.clarificationId) : ids.runId;

@@ -74,13 +74,13 @@ describe('an ordinary message (K2): a new Run with the conversation history, no 
 
   it('the Run itself is never listed in its own history (a repeat after the index was written)', () => {
     const [e] = decide(emptyFacts(runId), post({ history: ['run-a', runId] }), NOW);
-    expect(e!.type === 'run.admitted' && e.data.conversationHistory).toEqual({ runIds: ['run-a'] });
+    expect(e?.type === 'run.admitted' && e.data.conversationHistory).toEqual({ runIds: ['run-a'] });
   });
 
   it('ordinary text is never bound to a clarification, whatever it says: no replyTo, no link', () => {
     const [e] = decide(emptyFacts(runId), post({ content: 'Annualized, please (answering your question)' }), NOW);
-    expect(e!.type === 'run.admitted' && e.data.link).toBeUndefined();
-    expect(e!.type === 'run.admitted' && e.data.clarification).toBeUndefined();
+    expect(e?.type === 'run.admitted' && e.data.link).toBeUndefined();
+    expect(e?.type === 'run.admitted' && e.data.clarification).toBeUndefined();
   });
 
   it('given the id was used for a clarification answer (index), when posted as an ordinary message, then a replyTo conflict', () => {
