@@ -202,7 +202,7 @@ describe('K3: explicit Continue, eligibility read from the parent log', () => {
     parents.completed = await ask(CONV, 'p-completed', [{ reply: { content: 'SPY and QQQ overlap by half.' } }]);
     parents.partial = await ask(CONV, 'p-partial', [{ reply: { content: `SPY and QQQ overlap.\n\nNot answered: XYZ.\n${BLOCK}` } }]);
     parents.failed = await ask(CONV, 'p-failed', [{ error: { status: 400, message: 'the model refused the request' } }]);
-    for (const id of [parents.completed, parents.partial, parents.failed]) await t.waitForSettlement(id!);
+    for (const id of [parents.completed, parents.partial, parents.failed]) await t.waitForSettlement(id);
 
     // canceled mid-turn
     parents.canceled = await ask(CONV, 'p-canceled', [{ reply: { content: 'too late' }, delayMs: 8_000 }]);
@@ -420,12 +420,27 @@ describe('K1 after a projections rebuild: the identity is in the log', () => {
     expect(same.status).toBe(200);
     expect((await post('conv-k1', { clientMessageId: 'k1-first', content: 'Compare SPY and DIA' })).body).toMatchObject({ field: 'content' });
     expect(
-      (await post('conv-k1', { clientMessageId: 'k1-first', content: '[k1-first] Compare SPY and QQQ', continuationOfRunId: same.body.runId as string })).body,
+      (
+        await post('conv-k1', {
+          clientMessageId: 'k1-first',
+          content: '[k1-first] Compare SPY and QQQ',
+          continuationOfRunId: same.body.runId as string,
+        })
+      ).body,
     ).toMatchObject({ field: 'continuationOfRunId' });
-    expect((await post(CONV, { clientMessageId: 'continue-canceled', content: 'Continue that comparison', continuationOfRunId: parents.canceled! })).status).toBe(409);
-    expect((await post(CONV, { clientMessageId: 'continue-partial', content: '[continue-partial] Continue that comparison', continuationOfRunId: parents.partial! })).status).toBe(
-      200,
-    );
+    expect(
+      (await post(CONV, { clientMessageId: 'continue-canceled', content: 'Continue that comparison', continuationOfRunId: parents.canceled! }))
+        .status,
+    ).toBe(409);
+    expect(
+      (
+        await post(CONV, {
+          clientMessageId: 'continue-partial',
+          content: '[continue-partial] Continue that comparison',
+          continuationOfRunId: parents.partial!,
+        })
+      ).status,
+    ).toBe(200);
     expect((await getMessage('conv-k1', 'k1-first')).body).toMatchObject({ runId: same.body.runId });
   }, 120_000);
 });
@@ -449,13 +464,25 @@ async function forgeSettledWithoutTurn(conversationId: string, clientMessageId: 
       now,
     ),
     ...(['tools', 'runtime'] as const).map((fencedSubject) =>
-      makeEvent('run.fenced', ctx, `settling/${fencedSubject}`, { fencedSubject, epoch: 0, holder: null, reason: 'settling', detail: 'forged', uncertain: [] }, now),
+      makeEvent(
+        'run.fenced',
+        ctx,
+        `settling/${fencedSubject}`,
+        { fencedSubject, epoch: 0, holder: null, reason: 'settling', detail: 'forged', uncertain: [] },
+        now,
+      ),
     ),
     makeEvent(
       'run.settled',
       ctx,
       'settlement',
-      { outcome: 'completed', reason: 'forged', passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } },
+      {
+        outcome: 'completed',
+        reason: 'forged',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      },
       now,
     ),
   ];

@@ -227,7 +227,10 @@ export class AdmissionController {
    * conversation index maps the id to. 404 when no such message was admitted. Reads never append.
    */
   @Get('conversations/:conversationId/messages/:clientMessageId')
-  async getMessage(@Param('conversationId') rawConversationId: string, @Param('clientMessageId') rawClientMessageId: string): Promise<MessageOutcome> {
+  async getMessage(
+    @Param('conversationId') rawConversationId: string,
+    @Param('clientMessageId') rawClientMessageId: string,
+  ): Promise<MessageOutcome> {
     const parsed = MessageParams.safeParse({ conversationId: rawConversationId, clientMessageId: rawClientMessageId });
     if (!parsed.success) throw badRequestFromZod('path', parsed.error);
     const { conversationId, clientMessageId } = parsed.data;

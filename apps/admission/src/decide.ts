@@ -275,7 +275,10 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
 function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
   // the id names another Run already (an ordinary message's id reused for an answer, or the reverse): K1 first
-  if (cmd.messageRunElsewhere && cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(cmd.conversationId, cmd.clientMessageId).runId))
+  if (
+    cmd.messageRunElsewhere &&
+    cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(cmd.conversationId, cmd.clientMessageId).runId)
+  )
     throw new MessageConflict(
       cmd.clientMessageId,
       'replyTo',

@@ -38,7 +38,11 @@ const { runId, messageId } = admissionIds(CONV, 'client-2');
 const ORIGINAL = 'Compare SPY and QQQ over three years';
 
 /** A parent Run of `conv` that ran one model turn and settled as `outcome` (after a fence for `fence`, when given). */
-function parent(outcome: 'completed' | 'partial' | 'failed' | 'canceled' | 'interrupted' | null, fence?: Parameters<History['fenced']>[0], conv = CONV) {
+function parent(
+  outcome: 'completed' | 'partial' | 'failed' | 'canceled' | 'interrupted' | null,
+  fence?: Parameters<History['fenced']>[0],
+  conv = CONV,
+) {
   const h = new History('parent-1', conv).admitted({ content: ORIGINAL }).turn(1, { content: 'SPY and QQQ overlap.' });
   if (fence) h.fenced(fence);
   else if (outcome) h.closed();
@@ -62,7 +66,12 @@ describe('an ordinary message (K2): a new Run with the conversation history, no 
         {
           type: 'run.admitted',
           data: {
-            message: { messageId, clientMessageId: 'client-2', content: 'Now only the past year', contentSha256: sha256Hex('Now only the past year') },
+            message: {
+              messageId,
+              clientMessageId: 'client-2',
+              content: 'Now only the past year',
+              contentSha256: sha256Hex('Now only the past year'),
+            },
             grant: { tools: ['list_funds'], model: 'm' },
             limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
             conversationHistory: { runIds: ['run-a', 'run-b'] },
@@ -109,7 +118,12 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
         {
           type: 'run.admitted',
           data: {
-            message: { messageId, clientMessageId: 'client-2', content: 'Now only the past year', contentSha256: sha256Hex('Now only the past year') },
+            message: {
+              messageId,
+              clientMessageId: 'client-2',
+              content: 'Now only the past year',
+              contentSha256: sha256Hex('Now only the past year'),
+            },
             grant: { tools: ['list_funds'], model: 'm' },
             limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
             link: { parentRunId: 'parent-1', relation: 'continuation' },
@@ -133,7 +147,10 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
 
   it('given a settled parent that never ran a model turn, then not eligible (no-execution)', () => {
     const p = new History('parent-1', CONV).admitted({ content: ORIGINAL }).closed().settled('completed').facts;
-    admission.given([]).when(continuing(p)).thenThrows(/never ran a model turn/);
+    admission
+      .given([])
+      .when(continuing(p))
+      .thenThrows(/never ran a model turn/);
     expect(() => assertContinuable(p)).toThrow(expect.objectContaining({ reason: 'no-execution' }));
   });
 
@@ -141,7 +158,10 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
     const h = new History('parent-1', CONV).admitted({ content: ORIGINAL }).turn(1, { content: 'x' }).closed().settled('completed');
     const admittedEvent = h.events[0]!.event;
     if (admittedEvent.type !== 'run.admitted') throw new Error('expected the admission first');
-    const tampered = { ...admittedEvent, data: { ...admittedEvent.data, message: { ...admittedEvent.data.message, contentSha256: sha256Hex('another question') } } };
+    const tampered = {
+      ...admittedEvent,
+      data: { ...admittedEvent.data, message: { ...admittedEvent.data.message, contentSha256: sha256Hex('another question') } },
+    };
     const p = foldRun('parent-1', [{ ...h.events[0]!, event: tampered }, ...h.events.slice(1)]);
     expect(() => assertContinuable(p)).toThrow(expect.objectContaining({ reason: 'request-mismatch' }));
   });
@@ -168,13 +188,19 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
 
   it('the parent is not judged again on a repeat: given the continuation admitted, the same message gets nothing new', () => {
     const first = continuing(parent('partial'));
-    admission.given(admittedBy(first)).when(continuing(parent('partial'), { requestId: 'req-2' })).thenNothing();
+    admission
+      .given(admittedBy(first))
+      .when(continuing(parent('partial'), { requestId: 'req-2' }))
+      .thenNothing();
   });
 });
 
 describe('a repeated clientMessageId (K1): same message, or a conflict naming the field', () => {
   it('given an ordinary admission, when the same id comes with a continuationOfRunId, then a continuationOfRunId conflict', () => {
-    admission.given(admittedBy(post())).when(continuing(parent('completed'))).thenThrows(/different continuationOfRunId/);
+    admission
+      .given(admittedBy(post()))
+      .when(continuing(parent('completed')))
+      .thenThrows(/different continuationOfRunId/);
   });
 
   it('given a continuation of parent-1, when the same id names another parent, then a continuationOfRunId conflict', () => {
@@ -182,12 +208,15 @@ describe('a repeated clientMessageId (K1): same message, or a conflict naming th
     admission
       .given(admittedBy(continuing(parent('completed'))))
       .when(post({ continuation: { parentRunId: 'parent-2', parent: p2 } }))
-      .thenThrows(expect.objectContaining({ field: 'continuationOfRunId' }) as never);
+      .thenThrows(expect.objectContaining({ field: 'continuationOfRunId' }));
   });
 
   it('given a continuation, when the same id comes without the parent, then a conflict; with other text, a content conflict first', () => {
     const given = admittedBy(continuing(parent('completed')));
-    admission.given(given).when(post()).thenThrows(/different continuationOfRunId/);
+    admission
+      .given(given)
+      .when(post())
+      .thenThrows(/different continuationOfRunId/);
     admission
       .given(given)
       .when(continuing(parent('completed'), { content: 'other' }))
@@ -197,7 +226,10 @@ describe('a repeated clientMessageId (K1): same message, or a conflict naming th
 
 describe('clarification answers (K2): bound only to a registered, unanswered clarification', () => {
   const asked = () =>
-    new History('asker-1', CONV).admitted({ content: ORIGINAL }).turn(1, { content: '' }).clarificationRequested(1, 'call-1', 'Cumulative or annualized?');
+    new History('asker-1', CONV)
+      .admitted({ content: ORIGINAL })
+      .turn(1, { content: '' })
+      .clarificationRequested(1, 'call-1', 'Cumulative or annualized?');
   const clarificationId = clarificationIdOf('asker-1', 'call-1');
   const replyRunId = clarificationReplyRunId(CONV, clarificationId);
   const reply = (over: Partial<PostMessage> = {}, facts: RunFacts | null = asked().closed().settled('completed').facts) =>
@@ -227,7 +259,10 @@ describe('clarification answers (K2): bound only to a registered, unanswered cla
     const noClarification = new History('asker-1', CONV).admitted().turn(1, { content: 'done' }).closed().settled('completed').facts;
     admission.given([]).when(reply({}, noClarification)).thenThrows(ClarificationNotFound);
     admission.given([]).when(reply({}, null)).thenThrows(ClarificationNotFound);
-    const elsewhere = new History('asker-1', 'conv-other').admitted().turn(1, { content: '' }).clarificationRequested(1, 'call-1', 'Which year?').facts;
+    const elsewhere = new History('asker-1', 'conv-other')
+      .admitted()
+      .turn(1, { content: '' })
+      .clarificationRequested(1, 'call-1', 'Which year?').facts;
     admission.given([]).when(reply({}, elsewhere)).thenThrows(ClarificationNotFound);
   });
 

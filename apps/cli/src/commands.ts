@@ -68,7 +68,9 @@ export async function postLinked(
   const body = {
     clientMessageId: opts.clientMessageId ?? randomUUID(),
     content: text,
-    ...(link.kind === 'continue' ? { continuationOfRunId: link.parentRunId } : { replyTo: { runId: link.runId, clarificationId: link.clarificationId } }),
+    ...(link.kind === 'continue'
+      ? { continuationOfRunId: link.parentRunId }
+      : { replyTo: { runId: link.runId, clarificationId: link.clarificationId } }),
   };
   let res;
   try {
@@ -76,8 +78,11 @@ export async function postLinked(
   } catch (e) {
     throw new Error(refusalOf(e, link), { cause: e });
   }
-  const what = link.kind === 'continue' ? `continuing run ${link.parentRunId}` : `answering clarification ${link.clarificationId} of run ${link.runId}`;
-  out(`Run ${res.body.runId} ${res.status === 201 ? 'admitted' : 'already admitted'}, ${what} (conversation ${conversationId}, message ${body.clientMessageId})`);
+  const what =
+    link.kind === 'continue' ? `continuing run ${link.parentRunId}` : `answering clarification ${link.clarificationId} of run ${link.runId}`;
+  out(
+    `Run ${res.body.runId} ${res.status === 201 ? 'admitted' : 'already admitted'}, ${what} (conversation ${conversationId}, message ${body.clientMessageId})`,
+  );
   return opts.follow === false ? null : follow(client, res.body.runId, 0);
 }
 

@@ -130,10 +130,7 @@ export class RunplaneClient {
    *   409 conflicting clientMessageId, ineligible parent or answered clarification);
    * RunplaneUnreachableError when admission cannot be reached.
    */
-  async postMessage(
-    conversationId: string,
-    body: PostMessageBody,
-  ): Promise<{ status: number; body: PostMessageResponse }> {
+  async postMessage(conversationId: string, body: PostMessageBody): Promise<{ status: number; body: PostMessageResponse }> {
     const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`;
     const res = await this.request('admission', url, {
       method: 'POST',

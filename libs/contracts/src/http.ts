@@ -5,11 +5,11 @@ import { UnansweredPart } from './unanswered.js';
 
 /**
  * Characters that show nothing on their own: whitespace, combining and enclosing marks, format
- * characters (zero-width space and joiners, the BOM, soft hyphen...), variation selectors and the
+ * characters (zero-width space and joiners, the BOM, soft hyphen...), variation selectors (marks) and the
  * Hangul/Braille fillers that render blank. Content made only of these is refused like blank
  * content: it would start a Run that spends model requests on nothing (K1 admission checks).
  */
-const INVISIBLE = /[\p{White_Space}\p{Mn}\p{Me}\p{Cf}\u115F\u1160\u3164\uFFA0\u2800\u034F\u17B4\u17B5\u180B-\u180F\uFE00-\uFE0F\u{E0100}-\u{E01EF}]/gu;
+const INVISIBLE = /[\p{White_Space}\p{Mn}\p{Me}\p{Cf}\u115F\u1160\u3164\uFFA0\u2800]/gu;
 /** True when `s` has at least one character that shows something. */
 export const showsSomething = (s: string): boolean => s.replace(INVISIBLE, '').length > 0;
 /** Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069): they can make text read other than it is stored. */
@@ -25,7 +25,10 @@ export const MessageContent = z
   .string()
   .max(20_000, 'content is at most 20000 characters')
   .refine((s) => s.trim().length > 0, 'content must not be blank')
-  .refine((s) => s.trim().length === 0 || showsSomething(s), 'content must show something: it has only invisible characters (zero-width, combining marks, fillers, whitespace)')
+  .refine(
+    (s) => s.trim().length === 0 || showsSomething(s),
+    'content must show something: it has only invisible characters (zero-width, combining marks, fillers, whitespace)',
+  )
   .refine(
     // eslint-disable-next-line no-control-regex -- matching control characters is the point
     (s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s),

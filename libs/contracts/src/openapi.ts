@@ -88,9 +88,10 @@ export const HttpRoutes: readonly HttpRoute[] = [
     method: 'post',
     path: '/v1/conversations/{conversationId}/messages',
     operationId: 'postMessage',
-    summary: 'Submit a Message: admits it and its Run exactly once per clientMessageId (K1); an explicit Continue (K3) or a clarification answer (K2)',
+    summary:
+      'Submit a Message: admits it and its Run exactly once per clientMessageId (K1); an explicit Continue (K3) or a clarification answer (K2)',
     description:
-      'Without `continuationOfRunId` or `replyTo` the message starts an ordinary new Run that may read the conversation\'s earlier Runs as ' +
+      "Without `continuationOfRunId` or `replyTo` the message starts an ordinary new Run that may read the conversation's earlier Runs as " +
       'history and inherits nothing (K2). `continuationOfRunId` names a settled, eligible parent of the same conversation (completed, ' +
       'partial, or interrupted by a lost runtime), read from its log; the new Run is linked to it and gets a fresh grant and limits (K3). ' +
       '`replyTo` names a clarification a Run of the same conversation registered and nobody answered yet; the new Run carries it (K2).',
