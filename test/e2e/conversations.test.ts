@@ -395,27 +395,66 @@ describe('K2: clarification answers bind only to a registered clarification', ()
   }, 60_000);
 });
 
+/** Runs the CLI (apps/cli/dist/main.js) asynchronously; resolves with its exit status and output. */
+function cli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number; out: string }> {
+  // asynchronous: a blocked event loop would miss the server closing idle keep-alive sockets
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [join(repoRoot(), 'apps/cli/dist/main.js'), ...args],
+      { env: { ...t.env, ...env }, encoding: 'utf8', timeout: 90_000 },
+      (error, stdout, stderr) => resolve({ status: error ? Number((error as { code?: unknown }).code ?? 1) : 0, out: `${stdout}${stderr}` }),
+    );
+  });
+}
+
+describe('the CLI: continue and reply, with clear refusals', () => {
+  const api = { RUNPLANE_ADMISSION_URL: '', RUNPLANE_PUBLICATION_URL: '' };
+  beforeAll(() => {
+    api.RUNPLANE_ADMISSION_URL = t.stack.endpoints.admission;
+    api.RUNPLANE_PUBLICATION_URL = t.stack.endpoints.publication;
+  });
+
+  it('continue of a canceled Run: exit 1 saying why, nothing admitted; of a completed one: admitted and linked', async () => {
+    const refused = await cli(
+      ['continue', parents.canceled!, 'Go on', '--conversation', CONV, '--message-id', 'cli-continue-canceled', '--no-follow'],
+      api,
+    );
+    expect(refused.status).toBe(1);
+    expect(refused.out).toMatch(/cannot continue run .* \(canceled\)/);
+    expect(await t.log.readRun(admissionIds(CONV, 'cli-continue-canceled').runId)).toEqual([]);
+    const unknown = await cli(['continue', 'no-such-run', 'Go on', '--conversation', CONV, '--no-follow'], api);
+    expect(unknown.status).toBe(1);
+    expect(unknown.out).toMatch(/cannot continue: run no-such-run not found/);
+    const ok = await cli(['continue', parents.completed!, 'Go on', '--conversation', CONV, '--message-id', 'cli-continue-ok', '--no-follow'], api);
+    expect(ok.status).toBe(0);
+    expect(ok.out).toMatch(/admitted, continuing run/);
+    expect((await admittedOf(admissionIds(CONV, 'cli-continue-ok').runId)).data.link).toEqual({
+      parentRunId: parents.completed,
+      relation: 'continuation',
+    });
+    await t.waitForSettlement(admissionIds(CONV, 'cli-continue-ok').runId, 60_000);
+  }, 120_000);
+
+  it('reply to a clarification that does not exist: exit 1 saying so', async () => {
+    const res = await cli(['reply', parents.completed!, 'no-such-clarification', 'Annualized', '--conversation', CONV, '--no-follow'], api);
+    expect(res.status).toBe(1);
+    expect(res.out).toMatch(/cannot answer: .*no clarification no-such-clarification/);
+  }, 60_000);
+});
+
 describe('K1 after a projections rebuild: the identity is in the log', () => {
   it('drop and rebuild the projections, then the matrix decides the same', async () => {
     // the live projections are compared with the rebuilt ones: let every Run of this file settle and be projected first
     if (parents.running) await t.waitForSettlement(parents.running, 30_000);
-    // run asynchronously: a blocked event loop would miss the server closing idle keep-alive sockets
-    const rebuild = () =>
-      new Promise<{ status: number; out: string }>((resolve) => {
-        execFile(
-          process.execPath,
-          [join(repoRoot(), 'apps/cli/dist/main.js'), 'projections', 'rebuild'],
-          { env: { ...t.env, ...natsEnvOf(t.users, 'ops') }, encoding: 'utf8', timeout: 90_000 },
-          (error, stdout, stderr) => resolve({ status: error ? Number((error as { code?: unknown }).code ?? 1) : 0, out: `${stdout}${stderr}` }),
-        );
-      });
-    let cli = await rebuild();
-    for (let attempt = 2; attempt <= 5 && cli.status !== 0; attempt++) {
+    const rebuild = () => cli(['projections', 'rebuild'], natsEnvOf(t.users, 'ops'));
+    let rebuilt = await rebuild();
+    for (let attempt = 2; attempt <= 5 && rebuilt.status !== 0; attempt++) {
       await new Promise((r) => setTimeout(r, 1_000)); // the projector may still be applying the last events
-      cli = await rebuild();
+      rebuilt = await rebuild();
     }
-    if (cli.status !== 0) process.stdout.write(`projections rebuild: exit ${cli.status}\n${cli.out}\n`);
-    expect(cli.status).toBe(0);
+    if (rebuilt.status !== 0) process.stdout.write(`projections rebuild: exit ${rebuilt.status}\n${rebuilt.out}\n`);
+    expect(rebuilt.status).toBe(0);
     const same = await post('conv-k1', { clientMessageId: 'k1-first', content: '[k1-first] Compare SPY and QQQ' });
     expect(same.status).toBe(200);
     expect((await post('conv-k1', { clientMessageId: 'k1-first', content: 'Compare SPY and DIA' })).body).toMatchObject({ field: 'content' });

@@ -90,7 +90,8 @@ export async function postLinked(
 function refusalOf(e: unknown, link: LinkedMessage): string {
   if (!(e instanceof RunplaneHttpError)) return e instanceof Error ? e.message : String(e);
   const detail = e.problem?.detail ?? e.message;
-  const extra = (e.problem ?? {}) as { reason?: string; field?: string };
+  // extension members (`reason`, `field`) are in the raw body: the parsed problem keeps only the standard members
+  const extra = (typeof e.body === 'object' && e.body !== null ? e.body : {}) as { reason?: string; field?: string };
   switch (e.code) {
     case 'not_found':
       return link.kind === 'continue'
