@@ -6,6 +6,7 @@
 import {
   admissionIds,
   childClientMessageId,
+  clarificationIdOf,
   makeEvent,
   sha256Hex,
   waitIdOf,
@@ -133,6 +134,39 @@ export class History {
 
   childSettled(childRunId: string, toolCallId: string, outcome: 'completed' | 'failed' | 'interrupted' | 'canceled', answer = ''): this {
     return this.add('child.run.settled', `child/${childRunId}`, { childRunId, toolCallId, outcome, reason: `child ${outcome}`, answer });
+  }
+
+  // ---- clarifications and settlement (K2, K3) ----
+  /** The runtime registered a clarification question for its `ask_clarification` call. */
+  clarificationRequested(turn: number, toolCallId: string, question: string): this {
+    const clarificationId = clarificationIdOf(this.runId, toolCallId);
+    return this.add('clarification.requested', clarificationId, { clarificationId, toolCallId, turn, question });
+  }
+
+  /** Recovery fenced the executors for `reason` (a fault, a cancel, the deadline). */
+  fenced(reason: 'lease-expired' | 'runtime-stopped' | 'canceled' | 'deadline' | 'wait-expired', epoch = 1): this {
+    for (const fencedSubject of ['tools', 'runtime'] as const) {
+      this.add('run.fenced', `${reason}/${fencedSubject}`, {
+        fencedSubject,
+        epoch,
+        holder: { service: 'runtime', instance: 'i-1' },
+        reason,
+        detail: reason,
+        uncertain: [],
+      });
+    }
+    return this;
+  }
+
+  /** The lifecycle's settlement. */
+  settled(outcome: 'completed' | 'partial' | 'failed' | 'canceled' | 'interrupted', reason = `settled ${outcome}`): this {
+    return this.add('run.settled', 'settlement', {
+      outcome,
+      reason,
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
   }
 
   get facts(): RunFacts {

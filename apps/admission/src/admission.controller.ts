@@ -1,9 +1,11 @@
-import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Res } from '@nestjs/common';
-import type { Response } from 'express';
+import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Req, Res, type RawBodyRequest } from '@nestjs/common';
+import type { Request, Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
   Id,
+  MessageParams,
   PostMessageBody,
+  type MessageOutcome,
   ReconcileToolCallBody,
   CancelRunBody,
   AnswerWaitBody,
@@ -17,12 +19,17 @@ import {
   type RunEventOf,
   type RunView,
 } from '@runplane/contracts';
-import { AppendConflict, EventLog } from '@runplane/eventlog';
+import { AppendConflict, ConversationIndex, EventLog } from '@runplane/eventlog';
 import { apiError, badRequestFromZod, parseJsonBody, RunCommandHandler, RunFolds } from '@runplane/service-kit';
 import {
   admissionIds,
+  clarificationReplyRunId,
+  ClarificationAnswered,
+  ClarificationNotFound,
+  ContinuationNotEligible,
   decide,
   MessageConflict,
+  ParentNotFound,
   RunAlreadySettled,
   RunNotFound,
   ReconcileConflict,
@@ -73,6 +80,39 @@ function responseOf(event: RunEventOf<'run.admitted'>, admission: 'admitted' | '
     runId: event.runId,
     admittedAt: event.occurredAt,
     admission,
+    link: event.data.link ?? null,
+  };
+}
+
+const FATAL_UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Refuses a body whose bytes are not UTF-8 (400 `bad_request`): the JSON parser would read them
+ * with U+FFFD substituted, and the Run would answer a question nobody asked.
+ */
+export function assertUtf8Body(req: RawBodyRequest<Request>): void {
+  if (!req.rawBody) return;
+  try {
+    FATAL_UTF8.decode(req.rawBody);
+  } catch {
+    throw apiError(HttpStatus.BAD_REQUEST, 'bad_request', 'the request body is not valid UTF-8', {
+      issues: [{ path: '(body)', message: 'bytes that are not UTF-8' }],
+    });
+  }
+}
+
+/** A message's Run as its log says: ids, link and status (K1 reconciliation by id). */
+function outcomeOf(facts: RunFacts): MessageOutcome {
+  const a = facts.admitted!;
+  return {
+    conversationId: facts.conversationId,
+    clientMessageId: a.message.clientMessageId,
+    messageId: a.message.messageId,
+    runId: facts.runId,
+    admittedAt: a.at,
+    link: a.link ?? null,
+    status: facts.settled ? 'settled' : facts.turns.length > 0 ? 'running' : 'admitted',
+    outcome: facts.settled?.outcome ?? null,
   };
 }
 
@@ -97,6 +137,7 @@ export class AdmissionController {
     private readonly log: EventLog,
     private readonly runs: RunReader,
     @Inject(ADMISSION_SETTINGS) private readonly settings: AdmissionSettings,
+    private readonly conversations: ConversationIndex,
   ) {
     this.commands = new RunCommandHandler(log, 'admission', () => new Date(), new RunFolds(log, 1_000));
   }
@@ -104,9 +145,13 @@ export class AdmissionController {
   private readonly commands: RunCommandHandler;
 
   /**
-   * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content}`:
-   * 201 new Message and Run; 200 the same id and text again (nothing appended); 409 the same id
-   * with other text; 400 a bad body (zod reason). K1.
+   * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content,
+   * continuationOfRunId?, replyTo?}`: 201 new Message and Run; 200 the same id, text and parent
+   * again (nothing appended); 409 `message_conflict` the same id with other text, parent or reply
+   * (`field` names it), `continuation_not_eligible` (`reason`), `clarification_answered`; 404 no
+   * such parent Run or clarification in this conversation; 400 a bad body (zod reason, bytes that
+   * are not UTF-8). K1, K2, K3. The parent's facts are read from its log, never the projection.
+   * After the append the Run is added to the conversation index (a repeat repairs a missing entry).
    */
   @Post('conversations/:conversationId/messages')
   @HttpCode(201)
@@ -114,10 +159,21 @@ export class AdmissionController {
     @Param('conversationId') rawConversationId: string,
     @Headers('content-type') contentType: string | undefined,
     @Body() body: unknown,
+    @Req() req: RawBodyRequest<Request>,
     @Res({ passthrough: true }) res: Response,
   ): Promise<PostMessageResponse> {
+    assertUtf8Body(req);
     const message = parseJsonBody(PostMessageBody, body, contentType, 'the message body');
     const conversationId = parseId('conversationId', rawConversationId);
+    const ordinaryRunId = admissionIds(conversationId, message.clientMessageId).runId;
+    const runId = message.replyTo ? clarificationReplyRunId(conversationId, message.replyTo.clarificationId) : ordinaryRunId;
+    const [indexed, continuationParent, replyParent, ordinaryAdmitted] = await Promise.all([
+      this.conversations.read(conversationId),
+      message.continuationOfRunId ? this.commands.folds.read(message.continuationOfRunId) : null,
+      message.replyTo ? this.commands.folds.read(message.replyTo.runId) : null,
+      message.replyTo ? this.log.lastOf(ordinaryRunId, 'admission') : null,
+    ]);
+    const byIndex = indexed.runs.find((r) => r.clientMessageId === message.clientMessageId)?.runId ?? null;
     const cmd: PostMessage = {
       type: 'PostMessage',
       conversationId,
@@ -126,21 +182,32 @@ export class AdmissionController {
       grant: { tools: [...ToolNames, ...(this.settings.testTools ?? []), ...(this.settings.parkingTools ?? [])], model: this.settings.model },
       limits: this.settings.limits,
       requestId: randomUUID(),
+      history: indexed.runs.map((r) => r.runId),
+      messageRunElsewhere: ordinaryAdmitted && ordinaryRunId !== runId ? ordinaryRunId : byIndex,
+      ...(message.continuationOfRunId ? { continuation: { parentRunId: message.continuationOfRunId, parent: continuationParent } } : {}),
+      ...(message.replyTo ? { reply: { ...message.replyTo, parent: replyParent } } : {}),
     };
-    const { runId } = admissionIds(conversationId, cmd.clientMessageId);
     let result;
     try {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
-      if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message);
+      if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message, { extensions: { field: e.field } });
+      if (e instanceof ParentNotFound || e instanceof ClarificationNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof ContinuationNotEligible)
+        throw apiError(HttpStatus.CONFLICT, 'continuation_not_eligible', e.message, { extensions: { reason: e.reason } });
+      if (e instanceof ClarificationAnswered)
+        throw apiError(HttpStatus.CONFLICT, 'clarification_answered', e.message, { extensions: { answeredBy: e.answeredBy } });
       if (e instanceof AppendConflict)
         throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
       throw e;
     }
     const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
-    if (admitted?.event.type === 'run.admitted') return responseOf(admitted.event, 'admitted');
-    // decided nothing: this message was admitted before, with the same content (K1)
     const facts = result.facts;
+    const at = admitted ? admitted.event.occurredAt : facts.admitted!.at;
+    // after the append (the log is the truth): a crash before this leaves the entry to the next repeat
+    await this.conversations.add(conversationId, { runId, clientMessageId: message.clientMessageId, admittedAt: at });
+    if (admitted?.event.type === 'run.admitted') return responseOf(admitted.event, 'admitted');
+    // decided nothing: this message was admitted before, the same (K1)
     res.status(HttpStatus.OK);
     return {
       conversationId: facts.conversationId,
@@ -149,7 +216,33 @@ export class AdmissionController {
       runId,
       admittedAt: facts.admitted!.at,
       admission: 'existing',
+      link: facts.admitted!.link ?? null,
     };
+  }
+
+  /**
+   * `GET /v1/conversations/{conversationId}/messages/{clientMessageId}`: what became of a message,
+   * by its id, from the Run's log (K1: a client that lost the answer reconciles by id, never by
+   * text). The Run is the one derived from the id, or for a clarification answer the one the
+   * conversation index maps the id to. 404 when no such message was admitted. Reads never append.
+   */
+  @Get('conversations/:conversationId/messages/:clientMessageId')
+  async getMessage(
+    @Param('conversationId') rawConversationId: string,
+    @Param('clientMessageId') rawClientMessageId: string,
+  ): Promise<MessageOutcome> {
+    const parsed = MessageParams.safeParse({ conversationId: rawConversationId, clientMessageId: rawClientMessageId });
+    if (!parsed.success) throw badRequestFromZod('path', parsed.error);
+    const { conversationId, clientMessageId } = parsed.data;
+    const derived = admissionIds(conversationId, clientMessageId).runId;
+    let facts = await this.commands.folds.read(derived);
+    if (!facts.admitted) {
+      const indexed = await this.conversations.runOf(conversationId, clientMessageId);
+      if (indexed) facts = await this.commands.folds.read(indexed.runId);
+    }
+    if (!facts.admitted || facts.admitted.message.clientMessageId !== clientMessageId || facts.conversationId !== conversationId)
+      throw apiError(HttpStatus.NOT_FOUND, 'not_found', `no message "${clientMessageId}" was admitted in conversation ${conversationId}`);
+    return outcomeOf(facts);
   }
 
   /**

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
+import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { HealthModule } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
@@ -11,6 +12,8 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
   controllers: [AdmissionController, ChildRunsController],
   providers: [
     RunReader,
+    // the conversation index (K2), opened once the log is connected
+    { provide: ConversationIndex, useFactory: (log: EventLog) => ConversationIndex.open(log), inject: [EventLog] },
     {
       provide: ADMISSION_SETTINGS,
       useFactory: (): AdmissionSettings => {

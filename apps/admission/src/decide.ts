@@ -1,14 +1,22 @@
 /**
- * Admission rules (K1, first cut). The Message and Run ids are derived from the conversation and
+ * Admission rules (K1, K2, K3). The Message and Run ids are derived from the conversation and
  * the client's message id, so the same `clientMessageId` always names the same Run; the first
  * admission is the only event on the Run's `admission` subject (appended expecting sequence 0),
  * which makes concurrent duplicates produce exactly one Run.
- * - new id: admit one Message and one Run (`run.admitted`);
- * - same id, same text: return the existing Message and Run, append nothing;
- * - same id, other text: conflict, change nothing.
+ * - new id: admit one Message and one Run (`run.admitted`), listing the Conversation's earlier
+ *   Runs as its history (K2);
+ * - same id, same text, same parent: return the existing Message and Run, append nothing;
+ * - same id, other text, other Continue parent or other clarification: conflict, change nothing;
+ * - explicit Continue (`continuationOfRunId`, K3): only of a parent of the same Conversation whose
+ *   LOG says it is settled `completed`, `partial` or `interrupted` by a lost runtime, that ran a
+ *   model turn, and whose admitted request still matches its hash; a new Run linked to it;
+ * - a clarification answer (`replyTo`, K2): only to a clarification the named Run of the same
+ *   Conversation registered; its Run id derives from the clarification, so the clarification is
+ *   answered once, durably in the log, without appending to the Run that asked.
  */
 import {
   admissionIds,
+  deterministicId,
   contextFrom,
   makeEvent,
   sha256Hex,
@@ -31,6 +39,17 @@ export interface PostMessage {
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
   /** Id of the HTTP request, recorded as the admission's causation. */
   requestId: string;
+  /** Explicit Continue (K3): the parent Run's id, and its facts as its log says (null: no such Run). */
+  continuation?: { parentRunId: string; parent: RunFacts | null };
+  /** A clarification answer (K2): the clarification, and the facts of the Run that asked it (null: no such Run). */
+  reply?: { runId: string; clarificationId: string; parent: RunFacts | null };
+  /** The Runs admitted before in the Conversation, oldest first, per the conversation index (K2). */
+  history?: string[];
+  /**
+   * The Run this clientMessageId already names in the Conversation when that is not the Run being
+   * decided (an ordinary message's id reused for a clarification answer, or the reverse), else null.
+   */
+  messageRunElsewhere?: string | null;
 }
 
 /**
@@ -82,6 +101,44 @@ export interface AdmitChild {
   parentActive: boolean;
 }
 
+/** Why a parent cannot be continued (HTTP 409 `continuation_not_eligible`). */
+export type IneligibleReason = 'running' | 'canceled' | 'failed' | 'interrupted' | 'no-execution' | 'request-mismatch';
+
+/** The parent is not in this Conversation or does not exist (HTTP 404, the same answer for both: nothing of another Conversation leaks). K3. */
+export class ParentNotFound extends Error {
+  override readonly name = 'ParentNotFound';
+  constructor(runId: string, conversationId: string) {
+    super(`run ${runId} not found in conversation ${conversationId}`);
+  }
+}
+
+/** The parent's log says it cannot be continued (HTTP 409 `continuation_not_eligible`; nothing appended). K3. */
+export class ContinuationNotEligible extends Error {
+  override readonly name = 'ContinuationNotEligible';
+  constructor(
+    readonly reason: IneligibleReason,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** No such clarification in the named Run of this Conversation (HTTP 404). K2. */
+export class ClarificationNotFound extends Error {
+  override readonly name = 'ClarificationNotFound';
+}
+
+/** The clarification was answered by another message (HTTP 409 `clarification_answered`; nothing appended). K2. */
+export class ClarificationAnswered extends Error {
+  override readonly name = 'ClarificationAnswered';
+  constructor(
+    readonly clarificationId: string,
+    readonly answeredBy: { runId: string; clientMessageId: string },
+  ) {
+    super(`clarification ${clarificationId} was already answered by message "${answeredBy.clientMessageId}" (run ${answeredBy.runId})`);
+  }
+}
+
 export type AdmissionTrigger = PostMessage | ReconcileToolCall | CancelRun | AnswerWait | AdmitChild;
 
 /** No such wait in the Run (HTTP 404). */
@@ -128,13 +185,20 @@ export class ReconcileConflict extends Error {
   override readonly name = 'ReconcileConflict';
 }
 
-/** The same `clientMessageId` was already admitted with other content (HTTP 409; nothing is appended). K1. */
+/** The body field a repeated `clientMessageId` disagrees on. */
+export type ConflictField = 'content' | 'continuationOfRunId' | 'replyTo';
+
+/**
+ * The same `clientMessageId` was already admitted with other content, another Continue parent or
+ * another clarification binding (HTTP 409 `message_conflict` naming `field`; nothing is appended). K1.
+ */
 export class MessageConflict extends Error {
   constructor(
     readonly clientMessageId: string,
-    readonly field: 'content',
+    readonly field: ConflictField,
+    detail?: string,
   ) {
-    super(`clientMessageId "${clientMessageId}" was already admitted in this conversation with different ${field}`);
+    super(`clientMessageId "${clientMessageId}" was already admitted in this conversation with different ${field}${detail ? ` (${detail})` : ''}`);
     this.name = 'MessageConflict';
   }
 }
@@ -142,11 +206,54 @@ export class MessageConflict extends Error {
 export { admissionIds };
 
 /**
+ * The Run a clarification's answer is admitted as: derived from the Conversation and the
+ * clarification, not from the answering message's id, so a clarification has at most one answer
+ * Run and "answered" is a fact of the log (that Run's `run.admitted`), not of a projection (K2).
+ * The message id stays derived from the answer's own `clientMessageId`.
+ */
+export function clarificationReplyRunId(conversationId: string, clarificationId: string): string {
+  return deterministicId('run', conversationId, 'clarification-answer', clarificationId);
+}
+
+/** Fence reasons that make an `interrupted` parent eligible for Continue: transport loss or lost execution ownership (K3). */
+export const CONTINUABLE_INTERRUPTIONS: readonly string[] = ['lease-expired', 'runtime-stopped'];
+
+/**
+ * Whether `parent` (its facts, as its log says) may be continued (K3), or why not: it must be
+ * settled `completed` or `partial`, or `interrupted` after a fence for a lost runtime (lease
+ * expired, runtime stopped); not `canceled`, not `failed`, not still running; it must have run at
+ * least one model turn under its original grant, and its admitted request must match the hash
+ * recorded with it.
+ * @throws ContinuationNotEligible with the reason.
+ */
+export function assertContinuable(parent: RunFacts): void {
+  const id = parent.runId;
+  const s = parent.settled;
+  if (!s) throw new ContinuationNotEligible('running', `run ${id} is not settled yet; only a settled Run can be continued`);
+  if (s.outcome === 'canceled') throw new ContinuationNotEligible('canceled', `run ${id} was canceled; a canceled Run cannot be continued`);
+  if (s.outcome === 'failed') throw new ContinuationNotEligible('failed', `run ${id} failed (${s.reason}); a failed Run cannot be continued`);
+  if (s.outcome === 'interrupted' && !CONTINUABLE_INTERRUPTIONS.includes(parent.fenced?.reason ?? ''))
+    throw new ContinuationNotEligible(
+      'interrupted',
+      `run ${id} was interrupted${parent.fenced ? ` (${parent.fenced.reason})` : ' without a recorded fence'}; only a Run interrupted by a lost runtime can be continued`,
+    );
+  if (parent.turns.length === 0) throw new ContinuationNotEligible('no-execution', `run ${id} never ran a model turn; there is nothing to continue`);
+  const m = parent.admitted!.message;
+  if (sha256Hex(m.content) !== m.contentSha256)
+    throw new ContinuationNotEligible('request-mismatch', `run ${id}'s original request does not match the hash recorded at its admission`);
+}
+
+/**
  * Decides an admission from the facts of the Run the message names (its id is derived from the
- * conversation and `clientMessageId`, see {@link admissionIds}):
- * - nothing admitted yet: `[run.admitted]`, with the deadline `now + deadlineSeconds`;
- * - admitted with the same content: `[]` (the caller answers with the existing ids);
- * @throws MessageConflict when admitted with other content.
+ * conversation and `clientMessageId`, see {@link admissionIds}, or for a clarification answer
+ * from the clarification, see {@link clarificationReplyRunId}):
+ * - nothing admitted yet: `[run.admitted]`, with the deadline `now + deadlineSeconds`, the
+ *   Conversation's earlier Runs as `conversationHistory`, and for a Continue or a clarification
+ *   answer its `link` (and `parentRequestSha256` or `clarification`);
+ * - admitted with the same content, parent and clarification: `[]` (the caller answers with the existing ids);
+ * @throws MessageConflict when admitted with other content, parent or clarification (K1).
+ * @throws ParentNotFound / ContinuationNotEligible for a Continue of a missing or ineligible parent (K3).
+ * @throws ClarificationNotFound / ClarificationAnswered for an answer to a missing or answered clarification (K2).
  */
 export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): RunEvent[] {
   switch (trigger.type) {
@@ -167,12 +274,38 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
 
 function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
-  if (facts.admitted) {
-    if (facts.admitted.message.contentSha256 === contentSha256) return [];
-    throw new MessageConflict(cmd.clientMessageId, 'content');
-  }
-  const { messageId, runId } = admissionIds(cmd.conversationId, cmd.clientMessageId);
+  // the id names another Run already (an ordinary message's id reused for an answer, or the reverse): K1 first
+  if (
+    cmd.messageRunElsewhere &&
+    cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(cmd.conversationId, cmd.clientMessageId).runId)
+  )
+    throw new MessageConflict(
+      cmd.clientMessageId,
+      'replyTo',
+      cmd.reply ? 'it was admitted as a message that answers no clarification' : 'it was admitted as the answer to a clarification',
+    );
+  if (facts.admitted) return repeat(facts.admitted, cmd, contentSha256);
+  const ids = admissionIds(cmd.conversationId, cmd.clientMessageId);
+  const messageId = ids.messageId;
+  const runId = cmd.reply ? clarificationReplyRunId(cmd.conversationId, cmd.reply.clarificationId) : ids.runId;
   const { deadlineSeconds, ...limits } = cmd.limits;
+  let related: Pick<EventData<'run.admitted'>, 'link' | 'parentRequestSha256' | 'clarification'> = {};
+  if (cmd.continuation) {
+    const { parentRunId, parent } = cmd.continuation;
+    if (!parent?.admitted || parent.conversationId !== cmd.conversationId) throw new ParentNotFound(parentRunId, cmd.conversationId);
+    assertContinuable(parent);
+    related = { link: { parentRunId, relation: 'continuation' }, parentRequestSha256: parent.admitted.message.contentSha256 };
+  } else if (cmd.reply) {
+    const { runId: askedIn, clarificationId, parent } = cmd.reply;
+    const c = parent?.admitted && parent.conversationId === cmd.conversationId ? parent.clarifications.get(clarificationId) : undefined;
+    if (!parent?.admitted || !c)
+      throw new ClarificationNotFound(`run ${askedIn} of conversation ${cmd.conversationId} has no clarification ${clarificationId}`);
+    related = {
+      link: { parentRunId: askedIn, relation: 'clarification' },
+      clarification: { clarificationId, question: c.question, originalRequest: parent.admitted.message.content },
+    };
+  }
+  const history = (cmd.history ?? []).filter((id) => id !== runId);
   return [
     makeEvent(
       'run.admitted',
@@ -182,11 +315,39 @@ function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
         message: { messageId, clientMessageId: cmd.clientMessageId, content: cmd.content, contentSha256 },
         grant: cmd.grant,
         limits: { ...limits, deadlineAt: new Date(now.getTime() + deadlineSeconds * 1000).toISOString() },
+        ...related,
+        conversationHistory: { runIds: history },
       },
       now,
     ),
   ];
 }
+
+/**
+ * A message whose Run is admitted already: `[]` when it is the same message (same id, text,
+ * parent, clarification: K1); a conflict naming the field otherwise. A different message that
+ * answers an answered clarification is {@link ClarificationAnswered}.
+ */
+function repeat(admitted: NonNullable<RunFacts['admitted']>, cmd: PostMessage, contentSha256: string): RunEvent[] {
+  const m = admitted.message;
+  if (cmd.reply && m.clientMessageId !== cmd.clientMessageId)
+    throw new ClarificationAnswered(cmd.reply.clarificationId, { runId: admittedRunId(cmd), clientMessageId: m.clientMessageId });
+  if (m.contentSha256 !== contentSha256) throw new MessageConflict(cmd.clientMessageId, 'content');
+  const link = admitted.link;
+  const parentOf = (relation: 'continuation' | 'clarification') => (link?.relation === relation ? link.parentRunId : null);
+  if (parentOf('continuation') !== (cmd.continuation?.parentRunId ?? null))
+    throw new MessageConflict(
+      cmd.clientMessageId,
+      'continuationOfRunId',
+      parentOf('continuation') ? `it continues run ${parentOf('continuation')}` : 'it was admitted without continuationOfRunId',
+    );
+  const answered = admitted.clarification?.clarificationId ?? null;
+  if (answered !== (cmd.reply?.clarificationId ?? null))
+    throw new MessageConflict(cmd.clientMessageId, 'replyTo', answered ? `it answers clarification ${answered}` : 'it answers no clarification');
+  return [];
+}
+
+const admittedRunId = (cmd: PostMessage): string => clarificationReplyRunId(cmd.conversationId, cmd.reply!.clarificationId);
 
 /**
  * Records an operator's reconciliation of an `unknown` call (an `unknown` receipt, or a dispatched

@@ -11,5 +11,7 @@ main({
   config: [DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig],
   // child Runs (K10): admits a child on its parent's `child.run.requested` (runtime subject) and
   // cancels the children still running when a parent settles (lifecycle subject)
+  // message bodies are checked to be UTF-8 byte by byte (the JSON parser would substitute U+FFFD)
+  rawBody: true,
   consumer: { durable: 'admission', filter: (space) => consumerFilters(space, 'admission') },
 });

@@ -30,6 +30,7 @@ describe('admission decide (K1)', () => {
             message: { messageId, clientMessageId: 'client-1', content: 'Compare SPY and QQQ', contentSha256: sha256Hex('Compare SPY and QQQ') },
             grant: { tools: ['list_funds'], model: 'm' },
             limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
+            conversationHistory: { runIds: [] },
           },
         },
       ]);

@@ -45,6 +45,69 @@ export async function ask(endpoints: RunplaneEndpoints, question: string, conver
   return follow(client, body.runId, 0);
 }
 
+/** What `continue` and `reply` post on top of the text: the Continue parent (K3) or the clarification answered (K2). */
+export type LinkedMessage = { kind: 'continue'; parentRunId: string } | { kind: 'reply'; runId: string; clarificationId: string };
+
+/**
+ * Posts an explicit Continue of a Run (K3) or an answer to a Run's clarification (K2) in that
+ * Run's conversation (read from its projection unless `conversationId` is given), prints what was
+ * admitted and follows the new Run until it settles. The message id defaults to a new UUID: pass
+ * the same `clientMessageId` to retry safely (K1). 404 and 409 answers are explained in words.
+ * @returns the new Run's settlement, or null; throws an Error with a readable reason when refused.
+ */
+export async function postLinked(
+  endpoints: RunplaneEndpoints,
+  link: LinkedMessage,
+  text: string,
+  opts: { conversationId?: string; clientMessageId?: string; follow?: boolean } = {},
+): Promise<RunEvent | null> {
+  const client = new RunplaneClient(endpoints);
+  const namedRunId = link.kind === 'continue' ? link.parentRunId : link.runId;
+  const conversationId = opts.conversationId ?? (await client.getRun(namedRunId).catch(() => null))?.conversationId;
+  if (!conversationId) throw new Error(`run ${namedRunId} not found (or not projected yet); give its conversation with --conversation`);
+  const body = {
+    clientMessageId: opts.clientMessageId ?? randomUUID(),
+    content: text,
+    ...(link.kind === 'continue'
+      ? { continuationOfRunId: link.parentRunId }
+      : { replyTo: { runId: link.runId, clarificationId: link.clarificationId } }),
+  };
+  let res;
+  try {
+    res = await client.postMessage(conversationId, body);
+  } catch (e) {
+    throw new Error(refusalOf(e, link), { cause: e });
+  }
+  const what =
+    link.kind === 'continue' ? `continuing run ${link.parentRunId}` : `answering clarification ${link.clarificationId} of run ${link.runId}`;
+  out(
+    `Run ${res.body.runId} ${res.status === 201 ? 'admitted' : 'already admitted'}, ${what} (conversation ${conversationId}, message ${body.clientMessageId})`,
+  );
+  return opts.follow === false ? null : follow(client, res.body.runId, 0);
+}
+
+/** A readable reason for a refused Continue or clarification answer. */
+function refusalOf(e: unknown, link: LinkedMessage): string {
+  if (!(e instanceof RunplaneHttpError)) return e instanceof Error ? e.message : String(e);
+  const detail = e.problem?.detail ?? e.message;
+  // extension members (`reason`, `field`) are in the raw body: the parsed problem keeps only the standard members
+  const extra = (typeof e.body === 'object' && e.body !== null ? e.body : {}) as { reason?: string; field?: string };
+  switch (e.code) {
+    case 'not_found':
+      return link.kind === 'continue'
+        ? `cannot continue: ${detail}`
+        : `cannot answer: ${detail} (only a clarification the Run really asked, in this conversation, can be answered)`;
+    case 'continuation_not_eligible':
+      return `cannot continue run ${link.kind === 'continue' ? link.parentRunId : ''} (${extra.reason ?? 'not eligible'}): ${detail}. Only a settled Run that completed, ended partial, or was interrupted by a lost runtime can be continued; ask a new question instead.`;
+    case 'clarification_answered':
+      return `cannot answer: ${detail}`;
+    case 'message_conflict':
+      return `this message id was used before with a different ${extra.field ?? 'body'}: ${detail}; use a new --message-id`;
+    default:
+      return e.message;
+  }
+}
+
 /** Follows an existing Run's events until it settles. */
 export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<RunEvent | null> {
   return follow(new RunplaneClient(endpoints), runId, lastEventId);

@@ -9,6 +9,8 @@
  *   answer <runId> <waitId> "text" answer a Run's pending question (K10)
  *   status <runId>                 a Run's projection: status, budget used/limit, clocks (K7)
  *   timeline <runId>               print a Run's events from the log, with the time between them and each step's clock
+ *   continue <runId> "text"        continue a settled Run as a new, linked Run (K3)
+ *   reply <runId> <clarificationId> "text"  answer a Run's clarification question: a new, linked Run (K2)
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
@@ -18,7 +20,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { ask, demo, postLinked, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
@@ -121,6 +123,50 @@ api(
   .action((runId: string, o: { admission: string; publication: string; json?: boolean }) =>
     run(() => status(endpoints(o), runId, Boolean(o.json)))(),
   );
+type LinkedOptions = { admission: string; publication: string; conversation?: string; messageId?: string; follow: boolean };
+const linked = (c: Command) =>
+  api(c)
+    .option('--conversation <id>', "the Run's conversation (default: read from the Run)")
+    .option('--message-id <id>', 'clientMessageId of this message (default: a new one); reuse it to retry safely')
+    .option('--no-follow', 'do not follow the new Run');
+/** Without following, 0 once admitted; else the same exit codes as `ask` (0 completed, 3 partial, 1 other). */
+const settledOk = (e: Awaited<ReturnType<typeof postLinked>>, follow: boolean) => (follow ? exitCodeOf(e ?? null) : 0);
+
+linked(
+  program
+    .command('continue')
+    .description('continue a settled Run (completed, partial, or interrupted by a lost runtime) as a new, linked Run with a fresh grant (K3)')
+    .argument('<runId>')
+    .argument('<text>'),
+).action((runId: string, text: string, o: LinkedOptions) =>
+  run(async () => {
+    const e = await postLinked(endpoints(o), { kind: 'continue', parentRunId: runId }, text, {
+      ...(o.conversation ? { conversationId: o.conversation } : {}),
+      ...(o.messageId ? { clientMessageId: o.messageId } : {}),
+      follow: o.follow,
+    });
+    return settledOk(e, o.follow);
+  })(),
+);
+
+linked(
+  program
+    .command('reply')
+    .alias('clarify')
+    .description("answer a Run's clarification question: a new Run linked to it, carrying the question and the original request (K2)")
+    .argument('<runId>')
+    .argument('<clarificationId>')
+    .argument('<text>'),
+).action((runId: string, clarificationId: string, text: string, o: LinkedOptions) =>
+  run(async () => {
+    const e = await postLinked(endpoints(o), { kind: 'reply', runId, clarificationId }, text, {
+      ...(o.conversation ? { conversationId: o.conversation } : {}),
+      ...(o.messageId ? { clientMessageId: o.messageId } : {}),
+      follow: o.follow,
+    });
+    return settledOk(e, o.follow);
+  })(),
+);
 
 program
   .command('timeline')

@@ -9,6 +9,8 @@ import {
   CancelRunResponse,
   ProblemDetails,
   PostMessageResponse,
+  MessageOutcome,
+  type PostMessageBody,
   RunEvent,
   RunView,
   WaitsView,
@@ -122,14 +124,13 @@ export class RunplaneClient {
   }
 
   /**
-   * Submits a message. Resolves with the status (201 admitted, 200 existing) and the body.
-   * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 409 conflicting clientMessageId);
+   * Submits a message: an ordinary one, an explicit Continue (`continuationOfRunId`, K3) or a
+   * clarification answer (`replyTo`, K2). Resolves with the status (201 admitted, 200 existing) and the body.
+   * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 404 no such parent or clarification,
+   *   409 conflicting clientMessageId, ineligible parent or answered clarification);
    * RunplaneUnreachableError when admission cannot be reached.
    */
-  async postMessage(
-    conversationId: string,
-    body: { clientMessageId: string; content: string },
-  ): Promise<{ status: number; body: PostMessageResponse }> {
+  async postMessage(conversationId: string, body: PostMessageBody): Promise<{ status: number; body: PostMessageResponse }> {
     const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`;
     const res = await this.request('admission', url, {
       method: 'POST',
@@ -197,6 +198,16 @@ export class RunplaneClient {
     if (res.status === 404) return null;
     if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
     return RunView.parse(json);
+  }
+
+  /** What became of a message, by its clientMessageId (K1), or null when none was admitted (404). */
+  async getMessage(conversationId: string, clientMessageId: string): Promise<MessageOutcome | null> {
+    const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages/${encodeURIComponent(clientMessageId)}`;
+    const res = await this.request('admission', url);
+    const json = await readJson(res);
+    if (res.status === 404) return null;
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    return MessageOutcome.parse(json);
   }
 
   /** The Run's committed answer passages. */

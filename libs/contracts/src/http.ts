@@ -3,7 +3,55 @@ import { z } from 'zod';
 import { Id, Outcome, ReceiptStatus } from './events.js';
 import { UnansweredPart } from './unanswered.js';
 
-/** `POST /v1/conversations/{conversationId}/messages` body. */
+/**
+ * Characters that show nothing on their own: whitespace, combining and enclosing marks, format
+ * characters (zero-width space and joiners, the BOM, soft hyphen...), variation selectors (marks) and the
+ * Hangul/Braille fillers that render blank. Content made only of these is refused like blank
+ * content: it would start a Run that spends model requests on nothing (K1 admission checks).
+ */
+const INVISIBLE = /[\p{White_Space}\p{Mn}\p{Me}\p{Cf}\u115F\u1160\u3164\uFFA0\u2800]/gu;
+/** True when `s` has at least one character that shows something. */
+export const showsSomething = (s: string): boolean => s.replace(INVISIBLE, '').length > 0;
+/** Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069): they can make text read other than it is stored. */
+export const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/u;
+
+/**
+ * A user's message text (a question, a Continue instruction or a clarification answer): at most
+ * 20,000 characters, showing something (not blank, not only invisible characters), without
+ * control characters other than tab and newlines, without bidirectional overrides or isolates,
+ * and well-formed Unicode. Bytes that are not UTF-8 are refused before this (400 `bad_request`).
+ */
+export const MessageContent = z
+  .string()
+  .max(20_000, 'content is at most 20000 characters')
+  .refine((s) => s.trim().length > 0, 'content must not be blank')
+  .refine(
+    (s) => s.trim().length === 0 || showsSomething(s),
+    'content must show something: it has only invisible characters (zero-width, combining marks, fillers, whitespace)',
+  )
+  .refine(
+    // eslint-disable-next-line no-control-regex -- matching control characters is the point
+    (s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s),
+    'content must not contain control characters (other than tab and newlines)',
+  )
+  .refine((s) => !BIDI_CONTROLS.test(s), 'content must not contain bidirectional override or isolate characters (U+202A-U+202E, U+2066-U+2069)')
+  .refine((s) => s.isWellFormed(), 'content must be well-formed Unicode (no lone surrogates)');
+
+/** The clarification a message answers (K2): the Run that asked and the id of its `clarification.requested`. */
+export const ReplyTo = z
+  .object({
+    runId: Id.meta({ description: 'The Run that asked the clarification question' }),
+    clarificationId: Id.meta({ description: 'The clarification id (from its `clarification.requested` event)' }),
+  })
+  .strict()
+  .meta({ id: 'ReplyTo' });
+export type ReplyTo = z.infer<typeof ReplyTo>;
+
+/**
+ * `POST /v1/conversations/{conversationId}/messages` body. `continuationOfRunId` asks for an
+ * explicit Continue of that Run (K3); `replyTo` answers a registered clarification (K2); at most
+ * one of them. Without either the message is an ordinary new Run, whatever its text says.
+ */
 export const PostMessageBody = z
   .object({
     clientMessageId: z
@@ -13,20 +61,20 @@ export const PostMessageBody = z
       .regex(/^[A-Za-z0-9._:-]+$/, 'clientMessageId uses letters, digits, ".", "_", ":" and "-" only')
       // child Runs are admitted under `child.<parentRunId>.<toolCallId>` (K1 by that id): a user's message may not take one
       .refine((s) => !s.startsWith('child.'), 'clientMessageId must not start with "child." (reserved for child Runs)'),
-    content: z
-      .string()
-      .max(20_000, 'content is at most 20000 characters')
-      .refine((s) => s.trim().length > 0, 'content must not be blank')
-      .refine(
-        // eslint-disable-next-line no-control-regex -- matching control characters is the point
-        (s) => !/[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F]/.test(s),
-        'content must not contain control characters (other than tab and newlines)',
-      )
-      .refine((s) => s.isWellFormed(), 'content must be well-formed Unicode (no lone surrogates)'),
+    content: MessageContent,
+    continuationOfRunId: Id.optional().meta({ description: 'Continue this settled Run of the same conversation as a new, linked Run (K3)' }),
+    replyTo: ReplyTo.optional().meta({ description: 'The clarification this message answers (K2)' }),
   })
   .strict()
+  .refine((b) => !(b.continuationOfRunId && b.replyTo), { message: 'give continuationOfRunId or replyTo, not both', path: ['replyTo'] })
   .meta({ id: 'PostMessageBody' });
 export type PostMessageBody = z.infer<typeof PostMessageBody>;
+
+/** How an admitted Run relates to an earlier one (`run.admitted.link`), or null for an ordinary message. */
+export const RunLinkView = z
+  .object({ parentRunId: Id, relation: z.enum(['child', 'continuation', 'clarification']) })
+  .nullable()
+  .meta({ id: 'RunLinkView' });
 
 /** 201 (admitted now) or 200 (the same message was already admitted: K1). */
 export const PostMessageResponse = z
@@ -38,9 +86,37 @@ export const PostMessageResponse = z
     admittedAt: z.string().datetime(),
     /** `admitted` for a new admission, `existing` for an idempotent repeat. */
     admission: z.enum(['admitted', 'existing']),
+    /** The parent of a Continue (`continuation`) or of a clarification answer (`clarification`); null for an ordinary message. */
+    link: RunLinkView.optional(),
   })
   .meta({ id: 'PostMessageResponse' });
 export type PostMessageResponse = z.infer<typeof PostMessageResponse>;
+
+/**
+ * `GET /v1/conversations/{conversationId}/messages/{clientMessageId}`: what became of a message,
+ * read by its id (K1: a client that lost the answer reconciles by id, never by text), from the
+ * Run's log: the ids, the link and the Run's status.
+ */
+export const MessageOutcome = z
+  .object({
+    conversationId: Id,
+    clientMessageId: z.string(),
+    messageId: Id,
+    runId: Id,
+    admittedAt: z.string().datetime(),
+    link: RunLinkView,
+    /** `admitted` (no model turn yet), `running`, or `settled` (see `outcome`). */
+    status: z.enum(['admitted', 'running', 'settled']),
+    outcome: Outcome.nullable(),
+  })
+  .meta({ id: 'MessageOutcome' });
+export type MessageOutcome = z.infer<typeof MessageOutcome>;
+
+/** Path parameters of `GET /v1/conversations/{conversationId}/messages/{clientMessageId}`. */
+export const MessageParams = z.object({
+  conversationId: Id.meta({ description: 'Conversation id chosen by the client' }),
+  clientMessageId: z.string().min(1).max(200).meta({ description: 'The client message id the message was posted with' }),
+});
 
 /** One reason a request was refused: where (`path`, dotted; `(body)` for the whole body) and why. */
 export const ProblemIssue = z.object({ path: z.string(), message: z.string() }).meta({ id: 'ProblemIssue' });
@@ -86,6 +162,8 @@ export const ProblemTitles: Record<string, string> = {
   route_not_found: 'No such route',
   not_projected_yet: 'Not projected yet',
   message_conflict: 'Message conflicts with an earlier one',
+  continuation_not_eligible: 'The Run cannot be continued',
+  clarification_answered: 'The clarification was already answered',
   reconcile_conflict: 'The tool call cannot be reconciled so',
   run_settled: 'The Run is already settled',
   wait_not_pending: 'The wait is not pending',

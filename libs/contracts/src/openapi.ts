@@ -12,6 +12,8 @@ import {
   AnswerView,
   ConversationIdParams,
   HealthBody,
+  MessageOutcome,
+  MessageParams,
   PostMessageBody,
   PostMessageResponse,
   PROBLEM_CONTENT_TYPE,
@@ -86,15 +88,42 @@ export const HttpRoutes: readonly HttpRoute[] = [
     method: 'post',
     path: '/v1/conversations/{conversationId}/messages',
     operationId: 'postMessage',
-    summary: 'Submit a Message: admits it and its Run exactly once per clientMessageId (K1)',
+    summary:
+      'Submit a Message: admits it and its Run exactly once per clientMessageId (K1); an explicit Continue (K3) or a clarification answer (K2)',
+    description:
+      "Without `continuationOfRunId` or `replyTo` the message starts an ordinary new Run that may read the conversation's earlier Runs as " +
+      'history and inherits nothing (K2). `continuationOfRunId` names a settled, eligible parent of the same conversation (completed, ' +
+      'partial, or interrupted by a lost runtime), read from its log; the new Run is linked to it and gets a fresh grant and limits (K3). ' +
+      '`replyTo` names a clarification a Run of the same conversation registered and nobody answered yet; the new Run carries it (K2).',
     request: { path: ConversationIdParams, body: json(PostMessageBody) },
     responses: {
       201: { description: 'A new Message and Run were admitted', body: json(PostMessageResponse) },
-      200: { description: 'The same clientMessageId and text were admitted before: nothing new', body: json(PostMessageResponse) },
-      400: problem('Bad body (`invalid_body`, every zod reason in `issues`), malformed JSON or bad conversationId (`bad_request`)'),
-      409: problem('The same clientMessageId was admitted with other text (`message_conflict`)'),
+      200: { description: 'The same clientMessageId, text and parent were admitted before: nothing new', body: json(PostMessageResponse) },
+      400: problem(
+        'Bad body (`invalid_body`, every zod reason in `issues`: blank or invisible-only content, bidirectional overrides, control characters), ' +
+          'bytes that are not UTF-8, malformed JSON or bad conversationId (`bad_request`)',
+      ),
+      404: problem('`continuationOfRunId` or `replyTo` names a Run or clarification that does not exist in this conversation (`not_found`)'),
+      409: problem(
+        'The same clientMessageId was admitted with other text, parent or reply (`message_conflict`, the field in `field`); the parent ' +
+          'cannot be continued (`continuation_not_eligible`, why in `reason`); the clarification was answered by another message (`clarification_answered`)',
+      ),
       413: problem('The body is larger than the server accepts (`payload_too_large`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
+      503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission'],
+    method: 'get',
+    path: '/v1/conversations/{conversationId}/messages/{clientMessageId}',
+    operationId: 'getMessage',
+    summary: 'What became of a message, by its clientMessageId (K1: a lost answer is reconciled by id, never by text)',
+    request: { path: MessageParams },
+    responses: {
+      200: { description: 'The message was admitted: its ids, link and Run status, read from the log', body: json(MessageOutcome) },
+      400: problem('Bad conversationId or clientMessageId (`bad_request`)'),
+      404: problem('No message with this id was admitted in this conversation (`not_found`)'),
       503: unavailable('NATS JetStream'),
     },
   },

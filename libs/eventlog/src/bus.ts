@@ -84,6 +84,8 @@ export const BUS_BUCKETS = {
   deadlines: { kind: 'kv', writers: ['recovery'], readers: [] },
   /** Large tool results, content-addressed. */
   results: { kind: 'obj', writers: ['tools'], readers: ['runtime'] },
+  /** The conversation index (K2): each Conversation's admitted Runs and their clientMessageIds, kept by admission. */
+  conversations: { kind: 'kv', writers: ['admission'], readers: ['runtime'] },
 } as const satisfies Record<string, { kind: 'kv' | 'obj'; writers: readonly BusService[]; readers: readonly BusService[] }>;
 export type BusBucket = keyof typeof BUS_BUCKETS;
 

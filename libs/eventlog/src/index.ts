@@ -7,3 +7,4 @@ export * from './leases.js';
 export * from './lease-renewal.js';
 export * from './bus.js';
 export * from './anomalies.js';
+export * from './conversations.js';

@@ -56,6 +56,12 @@ export interface ServiceSpec {
     /** The consumer's ack wait, ms, read after the configuration is validated (default: the transport's). */
     ackWaitMs?: () => number;
   };
+  /**
+   * Keep each request's raw body (`req.rawBody`, a Buffer) beside the parsed one, for a route that
+   * must check the bytes themselves (admission refuses bodies that are not UTF-8 instead of
+   * reading them with U+FFFD substituted).
+   */
+  rawBody?: boolean;
 }
 
 /** Options of {@link startService} (process entries use {@link runService}). */
@@ -92,7 +98,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
   const app = await NestFactory.create(
     { module: ServiceRootModule, imports: [config, serviceLoggerModule(spec.name, level), spec.module] },
-    { abortOnError: false, bufferLogs: true },
+    { abortOnError: false, bufferLogs: true, ...(spec.rawBody ? { rawBody: true } : {}) },
   );
   app.useLogger(app.get(PinoNestLogger));
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
