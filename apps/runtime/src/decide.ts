@@ -15,7 +15,8 @@ import {
   type RunEvent,
   type StreamedParagraph,
 } from '@runplane/contracts';
-import { carvedForChildren, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { isAnswer, isFinalizationTurn, isRetryableFailure, nextModelStep } from './ledger.js';
 import { isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
@@ -77,38 +78,25 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
 function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date): RunEvent[] {
   if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
-  const ctx = contextFrom(facts.lastEvent!);
   const last = lastTurn(facts);
   if (last && !last.completed && !last.failed) return [];
-  if (last?.failed) return [finished(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
-  if (last?.completed) {
-    const done = last.completed;
-    if (proposableCalls(done).length === 0) return [stopAfter(facts, last, now)];
-    const missing = undecidedCalls(facts, last, waitTtlMs, now);
+  // an answer, the finalization turn's outcome or a failure no retry can fix ends the Run, even past the deadline
+  if (last && (isAnswer(last) || facts.finalization || (last.failed && !isRetryableFailure(last.failed.error))))
+    return nextModelStep(facts, model, now);
+  const calls = last?.completed ? proposableCalls(last.completed, isFinalizationTurn(last)) : [];
+  if (calls.length > 0) {
+    const missing = undecidedCalls(facts, last!, waitTtlMs, now);
     if (missing.length > 0) return missing;
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
   if (parkedOn(facts)) return []; // parked: only the wait's answer or the child's settlement continues it (K10)
-  if (last?.completed) {
-    const plans = planCalls(facts, last.turn, last.completed.toolCalls, new Date(last.completedAt ?? now));
-    if (last.completed.toolCalls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
+  if (calls.length > 0) {
+    const plans = planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now));
+    if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
-  const used = facts.turns.length + carvedForChildren(facts).modelRequests;
-  if (used >= limits.maxModelRequests) {
-    const carved = used - facts.turns.length;
-    return [
-      finished(
-        facts,
-        now,
-        'model-request-limit',
-        `${facts.turns.length} of ${limits.maxModelRequests} model requests used${carved ? ` (+${carved} carved for child Runs)` : ''}`,
-        null,
-      ),
-    ];
-  }
-  const turn = facts.turns.length + 1;
-  return [makeEvent('model.turn.requested', ctx, turn, { turn, model }, now)];
+  // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
+  return nextModelStep(facts, model, now);
 }
 
 /** Proposals, waits and child requests of the completed turn `last` that are not recorded yet (a crash between appends). */
@@ -137,17 +125,19 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   const last = lastTurn(facts);
   if (!last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
+  const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
-    return [
-      makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now),
-      finished(facts, now, 'model-error', `turn ${turnNo}: ${result.error.message}`, null),
-    ];
+    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now)];
+    // a retryable failure is retried by the next wake, within the budget (K7); the finalization request is never retried
+    if (finalTurn || !isRetryableFailure(result.error))
+      events.push(finished(facts, now, 'model-error', `${finalTurn ? 'finalization ' : ''}turn ${turnNo}: ${result.error.message}`, null));
+    return events;
   }
   const completed = { turn: turnNo, ...result.turn };
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
-  if (proposableCalls(completed).length > 0) {
+  if (proposableCalls(completed, finalTurn).length > 0) {
     const plans = planCalls(facts, turnNo, completed.toolCalls, now);
     for (const c of completed.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
@@ -159,7 +149,9 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
     }
     return events;
   }
-  events.push(stopAfter(facts, { ...last, completed }, now));
+  const ended = { ...last, completed };
+  // an answer (or the finalization turn's outcome) stops here; an empty, cut or incomplete reply is retried by the next wake, within budget
+  if (isAnswer(ended) || finalTurn) events.push(...nextModelStep({ ...facts, turns: [...facts.turns.slice(0, -1), ended] }, last.request.model, now));
   return events;
 }
 
@@ -167,8 +159,8 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
  * The calls of a completed turn that may be proposed: none when the reply was cut by the length
  * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
  */
-function proposableCalls(done: NonNullable<TurnFacts['completed']>): NonNullable<TurnFacts['completed']>['toolCalls'] {
-  return done.finishReason === 'length' ? [] : done.toolCalls;
+function proposableCalls(done: NonNullable<TurnFacts['completed']>, finalization: boolean): NonNullable<TurnFacts['completed']>['toolCalls'] {
+  return done.finishReason === 'length' || finalization ? [] : done.toolCalls;
 }
 
 /** Records the streamed paragraphs of the turn in flight not yet recorded (never after a cancel, never for another turn). */
@@ -188,17 +180,6 @@ function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParag
         now,
       ),
     );
-}
-
-/** The stop that a completed turn without (proposable) tool calls means: an answer, or why it is not one (K9). */
-function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
-  const done = turn.completed!;
-  if (done.finishReason === 'length') return finished(facts, now, 'truncated-output', `turn ${turn.turn} stopped at the length limit`, null);
-  if (done.finishReason !== 'stop') {
-    return finished(facts, now, 'incomplete-output', `turn ${turn.turn} ended with finish_reason=${done.finishReason}, not a finished answer`, null);
-  }
-  if (isBlank(done.content)) return finished(facts, now, 'empty-output', `turn ${turn.turn} returned no text`, null);
-  return finished(facts, now, 'answered', `answer in turn ${turn.turn}`, turn.turn);
 }
 
 function finished(facts: RunFacts, now: Date, reason: ExecutionStopReason, detail: string, answerTurn: number | null): RunEvent {

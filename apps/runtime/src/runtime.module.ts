@@ -20,6 +20,8 @@ import { ModelClient } from './model-client.js';
           apiKey: cfg.OPENAI_API_KEY,
           model: cfg.RUNPLANE_MODEL,
           timeoutMs: cfg.RUNPLANE_MODEL_TIMEOUT_MS,
+          maxConcurrent: cfg.RUNPLANE_MODEL_MAX_CONCURRENT,
+          minIntervalMs: cfg.RUNPLANE_MODEL_MIN_INTERVAL_MS,
         }),
     },
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },

@@ -50,6 +50,10 @@ export const ModelConfig = z.object({
   RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
   /** Per model request, milliseconds. */
   RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
+  /** Model requests in flight at once per model, for all Runs of one runtime process (K7). */
+  RUNPLANE_MODEL_MAX_CONCURRENT: envInt(8, 1, 10_000),
+  /** Smallest gap between the starts of two model requests per runtime process, ms (0: no rate limit). */
+  RUNPLANE_MODEL_MIN_INTERVAL_MS: envInt(0, 0, MAX_TIMER_MS),
 });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 
