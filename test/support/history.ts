@@ -38,7 +38,17 @@ export class History {
     return this;
   }
 
-  admitted(opts: { content?: string; tools?: string[]; maxModelRequests?: number; maxToolCalls?: number; deadlineAt?: string } = {}): this {
+  admitted(
+    opts: {
+      content?: string;
+      tools?: string[];
+      maxModelRequests?: number;
+      maxToolCalls?: number;
+      deadlineAt?: string;
+      /** Further limits (token limits, the final-output reserve: K7). */
+      limits?: Partial<EventData<'run.admitted'>['limits']>;
+    } = {},
+  ): this {
     const content = opts.content ?? 'Compare SPY and QQQ';
     return this.add('run.admitted', 'admission', {
       message: { messageId: `msg-${this.runId}`, clientMessageId: 'c-1', content, contentSha256: sha256Hex(content) },
@@ -47,6 +57,7 @@ export class History {
         maxModelRequests: opts.maxModelRequests ?? 8,
         maxToolCalls: opts.maxToolCalls ?? 16,
         deadlineAt: opts.deadlineAt ?? '2100-01-01T00:00:00.000Z',
+        ...opts.limits,
       },
     });
   }
