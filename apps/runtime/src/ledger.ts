@@ -5,8 +5,10 @@
  * - the last turn answered: stop `answered` (a finalization answer lists what was unfinished);
  * - the last turn failed with an error that a new request cannot fix (HTTP 4xx other than 408,
  *   409, 425, 429): stop `model-error`;
+ * - {@link MAX_FRUITLESS_TURNS} replies in a row without text or a valid tool call (empty, cut,
+ *   incomplete, malformed; failed requests are not the model's and are skipped): stop `no-progress`;
  * - research may go on (model requests, input and output tokens left after the final-output
- *   reserve, fewer than {@link MAX_FRUITLESS_TURNS} fruitless turns in a row): request the next
+ *   reserve): request the next
  *   turn, reserving `max_tokens` (what remains of research output tokens) and the input estimate;
  *   a turn after an empty, cut, incomplete or failed one is a retry (`retryOf`), charged like any;
  * - a research allowance is spent, the reserve remains and there is material to answer from:
@@ -117,7 +119,8 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date): RunEve
     const finalTurn = facts.turns.find(isFinalizationTurn);
     if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true })]; // a crash between the two appends
     if (!finalTurn.completed && !finalTurn.failed) return [];
-    if (isAnswer(finalTurn)) return [finishedEvent(facts, now, 'answered', `finalization answer in turn ${finalTurn.turn}`, finalTurn.turn, fin.unfinished)];
+    if (isAnswer(finalTurn))
+      return [finishedEvent(facts, now, 'answered', `finalization answer in turn ${finalTurn.turn}`, finalTurn.turn, fin.unfinished)];
     const why = fruitless(finalTurn) ?? `turn ${finalTurn.turn} is not an answer`;
     return [finishedEvent(facts, now, stopReasonOf(finalTurn), `finalization ${why}; research had stopped: ${fin.detail}`, null)];
   }
@@ -126,6 +129,20 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date): RunEve
     return [finishedEvent(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
   }
   const streak = fruitlessStreak(facts);
+  // the model replied with nothing usable several times in a row: stop, reporting no answer (K9); a
+  // failed request (a rate limit, an outage) is the provider's, not the model's: only the budget ends those
+  const replies = fruitlessStreak(facts, true);
+  if (replies.length >= MAX_FRUITLESS_TURNS) {
+    return [
+      finishedEvent(
+        facts,
+        now,
+        'no-progress',
+        `no answer was produced: ${replies.length} replies in a row made no progress (${replies.join('; ')})`,
+        null,
+      ),
+    ];
+  }
   const limit = researchLimit(facts);
   if (limit) {
     const reserve = facts.admitted!.limits.finalOutputReserve;
@@ -149,18 +166,21 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date): RunEve
       requestTurn(facts, model, now, { finalization: true }),
     ];
   }
-  if (streak.length >= MAX_FRUITLESS_TURNS) {
-    return [finishedEvent(facts, now, 'no-progress', `no answer was produced: ${streak.length} turns in a row made no progress (${streak.join('; ')})`, null)];
-  }
   return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined })];
 }
 
-/** Why each of the last turns made no progress, oldest first (empty when the last turn made some). */
-function fruitlessStreak(facts: RunFacts): string[] {
+/**
+ * Why each of the last turns made no progress, oldest first (empty when the last turn made some).
+ * `repliesOnly`: count only what the model sent (empty, cut, incomplete or malformed replies), not
+ * requests that failed (HTTP errors, timeouts, connection losses); those are skipped, not counted.
+ */
+function fruitlessStreak(facts: RunFacts, repliesOnly = false): string[] {
   const out: string[] = [];
   for (let i = facts.turns.length - 1; i >= 0; i--) {
-    const why = fruitless(facts.turns[i]!);
+    const t = facts.turns[i]!;
+    const why = fruitless(t);
     if (!why) break;
+    if (repliesOnly && t.failed && t.failed.error.kind !== 'invalid-response') continue;
     out.unshift(why);
   }
   return out;

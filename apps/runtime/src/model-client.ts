@@ -133,7 +133,12 @@ export class ModelClient {
         message: waitMs > 0 ? `not sent: the rate-limit pause (${waitMs} ms) ends after the Run's deadline` : "not sent: the Run's deadline passed",
       },
     });
-    return this.limiter.schedule(() => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs), deadlineMs, late, signal);
+    return this.limiter.schedule(
+      () => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs),
+      deadlineMs,
+      late,
+      signal,
+    );
   }
 
   private async request(

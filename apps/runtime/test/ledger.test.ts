@@ -77,7 +77,12 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
     runtime
       .given(h)
       .when(wake)
-      .then([finishedWith('model-request-limit', expect.stringMatching(/3 of 4 model requests used; research budget spent \(1 kept for finalization\); no answer was produced/))]);
+      .then([
+        finishedWith(
+          'model-request-limit',
+          expect.stringMatching(/3 of 4 model requests used; research budget spent \(1 kept for finalization\); no answer was produced/),
+        ),
+      ]);
   });
 
   it('given 4 model requests with a reserve of 1 and 2 rate-limited turns, when woken, then the 3rd research request is still made', () => {
@@ -112,7 +117,25 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
     runtime
       .given(h)
       .when(wake)
-      .then([finishedWith('no-progress', expect.stringMatching(/^no answer was produced: 3 turns in a row made no progress/))]);
+      .then([finishedWith('no-progress', expect.stringMatching(/^no answer was produced: 3 replies in a row made no progress/))]);
+  });
+
+  it(`given ${MAX_FRUITLESS_TURNS} empty replies with rate-limited requests between them, when woken, then the failed requests are skipped, not counted: no-progress`, () => {
+    const h = new History().admitted({ maxModelRequests: 10 });
+    h.turn(1, { content: '' });
+    rateLimited(h, 2);
+    h.turn(3, { content: '' });
+    h.turn(4, { content: '', finishReason: 'length' });
+    runtime
+      .given(h)
+      .when(wake)
+      .then([finishedWith('no-progress')]);
+    const onlyFailures = new History().admitted({ maxModelRequests: 10 });
+    for (const t of [1, 2, 3, 4]) rateLimited(onlyFailures, t);
+    runtime
+      .given(onlyFailures)
+      .when(wake)
+      .then([{ type: 'model.turn.requested', data: { turn: 5, model: 'm', retryOf: 4 } }]);
   });
 
   it('given empty replies interrupted by a turn with a valid tool call, when woken, then the streak restarts: it retries', () => {
@@ -170,7 +193,12 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
         { type: 'model.turn.completed', data: expect.objectContaining({ turn: 4 }) },
         {
           type: 'run.execution.finished',
-          data: { reason: 'answered', detail: 'finalization answer in turn 4', answerTurn: 4, unfinished: [{ part: 'research not finished', reason: 'budget' }] },
+          data: {
+            reason: 'answered',
+            detail: 'finalization answer in turn 4',
+            answerTurn: 4,
+            unfinished: [{ part: 'research not finished', reason: 'budget' }],
+          },
         },
       ]);
   });
@@ -190,7 +218,10 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
     runtime
       .given(finalizing())
       .when(ended(4, { ok: false, error: { kind: 'http', status: 429, message: 'slow down' } }))
-      .then([{ type: 'model.turn.failed', data: expect.objectContaining({ turn: 4 }) }, finishedWith('model-error', expect.stringMatching(/^finalization turn 4/))]);
+      .then([
+        { type: 'model.turn.failed', data: expect.objectContaining({ turn: 4 }) },
+        finishedWith('model-error', expect.stringMatching(/^finalization turn 4/)),
+      ]);
   });
 
   it('given an empty finalization reply recorded (a crash before the stop), when woken, then it stops without an answer and never requests again', () => {
@@ -219,7 +250,10 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
     const [started, request] = runtime
       .given(h)
       .when(wake)
-      .then([expect.objectContaining({ type: 'run.finalization.started' }) as never, expect.objectContaining({ type: 'model.turn.requested' }) as never]);
+      .then([
+        expect.objectContaining({ type: 'run.finalization.started' }) as never,
+        expect.objectContaining({ type: 'model.turn.requested' }) as never,
+      ]);
     expect(started!.data).toMatchObject({ reason: 'token-limit' });
     expect(request!.data).toMatchObject({ purpose: 'finalization', maxTokens: 200 });
   });
@@ -263,10 +297,18 @@ describe('Retry-After and the shared per-model limiter (K7)', () => {
     const limiter = new ModelRateLimiter({ maxConcurrent: 2 });
     limiter.pauseUntil(Date.now() + 300);
     const started = Date.now();
-    const sent = await limiter.schedule(async () => Date.now() - started, Date.now() + 10_000, () => -1);
+    const sent = await limiter.schedule(
+      async () => Date.now() - started,
+      Date.now() + 10_000,
+      () => -1,
+    );
     expect(sent).toBeGreaterThanOrEqual(280);
     limiter.pauseUntil(Date.now() + 5_000);
-    const late = await limiter.schedule(async () => 'sent', Date.now() + 1_000, (wait) => `not sent (${wait > 0 ? 'pause' : 'deadline'})`);
+    const late = await limiter.schedule(
+      async () => 'sent',
+      Date.now() + 1_000,
+      (wait) => `not sent (${wait > 0 ? 'pause' : 'deadline'})`,
+    );
     expect(late).toBe('not sent (pause)');
   });
 });
