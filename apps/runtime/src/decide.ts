@@ -37,22 +37,22 @@ export type RuntimeTrigger =
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
 
-/** True for text with nothing visible: whitespace, zero-width and other format characters only. */
-export function isBlank(text: string): boolean {
-  return text.replace(/[\s\p{Cf}\p{Cc}]/gu, '') === '';
-}
-
 /**
  * Decides the runtime's events for a trigger.
- * - `Wake`: request the next model turn (`model.turn.requested`) when every tool call of the last
- *   turn has a receipt, the deadline has not passed and model requests remain; stop
- *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
- *   propose tool calls (and open waits, request children) a crash left undecided; nothing while
- *   a turn is in flight, receipts are missing or the Run is parked on a wait or a child (a turn
- *   is never requested twice). Model requests carved for children count as used (K7).
+ * - `Wake`: once every tool call of the last turn is resolved and before the deadline, the budget
+ *   rules of `./ledger.ts` decide (K7, K9): the next turn with its reservation (a retry of an
+ *   empty, cut or failed turn is a new, charged turn), the one-way move into finalization-only
+ *   when a research allowance is spent and the reserve remains, or the stop
+ *   (`run.execution.finished`); propose tool calls (and open waits, request children) a crash
+ *   left undecided; nothing while a turn is in flight, receipts are missing or the Run is parked
+ *   on a wait or a child (a turn is never requested twice). What was carved for children counts
+ *   as used (K7).
  * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
- *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
- *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
+ *   or `model.turn.failed`), and stop when the turn ends execution (an answer; the finalization
+ *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401). An empty, cut or
+ *   incomplete reply, or a retryable failure, is only recorded: the next wake retries it within
+ *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
+ *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
  *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once

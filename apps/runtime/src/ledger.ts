@@ -37,12 +37,13 @@ export function isFinalizationTurn(t: TurnFacts): boolean {
 /** True when a completed turn is an answer: finished normally (`stop`; a finalization turn also `tool_calls`) with visible text. */
 export function isAnswer(t: TurnFacts): boolean {
   const done = t.completed;
-  if (!done || isBlankText(done.content)) return false;
+  if (!done || isBlank(done.content)) return false;
   if (done.finishReason === 'stop') return done.toolCalls.length === 0 || isFinalizationTurn(t);
   return isFinalizationTurn(t) && done.finishReason === 'tool_calls';
 }
 
-function isBlankText(text: string): boolean {
+/** True for text with nothing visible: whitespace, zero-width and other format characters only. */
+export function isBlank(text: string): boolean {
   return text.replace(/[\s\p{Cf}\p{Cc}]/gu, '') === '';
 }
 
@@ -53,7 +54,7 @@ export function fruitless(t: TurnFacts): string | null {
   if (!done) return null;
   if (done.finishReason === 'length') return `turn ${t.turn} stopped at the length limit`;
   if (done.toolCalls.length > 0 && !isFinalizationTurn(t)) return null;
-  if (isBlankText(done.content)) return `turn ${t.turn} returned no text`;
+  if (isBlank(done.content)) return `turn ${t.turn} returned no text`;
   if (done.finishReason !== 'stop') return `turn ${t.turn} ended with finish_reason=${done.finishReason}, not a finished answer`;
   return null;
 }
@@ -63,14 +64,14 @@ function stopReasonOf(t: TurnFacts): ExecutionStopReason {
   if (t.failed) return 'model-error';
   const done = t.completed!;
   if (done.finishReason === 'length') return 'truncated-output';
-  if (isBlankText(done.content)) return 'empty-output';
+  if (isBlank(done.content)) return 'empty-output';
   return 'incomplete-output';
 }
 
 /** True when the Run has something to answer from: a turn's visible text or a succeeded tool result. */
 export function hasMaterial(facts: RunFacts): boolean {
   return (
-    facts.turns.some((t) => !!t.completed && !isBlankText(t.completed.content)) ||
+    facts.turns.some((t) => !!t.completed && !isBlank(t.completed.content)) ||
     [...facts.toolCalls.values()].some((c) => c.receipt?.status === 'succeeded') ||
     [...facts.children.values()].some((c) => !!c.result?.answer)
   );

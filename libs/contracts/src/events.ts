@@ -205,7 +205,7 @@ export const ExecutionFinishedV1 = z.object({
  */
 export const FinalizationStartedV1 = z.object({
   /** The research limit that was reached. */
-  reason: z.enum(['model-request-limit', 'token-limit', 'deadline']),
+  reason: z.enum(['model-request-limit', 'token-limit']),
   detail: z.string(),
   /** What research did not finish; listed as unanswered on the finalization answer. */
   unfinished: z.array(UnansweredPart).min(1),

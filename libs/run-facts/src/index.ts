@@ -457,7 +457,7 @@ export interface Ledger {
 
 /**
  * The Run's one budget ledger (K7), a pure fold of its facts: model requests (every requested
- * turn counts, retries included), tool calls (proposed ordinary calls), input and output tokens,
+ * turn counts, retries included), tool calls (dispatched: the tools deny the rest), input and output tokens,
  * the final-output reserve and what was carved for children. Tokens are MEASURED where the model
  * reported usage; a turn without usage (no usage chunk, failed, cut, never ended) is charged an
  * ESTIMATE, flagged in `estimated` and `unknownUsageTurns`, never 0 measured: its reservation
@@ -487,7 +487,7 @@ export function budgetOf(facts: RunFacts): Ledger {
       outEstimated += Math.ceil(chars / CHARS_PER_TOKEN);
     } else if (!(t.failed?.error.kind === 'http')) outEstimated += t.request.maxTokens ?? 0;
   }
-  const ordinaryCalls = facts.toolCalls.size;
+  const dispatchedCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
   const reserve = limits?.finalOutputReserve;
   const line = (limit: number | undefined, used: number, carvedN: number, reserveN: number): LedgerLine => ({
     limit: limit ?? null,
@@ -499,7 +499,7 @@ export function budgetOf(facts: RunFacts): Ledger {
   });
   return {
     modelRequests: line(limits?.maxModelRequests, facts.turns.length, carved.modelRequests, reserve?.modelRequests ?? 0),
-    toolCalls: line(limits?.maxToolCalls, ordinaryCalls, carved.toolCalls, 0),
+    toolCalls: line(limits?.maxToolCalls, dispatchedCalls, carved.toolCalls, 0),
     inputTokens: { ...line(limits?.maxInputTokens, inMeasured + inEstimated, carved.inputTokens, 0), measured: inMeasured, estimated: inEstimated },
     outputTokens: {
       ...line(limits?.maxOutputTokens, outMeasured + outEstimated, carved.outputTokens, reserve?.outputTokens ?? 0),
