@@ -185,7 +185,8 @@ export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['e
   if (e instanceof OpenAI.APIConnectionError) return { kind: 'connection', status: null, message: e.message };
   if (e instanceof OpenAI.APIError) {
     const status = typeof e.status === 'number' ? e.status : null;
-    const wait = status === 429 || status === 503 ? retryAfterMs(e.headers) : undefined;
+    const headers = e.headers as Headers | undefined;
+    const wait = status === 429 || status === 503 ? retryAfterMs(headers) : undefined;
     return { kind: 'http', status, message: e.message, ...(wait !== undefined ? { retryAfterMs: wait } : {}) };
   }
   return { kind: 'invalid-response', status: null, message: e instanceof Error ? e.message : String(e) };

@@ -170,7 +170,7 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
             detail: expect.stringMatching(/3 of 4 model requests used/),
             unfinished: [{ part: 'research not finished', reason: expect.stringMatching(/ordinary research stopped/) }],
           },
-        },
+        } as never,
         { type: 'model.turn.requested', data: { turn: 4, model: 'm', maxTokens: 200, purpose: 'finalization' } },
       ]);
   });
