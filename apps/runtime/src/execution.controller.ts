@@ -21,6 +21,8 @@ export interface RuntimeSettings {
   leaseTtlMs: number;
   /** How long a question for a human stays answerable, ms (capped by the Run's deadline). */
   waitTtlMs: number;
+  /** The most `max_tokens` one model request asks for (`RUNPLANE_MODEL_MAX_TOKENS`), within the Run's budget (K7). */
+  maxTokensPerRequest?: number;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -104,7 +106,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       this.held.set(runId, lease);
     }
     const epoch = lease.epoch;
-    const wake = { type: 'Wake', model: this.model.model, waitTtlMs: this.settings.waitTtlMs } as const;
+    const wake = {
+      type: 'Wake',
+      model: this.model.model,
+      waitTtlMs: this.settings.waitTtlMs,
+      ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
+    } as const;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
       const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });
       if (

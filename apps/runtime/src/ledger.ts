@@ -111,14 +111,14 @@ export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' 
  * the Run's last event. Never called while a turn is in flight, a call is unresolved or the Run
  * is parked.
  */
-export function nextModelStep(facts: RunFacts, model: string, now: Date): RunEvent[] {
+export function nextModelStep(facts: RunFacts, model: string, now: Date, maxTokensPerRequest?: number): RunEvent[] {
   const last = lastTurn(facts);
   const ctx = contextFrom(facts.lastEvent!);
   const fin = facts.finalization;
   if (fin) {
     // one way: the finalization turn's outcome ends the Run, whatever it is (K9)
     const finalTurn = facts.turns.find(isFinalizationTurn);
-    if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true })]; // a crash between the two appends
+    if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest })]; // a crash between the two appends
     if (!finalTurn.completed && !finalTurn.failed) return [];
     if (isAnswer(finalTurn))
       return [finishedEvent(facts, now, 'answered', `finalization answer in turn ${finalTurn.turn}`, finalTurn.turn, fin.unfinished)];
@@ -164,10 +164,10 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date): RunEve
     ];
     return [
       makeEvent('run.finalization.started', ctx, 'finalization', { reason: limit.reason, detail: limit.detail, unfinished }, now),
-      requestTurn(facts, model, now, { finalization: true }),
+      requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest }),
     ];
   }
-  return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined })];
+  return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest })];
 }
 
 /**
@@ -190,18 +190,25 @@ function fruitlessStreak(facts: RunFacts, repliesOnly = false): string[] {
 /**
  * `model.turn.requested` for the next turn with the ledger's reservation: `maxTokens` what remains
  * of research output tokens (the finalization request: the reserve, capped by what is left), and
- * the input estimate, when the Run has token limits.
+ * the input estimate, when the Run has token limits. `maxTokensPerRequest` (the runtime's
+ * `RUNPLANE_MODEL_MAX_TOKENS`: what the model accepts in one reply) caps `maxTokens`.
  */
-function requestTurn(facts: RunFacts, model: string, now: Date, opts: { finalization?: boolean; retryOf?: number | undefined }): RunEvent {
+function requestTurn(
+  facts: RunFacts,
+  model: string,
+  now: Date,
+  opts: { finalization?: boolean; retryOf?: number | undefined; maxTokensPerRequest?: number | undefined },
+): RunEvent {
   const turn = facts.turns.length + 1;
   const limits = facts.admitted!.limits;
   const b = budgetOf(facts);
   const data: EventData<'model.turn.requested'> = { turn, model };
+  const cap = opts.maxTokensPerRequest ?? Number.POSITIVE_INFINITY;
   if (b.outputTokens.limit !== null) {
     const reserve = limits.finalOutputReserve?.outputTokens ?? 0;
     const maxTokens = opts.finalization ? Math.min(reserve > 0 ? reserve : b.outputTokens.left!, b.outputTokens.left!) : b.outputTokens.researchLeft!;
-    data.maxTokens = Math.max(1, maxTokens);
-  }
+    data.maxTokens = Math.max(1, Math.min(maxTokens, cap));
+  } else if (Number.isFinite(cap)) data.maxTokens = cap;
   if (b.inputTokens.limit !== null) data.inputTokensEstimate = estimateInputTokens(facts);
   if (opts.finalization) data.purpose = 'finalization';
   if (opts.retryOf !== undefined) data.retryOf = opts.retryOf;

@@ -27,10 +27,11 @@ import { ModelClient } from './model-client.js';
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
-      inject: [configToken(LeaseConfig), configToken(WaitConfig)],
-      useFactory: (cfg: LeaseConfig, waits: WaitConfig): RuntimeSettings => ({
+      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ModelConfig)],
+      useFactory: (cfg: LeaseConfig, waits: WaitConfig, model: ModelConfig): RuntimeSettings => ({
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
+        maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
       }),
     },
   ],

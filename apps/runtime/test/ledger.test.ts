@@ -62,6 +62,18 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
       .then([{ type: 'model.turn.requested', data: { turn: 1, model: 'm', maxTokens: 800, inputTokensEstimate: estimateInputTokens(h.facts) } }]);
   });
 
+  it("given the runtime's per-request cap (what the model accepts), when woken, then max_tokens is the smaller of the cap and what remains", () => {
+    const h = new History().admitted({ limits: { maxOutputTokens: 64_000, ...RESERVE } });
+    runtime
+      .given(h)
+      .when({ ...wake, maxTokensPerRequest: 16_384 })
+      .then([{ type: 'model.turn.requested', data: { turn: 1, model: 'm', maxTokens: 16_384 } }]);
+    runtime
+      .given(new History().admitted({ limits: { maxOutputTokens: 1_000, ...RESERVE } }))
+      .when({ ...wake, maxTokensPerRequest: 16_384 })
+      .then([{ type: 'model.turn.requested', data: { turn: 1, model: 'm', maxTokens: 800 } }]);
+  });
+
   it('given a 429 on turn 1, when woken, then a NEW turn retries it (retryOf), charged: its max_tokens is what remains', () => {
     const h = new History().admitted({ limits: { maxOutputTokens: 1_000, ...RESERVE } });
     rateLimited(h, 1, { maxTokens: 800 });
