@@ -27,9 +27,10 @@ export type RuntimeTrigger =
   /**
    * Something happened on the Run (admission, a receipt, a wake, a redelivery): take the next
    * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline);
-   * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts).
+   * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts);
+   * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9).
    */
-  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number }
+  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number }
   /** The model request of `turn` ended with `result`. */
   | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number }
   /** While `turn` streams, these paragraphs of its text were finished (a blank line followed each). */
@@ -66,7 +67,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake':
-      return onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now, trigger.maxTokensPerRequest);
+      return onWake(facts, trigger, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ParagraphsStreamed':
@@ -76,14 +77,16 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   }
 }
 
-function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date, maxTokensPerRequest?: number): RunEvent[] {
+function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake' }>, now: Date): RunEvent[] {
+  const { model, maxTokensPerRequest, finalizationLeadMs } = trigger;
+  const waitTtlMs = trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS;
   if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
   const last = lastTurn(facts);
   if (last && !last.completed && !last.failed) return [];
   // an answer, the finalization turn's outcome or a failure no retry can fix ends the Run, even past the deadline
   if (last && (isAnswer(last) || facts.finalization || (last.failed && !isRetryableFailure(last.failed.error))))
-    return nextModelStep(facts, model, now, maxTokensPerRequest);
+    return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
   const calls = last?.completed ? proposableCalls(last.completed, isFinalizationTurn(last)) : [];
   if (calls.length > 0) {
     const missing = undecidedCalls(facts, last!, waitTtlMs, now);
@@ -97,7 +100,7 @@ function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date, ma
     if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
   // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
-  return nextModelStep(facts, model, now, maxTokensPerRequest);
+  return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
 }
 
 /** Proposals, waits and child requests of the completed turn `last` that are not recorded yet (a crash between appends). */

@@ -23,6 +23,8 @@ export interface RuntimeSettings {
   waitTtlMs: number;
   /** The most `max_tokens` one model request asks for (`RUNPLANE_MODEL_MAX_TOKENS`), within the Run's budget (K7). */
   maxTokensPerRequest?: number;
+  /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
+  finalizationLeadMs?: number;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -111,6 +113,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       model: this.model.model,
       waitTtlMs: this.settings.waitTtlMs,
       ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
+      ...(this.settings.finalizationLeadMs ? { finalizationLeadMs: this.settings.finalizationLeadMs } : {}),
     } as const;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
       const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });

@@ -11,8 +11,8 @@
  *   reserve): request the next
  *   turn, reserving `max_tokens` (what remains of research output tokens) and the input estimate;
  *   a turn after an empty, cut, incomplete or failed one is a retry (`retryOf`), charged like any;
- * - a research allowance is spent, the reserve remains and there is material to answer from:
- *   move ONE WAY into finalization-only (`run.finalization.started`) and request the one last turn
+ * - a research allowance is spent (or the deadline is closer than the finalization lead), the
+ *   reserve remains and there is material to answer from: move ONE WAY into finalization-only (`run.finalization.started`) and request the one last turn
  *   (no tools, `purpose: finalization`); without a reserve or material: stop with the limit;
  * - in finalization-only: the finalization turn's outcome stops the Run; nothing returns to research.
  */
@@ -111,7 +111,7 @@ export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' 
  * the Run's last event. Never called while a turn is in flight, a call is unresolved or the Run
  * is parked.
  */
-export function nextModelStep(facts: RunFacts, model: string, now: Date, maxTokensPerRequest?: number): RunEvent[] {
+export function nextModelStep(facts: RunFacts, model: string, now: Date, maxTokensPerRequest?: number, finalizationLeadMs = 0): RunEvent[] {
   const last = lastTurn(facts);
   const ctx = contextFrom(facts.lastEvent!);
   const fin = facts.finalization;
@@ -144,28 +144,39 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
       ),
     ];
   }
-  const limit = researchLimit(facts);
-  if (limit) {
+  const canFinalize = () => {
     const reserve = facts.admitted!.limits.finalOutputReserve;
     const b = budgetOf(facts);
-    const canFinalize =
+    return (
       (reserve?.modelRequests ?? 0) >= 1 &&
       (b.modelRequests.left ?? 1) >= 1 &&
       (b.outputTokens.left ?? 1) >= 1 &&
       (b.inputTokens.limit === null || b.inputTokens.used + b.inputTokens.carved + estimateInputTokens(facts) <= b.inputTokens.limit) &&
-      hasMaterial(facts);
-    const noAnswer = streak.length > 0 ? `; no answer was produced: ${streak.join('; ')}` : '';
-    if (!canFinalize) return [finishedEvent(facts, now, limit.reason, `${limit.detail}${noAnswer}`, null)];
+      hasMaterial(facts)
+    );
+  };
+  const startFinalization = (reason: EventData<'run.finalization.started'>['reason'], detail: string): RunEvent[] => {
     const unfinished: UnansweredPart[] = [
       {
         part: 'research not finished',
-        reason: `ordinary research stopped (${limit.reason}: ${limit.detail}); the answer was written from the material gathered until then`,
+        reason: `ordinary research stopped (${reason}: ${detail}); the answer was written from the material gathered until then`,
       },
     ];
     return [
-      makeEvent('run.finalization.started', ctx, 'finalization', { reason: limit.reason, detail: limit.detail, unfinished }, now),
+      makeEvent('run.finalization.started', ctx, 'finalization', { reason, detail, unfinished }, now),
       requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest }),
     ];
+  };
+  // the deadline is close: with material and the reserve, answer from it now rather than research until cut off (K9)
+  const leftMs = Date.parse(facts.admitted!.limits.deadlineAt) - now.getTime();
+  if (finalizationLeadMs > 0 && leftMs < finalizationLeadMs && canFinalize()) {
+    return startFinalization('deadline', `${Math.max(0, Math.round(leftMs / 1000))} s left before the deadline ${facts.admitted!.limits.deadlineAt}`);
+  }
+  const limit = researchLimit(facts);
+  if (limit) {
+    const noAnswer = streak.length > 0 ? `; no answer was produced: ${streak.join('; ')}` : '';
+    if (!canFinalize()) return [finishedEvent(facts, now, limit.reason, `${limit.detail}${noAnswer}`, null)];
+    return startFinalization(limit.reason, limit.detail);
   }
   return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest })];
 }

@@ -32,6 +32,7 @@ import { ModelClient } from './model-client.js';
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
         maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
+        finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
       }),
     },
   ],

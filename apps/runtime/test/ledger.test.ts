@@ -256,6 +256,39 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
       .then([{ type: 'model.turn.requested', data: { turn: 4, model: 'm', maxTokens: 200, purpose: 'finalization' } }]);
   });
 
+  it('given the deadline closer than the finalization lead, material and the reserve, when woken, then finalization starts (deadline) instead of more research', () => {
+    const h = new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z', limits: RESERVE });
+    researched(h, 1);
+    const lead = { ...wake, finalizationLeadMs: 60_000 };
+    const [started, request] = runtime
+      .given(h)
+      .when(lead, new Date('2026-01-01T00:00:30.000Z'))
+      .then([
+        expect.objectContaining({ type: 'run.finalization.started' }) as never,
+        expect.objectContaining({ type: 'model.turn.requested' }) as never,
+      ]);
+    expect(started!.data).toMatchObject({ reason: 'deadline', detail: expect.stringMatching(/^30 s left before the deadline/) });
+    expect(request!.data).toMatchObject({ turn: 2, purpose: 'finalization' });
+    // further from the deadline, research goes on
+    runtime
+      .given(h)
+      .when(lead, new Date('2025-12-31T23:58:00.000Z'))
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm' } }]);
+  });
+
+  it('given the deadline close but no material yet (or no reserve), when woken, then research goes on: nothing to finalize from', () => {
+    const lead = { ...wake, finalizationLeadMs: 60_000 };
+    const at = new Date('2026-01-01T00:00:30.000Z');
+    runtime
+      .given(new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z', limits: RESERVE }))
+      .when(lead, at)
+      .then([{ type: 'model.turn.requested', data: { turn: 1, model: 'm' } }]);
+    runtime
+      .given(researched(new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z' }), 1))
+      .when(lead, at)
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm' } }]);
+  });
+
   it('given the output tokens for research spent but the reserve left, when woken, then finalization starts with token-limit', () => {
     const h = new History().admitted({ limits: { maxOutputTokens: 205, ...RESERVE } });
     researched(h, 1); // 5 measured: 205 - 200 reserve - 5 = 0 left for research

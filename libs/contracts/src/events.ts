@@ -204,8 +204,8 @@ export const ExecutionFinishedV1 = z.object({
  * and disclosing `unfinished`. Nothing after it returns to research.
  */
 export const FinalizationStartedV1 = z.object({
-  /** The research limit that was reached. */
-  reason: z.enum(['model-request-limit', 'token-limit']),
+  /** The research limit that was reached (`deadline`: too little time is left for more research, `RUNPLANE_FINALIZATION_LEAD_SECONDS`). */
+  reason: z.enum(['model-request-limit', 'token-limit', 'deadline']),
   detail: z.string(),
   /** What research did not finish; listed as unanswered on the finalization answer. */
   unfinished: z.array(UnansweredPart).min(1),
