@@ -167,9 +167,12 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
       requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest }),
     ];
   };
-  // the deadline is close: with material and the reserve, answer from it now rather than research until cut off (K9)
-  const leftMs = Date.parse(facts.admitted!.limits.deadlineAt) - now.getTime();
-  if (finalizationLeadMs > 0 && leftMs < finalizationLeadMs && canFinalize()) {
+  // the deadline is close: with material and the reserve, answer from it now rather than research
+  // until cut off (K9); the lead is at most a quarter of the Run's whole time, so a short Run still researches
+  const deadlineMs = Date.parse(facts.admitted!.limits.deadlineAt);
+  const leftMs = deadlineMs - now.getTime();
+  const leadMs = Math.min(finalizationLeadMs, (deadlineMs - Date.parse(facts.admitted!.at)) / 4);
+  if (leadMs > 0 && leftMs < leadMs && canFinalize()) {
     return startFinalization('deadline', `${Math.max(0, Math.round(leftMs / 1000))} s left before the deadline ${facts.admitted!.limits.deadlineAt}`);
   }
   const limit = researchLimit(facts);

@@ -276,6 +276,23 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
       .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm' } }]);
   });
 
+  it('given a short Run (2 minutes), when woken, then the lead is at most a quarter of its time: 41 s before the deadline it still researches, 16 s before it finalizes', () => {
+    const h = new History().admitted({ deadlineAt: '2025-12-31T23:02:01.000Z', limits: RESERVE }); // admitted 23:00:01
+    researched(h, 1);
+    const lead = { ...wake, finalizationLeadMs: 60_000 };
+    runtime
+      .given(h)
+      .when(lead, new Date('2025-12-31T23:01:20.000Z'))
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm' } }]);
+    runtime
+      .given(h)
+      .when(lead, new Date('2025-12-31T23:01:45.000Z'))
+      .then([
+        expect.objectContaining({ type: 'run.finalization.started' }) as never,
+        expect.objectContaining({ type: 'model.turn.requested' }) as never,
+      ]);
+  });
+
   it('given the deadline close but no material yet (or no reserve), when woken, then research goes on: nothing to finalize from', () => {
     const lead = { ...wake, finalizationLeadMs: 60_000 };
     const at = new Date('2026-01-01T00:00:30.000Z');

@@ -54,7 +54,8 @@ export const ModelConfig = z.object({
   RUNPLANE_MODEL_MAX_TOKENS: envInt(16_384, 1),
   /**
    * Seconds before a Run's deadline from which research stops and, when the Run has material and
-   * a final-output reserve, the one finalization request answers from it (K9). 0: off.
+   * a final-output reserve, the one finalization request answers from it (K9); at most a quarter of
+   * the Run's whole time. 0: off.
    */
   RUNPLANE_FINALIZATION_LEAD_SECONDS: envInt(60, 0, 366 * 24 * 3600),
   /** Model requests in flight at once per model, for all Runs of one runtime process (K7). */
