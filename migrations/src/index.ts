@@ -8,12 +8,16 @@ import { Migration20261130000000_projections } from './Migration20261130000000_p
 import { Migration20261130120000_tool_call_observations } from './Migration20261130120000_tool_call_observations.js';
 import { Migration20261130130000_parked_status } from './Migration20261130130000_parked_status.js';
 import { Migration20261130140000_run_usage } from './Migration20261130140000_run_usage.js';
+import { Migration20261130150000_run_clocks } from './Migration20261130150000_run_clocks.js';
+import { Migration20261130161000_run_clarification } from './Migration20261130161000_run_clarification.js';
 
 export {
   Migration20261130000000_projections,
   Migration20261130120000_tool_call_observations,
   Migration20261130130000_parked_status,
   Migration20261130140000_run_usage,
+  Migration20261130150000_run_clocks,
+  Migration20261130161000_run_clarification,
 };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
@@ -22,4 +26,6 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261130120000_tool_call_observations', class: Migration20261130120000_tool_call_observations },
   { name: 'Migration20261130130000_parked_status', class: Migration20261130130000_parked_status },
   { name: 'Migration20261130140000_run_usage', class: Migration20261130140000_run_usage },
+  { name: 'Migration20261130150000_run_clocks', class: Migration20261130150000_run_clocks },
+  { name: 'Migration20261130161000_run_clarification', class: Migration20261130161000_run_clarification },
 ];

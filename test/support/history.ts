@@ -47,6 +47,7 @@ export class History {
       deadlineAt?: string;
       /** Further limits (token limits, the final-output reserve: K7). */
       limits?: Partial<EventData<'run.admitted'>['limits']>;
+      noProgressSeconds?: number;
     } = {},
   ): this {
     const content = opts.content ?? 'Compare SPY and QQQ';
@@ -58,6 +59,7 @@ export class History {
         maxToolCalls: opts.maxToolCalls ?? 16,
         deadlineAt: opts.deadlineAt ?? '2100-01-01T00:00:00.000Z',
         ...opts.limits,
+        ...(opts.noProgressSeconds !== undefined ? { noProgressSeconds: opts.noProgressSeconds } : {}),
       },
     });
   }

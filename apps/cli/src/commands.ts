@@ -19,7 +19,7 @@ import {
 import { EventLog } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
-import { renderLive, summarize } from './render.js';
+import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
 export const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
@@ -92,7 +92,11 @@ async function openLog(name: string): Promise<EventLog> {
   return EventLog.fromEnv(name);
 }
 
-/** Prints a Run's event timeline straight from the log: sequence, time, owner, type, summary. */
+/**
+ * Prints a Run's event timeline straight from the log: sequence, time, time since the previous
+ * event, owner, type, summary, and each step's clock where a step ends (a model turn's duration,
+ * a tool call's wait for dispatch and run time, a parked wait: K7).
+ */
 export async function timeline(runId: string, json: boolean): Promise<number> {
   const valid = Id.safeParse(runId);
   if (!valid.success) throw new Error(`not a run id: "${runId}" (${valid.error.issues[0]?.message})`);
@@ -103,12 +107,12 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
       process.stderr.write(`no events for run ${runId} in stream ${log.space.stream}\n`);
       return 1;
     }
-    for (const { seq, subject, event } of events) {
-      out(
-        json
-          ? JSON.stringify({ seq, subject, event })
-          : `${String(seq).padStart(6)}  ${event.occurredAt}  ${event.owner.padEnd(11)} ${event.type.padEnd(22)} ${summarize(event)}`,
-      );
+    const steps = stepClocks(events);
+    let previousAt: string | null = null;
+    for (const stored of events) {
+      const { seq, subject, event } = stored;
+      out(json ? JSON.stringify({ seq, subject, event }) : timelineLine(stored, previousAt, steps.get(seq)));
+      previousAt = event.occurredAt;
     }
     return 0;
   } finally {
@@ -278,4 +282,19 @@ export async function demo(question: string | undefined): Promise<number> {
 /** A URL without its password, for printing. */
 function redactUrl(url: string): string {
   return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
+}
+
+/**
+ * Prints a Run's projection (`GET /v1/runs/{runId}` of admission): status, budget used against
+ * its limits (unknown usage marked, K7, K9) and its clocks. Returns 0, or 1 when the Run is
+ * unknown or not projected yet.
+ */
+export async function status(endpoints: RunplaneEndpoints, runId: string, json: boolean): Promise<number> {
+  const view = await new RunplaneClient(endpoints).getRun(runId);
+  if (!view) {
+    process.stderr.write(`no projection for run ${runId} (unknown, or not projected yet)\n`);
+    return 1;
+  }
+  out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
+  return 0;
 }

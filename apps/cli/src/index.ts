@@ -1,1 +1,2 @@
 export * from './commands.js';
+export * from './render.js';

@@ -7,7 +7,8 @@
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   cancel <runId>                 ask to cancel a Run (K4)
  *   answer <runId> <waitId> "text" answer a Run's pending question (K10)
- *   timeline <runId>               print a Run's events from the log
+ *   status <runId>                 a Run's projection: status, budget used/limit, clocks (K7)
+ *   timeline <runId>               print a Run's events from the log, with the time between them and each step's clock
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
@@ -17,7 +18,8 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, rebuild, terminalSafe, timeline, up, watch } from './commands.js';
+import { ask, demo, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { exitCodeOf } from './render.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
 const nonNegative = (v: string) => {
@@ -59,11 +61,13 @@ program
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')
+  .addHelpText(
+    'after',
+    '\nExit codes: 0 the Run settled completed; 3 it settled partial (the unanswered parts are printed with the settlement);\n' +
+      '1 it settled failed, canceled or interrupted, or no settlement was seen (or a request failed).',
+  )
   .action((question: string, o: { admission: string; publication: string; conversation?: string }) =>
-    run(async () => {
-      const settled = await ask(endpoints(o), question, o.conversation);
-      return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
-    })(),
+    run(async () => exitCodeOf(await ask(endpoints(o), question, o.conversation)))(),
   );
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
@@ -106,6 +110,17 @@ api(
     return 0;
   })(),
 );
+
+api(
+  program
+    .command('status')
+    .description("a Run's status, budget used against its limits and its clocks (queue, execution, last progress, deadline)")
+    .argument('<runId>'),
+)
+  .option('--json', 'the Run view as JSON (GET /v1/runs/{runId})')
+  .action((runId: string, o: { admission: string; publication: string; json?: boolean }) =>
+    run(() => status(endpoints(o), runId, Boolean(o.json)))(),
+  );
 
 program
   .command('timeline')

@@ -2,7 +2,7 @@
  * Terminal rendering of a Run as it is observed: one short line per fact, the answer passages in
  * full as they are committed, and the settlement.
  */
-import type { EventData, RunEvent } from '@runplane/contracts';
+import type { EventData, RunEvent, RunView, StoredEvent } from '@runplane/contracts';
 
 /** One-line summary of an event for timelines and progress output. */
 export function summarize(e: RunEvent): string {
@@ -57,6 +57,8 @@ export function summarize(e: RunEvent): string {
       return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
     case 'clarification.requested':
       return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"`;
+    case 'context.carried':
+      return `CONTEXT carried ${e.data.items.length} item(s) from ${[...e.data.historyRunIds, ...(e.data.parentRunId ? [e.data.parentRunId] : [])].join(', ') || 'no earlier Run'} (${e.data.dropped.length} dropped, ${e.data.unknownEffects.length} unknown effect(s))`;
   }
 }
 
@@ -86,4 +88,147 @@ export function tokensText(u: EventData<'run.settled'>['usage']): string {
   if (unknown === 0) return `${u.promptTokens} prompt + ${u.completionTokens} completion tokens`;
   if (unknown >= u.modelRequests) return `tokens unknown (no usage reported for any of the ${unknown} model request(s))`;
   return `at least ${u.promptTokens} prompt + ${u.completionTokens} completion tokens (usage unknown for ${unknown} of ${u.modelRequests} model request(s))`;
+}
+
+/**
+ * Exit codes of `runplane ask` (and of the same outcomes anywhere a command waits for a
+ * settlement): they tell outcomes apart for scripts (K9).
+ */
+export const EXIT_CODES = { completed: 0, failed: 1, partial: 3 } as const;
+
+/**
+ * The exit code for a settlement: 0 `completed`; 3 `partial` (an answer that lists what it did
+ * not answer, or text committed before a failure: the unanswered parts are printed with the
+ * settlement); 1 `failed`, `canceled`, `interrupted`, or no settlement seen.
+ */
+export function exitCodeOf(settlement: RunEvent | null): number {
+  if (settlement?.type !== 'run.settled') return EXIT_CODES.failed;
+  if (settlement.data.outcome === 'completed') return EXIT_CODES.completed;
+  if (settlement.data.outcome === 'partial') return EXIT_CODES.partial;
+  return EXIT_CODES.failed;
+}
+
+/** A duration for people: `850 ms`, `12.3 s`, `4 min 05 s`, `2 h 03 min`. */
+export function durationText(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.floor(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, '0')} s`;
+  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
+}
+
+/**
+ * Per-step clocks of a timeline (K7), keyed by stream sequence: on a model turn's outcome, how
+ * long the turn took since it was requested; on a tool call's dispatch, how long it waited since
+ * its proposal; on its receipt, how long it ran since its dispatch; on a wake, how long the Run
+ * was parked. Pure: from event times only.
+ */
+export function stepClocks(events: readonly StoredEvent[]): Map<number, string> {
+  const out = new Map<number, string>();
+  const turnRequested = new Map<number, string>();
+  const proposed = new Map<string, string>();
+  const dispatched = new Map<string, string>();
+  const opened = new Map<string, string>();
+  const since = (from: string | undefined, to: string) => (from === undefined ? null : durationText(Math.max(0, Date.parse(to) - Date.parse(from))));
+  for (const { seq, event: e } of events) {
+    let text: string | null = null;
+    switch (e.type) {
+      case 'model.turn.requested':
+        turnRequested.set(e.data.turn, e.occurredAt);
+        break;
+      case 'model.turn.completed':
+      case 'model.turn.failed': {
+        const d = since(turnRequested.get(e.data.turn), e.occurredAt);
+        if (d) text = `turn took ${d}`;
+        break;
+      }
+      case 'tool.call.proposed':
+        proposed.set(e.data.toolCallId, e.occurredAt);
+        break;
+      case 'tool.call.dispatched': {
+        dispatched.set(e.data.toolCallId, e.occurredAt);
+        const d = since(proposed.get(e.data.toolCallId), e.occurredAt);
+        if (d) text = `${d} after its proposal`;
+        break;
+      }
+      case 'tool.call.receipt': {
+        const d = since(dispatched.get(e.data.toolCallId), e.occurredAt);
+        if (d) text = `ran ${d}`;
+        break;
+      }
+      case 'wait.opened':
+        opened.set(e.data.waitId, e.occurredAt);
+        break;
+      case 'wait.answered': {
+        const d = since(opened.get(e.data.waitId), e.occurredAt);
+        if (d) text = `parked ${d}`;
+        break;
+      }
+    }
+    if (text) out.set(seq, text);
+  }
+  return out;
+}
+
+/**
+ * One timeline line: sequence, time, time since the previous event (`+1.2 s`), owner, type,
+ * summary and, for a step's end, its clock ({@link stepClocks}).
+ */
+export function timelineLine(stored: StoredEvent, previousAt: string | null, step: string | undefined): string {
+  const e = stored.event;
+  const gap = previousAt === null ? '' : `+${durationText(Math.max(0, Date.parse(e.occurredAt) - Date.parse(previousAt)))}`;
+  return `${String(stored.seq).padStart(6)}  ${e.occurredAt}  ${gap.padStart(12)}  ${e.owner.padEnd(11)} ${e.type.padEnd(22)} ${summarize(e)}${step ? `  [${step}]` : ''}`;
+}
+
+/** `used/limit`, the limit shown as `-` when there is none. */
+const usedOf = (used: number, limit: number | null): string => `${used}/${limit ?? '-'}`;
+
+/**
+ * The `runplane status` view of a Run (K7): status and outcome, budget used against the grant's
+ * limits (tokens measured, with the requests whose usage is unknown marked as unknown, never as
+ * 0), and its clocks: queue time, execution time, time since the last progress and to the
+ * deadline (the last two against `now`, while the Run is not settled).
+ */
+export function renderStatus(v: RunView, now: Date): string {
+  const t = now.getTime();
+  const settled = v.status === 'settled';
+  const ms = (iso: string | null) => (iso === null ? null : Date.parse(iso));
+  const executing =
+    v.executingMs !== null ? durationText(v.executingMs) : v.startedAt !== null ? `${durationText(t - ms(v.startedAt)!)} so far` : 'not started';
+  const queued = v.queuedMs !== null ? durationText(v.queuedMs) : `${durationText(t - ms(v.admittedAt)!)} so far (not started)`;
+  const tokens = (measured: number, limit: number | null) =>
+    `${measured}${v.unknownUsageTurns > 0 ? '+' : ''}/${limit ?? '-'}${v.unknownUsageTurns > 0 ? ' measured' : ''}`;
+  const reserve =
+    v.reserveModelRequests === null && v.reserveOutputTokens === null
+      ? 'none'
+      : `${v.reserveModelRequests ?? 0} model request(s), ${v.reserveOutputTokens ?? 0} output tokens`;
+  const lines = [
+    `Run ${v.runId} (conversation ${v.conversationId})`,
+    `  question:       ${v.question.slice(0, 120)}`,
+    `  status:         ${v.status}${v.outcome ? ` ${v.outcome.toUpperCase()}: ${v.reason ?? ''}` : ''}`,
+    'budget (used/limit):',
+    `  model requests: ${usedOf(v.modelRequests, v.maxModelRequests)} (final reserve: ${reserve})`,
+    `  tool calls:     ${usedOf(v.toolCalls, v.maxToolCalls)}`,
+    `  input tokens:   ${tokens(v.promptTokens, v.maxInputTokens)}`,
+    `  output tokens:  ${tokens(v.completionTokens, v.maxOutputTokens)}`,
+    `  usage unknown:  ${v.unknownUsageTurns === 0 ? 'none' : `${v.unknownUsageTurns} model request(s) (not counted as 0 tokens)`}`,
+    'clocks:',
+    `  admitted:       ${v.admittedAt}`,
+    `  queued:         ${queued}`,
+    `  executing:      ${executing}${v.executionEndedAt ? ` (ended ${v.executionEndedAt})` : ''}`,
+  ];
+  if (v.lastProgressAt !== null) {
+    const since = settled ? '' : `, ${durationText(t - ms(v.lastProgressAt)!)} ago`;
+    lines.push(
+      `  last progress:  ${v.lastProgressAt}${since}${v.noProgressSeconds !== null ? ` (limit ${v.noProgressSeconds} s without progress)` : ''}`,
+    );
+  }
+  if (v.deadlineAt !== null) {
+    const left = ms(v.deadlineAt)! - t;
+    lines.push(
+      `  deadline:       ${v.deadlineAt}${settled ? '' : left >= 0 ? `, ${durationText(left)} left` : `, passed ${durationText(-left)} ago`}`,
+    );
+  }
+  if (v.settledAt) lines.push(`  settled:        ${v.settledAt}`);
+  return lines.join('\n');
 }

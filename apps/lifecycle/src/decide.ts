@@ -5,10 +5,12 @@
  * parts of the question unanswered, or when the Run failed (any failure below) after committing
  * some text: published passages are never erased by a later failure, so such a Run is neither
  * `completed` nor a bare `failed` (its `unanswered` names the rest of the answer and why);
- * `failed` with the
+ * `completed` with the clarification pending when the Run ended asking the user a clarification
+ * and its question is published (K2); `failed` with the
  * runtime's stop reason when no answer could be (an empty or length-truncated model output is not
  * an answer), or when recovery fenced it at its deadline or at the expiry of an unanswered wait
- * (`wait-expired`); `interrupted` when its execution was fenced after a fault; `canceled` on the
+ * (`wait-expired`) or when nothing counted as progress for its no-progress limit (`no-progress`,
+ * K7); `interrupted` when its execution was fenced after a fault; `canceled` on the
  * user's cancel, unless the runtime had already stopped with an answer (then the answer settles). It also records a child Run's settlement on its parent (`child.run.settled`).
  *
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
@@ -31,6 +33,8 @@ const FAILURE_REASONS: Record<string, string> = {
   deadline: 'the Run reached its deadline without an answer',
   'token-limit': 'the Run used its token budget without an answer',
   'no-progress': 'no answer was produced: the model made no progress',
+  'context-refused': 'the context of the continuation could not be verified, so nothing was asked of the model',
+  'clarification-requested': 'the clarification question could not be published',
 };
 
 /**
@@ -105,11 +109,23 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     if (f.reason === 'deadline') return [failedAfter(`the deadline passed while nobody executed the Run to its end: ${f.detail}${unknown}`)];
     // A Run parked on a question nobody answered in time (K10) failed: it did not crash.
     if (f.reason === 'wait-expired') return [failedAfter(`wait-expired: the question for a human was not answered in time: ${f.detail}${unknown}`)];
+    // A Run that made no progress for its no-progress limit (K7) failed: it produced no answer.
+    if (f.reason === 'no-progress') return [failedAfter(`no-progress: no answer was produced: ${f.detail}${unknown}`)];
     // Interrupted stays interrupted (K10: eligible for Continue), its passages kept.
     const cause = f.reason === 'runtime-stopped' ? 'the runtime stopped' : 'the runtime was lost (its lease expired)';
     return [settled('interrupted', `${cause}: ${f.detail}${unknown}`)];
   }
-  if (finished.reason === 'answered' && !facts.answer) return []; // publication has not committed it yet
+  if ((finished.reason === 'answered' || finished.reason === 'clarification-requested') && !facts.answer) return []; // publication has not committed it yet
+  if (finished.reason === 'clarification-requested' && facts.answer!.passageIds.length > 0) {
+    // the question is the published answer; the Run is done, the clarification waits for the user's reply (a new Run, K2)
+    const pending = [...facts.clarifications.values()].find((c) => c.turn === finished.answerTurn);
+    return [
+      settled(
+        'completed',
+        `clarification pending: ${pending?.clarificationId ?? 'unknown'}: the question to the user was published in ${facts.answer!.passageIds.length} passage(s); a reply naming it starts a new Run`,
+      ),
+    ];
+  }
   const answer = finished.reason === 'answered' ? facts.answer : null;
   if (answer && answer.passageIds.length > 0) {
     const committed = `answer committed in ${answer.passageIds.length} passage(s)`;

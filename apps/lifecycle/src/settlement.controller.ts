@@ -4,7 +4,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
 import { passagesInOrder } from '@runplane/run-facts';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { RunCommandHandler, settlementsTotal } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
 /**
@@ -47,6 +47,7 @@ export class SettlementController {
       } as const;
       await this.commands.handle(link.parentRunId, (f, now) => decide(f, trigger, now));
     }
+    for (const e of appended) if (e.event.type === 'run.settled') settlementsTotal.inc({ outcome: e.event.data.outcome });
     if (appended.some((e) => e.event.type === 'run.settled')) this.commands.folds.forget(stored.event.runId);
   }
 }

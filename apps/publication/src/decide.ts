@@ -14,6 +14,10 @@
  * same in words. An answer that is nothing but the block keeps it as its text (never an empty
  * answer). The lifecycle settles a Run whose list is not empty `partial` (K9).
  *
+ * A Run that ended asking the user a clarification (`clarification-requested`, K2) publishes the
+ * question as its answer: the text of the asking turn, if any, then the question, with nothing
+ * listed unanswered (the lifecycle settles it `completed`, the clarification pending).
+ *
  * Text streamed in a turn that then proposes tool calls is committed like any other (nothing says
  * it is not answer text until the turn ends): it stays a committed passage of its turn, but it is
  * not part of the published answer, which lists only the answer turn's passages.
@@ -79,13 +83,17 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
     for (const p of t.paragraphs) if (!latest.has(passageIdFor(facts.runId, t.turn, p.index))) commit(t.turn, p.index, p.text);
   }
   const finished = facts.finished;
-  if (!finished || finished.reason !== 'answered' || finished.answerTurn === null) return events;
+  const clarifying = finished?.reason === 'clarification-requested';
+  if (!finished || (finished.reason !== 'answered' && !clarifying) || finished.answerTurn === null) return events;
   const answerTurn = finished.answerTurn;
   const turn = facts.turns.find((t) => t.turn === answerTurn)?.completed;
   if (!turn) return events;
-  const gaps = splitUnanswered(turn.content);
+  const gaps = clarifying ? { text: turn.content, unanswered: [] } : splitUnanswered(turn.content);
   const withoutBlock = splitPassages(gaps.text);
-  const texts = withoutBlock.length > 0 ? withoutBlock : splitPassages(turn.content);
+  // a clarification's answer is the question the model asked the user (after any text of its turn), K2
+  const question = clarifying ? [...facts.clarifications.values()].find((c) => c.turn === answerTurn)?.question : undefined;
+  if (clarifying && question === undefined) return events;
+  const texts = clarifying ? [...withoutBlock, ...splitPassages(question!)] : withoutBlock.length > 0 ? withoutBlock : splitPassages(turn.content);
   texts.forEach((text, index) => commit(answerTurn, index, text));
   if (texts.length === 0) return events;
   events.push(

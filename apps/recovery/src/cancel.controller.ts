@@ -27,7 +27,12 @@ export class CancelController {
   @EventPattern('run.admitted')
   async onAdmitted(@Payload() stored: StoredEvent): Promise<void> {
     if (stored.event.type !== 'run.admitted') return;
-    await this.deadlines.record(stored.event.runId, stored.event.data.limits.deadlineAt);
+    const { deadlineAt, noProgressSeconds } = stored.event.data.limits;
+    await this.deadlines.record(
+      stored.event.runId,
+      deadlineAt,
+      noProgressSeconds === undefined ? null : Date.parse(stored.event.occurredAt) + noProgressSeconds * 1000,
+    );
   }
 
   @EventPattern('run.cancel.requested')

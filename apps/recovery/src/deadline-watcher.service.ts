@@ -3,6 +3,7 @@ import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
+import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
 import { RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
@@ -22,12 +23,21 @@ const CLEANUP_EVERY_MS = 30_000;
  * and a holder that is gone loses its lease to the lease watcher. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
  * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
  * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
+ *
+ * The same sweep keeps each Run's no-progress clock (K7): it reads a Run when its clock may have
+ * run out (first when it is seen, then at its last progress plus `noProgressSeconds`, from the
+ * Run's own log) and decides `NoProgress`, which fences it `no-progress` whoever holds its lease
+ * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
+ * Run costs one read per limit, not one per sweep (a Run this process saw admitted is first read
+ * one limit after its admission); a restarted recovery reads every Run once.
  */
 @Injectable()
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('recovery');
   private readonly commands: RunCommandHandler;
   private readonly deadlines = new Map<string, DeadlineEntry>();
+  /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: no such limit). */
+  private readonly progressDue = new Map<string, number>();
   private watch: QueuedIterator<KvWatchEntry> | null = null;
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
@@ -51,10 +61,15 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     }, this.settings.sweepMs);
   }
 
-  /** Records a Run's deadline (on `run.admitted`), durably first, then in memory. */
-  async record(runId: string, deadlineAt: string): Promise<void> {
+  /**
+   * Records a Run's deadline (on `run.admitted`), durably first, then in memory, with when its
+   * no-progress clock may first run out (admission + `noProgressSeconds`, epoch ms; null: no such
+   * limit), so a new Run is not read before then.
+   */
+  async record(runId: string, deadlineAt: string, firstProgressDue: number | null = null): Promise<void> {
     await this.store.record(runId, deadlineAt);
     this.deadlines.set(runId, { runId, deadlineAt });
+    if (!this.progressDue.has(runId)) this.progressDue.set(runId, firstProgressDue ?? Infinity);
   }
 
   /** Follows the bucket for as long as recovery runs; a watch that ends (NATS restarted) is opened again. */
@@ -77,9 +92,11 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     for await (const e of watch) {
       if (e.operation !== 'PUT') {
         this.deadlines.delete(e.key);
+        this.progressDue.delete(e.key);
         continue;
       }
       const entry = DeadlineStore.parse(e);
+      // a Run known only from the bucket (recovery restarted) has its no-progress clock read on the next sweep
       if (entry) this.deadlines.set(entry.runId, entry);
       else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
     }
@@ -94,6 +111,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
       const past = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
+      if (!past && now >= (this.progressDue.get(entry.runId) ?? 0)) await this.checkProgress(entry.runId);
       if (!past && !cleanup) continue;
       try {
         // a Run whose lease is held is executed: its holder stops it at the deadline itself, or
@@ -106,11 +124,56 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         if (due || facts.settled || facts.fenced || facts.finished) {
           await this.store.forget(entry.runId);
           this.deadlines.delete(entry.runId);
+          this.progressDue.delete(entry.runId);
         }
       } catch (e) {
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'deadline sweep step failed; retried on the next sweep');
       }
     }
+  }
+
+  /** Decides `NoProgress` for one Run and notes when its clock may run out next (see the class comment). */
+  private async checkProgress(runId: string): Promise<void> {
+    try {
+      const { facts, appended } = await this.commands.handle(runId, (f, at) => decide(f, { type: 'NoProgress' }, at));
+      if (appended.length) {
+        this.logger.warn({ runId, lastProgressAt: facts.lastProgressAt, reason: 'no-progress' }, 'no progress within the limit: Run fenced');
+        await this.stopHolder(runId);
+      }
+      const now = Date.now();
+      const clock = noProgressClock(facts, new Date(now));
+      const ended = facts.settled || facts.fenced || facts.finished;
+      // passed but not fenced (a conflict decided nothing): the next sweep tries again; past the
+      // limit but not passed means parked: its wake restarts the clock, so a limit from now at least
+      let due: number;
+      if (ended || !clock || clock.limitMs === null) due = Infinity;
+      else if (clock.passed) due = now;
+      else if (clock.sinceMs >= clock.limitMs) due = now + clock.limitMs;
+      else due = Date.parse(clock.dueAt!);
+      this.progressDue.set(runId, due);
+    } catch (e) {
+      this.logger.warn({ runId, error: (e as Error).message }, 'no-progress check failed; retried on the next sweep');
+    }
+  }
+
+  /**
+   * Marks a Run's held lease fenced (compare-and-set, retried while its holder renews it), so that
+   * the holder's next renewal fails and it aborts the model request still streaming keep-alive
+   * chunks at once, instead of holding it to its timeout. The fence in the log already refuses its
+   * writes (K6); this only stops the work sooner. Nothing when no lease is held.
+   */
+  private async stopHolder(runId: string): Promise<void> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const entry = await this.leases.get(runId).catch(() => null);
+      if (entry?.value.state !== 'held') return;
+      try {
+        await this.leases.fence(entry);
+        return;
+      } catch {
+        // renewed meanwhile: read it again
+      }
+    }
+    this.logger.warn({ runId }, 'could not mark the lease fenced (renewed every time); its holder stops at its next write');
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -14,6 +14,13 @@
  *   admission): fence with reason `deadline`, naming what is uncertain, so that a Run nobody
  *   executes (no runtime, or one waiting forever) does not stay running; the lifecycle settles it
  *   `failed`. Nothing before the deadline, nor when the Run finished, is settled or fenced.
+ * - `NoProgress`: recovery's sweep found that nothing counted as progress (answer text, a turn
+ *   with text, a valid tool call, a receipt, a wake: `countsAsProgress` in libs/run-facts) happened
+ *   for the Run's `noProgressSeconds` (K7): fence with reason `no-progress`, whoever holds the lease
+ *   (a runtime that only receives keep-alive chunks still renews it; renewals are not progress).
+ *   The lifecycle settles it `failed` (no answer was produced), or `partial` when text was committed.
+ *   Nothing while the limit is not passed, the Run has no such limit, or it is parked (K10: the
+ *   wait's expiry covers a Run waiting on a human or a child).
  * - `ExecutionFinished`: the runtime stopped on its own (`run.execution.finished`): close each
  *   executor subject that is not closed yet with a fence of reason `settling`, so that the
  *   lifecycle's settlement, which waits for it, cannot be followed by an executor's append decided
@@ -27,7 +34,7 @@
  * (`LeaseLost` decides nothing; the lease watcher marks the lease parked instead).
  */
 import { contextFrom, makeEvent, type EventData, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
-import { lastTurn, parkedOn, toolCallsInOrder, unansweredWaits, unknownTrigger, type RunFacts } from '@runplane/run-facts';
+import { lastTurn, noProgressClock, parkedOn, toolCallsInOrder, unansweredWaits, unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
 /** The holder of a lease: the runtime process that wrote under it. */
 export interface Holder {
@@ -37,11 +44,13 @@ export interface Holder {
 
 export type RecoveryTrigger =
   | { type: 'LeaseObserved'; epoch: number; holder: Holder; ttlMs: number }
-  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled' | 'deadline'>; detail: string }
+  | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled' | 'deadline' | 'no-progress'>; detail: string }
   /** The user's cancel intent was recorded (K4): the execution is fenced as for a lost lease, with reason `canceled`. */
   | { type: 'CancelRequested' }
   /** Recovery's deadline sweep: the Run's deadline may have passed (the decider compares its `deadlineAt` with `now`). */
   | { type: 'DeadlinePassed' }
+  /** Recovery's no-progress sweep: the Run may have made no progress for its `noProgressSeconds` (the decider compares its last progress with `now`, K7). */
+  | { type: 'NoProgress' }
   /** The runtime recorded `run.execution.finished`: close the executors' subjects before the settlement. */
   | { type: 'ExecutionFinished' }
   /** Recovery's lease sweep: a parked Run's wait may have expired (the decider compares each unanswered wait's `expiresAt` with `now`). */
@@ -104,6 +113,20 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
           ? `lease epoch ${lease.epoch} of ${lease.holder.instance} was held, the Run not stopped`
           : 'no runtime took the Run';
       return fence(facts, lease?.epoch ?? 0, lease?.holder ?? null, 'deadline', `deadline ${deadlineAt} passed (${who})`, now);
+    }
+    case 'NoProgress': {
+      const clock = noProgressClock(facts, now);
+      if (!clock?.passed) return [];
+      const lease = facts.leases[facts.leases.length - 1];
+      const seconds = Math.round(clock.limitMs! / 1000);
+      return fence(
+        facts,
+        lease?.epoch ?? 0,
+        lease?.holder ?? null,
+        'no-progress',
+        `no progress for ${Math.round(clock.sinceMs / 1000)} s (limit ${seconds} s): nothing counted as progress since ${clock.lastProgressAt}`,
+        now,
+      );
     }
     case 'ExecutionFinished':
       return closeForSettlement(facts, now);

@@ -7,6 +7,7 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import {
+  clarificationIdOf,
   contextFrom,
   makeEvent,
   sha256Hex,
@@ -16,8 +17,9 @@ import {
   type StreamedParagraph,
 } from '@runplane/contracts';
 import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { awaitingContext } from './context.js';
 import { isAnswer, isFinalizationTurn, isRetryableFailure, nextModelStep } from './ledger.js';
-import { isResolved, parkingEvent, planCalls } from './parking.js';
+import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
@@ -41,7 +43,9 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
 
 /**
  * Decides the runtime's events for a trigger.
- * - `Wake`: once every tool call of the last turn is resolved and before the deadline, the budget
+ * - `Wake`: nothing while the Run must still record what it carries from earlier Runs
+ *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then, once
+ *   every tool call of the last turn is resolved and before the deadline, the budget
  *   rules of `./ledger.ts` decide (K7, K9): the next turn with its reservation (a retry of an
  *   empty, cut or failed turn is a new, charged turn), the one-way move into finalization-only
  *   when a research allowance is spent and the reserve remains, or the stop
@@ -56,7 +60,9 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
  *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
- *   turn's ordinary calls are proposed as usual. Nothing when the turn is not the one in flight.
+ *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
+ *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
+ *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
  *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
@@ -67,7 +73,8 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake':
-      return onWake(facts, trigger, now);
+      // no model request before what the Run carries from earlier Runs is recorded (K2, K3: ./context.ts)
+      return awaitingContext(facts) ? [] : onWake(facts, trigger, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ParagraphsStreamed':
@@ -91,6 +98,8 @@ function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake'
   if (calls.length > 0) {
     const missing = undecidedCalls(facts, last!, waitTtlMs, now);
     if (missing.length > 0) return missing;
+    const asked = clarificationOf(planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now)));
+    if (asked) return [clarificationStop(facts, last!.turn, asked.question, now)];
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
@@ -119,7 +128,9 @@ function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now
         ? [...facts.waits.values()].some((w) => w.toolCallId === c.toolCallId)
         : plan.kind === 'child'
           ? [...facts.children.values()].some((ch) => ch.toolCallId === c.toolCallId)
-          : true;
+          : plan.kind === 'clarification'
+            ? facts.clarifications.has(clarificationIdOf(facts.runId, c.toolCallId))
+            : true;
     if (!recorded) out.push(parkingEvent(facts, ctx, c, last.turn, plan, completedAt, waitTtlMs, now)!);
   }
   return out;
@@ -151,6 +162,9 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
         if (parking) events.push(parking);
       }
     }
+    // a clarification ends the Run: its question is the answer, the reply is a new Run (K2)
+    const asked = clarificationOf(plans);
+    if (asked) events.push(clarificationStop(facts, turnNo, asked.question, now));
     return events;
   }
   const ended = { ...last, completed };
@@ -184,6 +198,10 @@ function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParag
         now,
       ),
     );
+}
+
+function clarificationStop(facts: RunFacts, turn: number, question: string, now: Date): RunEvent {
+  return finished(facts, now, 'clarification-requested', `turn ${turn} asked the user to clarify: ${question}`, turn);
 }
 
 function finished(facts: RunFacts, now: Date, reason: ExecutionStopReason, detail: string, answerTurn: number | null): RunEvent {

@@ -6,6 +6,7 @@ import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, renewalVe
 import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
+import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
 import { finalizationInstruction } from './ledger.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
@@ -21,6 +22,8 @@ export interface RuntimeSettings {
   leaseTtlMs: number;
   /** How long a question for a human stays answerable, ms (capped by the Run's deadline). */
   waitTtlMs: number;
+  /** Upper bound on one model request's messages, characters of JSON (`RUNPLANE_CONTEXT_MAX_CHARS`, K3); unbounded when absent. */
+  contextMaxChars?: number;
   /** The most `max_tokens` one model request asks for (`RUNPLANE_MODEL_MAX_TOKENS`), within the Run's budget (K7). */
   maxTokensPerRequest?: number;
   /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
@@ -108,6 +111,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       this.held.set(runId, lease);
     }
     const epoch = lease.epoch;
+    await this.carryContext(runId, epoch);
     const wake = {
       type: 'Wake',
       model: this.model.model,
@@ -150,6 +154,26 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       await this.recordTurn(runId, turn, result, epoch);
     }
     this.logger.warn({ runId }, 'turn limit reached in one wake');
+  }
+
+  /**
+   * Records what the Run carries from earlier Runs (`context.carried`, or a refusal), once, before
+   * its first model request (K2, K3): reads the history Runs and the continuation parent from the
+   * log (and the parent's stored results), and decides with `decideCarry`. The Run's requests are
+   * then built from that record alone, so a restart sends the same material.
+   */
+  private async carryContext(runId: string, epoch: number): Promise<void> {
+    const facts = await this.commands.folds.read(runId);
+    if (!awaitingContext(facts)) return;
+    const { history, parent } = earlierRunIds(facts);
+    const earlier = new Map<string, EarlierRun>();
+    for (const id of [...history, ...(parent ? [parent] : [])]) {
+      const f = await this.commands.folds.read(id);
+      this.commands.folds.forget(id);
+      earlier.set(id, { facts: f, results: id === parent ? await this.resolveResults(f) : new Map() });
+    }
+    const max = this.settings.contextMaxChars ?? Number.POSITIVE_INFINITY;
+    await this.commands.handle(runId, (f, now) => decideCarry(f, earlier, max, now), { epoch });
   }
 
   /**
@@ -271,7 +295,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const runId = facts.runId;
     const turn = request.turn;
     const finalization = request.purpose === 'finalization';
-    const messages = buildMessages(facts, await this.resolveResults(facts));
+    const messages = buildMessages(facts, await this.resolveResults(facts), this.settings.contextMaxChars);
     // the finalization request: no tools, told to answer the original question from what it has (K9)
     if (finalization) messages.push(finalizationInstruction(facts));
     const tools = finalization ? [] : toolDefinitions(facts.admitted!.grant.tools);

@@ -5,3 +5,4 @@ export * from './ledger.js';
 export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
 export * from './paragraphs.js';
 export { planCalls, type CallPlan } from './parking.js';
+export * from './context.js';

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import {
+  clarificationIdOf,
   ParkingToolPack,
   ToolPack,
   UNANSWERED_FENCE,
@@ -14,6 +15,7 @@ import {
 } from '@runplane/contracts';
 import type { ToolCallFacts, RunFacts } from '@runplane/run-facts';
 import type OpenAI from 'openai';
+import { contextMessages, project, type Segment } from './context.js';
 import { planCalls, type CallPlan } from './parking.js';
 
 type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
@@ -56,6 +58,9 @@ export function toolDefinitions(granted: readonly string[]): Tool[] {
  */
 export function parkingMessageContent(facts: RunFacts, call: ProposedToolCall, plan: CallPlan): ToolMessageContent {
   if (plan.kind === 'rejected') return { status: plan.status, error: plan.error };
+  if (plan.kind === 'clarification') {
+    return { status: 'succeeded', result: { clarificationId: clarificationIdOf(facts.runId, call.toolCallId), asked: plan.question } };
+  }
   if (plan.kind === 'wait') {
     const w = facts.waits.get(waitIdOf(facts.runId, call.toolCallId));
     if (w?.answer) return { status: 'succeeded', result: { answer: w.answer.answer, answeredBy: w.answer.answeredBy, answeredAt: w.answer.at } };
@@ -93,40 +98,54 @@ export function toolMessageContent(call: ToolCallFacts, result: unknown): ToolMe
 }
 
 /**
- * The chat messages for the next model request.
+ * The chat messages for the next model request: the system prompt, the labelled material carried
+ * from earlier Runs (`./context.ts`: history, a continuation's parent, a clarification's question;
+ * K2, K3), the Run's own text as the last user message, then each completed turn with the results
+ * of its calls. Over `maxChars` (characters of the messages' JSON), whole carried items and then
+ * whole earlier turns are left out, oldest first; the latest turn, the request and the goal are
+ * always sent, and a tool call never travels without its result.
  * @param results succeeded results by toolCallId (inline, or fetched from the result store).
+ * @param maxChars the context budget (`RUNPLANE_CONTEXT_MAX_CHARS`); unbounded by default.
  */
-export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unknown>): Message[] {
+export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unknown>, maxChars = Number.POSITIVE_INFINITY): Message[] {
   if (!facts.admitted) throw new Error(`run ${facts.runId} is not admitted`);
-  const messages: Message[] = [
-    { role: 'system', content: SYSTEM_PROMPT },
-    { role: 'user', content: facts.admitted.message.content },
+  const carried = contextMessages(facts);
+  const segments: Segment[] = [
+    { messages: [{ role: 'system', content: SYSTEM_PROMPT }, ...carried.head], droppable: false },
+    ...carried.droppable.map((m) => ({ messages: [m], droppable: true })),
+    { messages: [...carried.tail, { role: 'user', content: facts.admitted.message.content }], droppable: false },
   ];
+  const turns: Message[][] = [];
   for (const turn of facts.turns) {
     const done = turn.completed;
     if (!done) continue;
     if (done.toolCalls.length === 0) {
-      messages.push({ role: 'assistant', content: done.content });
+      turns.push([{ role: 'assistant', content: done.content }]);
       continue;
     }
-    messages.push({
-      role: 'assistant',
-      content: done.content === '' ? null : done.content,
-      tool_calls: done.toolCalls.map((c) => ({ id: c.toolCallId, type: 'function', function: { name: c.name, arguments: c.argumentsText } })),
-    });
+    const group: Message[] = [
+      {
+        role: 'assistant',
+        content: done.content === '' ? null : done.content,
+        tool_calls: done.toolCalls.map((c) => ({ id: c.toolCallId, type: 'function', function: { name: c.name, arguments: c.argumentsText } })),
+      },
+    ];
     const plans = planCalls(facts, turn.turn, done.toolCalls, new Date(turn.completedAt ?? 0));
     for (const c of done.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
       if (plan.kind !== 'tool') {
-        messages.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(parkingMessageContent(facts, c, plan)) });
+        group.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(parkingMessageContent(facts, c, plan)) });
         continue;
       }
       const call = facts.toolCalls.get(c.toolCallId);
       const content = call
         ? toolMessageContent(call, results.get(c.toolCallId))
         : toolMessageContent({ ...c, turn: turn.turn, proposedSeq: 0, dispatched: false, receipt: null }, undefined);
-      messages.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(content) });
+      group.push({ role: 'tool', tool_call_id: c.toolCallId, content: JSON.stringify(content) });
     }
+    turns.push(group);
   }
-  return messages;
+  // every earlier turn may be left out whole; the latest is what the model is answering now
+  turns.forEach((messages, i) => segments.push({ messages, droppable: i < turns.length - 1 }));
+  return project(segments, maxChars);
 }

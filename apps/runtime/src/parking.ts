@@ -1,6 +1,8 @@
 /**
- * Parking rules (K7, K10): what the runtime makes of a model's `ask_human` and `spawn_subagent`
- * calls. They are never proposed to the tools service; instead the Run parks on a durable wait
+ * Parking rules (K2, K7, K10): what the runtime makes of a model's `ask_human`, `spawn_subagent`
+ * and `ask_clarification` calls. A clarification does not park: it ends the Run with the question
+ * as its answer (`clarification.requested`, then `run.execution.finished`
+ * `clarification-requested`); the reply is a new Run. They are never proposed to the tools service; instead the Run parks on a durable wait
  * (`wait.opened`) or a child Run (`child.run.requested`) and holds no lease until its wake is
  * recorded (`wait.answered`, `child.run.settled`). Everything here is a pure function of the
  * Run's facts and the turn's recorded completion time, so a runtime that decides a turn again
@@ -9,6 +11,7 @@
 import {
   admissionIds,
   childClientMessageId,
+  clarificationIdOf,
   isParkingTool,
   makeEvent,
   ParkingToolArgs,
@@ -30,6 +33,8 @@ export type CallPlan =
   | { kind: 'wait'; question: string }
   /** `spawn_subagent`: the Run parks on a child Run with the carved grant and limits, resolved by its settlement. */
   | { kind: 'child'; question: string; grant: RunGrant; limits: RunLimits }
+  /** `ask_clarification`: the Run ends with the question published as its answer (K2). */
+  | { kind: 'clarification'; question: string }
   /** A parking call that cannot park: resolved at once; the model reads the error as the call's result. */
   | { kind: 'rejected'; status: 'failed' | 'denied'; error: { code: string; message: string } };
 
@@ -51,11 +56,26 @@ const MIN_CHILD_MS = 1_000;
  *   (the parent's reserve excluded; usage of the turns before this one); a child with 2 or more
  *   model requests keeps a reserve of 1 request (and at most half its output tokens) out of its
  *   own share; its grant is the parent's without the parking tools (a
- *   child neither asks the human nor spawns children of its own).
+ *   child neither asks the human nor spawns children of its own);
+ * - a granted `ask_clarification` with a valid question (the first of its turn) ends the Run
+ *   (K2): every other call of that turn is `denied` (`clarification_ends_run`), nothing of it is
+ *   executed or parked on while the user is asked what they meant.
  */
 export function planCalls(facts: RunFacts, turnNo: number, calls: readonly ProposedToolCall[], completedAt: Date): Map<string, CallPlan> {
   const { grant, limits } = facts.admitted!;
   const plans = new Map<string, CallPlan>();
+  const clarifying = calls.find((c) => c.name === 'ask_clarification' && grant.tools.includes(c.name) && questionOf(c.argumentsText) !== null);
+  if (clarifying) {
+    for (const call of calls) {
+      plans.set(
+        call.toolCallId,
+        call === clarifying
+          ? { kind: 'clarification', question: questionOf(call.argumentsText)! }
+          : rejected('denied', 'clarification_ends_run', 'the Run ends with a clarification question in this turn; nothing else is done'),
+      );
+    }
+    return plans;
+  }
   let parked = false;
   for (const call of calls) {
     if (!isParkingTool(call.name)) {
@@ -165,9 +185,9 @@ function carveChild(
 }
 
 /**
- * The events that park the Run for one planned call: `wait.opened` (expiring at
- * `min(completedAt + waitTtlMs, deadlineAt)`) or `child.run.requested` (ids derived from the Run
- * and the tool call, so a repeated decision is the same event).
+ * The events that park or end the Run for one planned call: `wait.opened` (expiring at
+ * `min(completedAt + waitTtlMs, deadlineAt)`), `child.run.requested` or `clarification.requested`
+ * (ids derived from the Run and the tool call, so a repeated decision is the same event).
  */
 export function parkingEvent(
   facts: RunFacts,
@@ -184,6 +204,16 @@ export function parkingEvent(
     const expiresAt = new Date(Math.min(completedAt.getTime() + waitTtlMs, Date.parse(facts.admitted!.limits.deadlineAt))).toISOString();
     return makeEvent('wait.opened', ctx, waitId, { waitId, toolCallId: call.toolCallId, turn, question: plan.question, expiresAt }, now);
   }
+  if (plan.kind === 'clarification') {
+    const clarificationId = clarificationIdOf(facts.runId, call.toolCallId);
+    return makeEvent(
+      'clarification.requested',
+      ctx,
+      clarificationId,
+      { clarificationId, toolCallId: call.toolCallId, turn, question: plan.question },
+      now,
+    );
+  }
   if (plan.kind === 'child') {
     const clientMessageId = childClientMessageId(facts.runId, call.toolCallId);
     const childRunId = admissionIds(facts.conversationId, clientMessageId).runId;
@@ -198,7 +228,13 @@ export function parkingEvent(
   return null;
 }
 
-/** True when the call's outcome is known: a receipt, an answer, a child's settlement, or a rejection. */
+/** The clarification a completed turn asks (K2), when one of its calls plans as one. */
+export function clarificationOf(plans: ReadonlyMap<string, CallPlan>): { toolCallId: string; question: string } | null {
+  for (const [toolCallId, plan] of plans) if (plan.kind === 'clarification') return { toolCallId, question: plan.question };
+  return null;
+}
+
+/** True when the call's outcome is known: a receipt, an answer, a child's settlement, a recorded clarification, or a rejection. */
 export function isResolved(facts: RunFacts, call: ProposedToolCall, plan: CallPlan): boolean {
   switch (plan.kind) {
     case 'tool':
@@ -207,6 +243,8 @@ export function isResolved(facts: RunFacts, call: ProposedToolCall, plan: CallPl
       return !!facts.waits.get(waitIdOf(facts.runId, call.toolCallId))?.answer;
     case 'child':
       return [...facts.children.values()].some((c) => c.toolCallId === call.toolCallId && c.result);
+    case 'clarification':
+      return facts.clarifications.has(clarificationIdOf(facts.runId, call.toolCallId));
     case 'rejected':
       return true;
   }

@@ -1,12 +1,12 @@
 import { Module } from '@nestjs/common';
-import { LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
+import { ContextConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
 import { ExecutionController, LEASES, MODEL_CLIENT, RUNTIME_SETTINGS, type RuntimeSettings } from './execution.controller.js';
 import { ModelClient } from './model-client.js';
 
-/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig) and the execution controller. */
+/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig, ContextConfig) and the execution controller. */
 @Module({
   imports: [EventLogModule.forService('runtime'), HealthModule],
   controllers: [ExecutionController],
@@ -27,10 +27,11 @@ import { ModelClient } from './model-client.js';
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
-      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ModelConfig)],
-      useFactory: (cfg: LeaseConfig, waits: WaitConfig, model: ModelConfig): RuntimeSettings => ({
+      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig), configToken(ModelConfig)],
+      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig, model: ModelConfig): RuntimeSettings => ({
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
+        contextMaxChars: context.RUNPLANE_CONTEXT_MAX_CHARS,
         maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
         finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
       }),

@@ -47,6 +47,7 @@ export {
   WireTool,
   WireToolCall,
   estimateTokens,
+  toolPairingError,
   type Reply,
   type ReplyToolCall,
   type FinishReason,

@@ -21,6 +21,7 @@ import {
   rawChunkBody,
   resolveReply,
   streamChunks,
+  toolPairingError,
   type Reply,
 } from './wire.js';
 
@@ -49,6 +50,8 @@ export interface ScriptedModelStats {
   chatRequests: number;
   /** When each well-formed chat request arrived (epoch ms) and the scenario key it matched, in arrival order. */
   arrivals: { at: number; key: string | null }[];
+  /** Chat requests refused for unpaired tool messages (a call without its result, a result without its call), as the real API does. */
+  rejected: number;
   /** Chat requests answered from each keyed scenario's counter, by key (steps taken, policy after them included). */
   perKey: Record<string, number>;
   /** Requests whose client went away before the answer was complete (aborts, timeouts, hangs). */
@@ -181,7 +184,7 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
 
   let stats: ScriptedModelStats;
   const resetStats = () => {
-    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, arrivals: [], perKey: {}, aborted: 0, open: 0 };
+    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, arrivals: [], rejected: 0, perKey: {}, aborted: 0, open: 0 };
   };
   resetStats();
   let stepIndex = 0;
@@ -246,6 +249,12 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     const parsed = ChatCompletionRequest.safeParse(json);
     if (!parsed.success) throw new HttpError(400, `invalid chat completion request: ${z.prettifyError(parsed.error)}`);
     const request = parsed.data;
+    // as strict as the real API: a tool call without its result, or a result without its call, is refused
+    const pairing = toolPairingError(request.messages);
+    if (pairing) {
+      stats.rejected++;
+      throw new HttpError(400, pairing);
+    }
     stats.chatRequests++;
     const sequence = stats.chatRequests;
     const key = requestKey(keyed.keys(), request, req.headers[SCENARIO_KEY_HEADER]);

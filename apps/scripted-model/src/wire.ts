@@ -55,6 +55,33 @@ export const WireTool = z
   .loose();
 export type WireTool = z.infer<typeof WireTool>;
 
+/**
+ * The real API's pairing rule for tool messages, checked as strictly as it does: every
+ * `tool_call_id` of an assistant message with `tool_calls` must be answered by a `tool` message
+ * in the run of tool messages right after it, and every `tool` message must answer a call of that
+ * preceding assistant message.
+ * @returns the error message the real API gives (HTTP 400, `invalid_request_error`), or null when the messages pair up.
+ */
+export function toolPairingError(messages: readonly WireMessage[]): string | null {
+  let pending: Set<string> | null = null;
+  const unanswered = (ids: Set<string>) =>
+    `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: ${[...ids].join(', ')}`;
+  for (const [i, m] of messages.entries()) {
+    if (m.role === 'tool') {
+      if (!pending)
+        return `Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (messages[${i}]).`;
+      if (!pending.has(m.tool_call_id)) {
+        return `Invalid parameter: messages[${i}] has tool_call_id '${m.tool_call_id}', which is not a call of the preceding assistant message (or was answered already).`;
+      }
+      pending.delete(m.tool_call_id);
+      continue;
+    }
+    if (pending && pending.size > 0) return unanswered(pending);
+    pending = m.role === 'assistant' && m.tool_calls && m.tool_calls.length > 0 ? new Set(m.tool_calls.map((c) => c.id)) : null;
+  }
+  return pending && pending.size > 0 ? unanswered(pending) : null;
+}
+
 /** A chat-completions request body. Fields the scripted model ignores are let through. */
 export const ChatCompletionRequest = z
   .object({

@@ -335,6 +335,31 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(model.stats().total).toBe(4);
   });
 
+  it('refuses unpaired tool messages as the real API does: 400 invalid_request_error through the openai client, no step taken', async () => {
+    const { client, model } = await start({ steps: [{ reply: { content: 'first step' } }] });
+    const call = {
+      role: 'assistant' as const,
+      content: null,
+      tool_calls: [{ id: 'c1', type: 'function' as const, function: { name: 'f', arguments: '{}' } }],
+    };
+    const unanswered = await client.chat.completions.create({ model: 'm', messages: [...user, call] }).catch((e: unknown) => e);
+    expect(unanswered).toBeInstanceOf(APIError);
+    expect((unanswered as APIError).status).toBe(400);
+    expect((unanswered as APIError).type).toBe('invalid_request_error');
+    expect((unanswered as APIError).message).toMatch(/did not have response messages: c1/);
+    const orphan = await client.chat.completions
+      .create({ model: 'm', messages: [...user, { role: 'tool', tool_call_id: 'c1', content: '{}' }] })
+      .catch((e: unknown) => e);
+    expect((orphan as APIError).status).toBe(400);
+    expect((orphan as APIError).message).toMatch(/must be a response to a preceeding message with 'tool_calls'/);
+    const paired = await client.chat.completions.create({
+      model: 'm',
+      messages: [...user, call, { role: 'tool', tool_call_id: 'c1', content: '{}' }],
+    });
+    expect(paired.choices[0]?.message.content).toBe('first step');
+    expect(model.stats()).toMatchObject({ rejected: 2, chatRequests: 1 });
+  });
+
   it('answers 404 for unknown endpoints and 405 for a wrong method', async () => {
     const { model } = await start();
     const missing = await fetch(`${model.url}/embeddings`, { method: 'POST', body: '{}' });

@@ -7,6 +7,9 @@
  *     receipt, never re-executed, never reported as success; a call whose claim is live (its
  *     executor is alive and within its timeout), or that the adapter did not look up -> nothing;
  *   - not in the Run's grant -> `denied` receipt, never dispatched;
+ *   - the same tool and arguments (`effectKey`) as an unreconciled `unknown` call the Run carries
+ *     from its continuation parent (`context.carried`) -> `denied`
+ *     (`unknown_effect_needs_reconciliation`), never dispatched (K3, K5);
  *   - arguments that are not JSON -> `failed` receipt (`bad_arguments`), never dispatched;
  *   - past the Run's deadline -> `denied` receipt (`deadline`, K7);
  *   - over the Run's tool-call limit -> `denied` receipt (K7);
@@ -26,7 +29,7 @@
  * the label never makes an `unknown` call eligible for replay.
  * A failed or denied call stops only its own effect; the Run goes on (K8).
  */
-import { contextFrom, makeEvent, sha256Hex, ToolEffects, type EventData, type RunEvent, type ToolEffect } from '@runplane/contracts';
+import { contextFrom, effectKey, makeEvent, sha256Hex, ToolEffects, type EventData, type RunEvent, type ToolEffect } from '@runplane/contracts';
 import { carvedForChildren, toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
@@ -67,6 +70,14 @@ export type ToolsTrigger =
 function effectOf(name: string): { effect?: ToolEffect } {
   const effect = (ToolEffects as Record<string, ToolEffect | undefined>)[name];
   return effect ? { effect } : {};
+}
+
+/** The carried `unknown` call (K3, K5) this proposal would repeat (same tool, same arguments), if any. */
+function carriedUnknown(facts: RunFacts, name: string, argumentsText: string): { runId: string; toolCallId: string } | undefined {
+  const carried = facts.carried?.unknownEffects ?? [];
+  if (carried.length === 0) return undefined;
+  const key = effectKey(name, argumentsText);
+  return carried.find((u) => u.effectKey === key);
 }
 
 /** True when `text` is acceptable tool arguments: blank (no arguments) or JSON. */
@@ -130,6 +141,18 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
           ...base,
           status: 'denied',
           error: { code: 'not_granted', message: `tool ${call.name} is not in this Run's grant (${grant.tools.join(', ')})` },
+        }),
+      );
+    } else if (carriedUnknown(facts, call.name, call.argumentsText)) {
+      const u = carriedUnknown(facts, call.name, call.argumentsText)!;
+      events.push(
+        receipt({
+          ...base,
+          status: 'denied',
+          error: {
+            code: 'unknown_effect_needs_reconciliation',
+            message: `the same ${call.name} call (same arguments) has an unknown outcome in Run ${u.runId} [${u.toolCallId}]; it is not dispatched again until that call is reconciled`,
+          },
         }),
       );
     } else if (!argumentsAreJson(call.argumentsText)) {

@@ -117,7 +117,19 @@ export const WaitConfig = z.object({
 export type WaitConfig = z.infer<typeof WaitConfig>;
 
 /** Parking tools admission grants every Run admitted from a user's message (comma-separated; empty = none). */
-export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: z.string().default('ask_human,spawn_subagent') });
+export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: z.string().default('ask_human,spawn_subagent,ask_clarification') });
+
+/** How much the runtime sends the model per request (K2, K3), read by the runtime. */
+export const ContextConfig = z.object({
+  /**
+   * Upper bound on one model request's messages, in characters of their JSON. Over it, whole
+   * units are left out, oldest first: carried history items, then whole earlier turns (an
+   * assistant message with its tool calls and every result of them), never a call without its
+   * result. At most half of it is carried from earlier Runs (`context.carried`).
+   */
+  RUNPLANE_CONTEXT_MAX_CHARS: envInt(200_000, 2_000, 50_000_000),
+});
+export type ContextConfig = z.infer<typeof ContextConfig>;
 
 /** The recovery service. */
 export const RecoveryConfig = z.object({

@@ -183,12 +183,19 @@ export const ExecutionStopReason = z.enum([
   'token-limit',
   /** Several turns in a row produced neither text nor a valid tool call: no answer was produced (K9). */
   'no-progress',
+  /** The model asked the user a clarification question (`ask_clarification`, K2): the question is the answer. */
+  'clarification-requested',
+  /** The context a continuation needs could not be built honestly (the parent's request does not match its hash, K3). */
+  'context-refused',
 ]);
 export type ExecutionStopReason = z.infer<typeof ExecutionStopReason>;
 export const ExecutionFinishedV1 = z.object({
   reason: ExecutionStopReason,
   detail: z.string(),
-  /** The model turn whose content is the answer (reason `answered`), else null. */
+  /**
+   * The model turn whose content is the answer (reason `answered`), or that asked the
+   * clarification (reason `clarification-requested`), else null.
+   */
   answerTurn: z.number().int().positive().nullable(),
   /**
    * For an answer written in finalization-only (K9): what research left unfinished. Publication adds
@@ -253,6 +260,42 @@ export const ClarificationRequestedV1 = z.object({
   toolCallId: Id,
   turn: z.number().int().positive(),
   question: z.string().min(1),
+});
+
+/** One labelled piece of earlier material carried into a Run's model requests (K2, K3). */
+export const CarriedItem = z.object({
+  kind: z.enum(['history-question', 'history-passage', 'original-request', 'passage', 'tool-result', 'open-questions', 'unknown-call']),
+  /** The earlier Run it comes from. */
+  runId: Id,
+  /** What it is within that Run: the passage id, the tool call id, `request`, `unanswered`. */
+  ref: z.string(),
+  /** sha256 hex of the source as read (the passage text, the request, the receipt's result): the audit key. */
+  sourceSha256: z.string().regex(/^[0-9a-f]{64}$/),
+  /** The text sent to the model, labelled historical. */
+  text: z.string(),
+});
+export type CarriedItem = z.infer<typeof CarriedItem>;
+
+/**
+ * runtime: what the Run carries from earlier Runs into its model requests, recorded once before
+ * its first model request (K2, K3): a follow-up's conversation history (earlier questions and
+ * committed passages), a continuation's parent material (its original request, checked against
+ * `parentRequestSha256`; its committed passages; its succeeded tool results that carry
+ * provenance and whose tool the new Run is granted, narrowed; its open questions; its `unknown`
+ * tool calls, as unknown). Every request is built from this record, never from a fresh read of the
+ * earlier Runs, so it is the same after a restart and auditable. The parent's completed tool
+ * calls are carried as text, never proposed again; a new proposal of a carried unknown effect
+ * (same tool, same arguments: `unknownEffects`) is not dispatched by the tools service.
+ */
+export const ContextCarriedV1 = z.object({
+  /** Earlier Runs read for history (oldest first) and the continuation parent, if any. */
+  historyRunIds: z.array(Id),
+  parentRunId: Id.nullable(),
+  items: z.array(CarriedItem),
+  /** Material left out, and why (`not_granted`, `no_provenance`, `not_succeeded`, `budget`). */
+  dropped: z.array(z.object({ runId: Id, ref: z.string(), reason: z.string() })),
+  /** The parent's unreconciled `unknown` calls: a proposal with the same `effectKey` is not dispatched (K5). */
+  unknownEffects: z.array(z.object({ runId: Id, toolCallId: Id, name: z.string(), effectKey: z.string().regex(/^[0-9a-f]{64}$/) })),
 });
 
 // ---- tools ------------------------------------------------------------------------------------
@@ -377,11 +420,12 @@ export const LeaseGrantedV1 = z.object({
 /**
  * Why recovery fenced a Run's execution: its lease expired, its runtime stopped with it
  * unfinished, the user canceled it, its deadline passed while nobody stopped it (`deadline`), or
- * it was parked on a question nobody answered before the wait expired (`wait-expired`); or,
+ * it was parked on a question nobody answered before the wait expired (`wait-expired`), nothing
+ * counted as progress happened for its `noProgressSeconds` (`no-progress`, K7); or,
  * `settling`, the execution finished on its own and the executors' subjects are closed before the
  * lifecycle settles the Run (a settlement never leaves them open to a stale append).
  */
-export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'settling', 'wait-expired']);
+export const FenceReason = z.enum(['lease-expired', 'runtime-stopped', 'canceled', 'deadline', 'settling', 'wait-expired', 'no-progress']);
 export type FenceReason = z.infer<typeof FenceReason>;
 /** What was in flight when the execution was fenced: its outcome is unknown (K5, K10). */
 export const UncertainStep = z.discriminatedUnion('kind', [
@@ -393,7 +437,8 @@ export type UncertainStep = z.infer<typeof UncertainStep>;
  * Recovery fenced the Run's execution: written on each executor's own subject (`runtime`,
  * `tools`: `fencedSubject`), so that every later conditional append of a stale holder there
  * fails at the log, whatever it believes (K6); the lifecycle then settles the Run `interrupted`
- * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed
+ * (K10), `canceled` (reason `canceled`) or `failed` (reason `deadline`: the Run's deadline passed;
+ * `wait-expired`; `no-progress`: nothing counted as progress for its `noProgressSeconds`, K7
  * while nobody executed it to its end). A crashed or frozen execution is never resumed in place.
  * With reason `settling` it closes the subjects of an execution that finished on its own: every
  * settlement comes after a fence on both executor subjects, so an executor append decided before
@@ -483,6 +528,7 @@ export const EventCatalog = {
   'child.run.settled': { owner: 'lifecycle', version: 1, data: ChildRunSettledV1 },
   // conversations (K2)
   'clarification.requested': { owner: 'runtime', version: 1, data: ClarificationRequestedV1 },
+  'context.carried': { owner: 'runtime', version: 1, data: ContextCarriedV1 },
 } as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
 
 export type EventType = keyof typeof EventCatalog;

@@ -117,6 +117,34 @@ export const RunView = z
     passages: z.number().int(),
     admittedAt: z.string().datetime(),
     settledAt: z.string().datetime().nullable(),
+    // budget limits of the grant (K7): compare with the counts above; null on Runs projected before they existed
+    maxModelRequests: z.number().int().nullable(),
+    maxToolCalls: z.number().int().nullable(),
+    /** Null: not limited by tokens. */
+    maxInputTokens: z.number().int().nullable(),
+    maxOutputTokens: z.number().int().nullable(),
+    /** The final-output reserve ordinary research cannot spend (K7, K9); null: none. */
+    reserveModelRequests: z.number().int().nullable(),
+    reserveOutputTokens: z.number().int().nullable(),
+    /** The no-progress limit, seconds (K7); null: none. */
+    noProgressSeconds: z.number().int().nullable(),
+    deadlineAt: z.string().datetime().nullable(),
+    // clocks (K7): time since progress and to the deadline are the reader's `now` minus `lastProgressAt` / `deadlineAt` minus `now`
+    /** First model request or lease grant; null while queued. */
+    startedAt: z.string().datetime().nullable(),
+    /** Queue time, admission to `startedAt`, ms. */
+    queuedMs: z.number().int().nullable(),
+    /** `run.execution.finished` or the first fence; null while executing. */
+    executionEndedAt: z.string().datetime().nullable(),
+    /** Execution time, `startedAt` to `executionEndedAt`, ms (parked time included). */
+    executingMs: z.number().int().nullable(),
+    /** The last fact counted as progress: answer text, a turn with text, a valid tool call, a receipt, a wake (K7). */
+    lastProgressAt: z.string().datetime().nullable(),
+    /**
+     * The clarification the Run asked the user (`ask_clarification`, K2): its question is the Run's
+     * published answer, and a reply naming this id starts a new Run. Null when it asked none.
+     */
+    clarificationId: Id.nullable(),
     /** Stream sequence of the last event applied to this projection. */
     lastSeq: z.number().int(),
   })

@@ -249,6 +249,15 @@ export const HttpRoutes: readonly HttpRoute[] = [
   {
     services: HttpServices,
     method: 'get',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: "This service's Prometheus metrics (text exposition format): bus anomalies by kind, settlements by outcome, process metrics",
+    description: 'Every series carries the label `service`. See docs/operations.md "Metrics".',
+    responses: { 200: { description: 'Prometheus text format 0.0.4', body: { contentType: 'text/plain; version=0.0.4', schema: z.string() } } },
+  },
+  {
+    services: HttpServices,
+    method: 'get',
     path: '/openapi.json',
     operationId: 'openApi',
     summary: "This service's OpenAPI 3.1 description (generated from the zod schemas)",

@@ -7,6 +7,7 @@
  * file carries no date ("undated", never invented). Weights are percentages of the fund
  * (e.g. 7.15 means 7.15 %), as the issuer file states them.
  */
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 
 export const IsoDate = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'date must be YYYY-MM-DD');
@@ -270,10 +271,12 @@ export const ParkingToolArgs = z
   .strict();
 
 /**
- * Tools that park the Run instead of executing anything: the runtime turns such a call into a
- * durable wait (`wait.opened`, `ask_human`) or a child Run (`child.run.requested`,
- * `spawn_subagent`), never a `tool.call.proposed`, so the tools service never sees them. Offered
- * to the model only when in the Run's grant; a child Run's grant never holds them (no grandchildren).
+ * Tools that park or end the Run instead of executing anything: the runtime turns such a call
+ * into a durable wait (`wait.opened`, `ask_human`), a child Run (`child.run.requested`,
+ * `spawn_subagent`) or a clarification that ends the Run (`clarification.requested`,
+ * `ask_clarification`, K2), never a `tool.call.proposed`, so the tools service never sees them.
+ * Offered to the model only when in the Run's grant; a child Run's grant never holds them (no
+ * grandchildren, no questions to the user from a sub-agent).
  */
 export const ParkingToolPack = {
   ask_human: {
@@ -286,9 +289,40 @@ export const ParkingToolPack = {
     description:
       "Hand a self-contained research question to a sub-agent (a child Run with part of this Run's remaining budget) and wait for its answer.",
   },
+  ask_clarification: {
+    args: ParkingToolArgs,
+    description:
+      'Ask the user to clarify the question before researching it (which fund, which period, which measure). This ends the Run: the question is published as its answer, and the reply starts a new Run. Use only when the question cannot be researched as asked.',
+  },
 } as const;
 export type ParkingToolName = keyof typeof ParkingToolPack;
 export const ParkingToolNames = Object.keys(ParkingToolPack) as ParkingToolName[];
+/**
+ * The key of an external effect (K3, K5): the tool's name and its arguments in a canonical form
+ * (parsed JSON with object keys sorted; the raw text when it is not JSON), hashed (sha256 hex).
+ * Two calls with the same key ask for the same effect, however their arguments were spaced.
+ */
+export function effectKey(name: string, argumentsText: string): string {
+  let canonical: string;
+  try {
+    canonical = JSON.stringify(sortKeys(JSON.parse(argumentsText === '' ? '{}' : argumentsText)));
+  } catch {
+    canonical = argumentsText;
+  }
+  return createHash('sha256').update(`${name}\n${canonical}`).digest('hex');
+}
+
+function sortKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortKeys);
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]),
+    );
+  return v;
+}
+
 /** True when `name` is a parking tool. */
 export function isParkingTool(name: string): name is ParkingToolName {
   return (ParkingToolNames as string[]).includes(name);

@@ -6,11 +6,14 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { StoredEvent } from '@runplane/contracts';
 import {
   MessageEntity,
+  ModelTurnEntity,
   PassageEntity,
   RunEntity,
   ToolCallEntity,
   messageDataOf,
   messageRowOf,
+  modelTurnDataOf,
+  modelTurnRowOf,
   passageDataOf,
   passageRowOf,
   runDataOf,
@@ -18,8 +21,8 @@ import {
   toolCallDataOf,
   toolCallRowOf,
 } from './entities.js';
-import type { MessageRow, PassageRow, RunRow, ToolCallRow } from './rows.js';
-import { evolveMessage, evolvePassage, evolveRun, evolveToolCall, touchedKeys } from './evolve.js';
+import type { MessageRow, ModelTurnRow, PassageRow, RunRow, ToolCallRow } from './rows.js';
+import { evolveMessage, evolveModelTurn, evolvePassage, evolveRun, evolveToolCall, touchedKeys } from './evolve.js';
 
 /** An event of a Run whose `run.admitted` has not been applied: the log or the delivery order is broken. */
 export class OrphanEventError extends Error {
@@ -75,7 +78,7 @@ export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): 
  * 1. takes a transaction-scoped advisory lock per Run of the batch, in the order of the lock keys
  *    (so two batches with overlapping Runs cannot deadlock, and two deliveries of a Run's first
  *    event cannot both insert), and loads the batch's Run rows with `SELECT ... FOR UPDATE`;
- * 2. loads the message, passage and tool call rows the batch touches, one query per table;
+ * 2. loads the message, passage, tool call and model turn rows the batch touches, one query per table;
  * 3. evolves the rows in memory with the pure rules of `evolve.ts`, event by event in the order
  *    given: an event at or below its Run's checkpoint (`runs.last_seq`, as advanced by the
  *    earlier events of the batch) is `skipped` (redelivery), later events of a Run see the rows
@@ -108,8 +111,15 @@ export async function applyStoredEvents(em: EntityManager, originals: readonly S
     const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, runEntities.has(id) ? runRowOf(runEntities.get(id)!) : null]));
 
     // the other rows the batch may touch: those of events above their Run's stored checkpoint
-    const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0 };
-    const ids = { toolCallRuns: new Set<string>(), toolCallIds: new Set<string>(), passageRuns: new Set<string>(), passageIds: new Set<string>() };
+    const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0, turns: 0 };
+    const ids = {
+      toolCallRuns: new Set<string>(),
+      toolCallIds: new Set<string>(),
+      passageRuns: new Set<string>(),
+      passageIds: new Set<string>(),
+      turnRuns: new Set<string>(),
+      turns: new Set<number>(),
+    };
     for (const s of batch) {
       const runId = s.event.runId;
       if (s.seq <= (runs.get(runId)?.lastSeq ?? 0)) continue;
@@ -125,6 +135,11 @@ export async function applyStoredEvents(em: EntityManager, originals: readonly S
         ids.passageRuns.add(runId);
         ids.passageIds.add(keys.passageId);
       }
+      if (keys.turn !== undefined) {
+        wanted.turns++;
+        ids.turnRuns.add(runId);
+        ids.turns.add(keys.turn);
+      }
     }
     // (one connection: the queries go one after another; a key cross product may load a few rows
     // the batch does not touch, which then stay unchanged)
@@ -135,13 +150,22 @@ export async function applyStoredEvents(em: EntityManager, originals: readonly S
     const passageList = wanted.passages
       ? await tx.find(PassageEntity, { runId: { $in: [...ids.passageRuns] }, passageId: { $in: [...ids.passageIds] } })
       : [];
+    const turnList = wanted.turns ? await tx.find(ModelTurnEntity, { runId: { $in: [...ids.turnRuns] }, turn: { $in: [...ids.turns] } }) : [];
     const messageEntities = new Map(messageList.map((e) => [e.messageId, e]));
+    const turnEntities = new Map(turnList.map((e) => [pairKey(e.runId, String(e.turn)), e]));
+    const turns = new Map<string, ModelTurnRow | null>([...turnEntities].map(([k, e]) => [k, modelTurnRowOf(e)]));
     const toolCallEntities = new Map(toolCallList.map((e) => [pairKey(e.runId, e.toolCallId), e]));
     const passageEntities = new Map(passageList.map((e) => [pairKey(e.runId, e.passageId), e]));
     const messages = new Map<string, MessageRow | null>([...messageEntities].map(([k, e]) => [k, messageRowOf(e)]));
     const toolCalls = new Map<string, ToolCallRow | null>([...toolCallEntities].map(([k, e]) => [k, toolCallRowOf(e)]));
     const passages = new Map<string, PassageRow | null>([...passageEntities].map(([k, e]) => [k, passageRowOf(e)]));
-    const changed = { runs: new Set<string>(), messages: new Set<string>(), toolCalls: new Set<string>(), passages: new Set<string>() };
+    const changed = {
+      runs: new Set<string>(),
+      messages: new Set<string>(),
+      toolCalls: new Set<string>(),
+      passages: new Set<string>(),
+      turns: new Set<string>(),
+    };
 
     const results: ApplyResult[] = [];
     for (const stored of batch) {
@@ -184,6 +208,15 @@ export async function applyStoredEvents(em: EntityManager, originals: readonly S
           changed.passages.add(passageKey);
         }
       }
+      if (keys.turn !== undefined) {
+        const turnKey = pairKey(runId, String(keys.turn));
+        const row = turns.get(turnKey) ?? null;
+        const turn = evolveModelTurn(row, stored);
+        if (turn !== row) {
+          turns.set(turnKey, turn);
+          changed.turns.add(turnKey);
+        }
+      }
       results.push({ status: 'applied', runId, seq: stored.seq, previousLastSeq });
     }
 
@@ -192,6 +225,7 @@ export async function applyStoredEvents(em: EntityManager, originals: readonly S
     for (const key of changed.messages) write(tx, MessageEntity, messageEntities.get(key), messageDataOf(messages.get(key)!));
     for (const key of changed.toolCalls) write(tx, ToolCallEntity, toolCallEntities.get(key), toolCallDataOf(toolCalls.get(key)!));
     for (const key of changed.passages) write(tx, PassageEntity, passageEntities.get(key), passageDataOf(passages.get(key)!));
+    for (const key of changed.turns) write(tx, ModelTurnEntity, turnEntities.get(key), modelTurnDataOf(turns.get(key)!));
     return results;
   });
 }

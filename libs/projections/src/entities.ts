@@ -5,7 +5,7 @@
  */
 import { defineEntity, type InferEntity } from '@mikro-orm/core';
 import type { Outcome, ReconciledOutcome } from '@runplane/contracts';
-import type { MessageRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
+import type { MessageRow, ModelTurnRow, PassageRow, RunRow, RunStatus, ToolCallRow, ToolCallStatus } from './rows.js';
 
 const p = defineEntity.properties;
 
@@ -30,6 +30,20 @@ export const RunEntity = defineEntity({
     passages: p.integer(),
     admittedAt: p.datetime(),
     settledAt: p.datetime().nullable(),
+    maxModelRequests: p.integer().nullable(),
+    maxToolCalls: p.integer().nullable(),
+    maxInputTokens: p.integer().nullable(),
+    maxOutputTokens: p.integer().nullable(),
+    reserveModelRequests: p.integer().nullable(),
+    reserveOutputTokens: p.integer().nullable(),
+    noProgressSeconds: p.integer().nullable(),
+    deadlineAt: p.datetime().nullable(),
+    startedAt: p.datetime().nullable(),
+    queuedMs: p.bigint('number').nullable(),
+    executionEndedAt: p.datetime().nullable(),
+    executingMs: p.bigint('number').nullable(),
+    lastProgressAt: p.datetime().nullable(),
+    clarificationId: p.text().nullable(),
     lastSeq: p.bigint('number'),
   },
 });
@@ -84,6 +98,7 @@ export const ToolCallEntity = defineEntity({
     errorMessage: p.text().nullable(),
     resultSha256: p.text().nullable(),
     proposedAt: p.datetime().nullable(),
+    dispatchedAt: p.datetime().nullable(),
     receiptAt: p.datetime().nullable(),
     lateStatus: p.text().$type<'succeeded' | 'failed'>().nullable(),
     lateObservedAt: p.datetime().nullable(),
@@ -95,8 +110,31 @@ export const ToolCallEntity = defineEntity({
 });
 export type ToolCallEntity = InferEntity<typeof ToolCallEntity>;
 
+/** Table `model_turns`, primary key (run_id, turn). */
+export const ModelTurnEntity = defineEntity({
+  name: 'ModelTurnProjection',
+  tableName: 'model_turns',
+  properties: {
+    runId: p.text().primary(),
+    turn: p.integer().primary(),
+    status: p.text().$type<ModelTurnRow['status']>(),
+    requestedAt: p.datetime().nullable(),
+    firstTextAt: p.datetime().nullable(),
+    endedAt: p.datetime().nullable(),
+    durationMs: p.bigint('number').nullable(),
+    finishReason: p.text().nullable(),
+    contentChars: p.integer().nullable(),
+    toolCalls: p.integer().nullable(),
+    promptTokens: p.integer().nullable(),
+    completionTokens: p.integer().nullable(),
+    errorKind: p.text().nullable(),
+    lastSeq: p.bigint('number'),
+  },
+});
+export type ModelTurnEntity = InferEntity<typeof ModelTurnEntity>;
+
 /** Every projection entity, for the ORM configuration. */
-export const projectionEntities = [RunEntity, MessageEntity, PassageEntity, ToolCallEntity];
+export const projectionEntities = [RunEntity, MessageEntity, PassageEntity, ToolCallEntity, ModelTurnEntity];
 
 const iso = (d: Date): string => d.toISOString();
 const isoOrNull = (d: Date | null | undefined): string | null => (d ? d.toISOString() : null);
@@ -121,10 +159,32 @@ export const runRowOf = (e: RunEntity): RunRow => ({
   passages: e.passages,
   admittedAt: iso(e.admittedAt),
   settledAt: isoOrNull(e.settledAt),
+  maxModelRequests: e.maxModelRequests ?? null,
+  maxToolCalls: e.maxToolCalls ?? null,
+  maxInputTokens: e.maxInputTokens ?? null,
+  maxOutputTokens: e.maxOutputTokens ?? null,
+  reserveModelRequests: e.reserveModelRequests ?? null,
+  reserveOutputTokens: e.reserveOutputTokens ?? null,
+  noProgressSeconds: e.noProgressSeconds ?? null,
+  deadlineAt: isoOrNull(e.deadlineAt),
+  startedAt: isoOrNull(e.startedAt),
+  queuedMs: e.queuedMs === null || e.queuedMs === undefined ? null : Number(e.queuedMs),
+  executionEndedAt: isoOrNull(e.executionEndedAt),
+  executingMs: e.executingMs === null || e.executingMs === undefined ? null : Number(e.executingMs),
+  lastProgressAt: isoOrNull(e.lastProgressAt),
+  clarificationId: e.clarificationId ?? null,
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */
-export const runDataOf = (r: RunRow) => ({ ...r, admittedAt: date(r.admittedAt), settledAt: dateOrNull(r.settledAt) });
+export const runDataOf = (r: RunRow) => ({
+  ...r,
+  admittedAt: date(r.admittedAt),
+  settledAt: dateOrNull(r.settledAt),
+  deadlineAt: dateOrNull(r.deadlineAt),
+  startedAt: dateOrNull(r.startedAt),
+  executionEndedAt: dateOrNull(r.executionEndedAt),
+  lastProgressAt: dateOrNull(r.lastProgressAt),
+});
 
 /** Entity -> plain row. */
 export const messageRowOf = (e: MessageEntity): MessageRow => ({
@@ -166,6 +226,7 @@ export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
   errorMessage: e.errorMessage ?? null,
   resultSha256: e.resultSha256 ?? null,
   proposedAt: isoOrNull(e.proposedAt),
+  dispatchedAt: isoOrNull(e.dispatchedAt),
   receiptAt: isoOrNull(e.receiptAt),
   lateStatus: e.lateStatus ?? null,
   lateObservedAt: isoOrNull(e.lateObservedAt),
@@ -178,7 +239,33 @@ export const toolCallRowOf = (e: ToolCallEntity): ToolCallRow => ({
 export const toolCallDataOf = (r: ToolCallRow) => ({
   ...r,
   proposedAt: dateOrNull(r.proposedAt),
+  dispatchedAt: dateOrNull(r.dispatchedAt),
   receiptAt: dateOrNull(r.receiptAt),
   lateObservedAt: dateOrNull(r.lateObservedAt),
   reconciledAt: dateOrNull(r.reconciledAt),
+});
+
+/** Entity -> plain row. */
+export const modelTurnRowOf = (e: ModelTurnEntity): ModelTurnRow => ({
+  runId: e.runId,
+  turn: e.turn,
+  status: e.status,
+  requestedAt: isoOrNull(e.requestedAt),
+  firstTextAt: isoOrNull(e.firstTextAt),
+  endedAt: isoOrNull(e.endedAt),
+  durationMs: e.durationMs === null || e.durationMs === undefined ? null : Number(e.durationMs),
+  finishReason: e.finishReason ?? null,
+  contentChars: e.contentChars ?? null,
+  toolCalls: e.toolCalls ?? null,
+  promptTokens: e.promptTokens ?? null,
+  completionTokens: e.completionTokens ?? null,
+  errorKind: e.errorKind ?? null,
+  lastSeq: Number(e.lastSeq),
+});
+/** Plain row -> entity data. */
+export const modelTurnDataOf = (r: ModelTurnRow) => ({
+  ...r,
+  requestedAt: dateOrNull(r.requestedAt),
+  firstTextAt: dateOrNull(r.firstTextAt),
+  endedAt: dateOrNull(r.endedAt),
 });

@@ -6,16 +6,19 @@
  * checkpoint (`apply.ts`): these rules assume each event is applied once, in order.
  */
 import { sha256Hex, type StoredEvent } from '@runplane/contracts';
-import { RUN_STATUS_ORDER, type MessageRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
+import { countsAsProgress } from '@runplane/run-facts';
+import { RUN_STATUS_ORDER, type MessageRow, type ModelTurnRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
 
 /** The rows (other than the Run's) that one event touches, by key. */
 export interface TouchedKeys {
   messageId?: string;
   passageId?: string;
   toolCallId?: string;
+  /** The model turn (table `model_turns`). */
+  turn?: number;
 }
 
-/** Which message, passage or tool call row an event affects (the Run row is affected by every event). */
+/** Which message, passage, tool call or model turn row an event affects (the Run row is affected by every event). */
 export function touchedKeys(stored: StoredEvent): TouchedKeys {
   const e = stored.event;
   switch (e.type) {
@@ -29,6 +32,11 @@ export function touchedKeys(stored: StoredEvent): TouchedKeys {
       return { toolCallId: e.data.toolCallId };
     case 'passage.committed':
       return { passageId: e.data.passageId };
+    case 'model.turn.requested':
+    case 'model.turn.completed':
+    case 'model.turn.failed':
+    case 'model.output.paragraph':
+      return { turn: e.data.turn };
     default:
       return {};
   }
@@ -59,6 +67,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
   if (row === null) {
     if (e.type !== 'run.admitted') return null;
     const m = e.data.message;
+    const limits = e.data.limits;
     return {
       runId: e.runId,
       conversationId: e.conversationId,
@@ -76,10 +85,24 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       passages: 0,
       admittedAt: e.occurredAt,
       settledAt: null,
+      maxModelRequests: limits.maxModelRequests,
+      maxToolCalls: limits.maxToolCalls,
+      maxInputTokens: limits.maxInputTokens ?? null,
+      maxOutputTokens: limits.maxOutputTokens ?? null,
+      reserveModelRequests: limits.finalOutputReserve?.modelRequests ?? null,
+      reserveOutputTokens: limits.finalOutputReserve?.outputTokens ?? null,
+      noProgressSeconds: limits.noProgressSeconds ?? null,
+      deadlineAt: limits.deadlineAt,
+      startedAt: null,
+      queuedMs: null,
+      executionEndedAt: null,
+      executingMs: null,
+      lastProgressAt: e.occurredAt,
+      clarificationId: null,
       lastSeq: stored.seq,
     };
   }
-  const next: RunRow = { ...row, lastSeq: stored.seq };
+  const next: RunRow = { ...row, lastSeq: stored.seq, ...clocksAfter(row, stored) };
   switch (e.type) {
     case 'run.admitted':
       break; // the first admission defines the Run
@@ -127,6 +150,9 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
     case 'child.run.settled':
       if (row.status === 'awaiting_human' || row.status === 'awaiting_child') next.status = 'running';
       break;
+    case 'clarification.requested':
+      next.clarificationId ??= e.data.clarificationId;
+      break;
     case 'run.settled':
       if (row.status !== 'settled') {
         next.status = 'settled';
@@ -137,6 +163,34 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       break;
   }
   return next;
+}
+
+/** Milliseconds from one ISO-8601 instant to another (never negative). */
+const msBetween = (from: string, to: string): number => Math.max(0, Date.parse(to) - Date.parse(from));
+
+/**
+ * The Run's clocks after an event (K7), from event times only: execution starts at the first
+ * model request or lease grant (queue time before it), ends at `run.execution.finished` or the
+ * first fence (execution time up to it), and `lastProgressAt` moves with each fact that counts
+ * as progress. Time since progress and to the deadline depend on the reader's clock: readers
+ * compute them from `lastProgressAt` and `deadlineAt`.
+ */
+function clocksAfter(row: RunRow, stored: StoredEvent): Partial<RunRow> {
+  const e = stored.event;
+  const out: Partial<RunRow> = {};
+  if (row.startedAt === null && (e.type === 'model.turn.requested' || e.type === 'lease.granted')) {
+    out.startedAt = e.occurredAt;
+    out.queuedMs = msBetween(row.admittedAt, e.occurredAt);
+  }
+  if (row.executionEndedAt === null && (e.type === 'run.execution.finished' || e.type === 'run.fenced')) {
+    out.executionEndedAt = e.occurredAt;
+    const started = out.startedAt ?? row.startedAt;
+    out.executingMs = started === null ? null : msBetween(started, e.occurredAt);
+  }
+  if (countsAsProgress(e) && (row.lastProgressAt === null || Date.parse(e.occurredAt) > Date.parse(row.lastProgressAt))) {
+    out.lastProgressAt = e.occurredAt;
+  }
+  return out;
 }
 
 /** Message rule: `run.admitted` creates the message row; the first admission wins. */
@@ -192,6 +246,7 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
       errorMessage: null,
       resultSha256: null,
       proposedAt: null,
+      dispatchedAt: null,
       receiptAt: null,
       lateStatus: null,
       lateObservedAt: null,
@@ -213,7 +268,12 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
     }
     case 'tool.call.dispatched': {
       const current = base(e.data.toolCallId, e.data.name);
-      return { ...current, status: current.status === 'proposed' ? 'dispatched' : current.status, lastSeq: stored.seq };
+      return {
+        ...current,
+        status: current.status === 'proposed' ? 'dispatched' : current.status,
+        dispatchedAt: current.dispatchedAt ?? e.occurredAt,
+        lastSeq: stored.seq,
+      };
     }
     case 'tool.call.receipt': {
       const current = base(e.data.toolCallId, e.data.name);
@@ -243,5 +303,65 @@ export function evolveToolCall(row: ToolCallRow | null, stored: StoredEvent): To
     }
     default:
       return row;
+  }
+}
+
+/**
+ * Model turn rule (K7, K9): requested -> first text -> completed or failed, with the step's
+ * duration from event times; usage is copied as reported, null when unknown (never 0). The first
+ * outcome recorded is kept.
+ */
+export function evolveModelTurn(row: ModelTurnRow | null, stored: StoredEvent): ModelTurnRow | null {
+  const e = stored.event;
+  if (
+    e.type !== 'model.turn.requested' &&
+    e.type !== 'model.turn.completed' &&
+    e.type !== 'model.turn.failed' &&
+    e.type !== 'model.output.paragraph'
+  ) {
+    return row;
+  }
+  const current: ModelTurnRow = row ?? {
+    runId: e.runId,
+    turn: e.data.turn,
+    status: 'requested',
+    requestedAt: null,
+    firstTextAt: null,
+    endedAt: null,
+    durationMs: null,
+    finishReason: null,
+    contentChars: null,
+    toolCalls: null,
+    promptTokens: null,
+    completionTokens: null,
+    errorKind: null,
+    lastSeq: stored.seq,
+  };
+  const ended = (at: string): Pick<ModelTurnRow, 'endedAt' | 'durationMs'> => ({
+    endedAt: at,
+    durationMs: current.requestedAt === null ? null : msBetween(current.requestedAt, at),
+  });
+  switch (e.type) {
+    case 'model.turn.requested':
+      return { ...current, requestedAt: current.requestedAt ?? e.occurredAt, lastSeq: stored.seq };
+    case 'model.output.paragraph':
+      return { ...current, firstTextAt: current.firstTextAt ?? e.occurredAt, lastSeq: stored.seq };
+    case 'model.turn.completed':
+      if (current.status !== 'requested') return { ...current, lastSeq: stored.seq };
+      return {
+        ...current,
+        status: 'completed',
+        ...ended(e.occurredAt),
+        firstTextAt: current.firstTextAt ?? (e.data.content.trim() ? e.occurredAt : null),
+        finishReason: e.data.finishReason,
+        contentChars: e.data.content.length,
+        toolCalls: e.data.toolCalls.length,
+        promptTokens: e.data.usage?.promptTokens ?? null,
+        completionTokens: e.data.usage?.completionTokens ?? null,
+        lastSeq: stored.seq,
+      };
+    case 'model.turn.failed':
+      if (current.status !== 'requested') return { ...current, lastSeq: stored.seq };
+      return { ...current, status: 'failed', ...ended(e.occurredAt), errorKind: e.data.error.kind, lastSeq: stored.seq };
   }
 }

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL projections of the Run log (K11): tables `runs`, `messages`, `passages`,
+ * PostgreSQL projections of the Run log (K11): tables `runs`, `messages`, `passages`, `model_turns`,
  * `tool_calls`, derived from events only. Pure view rules (`evolve*`), the idempotent adapter
  * (`applyStoredEvent`), reads (`getRunView`, `dumpProjectionRows`) and the rebuild check
  * (`rebuildProjections`).

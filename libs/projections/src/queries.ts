@@ -1,5 +1,5 @@
 /**
- * Reads over the projections: the Run view of the HTTP contract, and a full dump of the four
+ * Reads over the projections: the Run view of the HTTP contract, and a full dump of the
  * tables for rebuild comparisons. Reads never append (K11).
  */
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -22,6 +22,7 @@ export const PROJECTION_TABLES = {
   messages: ['message_id'],
   passages: ['run_id', 'passage_id'],
   tool_calls: ['run_id', 'tool_call_id'],
+  model_turns: ['run_id', 'turn'],
 } as const;
 export type ProjectionTable = keyof typeof PROJECTION_TABLES;
 
@@ -30,7 +31,7 @@ export type DumpedRow = Record<string, unknown>;
 export type ProjectionDump = Record<ProjectionTable, DumpedRow[]>;
 
 /**
- * Every row of the four projection tables, each table ordered by its primary key (byte order,
+ * Every row of the projection tables, each table ordered by its primary key (byte order,
  * `COLLATE "C"`, so the order does not depend on the database's locale). Rows are taken with
  * `to_jsonb(row)`, so every column of the table is included, even one no entity maps.
  */
@@ -38,7 +39,7 @@ export async function dumpProjectionRows(orm: MikroORM): Promise<ProjectionDump>
   const em = orm.em.fork();
   const dump = {} as ProjectionDump;
   for (const [table, keys] of Object.entries(PROJECTION_TABLES) as [ProjectionTable, readonly string[]][]) {
-    const order = keys.map((k) => `t."${k}" collate "C"`).join(', ');
+    const order = keys.map((k) => `t."${k}"::text collate "C"`).join(', ');
     const rows = await em.execute<{ row: DumpedRow }[]>(`select to_jsonb(t) as "row" from "${table}" t order by ${order}`);
     dump[table] = rows.map((r) => r.row);
   }

@@ -39,7 +39,7 @@ export interface RebuildResult {
   skipped: string[];
   /** Highest stream sequence replayed (0 for an empty log). */
   lastSeq: number;
-  /** True when every row of the four tables is equal in the live and rebuilt databases. */
+  /** True when every row of the projection tables is equal in the live and rebuilt databases. */
   identicalToLive: boolean;
   /** One line per difference (table, key, column, live vs rebuilt); see `diffProjectionDumps`. */
   differences: string[];
@@ -54,7 +54,7 @@ const stamp = (d: Date): string =>
 /**
  * Creates a FRESH database, migrates it, replays `log.readAll()` into it in stream order through
  * the same {@link applyStoredEvents} as the live projector, `batchSize` events per transaction,
- * then compares every row of the four tables with the live database (K11). Batching changes only
+ * then compares every row of the projection tables with the live database (K11). Batching changes only
  * the number of transactions: a batch yields the rows of applying its events one by one.
  * The comparison is meaningful when the live projector has caught up with the log and no event is
  * appended meanwhile; otherwise the lag shows up as differences.

@@ -1,5 +1,5 @@
 /**
- * Row shapes of the four projection tables, as plain values (times are ISO-8601 UTC strings taken
+ * Row shapes of the projection tables, as plain values (times are ISO-8601 UTC strings taken
  * from event `occurredAt`, never from a clock). The pure view rules in `evolve.ts` map
  * `(row, storedEvent) -> row` over these shapes; `entities.ts` maps them to MikroORM entities.
  * Every column derives from events only, so a rebuild from the log reproduces them exactly (K11).
@@ -37,6 +37,34 @@ export interface RunRow {
   passages: number;
   admittedAt: string;
   settledAt: string | null;
+  // ---- budget limits of the grant (K7), from `run.admitted`; null on rows projected before they existed ----
+  /** Model requests the Run may make, the final reserve included. */
+  maxModelRequests: number | null;
+  /** Tool calls the Run may dispatch. */
+  maxToolCalls: number | null;
+  /** Prompt / completion tokens the Run may consume; null: not limited by tokens. */
+  maxInputTokens: number | null;
+  maxOutputTokens: number | null;
+  /** The final-output reserve ordinary research cannot spend (K7, K9); null: no reserve. */
+  reserveModelRequests: number | null;
+  reserveOutputTokens: number | null;
+  /** The no-progress limit, seconds (K7); null: none. */
+  noProgressSeconds: number | null;
+  /** The Run's overall deadline (ISO-8601). */
+  deadlineAt: string | null;
+  // ---- clocks (K7), every one from event times ----
+  /** When execution started: the first model request or lease grant, whichever was recorded first; null while queued. */
+  startedAt: string | null;
+  /** Queue time: admission to `startedAt`, ms; null while queued. */
+  queuedMs: number | null;
+  /** When execution ended: `run.execution.finished` or the first fence, whichever came first; null while executing. */
+  executionEndedAt: string | null;
+  /** Execution time: `startedAt` to `executionEndedAt`, ms (parked time included); null until both are known. */
+  executingMs: number | null;
+  /** The last fact counted as progress (admission, answer text, a turn with text, a valid tool call, a receipt, a wake: run-facts `countsAsProgress`). */
+  lastProgressAt: string | null;
+  /** The clarification the Run asked the user (`clarification.requested`, K2): pending until a reply Run names it; null when none. */
+  clarificationId: string | null;
   /** Stream sequence of the last event of this Run applied to the projections. */
   lastSeq: number;
 }
@@ -83,6 +111,8 @@ export interface ToolCallRow {
   /** sha256 of the stored result (`resultRef.sha256`), or of the inline result's JSON text. */
   resultSha256: string | null;
   proposedAt: string | null;
+  /** When the tools service dispatched it (`tool.call.dispatched`); with `proposedAt` and `receiptAt`, the step's clocks. */
+  dispatchedAt: string | null;
   receiptAt: string | null;
   /** The real outcome of an `unknown` call that arrived late (`tool.call.late_observed`); never rewrites `status` (K5). */
   lateStatus: 'succeeded' | 'failed' | null;
@@ -91,5 +121,31 @@ export interface ToolCallRow {
   reconciledOutcome: ReconciledOutcome | null;
   reconciledBy: string | null;
   reconciledAt: string | null;
+  lastSeq: number;
+}
+
+/**
+ * Table `model_turns`, one row per model turn of a Run; key (runId, turn). The step's clocks (K7):
+ * requested -> first streamed text -> completed or failed, and its usage, null when unknown (no
+ * usage reported, failed, in flight: never 0 tokens, K9).
+ */
+export interface ModelTurnRow {
+  runId: string;
+  turn: number;
+  status: 'requested' | 'completed' | 'failed';
+  requestedAt: string | null;
+  /** When its first paragraph of text was recorded (`model.output.paragraph`), or null. */
+  firstTextAt: string | null;
+  /** When it completed or failed, or null while in flight (or never recorded). */
+  endedAt: string | null;
+  /** `requestedAt` to `endedAt`, ms. */
+  durationMs: number | null;
+  finishReason: string | null;
+  contentChars: number | null;
+  toolCalls: number | null;
+  promptTokens: number | null;
+  completionTokens: number | null;
+  /** For a failed turn: `http`, `timeout`, `connection`, `invalid-response`. */
+  errorKind: string | null;
   lastSeq: number;
 }

@@ -106,12 +106,32 @@ describe('getRunView', () => {
       passages: 2,
       admittedAt: '2026-11-30T10:00:00.000Z',
       settledAt: '2026-11-30T10:00:11.000Z',
+      maxModelRequests: 8,
+      maxToolCalls: 16,
+      maxInputTokens: null,
+      maxOutputTokens: null,
+      reserveModelRequests: null,
+      reserveOutputTokens: null,
+      noProgressSeconds: null,
+      deadlineAt: '2026-11-30T10:15:00.000Z',
+      startedAt: '2026-11-30T10:00:01.000Z',
+      queuedMs: 1000,
+      executionEndedAt: '2026-11-30T10:00:08.000Z',
+      executingMs: 7000,
+      lastProgressAt: '2026-11-30T10:00:08.000Z',
+      clarificationId: null,
       lastSeq: 1000 + stored.length - 1,
     });
     const dump = await dumpProjectionRows(orm);
     expect(dump.passages.filter((p) => p.run_id === runId).map((p) => [p.passage_id, p.version])).toEqual([
       ['p0', 2],
       ['p1', 1],
+    ]);
+    expect(
+      dump.model_turns.filter((t) => t.run_id === runId).map((t) => [t.turn, t.status, t.duration_ms, t.prompt_tokens, t.first_text_at !== null]),
+    ).toEqual([
+      [1, 'completed', 1000, 120, false],
+      [2, 'completed', 2000, 120, true],
     ]);
     expect(dump.tool_calls.filter((t) => t.run_id === runId).map((t) => [t.tool_call_id, t.status, t.error_code])).toEqual([
       ['call_1', 'succeeded', null],

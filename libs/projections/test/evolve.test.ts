@@ -2,10 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import {
   evolveMessage,
+  evolveModelTurn,
   evolvePassage,
   evolveRun,
   evolveToolCall,
   touchedKeys,
+  type ModelTurnRow,
   type PassageRow,
   type RunRow,
   type ToolCallRow,
@@ -45,8 +47,33 @@ describe('runs rule', () => {
       passages: 0,
       admittedAt: '2026-11-30T10:00:00.000Z',
       settledAt: null,
+      maxModelRequests: 8,
+      maxToolCalls: 16,
+      maxInputTokens: null,
+      maxOutputTokens: null,
+      reserveModelRequests: null,
+      reserveOutputTokens: null,
+      noProgressSeconds: null,
+      deadlineAt: '2026-11-30T10:15:00.000Z',
+      startedAt: null,
+      queuedMs: null,
+      executionEndedAt: null,
+      executingMs: null,
+      lastProgressAt: '2026-11-30T10:00:00.000Z',
+      clarificationId: null,
       lastSeq: 7,
     });
+  });
+
+  it('given a Run, when clarification.requested, then the view names that clarification (K2), once', () => {
+    const asked = (id: string, seq: number) =>
+      stored(
+        makeEvent('clarification.requested', c, id, { clarificationId: id, toolCallId: `call-${id}`, turn: 1, question: 'Which period?' }, at(3)),
+        seq,
+      );
+    const row = evolveRun(admittedRun(), asked('cl-1', 2))!;
+    expect(row.clarificationId).toBe('cl-1');
+    expect(evolveRun(row, asked('cl-2', 3))!.clarificationId).toBe('cl-1');
   });
 
   it('given no row, when any other event arrives, then there is no Run (the adapter refuses it)', () => {
@@ -171,6 +198,50 @@ describe('runs rule', () => {
       lastSeq: events.length,
     });
   });
+
+  it('given a whole Run, then its clocks come from event times: queue time to the first request, execution time to the finish, the last progress (K7)', () => {
+    let run: RunRow | null = null;
+    researchRunEvents(runId).forEach((e, i) => (run = evolveRun(run, stored(e, i + 1))));
+    expect(run).toMatchObject({
+      startedAt: '2026-11-30T10:00:01.000Z',
+      queuedMs: 1000,
+      executionEndedAt: '2026-11-30T10:00:08.000Z',
+      executingMs: 7000,
+      // the answer turn's text (10:00:08); the passages committed after it are publication's work, not the Run's progress
+      lastProgressAt: '2026-11-30T10:00:08.000Z',
+      deadlineAt: '2026-11-30T10:15:00.000Z',
+      maxModelRequests: 8,
+      maxToolCalls: 16,
+    });
+  });
+
+  it('given lease grants, a request and empty or cut turns only, then the last progress stays at the admission; a fence ends the execution clock', () => {
+    const events: RunEvent[] = [
+      admittedEvent(runId),
+      makeEvent('lease.granted', c, 'lease/1', { epoch: 1, holder: { service: 'runtime', instance: 'i' }, ttlMs: 1000 }, at(2)),
+      makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(3)),
+      makeEvent('model.turn.completed', c, 1, { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null }, at(4)),
+      makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'm' }, at(5)),
+      makeEvent('model.turn.completed', c, 2, { turn: 2, content: 'cut', toolCalls: [], finishReason: 'length', usage: null }, at(6)),
+      makeEvent('lease.granted', c, 'lease/2', { epoch: 2, holder: { service: 'runtime', instance: 'i' }, ttlMs: 1000 }, at(7)),
+      makeEvent(
+        'run.fenced',
+        c,
+        'fence/2/runtime',
+        { fencedSubject: 'runtime', epoch: 2, holder: null, reason: 'no-progress', detail: 'd', uncertain: [] },
+        at(9),
+      ),
+    ];
+    let run: RunRow | null = null;
+    events.forEach((e, i) => (run = evolveRun(run, stored(e, i + 1))));
+    expect(run).toMatchObject({
+      startedAt: '2026-11-30T10:00:02.000Z',
+      queuedMs: 2000,
+      executionEndedAt: '2026-11-30T10:00:09.000Z',
+      executingMs: 7000,
+      lastProgressAt: '2026-11-30T10:00:00.000Z',
+    });
+  });
 });
 
 describe('messages rule', () => {
@@ -242,6 +313,7 @@ describe('tool_calls rule', () => {
       errorMessage: null,
       resultSha256: null,
       proposedAt: '2026-11-30T10:00:02.000Z',
+      dispatchedAt: null,
       receiptAt: null,
       lateStatus: null,
       lateObservedAt: null,
@@ -257,7 +329,12 @@ describe('tool_calls rule', () => {
       proposed(),
       stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6),
     );
-    expect(next).toMatchObject({ status: 'dispatched', lastSeq: 6, proposedAt: '2026-11-30T10:00:02.000Z' });
+    expect(next).toMatchObject({
+      status: 'dispatched',
+      lastSeq: 6,
+      proposedAt: '2026-11-30T10:00:02.000Z',
+      dispatchedAt: '2026-11-30T10:00:03.000Z',
+    });
   });
 
   it('given a dispatched call, when a succeeded receipt with a stored result arrives, then the status and result hash are recorded', () => {
@@ -360,6 +437,65 @@ describe('touchedKeys', () => {
     const [admitted, , , proposal] = researchRunEvents(runId);
     expect(touchedKeys(stored(admitted!, 1))).toEqual({ messageId: `msg-${runId}` });
     expect(touchedKeys(stored(proposal!, 4))).toEqual({ toolCallId: 'call_1' });
-    expect(touchedKeys(stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toEqual({});
+    expect(touchedKeys(stored(makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)), 2))).toEqual({ turn: 1 });
+    expect(
+      touchedKeys(stored(makeEvent('lease.granted', c, 'lease/1', { epoch: 1, holder: { service: 'r', instance: 'i' }, ttlMs: 1 }, at(1)), 2)),
+    ).toEqual({});
+  });
+});
+
+describe('model_turns rule (K7, K9)', () => {
+  const apply = (events: RunEvent[]): ModelTurnRow | null =>
+    events.reduce<ModelTurnRow | null>((row, e, i) => evolveModelTurn(row, stored(e, i + 2)), null);
+
+  it('given a turn requested, streaming text, then completed with usage, then its clocks are requested -> first text -> end and the usage as reported', () => {
+    expect(
+      apply([
+        makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)),
+        makeEvent('model.output.paragraph', c, '1/0', { turn: 1, index: 0, text: 'One.', sha256: 'a'.repeat(64) }, at(3)),
+        makeEvent('model.output.paragraph', c, '1/1', { turn: 1, index: 1, text: 'Two.', sha256: 'b'.repeat(64) }, at(4)),
+        makeEvent(
+          'model.turn.completed',
+          c,
+          1,
+          { turn: 1, content: 'One.\n\nTwo.', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10 } },
+          at(5),
+        ),
+      ]),
+    ).toEqual({
+      runId,
+      turn: 1,
+      status: 'completed',
+      requestedAt: '2026-11-30T10:00:01.000Z',
+      firstTextAt: '2026-11-30T10:00:03.000Z',
+      endedAt: '2026-11-30T10:00:05.000Z',
+      durationMs: 4000,
+      finishReason: 'stop',
+      contentChars: 10,
+      toolCalls: 0,
+      promptTokens: 7,
+      completionTokens: 3,
+      errorKind: null,
+      lastSeq: 5,
+    });
+  });
+
+  it('given a turn without usage, or failed, then its tokens are null (unknown), never 0', () => {
+    const noUsage = apply([
+      makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'm' }, at(1)),
+      makeEvent('model.turn.completed', c, 2, { turn: 2, content: '', toolCalls: [], finishReason: 'stop', usage: null }, at(2)),
+    ]);
+    expect(noUsage).toMatchObject({ status: 'completed', promptTokens: null, completionTokens: null, firstTextAt: null, durationMs: 1000 });
+    const failed = apply([
+      makeEvent('model.turn.requested', c, 3, { turn: 3, model: 'm' }, at(1)),
+      makeEvent('model.turn.failed', c, 3, { turn: 3, error: { kind: 'timeout', status: null, message: 'slow' } }, at(31)),
+    ]);
+    expect(failed).toMatchObject({
+      status: 'failed',
+      errorKind: 'timeout',
+      promptTokens: null,
+      durationMs: 30_000,
+      endedAt: '2026-11-30T10:00:31.000Z',
+    });
   });
 });

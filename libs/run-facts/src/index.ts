@@ -81,6 +81,8 @@ export interface RunFacts {
   children: Map<string, ChildFacts>;
   /** Clarification questions the Run registered (K2), by clarificationId. */
   clarifications: Map<string, EventData<'clarification.requested'> & { at: string }>;
+  /** What the Run carries from earlier Runs into its model requests (K2, K3), once recorded. */
+  carried: EventData<'context.carried'> | null;
   /** The fence that ended the Run's execution (the first marker recovery wrote), or null (K6, K10). */
   fenced: EventData<'run.fenced'> | null;
   /**
@@ -96,6 +98,12 @@ export interface RunFacts {
    * append on that subject (K6).
    */
   lastSeqByOwner: Record<Owner, number>;
+  /**
+   * When the Run last made progress (K7): its admission, then the latest fact counted by
+   * {@link countsAsProgress} (answer text streamed, a turn with text, a valid tool call, a
+   * receipt, a wake). Lease grants, fences and requests are not progress. Null before admission.
+   */
+  lastProgressAt: string | null;
   /** Last stream sequence of the Run (any owner); 0 before admission. */
   lastSeq: number;
   lastEvent: RunEvent | null;
@@ -119,9 +127,11 @@ export function emptyFacts(runId: string): RunFacts {
     waits: new Map(),
     children: new Map(),
     clarifications: new Map(),
+    carried: null,
     fenced: null,
     closed: { runtime: false, tools: false },
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
+    lastProgressAt: null,
     lastSeq: 0,
     lastEvent: null,
   };
@@ -140,6 +150,7 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     clarifications: new Map(facts.clarifications),
     closed: closedAfter(facts.closed, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
+    lastProgressAt: countsAsProgress(e) ? laterOf(facts.lastProgressAt, e.occurredAt) : facts.lastProgressAt,
     lastSeq: stored.seq,
     lastEvent: e,
   };
@@ -261,6 +272,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     case 'clarification.requested':
       if (!next.clarifications.has(e.data.clarificationId)) next.clarifications.set(e.data.clarificationId, { ...e.data, at: e.occurredAt });
       break;
+    case 'context.carried':
+      next.carried ??= e.data;
+      break;
     // ---- tool effects (K5) ----
     case 'tool.call.late_observed': {
       const c = next.toolCalls.get(e.data.toolCallId);
@@ -287,6 +301,54 @@ export function foldRun(runId: string, events: readonly StoredEvent[]): RunFacts
     seen.add(stored.event.eventId);
     return evolve(facts, stored);
   }, emptyFacts(runId));
+}
+
+/**
+ * Whether an event is progress for the no-progress limit (K7): the admission (the clock starts),
+ * streamed answer text (`model.output.paragraph`), a completed turn with text that was not cut
+ * at its length limit, a valid tool call (`tool.call.proposed`: the runtime proposes only valid
+ * calls), a new receipt, an answered wait or a settled child (the Run was woken). Not progress:
+ * lease grants (the transport of execution, renewed or not), model requests, failed or empty
+ * turns, keep-alive chunks (never recorded), fences, dispatches. Pure; reads only the event.
+ */
+export function countsAsProgress(e: RunEvent): boolean {
+  switch (e.type) {
+    case 'run.admitted':
+    case 'model.output.paragraph':
+    case 'tool.call.proposed':
+    case 'tool.call.receipt':
+    case 'wait.answered':
+    case 'child.run.settled':
+      return true;
+    case 'model.turn.completed':
+      return e.data.content.trim().length > 0 && e.data.finishReason !== 'length';
+    default:
+      return false;
+  }
+}
+
+/** The later of two ISO-8601 instants (`a` may be null). */
+function laterOf(a: string | null, b: string): string {
+  return a === null || Date.parse(b) > Date.parse(a) ? b : a;
+}
+
+/**
+ * The Run's no-progress clock (K7) at `now`: when it last made progress, how long ago (ms), the
+ * limit (`noProgressSeconds` of its admission, ms, or null when it has none) and whether the limit
+ * is passed. A parked Run (waiting on a human or a child, K10) is never past it: the wait's own
+ * expiry covers it, and its wake restarts the clock. Null before admission.
+ */
+export function noProgressClock(
+  facts: RunFacts,
+  now: Date,
+): { lastProgressAt: string; sinceMs: number; limitMs: number | null; passed: boolean; dueAt: string | null } | null {
+  if (!facts.admitted || !facts.lastProgressAt) return null;
+  const sinceMs = Math.max(0, now.getTime() - Date.parse(facts.lastProgressAt));
+  const seconds = facts.admitted.limits.noProgressSeconds;
+  const limitMs = seconds === undefined ? null : seconds * 1000;
+  const dueAt = limitMs === null ? null : new Date(Date.parse(facts.lastProgressAt) + limitMs).toISOString();
+  const passed = limitMs !== null && sinceMs >= limitMs && parkedOn(facts) === null;
+  return { lastProgressAt: facts.lastProgressAt, sinceMs, limitMs, passed, dueAt };
 }
 
 /** The Run's latest model turn, or null before the first request. */

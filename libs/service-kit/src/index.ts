@@ -15,9 +15,11 @@ import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
+import { serveMetrics } from './metrics.js';
 
 export * from './config.js';
 export * from './logging.js';
+export * from './metrics.js';
 
 /** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503 `dependency_unavailable` (contracts `HealthBody`). */
 @Controller()
@@ -96,6 +98,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name);
+  serveMetrics(app, spec.name);
   try {
     if (spec.consumer) {
       const log = app.get(EventLog);

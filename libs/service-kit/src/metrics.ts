@@ -1,0 +1,66 @@
+/**
+ * Prometheus metrics of a service process (prom-client), served as `GET /metrics` (text
+ * exposition format) on the service's own HTTP server beside `/healthz`. Every series carries the
+ * label `service`. What is counted:
+ * - `runplane_bus_anomalies_total{service, kind}`: messages on Run subjects that are not facts,
+ *   and events that cannot apply (libs/eventlog `recordAnomaly`: garbage, forgeries, replays), each
+ *   terminated or skipped once and logged (K11). Read from the process's anomaly counts at scrape.
+ * - `runplane_settlements_total{service, outcome}`: settlements this process appended (only the
+ *   lifecycle appends them, K9), by outcome.
+ * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
+ */
+import { anomalyCounts } from '@runplane/eventlog';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+
+/** The process's metrics registry (one service per process). */
+export const metricsRegistry = new Registry();
+
+new Counter({
+  name: 'runplane_bus_anomalies_total',
+  help: 'Messages on Run subjects that are not facts (invalid, unverified, duplicate) or cannot apply, terminated or skipped once (K11)',
+  labelNames: ['kind'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [kind, n] of Object.entries(anomalyCounts())) this.inc({ kind }, n ?? 0);
+  },
+});
+
+/** Settlements this process appended (`run.settled`), by outcome; incremented by the lifecycle after its append (K9). */
+export const settlementsTotal = new Counter({
+  name: 'runplane_settlements_total',
+  help: 'Settlements appended by this process (only the lifecycle settles: K9), by outcome',
+  labelNames: ['outcome'] as const,
+  registers: [metricsRegistry],
+});
+
+let started = false;
+
+/**
+ * Labels every series with `service` and starts the default process metrics; once per process
+ * (a second call changes nothing).
+ */
+export function initMetrics(service: string): void {
+  if (started) return;
+  started = true;
+  metricsRegistry.setDefaultLabels({ service });
+  collectDefaultMetrics({ register: metricsRegistry });
+}
+
+/** Minimal shape of the HTTP adapter's `get` used to serve `/metrics` (Express under Nest). */
+interface MetricsAdapter {
+  getHttpAdapter(): {
+    get(path: string, handler: (req: unknown, res: { setHeader(name: string, value: string): void; end(body: string): void }) => void): unknown;
+  };
+}
+
+/** Serves `GET /metrics` (Prometheus text format, `metricsRegistry`) on a Nest application. */
+export function serveMetrics(app: MetricsAdapter, service: string): void {
+  initMetrics(service);
+  app.getHttpAdapter().get('/metrics', (_req, res) => {
+    void metricsRegistry.metrics().then((text) => {
+      res.setHeader('Content-Type', metricsRegistry.contentType);
+      res.end(text);
+    });
+  });
+}

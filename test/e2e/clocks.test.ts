@@ -1,0 +1,226 @@
+/**
+ * Clocks, the no-progress limit, metrics and the CLI's exit codes (K7, K8, K9), against the real
+ * services, JetStream and PostgreSQL. The stack admits every Run with a 5 s no-progress limit
+ * (`RUNPLANE_NO_PROGRESS_SECONDS`) and sweeps every 100 ms.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { Kvm } from '@nats-io/kv';
+import { connect } from '@nats-io/transport-node';
+import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { natsEnvOf, repoRoot } from '@runplane/devstack';
+import { runSubject } from '@runplane/eventlog';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+const NO_PROGRESS_SECONDS = 5;
+let t: TestStack;
+
+beforeAll(async () => {
+  t = await startTestStack('clocks', {
+    RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS),
+    RUNPLANE_RECOVERY_SWEEP_MS: '100',
+    RUNPLANE_LEASE_TTL_MS: '3000',
+  });
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+});
+
+const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
+  events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
+
+async function ask(key: string, steps: unknown[]): Promise<{ runId: string; admittedAt: number }> {
+  await t.setScenario({ steps }, key);
+  const admittedAt = Date.now();
+  const admitted = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+  expect(admitted.status).toBe(201);
+  return { runId: admitted.body.runId, admittedAt };
+}
+
+describe('the no-progress limit (K7)', () => {
+  it('a model stream of keep-alive chunks only ends the Run no-progress within a bounded time; a slow but steady stream of text is not ended', async () => {
+    // 125 empty deltas 200 ms apart: 25 s of a live stream without a character of text
+    const keepAlive = [
+      { rawChunks: [...Array.from({ length: 125 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
+    ];
+    // 7 paragraphs 1.5 s apart: ~9 s, longer than the limit, with progress all along
+    const paragraphs = Array.from({ length: 7 }, (_, i) => `Paragraph ${i + 1} of a slow but steady answer.`).join('\n\n');
+    const steady = [{ reply: { content: paragraphs, finishReason: 'stop' }, paragraphDelayMs: 1_500 }];
+    const [silent, control] = await Promise.all([ask(`keepalive-${t.tag}`, keepAlive), ask(`steady-${t.tag}`, steady)]);
+
+    const silentEvents = await t.waitForSettlement(silent.runId, 30_000);
+    const settleMs = Date.now() - silent.admittedAt;
+    const settled = ofType(silentEvents, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('failed');
+    expect(settled[0]!.data.reason).toMatch(/^no-progress: no answer was produced: no progress for \d+ s \(limit 5 s\)/);
+    const fences = ofType(silentEvents, 'run.fenced');
+    expect(fences.map((f) => f.data.reason)).toEqual(['no-progress', 'no-progress']);
+    expect(fences[0]!.data.uncertain).toEqual([{ kind: 'model-turn', turn: 1 }]); // the keep-alive turn never completed before the fence
+    // bounded: the limit, plus sweeps and appends; well before the 25 s stream would have ended by itself
+    expect(settleMs).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 8_000);
+    expect(ofType(silentEvents, 'model.turn.completed')).toHaveLength(0);
+    // the runtime's lease is marked fenced too, so its holder stops streaming at its next renewal
+    const leases = await new Kvm(t.log.nc).open(`${t.env.RUNPLANE_SUBJECT_PREFIX}_leases`);
+    expect((await leases.get(silent.runId))?.json()).toMatchObject({ state: 'fenced' });
+
+    const controlEvents = await t.waitForSettlement(control.runId, 60_000);
+    const controlSettled = ofType(controlEvents, 'run.settled')[0]!;
+    expect(controlSettled.data.outcome).toBe('completed');
+    expect(ofType(controlEvents, 'run.fenced').some((f) => f.data.reason === 'no-progress')).toBe(false);
+    expect(Date.parse(controlSettled.occurredAt) - control.admittedAt).toBeGreaterThan(NO_PROGRESS_SECONDS * 1000); // it did outlive the limit
+    expect(ofType(controlEvents, 'model.output.paragraph').length).toBeGreaterThanOrEqual(6);
+  }, 90_000);
+});
+
+/** One sample of a Prometheus text exposition, or 0 when the series is absent. */
+function sample(text: string, name: string, labels: Record<string, string>): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+async function scrape(service: 'lifecycle' | 'runtime'): Promise<string> {
+  const res = await fetch(`${t.stack.services.get(service)!.url}/metrics`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
+  return res.text();
+}
+
+describe('metrics (K9, K11)', () => {
+  it('a garbage message on a Run subject is counted as an anomaly by kind and service on /metrics; settlements are counted by outcome', async () => {
+    const kind = { service: 'lifecycle', kind: 'invalid-message' };
+    const before = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
+    const settledBefore = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
+    const nc = await connect({ servers: t.env.NATS_URL!, user: t.users.admin.user, pass: t.users.admin.password, reconnect: false });
+    try {
+      // the lifecycle consumes the publication subject: a message there that is not a fact
+      nc.publish(runSubject(t.log.space, `garbage-${t.tag}`, 'publication'), 'garbage {not json');
+      await nc.flush();
+    } finally {
+      await nc.close();
+    }
+    const after = await eventually(
+      async () => {
+        const n = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
+        return n > before ? n : null;
+      },
+      20_000,
+      'the anomaly counted on /metrics',
+    );
+    expect(after).toBe(before + 1);
+    // a Run that completes is counted once under its outcome
+    const { runId } = await ask(`metrics-${t.tag}`, [{ reply: { content: 'The answer.' } }]);
+    const events = await t.waitForSettlement(runId, 30_000);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+    const settledAfter = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
+    expect(settledAfter).toBe(settledBefore + 1);
+    // every service labels its own series
+    expect(await scrape('runtime')).toMatch(/process_cpu_seconds_total\{service="runtime"\}/);
+  }, 60_000);
+});
+
+/** Runs `runplane ask` against the stack; resolves with its exit code and output. */
+function cliAsk(question: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const { admission, publication } = t.stack.endpoints;
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot(), 'apps/cli/dist/main.js'), 'ask', question, '--admission', admission, '--publication', publication],
+      {
+        env: t.env,
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+describe('runplane ask: exit codes tell outcomes apart (K9)', () => {
+  it('0 for completed, 3 for partial with the unanswered parts printed, 1 for failed', async () => {
+    const gaps = [{ part: 'holdings of XYZ', reason: 'no holdings file for XYZ in the data' }];
+    const block = `\`\`\`json runplane-unanswered\n${JSON.stringify({ unanswered: gaps })}\n\`\`\``;
+    const keys = { completed: `cli-ok-${t.tag}`, partial: `cli-part-${t.tag}`, failed: `cli-fail-${t.tag}` };
+    await t.setScenario({ steps: [{ reply: { content: 'SPY holds 500 stocks.' } }], then: 'error' }, keys.completed);
+    await t.setScenario(
+      { steps: [{ reply: { content: `SPY and QQQ overlap by half.\n\nNot answered: XYZ.\n${block}` } }], then: 'error' },
+      keys.partial,
+    );
+    await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'error' }, keys.failed); // an empty reply is not an answer
+    const [completed, partial, failed] = await Promise.all([
+      cliAsk(`[${keys.completed}] What does SPY hold?`),
+      cliAsk(`[${keys.partial}] Compare SPY, QQQ and XYZ`),
+      cliAsk(`[${keys.failed}] What does QQQ hold?`),
+    ]);
+    expect(completed.stdout).toMatch(/Settlement \(by lifecycle\): COMPLETED/);
+    expect(completed.code).toBe(0);
+    expect(partial.stdout).toMatch(/Settlement \(by lifecycle\): PARTIAL/);
+    expect(partial.stdout).toContain('unanswered: holdings of XYZ (no holdings file for XYZ in the data)');
+    expect(partial.code).toBe(3);
+    expect(failed.stdout).toMatch(/Settlement \(by lifecycle\): FAILED/);
+    expect(failed.code).toBe(1);
+  }, 90_000);
+});
+
+describe('clocks and budget in the Run projection, the timeline and the CLI (K7)', () => {
+  it('a Run with a tool call: GET /v1/runs shows used/limit, queue and execution time, last progress and deadline; `status` and `timeline` print them', async () => {
+    const key = `clocked-${t.tag}`;
+    const { runId } = await ask(key, [
+      { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] } },
+      { reply: { content: 'DIA holds the 30 Dow stocks.' }, delayMs: 300 },
+    ]);
+    const events = await t.waitForSettlement(runId, 30_000);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      20_000,
+      'the settled projection',
+    );
+    const admitted = ofType(events, 'run.admitted')[0]!;
+    const firstRequest = ofType(events, 'model.turn.requested')[0]!;
+    const finished = ofType(events, 'run.execution.finished')[0]!;
+    const receipt = ofType(events, 'tool.call.receipt')[0]!;
+    expect(view).toMatchObject({
+      modelRequests: 2,
+      maxModelRequests: admitted.data.limits.maxModelRequests,
+      toolCalls: 1,
+      maxToolCalls: admitted.data.limits.maxToolCalls,
+      noProgressSeconds: NO_PROGRESS_SECONDS,
+      deadlineAt: admitted.data.limits.deadlineAt,
+      executionEndedAt: finished.occurredAt,
+    });
+    const firstStart = [firstRequest.occurredAt, ...ofType(events, 'lease.granted').map((e) => e.occurredAt)].sort()[0]!;
+    expect(view.startedAt).toBe(firstStart);
+    expect(view.queuedMs).toBe(Date.parse(firstStart) - Date.parse(admitted.occurredAt));
+    expect(view.executingMs).toBe(Date.parse(finished.occurredAt) - Date.parse(firstStart));
+    expect(view.executingMs!).toBeGreaterThanOrEqual(300); // the scripted answer waited 300 ms
+    // the answer's text is the last progress; it comes after the tool's receipt
+    expect(Date.parse(view.lastProgressAt!)).toBeGreaterThan(Date.parse(receipt.occurredAt));
+
+    const cli = (args: string[], env: NodeJS.ProcessEnv = t.env) =>
+      spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env, encoding: 'utf8', timeout: 30_000 });
+    const statusOut = cli(['status', runId, '--admission', t.stack.endpoints.admission]);
+    expect(statusOut.status).toBe(0);
+    expect(statusOut.stdout).toContain(`model requests: 2/${admitted.data.limits.maxModelRequests}`);
+    expect(statusOut.stdout).toContain(`tool calls:     1/${admitted.data.limits.maxToolCalls}`);
+    expect(statusOut.stdout).toMatch(/queued: +\d/);
+    expect(statusOut.stdout).toMatch(/executing: +\d.* \(ended /);
+    const timelineOut = cli(['timeline', runId], { ...t.env, ...natsEnvOf(t.users, 'ops') });
+    expect(timelineOut.status).toBe(0);
+    expect(timelineOut.stdout).toMatch(/model\.turn\.completed .*\[turn took \d/);
+    expect(timelineOut.stdout).toMatch(/tool\.call\.dispatched .*\[\d.* after its proposal\]/);
+    expect(timelineOut.stdout).toMatch(/tool\.call\.receipt .*\[ran \d/);
+    expect(timelineOut.stdout).toMatch(/ \+\d+(\.\d)? m?s /);
+  }, 60_000);
+});
