@@ -162,8 +162,8 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
 });
 
 describe('K9 first cut: an empty model reply is not an answer', () => {
-  it('settles failed with the reason, by the lifecycle, and publishes no passage', async () => {
-    await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'error' });
+  it('settles failed with the reason, by the lifecycle, and publishes no passage (an empty reply is retried, charged, and stays no answer)', async () => {
+    await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'repeat-last' });
     const { body } = await t.client.postMessage('conv-k9', { clientMessageId: 'k9-empty', content: 'Say nothing.' });
     const events = await t.waitForSettlement(body.runId);
     const settled = events.filter((e) => e.event.type === 'run.settled');
@@ -171,7 +171,8 @@ describe('K9 first cut: an empty model reply is not an answer', () => {
     const s = settled[0]!.event;
     expect(s.owner).toBe('lifecycle');
     expect(s.type === 'run.settled' && s.data.outcome).toBe('failed');
-    expect(s.type === 'run.settled' && s.data.reason).toMatch(/empty/);
+    expect(s.type === 'run.settled' && s.data.reason).toMatch(/no answer was produced.*returned no text/);
     expect(events.some((e) => e.event.type === 'passage.committed')).toBe(false);
+    expect(events.filter((e) => e.event.type === 'model.turn.requested').length).toBeGreaterThan(1);
   }, 60_000);
 });

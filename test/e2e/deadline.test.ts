@@ -97,13 +97,19 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect((await deadlines.get(next.body.runId))?.operation).not.toBe('PUT'); // purged (or never kept)
   }, 120_000);
 
-  it('a Run a live runtime holds is left to it past the deadline: a model turn slower than the deadline is recorded, not fenced away', async () => {
+  it('a Run a live runtime holds is left to it past the deadline: a model turn slower than the deadline ends AT the deadline (K7), is recorded, not fenced away', async () => {
     const key = `held-${t.tag}`;
     await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs: DEADLINE_SECONDS * 1000 + 3 * LEASE_TTL_MS }] }, key);
     const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     const events = await t.waitForSettlement(body.runId, 60_000);
     expect(ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toHaveLength(0);
-    expect(ofType(events, 'model.turn.completed')).toHaveLength(1);
+    // the request's timeout was the time left to the deadline, not the model timeout: it failed at the deadline, before the reply came
+    const failed = ofType(events, 'model.turn.failed');
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.data.error.kind).toBe('timeout');
+    const deadlineAt = Date.parse(ofType(events, 'run.admitted')[0]!.data.limits.deadlineAt);
+    expect(Date.parse(failed[0]!.occurredAt)).toBeLessThan(deadlineAt + 3 * LEASE_TTL_MS);
+    expect(ofType(events, 'run.execution.finished')[0]!.data.reason).toBe('deadline');
     expect(ofType(events, 'lease.granted')).toHaveLength(1);
     const settled = ofType(events, 'run.settled');
     expect(settled).toHaveLength(1);

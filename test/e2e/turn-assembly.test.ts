@@ -94,13 +94,14 @@ describe('a streamed reply is recorded as exactly the calls the model made', () 
     expect(JSON.stringify(events)).not.toContain('[object Object]');
   }, 90_000);
 
-  it('a turn cut by the length limit never has its calls proposed or dispatched, even one that looks complete (K5, K9)', async () => {
+  it('a turn cut by the length limit never has its calls proposed or dispatched, even one that looks complete; it is asked again as a new, charged turn (K5, K7, K9)', async () => {
     const events = await runWith('len', [call(0, { name: 'get_holdings', arguments: '{"fund":"SPY"}' }, 'call_a'), { finishReason: 'length' }]);
     const turn1 = ofType(events, 'model.turn.completed')[0]!.data;
     expect(turn1).toMatchObject({ finishReason: 'length', toolCalls: [{ name: 'get_holdings', argumentsText: '{"fund":"SPY"}' }] });
     expect(ofType(events, 'tool.call.proposed')).toHaveLength(0);
     expect(ofType(events, 'tool.call.dispatched')).toHaveLength(0);
-    expect(ofType(events, 'run.execution.finished')[0]!.data.reason).toBe('truncated-output');
-    expect(ofType(events, 'run.settled')[0]!.data.outcome).not.toBe('completed');
+    // the cut turn is never the answer: turn 2 retries it, and its reply is the answer
+    expect(ofType(events, 'model.turn.requested').map((r) => r.data.retryOf)).toEqual([undefined, 1]);
+    expect(ofType(events, 'run.execution.finished')[0]!.data).toMatchObject({ reason: 'answered', answerTurn: 2 });
   }, 90_000);
 });

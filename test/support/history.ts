@@ -46,6 +46,8 @@ export class History {
       maxModelRequests?: number;
       maxToolCalls?: number;
       deadlineAt?: string;
+      /** Further limits (token limits, the final-output reserve: K7). */
+      limits?: Partial<EventData<'run.admitted'>['limits']>;
       noProgressSeconds?: number;
     } = {},
   ): this {
@@ -57,6 +59,7 @@ export class History {
         maxModelRequests: opts.maxModelRequests ?? 8,
         maxToolCalls: opts.maxToolCalls ?? 16,
         deadlineAt: opts.deadlineAt ?? '2100-01-01T00:00:00.000Z',
+        ...opts.limits,
         ...(opts.noProgressSeconds !== undefined ? { noProgressSeconds: opts.noProgressSeconds } : {}),
       },
     });

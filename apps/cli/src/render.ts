@@ -10,7 +10,7 @@ export function summarize(e: RunEvent): string {
     case 'run.admitted':
       return `admitted message ${e.data.message.clientMessageId}: "${e.data.message.content.slice(0, 80)}"${e.data.link ? ` (${e.data.link.relation} of ${e.data.link.parentRunId})` : ''}`;
     case 'model.turn.requested':
-      return `model turn ${e.data.turn} requested (${e.data.model})`;
+      return `model turn ${e.data.turn} requested (${e.data.model})${e.data.purpose ? ` [${e.data.purpose}]` : ''}${e.data.retryOf ? ` [retry of turn ${e.data.retryOf}]` : ''}${e.data.maxTokens ? ` max_tokens=${e.data.maxTokens}` : ''}`;
     case 'model.turn.completed':
       return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}, ${e.data.usage ? `${e.data.usage.totalTokens} tokens` : 'usage unknown'}`;
     case 'model.turn.failed':
@@ -25,6 +25,8 @@ export function summarize(e: RunEvent): string {
       return `receipt ${e.data.status}: ${e.data.name}${e.data.effect ? ` {${e.data.effect}}` : ''}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}`;
     case 'run.execution.finished':
       return `execution finished: ${e.data.reason} (${e.data.detail})`;
+    case 'run.finalization.started':
+      return `finalization-only: ${e.data.reason} (${e.data.detail}); unfinished: ${e.data.unfinished.map((u) => u.part).join('; ')}`;
     case 'passage.committed':
       return `passage ${e.data.index} committed (v${e.data.version}, ${e.data.text.length} chars)`;
     case 'answer.published':

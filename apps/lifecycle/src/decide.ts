@@ -28,9 +28,11 @@ const FAILURE_REASONS: Record<string, string> = {
   'truncated-output': 'the model output was cut off at its length limit, which is not an answer',
   'incomplete-output': 'the model output did not finish normally, which is not an answer',
   'model-error': 'the model request failed',
-  'model-request-limit': 'the Run used all its model requests without an answer',
+  'model-request-limit': 'the Run used its model request budget without an answer',
   'tool-call-limit': 'the Run used all its tool calls without an answer',
   deadline: 'the Run reached its deadline without an answer',
+  'token-limit': 'the Run used its token budget without an answer',
+  'no-progress': 'no answer was produced: the model made no progress',
   'context-refused': 'the context of the continuation could not be verified, so nothing was asked of the model',
   'clarification-requested': 'the clarification question could not be published',
 };

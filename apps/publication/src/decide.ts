@@ -31,6 +31,7 @@ import {
   splitUnanswered,
   type EventData,
   type RunEvent,
+  type UnansweredPart,
 } from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 
@@ -104,10 +105,20 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
         passageIds: texts.map((_, i) => passageIdFor(facts.runId, answerTurn, i)),
         characters: texts.reduce((n, t) => n + t.length, 0),
         sourceTurn: answerTurn,
-        unanswered: gaps.unanswered ?? [],
+        unanswered: withUnfinished(gaps.unanswered ?? [], finished.unfinished ?? []),
       },
       now,
     ),
   );
   return events;
+}
+
+/**
+ * The answer's own unanswered list plus what the runtime recorded as unfinished when it answered
+ * in finalization-only (K9), de-duplicated by `part`: a finalization answer settles `partial` even
+ * when the model's text lists nothing.
+ */
+function withUnfinished(listed: UnansweredPart[], unfinished: UnansweredPart[]): UnansweredPart[] {
+  const all = [...listed, ...unfinished];
+  return all.filter((p, i) => all.findIndex((q) => q.part === p.part) === i);
 }

@@ -71,6 +71,18 @@ describe('publication decide: passages are committed from the answer turn', () =
       ]);
   });
 
+  it('given a finalization answer (K9) whose text lists nothing, then the unfinished scope the runtime recorded is its unanswered list (the Run settles partial)', () => {
+    const unfinished = [{ part: 'research not finished', reason: 'model request budget spent' }];
+    const h = new History()
+      .admitted()
+      .turn(1, { content: 'From what I have: A.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: 'finalization answer in turn 1', answerTurn: 1, unfinished });
+    publication
+      .given(h)
+      .when(wake)
+      .then([passage(0, 'From what I have: A.'), { type: 'answer.published', data: expect.objectContaining({ unanswered: unfinished }) }]);
+  });
+
   it('given an answer with an unreadable unanswered block, then the block stays in the text and the list is empty', () => {
     const text = 'A.\n\n```json runplane-unanswered\n{not json}\n```';
     const h = new History()

@@ -16,8 +16,9 @@ import {
   type RunEvent,
   type StreamedParagraph,
 } from '@runplane/contracts';
-import { carvedForChildren, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { awaitingContext } from './context.js';
+import { isAnswer, isFinalizationTurn, isRetryableFailure, nextModelStep } from './ledger.js';
 import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
@@ -27,9 +28,11 @@ export type ModelTurnResult =
 export type RuntimeTrigger =
   /**
    * Something happened on the Run (admission, a receipt, a wake, a redelivery): take the next
-   * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline).
+   * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline);
+   * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts);
+   * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9).
    */
-  | { type: 'Wake'; model: string; waitTtlMs?: number }
+  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number }
   /** The model request of `turn` ended with `result`. */
   | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number }
   /** While `turn` streams, these paragraphs of its text were finished (a blank line followed each). */
@@ -38,23 +41,24 @@ export type RuntimeTrigger =
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
 
-/** True for text with nothing visible: whitespace, zero-width and other format characters only. */
-export function isBlank(text: string): boolean {
-  return text.replace(/[\s\p{Cf}\p{Cc}]/gu, '') === '';
-}
-
 /**
  * Decides the runtime's events for a trigger.
  * - `Wake`: nothing while the Run must still record what it carries from earlier Runs
- *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then request the next model turn (`model.turn.requested`) when every tool call of the last
- *   turn has a receipt, the deadline has not passed and model requests remain; stop
- *   (`run.execution.finished`) when a limit is reached or the last turn settled the matter;
- *   propose tool calls (and open waits, request children) a crash left undecided; nothing while
- *   a turn is in flight, receipts are missing or the Run is parked on a wait or a child (a turn
- *   is never requested twice). Model requests carved for children count as used (K7).
+ *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then, once
+ *   every tool call of the last turn is resolved and before the deadline, the budget
+ *   rules of `./ledger.ts` decide (K7, K9): the next turn with its reservation (a retry of an
+ *   empty, cut or failed turn is a new, charged turn), the one-way move into finalization-only
+ *   when a research allowance is spent and the reserve remains, or the stop
+ *   (`run.execution.finished`); propose tool calls (and open waits, request children) a crash
+ *   left undecided; nothing while a turn is in flight, receipts are missing or the Run is parked
+ *   on a wait or a child (a turn is never requested twice). What was carved for children counts
+ *   as used (K7).
  * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
- *   or `model.turn.failed`), and stop when the turn ends execution (an answer, an empty or
- *   truncated reply: K9; a failure). A parking call (`ask_human`, `spawn_subagent`) becomes
+ *   or `model.turn.failed`), and stop when the turn ends execution (an answer; the finalization
+ *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401). An empty, cut or
+ *   incomplete reply, or a retryable failure, is only recorded: the next wake retries it within
+ *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
+ *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
  *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
  *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
@@ -70,7 +74,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   switch (trigger.type) {
     case 'Wake':
       // no model request before what the Run carries from earlier Runs is recorded (K2, K3: ./context.ts)
-      return awaitingContext(facts) ? [] : onWake(facts, trigger.model, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
+      return awaitingContext(facts) ? [] : onWake(facts, trigger, now);
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ParagraphsStreamed':
@@ -80,43 +84,32 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   }
 }
 
-function onWake(facts: RunFacts, model: string, waitTtlMs: number, now: Date): RunEvent[] {
+function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake' }>, now: Date): RunEvent[] {
+  const { model, maxTokensPerRequest, finalizationLeadMs } = trigger;
+  const waitTtlMs = trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS;
   if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
-  const ctx = contextFrom(facts.lastEvent!);
   const last = lastTurn(facts);
   if (last && !last.completed && !last.failed) return [];
-  if (last?.failed) return [finished(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
-  if (last?.completed) {
-    const done = last.completed;
-    if (proposableCalls(done).length === 0) return [stopAfter(facts, last, now)];
-    const missing = undecidedCalls(facts, last, waitTtlMs, now);
+  // an answer, the finalization turn's outcome or a failure no retry can fix ends the Run, even past the deadline
+  if (last && (isAnswer(last) || facts.finalization || (last.failed && !isRetryableFailure(last.failed.error))))
+    return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
+  const calls = last?.completed ? proposableCalls(last.completed, isFinalizationTurn(last)) : [];
+  if (calls.length > 0) {
+    const missing = undecidedCalls(facts, last!, waitTtlMs, now);
     if (missing.length > 0) return missing;
-    const asked = clarificationOf(planCalls(facts, last.turn, done.toolCalls, new Date(last.completedAt ?? now)));
-    if (asked) return [clarificationStop(facts, last.turn, asked.question, now)];
+    const asked = clarificationOf(planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now)));
+    if (asked) return [clarificationStop(facts, last!.turn, asked.question, now)];
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
   if (parkedOn(facts)) return []; // parked: only the wait's answer or the child's settlement continues it (K10)
-  if (last?.completed) {
-    const plans = planCalls(facts, last.turn, last.completed.toolCalls, new Date(last.completedAt ?? now));
-    if (last.completed.toolCalls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
+  if (calls.length > 0) {
+    const plans = planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now));
+    if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
-  const used = facts.turns.length + carvedForChildren(facts).modelRequests;
-  if (used >= limits.maxModelRequests) {
-    const carved = used - facts.turns.length;
-    return [
-      finished(
-        facts,
-        now,
-        'model-request-limit',
-        `${facts.turns.length} of ${limits.maxModelRequests} model requests used${carved ? ` (+${carved} carved for child Runs)` : ''}`,
-        null,
-      ),
-    ];
-  }
-  const turn = facts.turns.length + 1;
-  return [makeEvent('model.turn.requested', ctx, turn, { turn, model }, now)];
+  // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
+  return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
 }
 
 /** Proposals, waits and child requests of the completed turn `last` that are not recorded yet (a crash between appends). */
@@ -147,17 +140,19 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   const last = lastTurn(facts);
   if (!last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
+  const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
-    return [
-      makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now),
-      finished(facts, now, 'model-error', `turn ${turnNo}: ${result.error.message}`, null),
-    ];
+    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now)];
+    // a retryable failure is retried by the next wake, within the budget (K7); the finalization request is never retried
+    if (finalTurn || !isRetryableFailure(result.error))
+      events.push(finished(facts, now, 'model-error', `${finalTurn ? 'finalization ' : ''}turn ${turnNo}: ${result.error.message}`, null));
+    return events;
   }
   const completed = { turn: turnNo, ...result.turn };
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
-  if (proposableCalls(completed).length > 0) {
+  if (proposableCalls(completed, finalTurn).length > 0) {
     const plans = planCalls(facts, turnNo, completed.toolCalls, now);
     for (const c of completed.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
@@ -172,7 +167,9 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
     if (asked) events.push(clarificationStop(facts, turnNo, asked.question, now));
     return events;
   }
-  events.push(stopAfter(facts, { ...last, completed }, now));
+  const ended = { ...last, completed };
+  // an answer (or the finalization turn's outcome) stops here; an empty, cut or incomplete reply is retried by the next wake, within budget
+  if (isAnswer(ended) || finalTurn) events.push(...nextModelStep({ ...facts, turns: [...facts.turns.slice(0, -1), ended] }, last.request.model, now));
   return events;
 }
 
@@ -180,8 +177,8 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
  * The calls of a completed turn that may be proposed: none when the reply was cut by the length
  * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
  */
-function proposableCalls(done: NonNullable<TurnFacts['completed']>): NonNullable<TurnFacts['completed']>['toolCalls'] {
-  return done.finishReason === 'length' ? [] : done.toolCalls;
+function proposableCalls(done: NonNullable<TurnFacts['completed']>, finalization: boolean): NonNullable<TurnFacts['completed']>['toolCalls'] {
+  return done.finishReason === 'length' || finalization ? [] : done.toolCalls;
 }
 
 /** Records the streamed paragraphs of the turn in flight not yet recorded (never after a cancel, never for another turn). */
@@ -201,17 +198,6 @@ function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParag
         now,
       ),
     );
-}
-
-/** The stop that a completed turn without (proposable) tool calls means: an answer, or why it is not one (K9). */
-function stopAfter(facts: RunFacts, turn: TurnFacts, now: Date): RunEvent {
-  const done = turn.completed!;
-  if (done.finishReason === 'length') return finished(facts, now, 'truncated-output', `turn ${turn.turn} stopped at the length limit`, null);
-  if (done.finishReason !== 'stop') {
-    return finished(facts, now, 'incomplete-output', `turn ${turn.turn} ended with finish_reason=${done.finishReason}, not a finished answer`, null);
-  }
-  if (isBlank(done.content)) return finished(facts, now, 'empty-output', `turn ${turn.turn} returned no text`, null);
-  return finished(facts, now, 'answered', `answer in turn ${turn.turn}`, turn.turn);
 }
 
 function clarificationStop(facts: RunFacts, turn: number, question: string, now: Date): RunEvent {

@@ -1,12 +1,13 @@
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import type { StoredEvent } from '@runplane/contracts';
+import type { EventData, StoredEvent } from '@runplane/contracts';
 import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, renewalVerdict, ResultStore, type HeldLease } from '@runplane/eventlog';
 import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
+import { finalizationInstruction } from './ledger.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
 import { ParagraphRecorder } from './paragraphs.js';
@@ -23,6 +24,10 @@ export interface RuntimeSettings {
   waitTtlMs: number;
   /** Upper bound on one model request's messages, characters of JSON (`RUNPLANE_CONTEXT_MAX_CHARS`, K3); unbounded when absent. */
   contextMaxChars?: number;
+  /** The most `max_tokens` one model request asks for (`RUNPLANE_MODEL_MAX_TOKENS`), within the Run's budget (K7). */
+  maxTokensPerRequest?: number;
+  /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
+  finalizationLeadMs?: number;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -107,7 +112,13 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     }
     const epoch = lease.epoch;
     await this.carryContext(runId, epoch);
-    const wake = { type: 'Wake', model: this.model.model, waitTtlMs: this.settings.waitTtlMs } as const;
+    const wake = {
+      type: 'Wake',
+      model: this.model.model,
+      waitTtlMs: this.settings.waitTtlMs,
+      ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
+      ...(this.settings.finalizationLeadMs ? { finalizationLeadMs: this.settings.finalizationLeadMs } : {}),
+    } as const;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
       const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });
       if (
@@ -126,12 +137,13 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       }
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
       if (!requested || requested.event.type !== 'model.turn.requested') return;
-      const turn = requested.event.data.turn;
+      const request = requested.event.data;
+      const turn = request.turn;
       const abort = new AbortController();
       this.inFlight.set(runId, abort);
       let result: ModelTurnResult;
       try {
-        result = await this.requestTurn(facts, turn, epoch, abort.signal);
+        result = await this.requestTurn(facts, request, epoch, abort.signal);
       } finally {
         this.inFlight.delete(runId);
       }
@@ -274,10 +286,19 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * commits it at once; all recording is over before this returns, so the turn's own record never
    * races it.
    */
-  private async requestTurn(facts: RunFacts, turn: number, epoch: number, signal: AbortSignal): Promise<ModelTurnResult> {
+  private async requestTurn(
+    facts: RunFacts,
+    request: EventData<'model.turn.requested'>,
+    epoch: number,
+    signal: AbortSignal,
+  ): Promise<ModelTurnResult> {
     const runId = facts.runId;
+    const turn = request.turn;
+    const finalization = request.purpose === 'finalization';
     const messages = buildMessages(facts, await this.resolveResults(facts), this.settings.contextMaxChars);
-    const tools = toolDefinitions(facts.admitted!.grant.tools);
+    // the finalization request: no tools, told to answer the original question from what it has (K9)
+    if (finalization) messages.push(finalizationInstruction(facts));
+    const tools = finalization ? [] : toolDefinitions(facts.admitted!.grant.tools);
     const delta = liveDeltaSubject(this.log.space, runId);
     const paragraphs = new ParagraphRecorder(
       async (finished) => {
@@ -295,6 +316,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
           paragraphs.push(text);
         },
         signal,
+        {
+          ...(request.maxTokens ? { maxTokens: request.maxTokens } : {}),
+          deadlineAt: facts.admitted!.limits.deadlineAt,
+          noTools: finalization,
+        },
       );
     } finally {
       await paragraphs.close();

@@ -1,6 +1,8 @@
 export * from './decide.js';
 export * from './messages.js';
-export { classify } from './model-client.js';
+export { classify, ModelClient, ModelRateLimiter, retryAfterMs, type ModelClientOptions, type TurnOptions } from './model-client.js';
+export * from './ledger.js';
 export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
 export * from './paragraphs.js';
+export { planCalls, type CallPlan } from './parking.js';
 export * from './context.js';

@@ -3,6 +3,7 @@
  * The client's own retries are off (`maxRetries: 0`): one layer retries, and it is not this one
  * (K7). Errors are classified for the `model.turn.failed` fact.
  */
+import Bottleneck from 'bottleneck';
 import OpenAI from 'openai';
 import type { ModelTurnResult } from './decide.js';
 import { TurnAssembler } from './turn-assembly.js';
@@ -11,15 +12,96 @@ export interface ModelClientOptions {
   baseURL: string;
   apiKey: string;
   model: string;
-  /** Per request, milliseconds. */
+  /** Per request, milliseconds (further bounded by the time left to the Run's deadline). */
   timeoutMs: number;
+  /** Model requests in flight at once for this model, across all Runs of this process (K7). Default 8. */
+  maxConcurrent?: number;
+  /** Smallest gap between the starts of two requests to this model, ms (a request rate). Default 0. */
+  minIntervalMs?: number;
+}
+
+/** How long a 429 without `Retry-After` pauses the model's limiter, ms. */
+export const DEFAULT_RATE_LIMIT_PAUSE_MS = 1_000;
+
+/** Per-request options of {@link ModelClient.turn}. */
+export interface TurnOptions {
+  /** `max_tokens` to send: the ledger's reservation (K7). */
+  maxTokens?: number;
+  /** The Run's deadline: the request (and any wait for the limiter) never goes past it. */
+  deadlineAt?: string;
+  /** Offer no tools (the finalization request, K9). */
+  noTools?: boolean;
+}
+
+/**
+ * One limiter per model for every Run of this runtime process (K7): a provider's rate limit is
+ * shared, so concurrency and request rate are limited here (`bottleneck`), and a 429 (or 503) with
+ * `Retry-After` pauses every Run's next request to that model until then, not only the Run that
+ * got it. Never waits past a request's deadline: such a request is not sent (a `timeout` failure).
+ */
+export class ModelRateLimiter {
+  private readonly limiter: Bottleneck;
+  /** Epoch ms before which no request to this model starts (a provider's Retry-After). */
+  private pausedUntil = 0;
+
+  constructor(opts: { maxConcurrent?: number; minIntervalMs?: number } = {}) {
+    this.limiter = new Bottleneck({ maxConcurrent: opts.maxConcurrent ?? 8, minTime: opts.minIntervalMs ?? 0 });
+  }
+
+  /** Every request waits at least until `untilMs` (epoch ms) before it starts. */
+  pauseUntil(untilMs: number): void {
+    this.pausedUntil = Math.max(this.pausedUntil, untilMs);
+  }
+
+  /**
+   * Runs `job` under the limiter, after any pause. `deadlineMs` (epoch ms): when the pause or the
+   * queue would end after it, `job` is not run and `onLate` answers instead.
+   */
+  schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
+    return this.limiter.schedule(async () => {
+      for (;;) {
+        const wait = this.pausedUntil - Date.now();
+        if (wait <= 0) break;
+        if (Date.now() + wait >= deadlineMs) return onLate(wait);
+        await sleep(wait, signal);
+        if (signal?.aborted) return onLate(0);
+      }
+      if (Date.now() >= deadlineMs) return onLate(0);
+      return job();
+    });
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
+}
+
+/**
+ * A `Retry-After` header as milliseconds: delta-seconds or an HTTP date (RFC 9110), or undefined
+ * when absent or unreadable. `retry-after-ms` (OpenAI's own header) wins when present.
+ */
+export function retryAfterMs(headers: Headers | Record<string, string | null | undefined> | undefined, now = Date.now()): number | undefined {
+  if (!headers) return undefined;
+  const get = (k: string) => (headers instanceof Headers ? headers.get(k) : (headers[k] ?? undefined)) ?? undefined;
+  const ms = get('retry-after-ms');
+  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms.trim())) return Math.ceil(Number(ms));
+  const v = get('retry-after')?.trim();
+  if (!v) return undefined;
+  if (/^\d+(\.\d+)?$/.test(v)) return Math.ceil(Number(v) * 1000);
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
 export class ModelClient {
   private readonly client: OpenAI;
+  private readonly limiter: ModelRateLimiter;
 
   constructor(private readonly opts: ModelClientOptions) {
     this.client = new OpenAI({ baseURL: opts.baseURL, apiKey: opts.apiKey, maxRetries: 0, timeout: opts.timeoutMs });
+    this.limiter = new ModelRateLimiter(opts);
   }
 
   get model(): string {
@@ -28,9 +110,11 @@ export class ModelClient {
 
   /**
    * One streamed chat completion, assembled by {@link TurnAssembler} into exactly the calls the
-   * model made. Content deltas are passed to `onDelta` as they arrive (for live observers; they
-   * are not facts). Never throws for model-side failures: returns them (a malformed stream is an
-   * `invalid-response` failure).
+   * model made, under the shared per-model limiter. Content deltas are passed to `onDelta` as
+   * they arrive (for live observers; they are not facts). The request's timeout is the smaller of
+   * the model timeout and the time left to `deadlineAt` (a model step never waits past the
+   * deadline, K7). Never throws for model-side failures: returns them (a malformed stream is an
+   * `invalid-response` failure; a 429/503 carries `retryAfterMs` and pauses the limiter).
    */
   async turn(
     turnNo: number,
@@ -38,17 +122,46 @@ export class ModelClient {
     tools: OpenAI.Chat.Completions.ChatCompletionTool[],
     onDelta: (text: string) => void,
     signal?: AbortSignal,
+    options: TurnOptions = {},
   ): Promise<ModelTurnResult> {
+    const deadlineMs = options.deadlineAt ? Date.parse(options.deadlineAt) : Number.POSITIVE_INFINITY;
+    const late = (waitMs: number): ModelTurnResult => ({
+      ok: false,
+      error: {
+        kind: 'timeout',
+        status: null,
+        message: waitMs > 0 ? `not sent: the rate-limit pause (${waitMs} ms) ends after the Run's deadline` : "not sent: the Run's deadline passed",
+      },
+    });
+    return this.limiter.schedule(
+      () => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs),
+      deadlineMs,
+      late,
+      signal,
+    );
+  }
+
+  private async request(
+    turnNo: number,
+    messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
+    tools: OpenAI.Chat.Completions.ChatCompletionTool[],
+    onDelta: (text: string) => void,
+    signal: AbortSignal | undefined,
+    options: TurnOptions,
+    deadlineMs: number,
+  ): Promise<ModelTurnResult> {
+    const timeout = Math.max(1, Math.min(this.opts.timeoutMs, deadlineMs - Date.now()));
     try {
       const stream = await this.client.chat.completions.create(
         {
           model: this.opts.model,
           messages,
           ...(tools.length > 0 ? { tools } : {}),
+          ...(options.maxTokens ? { max_tokens: options.maxTokens } : {}),
           stream: true,
           stream_options: { include_usage: true },
         },
-        signal ? { signal } : undefined,
+        { timeout, ...(signal ? { signal } : {}) },
       );
       const assembler = new TurnAssembler();
       for await (const chunk of stream) {
@@ -57,7 +170,11 @@ export class ModelClient {
       }
       return assembler.result(turnNo);
     } catch (e) {
-      return { ok: false, error: classify(e) };
+      const error = classify(e);
+      // a rate limit slows every Run of this model: until Retry-After, or a second when the provider did not say
+      if (error.retryAfterMs !== undefined) this.limiter.pauseUntil(Date.now() + error.retryAfterMs);
+      else if (error.status === 429) this.limiter.pauseUntil(Date.now() + DEFAULT_RATE_LIMIT_PAUSE_MS);
+      return { ok: false, error };
     }
   }
 }
@@ -66,6 +183,11 @@ export class ModelClient {
 export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['error'] {
   if (e instanceof OpenAI.APIConnectionTimeoutError) return { kind: 'timeout', status: null, message: e.message };
   if (e instanceof OpenAI.APIConnectionError) return { kind: 'connection', status: null, message: e.message };
-  if (e instanceof OpenAI.APIError) return { kind: 'http', status: typeof e.status === 'number' ? e.status : null, message: e.message };
+  if (e instanceof OpenAI.APIError) {
+    const status = typeof e.status === 'number' ? e.status : null;
+    const headers = e.headers as Headers | undefined;
+    const wait = status === 429 || status === 503 ? retryAfterMs(headers) : undefined;
+    return { kind: 'http', status, message: e.message, ...(wait !== undefined ? { retryAfterMs: wait } : {}) };
+  }
   return { kind: 'invalid-response', status: null, message: e instanceof Error ? e.message : String(e) };
 }

@@ -23,7 +23,7 @@ import {
   type RunGrant,
   type RunLimits,
 } from '@runplane/contracts';
-import type { RunFacts } from '@runplane/run-facts';
+import { budgetOf, type RunFacts } from '@runplane/run-facts';
 
 /** How one tool call of a completed turn is handled. */
 export type CallPlan =
@@ -49,10 +49,13 @@ const MIN_CHILD_MS = 1_000;
  * - only the first parking call of a turn that can park parks (the Run waits on one thing at a
  *   time); every later one is `denied` (`one_park_per_turn`);
  * - a child gets at most half of what the parent has left after this turn (K7): model requests
- *   `floor((max - turnNo - carved before) / 2)` (at least 1, else `denied`
+ *   `floor((max - reserve - turnNo - carved before) / 2)` (at least 1, else `denied`
  *   `no_budget_for_child`: the parent keeps at least one request to use the result), tool calls
  *   `floor((max - ordinary calls proposed so far - carved before) / 2)`, deadline halfway from
- *   the turn to the parent's deadline; its grant is the parent's without the parking tools (a
+ *   the turn to the parent's deadline; input and output tokens half of what research has left
+ *   (the parent's reserve excluded; usage of the turns before this one); a child with 2 or more
+ *   model requests keeps a reserve of 1 request (and at most half its output tokens) out of its
+ *   own share; its grant is the parent's without the parking tools (a
  *   child neither asks the human nor spawns children of its own);
  * - a granted `ask_clarification` with a valid question (the first of its turn) ends the Run
  *   (K2): every other call of that turn is `denied` (`clarification_ends_run`), nothing of it is
@@ -148,16 +151,36 @@ function carveChild(
   for (const t of facts.turns) {
     if (t.turn < turnNo) ordinaryCalls += (t.completed?.toolCalls ?? []).filter((c) => !isParkingTool(c.name)).length;
   }
-  const leftModel = limits.maxModelRequests - turnNo - carvedModel;
+  // the parent's final-output reserve is never carved (K7, K9): the child gets a share of research's allowance only
+  const parentReserve = limits.finalOutputReserve;
+  const leftModel = limits.maxModelRequests - (parentReserve?.modelRequests ?? 0) - turnNo - carvedModel;
   const childModel = Math.floor(leftModel / 2);
   if (childModel < 1) return { error: `${Math.max(0, leftModel)} model request(s) left: too few to carve a child's grant and still use its result` };
   const childTools = Math.floor(Math.max(0, limits.maxToolCalls - ordinaryCalls - carvedTools) / 2);
   const leftMs = Date.parse(limits.deadlineAt) - completedAt.getTime();
   const childMs = Math.floor(leftMs / 2);
   if (childMs < MIN_CHILD_MS) return { error: `${Math.max(0, leftMs)} ms left before the deadline: too little for a child` };
+  const childLimits: RunLimits = {
+    maxModelRequests: childModel,
+    maxToolCalls: childTools,
+    deadlineAt: new Date(completedAt.getTime() + childMs).toISOString(),
+  };
+  // tokens: half of what research has left, from the turns and children before this turn (the same whether or not this turn is folded yet)
+  const before = budgetOf({
+    ...facts,
+    turns: facts.turns.filter((t) => t.turn < turnNo),
+    children: new Map([...facts.children].filter(([, c]) => c.turn < turnNo)),
+  });
+  if (before.inputTokens.researchLeft !== null) childLimits.maxInputTokens = Math.max(1, Math.floor(before.inputTokens.researchLeft / 2));
+  if (before.outputTokens.researchLeft !== null) childLimits.maxOutputTokens = Math.max(1, Math.floor(before.outputTokens.researchLeft / 2));
+  // the child keeps a reserve of its own, out of its share (never added to it), when its share can hold one besides research
+  if (parentReserve && parentReserve.modelRequests > 0 && childModel >= 2) {
+    const outputTokens = Math.min(parentReserve.outputTokens, Math.floor((childLimits.maxOutputTokens ?? 0) / 2));
+    childLimits.finalOutputReserve = { modelRequests: 1, outputTokens };
+  }
   return {
     grant: { model: grant.model, tools: grant.tools.filter((t) => !(ParkingToolNames as string[]).includes(t)) },
-    limits: { maxModelRequests: childModel, maxToolCalls: childTools, deadlineAt: new Date(completedAt.getTime() + childMs).toISOString() },
+    limits: childLimits,
   };
 }
 

@@ -20,16 +20,20 @@ import { ModelClient } from './model-client.js';
           apiKey: cfg.OPENAI_API_KEY,
           model: cfg.RUNPLANE_MODEL,
           timeoutMs: cfg.RUNPLANE_MODEL_TIMEOUT_MS,
+          maxConcurrent: cfg.RUNPLANE_MODEL_MAX_CONCURRENT,
+          minIntervalMs: cfg.RUNPLANE_MODEL_MIN_INTERVAL_MS,
         }),
     },
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
-      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig)],
-      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig): RuntimeSettings => ({
+      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig), configToken(ModelConfig)],
+      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig, model: ModelConfig): RuntimeSettings => ({
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
         contextMaxChars: context.RUNPLANE_CONTEXT_MAX_CHARS,
+        maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
+        finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
       }),
     },
   ],

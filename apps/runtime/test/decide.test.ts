@@ -86,20 +86,30 @@ describe('runtime decide, Wake: the next step comes from the folded log alone', 
       'incomplete-output',
     ],
     ['a reply of zero-width characters only', { content: '\u200B\u200D \uFEFF' }, 'empty-output'],
-  ])('given %s, then it finishes without an answer (K9)', (_n, r, reason) => {
+  ])('given %s, then it is not an answer: a new turn retries it, and when the budget is spent it finishes without one (K7, K9)', (_n, r, reason) => {
     runtime
       .given(new History().admitted().turn(1, r))
       .when(wake)
-      .then([finished(reason)]);
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm', retryOf: 1 } }]);
+    runtime
+      .given(new History().admitted({ maxModelRequests: 1 }).turn(1, r))
+      .when(wake)
+      .then([finished('model-request-limit')]);
+    expect(reason).toBeTruthy();
   });
 
-  it('given a failed turn, then it finishes with model-error (no silent retry)', () => {
-    const h = new History()
-      .admitted()
-      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
-      .add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } });
+  it('given a failed turn (HTTP 500), then a new turn retries it (charged: it is a turn of its own); a 400 is not retried (model-error)', () => {
+    const failed = (status: number) =>
+      new History()
+        .admitted()
+        .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+        .add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status, message: 'boom' } });
     runtime
-      .given(h)
+      .given(failed(500))
+      .when(wake)
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm', retryOf: 1 } }]);
+    runtime
+      .given(failed(400))
       .when(wake)
       .then([finished('model-error')]);
   });
@@ -176,21 +186,25 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
     expect(events.every((e) => e.owner === 'runtime')).toBe(true);
   });
 
-  it('given turn 1 in flight, when the request failed, then the failure is recorded and execution stops with model-error', () => {
+  it('given turn 1 in flight, when the request timed out, then the failure is recorded and nothing stops (the next wake retries within budget)', () => {
     runtime
       .given(inFlight())
       .when(ended(1, { ok: false, error: { kind: 'timeout', status: null, message: 'timed out' } }))
-      .then([
-        { type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } },
-        finished('model-error'),
-      ]);
+      .then([{ type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } }]);
+  });
+
+  it('given turn 1 in flight, when the request is refused with 401, then the failure is recorded and execution stops with model-error (no retry can fix it)', () => {
+    runtime
+      .given(inFlight())
+      .when(ended(1, { ok: false, error: { kind: 'http', status: 401, message: 'bad key' } }))
+      .then([{ type: 'model.turn.failed', data: { turn: 1, error: { kind: 'http', status: 401, message: 'bad key' } } }, finished('model-error')]);
   });
 
   it('given turn 1 in flight, when it ends cut at the length limit, then it is recorded and never taken as an answer (K9)', () => {
     runtime
       .given(inFlight())
       .when(ended(1, reply('Half', { finishReason: 'length' })))
-      .then([{ type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) }, finished('truncated-output')]);
+      .then([{ type: 'model.turn.completed', data: expect.objectContaining({ finishReason: 'length' }) }]);
   });
 
   it('given turn 1 in flight, when it ends cut at the length limit with tool calls, then none is proposed, even one that looks complete (K5, K9)', () => {
@@ -198,17 +212,14 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
     runtime
       .given(inFlight())
       .when(ended(1, reply('', { toolCalls: calls, finishReason: 'length' })))
-      .then([
-        { type: 'model.turn.completed', data: expect.objectContaining({ toolCalls: calls, finishReason: 'length' }) },
-        finished('truncated-output'),
-      ]);
+      .then([{ type: 'model.turn.completed', data: expect.objectContaining({ toolCalls: calls, finishReason: 'length' }) }]);
   });
 
-  it('given a length-cut turn with tool calls recorded and no proposal, when woken, then its calls are not proposed: execution stops', () => {
+  it('given a length-cut turn with tool calls recorded and no proposal, when woken, then its calls are not proposed: the turn is retried', () => {
     runtime
       .given(new History().admitted().turn(1, { content: '', calls: [{ id: 't1-0-a', name: 'list_funds' }], finishReason: 'length' }))
       .when(wake)
-      .then([finished('truncated-output')]);
+      .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm', retryOf: 1 } }]);
   });
 
   it('given turn 1 already completed, when its end is reported again, then nothing (recorded once)', () => {

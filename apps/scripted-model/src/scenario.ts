@@ -14,7 +14,10 @@
  * ```
  * Step i answers the i-th well-formed chat request (a request rejected with 400 takes no step).
  * After the steps run out, `then` decides: `research-policy` (default) answers with the offline
- * research policy, `error` answers 500 `scenario_exhausted`.
+ * research policy, `error` answers 500 `scenario_exhausted`, `repeat-last` repeats the last step
+ * forever. An error step may carry `retryAfter` (sent as the `Retry-After` header: a rate limit
+ * `{ "error": { "status": 429, "message": "slow down", "retryAfter": 1 } }`); an empty reply is
+ * `{ "reply": { "content": "" } }`.
  */
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
@@ -68,6 +71,8 @@ export const ScenarioError = z
     status: z.number().int().min(400).max(599),
     message: z.string(),
     type: z.string().min(1).optional(),
+    /** A `Retry-After` header to send with it (a rate limit, 429, or 503): delta-seconds or an HTTP date, verbatim. */
+    retryAfter: z.union([z.number().int().min(0), z.string().min(1)]).optional(),
   })
   .strict();
 
@@ -113,7 +118,8 @@ export const ScenarioStep = z
 export const Scenario = z
   .object({
     steps: z.array(ScenarioStep),
-    then: z.enum(['research-policy', 'error']).default('research-policy'),
+    /** After the steps: the research policy, a 500 `scenario_exhausted`, or the last step again, forever (`repeat-last`: e.g. a 429 that never ends). */
+    then: z.enum(['research-policy', 'error', 'repeat-last']).default('research-policy'),
   })
   .strict();
 export type Scenario = z.output<typeof Scenario>;
@@ -159,7 +165,7 @@ export async function loadScenarioFile(path: string): Promise<Scenario> {
 /** What the server does for one chat request. */
 export type StepAction =
   | { kind: 'reply'; reply: Reply; delayMs: number; chunkDelayMs: number; paragraphDelayMs: number }
-  | { kind: 'error'; status: number; message: string; type?: string; delayMs: number }
+  | { kind: 'error'; status: number; message: string; type?: string; retryAfter?: number | string; delayMs: number }
   | { kind: 'hang'; delayMs: number }
   | { kind: 'raw'; chunks: RawChunk[]; delayMs: number; chunkDelayMs: number }
   | { kind: 'policy' };
@@ -169,7 +175,7 @@ export type StepAction =
  * steps run out `policy` (then = research-policy) or a 500 `scenario_exhausted` error (then = error).
  */
 export function actionFor(scenario: Scenario, index: number): StepAction {
-  const step = scenario.steps[index];
+  const step = scenario.steps[index] ?? (scenario.then === 'repeat-last' ? scenario.steps[scenario.steps.length - 1] : undefined);
   if (step === undefined) {
     return scenario.then === 'error'
       ? {

@@ -48,6 +48,8 @@ export interface ScriptedModelStats {
   bodies: unknown[];
   /** Chat requests that were given a step (well-formed ones). */
   chatRequests: number;
+  /** When each well-formed chat request arrived (epoch ms) and the scenario key it matched, in arrival order. */
+  arrivals: { at: number; key: string | null }[];
   /** Chat requests refused for unpaired tool messages (a call without its result, a result without its call), as the real API does. */
   rejected: number;
   /** Chat requests answered from each keyed scenario's counter, by key (steps taken, policy after them included). */
@@ -89,15 +91,15 @@ class HttpError extends Error {
   }
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
   res.end(text);
 }
 
-function sendError(res: ServerResponse, status: number, message: string, type = errorTypeFor(status)): void {
-  sendJson(res, status, errorBody(message, type));
+function sendError(res: ServerResponse, status: number, message: string, type = errorTypeFor(status), headers: Record<string, string> = {}): void {
+  sendJson(res, status, errorBody(message, type), headers);
 }
 
 async function readBody(req: IncomingMessage, limit: number): Promise<string> {
@@ -182,7 +184,7 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
 
   let stats: ScriptedModelStats;
   const resetStats = () => {
-    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, rejected: 0, perKey: {}, aborted: 0, open: 0 };
+    stats = { total: 0, perPath: {}, bodies: [], chatRequests: 0, arrivals: [], rejected: 0, perKey: {}, aborted: 0, open: 0 };
   };
   resetStats();
   let stepIndex = 0;
@@ -255,7 +257,9 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     }
     stats.chatRequests++;
     const sequence = stats.chatRequests;
-    const action = nextAction(requestKey(keyed.keys(), request, req.headers[SCENARIO_KEY_HEADER]));
+    const key = requestKey(keyed.keys(), request, req.headers[SCENARIO_KEY_HEADER]);
+    stats.arrivals.push({ at: Date.now(), key: key ?? null });
+    const action = nextAction(key);
 
     if (action.kind !== 'policy' && !(await wait(action.delayMs, signal))) return;
     switch (action.kind) {
@@ -267,7 +271,13 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
         });
         return;
       case 'error':
-        sendError(res, action.status, action.message, action.type ?? errorTypeFor(action.status));
+        sendError(
+          res,
+          action.status,
+          action.message,
+          action.type ?? errorTypeFor(action.status),
+          action.retryAfter !== undefined ? { 'retry-after': String(action.retryAfter) } : {},
+        );
         return;
       case 'reply':
         await answer(res, request, action.reply, { chunkDelayMs: action.chunkDelayMs, paragraphDelayMs: action.paragraphDelayMs }, signal, sequence);

@@ -184,6 +184,18 @@ describe('scripted model over HTTP through the openai client', () => {
     expect(error.type).toBe('rate_limit_exceeded');
   });
 
+  it('sends a scripted Retry-After with an error, repeats the last step forever with then: repeat-last, and records arrival times', async () => {
+    const { client, model: m } = await start({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 2 } }], then: 'repeat-last' });
+    for (let i = 0; i < 3; i++) {
+      const error = (await client.chat.completions.create({ model: 'm', messages: user }).catch((e: unknown) => e)) as APIError;
+      expect(error.status).toBe(429);
+      expect(error.headers?.get('retry-after')).toBe('2');
+    }
+    const arrivals = m.stats().arrivals;
+    expect(arrivals).toHaveLength(3);
+    expect(arrivals.every((a, i) => a.key === null && (i === 0 || a.at >= arrivals[i - 1]!.at))).toBe(true);
+  });
+
   it('waits delayMs before answering', async () => {
     const { client } = await start({ steps: [{ reply: { content: 'late' }, delayMs: 300 }] });
     const t0 = Date.now();

@@ -11,7 +11,8 @@
  *     from its continuation parent (`context.carried`) -> `denied`
  *     (`unknown_effect_needs_reconciliation`), never dispatched (K3, K5);
  *   - arguments that are not JSON -> `failed` receipt (`bad_arguments`), never dispatched;
- *   - over the Run's tool-call limit -> `denied` receipt (first cut of K7);
+ *   - past the Run's deadline -> `denied` receipt (`deadline`, K7);
+ *   - over the Run's tool-call limit -> `denied` receipt (K7);
  *   - otherwise -> `tool.call.dispatched`: the adapter executes exactly the calls whose dispatch
  *     it appended itself.
  * - `ToolExecuted`: the executed call's receipt, once: `succeeded` with the result inline (up to
@@ -157,6 +158,15 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
     } else if (!argumentsAreJson(call.argumentsText)) {
       events.push(
         receipt({ ...base, status: 'failed', error: { code: 'bad_arguments', message: 'the arguments are not JSON; the call was not executed' } }),
+      );
+    } else if (now.getTime() >= Date.parse(limits.deadlineAt)) {
+      // past the deadline nothing more is started (K7)
+      events.push(
+        receipt({
+          ...base,
+          status: 'denied',
+          error: { code: 'deadline', message: `the Run's deadline ${limits.deadlineAt} has passed; the call was not executed` },
+        }),
       );
     } else if (dispatched >= limits.maxToolCalls) {
       events.push(

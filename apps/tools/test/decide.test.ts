@@ -137,6 +137,22 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
       ]);
   });
 
+  it('given the deadline passed, then a proposed call is denied, never dispatched (K7: nothing starts past it)', () => {
+    const h = new History()
+      .admitted({ deadlineAt: '2020-01-01T00:00:00.000Z' })
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds');
+    tools
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({ toolCallId: 'a', status: 'denied', error: expect.objectContaining({ code: 'deadline' }) }),
+        },
+      ]);
+  });
+
   it('given a settled Run, then nothing is dispatched', () => {
     const h = proposedA().add('run.settled', 'settlement', {
       outcome: 'failed',

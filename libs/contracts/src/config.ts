@@ -50,6 +50,18 @@ export const ModelConfig = z.object({
   RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
   /** Per model request, milliseconds. */
   RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
+  /** The most `max_tokens` one model request asks for (what the model accepts in one reply), within the Run's output budget (K7). */
+  RUNPLANE_MODEL_MAX_TOKENS: envInt(16_384, 1),
+  /**
+   * Seconds before a Run's deadline from which research stops and, when the Run has material and
+   * a final-output reserve, the one finalization request answers from it (K9); at most a quarter of
+   * the Run's whole time. 0: off.
+   */
+  RUNPLANE_FINALIZATION_LEAD_SECONDS: envInt(60, 0, 366 * 24 * 3600),
+  /** Model requests in flight at once per model, for all Runs of one runtime process (K7). */
+  RUNPLANE_MODEL_MAX_CONCURRENT: envInt(8, 1, 10_000),
+  /** Smallest gap between the starts of two model requests per runtime process, ms (0: no rate limit). */
+  RUNPLANE_MODEL_MIN_INTERVAL_MS: envInt(0, 0, MAX_TIMER_MS),
 });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 

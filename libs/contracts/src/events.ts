@@ -116,6 +116,18 @@ export const ModelTurnRequestedV1 = z.object({
   /** 1-based model turn number within the Run. */
   turn: z.number().int().positive(),
   model: z.string(),
+  /**
+   * The ledger's reservation for this request (K7): `max_tokens` sent with it (what remains of the
+   * research output allowance, or the reserve for the finalization request). Absent: the Run has
+   * no output token limit.
+   */
+  maxTokens: z.number().int().positive().optional(),
+  /** Estimated prompt tokens of this request (characters / 4 of what it sends), reserved before it is made (K7). */
+  inputTokensEstimate: z.number().int().nonnegative().optional(),
+  /** `finalization`: the one last request from existing material, without tools (K9). Absent: research. */
+  purpose: z.literal('finalization').optional(),
+  /** The earlier turn this request retries (an empty, cut or failed reply), charged as a turn of its own (K7). */
+  retryOf: z.number().int().positive().optional(),
 });
 export const ProposedToolCall = z.object({
   toolCallId: Id,
@@ -138,6 +150,8 @@ export const ModelTurnFailedV1 = z.object({
     kind: z.enum(['http', 'timeout', 'connection', 'invalid-response']),
     status: z.number().int().nullable(),
     message: z.string(),
+    /** The provider's `Retry-After` (a 429 or 503), ms: the shared per-model limiter pauses that long (K7). */
+    retryAfterMs: z.number().int().nonnegative().optional(),
   }),
 });
 export const ToolCallProposedV1 = ProposedToolCall.extend({ turn: z.number().int().positive() });
@@ -165,6 +179,10 @@ export const ExecutionStopReason = z.enum([
   'model-request-limit',
   'tool-call-limit',
   'deadline',
+  /** The Run's input or output token allowance for research is spent (K7). */
+  'token-limit',
+  /** Several turns in a row produced neither text nor a valid tool call: no answer was produced (K9). */
+  'no-progress',
   /** The model asked the user a clarification question (`ask_clarification`, K2): the question is the answer. */
   'clarification-requested',
   /** The context a continuation needs could not be built honestly (the parent's request does not match its hash, K3). */
@@ -179,6 +197,25 @@ export const ExecutionFinishedV1 = z.object({
    * clarification (reason `clarification-requested`), else null.
    */
   answerTurn: z.number().int().positive().nullable(),
+  /**
+   * For an answer written in finalization-only (K9): what research left unfinished. Publication adds
+   * it to the answer's unanswered list, so the Run settles `partial` even when the model omits it.
+   */
+  unfinished: z.array(UnansweredPart).optional(),
+});
+
+/**
+ * runtime: ordinary research can no longer continue (a research allowance is spent) but the
+ * final-output reserve remains, so the Run moves ONE WAY into finalization-only (K7, K9): exactly
+ * one more model request, without tools, answering the original question from existing material
+ * and disclosing `unfinished`. Nothing after it returns to research.
+ */
+export const FinalizationStartedV1 = z.object({
+  /** The research limit that was reached (`deadline`: too little time is left for more research, `RUNPLANE_FINALIZATION_LEAD_SECONDS`). */
+  reason: z.enum(['model-request-limit', 'token-limit', 'deadline']),
+  detail: z.string(),
+  /** What research did not finish; listed as unanswered on the finalization answer. */
+  unfinished: z.array(UnansweredPart).min(1),
 });
 
 /**
@@ -472,6 +509,7 @@ export const EventCatalog = {
   'tool.call.proposed': { owner: 'runtime', version: 1, data: ToolCallProposedV1 },
   'model.output.paragraph': { owner: 'runtime', version: 1, data: ModelOutputParagraphV1 },
   'run.execution.finished': { owner: 'runtime', version: 1, data: ExecutionFinishedV1 },
+  'run.finalization.started': { owner: 'runtime', version: 1, data: FinalizationStartedV1 },
   'tool.call.dispatched': { owner: 'tools', version: 1, data: ToolCallDispatchedV1 },
   'tool.call.receipt': { owner: 'tools', version: 1, data: ToolCallReceiptV1 },
   'passage.committed': { owner: 'publication', version: 1, data: PassageCommittedV1 },

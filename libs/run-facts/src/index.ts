@@ -8,6 +8,8 @@ import { subjectTokenOf, type EventData, type Owner, type RunEvent, type StoredE
 export interface TurnFacts {
   turn: number;
   requestedAt: string;
+  /** The request as recorded: its reservation (`maxTokens`, `inputTokensEstimate`), `purpose`, `retryOf` (K7). */
+  request: EventData<'model.turn.requested'>;
   completed: EventData<'model.turn.completed'> | null;
   /** When the turn's completion was recorded (the decision clock of `model.turn.completed`), or null. */
   completedAt: string | null;
@@ -64,6 +66,8 @@ export interface RunFacts {
   turns: TurnFacts[];
   toolCalls: Map<string, ToolCallFacts>;
   finished: EventData<'run.execution.finished'> | null;
+  /** The one-way move into finalization-only (K7, K9), or null while the Run researches. */
+  finalization: (EventData<'run.finalization.started'> & { at: string }) | null;
   passages: Map<string, EventData<'passage.committed'>>;
   answer: EventData<'answer.published'> | null;
   settled: (EventData<'run.settled'> & { at: string }) | null;
@@ -114,6 +118,7 @@ export function emptyFacts(runId: string): RunFacts {
     turns: [],
     toolCalls: new Map(),
     finished: null,
+    finalization: null,
     passages: new Map(),
     answer: null,
     settled: null,
@@ -156,7 +161,15 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
       break;
     case 'model.turn.requested':
-      next.turns.push({ turn: e.data.turn, requestedAt: e.occurredAt, completed: null, completedAt: null, failed: null, paragraphs: [] });
+      next.turns.push({
+        turn: e.data.turn,
+        requestedAt: e.occurredAt,
+        request: e.data,
+        completed: null,
+        completedAt: null,
+        failed: null,
+        paragraphs: [],
+      });
       break;
     case 'model.output.paragraph': {
       const t = next.turns.find((x) => x.turn === e.data.turn);
@@ -199,6 +212,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
     }
     case 'run.execution.finished':
       next.finished = e.data;
+      break;
+    case 'run.finalization.started':
+      next.finalization ??= { ...e.data, at: e.occurredAt };
       break;
     case 'passage.committed': {
       const before = next.passages.get(e.data.passageId);
@@ -431,14 +447,130 @@ export function parkedOn(facts: RunFacts): 'awaiting_human' | 'awaiting_child' |
  * What the Run's children were carved from its limits (K7): the sum of their model requests and
  * tool calls. The parent is charged with the whole carve, whatever the child uses: nothing comes back.
  */
-export function carvedForChildren(facts: RunFacts): { modelRequests: number; toolCalls: number } {
+export function carvedForChildren(facts: RunFacts): { modelRequests: number; toolCalls: number; inputTokens: number; outputTokens: number } {
   let modelRequests = 0;
   let toolCalls = 0;
+  let inputTokens = 0;
+  let outputTokens = 0;
   for (const c of facts.children.values()) {
     modelRequests += c.limits.maxModelRequests;
     toolCalls += c.limits.maxToolCalls;
+    inputTokens += c.limits.maxInputTokens ?? 0;
+    outputTokens += c.limits.maxOutputTokens ?? 0;
   }
-  return { modelRequests, toolCalls };
+  return { modelRequests, toolCalls, inputTokens, outputTokens };
+}
+
+/** Characters per token of the ledger's estimates (K7): a flagged estimate, never a measurement. */
+export const CHARS_PER_TOKEN = 4;
+
+/** Fixed prompt overhead of a request (system prompt and tool definitions), tokens, in the estimates. */
+export const PROMPT_OVERHEAD_TOKENS = 600;
+
+/**
+ * Estimated prompt tokens of the Run's next model request, from its facts alone (so the decider
+ * can reserve it, K7): characters / {@link CHARS_PER_TOKEN} of the question, every completed
+ * turn's text and call arguments, and every receipt (inline results as JSON; a stored result by
+ * its recorded size), plus {@link PROMPT_OVERHEAD_TOKENS}.
+ */
+export function estimateInputTokens(facts: RunFacts): number {
+  let chars = facts.admitted?.message.content.length ?? 0;
+  for (const t of facts.turns) {
+    const done = t.completed;
+    if (!done) continue;
+    chars += done.content.length;
+    for (const c of done.toolCalls) chars += c.name.length + c.argumentsText.length + 40;
+  }
+  for (const c of facts.toolCalls.values()) {
+    const r = c.receipt;
+    if (!r) continue;
+    chars += r.resultRef ? r.resultRef.bytes : JSON.stringify(r.result ?? r.error ?? null).length + 40;
+  }
+  return PROMPT_OVERHEAD_TOKENS + Math.ceil(chars / CHARS_PER_TOKEN);
+}
+
+/** A ledger line: what a limit allows, what was used, what is left (K7). Token lines split measured from estimated use. */
+export interface LedgerLine {
+  /** The limit, or null when the Run has none for this line. */
+  limit: number | null;
+  /** Used by this Run's own requests or calls (measured plus estimated, for tokens). */
+  used: number;
+  /** Carved out for child Runs (charged in full, whatever the child uses). */
+  carved: number;
+  /** Kept for the finalization request; research cannot spend it. */
+  reserve: number;
+  /** What research may still spend: `limit - reserve - used - carved` (>= 0), or null without a limit. */
+  researchLeft: number | null;
+  /** What is left including the reserve: `limit - used - carved` (>= 0), or null without a limit. */
+  left: number | null;
+}
+
+/** The Run's budget ledger (see {@link budgetOf}). */
+export interface Ledger {
+  modelRequests: LedgerLine;
+  toolCalls: LedgerLine;
+  inputTokens: LedgerLine & { measured: number; estimated: number };
+  outputTokens: LedgerLine & { measured: number; estimated: number };
+  /** Requests whose token usage the model did not report: their tokens are in `estimated`, flagged (K7, K9). */
+  unknownUsageTurns: number;
+  /** True once the Run moved into finalization-only (then only the reserve may be spent). */
+  finalizing: boolean;
+}
+
+/**
+ * The Run's one budget ledger (K7), a pure fold of its facts: model requests (every requested
+ * turn counts, retries included), tool calls (dispatched: the tools deny the rest), input and output tokens,
+ * the final-output reserve and what was carved for children. Tokens are MEASURED where the model
+ * reported usage; a turn without usage (no usage chunk, failed, cut, never ended) is charged an
+ * ESTIMATE, flagged in `estimated` and `unknownUsageTurns`, never 0 measured: its reservation
+ * (`inputTokensEstimate`, and `maxTokens` when it may have generated: a timeout, a connection
+ * loss, a process that died) or, for a reply received without usage, its text's length / 4. An
+ * HTTP error reply is charged its input estimate only (the provider generated nothing).
+ */
+export function budgetOf(facts: RunFacts): Ledger {
+  const limits = facts.admitted?.limits;
+  const carved = carvedForChildren(facts);
+  let inMeasured = 0;
+  let inEstimated = 0;
+  let outMeasured = 0;
+  let outEstimated = 0;
+  let unknownUsageTurns = 0;
+  for (const t of facts.turns) {
+    const u = t.completed?.usage;
+    if (u) {
+      inMeasured += u.promptTokens;
+      outMeasured += u.completionTokens;
+      continue;
+    }
+    unknownUsageTurns += 1;
+    inEstimated += t.request.inputTokensEstimate ?? 0;
+    if (t.completed) {
+      const chars = t.completed.content.length + t.completed.toolCalls.reduce((n, c) => n + c.name.length + c.argumentsText.length, 0);
+      outEstimated += Math.ceil(chars / CHARS_PER_TOKEN);
+    } else if (!(t.failed?.error.kind === 'http')) outEstimated += t.request.maxTokens ?? 0;
+  }
+  const dispatchedCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
+  const reserve = limits?.finalOutputReserve;
+  const line = (limit: number | undefined, used: number, carvedN: number, reserveN: number): LedgerLine => ({
+    limit: limit ?? null,
+    used,
+    carved: carvedN,
+    reserve: limit === undefined ? 0 : reserveN,
+    researchLeft: limit === undefined ? null : Math.max(0, limit - reserveN - used - carvedN),
+    left: limit === undefined ? null : Math.max(0, limit - used - carvedN),
+  });
+  return {
+    modelRequests: line(limits?.maxModelRequests, facts.turns.length, carved.modelRequests, reserve?.modelRequests ?? 0),
+    toolCalls: line(limits?.maxToolCalls, dispatchedCalls, carved.toolCalls, 0),
+    inputTokens: { ...line(limits?.maxInputTokens, inMeasured + inEstimated, carved.inputTokens, 0), measured: inMeasured, estimated: inEstimated },
+    outputTokens: {
+      ...line(limits?.maxOutputTokens, outMeasured + outEstimated, carved.outputTokens, reserve?.outputTokens ?? 0),
+      measured: outMeasured,
+      estimated: outEstimated,
+    },
+    unknownUsageTurns,
+    finalizing: facts.finalization !== null,
+  };
 }
 
 /**

@@ -1,0 +1,266 @@
+/**
+ * The runtime's budget rules (K7, K9), pure: what the Run's next model step is once nothing else
+ * is pending (every call of the last turn resolved, not parked, before the deadline). Decided from
+ * the ledger (`budgetOf`) alone, so a redelivered wake decides the same:
+ * - the last turn answered: stop `answered` (a finalization answer lists what was unfinished);
+ * - the last turn failed with an error that a new request cannot fix (HTTP 4xx other than 408,
+ *   409, 425, 429): stop `model-error`;
+ * - {@link MAX_FRUITLESS_TURNS} replies in a row without text or a valid tool call (empty, cut,
+ *   incomplete, malformed; failed requests are not the model's and are skipped): stop `no-progress`;
+ * - research may go on (model requests, input and output tokens left after the final-output
+ *   reserve): request the next
+ *   turn, reserving `max_tokens` (what remains of research output tokens) and the input estimate;
+ *   a turn after an empty, cut, incomplete or failed one is a retry (`retryOf`), charged like any;
+ * - a research allowance is spent (or the deadline is closer than the finalization lead), the
+ *   reserve remains and there is material to answer from: move ONE WAY into finalization-only (`run.finalization.started`) and request the one last turn
+ *   (no tools, `purpose: finalization`); without a reserve or material: stop with the limit;
+ * - in finalization-only: the finalization turn's outcome stops the Run; nothing returns to research.
+ */
+import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent, type UnansweredPart } from '@runplane/contracts';
+import { budgetOf, estimateInputTokens, lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
+
+/** Fruitless turns in a row (no text, no valid tool call: empty, cut, incomplete or failed) after which the Run stops `no-progress` (K9). */
+export const MAX_FRUITLESS_TURNS = 3;
+
+/** HTTP statuses worth a new request: timeout, conflict, too early, rate limit; every 5xx. */
+export function isRetryableFailure(error: EventData<'model.turn.failed'>['error']): boolean {
+  if (error.kind !== 'http') return true; // timeout, connection, invalid (malformed) reply
+  const s = error.status;
+  return s === null || s === 408 || s === 409 || s === 425 || s === 429 || s >= 500;
+}
+
+/** True when the turn is the finalization request (K9). */
+export function isFinalizationTurn(t: TurnFacts): boolean {
+  return t.request.purpose === 'finalization';
+}
+
+/** True when a completed turn is an answer: finished normally (`stop`; a finalization turn also `tool_calls`) with visible text. */
+export function isAnswer(t: TurnFacts): boolean {
+  const done = t.completed;
+  if (!done || isBlank(done.content)) return false;
+  if (done.finishReason === 'stop') return done.toolCalls.length === 0 || isFinalizationTurn(t);
+  return isFinalizationTurn(t) && done.finishReason === 'tool_calls';
+}
+
+/** True for text with nothing visible: whitespace, zero-width and other format characters only. */
+export function isBlank(text: string): boolean {
+  return text.replace(/[\s\p{Cf}\p{Cc}]/gu, '') === '';
+}
+
+/** Why a turn made no progress (no text and no valid tool call), or null when it made some. */
+export function fruitless(t: TurnFacts): string | null {
+  if (t.failed) return `turn ${t.turn} failed: ${t.failed.error.message}`;
+  const done = t.completed;
+  if (!done) return null;
+  if (done.finishReason === 'length') return `turn ${t.turn} stopped at the length limit`;
+  if (done.toolCalls.length > 0 && !isFinalizationTurn(t)) return null;
+  if (isBlank(done.content)) return `turn ${t.turn} returned no text`;
+  if (done.finishReason !== 'stop') return `turn ${t.turn} ended with finish_reason=${done.finishReason}, not a finished answer`;
+  return null;
+}
+
+/** The stop reason a fruitless completed turn means (`empty-output`, `truncated-output`, `incomplete-output`). */
+function stopReasonOf(t: TurnFacts): ExecutionStopReason {
+  if (t.failed) return 'model-error';
+  const done = t.completed!;
+  if (done.finishReason === 'length') return 'truncated-output';
+  if (isBlank(done.content)) return 'empty-output';
+  return 'incomplete-output';
+}
+
+/** True when the Run has something to answer from: a turn's visible text or a succeeded tool result. */
+export function hasMaterial(facts: RunFacts): boolean {
+  return (
+    facts.turns.some((t) => !!t.completed && !isBlank(t.completed.content)) ||
+    [...facts.toolCalls.values()].some((c) => c.receipt?.status === 'succeeded') ||
+    [...facts.children.values()].some((c) => !!c.result?.answer)
+  );
+}
+
+/** The research limit that is reached, with its detail, or null while research may go on (K7). */
+export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' | 'token-limit'; detail: string } | null {
+  const b = budgetOf(facts);
+  const m = b.modelRequests;
+  if (m.researchLeft !== null && m.researchLeft <= 0) {
+    const carved = m.carved ? ` (+${m.carved} carved for child Runs)` : '';
+    const reserved = m.reserve ? `; research budget spent (${m.reserve} kept for finalization)` : '';
+    return { reason: 'model-request-limit', detail: `${m.used} of ${m.limit} model requests used${carved}${reserved}` };
+  }
+  const out = b.outputTokens;
+  if (out.researchLeft !== null && out.researchLeft <= 0) {
+    const flagged = out.estimated ? ` (${out.estimated} estimated: usage unknown)` : '';
+    return {
+      reason: 'token-limit',
+      detail: `research output token budget spent: ${out.used}${flagged} + ${out.carved} carved of ${out.limit}, ${out.reserve} kept for finalization`,
+    };
+  }
+  const inp = b.inputTokens;
+  const next = estimateInputTokens(facts);
+  if (inp.limit !== null && inp.used + inp.carved + next > inp.limit) {
+    const flagged = inp.estimated ? ` (${inp.estimated} estimated: usage unknown)` : '';
+    return {
+      reason: 'token-limit',
+      detail: `input token budget: ${inp.used}${flagged} used + ${inp.carved} carved + ~${next} for the next request exceeds ${inp.limit}`,
+    };
+  }
+  return null;
+}
+
+/**
+ * The next model step after the last turn (see the module comment). `ctx` events are built from
+ * the Run's last event. Never called while a turn is in flight, a call is unresolved or the Run
+ * is parked.
+ */
+export function nextModelStep(facts: RunFacts, model: string, now: Date, maxTokensPerRequest?: number, finalizationLeadMs = 0): RunEvent[] {
+  const last = lastTurn(facts);
+  const ctx = contextFrom(facts.lastEvent!);
+  const fin = facts.finalization;
+  if (fin) {
+    // one way: the finalization turn's outcome ends the Run, whatever it is (K9)
+    const finalTurn = facts.turns.find(isFinalizationTurn);
+    if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest })]; // a crash between the two appends
+    if (!finalTurn.completed && !finalTurn.failed) return [];
+    if (isAnswer(finalTurn))
+      return [finishedEvent(facts, now, 'answered', `finalization answer in turn ${finalTurn.turn}`, finalTurn.turn, fin.unfinished)];
+    const why = fruitless(finalTurn) ?? `turn ${finalTurn.turn} is not an answer`;
+    return [finishedEvent(facts, now, stopReasonOf(finalTurn), `finalization ${why}; research had stopped: ${fin.detail}`, null)];
+  }
+  if (last && isAnswer(last)) return [finishedEvent(facts, now, 'answered', `answer in turn ${last.turn}`, last.turn)];
+  if (last?.failed && !isRetryableFailure(last.failed.error)) {
+    return [finishedEvent(facts, now, 'model-error', `turn ${last.turn}: ${last.failed.error.message}`, null)];
+  }
+  const streak = fruitlessStreak(facts);
+  // the model replied with nothing usable several times in a row: stop, reporting no answer (K9); a
+  // failed request (a rate limit, an outage) is the provider's, not the model's: only the budget ends those
+  const replies = fruitlessStreak(facts, true);
+  if (replies.length >= MAX_FRUITLESS_TURNS) {
+    return [
+      finishedEvent(
+        facts,
+        now,
+        'no-progress',
+        `no answer was produced: ${replies.length} replies in a row made no progress (${replies.join('; ')})`,
+        null,
+      ),
+    ];
+  }
+  const canFinalize = () => {
+    const reserve = facts.admitted!.limits.finalOutputReserve;
+    const b = budgetOf(facts);
+    return (
+      (reserve?.modelRequests ?? 0) >= 1 &&
+      (b.modelRequests.left ?? 1) >= 1 &&
+      (b.outputTokens.left ?? 1) >= 1 &&
+      (b.inputTokens.limit === null || b.inputTokens.used + b.inputTokens.carved + estimateInputTokens(facts) <= b.inputTokens.limit) &&
+      hasMaterial(facts)
+    );
+  };
+  const startFinalization = (reason: EventData<'run.finalization.started'>['reason'], detail: string): RunEvent[] => {
+    const unfinished: UnansweredPart[] = [
+      {
+        part: 'research not finished',
+        reason: `ordinary research stopped (${reason}: ${detail}); the answer was written from the material gathered until then`,
+      },
+    ];
+    return [
+      makeEvent('run.finalization.started', ctx, 'finalization', { reason, detail, unfinished }, now),
+      requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest }),
+    ];
+  };
+  // the deadline is close: with material and the reserve, answer from it now rather than research
+  // until cut off (K9); the lead is at most a quarter of the Run's whole time, so a short Run still researches
+  const deadlineMs = Date.parse(facts.admitted!.limits.deadlineAt);
+  const leftMs = deadlineMs - now.getTime();
+  const leadMs = Math.min(finalizationLeadMs, (deadlineMs - Date.parse(facts.admitted!.at)) / 4);
+  if (leadMs > 0 && leftMs < leadMs && canFinalize()) {
+    return startFinalization('deadline', `${Math.max(0, Math.round(leftMs / 1000))} s left before the deadline ${facts.admitted!.limits.deadlineAt}`);
+  }
+  const limit = researchLimit(facts);
+  if (limit) {
+    const noAnswer = streak.length > 0 ? `; no answer was produced: ${streak.join('; ')}` : '';
+    if (!canFinalize()) return [finishedEvent(facts, now, limit.reason, `${limit.detail}${noAnswer}`, null)];
+    return startFinalization(limit.reason, limit.detail);
+  }
+  return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest })];
+}
+
+/**
+ * Why each of the last turns made no progress, oldest first (empty when the last turn made some).
+ * `repliesOnly`: count only what the model sent (empty, cut, incomplete or malformed replies), not
+ * requests that failed (HTTP errors, timeouts, connection losses); those are skipped, not counted.
+ */
+function fruitlessStreak(facts: RunFacts, repliesOnly = false): string[] {
+  const out: string[] = [];
+  for (let i = facts.turns.length - 1; i >= 0; i--) {
+    const t = facts.turns[i]!;
+    const why = fruitless(t);
+    if (!why) break;
+    if (repliesOnly && t.failed && t.failed.error.kind !== 'invalid-response') continue;
+    out.unshift(why);
+  }
+  return out;
+}
+
+/**
+ * `model.turn.requested` for the next turn with the ledger's reservation: `maxTokens` what remains
+ * of research output tokens (the finalization request: the reserve, capped by what is left), and
+ * the input estimate, when the Run has token limits. `maxTokensPerRequest` (the runtime's
+ * `RUNPLANE_MODEL_MAX_TOKENS`: what the model accepts in one reply) caps `maxTokens`.
+ */
+function requestTurn(
+  facts: RunFacts,
+  model: string,
+  now: Date,
+  opts: { finalization?: boolean; retryOf?: number | undefined; maxTokensPerRequest?: number | undefined },
+): RunEvent {
+  const turn = facts.turns.length + 1;
+  const limits = facts.admitted!.limits;
+  const b = budgetOf(facts);
+  const data: EventData<'model.turn.requested'> = { turn, model };
+  const cap = opts.maxTokensPerRequest ?? Number.POSITIVE_INFINITY;
+  if (b.outputTokens.limit !== null) {
+    const reserve = limits.finalOutputReserve?.outputTokens ?? 0;
+    const maxTokens = opts.finalization ? Math.min(reserve > 0 ? reserve : b.outputTokens.left!, b.outputTokens.left!) : b.outputTokens.researchLeft!;
+    data.maxTokens = Math.max(1, Math.min(maxTokens, cap));
+  } else if (Number.isFinite(cap)) data.maxTokens = cap;
+  if (b.inputTokens.limit !== null) data.inputTokensEstimate = estimateInputTokens(facts);
+  if (opts.finalization) data.purpose = 'finalization';
+  if (opts.retryOf !== undefined) data.retryOf = opts.retryOf;
+  return makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, data, now);
+}
+
+function finishedEvent(
+  facts: RunFacts,
+  now: Date,
+  reason: ExecutionStopReason,
+  detail: string,
+  answerTurn: number | null,
+  unfinished?: UnansweredPart[],
+): RunEvent {
+  return makeEvent(
+    'run.execution.finished',
+    contextFrom(facts.lastEvent!),
+    'finished',
+    { reason, detail, answerTurn, ...(unfinished ? { unfinished } : {}) },
+    now,
+  );
+}
+
+/**
+ * The instruction that ends the messages of the finalization request (K9): research is over, no
+ * tools are offered; answer the user's ORIGINAL question (quoted, never an easier one) from the
+ * material above, say what is unfinished, and list it in the unanswered block.
+ */
+export function finalizationInstruction(facts: RunFacts): { role: 'user'; content: string } {
+  const fin = facts.finalization;
+  const question = facts.admitted?.message.content ?? '';
+  return {
+    role: 'user',
+    content: [
+      `Research has stopped: ${fin ? `${fin.reason} (${fin.detail})` : 'its budget is spent'}. No more tools can be called.`,
+      `Answer the original question now, from the material above only: "${question}".`,
+      'Do not replace it with an easier question; narrow your claims where the material is thin.',
+      'Say plainly what is unfinished or unverified, and list it in the closing runplane-unanswered block.',
+    ].join(' '),
+  };
+}

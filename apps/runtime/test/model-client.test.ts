@@ -1,0 +1,61 @@
+/**
+ * The model client against the real scripted model over HTTP (K7): a request never waits past the
+ * Run's deadline (its timeout is the smaller of the model timeout and the time left), a 429's
+ * Retry-After is recorded and pauses the next request to that model (one limiter shared by all
+ * Runs of the process), and `max_tokens` carries the ledger's reservation.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { ModelClient } from '@runplane/app-runtime';
+import { startScriptedModel, type ScriptedModel } from '@runplane/app-scripted-model';
+
+let model: ScriptedModel;
+beforeAll(async () => {
+  model = await startScriptedModel({ port: 0 });
+});
+afterAll(async () => {
+  await model?.close();
+});
+
+const client = () => new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'scripted', timeoutMs: 60_000 });
+const ask = (key: string) => [{ role: 'user' as const, content: `[${key}] What does SPY hold?` }];
+const none = () => undefined;
+
+describe('the model client (K7)', () => {
+  it('a hanging model request ends at the deadline, not at the 60 s model timeout', async () => {
+    model.setScenario({ steps: [{ hang: true }] }, 'hang');
+    const started = Date.now();
+    const result = await client().turn(1, ask('hang'), [], none, undefined, { deadlineAt: new Date(Date.now() + 800).toISOString() });
+    const took = Date.now() - started;
+    expect(result.ok).toBe(false);
+    // jest's VM realm makes the client's own timeout abort read as a connection error; outside jest it is kind 'timeout'
+    expect(result.ok ? null : result.error.kind).toMatch(/^(timeout|connection)$/);
+    expect(took).toBeGreaterThanOrEqual(700);
+    expect(took).toBeLessThan(5_000);
+  });
+
+  it("a 429 with Retry-After: 1 is recorded and delays the next request to the model, another Run's included", async () => {
+    model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 1 } }] }, 'rl-a');
+    model.setScenario({ steps: [{ reply: { content: 'B.' } }] }, 'rl-b');
+    const shared = client();
+    const first = await shared.turn(1, ask('rl-a'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
+    expect(first).toMatchObject({ ok: false, error: { kind: 'http', status: 429, retryAfterMs: 1000 } });
+    const other = await shared.turn(1, ask('rl-b'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString(), maxTokens: 123 });
+    expect(other).toMatchObject({ ok: true, turn: { content: 'B.' } });
+    const arrivals = model.stats().arrivals;
+    const a = arrivals.find((x) => x.key === 'rl-a')!.at;
+    const b = arrivals.find((x) => x.key === 'rl-b')!.at;
+    expect(b - a).toBeGreaterThanOrEqual(950);
+    const body = model.stats().bodies.at(-1) as { max_tokens?: number };
+    expect(body.max_tokens).toBe(123);
+  });
+
+  it('a pause that would end after the deadline: the request is not sent at all', async () => {
+    model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 30 } }, { reply: { content: 'never' } }] }, 'rl-long');
+    const c = client();
+    await c.turn(1, ask('rl-long'), [], none, undefined, { deadlineAt: new Date(Date.now() + 60_000).toISOString() });
+    const before = model.stats().perKey['rl-long'];
+    const result = await c.turn(2, ask('rl-long'), [], none, undefined, { deadlineAt: new Date(Date.now() + 2_000).toISOString() });
+    expect(result).toMatchObject({ ok: false, error: { kind: 'timeout', message: expect.stringMatching(/not sent/) } });
+    expect(model.stats().perKey['rl-long']).toBe(before);
+  });
+});
