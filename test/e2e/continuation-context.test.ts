@@ -147,7 +147,7 @@ describe('clarification (K2)', () => {
     expect(msgs.at(-1)).toMatchObject({ role: 'user', content: reply });
     expect(msgs.filter((m) => m.role === 'user')).toHaveLength(1);
     const system = msgs.filter((m) => m.role === 'system').map(textOf);
-    expect(system).toContain(`[clarification, historical] The original request: ${request}`);
+    expect(system).toContain(`[clarification, historical] The original request (quoted): ${JSON.stringify(request)}`);
     expect(system.some((s) => s.includes(question))).toBe(true);
     // the asking Run is never reopened
     expect((await t.log.readRun(runId)).length).toBe(events.length);

@@ -119,7 +119,7 @@ describe('clarification through the API and the CLI (K2)', () => {
     expect(first!.messages.at(-1)).toMatchObject({ role: 'user', content: reply });
     expect(userOf(first!)).toEqual([reply]);
     const system = systemOf(first!);
-    expect(system).toContain(`[clarification, historical] The original request: ${request}`);
+    expect(system).toContain(`[clarification, historical] The original request (quoted): ${JSON.stringify(request)}`);
     expect(system.some((s) => s.startsWith('[clarification, historical]') && s.includes(question))).toBe(true);
 
     // the same reply again (the HTTP API): 200 with the same ids; another answer: 409, nothing created
@@ -162,7 +162,7 @@ describe('a clarification answered through the HTTP API (K2)', () => {
     expect(first!.messages.at(-1)).toMatchObject({ role: 'user', content: reply });
     expect(userOf(first!)).toEqual([reply]);
     const system = systemOf(first!);
-    expect(system).toContain(`[clarification, historical] The original request: ${request}`);
+    expect(system).toContain(`[clarification, historical] The original request (quoted): ${JSON.stringify(request)}`);
     expect(system.some((s) => s.startsWith('[clarification, historical]') && s.includes(question))).toBe(true);
     expect((await t.log.readRun(askRunId)).map((e) => e.event.eventId)).toEqual(askEvents.map((e) => e.event.eventId));
   }, 90_000);
@@ -239,7 +239,8 @@ describe('Continue and a follow-up in one conversation (K2, K3)', () => {
     // the answer was published is not part of the answer: the runtime carries what the answer endpoint serves)
     const passages = (await t.client.getAnswer(parentRunId)).passages.map((p) => p.text);
     expect(passages).toEqual([finalText, 'Not answered: holdings of VGT.']);
-    for (const p of passages) expect(system.some((s) => labelled(s) && s.includes(`Passage committed by Run ${parentRunId}: ${p}`))).toBe(true);
+    for (const p of passages)
+      expect(system.some((s) => labelled(s) && s.includes(`Passage committed by Run ${parentRunId} (quoted): ${JSON.stringify(p)}`))).toBe(true);
     const results = system.filter((s) => s.startsWith('[continuation, historical tool result, not re-run]'));
     expect(results.length).toBeGreaterThan(0);
     for (const r of results) expect(r).toMatch(/Sources: .+ \(sha256 [0-9a-f]{12}, as of \d{4}-\d{2}-\d{2}/);
@@ -305,4 +306,44 @@ describe('Continue and a follow-up in one conversation (K2, K3)', () => {
     expect(ofType(events, 'run.settled')[0]!.event.data.usage).toMatchObject({ modelRequests: 1, toolCalls: 0 });
     expect((await t.log.readRun(parentRunId)).map((e) => e.event.eventId)).toEqual(parentEvents.map((e) => e.event.eventId));
   }, 90_000);
+});
+
+describe("a continuation whose model asks for the parent's reads again (K3: completed tools are never re-run)", () => {
+  it("the research policy proposes the parent's calls again: each is answered with the parent's result (reusedFrom), none is dispatched", async () => {
+    const conv = 'flow-reuse';
+    // no scenario: the scripted research policy reads the holdings files itself, and does it again for the continuation
+    const parent = await post(conv, { clientMessageId: 'reuse-parent', content: 'Compare the holdings of SPY and QQQ' });
+    expect(parent.status).toBe(201);
+    const parentRunId = parent.body.runId as string;
+    const parentEvents = await t.waitForSettlement(parentRunId);
+    const parentReceipts = ofType(parentEvents, 'tool.call.receipt').filter((r) => r.event.data.status === 'succeeded');
+    expect(parentReceipts.length).toBeGreaterThan(0);
+
+    const cont = await post(conv, {
+      clientMessageId: 'reuse-cont',
+      content: 'Continue the comparison of SPY and QQQ: which of the top holdings differ?',
+      continuationOfRunId: parentRunId,
+    });
+    expect(cont.status).toBe(201);
+    const events = await t.waitForSettlement(cont.body.runId as string);
+    const carried = ofType(events, 'context.carried')[0]!.event.data;
+    const parentKeys = new Map((carried.completedCalls ?? []).map((c) => [c.effectKey, c]));
+    expect(parentKeys.size).toBe(parentReceipts.length);
+    const proposed = ofType(events, 'tool.call.proposed');
+    const dispatched = new Set(ofType(events, 'tool.call.dispatched').map((d) => d.event.data.toolCallId));
+    const receipts = new Map(ofType(events, 'tool.call.receipt').map((r) => [r.event.data.toolCallId, r.event.data]));
+    const { effectKey } = await import('@runplane/contracts');
+    const repeats = proposed.filter((p) => parentKeys.has(effectKey(p.event.data.name, p.event.data.argumentsText)));
+    // the research policy asks for the same reads again (what the fresh-user review saw run twice)
+    expect(repeats.length).toBeGreaterThan(0);
+    for (const p of repeats) {
+      const id = p.event.data.toolCallId;
+      expect(dispatched.has(id)).toBe(false);
+      const from = parentKeys.get(effectKey(p.event.data.name, p.event.data.argumentsText))!;
+      expect(receipts.get(id)).toMatchObject({ status: 'succeeded', reusedFrom: { runId: parentRunId, toolCallId: from.toolCallId } });
+    }
+    expect(ofType(events, 'run.settled')[0]!.event.data.outcome).not.toBe('failed');
+    // the parent's stream gained nothing
+    expect((await t.log.readRun(parentRunId)).map((e) => e.event.eventId)).toEqual(parentEvents.map((e) => e.event.eventId));
+  }, 120_000);
 });

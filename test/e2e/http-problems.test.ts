@@ -100,6 +100,16 @@ describe('errors are problem details (RFC 9457) on every service', () => {
     expect(big.problem.code).toBe('payload_too_large');
     const form = await problemOf(await postJson('/v1/conversations/conv-p/messages', 'a=b', 'application/x-www-form-urlencoded'), 415);
     expect(form.problem.code).toBe('unsupported_media_type');
+    // JSON declared as UTF-16 (ASCII text, NUL-interleaved: it passes a UTF-8 byte check) is refused, and starts no Run
+    const utf16 = Buffer.from(JSON.stringify({ clientMessageId: 'p-utf16', content: 'What does DIA hold?' }), 'utf16le');
+    const res = await fetch(url('admission', '/v1/conversations/conv-p/messages'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json; charset=utf-16' },
+      body: utf16,
+    });
+    const wide = await problemOf(res, 415);
+    expect(wide.problem.detail).toContain('utf-16');
+    expect((await fetch(url('admission', '/v1/conversations/conv-p/messages/p-utf16'))).status).toBe(404);
   });
 
   it('404 unknown Run (admission and publication) and 409 conflicting message', async () => {

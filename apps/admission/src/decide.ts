@@ -102,7 +102,7 @@ export interface AdmitChild {
 }
 
 /** Why a parent cannot be continued (HTTP 409 `continuation_not_eligible`). */
-export type IneligibleReason = 'running' | 'canceled' | 'failed' | 'interrupted' | 'no-execution' | 'request-mismatch';
+export type IneligibleReason = 'running' | 'canceled' | 'failed' | 'interrupted' | 'no-execution' | 'request-mismatch' | 'child-run';
 
 /** The parent is not in this Conversation or does not exist (HTTP 404, the same answer for both: nothing of another Conversation leaks). K3. */
 export class ParentNotFound extends Error {
@@ -228,6 +228,9 @@ export const CONTINUABLE_INTERRUPTIONS: readonly string[] = ['lease-expired', 'r
  */
 export function assertContinuable(parent: RunFacts): void {
   const id = parent.runId;
+  // a child Run belongs to its parent's research, under a grant carved from it: the parent is what a user continues
+  if (parent.admitted?.link?.relation === 'child')
+    throw new ContinuationNotEligible('child-run', `run ${id} is a child Run of ${parent.admitted.link.parentRunId}; continue its parent instead`);
   const s = parent.settled;
   if (!s) throw new ContinuationNotEligible('running', `run ${id} is not settled yet; only a settled Run can be continued`);
   if (s.outcome === 'canceled') throw new ContinuationNotEligible('canceled', `run ${id} was canceled; a canceled Run cannot be continued`);

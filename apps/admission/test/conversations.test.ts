@@ -154,6 +154,18 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
     expect(() => assertContinuable(p)).toThrow(expect.objectContaining({ reason: 'no-execution' }));
   });
 
+  it('given a child Run (a sub-agent of another Run) as the parent, then not eligible (child-run): its parent is what a user continues', () => {
+    const h = new History('parent-1', CONV).add('run.admitted', 'admission', {
+      message: { messageId: 'mc', clientMessageId: 'child.x.y', content: ORIGINAL, contentSha256: sha256Hex(ORIGINAL) },
+      grant: { tools: ['list_funds'], model: 'm' },
+      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: '2026-01-01T00:01:00.000Z' },
+      link: { parentRunId: 'grand-1', relation: 'child' },
+    });
+    const p = h.turn(1, { content: 'x' }).closed().settled('completed').facts;
+    admission.given([]).when(continuing(p)).thenThrows(ContinuationNotEligible);
+    expect(() => assertContinuable(p)).toThrow(expect.objectContaining({ reason: 'child-run' }));
+  });
+
   it('given a parent whose stored request no longer matches its admitted hash, then not eligible (request-mismatch)', () => {
     const h = new History('parent-1', CONV).admitted({ content: ORIGINAL }).turn(1, { content: 'x' }).closed().settled('completed');
     const admittedEvent = h.events[0]!.event;

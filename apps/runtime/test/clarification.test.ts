@@ -183,3 +183,68 @@ describe('tools decide: a carried unknown effect is not dispatched again (K3, K5
       .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'n2', name: 'record_effect' } }]);
   });
 });
+
+describe("tools decide: a continuation never re-runs its parent's completed calls (K3)", () => {
+  const RESULT = { fund: 'SPY', provenance: 'carried' };
+  const carrying = () =>
+    new History('child-2').admitted({ tools: ['get_holdings', 'record_effect'] }).add('context.carried', 'context', {
+      historyRunIds: [],
+      parentRunId: 'parent-2',
+      items: [],
+      dropped: [],
+      unknownEffects: [],
+      completedCalls: [
+        {
+          runId: 'parent-2',
+          toolCallId: 'g1',
+          name: 'get_holdings',
+          effectKey: effectKey('get_holdings', '{"fund":"SPY"}'),
+          reusable: true,
+          result: RESULT,
+        },
+        { runId: 'parent-2', toolCallId: 'e1', name: 'record_effect', effectKey: effectKey('record_effect', '{"tag":"x"}'), reusable: false },
+      ],
+    });
+
+  it("given the same read as the parent's carried one, then a succeeded receipt repeating the parent's result, reusedFrom, nothing dispatched", () => {
+    const h = carrying().turn(1, { calls: [{ id: 'n1', name: 'get_holdings', args: '{ "fund": "SPY" }' }] });
+    h.proposed(1, 'n1', 'get_holdings', '{ "fund": "SPY" }');
+    spec(toolsDecide)
+      .given(h)
+      .when({ type: 'Wake' })
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({
+            toolCallId: 'n1',
+            status: 'succeeded',
+            result: RESULT,
+            reusedFrom: { runId: 'parent-2', toolCallId: 'g1' },
+          }),
+        },
+      ]);
+  });
+
+  it("given the same effect as the parent's completed one (not carried), then denied already_done_in_parent, never dispatched", () => {
+    const h = carrying().turn(1, { calls: [{ id: 'n2', name: 'record_effect', args: '{"tag":"x"}' }] });
+    h.proposed(1, 'n2', 'record_effect', '{"tag":"x"}');
+    spec(toolsDecide)
+      .given(h)
+      .when({ type: 'Wake' })
+      .then([
+        {
+          type: 'tool.call.receipt',
+          data: expect.objectContaining({ toolCallId: 'n2', status: 'denied', error: expect.objectContaining({ code: 'already_done_in_parent' }) }),
+        },
+      ]);
+  });
+
+  it('given another read, then it is dispatched as usual', () => {
+    const h = carrying().turn(1, { calls: [{ id: 'n3', name: 'get_holdings', args: '{"fund":"QQQ"}' }] });
+    h.proposed(1, 'n3', 'get_holdings', '{"fund":"QQQ"}');
+    spec(toolsDecide)
+      .given(h)
+      .when({ type: 'Wake' })
+      .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'n3', name: 'get_holdings' } }]);
+  });
+});

@@ -10,6 +10,9 @@
  *   - the same tool and arguments (`effectKey`) as an unreconciled `unknown` call the Run carries
  *     from its continuation parent (`context.carried`) -> `denied`
  *     (`unknown_effect_needs_reconciliation`), never dispatched (K3, K5);
+ *   - the same tool and arguments as a call that SUCCEEDED in the continuation parent
+ *     (`context.carried.completedCalls`) -> never re-run (K3): a `succeeded` receipt repeating the
+ *     parent's result (`reusedFrom`) when it is carried, else `denied` (`already_done_in_parent`);
  *   - arguments that are not JSON -> `failed` receipt (`bad_arguments`), never dispatched;
  *   - past the Run's deadline -> `denied` receipt (`deadline`, K7);
  *   - over the Run's tool-call limit -> `denied` receipt (K7);
@@ -78,6 +81,14 @@ function carriedUnknown(facts: RunFacts, name: string, argumentsText: string): {
   if (carried.length === 0) return undefined;
   const key = effectKey(name, argumentsText);
   return carried.find((u) => u.effectKey === key);
+}
+
+/** The continuation parent's succeeded call (K3) this proposal would repeat (same tool, same arguments), if any. */
+function carriedCompleted(facts: RunFacts, name: string, argumentsText: string) {
+  const done = facts.carried?.completedCalls ?? [];
+  if (done.length === 0) return undefined;
+  const key = effectKey(name, argumentsText);
+  return done.find((c) => c.effectKey === key);
 }
 
 /** True when `text` is acceptable tool arguments: blank (no arguments) or JSON. */
@@ -154,6 +165,28 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
             message: `the same ${call.name} call (same arguments) has an unknown outcome in Run ${u.runId} [${u.toolCallId}]; it is not dispatched again until that call is reconciled`,
           },
         }),
+      );
+    } else if (carriedCompleted(facts, call.name, call.argumentsText)) {
+      // K3: the continuation parent's completed call is never re-run: its result is repeated, or the call is denied
+      const done = carriedCompleted(facts, call.name, call.argumentsText)!;
+      events.push(
+        receipt(
+          done.reusable
+            ? {
+                ...base,
+                status: 'succeeded',
+                ...(done.resultRef ? { resultRef: done.resultRef } : { result: done.result }),
+                reusedFrom: { runId: done.runId, toolCallId: done.toolCallId },
+              }
+            : {
+                ...base,
+                status: 'denied',
+                error: {
+                  code: 'already_done_in_parent',
+                  message: `the same ${call.name} call (same arguments) succeeded in Run ${done.runId} [${done.toolCallId}]; a continuation never re-runs its parent's completed calls, and that result is not carried (not granted, or without provenance)`,
+                },
+              },
+        ),
       );
     } else if (!argumentsAreJson(call.argumentsText)) {
       events.push(

@@ -296,6 +296,26 @@ export const ContextCarriedV1 = z.object({
   dropped: z.array(z.object({ runId: Id, ref: z.string(), reason: z.string() })),
   /** The parent's unreconciled `unknown` calls: a proposal with the same `effectKey` is not dispatched (K5). */
   unknownEffects: z.array(z.object({ runId: Id, toolCallId: Id, name: z.string(), effectKey: z.string().regex(/^[0-9a-f]{64}$/) })),
+  /**
+   * The parent's succeeded calls (K3: its completed tools are never re-run). A proposal with the
+   * same `effectKey` is not dispatched: when `reusable` (the tool is still granted and its result
+   * carries provenance) the tools service answers it with the parent's result (`reusedFrom`),
+   * else it is denied (`already_done_in_parent`). Absent on records made before it existed.
+   */
+  completedCalls: z
+    .array(
+      z.object({
+        runId: Id,
+        toolCallId: Id,
+        name: z.string(),
+        effectKey: z.string().regex(/^[0-9a-f]{64}$/),
+        reusable: z.boolean(),
+        /** The parent receipt's inline result or its reference, when reusable. */
+        result: z.unknown().optional(),
+        resultRef: z.lazy(() => ResultRef).optional(),
+      }),
+    )
+    .optional(),
 });
 
 // ---- tools ------------------------------------------------------------------------------------
@@ -321,6 +341,8 @@ export const ToolCallReceiptV1 = z.object({
   durationMs: z.number().nonnegative(),
   /** What the tool does to the world (for operators); absent on receipts written before it existed. Never a licence to replay. */
   effect: ToolEffect.optional(),
+  /** The continuation parent's call whose result this receipt repeats without executing anything (K3). */
+  reusedFrom: z.object({ runId: Id, toolCallId: Id }).optional(),
 });
 
 // ---- tool effects (K5): late observations and reconciliations ---------------------------------

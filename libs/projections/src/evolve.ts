@@ -178,7 +178,11 @@ const msBetween = (from: string, to: string): number => Math.max(0, Date.parse(t
 function clocksAfter(row: RunRow, stored: StoredEvent): Partial<RunRow> {
   const e = stored.event;
   const out: Partial<RunRow> = {};
-  if (row.startedAt === null && (e.type === 'model.turn.requested' || e.type === 'lease.granted')) {
+  // the earlier of the two by time, whatever their order in the log (two owners' clocks)
+  if (
+    (e.type === 'model.turn.requested' || e.type === 'lease.granted') &&
+    (row.startedAt === null || Date.parse(e.occurredAt) < Date.parse(row.startedAt))
+  ) {
     out.startedAt = e.occurredAt;
     out.queuedMs = msBetween(row.admittedAt, e.occurredAt);
   }

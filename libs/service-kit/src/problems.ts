@@ -68,7 +68,8 @@ export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
  * @param what how the body is named in the error ("the message body").
  * @param opts.optional a body left out (no body, no Content-Type) is allowed and parsed as `{}`; one
  *   sent in another format is still 415.
- * @throws 415 `unsupported_media_type` when a body is not sent as JSON; 400 `invalid_body` with
+ * @throws 415 `unsupported_media_type` when a body is not sent as JSON, or declares a charset
+ *   other than UTF-8; 400 `invalid_body` with
  *   every zod reason in `detail` and `issues`.
  */
 export function parseJsonBody<S extends z.ZodType>(
@@ -84,6 +85,11 @@ export function parseJsonBody<S extends z.ZodType>(
   const omitted = empty && (contentType === undefined || contentType === '');
   if (!(opts.optional && omitted) && !/^application\/json\s*(;|$)/i.test(contentType ?? '')) {
     throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', `send ${what} as JSON (Content-Type: application/json)`);
+  }
+  // JSON is UTF-8 (RFC 8259): a body declared in another charset (utf-16 would be decoded and accepted) is refused
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType ?? '')?.[1]?.toLowerCase();
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    throw apiError(HttpStatus.UNSUPPORTED_MEDIA_TYPE, 'unsupported_media_type', `send ${what} as UTF-8 JSON (charset=${charset} is not accepted)`);
   }
   const parsed = schema.safeParse(body ?? {});
   if (!parsed.success) {
