@@ -128,7 +128,10 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
   }
   const answer = finished.reason === 'answered' ? facts.answer : null;
   if (answer && answer.passageIds.length > 0) {
-    const committed = `answer committed in ${answer.passageIds.length} passage(s)`;
+    // passages of an earlier, not-answer turn (a reply cut at the length limit, then retried) stay
+    // committed and listed in `passageIds`; the reason says so rather than miscounting the answer
+    const others = passagesInOrder(facts).length - answer.passageIds.length;
+    const committed = `answer committed in ${answer.passageIds.length} passage(s)${others > 0 ? `; ${others} earlier committed passage(s) kept, not part of the answer` : ''}`;
     const unanswered = answer.unanswered ?? [];
     if (unanswered.length === 0) return [settled('completed', committed)];
     const listed = unanswered.map((u) => `${u.part} (${u.reason})`).join('; ');

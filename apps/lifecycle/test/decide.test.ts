@@ -149,6 +149,27 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
     lifecycle.given(answered()).when(wake).thenNothing();
   });
 
+  it('given a passage committed by an earlier turn (cut, then retried) besides the answer, then the reason counts the answer and says the other is kept', () => {
+    const h = answered()
+      .closed()
+      .add('passage.committed', 'cut/v1', { passageId: 'pc', index: 0, version: 1, text: 'Cut.', sourceTurn: 1, sha256: 'c'.repeat(64) })
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({
+            outcome: 'completed',
+            reason: 'answer committed in 1 passage(s); 1 earlier committed passage(s) kept, not part of the answer',
+            passageIds: ['pc', 'p0'],
+          }),
+        },
+      ]);
+  });
+
   it('given the answer published, then it settles completed with passages, receipts and usage', () => {
     const h = answered()
       .closed()
