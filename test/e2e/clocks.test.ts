@@ -8,7 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
-import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -39,7 +39,7 @@ async function ask(key: string, steps: unknown[]): Promise<{ runId: string; admi
 }
 
 describe('the no-progress limit (K7)', () => {
-  it('a model stream of keep-alive chunks only ends the Run no-progress within a bounded time; a slow but steady stream of text is not ended', async () => {
+  it('a model stream of keep-alive chunks only ends the Run no-progress within a bounded time; a slow but steady stream of text is not ended, in paragraphs or in one long paragraph', async () => {
     // 125 empty deltas 200 ms apart: 25 s of a live stream without a character of text
     const keepAlive = [
       { rawChunks: [...Array.from({ length: 125 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
@@ -47,7 +47,14 @@ describe('the no-progress limit (K7)', () => {
     // 7 paragraphs 1.5 s apart: ~9 s, longer than the limit, with progress all along
     const paragraphs = Array.from({ length: 7 }, (_, i) => `Paragraph ${i + 1} of a slow but steady answer.`).join('\n\n');
     const steady = [{ reply: { content: paragraphs, finishReason: 'stop' }, paragraphDelayMs: 1_500 }];
-    const [silent, control] = await Promise.all([ask(`keepalive-${t.tag}`, keepAlive), ask(`steady-${t.tag}`, steady)]);
+    // one long paragraph (no blank line) in 24 pieces 500 ms apart: ~12 s, more than twice the limit
+    const words = Array.from({ length: 24 }, (_, i) => `word${i + 1} of one long unbroken paragraph${i === 23 ? '.' : ', '}`);
+    const unbroken = [{ rawChunks: [...words.map((w) => ({ delta: { content: w } })), { finishReason: 'stop' }], chunkDelayMs: 500 }];
+    const [silent, control, long] = await Promise.all([
+      ask(`keepalive-${t.tag}`, keepAlive),
+      ask(`steady-${t.tag}`, steady),
+      ask(`unbroken-${t.tag}`, unbroken),
+    ]);
 
     const silentEvents = await t.waitForSettlement(silent.runId, 30_000);
     const settleMs = Date.now() - silent.admittedAt;
@@ -61,6 +68,7 @@ describe('the no-progress limit (K7)', () => {
     // bounded: the limit, plus sweeps and appends; well before the 25 s stream would have ended by itself
     expect(settleMs).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 8_000);
     expect(ofType(silentEvents, 'model.turn.completed')).toHaveLength(0);
+    expect(ofType(silentEvents, 'model.output.progress')).toHaveLength(0); // keep-alive chunks are never evidence of progress
     // the runtime's lease is marked fenced too, so its holder stops streaming at its next renewal
     const leases = await new Kvm(t.log.nc).open(`${t.env.RUNPLANE_SUBJECT_PREFIX}_leases`);
     expect((await leases.get(silent.runId))?.json()).toMatchObject({ state: 'fenced' });
@@ -71,6 +79,40 @@ describe('the no-progress limit (K7)', () => {
     expect(ofType(controlEvents, 'run.fenced').some((f) => f.data.reason === 'no-progress')).toBe(false);
     expect(Date.parse(controlSettled.occurredAt) - control.admittedAt).toBeGreaterThan(NO_PROGRESS_SECONDS * 1000); // it did outlive the limit
     expect(ofType(controlEvents, 'model.output.paragraph').length).toBeGreaterThanOrEqual(6);
+
+    // the long paragraph: never a finished paragraph, but its streaming text was recorded as progress at a bounded rate
+    const longEvents = await t.waitForSettlement(long.runId, 60_000);
+    const longSettled = ofType(longEvents, 'run.settled')[0]!;
+    expect(longSettled.data.outcome).toBe('completed');
+    expect(ofType(longEvents, 'run.fenced').some((f) => f.data.reason === 'no-progress')).toBe(false);
+    expect(Date.parse(longSettled.occurredAt) - long.admittedAt).toBeGreaterThan(2 * NO_PROGRESS_SECONDS * 1000);
+    expect(ofType(longEvents, 'model.output.paragraph')).toHaveLength(0);
+    const content = ofType(longEvents, 'model.turn.completed')[0]!.data.content;
+    expect(content).toBe(words.join(''));
+    const marks = ofType(longEvents, 'model.output.progress');
+    // one per ~1.67 s (a third of the limit) of a ~12 s stream: enough to keep the clock, never one per chunk
+    expect(marks.length).toBeGreaterThanOrEqual(3);
+    expect(marks.length).toBeLessThanOrEqual(12);
+    const progressTimes = [
+      ofType(longEvents, 'run.admitted')[0]!.occurredAt,
+      ...marks.map((m) => m.occurredAt),
+      ofType(longEvents, 'model.turn.completed')[0]!.occurredAt,
+    ].map((at) => Date.parse(at));
+    const gaps = progressTimes.slice(1).map((at, i) => at - progressTimes[i]!);
+    expect(Math.max(...gaps)).toBeLessThan(NO_PROGRESS_SECONDS * 1000); // the clock never ran out
+    for (const [i, m] of marks.entries()) {
+      expect(m.data.turn).toBe(1);
+      if (i > 0) expect(m.data.characters).toBeGreaterThan(marks[i - 1]!.data.characters);
+      expect(m.data.sha256).toBe(sha256Hex(content.slice(0, m.data.characters)));
+    }
+    // the timeline shows it
+    const timeline = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'timeline', long.runId], {
+      env: { ...t.env, ...natsEnvOf(t.users, 'ops') },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(timeline.status).toBe(0);
+    expect(timeline.stdout).toMatch(/model\.output\.progress .*still streaming \(\d+ chars so far/);
   }, 90_000);
 });
 
@@ -113,6 +155,7 @@ describe('metrics (K9, K11)', () => {
     const { runId } = await ask(`metrics-${t.tag}`, [{ reply: { content: 'The answer.' } }]);
     const events = await t.waitForSettlement(runId, 30_000);
     expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
+    expect(ofType(events, 'model.output.progress')).toHaveLength(0); // an ordinary short reply records no progress evidence
     const settledAfter = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
     expect(settledAfter).toBe(settledBefore + 1);
     // every service labels its own series

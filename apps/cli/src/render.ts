@@ -19,6 +19,8 @@ export function summarize(e: RunEvent): string {
       return `tool call proposed: ${e.data.name}(${e.data.argumentsText})`;
     case 'model.output.paragraph':
       return `model turn ${e.data.turn}: paragraph ${e.data.index} streamed (${e.data.text.length} chars)`;
+    case 'model.output.progress':
+      return `model turn ${e.data.turn}: still streaming (${e.data.characters} chars so far, no paragraph finished yet)`;
     case 'tool.call.dispatched':
       return `tool call dispatched: ${e.data.name} [${e.data.toolCallId}]`;
     case 'tool.call.receipt':

@@ -14,7 +14,8 @@
  *   admission): fence with reason `deadline`, naming what is uncertain, so that a Run nobody
  *   executes (no runtime, or one waiting forever) does not stay running; the lifecycle settles it
  *   `failed`. Nothing before the deadline, nor when the Run finished, is settled or fenced.
- * - `NoProgress`: recovery's sweep found that nothing counted as progress (answer text, a turn
+ * - `NoProgress`: recovery's sweep found that nothing counted as progress (answer text, finished
+ *   or still streaming inside an unfinished paragraph (`model.output.progress`), a turn
  *   with text, a valid tool call, a receipt, a wake: `countsAsProgress` in libs/run-facts) happened
  *   for the Run's `noProgressSeconds` (K7): fence with reason `no-progress`, whoever holds the lease
  *   (a runtime that only receives keep-alive chunks still renews it; renewals are not progress).

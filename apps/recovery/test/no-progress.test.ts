@@ -64,6 +64,17 @@ describe('recovery decide, NoProgress (K7)', () => {
       .then(fenced('no progress for 60 s (limit 60 s): nothing counted as progress since 2025-12-31T23:00:04.000Z'));
   });
 
+  it('given text still streaming inside one unfinished paragraph (model.output.progress), then the clock restarts at its latest evidence', () => {
+    const h = silent()
+      .add('model.output.progress', '1/progress/120', { turn: 1, characters: 120, sha256: 'a'.repeat(64) }) // 23:00:04
+      .add('model.output.progress', '1/progress/260', { turn: 1, characters: 260, sha256: 'b'.repeat(64) }); // 23:00:05
+    recovery.given(h).when({ type: 'NoProgress' }, at('01:04')).thenNothing();
+    recovery
+      .given(h)
+      .when({ type: 'NoProgress' }, at('01:05'))
+      .then(fenced('no progress for 60 s (limit 60 s): nothing counted as progress since 2025-12-31T23:00:05.000Z'));
+  });
+
   it('given a completed turn with a valid tool call and its receipt, then the receipt is the last progress', () => {
     const h = new History()
       .admitted({ noProgressSeconds: 60 })

@@ -35,8 +35,12 @@ export type RuntimeTrigger =
   | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number }
   /** The model request of `turn` ended with `result`. */
   | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number }
-  /** While `turn` streams, these paragraphs of its text were finished (a blank line followed each). */
-  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[] };
+  /**
+   * While `turn` streams, these paragraphs of its text were finished (a blank line followed each),
+   * and/or (`progress`) text kept streaming inside an unfinished paragraph: how many characters of
+   * the turn had streamed and their sha256 (K7: `./paragraphs.ts` sends it at a bounded rate).
+   */
+  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[]; progress?: { characters: number; sha256: string } | null };
 
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
@@ -65,7 +69,10 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
- *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel.
+ *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel. With
+ *   `progress`, also `model.output.progress` (K7: text still streaming inside an unfinished
+ *   paragraph resets the no-progress clock) when it is past what the turn recorded before
+ *   (strictly more characters), under the same conditions.
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -78,7 +85,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
     case 'ParagraphsStreamed':
-      return onParagraphs(facts, trigger.turn, trigger.paragraphs, now);
+      return onParagraphs(facts, trigger.turn, trigger.paragraphs, trigger.progress ?? null, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
@@ -181,13 +188,22 @@ function proposableCalls(done: NonNullable<TurnFacts['completed']>, finalization
   return done.finishReason === 'length' || finalization ? [] : done.toolCalls;
 }
 
-/** Records the streamed paragraphs of the turn in flight not yet recorded (never after a cancel, never for another turn). */
-function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParagraph[], now: Date): RunEvent[] {
+/**
+ * Records the streamed paragraphs of the turn in flight not yet recorded, then the progress
+ * evidence when it is past the turn's last one (never after a cancel, never for another turn).
+ */
+function onParagraphs(
+  facts: RunFacts,
+  turnNo: number,
+  paragraphs: StreamedParagraph[],
+  progress: { characters: number; sha256: string } | null,
+  now: Date,
+): RunEvent[] {
   const last = lastTurn(facts);
   if (facts.cancelRequested || !last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
   const recorded = new Set(last.paragraphs.map((p) => p.index));
-  return paragraphs
+  const events: RunEvent[] = paragraphs
     .filter((p) => !recorded.has(p.index))
     .map((p) =>
       makeEvent(
@@ -198,6 +214,10 @@ function onParagraphs(facts: RunFacts, turnNo: number, paragraphs: StreamedParag
         now,
       ),
     );
+  if (progress && progress.characters > last.progressCharacters) {
+    events.push(makeEvent('model.output.progress', ctx, `${turnNo}/progress/${progress.characters}`, { turn: turnNo, ...progress }, now));
+  }
+  return events;
 }
 
 function clarificationStop(facts: RunFacts, turn: number, question: string, now: Date): RunEvent {

@@ -10,7 +10,7 @@ import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './
 import { finalizationInstruction } from './ledger.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
-import { ParagraphRecorder } from './paragraphs.js';
+import { ParagraphRecorder, progressIntervalMs } from './paragraphs.js';
 
 export const MODEL_CLIENT = Symbol('MODEL_CLIENT');
 export const LEASES = Symbol('LEASES');
@@ -283,7 +283,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * The activity: one streamed model request for `turn`, built from the Run's facts. Never throws
    * for model-side failures. Deltas go live to observers; each paragraph finished while the turn
    * streams is recorded (`model.output.paragraph`, under the lease epoch) so that publication
-   * commits it at once; all recording is over before this returns, so the turn's own record never
+   * commits it at once, and text streaming inside one long paragraph is recorded as progress at
+   * a bounded rate (`model.output.progress`, K7); all recording is over before this returns, so the turn's own record never
    * races it.
    */
   private async requestTurn(
@@ -301,10 +302,14 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const tools = finalization ? [] : toolDefinitions(facts.admitted!.grant.tools);
     const delta = liveDeltaSubject(this.log.space, runId);
     const paragraphs = new ParagraphRecorder(
-      async (finished) => {
-        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished }, now), { epoch });
+      async (finished, progress) => {
+        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished, progress }, now), {
+          epoch,
+        });
       },
       (e) => this.logger.warn({ runId, turn, error: (e as Error).message }, 'a streamed paragraph was not recorded (the turn record keeps its text)'),
+      // text streaming inside one long paragraph is recorded as progress well within the no-progress limit (K7)
+      { progressIntervalMs: progressIntervalMs(facts.admitted!.limits.noProgressSeconds) },
     );
     try {
       return await this.model.turn(

@@ -1,4 +1,28 @@
-import { ParagraphStream, type StreamedParagraph } from '@runplane/contracts';
+import { ParagraphStream, sha256Hex, type StreamedParagraph } from '@runplane/contracts';
+
+/**
+ * Evidence that a turn is still streaming text inside a paragraph that has not finished
+ * (`model.output.progress`, K7): how many characters of the turn's text had streamed, and the
+ * sha256 (hex) of that text.
+ */
+export interface StreamProgress {
+  characters: number;
+  sha256: string;
+}
+
+/** The most time between two pieces of progress evidence of a streaming turn, ms, whatever the limit. */
+export const MAX_PROGRESS_INTERVAL_MS = 5_000;
+
+/**
+ * How often a turn that streams text without finishing a paragraph records progress evidence
+ * (K7): `min(5 s, noProgressSeconds / 3)`, in ms, never under 100 ms; 5 s when the Run has no
+ * no-progress limit. A third of the limit leaves two chances to record before the limit passes.
+ * @param noProgressSeconds the Run's no-progress limit (`limits.noProgressSeconds`), seconds.
+ */
+export function progressIntervalMs(noProgressSeconds: number | undefined): number {
+  if (noProgressSeconds === undefined) return MAX_PROGRESS_INTERVAL_MS;
+  return Math.max(100, Math.min(MAX_PROGRESS_INTERVAL_MS, Math.floor((noProgressSeconds * 1000) / 3)));
+}
 
 /**
  * Records the paragraphs of one streaming model turn as they finish, without holding the stream
@@ -8,28 +32,61 @@ import { ParagraphStream, type StreamedParagraph } from '@runplane/contracts';
  * and waits for the recording in flight, so that the turn's record never races it on the runtime
  * subject. A failed recording is reported to `onError` and not retried: it loses nothing the
  * turn's record does not keep.
+ *
+ * Progress inside one long paragraph (K7): when non-whitespace text arrived since the last
+ * evidence (a finished paragraph or an earlier progress mark, or the turn's start) and at least
+ * `progressIntervalMs` have passed since it, the next recording carries a {@link StreamProgress}
+ * (`model.output.progress`), so a reply that streams steadily without a blank line still resets
+ * the no-progress clock. Whitespace-only and empty pieces (keep-alive chunks) never cause one; a
+ * reply shorter than the interval records none.
  */
 export class ParagraphRecorder {
   private readonly stream = new ParagraphStream();
   private queued: StreamedParagraph[] = [];
+  private queuedProgress: StreamProgress | null = null;
   private running: Promise<void> | null = null;
   private closed = false;
+  private text = '';
+  private newText = false;
+  private lastEvidenceAt: number;
+  private readonly intervalMs: number;
+  private readonly now: () => number;
 
   /**
-   * @param record appends the paragraphs (through the runtime's command handler and decider).
+   * @param record appends the paragraphs and the progress evidence, if any (through the runtime's
+   *   command handler and decider); called with at least one of them.
    * @param onError told about a recording that failed.
+   * @param options `progressIntervalMs` (default 5 s: {@link progressIntervalMs}); `now`, the clock (ms).
    */
   constructor(
-    private readonly record: (paragraphs: StreamedParagraph[]) => Promise<void>,
+    private readonly record: (paragraphs: StreamedParagraph[], progress: StreamProgress | null) => Promise<void>,
     private readonly onError: (e: unknown) => void,
-  ) {}
+    options: { progressIntervalMs?: number; now?: () => number } = {},
+  ) {
+    this.intervalMs = options.progressIntervalMs ?? MAX_PROGRESS_INTERVAL_MS;
+    this.now = options.now ?? Date.now;
+    this.lastEvidenceAt = this.now();
+  }
 
   /** The next piece of the turn's text, as streamed. */
   push(piece: string): void {
-    if (this.closed) return;
+    if (this.closed || piece.length === 0) return;
+    this.text += piece;
     const finished = this.stream.push(piece);
-    if (finished.length === 0) return;
-    this.queued.push(...finished);
+    const at = this.now();
+    if (finished.length > 0) {
+      this.queued.push(...finished);
+      this.queuedProgress = null; // a finished paragraph is the evidence
+      this.lastEvidenceAt = at;
+      this.newText = false;
+    } else if (/\S/.test(piece)) {
+      this.newText = true;
+    }
+    if (this.newText && at - this.lastEvidenceAt >= this.intervalMs) {
+      this.queuedProgress = { characters: this.text.length, sha256: sha256Hex(this.text) };
+      this.lastEvidenceAt = at;
+      this.newText = false;
+    }
     this.startNext();
   }
 
@@ -39,10 +96,12 @@ export class ParagraphRecorder {
   }
 
   private startNext(): void {
-    if (this.running || this.closed || this.queued.length === 0) return;
+    if (this.running || this.closed || (this.queued.length === 0 && this.queuedProgress === null)) return;
     const batch = this.queued;
+    const progress = this.queuedProgress;
     this.queued = [];
-    this.running = this.record(batch)
+    this.queuedProgress = null;
+    this.running = this.record(batch, progress)
       .catch((e: unknown) => this.onError(e))
       .finally(() => {
         this.running = null;
@@ -50,10 +109,11 @@ export class ParagraphRecorder {
       });
   }
 
-  /** Stops recording: drops the paragraphs not started, waits for the one in flight. */
+  /** Stops recording: drops the paragraphs and progress not started, waits for the one in flight. */
   async close(): Promise<void> {
     this.closed = true;
     this.queued = [];
+    this.queuedProgress = null;
     while (this.running) await this.running;
   }
 }

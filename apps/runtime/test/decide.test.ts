@@ -284,6 +284,47 @@ describe('runtime decide, ParagraphsStreamed: text is recorded while the turn st
       .then([paragraph(1, 1, 'Two.')]);
   });
 
+  const progressed = (turn: number, text: string, paragraphs: { index: number; text: string }[] = []) =>
+    ({ type: 'ParagraphsStreamed', turn, paragraphs, progress: { characters: text.length, sha256: sha256Hex(text) } }) as const;
+  const progressEvent = (turn: number, text: string) =>
+    ({ type: 'model.output.progress', data: { turn, characters: text.length, sha256: sha256Hex(text) } }) as const;
+
+  it('given turn 1 in flight, when text streamed inside an unfinished paragraph, then its progress is recorded (K7)', () => {
+    runtime
+      .given(inFlight())
+      .when(progressed(1, 'A long paragraph still'))
+      .then([progressEvent(1, 'A long paragraph still')]);
+  });
+
+  it('given progress recorded up to 22 characters, when the same or less is reported again, then nothing; when more, then the new progress', () => {
+    const h = inFlight().add('model.output.progress', '1/progress/22', progressEvent(1, 'A long paragraph still').data);
+    runtime.given(h).when(progressed(1, 'A long paragraph still')).thenNothing();
+    runtime.given(h).when(progressed(1, 'A long')).thenNothing();
+    runtime
+      .given(h)
+      .when(progressed(1, 'A long paragraph still streaming'))
+      .then([progressEvent(1, 'A long paragraph still streaming')]);
+  });
+
+  it('given turn 1 in flight, when a paragraph finished and progress came together, then the paragraph, then the progress', () => {
+    runtime
+      .given(inFlight())
+      .when(progressed(1, 'One.\n\nTwo and more', [{ index: 0, text: 'One.' }]))
+      .then([paragraph(1, 0, 'One.'), progressEvent(1, 'One.\n\nTwo and more')]);
+  });
+
+  it('given the turn already recorded, another turn in flight, or a cancel, when progress is reported, then nothing', () => {
+    runtime
+      .given(new History().admitted().turn(1, { content: 'Long text' }))
+      .when(progressed(1, 'Long text'))
+      .thenNothing();
+    runtime.given(inFlight()).when(progressed(2, 'Long text')).thenNothing();
+    runtime
+      .given(inFlight().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null }))
+      .when(progressed(1, 'Long text'))
+      .thenNothing();
+  });
+
   it('given the turn already recorded, another turn in flight, a cancel, or a fence, then nothing', () => {
     const p = [{ index: 0, text: 'One.' }];
     runtime

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { ParagraphStream, splitPassages } from '@runplane/contracts';
-import { ParagraphRecorder } from '@runplane/app-runtime';
+import { ParagraphStream, sha256Hex, splitPassages } from '@runplane/contracts';
+import { ParagraphRecorder, progressIntervalMs } from '@runplane/app-runtime';
 
 describe('ParagraphStream: a paragraph is finished once a blank line follows it', () => {
   it('reports each paragraph once its separator is complete, never the last one, and always the first passages of the whole text', () => {
@@ -71,5 +71,88 @@ describe('ParagraphRecorder: records without holding the stream up', () => {
     await recorder.close();
     expect(errors).toHaveLength(1);
     expect(seen).toEqual([1]);
+  });
+});
+
+describe('ParagraphRecorder: text streaming inside one long paragraph is progress at a bounded rate (K7)', () => {
+  /** A recorder on a fake clock that records at once; returns what it recorded. */
+  function recorderAt(intervalMs: number) {
+    let clock = 1_000;
+    const recorded: { paragraphs: number[]; progress: { characters: number; sha256: string } | null }[] = [];
+    const recorder = new ParagraphRecorder(
+      async (ps, progress) => {
+        recorded.push({ paragraphs: ps.map((p) => p.index), progress });
+      },
+      () => undefined,
+      { progressIntervalMs: intervalMs, now: () => clock },
+    );
+    const settle = () => new Promise((r) => setTimeout(r, 0));
+    return { recorder, recorded, settle, advance: (ms: number) => (clock += ms) };
+  }
+
+  it('a steady stream of words without a blank line records progress once per interval, with the characters and digest of the text so far', async () => {
+    const { recorder, recorded, settle, advance } = recorderAt(2_000);
+    let text = '';
+    for (let i = 0; i < 12; i++) {
+      const piece = `word${i} `;
+      text += piece;
+      recorder.push(piece);
+      await settle();
+      if (i === 3) expect(recorded).toEqual([]); // 1.5 s in
+      if (i === 4) expect(recorded).toEqual([{ paragraphs: [], progress: { characters: text.length, sha256: sha256Hex(text) } }]);
+      advance(500);
+    }
+    // pieces at 0, 0.5, ..., 5.5 s: progress at 2 s and 4 s only
+    expect(recorded.map((r) => r.progress!.characters)).toEqual([
+      'word0 word1 word2 word3 word4 '.length,
+      'word0 word1 word2 word3 word4 word5 word6 word7 word8 '.length,
+    ]);
+    expect(recorded.every((r) => r.paragraphs.length === 0)).toBe(true);
+    await recorder.close();
+  });
+
+  it('keep-alive chunks (empty or whitespace-only pieces) never record progress, however long they go on', async () => {
+    const { recorder, recorded, settle, advance } = recorderAt(1_000);
+    for (let i = 0; i < 50; i++) {
+      recorder.push(i % 2 ? '' : ' ');
+      advance(500);
+    }
+    await settle();
+    expect(recorded).toEqual([]);
+    await recorder.close();
+  });
+
+  it('a short reply (shorter than the interval) records no progress; a finished paragraph restarts the interval', async () => {
+    const short = recorderAt(5_000);
+    short.recorder.push('The answer ');
+    short.advance(1_000);
+    short.recorder.push('is 42.');
+    await short.settle();
+    await short.recorder.close();
+    expect(short.recorded).toEqual([]);
+
+    const { recorder, recorded, settle, advance } = recorderAt(2_000);
+    recorder.push('First.');
+    advance(1_500);
+    recorder.push('\n\nSecond ');
+    await settle();
+    expect(recorded).toEqual([{ paragraphs: [0], progress: null }]);
+    advance(1_500); // 1.5 s after the paragraph: not yet
+    recorder.push('goes on');
+    await settle();
+    expect(recorded).toHaveLength(1);
+    advance(600);
+    recorder.push(' and on');
+    await settle();
+    expect(recorded).toHaveLength(2);
+    const soFar = 'First.\n\nSecond goes on and on';
+    expect(recorded[1]).toEqual({ paragraphs: [], progress: { characters: soFar.length, sha256: sha256Hex(soFar) } });
+    await recorder.close();
+  });
+
+  it('the interval is a third of the no-progress limit, at most 5 s', () => {
+    expect(progressIntervalMs(5)).toBe(1_666);
+    expect(progressIntervalMs(60)).toBe(5_000);
+    expect(progressIntervalMs(undefined)).toBe(5_000);
   });
 });

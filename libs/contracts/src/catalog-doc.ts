@@ -15,6 +15,8 @@ const PURPOSE: Record<string, string> = {
   'tool.call.proposed': 'One tool call the model asked for, proposed for execution (K5: proposed -> dispatched -> receipt).',
   'model.output.paragraph':
     'One finished paragraph of a model turn, recorded while the turn still streams (a blank line followed it), so the text survives a crash, cancel or failure; publication commits it as a passage at once.',
+  'model.output.progress':
+    'Evidence that a model turn is still streaming answer text inside an unfinished paragraph (no blank line yet): recorded at most once every min(5 s, noProgressSeconds/3) while new non-whitespace text arrives, so a long unbroken reply resets the no-progress clock (K7). Keep-alive chunks never cause one; short replies record none.',
   'run.execution.finished': 'The runtime stopped executing the Run, and why. It never settles the Run: the lifecycle does (K9).',
   'tool.call.dispatched':
     'The tools service is about to execute the call. A dispatch without a receipt means the outcome is unknown: it is never re-run (K5).',

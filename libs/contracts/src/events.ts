@@ -169,6 +169,21 @@ export const ModelOutputParagraphV1 = z.object({
   text: z.string().min(1),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
+/**
+ * Durable evidence that a model turn is still streaming answer text inside a paragraph that has not
+ * finished yet (no blank line so far), so that a long unbroken reply resets the Run's no-progress
+ * clock (K7) like finished paragraphs do. Recorded by the runtime under the lease epoch, at a
+ * bounded rate (at most once per `min(5 s, noProgressSeconds / 3)` of streaming, and only when new
+ * non-whitespace text arrived since the last evidence), so a short reply records none. Keep-alive
+ * chunks (empty deltas) never cause one. Strictly increasing `characters` per turn.
+ */
+export const ModelOutputProgressV1 = z.object({
+  turn: z.number().int().positive(),
+  /** How many characters of the turn's text had streamed when it was recorded (UTF-16 code units, as `string.length`). */
+  characters: z.number().int().positive(),
+  /** sha256 (hex) of the turn's text streamed so far: the first `characters` of the turn's eventual content. */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
 /** Why the runtime stopped executing. It never settles; the lifecycle does (K9). */
 export const ExecutionStopReason = z.enum([
   'answered',
@@ -530,6 +545,7 @@ export const EventCatalog = {
   'model.turn.failed': { owner: 'runtime', version: 1, data: ModelTurnFailedV1 },
   'tool.call.proposed': { owner: 'runtime', version: 1, data: ToolCallProposedV1 },
   'model.output.paragraph': { owner: 'runtime', version: 1, data: ModelOutputParagraphV1 },
+  'model.output.progress': { owner: 'runtime', version: 1, data: ModelOutputProgressV1 },
   'run.execution.finished': { owner: 'runtime', version: 1, data: ExecutionFinishedV1 },
   'run.finalization.started': { owner: 'runtime', version: 1, data: FinalizationStartedV1 },
   'tool.call.dispatched': { owner: 'tools', version: 1, data: ToolCallDispatchedV1 },

@@ -36,6 +36,7 @@ export function touchedKeys(stored: StoredEvent): TouchedKeys {
     case 'model.turn.completed':
     case 'model.turn.failed':
     case 'model.output.paragraph':
+    case 'model.output.progress':
       return { turn: e.data.turn };
     default:
       return {};
@@ -321,7 +322,8 @@ export function evolveModelTurn(row: ModelTurnRow | null, stored: StoredEvent): 
     e.type !== 'model.turn.requested' &&
     e.type !== 'model.turn.completed' &&
     e.type !== 'model.turn.failed' &&
-    e.type !== 'model.output.paragraph'
+    e.type !== 'model.output.paragraph' &&
+    e.type !== 'model.output.progress'
   ) {
     return row;
   }
@@ -349,6 +351,7 @@ export function evolveModelTurn(row: ModelTurnRow | null, stored: StoredEvent): 
     case 'model.turn.requested':
       return { ...current, requestedAt: current.requestedAt ?? e.occurredAt, lastSeq: stored.seq };
     case 'model.output.paragraph':
+    case 'model.output.progress':
       return { ...current, firstTextAt: current.firstTextAt ?? e.occurredAt, lastSeq: stored.seq };
     case 'model.turn.completed':
       if (current.status !== 'requested') return { ...current, lastSeq: stored.seq };

@@ -134,7 +134,7 @@ export interface ModelTurnRow {
   turn: number;
   status: 'requested' | 'completed' | 'failed';
   requestedAt: string | null;
-  /** When its first paragraph of text was recorded (`model.output.paragraph`), or null. */
+  /** When its first streamed text was recorded (`model.output.paragraph`, or `model.output.progress` inside an unfinished paragraph), or null. */
   firstTextAt: string | null;
   /** When it completed or failed, or null while in flight (or never recorded). */
   endedAt: string | null;

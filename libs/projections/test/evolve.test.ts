@@ -242,6 +242,20 @@ describe('runs rule', () => {
       lastProgressAt: '2026-11-30T10:00:00.000Z',
     });
   });
+
+  it("given text still streaming inside one long paragraph (model.output.progress), then the last progress and the turn's first text follow it (K7)", () => {
+    const events: RunEvent[] = [
+      admittedEvent(runId),
+      makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, at(1)),
+      makeEvent('model.output.progress', c, '1/progress/40', { turn: 1, characters: 40, sha256: 'a'.repeat(64) }, at(3)),
+      makeEvent('model.output.progress', c, '1/progress/90', { turn: 1, characters: 90, sha256: 'b'.repeat(64) }, at(5)),
+    ];
+    let run: RunRow | null = null;
+    events.forEach((e, i) => (run = evolveRun(run, stored(e, i + 1))));
+    expect(run).toMatchObject({ lastProgressAt: '2026-11-30T10:00:05.000Z' });
+    const turn = events.slice(1).reduce<ModelTurnRow | null>((row, e, i) => evolveModelTurn(row, stored(e, i + 2)), null);
+    expect(turn).toMatchObject({ status: 'requested', firstTextAt: '2026-11-30T10:00:03.000Z', lastSeq: 4 });
+  });
 });
 
 describe('messages rule', () => {

@@ -16,6 +16,8 @@ export interface TurnFacts {
   failed: EventData<'model.turn.failed'> | null;
   /** The paragraphs recorded while the turn streamed (`model.output.paragraph`), in index order. */
   paragraphs: EventData<'model.output.paragraph'>[];
+  /** Characters streamed by the latest progress evidence (`model.output.progress`, K7), 0 when none. */
+  progressCharacters: number;
 }
 
 /** A question for a human the Run parked on (K10): opened by the runtime, answered through admission. */
@@ -169,11 +171,17 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
         completedAt: null,
         failed: null,
         paragraphs: [],
+        progressCharacters: 0,
       });
       break;
     case 'model.output.paragraph': {
       const t = next.turns.find((x) => x.turn === e.data.turn);
       if (t && !t.paragraphs.some((p) => p.index === e.data.index)) t.paragraphs = [...t.paragraphs, e.data].sort((a, b) => a.index - b.index);
+      break;
+    }
+    case 'model.output.progress': {
+      const t = next.turns.find((x) => x.turn === e.data.turn);
+      if (t) t.progressCharacters = Math.max(t.progressCharacters, e.data.characters);
       break;
     }
     case 'model.turn.completed': {
@@ -305,7 +313,8 @@ export function foldRun(runId: string, events: readonly StoredEvent[]): RunFacts
 
 /**
  * Whether an event is progress for the no-progress limit (K7): the admission (the clock starts),
- * streamed answer text (`model.output.paragraph`), a completed turn with text that was not cut
+ * streamed answer text (a finished paragraph, `model.output.paragraph`, or evidence of text still
+ * streaming inside an unfinished one, `model.output.progress`), a completed turn with text that was not cut
  * at its length limit, a valid tool call (`tool.call.proposed`: the runtime proposes only valid
  * calls), a new receipt, an answered wait or a settled child (the Run was woken). Not progress:
  * lease grants (the transport of execution, renewed or not), model requests, failed or empty
@@ -315,6 +324,7 @@ export function countsAsProgress(e: RunEvent): boolean {
   switch (e.type) {
     case 'run.admitted':
     case 'model.output.paragraph':
+    case 'model.output.progress':
     case 'tool.call.proposed':
     case 'tool.call.receipt':
     case 'wait.answered':

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { sha256Hex } from '@runplane/contracts';
-import { answerPassages, uncommittedParagraphs } from '@runplane/run-facts';
+import { answerPassages, countsAsProgress, noProgressClock, uncommittedParagraphs } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';
 
 const passage = (id: string, turn: number, index: number, text: string, version = 1) => ({
@@ -56,5 +56,21 @@ describe('the fold: passages while the answer streams', () => {
       .add('model.output.paragraph', '1/1', { turn: 1, index: 1, text: 'Two.', sha256: sha256Hex('Two.') })
       .add('passage.committed', 'p0', passage('p0', 1, 0, 'One.'));
     expect(uncommittedParagraphs(h.facts)).toEqual([{ turn: 1, index: 1 }]);
+  });
+});
+
+describe('the fold: what counts as progress (K7)', () => {
+  it('text still streaming inside an unfinished paragraph (model.output.progress) is progress and is folded per turn; a request is not', () => {
+    const h = new History().admitted({ noProgressSeconds: 5 }).add('model.turn.requested', 1, { turn: 1, model: 'm' });
+    const requestedAt = h.facts.lastEvent!.occurredAt;
+    expect(countsAsProgress(h.facts.lastEvent!)).toBe(false);
+    expect(h.facts.lastProgressAt).not.toBe(requestedAt);
+    h.add('model.output.progress', '1/progress/12', { turn: 1, characters: 12, sha256: sha256Hex('A long parag') });
+    const mark = h.facts.lastEvent!;
+    expect(countsAsProgress(mark)).toBe(true);
+    expect(h.facts.lastProgressAt).toBe(mark.occurredAt);
+    expect(h.facts.turns[0]!.progressCharacters).toBe(12);
+    expect(noProgressClock(h.facts, new Date(Date.parse(mark.occurredAt) + 4_999))!.passed).toBe(false);
+    expect(noProgressClock(h.facts, new Date(Date.parse(mark.occurredAt) + 5_000))!.passed).toBe(true);
   });
 });
