@@ -113,17 +113,20 @@ export interface StoredHeaders {
 /**
  * Decodes one stream message and checks that the event log appended it: the single check every
  * reader of facts applies (durable consumers, the Run readers, observers' event streams, K11).
- * Every append is conditional and the server stores the expectation it checked
- * (`Nats-Expected-Last-Subject-Sequence`), so an event whose `prevSeq` that header does not
- * confirm was published around the log (a replay after the duplicate window, a forgery), whatever
- * its body says. An event without `prevSeq` (written before it existed) is taken as it is.
+ * Every append is conditional (it always was) and the server stores the expectation it checked
+ * (`Nats-Expected-Last-Subject-Sequence`, a sequence below the message's own): a message without
+ * it was published around the log (a replay after the duplicate window, a forgery), whatever its
+ * body says, and an event's `prevSeq` must be what the header says (an event without `prevSeq`
+ * was appended before it existed and carries the header all the same).
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
  *   {@link decodeStored}) or `unverified-event` (no verified back-link).
  */
 export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined): StoredEvent {
   const stored = decodeStored(seq, subject, data);
+  const header = headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) ?? '';
+  const checked = /^\d{1,15}$/.test(header) ? Number(header) : NaN;
   const prevSeq = stored.event.prevSeq;
-  if (prevSeq !== undefined && headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
+  if (!(checked < seq) || (prevSeq !== undefined && prevSeq !== checked)) {
     throw new InvalidStoredEvent(
       seq,
       subject,

@@ -198,14 +198,29 @@ describeEachNatsServer(servers, (server) => {
     expect(await log.readRun(runId)).toHaveLength(2);
   });
 
-  it('falls back to a full scan when a back-link cannot be followed (an event without prevSeq)', async () => {
+  it('falls back to a full scan when a back-link cannot be followed (an event without prevSeq); an event without the checked expectation is no fact, prevSeq or not', async () => {
     const runId = `r9${tag}`;
     await log.append(admitted(runId), 0);
+    // appended before prevSeq existed: conditional all the same (every append always was)
     const legacy = turnRequested(runId, 1);
-    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(legacy), { msgID: legacy.eventId });
-    const read = await log.catchUp(runId, {});
-    expect(read.full).toBe(true);
-    expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(legacy), {
+      msgID: legacy.eventId,
+      expect: { lastSubjectSequence: 0 },
+    });
+    // a forgery that leaves prevSeq out, published plainly
+    const forged = await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(turnRequested(runId, 2)));
+    const reported: InvalidStoredEvent[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e);
+    try {
+      const read = await log.catchUp(runId, {});
+      expect(read.full).toBe(true);
+      expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+      expect(read.events[1]!.event.eventId).toBe(legacy.eventId);
+      expect(reported.filter((e) => e.seq === forged.seq).map((e) => e.anomaly)).toEqual(['unverified-event']);
+    } finally {
+      log.onInvalid = previous;
+    }
   });
 
   it("reads a subject's events in parallel from the earlierSeqs hints, and ignores hints that disagree with the verified links", async () => {
