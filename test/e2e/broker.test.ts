@@ -4,13 +4,14 @@
  * (libs/eventlog bus.ts, as deployed). Bad messages are published with plain NATS clients.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import type { ObservedEvent } from '@runplane/client';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { BUS_SERVICES, durableNamesOf, runSubject, type BusUser } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -237,7 +238,103 @@ describe('broken and hostile messages never stall anything (K11)', () => {
   }, 90_000);
 });
 
+/**
+ * Publishes, as the admin with a plain NATS client (no conditional append), well-formed
+ * `run.settled` events of a live Run with made-up event ids, one with a plausible `prevSeq` and one
+ * without it, then a garbage message on the same subject. Returns their stream sequences.
+ */
+async function forgeSettlement(runId: string, outcome: 'completed' | 'failed', reason: string): Promise<number[]> {
+  const admitted = (await t.log.readRun(runId)).find((e) => e.event.type === 'run.admitted')!.event;
+  const ctx = { runId, conversationId: admitted.conversationId, correlationId: admitted.eventId, causationId: admitted.eventId };
+  const forged = (key: string) =>
+    makeEvent(
+      'run.settled',
+      ctx,
+      key,
+      { outcome, reason, passageIds: [], receipts: [], usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 } },
+      new Date(),
+    );
+  const subject = runSubject(t.log.space, runId, 'lifecycle');
+  const prevSeq = (await t.log.lastOf(runId, 'lifecycle'))?.seq ?? 0;
+  const admin = jetstream(await connectAs('admin'));
+  const linked = await admin.publish(subject, JSON.stringify({ ...forged(`forged-${reason}`), prevSeq }));
+  const unlinked = await admin.publish(subject, JSON.stringify(forged(`forged-${reason}-unlinked`)));
+  const garbage = await admin.publish(subject, 'an undecodable message {');
+  return [linked.seq, unlinked.seq, garbage.seq];
+}
+
+/** The publication's count of one anomaly kind on /metrics (0 when the series is absent). */
+async function publicationAnomalies(kind: string): Promise<number> {
+  const res = await fetch(`${t.stack.services.get('publication')!.url}/metrics`);
+  expect(res.status).toBe(200);
+  const line = (await res.text()).split('\n').find((l) => l.startsWith('runplane_bus_anomalies_total{') && l.includes(`kind="${kind}"`));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
 describe('observers (K4)', () => {
+  it('an observer of a live Run is sent no forged settlement nor undecodable message: it gets the real settlement', async () => {
+    const key = 'sse-forged-settlement';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 4_000 }]);
+    const seen: ObservedEvent[] = [];
+    const observed = t.client.streamEvents(runId, { onEvent: (e) => seen.push(e) });
+    await eventually(async () => (seen.some((e) => e.event.type === 'model.turn.requested') ? true : null), 20_000, 'the observer to follow live');
+    const unverifiedBefore = await publicationAnomalies('unverified-event');
+    const forgedSeqs = await forgeSettlement(runId, 'completed', 'forged-for-observers');
+    const forgedSeq = forgedSeqs[0]!;
+    const { ended } = await observed;
+    expect(ended).toBe('server');
+    const real = ofType(await t.log.readRun(runId), 'run.settled');
+    expect(real).toHaveLength(1);
+    expect(real[0]!.seq).toBeGreaterThan(forgedSeq);
+    const settlements = seen.filter((e) => e.event.type === 'run.settled');
+    expect(settlements.map((e) => e.seq)).toEqual([real[0]!.seq]);
+    expect(settlements[0]!.event.eventId).toBe(real[0]!.event.eventId);
+    for (const seq of forgedSeqs) expect(seen.map((e) => e.seq)).not.toContain(seq);
+    expect(seen.at(-1)!.event.type).toBe('run.settled');
+    // a late observer replaying the whole Run is not sent it either
+    const replayed: ObservedEvent[] = [];
+    await t.client.streamEvents(runId, { onEvent: (e) => replayed.push(e) });
+    expect(replayed.filter((e) => e.event.type === 'run.settled').map((e) => e.seq)).toEqual([real[0]!.seq]);
+    // one resuming right after the forgery waits for the real settlement (no 204)
+    const resumed: ObservedEvent[] = [];
+    expect((await t.client.streamEvents(runId, { lastEventId: forgedSeqs.at(-1)!, onEvent: (e) => resumed.push(e) })).ended).toBe('server');
+    expect(resumed.at(-1)!.seq).toBe(real[0]!.seq);
+    // skipped loudly: logged and counted
+    expect(await publicationAnomalies('unverified-event')).toBeGreaterThanOrEqual(unverifiedBefore + 2);
+    for (const seq of forgedSeqs.slice(0, 2)) expect(serviceLog()).toMatch(new RegExp(`"anomaly":"unverified-event"[^\\n]*stream message ${seq} `));
+  }, 60_000);
+
+  it('`runplane ask` prints and exits with the real outcome, not a forged settlement', async () => {
+    const key = 'cli-forged-settlement';
+    await t.setScenario({ steps: [{ reply: { content: `The answer of ${key}.` }, delayMs: 4_000 }] }, key);
+    const { admission, publication } = t.stack.endpoints;
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot(), 'apps/cli/dist/main.js'), 'ask', `[${key}] what is in the fund?`, '--admission', admission, '--publication', publication],
+      { env: t.env },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
+    try {
+      const runId = await eventually(async () => /Run (\S+) admitted/.exec(stdout)?.[1] ?? null, 20_000, 'the CLI to admit its Run');
+      await waitForType(runId, 'model.turn.requested');
+      await forgeSettlement(runId, 'failed', 'forged-for-the-cli');
+      const code = await exited;
+      process.stdout.write(`runplane ask with a forged settlement: exit ${code}\n${stdout}${stderr}\n`);
+      expect(code).toBe(0);
+      expect(stdout).not.toContain('forged-for-the-cli');
+      expect(stdout).toContain(`The answer of ${key}.`);
+      expect(ofType(await t.log.readRun(runId), 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+    } finally {
+      clearTimeout(timer);
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  }, 60_000);
+
   it("removes an SSE observer's server-side consumer when the observer leaves, not minutes later", async () => {
     const key = 'sse-leaves';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 5_000 }]);

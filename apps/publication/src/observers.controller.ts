@@ -56,8 +56,10 @@ export class ObserversController implements BeforeApplicationShutdown {
   /**
    * `GET /v1/runs/{runId}/events`: Server-Sent Events. Replays the Run's stored events after
    * `Last-Event-ID` (header, or `?lastEventId=`), then follows live; each SSE message has
-   * `id: <stream seq>`, `event: <event type>`, `data: <event envelope JSON>`. The stream ends
-   * after `run.settled`. With `?deltas=true`, live token deltas are interleaved as
+   * `id: <stream seq>`, `event: <event type>`, `data: <event envelope JSON>`. Only facts are
+   * sent: a message the event log did not append (garbage, a forged or replayed event) is skipped,
+   * replayed or live, and logged and counted as an anomaly (`EventLog.followRun`, `verifyStored`,
+   * K11), so the stream ends after the Run's real `run.settled`. With `?deltas=true`, live token deltas are interleaved as
    * `event: delta` messages without an id (they are not stored and are never replayed).
    * 204 when `Last-Event-ID` is at or after the Run's settlement (nothing more will come).
    */
@@ -76,6 +78,7 @@ export class ObserversController implements BeforeApplicationShutdown {
         ? parseLastEventId(lastEventIdHeader)
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
+    // the verified last event of the subject: a forged settlement published after it is not one
     const settlement = await this.log.lastOf(runId, 'lifecycle');
     if (settlement && settlement.seq <= after) {
       // The observer has seen the settlement: nothing more will ever come. 204 also tells a

@@ -1,8 +1,8 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
-import { AppendConflict } from './errors.js';
-import { decodeStored, EXPECTED_LAST_SUBJECT_SEQUENCE, type EventLog } from './event-log.js';
+import { AppendConflict, InvalidStoredEvent } from './errors.js';
+import { verifyStored, type EventLog } from './event-log.js';
 
 export interface DurableConsumerSpec {
   /** Durable consumer name, one per service (e.g. `runtime`); prefixed with the subject prefix. */
@@ -112,21 +112,12 @@ export class DurableConsumer {
   private schedule(m: JsMsg, ackWaitMs: number): void {
     let stored: StoredEvent;
     try {
-      stored = decodeStored(m.seq, m.subject, m.data);
+      // the same check as every reader of facts (verifyStored): a valid event that the event log
+      // appended, with the back-link the server verified
+      stored = verifyStored(m.seq, m.subject, m.data, m.headers);
     } catch (e) {
-      this.terminate(m, 'invalid-message', (e as Error).message);
-      return;
-    }
-    // every append of the event log is conditional, and the server stores the expectation it
-    // checked: an event whose back-link the server did not verify was published around the log
-    // (a replay after the duplicate window, a forgery), whatever its body says
-    const prevSeq = stored.event.prevSeq;
-    if (prevSeq !== undefined && m.headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
-      this.terminate(
-        m,
-        'unverified-event',
-        `event ${stored.event.eventId} (${stored.event.type}) was not appended by the event log: its back-link is not verified`,
-      );
+      if (!(e instanceof InvalidStoredEvent)) throw e;
+      this.terminate(m, e.anomaly, e.message);
       return;
     }
     const key = stored.event.runId;

@@ -1,3 +1,5 @@
+import type { AnomalyKind } from './anomalies.js';
+
 /**
  * Why an append was refused:
  * - `wrong-last-sequence`: the writer's view of its subject is stale, another write landed first
@@ -25,12 +27,18 @@ export class AppendConflict extends Error {
   }
 }
 
-/** A message on a Run subject that is not a valid Runplane event (wrong schema, owner or subject). */
+/**
+ * A message on a Run subject that is not a fact of the log: not a valid Runplane event (wrong
+ * schema, owner or subject; `invalid-message`), an event the log did not append (no verified
+ * back-link: a replay or a forgery; `unverified-event`), or a copy of an event read earlier
+ * (`duplicate-event`). `anomaly` is the kind to count (`runplane_bus_anomalies_total`, K11).
+ */
 export class InvalidStoredEvent extends Error {
   constructor(
     readonly seq: number,
     readonly subject: string,
     detail: string,
+    readonly anomaly: Extract<AnomalyKind, 'invalid-message' | 'unverified-event' | 'duplicate-event'> = 'invalid-message',
   ) {
     super(`stream message ${seq} on ${subject} is not a valid event: ${detail}`);
     this.name = 'InvalidStoredEvent';

@@ -105,6 +105,38 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
   return { seq, subject, event };
 }
 
+/** The headers of a stored message, as a consumer (`JsMsg.headers`) or a direct get (`StoredMsg.header`) gives them. */
+export interface StoredHeaders {
+  get(name: string): string;
+}
+
+/**
+ * Decodes one stream message and checks that the event log appended it: the single check every
+ * reader of facts applies (durable consumers, the Run readers, observers' event streams, K11).
+ * Every append is conditional (it always was) and the server stores the expectation it checked
+ * (`Nats-Expected-Last-Subject-Sequence`, a sequence below the message's own): a message without
+ * it was published around the log (a replay after the duplicate window, a forgery), whatever its
+ * body says, and an event's `prevSeq` must be what the header says (an event without `prevSeq`
+ * was appended before it existed and carries the header all the same).
+ * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
+ *   {@link decodeStored}) or `unverified-event` (no verified back-link).
+ */
+export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined): StoredEvent {
+  const stored = decodeStored(seq, subject, data);
+  const header = headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) ?? '';
+  const checked = /^\d{1,15}$/.test(header) ? Number(header) : NaN;
+  const prevSeq = stored.event.prevSeq;
+  if (!(checked < seq) || (prevSeq !== undefined && prevSeq !== checked)) {
+    throw new InvalidStoredEvent(
+      seq,
+      subject,
+      `event ${stored.event.eventId} (${stored.event.type}) is unverified: not appended by the event log (a replay or a forgery)`,
+      'unverified-event',
+    );
+  }
+  return stored;
+}
+
 /**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
@@ -294,7 +326,7 @@ export class EventLog {
     const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
     if (!msg) return null;
     try {
-      const stored = decodeStored(msg.seq, msg.subject, msg.data);
+      const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header);
       const e = stored.event;
       return e.eventId === eventId && e.prevSeq === prevSeq && e.writer?.instance === this.writer.instance ? stored : null;
     } catch {
@@ -302,12 +334,12 @@ export class EventLog {
     }
   }
 
-  /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a valid event (reported through `onInvalid`). */
+  /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a fact (not a valid event, or not appended by the log: {@link verifyStored}; reported through `onInvalid`). */
   async getStored(seq: number): Promise<StoredEvent | null> {
     const msg = await this.jsm.direct.getMessage(this.space.stream, { seq });
     if (!msg) return null;
     try {
-      return decodeStored(msg.seq, msg.subject, msg.data);
+      return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.onInvalid(e);
@@ -315,16 +347,17 @@ export class EventLog {
     }
   }
 
-  /** The last event on one owner's subject of a Run (direct get), or null. */
+  /** The last fact on one owner's subject of a Run (direct get; when the last message is not a fact, {@link verifyStored}, found by reading the Run), or null. */
   async lastOf(runId: string, owner: Owner): Promise<StoredEvent | null> {
     const subject = runSubject(this.space, runId, owner);
     const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
     if (!msg) return null;
     try {
-      return decodeStored(msg.seq, msg.subject, msg.data);
+      return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
-      // the subject's last message is not an event: the last event on it is found by reading the Run
+      // the subject's last message is not a fact (garbage, a forgery): the last event on it is
+      // found by reading the Run, which skips and reports it
       const events = (await this.catchUp(runId, {})).events.filter((s) => s.subject === subject);
       return events[events.length - 1] ?? null;
     }
@@ -368,7 +401,7 @@ export class EventLog {
     for await (const e of this.snapshot(runFilter(this.space, runId), 1, 512, seen)) {
       // a copy of an event already read (a replay under another message id) is not a second fact
       if (eventIds.has(e.event.eventId)) {
-        this.onInvalid(new InvalidStoredEvent(e.seq, e.subject, `a copy of event ${e.event.eventId}, already stored earlier`));
+        this.onInvalid(new InvalidStoredEvent(e.seq, e.subject, `a copy of event ${e.event.eventId}, already stored earlier`, 'duplicate-event'));
         continue;
       }
       eventIds.add(e.event.eventId);
@@ -400,7 +433,7 @@ export class EventLog {
       if (!Number.isSafeInteger(prev) || prev < 0 || prev >= m.seq) return null;
       let stored: StoredEvent;
       try {
-        stored = decodeStored(m.seq, m.subject, m.data);
+        stored = verifyStored(m.seq, m.subject, m.data, m.header);
       } catch (e) {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
@@ -436,8 +469,9 @@ export class EventLog {
 
   /**
    * Follows one Run live from `fromSeq` (inclusive) with an ordered consumer: stored events
-   * first, then new ones as they are appended. Messages that are not events are skipped
-   * (reported through `onInvalid`). Returns a stop function, which also deletes the consumer.
+   * first, then new ones as they are appended. Messages that are not facts (not events, or events
+   * the log did not append: {@link verifyStored}) are skipped, reported through `onInvalid`, and
+   * the follow goes on. Returns a stop function, which also deletes the consumer.
    */
   async followRun(runId: string, fromSeq: number, onEvent: (e: StoredEvent) => void | Promise<void>): Promise<() => Promise<void>> {
     const consumer = await this.js.consumers.get(this.space.stream, {
@@ -449,7 +483,7 @@ export class EventLog {
       for await (const m of messages) {
         let stored: StoredEvent;
         try {
-          stored = decodeStored(m.seq, m.subject, m.data);
+          stored = verifyStored(m.seq, m.subject, m.data, m.headers);
         } catch (e) {
           if (!(e instanceof InvalidStoredEvent)) throw e;
           this.onInvalid(e);
@@ -504,25 +538,17 @@ export class EventLog {
         for await (const m of batch) {
           got++;
           seen?.(m.subject, m.seq);
+          let stored: StoredEvent;
           try {
-            const stored = decodeStored(m.seq, m.subject, m.data);
-            const prevSeq = stored.event.prevSeq;
-            if (prevSeq !== undefined && m.headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) !== String(prevSeq)) {
-              // published around the log (a replay after the duplicate window, a forgery): every
-              // append is conditional and the server stores the expectation it checked
-              throw new InvalidStoredEvent(
-                m.seq,
-                m.subject,
-                `event ${stored.event.eventId} is unverified: not appended by the event log (a replay or a forgery)`,
-              );
-            }
-            yield stored;
+            stored = verifyStored(m.seq, m.subject, m.data, m.headers);
           } catch (e) {
-            // Not a Runplane event (garbled, forged, wrong owner): it is not a fact; skip it,
-            // loudly, so one bad message cannot block folding, audits or rebuilds.
+            // Not a fact (garbled, wrong owner, published around the log): skip it, loudly, so
+            // one bad message cannot block folding, audits or rebuilds.
             if (!(e instanceof InvalidStoredEvent)) throw e;
             this.onInvalid(e);
+            continue;
           }
+          yield stored;
         }
         if (got === 0) throw new Error(`reading ${filter}: the stream returned no messages with ${remaining} pending`);
         remaining -= got;

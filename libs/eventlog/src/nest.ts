@@ -28,11 +28,7 @@ export class EventLogModule implements OnApplicationShutdown {
             const log = await EventLog.fromEnv(serviceName);
             const logger = new Logger('EventLog');
             log.onInvalid = (e) => {
-              const anomaly = /a copy of event/.test(e.message)
-                ? 'duplicate-event'
-                : /is unverified/.test(e.message)
-                  ? 'unverified-event'
-                  : 'invalid-message';
+              const anomaly = e.anomaly;
               logger.warn(
                 { seq: e.seq, subject: e.subject, runId: e.subject.split('.').at(-2), anomaly, anomalies: recordAnomaly(anomaly), reason: e.message },
                 'skipping a stored message that is not a fact (an anomaly)',

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { errors as natsErrors } from '@nats-io/transport-node';
-import { AppendConflict, DurableConsumer, EventLog, ownerFilter, runSubject } from '@runplane/eventlog';
+import { AppendConflict, DurableConsumer, EventLog, ownerFilter, runSubject, type InvalidStoredEvent } from '@runplane/eventlog';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
 
@@ -198,14 +198,29 @@ describeEachNatsServer(servers, (server) => {
     expect(await log.readRun(runId)).toHaveLength(2);
   });
 
-  it('falls back to a full scan when a back-link cannot be followed (an event without prevSeq)', async () => {
+  it('falls back to a full scan when a back-link cannot be followed (an event without prevSeq); an event without the checked expectation is no fact, prevSeq or not', async () => {
     const runId = `r9${tag}`;
     await log.append(admitted(runId), 0);
+    // appended before prevSeq existed: conditional all the same (every append always was)
     const legacy = turnRequested(runId, 1);
-    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(legacy), { msgID: legacy.eventId });
-    const read = await log.catchUp(runId, {});
-    expect(read.full).toBe(true);
-    expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(legacy), {
+      msgID: legacy.eventId,
+      expect: { lastSubjectSequence: 0 },
+    });
+    // a forgery that leaves prevSeq out, published plainly
+    const forged = await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify(turnRequested(runId, 2)));
+    const reported: InvalidStoredEvent[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e);
+    try {
+      const read = await log.catchUp(runId, {});
+      expect(read.full).toBe(true);
+      expect(read.events.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+      expect(read.events[1]!.event.eventId).toBe(legacy.eventId);
+      expect(reported.filter((e) => e.seq === forged.seq).map((e) => e.anomaly)).toEqual(['unverified-event']);
+    } finally {
+      log.onInvalid = previous;
+    }
   });
 
   it("reads a subject's events in parallel from the earlierSeqs hints, and ignores hints that disagree with the verified links", async () => {
@@ -283,6 +298,33 @@ describeEachNatsServer(servers, (server) => {
       const read = await log.catchUp(runId, {});
       expect(read.lasts.admission).toBeGreaterThan(a.seq);
     } finally {
+      log.onInvalid = previous;
+    }
+  });
+
+  it('a forged event published around the log is neither followed live nor taken as the last event of its subject; following goes on to the genuine ones', async () => {
+    const runId = `r14${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const t1 = await log.append(turnRequested(runId, 1), 0);
+    const reported: InvalidStoredEvent[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e);
+    const followed: number[] = [];
+    const stop = await log.followRun(runId, 1, (e) => void followed.push(e.seq));
+    try {
+      // well-formed, with a plausible back-link, but published plainly (no checked expectation)
+      const forged = await log.js.publish(runSubject(log.space, runId, 'runtime'), JSON.stringify({ ...turnRequested(runId, 7), prevSeq: t1.seq }));
+      const garbage = await log.js.publish(runSubject(log.space, runId, 'runtime'), 'not json {');
+      expect((await log.lastOf(runId, 'runtime'))?.seq).toBe(t1.seq);
+      expect(await log.getStored(forged.seq)).toBeNull();
+      const t2 = await log.append(turnRequested(runId, 2), garbage.seq);
+      const deadline = Date.now() + 5_000;
+      while (!followed.includes(t2.seq) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(followed).toEqual([a.seq, t1.seq, t2.seq]);
+      expect(reported.filter((e) => e.seq === forged.seq).map((e) => e.anomaly)).toContain('unverified-event');
+      expect(reported.filter((e) => e.seq === garbage.seq).map((e) => e.anomaly)).toContain('invalid-message');
+    } finally {
+      await stop();
       log.onInvalid = previous;
     }
   });
