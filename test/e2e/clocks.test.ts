@@ -267,3 +267,32 @@ describe('clocks and budget in the Run projection, the timeline and the CLI (K7)
     expect(timelineOut.stdout).toMatch(/ \+\d+(\.\d)? m?s /);
   }, 60_000);
 });
+
+// last in this file: its 10 s Retry-After pauses this runtime's model limiter for every later Run
+describe('a Run waiting out a rate-limit pause (K7, F4)', () => {
+  it('has no model turn in flight while it waits: fenced no-progress meanwhile, no request is named uncertain and the model receives none', async () => {
+    const key = `paused-${t.tag}`;
+    // turn 1 is rate-limited for 10 s, longer than the 5 s no-progress limit; the retry would answer
+    const { runId, admittedAt } = await ask(key, [
+      { error: { status: 429, message: 'slow down', retryAfter: 10 } },
+      { reply: { content: 'Late answer.' } },
+    ]);
+    const events = await t.waitForSettlement(runId, 30_000);
+    const settleMs = Date.now() - admittedAt;
+    // the retry was never recorded as requested: the Run waited for the limiter before asking (F4)
+    expect(ofType(events, 'model.turn.requested')).toHaveLength(1);
+    expect(ofType(events, 'model.turn.failed').map((f) => f.data.error.status)).toEqual([429]);
+    const fences = ofType(events, 'run.fenced');
+    expect(fences.length).toBeGreaterThanOrEqual(1);
+    expect(fences.every((f) => f.data.reason === 'no-progress' && f.data.uncertain.length === 0)).toBe(true);
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('failed');
+    expect(settled[0]!.data.reason).toMatch(/^no-progress/);
+    expect(settled[0]!.data.reason).not.toMatch(/outcome unknown/);
+    expect(settleMs).toBeLessThan(10_000); // settled before the pause ended
+    await new Promise((r) => setTimeout(r, 10_500 - (Date.now() - admittedAt)));
+    const s = (await (await fetch(`${t.stack.modelUrl.replace(/\/v1$/, '/_scripted')}/stats`)).json()) as { perKey?: Record<string, number> };
+    expect(s.perKey?.[key]).toBe(1); // nothing was sent after the fence, not even when the pause ended
+  }, 60_000);
+});

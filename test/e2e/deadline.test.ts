@@ -116,4 +116,62 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect(settled[0]!.data.reason).not.toMatch(/nobody executed/);
     expect(await modelRequestsFor(key)).toBe(1);
   }, 90_000);
+
+  it('a reply that is still STREAMING at the deadline is cut there (F1, K7): its streamed paragraphs stay, the Run stops deadline and settles partial, never completed, within the deadline plus a few seconds', async () => {
+    const key = `streaming-${t.tag}`;
+    const paragraphs = Array.from({ length: 12 }, (_, i) => `Paragraph ${i + 1} of ${key}.`);
+    // headers at once, then a paragraph a second: 11 s of streaming, past the 6 s deadline (the client's own timeout covers only the headers)
+    await t.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 1_000 }] }, key);
+    const admittedAt = Date.now();
+    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const events = await t.waitForSettlement(body.runId, 60_000);
+    const settledMs = Date.now() - admittedAt;
+    const deadlineAt = Date.parse(ofType(events, 'run.admitted')[0]!.data.limits.deadlineAt);
+    const failed = ofType(events, 'model.turn.failed');
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.data.error).toMatchObject({ kind: 'timeout', message: expect.stringMatching(/Run's deadline/) });
+    expect(Date.parse(failed[0]!.occurredAt)).toBeLessThan(deadlineAt + 2_000);
+    expect(ofType(events, 'model.turn.completed')).toHaveLength(0);
+    const streamed = ofType(events, 'model.output.paragraph');
+    expect(streamed.length).toBeGreaterThanOrEqual(2);
+    expect(streamed.length).toBeLessThan(12);
+    expect(ofType(events, 'run.execution.finished')[0]!.data.reason).toBe('deadline');
+    expect(ofType(events, 'model.turn.requested')).toHaveLength(1); // nothing new started past the deadline
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('partial'); // the committed paragraphs are kept (K9); never `completed`
+    expect(Date.parse(settled[0]!.occurredAt)).toBeLessThan(deadlineAt + 4_000);
+    expect(settledMs).toBeLessThan(DEADLINE_SECONDS * 1000 + 5_000);
+    expect(await modelRequestsFor(key)).toBe(1);
+  }, 90_000);
+
+  // last in this file: its hour-long Retry-After pauses this runtime's model limiter for every later Run
+  it('a 429 whose Retry-After ends after the deadline (F5, K7): the retry is never sent, charges no tokens, and the Run settles failed with the deadline reason, not the token budget', async () => {
+    const key = `retry-after-${t.tag}`;
+    await t.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 3_600 } }], then: 'repeat-last' }, key);
+    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const events = await t.waitForSettlement(body.runId, 60_000);
+    expect(await modelRequestsFor(key)).toBe(1); // the model received the first request only
+    const failed = ofType(events, 'model.turn.failed').map((f) => f.data.error);
+    expect(failed.map((e) => e.kind)).toEqual(['http', 'not-sent']);
+    expect(failed[1]!.message).toMatch(/rate-limit pause \(\d+ ms\) ends after the Run's deadline/);
+    const finished = ofType(events, 'run.execution.finished')[0]!.data;
+    expect(finished.reason).toBe('deadline');
+    expect(finished.detail).toMatch(/never sent to the model/);
+    const settled = ofType(events, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('failed');
+    expect(settled[0]!.data.reason).toMatch(/deadline/);
+    expect(settled[0]!.data.reason).not.toMatch(/token budget/);
+    // the Run projection: one model request, and no request of unknown usage (the one never sent used nothing)
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(body.runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      20_000,
+      'the settled projection',
+    );
+    expect(view).toMatchObject({ modelRequests: 1, unknownUsageTurns: 1 }); // the 429 reply: usage not reported
+  }, 90_000);
 });

@@ -59,7 +59,8 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   as used (K7).
  * - `ModelTurnEnded`: record the turn exactly once (`model.turn.completed` with its proposals,
  *   or `model.turn.failed`), and stop when the turn ends execution (an answer; the finalization
- *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401). An empty, cut or
+ *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401; a request never sent
+ *   (`not-sent`) or a failure at or past the deadline stops `deadline`, K7). An empty, cut or
  *   incomplete reply, or a retryable failure, is only recorded: the next wake retries it within
  *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
  *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
@@ -150,6 +151,22 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
     const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now)];
+    // never sent (the rate-limit pause ends after the deadline), or cut at / ended after the deadline:
+    // nothing new starts, the Run stops with the honest reason (K7), not a budget it did not spend
+    const deadlineAt = facts.admitted!.limits.deadlineAt;
+    if (result.error.kind === 'not-sent' || now.getTime() >= Date.parse(deadlineAt)) {
+      const what = result.error.kind === 'not-sent' ? 'was never sent to the model' : 'failed';
+      events.push(
+        finished(
+          facts,
+          now,
+          'deadline',
+          `${finalTurn ? 'finalization ' : ''}turn ${turnNo} ${what} (${result.error.message}); deadline ${deadlineAt}`,
+          null,
+        ),
+      );
+      return events;
+    }
     // a retryable failure is retried by the next wake, within the budget (K7); the finalization request is never retried
     if (finalTurn || !isRetryableFailure(result.error))
       events.push(finished(facts, now, 'model-error', `${finalTurn ? 'finalization ' : ''}turn ${turnNo}: ${result.error.message}`, null));

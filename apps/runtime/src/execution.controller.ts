@@ -119,7 +119,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
       ...(this.settings.finalizationLeadMs ? { finalizationLeadMs: this.settings.finalizationLeadMs } : {}),
     } as const;
+    const deadlineAt = (await this.commands.folds.read(runId)).admitted?.limits.deadlineAt;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
+      // the provider's rate-limit pause is waited out BEFORE a turn is recorded as requested (F4): a Run
+      // queued behind a Retry-After has no request "in flight" (a pause ending after the deadline is not
+      // waited: the request is then recorded `not-sent`)
+      if (!(await this.waitOutRateLimit(runId, deadlineAt))) return;
       const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });
       if (
         facts.finished ||
@@ -154,6 +159,23 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       await this.recordTurn(runId, turn, result, epoch);
     }
     this.logger.warn({ runId }, 'turn limit reached in one wake');
+  }
+
+  /**
+   * Waits out the shared limiter's rate-limit pause (within the deadline), abortable like a model
+   * request (a cancel, a lost lease, the process stopping). @returns false when execution must
+   * stop here (the process stops or the lease was lost meanwhile).
+   */
+  private async waitOutRateLimit(runId: string, deadlineAt: string | undefined): Promise<boolean> {
+    const abort = new AbortController();
+    this.inFlight.set(runId, abort);
+    try {
+      if (await this.model.waitForPause(deadlineAt, abort.signal))
+        this.logger.log({ runId }, 'waited out the model rate-limit pause before the next request');
+    } finally {
+      if (this.inFlight.get(runId) === abort) this.inFlight.delete(runId);
+    }
+    return !this.stopping && this.held.has(runId);
   }
 
   /**

@@ -12,7 +12,10 @@ export interface ModelClientOptions {
   baseURL: string;
   apiKey: string;
   model: string;
-  /** Per request, milliseconds (further bounded by the time left to the Run's deadline). */
+  /**
+   * Per request, milliseconds: bounds the WHOLE request, response headers and streamed body
+   * (further bounded by the time left to the Run's deadline, K7).
+   */
   timeoutMs: number;
   /** Model requests in flight at once for this model, across all Runs of this process (K7). Default 8. */
   maxConcurrent?: number;
@@ -37,7 +40,8 @@ export interface TurnOptions {
  * One limiter per model for every Run of this runtime process (K7): a provider's rate limit is
  * shared, so concurrency and request rate are limited here (`bottleneck`), and a 429 (or 503) with
  * `Retry-After` pauses every Run's next request to that model until then, not only the Run that
- * got it. Never waits past a request's deadline: such a request is not sent (a `timeout` failure).
+ * got it. Never waits past a request's deadline: such a request is not sent (a `not-sent` failure:
+ * the provider received nothing, so nothing is charged, K7).
  */
 export class ModelRateLimiter {
   private readonly limiter: Bottleneck;
@@ -53,11 +57,33 @@ export class ModelRateLimiter {
     this.pausedUntil = Math.max(this.pausedUntil, untilMs);
   }
 
+  /** How long (ms) the provider's rate-limit pause still lasts; 0 when none. */
+  pauseLeftMs(): number {
+    return Math.max(0, this.pausedUntil - Date.now());
+  }
+
+  /**
+   * Waits out the rate-limit pause before a request is recorded as requested (F4: a Run queued
+   * behind a provider's Retry-After has no turn "in flight"). Returns at once when there is no
+   * pause, when the pause ends after `deadlineMs` (the request will then be `not-sent`), or when
+   * `signal` aborts. @returns true when it waited.
+   */
+  async waitForPause(deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
+    let waited = false;
+    for (;;) {
+      const wait = this.pausedUntil - Date.now();
+      if (wait <= 0 || Date.now() + wait >= deadlineMs || signal?.aborted) return waited;
+      waited = true;
+      await sleep(wait, signal);
+    }
+  }
+
   /**
    * Runs `job` under the limiter, after any pause. `deadlineMs` (epoch ms): when the pause or the
    * queue would end after it, `job` is not run and `onLate` answers instead.
    */
   schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
+    if (Date.now() >= deadlineMs) return Promise.resolve(onLate(0));
     return this.limiter.schedule(async () => {
       for (;;) {
         const wait = this.pausedUntil - Date.now();
@@ -108,13 +134,24 @@ export class ModelClient {
     return this.opts.model;
   }
 
+  /** See {@link ModelRateLimiter.waitForPause}: waits out this model's rate-limit pause (F4), within `deadlineAt`. */
+  waitForPause(deadlineAt: string | undefined, signal?: AbortSignal): Promise<boolean> {
+    return this.limiter.waitForPause(deadlineAt ? Date.parse(deadlineAt) : Number.POSITIVE_INFINITY, signal);
+  }
+
   /**
    * One streamed chat completion, assembled by {@link TurnAssembler} into exactly the calls the
    * model made, under the shared per-model limiter. Content deltas are passed to `onDelta` as
-   * they arrive (for live observers; they are not facts). The request's timeout is the smaller of
-   * the model timeout and the time left to `deadlineAt` (a model step never waits past the
-   * deadline, K7). Never throws for model-side failures: returns them (a malformed stream is an
-   * `invalid-response` failure; a 429/503 carries `retryAfterMs` and pauses the limiter).
+   * they arrive (for live observers; they are not facts). The WHOLE request (response headers and
+   * the streamed body) is bounded by the smaller of the model timeout and the time left to
+   * `deadlineAt` (a model step never runs past the deadline, K7): an `AbortSignal.timeout`
+   * combined with `signal` cuts the stream, and the turn is a `timeout` failure (what it streamed
+   * was already passed to `onDelta`). A request the limiter never sent (its pause ends after the
+   * deadline, or the deadline passed) is a `not-sent` failure. An abort by `signal` (the process
+   * stops, the lease was lost, a cancel) is returned as a `connection` failure that the caller
+   * must not decide on (it checks its own signal). Never throws for model-side failures: returns
+   * them (a malformed stream is an `invalid-response` failure; a 429/503 carries `retryAfterMs`
+   * and pauses the limiter).
    */
   async turn(
     turnNo: number,
@@ -128,7 +165,7 @@ export class ModelClient {
     const late = (waitMs: number): ModelTurnResult => ({
       ok: false,
       error: {
-        kind: 'timeout',
+        kind: 'not-sent',
         status: null,
         message: waitMs > 0 ? `not sent: the rate-limit pause (${waitMs} ms) ends after the Run's deadline` : "not sent: the Run's deadline passed",
       },
@@ -150,7 +187,13 @@ export class ModelClient {
     options: TurnOptions,
     deadlineMs: number,
   ): Promise<ModelTurnResult> {
-    const timeout = Math.max(1, Math.min(this.opts.timeoutMs, deadlineMs - Date.now()));
+    const leftMs = deadlineMs - Date.now();
+    const byDeadline = leftMs < this.opts.timeoutMs;
+    const timeout = Math.max(1, Math.min(this.opts.timeoutMs, leftMs));
+    // one bound for the whole request, headers AND streamed body: the client's own `timeout` covers the headers only
+    const bound = AbortSignal.timeout(timeout);
+    const cut = signal ? AbortSignal.any([bound, signal]) : bound;
+    const startedAt = Date.now();
     try {
       const stream = await this.client.chat.completions.create(
         {
@@ -161,15 +204,18 @@ export class ModelClient {
           stream: true,
           stream_options: { include_usage: true },
         },
-        { timeout, ...(signal ? { signal } : {}) },
+        { timeout, signal: cut },
       );
       const assembler = new TurnAssembler();
       for await (const chunk of stream) {
         const text = assembler.push(chunk);
         if (text) onDelta(text);
       }
+      if (bound.aborted && !signal?.aborted) return { ok: false, error: cutError(Date.now() - startedAt, byDeadline) };
       return assembler.result(turnNo);
     } catch (e) {
+      // cut by the bound (not by the caller): a timeout, whether it hit the headers or the stream
+      if (bound.aborted && !signal?.aborted) return { ok: false, error: cutError(Date.now() - startedAt, byDeadline) };
       const error = classify(e);
       // a rate limit slows every Run of this model: until Retry-After, or a second when the provider did not say
       if (error.retryAfterMs !== undefined) this.limiter.pauseUntil(Date.now() + error.retryAfterMs);
@@ -177,6 +223,12 @@ export class ModelClient {
       return { ok: false, error };
     }
   }
+}
+
+/** The `timeout` failure of a request cut by its bound after `elapsedMs`. */
+function cutError(elapsedMs: number, byDeadline: boolean): Extract<ModelTurnResult, { ok: false }>['error'] {
+  const why = byDeadline ? "the Run's deadline" : 'the model timeout';
+  return { kind: 'timeout', status: null, message: `request cut after ${elapsedMs} ms by ${why} (headers and streamed reply are bounded together)` };
 }
 
 /** Maps an openai client error to the recorded failure kind. */

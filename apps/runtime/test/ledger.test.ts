@@ -321,6 +321,87 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
   });
 });
 
+describe('the deadline bounds a model request, and a request never sent costs nothing (K7)', () => {
+  const deadlineAt = '2030-01-01T00:00:40.000Z';
+  const past = new Date('2030-01-01T00:00:41.000Z');
+  const before = new Date('2030-01-01T00:00:20.000Z');
+  const limited = () => new History().admitted({ deadlineAt, limits: { maxInputTokens: 100_000, maxOutputTokens: 20_000, ...RESERVE } });
+  const notSent = { kind: 'not-sent', status: null, message: "not sent: the rate-limit pause (3599959 ms) ends after the Run's deadline" } as const;
+
+  it('given turn 2 requested with a 16000-token reservation, when it was never sent (pause beyond the deadline), then it is recorded not-sent and the Run stops deadline, not token-limit', () => {
+    const h = limited().turn(1, { content: '' });
+    h.add('model.turn.requested', 2, { turn: 2, model: 'm', maxTokens: 16_000, inputTokensEstimate: 900 });
+    runtime
+      .given(h)
+      .when(ended(2, { ok: false, error: notSent }), before)
+      .then([
+        { type: 'model.turn.failed', data: { turn: 2, error: notSent } },
+        finishedWith('deadline', expect.stringMatching(/turn 2 was never sent to the model .*rate-limit pause.*deadline 2030-01-01T00:00:40/)),
+      ]);
+  });
+
+  it('given a not-sent turn recorded, then the ledger charges it nothing: no tokens, no model request, no unknown usage', () => {
+    const h = limited().turn(1, { content: '' }); // usage 10/5
+    h.add('model.turn.requested', 2, { turn: 2, model: 'm', maxTokens: 16_000, inputTokensEstimate: 900 });
+    h.add('model.turn.failed', 2, { turn: 2, error: notSent });
+    const b = budgetOf(h.facts);
+    expect(b.modelRequests.used).toBe(1);
+    expect(b.unknownUsageTurns).toBe(0);
+    expect(b.outputTokens).toMatchObject({ measured: 5, estimated: 0 });
+    expect(b.inputTokens).toMatchObject({ measured: 10, estimated: 0 });
+  });
+
+  it('given a research turn in flight, when it is cut by the deadline (timeout), then it is recorded failed timeout and the Run stops deadline: nothing new starts', () => {
+    const h = limited().add('model.turn.requested', 1, { turn: 1, model: 'm', maxTokens: 16_000 });
+    h.add('model.output.paragraph', '1/0', { turn: 1, index: 0, text: 'First.', sha256: 'a'.repeat(64) });
+    const cut = { kind: 'timeout', status: null, message: "request cut after 20000 ms by the Run's deadline" } as const;
+    runtime
+      .given(h)
+      .when(ended(1, { ok: false, error: cut }), past)
+      .then([
+        { type: 'model.turn.failed', data: { turn: 1, error: cut } },
+        finishedWith('deadline', expect.stringMatching(/^turn 1 failed \(request cut after 20000 ms/)),
+      ]);
+  });
+
+  it('given a turn cut by the model timeout before the deadline, when it ends, then it is only recorded: the next wake retries within budget', () => {
+    const h = limited().add('model.turn.requested', 1, { turn: 1, model: 'm', maxTokens: 16_000 });
+    const cut = { kind: 'timeout', status: null, message: 'request cut after 5000 ms by the model timeout' } as const;
+    runtime
+      .given(h)
+      .when(ended(1, { ok: false, error: cut }), before)
+      .then([{ type: 'model.turn.failed', data: { turn: 1, error: cut } }]);
+    h.add('model.turn.failed', 1, { turn: 1, error: cut });
+    runtime
+      .given(h)
+      .when(wake, before)
+      .then([{ type: 'model.turn.requested', data: expect.objectContaining({ turn: 2, retryOf: 1 }) }]);
+    runtime
+      .given(h)
+      .when(wake, past)
+      .then([finishedWith('deadline')]);
+  });
+
+  it('given the finalization request cut by the deadline, when it ends, then the Run stops deadline (not model-error)', () => {
+    const h = limited();
+    researched(h, 1);
+    h.add('run.finalization.started', 'finalization', {
+      reason: 'deadline',
+      detail: '5 s left',
+      unfinished: [{ part: 'research not finished', reason: 'x' }],
+    });
+    h.add('model.turn.requested', 2, { turn: 2, model: 'm', maxTokens: 200, purpose: 'finalization' });
+    const cut = { kind: 'timeout', status: null, message: "request cut after 5000 ms by the Run's deadline" } as const;
+    runtime
+      .given(h)
+      .when(ended(2, { ok: false, error: cut }), past)
+      .then([
+        { type: 'model.turn.failed', data: { turn: 2, error: cut } },
+        finishedWith('deadline', expect.stringMatching(/^finalization turn 2 failed/)),
+      ]);
+  });
+});
+
 describe("a child's grant carves tokens and keeps the parent's reserve (K7)", () => {
   it('given token limits and a reserve, when a turn spawns a child, then it gets half of what research has left, with a reserve out of its own share', () => {
     const h = new History().admitted({

@@ -27,8 +27,7 @@ describe('the model client (K7)', () => {
     const result = await client().turn(1, ask('hang'), [], none, undefined, { deadlineAt: new Date(Date.now() + 800).toISOString() });
     const took = Date.now() - started;
     expect(result.ok).toBe(false);
-    // jest's VM realm makes the client's own timeout abort read as a connection error; outside jest it is kind 'timeout'
-    expect(result.ok ? null : result.error.kind).toMatch(/^(timeout|connection)$/);
+    expect(result).toMatchObject({ ok: false, error: { kind: 'timeout', message: expect.stringMatching(/deadline/) } });
     expect(took).toBeGreaterThanOrEqual(700);
     expect(took).toBeLessThan(5_000);
   });
@@ -55,7 +54,63 @@ describe('the model client (K7)', () => {
     await c.turn(1, ask('rl-long'), [], none, undefined, { deadlineAt: new Date(Date.now() + 60_000).toISOString() });
     const before = model.stats().perKey['rl-long'];
     const result = await c.turn(2, ask('rl-long'), [], none, undefined, { deadlineAt: new Date(Date.now() + 2_000).toISOString() });
-    expect(result).toMatchObject({ ok: false, error: { kind: 'timeout', message: expect.stringMatching(/not sent/) } });
+    // never sent: its own kind (nothing is charged for it, K7), not a timeout of a request the model received
+    expect(result).toMatchObject({
+      ok: false,
+      error: { kind: 'not-sent', message: expect.stringMatching(/not sent: the rate-limit pause \(\d+ ms\) ends after/) },
+    });
     expect(model.stats().perKey['rl-long']).toBe(before);
+    // and the wait before recording a request (F4) does not wait for a pause that ends after the deadline
+    const started = Date.now();
+    expect(await c.waitForPause(new Date(Date.now() + 2_000).toISOString())).toBe(false);
+    expect(Date.now() - started).toBeLessThan(200);
+  });
+
+  it('waitForPause waits out a short rate-limit pause before a request is recorded (F4)', async () => {
+    model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 1 } }] }, 'rl-wait');
+    const c = client();
+    await c.turn(1, ask('rl-wait'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
+    const started = Date.now();
+    expect(await c.waitForPause(new Date(Date.now() + 30_000).toISOString())).toBe(true);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(800);
+    expect(await c.waitForPause(undefined)).toBe(false); // no pause left
+  });
+
+  it('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first (F1)', async () => {
+    const paragraphs = Array.from({ length: 12 }, (_, i) => `Paragraph ${i + 1}.`);
+    model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-stream');
+    const c = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'scripted', timeoutMs: 1_500 });
+    let text = '';
+    const started = Date.now();
+    const result = await c.turn(1, ask('slow-stream'), [], (d) => (text += d), undefined, {
+      deadlineAt: new Date(Date.now() + 60_000).toISOString(),
+    });
+    const took = Date.now() - started;
+    // the client's own `timeout` covers only the headers: without the whole-request bound this took ~4.4 s and succeeded
+    expect(result).toMatchObject({ ok: false, error: { kind: 'timeout', message: expect.stringMatching(/model timeout/) } });
+    expect(took).toBeGreaterThanOrEqual(1_400);
+    expect(took).toBeLessThan(2_500);
+    expect(text).toContain('Paragraph 1.');
+    expect(text).not.toContain('Paragraph 12.');
+  });
+
+  it("the same stream is cut at the Run's deadline when that comes first (F1)", async () => {
+    const paragraphs = Array.from({ length: 12 }, (_, i) => `Part ${i + 1}.`);
+    model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-deadline');
+    const started = Date.now();
+    const result = await client().turn(1, ask('slow-deadline'), [], none, undefined, { deadlineAt: new Date(Date.now() + 1_200).toISOString() });
+    const took = Date.now() - started;
+    expect(result).toMatchObject({ ok: false, error: { kind: 'timeout', message: expect.stringMatching(/Run's deadline/) } });
+    expect(took).toBeLessThan(2_200);
+  });
+
+  it('an abort by the caller (process stopping, lease lost) is not reported as a timeout', async () => {
+    model.setScenario({ steps: [{ reply: { content: 'A.\n\nB.\n\nC.' }, paragraphDelayMs: 1_000 }] }, 'caller-abort');
+    const abort = new AbortController();
+    setTimeout(() => abort.abort(), 300);
+    const result = await client().turn(1, ask('caller-abort'), [], none, abort.signal, { deadlineAt: new Date(Date.now() + 60_000).toISOString() });
+    expect(result.ok).toBe(false);
+    expect(result.ok ? null : result.error.kind).not.toBe('timeout');
+    expect(abort.signal.aborted).toBe(true);
   });
 });

@@ -147,7 +147,13 @@ export const ModelTurnCompletedV1 = z.object({
 export const ModelTurnFailedV1 = z.object({
   turn: z.number().int().positive(),
   error: z.object({
-    kind: z.enum(['http', 'timeout', 'connection', 'invalid-response']),
+    /**
+     * `timeout`: the request (headers or streamed body) was cut by the model timeout or the Run's
+     * deadline; `not-sent`: the request never left the runtime (the shared limiter's rate-limit
+     * pause ends after the deadline, or the deadline passed): the provider received nothing and
+     * nothing is charged (K7).
+     */
+    kind: z.enum(['http', 'timeout', 'connection', 'invalid-response', 'not-sent']),
     status: z.number().int().nullable(),
     message: z.string(),
     /** The provider's `Retry-After` (a 429 or 503), ms: the shared per-model limiter pauses that long (K7). */

@@ -122,6 +122,13 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       next.status = laterStatus(row.status, 'running');
       break;
     case 'model.turn.failed':
+      // a request never sent (`not-sent`, K7) is no model request and its usage is known: none
+      if (e.data.error.kind === 'not-sent') {
+        next.modelRequests = Math.max(0, row.modelRequests - 1);
+        next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
+      }
+      next.status = laterStatus(row.status, 'running');
+      break;
     case 'tool.call.proposed':
     case 'tool.call.receipt':
       next.status = laterStatus(row.status, 'running');

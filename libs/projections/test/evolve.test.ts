@@ -105,6 +105,17 @@ describe('runs rule', () => {
     expect(next).toMatchObject({ status: 'running', modelRequests: 1, unknownUsageTurns: 1, promptTokens: 0, lastSeq: 2 });
   });
 
+  it('given a requested turn, when it fails not-sent (the limiter never sent it), then it is no model request and no unknown usage (K7); a timeout still is', () => {
+    const requested = (turn: number, seq: number, row: RunRow) =>
+      evolveRun(row, stored(makeEvent('model.turn.requested', c, turn, { turn, model: 'm' }, at(seq)), seq))!;
+    const failed = (turn: number, seq: number, row: RunRow, kind: 'not-sent' | 'timeout') =>
+      evolveRun(row, stored(makeEvent('model.turn.failed', c, turn, { turn, error: { kind, status: null, message: kind } }, at(seq)), seq))!;
+    let row = failed(1, 3, requested(1, 2, admittedRun()), 'timeout');
+    expect(row).toMatchObject({ modelRequests: 1, unknownUsageTurns: 1 });
+    row = failed(2, 5, requested(2, 4, row), 'not-sent');
+    expect(row).toMatchObject({ modelRequests: 1, unknownUsageTurns: 1, status: 'running' });
+  });
+
   it('given a proposed tool call, when it is dispatched, then the Run counts it once; a second dispatch of the same call does not count', () => {
     const run = { ...admittedRun(), status: 'running' as const };
     const dispatched = stored(makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)), 6);

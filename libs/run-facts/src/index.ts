@@ -375,7 +375,8 @@ export function toolCallsInOrder(facts: RunFacts): ToolCallFacts[] {
  * Usage totals recorded so far: model requests, dispatched tool calls, and the tokens MEASURED
  * (summed over turns whose usage the model reported). A requested turn whose usage is not known
  * (completed without a usage chunk, failed, cut, or never completed because the process died) is
- * counted in `unknownUsageTurns`, never as 0 tokens (K9, K10).
+ * counted in `unknownUsageTurns`, never as 0 tokens (K9, K10). A request never sent (`not-sent`)
+ * is no model request and used nothing (K7).
  */
 export function usageOf(facts: RunFacts): {
   modelRequests: number;
@@ -387,7 +388,12 @@ export function usageOf(facts: RunFacts): {
   let promptTokens = 0;
   let completionTokens = 0;
   let unknownUsageTurns = 0;
+  let notSent = 0;
   for (const t of facts.turns) {
+    if (t.failed?.error.kind === 'not-sent') {
+      notSent += 1;
+      continue;
+    }
     const u = t.completed?.usage;
     if (!u) {
       unknownUsageTurns += 1;
@@ -397,7 +403,7 @@ export function usageOf(facts: RunFacts): {
     completionTokens += u.completionTokens;
   }
   const toolCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
-  return { modelRequests: facts.turns.length, toolCalls, promptTokens, completionTokens, unknownUsageTurns };
+  return { modelRequests: facts.turns.length - notSent, toolCalls, promptTokens, completionTokens, unknownUsageTurns };
 }
 
 /** What an event on an executor subject does to its closure (see {@link RunFacts.closed}). */
@@ -535,7 +541,9 @@ export interface Ledger {
  * ESTIMATE, flagged in `estimated` and `unknownUsageTurns`, never 0 measured: its reservation
  * (`inputTokensEstimate`, and `maxTokens` when it may have generated: a timeout, a connection
  * loss, a process that died) or, for a reply received without usage, its text's length / 4. An
- * HTTP error reply is charged its input estimate only (the provider generated nothing).
+ * HTTP error reply is charged its input estimate only (the provider generated nothing). A request
+ * never sent (`not-sent`: the limiter's pause ends after the deadline) is charged nothing, neither
+ * tokens nor a model request: the provider received nothing.
  */
 export function budgetOf(facts: RunFacts): Ledger {
   const limits = facts.admitted?.limits;
@@ -545,7 +553,12 @@ export function budgetOf(facts: RunFacts): Ledger {
   let outMeasured = 0;
   let outEstimated = 0;
   let unknownUsageTurns = 0;
+  let notSent = 0;
   for (const t of facts.turns) {
+    if (t.failed?.error.kind === 'not-sent') {
+      notSent += 1;
+      continue;
+    }
     const u = t.completed?.usage;
     if (u) {
       inMeasured += u.promptTokens;
@@ -570,7 +583,7 @@ export function budgetOf(facts: RunFacts): Ledger {
     left: limit === undefined ? null : Math.max(0, limit - used - carvedN),
   });
   return {
-    modelRequests: line(limits?.maxModelRequests, facts.turns.length, carved.modelRequests, reserve?.modelRequests ?? 0),
+    modelRequests: line(limits?.maxModelRequests, facts.turns.length - notSent, carved.modelRequests, reserve?.modelRequests ?? 0),
     toolCalls: line(limits?.maxToolCalls, dispatchedCalls, carved.toolCalls, 0),
     inputTokens: { ...line(limits?.maxInputTokens, inMeasured + inEstimated, carved.inputTokens, 0), measured: inMeasured, estimated: inEstimated },
     outputTokens: {
