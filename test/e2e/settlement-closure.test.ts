@@ -62,7 +62,9 @@ for (const server of natsServerBinariesUnderTest())
           RUNPLANE_ACK_WAIT_MS: '2000',
           RUNPLANE_TEST_TOOLS: 'record_effect',
           RUNPLANE_RECORD_EFFECT_FILE: join(dir, 'effects.log'),
-          RUNPLANE_TOOL_TIMEOUT_MS: '1500',
+          // long enough for a real holdings read on a loaded 2-core machine (the racing Runs read DIA's file);
+          // the late-observation test's call sleeps well past it
+          RUNPLANE_TOOL_TIMEOUT_MS: '6000',
           RUNPLANE_TOOL_ABANDON_MS: '30000',
         },
         { nats: async (config, auth) => (nats = await TestNatsServer.start({ bin: server.bin, config, auth })).url },
@@ -164,7 +166,7 @@ for (const server of natsServerBinariesUnderTest())
       await t.setScenario(
         {
           steps: [
-            { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 4000 } }] } },
+            { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 12000 } }] } },
             { reply: { content: `Recorded for ${key}; its outcome is not known yet.` } },
           ],
           then: 'error',
