@@ -976,8 +976,13 @@ export function writeAnswer(question: string, calls: readonly CallRecord[], now:
   } else if (summaries.size > 0) {
     intro.push(`Holdings read: ${[...summaries.values()].map((s) => `${s.summary.fund} ${dateText(s.summary)} from ${s.summary.file}`).join('; ')}.`);
     const asked = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
+    const readFunds = new Set([...summaries.values()].map((s) => s.summary.fund.toUpperCase()));
     if (new Set(asked).size >= 2 && compares.length === 0)
-      intro.push(`No comparison was made: fewer than two of ${[...new Set(asked)].join(', ')} are covered by the data.`);
+      intro.push(
+        readFunds.size >= 2
+          ? 'No comparison was made.'
+          : `No comparison was made: fewer than two of ${[...new Set(asked)].join(', ')} are covered by the data.`,
+      );
     if (compares.length > 0) intro.push('The comparison did not succeed; see below.');
   } else if (holdings.length > 0 || compares.length > 0) {
     const asked = holdings.map((h) => argText(h.call.args.fund, '?').toUpperCase());
@@ -1025,6 +1030,16 @@ export function writeAnswer(question: string, calls: readonly CallRecord[], now:
     );
 
   for (const m of metadata) if (m.result) passages.push(factsPassage(question, m.result, unanswered));
+
+  // What the question needed that this Run did not do (research cut short, or calls other than the
+  // plan's) is listed as unanswered too: the answer never claims more than was read (K9).
+  const read = new Set([...summaries.values()].map((s) => s.summary.fund.toUpperCase()));
+  const listed = (fund: string) => unanswered.some((u) => u.part.toUpperCase().includes(fund.toUpperCase()));
+  if (plan.wantsHoldings)
+    for (const f of plan.covered)
+      if (!read.has(f.toUpperCase()) && !listed(f)) unanswered.push({ part: `holdings of ${f}`, reason: 'not read in this Run' });
+  if (plan.pairs.length > 0 && okCompares.length === 0 && !unanswered.some((u) => /compar/i.test(u.part)))
+    unanswered.push({ part: `the comparison of ${plan.covered.join(' and ')}`, reason: 'no comparison was made' });
 
   if (failures.length > 0) passages.push(endSentences(failures));
   passages.push(unansweredPassage(unanswered));

@@ -145,3 +145,59 @@ describe('research policy: answers that say how they chose (issue 8)', () => {
     expect(new Set(sentences).size).toBe(sentences.length);
   });
 });
+
+describe('research policy: the answer never claims more than the Run read (K9)', () => {
+  const lib = library();
+
+  it('a comparison question whose transcript holds only one fund read (research cut short, or another script) lists the other fund and the comparison as unanswered', async () => {
+    const question = 'Compare AAA and BBB';
+    const result = await executeTool(lib, 'get_holdings', { fund: 'AAA' });
+    const messages: WireMessage[] = [
+      { role: 'user', content: question },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'x1', type: 'function', function: { name: 'get_holdings', arguments: '{"fund":"AAA"}' } }],
+      },
+      { role: 'tool', tool_call_id: 'x1', content: JSON.stringify({ status: 'succeeded', result }) },
+    ];
+    const reply = researchPolicy(
+      messages,
+      TOOLS.filter((t) => t.function.name === 'get_holdings'),
+    );
+    const answer = reply.content ?? '';
+    expect(answer).not.toContain('Every part of the question was answered');
+    const parts = (extractUnanswered(answer) ?? []).map((u) => u.part);
+    expect(parts).toEqual(expect.arrayContaining(['holdings of BBB', 'the comparison of AAA and BBB']));
+  });
+
+  it('both funds read but no comparison made: "No comparison was made." without claiming the data lacks them, and the comparison listed', async () => {
+    const messages: WireMessage[] = [{ role: 'user', content: 'Compare AAA and BBB' }];
+    const calls = [
+      ['x1', 'AAA'],
+      ['x2', 'BBB'],
+    ] as const;
+    messages.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: calls.map(([id, fund]) => ({
+        id,
+        type: 'function' as const,
+        function: { name: 'get_holdings', arguments: JSON.stringify({ fund }) },
+      })),
+    });
+    for (const [id, fund] of calls)
+      messages.push({
+        role: 'tool',
+        tool_call_id: id,
+        content: JSON.stringify({ status: 'succeeded', result: await executeTool(lib, 'get_holdings', { fund }) }),
+      });
+    const answer =
+      researchPolicy(
+        messages,
+        TOOLS.filter((t) => t.function.name === 'get_holdings'),
+      ).content ?? '';
+    expect(answer).not.toContain('fewer than two');
+    expect((extractUnanswered(answer) ?? []).map((u) => u.part)).toContain('the comparison of AAA and BBB');
+  });
+});
