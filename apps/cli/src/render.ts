@@ -24,7 +24,7 @@ export function summarize(e: RunEvent): string {
     case 'tool.call.dispatched':
       return `tool call dispatched: ${e.data.name} [${e.data.toolCallId}]`;
     case 'tool.call.receipt':
-      return `receipt ${e.data.status}: ${e.data.name}${e.data.effect ? ` {${e.data.effect}}` : ''}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}`;
+      return `receipt ${e.data.status}: ${e.data.name}${e.data.effect ? ` {${e.data.effect}}` : ''}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''}${e.data.resultRef ? ` [stored ${e.data.resultRef.bytes} B sha256:${e.data.resultRef.sha256.slice(0, 12)}]` : ''}${e.data.reusedFrom ? ` [not run: the result of ${e.data.reusedFrom.toolCallId} in parent Run ${e.data.reusedFrom.runId}]` : ''}`;
     case 'run.execution.finished':
       return `execution finished: ${e.data.reason} (${e.data.detail})`;
     case 'run.finalization.started':

@@ -1,7 +1,7 @@
 /** The CLI's views of clocks and budget (K7, K9): unknown usage is marked, never shown as 0; step clocks from event times. */
 import { describe, expect, it } from '@jest/globals';
 import { makeEvent, type RunEvent, type RunView, type StoredEvent } from '@runplane/contracts';
-import { durationText, exitCodeOf, renderStatus, stepClocks } from '@runplane/app-cli';
+import { durationText, exitCodeOf, renderStatus, stepClocks, summarize } from '@runplane/app-cli';
 
 const view = (over: Partial<RunView> = {}): RunView => ({
   runId: 'r1',
@@ -123,5 +123,19 @@ describe('runplane ask exit codes', () => {
     expect(exitCodeOf(settled('partial'))).toBe(3);
     expect(['failed', 'canceled', 'interrupted'].map((o) => exitCodeOf(settled(o as 'failed')))).toEqual([1, 1, 1]);
     expect(exitCodeOf(null)).toBe(1);
+  });
+});
+
+describe('runplane timeline: a receipt repeated from the continuation parent (K3)', () => {
+  it('says the call was not run and names the parent call', () => {
+    const ctx = { runId: 'r2', conversationId: 'c1', correlationId: 'm2', causationId: null };
+    const e = makeEvent(
+      'tool.call.receipt',
+      ctx,
+      'n1',
+      { toolCallId: 'n1', name: 'get_holdings', status: 'succeeded', result: {}, durationMs: 0, reusedFrom: { runId: 'parent-1', toolCallId: 'g1' } },
+      new Date('2026-01-01T00:00:00.000Z'),
+    );
+    expect(summarize(e)).toContain('[not run: the result of g1 in parent Run parent-1]');
   });
 });
