@@ -238,7 +238,10 @@ function cutError(elapsedMs: number, byDeadline: boolean): Extract<ModelTurnResu
  */
 export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['error'] {
   if (e instanceof OpenAI.APIConnectionTimeoutError) return { kind: 'timeout', status: null, message: e.message };
-  if (e instanceof OpenAI.APIConnectionError) return { kind: 'connection', status: null, message: e.message };
+  if (e instanceof OpenAI.APIConnectionError) {
+    const refused = refusedConnection(e);
+    return { kind: 'connection', status: null, message: refused ? `${e.message} (${refused})` : e.message, ...(refused ? { refused: true } : {}) };
+  }
   if (isCutStream(e)) {
     const cause = (e as { cause?: { message?: unknown } }).cause?.message;
     const why = `${(e as { message?: unknown }).message}${typeof cause === 'string' ? `: ${cause}` : ''}`;
@@ -266,4 +269,19 @@ function isCutStream(e: unknown): boolean {
     if (typeof code === 'string' && code.startsWith('UND_ERR_SOCKET')) return true;
   }
   return false;
+}
+
+/**
+ * The socket error's message when the connection was refused (`ECONNREFUSED` in the error's cause
+ * chain; every address refused, for a host with several): the request never reached the
+ * provider. Else null.
+ */
+function refusedConnection(e: unknown): string | null {
+  for (let err = e, depth = 0; err && typeof err === 'object' && depth < 5; err = (err as { cause?: unknown }).cause, depth++) {
+    const { code, message, errors } = err as { code?: unknown; message?: unknown; errors?: unknown };
+    if (code === 'ECONNREFUSED') return typeof message === 'string' ? message : 'ECONNREFUSED';
+    if (Array.isArray(errors) && errors.length > 0 && errors.every((x) => (x as { code?: unknown })?.code === 'ECONNREFUSED'))
+      return errors.map((x) => String((x as { message?: unknown }).message)).join('; ');
+  }
+  return null;
 }

@@ -134,6 +134,8 @@ describe('the model client (K7)', () => {
     expect(streamed).toBe('One.\n\n');
     expect(result).toMatchObject({ ok: false, error: { kind: 'connection', status: null, message: expect.stringMatching(/cut by the network/) } });
     const refused = await c.turn(2, ask('killed'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
-    expect(refused).toMatchObject({ ok: false, error: { kind: 'connection', status: null } });
+    // refused: the request never reached the provider (no output tokens are charged for it, K7)
+    expect(refused).toMatchObject({ ok: false, error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) } });
+    expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
   });
 });

@@ -112,6 +112,21 @@ describe('the backoff is decided with the failure and recorded on it (K7)', () =
   });
 });
 
+describe('an outage does not burn the token budget (K7)', () => {
+  it('given a refused request and a stream cut mid-way, then each is a charged model request; the refused one charges no output tokens, the cut one its reservation (it may have generated)', () => {
+    const h = new History().admitted({ limits: { maxInputTokens: 100_000, maxOutputTokens: 20_000, ...RESERVE } });
+    const cut = { kind: 'connection', status: null, message: 'the streamed reply was cut by the network (terminated: other side closed)' } as const;
+    h.add('model.turn.requested', 1, { turn: 1, model: 'm', maxTokens: 16_000, inputTokensEstimate: 900 });
+    h.add('model.turn.failed', 1, { turn: 1, error: cut });
+    h.add('model.turn.requested', 2, { turn: 2, model: 'm', maxTokens: 16_000, inputTokensEstimate: 900, retryOf: 1 });
+    h.add('model.turn.failed', 2, { turn: 2, error: { ...refused, refused: true } });
+    const b = budgetOf(h.facts);
+    expect(b.modelRequests.used).toBe(2);
+    expect(b.inputTokens.estimated).toBe(1_800);
+    expect(b.outputTokens.estimated).toBe(16_000);
+  });
+});
+
 describe('no request before the backoff ends; after it, the retry (K7)', () => {
   it('given a refused request whose backoff ends at +1.5 s, when woken at +1 s, then nothing; at +1.5 s, then the retry, a new turn charged to the budget', () => {
     const h = failedTurn(run(), 1, 1, 1_500, 1_500);

@@ -158,6 +158,12 @@ export const ModelTurnFailedV1 = z.object({
     message: z.string(),
     /** The provider's `Retry-After` (a 429 or 503), ms: the shared per-model limiter pauses that long (K7). */
     retryAfterMs: z.number().int().nonnegative().optional(),
+    /**
+     * A `connection` failure whose connection was refused (`ECONNREFUSED`): the request never
+     * reached the provider, so nothing was generated. Still a model request of the Run's budget,
+     * charged its input estimate, but no output tokens (K7).
+     */
+    refused: z.literal(true).optional(),
   }),
   /**
    * The backoff before the Run's next model request, decided with the failure (K7): present on a
