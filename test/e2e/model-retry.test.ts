@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { startScriptedModel, type ScriptedModel } from '@runplane/app-scripted-model';
-import type { EventData, StoredEvent } from '@runplane/contracts';
+import type { StoredEvent } from '@runplane/contracts';
 import { ofType, reportRow, sleep, until } from '../support/faults.js';
 import { startTestStack, type TestStack } from '../support/stack.js';
 
@@ -51,7 +51,6 @@ async function ask(key: string): Promise<string> {
   return body.runId;
 }
 
-type Failed = EventData<'model.turn.failed'>;
 const at = (e: { occurredAt: string }) => Date.parse(e.occurredAt);
 
 /**
@@ -62,12 +61,12 @@ function checkSpacing(events: StoredEvent[]): number[] {
   const requested = ofType(events, 'model.turn.requested');
   const failed = ofType(events, 'model.turn.failed');
   for (const f of failed) {
-    const retry = (f.data as Failed).retry;
+    const retry = f.data.retry;
     expect(retry).toBeDefined();
     const next = requested.find((r) => r.data.turn === f.data.turn + 1);
     if (next) expect(at(next)).toBeGreaterThanOrEqual(Date.parse(retry!.notBefore));
   }
-  return failed.map((f) => (f.data as Failed).retry!.delayMs);
+  return failed.map((f) => f.data.retry!.delayMs);
 }
 
 describe('a retry waits: a short outage costs a few attempts, not the budget (K7)', () => {
@@ -89,7 +88,10 @@ describe('a retry waits: a short outage costs a few attempts, not the budget (K7
     await model!.close(); // the streaming reply is cut, and every new connection refused
     model = null;
     await sleep(OUTAGE_MS); // the outage itself
-    model = await startScriptedModel({ port, scenario: { steps: [{ reply: { content: `SPY holds about 500 large US companies (${key}).` } }], then: 'repeat-last' } });
+    model = await startScriptedModel({
+      port,
+      scenario: { steps: [{ reply: { content: `SPY holds about 500 large US companies (${key}).` } }], then: 'repeat-last' },
+    });
     const upAt = Date.now();
 
     const events = await t.waitForSettlement(runId, 60_000);
@@ -99,7 +101,7 @@ describe('a retry waits: a short outage costs a few attempts, not the budget (K7
     const summary = {
       outcome: settled.outcome,
       requests: requested.map((r) => `${r.data.turn}@${at(r) - downAt}ms`),
-      failed: failed.map((f) => `${f.data.turn}:${f.data.error.kind}:${(f.data as Failed).retry?.delayMs ?? '-'}`),
+      failed: failed.map((f) => `${f.data.turn}:${f.data.error.kind}:${f.data.retry?.delayMs ?? '-'}`),
     };
     process.stdout.write(`RETRY-BLIP ${JSON.stringify(summary)}\n`);
 

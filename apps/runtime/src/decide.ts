@@ -76,7 +76,8 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401; a request never sent
  *   (`not-sent`) or a failure at or past the deadline stops `deadline`, K7). An empty, cut or
  *   incomplete reply, or a retryable failure, is only recorded: the next wake retries it within
- *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
+ *   budget (K9: it is never an answer); a transient failure of research (connection, timeout,
+ *   429, 5xx) records the backoff before that retry (`retry`, `./ledger.ts` `retryDelayMs`, K7). No call of a length-cut or finalization turn is
  *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
  *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead

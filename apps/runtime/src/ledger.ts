@@ -7,6 +7,9 @@
  *   409, 425, 429): stop `model-error`;
  * - {@link MAX_FRUITLESS_TURNS} replies in a row without text or a valid tool call (empty, cut,
  *   incomplete, malformed; failed requests are not the model's and are skipped): stop `no-progress`;
+ * - the last request failed transiently and its recorded backoff (`model.turn.failed` `retry`,
+ *   K7) ends at or after the deadline: stop `model-error`; before it ends: no request yet (neither
+ *   research nor finalization; a stop is not delayed);
  * - research may go on (model requests, input and output tokens left after the final-output
  *   reserve): request the next
  *   turn, reserving `max_tokens` (what remains of research output tokens) and the input estimate;

@@ -1,7 +1,8 @@
 /**
  * The only path to the model: the `openai` client, chat completions with tools, streaming.
  * The client's own retries are off (`maxRetries: 0`): one layer retries, and it is not this one
- * (K7). Errors are classified for the `model.turn.failed` fact.
+ * (K7: the runtime's decider, each retry a new charged turn after the backoff recorded on the
+ * failure). Errors are classified for the `model.turn.failed` fact.
  */
 import Bottleneck from 'bottleneck';
 import OpenAI from 'openai';
@@ -244,7 +245,7 @@ export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['e
   }
   if (isCutStream(e)) {
     const cause = (e as { cause?: { message?: unknown } }).cause?.message;
-    const why = `${(e as { message?: unknown }).message}${typeof cause === 'string' ? `: ${cause}` : ''}`;
+    const why = `${String((e as { message?: unknown }).message)}${typeof cause === 'string' ? `: ${cause}` : ''}`;
     return { kind: 'connection', status: null, message: `the streamed reply was cut by the network (${why})` };
   }
   if (e instanceof OpenAI.APIError) {

@@ -193,7 +193,11 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
       .then([
         {
           type: 'model.turn.failed',
-          data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' }, retry: expect.objectContaining({ failuresInARow: 1 }) },
+          data: expect.objectContaining({
+            turn: 1,
+            error: { kind: 'timeout', status: null, message: 'timed out' },
+            retry: expect.objectContaining({ failuresInARow: 1 }),
+          }),
         },
       ]);
   });

@@ -118,24 +118,27 @@ describe('the model client (K7)', () => {
     const own = await startScriptedModel({ port: 0, scenario: { steps: [{ reply: { content: 'One.\n\nTwo.' }, paragraphDelayMs: 60_000 }] } });
     const c = new ModelClient({ baseURL: own.url, apiKey: 'k', model: 'scripted', timeoutMs: 60_000 });
     let streamed = '';
-    let killed: Promise<void> | null = null;
+    const kill: { done?: Promise<void> } = {};
     const result = await c.turn(
       1,
       ask('killed'),
       [],
       (text) => {
         streamed += text;
-        killed ??= own.close(); // the endpoint dies once the first paragraph arrived
+        kill.done ??= own.close(); // the endpoint dies once the first paragraph arrived
       },
       undefined,
       { deadlineAt: new Date(Date.now() + 30_000).toISOString() },
     );
-    await killed;
+    await kill.done;
     expect(streamed).toBe('One.\n\n');
     expect(result).toMatchObject({ ok: false, error: { kind: 'connection', status: null, message: expect.stringMatching(/cut by the network/) } });
     const refused = await c.turn(2, ask('killed'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
     // refused: the request never reached the provider (no output tokens are charged for it, K7)
-    expect(refused).toMatchObject({ ok: false, error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) } });
+    expect(refused).toMatchObject({
+      ok: false,
+      error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) },
+    });
     expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
   });
 });

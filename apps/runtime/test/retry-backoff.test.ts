@@ -41,7 +41,12 @@ describe('the backoff is decided with the failure and recorded on it (K7)', () =
     runtime
       .given(h)
       .when(ended(1, { ok: false, error: refused }, 0.5), at(0))
-      .then([{ type: 'model.turn.failed', data: { turn: 1, error: refused, retry: { failuresInARow: 1, delayMs: 1_500, notBefore: at(1_500).toISOString() } } }]);
+      .then([
+        {
+          type: 'model.turn.failed',
+          data: { turn: 1, error: refused, retry: { failuresInARow: 1, delayMs: 1_500, notBefore: at(1_500).toISOString() } },
+        },
+      ]);
   });
 
   it('given failures in a row, when the next one fails, then the delays grow (doubling) up to the cap', () => {
@@ -69,7 +74,12 @@ describe('the backoff is decided with the failure and recorded on it (K7)', () =
     runtime
       .given(h)
       .when(ended(1, { ok: false, error: busy(5_000) }, 0), at(0))
-      .then([{ type: 'model.turn.failed', data: expect.objectContaining({ retry: { failuresInARow: 1, delayMs: 5_000, notBefore: at(5_000).toISOString() } }) }]);
+      .then([
+        {
+          type: 'model.turn.failed',
+          data: expect.objectContaining({ retry: { failuresInARow: 1, delayMs: 5_000, notBefore: at(5_000).toISOString() } }),
+        },
+      ]);
     runtime
       .given(h)
       .when(ended(1, { ok: false, error: busy(200) }, 0), at(0))
@@ -161,7 +171,12 @@ describe('no request before the backoff ends; after it, the retry (K7)', () => {
     runtime
       .given(h)
       .when(wake, at(2_000))
-      .then([{ type: 'run.execution.finished', data: expect.objectContaining({ reason: 'model-request-limit', detail: expect.stringMatching(/no answer was produced/) }) }]);
+      .then([
+        {
+          type: 'run.execution.finished',
+          data: expect.objectContaining({ reason: 'model-request-limit', detail: expect.stringMatching(/no answer was produced/) }),
+        },
+      ]);
   });
 
   it('given a failure whose retry would start after the deadline, when woken, then no retry: the Run stops model-error naming the failure and the deadline', () => {
@@ -176,11 +191,13 @@ describe('no request before the backoff ends; after it, the retry (K7)', () => {
       .then([
         {
           type: 'run.execution.finished',
-          data: {
+          data: expect.objectContaining({
             reason: 'model-error',
-            detail: expect.stringMatching(/^turn 3 failed \(Connection error\. \(ECONNREFUSED\)\), 3 failed request\(s\) in a row; its retry.*after the deadline 2030-01-01T00:01:00/),
+            detail: expect.stringMatching(
+              /^turn 3 failed \(Connection error\. \(ECONNREFUSED\)\), 3 failed request\(s\) in a row; its retry.*after the deadline 2030-01-01T00:01:00/,
+            ),
             answerTurn: null,
-          },
+          }),
         },
       ]);
   });
