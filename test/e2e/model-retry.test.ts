@@ -106,8 +106,10 @@ describe('a retry waits: a short outage costs a few attempts, not the budget (K7
     process.stdout.write(`RETRY-BLIP ${JSON.stringify(summary)}\n`);
 
     expect(settled.outcome).toBe('completed');
-    // the killed turn and the refused retries: a few, every one a connection failure with its backoff recorded
-    expect(failed.length).toBeGreaterThanOrEqual(2);
+    // the killed turn and the refused retries: a few (at least the cut turn; a runtime late by 2 s or
+    // more on a loaded machine may make its first retry after the model is back), every one a
+    // connection failure with its backoff recorded
+    expect(failed.length).toBeGreaterThanOrEqual(1);
     expect(failed.length).toBeLessThanOrEqual(4);
     expect(failed.every((f) => f.data.error.kind === 'connection')).toBe(true);
     expect(requested.filter((r) => at(r) >= downAt && at(r) < upAt).length).toBeLessThanOrEqual(4);
@@ -149,7 +151,10 @@ describe('a retry waits: a short outage costs a few attempts, not the budget (K7
     expect(settled.reason).toMatch(/Connection error/);
     // it stopped on its own (the budget spent, or a retry that would pass the deadline), not fenced at the deadline
     expect(['model-request-limit', 'model-error']).toContain(finished.reason);
-    expect(at(settledEvent)).toBeLessThanOrEqual(Date.parse(deadlineAt));
+    // the runtime stopped before the deadline; the settlement follows within the lifecycle's own latency
+    expect(at(ofType(events, 'run.execution.finished')[0]!)).toBeLessThanOrEqual(Date.parse(deadlineAt));
+    expect(at(settledEvent)).toBeLessThanOrEqual(Date.parse(deadlineAt) + 5_000);
+    expect(ofType(events, 'run.fenced').every((f) => f.data.reason === 'settling')).toBe(true);
     expect(requested.length).toBeLessThanOrEqual(8);
     expect(failed).toHaveLength(requested.length);
     // refused: nothing reached the provider, so no output tokens are charged for them (not a token-limit stop)
