@@ -235,7 +235,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * (recovery then records the turn as uncertain).
    */
   private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
-    // the retry backoff's jitter (K7), drawn once: a decision taken again after an outage is the same
+    // the retry backoff's jitter (K7), drawn once: a decision taken again after a NATS outage backs off as long
     const retry = { ...(this.settings.retryBackoff ? { retryBackoff: this.settings.retryBackoff } : {}), random: Math.random() };
     for (let attempt = 1; ; attempt++) {
       try {
