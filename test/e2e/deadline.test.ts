@@ -146,18 +146,20 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
   }, 90_000);
 
   // last in this file: its hour-long Retry-After pauses this runtime's model limiter for every later Run
-  it('a 429 whose Retry-After ends after the deadline (F5, K7): the retry is never sent, charges no tokens, and the Run settles failed with the deadline reason, not the token budget', async () => {
+  it('a 429 whose Retry-After ends after the deadline (F5, K7): the retry is never made, charges nothing, and the Run settles failed naming the deadline, not the token budget', async () => {
     const key = `retry-after-${t.tag}`;
     await t.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 3_600 } }], then: 'repeat-last' }, key);
     const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     const events = await t.waitForSettlement(body.runId, 60_000);
     expect(await modelRequestsFor(key)).toBe(1); // the model received the first request only
-    const failed = ofType(events, 'model.turn.failed').map((f) => f.data.error);
-    expect(failed.map((e) => e.kind)).toEqual(['http', 'not-sent']);
-    expect(failed[1]!.message).toMatch(/rate-limit pause \(\d+ ms\) ends after the Run's deadline/);
+    // the backoff recorded with the 429 is its Retry-After, and it ends after the deadline: no retry is requested at all (K7)
+    const failed = ofType(events, 'model.turn.failed').map((f) => f.data);
+    expect(failed.map((f) => f.error.kind)).toEqual(['http']);
+    expect(failed[0]!.retry?.delayMs).toBeGreaterThanOrEqual(3_600_000);
+    expect(ofType(events, 'model.turn.requested')).toHaveLength(1);
     const finished = ofType(events, 'run.execution.finished')[0]!.data;
-    expect(finished.reason).toBe('deadline');
-    expect(finished.detail).toMatch(/never sent to the model/);
+    expect(finished.reason).toBe('model-error');
+    expect(finished.detail).toMatch(/turn 1 failed \(.*slow down.*\).*its retry, backed off \d+ ms .* would start after the deadline/);
     const settled = ofType(events, 'run.settled');
     expect(settled).toHaveLength(1);
     expect(settled[0]!.data.outcome).toBe('failed');

@@ -57,6 +57,11 @@ export interface TestStackOptions {
    * {@link testNatsServerBinary}, stopped with the stack.
    */
   nats?: (config: string, admin: { user: string; pass: string }) => Promise<string>;
+  /**
+   * The model endpoint (base URL ending in /v1) instead of a scripted model process the stack
+   * starts: for a test that stops and restarts its own model server (an outage).
+   */
+  modelBaseUrl?: string;
 }
 
 /**
@@ -90,7 +95,12 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
   let log: EventLog | null = null;
   let stack: Stack;
   try {
-    stack = await startStack({ env, logDir: join(repoRoot(), '.runplane', 'test-logs', tag), natsUsers: users });
+    stack = await startStack({
+      env,
+      logDir: join(repoRoot(), '.runplane', 'test-logs', tag),
+      natsUsers: users,
+      ...(opts.modelBaseUrl ? { modelBaseUrl: opts.modelBaseUrl } : {}),
+    });
     log = await EventLog.connect({ natsUrl, ...space, name: 'e2e-test', ...admin });
   } catch (e) {
     if (log) {

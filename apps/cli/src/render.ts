@@ -14,7 +14,7 @@ export function summarize(e: RunEvent): string {
     case 'model.turn.completed':
       return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}, ${e.data.usage ? `${e.data.usage.totalTokens} tokens` : 'usage unknown'}`;
     case 'model.turn.failed':
-      return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message} (usage unknown)`;
+      return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message} (${e.data.error.refused ? 'refused: nothing reached the model' : 'usage unknown'})${e.data.retry ? `; retry not before ${e.data.retry.notBefore} (backoff ${e.data.retry.delayMs} ms, failure ${e.data.retry.failuresInARow} in a row)` : ''}`;
     case 'tool.call.proposed':
       return `tool call proposed: ${e.data.name}(${e.data.argumentsText})`;
     case 'model.output.paragraph':

@@ -139,3 +139,23 @@ describe('runplane timeline: a receipt repeated from the continuation parent (K3
     expect(summarize(e)).toContain('[not run: the result of g1 in parent Run parent-1]');
   });
 });
+
+describe('runplane timeline: a failed model request and its backoff (K7)', () => {
+  it('says when the retry may start, and that a refused request reached nothing', () => {
+    const ctx = { runId: 'r1', conversationId: 'c1', correlationId: 'm1', causationId: null };
+    const e = makeEvent(
+      'model.turn.failed',
+      ctx,
+      3,
+      {
+        turn: 3,
+        error: { kind: 'connection', status: null, message: 'Connection error.', refused: true },
+        retry: { failuresInARow: 2, delayMs: 2_400, notBefore: '2026-01-01T00:00:02.400Z' },
+      },
+      new Date('2026-01-01T00:00:00.000Z'),
+    );
+    expect(summarize(e)).toBe(
+      'model turn 3 failed: connection Connection error. (refused: nothing reached the model); retry not before 2026-01-01T00:00:02.400Z (backoff 2400 ms, failure 2 in a row)',
+    );
+  });
+});

@@ -18,7 +18,17 @@ import {
 } from '@runplane/contracts';
 import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { awaitingContext } from './context.js';
-import { isAnswer, isFinalizationTurn, isRetryableFailure, nextModelStep } from './ledger.js';
+import {
+  DEFAULT_RETRY_BACKOFF,
+  failuresInARow,
+  isAnswer,
+  isFinalizationTurn,
+  isRetryableFailure,
+  isTransientFailure,
+  nextModelStep,
+  retryDelayMs,
+  type RetryBackoff,
+} from './ledger.js';
 import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
 
 /** The outcome of one model request, as the model client reports it. */
@@ -33,8 +43,12 @@ export type RuntimeTrigger =
    * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9).
    */
   | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number }
-  /** The model request of `turn` ended with `result`. */
-  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number }
+  /**
+   * The model request of `turn` ended with `result`. `retryBackoff` (default
+   * {@link DEFAULT_RETRY_BACKOFF}) and `random` (the jitter, a draw in [0, 1) the adapter made;
+   * default 0) choose the backoff a transient failure records (K7).
+   */
+  | { type: 'ModelTurnEnded'; turn: number; result: ModelTurnResult; waitTtlMs?: number; retryBackoff?: RetryBackoff; random?: number }
   /**
    * While `turn` streams, these paragraphs of its text were finished (a blank line followed each),
    * and/or (`progress`) text kept streaming inside an unfinished paragraph: how many characters of
@@ -62,7 +76,8 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   turn's outcome, never retried; a failure no retry can fix, e.g. a 401; a request never sent
  *   (`not-sent`) or a failure at or past the deadline stops `deadline`, K7). An empty, cut or
  *   incomplete reply, or a retryable failure, is only recorded: the next wake retries it within
- *   budget (K9: it is never an answer). No call of a length-cut or finalization turn is
+ *   budget (K9: it is never an answer); a transient failure of research (connection, timeout,
+ *   429, 5xx) records the backoff before that retry (`retry`, `./ledger.ts` `retryDelayMs`, K7). No call of a length-cut or finalization turn is
  *   proposed. A parking call (`ask_human`, `spawn_subagent`) becomes
  *   `wait.opened` or `child.run.requested` instead of a proposal (`./parking.ts`), and the
  *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
@@ -84,7 +99,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
       // no model request before what the Run carries from earlier Runs is recorded (K2, K3: ./context.ts)
       return awaitingContext(facts) ? [] : onWake(facts, trigger, now);
     case 'ModelTurnEnded':
-      return onTurnEnded(facts, trigger.turn, trigger.result, trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS, now);
+      return onTurnEnded(facts, trigger, now);
     case 'ParagraphsStreamed':
       return onParagraphs(facts, trigger.turn, trigger.paragraphs, trigger.progress ?? null, now);
     default:
@@ -144,16 +159,26 @@ function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now
   return out;
 }
 
-function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, waitTtlMs: number, now: Date): RunEvent[] {
+function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'ModelTurnEnded' }>, now: Date): RunEvent[] {
+  const { turn: turnNo, result } = trigger;
+  const waitTtlMs = trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS;
   const last = lastTurn(facts);
   if (!last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
   const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
-    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now)];
+    const failed: EventData<'model.turn.failed'> = { turn: turnNo, error: result.error };
+    // a transient failure of research is retried by a later wake, after a backoff recorded here (K7):
+    // exponential in the failures in a row, with the adapter's jitter, at least the provider's Retry-After
+    const deadlineAt = facts.admitted!.limits.deadlineAt;
+    if (!finalTurn && isTransientFailure(result.error) && now.getTime() < Date.parse(deadlineAt)) {
+      const n = failuresInARow({ ...facts, turns: facts.turns.slice(0, -1) }) + 1;
+      const delayMs = Math.max(retryDelayMs(n, trigger.retryBackoff ?? DEFAULT_RETRY_BACKOFF, trigger.random ?? 0), result.error.retryAfterMs ?? 0);
+      failed.retry = { failuresInARow: n, delayMs, notBefore: new Date(now.getTime() + delayMs).toISOString() };
+    }
+    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, failed, now)];
     // never sent (the rate-limit pause ends after the deadline), or cut at / ended after the deadline:
     // nothing new starts, the Run stops with the honest reason (K7), not a budget it did not spend
-    const deadlineAt = facts.admitted!.limits.deadlineAt;
     if (result.error.kind === 'not-sent' || now.getTime() >= Date.parse(deadlineAt)) {
       const what = result.error.kind === 'not-sent' ? 'was never sent to the model' : 'failed';
       events.push(

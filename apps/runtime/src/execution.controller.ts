@@ -7,7 +7,7 @@ import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
-import { finalizationInstruction } from './ledger.js';
+import { finalizationInstruction, retryWaitMs, type RetryBackoff } from './ledger.js';
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
 import { ParagraphRecorder, progressIntervalMs } from './paragraphs.js';
@@ -28,6 +28,8 @@ export interface RuntimeSettings {
   maxTokensPerRequest?: number;
   /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
   finalizationLeadMs?: number;
+  /** The backoff before retrying a failed model request (`RUNPLANE_MODEL_RETRY_MIN_MS` / `_MAX_MS`, K7); the decider's default when absent. */
+  retryBackoff?: RetryBackoff;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -141,7 +143,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         return;
       }
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
-      if (!requested || requested.event.type !== 'model.turn.requested') return;
+      if (!requested || requested.event.type !== 'model.turn.requested') {
+        // the last request failed and its recorded backoff has not ended (K7): wait it out, then decide again
+        const backoffMs = appended.length === 0 ? retryWaitMs(facts, new Date()) : 0;
+        if (backoffMs > 0 && (await this.waitOutRetryBackoff(runId, backoffMs))) continue;
+        return;
+      }
       const request = requested.event.data;
       const turn = request.turn;
       const abort = new AbortController();
@@ -179,6 +186,26 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   }
 
   /**
+   * Sleeps `ms` (the backoff recorded on the Run's failed turn, K7), abortable like a model request
+   * (a cancel, a lost lease, the process stopping). The wait is on the log, not only here: a wake
+   * that comes earlier decides nothing. @returns false when execution must stop here.
+   */
+  private async waitOutRetryBackoff(runId: string, ms: number): Promise<boolean> {
+    const abort = new AbortController();
+    this.inFlight.set(runId, abort);
+    try {
+      this.logger.log({ runId, ms }, 'model request failed: backing off before the retry');
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        abort.signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+      });
+    } finally {
+      if (this.inFlight.get(runId) === abort) this.inFlight.delete(runId);
+    }
+    return !this.stopping && this.held.has(runId);
+  }
+
+  /**
    * Records what the Run carries from earlier Runs (`context.carried`, or a refusal), once, before
    * its first model request (K2, K3): reads the history Runs and the continuation parent from the
    * log (and the parent's stored results), and decides with `decideCarry`. The Run's requests are
@@ -208,11 +235,15 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * (recovery then records the turn as uncertain).
    */
   private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
+    // the retry backoff's jitter (K7), drawn once: a decision taken again after a NATS outage backs off as long
+    const retry = { ...(this.settings.retryBackoff ? { retryBackoff: this.settings.retryBackoff } : {}), random: Math.random() };
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs }, now), {
-          epoch,
-        });
+        await this.commands.handle(
+          runId,
+          (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...retry }, now),
+          { epoch },
+        );
         return;
       } catch (e) {
         if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;

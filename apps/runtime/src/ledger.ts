@@ -7,6 +7,9 @@
  *   409, 425, 429): stop `model-error`;
  * - {@link MAX_FRUITLESS_TURNS} replies in a row without text or a valid tool call (empty, cut,
  *   incomplete, malformed; failed requests are not the model's and are skipped): stop `no-progress`;
+ * - the last request failed transiently and its recorded backoff (`model.turn.failed` `retry`,
+ *   K7) ends at or after the deadline: stop `model-error`; before it ends: no request yet (neither
+ *   research nor finalization; a stop is not delayed);
  * - research may go on (model requests, input and output tokens left after the final-output
  *   reserve): request the next
  *   turn, reserving `max_tokens` (what remains of research output tokens) and the input estimate;
@@ -27,6 +30,76 @@ export function isRetryableFailure(error: EventData<'model.turn.failed'>['error'
   if (error.kind !== 'http') return true; // timeout, connection, invalid (malformed) reply
   const s = error.status;
   return s === null || s === 408 || s === 409 || s === 425 || s === 429 || s >= 500;
+}
+
+/**
+ * The retry backoff of failed model requests (K7), ms (`RUNPLANE_MODEL_RETRY_MIN_MS`,
+ * `RUNPLANE_MODEL_RETRY_MAX_MS`): p-retry's `minTimeout` and `maxTimeout`, with its `factor` 2.
+ */
+export interface RetryBackoff {
+  minMs: number;
+  maxMs: number;
+}
+
+/** The backoff when the runtime's settings do not say: 1 s, doubling, at most 30 s. */
+export const DEFAULT_RETRY_BACKOFF: RetryBackoff = { minMs: 1_000, maxMs: 30_000 };
+
+/** How much each failure in a row multiplies the backoff (p-retry's default `factor`). */
+export const RETRY_FACTOR = 2;
+
+/**
+ * The wait before the next request after `failuresInARow` failed ones (K7), ms: p-retry's
+ * backoff with `randomize` (`round((1 + random) * minMs * 2^(n-1))`, at most `maxMs`), with its
+ * randomness passed in, since a decider draws none (p-retry keeps its formula internal, and its
+ * own loop would keep the wait in memory, not on the log).
+ * @param failuresInARow 1 for the first failure.
+ * @param random a draw in [0, 1) made by the adapter (the jitter).
+ */
+export function retryDelayMs(failuresInARow: number, policy: RetryBackoff, random: number): number {
+  if (policy.minMs <= 0) return 0;
+  const jitter = 1 + Math.min(Math.max(random, 0), 1);
+  const exponent = Math.min(Math.max(failuresInARow, 1) - 1, 52);
+  return Math.min(Math.round(jitter * policy.minMs * RETRY_FACTOR ** exponent), policy.maxMs);
+}
+
+/**
+ * True for a failure that says nothing about the model and that a later request may not meet: the
+ * endpoint unreachable or cut (`connection`, `timeout`) or overloaded (429, 5xx...). These back off
+ * before the retry; a malformed reply does not (the endpoint answered).
+ */
+export function isTransientFailure(error: EventData<'model.turn.failed'>['error']): boolean {
+  return (error.kind === 'connection' || error.kind === 'timeout' || error.kind === 'http') && isRetryableFailure(error);
+}
+
+/** Failed requests in a row at the end of the Run (transient failures only, {@link isTransientFailure}). */
+export function failuresInARow(facts: RunFacts): number {
+  let n = 0;
+  for (let i = facts.turns.length - 1; i >= 0; i--) {
+    const failed = facts.turns[i]!.failed;
+    if (!failed || !isTransientFailure(failed.error)) break;
+    n++;
+  }
+  return n;
+}
+
+/** The backoff recorded on the last turn's failure (`model.turn.failed` `retry`), or null when the last turn did not fail with one. */
+export function pendingRetry(facts: RunFacts): (NonNullable<EventData<'model.turn.failed'>['retry']> & { turn: number }) | null {
+  const last = lastTurn(facts);
+  const retry = last?.failed?.retry;
+  return retry ? { ...retry, turn: last.turn } : null;
+}
+
+/**
+ * How long (ms) the adapter waits before waking the Run again: until the recorded backoff ends
+ * (`notBefore`), 0 when there is none, it has ended, or it ends at or after the deadline (the
+ * decider then stops the Run at once).
+ */
+export function retryWaitMs(facts: RunFacts, now: Date): number {
+  const retry = pendingRetry(facts);
+  if (!retry || !facts.admitted) return 0;
+  const at = Date.parse(retry.notBefore);
+  if (at >= Date.parse(facts.admitted.limits.deadlineAt)) return 0;
+  return Math.max(0, at - now.getTime());
 }
 
 /** True when the turn is the finalization request (K9). */
@@ -144,6 +217,23 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
       ),
     ];
   }
+  // the last request failed and its backoff is recorded (K7): a retry that would start at or after
+  // the deadline is not made, and none is made before the backoff ends (a stop is not delayed)
+  const retry = pendingRetry(facts);
+  const deadlineMs = Date.parse(facts.admitted!.limits.deadlineAt);
+  if (retry && Date.parse(retry.notBefore) >= deadlineMs) {
+    const why = last?.failed ? `${last.failed.error.message}` : 'failed';
+    return [
+      finishedEvent(
+        facts,
+        now,
+        'model-error',
+        `turn ${retry.turn} failed (${why}), ${retry.failuresInARow} failed request(s) in a row; its retry, backed off ${retry.delayMs} ms to ${retry.notBefore}, would start after the deadline ${facts.admitted!.limits.deadlineAt}`,
+        null,
+      ),
+    ];
+  }
+  const backingOff = !!retry && now.getTime() < Date.parse(retry.notBefore);
   const canFinalize = () => {
     const reserve = facts.admitted!.limits.finalOutputReserve;
     const b = budgetOf(facts);
@@ -169,18 +259,20 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
   };
   // the deadline is close: with material and the reserve, answer from it now rather than research
   // until cut off (K9); the lead is at most a quarter of the Run's whole time, so a short Run still researches
-  const deadlineMs = Date.parse(facts.admitted!.limits.deadlineAt);
   const leftMs = deadlineMs - now.getTime();
   const leadMs = Math.min(finalizationLeadMs, (deadlineMs - Date.parse(facts.admitted!.at)) / 4);
   if (leadMs > 0 && leftMs < leadMs && canFinalize()) {
+    if (backingOff) return [];
     return startFinalization('deadline', `${Math.max(0, Math.round(leftMs / 1000))} s left before the deadline ${facts.admitted!.limits.deadlineAt}`);
   }
   const limit = researchLimit(facts);
   if (limit) {
     const noAnswer = streak.length > 0 ? `; no answer was produced: ${streak.join('; ')}` : '';
     if (!canFinalize()) return [finishedEvent(facts, now, limit.reason, `${limit.detail}${noAnswer}`, null)];
+    if (backingOff) return [];
     return startFinalization(limit.reason, limit.detail);
   }
+  if (backingOff) return [];
   return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest })];
 }
 

@@ -1,7 +1,8 @@
 /**
  * The only path to the model: the `openai` client, chat completions with tools, streaming.
  * The client's own retries are off (`maxRetries: 0`): one layer retries, and it is not this one
- * (K7). Errors are classified for the `model.turn.failed` fact.
+ * (K7: the runtime's decider, each retry a new charged turn after the backoff recorded on the
+ * failure). Errors are classified for the `model.turn.failed` fact.
  */
 import Bottleneck from 'bottleneck';
 import OpenAI from 'openai';
@@ -231,10 +232,22 @@ function cutError(elapsedMs: number, byDeadline: boolean): Extract<ModelTurnResu
   return { kind: 'timeout', status: null, message: `request cut after ${elapsedMs} ms by ${why} (headers and streamed reply are bounded together)` };
 }
 
-/** Maps an openai client error to the recorded failure kind. */
+/**
+ * Maps an openai client error to the recorded failure kind. A streamed reply cut by the network
+ * (the endpoint died mid-stream: Node's fetch throws `TypeError: terminated`, its cause the socket
+ * error) is a `connection` failure, retried after a backoff (K7), not a malformed reply.
+ */
 export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['error'] {
   if (e instanceof OpenAI.APIConnectionTimeoutError) return { kind: 'timeout', status: null, message: e.message };
-  if (e instanceof OpenAI.APIConnectionError) return { kind: 'connection', status: null, message: e.message };
+  if (e instanceof OpenAI.APIConnectionError) {
+    const refused = refusedConnection(e);
+    return { kind: 'connection', status: null, message: refused ? `${e.message} (${refused})` : e.message, ...(refused ? { refused: true } : {}) };
+  }
+  if (isCutStream(e)) {
+    const cause = (e as { cause?: { message?: unknown } }).cause?.message;
+    const why = `${String((e as { message?: unknown }).message)}${typeof cause === 'string' ? `: ${cause}` : ''}`;
+    return { kind: 'connection', status: null, message: `the streamed reply was cut by the network (${why})` };
+  }
   if (e instanceof OpenAI.APIError) {
     const status = typeof e.status === 'number' ? e.status : null;
     const headers = e.headers as Headers | undefined;
@@ -242,4 +255,34 @@ export function classify(e: unknown): Extract<ModelTurnResult, { ok: false }>['e
     return { kind: 'http', status, message: e.message, ...(wait !== undefined ? { retryAfterMs: wait } : {}) };
   }
   return { kind: 'invalid-response', status: null, message: e instanceof Error ? e.message : String(e) };
+}
+
+/**
+ * Undici's error for a response body whose connection was lost: `TypeError: terminated` (its
+ * cause the socket error, `UND_ERR_SOCKET`), possibly wrapped by the client; by name and message,
+ * since the error may come from another realm.
+ */
+function isCutStream(e: unknown): boolean {
+  for (let err = e, depth = 0; err && typeof err === 'object' && depth < 4; err = (err as { cause?: unknown }).cause, depth++) {
+    const { name, message, code } = err as { name?: unknown; message?: unknown; code?: unknown };
+    if (name === 'TypeError' && message === 'terminated') return true;
+    if (message === 'TypeError: terminated') return true;
+    if (typeof code === 'string' && code.startsWith('UND_ERR_SOCKET')) return true;
+  }
+  return false;
+}
+
+/**
+ * The socket error's message when the connection was refused (`ECONNREFUSED` in the error's cause
+ * chain; every address refused, for a host with several): the request never reached the
+ * provider. Else null.
+ */
+function refusedConnection(e: unknown): string | null {
+  for (let err = e, depth = 0; err && typeof err === 'object' && depth < 5; err = (err as { cause?: unknown }).cause, depth++) {
+    const { code, message, errors } = err as { code?: unknown; message?: unknown; errors?: unknown };
+    if (code === 'ECONNREFUSED') return typeof message === 'string' ? message : 'ECONNREFUSED';
+    if (Array.isArray(errors) && errors.length > 0 && errors.every((x) => (x as { code?: unknown })?.code === 'ECONNREFUSED'))
+      return errors.map((x) => String((x as { message?: unknown }).message)).join('; ');
+  }
+  return null;
 }

@@ -186,11 +186,20 @@ describe("runtime decide, ModelTurnEnded: the model's reply is recorded exactly 
     expect(events.every((e) => e.owner === 'runtime')).toBe(true);
   });
 
-  it('given turn 1 in flight, when the request timed out, then the failure is recorded and nothing stops (the next wake retries within budget)', () => {
+  it('given turn 1 in flight, when the request timed out, then the failure is recorded with its backoff and nothing stops (the next wake retries within budget)', () => {
     runtime
       .given(inFlight())
       .when(ended(1, { ok: false, error: { kind: 'timeout', status: null, message: 'timed out' } }))
-      .then([{ type: 'model.turn.failed', data: { turn: 1, error: { kind: 'timeout', status: null, message: 'timed out' } } }]);
+      .then([
+        {
+          type: 'model.turn.failed',
+          data: expect.objectContaining({
+            turn: 1,
+            error: { kind: 'timeout', status: null, message: 'timed out' },
+            retry: expect.objectContaining({ failuresInARow: 1 }),
+          }),
+        },
+      ]);
   });
 
   it('given turn 1 in flight, when the request is refused with 401, then the failure is recorded and execution stops with model-error (no retry can fix it)', () => {

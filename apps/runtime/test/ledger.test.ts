@@ -370,7 +370,9 @@ describe('the deadline bounds a model request, and a request never sent costs no
     runtime
       .given(h)
       .when(ended(1, { ok: false, error: cut }), before)
-      .then([{ type: 'model.turn.failed', data: { turn: 1, error: cut } }]);
+      .then([
+        { type: 'model.turn.failed', data: expect.objectContaining({ turn: 1, error: cut, retry: expect.objectContaining({ failuresInARow: 1 }) }) },
+      ]);
     h.add('model.turn.failed', 1, { turn: 1, error: cut });
     runtime
       .given(h)

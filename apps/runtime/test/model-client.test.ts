@@ -113,4 +113,32 @@ describe('the model client (K7)', () => {
     expect(result.ok ? null : result.error.kind).not.toBe('timeout');
     expect(abort.signal.aborted).toBe(true);
   });
+
+  it('an endpoint killed mid-stream is a connection failure (retried after a backoff, K7), not a malformed reply; then a refused connection is one too', async () => {
+    const own = await startScriptedModel({ port: 0, scenario: { steps: [{ reply: { content: 'One.\n\nTwo.' }, paragraphDelayMs: 60_000 }] } });
+    const c = new ModelClient({ baseURL: own.url, apiKey: 'k', model: 'scripted', timeoutMs: 60_000 });
+    let streamed = '';
+    const kill: { done?: Promise<void> } = {};
+    const result = await c.turn(
+      1,
+      ask('killed'),
+      [],
+      (text) => {
+        streamed += text;
+        kill.done ??= own.close(); // the endpoint dies once the first paragraph arrived
+      },
+      undefined,
+      { deadlineAt: new Date(Date.now() + 30_000).toISOString() },
+    );
+    await kill.done;
+    expect(streamed).toBe('One.\n\n');
+    expect(result).toMatchObject({ ok: false, error: { kind: 'connection', status: null, message: expect.stringMatching(/cut by the network/) } });
+    const refused = await c.turn(2, ask('killed'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
+    // refused: the request never reached the provider (no output tokens are charged for it, K7)
+    expect(refused).toMatchObject({
+      ok: false,
+      error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) },
+    });
+    expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
+  });
 });

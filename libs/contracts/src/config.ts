@@ -62,6 +62,14 @@ export const ModelConfig = z.object({
   RUNPLANE_MODEL_MAX_CONCURRENT: envInt(8, 1, 10_000),
   /** Smallest gap between the starts of two model requests per runtime process, ms (0: no rate limit). */
   RUNPLANE_MODEL_MIN_INTERVAL_MS: envInt(0, 0, MAX_TIMER_MS),
+  /**
+   * The retry backoff of a failed model request (connection, timeout, 429, 5xx; K7), ms: the n-th
+   * failure in a row waits `MIN * 2^(n-1) * (1 + jitter)` (jitter in [0, 1)), at most `MAX`, and at
+   * least the provider's `Retry-After`, before the Run's next request; never past its deadline.
+   */
+  RUNPLANE_MODEL_RETRY_MIN_MS: envInt(1_000, 0, MAX_TIMER_MS),
+  /** The longest retry backoff of a failed model request, ms (see `RUNPLANE_MODEL_RETRY_MIN_MS`). */
+  RUNPLANE_MODEL_RETRY_MAX_MS: envInt(30_000, 0, MAX_TIMER_MS),
 });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 

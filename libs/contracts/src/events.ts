@@ -158,7 +158,29 @@ export const ModelTurnFailedV1 = z.object({
     message: z.string(),
     /** The provider's `Retry-After` (a 429 or 503), ms: the shared per-model limiter pauses that long (K7). */
     retryAfterMs: z.number().int().nonnegative().optional(),
+    /**
+     * A `connection` failure whose connection was refused (`ECONNREFUSED`): the request never
+     * reached the provider, so nothing was generated. Still a model request of the Run's budget,
+     * charged its input estimate, but no output tokens (K7).
+     */
+    refused: z.literal(true).optional(),
   }),
+  /**
+   * The backoff before the Run's next model request, decided with the failure (K7): present on a
+   * retryable failure of a research turn (connection, timeout, 429, 5xx). No request of the Run is
+   * made before `notBefore`; a retry that would start at or after the deadline is not made (the
+   * Run stops `model-error`). Absent on failures recorded before backoff existed: no wait.
+   */
+  retry: z
+    .object({
+      /** Failed requests in a row, this one included (the backoff's exponent). */
+      failuresInARow: z.number().int().positive(),
+      /** The wait chosen: exponential with jitter, capped, at least the provider's `Retry-After`, ms. */
+      delayMs: z.number().int().nonnegative(),
+      /** The failure's decision clock plus `delayMs`. */
+      notBefore: z.string().datetime(),
+    })
+    .optional(),
 });
 export const ToolCallProposedV1 = ProposedToolCall.extend({ turn: z.number().int().positive() });
 /**

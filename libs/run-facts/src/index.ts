@@ -541,7 +541,8 @@ export interface Ledger {
  * ESTIMATE, flagged in `estimated` and `unknownUsageTurns`, never 0 measured: its reservation
  * (`inputTokensEstimate`, and `maxTokens` when it may have generated: a timeout, a connection
  * loss, a process that died) or, for a reply received without usage, its text's length / 4. An
- * HTTP error reply is charged its input estimate only (the provider generated nothing). A request
+ * HTTP error reply, or a refused connection (`refused`: the request never reached the provider),
+ * is charged its input estimate only (the provider generated nothing). A request
  * never sent (`not-sent`: the limiter's pause ends after the deadline) is charged nothing, neither
  * tokens nor a model request: the provider received nothing.
  */
@@ -570,7 +571,7 @@ export function budgetOf(facts: RunFacts): Ledger {
     if (t.completed) {
       const chars = t.completed.content.length + t.completed.toolCalls.reduce((n, c) => n + c.name.length + c.argumentsText.length, 0);
       outEstimated += Math.ceil(chars / CHARS_PER_TOKEN);
-    } else if (!(t.failed?.error.kind === 'http')) outEstimated += t.request.maxTokens ?? 0;
+    } else if (!(t.failed?.error.kind === 'http' || t.failed?.error.refused)) outEstimated += t.request.maxTokens ?? 0;
   }
   const dispatchedCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
   const reserve = limits?.finalOutputReserve;
