@@ -279,7 +279,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
    * `storedBefore` is a sequence stored before the read began: everything up to it is kept.
    */
   private async readComplete(runId: string, known: SubjectSeqs, storedBefore: number): Promise<StoredEvent[]> {
-    const read = await this.log.catchUp(runId, known as Partial<Record<Owner, number>>);
+    const read = await this.log.catchUp(runId, known);
     const bound = completeUpTo(read.lasts, await this.subjectLasts(runId), storedBefore);
     return bound === Infinity ? read.events : read.events.filter((s) => s.seq <= bound);
   }

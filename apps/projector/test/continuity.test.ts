@@ -84,8 +84,9 @@ describe('projector continuity (K11)', () => {
     let armed = true;
     let runtimeRead: Promise<unknown> | null = null;
     let raced: StoredEvent[] = [];
-    direct.getMessage = (async (stream: string, query: { last_by_subj?: string }) => {
-      const subject = query.last_by_subj ?? '';
+    type Query = Parameters<typeof direct.getMessage>[1];
+    direct.getMessage = (async (stream: string, query: Query) => {
+      const subject = 'last_by_subj' in query ? query.last_by_subj : '';
       if (armed && subject.endsWith(`.${runId}.runtime`)) {
         runtimeRead = getMessage(stream, query);
         return runtimeRead;
@@ -97,7 +98,7 @@ describe('projector continuity (K11)', () => {
         const passage = await log.append(events[12]!, 0);
         raced = [completed.stored, passage.stored];
       }
-      return getMessage(stream, query as never);
+      return getMessage(stream, query);
     }) as typeof direct.getMessage;
 
     const service = new ProjectorService({ orm } as never, reader);

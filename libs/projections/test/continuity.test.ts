@@ -30,7 +30,7 @@ function linked(events: RunEvent[], from = 1): StoredEvent[] {
 
 const runId = 'r1';
 // 1 admitted (admission), 2 turn 1 requested, 3 turn 1 completed (runtime), 4-5 proposed (runtime), 6 dispatched (tools)
-const [admitted, requested, completed, proposed1, , dispatched] = linked(researchRunEvents(runId));
+const [, requested, completed, proposed1, , dispatched] = linked(researchRunEvents(runId));
 
 describe('continuityOf (pure)', () => {
   const at = (lastSeq: number, subjectSeqs: Record<string, number>) => ({ lastSeq, subjectSeqs });
