@@ -172,7 +172,7 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
     return c.kind === 'gap' ? c.gap : c.kind;
   };
 
-  // the other rows the batch may touch: those of events above their Run's stored checkpoint
+  // the other rows the batch may touch: those of events not already applied by the stored checkpoint
   const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0, turns: 0 };
   const ids = {
     toolCallRuns: new Set<string>(),
@@ -184,7 +184,9 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
   };
   for (const s of batch) {
     const runId = s.event.runId;
-    if (verdict(s) !== 'next') continue;
+    // a gap against the stored checkpoint may be the next event once the batch's earlier events
+    // of its subject are applied: only events already applied are left out
+    if (verdict(s) === 'applied') continue;
     const keys = touchedKeys(s);
     if (keys.messageId) wanted.messageIds.add(keys.messageId);
     if (keys.toolCallId) {

@@ -104,6 +104,14 @@ describe('applyStoredEvents continuity check and reprojectRun (PostgreSQL)', () 
     await dropDatabase(adminUrl, dbName);
   });
 
+  it("given a batch with two events of one subject's chain after rows an earlier batch wrote (a dispatch and its receipt), then both apply to the stored tool call rows", async () => {
+    const a = linked(researchRunEvents('chainA'), 201);
+    expect((await applyStoredEvents(orm.em, a.slice(0, 5))).map((r) => r.status)).toEqual(a.slice(0, 5).map(() => 'applied'));
+    const results = await applyStoredEvents(orm.em, a.slice(5, 9)); // dispatched, receipt, dispatched, receipt (tools)
+    expect(results.map((r) => r.status)).toEqual(['applied', 'applied', 'applied', 'applied']);
+    expect(await getRunView(orm, 'chainA')).toMatchObject({ toolCalls: 2, lastSeq: a[8]!.seq });
+  });
+
   it('given a Run whose turn 1 completion is missing from a batch, then it and every later event of the Run are a gap (not applied), another Run of the batch is applied, and the checkpoint stays a stream-order prefix', async () => {
     const a = linked(researchRunEvents('gapA'), 1);
     const b = linked(researchRunEvents('gapB'), 101);
