@@ -300,8 +300,9 @@ export class ProjectorService implements BeforeApplicationShutdown {
       {
         runId: gap.runId,
         subject: gap.subject,
-        seq: gap.seq,
-        eventType: gap.eventType,
+        // not `seq` / `eventType`: those name the delivery being handled (the log context)
+        gapSeq: gap.seq,
+        gapEventType: gap.eventType,
         gap: gap.kind,
         expectedPrevSeq: gap.expectedPrevSeq,
         seenPrevSeq: gap.seenPrevSeq,

@@ -160,8 +160,8 @@ describe('projector continuity (K11)', () => {
     expect(errors[0]!.fields).toMatchObject({
       runId,
       subject,
-      seq: completed.seq,
-      eventType: 'model.turn.completed',
+      gapSeq: completed.seq,
+      gapEventType: 'model.turn.completed',
       gap: 'applied-out-of-order',
       expectedPrevSeq: byIndex(9).seq,
       seenPrevSeq: byIndex(9).seq,
