@@ -10,6 +10,7 @@ import { Migration20261130130000_parked_status } from './Migration20261130130000
 import { Migration20261130140000_run_usage } from './Migration20261130140000_run_usage.js';
 import { Migration20261130150000_run_clocks } from './Migration20261130150000_run_clocks.js';
 import { Migration20261130161000_run_clarification } from './Migration20261130161000_run_clarification.js';
+import { Migration20261201150000_run_subject_seqs } from './Migration20261201150000_run_subject_seqs.js';
 
 export {
   Migration20261130000000_projections,
@@ -18,6 +19,7 @@ export {
   Migration20261130140000_run_usage,
   Migration20261130150000_run_clocks,
   Migration20261130161000_run_clarification,
+  Migration20261201150000_run_subject_seqs,
 };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
@@ -28,4 +30,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261130140000_run_usage', class: Migration20261130140000_run_usage },
   { name: 'Migration20261130150000_run_clocks', class: Migration20261130150000_run_clocks },
   { name: 'Migration20261130161000_run_clarification', class: Migration20261130161000_run_clarification },
+  { name: 'Migration20261201150000_run_subject_seqs', class: Migration20261201150000_run_subject_seqs },
 ];

@@ -3,9 +3,21 @@
  * batches: one PostgreSQL transaction for the deliveries of many Runs.
  */
 import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
-import type { StoredEvent } from '@runplane/contracts';
-import { EventLog, recordAnomaly } from '@runplane/eventlog';
-import { OrphanEventError, RunEntity, applyStoredEvents, type ApplyResult } from '@runplane/projections';
+import { Owner, type StoredEvent } from '@runplane/contracts';
+import { EventLog, recordAnomaly, runSubject } from '@runplane/eventlog';
+import {
+  OrphanEventError,
+  RunEntity,
+  applyStoredEvents,
+  completeUpTo,
+  continuityOf,
+  reprojectRun,
+  subjectTokenOfStored,
+  type ApplyResult,
+  type ProjectionGap,
+  type RunCheckpoint,
+  type SubjectSeqs,
+} from '@runplane/projections';
 import { ProjectionDatabase } from './projection-database.js';
 
 /** Delay before retry `attempt` (1-based) of a failed projection step: 100 ms doubling, capped at 5 s. */
@@ -51,6 +63,21 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
  * behind newer ones) is therefore never lost: it was applied, in order, when the later event woke
  * the catch-up, and its own delivery finds nothing left to do (K11).
  *
+ * A Run's log is read one subject at a time (its last message, then back-links), so the read is
+ * not one snapshot: an event appended on one subject while the read runs can be missing from it
+ * while a later event of another subject is there. Each subject's last sequence is therefore
+ * looked up again after the read, and only the events up to where the read is known complete are
+ * applied (`completeUpTo`); the rest are applied when their own deliveries wake the Run. Before
+ * that check, such a read advanced the Run's checkpoint past the missing event, whose delivery
+ * then found it "at or below the checkpoint" and skipped it for ever, silently.
+ *
+ * Every event is also checked against its subject's back-link (`continuityOf`, with the last
+ * sequence applied per subject kept in `runs.subject_seqs`): an event that shows a hole in the
+ * Run's projection is never skipped quietly. It is logged as an error ("projection gap", with the
+ * Run, subject, the expected and seen back-links), counted as the anomaly `projection-gap`, and
+ * the Run is re-projected from its whole log (`reprojectRun`, idempotent) before its deliveries
+ * are acknowledged.
+ *
  * Deliveries are batched: they are queued, and one flush at a time takes everything queued (up to
  * {@link MAX_BATCH} deliveries), reads each Run's events after its checkpoint (in parallel across
  * Runs), applies them all with one `applyStoredEvents` (one transaction per {@link MAX_BATCH}
@@ -71,10 +98,13 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
 export class ProjectorService implements BeforeApplicationShutdown {
   private readonly logger = new Logger('Projector');
   private stopping = false;
-  /** Since start: events applied; deliveries and events found already applied (redelivery); failed transactions retried. */
-  readonly stats = { applied: 0, skipped: 0, retries: 0 };
-  /** Last sequence this process applied (or found applied) per Run: a lower bound of the Run's checkpoint. */
-  private readonly checkpoints = new Map<string, number>();
+  /**
+   * Since start: events applied; deliveries and events found already applied (redelivery); failed
+   * transactions retried; gaps found in a Run's projection (each repaired by re-projecting the Run).
+   */
+  readonly stats = { applied: 0, skipped: 0, retries: 0, gaps: 0 };
+  /** The checkpoint this process last applied per Run (`lastSeq`, `subjectSeqs`): a lower bound of the Run's stored one. */
+  private readonly checkpoints = new Map<string, RunCheckpoint>();
   private queue: Delivery[] = [];
   private draining = false;
 
@@ -126,10 +156,10 @@ export class ProjectorService implements BeforeApplicationShutdown {
 
   private skipIfSeen(trigger: StoredEvent): ApplyResult[] | null {
     const runId = trigger.event.runId;
-    const seen = this.checkpoints.get(runId) ?? 0;
-    if (trigger.seq > seen) return null;
+    const seen = this.checkpoints.get(runId);
+    if (!seen || continuityOf(seen, trigger).kind !== 'applied') return null;
     this.stats.skipped++;
-    return [{ status: 'skipped', runId, seq: trigger.seq, previousLastSeq: seen }];
+    return [{ status: 'skipped', runId, seq: trigger.seq, previousLastSeq: seen.lastSeq }];
   }
 
   private stoppingError(triggers: StoredEvent[]): Error {
@@ -148,22 +178,25 @@ export class ProjectorService implements BeforeApplicationShutdown {
     if (byRun.size === 0) return;
 
     // where each Run's catch-up starts: the cached checkpoint, else the database's
-    const from = new Map<string, number>();
+    const from = new Map<string, RunCheckpoint>();
     const unknown = [...byRun.keys()].filter((runId) => !this.checkpoints.has(runId));
     if (unknown.length > 0) {
       const stored = await this.withRetries(
         () => batch.map((d) => d.trigger),
-        () => this.db.orm.em.fork().find(RunEntity, { runId: { $in: unknown } }, { fields: ['runId', 'lastSeq'] }),
+        () => this.db.orm.em.fork().find(RunEntity, { runId: { $in: unknown } }, { fields: ['runId', 'lastSeq', 'subjectSeqs'] }),
       );
-      for (const row of stored) from.set(row.runId, Number(row.lastSeq));
+      for (const row of stored) from.set(row.runId, { lastSeq: Number(row.lastSeq), subjectSeqs: row.subjectSeqs ?? {} });
     }
+    /** Per Run: a sequence known to be stored before its log is read (its checkpoint, its deliveries). */
+    const storedBefore = new Map<string, number>();
     for (const [runId, deliveries] of byRun) {
-      const checkpoint = this.checkpoints.get(runId) ?? from.get(runId) ?? 0;
+      const checkpoint = this.checkpoints.get(runId) ?? from.get(runId) ?? { lastSeq: 0, subjectSeqs: {} };
       from.set(runId, checkpoint);
+      storedBefore.set(runId, Math.max(checkpoint.lastSeq, ...deliveries.map((d) => d.trigger.seq)));
       const left = deliveries.filter((d) => {
-        if (d.trigger.seq > checkpoint) return true;
+        if (continuityOf(checkpoint, d.trigger).kind !== 'applied') return true;
         this.stats.skipped++;
-        d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: checkpoint }]);
+        d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: checkpoint.lastSeq }]);
         return false;
       });
       if (left.length === 0) {
@@ -175,7 +208,9 @@ export class ProjectorService implements BeforeApplicationShutdown {
 
     // each Run's events after its checkpoint, read in parallel; a failed read fails its Run only
     const runIds = [...byRun.keys()];
-    const reads = await settleAll(runIds, READ_CONCURRENCY, (runId) => this.log.readRun(runId, from.get(runId)! + 1));
+    const reads = await settleAll(runIds, READ_CONCURRENCY, (runId) =>
+      this.readComplete(runId, from.get(runId)!.subjectSeqs, storedBefore.get(runId)!),
+    );
     let events: StoredEvent[] = [];
     runIds.forEach((runId, i) => {
       const read = reads[i]!;
@@ -183,15 +218,23 @@ export class ProjectorService implements BeforeApplicationShutdown {
       else this.fail(byRun, runId, read.reason);
     });
     events.sort((a, b) => a.seq - b.seq);
+    const bySeq = new Map(events.map((s) => [s.seq, s]));
+    for (const s of events) storedBefore.set(s.event.runId, Math.max(storedBefore.get(s.event.runId)!, s.seq));
 
     // apply in stream order, MAX_BATCH events per transaction
     const results = new Map<string, ApplyResult[]>();
+    const gaps = new Map<string, ProjectionGap>();
     while (events.length > 0) {
       const chunk = events.slice(0, MAX_BATCH);
       try {
         for (const r of await this.project(chunk)) {
+          if (r.status === 'gap') {
+            if (!gaps.has(r.runId)) gaps.set(r.runId, r.gap!);
+            continue;
+          }
           results.set(r.runId, [...(results.get(r.runId) ?? []), r]);
-          this.remember(r.runId, Math.max(r.seq, r.previousLastSeq, this.checkpoints.get(r.runId) ?? 0));
+          if (r.status === 'applied') this.advance(r.runId, from.get(r.runId)!, bySeq.get(r.seq)!);
+          else this.checkpoints.delete(r.runId); // applied elsewhere: the stored checkpoint is ahead of this one
         }
         events = events.slice(chunk.length);
       } catch (e) {
@@ -199,20 +242,20 @@ export class ProjectorService implements BeforeApplicationShutdown {
         // the whole transaction was rolled back: drop the orphan's Run, apply the others without it.
         // A Run's admission is its first event in the log, which was just read: an event of a Run
         // without one can never apply (a forgery, K11); it is skipped as an anomaly, not redelivered
-        const orphanRun = e.stored.event.runId;
-        this.logger.error(
-          {
-            runId: orphanRun,
-            eventType: e.stored.event.type,
-            seq: e.stored.seq,
-            anomaly: 'inapplicable-event',
-            anomalies: recordAnomaly('inapplicable-event'),
-            reason: e.message,
-          },
-          'skipping the events of a Run that was never admitted (an anomaly)',
-        );
-        this.skipAll(byRun, orphanRun);
-        events = events.filter((s) => s.event.runId !== orphanRun);
+        this.skipOrphan(byRun, e);
+        events = events.filter((s) => s.event.runId !== e.stored.event.runId);
+      }
+    }
+
+    // a hole in a Run's projection: said loudly, then the Run is re-projected from its whole log
+    for (const [runId, gap] of gaps) {
+      if (!byRun.has(runId)) continue;
+      this.reportGap(gap);
+      try {
+        results.set(runId, await this.repair(runId, storedBefore.get(runId)!));
+      } catch (e) {
+        if (e instanceof OrphanEventError) this.skipOrphan(byRun, e);
+        else this.fail(byRun, runId, e);
       }
     }
 
@@ -224,27 +267,115 @@ export class ProjectorService implements BeforeApplicationShutdown {
       for (const d of rest) {
         // a second delivery of the Run in the same flush: its event was read and applied above
         this.stats.skipped++;
-        d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: this.checkpoints.get(runId) ?? 0 }]);
+        d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: this.checkpoints.get(runId)?.lastSeq ?? 0 }]);
       }
     }
   }
 
-  /** Fails the deliveries of one Run of the flush and drops it from `byRun`. */
+  /**
+   * The Run's events after `known` (per subject), as far as the read is complete: each subject's
+   * last sequence is looked up again after the read, and events past the lowest one that moved
+   * meanwhile are left out (`completeUpTo`; they are applied when their deliveries arrive).
+   * `storedBefore` is a sequence stored before the read began: everything up to it is kept.
+   */
+  private async readComplete(runId: string, known: SubjectSeqs, storedBefore: number): Promise<StoredEvent[]> {
+    const read = await this.log.catchUp(runId, known);
+    const bound = completeUpTo(read.lasts, await this.subjectLasts(runId), storedBefore);
+    return bound === Infinity ? read.events : read.events.filter((s) => s.seq <= bound);
+  }
+
+  /** The last sequence of each subject of the Run now (0 = empty): one direct get per subject. */
+  private async subjectLasts(runId: string): Promise<SubjectSeqs> {
+    const { stream } = this.log.space;
+    const lasts = await Promise.all(
+      Owner.options.map((owner) => this.log.jsm.direct.getMessage(stream, { last_by_subj: runSubject(this.log.space, runId, owner) })),
+    );
+    return Object.fromEntries(Owner.options.map((owner, i) => [owner, lasts[i]?.seq ?? 0]));
+  }
+
+  /** Logs a gap in a Run's projection as an error, counted as the anomaly `projection-gap` (K11). */
+  private reportGap(gap: ProjectionGap): void {
+    this.stats.gaps++;
+    this.logger.error(
+      {
+        runId: gap.runId,
+        subject: gap.subject,
+        // not `seq` / `eventType`: those name the delivery being handled (the log context)
+        gapSeq: gap.seq,
+        gapEventType: gap.eventType,
+        gap: gap.kind,
+        expectedPrevSeq: gap.expectedPrevSeq,
+        seenPrevSeq: gap.seenPrevSeq,
+        lastSeq: gap.lastSeq,
+        anomaly: 'projection-gap',
+        anomalies: recordAnomaly('projection-gap'),
+      },
+      'projection gap: an event of the Run was not applied in stream order; re-projecting the Run from the log',
+    );
+  }
+
+  /**
+   * Re-projects a Run from its whole log (read as {@link readComplete} reads, with everything up
+   * to `storedBefore` kept), in one transaction ({@link reprojectRun}); forgets the cached checkpoint.
+   */
+  private async repair(runId: string, storedBefore: number): Promise<ApplyResult[]> {
+    this.checkpoints.delete(runId);
+    const events = await this.readComplete(runId, {}, storedBefore);
+    const results = await this.withRetries(
+      () => events,
+      () => reprojectRun(this.db.orm.em, runId, events),
+    );
+    this.stats.applied += results.length;
+    this.logger.log(
+      { runId, events: results.length, lastSeq: events.at(-1)?.seq ?? 0 },
+      'projection gap repaired: the Run was re-projected from the log',
+    );
+    return results;
+  }
+
+  /** Logs an event of a Run that was never admitted as an anomaly and acknowledges that Run's deliveries as skipped. */
+  private skipOrphan(byRun: Map<string, Delivery[]>, e: OrphanEventError): void {
+    const orphanRun = e.stored.event.runId;
+    this.logger.error(
+      {
+        runId: orphanRun,
+        eventType: e.stored.event.type,
+        seq: e.stored.seq,
+        anomaly: 'inapplicable-event',
+        anomalies: recordAnomaly('inapplicable-event'),
+        reason: e.message,
+      },
+      'skipping the events of a Run that was never admitted (an anomaly)',
+    );
+    this.skipAll(byRun, orphanRun);
+  }
+
   /** Acknowledges every delivery of a Run whose events cannot apply (skipped, nothing written). */
   private skipAll(byRun: Map<string, Delivery[]>, runId: string): void {
     for (const d of byRun.get(runId) ?? []) d.resolve([{ status: 'skipped', runId, seq: d.trigger.seq, previousLastSeq: 0 }]);
     byRun.delete(runId);
   }
 
+  /** Fails the deliveries of one Run of the flush (they redeliver) and drops it from `byRun`. */
   private fail(byRun: Map<string, Delivery[]>, runId: string, e: unknown): void {
     for (const d of byRun.get(runId) ?? []) d.reject(e);
     byRun.delete(runId);
   }
 
+  /** The Run's cached checkpoint advanced past an event this process applied. */
+  private advance(runId: string, base: RunCheckpoint, stored: StoredEvent): void {
+    const at = this.checkpoints.get(runId) ?? base;
+    const subject = subjectTokenOfStored(stored);
+    this.remember(runId, {
+      lastSeq: Math.max(at.lastSeq, stored.seq),
+      subjectSeqs: { ...at.subjectSeqs, [subject]: Math.max(at.subjectSeqs[subject] ?? 0, stored.seq) },
+    });
+  }
+
   /** Keeps the checkpoint of recently projected Runs (bounded: the oldest are dropped past 10,000). */
-  private remember(runId: string, seq: number): void {
+  private remember(runId: string, checkpoint: RunCheckpoint): void {
     this.checkpoints.delete(runId);
-    this.checkpoints.set(runId, seq);
+    this.checkpoints.set(runId, checkpoint);
     if (this.checkpoints.size > 10_000) this.checkpoints.delete(this.checkpoints.keys().next().value!);
   }
 
@@ -259,7 +390,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
       () => events,
       () => applyStoredEvents(this.db.orm.em, events),
     );
-    for (const r of results) this.stats[r.status]++;
+    for (const r of results) if (r.status !== 'gap') this.stats[r.status]++;
     return results;
   }
 

@@ -135,7 +135,7 @@ describe('projector service', () => {
     projector = await startProjector({ logLevel: 'error' });
     await until('the recreated consumer caught up', caughtUp);
     expect(await dumpProjectionRows(orm!)).toEqual(before);
-    expect(projector.app.get(ProjectorService).stats).toEqual({ applied: 0, skipped: await log.lastSeq(), retries: 0 });
+    expect(projector.app.get(ProjectorService).stats).toEqual({ applied: 0, skipped: await log.lastSeq(), retries: 0, gaps: 0 });
 
     const late = `late-${tag}`;
     await appendAll(log, researchRunEvents(late));
@@ -187,14 +187,14 @@ describe('projector service', () => {
         expect(results[2 * i]!.map((r) => [r.status, r.seq])).toEqual(own.map((s) => ['applied', s.seq]));
         expect(results[2 * i + 1]).toEqual([{ status: 'skipped', runId, seq: middleOf(runId).seq, previousLastSeq: lastOf(runId).seq }]);
       });
-      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length, retries: 0 });
+      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length, retries: 0, gaps: 0 });
 
       for (const s of stored) await applyStoredEvent(oneByOne.em, s);
       expect(await dumpProjectionRows(batched)).toEqual(await dumpProjectionRows(oneByOne));
       // every delivery again (a restart redelivering): skipped from the checkpoint cache, no transaction
       await Promise.all(stored.map((s) => service.catchUp(s)));
       expect(transactions()).toBe(1);
-      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length + stored.length, retries: 0 });
+      expect(service.stats).toEqual({ applied: stored.length, skipped: runIds.length + stored.length, retries: 0, gaps: 0 });
     } finally {
       await batched.close();
       await oneByOne.close();

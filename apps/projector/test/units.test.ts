@@ -82,7 +82,7 @@ describe('ProjectorService retries', () => {
     (service as unknown as { logger: { warn: () => void } }).logger = { warn: () => undefined };
     await expect(service.project([stored])).resolves.toMatchObject([{ status: 'applied' }]);
     expect(calls()).toBe(3);
-    expect(service.stats).toEqual({ applied: 1, skipped: 0, retries: 2 });
+    expect(service.stats).toEqual({ applied: 1, skipped: 0, retries: 2, gaps: 0 });
   });
 
   it('given the application is stopping, then a batch is refused so the messages redeliver later', async () => {

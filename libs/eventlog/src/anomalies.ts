@@ -15,7 +15,9 @@ export type AnomalyKind =
   /** A copy of an event already stored earlier on the Run (read back twice). */
   | 'duplicate-event'
   /** A well-formed event that cannot apply (e.g. of a Run that was never admitted). */
-  | 'inapplicable-event';
+  | 'inapplicable-event'
+  /** A hole in a Run's projection: an event's back-link names one the projection never applied (K11; the projector re-projects the Run). */
+  | 'projection-gap';
 
 const counts = new Map<AnomalyKind, number>();
 

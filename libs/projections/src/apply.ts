@@ -23,6 +23,7 @@ import {
 } from './entities.js';
 import type { MessageRow, ModelTurnRow, PassageRow, RunRow, ToolCallRow } from './rows.js';
 import { evolveMessage, evolveModelTurn, evolvePassage, evolveRun, evolveToolCall, touchedKeys } from './evolve.js';
+import { advanceSubjectSeqs, continuityOf, type ProjectionGap, type SubjectSeqs } from './continuity.js';
 
 /** An event of a Run whose `run.admitted` has not been applied: the log or the delivery order is broken. */
 export class OrphanEventError extends Error {
@@ -32,13 +33,31 @@ export class OrphanEventError extends Error {
   }
 }
 
-/** Outcome of one projection step: `skipped` when the event was already applied (redelivery). */
+/**
+ * Outcome of one projection step: `skipped` when the event was already applied (redelivery);
+ * `gap` when it was not applied because an earlier event of its Run is missing from the
+ * projection (see `continuityOf`): the Run must be re-projected from its log ({@link reprojectRun}).
+ */
 export interface ApplyResult {
-  status: 'applied' | 'skipped';
+  status: 'applied' | 'skipped' | 'gap';
   runId: string;
   seq: number;
   /** The Run's checkpoint before this step (0 when the Run had no row). */
   previousLastSeq: number;
+  /** For `gap`: the first hole seen in the Run's projection in this batch. */
+  gap?: ProjectionGap;
+}
+
+/** Options of {@link applyStoredEvents}. */
+export interface ApplyOptions {
+  /**
+   * Check each event against its subject's back-link (default true, the live projector). False
+   * for a replay of a whole log or Run in stream order (a rebuild, a repair), where every event is
+   * present by construction: an event at or below the Run's checkpoint is then skipped, anything
+   * else applied, and a hole in the log itself (a message that is not a fact) is passed over as
+   * the readers pass it over.
+   */
+  checkContinuity?: boolean;
 }
 
 /**
@@ -80,154 +99,214 @@ export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): 
  *    event cannot both insert), and loads the batch's Run rows with `SELECT ... FOR UPDATE`;
  * 2. loads the message, passage, tool call and model turn rows the batch touches, one query per table;
  * 3. evolves the rows in memory with the pure rules of `evolve.ts`, event by event in the order
- *    given: an event at or below its Run's checkpoint (`runs.last_seq`, as advanced by the
- *    earlier events of the batch) is `skipped` (redelivery), later events of a Run see the rows
- *    its earlier events produced;
+ *    given, after the continuity check of `continuity.ts` against the Run's checkpoint
+ *    (`runs.last_seq` and `runs.subject_seqs`, as advanced by the earlier events of the batch):
+ *    an event its subject already applied is `skipped` (redelivery); an event whose back-link
+ *    names a sequence the projection never applied, or that comes after a later event of its Run
+ *    was applied, is a `gap` and is not applied, and neither is any later event of that Run in
+ *    the batch; later events of a Run see the rows its earlier events produced;
  * 4. writes every changed row once (one flush, the checkpoints included) and commits.
- * The caller acknowledges the messages only after this resolves. Events of one Run must be given
- * in stream order (events of different Runs may interleave freely): an event older than the
- * checkpoint is taken for a redelivery and skipped.
+ * The caller acknowledges the messages only after this resolves, and re-projects a Run with a
+ * `gap` from its log ({@link reprojectRun}). Events of one Run must be given in stream order
+ * (events of different Runs may interleave freely).
  * @returns one result per event, in the order given (`[]` for an empty batch, with no transaction).
  * @throws OrphanEventError for the first event (in the order given) whose Run has no row and that
  *   is not `run.admitted`; the WHOLE batch is then rolled back (nothing is written, other Runs'
  *   events included): the caller decides whether to re-apply the other Runs without it (the
  *   projector does). Database errors propagate likewise, with nothing written.
  */
-export async function applyStoredEvents(em: EntityManager, originals: readonly StoredEvent[]): Promise<ApplyResult[]> {
+export async function applyStoredEvents(em: EntityManager, originals: readonly StoredEvent[], opts: ApplyOptions = {}): Promise<ApplyResult[]> {
   if (originals.length === 0) return [];
+  return em.fork().transactional(async (tx) => {
+    await lockRuns(tx, [...new Set(originals.map((s) => s.event.runId))]);
+    return applyLocked(tx, originals, opts.checkContinuity ?? true);
+  });
+}
+
+/**
+ * Re-projects one Run from its log (the repair of a {@link ApplyResult} `gap`, K11): in ONE
+ * transaction, under the Run's advisory lock, deletes the Run's rows (`runs`, `tool_calls`,
+ * `passages`, `model_turns`; its message row is written by `run.admitted` alone and stays) and
+ * applies `events` in stream order as a rebuild does (`checkContinuity: false`). Idempotent: the
+ * rows come out as a rebuild from the same events makes them.
+ * @param events the Run's events in stream order from its first (`run.admitted`), as read from the log.
+ * @returns one `applied` result per event.
+ * @throws OrphanEventError when `events` does not start with `run.admitted` (nothing is written);
+ *   database errors propagate likewise.
+ */
+export async function reprojectRun(em: EntityManager, runId: string, events: readonly StoredEvent[]): Promise<ApplyResult[]> {
+  const own = events.filter((s) => s.event.runId === runId);
+  return em.fork().transactional(async (tx) => {
+    await lockRuns(tx, [runId]);
+    for (const table of ['model_turns', 'passages', 'tool_calls', 'runs']) await tx.execute(`delete from "${table}" where "run_id" = ?`, [runId]);
+    return applyLocked(tx, own, false);
+  });
+}
+
+/** Takes the transaction-scoped advisory lock of each Run (see {@link applyStoredEvents}). */
+async function lockRuns(tx: EntityManager, runIds: readonly string[]): Promise<void> {
+  // one advisory lock per distinct lock value, taken in the order of the values themselves
+  // (sorting the ids would not do: two ids may hash alike)
+  await tx.execute(
+    'select count(pg_advisory_xact_lock(h)) from (select distinct hashtextextended(k, 0) as h from jsonb_array_elements_text(?::jsonb) as k order by h) as locks',
+    [JSON.stringify(runIds.map(runLockKey))],
+  );
+}
+
+/** Steps 1 (the rows) to 4 of {@link applyStoredEvents}, inside a transaction that holds the Runs' locks. */
+async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[], checkContinuity: boolean): Promise<ApplyResult[]> {
   const batch = originals.map((s) => withoutNul(s));
   const runIds = [...new Set(batch.map((s) => s.event.runId))];
-  return em.fork().transactional(async (tx) => {
-    // one advisory lock per distinct lock value, taken in the order of the values themselves
-    // (sorting the ids would not do: two ids may hash alike)
-    await tx.execute(
-      'select count(pg_advisory_xact_lock(h)) from (select distinct hashtextextended(k, 0) as h from jsonb_array_elements_text(?::jsonb) as k order by h) as locks',
-      [JSON.stringify(runIds.map(runLockKey))],
-    );
-    const runEntities = new Map<string, RunEntity>();
-    for (const entity of await tx.find(RunEntity, { runId: { $in: runIds } }, { lockMode: LockMode.PESSIMISTIC_WRITE })) {
-      runEntities.set(entity.runId, entity);
+  const runEntities = new Map<string, RunEntity>();
+  for (const entity of await tx.find(RunEntity, { runId: { $in: runIds } }, { lockMode: LockMode.PESSIMISTIC_WRITE })) {
+    runEntities.set(entity.runId, entity);
+  }
+  const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, runEntities.has(id) ? runRowOf(runEntities.get(id)!) : null]));
+  const subjectSeqs = new Map<string, SubjectSeqs>(runIds.map((id) => [id, runEntities.get(id)?.subjectSeqs ?? {}]));
+  /** The verdict on an event against its Run's checkpoint as it stands. */
+  const verdict = (s: StoredEvent): 'applied' | 'next' | ProjectionGap => {
+    const row = runs.get(s.event.runId) ?? null;
+    if (row === null) return 'next'; // run.admitted, or an orphan (refused below)
+    if (!checkContinuity) return s.seq <= row.lastSeq ? 'applied' : 'next';
+    const c = continuityOf({ lastSeq: row.lastSeq, subjectSeqs: subjectSeqs.get(s.event.runId) ?? {} }, s);
+    return c.kind === 'gap' ? c.gap : c.kind;
+  };
+
+  // the other rows the batch may touch: those of events not already applied by the stored checkpoint
+  const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0, turns: 0 };
+  const ids = {
+    toolCallRuns: new Set<string>(),
+    toolCallIds: new Set<string>(),
+    passageRuns: new Set<string>(),
+    passageIds: new Set<string>(),
+    turnRuns: new Set<string>(),
+    turns: new Set<number>(),
+  };
+  for (const s of batch) {
+    const runId = s.event.runId;
+    // a gap against the stored checkpoint may be the next event once the batch's earlier events
+    // of its subject are applied: only events already applied are left out
+    if (verdict(s) === 'applied') continue;
+    const keys = touchedKeys(s);
+    if (keys.messageId) wanted.messageIds.add(keys.messageId);
+    if (keys.toolCallId) {
+      wanted.toolCalls++;
+      ids.toolCallRuns.add(runId);
+      ids.toolCallIds.add(keys.toolCallId);
     }
-    const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, runEntities.has(id) ? runRowOf(runEntities.get(id)!) : null]));
+    if (keys.passageId) {
+      wanted.passages++;
+      ids.passageRuns.add(runId);
+      ids.passageIds.add(keys.passageId);
+    }
+    if (keys.turn !== undefined) {
+      wanted.turns++;
+      ids.turnRuns.add(runId);
+      ids.turns.add(keys.turn);
+    }
+  }
+  // (one connection: the queries go one after another; a key cross product may load a few rows
+  // the batch does not touch, which then stay unchanged)
+  const messageList = wanted.messageIds.size ? await tx.find(MessageEntity, { messageId: { $in: [...wanted.messageIds] } }) : [];
+  const toolCallList = wanted.toolCalls
+    ? await tx.find(ToolCallEntity, { runId: { $in: [...ids.toolCallRuns] }, toolCallId: { $in: [...ids.toolCallIds] } })
+    : [];
+  const passageList = wanted.passages
+    ? await tx.find(PassageEntity, { runId: { $in: [...ids.passageRuns] }, passageId: { $in: [...ids.passageIds] } })
+    : [];
+  const turnList = wanted.turns ? await tx.find(ModelTurnEntity, { runId: { $in: [...ids.turnRuns] }, turn: { $in: [...ids.turns] } }) : [];
+  const messageEntities = new Map(messageList.map((e) => [e.messageId, e]));
+  const turnEntities = new Map(turnList.map((e) => [pairKey(e.runId, String(e.turn)), e]));
+  const turns = new Map<string, ModelTurnRow | null>([...turnEntities].map(([k, e]) => [k, modelTurnRowOf(e)]));
+  const toolCallEntities = new Map(toolCallList.map((e) => [pairKey(e.runId, e.toolCallId), e]));
+  const passageEntities = new Map(passageList.map((e) => [pairKey(e.runId, e.passageId), e]));
+  const messages = new Map<string, MessageRow | null>([...messageEntities].map(([k, e]) => [k, messageRowOf(e)]));
+  const toolCalls = new Map<string, ToolCallRow | null>([...toolCallEntities].map(([k, e]) => [k, toolCallRowOf(e)]));
+  const passages = new Map<string, PassageRow | null>([...passageEntities].map(([k, e]) => [k, passageRowOf(e)]));
+  const changed = {
+    runs: new Set<string>(),
+    messages: new Set<string>(),
+    toolCalls: new Set<string>(),
+    passages: new Set<string>(),
+    turns: new Set<string>(),
+  };
 
-    // the other rows the batch may touch: those of events above their Run's stored checkpoint
-    const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0, turns: 0 };
-    const ids = {
-      toolCallRuns: new Set<string>(),
-      toolCallIds: new Set<string>(),
-      passageRuns: new Set<string>(),
-      passageIds: new Set<string>(),
-      turnRuns: new Set<string>(),
-      turns: new Set<number>(),
-    };
-    for (const s of batch) {
-      const runId = s.event.runId;
-      if (s.seq <= (runs.get(runId)?.lastSeq ?? 0)) continue;
-      const keys = touchedKeys(s);
-      if (keys.messageId) wanted.messageIds.add(keys.messageId);
-      if (keys.toolCallId) {
-        wanted.toolCalls++;
-        ids.toolCallRuns.add(runId);
-        ids.toolCallIds.add(keys.toolCallId);
-      }
-      if (keys.passageId) {
-        wanted.passages++;
-        ids.passageRuns.add(runId);
-        ids.passageIds.add(keys.passageId);
-      }
-      if (keys.turn !== undefined) {
-        wanted.turns++;
-        ids.turnRuns.add(runId);
-        ids.turns.add(keys.turn);
+  const results: ApplyResult[] = [];
+  /** Runs of the batch with a hole: none of their later events is applied. */
+  const gaps = new Map<string, ProjectionGap>();
+  for (const stored of batch) {
+    const runId = stored.event.runId;
+    const before = runs.get(runId) ?? null;
+    const previousLastSeq = before?.lastSeq ?? 0;
+    const gapBefore = gaps.get(runId);
+    if (gapBefore) {
+      results.push({ status: 'gap', runId, seq: stored.seq, previousLastSeq, gap: gapBefore });
+      continue;
+    }
+    const seen = verdict(stored);
+    if (seen === 'applied') {
+      results.push({ status: 'skipped', runId, seq: stored.seq, previousLastSeq });
+      continue;
+    }
+    if (seen !== 'next') {
+      gaps.set(runId, seen);
+      results.push({ status: 'gap', runId, seq: stored.seq, previousLastSeq, gap: seen });
+      continue;
+    }
+    const keys = touchedKeys(stored);
+    const toolCallKey = keys.toolCallId ? pairKey(runId, keys.toolCallId) : null;
+    const passageKey = keys.passageId ? pairKey(runId, keys.passageId) : null;
+    const toolCallBefore = toolCallKey ? (toolCalls.get(toolCallKey) ?? null) : null;
+    const passageBefore = passageKey ? (passages.get(passageKey) ?? null) : null;
+
+    const run = evolveRun(before, stored, { toolCallBefore, passageBefore });
+    if (run === null) throw new OrphanEventError(stored);
+    runs.set(runId, run);
+    subjectSeqs.set(runId, advanceSubjectSeqs(subjectSeqs.get(runId) ?? {}, stored));
+    changed.runs.add(runId);
+    if (keys.messageId) {
+      const row = messages.get(keys.messageId) ?? null;
+      const message = evolveMessage(row, stored);
+      if (message !== row) {
+        messages.set(keys.messageId, message);
+        changed.messages.add(keys.messageId);
       }
     }
-    // (one connection: the queries go one after another; a key cross product may load a few rows
-    // the batch does not touch, which then stay unchanged)
-    const messageList = wanted.messageIds.size ? await tx.find(MessageEntity, { messageId: { $in: [...wanted.messageIds] } }) : [];
-    const toolCallList = wanted.toolCalls
-      ? await tx.find(ToolCallEntity, { runId: { $in: [...ids.toolCallRuns] }, toolCallId: { $in: [...ids.toolCallIds] } })
-      : [];
-    const passageList = wanted.passages
-      ? await tx.find(PassageEntity, { runId: { $in: [...ids.passageRuns] }, passageId: { $in: [...ids.passageIds] } })
-      : [];
-    const turnList = wanted.turns ? await tx.find(ModelTurnEntity, { runId: { $in: [...ids.turnRuns] }, turn: { $in: [...ids.turns] } }) : [];
-    const messageEntities = new Map(messageList.map((e) => [e.messageId, e]));
-    const turnEntities = new Map(turnList.map((e) => [pairKey(e.runId, String(e.turn)), e]));
-    const turns = new Map<string, ModelTurnRow | null>([...turnEntities].map(([k, e]) => [k, modelTurnRowOf(e)]));
-    const toolCallEntities = new Map(toolCallList.map((e) => [pairKey(e.runId, e.toolCallId), e]));
-    const passageEntities = new Map(passageList.map((e) => [pairKey(e.runId, e.passageId), e]));
-    const messages = new Map<string, MessageRow | null>([...messageEntities].map(([k, e]) => [k, messageRowOf(e)]));
-    const toolCalls = new Map<string, ToolCallRow | null>([...toolCallEntities].map(([k, e]) => [k, toolCallRowOf(e)]));
-    const passages = new Map<string, PassageRow | null>([...passageEntities].map(([k, e]) => [k, passageRowOf(e)]));
-    const changed = {
-      runs: new Set<string>(),
-      messages: new Set<string>(),
-      toolCalls: new Set<string>(),
-      passages: new Set<string>(),
-      turns: new Set<string>(),
-    };
-
-    const results: ApplyResult[] = [];
-    for (const stored of batch) {
-      const runId = stored.event.runId;
-      const before = runs.get(runId) ?? null;
-      const previousLastSeq = before?.lastSeq ?? 0;
-      if (before !== null && stored.seq <= before.lastSeq) {
-        results.push({ status: 'skipped', runId, seq: stored.seq, previousLastSeq });
-        continue;
+    if (toolCallKey) {
+      const toolCall = evolveToolCall(toolCallBefore, stored);
+      if (toolCall !== toolCallBefore) {
+        toolCalls.set(toolCallKey, toolCall);
+        changed.toolCalls.add(toolCallKey);
       }
-      const keys = touchedKeys(stored);
-      const toolCallKey = keys.toolCallId ? pairKey(runId, keys.toolCallId) : null;
-      const passageKey = keys.passageId ? pairKey(runId, keys.passageId) : null;
-      const toolCallBefore = toolCallKey ? (toolCalls.get(toolCallKey) ?? null) : null;
-      const passageBefore = passageKey ? (passages.get(passageKey) ?? null) : null;
-
-      const run = evolveRun(before, stored, { toolCallBefore, passageBefore });
-      if (run === null) throw new OrphanEventError(stored);
-      runs.set(runId, run);
-      changed.runs.add(runId);
-      if (keys.messageId) {
-        const row = messages.get(keys.messageId) ?? null;
-        const message = evolveMessage(row, stored);
-        if (message !== row) {
-          messages.set(keys.messageId, message);
-          changed.messages.add(keys.messageId);
-        }
-      }
-      if (toolCallKey) {
-        const toolCall = evolveToolCall(toolCallBefore, stored);
-        if (toolCall !== toolCallBefore) {
-          toolCalls.set(toolCallKey, toolCall);
-          changed.toolCalls.add(toolCallKey);
-        }
-      }
-      if (passageKey) {
-        const passage = evolvePassage(passageBefore, stored);
-        if (passage !== passageBefore) {
-          passages.set(passageKey, passage);
-          changed.passages.add(passageKey);
-        }
-      }
-      if (keys.turn !== undefined) {
-        const turnKey = pairKey(runId, String(keys.turn));
-        const row = turns.get(turnKey) ?? null;
-        const turn = evolveModelTurn(row, stored);
-        if (turn !== row) {
-          turns.set(turnKey, turn);
-          changed.turns.add(turnKey);
-        }
-      }
-      results.push({ status: 'applied', runId, seq: stored.seq, previousLastSeq });
     }
+    if (passageKey) {
+      const passage = evolvePassage(passageBefore, stored);
+      if (passage !== passageBefore) {
+        passages.set(passageKey, passage);
+        changed.passages.add(passageKey);
+      }
+    }
+    if (keys.turn !== undefined) {
+      const turnKey = pairKey(runId, String(keys.turn));
+      const row = turns.get(turnKey) ?? null;
+      const turn = evolveModelTurn(row, stored);
+      if (turn !== row) {
+        turns.set(turnKey, turn);
+        changed.turns.add(turnKey);
+      }
+    }
+    results.push({ status: 'applied', runId, seq: stored.seq, previousLastSeq });
+  }
 
-    // every changed row once; the commit flushes them together
-    for (const runId of changed.runs) write(tx, RunEntity, runEntities.get(runId), runDataOf(runs.get(runId)!));
-    for (const key of changed.messages) write(tx, MessageEntity, messageEntities.get(key), messageDataOf(messages.get(key)!));
-    for (const key of changed.toolCalls) write(tx, ToolCallEntity, toolCallEntities.get(key), toolCallDataOf(toolCalls.get(key)!));
-    for (const key of changed.passages) write(tx, PassageEntity, passageEntities.get(key), passageDataOf(passages.get(key)!));
-    for (const key of changed.turns) write(tx, ModelTurnEntity, turnEntities.get(key), modelTurnDataOf(turns.get(key)!));
-    return results;
-  });
+  // every changed row once; the commit flushes them together
+  for (const runId of changed.runs) {
+    write(tx, RunEntity, runEntities.get(runId), { ...runDataOf(runs.get(runId)!), subjectSeqs: { ...subjectSeqs.get(runId) } });
+  }
+  for (const key of changed.messages) write(tx, MessageEntity, messageEntities.get(key), messageDataOf(messages.get(key)!));
+  for (const key of changed.toolCalls) write(tx, ToolCallEntity, toolCallEntities.get(key), toolCallDataOf(toolCalls.get(key)!));
+  for (const key of changed.passages) write(tx, PassageEntity, passageEntities.get(key), passageDataOf(passages.get(key)!));
+  for (const key of changed.turns) write(tx, ModelTurnEntity, turnEntities.get(key), modelTurnDataOf(turns.get(key)!));
+  return results;
 }
 
 /** Updates a loaded entity, or creates the row when there was none. */

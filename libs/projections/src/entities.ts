@@ -45,6 +45,8 @@ export const RunEntity = defineEntity({
     lastProgressAt: p.datetime().nullable(),
     clarificationId: p.text().nullable(),
     lastSeq: p.bigint('number'),
+    /** Last sequence applied per subject of the Run (`{"admission": 1, "runtime": 7, ...}`): the continuity check's checkpoint (K11). */
+    subjectSeqs: p.json<Record<string, number>>(),
   },
 });
 export type RunEntity = InferEntity<typeof RunEntity>;

@@ -9,6 +9,7 @@ export * from './evolve.js';
 export * from './entities.js';
 export * from './orm.js';
 export * from './apply.js';
+export * from './continuity.js';
 export * from './queries.js';
 export * from './database.js';
 export * from './rebuild.js';
