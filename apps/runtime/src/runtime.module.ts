@@ -34,6 +34,7 @@ import { ModelClient } from './model-client.js';
         contextMaxChars: context.RUNPLANE_CONTEXT_MAX_CHARS,
         maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
         finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
+        ...(waits.RUNPLANE_FAULT_PARK_PAUSE_FILE ? { faultParkPauseFile: waits.RUNPLANE_FAULT_PARK_PAUSE_FILE } : {}),
       }),
     },
   ],
