@@ -9,7 +9,7 @@
  * processes, JetStream and PostgreSQL; the scripted model records the requests it received.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
@@ -99,6 +99,13 @@ function expectContinued(events: StoredEvent[]): void {
   expect(after.every((e) => e.event.writer?.epoch === 2)).toBe(true);
 }
 
+/** Lines of the services' log written by process `pid` that mention `runId` and `text`. */
+function logLinesOf(pid: number, runId: string, text: string): string[] {
+  return readFileSync(t.stack.logFile, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes(`"pid":${pid},`) && l.includes(runId) && l.includes(text));
+}
+
 describe('an accepted wake survives the runtime dying between the park and its lease release (K10)', () => {
   it('answer accepted (202) while the holder is paused before the release, holder killed -9, runtime restarted at once: the wake waits for recovery, the model receives the answer, completed', async () => {
     const key = `w1-${t.tag}`;
@@ -166,6 +173,41 @@ describe('an accepted wake survives the runtime dying between the park and its l
     expectContinued(done);
     expect(ofType(done, 'lease.parked')[0]!.data).toMatchObject({ on: 'awaiting_human', woken: false });
     expect(await toolResultIn(key, 1, `call_ask_${key}`)).toMatchObject({ status: 'succeeded', result: { answer: 'Class C shares' } });
+  }, 120_000);
+
+  it('holder FROZEN (SIGSTOP) in the window with the answer accepted: a second runtime continues at epoch 2; thawed, the stale holder writes nothing and cannot release the lease (K6)', async () => {
+    const key = `f1-${t.tag}`;
+    await scriptQuestion(key, 'Answered while the first runtime was frozen.');
+    const { runId, events } = await parkedAndPaused(key, 'wait.opened');
+    const waitId = ofType(events, 'wait.opened')[0]!.data.waitId;
+    const frozen = t.stack.services.get('runtime')!;
+    frozen.child.kill('SIGSTOP');
+    let done: StoredEvent[];
+    try {
+      expect((await t.client.answerWait(runId, waitId, 'Class D shares')).status).toBe(202);
+      rmSync(pauseFile, { force: true });
+      await t.stack.startService('runtime'); // a second runtime process on the same consumers
+      done = await t.waitForSettlement(runId, 60_000);
+    } finally {
+      frozen.child.kill('SIGCONT');
+    }
+    expectContinued(done);
+    expect(await toolResultIn(key, 1, `call_ask_${key}`)).toMatchObject({ status: 'succeeded', result: { answer: 'Class D shares' } });
+    // thawed: it leaves its pause and tries to release the lease it held at epoch 1: refused (the lease moved on)
+    await eventually(
+      async () => (logLinesOf(frozen.child.pid!, runId, 'could not release the lease').length > 0 ? true : null),
+      30_000,
+      'the stale release refused',
+    );
+    const stale = events.find((e) => e.event.type === 'wait.opened')!.event.writer!.instance;
+    const final = await t.log.readRun(runId);
+    const closedAt = final.find((e) => e.event.type === 'lease.parked')!.seq;
+    expect(final.filter((e) => e.seq > closedAt && (e.event.writer?.instance === stale || e.event.writer?.epoch === 1))).toEqual([]);
+    expect(ofType(final, 'run.settled')).toHaveLength(1);
+    expect(await modelRequestsFor(t, key)).toBe(2);
+    const exited = new Promise((r) => frozen.child.once('exit', r));
+    frozen.child.kill('SIGKILL');
+    await exited;
   }, 120_000);
 
   it("a child's settlement recorded on its parent while the parent's holder is paused before the release, holder killed -9: the parent continues with the child's answer, completed", async () => {
