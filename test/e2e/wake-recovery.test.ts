@@ -210,6 +210,35 @@ describe('an accepted wake survives the runtime dying between the park and its l
     await exited;
   }, 120_000);
 
+  it('holder STOPPED (SIGTERM) in the window with the answer delivered to it: the stopping runtime does not swallow the wake; a restarted runtime continues the Run', async () => {
+    const key = `s1-${t.tag}`;
+    await scriptQuestion(key, 'Answered after a graceful stop.');
+    const { runId, events } = await parkedAndPaused(key, 'wait.opened');
+    const waitId = ofType(events, 'wait.opened')[0]!.data.waitId;
+    expect((await t.client.answerWait(runId, waitId, 'Class E shares')).status).toBe(202);
+    const answeredSeq = (await waitForType(t, runId, 'wait.answered')).find((e) => e.event.type === 'wait.answered')!.seq;
+    // the wake reaches the paused holder (queued behind its paused step), then it is asked to stop
+    await eventually(async () => ((await deliveredToRuntime()) >= answeredSeq ? true : null), 30_000, 'the wake delivered to the runtime');
+    const stopping = t.stack.services.get('runtime')!;
+    const exited = new Promise((r) => stopping.child.once('exit', r));
+    stopping.child.kill('SIGTERM');
+    await eventually(
+      async () => ((await leaseOf(runId))?.reason === 'stopping' || (await leaseOf(runId))?.reason === 'parked' ? true : null),
+      30_000,
+      'the lease released by the stopping runtime',
+    );
+    rmSync(pauseFile, { force: true });
+    await exited;
+    await t.stack.startService('runtime');
+
+    const done = await t.waitForSettlement(runId, 60_000);
+    expect(ofType(done, 'run.settled').map((s) => s.data.outcome)).toEqual(['completed']);
+    expect(ofType(done, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toHaveLength(0);
+    expect(ofType(done, 'lease.parked').map((p) => [p.data.epoch, p.data.reason, p.data.woken])).toEqual([[1, 'runtime-stopped', true]]);
+    expect(ofType(done, 'lease.granted').map((l) => l.data.epoch)).toEqual([1, 2]);
+    expect(await toolResultIn(key, 1, `call_ask_${key}`)).toMatchObject({ status: 'succeeded', result: { answer: 'Class E shares' } });
+  }, 120_000);
+
   it("a child's settlement recorded on its parent while the parent's holder is paused before the release, holder killed -9: the parent continues with the child's answer, completed", async () => {
     const parentKey = `c1-${t.tag}`;
     const childKey = `c1kid-${t.tag}`;

@@ -91,7 +91,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     // a cancel stops the model request in flight at once (K4): it does not wait behind it
     if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
-    await this.exclusive(stored.event.runId, () => this.execute(stored.event.runId));
+    await this.exclusive(stored.event.runId, () => {
+      // a stopping runtime starts nothing, and must not acknowledge a wake it did not act on: it is
+      // redelivered to another (or the restarted) runtime instead of being swallowed (K10)
+      if (this.stopping) throw new RetryLater('the runtime is stopping', this.retryWakeMs());
+      return this.execute(stored.event.runId);
+    });
   }
 
   /** Runs `step` after every earlier step of the same Run in this process. */
