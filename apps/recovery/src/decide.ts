@@ -30,12 +30,25 @@
  * - `WaitExpired`: the Run is parked on a question for a human whose `expiresAt` passed
  *   unanswered (K10): fence with reason `wait-expired`; the lifecycle settles it `failed`.
  *   Nothing while every wait is answered or not yet expired.
- * A parked Run (a wait unanswered, a child unsettled: K10) has no execution to lose: a lease that
- * expires or is released by a stopping runtime while the log says parked is not fenced
- * (`LeaseLost` decides nothing; the lease watcher marks the lease parked instead).
+ * A parked Run has no execution to lose (K10): when a lease expires or is released by a stopping
+ * runtime while the log shows the Run parked at its last model turn (`parkedAtLastTurn`: a wait
+ * opened or a child requested by that turn, answered or not, no later turn requested), `LeaseLost`
+ * does not fence: it decides `lease.parked` on the runtime subject, which closes the lost holder's
+ * epoch (its appends decided before it are refused by the log, K6), and the lease watcher then
+ * marks the lease parked, so the wake (recorded already or to come) takes it at the next epoch.
+ * An accepted answer is never thrown away because its Run's runtime died before releasing the lease.
  */
 import { contextFrom, makeEvent, type EventData, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
-import { lastTurn, noProgressClock, parkedOn, toolCallsInOrder, unansweredWaits, unknownTrigger, type RunFacts } from '@runplane/run-facts';
+import {
+  lastTurn,
+  noProgressClock,
+  parkedAtLastTurn,
+  parkedOn,
+  toolCallsInOrder,
+  unansweredWaits,
+  unknownTrigger,
+  type RunFacts,
+} from '@runplane/run-facts';
 
 /** The holder of a lease: the runtime process that wrote under it. */
 export interface Holder {
@@ -72,9 +85,12 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
           now,
         ),
       ];
-    case 'LeaseLost':
-      if (parkedOn(facts)) return []; // parked: nothing was executing, nothing is lost (K10)
+    case 'LeaseLost': {
+      // parked at its last turn: nothing was executing, nothing is lost; the wake continues it (K10)
+      const on = facts.cancelRequested ? null : parkedAtLastTurn(facts);
+      if (on) return parkLease(facts, trigger, on, now);
       return fence(facts, trigger.epoch, trigger.holder, trigger.reason, trigger.detail, now);
+    }
     case 'WaitExpired': {
       if (facts.cancelRequested) return [];
       const expired = unansweredWaits(facts).filter((w) => Date.parse(w.expiresAt) <= now.getTime());
@@ -134,6 +150,37 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
     default:
       return unknownTrigger('recovery', trigger);
   }
+}
+
+/**
+ * `lease.parked` for the lost holder of a Run parked at its last turn (K6, K10), once per epoch:
+ * it stands on the runtime subject, so the holder's appends decided before it fail at the log,
+ * and a holder that reads it writes nothing more (`epochSuperseded`).
+ */
+function parkLease(
+  facts: RunFacts,
+  lost: Extract<RecoveryTrigger, { type: 'LeaseLost' }>,
+  on: 'awaiting_human' | 'awaiting_child',
+  now: Date,
+): RunEvent[] {
+  if (facts.parkedEpoch >= lost.epoch) return [];
+  const woken = parkedOn(facts) === null;
+  return [
+    makeEvent(
+      'lease.parked',
+      contextFrom(facts.lastEvent!),
+      `parked/${lost.epoch}`,
+      {
+        epoch: lost.epoch,
+        holder: lost.holder,
+        reason: lost.reason === 'runtime-stopped' ? 'runtime-stopped' : 'lease-expired',
+        detail: lost.detail,
+        on,
+        woken,
+      },
+      now,
+    ),
+  ];
 }
 
 /**

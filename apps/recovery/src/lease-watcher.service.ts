@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplica
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import { EventLog, LeaseStore, leaseExpiresAt, RECONNECT_GRACE_MS, type LeaseEntry } from '@runplane/eventlog';
-import { parkedOn, unansweredWaits } from '@runplane/run-facts';
+import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
@@ -32,8 +32,9 @@ export interface RecoverySettings {
  * Parked Runs (K10): a lease released `parked` is kept (it is what a wake takes again at the next
  * epoch) and never fenced; when its wait's expiry (`wakeBy`) passed more than one TTL ago, the
  * Run is decided `WaitExpired` (fenced `wait-expired` if the wait is still unanswered). A lease
- * that expires, or is released by a stopping runtime, while the Run's log says it is parked (the
- * holder died between parking and releasing) is marked parked instead of fenced.
+ * that expires, or is released by a stopping runtime, while the Run's log says it is parked at
+ * its last turn (the holder died between parking and releasing; its wake may be recorded already)
+ * gets `lease.parked` in the log and is marked parked instead of fenced.
  */
 @Injectable()
 export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -188,18 +189,30 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /**
-   * True when the Run's log says it is parked (K10): then a lost lease loses nothing; the lease is
-   * marked parked (compare-and-set, with the earliest unanswered wait's expiry) instead of fenced.
+   * True when the Run's log says it is parked at its last turn (K10: `parkedAtLastTurn`, whether or
+   * not its wake is recorded yet): then a lost lease loses nothing. The decider's `lease.parked`
+   * closes the lost holder's epoch in the log first (K6), then the lease is marked parked
+   * (compare-and-set, with the earliest unanswered wait's expiry) instead of fenced, so the wake
+   * takes it at the next epoch: a wake already recorded is redelivered to the runtime until then.
    */
-  private async parkedInstead(entry: LeaseEntry): Promise<boolean> {
-    const facts = await this.commands.folds.read(entry.runId);
-    if (!parkedOn(facts)) return false;
+  private async parkedInstead(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<boolean> {
+    const read = await this.commands.folds.read(entry.runId);
+    if (read.cancelRequested || !parkedAtLastTurn(read)) return false;
+    const { epoch, holder } = entry.value;
+    const { facts, appended } = await this.commands.handle(entry.runId, (f, now) =>
+      decide(f, { type: 'LeaseLost', epoch, holder, reason, detail }, now),
+    );
+    // decided from a fresher read that fenced after all: the ordinary path marks the lease fenced
+    if (facts.parkedEpoch < epoch && !appended.some((e) => e.event.type === 'lease.parked')) return false;
     const wakeBy = unansweredWaits(facts)
       .map((w) => w.expiresAt)
       .sort()[0];
     try {
       await this.store.park(entry, wakeBy);
-      this.logger.log({ runId: entry.runId, epoch: entry.value.epoch }, 'lease of a parked Run lost by its holder: marked parked, not fenced');
+      this.logger.log(
+        { runId: entry.runId, epoch, woken: parkedOn(facts) === null },
+        'lease of a parked Run lost by its holder: epoch closed, lease marked parked, not fenced',
+      );
     } catch {
       const fresh = await this.store.get(entry.runId).catch(() => undefined);
       if (fresh && this.leases.get(entry.runId) === entry) this.leases.set(entry.runId, fresh);
@@ -209,7 +222,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
 
   /** Marks the lease fenced (compare-and-set), then fences the Run in the log (a parked Run's lease is marked parked instead). */
   private async fence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
-    if (await this.parkedInstead(entry)) return;
+    if (await this.parkedInstead(entry, reason, detail)) return;
     try {
       await this.store.fence(entry);
     } catch {

@@ -1,9 +1,19 @@
+import { existsSync } from 'node:fs';
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { EventData, StoredEvent } from '@runplane/contracts';
-import { EventLog, isTransientNatsError, LeaseStore, liveDeltaSubject, renewalVerdict, ResultStore, type HeldLease } from '@runplane/eventlog';
-import { parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
+import {
+  EventLog,
+  isTransientNatsError,
+  LeaseStore,
+  liveDeltaSubject,
+  renewalVerdict,
+  ResultStore,
+  RetryLater,
+  type HeldLease,
+} from '@runplane/eventlog';
+import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
@@ -11,6 +21,7 @@ import { finalizationInstruction, retryWaitMs, type RetryBackoff } from './ledge
 import { buildMessages, toolDefinitions } from './messages.js';
 import type { ModelClient } from './model-client.js';
 import { ParagraphRecorder, progressIntervalMs } from './paragraphs.js';
+import { wakeAwaitsRecovery } from './parking.js';
 
 export const MODEL_CLIENT = Symbol('MODEL_CLIENT');
 export const LEASES = Symbol('LEASES');
@@ -30,6 +41,8 @@ export interface RuntimeSettings {
   finalizationLeadMs?: number;
   /** The backoff before retrying a failed model request (`RUNPLANE_MODEL_RETRY_MIN_MS` / `_MAX_MS`, K7); the decider's default when absent. */
   retryBackoff?: RetryBackoff;
+  /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_PARK_PAUSE_FILE`): while this file exists, a park waits before releasing the lease. */
+  faultParkPauseFile?: string;
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -80,7 +93,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     // a cancel stops the model request in flight at once (K4): it does not wait behind it
     if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
-    await this.exclusive(stored.event.runId, () => this.execute(stored.event.runId));
+    await this.exclusive(stored.event.runId, () => {
+      // a stopping runtime starts nothing, and must not acknowledge a wake it did not act on: it is
+      // redelivered to another (or the restarted) runtime instead of being swallowed (K10)
+      if (this.stopping) throw new RetryLater('the runtime is stopping', this.retryWakeMs());
+      return this.execute(stored.event.runId);
+    });
   }
 
   /** Runs `step` after every earlier step of the same Run in this process. */
@@ -108,7 +126,14 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         taken = await this.leases.resume(taken.by, this.log.writer, this.settings.leaseTtlMs);
         if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch }, 'parked Run woken: lease taken again');
       }
-      if ('held' in taken) return; // another instance executes it, or it was released or fenced: never resumed here
+      if ('held' in taken) {
+        // a wake recorded while the lease of a lost holder that had parked the Run is not released yet: recovery
+        // marks it parked at its expiry (K10), so the wake is redelivered until then, never dropped
+        if (wakeAwaitsRecovery(facts, taken.by.value)) {
+          throw new RetryLater(`lease ${taken.by.value.state} at epoch ${taken.by.value.epoch} after the Run parked`, this.retryWakeMs());
+        }
+        return; // another instance executes it, or it was released or fenced: never resumed here
+      }
       lease = taken;
       this.held.set(runId, lease);
     }
@@ -127,7 +152,12 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       // queued behind a Retry-After has no request "in flight" (a pause ending after the deadline is not
       // waited: the request is then recorded `not-sent`)
       if (!(await this.waitOutRateLimit(runId, deadlineAt))) return;
-      const { facts, appended } = await this.commands.handle(runId, (f, now) => decide(f, wake, now), { epoch });
+      // a holder whose epoch recovery closed (it was taken for lost after parking) writes nothing more (K6)
+      const { facts, appended } = await this.commands.handle(runId, (f, now) => (epochSuperseded(f, epoch) ? [] : decide(f, wake, now)), { epoch });
+      if (epochSuperseded(facts, epoch)) {
+        await this.park(runId, facts);
+        return;
+      }
       if (
         facts.finished ||
         facts.settled ||
@@ -280,11 +310,25 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const expiries = unansweredWaits(facts)
       .map((w) => w.expiresAt)
       .sort();
+    await this.faultPauseBeforePark(runId);
     if (!(await this.release(runId, 'parked', expiries[0]))) return;
     this.commands.folds.forget(runId);
     this.logger.log({ runId, on: parkedOn(facts) }, 'Run parked: lease released');
     const now = await this.commands.folds.read(runId);
     if (!parkedOn(now) && !now.finished && !now.settled && !now.fenced) await this.execute(runId);
+  }
+
+  /** FAULT INJECTION (tests only, off unless `faultParkPauseFile` is set): waits while that file exists. */
+  private async faultPauseBeforePark(runId: string): Promise<void> {
+    const file = this.settings.faultParkPauseFile;
+    if (!file || !existsSync(file)) return;
+    this.logger.warn({ runId, file }, 'FAULT INJECTION: pausing between the park and the lease release');
+    while (existsSync(file)) await new Promise((r) => setTimeout(r, 50));
+  }
+
+  /** How long a wake waiting for recovery to mark a lost holder's lease parked is held back, ms: a third of the TTL. */
+  private retryWakeMs(): number {
+    return Math.max(250, Math.floor(this.settings.leaseTtlMs / 3));
   }
 
   /**

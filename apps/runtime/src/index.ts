@@ -4,5 +4,5 @@ export { classify, ModelClient, ModelRateLimiter, retryAfterMs, type ModelClient
 export * from './ledger.js';
 export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
 export * from './paragraphs.js';
-export { planCalls, type CallPlan } from './parking.js';
+export { planCalls, wakeAwaitsRecovery, type CallPlan } from './parking.js';
 export * from './context.js';

@@ -23,7 +23,7 @@ import {
   type RunGrant,
   type RunLimits,
 } from '@runplane/contracts';
-import { budgetOf, type RunFacts } from '@runplane/run-facts';
+import { budgetOf, parkedAtLastTurn, parkedOn, type RunFacts } from '@runplane/run-facts';
 
 /** How one tool call of a completed turn is handled. */
 export type CallPlan =
@@ -248,4 +248,16 @@ export function isResolved(facts: RunFacts, call: ProposedToolCall, plan: CallPl
     case 'rejected':
       return true;
   }
+}
+
+/**
+ * True when a wake cannot take the Run's lease yet but will once recovery acts (K10): the log shows
+ * the Run parked at its last turn with its wake recorded, and the lease is still `held` (by a holder
+ * that parked it and is lost, or about to release it) or released `stopping` (recovery turns both
+ * into `parked` when the log says parked). Not for a lease held at a later epoch by a holder that
+ * already continues: it has requested the next turn, so the log no longer shows the park.
+ */
+export function wakeAwaitsRecovery(facts: RunFacts, lease: { state: string; reason?: string }): boolean {
+  if (parkedOn(facts) || !parkedAtLastTurn(facts) || facts.cancelRequested) return false;
+  return lease.state === 'held' || (lease.state === 'released' && lease.reason === 'stopping');
 }

@@ -35,6 +35,7 @@ import { ModelClient } from './model-client.js';
         maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
         finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
         retryBackoff: { minMs: model.RUNPLANE_MODEL_RETRY_MIN_MS, maxMs: model.RUNPLANE_MODEL_RETRY_MAX_MS },
+        ...(waits.RUNPLANE_FAULT_PARK_PAUSE_FILE ? { faultParkPauseFile: waits.RUNPLANE_FAULT_PARK_PAUSE_FILE } : {}),
       }),
     },
   ],

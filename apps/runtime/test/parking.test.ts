@@ -6,7 +6,8 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { admissionIds, childClientMessageId, waitIdOf } from '@runplane/contracts';
-import { buildMessages, decide, toolDefinitions, type ModelTurnResult } from '@runplane/app-runtime';
+import { buildMessages, decide, toolDefinitions, wakeAwaitsRecovery, type ModelTurnResult } from '@runplane/app-runtime';
+import { epochSuperseded } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
@@ -226,5 +227,44 @@ describe('runtime decide: a child Run is carved from what the parent has left (K
     h.childSettled(childIdOf(h, 's'), 's', 'interrupted');
     const m = buildMessages(h.facts, new Map()).find((x) => x.role === 'tool');
     expect(JSON.parse(m!.content as string)).toMatchObject({ status: 'failed', error: { code: 'child_interrupted' } });
+  });
+});
+
+describe('a wake whose lease a lost holder still holds after parking (K6, K10)', () => {
+  const holder = { service: 'runtime', instance: 'i-1' };
+  const parked = () =>
+    new History()
+      .admitted({ tools: ALL })
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { calls: [{ id: 'q', name: 'ask_human', args: '{"question":"Which?"}' }] })
+      .waitOpened(1, 'q', 'Which?');
+  const held = { state: 'held' };
+
+  it('is held back for recovery while the lease is held or released stopping and the log shows the park at the last turn with the wake recorded', () => {
+    const woken = parked().waitAnswered('q', 'A').facts;
+    expect(wakeAwaitsRecovery(woken, held)).toBe(true);
+    expect(wakeAwaitsRecovery(woken, { state: 'released', reason: 'stopping' })).toBe(true);
+  });
+
+  it('is not held back when there is nothing to take yet, the lease is parked, finished or fenced, or the Run continues at a later turn', () => {
+    expect(wakeAwaitsRecovery(parked().facts, held)).toBe(false); // not woken: nothing to continue yet
+    const woken = parked().waitAnswered('q', 'A');
+    expect(wakeAwaitsRecovery(woken.facts, { state: 'released', reason: 'parked' })).toBe(false); // taken at once instead
+    expect(wakeAwaitsRecovery(woken.facts, { state: 'released', reason: 'finished' })).toBe(false);
+    expect(wakeAwaitsRecovery(woken.facts, { state: 'fenced' })).toBe(false);
+    const continued = woken
+      .add('lease.granted', 'lease/2', { epoch: 2, holder, ttlMs: 1500 })
+      .add('model.turn.requested', 2, { turn: 2, model: 'm' });
+    expect(wakeAwaitsRecovery(continued.facts, held)).toBe(false);
+  });
+
+  it('a holder whose epoch recovery closed as parked, or that a later grant superseded, writes nothing more', () => {
+    const h = parked()
+      .waitAnswered('q', 'A')
+      .add('lease.parked', 'parked/1', { epoch: 1, holder, reason: 'lease-expired', detail: 'expired', on: 'awaiting_human', woken: true });
+    expect(epochSuperseded(h.facts, 1)).toBe(true);
+    expect(epochSuperseded(h.facts, 2)).toBe(false);
+    expect(epochSuperseded(parked().facts, 1)).toBe(false);
+    expect(epochSuperseded(h.add('lease.granted', 'lease/2', { epoch: 2, holder, ttlMs: 1500 }).facts, 1)).toBe(true);
   });
 });

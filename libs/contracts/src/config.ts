@@ -121,6 +121,12 @@ export type LeaseConfig = z.infer<typeof LeaseConfig>;
 export const WaitConfig = z.object({
   /** How long a question for a human stays answerable, s (capped by the Run's deadline). */
   RUNPLANE_WAIT_TTL_SECONDS: envInt(3_600, 1, 366 * 24 * 3600),
+  /**
+   * FAULT INJECTION, tests only; empty (off) by default and in production. While the file at this
+   * path exists, the runtime pauses after recording a park (`wait.opened`, `child.run.requested`)
+   * and before releasing the Run's lease `parked`, so that a test can kill it in that window (K10).
+   */
+  RUNPLANE_FAULT_PARK_PAUSE_FILE: z.string().default(''),
 });
 export type WaitConfig = z.infer<typeof WaitConfig>;
 

@@ -522,6 +522,30 @@ export const RunFencedV1 = z.object({
   uncertain: z.array(UncertainStep),
 });
 
+/**
+ * Recovery released a PARKED Run's lease on behalf of its holder, which was lost (its lease expired,
+ * or its runtime stopped) after the Run parked and before the holder released the lease `parked`
+ * itself (K10). The log showed the Run parked at its last model turn (`wait.opened` or
+ * `child.run.requested` of that turn, no later turn): nothing executed since, so nothing is lost and
+ * nothing is fenced; the Run stays parked, and its wake, recorded already (`woken`) or to come,
+ * takes the lease at `epoch + 1`. Written on the runtime's subject before the lease is marked
+ * parked, so that every later conditional append of the lost holder (epoch `epoch`) that was
+ * decided before it is refused by the log, and a holder that reads it stops writing (K6).
+ */
+export const LeaseParkedV1 = z.object({
+  /** The epoch of the lost holder's lease: closed by this marker. */
+  epoch: z.number().int().positive(),
+  holder: LeaseHolder,
+  /** How the holder was lost. */
+  reason: z.enum(['lease-expired', 'runtime-stopped']),
+  /** Human-readable detail: when the lease expired, which instance stopped. */
+  detail: z.string(),
+  /** What the Run is parked on. */
+  on: z.enum(['awaiting_human', 'awaiting_child']),
+  /** True when the wake (`wait.answered`, `child.run.settled`) was already recorded: the next runtime woken takes the lease at once. */
+  woken: z.boolean(),
+});
+
 // ---- lifecycle --------------------------------------------------------------------------------
 export const Outcome = z.enum(['completed', 'partial', 'failed', 'canceled', 'interrupted']);
 export type Outcome = z.infer<typeof Outcome>;
@@ -584,6 +608,7 @@ export const EventCatalog = {
   'run.cancel.requested': { owner: 'admission', version: 1, data: RunCancelRequestedV1 },
   'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
+  'lease.parked': { owner: 'recovery', version: 1, data: LeaseParkedV1 },
   // tool effects (K5)
   'tool.call.late_observed': { owner: 'tools', version: 1, data: ToolCallLateObservedV1 },
   'tool.call.reconciled': { owner: 'admission', version: 1, data: ToolCallReconciledV1 },
@@ -665,18 +690,21 @@ export type RunEvent = { [T in EventType]: RunEventOf<T> }[EventType];
 
 /**
  * The subject token an event is stored under: its owner's, except for recovery's fence, which
- * stands on the subject of the executor it fences (`<prefix>.run.<runId>.<fencedSubject>`).
+ * stands on the subject of the executor it fences (`<prefix>.run.<runId>.<fencedSubject>`), and
+ * recovery's `lease.parked`, which closes a lost runtime holder's epoch on the runtime subject (K6).
  */
 export function subjectTokenOf(event: RunEvent): Owner {
+  if (event.type === 'lease.parked') return 'runtime';
   return event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
 }
 
 /**
  * Every subject token an event of `type` may stand on: its owner's, except `run.fenced`, which
- * stands on each executor's subject it fences (K6). The broker's publish permissions are derived
+ * stands on each executor's subject it fences, and `lease.parked`, on the runtime's (K6). The broker's publish permissions are derived
  * from this (libs/eventlog bus.ts): a new event type gets its owner's permission automatically.
  */
 export function subjectTokensOfType(type: EventType): readonly Owner[] {
+  if (type === 'lease.parked') return ['runtime'];
   return type === 'run.fenced' ? RunFencedV1.shape.fencedSubject.options : [EventCatalog[type].owner];
 }
 

@@ -1,7 +1,7 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
-import { AppendConflict, InvalidStoredEvent } from './errors.js';
+import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
 
 export interface DurableConsumerSpec {
@@ -135,9 +135,11 @@ export class DurableConsumer {
       await this.handler(stored);
       m.ack();
     } catch (e) {
-      const delay = e instanceof AppendConflict ? 50 : redeliveryDelayMs(m.info.deliveryCount);
+      const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);
       const fields = { durable: this.durableName, runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
       if (e instanceof AppendConflict) this.logger.warn({ ...fields, reason: e.message }, 'append conflict; will re-read');
+      else if (e instanceof RetryLater)
+        this.logger.warn({ ...fields, delivery: m.info.deliveryCount, redeliveryMs: delay, reason: e.message }, 'not yet actionable; redelivering');
       else
         this.logger.error(
           { ...fields, delivery: m.info.deliveryCount, redeliveryMs: delay, err: e instanceof Error ? e : describeError(e) },

@@ -44,3 +44,19 @@ export class InvalidStoredEvent extends Error {
     this.name = 'InvalidStoredEvent';
   }
 }
+
+/**
+ * A handler cannot act on its event yet, but will once another owner has acted (e.g. a wake whose
+ * parked Run's lease is still held by a lost holder until recovery marks it parked, K10): the
+ * durable consumer redelivers the event after `delayMs` instead of acknowledging it, and logs it
+ * as a warning, not a failure.
+ */
+export class RetryLater extends Error {
+  constructor(
+    message: string,
+    readonly delayMs: number,
+  ) {
+    super(message);
+    this.name = 'RetryLater';
+  }
+}

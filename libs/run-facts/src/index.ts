@@ -75,6 +75,12 @@ export interface RunFacts {
   settled: (EventData<'run.settled'> & { at: string }) | null;
   /** The execution lease grants recovery recorded, in order (K6). */
   leases: EventData<'lease.granted'>[];
+  /**
+   * The highest lease epoch recovery closed with `lease.parked` (a parked Run's holder lost before
+   * it released the lease itself, K10), 0 when none: a runtime holding that epoch or an older one
+   * writes nothing more (K6).
+   */
+  parkedEpoch: number;
   /** The user's cancel intent, when recorded (K4). */
   cancelRequested: (EventData<'run.cancel.requested'> & { at: string }) | null;
   /** Questions for a human, by waitId, in the order opened (K10). */
@@ -125,6 +131,7 @@ export function emptyFacts(runId: string): RunFacts {
     answer: null,
     settled: null,
     leases: [],
+    parkedEpoch: 0,
     cancelRequested: null,
     waits: new Map(),
     children: new Map(),
@@ -243,6 +250,9 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       break;
     case 'run.fenced':
       next.fenced ??= e.data;
+      break;
+    case 'lease.parked':
+      next.parkedEpoch = Math.max(facts.parkedEpoch, e.data.epoch);
       break;
     // ---- waits and child Runs (K10) ----
     case 'wait.opened':
@@ -457,6 +467,33 @@ export function parkedOn(facts: RunFacts): 'awaiting_human' | 'awaiting_child' |
   if (unansweredWaits(facts).length > 0) return 'awaiting_human';
   if (pendingChildren(facts).length > 0) return 'awaiting_child';
   return null;
+}
+
+/**
+ * What the Run stopped at when it last parked, whatever its wake's state (K10): `awaiting_human` /
+ * `awaiting_child` when its last model turn is completed and opened a wait or requested a child
+ * (answered, settled or not) and no model turn was requested after it, the Run not finished,
+ * fenced or settled; null otherwise. Nothing has executed since that park (the turn's other
+ * proposals are decided again from the log by the next holder), so a holder lost from here loses
+ * nothing: recovery treats its lease as parked instead of fencing the Run, and the wake, recorded
+ * already or to come, continues the Run at the next epoch. Once a woken holder requests the next
+ * turn, the Run executes again and a lost holder is fenced as usual (`interrupted`).
+ */
+export function parkedAtLastTurn(facts: RunFacts): 'awaiting_human' | 'awaiting_child' | null {
+  if (facts.finished || facts.fenced || facts.settled) return null;
+  const last = lastTurn(facts);
+  if (!last?.completed) return null;
+  if ([...facts.waits.values()].some((w) => w.turn === last.turn)) return 'awaiting_human';
+  if ([...facts.children.values()].some((c) => c.turn === last.turn)) return 'awaiting_child';
+  return null;
+}
+
+/**
+ * True when the log says a runtime holding lease `epoch` may write nothing more for the Run (K6):
+ * recovery closed that epoch (or a later one) with `lease.parked`, or granted a later epoch.
+ */
+export function epochSuperseded(facts: RunFacts, epoch: number): boolean {
+  return facts.parkedEpoch >= epoch || facts.leases.some((l) => l.epoch > epoch);
 }
 
 /**
