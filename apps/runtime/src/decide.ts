@@ -7,10 +7,14 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import {
+  boundReportedText,
   clarificationIdOf,
   contextFrom,
+  jsonBytes,
   makeEvent,
   sha256Hex,
+  TURN_CONTENT_MAX_BYTES,
+  TURN_PASSAGES_MAX,
   type EventData,
   type ExecutionStopReason,
   type RunEvent,
@@ -19,7 +23,8 @@ import {
 import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { awaitingContext } from './context.js';
 import { isAnswer, isFinalizationTurn, isRetryableFailure, nextModelStep } from './ledger.js';
-import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
+import { clarificationOf, isResolved, parkingEvent } from './parking.js';
+import { boundTurn, contentCut, planTurnCalls } from './sizes.js';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
@@ -106,14 +111,14 @@ function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake'
   if (calls.length > 0) {
     const missing = undecidedCalls(facts, last!, waitTtlMs, now);
     if (missing.length > 0) return missing;
-    const asked = clarificationOf(planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now)));
+    const asked = clarificationOf(planTurnCalls(facts, last!.turn, calls, last!.completed!.cut, new Date(last!.completedAt ?? now)));
     if (asked) return [clarificationStop(facts, last!.turn, asked.question, now)];
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
   if (parkedOn(facts)) return []; // parked: only the wait's answer or the child's settlement continues it (K10)
   if (calls.length > 0) {
-    const plans = planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now));
+    const plans = planTurnCalls(facts, last!.turn, calls, last!.completed!.cut, new Date(last!.completedAt ?? now));
     if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
   // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
@@ -125,7 +130,7 @@ function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now
   const ctx = contextFrom(facts.lastEvent!);
   const calls = last.completed!.toolCalls;
   const completedAt = new Date(last.completedAt ?? now);
-  const plans = planCalls(facts, last.turn, calls, completedAt);
+  const plans = planTurnCalls(facts, last.turn, calls, last.completed!.cut, completedAt);
   const out: RunEvent[] = [];
   for (const c of calls) {
     const plan = plans.get(c.toolCallId)!;
@@ -150,7 +155,8 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
   const ctx = contextFrom(facts.lastEvent!);
   const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
-    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error: result.error }, now)];
+    const error = { ...result.error, message: boundReportedText(result.error.message) };
+    const events: RunEvent[] = [makeEvent('model.turn.failed', ctx, turnNo, { turn: turnNo, error }, now)];
     // never sent (the rate-limit pause ends after the deadline), or cut at / ended after the deadline:
     // nothing new starts, the Run stops with the honest reason (K7), not a budget it did not spend
     const deadlineAt = facts.admitted!.limits.deadlineAt;
@@ -172,12 +178,13 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
       events.push(finished(facts, now, 'model-error', `${finalTurn ? 'finalization ' : ''}turn ${turnNo}: ${result.error.message}`, null));
     return events;
   }
-  const completed = { turn: turnNo, ...result.turn };
+  // bounded where the model's output enters the product: its record always fits the log (K9, K11: ./sizes.ts)
+  const completed = { turn: turnNo, ...boundTurn(result.turn) };
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
   if (proposableCalls(completed, finalTurn).length > 0) {
-    const plans = planCalls(facts, turnNo, completed.toolCalls, now);
+    const plans = planTurnCalls(facts, turnNo, completed.toolCalls, completed.cut, now);
     for (const c of completed.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
       if (plan.kind === 'tool') events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
@@ -199,10 +206,11 @@ function onTurnEnded(facts: RunFacts, turnNo: number, result: ModelTurnResult, w
 
 /**
  * The calls of a completed turn that may be proposed: none when the reply was cut by the length
- * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
+ * limit or whose text was cut for its size, even those whose arguments look complete (the model's
+ * turn is not whole; K5, K9).
  */
 function proposableCalls(done: NonNullable<TurnFacts['completed']>, finalization: boolean): NonNullable<TurnFacts['completed']>['toolCalls'] {
-  return done.finishReason === 'length' || finalization ? [] : done.toolCalls;
+  return done.finishReason === 'length' || finalization || contentCut(done) ? [] : done.toolCalls;
 }
 
 /**
@@ -220,8 +228,10 @@ function onParagraphs(
   if (facts.cancelRequested || !last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
   const recorded = new Set(last.paragraphs.map((p) => p.index));
+  // a paragraph over the size limit is not recorded on its own: the turn's text is then over it too,
+  // and the turn's record says what was kept of it (./sizes.ts)
   const events: RunEvent[] = paragraphs
-    .filter((p) => !recorded.has(p.index))
+    .filter((p) => !recorded.has(p.index) && p.index < TURN_PASSAGES_MAX && jsonBytes(p.text) <= TURN_CONTENT_MAX_BYTES)
     .map((p) =>
       makeEvent(
         'model.output.paragraph',
