@@ -12,6 +12,7 @@ import {
   waitIdOf,
   type ProposedToolCall,
   type ResultRef,
+  type SizeCut,
   type ToolMessageContent,
   type ToolName,
 } from '@runplane/contracts';
@@ -132,17 +133,25 @@ export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unkn
   for (const turn of facts.turns) {
     const done = turn.completed;
     if (!done) continue;
+    const record = { where: `the record of turn ${turn.turn} (model.turn.completed) on this Run's log`, sha256: sha256Hex(done.content) };
     if (done.toolCalls.length === 0) {
-      turns.push([{ role: 'assistant', content: done.content }]);
+      const message: Message = { role: 'assistant', content: done.content };
+      turns.push([message]);
+      if (turn === latest) sources.set(message, record);
       continue;
     }
     const group: Message[] = [
       {
         role: 'assistant',
         content: done.content === '' ? null : done.content,
-        tool_calls: done.toolCalls.map((c) => ({ id: c.toolCallId, type: 'function', function: { name: c.name, arguments: c.argumentsText } })),
+        tool_calls: done.toolCalls.map((c) => ({
+          id: c.toolCallId,
+          type: 'function',
+          function: { name: c.name, arguments: sentArguments(c, done.cut) },
+        })),
       },
     ];
+    if (turn === latest) sources.set(group[0]!, record);
     const plans = planTurnCalls(facts, turn.turn, done.toolCalls, done.cut, new Date(turn.completedAt ?? 0));
     for (const c of done.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
@@ -168,6 +177,23 @@ export function buildMessages(facts: RunFacts, results: ReadonlyMap<string, unkn
   return narrowLatest(project(segments, maxChars), sources, maxChars);
 }
 
+/** Characters of a cut call's recorded arguments shown back to the model. */
+const CUT_ARGUMENTS_SHOWN = 200;
+
+/**
+ * A call's arguments as sent back to the model: as recorded, except for a call whose arguments
+ * were cut for their size (never executed), whose record is replaced by a short JSON note and
+ * excerpt (the whole cut record would only crowd the context; the tool message says why).
+ */
+function sentArguments(call: ProposedToolCall, cuts: readonly SizeCut[] | undefined): string {
+  const entry = cuts?.find((c) => c.toolCallId === call.toolCallId && c.field === 'arguments');
+  if (!entry) return call.argumentsText;
+  return JSON.stringify({
+    cut: `arguments of ${entry.bytes} bytes, over the limit of ${entry.limitBytes}: not recorded whole, not executed`,
+    excerpt: call.argumentsText.slice(0, CUT_ARGUMENTS_SHOWN),
+  });
+}
+
 /** Where the whole of a narrowed tool message can be read: the receipt on the Run's log, its digest, and its stored reference. */
 interface Source {
   where: string;
@@ -186,10 +212,11 @@ function sourceOf(toolCallId: string, call: ToolCallFacts | undefined, result: u
 /**
  * Narrows the latest turn's tool messages when the request is still over `maxChars` once every
  * earlier unit was left out (K7: the budget bounds every request, the latest turn included): the
- * room left is shared fairly between them (a small one stays whole), and each one over its share
- * is replaced by its first characters (`excerpt`) and a note of how much was left out and how to
- * get the rest (the receipt on the Run's log, the sha256 of the whole result, its `resultRef`).
- * The tool messages stay (one per call of the assistant message: the pairing holds).
+ * room left is shared fairly between them and the turn's own reply text (a small one stays whole),
+ * and each one over its share is replaced by its first characters (`excerpt`) and a note of how
+ * much was left out and how to get the rest (the receipt or the turn on the Run's log, the sha256
+ * of the whole, a result's `resultRef`). Every message stays (one tool message per call of the
+ * assistant message: the pairing holds), and none is made larger than it was.
  */
 function narrowLatest(messages: Message[], sources: ReadonlyMap<Message, Source>, maxChars: number): Message[] {
   if (!Number.isFinite(maxChars) || sources.size === 0) return messages;
@@ -210,21 +237,24 @@ function narrowLatest(messages: Message[], sources: ReadonlyMap<Message, Source>
   return messages.map((m) => {
     const share = shares.get(m);
     if (share === undefined || sizeOf([m]) <= share) return m;
-    return narrowed(m as OpenAI.Chat.Completions.ChatCompletionToolMessageParam, sources.get(m)!, share);
+    const n = narrowed(m, sources.get(m)!, share);
+    // a message smaller than its note stays whole: narrowing never makes a request larger
+    return sizeOf([n]) < sizeOf([m]) ? n : m;
   });
 }
 
 /** The tool message `m` narrowed to at most `share` characters of JSON (or to its note alone, when the note does not fit). */
-function narrowed(m: OpenAI.Chat.Completions.ChatCompletionToolMessageParam, source: Source, share: number): Message {
-  const whole = typeof m.content === 'string' ? m.content : JSON.stringify(m.content);
+function narrowed(m: Message, source: Source, share: number): Message {
+  const whole = typeof m.content === 'string' ? m.content : JSON.stringify(m.content ?? '');
   const build = (shown: number): Message => {
     const note =
-      `[narrowed to fit the context budget] This tool message is ${whole.length} characters; only its first ${shown} are shown, ` +
+      `[narrowed to fit the context budget] This ${m.role === 'tool' ? 'tool message' : 'earlier reply'} is ${whole.length} characters; only its first ${shown} are shown, ` +
       `${whole.length - shown} were left out. The whole is kept in ${source.where}` +
       (source.sha256
         ? ` (sha256 ${source.sha256}${source.resultRef ? `, stored as ${source.resultRef.bucket}/${source.resultRef.key}, ${source.resultRef.bytes} bytes` : ''})`
         : '') +
       '. Do not treat the left-out part as empty or missing data: ask for a narrower result (fewer rows or one fund) if you need it.';
+    if (m.role !== 'tool') return { ...m, content: `${whole.slice(0, shown)}\n\n${note}` } as Message;
     return {
       role: 'tool',
       tool_call_id: m.tool_call_id,

@@ -339,6 +339,28 @@ describe('context budget: the latest turn is bounded too (K7)', () => {
     expect(narrowed.narrowed.shownCharacters).toBe(narrowed.excerpt.length);
   });
 
+  it("the latest reply's own text over the budget is narrowed too, its tool calls and their results kept; a cut call's arguments are sent as a short note", () => {
+    const args = argsOf(TOOL_ARGUMENTS_MAX_BYTES * 4);
+    const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' });
+    const [done] = runtime
+      .given(h)
+      .when(
+        ended(
+          1,
+          reply('t'.repeat(50_000), { toolCalls: [{ toolCallId: 'cut', name: 'get_holdings', argumentsText: args }], finishReason: 'tool_calls' }),
+        ),
+      )
+      .then([expect.anything()]);
+    h.add('model.turn.completed', 1, done!.data as EventData<'model.turn.completed'>);
+    const messages = buildMessages(h.facts, new Map(), 10_000);
+    expect(sizeOf(messages)).toBeLessThanOrEqual(10_000);
+    expect(toolPairingError(messages as WireMessage[])).toBeNull();
+    const assistant = messages.find((m) => m.role === 'assistant')!;
+    expect(assistant.content).toMatch(/^t+\n\n\[narrowed to fit the context budget\] This earlier reply is 50000 characters/);
+    const sent = (assistant as { tool_calls: { function: { arguments: string } }[] }).tool_calls[0]!.function.arguments;
+    expect(JSON.parse(sent)).toEqual({ cut: expect.stringContaining('not executed'), excerpt: args.slice(0, 200) });
+  });
+
   it('a result stored by reference is narrowed with its stored reference named', () => {
     const big = { rows: 'z'.repeat(50_000) };
     const ref = { bucket: 'rp_results', key: sha256Hex(JSON.stringify(big)), sha256: sha256Hex(JSON.stringify(big)), bytes: 50_011 };
