@@ -254,7 +254,7 @@ function narrowed(m: Message, source: Source, share: number): Message {
         ? ` (sha256 ${source.sha256}${source.resultRef ? `, stored as ${source.resultRef.bucket}/${source.resultRef.key}, ${source.resultRef.bytes} bytes` : ''})`
         : '') +
       '. Do not treat the left-out part as empty or missing data: ask for a narrower result (fewer rows or one fund) if you need it.';
-    if (m.role !== 'tool') return { ...m, content: `${whole.slice(0, shown)}\n\n${note}` } as Message;
+    if (m.role !== 'tool') return { ...m, content: `${whole.slice(0, shown)}\n\n${note}` };
     return {
       role: 'tool',
       tool_call_id: m.tool_call_id,

@@ -35,7 +35,13 @@ const inFlight = () => new History().admitted().add('model.turn.requested', 1, {
 const textOf = (bytes: number, ch = 'a') => ch.repeat(bytes - 2);
 /** Arguments text whose JSON string takes exactly `bytes` bytes. */
 const argsOf = (bytes: number) => `{"fund":"SPY","pad":"${'x'.repeat(bytes - 2 - '{\\"fund\\":\\"SPY\\",\\"pad\\":\\"\\"}'.length)}"}`;
-const completedOf = (events: RunEvent[]) => events.find((e) => e.type === 'model.turn.completed')!.data as EventData<'model.turn.completed'>;
+const completedOf = (events: RunEvent[]): EventData<'model.turn.completed'> =>
+  events.find((e): e is Extract<RunEvent, { type: 'model.turn.completed' }> => e.type === 'model.turn.completed')!.data;
+/** A narrowed tool message as the model reads it. */
+type Narrowed = {
+  narrowed: { note: string; shownCharacters: number; totalCharacters: number; sha256?: string; resultRef?: unknown };
+  excerpt: string;
+};
 const wire = (e: RunEvent) => Buffer.byteLength(JSON.stringify(e), 'utf8');
 
 describe('sizes: JSON byte measure and cut', () => {
@@ -140,13 +146,16 @@ describe('runtime decide, ModelTurnEnded: the turn text is recorded within its s
         runtime
           .given(inFlight())
           .when(ended(1, reply(para(TURN_PASSAGES_MAX))))
-          .then([expect.anything(), expect.anything()]),
+          .then([
+            { type: 'model.turn.completed', data: expect.anything() },
+            { type: 'run.execution.finished', data: expect.anything() },
+          ]),
       ).cut,
     ).toBeUndefined();
     const [done] = runtime
       .given(inFlight())
       .when(ended(1, reply(para(TURN_PASSAGES_MAX + 1))))
-      .then([expect.anything()]);
+      .then([{ type: 'model.turn.completed', data: expect.anything() }]);
     const data = completedOf([done!]);
     expect(data.content).toBe(`${para(TURN_PASSAGES_MAX)}\n\n`);
     expect(data.cut).toEqual([expect.objectContaining({ field: 'content', limitPassages: TURN_PASSAGES_MAX })]);
@@ -214,7 +223,7 @@ describe('runtime decide, ModelTurnEnded: tool-call arguments within their size 
       ]);
       // the ordinary call's receipt arrives: the next turn is requested (the cut call needs no receipt)
       const h = inFlight();
-      for (const e of events) h.add(e.type, e.type === 'model.turn.completed' ? 1 : ok.toolCallId, e.data as never);
+      for (const e of events) h.add(e.type, e.type === 'model.turn.completed' ? 1 : ok.toolCallId, e.data);
       h.dispatched(ok.toolCallId, ok.name).receipt(ok.toolCallId, ok.name, 'succeeded', { rows: 1 });
       runtime
         .given(h)
@@ -319,7 +328,7 @@ describe('context budget: the latest turn is bounded too (K7)', () => {
     const below = buildMessages(facts, results, size - 1);
     expect(sizeOf(below)).toBeLessThanOrEqual(size - 1);
     expect(toolPairingError(below as WireMessage[])).toBeNull();
-    const narrowed = JSON.parse(below.find((m) => m.role === 'tool' && m.tool_call_id === 'big')!.content as string);
+    const narrowed = JSON.parse(below.find((m) => m.role === 'tool' && m.tool_call_id === 'big')!.content as string) as Narrowed;
     expect(narrowed.narrowed).toMatchObject({ sha256: sha256Hex(JSON.stringify(big)), totalCharacters: expect.any(Number) });
     expect(narrowed.narrowed.note).toMatch(/only its first \d+ are shown, \d+ were left out/);
     // the small result stays whole
@@ -334,7 +343,7 @@ describe('context budget: the latest turn is bounded too (K7)', () => {
     const messages = buildMessages(facts, results, budget);
     expect(sizeOf(messages)).toBeLessThanOrEqual(budget);
     expect(toolPairingError(messages as WireMessage[])).toBeNull();
-    const narrowed = JSON.parse(messages.find((m) => m.role === 'tool' && m.tool_call_id === 'big')!.content as string);
+    const narrowed = JSON.parse(messages.find((m) => m.role === 'tool' && m.tool_call_id === 'big')!.content as string) as Narrowed;
     expect(narrowed.excerpt.length).toBeGreaterThan(1_000);
     expect(narrowed.narrowed.shownCharacters).toBe(narrowed.excerpt.length);
   });
@@ -350,7 +359,7 @@ describe('context budget: the latest turn is bounded too (K7)', () => {
           reply('t'.repeat(50_000), { toolCalls: [{ toolCallId: 'cut', name: 'get_holdings', argumentsText: args }], finishReason: 'tool_calls' }),
         ),
       )
-      .then([expect.anything()]);
+      .then([{ type: 'model.turn.completed', data: expect.anything() }]);
     h.add('model.turn.completed', 1, done!.data as EventData<'model.turn.completed'>);
     const messages = buildMessages(h.facts, new Map(), 10_000);
     expect(sizeOf(messages)).toBeLessThanOrEqual(10_000);
@@ -372,7 +381,7 @@ describe('context budget: the latest turn is bounded too (K7)', () => {
       .add('tool.call.receipt', 'big', { toolCallId: 'big', name: 'get_holdings', status: 'succeeded', resultRef: ref, durationMs: 1 });
     const messages = buildMessages(h.facts, new Map([['big', big]]), 10_000);
     expect(sizeOf(messages)).toBeLessThanOrEqual(10_000);
-    const narrowed = JSON.parse(messages.find((m) => m.role === 'tool')!.content as string);
+    const narrowed = JSON.parse(messages.find((m) => m.role === 'tool')!.content as string) as Narrowed;
     expect(narrowed.narrowed.resultRef).toEqual(ref);
     expect(narrowed.narrowed.note).toContain(`stored as rp_results/${ref.key}`);
   });
