@@ -7,12 +7,22 @@
  *   kept, the whole size and digest), the call is never executed, the model reads
  *   `arguments_too_large` as its result with the call paired, and the Run goes on to its answer
  *   and settles at once, not at the no-progress limit;
+ * - a reply text over its limit (256 KiB): recorded cut with its digest, not an answer, retried as
+ *   a new turn, which answers;
  * - a tool result far above the inline limit and the context budget: stored by reference, and the
  *   next request fits the budget, the result narrowed to an excerpt with a note naming its digest
  *   and stored reference, every call still paired with its result.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { BROKER_MAX_PAYLOAD_BYTES, jsonBytes, sha256Hex, TOOL_ARGUMENTS_MAX_BYTES, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import {
+  BROKER_MAX_PAYLOAD_BYTES,
+  jsonBytes,
+  sha256Hex,
+  TOOL_ARGUMENTS_MAX_BYTES,
+  TURN_CONTENT_MAX_BYTES,
+  type RunEvent,
+  type StoredEvent,
+} from '@runplane/contracts';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
 import { startTestStack, type TestStack } from '../support/stack.js';
 
@@ -109,6 +119,46 @@ describe('sizes (K9, K11): a payload over the broker size is recorded cut, and t
     expect(toolPairingError(second)).toBeNull();
     const result = second.find((m) => m.role === 'tool' && (m as { tool_call_id?: string }).tool_call_id === call.toolCallId);
     expect(JSON.parse(textOf(result!))).toMatchObject({ status: 'failed', error: { code: 'arguments_too_large' } });
+  });
+});
+
+describe('sizes (K9): a reply text over its limit is recorded cut, and is not an answer', () => {
+  it('a 300,000-character reply (over the 256 KiB text limit): turn 1 recorded cut with its digest, retried as turn 2, which answers', async () => {
+    const key = 'sizes-long-reply';
+    const long = 'z'.repeat(300_000);
+    const answer = 'SPY is an S&P 500 index fund; this shorter answer replaces a reply that was too long to record.';
+    await t.setScenario(
+      {
+        steps: [
+          { reply: { content: long, finishReason: 'stop', usage: { promptTokens: 500, completionTokens: 50 } } },
+          { reply: { content: answer, finishReason: 'stop' } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const started = Date.now();
+    const posted = await t.client.postMessage('conv-sizes-reply', { clientMessageId: key, content: `[${key}] Describe SPY` });
+    expect(posted.status).toBe(201);
+    const events = await t.waitForSettlement(posted.body.runId, 120_000);
+    const [turn1, turn2] = ofType(events, 'model.turn.completed');
+    expect(turn1!.data.cut).toEqual([
+      {
+        field: 'content',
+        reason: 'size-limit',
+        bytes: jsonBytes(long),
+        sha256: sha256Hex(long),
+        keptCharacters: turn1!.data.content.length,
+        limitBytes: TURN_CONTENT_MAX_BYTES,
+      },
+    ]);
+    expect(jsonBytes(turn1!.data.content)).toBeLessThanOrEqual(TURN_CONTENT_MAX_BYTES);
+    expect(ofType(events, 'model.turn.requested')[1]!.data).toMatchObject({ turn: 2, retryOf: 1 });
+    expect(turn2!.data.content).toBe(answer);
+    expect(ofType(events, 'run.execution.finished')[0]!.data).toMatchObject({ reason: 'answered', answerTurn: 2 });
+    expect(ofType(events, 'answer.published')[0]!.data.sourceTurn).toBe(2);
+    expect(ofType(events, 'run.settled')[0]!.data.outcome).not.toBe('failed');
+    expect(Date.now() - started).toBeLessThan((NO_PROGRESS_SECONDS * 1000) / 3);
   });
 });
 
