@@ -73,9 +73,15 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
  *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
  *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
+ *   The turn is bounded first (`./sizes.ts`, K9, K11): a text over its size limit is recorded cut
+ *   (`cut`) and is no answer (retried within budget, nothing proposed); a call whose arguments or
+ *   name were cut is never proposed nor parked on (the model reads `arguments_too_large`); a
+ *   failure message is cut to its limit; an `unrecordable` failure (the log refused the record for
+ *   good) is never retried: the Run stops `model-error`.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
- *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel. With
+ *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel, nor for a
+ *   paragraph over the turn text limit or past the turn's passage limit (the turn's record says what was kept). With
  *   `progress`, also `model.output.progress` (K7: text still streaming inside an unfinished
  *   paragraph resets the no-progress clock) when it is past what the turn recorded before
  *   (strictly more characters), under the same conditions.
