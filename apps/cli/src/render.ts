@@ -2,7 +2,7 @@
  * Terminal rendering of a Run as it is observed: one short line per fact, the answer passages in
  * full as they are committed, and the settlement.
  */
-import type { EventData, RunEvent, RunView, StoredEvent } from '@runplane/contracts';
+import type { EventData, RunEvent, RunView, SizeCut, StoredEvent } from '@runplane/contracts';
 
 /** One-line summary of an event for timelines and progress output. */
 export function summarize(e: RunEvent): string {
@@ -12,7 +12,7 @@ export function summarize(e: RunEvent): string {
     case 'model.turn.requested':
       return `model turn ${e.data.turn} requested (${e.data.model})${e.data.purpose ? ` [${e.data.purpose}]` : ''}${e.data.retryOf ? ` [retry of turn ${e.data.retryOf}]` : ''}${e.data.maxTokens ? ` max_tokens=${e.data.maxTokens}` : ''}`;
     case 'model.turn.completed':
-      return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}, ${e.data.usage ? `${e.data.usage.totalTokens} tokens` : 'usage unknown'}`;
+      return `model turn ${e.data.turn} completed: ${e.data.toolCalls.length} tool call(s), ${e.data.content.length} chars, finish=${e.data.finishReason}, ${e.data.usage ? `${e.data.usage.totalTokens} tokens` : 'usage unknown'}${cutText(e.data.cut)}`;
     case 'model.turn.failed':
       return `model turn ${e.data.turn} failed: ${e.data.error.kind} ${e.data.error.message} (${e.data.error.refused ? 'refused: nothing reached the model' : 'usage unknown'})${e.data.retry ? `; retry not before ${e.data.retry.notBefore} (backoff ${e.data.retry.delayMs} ms, failure ${e.data.retry.failuresInARow} in a row)` : ''}`;
     case 'tool.call.proposed':
@@ -235,4 +235,13 @@ export function renderStatus(v: RunView, now: Date): string {
   }
   if (v.settledAt) lines.push(`  settled:        ${v.settledAt}`);
   return lines.join('\n');
+}
+
+/** What a turn's record says was cut for its size (K9, K11), or ''. */
+function cutText(cut: readonly SizeCut[] | undefined): string {
+  if (!cut?.length) return '';
+  const what = cut.map(
+    (c) => `${c.field === 'content' ? 'text' : `${c.field} of ${c.toolCallId}`} (${c.bytes} bytes, ${c.keptCharacters} chars kept)`,
+  );
+  return `; CUT for its size: ${what.join(', ')}`;
 }

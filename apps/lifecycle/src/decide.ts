@@ -20,12 +20,23 @@
  * nats-server 2.9.10 too. And it settles only once every paragraph recorded while the answer
  * streamed is a committed passage, so text produced before a crash or a failure is kept (K9, K10).
  */
-import { contextFrom, makeEvent, type Outcome, type RunEvent, type UnansweredPart } from '@runplane/contracts';
+import {
+  CHILD_ANSWER_MAX_BYTES,
+  contextFrom,
+  cutToJsonBytes,
+  jsonBytes,
+  makeEvent,
+  sha256Hex,
+  type EventData,
+  type Outcome,
+  type RunEvent,
+  type UnansweredPart,
+} from '@runplane/contracts';
 import { passagesInOrder, toolCallsInOrder, uncommittedParagraphs, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
-  'truncated-output': 'the model output was cut off at its length limit, which is not an answer',
+  'truncated-output': 'the model output was cut off (at its length limit, or at the size limit of a recorded reply), which is not an answer',
   'incomplete-output': 'the model output did not finish normally, which is not an answer',
   'model-error': 'the model request failed',
   'model-request-limit': 'the Run used its model request budget without an answer',
@@ -143,18 +154,32 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
 /**
  * Records a child Run's settlement on its parent (K10): `[child.run.settled]` with the child's
  * outcome, reason and published answer, once per child (fixed id). This is the parent's wake.
+ * An answer over `CHILD_ANSWER_MAX_BYTES` is recorded cut, with `answerCut` (its whole size and sha256).
  * Nothing when the parent does not know the child, has its result already, or is settled.
  */
 function childSettled(facts: RunFacts, t: Extract<LifecycleTrigger, { type: 'ChildSettled' }>, now: Date): RunEvent[] {
   if (facts.settled || !facts.lastEvent) return [];
   const child = facts.children.get(t.childRunId);
   if (!child || child.result) return [];
+  // a child's answer grows with its model: over the limit it is recorded cut, saying so (K9, K11)
+  let answer = t.answer;
+  let answerCut: EventData<'child.run.settled'>['answerCut'];
+  if (jsonBytes(answer) > CHILD_ANSWER_MAX_BYTES) {
+    answer = cutToJsonBytes(t.answer, CHILD_ANSWER_MAX_BYTES);
+    answerCut = {
+      reason: 'size-limit',
+      bytes: jsonBytes(t.answer),
+      sha256: sha256Hex(t.answer),
+      keptCharacters: answer.length,
+      limitBytes: CHILD_ANSWER_MAX_BYTES,
+    };
+  }
   return [
     makeEvent(
       'child.run.settled',
       contextFrom(facts.lastEvent),
       `child/${t.childRunId}`,
-      { childRunId: t.childRunId, toolCallId: child.toolCallId, outcome: t.outcome, reason: t.reason, answer: t.answer },
+      { childRunId: t.childRunId, toolCallId: child.toolCallId, outcome: t.outcome, reason: t.reason, answer, ...(answerCut ? { answerCut } : {}) },
       now,
     ),
   ];

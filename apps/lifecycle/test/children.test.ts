@@ -1,6 +1,6 @@
 /** The lifecycle's rules for parked Runs (K9, K10): a child's settlement recorded on its parent once; an expired wait settles `failed`. */
-import { describe, it } from '@jest/globals';
-import { admissionIds, childClientMessageId } from '@runplane/contracts';
+import { describe, expect, it } from '@jest/globals';
+import { admissionIds, CHILD_ANSWER_MAX_BYTES, childClientMessageId, jsonBytes, sha256Hex, type EventData } from '@runplane/contracts';
 import { decide } from '@runplane/app-lifecycle';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
@@ -31,6 +31,31 @@ describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)
           data: { childRunId, toolCallId: 's', outcome: 'completed', reason: 'answer committed in 1 passage(s)', answer: 'DIA holds 30.' },
         },
       ]);
+  });
+
+  it("a child's answer at its size limit is recorded whole; one above and far above, cut with answerCut (K9, K11)", () => {
+    for (const bytes of [CHILD_ANSWER_MAX_BYTES, CHILD_ANSWER_MAX_BYTES + 1, 4 * CHILD_ANSWER_MAX_BYTES]) {
+      const answer = 'a'.repeat(bytes - 2);
+      const [e] = lifecycle
+        .given(parent())
+        .when({ ...childSettled, answer })
+        .then([{ type: 'child.run.settled', data: expect.objectContaining({ childRunId }) }]);
+      const data = e!.data as EventData<'child.run.settled'>;
+      if (bytes <= CHILD_ANSWER_MAX_BYTES) {
+        expect(data.answer).toBe(answer);
+        expect(data.answerCut).toBeUndefined();
+      } else {
+        expect(jsonBytes(data.answer)).toBeLessThanOrEqual(CHILD_ANSWER_MAX_BYTES);
+        expect(answer.startsWith(data.answer)).toBe(true);
+        expect(data.answerCut).toEqual({
+          reason: 'size-limit',
+          bytes,
+          sha256: sha256Hex(answer),
+          keptCharacters: data.answer.length,
+          limitBytes: CHILD_ANSWER_MAX_BYTES,
+        });
+      }
+    }
   });
 
   it('given the result recorded already, an unknown child, or a settled parent, then nothing', () => {

@@ -22,7 +22,17 @@
  * Everything carried is labelled historical and sent as `system` messages before the Run's own
  * text, which stays the last user message (the goal).
  */
-import { contextFrom, effectKey, makeEvent, Provenance, sha256Hex, type CarriedItem, type EventData, type RunEvent } from '@runplane/contracts';
+import {
+  CARRIED_MAX_CHARS,
+  contextFrom,
+  effectKey,
+  makeEvent,
+  Provenance,
+  sha256Hex,
+  type CarriedItem,
+  type EventData,
+  type RunEvent,
+} from '@runplane/contracts';
 import { answerPassages, passagesInOrder, toolCallsInOrder, type RunFacts } from '@runplane/run-facts';
 import type OpenAI from 'openai';
 
@@ -67,7 +77,7 @@ export function earlierRunIds(facts: RunFacts): { history: string[]; parent: str
  * conversation, or its request does not match `parentRequestSha256`). Nothing when the Run does
  * not need it or has it already.
  * @param earlier the Runs named by {@link earlierRunIds}, by runId (a missing one is skipped, or refuses a continuation).
- * @param maxChars the context budget (`RUNPLANE_CONTEXT_MAX_CHARS`); at most half of it is carried.
+ * @param maxChars the context budget (`RUNPLANE_CONTEXT_MAX_CHARS`); at most half of it is carried, and at most `CARRIED_MAX_CHARS`.
  */
 export function decideCarry(facts: RunFacts, earlier: ReadonlyMap<string, EarlierRun>, maxChars: number, now: Date): RunEvent[] {
   if (!facts.lastEvent || facts.settled || facts.fenced || !awaitingContext(facts)) return [];
@@ -208,9 +218,10 @@ export function carryContext(
     }
   }
 
-  // at most half the budget is carried: essential items always, then the parent's passages and
+  // at most half the budget is carried (and never more than CARRIED_MAX_CHARS, so the record fits
+  // the log whatever the budget: K11): essential items always, then the parent's passages and
   // results in order, then history, newest Run first; the rest is listed as dropped
-  let room = Math.floor(maxChars / 2) - parentItems.reduce((n, i) => n + i.text.length, 0);
+  let room = Math.floor(Math.min(maxChars / 2, CARRIED_MAX_CHARS)) - parentItems.reduce((n, i) => n + i.text.length, 0);
   const keep = new Set<CarriedItem>();
   const candidates = [...optionalParent, ...[...historyItems].reverse().flat()];
   for (const c of candidates) {

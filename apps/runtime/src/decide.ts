@@ -7,10 +7,14 @@
  * it records why (`run.execution.finished`), and the lifecycle settles.
  */
 import {
+  boundReportedText,
   clarificationIdOf,
   contextFrom,
+  jsonBytes,
   makeEvent,
   sha256Hex,
+  TURN_CONTENT_MAX_BYTES,
+  TURN_PASSAGES_MAX,
   type EventData,
   type ExecutionStopReason,
   type RunEvent,
@@ -29,7 +33,8 @@ import {
   retryDelayMs,
   type RetryBackoff,
 } from './ledger.js';
-import { clarificationOf, isResolved, parkingEvent, planCalls } from './parking.js';
+import { clarificationOf, isResolved, parkingEvent } from './parking.js';
+import { boundTurn, contentCut, planTurnCalls } from './sizes.js';
 
 /** The outcome of one model request, as the model client reports it. */
 export type ModelTurnResult =
@@ -83,9 +88,15 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   turn's ordinary calls are proposed as usual. An `ask_clarification` ends the Run instead
  *   (K2): `clarification.requested`, then `run.execution.finished` `clarification-requested`,
  *   nothing of the turn proposed (recorded on a later `Wake` too, if a crash came between). Nothing when the turn is not the one in flight.
+ *   The turn is bounded first (`./sizes.ts`, K9, K11): a text over its size limit is recorded cut
+ *   (`cut`) and is no answer (retried within budget, nothing proposed); a call whose arguments or
+ *   name were cut is never proposed nor parked on (the model reads `arguments_too_large`); a
+ *   failure message is cut to its limit; an `unrecordable` failure (the log refused the record for
+ *   good) is never retried: the Run stops `model-error`.
  * - `ParagraphsStreamed`: record each paragraph not recorded yet (`model.output.paragraph`, once
  *   per turn and index) while its turn is the one in flight, so the text survives the turn (a
- *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel. With
+ *   crash, a cancel, a failure); nothing once the turn has its outcome or after a cancel, nor for a
+ *   paragraph over the turn text limit or past the turn's passage limit (the turn's record says what was kept). With
  *   `progress`, also `model.output.progress` (K7: text still streaming inside an unfinished
  *   paragraph resets the no-progress clock) when it is past what the turn recorded before
  *   (strictly more characters), under the same conditions.
@@ -121,14 +132,14 @@ function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake'
   if (calls.length > 0) {
     const missing = undecidedCalls(facts, last!, waitTtlMs, now);
     if (missing.length > 0) return missing;
-    const asked = clarificationOf(planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now)));
+    const asked = clarificationOf(planTurnCalls(facts, last!.turn, calls, last!.completed!.cut, new Date(last!.completedAt ?? now)));
     if (asked) return [clarificationStop(facts, last!.turn, asked.question, now)];
   }
   // past the deadline nothing more is started, and waiting for receipts ends too (a step never waits past it)
   if (now.getTime() >= Date.parse(limits.deadlineAt)) return [finished(facts, now, 'deadline', `deadline ${limits.deadlineAt} passed`, null)];
   if (parkedOn(facts)) return []; // parked: only the wait's answer or the child's settlement continues it (K10)
   if (calls.length > 0) {
-    const plans = planCalls(facts, last!.turn, calls, new Date(last!.completedAt ?? now));
+    const plans = planTurnCalls(facts, last!.turn, calls, last!.completed!.cut, new Date(last!.completedAt ?? now));
     if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
   // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
@@ -140,7 +151,7 @@ function undecidedCalls(facts: RunFacts, last: TurnFacts, waitTtlMs: number, now
   const ctx = contextFrom(facts.lastEvent!);
   const calls = last.completed!.toolCalls;
   const completedAt = new Date(last.completedAt ?? now);
-  const plans = planCalls(facts, last.turn, calls, completedAt);
+  const plans = planTurnCalls(facts, last.turn, calls, last.completed!.cut, completedAt);
   const out: RunEvent[] = [];
   for (const c of calls) {
     const plan = plans.get(c.toolCallId)!;
@@ -167,7 +178,8 @@ function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: '
   const ctx = contextFrom(facts.lastEvent!);
   const finalTurn = isFinalizationTurn(last);
   if (!result.ok) {
-    const failed: EventData<'model.turn.failed'> = { turn: turnNo, error: result.error };
+    const error = { ...result.error, message: boundReportedText(result.error.message) };
+    const failed: EventData<'model.turn.failed'> = { turn: turnNo, error };
     // a transient failure of research is retried by a later wake, after a backoff recorded here (K7):
     // exponential in the failures in a row, with the adapter's jitter, at least the provider's Retry-After
     const deadlineAt = facts.admitted!.limits.deadlineAt;
@@ -197,12 +209,13 @@ function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: '
       events.push(finished(facts, now, 'model-error', `${finalTurn ? 'finalization ' : ''}turn ${turnNo}: ${result.error.message}`, null));
     return events;
   }
-  const completed = { turn: turnNo, ...result.turn };
+  // bounded where the model's output enters the product: its record always fits the log (K9, K11: ./sizes.ts)
+  const completed = { turn: turnNo, ...boundTurn(result.turn) };
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;
   if (proposableCalls(completed, finalTurn).length > 0) {
-    const plans = planCalls(facts, turnNo, completed.toolCalls, now);
+    const plans = planTurnCalls(facts, turnNo, completed.toolCalls, completed.cut, now);
     for (const c of completed.toolCalls) {
       const plan = plans.get(c.toolCallId)!;
       if (plan.kind === 'tool') events.push(makeEvent('tool.call.proposed', ctx, c.toolCallId, { ...c, turn: turnNo }, now));
@@ -224,10 +237,11 @@ function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: '
 
 /**
  * The calls of a completed turn that may be proposed: none when the reply was cut by the length
- * limit, even those whose arguments look complete (the model did not finish its turn; K5, K9).
+ * limit or whose text was cut for its size, even those whose arguments look complete (the model's
+ * turn is not whole; K5, K9).
  */
 function proposableCalls(done: NonNullable<TurnFacts['completed']>, finalization: boolean): NonNullable<TurnFacts['completed']>['toolCalls'] {
-  return done.finishReason === 'length' || finalization ? [] : done.toolCalls;
+  return done.finishReason === 'length' || finalization || contentCut(done) ? [] : done.toolCalls;
 }
 
 /**
@@ -245,8 +259,10 @@ function onParagraphs(
   if (facts.cancelRequested || !last || last.turn !== turnNo || last.completed || last.failed) return [];
   const ctx = contextFrom(facts.lastEvent!);
   const recorded = new Set(last.paragraphs.map((p) => p.index));
+  // a paragraph over the size limit is not recorded on its own: the turn's text is then over it too,
+  // and the turn's record says what was kept of it (./sizes.ts)
   const events: RunEvent[] = paragraphs
-    .filter((p) => !recorded.has(p.index))
+    .filter((p) => !recorded.has(p.index) && p.index < TURN_PASSAGES_MAX && jsonBytes(p.text) <= TURN_CONTENT_MAX_BYTES)
     .map((p) =>
       makeEvent(
         'model.output.paragraph',

@@ -5,6 +5,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { EventData, StoredEvent } from '@runplane/contracts';
 import {
   EventLog,
+  isPermanentAppendError,
   isTransientNatsError,
   LeaseStore,
   liveDeltaSubject,
@@ -262,7 +263,10 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * calls the model again). The retry decides again from a fresh read, and the events' ids are
    * deterministic, so an attempt that was stored counts once; it ends when the log says stored
    * (or decided elsewhere: a fence, a conflict), or when the lease is lost or the process stops
-   * (recovery then records the turn as uncertain).
+   * (recovery then records the turn as uncertain). A record the log refuses for a permanent reason
+   * (its size, its schema: `isPermanentAppendError`) is never retried: the turn is recorded
+   * `unrecordable` with the reason at once, so the Run stops and settles saying so (K9, K11), not
+   * at the no-progress limit.
    */
   private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
     // the retry backoff's jitter (K7), drawn once: a decision taken again after a NATS outage backs off as long
@@ -276,6 +280,17 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         );
         return;
       } catch (e) {
+        if (isPermanentAppendError(e) && !(!result.ok && result.error.kind === 'unrecordable') && this.held.get(runId)?.epoch === epoch) {
+          this.logger.error(
+            { runId, turn, error: (e as Error).message },
+            'the outcome of a model turn was refused by the log; recording it as unrecordable',
+          );
+          result = {
+            ok: false,
+            error: { kind: 'unrecordable', status: null, message: `the reply of turn ${turn} could not be recorded: ${(e as Error).message}` },
+          };
+          continue;
+        }
         if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;
         this.logger.warn(
           { runId, turn, attempt, error: (e as Error).message },

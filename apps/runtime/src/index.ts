@@ -6,3 +6,4 @@ export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.
 export * from './paragraphs.js';
 export { planCalls, wakeAwaitsRecovery, type CallPlan } from './parking.js';
 export * from './context.js';
+export * from './sizes.js';

@@ -21,12 +21,15 @@
  */
 import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent, type UnansweredPart } from '@runplane/contracts';
 import { budgetOf, estimateInputTokens, lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
+import { contentCut, describeContentCut } from './sizes.js';
 
 /** Fruitless turns in a row (no text, no valid tool call: empty, cut, incomplete or failed) after which the Run stops `no-progress` (K9). */
 export const MAX_FRUITLESS_TURNS = 3;
 
 /** HTTP statuses worth a new request: timeout, conflict, too early, rate limit; every 5xx. */
 export function isRetryableFailure(error: EventData<'model.turn.failed'>['error']): boolean {
+  // a reply the log refused for its size or schema would be refused again (K9, K11: recorded, never retried)
+  if (error.kind === 'unrecordable') return false;
   if (error.kind !== 'http') return true; // timeout, connection, invalid (malformed) reply
   const s = error.status;
   return s === null || s === 408 || s === 409 || s === 425 || s === 429 || s >= 500;
@@ -110,7 +113,7 @@ export function isFinalizationTurn(t: TurnFacts): boolean {
 /** True when a completed turn is an answer: finished normally (`stop`; a finalization turn also `tool_calls`) with visible text. */
 export function isAnswer(t: TurnFacts): boolean {
   const done = t.completed;
-  if (!done || isBlank(done.content)) return false;
+  if (!done || isBlank(done.content) || contentCut(done)) return false;
   if (done.finishReason === 'stop') return done.toolCalls.length === 0 || isFinalizationTurn(t);
   return isFinalizationTurn(t) && done.finishReason === 'tool_calls';
 }
@@ -126,6 +129,8 @@ export function fruitless(t: TurnFacts): string | null {
   const done = t.completed;
   if (!done) return null;
   if (done.finishReason === 'length') return `turn ${t.turn} stopped at the length limit`;
+  const cut = contentCut(done);
+  if (cut) return describeContentCut(t.turn, cut);
   if (done.toolCalls.length > 0 && !isFinalizationTurn(t)) return null;
   if (isBlank(done.content)) return `turn ${t.turn} returned no text`;
   if (done.finishReason !== 'stop') return `turn ${t.turn} ended with finish_reason=${done.finishReason}, not a finished answer`;
@@ -136,7 +141,7 @@ export function fruitless(t: TurnFacts): string | null {
 function stopReasonOf(t: TurnFacts): ExecutionStopReason {
   if (t.failed) return 'model-error';
   const done = t.completed!;
-  if (done.finishReason === 'length') return 'truncated-output';
+  if (done.finishReason === 'length' || contentCut(done)) return 'truncated-output';
   if (isBlank(done.content)) return 'empty-output';
   return 'incomplete-output';
 }

@@ -3,7 +3,7 @@
  * context budget: the pure rules of apps/runtime/src/context.ts and buildMessages.
  */
 import { describe, expect, it } from '@jest/globals';
-import { effectKey, sha256Hex, type EventData } from '@runplane/contracts';
+import { BROKER_MAX_PAYLOAD_BYTES, CARRIED_MAX_CHARS, effectKey, sha256Hex, type EventData } from '@runplane/contracts';
 import { buildMessages, carryContext, decide, decideCarry, type EarlierRun } from '@runplane/app-runtime';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
@@ -280,6 +280,32 @@ describe('context budget: whole pairs only', () => {
     expect(carried.items.map((i) => i.kind)).toEqual(expect.arrayContaining(['original-request', 'unknown-call', 'open-questions']));
     expect(carried.items.some((i) => i.kind === 'tool-result')).toBe(false);
     expect(carried.dropped).toContainEqual({ runId: 'parent-1', ref: 'h1', reason: 'budget' });
+  });
+});
+
+describe('carried context is bounded whatever the budget (K11)', () => {
+  it('with the largest budget (50,000,000), at most CARRIED_MAX_CHARS is carried, the rest listed as dropped (budget); the record fits the broker', () => {
+    const earlier: History[] = [];
+    for (let r = 0; r < 4; r++) {
+      const h = new History(`hist-${r}`, 'conv-1').admitted({ content: `question ${r}` });
+      for (let i = 0; i < 3; i++) {
+        const text = `${r}/${i} `.repeat(10_000);
+        h.add('passage.committed', `p${i}`, { passageId: `h${r}p${i}`, index: i, version: 1, text, sourceTurn: 1, sha256: sha256Hex(text) });
+      }
+      earlier.push(h);
+    }
+    const follow = new History('run-big', 'conv-1').add('run.admitted', 'admission', {
+      message: { messageId: 'mb', clientMessageId: 'cb', content: 'And now?', contentSha256: sha256Hex('And now?') },
+      grant: { tools: ['get_holdings'], model: 'scripted' },
+      limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2100-01-01T00:00:00.000Z' },
+      conversationHistory: { runIds: earlier.map((h) => h.runId) },
+    });
+    const [event] = decideCarry(follow.facts, earlierOf(...earlier), 50_000_000, NOW);
+    const carried = event!.data as EventData<'context.carried'>;
+    expect(carried.items.reduce((n, i) => n + i.text.length, 0)).toBeLessThanOrEqual(CARRIED_MAX_CHARS);
+    expect(carried.items.some((i) => i.kind === 'history-passage')).toBe(true);
+    expect(carried.dropped.filter((d) => d.reason === 'budget').length).toBeGreaterThan(0);
+    expect(Buffer.byteLength(JSON.stringify(event), 'utf8')).toBeLessThan(BROKER_MAX_PAYLOAD_BYTES / 2);
   });
 });
 

@@ -32,7 +32,17 @@
  * the label never makes an `unknown` call eligible for replay.
  * A failed or denied call stops only its own effect; the Run goes on (K8).
  */
-import { contextFrom, effectKey, makeEvent, sha256Hex, ToolEffects, type EventData, type RunEvent, type ToolEffect } from '@runplane/contracts';
+import {
+  boundReportedText,
+  contextFrom,
+  effectKey,
+  makeEvent,
+  sha256Hex,
+  ToolEffects,
+  type EventData,
+  type RunEvent,
+  type ToolEffect,
+} from '@runplane/contracts';
 import { carvedForChildren, toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
@@ -234,10 +244,10 @@ function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecu
       const sha256 = sha256Hex(o.json);
       data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
     }
-  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: o.message } };
+  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: boundReportedText(o.message) } };
   else if (o.kind === 'timed-out')
     data = { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } };
-  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: o.message } };
+  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: boundReportedText(o.message) } };
   return [makeEvent('tool.call.receipt', contextFrom(facts.lastEvent!), call.toolCallId, data, now)];
 }
 
@@ -262,7 +272,7 @@ function lateObservation(
       const sha256 = sha256Hex(o.json);
       data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
     }
-  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: o.message } };
-  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: o.message } };
+  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: boundReportedText(o.message) } };
+  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: boundReportedText(o.message) } };
   return [makeEvent('tool.call.late_observed', contextFrom(facts.lastEvent!), toolCallId, data, now)];
 }

@@ -136,6 +136,29 @@ export const ProposedToolCall = z.object({
   argumentsText: z.string(),
 });
 export type ProposedToolCall = z.infer<typeof ProposedToolCall>;
+/**
+ * A value of a model turn recorded cut for its size (K9, K11; limits in `./limits.ts`): what it
+ * was (its whole size and digest), what was kept (its first `keptCharacters`) and the limit.
+ */
+export const SizeCut = z.object({
+  /** `content`: the turn's text; `arguments` / `name`: one tool call's arguments or name; `finishReason`: the model's finish reason. */
+  field: z.enum(['content', 'arguments', 'name', 'finishReason']),
+  /** The tool call whose arguments or name were cut. */
+  toolCallId: Id.optional(),
+  /** Why: the value is over its size limit (`limitBytes`, or the turn's total for its tool calls). */
+  reason: z.enum(['size-limit']),
+  /** Size of the whole value as the model produced it, bytes of its JSON (UTF-8). */
+  bytes: z.number().int().nonnegative(),
+  /** sha256 (hex) of the whole value's UTF-8 text. */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  /** The recorded value is the whole value's first `keptCharacters` (UTF-16 code units, `string.length`). */
+  keptCharacters: z.number().int().nonnegative(),
+  /** The limit that was applied, bytes of JSON. */
+  limitBytes: z.number().int().nonnegative(),
+  /** For a text cut for its number of passages (`TURN_PASSAGES_MAX`): that limit. */
+  limitPassages: z.number().int().positive().optional(),
+});
+export type SizeCut = z.infer<typeof SizeCut>;
 export const ModelTurnCompletedV1 = z.object({
   turn: z.number().int().positive(),
   content: z.string(),
@@ -143,6 +166,12 @@ export const ModelTurnCompletedV1 = z.object({
   /** As the model reported it: `stop`, `tool_calls`, `length`, `content_filter`... */
   finishReason: z.string(),
   usage: Usage.nullable(),
+  /**
+   * Values recorded cut for their size (`SizeCut`). A cut text makes the turn no answer (retried
+   * within the budget, like a length-cut reply, K9); a call with cut arguments or name is never
+   * executed: the model reads `arguments_too_large` as its result. Absent: nothing was cut.
+   */
+  cut: z.array(SizeCut).optional(),
 });
 export const ModelTurnFailedV1 = z.object({
   turn: z.number().int().positive(),
@@ -151,9 +180,10 @@ export const ModelTurnFailedV1 = z.object({
      * `timeout`: the request (headers or streamed body) was cut by the model timeout or the Run's
      * deadline; `not-sent`: the request never left the runtime (the shared limiter's rate-limit
      * pause ends after the deadline, or the deadline passed): the provider received nothing and
-     * nothing is charged (K7).
+     * nothing is charged (K7); `unrecordable`: the reply arrived but the log refused its record for
+     * a permanent reason (its size, its schema): the failure is recorded instead, never retried (K9, K11).
      */
-    kind: z.enum(['http', 'timeout', 'connection', 'invalid-response', 'not-sent']),
+    kind: z.enum(['http', 'timeout', 'connection', 'invalid-response', 'not-sent', 'unrecordable']),
     status: z.number().int().nullable(),
     message: z.string(),
     /** The provider's `Retry-After` (a 429 or 503), ms: the shared per-model limiter pauses that long (K7). */
@@ -585,8 +615,10 @@ export const ChildRunSettledV1 = z.object({
   toolCallId: Id,
   outcome: Outcome,
   reason: z.string(),
-  /** The child's committed passages joined by blank lines ('' when it published none). */
+  /** The child's committed passages joined by blank lines ('' when it published none); cut at `CHILD_ANSWER_MAX_BYTES` (see `answerCut`). */
   answer: z.string(),
+  /** Present when `answer` is the first part of a longer answer, cut for its size: the whole answer's size and digest. */
+  answerCut: z.lazy(() => SizeCut.omit({ field: true, toolCallId: true })).optional(),
 });
 
 /** Registry: event type -> owner, schema version, data schema. The single source of the catalogue. */

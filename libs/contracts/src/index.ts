@@ -7,3 +7,4 @@ export * from './catalog-doc.js';
 export * from './openapi.js';
 export * from './passages.js';
 export * from './unanswered.js';
+export * from './limits.js';

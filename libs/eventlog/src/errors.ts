@@ -60,3 +60,31 @@ export class RetryLater extends Error {
     this.name = 'RetryLater';
   }
 }
+
+/**
+ * The log refused an append for a reason no retry can fix: the event is larger than the broker's
+ * message size (`size`, the server's `max_payload`), or the event or the broker refused its shape
+ * (`schema`). Never retried blindly: the owner records the failure as a fact instead (K9, K11).
+ */
+export class AppendRefused extends Error {
+  constructor(
+    readonly subject: string,
+    readonly reason: 'size' | 'schema',
+    detail: string,
+  ) {
+    super(`append to ${subject} refused (${reason}): ${detail}`);
+    this.name = 'AppendRefused';
+  }
+}
+
+/**
+ * True for an append failure no retry can fix ({@link AppendRefused}, a ZodError from the event
+ * factory, the client's `max_payload size exceeded`, a JetStream refusal other than a conflict or
+ * an outage): the owner must record it as a fact, not retry it.
+ */
+export function isPermanentAppendError(e: unknown): boolean {
+  if (e instanceof AppendRefused) return true;
+  if (!(e instanceof Error)) return false;
+  if (e.name === 'ZodError') return true;
+  return /max_payload|maximum (message|payload) size|message size exceeds/i.test(e.message);
+}

@@ -13,7 +13,7 @@ import {
   type StoredMsg,
 } from '@nats-io/jetstream';
 import { BusConfig, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
-import { AppendConflict, InvalidStoredEvent } from './errors.js';
+import { AppendConflict, AppendRefused, InvalidStoredEvent } from './errors.js';
 import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
 
 export interface EventLogOptions {
@@ -268,6 +268,7 @@ export class EventLog {
    * was already recorded by another writer (or an earlier execution), and the caller must not
    * run the decision's side effect.
    * @throws AppendConflict (`kind` `wrong-last-sequence` or `decided-elsewhere`): re-read and decide again.
+   * @throws AppendRefused (`size`) when the event is larger than the broker's `max_payload`: never attempted, never retried.
    * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
   async append(event: RunEvent, expectedLastSubjectSeq: number, earlierSeqs: readonly number[] = [], epoch?: number): Promise<AppendResult> {
@@ -276,6 +277,12 @@ export class EventLog {
     const writer = epoch === undefined ? this.writer : { ...this.writer, epoch };
     const stamped = { ...event, prevSeq: expectedLastSubjectSeq, ...(hints.length ? { earlierSeqs: hints } : {}), writer } as RunEvent;
     const body = JSON.stringify(stamped);
+    // refused here, before any attempt: the client would refuse it on every retry (K11: the owner records why instead)
+    const bytes = Buffer.byteLength(body, 'utf8');
+    const maxPayload = this.nc.info?.max_payload;
+    if (maxPayload && bytes > maxPayload) {
+      throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
+    }
     let attempts = 0;
     return pRetry(
       async () => {

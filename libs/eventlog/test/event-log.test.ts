@@ -2,7 +2,16 @@ import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { errors as natsErrors } from '@nats-io/transport-node';
-import { AppendConflict, DurableConsumer, EventLog, ownerFilter, runSubject, type InvalidStoredEvent } from '@runplane/eventlog';
+import {
+  AppendConflict,
+  AppendRefused,
+  DurableConsumer,
+  EventLog,
+  isPermanentAppendError,
+  ownerFilter,
+  runSubject,
+  type InvalidStoredEvent,
+} from '@runplane/eventlog';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
 
@@ -46,6 +55,25 @@ describeEachNatsServer(servers, (server) => {
     const rejected = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect(rejected.reason).toBeInstanceOf(AppendConflict);
     expect(await log.readRun(runId)).toHaveLength(1);
+  });
+
+  it("given an event over the broker's max_payload, when appended, then it is refused at once as permanent (size), never attempted, nothing stored (K11)", async () => {
+    const runId = `rsize${tag}`;
+    const max = log.nc.info!.max_payload;
+    const big = admitted(runId, 'x'.repeat(max + 1));
+    const started = Date.now();
+    const refused = await log.append(big, 0).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(AppendRefused);
+    expect(refused).toMatchObject({ reason: 'size' });
+    expect(isPermanentAppendError(refused)).toBe(true);
+    expect(Date.now() - started).toBeLessThan(2_000); // not retried for appendRetryMs
+    expect(await log.readRun(runId)).toHaveLength(0);
+    // just under the limit it is stored
+    const fits = admitted(runId, 'x'.repeat(max - 2_000));
+    await expect(log.append(fits, 0)).resolves.toMatchObject({ seq: expect.any(Number) });
   });
 
   it('given an appended event, when the same event id is appended again, then it is refused as a conflict and nothing new is stored (K11)', async () => {

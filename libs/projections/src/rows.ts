@@ -145,7 +145,7 @@ export interface ModelTurnRow {
   toolCalls: number | null;
   promptTokens: number | null;
   completionTokens: number | null;
-  /** For a failed turn: `http`, `timeout`, `connection`, `invalid-response`, `not-sent`. */
+  /** For a failed turn: `http`, `timeout`, `connection`, `invalid-response`, `not-sent`, `unrecordable`. */
   errorKind: string | null;
   lastSeq: number;
 }
