@@ -158,6 +158,7 @@ export const ProblemTitles: Record<string, string> = {
   invalid_body: 'The request body is invalid',
   unsupported_media_type: 'Unsupported media type',
   payload_too_large: 'Request body too large',
+  invalid_cursor: "The cursor is not a position in this Run's log",
   not_found: 'Not found',
   route_not_found: 'No such route',
   not_projected_yet: 'Not projected yet',
