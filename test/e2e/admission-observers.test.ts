@@ -242,6 +242,70 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
   }, 60_000);
 });
 
+describe('observers at scale and over time (K4; docs/operations.md: keep-alive every 15 s, one short-lived consumer per observer)', () => {
+  const consumers = async () => (await t.log.jsm.streams.info(t.log.space.stream)).state.consumer_count;
+
+  it('50 observers of one Run each get every event once and end at the settlement; a silent stream gets its keep-alive within 15 s; no consumer is left behind', async () => {
+    const baseline = await eventually(async () => {
+      const before = await consumers();
+      return before === (await consumers()) ? before : null;
+    }, 30_000);
+    const key = `k4-many-${t.tag}`;
+    await t.setScenario(
+      {
+        steps: [
+          { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
+          { reply: { content: 'SPY it is.\n\nDone.' } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const { body } = await t.client.postMessage('conv-k4-many', { clientMessageId: key, content: `[${key}] Which fund do you mean?` });
+    const runId = body.runId;
+    const opened = await eventually(
+      async () => (await t.log.readRun(runId)).find((e) => e.event.type === 'wait.opened') ?? null,
+      60_000,
+      'the Run parked on its question',
+    );
+
+    // parked and silent: a raw observer after the last event hears only the keep-alive, within 15 s (+ slack for a loaded machine)
+    const silent = new AbortController();
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${runId}/events`, {
+      headers: { 'last-event-id': String((await t.log.readRun(runId)).at(-1)!.seq) },
+      signal: silent.signal,
+    });
+    expect(res.status).toBe(200);
+    const startedAt = Date.now();
+    const decoder = new TextDecoder();
+    let text = '';
+    for await (const chunk of res.body!) {
+      text += decoder.decode(chunk as Uint8Array, { stream: true });
+      if (text.includes(': keepalive')) break;
+    }
+    const keepaliveAfterMs = Date.now() - startedAt;
+    silent.abort();
+    expect(text).toContain(': keepalive');
+    expect(text).not.toContain('\nid: ');
+    expect(keepaliveAfterMs).toBeLessThan(15_000 + 5_000);
+
+    const N = 50;
+    const seen: number[][] = Array.from({ length: N }, () => []);
+    const following = Array.from({ length: N }, (_, i) => t.client.streamEvents(runId, { onEvent: (e) => seen[i]!.push(e.seq) }));
+    // every observer has replayed up to the open wait before the Run moves on
+    await eventually(async () => (seen.every((s) => s.includes(opened.seq)) ? true : null), 60_000, 'every observer replayed the wait');
+    await t.client.answerWait(runId, (opened.event as { data: { waitId: string } }).data.waitId, 'SPY');
+    const ended = await Promise.all(following);
+    const all = (await t.waitForSettlement(runId)).map((e) => e.seq);
+    for (let i = 0; i < N; i++) {
+      expect(ended[i]!.ended).toBe('server');
+      expect(seen[i]).toEqual(all);
+    }
+    // every observer's consumer went with it (the silent one too)
+    await eventually(async () => ((await consumers()) <= baseline ? true : null), 30_000, `the consumer count back to ${baseline}`);
+  }, 180_000);
+});
+
 describe('K9 first cut: an empty model reply is not an answer', () => {
   it('settles failed with the reason, by the lifecycle, and publishes no passage (an empty reply is retried, charged, and stays no answer)', async () => {
     await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'repeat-last' });
