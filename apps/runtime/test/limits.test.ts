@@ -5,7 +5,7 @@
  * (the deadline recorded at admission) and `RUNPLANE_WAIT_TTL_SECONDS` (capped by the deadline).
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide } from '@runplane/app-runtime';
+import { decide, ModelRateLimiter } from '@runplane/app-runtime';
 import { estimateInputTokens } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
@@ -139,5 +139,55 @@ describe("RUNPLANE_WAIT_TTL_SECONDS: a question stays answerable for the TTL, ne
       .given(asked(deadlineAt))
       .when({ ...wake, waitTtlMs: 60_000 }, new Date('2025-12-31T23:00:04.000Z'))
       .then([opened(expiresAt)]);
+  });
+});
+
+describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the shared limiter at its edges', () => {
+  it('given a concurrency of 2, the first 2 requests run at once and the 3rd starts only when one ends', async () => {
+    const limiter = new ModelRateLimiter({ maxConcurrent: 2 });
+    const gates: (() => void)[] = [];
+    const started: number[] = [];
+    let running = 0;
+    let most = 0;
+    const job = (i: number) => async () => {
+      started.push(i);
+      most = Math.max(most, ++running);
+      await new Promise<void>((resolve) => gates.push(resolve));
+      running--;
+      return i;
+    };
+    const far = Date.now() + 60_000;
+    const results = [1, 2, 3].map((i) => limiter.schedule(job(i), far, () => -1));
+    const until = async (cond: () => boolean) => {
+      for (const end = Date.now() + 10_000; !cond();) {
+        if (Date.now() > end) throw new Error('timed out waiting for the limiter');
+        await new Promise((r) => setImmediate(r));
+      }
+    };
+    await until(() => started.length === 2);
+    // the third waits while two are in flight (it is queued, not started, however long we look)
+    for (let k = 0; k < 50; k++) await new Promise((r) => setImmediate(r));
+    expect(started).toEqual([1, 2]);
+    gates.shift()!();
+    await until(() => started.length === 3);
+    // release the rest (the second and the third)
+    for (const release of gates.splice(0)) release();
+    expect(await Promise.all(results)).toEqual([1, 2, 3]);
+    expect(most).toBe(2);
+  });
+
+  it('given a minimum interval, two request starts are at least that far apart', async () => {
+    const limiter = new ModelRateLimiter({ maxConcurrent: 8, minIntervalMs: 200 });
+    const far = Date.now() + 60_000;
+    const starts = await Promise.all(
+      [1, 2].map(() =>
+        limiter.schedule(
+          async () => Date.now(),
+          far,
+          () => -1,
+        ),
+      ),
+    );
+    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(195); // timer granularity
   });
 });
