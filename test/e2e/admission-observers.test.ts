@@ -202,6 +202,9 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     // a position of another Run's event
     await refused(await events(otherEvents[otherEvents.length - 1]!.seq), 'other-run');
     await refused(await events(otherEvents[0]!.seq, 'query'), 'other-run');
+    // a position on this Run's own subject that holds no fact (garbage published around the log)
+    const garbage = await t.log.js.publish(`${t.log.space.prefix}.run.${runId}.runtime`, 'garbage {not json');
+    await refused(await events(garbage.seq), 'not-an-event');
     // malformed and negative stay 400 bad_request
     for (const bad of ['-1', '1.5', 'abc']) expect((await events(bad)).status).toBe(400);
 

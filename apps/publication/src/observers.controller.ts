@@ -83,8 +83,12 @@ export class ObserversController implements BeforeApplicationShutdown {
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
     if (after > 0) {
-      const atCursor = await this.log.getStored(after);
-      const refusal = judgeCursor(runId, after, atCursor, atCursor ? 0 : await this.log.lastSeq());
+      let atCursor = await this.log.getStored(after);
+      const streamLastSeq = atCursor ? after : await this.log.lastSeq();
+      // before refusing a position inside the log, a second opinion from the Run's own read: a
+      // direct get may be answered by a replica that has not stored the newest messages yet
+      if (!atCursor && after <= streamLastSeq) atCursor = (await this.log.readRun(runId)).find((e) => e.seq === after) ?? null;
+      const refusal = judgeCursor(runId, after, atCursor, streamLastSeq);
       if (refusal) {
         throw apiError(HttpStatus.BAD_REQUEST, 'invalid_cursor', refusal.detail, { extensions: { cursor: after, reason: refusal.reason } });
       }
