@@ -218,6 +218,13 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     expect(watch.status).toBe(1);
     expect(watch.stderr).toContain(`--last-event-id ${end + 1000}`);
     expect(watch.stderr).toContain('beyond the end of the log');
+    const tooLong = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'watch', runId, '--last-event-id', '1'.repeat(16)], {
+      env: cliEnv,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(tooLong.status).toBe(1);
+    expect(tooLong.stderr).toContain('at most 15 digits');
 
     // a valid cursor: this Run's wait.opened; replays exactly what follows, then ends after the settlement
     const seen: ObservedEvent[] = [];
