@@ -111,7 +111,7 @@ function refusalOf(e: unknown, link: LinkedMessage): string {
 /**
  * Follows an existing Run's events from after `lastEventId` until it settles.
  * @throws Error saying which `--last-event-id` is refused and why, when the server answers
- *   `invalid_cursor` (not 0 and not the position of one of this Run's events: K4); the caller
+ *   `invalid_cursor` (not 0 and not a position in this Run's log: K4); the caller
  *   exits non-zero.
  */
 export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<RunEvent | null> {

@@ -4,7 +4,7 @@ import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } fro
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
 import { apiError, badRequestFromZod } from '@runplane/service-kit';
-import { judgeCursor } from './cursor.js';
+import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
 
@@ -64,7 +64,7 @@ export class ObserversController implements BeforeApplicationShutdown {
    * `event: delta` messages without an id (they are not stored and are never replayed).
    * 204 when `Last-Event-ID` is at or after the Run's settlement (nothing more will come).
    * @throws 400 `invalid_cursor` (extensions `cursor`, `reason`: `beyond-end`, `other-run`,
-   * `not-an-event`) when `Last-Event-ID` is not 0 and not the position of one of this Run's events
+   * `not-an-event`) when `Last-Event-ID` is not 0 and not a position in this Run's log
    * ({@link judgeCursor}): a stream from there would skip stored events or never end (K4).
    */
   @Get(':runId/events')
@@ -83,11 +83,13 @@ export class ObserversController implements BeforeApplicationShutdown {
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
     if (after > 0) {
-      let atCursor = await this.log.getStored(after);
+      const stored = await this.log.jsm.direct.getMessage(this.log.space.stream, { seq: after });
+      const subjectRun = stored ? runIdOfSubject(this.log.space.prefix, stored.subject) : null;
+      let atCursor = subjectRun ? { runId: subjectRun } : null;
       const streamLastSeq = atCursor ? after : await this.log.lastSeq();
       // before refusing a position inside the log, a second opinion from the Run's own read: a
       // direct get may be answered by a replica that has not stored the newest messages yet
-      if (!atCursor && after <= streamLastSeq) atCursor = (await this.log.readRun(runId)).find((e) => e.seq === after) ?? null;
+      if (!atCursor && after <= streamLastSeq && (await this.log.readRun(runId)).some((e) => e.seq === after)) atCursor = { runId };
       const refusal = judgeCursor(runId, after, atCursor, streamLastSeq);
       if (refusal) {
         throw apiError(HttpStatus.BAD_REQUEST, 'invalid_cursor', refusal.detail, { extensions: { cursor: after, reason: refusal.reason } });

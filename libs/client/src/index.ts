@@ -246,8 +246,8 @@ export class RunplaneClient {
    * the caller can tell by whether it saw the settlement), when the server answers 204 (`complete`:
    * the settlement is already behind `lastEventId`) or when `signal` aborts (a disconnect: the Run
    * goes on).
-   * @param opts.lastEventId 0 or an id this Run's stream sent (the stream sequence of one of its
-   *   events); the server refuses any other cursor (K4).
+   * @param opts.lastEventId 0 or an id this Run's stream sent (a position in its log); the server
+   *   refuses any other cursor (K4).
    * @throws RunplaneHttpError with code `invalid_cursor` (400; `problem` carries `cursor` and
    *   `reason`) when `lastEventId` is not a position of this Run's log, `bad_request` when it is
    *   malformed, `not_found` for an unknown Run.
