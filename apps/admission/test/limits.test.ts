@@ -3,9 +3,10 @@
  * until 1 ms before `expiresAt` and refused `expired` from that instant on, the same instant from
  * which recovery fences the Run (apps/recovery/test/limits.test.ts): never accepted and expired.
  */
-import { describe, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { waitIdOf } from '@runplane/contracts';
 import { decide, WaitNotPending } from '@runplane/app-admission';
+import { userOf } from '../src/admission.controller.js';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
@@ -31,5 +32,13 @@ describe("a wait's answer at the edge of its expiry", () => {
       .given(parked())
       .when(answer, new Date(Date.parse(expiresAt) + 1))
       .thenThrows(WaitNotPending);
+  });
+});
+
+describe('X-Runplane-User (who cancels or answers, recorded in the log): at most 200 characters, never cut', () => {
+  it('199 and 200 are kept whole; 201 is refused 400 naming the header', () => {
+    expect(userOf('u'.repeat(199))).toBe('u'.repeat(199));
+    expect(userOf('u'.repeat(200))).toBe('u'.repeat(200));
+    expect(() => userOf('u'.repeat(201))).toThrow(/X-Runplane-User is 201 characters long; at most 200/);
   });
 });
