@@ -4,8 +4,11 @@
  * against the real processes, JetStream and PostgreSQL.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { RunplaneHttpError, type ObservedEvent } from '@runplane/client';
-import { startTestStack, type TestStack } from '../support/stack.js';
+import { repoRoot } from '@runplane/devstack';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
 beforeAll(async () => {
@@ -146,12 +149,110 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     expect([...seen, ...resumed].map((e) => e.seq)).toEqual(all.map((e) => e.seq));
     expect(await t.modelRequests()).toBe(requestsAfterRun);
 
-    // resuming at (or after) the settlement: nothing more will come, so 204 ends it at once
-    for (const lastEventId of [all[all.length - 1]!.seq, all[all.length - 1]!.seq + 100]) {
-      const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${body.runId}/events`, { headers: { 'last-event-id': String(lastEventId) } });
-      expect(res.status).toBe(204);
-    }
+    // resuming at the settlement (or a later event of the Run): nothing more will come, so 204 ends it at once
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${body.runId}/events`, {
+      headers: { 'last-event-id': String(all[all.length - 1]!.seq) },
+    });
+    expect(res.status).toBe(204);
   }, 90_000);
+
+  it('a cursor that is not a position of this Run (beyond the end, another Run) is refused with 400 naming it, while the Run is parked and after it settled; a valid cursor replays exactly the rest and the stream ends at the settlement; the CLI says so and exits 1', async () => {
+    const key = `k4-cursor-${t.tag}`;
+    await t.setScenario(
+      {
+        steps: [
+          { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
+          { reply: { content: 'SPY it is.\n\nDone.' } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const other = await t.client.postMessage('conv-k4-cursor', { clientMessageId: `${key}-other`, content: 'hello' });
+    const otherEvents = await t.waitForSettlement(other.body.runId);
+    const { body } = await t.client.postMessage('conv-k4-cursor', { clientMessageId: key, content: `[${key}] Which fund do you mean?` });
+    const runId = body.runId;
+    const opened = await eventually(
+      async () => (await t.log.readRun(runId)).find((e) => e.event.type === 'wait.opened') ?? null,
+      60_000,
+      'the Run parked on its question',
+    );
+    const events = async (cursor: string | number, via: 'header' | 'query' = 'header') =>
+      fetch(
+        `${t.stack.endpoints.publication}/v1/runs/${runId}/events${via === 'query' ? `?lastEventId=${cursor}` : ''}`,
+        via === 'header' ? { headers: { 'last-event-id': String(cursor) } } : {},
+      );
+    const refused = async (res: Response, reason: string | string[]) => {
+      expect(res.status).toBe(400);
+      expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      const problem = (await res.json()) as { code: string; cursor: number; reason: string; detail: string };
+      expect(problem.code).toBe('invalid_cursor');
+      expect([reason].flat()).toContain(problem.reason);
+      expect(problem.detail).toContain(String(problem.cursor));
+      return problem;
+    };
+    // the Run streams (parked, unsettled): a cursor past the end of the log, one above and far above
+    const end = await t.log.lastSeq();
+    for (const cursor of [end + 1, end + 1000, 999_999_999_999_999]) {
+      // one above may have become another Run's event meanwhile: refused either way
+      const problem = await refused(await events(cursor), cursor === end + 1 ? ['beyond-end', 'other-run'] : 'beyond-end');
+      expect(problem.cursor).toBe(cursor);
+    }
+    await refused(await events(end + 1000, 'query'), 'beyond-end');
+    // a position of another Run's event
+    await refused(await events(otherEvents[otherEvents.length - 1]!.seq), 'other-run');
+    await refused(await events(otherEvents[0]!.seq, 'query'), 'other-run');
+    // a position on this Run's own subject that holds no fact (garbage published around the log) is a
+    // position all the same: the stream replays what follows it (nothing after it yet: it waits)
+    const garbage = await t.log.js.publish(`${t.log.space.prefix}.run.${runId}.runtime`, 'garbage {not json');
+    const atGarbage = new AbortController();
+    expect(
+      (
+        await fetch(`${t.stack.endpoints.publication}/v1/runs/${runId}/events`, {
+          headers: { 'last-event-id': String(garbage.seq) },
+          signal: atGarbage.signal,
+        })
+      ).status,
+    ).toBe(200);
+    atGarbage.abort();
+    // malformed and negative stay 400 bad_request
+    for (const bad of ['-1', '1.5', 'abc']) expect((await events(bad)).status).toBe(400);
+
+    // the CLI: a clear message and a non-zero exit, without retrying
+    const cliEnv = { ...t.env, RUNPLANE_ADMISSION_URL: t.stack.endpoints.admission, RUNPLANE_PUBLICATION_URL: t.stack.endpoints.publication };
+    const watch = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'watch', runId, '--last-event-id', String(end + 1000)], {
+      env: cliEnv,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(watch.status).toBe(1);
+    expect(watch.stderr).toContain(`--last-event-id ${end + 1000}`);
+    expect(watch.stderr).toContain('beyond the end of the log');
+    const tooLong = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'watch', runId, '--last-event-id', '1'.repeat(16)], {
+      env: cliEnv,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(tooLong.status).toBe(1);
+    expect(tooLong.stderr).toContain('at most 15 digits');
+
+    // a valid cursor: this Run's wait.opened; replays exactly what follows, then ends after the settlement
+    const seen: ObservedEvent[] = [];
+    const following = t.client.streamEvents(runId, { lastEventId: opened.seq, onEvent: (e) => seen.push(e) });
+    await t.client.answerWait(runId, (opened.event as { data: { waitId: string } }).data.waitId, 'SPY');
+    const ended = await following;
+    expect(ended.ended).toBe('server');
+    const all = await t.waitForSettlement(runId);
+    expect(seen.map((e) => e.seq)).toEqual(all.filter((e) => e.seq > opened.seq).map((e) => e.seq));
+    expect(seen[seen.length - 1]!.event.type).toBe('run.settled');
+
+    // settled: from its first event the stream replays everything after it and ends; past the end is still refused
+    const replay: ObservedEvent[] = [];
+    expect((await t.client.streamEvents(runId, { lastEventId: all[0]!.seq, onEvent: (e) => replay.push(e) })).ended).toBe('server');
+    expect(replay.map((e) => e.seq)).toEqual(all.slice(1).map((e) => e.seq));
+    const after = await t.log.lastSeq();
+    await refused(await events(after + 1000), 'beyond-end');
+  }, 150_000);
 
   it('rejects a Last-Event-ID that is not a sequence number with 400', async () => {
     const { body } = await t.client.postMessage('conv-k4', { clientMessageId: 'k4-bad-id', content: 'hello' });
@@ -159,6 +260,70 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     expect(res.status).toBe(400);
     await t.waitForSettlement(body.runId);
   }, 60_000);
+});
+
+describe('observers at scale and over time (K4; docs/operations.md: keep-alive every 15 s, one short-lived consumer per observer)', () => {
+  const consumers = async () => (await t.log.jsm.streams.info(t.log.space.stream)).state.consumer_count;
+
+  it('50 observers of one Run each get every event once and end at the settlement; a silent stream gets its keep-alive within 15 s; no consumer is left behind', async () => {
+    const baseline = await eventually(async () => {
+      const before = await consumers();
+      return before === (await consumers()) ? before : null;
+    }, 30_000);
+    const key = `k4-many-${t.tag}`;
+    await t.setScenario(
+      {
+        steps: [
+          { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
+          { reply: { content: 'SPY it is.\n\nDone.' } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const { body } = await t.client.postMessage('conv-k4-many', { clientMessageId: key, content: `[${key}] Which fund do you mean?` });
+    const runId = body.runId;
+    const opened = await eventually(
+      async () => (await t.log.readRun(runId)).find((e) => e.event.type === 'wait.opened') ?? null,
+      60_000,
+      'the Run parked on its question',
+    );
+
+    // parked and silent: a raw observer after the last event hears only the keep-alive, within 15 s (+ slack for a loaded machine)
+    const silent = new AbortController();
+    const res = await fetch(`${t.stack.endpoints.publication}/v1/runs/${runId}/events`, {
+      headers: { 'last-event-id': String((await t.log.readRun(runId)).at(-1)!.seq) },
+      signal: silent.signal,
+    });
+    expect(res.status).toBe(200);
+    const startedAt = Date.now();
+    const decoder = new TextDecoder();
+    let text = '';
+    for await (const chunk of res.body!) {
+      text += decoder.decode(chunk as Uint8Array, { stream: true });
+      if (text.includes(': keepalive')) break;
+    }
+    const keepaliveAfterMs = Date.now() - startedAt;
+    silent.abort();
+    expect(text).toContain(': keepalive');
+    expect(text).not.toContain('\nid: ');
+    expect(keepaliveAfterMs).toBeLessThan(15_000 + 5_000);
+
+    const N = 50;
+    const seen: number[][] = Array.from({ length: N }, () => []);
+    const following = Array.from({ length: N }, (_, i) => t.client.streamEvents(runId, { onEvent: (e) => seen[i]!.push(e.seq) }));
+    // every observer has replayed up to the open wait before the Run moves on
+    await eventually(async () => (seen.every((s) => s.includes(opened.seq)) ? true : null), 60_000, 'every observer replayed the wait');
+    await t.client.answerWait(runId, (opened.event as { data: { waitId: string } }).data.waitId, 'SPY');
+    const ended = await Promise.all(following);
+    const all = (await t.waitForSettlement(runId)).map((e) => e.seq);
+    for (let i = 0; i < N; i++) {
+      expect(ended[i]!.ended).toBe('server');
+      expect(seen[i]).toEqual(all);
+    }
+    // every observer's consumer went with it (the silent one too)
+    await eventually(async () => ((await consumers()) <= baseline ? true : null), 30_000, `the consumer count back to ${baseline}`);
+  }, 180_000);
 });
 
 describe('K9 first cut: an empty model reply is not an answer', () => {

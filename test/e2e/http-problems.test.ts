@@ -95,6 +95,32 @@ describe('errors are problem details (RFC 9457) on every service', () => {
     expect(after).toEqual(before);
   });
 
+  it('the body limit holds at its edge: a 20,000-character message is never too large however it is escaped; exactly the limit is read, one byte more is 413', async () => {
+    const LIMIT = 256 * 1024; // MAX_REQUEST_BODY_BYTES (docs/api.md)
+    // json.dumps' default (ensure_ascii) escapes every non-ASCII character: 6 bytes each, 12 for an astral one
+    const escaped = (id: string, ch: string) =>
+      JSON.stringify({ clientMessageId: id, content: ch.repeat(20_000) }).replace(
+        /[\u0080-\uffff]/g,
+        (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+      );
+    const bmp = escaped('p-limit-bmp', '\u00e9');
+    const astral = escaped('p-limit-astral', '\u{1F600}');
+    expect(Buffer.byteLength(bmp)).toBeGreaterThan(100 * 1024);
+    expect(Buffer.byteLength(astral)).toBeGreaterThan(200 * 1024);
+    for (const body of [bmp, astral]) expect((await postJson('/v1/conversations/conv-limit/messages', body)).status).toBe(201);
+    // padded with JSON whitespace to one below, exactly at and one above the limit
+    const padded = (id: string, bytes: number) => {
+      const json = JSON.stringify({ clientMessageId: id, content: 'What does SPY hold?' });
+      return json + ' '.repeat(bytes - Buffer.byteLength(json));
+    };
+    expect((await postJson('/v1/conversations/conv-limit/messages', padded('p-limit-below', LIMIT - 1))).status).toBe(201);
+    expect((await postJson('/v1/conversations/conv-limit/messages', padded('p-limit-at', LIMIT))).status).toBe(201);
+    const above = await problemOf(await postJson('/v1/conversations/conv-limit/messages', padded('p-limit-above', LIMIT + 1)), 413);
+    expect(above.problem.code).toBe('payload_too_large');
+    const { admissionIds } = await import('@runplane/app-admission');
+    expect(await t.log.readRun(admissionIds('conv-limit', 'p-limit-above').runId)).toEqual([]);
+  }, 60_000);
+
   it('413 a body over the server limit, 415 not JSON', async () => {
     const big = await problemOf(await postJson('/v1/conversations/conv-p/messages', { clientMessageId: 'p4', content: 'x'.repeat(300_000) }), 413);
     expect(big.problem.code).toBe('payload_too_large');

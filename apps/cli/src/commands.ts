@@ -108,9 +108,25 @@ function refusalOf(e: unknown, link: LinkedMessage): string {
   }
 }
 
-/** Follows an existing Run's events until it settles. */
+/**
+ * Follows an existing Run's events from after `lastEventId` until it settles.
+ * @throws Error saying which `--last-event-id` is refused and why, when the server answers
+ *   `invalid_cursor` (not 0 and not a position in this Run's log: K4); the caller
+ *   exits non-zero.
+ */
 export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<RunEvent | null> {
-  return follow(new RunplaneClient(endpoints), runId, lastEventId);
+  try {
+    return await follow(new RunplaneClient(endpoints), runId, lastEventId);
+  } catch (e) {
+    if (e instanceof RunplaneHttpError && e.code === 'invalid_cursor') {
+      throw new Error(
+        `--last-event-id ${lastEventId} is not a position in run ${runId}'s log: ${e.problem!.detail}. ` +
+          `Use 0 to watch from the start, or an id this Run's stream sent.`,
+        { cause: e },
+      );
+    }
+    throw e;
+  }
 }
 
 /**

@@ -26,6 +26,8 @@ import { exitCodeOf } from './render.js';
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
 const nonNegative = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError('must be a non-negative integer');
+  // a stream sequence has at most 15 digits (contracts LastEventIdText); more would lose precision
+  if (v.replace(/^0+(?=\d)/, '').length > 15) throw new InvalidArgumentError('must be a stream sequence of at most 15 digits');
   return Number(v);
 };
 const run = (fn: () => Promise<number | void>) => async () => {

@@ -4,6 +4,7 @@ import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } fro
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
 import { apiError, badRequestFromZod } from '@runplane/service-kit';
+import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
 
@@ -62,6 +63,9 @@ export class ObserversController implements BeforeApplicationShutdown {
    * K11), so the stream ends after the Run's real `run.settled`. With `?deltas=true`, live token deltas are interleaved as
    * `event: delta` messages without an id (they are not stored and are never replayed).
    * 204 when `Last-Event-ID` is at or after the Run's settlement (nothing more will come).
+   * @throws 400 `invalid_cursor` (extensions `cursor`, `reason`: `beyond-end`, `other-run`,
+   * `not-an-event`) when `Last-Event-ID` is not 0 and not a position in this Run's log
+   * ({@link judgeCursor}): a stream from there would skip stored events or never end (K4).
    */
   @Get(':runId/events')
   async events(
@@ -78,6 +82,19 @@ export class ObserversController implements BeforeApplicationShutdown {
         ? parseLastEventId(lastEventIdHeader)
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
+    if (after > 0) {
+      const stored = await this.log.jsm.direct.getMessage(this.log.space.stream, { seq: after });
+      const subjectRun = stored ? runIdOfSubject(this.log.space.prefix, stored.subject) : null;
+      let atCursor = subjectRun ? { runId: subjectRun } : null;
+      const streamLastSeq = atCursor ? after : await this.log.lastSeq();
+      // before refusing a position inside the log, a second opinion from the Run's own read: a
+      // direct get may be answered by a replica that has not stored the newest messages yet
+      if (!atCursor && after <= streamLastSeq && (await this.log.readRun(runId)).some((e) => e.seq === after)) atCursor = { runId };
+      const refusal = judgeCursor(runId, after, atCursor, streamLastSeq);
+      if (refusal) {
+        throw apiError(HttpStatus.BAD_REQUEST, 'invalid_cursor', refusal.detail, { extensions: { cursor: after, reason: refusal.reason } });
+      }
+    }
     // the verified last event of the subject: a forged settlement published after it is not one
     const settlement = await this.log.lastOf(runId, 'lifecycle');
     if (settlement && settlement.seq <= after) {

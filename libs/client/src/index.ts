@@ -95,6 +95,17 @@ function networkReason(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
+/** True when `fetch` failed because the server closed or reset the connection (not a refusal, not a timeout). */
+function closedByServer(e: unknown): boolean {
+  // duck-typed: the errors may come from another realm (a test runner's vm context), where instanceof Error fails
+  for (let cur: unknown = e, depth = 0; typeof cur === 'object' && cur !== null && depth < 5; depth++) {
+    const { code, cause, errors } = cur as { code?: unknown; cause?: unknown; errors?: unknown[] };
+    if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET') return true;
+    cur = cause ?? errors?.[0];
+  }
+  return false;
+}
+
 /** One event received over SSE: its stream sequence (the SSE id) and the validated event. */
 export interface ObservedEvent {
   seq: number;
@@ -113,13 +124,22 @@ async function readJson(res: Response): Promise<unknown> {
 export class RunplaneClient {
   constructor(readonly endpoints: RunplaneEndpoints) {}
 
-  /** `fetch` that turns a network failure into {@link RunplaneUnreachableError} (service, URL, reason). */
+  /**
+   * `fetch` that turns a network failure into {@link RunplaneUnreachableError} (service, URL,
+   * reason). A connection the server closed as the request went out on it (an idle keep-alive
+   * socket reused at the moment the server's idle timeout closes it, "other side closed") is tried
+   * once more on a new connection: every Runplane request is safe to repeat (reads; writes keyed by
+   * their ids, K1, K10).
+   */
   private async request(service: keyof RunplaneEndpoints, url: string | URL, init?: RequestInit): Promise<Response> {
-    try {
-      return await fetch(url, init);
-    } catch (e) {
-      if (init?.signal?.aborted) throw e;
-      throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fetch(url, init);
+      } catch (e) {
+        if (init?.signal?.aborted) throw e;
+        if (attempt === 1 && closedByServer(e)) continue;
+        throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
+      }
     }
   }
 
@@ -226,6 +246,11 @@ export class RunplaneClient {
    * the caller can tell by whether it saw the settlement), when the server answers 204 (`complete`:
    * the settlement is already behind `lastEventId`) or when `signal` aborts (a disconnect: the Run
    * goes on).
+   * @param opts.lastEventId 0 or an id this Run's stream sent (a position in its log); the server
+   *   refuses any other cursor (K4).
+   * @throws RunplaneHttpError with code `invalid_cursor` (400; `problem` carries `cursor` and
+   *   `reason`) when `lastEventId` is not a position of this Run's log, `bad_request` when it is
+   *   malformed, `not_found` for an unknown Run.
    */
   async streamEvents(
     runId: string,

@@ -73,22 +73,41 @@ export const ModelConfig = z.object({
 });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 
-export const LimitsConfig = z.object({
-  RUNPLANE_MAX_MODEL_REQUESTS: envInt(8, 1),
-  RUNPLANE_MAX_TOOL_CALLS: envInt(16, 0),
-  /** Overall Run deadline, seconds from admission. */
-  RUNPLANE_RUN_DEADLINE_SECONDS: envInt(900, 1, 366 * 24 * 3600),
-  /** Prompt tokens all model requests of one Run may consume (K7). */
-  RUNPLANE_MAX_INPUT_TOKENS: envInt(2_000_000, 1),
-  /** Completion tokens all model requests of one Run may consume (K7). */
-  RUNPLANE_MAX_OUTPUT_TOKENS: envInt(64_000, 1),
-  /** Model requests kept for the finalization request, out of RUNPLANE_MAX_MODEL_REQUESTS (K7, K9). */
-  RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS: envInt(1, 0),
-  /** Completion tokens kept for the finalization request, out of RUNPLANE_MAX_OUTPUT_TOKENS. */
-  RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS: envInt(4_000, 0),
-  /** A Run without progress (answer text, a receipt, a valid tool call) for this long ends, seconds (K7). */
-  RUNPLANE_NO_PROGRESS_SECONDS: envInt(300, 1, 366 * 24 * 3600),
-});
+export const LimitsConfig = z
+  .object({
+    RUNPLANE_MAX_MODEL_REQUESTS: envInt(8, 1),
+    RUNPLANE_MAX_TOOL_CALLS: envInt(16, 0),
+    /** Overall Run deadline, seconds from admission. */
+    RUNPLANE_RUN_DEADLINE_SECONDS: envInt(900, 1, 366 * 24 * 3600),
+    /** Prompt tokens all model requests of one Run may consume (K7). */
+    RUNPLANE_MAX_INPUT_TOKENS: envInt(2_000_000, 1),
+    /** Completion tokens all model requests of one Run may consume (K7). */
+    RUNPLANE_MAX_OUTPUT_TOKENS: envInt(64_000, 1),
+    /** Model requests kept for the finalization request, out of RUNPLANE_MAX_MODEL_REQUESTS (K7, K9). */
+    RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS: envInt(1, 0),
+    /** Completion tokens kept for the finalization request, out of RUNPLANE_MAX_OUTPUT_TOKENS. */
+    RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS: envInt(4_000, 0),
+    /** A Run without progress (answer text, a receipt, a valid tool call) for this long ends, seconds (K7). */
+    RUNPLANE_NO_PROGRESS_SECONDS: envInt(300, 1, 366 * 24 * 3600),
+  })
+  .superRefine((v, ctx) => {
+    // the reserve is kept out of the limit: one that takes all of it leaves research nothing, and
+    // every Run would stop before its first model request
+    if (v.RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS >= v.RUNPLANE_MAX_MODEL_REQUESTS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS'],
+        message: `must be less than RUNPLANE_MAX_MODEL_REQUESTS (${v.RUNPLANE_MAX_MODEL_REQUESTS}): research needs at least one model request`,
+      });
+    }
+    if (v.RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS >= v.RUNPLANE_MAX_OUTPUT_TOKENS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS'],
+        message: `must be less than RUNPLANE_MAX_OUTPUT_TOKENS (${v.RUNPLANE_MAX_OUTPUT_TOKENS}): research needs at least one output token`,
+      });
+    }
+  });
 
 export const HttpConfig = z.object({ HOST: z.string().min(1).default('127.0.0.1') });
 

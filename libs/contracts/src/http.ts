@@ -16,6 +16,15 @@ export const showsSomething = (s: string): boolean => s.replace(INVISIBLE, '').l
 export const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/u;
 
 /**
+ * The largest request body any service reads, bytes (over it: 413 `payload_too_large`). Sized so
+ * that every body within its schema's limits fits however a client escapes it: a 20,000-character
+ * message (or wait answer) whose characters are all escaped as `\\uXXXX` surrogate pairs (12
+ * bytes each, Python's `json.dumps` default does this for emoji) is 240,000 bytes plus its ids.
+ * Express's default (100 KiB) refused such a valid message.
+ */
+export const MAX_REQUEST_BODY_BYTES = 256 * 1024;
+
+/**
  * A user's message text (a question, a Continue instruction or a clarification answer): at most
  * 20,000 characters, showing something (not blank, not only invisible characters), without
  * control characters other than tab and newlines, without bidirectional overrides or isolates,
@@ -158,6 +167,7 @@ export const ProblemTitles: Record<string, string> = {
   invalid_body: 'The request body is invalid',
   unsupported_media_type: 'Unsupported media type',
   payload_too_large: 'Request body too large',
+  invalid_cursor: "The cursor is not a position in this Run's log",
   not_found: 'Not found',
   route_not_found: 'No such route',
   not_projected_yet: 'Not projected yet',

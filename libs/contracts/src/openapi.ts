@@ -233,7 +233,9 @@ export const HttpRoutes: readonly HttpRoute[] = [
         body: { contentType: 'text/event-stream', schema: RunEvent.meta({ id: 'RunEvent' }) },
       },
       204: { description: 'Last-Event-ID is at or after the settlement: nothing more will come' },
-      400: problem('Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`'),
+      400: problem(
+        "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (`beyond-end`, `other-run`, `not-an-event`)",
+      ),
       404: problem('No such Run (`not_found`)'),
       503: unavailable('NATS JetStream'),
     },

@@ -9,7 +9,7 @@ import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, type Owner } from '@runplane/contracts';
+import { BusConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner } from '@runplane/contracts';
 import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, type SubjectSpace } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
@@ -101,6 +101,11 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
     { abortOnError: false, bufferLogs: true, ...(spec.rawBody ? { rawBody: true } : {}) },
   );
   app.useLogger(app.get(PinoNestLogger));
+  // one body limit for every service, registered before Nest's default parser (which would take 100 KiB)
+  // (NestExpressApplication's method, typed here without depending on the platform package)
+  const parsers = app as unknown as { useBodyParser(type: 'json' | 'urlencoded', options: Record<string, unknown>): unknown };
+  parsers.useBodyParser('json', { limit: MAX_REQUEST_BODY_BYTES });
+  parsers.useBodyParser('urlencoded', { limit: MAX_REQUEST_BODY_BYTES, extended: true });
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name);
