@@ -1,4 +1,5 @@
-import { ParagraphStream, sha256Hex, type StreamedParagraph } from '@runplane/contracts';
+import { createHash, type Hash } from 'node:crypto';
+import { ParagraphStream, type StreamedParagraph } from '@runplane/contracts';
 
 /**
  * Evidence that a turn is still streaming text inside a paragraph that has not finished
@@ -46,7 +47,10 @@ export class ParagraphRecorder {
   private queuedProgress: StreamProgress | null = null;
   private running: Promise<void> | null = null;
   private closed = false;
-  private text = '';
+  /** The turn's text so far, hashed as it streams (a copy is digested for each progress mark: linear in the text, K8). */
+  private readonly hash: Hash = createHash('sha256');
+  private characters = 0;
+  private pendingSurrogate = '';
   private newText = false;
   private lastEvidenceAt: number;
   private readonly intervalMs: number;
@@ -71,7 +75,8 @@ export class ParagraphRecorder {
   /** The next piece of the turn's text, as streamed. */
   push(piece: string): void {
     if (this.closed || piece.length === 0) return;
-    this.text += piece;
+    this.hashText(piece);
+    this.characters += piece.length;
     const finished = this.stream.push(piece);
     const at = this.now();
     if (finished.length > 0) {
@@ -83,11 +88,30 @@ export class ParagraphRecorder {
       this.newText = true;
     }
     if (this.newText && at - this.lastEvidenceAt >= this.intervalMs) {
-      this.queuedProgress = { characters: this.text.length, sha256: sha256Hex(this.text) };
+      this.queuedProgress = { characters: this.characters, sha256: this.digestSoFar() };
       this.lastEvidenceAt = at;
       this.newText = false;
     }
     this.startNext();
+  }
+
+  /** Hashes a piece as UTF-8; a high surrogate at its end waits for the piece that completes the pair. */
+  private hashText(piece: string): void {
+    let text = this.pendingSurrogate + piece;
+    this.pendingSurrogate = '';
+    const last = text.charCodeAt(text.length - 1);
+    if (last >= 0xd800 && last <= 0xdbff) {
+      this.pendingSurrogate = text.slice(-1);
+      text = text.slice(0, -1);
+    }
+    this.hash.update(text, 'utf8');
+  }
+
+  /** The sha256 (hex) of the text so far, as `sha256Hex` of it would give, without hashing it again. */
+  private digestSoFar(): string {
+    const h = this.hash.copy();
+    if (this.pendingSurrogate) h.update(this.pendingSurrogate, 'utf8');
+    return h.digest('hex');
   }
 
   /** Paragraphs reported finished so far (recorded or not). */
