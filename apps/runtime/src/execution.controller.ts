@@ -1,3 +1,4 @@
+import Bottleneck from 'bottleneck';
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
@@ -29,6 +30,9 @@ export interface RuntimeSettings {
   /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
   finalizationLeadMs?: number;
 }
+
+/** Lease renewals (compare-and-sets) in flight at once in one renewal round. */
+const RENEWALS_IN_FLIGHT = 32;
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
 const MAX_TURNS_PER_WAKE = 64;
@@ -63,6 +67,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private readonly timer: NodeJS.Timeout;
   private stopping = false;
   private renewing = false;
+  /** Bounds the concurrency of one renewal round. */
+  private readonly renewals = new Bottleneck({ maxConcurrent: RENEWALS_IN_FLIGHT });
 
   constructor(
     private readonly log: EventLog,
@@ -272,32 +278,52 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     }
   }
 
+  /**
+   * One renewal round: every held lease renewed concurrently (at most {@link RENEWALS_IN_FLIGHT}
+   * compare-and-sets in flight), so that with many Runs held one slow round trip does not make
+   * the others late; each Run is woken only after the whole round, so a wake (and the execution
+   * chain behind it) never delays a renewal (K8).
+   */
   private async renewRound(): Promise<void> {
-    for (const [runId, lease] of [...this.held]) {
-      if (this.held.get(runId) !== lease) continue;
-      try {
-        this.held.set(runId, await this.leases.renew(lease, this.log.writer));
-      } catch (e) {
-        const current = await this.leases.get(runId).catch(() => undefined);
-        const verdict = renewalVerdict(lease, current, this.log.writer.instance);
-        if (verdict.kind === 'retry') continue; // NATS unreachable (or restarting): try again next tick
-        if (verdict.kind === 'adopt') {
-          // Still ours: a renewal buffered or timed out during an outage was stored after all (its
-          // revision moved on). Adopt the stored revision; only positive evidence is a loss.
-          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
-          continue;
-        }
-        this.logger.warn(
-          { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
-          'lease lost (fenced): execution of this Run stops here',
-        );
-        this.held.delete(runId);
-        this.inFlight.get(runId)?.abort();
-        continue;
-      }
+    const renewed: string[] = [];
+    await Promise.all(
+      [...this.held].map(([runId, lease]) =>
+        this.renewals.schedule(async () => {
+          if (await this.renewOne(runId, lease)) renewed.push(runId);
+        }),
+      ),
+    );
+    for (const runId of renewed) {
       void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
         this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
       });
+    }
+  }
+
+  /** Renews one held lease. @returns true when renewed (the Run is then woken after the round). */
+  private async renewOne(runId: string, lease: HeldLease): Promise<boolean> {
+    if (this.held.get(runId) !== lease) return false;
+    try {
+      const next = await this.leases.renew(lease, this.log.writer);
+      if (this.held.get(runId) === lease) this.held.set(runId, next);
+      return true;
+    } catch (e) {
+      const current = await this.leases.get(runId).catch(() => undefined);
+      const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+      if (verdict.kind === 'retry') return false; // NATS unreachable (or restarting): try again next tick
+      if (verdict.kind === 'adopt') {
+        // Still ours: a renewal buffered or timed out during an outage was stored after all (its
+        // revision moved on). Adopt the stored revision; only positive evidence is a loss.
+        if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
+        return false;
+      }
+      this.logger.warn(
+        { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
+        'lease lost (fenced): execution of this Run stops here',
+      );
+      this.held.delete(runId);
+      this.inFlight.get(runId)?.abort();
+      return false;
     }
   }
 

@@ -33,7 +33,7 @@ describe('ParagraphStream: a paragraph is finished once a blank line follows it'
       for (let i = rand(60); i > 0; i--) text += alphabet[rand(alphabet.length)];
       const stream = new ParagraphStream();
       const seen: { index: number; text: string }[] = [];
-      for (let i = 0; i < text.length; ) {
+      for (let i = 0; i < text.length;) {
         const size = 1 + rand(6);
         seen.push(...stream.push(text.slice(i, i + size)));
         i += size;
