@@ -1,4 +1,3 @@
-import Bottleneck from 'bottleneck';
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
@@ -30,9 +29,6 @@ export interface RuntimeSettings {
   /** How long before a Run's deadline research stops for the finalization request, ms (`RUNPLANE_FINALIZATION_LEAD_SECONDS`; K9). */
   finalizationLeadMs?: number;
 }
-
-/** Lease renewals (compare-and-sets) in flight at once in one renewal round. */
-const RENEWALS_IN_FLIGHT = 32;
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
 const MAX_TURNS_PER_WAKE = 64;
@@ -66,9 +62,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private readonly inFlight = new Map<string, AbortController>();
   private readonly timer: NodeJS.Timeout;
   private stopping = false;
-  private renewing = false;
-  /** Bounds the concurrency of one renewal round. */
-  private readonly renewals = new Bottleneck({ maxConcurrent: RENEWALS_IN_FLIGHT });
+  /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
+  private readonly renewing = new Set<string>();
 
   constructor(
     private readonly log: EventLog,
@@ -77,7 +72,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     @Inject(RUNTIME_SETTINGS) private readonly settings: RuntimeSettings,
   ) {
     this.commands = new RunCommandHandler(log, 'runtime');
-    this.timer = setInterval(() => void this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
+    this.timer = setInterval(() => this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
   }
 
   @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested', 'wait.answered', 'child.run.settled'])
@@ -267,36 +262,26 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * fenced: this instance stops executing that Run at once (its model request is aborted, and the
    * fence on its subject refuses any write it still attempts). A renewal that fails because NATS is
    * unreachable is retried on the next tick; recovery does not count that time as an expiry.
+   *
+   * Each lease is renewed on its own (K8, K10): every tick starts the renewal of every held lease
+   * whose previous renewal is not still waiting on NATS (never two on one revision), all
+   * concurrently, and a Run is woken right after its own renewal. So one slow round trip, a Run
+   * taken while others' renewals were in flight, or a wake and the per-Run execution chain
+   * behind it never delay another lease's renewal.
    */
-  private async renewAll(): Promise<void> {
-    if (this.stopping || this.renewing) return; // a tick still waiting on NATS: no overlapping rounds on a stale revision
-    this.renewing = true;
-    try {
-      await this.renewRound();
-    } finally {
-      this.renewing = false;
-    }
-  }
-
-  /**
-   * One renewal round: every held lease renewed concurrently (at most {@link RENEWALS_IN_FLIGHT}
-   * compare-and-sets in flight), so that with many Runs held one slow round trip does not make
-   * the others late; each Run is woken only after the whole round, so a wake (and the execution
-   * chain behind it) never delays a renewal (K8).
-   */
-  private async renewRound(): Promise<void> {
-    const renewed: string[] = [];
-    await Promise.all(
-      [...this.held].map(([runId, lease]) =>
-        this.renewals.schedule(async () => {
-          if (await this.renewOne(runId, lease)) renewed.push(runId);
-        }),
-      ),
-    );
-    for (const runId of renewed) {
-      void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
-        this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
-      });
+  private renewAll(): void {
+    if (this.stopping) return;
+    for (const [runId, lease] of this.held) {
+      if (this.renewing.has(runId)) continue;
+      this.renewing.add(runId);
+      void this.renewOne(runId, lease)
+        .then((renewed) => {
+          if (!renewed) return;
+          void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
+            this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
+          });
+        })
+        .finally(() => this.renewing.delete(runId));
     }
   }
 
