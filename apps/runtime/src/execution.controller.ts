@@ -361,7 +361,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         },
       );
     } finally {
-      await paragraphs.close();
+      // a stream that ended keeps every paragraph it finished; an aborted one (stop, lost lease, cancel) records nothing more
+      await paragraphs.close({ flush: !signal.aborted });
     }
   }
 

@@ -28,10 +28,12 @@ export function progressIntervalMs(noProgressSeconds: number | undefined): numbe
 /**
  * Records the paragraphs of one streaming model turn as they finish, without holding the stream
  * up: one recording at a time, and the paragraphs finished meanwhile go together into the next one
- * (one read of the Run, one append per paragraph), so a fast stream costs few appends. `close()`
- * drops what has not started (the turn's own record, `model.turn.completed`, holds the whole text)
- * and waits for the recording in flight, so that the turn's record never races it on the runtime
- * subject. A failed recording is reported to `onError` and not retried: it loses nothing the
+ * (one read of the Run, one append per paragraph), so a fast stream costs few appends.
+ * `close({ flush: true })` (the stream ended) records every paragraph finished so far before it
+ * returns: a reply that streams faster than it is recorded keeps all its paragraphs, even when the
+ * turn's own record cannot hold its whole text (K9, K11); `close()` (the request was aborted)
+ * drops what has not started. Either way it waits for the recording in flight, so that the
+ * turn's record never races it on the runtime subject. A failed recording is reported to `onError` and not retried: it loses nothing the
  * turn's record does not keep.
  *
  * Progress inside one long paragraph (K7): when non-whitespace text arrived since the last
@@ -120,7 +122,7 @@ export class ParagraphRecorder {
   }
 
   private startNext(): void {
-    if (this.running || this.closed || (this.queued.length === 0 && this.queuedProgress === null)) return;
+    if (this.running || (this.queued.length === 0 && this.queuedProgress === null)) return;
     const batch = this.queued;
     const progress = this.queuedProgress;
     this.queued = [];
@@ -133,11 +135,17 @@ export class ParagraphRecorder {
       });
   }
 
-  /** Stops recording: drops the paragraphs and progress not started, waits for the one in flight. */
-  async close(): Promise<void> {
+  /**
+   * Stops taking text. With `flush`, records what is queued (paragraphs and progress) and returns
+   * once all of it was recorded or failed; without, drops it. Waits for the recording in flight.
+   */
+  async close(options: { flush?: boolean } = {}): Promise<void> {
     this.closed = true;
-    this.queued = [];
-    this.queuedProgress = null;
+    if (!options.flush) {
+      this.queued = [];
+      this.queuedProgress = null;
+    }
+    this.startNext();
     while (this.running) await this.running;
   }
 }

@@ -91,6 +91,29 @@ describe('ParagraphRecorder: records without holding the stream up', () => {
     expect(recorder.finished).toBe(4);
   });
 
+  it('a stream that ended (close with flush) records every paragraph still queued before close returns (K9: a fast reply keeps all its paragraphs)', async () => {
+    const batches: number[][] = [];
+    const gates: (() => void)[] = [];
+    const recorder = new ParagraphRecorder(
+      (ps) => {
+        batches.push(ps.map((p) => p.index));
+        return new Promise<void>((r) => gates.push(r));
+      },
+      () => undefined,
+    );
+    for (const p of ['A.\n\n', 'B.\n\n', 'C.\n\n']) recorder.push(p);
+    let closed = false;
+    const closing = recorder.close({ flush: true }).then(() => (closed = true));
+    recorder.push('D.\n\n'); // after close: not taken
+    gates.shift()!();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(batches).toEqual([[0], [1, 2]]);
+    expect(closed).toBe(false);
+    gates.shift()!();
+    await closing;
+    expect(batches).toEqual([[0], [1, 2]]);
+  });
+
   it('reports a failed recording and goes on with the next', async () => {
     const errors: unknown[] = [];
     const seen: number[] = [];
