@@ -66,21 +66,26 @@ function publish(facts: RunFacts, now: Date): RunEvent[] {
   if (!facts.lastEvent || facts.settled || facts.answer) return [];
   const ctx = contextFrom(facts.lastEvent);
   const events: RunEvent[] = [];
-  const latest = new Map(facts.passages);
+  /** Versions decided in this call, over the Run's committed passages (not copied: a Run may have thousands, K8). */
+  const decided = new Map<string, Passage>();
+  const latestOf = (passageId: string) => decided.get(passageId) ?? facts.passages.get(passageId);
   /** Commits `text` at (turn, index) unless that exact text is its latest version already. */
   const commit = (turn: number, index: number, text: string) => {
     const passageId = passageIdFor(facts.runId, turn, index);
     const sha256 = sha256Hex(text);
-    const before = latest.get(passageId);
+    const before = latestOf(passageId);
     if (before?.sha256 === sha256) return;
     const version = (before?.version ?? 0) + 1;
     const data: Passage = { passageId, index, version, text, sourceTurn: turn, sha256 };
-    latest.set(passageId, data);
+    decided.set(passageId, data);
     events.push(makeEvent('passage.committed', ctx, `${turn}/${index}/v${version}`, data, now));
   };
-  // streamed paragraphs, at most once each (a later version comes only from the final text)
+  // streamed paragraphs, at most once each (a later version comes only from the final text); found
+  // by (turn, index) without deriving every paragraph's passage id on every wake (K8: linear, no hashing)
+  const committed = new Set<string>();
+  for (const p of facts.passages.values()) committed.add(`${p.sourceTurn}/${p.index}`);
   for (const t of facts.turns) {
-    for (const p of t.paragraphs) if (!latest.has(passageIdFor(facts.runId, t.turn, p.index))) commit(t.turn, p.index, p.text);
+    for (const p of t.paragraphs) if (!committed.has(`${t.turn}/${p.index}`)) commit(t.turn, p.index, p.text);
   }
   const finished = facts.finished;
   const clarifying = finished?.reason === 'clarification-requested';

@@ -30,6 +30,7 @@
  * - `WaitExpired`: the Run is parked on a question for a human whose `expiresAt` passed
  *   unanswered (K10): fence with reason `wait-expired`; the lifecycle settles it `failed`.
  *   Nothing while every wait is answered or not yet expired.
+ * Whether an expired lease is lost at all (its holder late or gone) is {@link expiredLease}'s rule.
  * A parked Run has no execution to lose (K10): when a lease expires or is released by a stopping
  * runtime while the log shows the Run parked at its last model turn (`parkedAtLastTurn`: a wait
  * opened or a child requested by that turn, answered or not, no later turn requested), `LeaseLost`
@@ -69,6 +70,48 @@ export type RecoveryTrigger =
   | { type: 'ExecutionFinished' }
   /** Recovery's lease sweep: a parked Run's wait may have expired (the decider compares each unanswered wait's `expiresAt` with `now`). */
   | { type: 'WaitExpired' };
+
+/**
+ * A held lease as the lease sweep sees it: its epoch and holder, its TTL (ms), and when it
+ * expires (epoch ms: the server time of its last renewal plus the TTL, or later after recovery's
+ * own reconnection to NATS).
+ */
+export interface ExpiringLease {
+  epoch: number;
+  holder: Holder;
+  ttlMs: number;
+  expiresAt: number;
+}
+
+/** The verdict of {@link expiredLease}. */
+export type ExpiredLeaseVerdict = { kind: 'held' } | { kind: 'late'; fenceBy: number } | { kind: 'gone'; detail: string };
+
+/**
+ * What an expired lease means (K6, K10, "late or gone"):
+ * - `held`: not expired yet;
+ * - `late`: expired, but its holder's process heartbeat (beaten by a thread of its own, apart
+ *   from request work) is still fresh: the process is alive and its renewals run late (a loaded
+ *   machine, a long piece of work on its event loop). Not fenced until `fenceBy` at the latest:
+ *   one more lease TTL after the expiry, however fresh the heartbeat (a process whose main loop is
+ *   stuck does not keep its Runs for ever);
+ * - `gone`: expired and the heartbeat is missing or stale (the process was killed, crashed or
+ *   stopped), or the grace of one TTL has run out: fence (`detail` says which).
+ * A killed holder is therefore fenced no later than `TTL` after its last renewal or beat, as
+ * before heartbeats existed: its heartbeat, written every third of the TTL, stops with it.
+ * @param heartbeat until when the holder's heartbeat vouches for it (epoch ms), or null when it has none.
+ * @param now epoch ms.
+ */
+export function expiredLease(lease: ExpiringLease, heartbeat: { freshUntil: number } | null, now: number): ExpiredLeaseVerdict {
+  if (now <= lease.expiresAt) return { kind: 'held' };
+  const fenceBy = lease.expiresAt + lease.ttlMs;
+  const expired = `lease epoch ${lease.epoch} of ${lease.holder.instance} expired at ${new Date(lease.expiresAt).toISOString()} without a renewal`;
+  if (heartbeat && now <= heartbeat.freshUntil) {
+    if (now <= fenceBy) return { kind: 'late', fenceBy };
+    return { kind: 'gone', detail: `${expired}; its process still beats but renewed nothing for one more TTL (${lease.ttlMs} ms): stuck` };
+  }
+  const why = heartbeat ? `its process heartbeat is stale since ${new Date(heartbeat.freshUntil).toISOString()}` : 'its process has no heartbeat';
+  return { kind: 'gone', detail: `${expired}; ${why}` };
+}
 
 /** Decides recovery's events for a trigger (see the module comment). */
 export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): RunEvent[] {

@@ -1,13 +1,23 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { EventLog, LeaseStore, leaseExpiresAt, RECONNECT_GRACE_MS, type LeaseEntry } from '@runplane/eventlog';
+import {
+  EventLog,
+  HeartbeatStore,
+  heartbeatFreshUntil,
+  LeaseStore,
+  leaseExpiresAt,
+  RECONNECT_GRACE_MS,
+  type HeartbeatEntry,
+  type LeaseEntry,
+} from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
-import { decide } from './decide.js';
+import { decide, expiredLease } from './decide.js';
 
 export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
 export const RECOVERY_LEASES = Symbol('RECOVERY_LEASES');
+export const RECOVERY_HEARTBEATS = Symbol('RECOVERY_HEARTBEATS');
 
 /** How often parked leases are checked against their Runs (to forget those of ended Runs), ms. */
 const PARKED_CLEANUP_EVERY_MS = 30_000;
@@ -35,6 +45,11 @@ export interface RecoverySettings {
  * that expires, or is released by a stopping runtime, while the Run's log says it is parked at
  * its last turn (the holder died between parking and releasing; its wake may be recorded already)
  * gets `lease.parked` in the log and is marked parked instead of fenced.
+ *
+ * Late or gone (K10): it also follows the runtimes' process heartbeats. A held lease that expired
+ * while its holder's heartbeat is fresh is not fenced yet (the holder is alive, its renewals
+ * late), for at most one more TTL ({@link expiredLease}); a killed holder's heartbeat stops with
+ * it, so its leases are fenced on their own expiry, as before.
  */
 @Injectable()
 export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -45,6 +60,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   /** Grants already recorded in the log (`runId/epoch`). */
   private readonly recorded = new Set<string>();
   private watch: QueuedIterator<KvWatchEntry> | null = null;
+  /** The latest heartbeat of every runtime process, by writer instance. */
+  private readonly heartbeats = new Map<string, HeartbeatEntry>();
+  private heartbeatWatch: QueuedIterator<KvWatchEntry> | null = null;
+  /** Expired leases spared as late (`runId/revision`), logged once each. */
+  private readonly spared = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
   /** When recovery last (re)connected to NATS: no lease expires before this plus a TTL. */
@@ -57,6 +77,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   constructor(
     private readonly log: EventLog,
     @Inject(RECOVERY_LEASES) private readonly store: LeaseStore,
+    @Inject(RECOVERY_HEARTBEATS) private readonly beats: HeartbeatStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
   ) {
     this.commands = new RunCommandHandler(log, 'recovery');
@@ -66,6 +87,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     void this.followStatus();
     this.watch = await this.store.kv.watch();
     void this.keepWatching(this.watch);
+    void this.keepWatchingHeartbeats();
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
     }, this.settings.sweepMs);
@@ -87,6 +109,25 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       } catch (e) {
         this.logger.warn({ error: (e as Error).message }, 'could not watch the leases yet');
       }
+    }
+  }
+
+  /** Follows the process heartbeats for as long as recovery runs (a watch that ends is opened again). */
+  private async keepWatchingHeartbeats(): Promise<void> {
+    while (!this.stopped) {
+      try {
+        const watch = await this.beats.kv.watch();
+        this.heartbeatWatch = watch;
+        for await (const e of watch) {
+          const entry = HeartbeatStore.parse(e);
+          if (entry) this.heartbeats.set(entry.instance, entry);
+          else this.heartbeats.delete(e.key);
+        }
+      } catch (e) {
+        this.logger.warn({ error: (e as Error).message }, 'heartbeat watch failed; watching again');
+      }
+      if (this.stopped) return;
+      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
     }
   }
 
@@ -141,11 +182,18 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           // after recovery's own reconnection the holder gets a full TTL plus the time every other
           // client may take to reconnect: renewals missed while NATS was unreachable are not an expiry
           const expiresAt = Math.max(leaseExpiresAt(entry), this.connectedAt + RECONNECT_GRACE_MS + v.ttlMs);
-          if (now > expiresAt) {
-            await this.fence(
-              entry,
-              'lease-expired',
-              `lease epoch ${v.epoch} of ${v.holder.instance} expired at ${new Date(leaseExpiresAt(entry)).toISOString()} without a renewal`,
+          const beat = this.heartbeats.get(v.holder.instance);
+          const verdict = expiredLease(
+            { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
+            beat ? { freshUntil: heartbeatFreshUntil(beat) } : null,
+            now,
+          );
+          if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);
+          else if (verdict.kind === 'late' && !this.spared.has(`${entry.runId}/${entry.revision}`)) {
+            this.spared.add(`${entry.runId}/${entry.revision}`);
+            this.logger.warn(
+              { runId: entry.runId, epoch: v.epoch, holder: v.holder.instance, fenceBy: new Date(verdict.fenceBy).toISOString() },
+              'lease expired but its holder process still beats: late, not gone; not fenced yet',
             );
           }
         } else if (v.state === 'released' && v.reason === 'stopping') {
@@ -246,6 +294,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.watch?.stop();
+    this.heartbeatWatch?.stop();
     await this.sweeping;
   }
 }

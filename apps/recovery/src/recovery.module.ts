@@ -1,15 +1,15 @@
 import { Module } from '@nestjs/common';
 import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
-import { EventLog, LeaseStore } from '@runplane/eventlog';
+import { EventLog, HeartbeatStore, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
 import { CancelController } from './cancel.controller.js';
 import { ClosingController } from './closing.controller.js';
 import { DeadlineStore } from './deadlines.js';
 import { DeadlineWatcher, RECOVERY_DEADLINES } from './deadline-watcher.service.js';
-import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
+import { LeaseWatcher, RECOVERY_HEARTBEATS, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
-/** Wires recovery: the event log, the lease and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers, its adapters on the admission and runtime subjects. */
+/** Wires recovery: the event log, the lease, heartbeat and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers, its adapters on the admission and runtime subjects. */
 @Module({
   imports: [EventLogModule.forService('recovery'), HealthModule],
   controllers: [CancelController, ClosingController],
@@ -17,6 +17,7 @@ import { LeaseWatcher, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings
     LeaseWatcher,
     DeadlineWatcher,
     { provide: RECOVERY_LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
+    { provide: RECOVERY_HEARTBEATS, inject: [EventLog], useFactory: (log: EventLog) => HeartbeatStore.open(log) },
     { provide: RECOVERY_DEADLINES, inject: [EventLog], useFactory: (log: EventLog) => DeadlineStore.open(log) },
     {
       provide: RECOVERY_SETTINGS,

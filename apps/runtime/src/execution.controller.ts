@@ -78,7 +78,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private readonly inFlight = new Map<string, AbortController>();
   private readonly timer: NodeJS.Timeout;
   private stopping = false;
-  private renewing = false;
+  /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
+  private readonly renewing = new Set<string>();
 
   constructor(
     private readonly log: EventLog,
@@ -87,7 +88,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     @Inject(RUNTIME_SETTINGS) private readonly settings: RuntimeSettings,
   ) {
     this.commands = new RunCommandHandler(log, 'runtime');
-    this.timer = setInterval(() => void this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
+    this.timer = setInterval(() => this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
   }
 
   @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested', 'wait.answered', 'child.run.settled'])
@@ -351,43 +352,53 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * fenced: this instance stops executing that Run at once (its model request is aborted, and the
    * fence on its subject refuses any write it still attempts). A renewal that fails because NATS is
    * unreachable is retried on the next tick; recovery does not count that time as an expiry.
+   *
+   * Each lease is renewed on its own (K8, K10): every tick starts the renewal of every held lease
+   * whose previous renewal is not still waiting on NATS (never two on one revision), all
+   * concurrently, and a Run is woken right after its own renewal. So one slow round trip, a Run
+   * taken while others' renewals were in flight, or a wake and the per-Run execution chain
+   * behind it never delay another lease's renewal.
    */
-  private async renewAll(): Promise<void> {
-    if (this.stopping || this.renewing) return; // a tick still waiting on NATS: no overlapping rounds on a stale revision
-    this.renewing = true;
-    try {
-      await this.renewRound();
-    } finally {
-      this.renewing = false;
+  private renewAll(): void {
+    if (this.stopping) return;
+    for (const [runId, lease] of this.held) {
+      if (this.renewing.has(runId)) continue;
+      this.renewing.add(runId);
+      void this.renewOne(runId, lease)
+        .then((renewed) => {
+          if (!renewed) return;
+          void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
+            this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
+          });
+        })
+        .finally(() => this.renewing.delete(runId));
     }
   }
 
-  private async renewRound(): Promise<void> {
-    for (const [runId, lease] of [...this.held]) {
-      if (this.held.get(runId) !== lease) continue;
-      try {
-        this.held.set(runId, await this.leases.renew(lease, this.log.writer));
-      } catch (e) {
-        const current = await this.leases.get(runId).catch(() => undefined);
-        const verdict = renewalVerdict(lease, current, this.log.writer.instance);
-        if (verdict.kind === 'retry') continue; // NATS unreachable (or restarting): try again next tick
-        if (verdict.kind === 'adopt') {
-          // Still ours: a renewal buffered or timed out during an outage was stored after all (its
-          // revision moved on). Adopt the stored revision; only positive evidence is a loss.
-          if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
-          continue;
-        }
-        this.logger.warn(
-          { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
-          'lease lost (fenced): execution of this Run stops here',
-        );
-        this.held.delete(runId);
-        this.inFlight.get(runId)?.abort();
-        continue;
+  /** Renews one held lease. @returns true when renewed (the Run is then woken after the round). */
+  private async renewOne(runId: string, lease: HeldLease): Promise<boolean> {
+    if (this.held.get(runId) !== lease) return false;
+    try {
+      const next = await this.leases.renew(lease, this.log.writer);
+      if (this.held.get(runId) === lease) this.held.set(runId, next);
+      return true;
+    } catch (e) {
+      const current = await this.leases.get(runId).catch(() => undefined);
+      const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+      if (verdict.kind === 'retry') return false; // NATS unreachable (or restarting): try again next tick
+      if (verdict.kind === 'adopt') {
+        // Still ours: a renewal buffered or timed out during an outage was stored after all (its
+        // revision moved on). Adopt the stored revision; only positive evidence is a loss.
+        if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
+        return false;
       }
-      void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
-        this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
-      });
+      this.logger.warn(
+        { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
+        'lease lost (fenced): execution of this Run stops here',
+      );
+      this.held.delete(runId);
+      this.inFlight.get(runId)?.abort();
+      return false;
     }
   }
 
@@ -440,7 +451,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         },
       );
     } finally {
-      await paragraphs.close();
+      // a stream that ended keeps every paragraph it finished; an aborted one (stop, lost lease, cancel) records nothing more
+      await paragraphs.close({ flush: !signal.aborted });
     }
   }
 

@@ -1,4 +1,5 @@
-import { ParagraphStream, sha256Hex, type StreamedParagraph } from '@runplane/contracts';
+import { createHash, type Hash } from 'node:crypto';
+import { ParagraphStream, type StreamedParagraph } from '@runplane/contracts';
 
 /**
  * Evidence that a turn is still streaming text inside a paragraph that has not finished
@@ -27,10 +28,12 @@ export function progressIntervalMs(noProgressSeconds: number | undefined): numbe
 /**
  * Records the paragraphs of one streaming model turn as they finish, without holding the stream
  * up: one recording at a time, and the paragraphs finished meanwhile go together into the next one
- * (one read of the Run, one append per paragraph), so a fast stream costs few appends. `close()`
- * drops what has not started (the turn's own record, `model.turn.completed`, holds the whole text)
- * and waits for the recording in flight, so that the turn's record never races it on the runtime
- * subject. A failed recording is reported to `onError` and not retried: it loses nothing the
+ * (one read of the Run, one append per paragraph), so a fast stream costs few appends.
+ * `close({ flush: true })` (the stream ended) records every paragraph finished so far before it
+ * returns: a reply that streams faster than it is recorded keeps all its paragraphs, even when the
+ * turn's own record cannot hold its whole text (K9, K11); `close()` (the request was aborted)
+ * drops what has not started. Either way it waits for the recording in flight, so that the
+ * turn's record never races it on the runtime subject. A failed recording is reported to `onError` and not retried: it loses nothing the
  * turn's record does not keep.
  *
  * Progress inside one long paragraph (K7): when non-whitespace text arrived since the last
@@ -46,7 +49,10 @@ export class ParagraphRecorder {
   private queuedProgress: StreamProgress | null = null;
   private running: Promise<void> | null = null;
   private closed = false;
-  private text = '';
+  /** The turn's text so far, hashed as it streams (a copy is digested for each progress mark: linear in the text, K8). */
+  private readonly hash: Hash = createHash('sha256');
+  private characters = 0;
+  private pendingSurrogate = '';
   private newText = false;
   private lastEvidenceAt: number;
   private readonly intervalMs: number;
@@ -71,7 +77,8 @@ export class ParagraphRecorder {
   /** The next piece of the turn's text, as streamed. */
   push(piece: string): void {
     if (this.closed || piece.length === 0) return;
-    this.text += piece;
+    this.hashText(piece);
+    this.characters += piece.length;
     const finished = this.stream.push(piece);
     const at = this.now();
     if (finished.length > 0) {
@@ -83,11 +90,30 @@ export class ParagraphRecorder {
       this.newText = true;
     }
     if (this.newText && at - this.lastEvidenceAt >= this.intervalMs) {
-      this.queuedProgress = { characters: this.text.length, sha256: sha256Hex(this.text) };
+      this.queuedProgress = { characters: this.characters, sha256: this.digestSoFar() };
       this.lastEvidenceAt = at;
       this.newText = false;
     }
     this.startNext();
+  }
+
+  /** Hashes a piece as UTF-8; a high surrogate at its end waits for the piece that completes the pair. */
+  private hashText(piece: string): void {
+    let text = this.pendingSurrogate + piece;
+    this.pendingSurrogate = '';
+    const last = text.charCodeAt(text.length - 1);
+    if (last >= 0xd800 && last <= 0xdbff) {
+      this.pendingSurrogate = text.slice(-1);
+      text = text.slice(0, -1);
+    }
+    this.hash.update(text, 'utf8');
+  }
+
+  /** The sha256 (hex) of the text so far, as `sha256Hex` of it would give, without hashing it again. */
+  private digestSoFar(): string {
+    const h = this.hash.copy();
+    if (this.pendingSurrogate) h.update(this.pendingSurrogate, 'utf8');
+    return h.digest('hex');
   }
 
   /** Paragraphs reported finished so far (recorded or not). */
@@ -96,7 +122,7 @@ export class ParagraphRecorder {
   }
 
   private startNext(): void {
-    if (this.running || this.closed || (this.queued.length === 0 && this.queuedProgress === null)) return;
+    if (this.running || (this.queued.length === 0 && this.queuedProgress === null)) return;
     const batch = this.queued;
     const progress = this.queuedProgress;
     this.queued = [];
@@ -109,11 +135,17 @@ export class ParagraphRecorder {
       });
   }
 
-  /** Stops recording: drops the paragraphs and progress not started, waits for the one in flight. */
-  async close(): Promise<void> {
+  /**
+   * Stops taking text. With `flush`, records what is queued (paragraphs and progress) and returns
+   * once all of it was recorded or failed; without, drops it. Waits for the recording in flight.
+   */
+  async close(options: { flush?: boolean } = {}): Promise<void> {
     this.closed = true;
-    this.queued = [];
-    this.queuedProgress = null;
+    if (!options.flush) {
+      this.queued = [];
+      this.queuedProgress = null;
+    }
+    this.startNext();
     while (this.running) await this.running;
   }
 }

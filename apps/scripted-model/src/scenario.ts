@@ -17,7 +17,7 @@
  * research policy, `error` answers 500 `scenario_exhausted`, `repeat-last` repeats the last step
  * forever. An error step may carry `retryAfter` (sent as the `Retry-After` header: a rate limit
  * `{ "error": { "status": 429, "message": "slow down", "retryAfter": 1 } }`); an empty reply is
- * `{ "reply": { "content": "" } }`.
+ * `{ "reply": { "content": "" } }`; a very long reply is `content` sent `repeatContent` times.
  */
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
@@ -60,6 +60,11 @@ export const ScenarioToolCall = z
 export const ScenarioReply = z
   .object({
     content: z.string().optional(),
+    /**
+     * Sends `content` this many times in a row (default 1): a reply of several megabytes without a
+     * scenario of that size (e.g. `"content": "<a paragraph>\n\n", "repeatContent": 20000`).
+     */
+    repeatContent: z.number().int().min(1).max(1_000_000).optional(),
     toolCalls: z.array(ScenarioToolCall).optional(),
     finishReason: z.enum(['stop', 'length', 'tool_calls']).optional(),
     usage: ScenarioUsage.optional(),
@@ -188,8 +193,11 @@ export function actionFor(scenario: Scenario, index: number): StepAction {
       : { kind: 'policy' };
   }
   const delayMs = step.delayMs ?? 0;
-  if (step.reply)
-    return { kind: 'reply', reply: step.reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0, paragraphDelayMs: step.paragraphDelayMs ?? 0 };
+  if (step.reply) {
+    const { repeatContent, ...reply } = step.reply;
+    if (repeatContent !== undefined && reply.content !== undefined) reply.content = reply.content.repeat(repeatContent);
+    return { kind: 'reply', reply, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0, paragraphDelayMs: step.paragraphDelayMs ?? 0 };
+  }
   if (step.error) return { kind: 'error', ...step.error, delayMs };
   if (step.rawChunks) return { kind: 'raw', chunks: step.rawChunks, delayMs, chunkDelayMs: step.chunkDelayMs ?? 0 };
   return { kind: 'hang', delayMs };

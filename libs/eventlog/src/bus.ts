@@ -78,6 +78,8 @@ export function durableNamesOf(space: SubjectSpace, service: BusService): string
 export const BUS_BUCKETS = {
   /** Execution leases (K6): taken and renewed by the runtime, fenced and forgotten by recovery. */
   leases: { kind: 'kv', writers: ['runtime', 'recovery'], readers: [] },
+  /** Each runtime process's heartbeat, beaten apart from its lease renewals: recovery tells a late holder from a gone one (K10). */
+  heartbeats: { kind: 'kv', writers: ['runtime'], readers: ['recovery'] },
   /** Live executors' claims on tool calls (K5). */
   claims: { kind: 'kv', writers: ['tools'], readers: [] },
   /** Run deadlines recovery watches (K10). */

@@ -146,22 +146,53 @@ export function emptyFacts(runId: string): RunFacts {
   };
 }
 
-/** Applies one stored event. Pure: returns a new facts object; `facts` is not modified. */
+/**
+ * Applies one stored event. Pure: returns a new facts object; `facts` is not modified. Copy on
+ * write: only the collection (and the one entry) the event changes is copied, the rest is shared
+ * with `facts` (K8: a Run with thousands of streamed paragraphs does not cost every service that
+ * folds it a copy of everything per event).
+ */
 export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
+  return apply(facts, stored, false);
+}
+
+/**
+ * {@link evolve}, or with `owned` the same step on facts nobody else holds (the running fold of
+ * {@link foldRun}): its collections are then changed in place, so a fold from scratch is linear
+ * in the Run's events.
+ */
+function apply(facts: RunFacts, stored: StoredEvent, owned: boolean): RunFacts {
   const e = stored.event;
   const next: RunFacts = {
     ...facts,
-    turns: facts.turns.map((t) => ({ ...t })),
-    toolCalls: new Map([...facts.toolCalls].map(([k, v]) => [k, { ...v }])),
-    passages: new Map(facts.passages),
-    waits: new Map([...facts.waits].map(([k, v]) => [k, { ...v }])),
-    children: new Map([...facts.children].map(([k, v]) => [k, { ...v }])),
-    clarifications: new Map(facts.clarifications),
     closed: closedAfter(facts.closed, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastProgressAt: countsAsProgress(e) ? laterOf(facts.lastProgressAt, e.occurredAt) : facts.lastProgressAt,
     lastSeq: stored.seq,
     lastEvent: e,
+  };
+  const own = <V>(m: Map<string, V>): Map<string, V> => (owned ? m : new Map(m));
+  /** The turn `n`, writable (a fresh copy in a fresh `turns` array unless owned); undefined when there is no such turn. */
+  const turn = (n: number): TurnFacts | undefined => {
+    const i = facts.turns.findIndex((x) => x.turn === n);
+    if (i < 0) return undefined;
+    if (owned) return facts.turns[i];
+    const copy = { ...facts.turns[i]! };
+    next.turns = facts.turns.slice();
+    next.turns[i] = copy;
+    return copy;
+  };
+  /** The entry `id` of one of the facts' maps, writable (a fresh copy in a fresh map unless owned). */
+  const entry = <K extends 'toolCalls' | 'waits' | 'children'>(
+    key: K,
+    id: string,
+  ): (RunFacts[K] extends Map<string, infer V> ? V : never) | undefined => {
+    const map = facts[key] as Map<string, object>;
+    const found = map.get(id);
+    if (!found || owned) return found as never;
+    const copy = { ...found };
+    (next[key] as Map<string, object>) = new Map(map).set(id, copy);
+    return copy as never;
   };
   switch (e.type) {
     case 'run.admitted':
@@ -170,42 +201,54 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.admitted = { ...e.data, at: e.occurredAt, eventId: e.eventId };
       break;
     case 'model.turn.requested':
-      next.turns.push({
-        turn: e.data.turn,
-        requestedAt: e.occurredAt,
-        request: e.data,
-        completed: null,
-        completedAt: null,
-        failed: null,
-        paragraphs: [],
-        progressCharacters: 0,
-      });
+      next.turns = [
+        ...facts.turns, // a handful of turns: copied even when owned
+        {
+          turn: e.data.turn,
+          requestedAt: e.occurredAt,
+          request: e.data,
+          completed: null,
+          completedAt: null,
+          failed: null,
+          paragraphs: [],
+          progressCharacters: 0,
+        },
+      ];
       break;
     case 'model.output.paragraph': {
-      const t = next.turns.find((x) => x.turn === e.data.turn);
-      if (t && !t.paragraphs.some((p) => p.index === e.data.index)) t.paragraphs = [...t.paragraphs, e.data].sort((a, b) => a.index - b.index);
+      const known = facts.turns.find((x) => x.turn === e.data.turn);
+      if (!known) break;
+      const ps = known.paragraphs;
+      const lastIndex = ps.length ? ps[ps.length - 1]!.index : -1;
+      // paragraphs come in index order: appending is the usual case; anything else is checked and sorted in
+      if (e.data.index > lastIndex) {
+        const t = turn(e.data.turn)!;
+        if (owned) t.paragraphs.push(e.data);
+        else t.paragraphs = [...ps, e.data];
+      } else if (!ps.some((p) => p.index === e.data.index)) turn(e.data.turn)!.paragraphs = [...ps, e.data].sort((a, b) => a.index - b.index);
       break;
     }
     case 'model.output.progress': {
-      const t = next.turns.find((x) => x.turn === e.data.turn);
+      const t = turn(e.data.turn);
       if (t) t.progressCharacters = Math.max(t.progressCharacters, e.data.characters);
       break;
     }
     case 'model.turn.completed': {
-      const t = next.turns.find((x) => x.turn === e.data.turn);
-      if (t && !t.completed) {
+      const known = facts.turns.find((x) => x.turn === e.data.turn);
+      if (known && !known.completed) {
+        const t = turn(e.data.turn)!;
         t.completed = e.data;
         t.completedAt = e.occurredAt;
       }
       break;
     }
     case 'model.turn.failed': {
-      const t = next.turns.find((x) => x.turn === e.data.turn);
+      const t = turn(e.data.turn);
       if (t) t.failed = e.data;
       break;
     }
     case 'tool.call.proposed':
-      next.toolCalls.set(e.data.toolCallId, {
+      next.toolCalls = own(facts.toolCalls).set(e.data.toolCallId, {
         toolCallId: e.data.toolCallId,
         turn: e.data.turn,
         name: e.data.name,
@@ -216,12 +259,12 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       });
       break;
     case 'tool.call.dispatched': {
-      const c = next.toolCalls.get(e.data.toolCallId);
+      const c = entry('toolCalls', e.data.toolCallId);
       if (c) c.dispatched = true;
       break;
     }
     case 'tool.call.receipt': {
-      const c = next.toolCalls.get(e.data.toolCallId);
+      const c = entry('toolCalls', e.data.toolCallId);
       if (c) c.receipt = e.data;
       break;
     }
@@ -232,8 +275,8 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       next.finalization ??= { ...e.data, at: e.occurredAt };
       break;
     case 'passage.committed': {
-      const before = next.passages.get(e.data.passageId);
-      if (!before || e.data.version > before.version) next.passages.set(e.data.passageId, e.data);
+      const before = facts.passages.get(e.data.passageId);
+      if (!before || e.data.version > before.version) next.passages = own(facts.passages).set(e.data.passageId, e.data);
       break;
     }
     case 'answer.published':
@@ -256,20 +299,19 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       break;
     // ---- waits and child Runs (K10) ----
     case 'wait.opened':
-      if (!next.waits.has(e.data.waitId)) {
+      if (!facts.waits.has(e.data.waitId)) {
         const { waitId, toolCallId, turn, question, expiresAt } = e.data;
-        next.waits.set(waitId, { waitId, toolCallId, turn, question, expiresAt, openedAt: e.occurredAt, answer: null });
+        next.waits = own(facts.waits).set(waitId, { waitId, toolCallId, turn, question, expiresAt, openedAt: e.occurredAt, answer: null });
       }
       break;
     case 'wait.answered': {
-      const w = next.waits.get(e.data.waitId);
-      if (w && !w.answer) w.answer = { ...e.data, at: e.occurredAt };
+      if (facts.waits.get(e.data.waitId)?.answer === null) entry('waits', e.data.waitId)!.answer = { ...e.data, at: e.occurredAt };
       break;
     }
     case 'child.run.requested':
-      if (!next.children.has(e.data.childRunId)) {
+      if (!facts.children.has(e.data.childRunId)) {
         const { childRunId, clientMessageId, toolCallId, turn, question, grant, limits } = e.data;
-        next.children.set(childRunId, {
+        next.children = own(facts.children).set(childRunId, {
           childRunId,
           clientMessageId,
           toolCallId,
@@ -283,25 +325,25 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
       }
       break;
     case 'child.run.settled': {
-      const c = next.children.get(e.data.childRunId);
-      if (c && !c.result) c.result = { ...e.data, at: e.occurredAt };
+      if (facts.children.get(e.data.childRunId)?.result === null) entry('children', e.data.childRunId)!.result = { ...e.data, at: e.occurredAt };
       break;
     }
     case 'clarification.requested':
-      if (!next.clarifications.has(e.data.clarificationId)) next.clarifications.set(e.data.clarificationId, { ...e.data, at: e.occurredAt });
+      if (!facts.clarifications.has(e.data.clarificationId))
+        next.clarifications = own(facts.clarifications).set(e.data.clarificationId, { ...e.data, at: e.occurredAt });
       break;
     case 'context.carried':
       next.carried ??= e.data;
       break;
     // ---- tool effects (K5) ----
     case 'tool.call.late_observed': {
-      const c = next.toolCalls.get(e.data.toolCallId);
-      if (c && !c.lateObserved) c.lateObserved = { ...e.data, at: e.occurredAt };
+      const known = facts.toolCalls.get(e.data.toolCallId);
+      if (known && !known.lateObserved) entry('toolCalls', e.data.toolCallId)!.lateObserved = { ...e.data, at: e.occurredAt };
       break;
     }
     case 'tool.call.reconciled': {
-      const c = next.toolCalls.get(e.data.toolCallId);
-      if (c && !c.reconciliation) c.reconciliation = { ...e.data, at: e.occurredAt };
+      const known = facts.toolCalls.get(e.data.toolCallId);
+      if (known && !known.reconciliation) entry('toolCalls', e.data.toolCallId)!.reconciliation = { ...e.data, at: e.occurredAt };
       break;
     }
   }
@@ -314,10 +356,11 @@ export function evolve(facts: RunFacts, stored: StoredEvent): RunFacts {
  */
 export function foldRun(runId: string, events: readonly StoredEvent[]): RunFacts {
   const seen = new Set<string>();
+  // the running fold is this function's own (emptyFacts is fresh): each step may change it in place
   return events.reduce((facts, stored) => {
     if (seen.has(stored.event.eventId)) return facts;
     seen.add(stored.event.eventId);
-    return evolve(facts, stored);
+    return apply(facts, stored, true);
   }, emptyFacts(runId));
 }
 

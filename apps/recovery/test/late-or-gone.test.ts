@@ -1,0 +1,71 @@
+/**
+ * Recovery's "late or gone" rule (K6, K10): an expired lease whose holder process still beats is
+ * late, not lost, for at most one more TTL; a holder without a fresh heartbeat is gone and fenced
+ * at its lease's expiry, as before heartbeats existed.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { expiredLease, type ExpiringLease } from '@runplane/app-recovery';
+
+const TTL = 15_000;
+const EXPIRES = Date.parse('2026-01-01T00:00:15.000Z');
+const lease: ExpiringLease = { epoch: 3, holder: { service: 'runtime', instance: 'i-1' }, ttlMs: TTL, expiresAt: EXPIRES };
+
+/** given the lease (expiring at EXPIRES) and the holder's heartbeat, when the sweep runs at `now`: the verdict. */
+const given = (heartbeat: { freshUntil: number } | null) => ({
+  when: (now: number) => ({ verdict: () => expiredLease(lease, heartbeat, now) }),
+});
+
+describe('recovery: an expired lease is late while its holder beats, gone when it does not (K10)', () => {
+  it('given any heartbeat, when the lease has not expired, then it is held', () => {
+    expect(given(null).when(EXPIRES).verdict()).toEqual({ kind: 'held' });
+    expect(
+      given({ freshUntil: EXPIRES + 5_000 })
+        .when(EXPIRES - 1)
+        .verdict(),
+    ).toEqual({ kind: 'held' });
+  });
+
+  it('given a fresh heartbeat, when the lease expired less than one TTL ago, then late: not fenced, at the latest one TTL after the expiry', () => {
+    expect(
+      given({ freshUntil: EXPIRES + 10_000 })
+        .when(EXPIRES + 1)
+        .verdict(),
+    ).toEqual({ kind: 'late', fenceBy: EXPIRES + TTL });
+    expect(
+      given({ freshUntil: EXPIRES + TTL + 5_000 })
+        .when(EXPIRES + TTL)
+        .verdict(),
+    ).toEqual({ kind: 'late', fenceBy: EXPIRES + TTL });
+  });
+
+  it('given a fresh heartbeat, when the lease expired more than one TTL ago, then gone: a process that beats but renews nothing is stuck', () => {
+    const v = given({ freshUntil: EXPIRES + 3 * TTL })
+      .when(EXPIRES + TTL + 1)
+      .verdict();
+    expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('renewed nothing for one more TTL') });
+    expect(v.kind === 'gone' && v.detail).toContain('without a renewal');
+  });
+
+  it('given a stale heartbeat (the process was killed: it stopped beating), when the lease expired, then gone at once', () => {
+    const v = given({ freshUntil: EXPIRES - 1_000 })
+      .when(EXPIRES + 1)
+      .verdict();
+    expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('heartbeat is stale since 2026-01-01T00:00:14.000Z') });
+  });
+
+  it('given no heartbeat at all (a stopped process deleted it, or an older runtime), when the lease expired, then gone at once', () => {
+    expect(
+      given(null)
+        .when(EXPIRES + 1)
+        .verdict(),
+    ).toEqual({ kind: 'gone', detail: expect.stringContaining('has no heartbeat') });
+  });
+
+  it('given a heartbeat that went stale during the grace, when the sweep runs after it, then gone before the grace ends', () => {
+    expect(
+      given({ freshUntil: EXPIRES + 4_000 })
+        .when(EXPIRES + 4_001)
+        .verdict(),
+    ).toEqual({ kind: 'gone', detail: expect.any(String) });
+  });
+});

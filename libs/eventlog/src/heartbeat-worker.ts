@@ -1,0 +1,47 @@
+/**
+ * The heartbeat worker thread (see {@link ProcessHeartbeat} in ./heartbeats.ts): connects to NATS
+ * on its own, writes the process's heartbeat key at once and then every `everyMs`, and on `stop`
+ * deletes the key and exits. Nothing else runs on this thread.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { connect } from '@nats-io/transport-node';
+import { Kvm } from '@nats-io/kv';
+import type { HeartbeatWorkerData } from './heartbeats.js';
+
+const data = workerData as HeartbeatWorkerData;
+const nc = await connect({
+  servers: data.natsUrl,
+  name: `${data.value.service}-heartbeat`,
+  maxReconnectAttempts: -1,
+  ...(data.user ? { user: data.user, pass: data.pass ?? '' } : {}),
+});
+const kv = await new Kvm(nc).open(data.bucket);
+const body = JSON.stringify(data.value);
+let first = true;
+let beating = false;
+
+async function beat(): Promise<void> {
+  if (beating) return; // the previous beat still waits on NATS (an outage): no pile-up
+  beating = true;
+  try {
+    await kv.put(data.value.instance, body);
+    if (first) parentPort!.postMessage({ beat: true });
+    first = false;
+  } catch {
+    // NATS unreachable: the next tick tries again (recovery does not count an outage against anyone)
+  } finally {
+    beating = false;
+  }
+}
+
+await beat();
+const timer = setInterval(() => void beat(), data.everyMs);
+parentPort!.on('message', (m) => {
+  if (m !== 'stop') return;
+  clearInterval(timer);
+  void kv
+    .delete(data.value.instance)
+    .catch(() => undefined)
+    .then(() => nc.close())
+    .finally(() => process.exit(0));
+});

@@ -1,0 +1,128 @@
+/**
+ * Process heartbeats (K6, K10: "late" is not "gone"): one NATS KV bucket `<prefix>_heartbeats`,
+ * one key per runtime process (its writer instance id), written every third of `ttlMs` by a
+ * worker thread with its own NATS connection and its own timer, so that work on the process's
+ * main event loop (parsing a long streamed reply, a burst of appends, a loaded machine) cannot
+ * hold it up. Recovery reads it beside the leases: a held lease that expired while its holder's
+ * heartbeat is fresh belongs to a process that is alive but late; it is given at most one more
+ * lease TTL before it is fenced (docs/recovery.md, "Late or gone"). A process killed outright
+ * stops beating at once, so its leases are fenced as before, on their own expiry.
+ */
+import { Worker } from 'node:worker_threads';
+import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import { z } from 'zod';
+import type { EventLog } from './event-log.js';
+
+/** A heartbeat's value: who beats, and how long one beat vouches for the process (ms). */
+export const HeartbeatValue = z.object({
+  service: z.string(),
+  instance: z.string(),
+  ttlMs: z.number().int().positive(),
+});
+export type HeartbeatValue = z.infer<typeof HeartbeatValue>;
+
+/** A heartbeat as read from the bucket: its value and the server time of its last write. */
+export interface HeartbeatEntry {
+  instance: string;
+  value: HeartbeatValue;
+  writtenAt: Date;
+}
+
+/** The bucket name for a subject space: `<prefix>_heartbeats`. */
+export const heartbeatBucketFor = (space: { prefix: string }): string => `${space.prefix}_heartbeats`;
+
+/** The heartbeats bucket, for readers (recovery) and the beating worker. */
+export class HeartbeatStore {
+  private constructor(readonly kv: KV) {}
+
+  /** Opens (creating if missing) the bucket of `log`'s subject space. */
+  static async open(log: Pick<EventLog, 'nc' | 'space'>): Promise<HeartbeatStore> {
+    return new HeartbeatStore(await new Kvm(log.nc).create(heartbeatBucketFor(log.space), { history: 1 }));
+  }
+
+  /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat. */
+  static parse(entry: KvEntry): HeartbeatEntry | null {
+    if (entry.operation !== 'PUT') return null;
+    let raw: unknown;
+    try {
+      raw = entry.json();
+    } catch {
+      return null;
+    }
+    const value = HeartbeatValue.safeParse(raw);
+    return value.success ? { instance: entry.key, value: value.data, writtenAt: entry.created } : null;
+  }
+
+  /** Deletes the bucket: test clean-up only. */
+  async destroy(): Promise<void> {
+    await this.kv.destroy().catch(() => undefined);
+  }
+}
+
+/** Until when a heartbeat vouches for its process: the server time of its last write plus its TTL, ms since the epoch. */
+export function heartbeatFreshUntil(entry: HeartbeatEntry): number {
+  return entry.writtenAt.getTime() + entry.value.ttlMs;
+}
+
+/** What the heartbeat worker needs (passed as `workerData`). */
+export interface HeartbeatWorkerData {
+  natsUrl: string;
+  user?: string;
+  pass?: string;
+  bucket: string;
+  value: HeartbeatValue;
+  /** How often it beats, ms. */
+  everyMs: number;
+}
+
+/**
+ * This process's heartbeat, beaten by a worker thread (its own event loop, timer and NATS
+ * connection: nothing on the main thread can delay it). Every `ttlMs / 3`; a beat that fails (NATS
+ * unreachable) is tried again on the next tick. `stop()` deletes the key, so a stopping process
+ * vouches for nothing any more.
+ */
+export class ProcessHeartbeat {
+  private constructor(private readonly worker: Worker) {}
+
+  /**
+   * Starts beating for `writer` with the given connection settings.
+   * @param ttlMs how long one beat vouches for the process (the lease TTL), ms.
+   * @returns once the worker has written the first beat.
+   * @throws when the worker cannot connect or write within 30 s.
+   */
+  static async start(
+    connection: { natsUrl: string; user?: string; pass?: string },
+    space: { prefix: string },
+    writer: { service: string; instance: string },
+    ttlMs: number,
+  ): Promise<ProcessHeartbeat> {
+    const data: HeartbeatWorkerData = {
+      ...connection,
+      bucket: heartbeatBucketFor(space),
+      value: { service: writer.service, instance: writer.instance, ttlMs },
+      everyMs: Math.max(50, Math.floor(ttlMs / 3)),
+    };
+    const worker = new Worker(new URL('./heartbeat-worker.js', import.meta.url), { workerData: data });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
+      worker.once('message', (m: { beat?: boolean }) => {
+        clearTimeout(timer);
+        if (m.beat) resolve();
+      });
+      worker.once('error', (e: unknown) => {
+        clearTimeout(timer);
+        reject(e instanceof Error ? e : new Error(String(e)));
+      });
+    });
+    return new ProcessHeartbeat(worker);
+  }
+
+  /** Stops beating and deletes this process's key (within 5 s; the worker is terminated after). */
+  async stop(): Promise<void> {
+    const exited = new Promise<void>((r) => this.worker.once('exit', () => r()));
+    this.worker.postMessage('stop');
+    const timer = setTimeout(() => void this.worker.terminate(), 5_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
