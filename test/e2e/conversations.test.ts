@@ -224,8 +224,11 @@ describe('K3: explicit Continue, eligibility read from the parent log', () => {
     runtime.child.kill('SIGKILL');
     await exited;
     await t.waitForSettlement(parents.lost, 30_000);
-    // settled without any model turn (a synthetic state no producer emits today): forged while no runtime runs
+    // settled without any model turn (a synthetic state no producer emits today): forged while no runtime
+    // and no lifecycle runs (a lifecycle would settle the forged fences itself, with the same event id)
+    await t.stack.stopService('lifecycle');
     parents.noTurn = await forgeSettledWithoutTurn(CONV, 'p-noturn');
+    await t.stack.startService('lifecycle');
     await t.stack.startService('runtime');
     await t.waitForSettlement(parents.canceled, 30_000);
     // still running: its model answers only after 20 s

@@ -84,6 +84,10 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     RUNPLANE_STREAM: space.stream,
     RUNPLANE_SUBJECT_PREFIX: space.prefix,
     NO_COLOR: '1',
+    // a failing scripted model is retried after a short backoff, so the suites that script failures
+    // settle in seconds; test/e2e/model-retry.test.ts sets the production-like backoff it checks (K7)
+    RUNPLANE_MODEL_RETRY_MIN_MS: '100',
+    RUNPLANE_MODEL_RETRY_MAX_MS: '1000',
     ...envOverrides,
   };
   delete env.NATS_USER;
