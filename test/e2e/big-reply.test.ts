@@ -4,7 +4,9 @@
  * on the same runtime as a batch of ordinary Runs, with the default lease TTL. The ordinary Runs
  * all complete (none fenced `interrupted`, none `failed` on the no-progress limit), the big Run
  * keeps its paragraphs (each one recorded while it streams and committed as a passage) or, as one
- * paragraph, its progress evidence, and nobody's lease is lost. The ordinary Runs' latency (post to
+ * paragraph, its progress evidence, and nobody's lease is lost; the big Run then settles honestly
+ * (its turn record is over the size limit: `partial` with every passage kept, or `failed` when
+ * nothing was committed, the reason naming the limit: K9). The ordinary Runs' latency (post to
  * settlement) is measured without and beside the big reply and printed for the report.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -103,6 +105,13 @@ describe('a reply of several megabytes beside ordinary Runs on one runtime (K8)'
     expect(recorded.every((p) => p.text === PARAGRAPH)).toBe(true);
     // nobody's lease was lost to the big reply
     expect(ofType(paragraphs, 'run.fenced').filter((f) => f.data.reason === 'lease-expired')).toEqual([]);
+    const bigEvents = await waitForSettled(t, big, 300_000);
+    const settled = ofType(bigEvents, 'run.settled')[0]!.data;
+    // and it settles honestly (K9): every committed passage kept, the reason naming the size limit its turn record met
+    expect(settled.outcome).toBe('partial');
+    expect(settled.passageIds).toHaveLength(PARAGRAPHS);
+    expect(settled.reason).toMatch(/over the size limit/);
+    console.log(`[K8] the big Run settled ${settled.outcome}: ${settled.reason.slice(0, 160)}...`);
   }, 600_000);
 
   it('as one paragraph (3.2 MB without a blank line): the ordinary Runs all complete, and the big Run records its progress', async () => {
@@ -117,5 +126,10 @@ describe('a reply of several megabytes beside ordinary Runs on one runtime (K8)'
     for (const events of batch.events) expect(ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toEqual([]);
     const events = await t.log.readRun(big);
     expect(ofType(events, 'run.fenced').filter((f) => f.data.reason === 'lease-expired')).toEqual([]);
+    const bigEvents = await waitForSettled(t, big, 300_000);
+    const settled = ofType(bigEvents, 'run.settled')[0]!.data;
+    // nothing was committed (one paragraph never finished): it settles failed, saying why (K9)
+    expect(settled.outcome).toBe('failed');
+    expect(settled.reason).toMatch(/over the size limit/);
   }, 600_000);
 });
