@@ -78,7 +78,9 @@ api(program.command('watch').description("follow a Run's events until it settles
   .option('--last-event-id <seq>', 'resume after this stream sequence', nonNegative, 0)
   .action((runId: string, o: { admission: string; publication: string; lastEventId: number }) =>
     run(async () => {
-      await watch(endpoints(o), runId, o.lastEventId);
+      // the server ends at once (204) when the cursor is at or after the settlement: say so, not nothing
+      if (!(await watch(endpoints(o), runId, o.lastEventId)))
+        process.stderr.write(`no events after --last-event-id ${o.lastEventId}: run ${runId} settled at or before it\n`);
       return 0;
     })(),
   );

@@ -59,7 +59,8 @@ export function apiError(status: HttpStatus | number, code: string, detail: stri
 /** 400 `bad_request` naming `what` was wrong, with every zod reason as `issues` (paths prefixed with `what`). */
 export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
   const issues = zodIssues(error).map((i) => ({ path: i.path === '(body)' ? what : `${what}.${i.path}`, message: i.message }));
-  return apiError(HttpStatus.BAD_REQUEST, 'bad_request', `${what}: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, { issues });
+  // each path already starts with `what`: the detail names it once ("Last-Event-ID: must be ...")
+  return apiError(HttpStatus.BAD_REQUEST, 'bad_request', issues.map((i) => `${i.path}: ${i.message}`).join('; '), { issues });
 }
 
 /**
