@@ -7,7 +7,7 @@
  */
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
-import type { EventLog } from '@runplane/eventlog';
+import { kvJson, type EventLog } from '@runplane/eventlog';
 
 export const DeadlineValue = z.object({ deadlineAt: z.string().datetime() });
 export type DeadlineValue = z.infer<typeof DeadlineValue>;
@@ -38,15 +38,8 @@ export class DeadlineStore {
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a deadline. */
   static parse(entry: KvEntry): DeadlineEntry | null {
-    if (entry.operation !== 'PUT') return null;
-    let raw: unknown;
-    try {
-      raw = entry.json();
-    } catch {
-      return null;
-    }
-    const value = DeadlineValue.safeParse(raw);
-    return value.success ? { runId: entry.key, deadlineAt: value.data.deadlineAt } : null;
+    const value = kvJson(entry, DeadlineValue);
+    return value ? { runId: entry.key, deadlineAt: value.deadlineAt } : null;
   }
 
   /** Records a Run's deadline (idempotent: the same value again changes nothing that matters). */

@@ -10,6 +10,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import { kvJson } from './kv-json.js';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
 
@@ -42,15 +43,8 @@ export class HeartbeatStore {
 
   /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat. */
   static parse(entry: KvEntry): HeartbeatEntry | null {
-    if (entry.operation !== 'PUT') return null;
-    let raw: unknown;
-    try {
-      raw = entry.json();
-    } catch {
-      return null;
-    }
-    const value = HeartbeatValue.safeParse(raw);
-    return value.success ? { instance: entry.key, value: value.data, writtenAt: entry.created } : null;
+    const value = kvJson(entry, HeartbeatValue);
+    return value ? { instance: entry.key, value, writtenAt: entry.created } : null;
   }
 
   /** Deletes the bucket: test clean-up only. */

@@ -9,3 +9,4 @@ export * from './heartbeats.js';
 export * from './bus.js';
 export * from './anomalies.js';
 export * from './conversations.js';
+export * from './kv-json.js';

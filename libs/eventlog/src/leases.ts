@@ -12,6 +12,7 @@
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
+import { kvJson } from './kv-json.js';
 
 /** A lease's value in the bucket. */
 export const LeaseValue = z.discriminatedUnion('state', [
@@ -84,15 +85,8 @@ export class LeaseStore {
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a lease. */
   static parse(entry: KvEntry): LeaseEntry | null {
-    if (entry.operation !== 'PUT') return null;
-    let raw: unknown;
-    try {
-      raw = entry.json();
-    } catch {
-      return null;
-    }
-    const value = LeaseValue.safeParse(raw);
-    return value.success ? { runId: entry.key, value: value.data, revision: entry.revision, writtenAt: entry.created } : null;
+    const value = kvJson(entry, LeaseValue);
+    return value ? { runId: entry.key, value, revision: entry.revision, writtenAt: entry.created } : null;
   }
 
   /** The Run's lease, or null when there is none. */
