@@ -60,9 +60,12 @@ export const waitForType = (t: TestStack, runId: string, type: RunEvent['type'],
 export const waitForSettled = (t: TestStack, runId: string, timeoutMs = 60_000) =>
   until(t, runId, (ev) => ev.some((e) => e.event.type === 'run.settled'), timeoutMs, 'run.settled');
 
-/** Kills a service process with SIGKILL and waits until it is gone; resolves with the moment of the kill. */
-export async function kill9(t: TestStack, name: ServiceName): Promise<number> {
-  const p = t.stack.services.get(name)!;
+/**
+ * Kills a service process with SIGKILL and waits until it is gone; resolves with the moment of the
+ * kill. `replica` picks one of several replicas (index in start order among the live ones; default the first).
+ */
+export async function kill9(t: TestStack, name: ServiceName, replica = 0): Promise<number> {
+  const p = t.stack.replicas.get(name)![replica]!;
   const exited = new Promise((r) => p.child.once('exit', r));
   p.child.kill('SIGKILL');
   const at = Date.now();

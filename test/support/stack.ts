@@ -16,6 +16,7 @@ import {
   repoRoot,
   startStack,
   type NatsUsers,
+  type ServiceName,
   type Stack,
 } from '@runplane/devstack';
 import { destroyBus, EventLog } from '@runplane/eventlog';
@@ -62,6 +63,8 @@ export interface TestStackOptions {
    * starts: for a test that stops and restarts its own model server (an outage).
    */
   modelBaseUrl?: string;
+  /** Replicas per service (default 1 each), e.g. `{ runtime: 3, tools: 3 }` (issue [8]). */
+  replicas?: Partial<Record<ServiceName, number>>;
 }
 
 /**
@@ -104,6 +107,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       logDir: join(repoRoot(), '.runplane', 'test-logs', tag),
       natsUsers: users,
       ...(opts.modelBaseUrl ? { modelBaseUrl: opts.modelBaseUrl } : {}),
+      ...(opts.replicas ? { replicas: opts.replicas } : {}),
     });
     log = await EventLog.connect({ natsUrl, ...space, name: 'e2e-test', ...admin });
   } catch (e) {

@@ -355,6 +355,11 @@ export interface StackOptions {
    * and buckets are created as `admin` first, and each service connects as its own user.
    */
   natsUsers?: NatsUsers;
+  /**
+   * Replicas per service (default 1 each): several processes of one service with the same
+   * environment, for the scale-out tests (issue [8]). The HTTP endpoints are the first replica's.
+   */
+  replicas?: Partial<Record<ServiceName, number>>;
 }
 
 export interface Stack {
@@ -364,11 +369,14 @@ export interface Stack {
   modelUrl: string;
   /** The scripted model process, when one was started. */
   model: ManagedProcess | null;
+  /** The first (or only) live replica of each service. */
   services: Map<ServiceName, ManagedProcess>;
+  /** Every live replica of each service, in start order (a stopped or exited replica leaves it). */
+  replicas: Map<ServiceName, ManagedProcess[]>;
   logFile: string;
-  /** Stops one service (SIGTERM, then SIGKILL after the grace period). */
+  /** Stops every replica of one service (SIGTERM, then SIGKILL after the grace period). */
   stopService(name: ServiceName): Promise<void>;
-  /** Starts a stopped service again (a new process with the same environment). */
+  /** Starts one more process of a service (a new replica with the same environment). */
   startService(name: ServiceName): Promise<ManagedProcess>;
   /** Stops everything, services first (in reverse start order), then the model server. */
   stop(): Promise<void>;
@@ -381,6 +389,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const logFile = join(opts.logDir, 'services.log');
   const log = createWriteStream(logFile, { flags: 'a' });
   const started: ManagedProcess[] = [];
+  const replicas = new Map<ServiceName, ManagedProcess[]>();
   const services = new Map<ServiceName, ManagedProcess>();
   let model: ManagedProcess | null = null;
   const stopAll = async () => {
@@ -414,12 +423,25 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     await provisionAsAdmin(env, opts.natsUsers ?? null);
     const startService = async (name: ServiceName) => {
       const own = opts.natsUsers ? { ...env, ...natsEnvOf(opts.natsUsers, name) } : env;
-      const p = await spawnReady(name, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
+      const n = (replicas.get(name)?.length ?? 0) + 1;
+      const label = n === 1 ? name : `${name}#${n}`;
+      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
       started.push(p);
-      services.set(name, p);
+      const list = replicas.get(name) ?? [];
+      list.push(p);
+      replicas.set(name, list);
+      if (!services.has(name)) services.set(name, p);
+      p.child.once('exit', () => {
+        const left = (replicas.get(name) ?? []).filter((r) => r !== p);
+        replicas.set(name, left);
+        if (services.get(name) === p) {
+          if (left[0]) services.set(name, left[0]);
+          else services.delete(name);
+        }
+      });
       return p;
     };
-    for (const name of SERVICES) await startService(name);
+    for (const name of SERVICES) for (let i = 0; i < (opts.replicas?.[name] ?? 1); i++) await startService(name);
     return {
       get endpoints() {
         return { admission: services.get('admission')!.url, publication: services.get('publication')!.url };
@@ -427,8 +449,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       modelUrl,
       model,
       services,
+      replicas,
       logFile,
-      stopService: async (name) => services.get(name)?.stop(),
+      stopService: async (name) => {
+        await Promise.all([...(replicas.get(name) ?? [])].map((p) => p.stop()));
+      },
       startService,
       stop: stopAll,
     };
