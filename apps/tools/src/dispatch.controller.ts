@@ -1,9 +1,11 @@
+import { existsSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { EventLog, ResultStore } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { RunCommandHandler, toolClaimMetTotal as claimMetTotal } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
 import { decide, type ToolOutcome } from './decide.js';
@@ -27,6 +29,8 @@ export interface ToolsSettings {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE`): while this file exists, a wake pauses between taking its claims and appending its dispatches. */
+  faultDispatchPauseFile?: string;
 }
 
 /** Settings from the environment (validated at start-up). */
@@ -42,8 +46,12 @@ export function toolsSettingsFromEnv(): ToolsSettings {
       .map((s) => s.trim())
       .filter(Boolean),
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
+    ...(cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE ? { faultDispatchPauseFile: cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE } : {}),
   };
 }
+
+/** Pauses before a wake that met a claim reads the Run again, ms (then it is redelivered). */
+export const CLAIM_MET_RETRY_MS = [20, 50, 100, 200, 400] as const;
 
 /** Dispatched calls of a Run that have no receipt yet: the ones whose executor must be looked up. */
 function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
@@ -56,7 +64,12 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  *   claims of its dispatched calls without a receipt, and decides a `Wake` with them: a call is
  *   declared `unknown` only when its executor's claim is gone or expired.
  * - Before a `tool.call.dispatched` is appended it takes the call's claim (so a dispatched call
- *   always has had a live claim); it executes exactly the calls whose dispatch it appended itself,
+ *   always has had a live claim). A wake that meets a claim held by another executor (which
+ *   decided from a read that may not include this wake's proposal) is never dropped: it reads the
+ *   Run again after a short pause (the holder's dispatch is then in the log, and only the calls
+ *   still undispatched are decided), and past {@link CLAIM_MET_RETRY_MS} it is handed back to the
+ *   consumer for redelivery ({@link RetryLater}) until the holder's dispatch is appended or its
+ *   claim expires and is taken over (issue [8]). It executes exactly the calls whose dispatch it appended itself,
  *   in worker threads, renewing each claim meanwhile, and decides the outcome into a receipt (or,
  *   after `unknown`, a late observation), then releases the claim.
  */
@@ -104,7 +117,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
-    await this.wake(stored.event.runId);
+    await this.wake(stored.event.runId, `${stored.event.type} ${stored.seq}`);
   }
 
   /**
@@ -112,15 +125,32 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
    * their timeouts). A call is declared `unknown` for a lost executor only after its expired claim
    * was removed on the very revision the decision read; a claim renewed meanwhile means the
    * executor is alive, and the Wake is decided again on fresh claims.
+   * A claim held by another executor on a call this wake decided to dispatch is never a reason to
+   * stop: the Run is read and decided again after each pause of {@link CLAIM_MET_RETRY_MS}.
+   * @param cause what woke it (for the log).
+   * @throws RetryLater when the claim is still held after those pauses: the consumer redelivers
+   *   the wake (the holder has not appended its dispatch yet, or died before it; its claim expires).
    */
-  private async wake(runId: string): Promise<void> {
+  private async wake(runId: string, cause: string): Promise<void> {
     const claims = await this.claims();
-    for (let attempt = 1; ; attempt++) {
+    let renewed = 0;
+    for (let met = 0; ;) {
       try {
         await this.wakeOnce(runId, claims);
+        if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
         return;
       } catch (e) {
-        if (!(e instanceof ClaimRenewed) || attempt >= 3) throw e;
+        if (e instanceof ClaimRenewed && ++renewed < 3) continue;
+        if (!(e instanceof ClaimTaken)) throw e;
+        const fields = { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder };
+        if (met >= CLAIM_MET_RETRY_MS.length) {
+          claimMetTotal.inc({ outcome: 'redelivered' });
+          this.logger.warn({ ...fields, retries: met }, 'wake met a claim still held; redelivering the wake');
+          throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
+        }
+        claimMetTotal.inc({ outcome: 'retried' });
+        this.logger.debug({ ...fields, retry: met + 1 }, 'wake met a claim; reading the Run again');
+        await sleep(CLAIM_MET_RETRY_MS[met++]);
       }
     }
   }
@@ -144,11 +174,12 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
               await claims.seize(runId, e.data.toolCallId, revisions[e.data.toolCallId] ?? 0);
             }
           }
+          if (held.size > 0) await this.faultPauseBeforeDispatch(runId);
         },
       });
     } catch (e) {
       for (const h of held.values()) await claims.release(h.key, h.revision);
-      if (e instanceof ClaimTaken) return; // another live executor is dispatching these calls
+      // ClaimTaken included: another executor is dispatching some of these calls, perhaps not all (see wake)
       throw e;
     }
     const { facts, appended } = result;
@@ -230,6 +261,14 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     }
   }
 
+  /** FAULT INJECTION (tests only, off unless `faultDispatchPauseFile` is set): waits while that file exists. */
+  private async faultPauseBeforeDispatch(runId: string): Promise<void> {
+    const file = this.settings.faultDispatchPauseFile;
+    if (!file || !existsSync(file)) return;
+    this.logger.warn({ runId, file }, 'FAULT INJECTION: pausing between taking claims and appending the dispatch');
+    while (existsSync(file)) await sleep(50);
+  }
+
   /** Decides an execution's outcome into a receipt or a late observation. */
   private async record(runId: string, toolCallId: string, outcome: ToolOutcome, durationMs: number): Promise<void> {
     const resultBucket = ResultStore.bucketFor(this.log);
@@ -251,7 +290,12 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
       const claims = await this.claims();
       for await (const { key, claim, revision } of claims.all()) {
         if (!claims.expired(key, claim)) continue; // alive, or judged alive through a NATS outage
-        await this.wake(claim.runId);
+        try {
+          await this.wake(claim.runId, `expired claim ${key}`);
+        } catch (e) {
+          if (!(e instanceof RetryLater)) throw e;
+          continue; // another executor is dispatching there: the next sweep looks again
+        }
         const facts = await this.commands.folds.read(claim.runId);
         const call = facts.toolCalls.get(claim.toolCallId);
         if (!call || call.receipt) await claims.release(key, revision);
