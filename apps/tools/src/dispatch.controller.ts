@@ -125,43 +125,65 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
    * their timeouts). A call is declared `unknown` for a lost executor only after its expired claim
    * was removed on the very revision the decision read; a claim renewed meanwhile means the
    * executor is alive, and the Wake is decided again on fresh claims.
-   * A claim held by another executor on a call this wake decided to dispatch is never a reason to
-   * stop: the Run is read and decided again after each pause of {@link CLAIM_MET_RETRY_MS}.
+   * A wake ends only with a read of the Run that leaves it nothing more to dispatch (issue [8]):
+   * - after appending dispatches it reads the Run again and decides again before waiting for the
+   *   executions (proposals appended after its read, whose own wakes may have gone to a peer that
+   *   met this wake's claims, or wait behind this one, are dispatched at once);
+   * - a claim held by another executor on a call it decided to dispatch is never a reason to stop:
+   *   the Run is read and decided again after each pause of {@link CLAIM_MET_RETRY_MS}.
    * @param cause what woke it (for the log).
    * @throws RetryLater when the claim is still held after those pauses: the consumer redelivers
    *   the wake (the holder has not appended its dispatch yet, or died before it; its claim expires).
    */
   private async wake(runId: string, cause: string): Promise<void> {
     const claims = await this.claims();
+    const executions: Promise<void>[] = [];
     let renewed = 0;
-    for (let met = 0; ;) {
-      try {
-        await this.wakeOnce(runId, claims);
-        if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
-        return;
-      } catch (e) {
-        if (e instanceof ClaimRenewed && ++renewed < 3) continue;
-        if (!(e instanceof ClaimTaken)) throw e;
-        const fields = { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder };
-        if (met >= CLAIM_MET_RETRY_MS.length) {
-          claimMetTotal.inc({ outcome: 'redelivered' });
-          this.logger.warn({ ...fields, retries: met }, 'wake met a claim still held; redelivering the wake');
-          throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
+    let met = 0;
+    let lookUp = true;
+    try {
+      for (;;) {
+        try {
+          const { dispatched, work } = await this.wakeOnce(runId, claims, lookUp);
+          executions.push(work);
+          if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
+          if (dispatched === 0) break;
+          // decide again: proposals appended after this read are dispatched now, not after these executions
+          lookUp = false;
+          met = 0;
+        } catch (e) {
+          if (e instanceof ClaimRenewed && ++renewed < 3) continue;
+          if (!(e instanceof ClaimTaken)) throw e;
+          const fields = { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder };
+          if (met >= CLAIM_MET_RETRY_MS.length) {
+            claimMetTotal.inc({ outcome: 'redelivered' });
+            this.logger.warn({ ...fields, retries: met }, 'wake met a claim still held; redelivering the wake');
+            throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
+          }
+          claimMetTotal.inc({ outcome: 'retried' });
+          this.logger.debug({ ...fields, retry: met + 1 }, 'wake met a claim; reading the Run again');
+          await sleep(CLAIM_MET_RETRY_MS[met++]);
         }
-        claimMetTotal.inc({ outcome: 'retried' });
-        this.logger.debug({ ...fields, retry: met + 1 }, 'wake met a claim; reading the Run again');
-        await sleep(CLAIM_MET_RETRY_MS[met++]);
       }
+    } finally {
+      // the executions this wake started end (with their receipts) before it does, whatever happened after
+      await Promise.all(executions);
     }
   }
 
-  private async wakeOnce(runId: string, claims: ClaimStore): Promise<void> {
+  /**
+   * One read, decision and append of a Wake. Claims of dispatched calls without a receipt are
+   * looked up only when `lookUp` (the first decision of a wake); the decisions after it only
+   * dispatch what is new. Claims taken for dispatches that were not appended are released before
+   * anything executes.
+   * @returns how many dispatches this call appended, and their executions (started, not awaited).
+   * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch
+   *   (nothing appended; the claims it took are released).
+   */
+  private async wakeOnce(runId: string, claims: ClaimStore, lookUp: boolean): Promise<{ dispatched: number; work: Promise<void> }> {
     // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
     const before = await this.commands.folds.read(runId);
-    const { claims: looked, revisions } = await claims.lookup(
-      runId,
-      awaitingReceipt(before).map((c) => c.toolCallId),
-    );
+    const { claims: looked, revisions } = await claims.lookup(runId, lookUp ? awaitingReceipt(before).map((c) => c.toolCallId) : []);
     const held = new Map<string, HeldClaim>();
     let result;
     try {
@@ -183,7 +205,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
       throw e;
     }
     const { facts, appended } = result;
-    await Promise.all(
+    const dispatchedIds = new Set(appended.flatMap((s) => (s.event.type === 'tool.call.dispatched' ? [s.event.data.toolCallId] : [])));
+    // claims taken for dispatches that were not appended after all: released now, not after the executions
+    for (const [id, h] of held) if (!dispatchedIds.has(id)) await claims.release(h.key, h.revision);
+    const work = Promise.all(
       appended.map(async ({ event }) => {
         if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
           this.logger.warn(
@@ -202,10 +227,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
         const call = facts.toolCalls.get(event.data.toolCallId)!;
         await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
       }),
-    );
-    // claims taken for dispatches that were not appended after all
-    for (const [id, h] of held)
-      if (!appended.some((s) => s.event.type === 'tool.call.dispatched' && s.event.data.toolCallId === id)) await claims.release(h.key, h.revision);
+    ).then(() => undefined);
+    // an execution's failure is the wake's failure (awaited in wake), never an unhandled rejection meanwhile
+    work.catch(() => undefined);
+    return { dispatched: dispatchedIds.size, work };
   }
 
   /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
