@@ -144,8 +144,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     try {
       for (;;) {
         try {
-          const { dispatched, work } = await this.wakeOnce(runId, claims, lookUp);
-          executions.push(work);
+          const dispatched = await this.wakeOnce(runId, claims, lookUp, executions);
           if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
           if (dispatched === 0) break;
           // decide again: proposals appended after this read are dispatched now, not after these executions
@@ -175,19 +174,50 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
    * One read, decision and append of a Wake. Claims of dispatched calls without a receipt are
    * looked up only when `lookUp` (the first decision of a wake); the decisions after it only
    * dispatch what is new. Claims taken for dispatches that were not appended are released before
-   * anything executes.
-   * @returns how many dispatches this call appended, and their executions (started, not awaited).
-   * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch
-   *   (nothing appended; the claims it took are released).
+   * anything executes. The executions of the dispatches it appended are started and pushed onto
+   * `executions` (not awaited), also when the decision was appended only in part before it failed:
+   * a dispatch in the log is always executed by the worker that appended it, never left claimless.
+   * @returns how many dispatches this call appended.
+   * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch (the
+   *   claims it took for dispatches it did not append are released); any error of the decision.
    */
-  private async wakeOnce(runId: string, claims: ClaimStore, lookUp: boolean): Promise<{ dispatched: number; work: Promise<void> }> {
+  private async wakeOnce(runId: string, claims: ClaimStore, lookUp: boolean, executions: Promise<void>[]): Promise<number> {
     // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
     const before = await this.commands.folds.read(runId);
     const { claims: looked, revisions } = await claims.lookup(runId, lookUp ? awaitingReceipt(before).map((c) => c.toolCallId) : []);
     const held = new Map<string, HeldClaim>();
+    const stored: StoredEvent[] = [];
+    const execute = (facts: RunFacts, events: readonly StoredEvent[]) => {
+      const work = Promise.all(
+        events.map(async ({ event }) => {
+          if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
+            this.logger.warn(
+              {
+                runId,
+                toolCallId: event.data.toolCallId,
+                code: event.data.error?.code,
+                claimSeen: looked[event.data.toolCallId] ?? null,
+                at: new Date().toISOString(),
+              },
+              'tool call outcome unknown',
+            );
+            await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
+          }
+          if (event.type !== 'tool.call.dispatched') return;
+          const call = facts.toolCalls.get(event.data.toolCallId)!;
+          await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
+        }),
+      ).then(() => undefined);
+      // an execution's failure is the wake's failure (awaited in wake), never an unhandled rejection meanwhile
+      work.catch(() => undefined);
+      executions.push(work);
+    };
+    const dispatchedIn = (events: readonly StoredEvent[]) =>
+      new Set(events.flatMap((s) => (s.event.type === 'tool.call.dispatched' ? [s.event.data.toolCallId] : [])));
     let result;
     try {
       result = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', claims: looked }, now), {
+        onAppended: (e) => stored.push(e),
         beforeAppend: async (events) => {
           for (const e of events) {
             if (e.type === 'tool.call.dispatched' && !held.has(e.data.toolCallId))
@@ -200,37 +230,28 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
         },
       });
     } catch (e) {
-      for (const h of held.values()) await claims.release(h.key, h.revision);
+      // a decision appended in part (an attempt stored some events, then conflicted, and the next
+      // attempt failed): what it dispatched is executed here under the claims taken for it
+      const mine = dispatchedIn(stored);
+      for (const [id, h] of held) if (!mine.has(id)) await claims.release(h.key, h.revision);
+      if (stored.length > 0) {
+        this.logger.warn({ runId, appended: stored.map((x) => x.event.type), error: (e as Error).message }, 'wake decision appended in part');
+        try {
+          execute(await this.commands.folds.read(runId), stored);
+        } catch (readError) {
+          // not executed: their claims expire unrenewed and the sweep records them unknown (never run twice, K5)
+          this.logger.error({ runId, err: (readError as Error).message }, 'dispatches appended in part not executed');
+        }
+      }
       // ClaimTaken included: another executor is dispatching some of these calls, perhaps not all (see wake)
       throw e;
     }
     const { facts, appended } = result;
-    const dispatchedIds = new Set(appended.flatMap((s) => (s.event.type === 'tool.call.dispatched' ? [s.event.data.toolCallId] : [])));
+    const dispatchedIds = dispatchedIn(appended);
     // claims taken for dispatches that were not appended after all: released now, not after the executions
     for (const [id, h] of held) if (!dispatchedIds.has(id)) await claims.release(h.key, h.revision);
-    const work = Promise.all(
-      appended.map(async ({ event }) => {
-        if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
-          this.logger.warn(
-            {
-              runId,
-              toolCallId: event.data.toolCallId,
-              code: event.data.error?.code,
-              claimSeen: looked[event.data.toolCallId] ?? null,
-              at: new Date().toISOString(),
-            },
-            'tool call outcome unknown',
-          );
-          await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
-        }
-        if (event.type !== 'tool.call.dispatched') return;
-        const call = facts.toolCalls.get(event.data.toolCallId)!;
-        await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
-      }),
-    ).then(() => undefined);
-    // an execution's failure is the wake's failure (awaited in wake), never an unhandled rejection meanwhile
-    work.catch(() => undefined);
-    return { dispatched: dispatchedIds.size, work };
+    execute(facts, appended);
+    return dispatchedIds.size;
   }
 
   /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
