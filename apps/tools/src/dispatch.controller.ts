@@ -1,9 +1,11 @@
+import { existsSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { EventLog, ResultStore } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { RunCommandHandler, toolClaimMetTotal as claimMetTotal } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
 import { decide, type ToolOutcome } from './decide.js';
@@ -27,6 +29,8 @@ export interface ToolsSettings {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE`): while this file exists, a wake pauses between taking its claims and appending its dispatches. */
+  faultDispatchPauseFile?: string;
 }
 
 /** Settings from the environment (validated at start-up). */
@@ -42,8 +46,12 @@ export function toolsSettingsFromEnv(): ToolsSettings {
       .map((s) => s.trim())
       .filter(Boolean),
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
+    ...(cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE ? { faultDispatchPauseFile: cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE } : {}),
   };
 }
+
+/** Pauses before a wake that met a claim reads the Run again, ms (then it is redelivered). */
+export const CLAIM_MET_RETRY_MS = [20, 50, 100, 200, 400] as const;
 
 /** Dispatched calls of a Run that have no receipt yet: the ones whose executor must be looked up. */
 function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
@@ -56,7 +64,12 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  *   claims of its dispatched calls without a receipt, and decides a `Wake` with them: a call is
  *   declared `unknown` only when its executor's claim is gone or expired.
  * - Before a `tool.call.dispatched` is appended it takes the call's claim (so a dispatched call
- *   always has had a live claim); it executes exactly the calls whose dispatch it appended itself,
+ *   always has had a live claim). A wake that meets a claim held by another executor (which
+ *   decided from a read that may not include this wake's proposal) is never dropped: it reads the
+ *   Run again after a short pause (the holder's dispatch is then in the log, and only the calls
+ *   still undispatched are decided), and past {@link CLAIM_MET_RETRY_MS} it is handed back to the
+ *   consumer for redelivery ({@link RetryLater}) until the holder's dispatch is appended or its
+ *   claim expires and is taken over (issue [8]). It executes exactly the calls whose dispatch it appended itself,
  *   in worker threads, renewing each claim meanwhile, and decides the outcome into a receipt (or,
  *   after `unknown`, a late observation), then releases the claim.
  */
@@ -104,7 +117,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
-    await this.wake(stored.event.runId);
+    await this.wake(stored.event.runId, `${stored.event.type} ${stored.seq}`);
   }
 
   /**
@@ -112,30 +125,99 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
    * their timeouts). A call is declared `unknown` for a lost executor only after its expired claim
    * was removed on the very revision the decision read; a claim renewed meanwhile means the
    * executor is alive, and the Wake is decided again on fresh claims.
+   * A wake ends only with a read of the Run that leaves it nothing more to dispatch (issue [8]):
+   * - after appending dispatches it reads the Run again and decides again before waiting for the
+   *   executions (proposals appended after its read, whose own wakes may have gone to a peer that
+   *   met this wake's claims, or wait behind this one, are dispatched at once);
+   * - a claim held by another executor on a call it decided to dispatch is never a reason to stop:
+   *   the Run is read and decided again after each pause of {@link CLAIM_MET_RETRY_MS}.
+   * @param cause what woke it (for the log).
+   * @throws RetryLater when the claim is still held after those pauses: the consumer redelivers
+   *   the wake (the holder has not appended its dispatch yet, or died before it; its claim expires).
    */
-  private async wake(runId: string): Promise<void> {
+  private async wake(runId: string, cause: string): Promise<void> {
     const claims = await this.claims();
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.wakeOnce(runId, claims);
-        return;
-      } catch (e) {
-        if (!(e instanceof ClaimRenewed) || attempt >= 3) throw e;
+    const executions: Promise<void>[] = [];
+    let renewed = 0;
+    let met = 0;
+    let lookUp = true;
+    try {
+      for (;;) {
+        try {
+          const dispatched = await this.wakeOnce(runId, claims, lookUp, executions);
+          if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
+          if (dispatched === 0) break;
+          // decide again: proposals appended after this read are dispatched now, not after these executions
+          lookUp = false;
+          met = 0;
+        } catch (e) {
+          if (e instanceof ClaimRenewed && ++renewed < 3) continue;
+          if (!(e instanceof ClaimTaken)) throw e;
+          const fields = { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder };
+          if (met >= CLAIM_MET_RETRY_MS.length) {
+            claimMetTotal.inc({ outcome: 'redelivered' });
+            this.logger.warn({ ...fields, retries: met }, 'wake met a claim still held; redelivering the wake');
+            throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
+          }
+          claimMetTotal.inc({ outcome: 'retried' });
+          this.logger.debug({ ...fields, retry: met + 1 }, 'wake met a claim; reading the Run again');
+          await sleep(CLAIM_MET_RETRY_MS[met++]);
+        }
       }
+    } finally {
+      // the executions this wake started end (with their receipts) before it does, whatever happened after
+      await Promise.all(executions);
     }
   }
 
-  private async wakeOnce(runId: string, claims: ClaimStore): Promise<void> {
+  /**
+   * One read, decision and append of a Wake. Claims of dispatched calls without a receipt are
+   * looked up only when `lookUp` (the first decision of a wake); the decisions after it only
+   * dispatch what is new. Claims taken for dispatches that were not appended are released before
+   * anything executes. The executions of the dispatches it appended are started and pushed onto
+   * `executions` (not awaited), also when the decision was appended only in part before it failed:
+   * a dispatch in the log is always executed by the worker that appended it, never left claimless.
+   * @returns how many dispatches this call appended.
+   * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch (the
+   *   claims it took for dispatches it did not append are released); any error of the decision.
+   */
+  private async wakeOnce(runId: string, claims: ClaimStore, lookUp: boolean, executions: Promise<void>[]): Promise<number> {
     // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
     const before = await this.commands.folds.read(runId);
-    const { claims: looked, revisions } = await claims.lookup(
-      runId,
-      awaitingReceipt(before).map((c) => c.toolCallId),
-    );
+    const { claims: looked, revisions } = await claims.lookup(runId, lookUp ? awaitingReceipt(before).map((c) => c.toolCallId) : []);
     const held = new Map<string, HeldClaim>();
+    const stored: StoredEvent[] = [];
+    const execute = (facts: RunFacts, events: readonly StoredEvent[]) => {
+      const work = Promise.all(
+        events.map(async ({ event }) => {
+          if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
+            this.logger.warn(
+              {
+                runId,
+                toolCallId: event.data.toolCallId,
+                code: event.data.error?.code,
+                claimSeen: looked[event.data.toolCallId] ?? null,
+                at: new Date().toISOString(),
+              },
+              'tool call outcome unknown',
+            );
+            await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
+          }
+          if (event.type !== 'tool.call.dispatched') return;
+          const call = facts.toolCalls.get(event.data.toolCallId)!;
+          await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
+        }),
+      ).then(() => undefined);
+      // an execution's failure is the wake's failure (awaited in wake), never an unhandled rejection meanwhile
+      work.catch(() => undefined);
+      executions.push(work);
+    };
+    const dispatchedIn = (events: readonly StoredEvent[]) =>
+      new Set(events.flatMap((s) => (s.event.type === 'tool.call.dispatched' ? [s.event.data.toolCallId] : [])));
     let result;
     try {
       result = await this.commands.handle(runId, (f, now) => decide(f, { type: 'Wake', claims: looked }, now), {
+        onAppended: (e) => stored.push(e),
         beforeAppend: async (events) => {
           for (const e of events) {
             if (e.type === 'tool.call.dispatched' && !held.has(e.data.toolCallId))
@@ -144,37 +226,32 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
               await claims.seize(runId, e.data.toolCallId, revisions[e.data.toolCallId] ?? 0);
             }
           }
+          if (held.size > 0) await this.faultPauseBeforeDispatch(runId);
         },
       });
     } catch (e) {
-      for (const h of held.values()) await claims.release(h.key, h.revision);
-      if (e instanceof ClaimTaken) return; // another live executor is dispatching these calls
+      // a decision appended in part (an attempt stored some events, then conflicted, and the next
+      // attempt failed): what it dispatched is executed here under the claims taken for it
+      const mine = dispatchedIn(stored);
+      for (const [id, h] of held) if (!mine.has(id)) await claims.release(h.key, h.revision);
+      if (stored.length > 0) {
+        this.logger.warn({ runId, appended: stored.map((x) => x.event.type), error: (e as Error).message }, 'wake decision appended in part');
+        try {
+          execute(await this.commands.folds.read(runId), stored);
+        } catch (readError) {
+          // not executed: their claims expire unrenewed and the sweep records them unknown (never run twice, K5)
+          this.logger.error({ runId, err: (readError as Error).message }, 'dispatches appended in part not executed');
+        }
+      }
+      // ClaimTaken included: another executor is dispatching some of these calls, perhaps not all (see wake)
       throw e;
     }
     const { facts, appended } = result;
-    await Promise.all(
-      appended.map(async ({ event }) => {
-        if (event.type === 'tool.call.receipt' && event.data.status === 'unknown') {
-          this.logger.warn(
-            {
-              runId,
-              toolCallId: event.data.toolCallId,
-              code: event.data.error?.code,
-              claimSeen: looked[event.data.toolCallId] ?? null,
-              at: new Date().toISOString(),
-            },
-            'tool call outcome unknown',
-          );
-          await claims.release(ClaimStore.keyOf(runId, event.data.toolCallId));
-        }
-        if (event.type !== 'tool.call.dispatched') return;
-        const call = facts.toolCalls.get(event.data.toolCallId)!;
-        await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
-      }),
-    );
-    // claims taken for dispatches that were not appended after all
-    for (const [id, h] of held)
-      if (!appended.some((s) => s.event.type === 'tool.call.dispatched' && s.event.data.toolCallId === id)) await claims.release(h.key, h.revision);
+    const dispatchedIds = dispatchedIn(appended);
+    // claims taken for dispatches that were not appended after all: released now, not after the executions
+    for (const [id, h] of held) if (!dispatchedIds.has(id)) await claims.release(h.key, h.revision);
+    execute(facts, appended);
+    return dispatchedIds.size;
   }
 
   /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
@@ -230,6 +307,14 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
     }
   }
 
+  /** FAULT INJECTION (tests only, off unless `faultDispatchPauseFile` is set): waits while that file exists. */
+  private async faultPauseBeforeDispatch(runId: string): Promise<void> {
+    const file = this.settings.faultDispatchPauseFile;
+    if (!file || !existsSync(file)) return;
+    this.logger.warn({ runId, file }, 'FAULT INJECTION: pausing between taking claims and appending the dispatch');
+    while (existsSync(file)) await sleep(50);
+  }
+
   /** Decides an execution's outcome into a receipt or a late observation. */
   private async record(runId: string, toolCallId: string, outcome: ToolOutcome, durationMs: number): Promise<void> {
     const resultBucket = ResultStore.bucketFor(this.log);
@@ -251,7 +336,12 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
       const claims = await this.claims();
       for await (const { key, claim, revision } of claims.all()) {
         if (!claims.expired(key, claim)) continue; // alive, or judged alive through a NATS outage
-        await this.wake(claim.runId);
+        try {
+          await this.wake(claim.runId, `expired claim ${key}`);
+        } catch (e) {
+          if (!(e instanceof RetryLater)) throw e;
+          continue; // another executor is dispatching there: the next sweep looks again
+        }
         const facts = await this.commands.folds.read(claim.runId);
         const call = facts.toolCalls.get(claim.toolCallId);
         if (!call || call.receipt) await claims.release(key, revision);

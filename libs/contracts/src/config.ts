@@ -128,6 +128,13 @@ export const ToolsConfig = z.object({
   RUNPLANE_TEST_TOOLS: z.string().default(''),
   /** File `record_effect` appends its lines to. */
   RUNPLANE_RECORD_EFFECT_FILE: z.string().default(''),
+  /**
+   * FAULT INJECTION, tests only; empty (off) by default and in production. While the file at this
+   * path exists, a tools wake that has taken the claims of the calls it decided to dispatch pauses
+   * before appending their `tool.call.dispatched`, so that a test can make a peer's wake meet
+   * those claims (the lost wake-up of issue [8]).
+   */
+  RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE: z.string().default(''),
 });
 /** Execution leases (K6, K10): read by the runtime (holder) and recovery (watcher). */
 export const LeaseConfig = z.object({

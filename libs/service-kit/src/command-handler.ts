@@ -143,6 +143,12 @@ export interface CommandOptions {
    * refers to). Must be idempotent: it runs again when a conflict makes the handler decide again.
    */
   beforeAppend?: (events: RunEvent[]) => Promise<void>;
+  /**
+   * Called with each event as soon as it is stored, before the next is appended: also for events
+   * of an attempt that later conflicted, and when `handle` then throws (a decision appended in part
+   * is known to the caller, e.g. a dispatch whose claim must not be released: issue [8]).
+   */
+  onAppended?: (stored: StoredEvent) => void;
 }
 
 /** The retry and backoff policy for conflicts: re-read and decide again, up to 6 times, 10-320 ms apart with jitter. */
@@ -199,6 +205,7 @@ export class RunCommandHandler {
           expected[subject] = result.seq;
           this.folds.remember(result.stored);
           appended.push(result.stored);
+          opts.onAppended?.(result.stored);
         }
         return { facts, appended };
       },

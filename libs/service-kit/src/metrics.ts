@@ -7,6 +7,9 @@
  *   terminated or skipped once and logged (K11). Read from the process's anomaly counts at scrape.
  * - `runplane_settlements_total{service, outcome}`: settlements this process appended (only the
  *   lifecycle appends them, K9), by outcome.
+ * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
+ *   claim on a call they decided to dispatch: `retried` (read again in process after a short
+ *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  */
 import { anomalyCounts } from '@runplane/eventlog';
@@ -30,6 +33,18 @@ new Counter({
 export const settlementsTotal = new Counter({
   name: 'runplane_settlements_total',
   help: 'Settlements appended by this process (only the lifecycle settles: K9), by outcome',
+  labelNames: ['outcome'] as const,
+  registers: [metricsRegistry],
+});
+
+/**
+ * Tools wakes that met a claim another executor (a peer replica, or an earlier wake of the same
+ * process) held on a call they decided to dispatch, by what was done: `retried` in process after a
+ * short pause, or `redelivered` through the consumer. Never dropped (issue [8]).
+ */
+export const toolClaimMetTotal = new Counter({
+  name: 'runplane_tool_claim_met_total',
+  help: "Tools wakes that met another executor's claim on a call they decided to dispatch, by what was done (retried in process, redelivered); never dropped",
   labelNames: ['outcome'] as const,
   registers: [metricsRegistry],
 });

@@ -163,4 +163,39 @@ describe('RunCommandHandler', () => {
     expect(types).toEqual(['run.admitted@admission', 'model.turn.requested@runtime', 'run.fenced@runtime', 'run.fenced@tools']);
     expect((await a.readRun(runId)).find((e) => e.event.type === 'model.turn.requested')!.event.writer!.epoch).toBe(1);
   });
+  it('given a decision appended in part before a conflict, and the retry then failing, then onAppended has reported what was stored', async () => {
+    const runId = `part${tag}`;
+    await a.append(admit(runId), 0);
+    const fenceOn = (facts: RunFacts, fencedSubject: 'runtime' | 'tools', now: Date) =>
+      makeEvent(
+        'run.fenced',
+        contextFrom(facts.lastEvent!),
+        `fence/1/${fencedSubject}`,
+        { fencedSubject, epoch: 1, holder: a.writer, reason: 'lease-expired', detail: 'test', uncertain: [] },
+        now,
+      );
+    let attempt = 0;
+    const decideFences = (facts: RunFacts, now: Date): RunEvent[] =>
+      ++attempt === 1 ? [fenceOn(facts, 'runtime', now), fenceOn(facts, 'tools', now)] : [fenceOn(facts, 'tools', now)];
+    const reported: string[] = [];
+    const handler = new RunCommandHandler(a, 'recovery');
+    await expect(
+      handler.handle(runId, decideFences, {
+        onAppended: (stored) => reported.push(`${stored.event.type}@${stored.subject.split('.').pop()}`),
+        beforeAppend: async (events) => {
+          if (attempt === 1) {
+            // another writer moves the tools subject on: the first fence is stored, the second conflicts
+            const facts = await new RunCommandHandler(b, 'tools').folds.read(runId);
+            await b.append(
+              makeEvent('tool.call.dispatched', contextFrom(facts.lastEvent!), 'x', { toolCallId: 'x', name: 'list_funds' }, new Date()),
+              facts.lastSeqByOwner.tools ?? 0,
+            );
+          } else if (events.length) throw new Error('the retry fails');
+        },
+      }),
+    ).rejects.toThrow('the retry fails');
+    expect(reported).toEqual(['run.fenced@runtime']);
+    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.').pop()}`);
+    expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools', 'run.fenced@runtime']);
+  });
 });
