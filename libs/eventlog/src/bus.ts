@@ -157,7 +157,12 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
     // its partition consumers (created with several filters: the request names no filter), their
     // acks, and handing a partition's pin over (priority groups: nats-server 2.11+)
     for (const d of own)
-      publish.push(`$JS.API.CONSUMER.CREATE.${S}.${d}`, `$JS.API.CONSUMER.CREATE.${S}.${d}.>`, `$JS.API.CONSUMER.UNPIN.${S}.${d}`, `$JS.ACK.${S}.${d}.>`);
+      publish.push(
+        `$JS.API.CONSUMER.CREATE.${S}.${d}`,
+        `$JS.API.CONSUMER.CREATE.${S}.${d}.>`,
+        `$JS.API.CONSUMER.UNPIN.${S}.${d}`,
+        `$JS.ACK.${S}.${d}.>`,
+      );
     for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
       const writes = (spec.writers as readonly string[]).includes(user);
       if (!writes && !(spec.readers as readonly string[]).includes(user)) continue;

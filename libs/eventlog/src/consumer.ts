@@ -110,9 +110,7 @@ export class DurableConsumer {
       deliver_policy: DeliverPolicy.All,
       ack_wait: ackWaitMs * 1_000_000,
       max_ack_pending: 1000,
-      ...(pinned
-        ? { priority_groups: [pinned.group], priority_policy: 'pinned_client', priority_timeout: pinned.timeoutMs * 1_000_000 }
-        : {}),
+      ...(pinned ? { priority_groups: [pinned.group], priority_policy: 'pinned_client', priority_timeout: pinned.timeoutMs * 1_000_000 } : {}),
     };
     const subject = `$JS.API.CONSUMER.CREATE.${this.log.space.stream}.${this.durableName}`;
     const reply = await this.log.nc.request(subject, JSON.stringify({ stream_name: this.log.space.stream, config }), { timeout: 10_000 });

@@ -147,13 +147,7 @@ export interface StoredHeaders {
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
  *   {@link decodeStored}), `wrong-partition` or `unverified-event` (no verified back-link).
  */
-export function verifyStored(
-  seq: number,
-  subject: string,
-  data: Uint8Array,
-  headers: StoredHeaders | undefined,
-  partitions: number,
-): StoredEvent {
+export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined, partitions: number): StoredEvent {
   const stored = decodeStored(seq, subject, data);
   const expected = partitionOf(stored.event.runId, partitions);
   if (subject.slice(subject.lastIndexOf('.') + 1) !== String(expected)) {
@@ -306,7 +300,9 @@ export class EventLog {
     if (stored === undefined) return;
     const n = Number(stored);
     if (!/^\d+$/.test(stored) || n < 1 || n > MAX_PARTITIONS) {
-      throw new Error(`stream ${this.space.stream} has ${PARTITIONS_METADATA_KEY}=${JSON.stringify(stored)}, not a partition count 1..${MAX_PARTITIONS}`);
+      throw new Error(
+        `stream ${this.space.stream} has ${PARTITIONS_METADATA_KEY}=${JSON.stringify(stored)}, not a partition count 1..${MAX_PARTITIONS}`,
+      );
     }
     if (n !== this.space.partitions) this.onPartitionsMismatch(this.space.partitions, n);
     this.space = { ...this.space, partitions: n };

@@ -10,6 +10,7 @@
  * lease TTL before it is fenced (docs/recovery.md, "Late or gone"). A process killed outright
  * stops beating at once, so its leases are fenced as before, on their own expiry.
  */
+import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import { kvJson } from './kv-json.js';
@@ -110,7 +111,10 @@ export class ProcessHeartbeat {
       value: { service: writer.service, instance: writer.instance, ttlMs },
       everyMs: Math.max(50, Math.floor(ttlMs / 3)),
     };
-    const worker = new Worker(new URL('./heartbeat-worker.js', import.meta.url), { workerData: data });
+    // beside this module once built; from the sources (tests run them through a transform that
+    // worker threads do not get) the built worker is used
+    const here = new URL('./heartbeat-worker.js', import.meta.url);
+    const worker = new Worker(existsSync(here) ? here : new URL('../dist/heartbeat-worker.js', import.meta.url), { workerData: data });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
       worker.once('message', (m: { beat?: boolean }) => {

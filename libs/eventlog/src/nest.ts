@@ -166,7 +166,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     if (this.closed) return;
     for (const p of change.removed) void this.step(p, () => this.releasePartition(p));
     const previous = this.previousMembers;
-    for (const p of change.added) void this.step(p, () => this.startPartition(p, change.members, previous));
+    for (const p of change.added) void this.step(p, () => this.startPartition(p, change.stale, previous));
     this.previousMembers = change.members;
   }
 
@@ -185,10 +185,10 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   }
 
   /**
-   * @param members the live members after the change (null at start-up)
-   * @param previous the live members before it: when the partition's owner among them is gone, its pin is dropped
+   * @param stale the members that went stale in the change (null at start-up)
+   * @param previous the live members before it: when the partition's owner among them went stale, its pin is dropped
    */
-  private async startPartition(p: number, members: string[] | null, previous: string[]): Promise<void> {
+  private async startPartition(p: number, stale: string[] | null, previous: string[]): Promise<void> {
     if (this.closed || this.consumers.has(p) || !this.ownership.ownsPartition(p)) return;
     const logger = {
       warn: (fields: object, m: string) => this.nestLogger.warn(fields, m),
@@ -218,12 +218,12 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       }
     }
     this.consumers.set(p, consumer);
-    // the partition's owner before this change is gone (not among the live members): its pin is
-    // dropped now, not after the priority timeout (a live previous owner unpins itself once its
-    // in-flight work is done)
-    if (members && previous.length) {
+    // the partition's owner before this change went stale (killed, frozen): its pin is dropped now,
+    // not after the priority timeout. A live previous owner, or one that left gracefully, unpins
+    // itself once its in-flight work is done, so one Run's events stay in order.
+    if (stale?.length && previous.length) {
       const owner = [...assignPartitions(this.log.space.partitions, previous)].find(([, ps]) => ps.includes(p))?.[0];
-      if (owner && owner !== this.log.writer.instance && !members.includes(owner)) {
+      if (owner && owner !== this.log.writer.instance && stale.includes(owner)) {
         this.nestLogger.log({ partition: p, previousOwner: owner }, 'the previous owner of a partition is gone: unpinning it');
         await consumer.unpin();
       }
@@ -256,9 +256,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   async close(): Promise<void> {
     this.closed = true;
     this.unsubscribe?.();
-    await this.ownership.stop();
     await Promise.all([...this.steps.values()]);
-    await Promise.all([...this.consumers.keys()].map((p) => this.releasePartition(p)));
+    await Promise.all([this.ownership.stop(), ...[...this.consumers.keys()].map((p) => this.releasePartition(p))]);
   }
 
   on(): void {}

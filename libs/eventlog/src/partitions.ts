@@ -16,7 +16,14 @@
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { EventLog } from './event-log.js';
-import { heartbeatBucketFor, heartbeatFreshUntil, HeartbeatStore, instanceOfHeartbeatKey, ProcessHeartbeat, type HeartbeatEntry } from './heartbeats.js';
+import {
+  heartbeatBucketFor,
+  heartbeatFreshUntil,
+  HeartbeatStore,
+  instanceOfHeartbeatKey,
+  ProcessHeartbeat,
+  type HeartbeatEntry,
+} from './heartbeats.js';
 import { partitionOf } from './subjects.js';
 
 /** FNV-1a 32-bit of a string's UTF-8 bytes, then murmur3's finaliser (so that near-equal inputs spread). */
@@ -90,6 +97,11 @@ export interface OwnershipChange {
   removed: number[];
   /** The live members the map was computed from (instance ids, sorted). */
   members: string[];
+  /**
+   * Members before the change that are gone because their heartbeat went stale (killed, frozen),
+   * not because they left (a graceful stop deletes its key and hands its partitions over itself).
+   */
+  stale: string[];
 }
 
 /** Where membership reports what it does (pino-style: fields, then a constant message). */
@@ -116,6 +128,8 @@ export interface MembershipConnection {
  */
 export class PartitionOwnership {
   private readonly beats = new Map<string, HeartbeatEntry>();
+  /** Members whose key was deleted (a graceful stop), kept to tell them from stale ones. */
+  private readonly left = new Set<string>();
   private owned: number[] = [];
   private memberList: string[] = [];
   private readonly listeners = new Set<(change: OwnershipChange) => void>();
@@ -198,7 +212,11 @@ export class PartitionOwnership {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.watch?.stop();
-    this.apply([], this.memberList.filter((m) => m !== this.instance));
+    this.apply(
+      [],
+      this.memberList.filter((m) => m !== this.instance),
+      [],
+    );
     await this.heartbeat?.stop();
   }
 
@@ -251,10 +269,15 @@ export class PartitionOwnership {
 
   private take(e: KvWatchEntry): void {
     const entry = HeartbeatStore.parse(e);
-    if (entry && entry.value.service === this.service) this.beats.set(entry.instance, entry);
-    else {
+    if (entry && entry.value.service === this.service) {
+      this.beats.set(entry.instance, entry);
+      this.left.delete(entry.instance);
+    } else {
       const instance = instanceOfHeartbeatKey(e.key);
-      if (instance) this.beats.delete(instance);
+      if (instance) {
+        this.beats.delete(instance);
+        if (e.operation !== 'PUT') this.left.add(instance);
+      }
     }
   }
 
@@ -271,10 +294,11 @@ export class PartitionOwnership {
     const members = this.liveMembers(Date.now());
     if (members.join(',') === this.memberList.join(',') && this.history.length > 0) return;
     const owned = this.heartbeat ? partitionsOf(this.partitionCount, members, this.instance) : [];
-    this.apply(owned, members);
+    const stale = this.memberList.filter((m) => !members.includes(m) && !this.left.has(m));
+    this.apply(owned, members, stale);
   }
 
-  private apply(owned: number[], members: string[]): void {
+  private apply(owned: number[], members: string[], stale: string[]): void {
     const before = this.owned;
     const first = this.history.length === 0;
     this.memberList = members;
@@ -286,9 +310,18 @@ export class PartitionOwnership {
       added: owned.filter((p) => !before.includes(p)),
       removed: before.filter((p) => !owned.includes(p)),
       members,
+      stale,
     };
     this.logger.log(
-      { service: this.service, instance: this.instance, partitions: owned, added: change.added, removed: change.removed, members: members.length },
+      {
+        service: this.service,
+        instance: this.instance,
+        partitions: owned,
+        added: change.added,
+        removed: change.removed,
+        members: members.length,
+        ...(stale.length ? { stale } : {}),
+      },
       'partitions assigned',
     );
     if (first) return;

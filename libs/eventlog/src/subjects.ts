@@ -59,8 +59,7 @@ export const runFilter = (s: SubjectSpace, runId: string): string => `${s.prefix
 /** Every Run subject of the stream: `<prefix>.run.>`. */
 export const allRunsFilter = (s: SubjectSpace): string => `${s.prefix}.run.>`;
 /** One owner's subjects of every Run (`<prefix>.run.*.<owner>.*`), or of one partition (`<prefix>.run.*.<owner>.<N>`). */
-export const ownerFilter = (s: SubjectSpace, owner: Owner, partition?: number): string =>
-  `${s.prefix}.run.*.${owner}.${partition ?? '*'}`;
+export const ownerFilter = (s: SubjectSpace, owner: Owner, partition?: number): string => `${s.prefix}.run.*.${owner}.${partition ?? '*'}`;
 /** Every subject of one partition: `<prefix>.run.*.*.<N>`. */
 export const partitionFilter = (s: SubjectSpace, partition: number): string => `${s.prefix}.run.*.*.${partition}`;
 export const liveDeltaSubject = (s: SubjectSpace, runId: string): string => `${s.prefix}.live.${runId}.delta`;
