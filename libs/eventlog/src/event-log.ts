@@ -95,6 +95,12 @@ export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER
 
 const WRONG_LAST_SEQUENCE = 10071;
 
+/** True when a server version string (`2.15.1`) is at least `major.minor`; false when unknown. */
+function serverAtLeast(version: string | undefined, major: number, minor: number): boolean {
+  const m = /^(\d+)\.(\d+)/.exec(version ?? '');
+  return !!m && (Number(m[1]) > major || (Number(m[1]) === major && Number(m[2]) >= minor));
+}
+
 /** Checks a partition count (1..256). @throws RangeError otherwise. */
 export function validPartitions(n: number): number {
   if (!Number.isInteger(n) || n < 1 || n > MAX_PARTITIONS) throw new RangeError(`partitions must be a whole number 1..${MAX_PARTITIONS}, not ${n}`);
@@ -288,7 +294,8 @@ export class EventLog {
         allow_rollup_hdrs: false,
         deny_delete: true,
         deny_purge: true,
-        metadata: { [PARTITIONS_METADATA_KEY]: String(this.space.partitions) },
+        // a server before 2.10 keeps no metadata (nor runs partition consumers): the configured count holds
+        ...(serverAtLeast(this.nc.info?.version, 2, 10) ? { metadata: { [PARTITIONS_METADATA_KEY]: String(this.space.partitions) } } : {}),
       });
       // a concurrent creator may have won with its own count: the stream's is the one
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
