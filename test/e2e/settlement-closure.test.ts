@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { contextFrom, makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict } from '@runplane/eventlog';
+import { AppendConflict, runSubject } from '@runplane/eventlog';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 import { natsServerBinariesUnderTest, recordServer, TestNatsServer } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -186,6 +186,6 @@ for (const server of natsServerBinariesUnderTest())
       expect(late.seq).toBeGreaterThan(settledSeq);
       expect(late.event.data.status).toBe('succeeded');
       expect(late.event.prevSeq).toBe(toolsFence.seq);
-      expect(late.subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${body.runId}.tools`);
+      expect(late.subject).toBe(runSubject(t.log.space, body.runId, 'tools'));
     }, 90_000);
   });
