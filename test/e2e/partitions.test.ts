@@ -249,4 +249,23 @@ describe('partitioned ownership with several replicas of every service', () => {
     for (const ev of events) expect(outcomeOf(ev).outcome).toBe('completed');
     expect(events.filter((ev) => runtimeWriters(ev).has(body.instance)).length).toBeGreaterThan(0);
   }, 300_000);
+
+  it('(d) a replica stopped with SIGTERM deregisters: its partitions move at once, not after the member TTL, and Runs of them complete', async () => {
+    const before = (await partitionsOf('tools')).length;
+    const leaving = t.stack.replicas.get('tools')![0]!;
+    const body = (await (await fetch(`${leaving.url}/partitions`)).json()) as PartitionsBody;
+    const stoppedAt = Date.now();
+    await leaving.stop();
+    const exited = Date.now() - stoppedAt;
+    await eventually(() => coveredBy('tools', before - 1), 30_000, "the stopped replica's partitions moved");
+    const ms = Date.now() - stoppedAt;
+    process.stdout.write(
+      `PARTITIONS | (d) SIGTERM tools (owned [${body.partitions.join(',')}]): exited after ${exited} ms, every partition owned by the others ${ms} ms after the signal\n`,
+    );
+    expect(ms).toBeLessThan(exited + MEMBER_TTL_MS);
+    const keys = Array.from({ length: 8 }, (_, i) => `d${i}-${t.tag}`);
+    const runIds = await Promise.all(keys.map((k) => ask(k, { toolSleepMs: 50, modelDelayMs: 0 })));
+    for (const id of runIds) expect(outcomeOf(await waitForSettled(t, id, 120_000)).outcome).toBe('completed');
+    for (const id of runIds) expect(effectsOf(effectFile, id)).toHaveLength(1);
+  }, 300_000);
 });

@@ -130,7 +130,7 @@ export const ToolsConfig = z.object({
   /** How often each worker looks for expired claims to wake their Runs, ms. */
   RUNPLANE_TOOL_CLAIM_SWEEP_MS: envInt(5_000, 50, MAX_TIMER_MS),
   /** Ack wait of the tools consumer, ms (redelivery of a proposal still being handled). */
-  RUNPLANE_TOOLS_ACK_WAIT_MS: envInt(30_000, 100, MAX_TIMER_MS),
+  RUNPLANE_TOOLS_ACK_WAIT_MS: envInt(5_000, 100, MAX_TIMER_MS),
   /** After the timeout, how long a call may still run for a late observation before its thread is stopped, ms. */
   RUNPLANE_TOOL_ABANDON_MS: envInt(300_000, 0, MAX_TIMER_MS),
   /** Worker threads executing tools. */
