@@ -53,7 +53,9 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
       },
       true,
     );
-    await new Promise<void>((resolve, reject) => void transport.listen((e?: unknown) => (e ? reject(e as Error) : resolve())));
+    await new Promise<void>(
+      (resolve, reject) => void transport.listen((e?: unknown) => (e ? reject(e instanceof Error ? e : new Error(JSON.stringify(e))) : resolve())),
+    );
     replicas.push(r);
     return r;
   }
