@@ -200,7 +200,10 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           const beat = this.heartbeats.get(v.holder.instance);
           const verdict = expiredLease(
             { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
-            beat ? { freshUntil: heartbeatFreshUntil(beat) } : null,
+            // a beat vouches for the holder for at least one lease TTL here, whatever the
+            // (shorter) membership TTL it was written with: on a loaded machine a holder is not
+            // judged gone for a few late beats (K10: late is not gone)
+            beat ? { freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs) } : null,
             now,
           );
           if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);

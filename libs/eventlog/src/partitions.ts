@@ -136,7 +136,7 @@ export class PartitionOwnership {
   private watch: QueuedIterator<KvWatchEntry> | null = null;
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
-  /** Every recomputation that changed the owned set, for diagnostics: when and to what. */
+  /** The recomputations that changed the owned set (the first and the last 99), for diagnostics: when and to what. */
   readonly history: { at: number; owned: number[] }[] = [];
 
   private constructor(
@@ -223,8 +223,8 @@ export class PartitionOwnership {
   private async follow(): Promise<void> {
     const watch = await this.kv.watch({ key: `${this.service}.>` });
     this.watch = watch;
-    // the current values come first, then the end of them is marked by a null... the watch's
-    // initial replay is over once its pending count reaches 0; read them before the first map
+    // the watch replays the current keys first (its `delta`, the entries still pending, reaches
+    // 0 on the last of them): the first map is computed from all of them
     await new Promise<void>((resolve) => {
       let done = false;
       const finish = () => {
@@ -305,6 +305,7 @@ export class PartitionOwnership {
     if (!first && owned.join(',') === before.join(',')) return;
     this.owned = owned;
     this.history.push({ at: Date.now(), owned });
+    if (this.history.length > 100) this.history.splice(1, this.history.length - 100);
     const change: OwnershipChange = {
       owned,
       added: owned.filter((p) => !before.includes(p)),
