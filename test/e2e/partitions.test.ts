@@ -268,4 +268,29 @@ describe('partitioned ownership with several replicas of every service', () => {
     for (const id of runIds) expect(outcomeOf(await waitForSettled(t, id, 120_000)).outcome).toBe('completed');
     for (const id of runIds) expect(effectsOf(effectFile, id)).toHaveLength(1);
   }, 300_000);
+
+  it('(e) a replica frozen with SIGSTOP loses its partitions like a dead one, and takes a share again when it is thawed; projections stay identical to a rebuild', async () => {
+    const frozen = t.stack.replicas.get('projector')![0]!;
+    const body = (await (await fetch(`${frozen.url}/partitions`)).json()) as PartitionsBody;
+    const n = t.stack.replicas.get('projector')!.length;
+    frozen.child.kill('SIGSTOP');
+    const frozenAt = Date.now();
+    try {
+      await eventually(() => coveredBy('projector', n - 1), 60_000, "the frozen replica's partitions moved");
+      const moved = Date.now() - frozenAt;
+      const keys = Array.from({ length: 6 }, (_, i) => `e${i}-${t.tag}`);
+      const runIds = await Promise.all(keys.map((k) => ask(k, { toolSleepMs: 50, modelDelayMs: 0 })));
+      for (const id of runIds) expect(outcomeOf(await waitForSettled(t, id, 120_000)).outcome).toBe('completed');
+      frozen.child.kill('SIGCONT');
+      const thawedAt = Date.now();
+      await eventually(() => coveredBy('projector', n), 60_000, 'the thawed replica to take a share again');
+      process.stdout.write(
+        `PARTITIONS | (e) SIGSTOP projector (owned [${body.partitions.join(',')}]): partitions moved ${moved} ms after the freeze; after SIGCONT it owned a share again within ${Date.now() - thawedAt} ms\n`,
+      );
+      expect(moved).toBeLessThan(MEMBER_TTL_MS * 4);
+    } finally {
+      frozen.child.kill('SIGCONT');
+    }
+    await expectRebuildIdentical('rebuild_e');
+  }, 300_000);
 });

@@ -250,7 +250,16 @@ export class PartitionOwnership {
       setTimeout(finish, 2_000);
     });
     this.recompute();
-    this.timer ??= setInterval(() => this.recompute(), Math.max(100, Math.floor(this.ttlMs / 3)));
+    const every = Math.max(100, Math.floor(this.ttlMs / 3));
+    let lastTick = Date.now();
+    this.timer ??= setInterval(() => {
+      const now = Date.now();
+      const stalled = now - lastTick > this.ttlMs;
+      lastTick = now;
+      // after this process itself stalled (frozen, starved) the others' beats it has not read yet
+      // would look stale: the watch catches up first, the next tick judges
+      if (!stalled) this.recompute();
+    }, every);
   }
 
   /** Watches again after a watch ended (NATS restarted): the members in between are re-read. */
