@@ -3,7 +3,7 @@
 // before the Run, half interleaved between its events. Each level uses its own stream, deleted
 // afterwards.
 import { makeEvent, sha256Hex } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, runSubject } from '@runplane/eventlog';
 import { foldRun } from '@runplane/run-facts';
 import { pct } from './stats.js';
 
@@ -117,7 +117,7 @@ async function publishOthers(log, prefix, count, state, window = 2000) {
   for (let i = 0; i < count; i++) {
     const n = state.next++;
     // ~30 events per other Run, spread over the Run's owner subjects.
-    pending.push(log.js.publish(`${prefix}.run.other-${Math.floor(n / 30)}.runtime`, body));
+    pending.push(log.js.publish(runSubject(log.space, `other-${Math.floor(n / 30)}`, 'runtime'), body));
     if (pending.length >= window) {
       await Promise.all(pending);
       pending = [];

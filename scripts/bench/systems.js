@@ -34,7 +34,7 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
   const log = await EventLog.connect({ natsUrl: nats.url, stream: env.RUNPLANE_STREAM, prefix: tag, name: 'bench' });
   const waiters = new Map();
   const early = new Map();
-  const sub = log.nc.subscribe(`${tag}.run.*.lifecycle`, {
+  const sub = log.nc.subscribe(`${tag}.run.*.lifecycle.*`, {
     callback: (_err, msg) => {
       if (!msg) return;
       const runId = msg.subject.split('.')[2];

@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { RunplaneHttpError, type ObservedEvent } from '@runplane/client';
 import { repoRoot } from '@runplane/devstack';
+import { runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
@@ -204,7 +205,7 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
     await refused(await events(otherEvents[0]!.seq, 'query'), 'other-run');
     // a position on this Run's own subject that holds no fact (garbage published around the log) is a
     // position all the same: the stream replays what follows it (nothing after it yet: it waits)
-    const garbage = await t.log.js.publish(`${t.log.space.prefix}.run.${runId}.runtime`, 'garbage {not json');
+    const garbage = await t.log.js.publish(runSubject(t.log.space, runId, 'runtime'), 'garbage {not json');
     const atGarbage = new AbortController();
     expect(
       (

@@ -13,7 +13,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { ObservedEvent } from '@runplane/client';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
-import { BUS_SERVICES, durableNamesOf, runSubject, type BusUser } from '@runplane/eventlog';
+import { BUS_SERVICES, durableNamesOf, partitionOf, runSubject, type BusUser } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const DUPLICATE_WINDOW_MS = 1_000;
@@ -108,7 +108,9 @@ describe('authority enforced by the broker (K9)', () => {
     expect(settlements).toHaveLength(1);
     expect(settlements[0]!.event.writer?.service).toBe('lifecycle');
     expect((settlements[0]!.event.data as { reason: string }).reason).not.toBe(forged.data.reason);
-    expect(events.filter((e) => e.event.writer?.service === 'runtime').every((e) => e.subject.endsWith('.runtime'))).toBe(true);
+    expect(events.filter((e) => e.event.writer?.service === 'runtime').every((e) => e.subject === runSubject(t.log.space, runId, 'runtime'))).toBe(
+      true,
+    );
     expect(await t.log.readRun(other)).toEqual([]);
   }, 60_000);
 
@@ -129,12 +131,12 @@ describe('authority enforced by the broker (K9)', () => {
       await expect(jsm.streams.deleteMessage(S, settled.seq)).rejects.toThrow(/permission/i);
       await expect(jsm.streams.purge(S)).rejects.toThrow(/permission/i);
       await expect(jsm.streams.delete(S)).rejects.toThrow(/permission/i);
-      await expect(jsm.consumers.delete(S, `${t.log.space.prefix}-lifecycle-runtime`)).rejects.toThrow(/permission/i);
+      await expect(jsm.consumers.delete(S, `${t.log.space.prefix}-lifecycle-p0`)).rejects.toThrow(/permission/i);
     }
     // the runtime may not pull the lifecycle's messages (it would steal them)
     const runtime = await connectAs('runtime');
     await expect(
-      runtime.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.${t.log.space.prefix}-lifecycle-runtime`, JSON.stringify({ batch: 1, no_wait: true }), {
+      runtime.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.${t.log.space.prefix}-lifecycle-p0`, JSON.stringify({ batch: 1, no_wait: true }), {
         timeout: 2_000,
       }),
     ).rejects.toThrow(/permission/i);
@@ -207,6 +209,49 @@ describe('broken and hostile messages never stall anything (K11)', () => {
       new RegExp(`"anomaly":"unverified-event"[^\\n]*${admitted.event.eventId}|${admitted.event.eventId}[^\\n]*"anomaly":"unverified-event"`),
     );
   }, 60_000);
+
+  it('a settlement forged on the wrong partition of a live Run (with the header a conditional append stores) is terminated by every consumer, counted, and never read', async () => {
+    const key = 'wrong-partition';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 2_000 }]);
+    await waitForType(runId, 'model.turn.requested');
+    const admitted = (await t.log.readRun(runId)).find((e) => e.event.type === 'run.admitted')!.event;
+    const forged = makeEvent(
+      'run.settled',
+      { runId, conversationId: admitted.conversationId, correlationId: admitted.eventId, causationId: admitted.eventId },
+      'forged-wrong-partition',
+      {
+        outcome: 'failed',
+        reason: 'forged on another partition',
+        passageIds: [],
+        receipts: [],
+        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+      },
+      new Date(),
+    );
+    const right = runSubject(t.log.space, runId, 'lifecycle');
+    const wrongPartition = (partitionOf(runId, t.log.space.partitions) + 1) % t.log.space.partitions;
+    const wrong = right.replace(/\.\d+$/, `.${wrongPartition}`);
+    const ack = await jetstream(await connectAs('admin')).publish(wrong, JSON.stringify({ ...forged, prevSeq: 0 }), {
+      expect: { lastSubjectSequence: 0 },
+    });
+    const events = await t.waitForSettlement(runId, 60_000);
+    expect(ofType(events, 'run.settled').map((s) => (s.event.data as { outcome: string }).outcome)).toEqual(['completed']);
+    expect(events.map((e) => e.event.eventId)).not.toContain(forged.eventId);
+    const drained = await consumersDrained();
+    // the consumers of the wrong partition that read the lifecycle subject (admission, runtime, the projector) each terminated it once
+    const readers = ['admission', 'runtime', 'projector'].map((s) => `${t.log.space.prefix}-${s}-p${wrongPartition}`);
+    for (const d of readers) expect(drained[d]!.redelivered).toBe(0);
+    const lines = serviceLog()
+      .split('\n')
+      .filter((l) => l.includes('"anomaly":"wrong-partition"') && l.includes(`"seq":${ack.seq}`));
+    expect(lines.length).toBeGreaterThanOrEqual(readers.length);
+    // an observer replaying the Run is not sent it, and counts it
+    const replayed: ObservedEvent[] = [];
+    const before = await publicationAnomalies('wrong-partition');
+    await t.client.streamEvents(runId, { onEvent: (e) => replayed.push(e) });
+    expect(replayed.map((e) => e.seq)).not.toContain(ack.seq);
+    expect(await publicationAnomalies('wrong-partition')).toBeGreaterThan(before);
+  }, 90_000);
 
   it('a forged event of a Run that was never admitted: the projector skips it, and projections rebuild reports it and goes on', async () => {
     const runId = randomUUID();

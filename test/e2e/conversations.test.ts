@@ -563,7 +563,7 @@ async function forgeSettledWithoutTurn(conversationId: string, clientMessageId: 
   const lasts: Record<string, number> = {};
   for (const e of events) {
     const subject = runSubject(t.log.space, runId, e.type === 'run.fenced' ? e.data.fencedSubject : e.owner);
-    const token = subject.split('.').pop()!;
+    const token = subject.split('.')[3]!;
     const r = await t.log.append(e, lasts[token] ?? 0);
     lasts[token] = r.seq;
   }

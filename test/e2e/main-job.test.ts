@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
-import { ResultStore } from '@runplane/eventlog';
+import { ResultStore, runSubject } from '@runplane/eventlog';
 import { extractUnanswered } from '@runplane/app-scripted-model';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
@@ -47,7 +47,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     const settlements = events.filter((e) => e.event.type === 'run.settled');
     expect(settlements).toHaveLength(1);
     expect(settlements[0]!.event.owner).toBe('lifecycle');
-    expect(settlements[0]!.subject.endsWith(`.run.${runId}.lifecycle`)).toBe(true);
+    expect(settlements[0]!.subject).toBe(runSubject(t.log.space, runId, 'lifecycle'));
     expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
   });
 
@@ -88,7 +88,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
     for (const { subject, event } of events) {
       expect(event.owner).toBe(EventCatalog[event.type].owner);
       const token = event.type === 'run.fenced' ? event.data.fencedSubject : event.owner;
-      expect(subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${runId}.${token}`);
+      expect(subject).toBe(runSubject(t.log.space, runId, token));
     }
   });
 

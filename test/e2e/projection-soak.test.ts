@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PROJECTOR_DURABLE } from '@runplane/app-projector';
+import { durableNamesOf } from '@runplane/eventlog';
 import { dropDatabase } from '@runplane/devstack';
 import { rebuildProjections } from '@runplane/projections';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -80,11 +81,11 @@ describe('projection soak (K11)', () => {
     expect([...outcomeOf.values()].filter((o) => o === 'completed').length).toBeGreaterThan(RUNS / 2);
 
     // the projector caught up: its consumer has nothing pending, and every Run's view is at its last event
-    const durable = `${t.log.space.prefix}-${PROJECTOR_DURABLE}`;
+    const durables = durableNamesOf(t.log.space, PROJECTOR_DURABLE);
     await eventually(
       async () => {
-        const [info, last] = [await t.log.jsm.consumers.info(t.log.space.stream, durable), await t.log.lastSeq()];
-        return info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq >= last ? true : null;
+        const infos = await Promise.all(durables.map((d) => t.log.jsm.consumers.info(t.log.space.stream, d)));
+        return infos.every((info) => info.num_pending === 0 && info.num_ack_pending === 0) ? true : null;
       },
       120_000,
       'the projector to acknowledge the whole log',

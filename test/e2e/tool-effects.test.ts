@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import pg from 'pg';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { durableNamesOf, runSubject } from '@runplane/eventlog';
 import type { ManagedProcess } from '@runplane/devstack';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -95,12 +96,13 @@ describe('a live executor keeps its claim: redelivery never runs a tool twice no
     }
     // the fault was really there: every delivery beyond the first of a message is a redelivery
     // (the consumer's delivered sequence counts every delivery; these Runs are the only ones so far)
-    const info = await t.log.jsm.consumers.info(t.log.space.stream, `${t.log.space.prefix}-tools`);
+    // (the tools' partition consumers, together)
+    const infos = await Promise.all(durableNamesOf(t.log.space, 'tools').map((d) => t.log.jsm.consumers.info(t.log.space.stream, d)));
     let firstDeliveries = 0;
     for (const runId of runIds) firstDeliveries += (await t.log.readRun(runId)).filter((e) => e.event.owner === 'runtime').length;
-    const redeliveries = info.delivered.consumer_seq - firstDeliveries;
+    const redeliveries = infos.reduce((n, i) => n + i.delivered.consumer_seq, 0) - firstDeliveries;
     process.stdout.write(`tools consumer: ack wait ${ACK_WAIT_MS} ms, ${redeliveries} redelivery(ies) of ${firstDeliveries} messages\n`);
-    expect(info.config.ack_wait).toBe(ACK_WAIT_MS * 1_000_000);
+    for (const info of infos) expect(info.config.ack_wait).toBe(ACK_WAIT_MS * 1_000_000);
     expect(redeliveries).toBeGreaterThan(0);
   }, 90_000);
 });
@@ -150,7 +152,7 @@ describe('a result after unknown is a late observation (K5)', () => {
       status: 'succeeded',
       result: { recorded: expect.any(String) },
     });
-    expect(late.subject).toBe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.run.${lateRunId}.tools`);
+    expect(late.subject).toBe(runSubject(t.log.space, lateRunId, 'tools'));
     const all = await t.log.readRun(lateRunId);
     // the receipt is not rewritten, the outcome not changed, the tool not re-run
     expect(ofType(all, 'tool.call.receipt')).toHaveLength(1);
@@ -189,7 +191,7 @@ describe('a result after unknown is a late observation (K5)', () => {
       const recs = ofType(after, 'tool.call.reconciled');
       expect(recs).toHaveLength(1);
       expect(recs[0]!.event.owner).toBe('admission');
-      expect(recs[0]!.subject.endsWith(`.run.${lateRunId}.admission`)).toBe(true);
+      expect(recs[0]!.subject).toBe(runSubject(t.log.space, lateRunId, 'admission'));
       expect(recs[0]!.event.data).toMatchObject({ toolCallId, outcome: 'succeeded', operator: 'ops-ada' });
       // it dispatched nothing and re-ran nothing
       expect(ofType(after, 'tool.call.dispatched')).toHaveLength(1);

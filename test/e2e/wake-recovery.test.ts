@@ -79,10 +79,10 @@ async function parkedAndPaused(key: string, type: 'wait.opened' | 'child.run.req
   return { runId: body.runId, events };
 }
 
-/** The last stream sequence the runtime's consumer of the admission subjects (which carry `wait.answered`) delivered. */
+/** The last stream sequence the runtime's partition consumers (which read the admission subjects, carrying `wait.answered`) delivered. */
 async function deliveredToRuntime(): Promise<number> {
-  const durable = durableNamesOf(t.log.space, 'runtime').find((d) => d.endsWith('-admission'))!;
-  return (await t.log.jsm.consumers.info(t.log.space.stream, durable)).delivered.stream_seq;
+  const infos = await Promise.all(durableNamesOf(t.log.space, 'runtime').map((d) => t.log.jsm.consumers.info(t.log.space.stream, d)));
+  return Math.max(...infos.map((i) => i.delivered.stream_seq));
 }
 
 /** What every case asserts once the Run settled: completed once, woken at epoch 2 after recovery closed epoch 1 as parked, no fence of a fault. */

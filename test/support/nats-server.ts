@@ -386,7 +386,7 @@ function versionParts(v: string): number[] {
   return v.split(/[.-]/).map((p) => Number.parseInt(p, 10) || 0);
 }
 
-function compareVersions(a: string, b: string): number {
+export function compareVersions(a: string, b: string): number {
   const x = versionParts(a);
   const y = versionParts(b);
   for (let i = 0; i < Math.max(x.length, y.length); i++) {
@@ -560,13 +560,24 @@ export interface NatsServerBinaryUnderTest {
 
 /**
  * The binaries fault-injection tests start privately (never the shared server): the machine's
- * installed release and the cached current one; a missing one is listed as skipped with the reason.
+ * installed release and the cached current one; a missing one is listed as skipped with the reason,
+ * and so is one older than `minVersion` (e.g. `2.11` for a test that starts the services, whose
+ * partition consumers need pinned priority groups).
  */
-export function natsServerBinariesUnderTest(): NatsServerBinaryUnderTest[] {
+export function natsServerBinariesUnderTest(opts: { minVersion?: string; why?: string } = {}): NatsServerBinaryUnderTest[] {
   const list: NatsServerBinaryUnderTest[] = [];
   const machineBin = machineNatsServerBinary();
   const machineVersion = machineBin ? binaryVersion(machineBin) : null;
-  if (machineBin && machineVersion) {
+  if (machineBin && machineVersion && opts.minVersion && compareVersions(machineVersion, opts.minVersion) < 0) {
+    const why = `${machineVersion} is older than ${opts.minVersion} (${opts.why ?? 'needed here'})`;
+    list.push({
+      kind: 'machine',
+      bin: machineBin,
+      version: machineVersion,
+      title: `nats-server ${machineVersion} (machine binary, skipped: ${why})`,
+      skip: why,
+    });
+  } else if (machineBin && machineVersion) {
     list.push({
       kind: 'machine',
       bin: machineBin,

@@ -43,10 +43,14 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-/** The nats-server binary tests start: the machine's release (2.9.10) when installed, so the product is tested on the server it runs on. */
+/**
+ * The nats-server binary tests start: the current release cached by scripts/fetch-nats-server.sh
+ * (partition consumers need multi-filter consumers, 2.10, and pinned priority groups, 2.11), else
+ * the machine's.
+ */
 export function testNatsServerBinary(): string {
   const current = currentNatsServerBinary();
-  const bin = machineNatsServerBinary() ?? ('bin' in current ? current.bin : null);
+  const bin = ('bin' in current ? current.bin : null) ?? machineNatsServerBinary();
   if (!bin) throw new Error('no nats-server binary to start (install nats-server or run scripts/fetch-nats-server.sh)');
   return bin;
 }
@@ -74,7 +78,8 @@ export interface TestStackOptions {
 export async function startTestStack(name: string, envOverrides: NodeJS.ProcessEnv = {}, opts: TestStackOptions = {}): Promise<TestStack> {
   const tag = `${name}${randomBytes(3).toString('hex')}`.toLowerCase();
   const users = newNatsUsers();
-  const space = { stream: `RPT_${tag}`, prefix: `t${tag}` };
+  const partitions = Number(envOverrides.RUNPLANE_PARTITIONS ?? 8);
+  const space = { stream: `RPT_${tag}`, prefix: `t${tag}`, partitions };
   const admin = { user: users.admin.user, pass: users.admin.password };
   let nats: TestNatsServer | null = null;
   const natsUrl = opts.nats
@@ -86,6 +91,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     DATABASE_URL: `postgresql://postgres@127.0.0.1:5432/rp_${tag}`,
     RUNPLANE_STREAM: space.stream,
     RUNPLANE_SUBJECT_PREFIX: space.prefix,
+    RUNPLANE_PARTITIONS: String(partitions),
     NO_COLOR: '1',
     // a failing scripted model is retried after a short backoff, so the suites that script failures
     // settle in seconds; test/e2e/model-retry.test.ts sets the production-like backoff it checks (K7)
@@ -109,7 +115,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       ...(opts.modelBaseUrl ? { modelBaseUrl: opts.modelBaseUrl } : {}),
       ...(opts.replicas ? { replicas: opts.replicas } : {}),
     });
-    log = await EventLog.connect({ natsUrl, ...space, name: 'e2e-test', ...admin });
+    log = await EventLog.connect({ natsUrl, stream: space.stream, prefix: space.prefix, partitions, name: 'e2e-test', ...admin });
   } catch (e) {
     if (log) {
       await destroyBus(log);

@@ -1,5 +1,4 @@
 import { DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig } from '@runplane/contracts';
-import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { AdmissionModule } from './admission.module.js';
 
@@ -13,5 +12,5 @@ main({
   // cancels the children still running when a parent settles (lifecycle subject)
   // message bodies are checked to be UTF-8 byte by byte (the JSON parser would substitute U+FFFD)
   rawBody: true,
-  consumer: { durable: 'admission', filter: (space) => consumerFilters(space, 'admission') },
+  consumer: {},
 });

@@ -293,7 +293,10 @@ async function prepareEnvironment(): Promise<{
   out('Runplane');
   // always a server of its own with the Runplane users switched on, as deployed (K9 by the broker);
   // a server already running (the machine's) is never reconfigured
-  const nats = await startSecuredNats({ stateDir, space: { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX } });
+  const nats = await startSecuredNats({
+    stateDir,
+    space: { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, partitions: bus.RUNPLANE_PARTITIONS },
+  });
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {

@@ -1,4 +1,3 @@
-import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { LifecycleModule } from './lifecycle.module.js';
 
@@ -7,5 +6,5 @@ main({
   module: LifecycleModule,
   portEnv: 'LIFECYCLE_PORT',
   defaultPort: 8086,
-  consumer: { durable: 'lifecycle', filter: (space) => consumerFilters(space, 'lifecycle') },
+  consumer: {},
 });

@@ -1,13 +1,12 @@
 /**
  * The projector as a service of the shared bootstrap (`@runplane/service-kit`): its module, its
- * configuration and its durable consumer `projector` on `<prefix>.run.>`.
+ * configuration and its partition consumers `<prefix>-projector-p<N>` (every subject of a partition).
  */
-import { allRunsFilter } from '@runplane/eventlog';
 import { startService, type ServiceSpec, type StartedService, type StartServiceOptions } from '@runplane/service-kit';
 import { AppModule } from './app.module.js';
 import { ProjectorConfig } from './config.js';
 
-/** Name of the projector's durable JetStream consumer (prefixed with the subject prefix by the log). */
+/** The projector's durable consumers are `<prefix>-<PROJECTOR_DURABLE>-p<N>`, one per partition. */
 export const PROJECTOR_DURABLE = 'projector';
 
 /** A started projector: the Nest app and the HTTP address it bound. */
@@ -20,7 +19,7 @@ export const projectorService: ServiceSpec = {
   portEnv: 'PROJECTOR_PORT',
   defaultPort: 8085,
   config: [ProjectorConfig],
-  consumer: { durable: PROJECTOR_DURABLE, filter: allRunsFilter },
+  consumer: {},
 };
 
 /**

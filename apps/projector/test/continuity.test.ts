@@ -87,11 +87,11 @@ describe('projector continuity (K11)', () => {
     type Query = Parameters<typeof direct.getMessage>[1];
     direct.getMessage = (async (stream: string, query: Query) => {
       const subject = 'last_by_subj' in query ? query.last_by_subj : '';
-      if (armed && subject.endsWith(`.${runId}.runtime`)) {
+      if (armed && subject.includes(`.${runId}.runtime.`)) {
         runtimeRead = getMessage(stream, query);
         return runtimeRead;
       }
-      if (armed && subject.endsWith(`.${runId}.publication`) && runtimeRead) {
+      if (armed && subject.includes(`.${runId}.publication.`) && runtimeRead) {
         armed = false;
         await runtimeRead;
         const completed = await log.append(events[10]!, lastOn('runtime'));

@@ -1,11 +1,16 @@
-import { afterAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { EventLog } from '@runplane/eventlog';
 import { databaseUrlWith, dropDatabase } from '@runplane/projections';
 import { uniqueTag } from '../../../libs/projections/test/fixtures.js';
+import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+// the projector's partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
+const current = currentNatsServerBinary();
+if (!('bin' in current)) throw new Error(current.skip);
+let server: TestNatsServer;
+let natsUrl: string;
 const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const stream = `RPTEST_PROJMAIN_${tag}`;
@@ -13,11 +18,16 @@ const prefix = `tpm${tag}`;
 const db = `rp_test_projmain_${tag}`;
 const entry = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 
+beforeAll(async () => {
+  server = await TestNatsServer.start({ bin: current.bin });
+  natsUrl = server.url;
+});
 afterAll(async () => {
   await dropDatabase(adminUrl, db);
   const log = await EventLog.connect({ natsUrl, stream, prefix });
   await log.destroyStream();
   await log.close();
+  await server.cleanup();
 });
 
 describe('process entry (dist/main.js, built by tsc -b)', () => {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { EventLog } from '@runplane/eventlog';
+import { durableNamesOf, EventLog } from '@runplane/eventlog';
+import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
 import type { StoredEvent } from '@runplane/contracts';
 import {
   type ApplyResult,
@@ -17,7 +18,11 @@ import {
 import { PROJECTOR_DURABLE, ProjectorService, startProjector, type StartedProjector } from '@runplane/app-projector';
 import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+// the projector's partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
+const current = currentNatsServerBinary();
+if (!('bin' in current)) throw new Error(current.skip);
+let server: TestNatsServer;
+let natsUrl: string;
 const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const stream = `RPTEST_PROJECTOR_${tag}`;
@@ -39,10 +44,10 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined 
   }
 }
 
-/** The projector's durable consumer has everything up to the stream's end delivered and acknowledged. */
+/** The projector's partition consumers have everything up to the stream's end delivered and acknowledged. */
 async function caughtUp(): Promise<boolean> {
-  const [info, last] = [await log.jsm.consumers.info(stream, `${prefix}-${PROJECTOR_DURABLE}`), await log.lastSeq()];
-  return info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq >= last;
+  const infos = await Promise.all(durableNamesOf(log.space, PROJECTOR_DURABLE).map((d) => log.jsm.consumers.info(stream, d).catch(() => null)));
+  return infos.every((info) => info !== null && info.num_pending === 0 && info.num_ack_pending === 0);
 }
 
 /** A fresh, migrated projection database (dropped after the suite). */
@@ -73,6 +78,8 @@ function countingService(scratch: MikroORM, from = log): { service: ProjectorSer
 }
 
 beforeAll(async () => {
+  server = await TestNatsServer.start({ bin: current.bin });
+  natsUrl = server.url;
   Object.assign(process.env, {
     NATS_URL: natsUrl,
     RUNPLANE_STREAM: stream,
@@ -91,6 +98,7 @@ afterAll(async () => {
   for (const db of [liveDb, ...created]) await dropDatabase(adminUrl, db);
   await log?.destroyStream();
   await log?.close();
+  await server?.cleanup();
 });
 
 describe('projector service', () => {
@@ -131,7 +139,7 @@ describe('projector service', () => {
     expect(before.runs.length).toBeGreaterThan(0);
     await projector!.app.close();
     projector = null;
-    await log.jsm.consumers.delete(stream, `${prefix}-${PROJECTOR_DURABLE}`);
+    for (const d of durableNamesOf(log.space, PROJECTOR_DURABLE)) await log.jsm.consumers.delete(stream, d);
     projector = await startProjector({ logLevel: 'error' });
     await until('the recreated consumer caught up', caughtUp);
     expect(await dumpProjectionRows(orm!)).toEqual(before);

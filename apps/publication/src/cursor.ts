@@ -6,6 +6,7 @@
  * nothing. Anything else would make the stream skip stored events or wait for positions that never
  * come, so it is refused with its reason instead of honoured.
  */
+import { parseRunSubject } from '@runplane/eventlog';
 
 /** Why a cursor is not a position in the Run's log. */
 export type CursorRefusal =
@@ -30,8 +31,7 @@ export function judgeCursor(runId: string, cursor: number, atCursor: { runId: st
   return { reason: 'not-an-event', detail: `Last-Event-ID ${cursor} is not a position of run ${runId}: nothing is stored there` };
 }
 
-/** The Run id of a Run subject `<prefix>.run.<runId>.<owner>`, or null for another subject. */
+/** The Run id of a Run subject `<prefix>.run.<runId>.<owner>.<partition>`, or null for another subject. */
 export function runIdOfSubject(prefix: string, subject: string): string | null {
-  const tokens = subject.split('.');
-  return tokens.length === 4 && tokens[0] === prefix && tokens[1] === 'run' ? tokens[2]! : null;
+  return parseRunSubject(prefix, subject)?.runId ?? null;
 }

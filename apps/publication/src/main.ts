@@ -1,4 +1,3 @@
-import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { PublicationModule } from './publication.module.js';
 
@@ -7,5 +6,5 @@ main({
   module: PublicationModule,
   portEnv: 'PUBLICATION_PORT',
   defaultPort: 8082,
-  consumer: { durable: 'publication', filter: (space) => consumerFilters(space, 'publication') },
+  consumer: {},
 });

@@ -30,8 +30,10 @@ describe("an observer cursor is 0 or a position in the Run's own log (K4)", () =
   });
 
   it('reads the Run id of a Run subject only', () => {
-    expect(runIdOfSubject('rp', 'rp.run.run-1.lifecycle')).toBe('run-1');
-    expect(runIdOfSubject('rp', 'other.run.run-1.lifecycle')).toBeNull();
+    expect(runIdOfSubject('rp', 'rp.run.run-1.lifecycle.3')).toBe('run-1');
+    expect(runIdOfSubject('rp', 'other.run.run-1.lifecycle.3')).toBeNull();
+    // the subject layout before partitions (no partition token) is no Run subject any more
+    expect(runIdOfSubject('rp', 'rp.run.run-1.lifecycle')).toBeNull();
     expect(runIdOfSubject('rp', 'rp.live.run-1.delta')).toBeNull();
   });
 });

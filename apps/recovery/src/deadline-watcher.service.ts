@@ -1,7 +1,7 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { EventLog, LeaseStore } from '@runplane/eventlog';
+import { EventLog, LeaseStore, PartitionOwnership } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
@@ -30,6 +30,10 @@ const CLEANUP_EVERY_MS = 30_000;
  * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
  * Run costs one read per limit, not one per sweep (a Run this process saw admitted is first read
  * one limit after its admission); a restarted recovery reads every Run once.
+ *
+ * With several recovery replicas each sweeps only the Runs of the partitions it owns
+ * ({@link PartitionOwnership.owns}); every replica follows the whole bucket, so a partition that
+ * moves to it is swept at its next sweep.
  */
 @Injectable()
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -49,6 +53,8 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     @Inject(RECOVERY_DEADLINES) private readonly store: DeadlineStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
     @Inject(RECOVERY_LEASES) private readonly leases: LeaseStore,
+    /** This replica's partitions; absent = it owns every Run (one recovery process). */
+    @Optional() private readonly ownership?: PartitionOwnership,
   ) {
     this.commands = new RunCommandHandler(log, 'recovery');
   }
@@ -110,6 +116,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     if (cleanup) this.lastCleanup = now;
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
+      if (this.ownership && !this.ownership.owns(entry.runId)) continue;
       const past = now > Date.parse(entry.deadlineAt) + this.settings.leaseTtlMs;
       if (!past && now >= (this.progressDue.get(entry.runId) ?? 0)) await this.checkProgress(entry.runId);
       if (!past && !cleanup) continue;

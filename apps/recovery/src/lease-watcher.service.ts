@@ -1,10 +1,12 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import {
   EventLog,
   HeartbeatStore,
   heartbeatFreshUntil,
+  instanceOfHeartbeatKey,
+  PartitionOwnership,
   LeaseStore,
   leaseExpiresAt,
   RECONNECT_GRACE_MS,
@@ -50,6 +52,11 @@ export interface RecoverySettings {
  * while its holder's heartbeat is fresh is not fenced yet (the holder is alive, its renewals
  * late), for at most one more TTL ({@link expiredLease}); a killed holder's heartbeat stops with
  * it, so its leases are fenced on their own expiry, as before.
+ *
+ * Partitions: with several recovery replicas, each acts only on the leases of the Runs of the
+ * partitions it owns ({@link PartitionOwnership.owns}); every replica follows every lease (a
+ * partition that moves to it is acted on at its next sweep). A brief overlap while partitions move
+ * is safe: a fence is a compare-and-set in the bucket and a conditional append in the log (K6).
  */
 @Injectable()
 export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -79,8 +86,15 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     @Inject(RECOVERY_LEASES) private readonly store: LeaseStore,
     @Inject(RECOVERY_HEARTBEATS) private readonly beats: HeartbeatStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
+    /** This replica's partitions; absent = it owns every Run (one recovery process). */
+    @Optional() private readonly ownership?: PartitionOwnership,
   ) {
     this.commands = new RunCommandHandler(log, 'recovery');
+  }
+
+  /** True when this replica acts on the Run (it owns the Run's partition). */
+  private mine(runId: string): boolean {
+    return this.ownership?.owns(runId) ?? true;
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -121,7 +135,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
         for await (const e of watch) {
           const entry = HeartbeatStore.parse(e);
           if (entry) this.heartbeats.set(entry.instance, entry);
-          else this.heartbeats.delete(e.key);
+          else this.heartbeats.delete(instanceOfHeartbeatKey(e.key) ?? e.key);
         }
       } catch (e) {
         this.logger.warn({ error: (e as Error).message }, 'heartbeat watch failed; watching again');
@@ -146,7 +160,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       const known = this.leases.get(entry.runId);
       if (known && known.revision > entry.revision) continue; // older than what a sweep already read
       this.leases.set(entry.runId, entry);
-      if (entry.value.state === 'held' && !this.recorded.has(`${entry.runId}/${entry.value.epoch}`)) {
+      if (entry.value.state === 'held' && this.mine(entry.runId) && !this.recorded.has(`${entry.runId}/${entry.value.epoch}`)) {
         const { epoch, holder, ttlMs } = entry.value;
         await this.commands
           .handle(entry.runId, (f, now) => decide(f, { type: 'LeaseObserved', epoch, holder, ttlMs }, now))
@@ -173,6 +187,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     if (cleanup) this.lastParkedCleanup = now;
     for (const entry of [...this.leases.values()]) {
       const v = entry.value;
+      if (!this.mine(entry.runId)) continue;
       try {
         if (v.state === 'released' && v.reason === 'parked') {
           await this.sweepParked(entry, now, cleanup);
@@ -185,7 +200,10 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           const beat = this.heartbeats.get(v.holder.instance);
           const verdict = expiredLease(
             { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
-            beat ? { freshUntil: heartbeatFreshUntil(beat) } : null,
+            // a beat vouches for the holder for at least one lease TTL here, whatever the
+            // (shorter) membership TTL it was written with: on a loaded machine a holder is not
+            // judged gone for a few late beats (K10: late is not gone)
+            beat ? { freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs) } : null,
             now,
           );
           if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);

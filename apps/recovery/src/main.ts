@@ -1,5 +1,4 @@
 import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
-import { consumerFilters } from '@runplane/eventlog';
 import { main } from '@runplane/service-kit';
 import { RecoveryModule } from './recovery.module.js';
 
@@ -10,5 +9,5 @@ main({
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
   // one durable per filter: recovery-admission (cancel, deadlines), recovery-runtime (closing the executors' subjects)
-  consumer: { durable: 'recovery', filter: (space) => consumerFilters(space, 'recovery') },
+  consumer: {},
 });

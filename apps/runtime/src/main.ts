@@ -1,4 +1,3 @@
-import { consumerFilters } from '@runplane/eventlog';
 import { ContextConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
@@ -10,5 +9,5 @@ main({
   defaultPort: 8083,
   config: [ModelConfig, LeaseConfig, WaitConfig, ContextConfig],
   // admission, tools and lifecycle subjects (the lifecycle's carries `child.run.settled`, a wake: K10): libs/eventlog/src/bus.ts
-  consumer: { durable: 'runtime', filter: (space) => consumerFilters(space, 'runtime') },
+  consumer: {},
 });

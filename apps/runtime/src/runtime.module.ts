@@ -5,14 +5,12 @@ import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
 import { ExecutionController, LEASES, MODEL_CLIENT, RUNTIME_SETTINGS, type RuntimeSettings } from './execution.controller.js';
 import { ModelClient } from './model-client.js';
-import { RuntimeHeartbeat } from './heartbeat.service.js';
 
-/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig, ContextConfig), the execution controller and the process heartbeat. */
+/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig, ContextConfig), the execution controller. The process heartbeat (recovery's late-or-gone rule, K10) is the membership heartbeat every service beats (EventLogModule's PartitionOwnership). */
 @Module({
   imports: [EventLogModule.forService('runtime'), HealthModule],
   controllers: [ExecutionController],
   providers: [
-    RuntimeHeartbeat,
     {
       provide: MODEL_CLIENT,
       inject: [configToken(ModelConfig)],

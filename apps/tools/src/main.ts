@@ -1,4 +1,3 @@
-import { consumerFilters } from '@runplane/eventlog';
 import { loadConfig, ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';
@@ -10,8 +9,6 @@ main({
   defaultPort: 8084,
   config: [ToolsConfig],
   consumer: {
-    durable: 'tools',
-    filter: (space) => consumerFilters(space, 'tools'),
     ackWaitMs: () => loadConfig(ToolsConfig).RUNPLANE_TOOLS_ACK_WAIT_MS,
   },
 });

@@ -34,9 +34,20 @@ export const BusConfig = z.object({
     .regex(/^[A-Za-z0-9_-]+$/)
     .default('rp'),
   /** How long a delivered event may stay unacknowledged before it is redelivered (handlers heartbeat while they run), ms. */
-  RUNPLANE_ACK_WAIT_MS: envInt(30_000, 500, MAX_TIMER_MS),
+  RUNPLANE_ACK_WAIT_MS: envInt(5_000, 500, MAX_TIMER_MS),
   /** The Run stream's duplicate window when a process creates it, ms (a copy published later is a new message, recognised as a replay). */
   RUNPLANE_DUPLICATE_WINDOW_MS: envInt(120_000, 100, 7 * 24 * 3600 * 1000),
+  /**
+   * Partitions the Runs are spread over when a process creates the stream (1..256; fixed for the
+   * stream's life, stored in its metadata; an existing stream's own count wins). At least the most
+   * replicas any service runs (docs/event-log.md "Partitions").
+   */
+  RUNPLANE_PARTITIONS: envInt(8, 1, 256),
+  /**
+   * How long one beat of a process's membership heartbeat vouches for it, ms (beaten every third):
+   * a replica whose heartbeat is older is counted gone and its partitions move to the others.
+   */
+  RUNPLANE_MEMBER_TTL_MS: envInt(3_000, 300, 60_000),
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 
@@ -119,7 +130,7 @@ export const ToolsConfig = z.object({
   /** How often each worker looks for expired claims to wake their Runs, ms. */
   RUNPLANE_TOOL_CLAIM_SWEEP_MS: envInt(5_000, 50, MAX_TIMER_MS),
   /** Ack wait of the tools consumer, ms (redelivery of a proposal still being handled). */
-  RUNPLANE_TOOLS_ACK_WAIT_MS: envInt(30_000, 100, MAX_TIMER_MS),
+  RUNPLANE_TOOLS_ACK_WAIT_MS: envInt(5_000, 100, MAX_TIMER_MS),
   /** After the timeout, how long a call may still run for a late observation before its thread is stopped, ms. */
   RUNPLANE_TOOL_ABANDON_MS: envInt(300_000, 0, MAX_TIMER_MS),
   /** Worker threads executing tools. */

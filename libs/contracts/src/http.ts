@@ -424,6 +424,22 @@ export const RunEventsHeaders = z.object({ 'last-event-id': LastEventIdText.opti
 /** `GET /healthz` of every service but the projector: 200 while its NATS connection is open. */
 export const HealthBody = z.object({ status: z.literal('ok') }).meta({ id: 'Health' });
 
+/** `GET /partitions` of every service: this replica's share of its service's partitions (docs/operations.md). */
+export const PartitionsBody = z
+  .object({
+    service: z.string(),
+    /** This process's member id (its writer instance). */
+    instance: z.string(),
+    /** P, the stream's partition count. */
+    partitionCount: z.number().int(),
+    /** The partitions this replica owns and consumes now, ascending. */
+    partitions: z.array(z.number().int()),
+    /** The live replicas of the service (instance ids), as of the last membership change. */
+    members: z.array(z.string()),
+  })
+  .meta({ id: 'Partitions' });
+export type PartitionsBody = z.infer<typeof PartitionsBody>;
+
 /** `GET /healthz` of the projector: NATS and PostgreSQL checked (200 when both are up). */
 export const ProjectorHealthBody = z
   .object({ status: z.enum(['ok', 'unavailable']), nats: z.enum(['up', 'down']), postgres: z.enum(['up', 'down']) })

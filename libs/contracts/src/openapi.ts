@@ -19,6 +19,7 @@ import {
   PROBLEM_CONTENT_TYPE,
   ProblemDetails,
   ProjectorHealthBody,
+  PartitionsBody,
   ReconcileHeaders,
   ReconcileToolCallBody,
   AnswerHeaders,
@@ -275,6 +276,16 @@ export const HttpRoutes: readonly HttpRoute[] = [
     responses: {
       200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
       503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
+    },
+  },
+  {
+    services: HttpServices,
+    method: 'get',
+    path: '/partitions',
+    operationId: 'partitions',
+    summary: "This replica's share of its service's partitions: the partitions it consumes now and the live replicas they were shared among",
+    responses: {
+      200: { description: 'The partitions this replica owns', body: json(PartitionsBody) },
     },
   },
   {

@@ -160,14 +160,16 @@ export function natsAuthConfig(space: SubjectSpace, users: NatsUsers): string {
   return renderNatsAuthorization(space, Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>);
 }
 
-/** The nats-server binary a local stack starts: on PATH, else one cached by scripts/fetch-nats-server.sh. */
+/**
+ * The nats-server binary a local stack starts: the newest cached by scripts/fetch-nats-server.sh
+ * (partition consumers need 2.11+), else the one on PATH.
+ */
 export function natsServerBinary(): string | null {
-  const found = onPath('nats-server');
-  if (found) return found;
   const cache = join(repoRoot(), '.cache', 'nats-server');
-  if (!existsSync(cache)) return null;
-  for (const v of readdirSync(cache).sort().reverse()) if (existsSync(join(cache, v, 'nats-server'))) return join(cache, v, 'nats-server');
-  return null;
+  if (existsSync(cache)) {
+    for (const v of readdirSync(cache).sort().reverse()) if (existsSync(join(cache, v, 'nats-server'))) return join(cache, v, 'nats-server');
+  }
+  return onPath('nats-server');
 }
 
 /** A nats-server the local stack started with the Runplane users switched on. */
@@ -223,6 +225,7 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
     prefix: bus.RUNPLANE_SUBJECT_PREFIX,
     name: 'runplane-provision',
     duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
+    partitions: bus.RUNPLANE_PARTITIONS,
     ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
   });
   try {

@@ -17,7 +17,9 @@ export type AnomalyKind =
   /** A well-formed event that cannot apply (e.g. of a Run that was never admitted). */
   | 'inapplicable-event'
   /** A hole in a Run's projection: an event's back-link names one the projection never applied (K11; the projector re-projects the Run). */
-  | 'projection-gap';
+  | 'projection-gap'
+  /** A message on a partition that is not its Run's (`partitionOf`): not appended by the event log (a forgery). */
+  | 'wrong-partition';
 
 const counts = new Map<AnomalyKind, number>();
 

@@ -6,7 +6,7 @@
  * an admin user does before any service starts ({@link provisionBus}).
  *
  * Publish permissions on Run subjects are derived from the event catalogue: a service may publish
- * on `<prefix>.run.*.<token>` for every subject token of every event type it owns
+ * on `<prefix>.run.*.<token>.*` for every subject token of every event type it owns
  * (`subjectTokensOfType`), so recovery gets the runtime and tools subjects for `run.fenced`, and a
  * new event type gets its owner's permission without an edit here. Nobody but the admin may
  * create, change, purge or delete a stream, delete a message, or delete or take over another
@@ -16,10 +16,10 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
-import { allRunsFilter, ownerFilter, type SubjectSpace } from './subjects.js';
+import { ownerFilter, partitionFilter, type SubjectSpace } from './subjects.js';
 
-/** The subject space of the deployment (deploy/nats, deploy/k8s/config.env): stream `RUNPLANE`, prefix `rp`. */
-export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp' };
+/** The subject space of the deployment (deploy/nats, deploy/k8s/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
+export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', partitions: 8 };
 
 /** The services that connect to NATS: every owner, and the projector (which owns nothing). */
 export const BUS_SERVICES = [...Owner.options, 'projector'] as const;
@@ -32,9 +32,8 @@ export type BusUser = (typeof BUS_USERS)[number];
 export const natsUserName = (user: BusUser): string => `runplane-${user}`;
 
 /**
- * The durable consumer of each service that reacts to events: the owners whose subjects it reads
- * (`all`: every Run subject). With several owners it gets one durable per owner (one filter per
- * consumer on NATS 2.9), named `<durable>-<owner>`.
+ * The owners whose subjects each service that reacts to events reads (`all`: every Run subject).
+ * A service has one durable consumer per partition ({@link consumerFilters}, {@link durableNameOf}).
  */
 export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'all'>> = {
   // the lifecycle subject carries a child's settlement on its parent (`child.run.settled`, a wake: K10)
@@ -48,38 +47,40 @@ export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'a
   projector: 'all',
 };
 
-/** The subject filters of a service's durable consumer(s) (empty when it has none). */
-export function consumerFilters(space: SubjectSpace, service: BusService): string[] {
-  const reads = SERVICE_CONSUMERS[service];
-  if (!reads) return [];
-  return reads === 'all' ? [allRunsFilter(space)] : reads.map((o) => ownerFilter(space, o));
-}
+/** The services with durable consumers (and so a share of the partitions). */
+export const CONSUMING_SERVICES = BUS_SERVICES.filter((s) => SERVICE_CONSUMERS[s] !== undefined);
 
 /**
- * The durable name for one filter of a consumer (without the subject prefix): `durable` when it
- * has one filter, else `<durable>-<last token of the filter>`.
+ * The subject filters of a service's durable consumer of one partition (empty when it has none):
+ * `<prefix>.run.*.<owner>.<N>` for each owner it reads, or `<prefix>.run.*.*.<N>` for all
+ * (`filter_subjects`, several filters on one consumer: nats-server 2.10+).
  */
-export function durableFor(durable: string, filter: string, filterCount: number): string {
-  return filterCount === 1
-    ? durable
-    : `${durable}-${filter
-        .split('.')
-        .pop()!
-        .replace(/[^A-Za-z0-9_-]/g, '_')}`;
+export function consumerFilters(space: SubjectSpace, service: BusService, partition: number): string[] {
+  const reads = SERVICE_CONSUMERS[service];
+  if (!reads) return [];
+  return reads === 'all' ? [partitionFilter(space, partition)] : reads.map((o) => ownerFilter(space, o, partition));
 }
 
-/** The server-side names of a service's durable consumers (`<prefix>-<durable>`). */
+/** The server-side name of a service's durable consumer of one partition: `<prefix>-<service>-p<N>`. */
+export const durableNameOf = (space: Pick<SubjectSpace, 'prefix'>, service: string, partition: number): string =>
+  `${space.prefix}-${service}-p${partition}`;
+
+/** The server-side names of a service's durable consumers, one per partition (none when it reads nothing). */
 export function durableNamesOf(space: SubjectSpace, service: BusService): string[] {
-  const filters = consumerFilters(space, service);
-  return filters.map((f) => `${space.prefix}-${durableFor(service, f, filters.length)}`);
+  if (!SERVICE_CONSUMERS[service]) return [];
+  return Array.from({ length: space.partitions }, (_, p) => durableNameOf(space, service, p));
 }
 
 /** The coordination buckets: who writes them and who only reads them. */
 export const BUS_BUCKETS = {
   /** Execution leases (K6): taken and renewed by the runtime, fenced and forgotten by recovery. */
   leases: { kind: 'kv', writers: ['runtime', 'recovery'], readers: [] },
-  /** Each runtime process's heartbeat, beaten apart from its lease renewals: recovery tells a late holder from a gone one (K10). */
-  heartbeats: { kind: 'kv', writers: ['runtime'], readers: ['recovery'] },
+  /**
+   * Each service process's membership heartbeat (`<service>.<instance>`), beaten apart from its
+   * work: the replicas of a service share its partitions among the live ones, and recovery tells a
+   * late runtime holder from a gone one (K10).
+   */
+  heartbeats: { kind: 'kv', writers: [...BUS_SERVICES], readers: [] },
   /** Live executors' claims on tool calls (K5). */
   claims: { kind: 'kv', writers: ['tools'], readers: [] },
   /** Run deadlines recovery watches (K10). */
@@ -137,7 +138,7 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
     const others = allDurables.filter((d) => !own.includes(d));
     const publish: string[] = [];
     const subscribe: string[] = ['_INBOX.>'];
-    if (user !== 'ops') for (const token of runSubjectTokensOf(user)) publish.push(`${space.prefix}.run.*.${token}`);
+    if (user !== 'ops') for (const token of runSubjectTokensOf(user)) publish.push(`${space.prefix}.run.*.${token}.*`);
     if (user === 'runtime') publish.push(`${space.prefix}.live.*.delta`);
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
     // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers)
@@ -153,13 +154,22 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
     );
     // observers follow one Run with an ordered consumer (generated name, filter in the subject)
     if (user === 'publication') publish.push(`$JS.API.CONSUMER.CREATE.${S}.*.${space.prefix}.run.*.>`);
-    for (const d of own) publish.push(`$JS.API.CONSUMER.CREATE.${S}.${d}.>`, `$JS.ACK.${S}.${d}.>`);
+    // its partition consumers (created with several filters: the request names no filter), their
+    // acks, and handing a partition's pin over (priority groups: nats-server 2.11+)
+    for (const d of own)
+      publish.push(
+        `$JS.API.CONSUMER.CREATE.${S}.${d}`,
+        `$JS.API.CONSUMER.CREATE.${S}.${d}.>`,
+        `$JS.API.CONSUMER.UNPIN.${S}.${d}`,
+        `$JS.ACK.${S}.${d}.>`,
+      );
     for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
       const writes = (spec.writers as readonly string[]).includes(user);
       if (!writes && !(spec.readers as readonly string[]).includes(user)) continue;
       const name = bucketName(space, bucket);
       publish.push(...bucketApi(spec.kind === 'kv' ? `KV_${name}` : `OBJ_${name}`));
-      if (writes) publish.push(spec.kind === 'kv' ? `$KV.${name}.>` : `$O.${name}.>`);
+      // a process writes only its own service's membership keys (`<service>.<instance>`)
+      if (writes) publish.push(spec.kind === 'obj' ? `$O.${name}.>` : bucket === 'heartbeats' ? `$KV.${name}.${user}.>` : `$KV.${name}.>`);
       // the object store purges the chunks of an object it replaces (its own stream only)
       if (writes && spec.kind === 'obj') publish.push(`$JS.API.STREAM.PURGE.OBJ_${name}`);
     }
@@ -171,7 +181,12 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
       `$JS.API.STREAM.PURGE.${S}`,
       '$JS.API.CONSUMER.DURABLE.CREATE.>',
       ...allDurables.map((d) => `$JS.API.CONSUMER.DELETE.${S}.${d}`),
-      ...others.flatMap((d) => [`$JS.API.CONSUMER.CREATE.${S}.${d}`, `$JS.API.CONSUMER.CREATE.${S}.${d}.>`, `$JS.API.CONSUMER.MSG.NEXT.${S}.${d}`]),
+      ...others.flatMap((d) => [
+        `$JS.API.CONSUMER.CREATE.${S}.${d}`,
+        `$JS.API.CONSUMER.CREATE.${S}.${d}.>`,
+        `$JS.API.CONSUMER.MSG.NEXT.${S}.${d}`,
+        `$JS.API.CONSUMER.UNPIN.${S}.${d}`,
+      ]),
     ];
     result[user] = { publish: { allow: publish, deny }, subscribe: { allow: subscribe, deny: [] } };
   }

@@ -1,16 +1,25 @@
-import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerConfig, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
 
 export interface DurableConsumerSpec {
-  /** Durable consumer name, one per service (e.g. `runtime`); prefixed with the subject prefix. */
+  /** Durable consumer name (e.g. `runtime-p3`); prefixed with the subject prefix. */
   durable: string;
-  /** Subject filter: e.g. `rp.run.>` or `rp.run.*.runtime` (one filter: NATS 2.9). */
-  filter: string;
+  /**
+   * Subject filter(s): e.g. `rp.run.>`, or `['rp.run.*.admission.3', 'rp.run.*.tools.3']`
+   * (several filters on one consumer, `filter_subjects`: nats-server 2.10+).
+   */
+  filter: string | string[];
   /** Milliseconds before an unacknowledged message is redelivered; handlers heartbeat meanwhile. */
   ackWaitMs?: number;
+  /**
+   * One pull client at a time (a priority group with the pinned-client policy, nats-server 2.11+):
+   * the server delivers to the first client that pulls and refuses the others until that one is
+   * unpinned ({@link DurableConsumer.release}) or has not pulled for `timeoutMs`.
+   */
+  pinned?: { group: string; timeoutMs: number; pullExpiresMs: number };
 }
 
 export type StoredEventHandler = (stored: StoredEvent) => Promise<void>;
@@ -48,6 +57,10 @@ export function redeliveryDelayMs(deliveryCount: number): number {
 export class DurableConsumer {
   private messages: ConsumerMessages | null = null;
   private loop: Promise<void> | null = null;
+  /** Set by {@link release}: messages not yet started are given back (nak), not handled. */
+  private releasing = false;
+  /** This consumer's own handler chains (a subset of the shared `chains`), to wait for on release. */
+  private readonly mine = new Set<Promise<void>>();
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -68,9 +81,47 @@ export class DurableConsumer {
   /** Creates (or updates) the durable consumer and starts consuming. */
   async start(): Promise<void> {
     const ackWaitMs = this.spec.ackWaitMs ?? 30_000;
+    const filters = [this.spec.filter].flat();
+    const pinned = this.spec.pinned;
+    if (filters.length > 1 || pinned) await this.createOrUpdate(filters, ackWaitMs);
+    else await this.createOrUpdateSingle(filters[0]!, ackWaitMs);
+    const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
+    this.messages = await consumer.consume(
+      pinned ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs } : { max_messages: 100 },
+    );
+    const messages = this.messages;
+    this.loop = (async () => {
+      for await (const m of messages) this.schedule(m, ackWaitMs);
+    })();
+  }
+
+  /**
+   * One request to `$JS.API.CONSUMER.CREATE.<stream>.<durable>` (create, or update to this
+   * configuration): the client library sends a consumer with several filters to the legacy
+   * `CONSUMER.DURABLE.CREATE` subject, which the services' users may not use (bus.ts).
+   */
+  private async createOrUpdate(filters: string[], ackWaitMs: number): Promise<void> {
+    const pinned = this.spec.pinned;
+    const config: Partial<ConsumerConfig> = {
+      name: this.durableName,
+      durable_name: this.durableName,
+      ...(filters.length > 1 ? { filter_subjects: filters } : { filter_subject: filters[0]! }),
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: ackWaitMs * 1_000_000,
+      max_ack_pending: 1000,
+      ...(pinned ? { priority_groups: [pinned.group], priority_policy: 'pinned_client', priority_timeout: pinned.timeoutMs * 1_000_000 } : {}),
+    };
+    const subject = `$JS.API.CONSUMER.CREATE.${this.log.space.stream}.${this.durableName}`;
+    const reply = await this.log.nc.request(subject, JSON.stringify({ stream_name: this.log.space.stream, config }), { timeout: 10_000 });
+    const body = reply.json<{ error?: { code: number; err_code: number; description: string } }>();
+    if (body.error) throw new Error(`creating consumer ${this.durableName}: ${body.error.description} (${body.error.err_code})`);
+  }
+
+  private async createOrUpdateSingle(filter: string, ackWaitMs: number): Promise<void> {
     const config = {
       durable_name: this.durableName,
-      filter_subject: this.spec.filter,
+      filter_subject: filter,
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
       ack_wait: ackWaitMs * 1_000_000,
@@ -86,12 +137,6 @@ export class DurableConsumer {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       await this.log.jsm.consumers.add(this.log.space.stream, config);
     }
-    const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
-    this.messages = await consumer.consume({ max_messages: 100 });
-    const messages = this.messages;
-    this.loop = (async () => {
-      for await (const m of messages) this.schedule(m, ackWaitMs);
-    })();
   }
 
   /**
@@ -103,7 +148,7 @@ export class DurableConsumer {
     const tokens = m.subject.split('.');
     const count = recordAnomaly(kind);
     this.logger.error(
-      { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[tokens.length - 2], anomaly: kind, anomalies: count, reason },
+      { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[2], anomaly: kind, anomalies: count, reason },
       'terminating a message that is not a fact (an anomaly)',
     );
     m.term();
@@ -114,7 +159,7 @@ export class DurableConsumer {
     try {
       // the same check as every reader of facts (verifyStored): a valid event that the event log
       // appended, with the back-link the server verified
-      stored = verifyStored(m.seq, m.subject, m.data, m.headers);
+      stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.log.space.partitions);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.terminate(m, e.anomaly, e.message);
@@ -124,12 +169,19 @@ export class DurableConsumer {
     const prev = this.chains.get(key) ?? Promise.resolve();
     const next = prev.then(() => this.process(m, stored, ackWaitMs));
     this.chains.set(key, next);
+    this.mine.add(next);
     void next.finally(() => {
+      this.mine.delete(next);
       if (this.chains.get(key) === next) this.chains.delete(key);
     });
   }
 
   private async process(m: JsMsg, stored: StoredEvent, ackWaitMs: number): Promise<void> {
+    if (this.releasing) {
+      // received but not started: handed back at once, for the partition's next owner
+      m.nak();
+      return;
+    }
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
     try {
       await this.handler(stored);
@@ -156,5 +208,29 @@ export class DurableConsumer {
     await this.messages?.close();
     await this.loop?.catch(() => undefined);
     await Promise.allSettled([...this.chains.values()]);
+  }
+
+  /**
+   * Gives the consumer up to another client (a partition moving away): stops pulling, lets the
+   * handlers already running finish (and acknowledge), hands back (nak) what was received but not
+   * started, then, for a pinned consumer, unpins this client so that the server pins the next
+   * client that pulls at once instead of after the priority timeout. Never throws (an unpin that
+   * fails leaves the pin to expire).
+   */
+  async release(): Promise<void> {
+    this.releasing = true;
+    await this.messages?.close().catch(() => undefined);
+    await this.loop?.catch(() => undefined);
+    await Promise.allSettled([...this.mine]);
+    if (this.spec.pinned) await this.unpin();
+  }
+
+  /** Unpins whatever client the server has pinned (this one, or a dead one); false when the server refused. */
+  async unpin(): Promise<boolean> {
+    if (!this.spec.pinned) return false;
+    return this.log.jsm.consumers.unpin(this.log.space.stream, this.durableName, this.spec.pinned.group).then(
+      () => true,
+      () => false,
+    );
   }
 }

@@ -30,7 +30,8 @@ export class AppendConflict extends Error {
 /**
  * A message on a Run subject that is not a fact of the log: not a valid Runplane event (wrong
  * schema, owner or subject; `invalid-message`), an event the log did not append (no verified
- * back-link: a replay or a forgery; `unverified-event`), or a copy of an event read earlier
+ * back-link: a replay or a forgery; `unverified-event`), a message on a partition that is not its
+ * Run's (`wrong-partition`), or a copy of an event read earlier
  * (`duplicate-event`). `anomaly` is the kind to count (`runplane_bus_anomalies_total`, K11).
  */
 export class InvalidStoredEvent extends Error {
@@ -38,7 +39,7 @@ export class InvalidStoredEvent extends Error {
     readonly seq: number,
     readonly subject: string,
     detail: string,
-    readonly anomaly: Extract<AnomalyKind, 'invalid-message' | 'unverified-event' | 'duplicate-event'> = 'invalid-message',
+    readonly anomaly: Extract<AnomalyKind, 'invalid-message' | 'unverified-event' | 'duplicate-event' | 'wrong-partition'> = 'invalid-message',
   ) {
     super(`stream message ${seq} on ${subject} is not a valid event: ${detail}`);
     this.name = 'InvalidStoredEvent';

@@ -14,7 +14,16 @@ import {
 } from '@nats-io/jetstream';
 import { BusConfig, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, AppendRefused, InvalidStoredEvent } from './errors.js';
-import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
+import {
+  allRunsFilter,
+  DEFAULT_PARTITIONS,
+  MAX_PARTITIONS,
+  partitionOf,
+  PARTITIONS_METADATA_KEY,
+  runFilter,
+  runSubject,
+  type SubjectSpace,
+} from './subjects.js';
 
 export interface EventLogOptions {
   natsUrl: string;
@@ -36,6 +45,12 @@ export interface EventLogOptions {
    * recognise and skip (docs/event-log.md "Messages that are not events").
    */
   duplicateWindowMs?: number;
+  /**
+   * Partitions of the stream when this log creates it (`RUNPLANE_PARTITIONS`, default 8). Once
+   * the stream exists its own value (metadata `runplane_partitions`) wins; a different value here
+   * is reported through `onPartitionsMismatch`.
+   */
+  partitions?: number;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -79,6 +94,18 @@ export const RECONNECT_JITTER_MS = 200;
 export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER_MS);
 
 const WRONG_LAST_SEQUENCE = 10071;
+
+/** True when a server version string (`2.15.1`) is at least `major.minor`; false when unknown. */
+function serverAtLeast(version: string | undefined, major: number, minor: number): boolean {
+  const m = /^(\d+)\.(\d+)/.exec(version ?? '');
+  return !!m && (Number(m[1]) > major || (Number(m[1]) === major && Number(m[2]) >= minor));
+}
+
+/** Checks a partition count (1..256). @throws RangeError otherwise. */
+export function validPartitions(n: number): number {
+  if (!Number.isInteger(n) || n < 1 || n > MAX_PARTITIONS) throw new RangeError(`partitions must be a whole number 1..${MAX_PARTITIONS}, not ${n}`);
+  return n;
+}
 /** The header of a conditional append, stored with the message: the server checked it. */
 export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 const OWNERS = Owner.options;
@@ -98,8 +125,9 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
   const parsed = RunEvent.safeParse(raw);
   if (!parsed.success) throw new InvalidStoredEvent(seq, subject, parsed.error.message);
   const event = parsed.data as StoredEvent['event'];
+  // `<prefix>.run.<runId>.<owner>.<partition>` (subjects.ts)
   const tokens = subject.split('.');
-  if (tokens[tokens.length - 1] !== subjectTokenOf(event) || tokens[tokens.length - 2] !== event.runId) {
+  if (tokens.length !== 5 || tokens[3] !== subjectTokenOf(event) || tokens[2] !== event.runId) {
     throw new InvalidStoredEvent(seq, subject, `owner ${event.owner} / run ${event.runId} do not match the subject`);
   }
   return { seq, subject, event };
@@ -113,16 +141,29 @@ export interface StoredHeaders {
 /**
  * Decodes one stream message and checks that the event log appended it: the single check every
  * reader of facts applies (durable consumers, the Run readers, observers' event streams, K11).
+ * A message whose partition token is not the Run's partition ({@link partitionOf} with the
+ * stream's `partitions`) was not appended by the log either (the log builds every subject): it is
+ * refused as `wrong-partition`, so a forgery on another partition never reaches a consumer that
+ * owns that partition.
  * Every append is conditional (it always was) and the server stores the expectation it checked
  * (`Nats-Expected-Last-Subject-Sequence`, a sequence below the message's own): a message without
  * it was published around the log (a replay after the duplicate window, a forgery), whatever its
  * body says, and an event's `prevSeq` must be what the header says (an event without `prevSeq`
  * was appended before it existed and carries the header all the same).
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
- *   {@link decodeStored}) or `unverified-event` (no verified back-link).
+ *   {@link decodeStored}), `wrong-partition` or `unverified-event` (no verified back-link).
  */
-export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined): StoredEvent {
+export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined, partitions: number): StoredEvent {
   const stored = decodeStored(seq, subject, data);
+  const expected = partitionOf(stored.event.runId, partitions);
+  if (subject.slice(subject.lastIndexOf('.') + 1) !== String(expected)) {
+    throw new InvalidStoredEvent(
+      seq,
+      subject,
+      `event ${stored.event.eventId} (${stored.event.type}) is on the wrong partition: run ${stored.event.runId} belongs to partition ${expected} of ${partitions}`,
+      'wrong-partition',
+    );
+  }
   const header = headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) ?? '';
   const checked = /^\d{1,15}$/.test(header) ? Number(header) : NaN;
   const prevSeq = stored.event.prevSeq;
@@ -149,11 +190,18 @@ export class EventLog {
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
 
+  /** Called when the configured partition count differs from the stream's (the stream's wins). */
+  onPartitionsMismatch: (configured: number, stream: number) => void = (configured, stream) =>
+    process.stderr.write(
+      `runplane event log: RUNPLANE_PARTITIONS=${configured} differs from the ${stream} partitions stream ${this.space.stream} was created with; using ${stream}\n`,
+    );
+
   private constructor(
     readonly nc: NatsConnection,
     readonly js: JetStreamClient,
     readonly jsm: JetStreamManager,
-    readonly space: SubjectSpace,
+    /** The stream, prefix and partition count (learnt from the stream by {@link ensureStream}). */
+    public space: SubjectSpace,
     service: string,
     private readonly appendRetryMs: number,
     private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
@@ -180,7 +228,7 @@ export class EventLog {
         nc,
         jetstream(nc),
         jsm,
-        { stream: opts.stream, prefix: opts.prefix },
+        { stream: opts.stream, prefix: opts.prefix, partitions: validPartitions(opts.partitions ?? DEFAULT_PARTITIONS) },
         opts.name ?? 'runplane',
         opts.appendRetryMs ?? 30_000,
         opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
@@ -212,14 +260,19 @@ export class EventLog {
       prefix: bus.RUNPLANE_SUBJECT_PREFIX,
       name,
       duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
+      partitions: bus.RUNPLANE_PARTITIONS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
     });
   }
 
   /**
-   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, and no
+   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, no
    * message can be deleted, purged or rolled up through the JetStream API (the log is the truth,
-   * K11); only deleting the whole stream remains (the admin's, and tests' clean-up).
+   * K11; only deleting the whole stream remains: the admin's, and tests' clean-up), and the
+   * partition count in its metadata (`runplane_partitions`, nats-server 2.10+). When the stream
+   * exists, its partition count becomes this log's (`space.partitions`), whatever was configured:
+   * every process of a deployment must map a Run to the same partition.
+   * @throws when the stream captures other subjects, or its partition count is not 1..256.
    */
   async ensureStream(): Promise<void> {
     try {
@@ -230,9 +283,10 @@ export class EventLog {
           `stream ${this.space.stream} captures ${JSON.stringify(info.config.subjects)}, not ${wanted}: RUNPLANE_STREAM and RUNPLANE_SUBJECT_PREFIX do not belong together`,
         );
       }
+      this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
-      await this.jsm.streams.add({
+      const info = await this.jsm.streams.add({
         name: this.space.stream,
         subjects: [allRunsFilter(this.space)],
         duplicate_window: this.duplicateWindowMs * 1_000_000,
@@ -240,8 +294,25 @@ export class EventLog {
         allow_rollup_hdrs: false,
         deny_delete: true,
         deny_purge: true,
+        // a server before 2.10 keeps no metadata (nor runs partition consumers): the configured count holds
+        ...(serverAtLeast(this.nc.info?.version, 2, 10) ? { metadata: { [PARTITIONS_METADATA_KEY]: String(this.space.partitions) } } : {}),
       });
+      // a concurrent creator may have won with its own count: the stream's is the one
+      this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
     }
+  }
+
+  /** Takes the stream's partition count (absent: a server without metadata, or an older stream: the configured count). */
+  private adoptPartitions(stored: string | undefined): void {
+    if (stored === undefined) return;
+    const n = Number(stored);
+    if (!/^\d+$/.test(stored) || n < 1 || n > MAX_PARTITIONS) {
+      throw new Error(
+        `stream ${this.space.stream} has ${PARTITIONS_METADATA_KEY}=${JSON.stringify(stored)}, not a partition count 1..${MAX_PARTITIONS}`,
+      );
+    }
+    if (n !== this.space.partitions) this.onPartitionsMismatch(this.space.partitions, n);
+    this.space = { ...this.space, partitions: n };
   }
 
   /** Deletes the stream: test clean-up only. */
@@ -333,7 +404,7 @@ export class EventLog {
     const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
     if (!msg) return null;
     try {
-      const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header);
+      const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
       const e = stored.event;
       return e.eventId === eventId && e.prevSeq === prevSeq && e.writer?.instance === this.writer.instance ? stored : null;
     } catch {
@@ -346,7 +417,7 @@ export class EventLog {
     const msg = await this.jsm.direct.getMessage(this.space.stream, { seq });
     if (!msg) return null;
     try {
-      return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
+      return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.onInvalid(e);
@@ -360,7 +431,7 @@ export class EventLog {
     const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
     if (!msg) return null;
     try {
-      return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
+      return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       // the subject's last message is not a fact (garbage, a forgery): the last event on it is
@@ -400,9 +471,11 @@ export class EventLog {
     const events: StoredEvent[] = [];
     // every message counts for its subject's last sequence, an invalid one too: the next append
     // there must expect it, or it would conflict for ever
+    // (only on the Run's own subjects: a message on another partition's subject is not on the
+    // subject an append expects, and must not move its expectation)
     const seen = (subject: string, seq: number) => {
-      const token = subject.split('.').pop() as Owner;
-      if (token in lasts) lasts[token] = Math.max(lasts[token], seq);
+      const token = subject.split('.')[3] as Owner;
+      if (token in lasts && subject === runSubject(this.space, runId, token)) lasts[token] = Math.max(lasts[token], seq);
     };
     const eventIds = new Set<string>();
     for await (const e of this.snapshot(runFilter(this.space, runId), 1, 512, seen)) {
@@ -440,7 +513,7 @@ export class EventLog {
       if (!Number.isSafeInteger(prev) || prev < 0 || prev >= m.seq) return null;
       let stored: StoredEvent;
       try {
-        stored = verifyStored(m.seq, m.subject, m.data, m.header);
+        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions);
       } catch (e) {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
@@ -490,7 +563,7 @@ export class EventLog {
       for await (const m of messages) {
         let stored: StoredEvent;
         try {
-          stored = verifyStored(m.seq, m.subject, m.data, m.headers);
+          stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.space.partitions);
         } catch (e) {
           if (!(e instanceof InvalidStoredEvent)) throw e;
           this.onInvalid(e);
@@ -547,7 +620,7 @@ export class EventLog {
           seen?.(m.subject, m.seq);
           let stored: StoredEvent;
           try {
-            stored = verifyStored(m.seq, m.subject, m.data, m.headers);
+            stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.space.partitions);
           } catch (e) {
             // Not a fact (garbled, wrong owner, published around the log): skip it, loudly, so
             // one bad message cannot block folding, audits or rebuilds.

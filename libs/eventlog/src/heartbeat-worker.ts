@@ -24,7 +24,7 @@ async function beat(): Promise<void> {
   if (beating) return; // the previous beat still waits on NATS (an outage): no pile-up
   beating = true;
   try {
-    await kv.put(data.value.instance, body);
+    await kv.put(data.key, body);
     if (first) parentPort!.postMessage({ beat: true });
     first = false;
   } catch {
@@ -40,7 +40,7 @@ parentPort!.on('message', (m) => {
   if (m !== 'stop') return;
   clearInterval(timer);
   void kv
-    .delete(data.value.instance)
+    .delete(data.key)
     .catch(() => undefined)
     .then(() => nc.close())
     .finally(() => process.exit(0));

@@ -1,6 +1,8 @@
 /**
- * Process heartbeats (K6, K10: "late" is not "gone"): one NATS KV bucket `<prefix>_heartbeats`,
- * one key per runtime process (its writer instance id), written every third of `ttlMs` by a
+ * Process heartbeats: one NATS KV bucket `<prefix>_heartbeats`, one key per service process,
+ * `<service>.<instance>` (its writer instance id). They serve two readers: the replicas of a
+ * service, which share its partitions among the live members (./partitions.ts, `Membership`), and
+ * recovery (K6, K10: "late" is not "gone"). Each key is written every third of `ttlMs` by a
  * worker thread with its own NATS connection and its own timer, so that work on the process's
  * main event loop (parsing a long streamed reply, a burst of appends, a loaded machine) cannot
  * hold it up. Recovery reads it beside the leases: a held lease that expired while its holder's
@@ -8,6 +10,7 @@
  * lease TTL before it is fenced (docs/recovery.md, "Late or gone"). A process killed outright
  * stops beating at once, so its leases are fenced as before, on their own expiry.
  */
+import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import { kvJson } from './kv-json.js';
@@ -29,6 +32,15 @@ export interface HeartbeatEntry {
   writtenAt: Date;
 }
 
+/** The key of a process's heartbeat: `<service>.<instance>`. */
+export const heartbeatKey = (writer: { service: string; instance: string }): string => `${writer.service}.${writer.instance}`;
+
+/** The instance id of a heartbeat key (`<service>.<instance>`), or null for a key of another shape. */
+export const instanceOfHeartbeatKey = (key: string): string | null => {
+  const dot = key.indexOf('.');
+  return dot > 0 && dot < key.length - 1 ? key.slice(dot + 1) : null;
+};
+
 /** The bucket name for a subject space: `<prefix>_heartbeats`. */
 export const heartbeatBucketFor = (space: { prefix: string }): string => `${space.prefix}_heartbeats`;
 
@@ -41,10 +53,10 @@ export class HeartbeatStore {
     return new HeartbeatStore(await new Kvm(log.nc).create(heartbeatBucketFor(log.space), { history: 1 }));
   }
 
-  /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat. */
+  /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat of its key. */
   static parse(entry: KvEntry): HeartbeatEntry | null {
     const value = kvJson(entry, HeartbeatValue);
-    return value ? { instance: entry.key, value, writtenAt: entry.created } : null;
+    return value && entry.key === heartbeatKey(value) ? { instance: value.instance, value, writtenAt: entry.created } : null;
   }
 
   /** Deletes the bucket: test clean-up only. */
@@ -64,6 +76,8 @@ export interface HeartbeatWorkerData {
   user?: string;
   pass?: string;
   bucket: string;
+  /** The key written (`<service>.<instance>`). */
+  key: string;
   value: HeartbeatValue;
   /** How often it beats, ms. */
   everyMs: number;
@@ -80,7 +94,7 @@ export class ProcessHeartbeat {
 
   /**
    * Starts beating for `writer` with the given connection settings.
-   * @param ttlMs how long one beat vouches for the process (the lease TTL), ms.
+   * @param ttlMs how long one beat vouches for the process (`RUNPLANE_MEMBER_TTL_MS`), ms.
    * @returns once the worker has written the first beat.
    * @throws when the worker cannot connect or write within 30 s.
    */
@@ -93,10 +107,14 @@ export class ProcessHeartbeat {
     const data: HeartbeatWorkerData = {
       ...connection,
       bucket: heartbeatBucketFor(space),
+      key: heartbeatKey(writer),
       value: { service: writer.service, instance: writer.instance, ttlMs },
       everyMs: Math.max(50, Math.floor(ttlMs / 3)),
     };
-    const worker = new Worker(new URL('./heartbeat-worker.js', import.meta.url), { workerData: data });
+    // beside this module once built; from the sources (tests run them through a transform that
+    // worker threads do not get) the built worker is used
+    const here = new URL('./heartbeat-worker.js', import.meta.url);
+    const worker = new Worker(existsSync(here) ? here : new URL('../dist/heartbeat-worker.js', import.meta.url), { workerData: data });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
       worker.once('message', (m: { beat?: boolean }) => {

@@ -10,3 +10,4 @@ export * from './bus.js';
 export * from './anomalies.js';
 export * from './conversations.js';
 export * from './kv-json.js';
+export * from './partitions.js';

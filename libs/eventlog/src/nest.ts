@@ -7,9 +7,10 @@ import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
 import { recordAnomaly } from './anomalies.js';
-import { durableFor } from './bus.js';
-import { DurableConsumer } from './consumer.js';
+import { consumerFilters, type BusService } from './bus.js';
+import { DurableConsumer, describeError } from './consumer.js';
 import { EventLog } from './event-log.js';
+import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
 
 /** Provides one connected {@link EventLog} (configured from BusConfig env vars) and closes it on shutdown. */
 @Module({})
@@ -30,20 +31,47 @@ export class EventLogModule implements OnApplicationShutdown {
             log.onInvalid = (e) => {
               const anomaly = e.anomaly;
               logger.warn(
-                { seq: e.seq, subject: e.subject, runId: e.subject.split('.').at(-2), anomaly, anomalies: recordAnomaly(anomaly), reason: e.message },
+                { seq: e.seq, subject: e.subject, runId: e.subject.split('.')[2], anomaly, anomalies: recordAnomaly(anomaly), reason: e.message },
                 'skipping a stored message that is not a fact (an anomaly)',
               );
             };
+            log.onPartitionsMismatch = (configured, stream) =>
+              logger.warn(
+                { configured, stream: log.space.stream, partitions: stream },
+                'RUNPLANE_PARTITIONS differs from the partition count the stream was created with: the stream wins',
+              );
             EventLogModule.instance = log;
             return log;
           },
         },
+        {
+          // this process's share of the partitions of its service (libs/eventlog partitions.ts)
+          provide: PartitionOwnership,
+          inject: [EventLog],
+          useFactory: async (log: EventLog) => {
+            const bus = loadConfig(BusConfig);
+            const logger = new Logger('partitions');
+            const ownership = await PartitionOwnership.start(
+              log,
+              serviceName,
+              { natsUrl: bus.NATS_URL, ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}) },
+              bus.RUNPLANE_MEMBER_TTL_MS,
+              { log: (f, m) => logger.log(f, m), warn: (f, m) => logger.warn(f, m) },
+            );
+            EventLogModule.ownership = ownership;
+            return ownership;
+          },
+        },
       ],
-      exports: [EventLog],
+      exports: [EventLog, PartitionOwnership],
     };
   }
 
+  private static ownership: PartitionOwnership | null = null;
+
   async onApplicationShutdown(): Promise<void> {
+    await EventLogModule.ownership?.stop();
+    EventLogModule.ownership = null;
     await EventLogModule.instance?.close();
     EventLogModule.instance = null;
   }
@@ -71,24 +99,48 @@ export interface EventTransportLogging {
   inLogContext?: (fields: { runId: string; eventType: string; seq: number }, handle: () => Promise<void>) => Promise<void>;
 }
 
+/** What {@link JetStreamEventTransport} consumes. */
+export interface EventTransportSpec {
+  /** The service whose partition consumers these are (bus.ts `SERVICE_CONSUMERS` gives what it reads). */
+  service: BusService;
+  /** Ack wait of every partition consumer, ms (`RUNPLANE_ACK_WAIT_MS`). */
+  ackWaitMs?: number;
+  /**
+   * How long the server keeps a partition pinned to a client that stopped pulling (a dead replica)
+   * before it pins the next one, ms (default 5,000). A replica pulls at least every
+   * `pinTimeoutMs / 2.5` to keep its pin.
+   */
+  pinTimeoutMs?: number;
+}
+
+/** The priority group every partition consumer pins its one client in. */
+export const PARTITION_GROUP = 'owner';
+
 /**
- * Nest microservice transport over a JetStream durable consumer. Each stored event is routed by
- * its `type` to the `@EventPattern(type)` handler (`@Payload()` is the {@link StoredEvent});
- * events without a handler are acknowledged and skipped. A handler that throws makes the message
- * redeliver (see DurableConsumer).
+ * Nest microservice transport over the service's partition consumers. For every partition this
+ * replica owns ({@link PartitionOwnership}) it consumes the durable `<prefix>-<service>-p<N>`
+ * (the owners' subjects the service reads, of that partition only; pinned to one client at a time
+ * by the server); when the membership of the service changes it releases the partitions that are
+ * no longer its (in-flight handlers finish and are acknowledged, the rest is handed back, the pin
+ * is dropped at once) and starts the new ones, unpinning a partition whose previous owner is gone.
+ * Each stored event is routed by its `type` to the `@EventPattern(type)` handler (`@Payload()` is
+ * the {@link StoredEvent}); events without a handler are acknowledged and skipped. A handler that
+ * throws makes the message redeliver (see DurableConsumer). One Run's events are handled one at a
+ * time, in order: they are all in one partition.
  */
 export class JetStreamEventTransport extends Server implements CustomTransportStrategy {
-  private consumers: DurableConsumer[] = [];
+  private readonly consumers = new Map<number, DurableConsumer>();
+  /** Per partition, the chain of start/release steps (so that a partition that moves away and back is handled in order). */
+  private readonly steps = new Map<number, Promise<void>>();
+  private readonly chains = new Map<string, Promise<void>>();
   private readonly nestLogger = new Logger('JetStreamEventTransport');
+  private unsubscribe: (() => void) | null = null;
+  private closed = false;
 
-  /**
-   * @param spec the durable name and one or more subject filters; with several filters (NATS 2.9
-   *   allows one per consumer) one durable consumer is made per filter, named
-   *   `<durable>-<last token of the filter>`, and they share one per-Run handler chain.
-   */
   constructor(
     private readonly log: EventLog,
-    private readonly spec: { durable: string; filters: string[]; ackWaitMs?: number },
+    private readonly spec: EventTransportSpec,
+    private readonly ownership: PartitionOwnership,
     private readonly logging: EventTransportLogging = {},
   ) {
     super();
@@ -96,27 +148,93 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
 
   async listen(callback: (...optionalParams: unknown[]) => unknown): Promise<void> {
     try {
-      const chains = new Map<string, Promise<void>>();
-      const logger = {
-        warn: (fields: object, m: string) => this.nestLogger.warn(fields, m),
-        error: (fields: object, m: string) => this.nestLogger.error(fields, m),
-      };
-      const { durable, filters, ackWaitMs } = this.spec;
-      this.consumers = filters.map((filter) => {
-        const name = durableFor(durable, filter, filters.length);
-        return new DurableConsumer(
-          this.log,
-          { durable: name, filter, ...(ackWaitMs ? { ackWaitMs } : {}) },
-          (stored) => this.dispatch(stored),
-          logger,
-          chains,
-        );
-      });
-      for (const c of this.consumers) await c.start();
+      this.previousMembers = this.ownership.members();
+      this.unsubscribe = this.ownership.onChange((c) => this.onChange(c));
+      await Promise.all(this.ownership.partitions().map((p) => this.step(p, () => this.startPartition(p, null, []))));
       callback();
     } catch (e) {
       callback(e);
     }
+  }
+
+  /** The partitions whose consumers run now (started, not released). */
+  consuming(): number[] {
+    return [...this.consumers.keys()].sort((a, b) => a - b);
+  }
+
+  private onChange(change: OwnershipChange): void {
+    if (this.closed) return;
+    for (const p of change.removed) void this.step(p, () => this.releasePartition(p));
+    const previous = this.previousMembers;
+    for (const p of change.added) void this.step(p, () => this.startPartition(p, change.stale, previous));
+    this.previousMembers = change.members;
+  }
+
+  private previousMembers: string[] = [];
+
+  private step(p: number, fn: () => Promise<void>): Promise<void> {
+    const next = (this.steps.get(p) ?? Promise.resolve()).then(fn).catch((e: unknown) => {
+      this.nestLogger.error({ partition: p, err: describeError(e) }, 'partition step failed');
+    });
+    this.steps.set(p, next);
+    return next;
+  }
+
+  private durable(p: number): string {
+    return `${this.spec.service}-p${p}`;
+  }
+
+  /**
+   * @param stale the members that went stale in the change (null at start-up)
+   * @param previous the live members before it: when the partition's owner among them went stale, its pin is dropped
+   */
+  private async startPartition(p: number, stale: string[] | null, previous: string[]): Promise<void> {
+    if (this.closed || this.consumers.has(p) || !this.ownership.ownsPartition(p)) return;
+    const logger = {
+      warn: (fields: object, m: string) => this.nestLogger.warn(fields, m),
+      error: (fields: object, m: string) => this.nestLogger.error(fields, m),
+    };
+    const pinTimeoutMs = this.spec.pinTimeoutMs ?? 5_000;
+    const consumer = new DurableConsumer(
+      this.log,
+      {
+        durable: this.durable(p),
+        filter: consumerFilters(this.log.space, this.spec.service, p),
+        ...(this.spec.ackWaitMs ? { ackWaitMs: this.spec.ackWaitMs } : {}),
+        pinned: { group: PARTITION_GROUP, timeoutMs: pinTimeoutMs, pullExpiresMs: Math.max(1_000, Math.floor(pinTimeoutMs / 2.5)) },
+      },
+      (stored) => this.dispatch(stored),
+      logger,
+      this.chains,
+    );
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await consumer.start();
+        break;
+      } catch (e) {
+        if (this.closed || !this.ownership.ownsPartition(p)) return;
+        this.nestLogger.warn({ partition: p, attempt, err: describeError(e) }, 'could not start a partition consumer yet; retrying');
+        await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
+      }
+    }
+    this.consumers.set(p, consumer);
+    // the partition's owner before this change went stale (killed, frozen): its pin is dropped now,
+    // not after the priority timeout. A live previous owner, or one that left gracefully, unpins
+    // itself once its in-flight work is done, so one Run's events stay in order.
+    if (stale?.length && previous.length) {
+      const owner = [...assignPartitions(this.log.space.partitions, previous)].find(([, ps]) => ps.includes(p))?.[0];
+      if (owner && owner !== this.log.writer.instance && stale.includes(owner)) {
+        this.nestLogger.log({ partition: p, previousOwner: owner }, 'the previous owner of a partition is gone: unpinning it');
+        await consumer.unpin();
+      }
+    }
+  }
+
+  private async releasePartition(p: number): Promise<void> {
+    const consumer = this.consumers.get(p);
+    if (!consumer) return;
+    this.consumers.delete(p);
+    await consumer.release();
   }
 
   private async dispatch(stored: StoredEvent): Promise<void> {
@@ -130,13 +248,21 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
   }
 
+  /**
+   * Leaves the service's partitions (graceful stop): deregisters this replica (the others
+   * recompute and start pulling its partitions), then releases every partition consumer
+   * (in-flight handlers finish and are acknowledged, the rest is handed back, the pin dropped).
+   */
   async close(): Promise<void> {
-    await Promise.all(this.consumers.map((c) => c.stop()));
+    this.closed = true;
+    this.unsubscribe?.();
+    await Promise.all([...this.steps.values()]);
+    await Promise.all([this.ownership.stop(), ...[...this.consumers.keys()].map((p) => this.releasePartition(p))]);
   }
 
   on(): void {}
 
   unwrap<T>(): T {
-    return this.consumers as T;
+    return [...this.consumers.values()] as T;
   }
 }

@@ -3,13 +3,31 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EventCatalog, EventTypes } from '@runplane/contracts';
-import { BUS_SERVICES, busPermissions, DEPLOYED_SPACE, renderNatsAuthorization, runSubjectTokensOf } from '@runplane/eventlog';
+import {
+  BUS_SERVICES,
+  busPermissions,
+  consumerFilters,
+  DEPLOYED_SPACE,
+  durableNamesOf,
+  PARTITIONS_METADATA_KEY,
+  renderNatsAuthorization,
+  runSubjectTokensOf,
+} from '@runplane/eventlog';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
   it('deploy/nats/accounts.conf is the one rendered from bus.ts (regenerate: npm run runplane -- docs nats-auth > deploy/nats/accounts.conf)', () => {
     expect(readFileSync(join(root, 'deploy', 'nats', 'accounts.conf'), 'utf8')).toBe(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
+  });
+
+  it('deploy/nats/stream-RUNPLANE.json creates the stream with the deployed partition count in its metadata (RUNPLANE_PARTITIONS cannot change it later)', () => {
+    const stream = JSON.parse(readFileSync(join(root, 'deploy', 'nats', 'stream-RUNPLANE.json'), 'utf8')) as {
+      subjects: string[];
+      metadata: Record<string, string>;
+    };
+    expect(stream.subjects).toEqual([`${DEPLOYED_SPACE.prefix}.run.>`]);
+    expect(stream.metadata).toEqual({ [PARTITIONS_METADATA_KEY]: String(DEPLOYED_SPACE.partitions) });
   });
 
   it('derives Run-subject publish rights from the event catalogue: only the lifecycle may publish settlements (K9), recovery fences the executors', () => {
@@ -27,7 +45,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     for (const t of EventTypes) expect(runSubjectTokensOf(EventCatalog[t].owner).length).toBeGreaterThan(0);
     const perms = busPermissions(DEPLOYED_SPACE);
     const settlers = Object.entries(perms)
-      .filter(([, p]) => p.publish.allow.some((s) => s === 'rp.run.*.lifecycle' || s === '>'))
+      .filter(([, p]) => p.publish.allow.some((s) => s === 'rp.run.*.lifecycle.*' || s === '>'))
       .map(([u]) => u);
     expect(settlers.sort()).toEqual(['admin', 'lifecycle']);
   });
@@ -41,9 +59,30 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
         expect.arrayContaining([
           '$JS.API.STREAM.PURGE.RUNPLANE',
           '$JS.API.STREAM.MSG.DELETE.>',
-          '$JS.API.CONSUMER.DELETE.RUNPLANE.rp-lifecycle-runtime',
+          '$JS.API.CONSUMER.DELETE.RUNPLANE.rp-lifecycle-p0',
+          '$JS.API.CONSUMER.DELETE.RUNPLANE.rp-lifecycle-p7',
         ]),
       );
     }
+  });
+
+  it("gives each service one durable per partition, on the owners' subjects of that partition only, and lets it create, pull, ack and unpin only its own", () => {
+    expect(durableNamesOf(DEPLOYED_SPACE, 'runtime')).toEqual(Array.from({ length: 8 }, (_, p) => `rp-runtime-p${p}`));
+    expect(consumerFilters(DEPLOYED_SPACE, 'runtime', 3)).toEqual(['rp.run.*.admission.3', 'rp.run.*.tools.3', 'rp.run.*.lifecycle.3']);
+    expect(consumerFilters(DEPLOYED_SPACE, 'projector', 5)).toEqual(['rp.run.*.*.5']);
+    const perms = busPermissions(DEPLOYED_SPACE);
+    expect(perms.tools.publish.allow).toEqual(
+      expect.arrayContaining([
+        '$JS.API.CONSUMER.CREATE.RUNPLANE.rp-tools-p7',
+        '$JS.API.CONSUMER.UNPIN.RUNPLANE.rp-tools-p7',
+        '$JS.ACK.RUNPLANE.rp-tools-p7.>',
+      ]),
+    );
+    expect(perms.tools.publish.deny).toEqual(
+      expect.arrayContaining(['$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.rp-lifecycle-p2', '$JS.API.CONSUMER.UNPIN.RUNPLANE.rp-runtime-p0']),
+    );
+    // a process writes only its own service's membership keys
+    expect(perms.tools.publish.allow).toContain('$KV.rp_heartbeats.tools.>');
+    expect(perms.tools.publish.allow).not.toContain('$KV.rp_heartbeats.>');
   });
 });

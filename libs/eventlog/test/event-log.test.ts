@@ -9,6 +9,7 @@ import {
   EventLog,
   isPermanentAppendError,
   ownerFilter,
+  partitionOf,
   runSubject,
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
@@ -96,10 +97,11 @@ describeEachNatsServer(servers, (server) => {
     const s3 = await log.append(turnRequested(runId, 2), s2.seq);
     const events = await log.readRun(runId);
     expect(events.map((e) => e.seq)).toEqual([s1.seq, s2.seq, s3.seq]);
+    const p = partitionOf(runId, log.space.partitions);
     expect(events.map((e) => e.subject)).toEqual([
-      `tel${tag}.run.${runId}.admission`,
-      `tel${tag}.run.${runId}.runtime`,
-      `tel${tag}.run.${runId}.runtime`,
+      `tel${tag}.run.${runId}.admission.${p}`,
+      `tel${tag}.run.${runId}.runtime.${p}`,
+      `tel${tag}.run.${runId}.runtime.${p}`,
     ]);
     expect((await log.lastOf(runId, 'runtime'))?.seq).toBe(s3.seq);
     expect(await log.readRun(runId, s2.seq + 1)).toHaveLength(1);
@@ -109,7 +111,7 @@ describeEachNatsServer(servers, (server) => {
   it("skips and reports a stored message that is not a valid event, so one bad message cannot block a Run's readers (K11)", async () => {
     const runId = `r5${tag}`;
     await log.append(admitted(runId), 0);
-    await log.js.publish(`tel${tag}.run.${runId}.tools`, 'not json at all');
+    await log.js.publish(runSubject(log.space, runId, 'tools'), 'not json at all');
     await log.append(turnRequested(runId, 1), 0);
     const reported: string[] = [];
     const previous = log.onInvalid;

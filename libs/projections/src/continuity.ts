@@ -2,7 +2,7 @@
  * The continuity check of a Run's projection (K11): pure rules over the back-links the log
  * already carries. Every stored event records `prevSeq`, the last sequence of its own subject
  * that its conditional append expected and the server verified (libs/eventlog `verifyStored`), so
- * each subject of a Run (`<prefix>.run.<runId>.<owner>`) is a chain. A projection that keeps, per
+ * each subject of a Run (`<prefix>.run.<runId>.<owner>.<partition>`) is a chain. A projection that keeps, per
  * subject, the last sequence it applied can tell an event that continues the chain from one that
  * was already applied (a redelivery) and from one that shows a hole (an event of the Run it never
  * applied): never a silent skip.
@@ -43,8 +43,8 @@ export interface ProjectionGap {
 /** The verdict on one event: apply it (`next`), it was applied already (`applied`), or a `gap`. */
 export type Continuity = { kind: 'next' } | { kind: 'applied' } | { kind: 'gap'; gap: ProjectionGap };
 
-/** The subject token of a stored event (`runtime` of `rp.run.r1.runtime`): the chain it belongs to. */
-export const subjectTokenOfStored = (stored: StoredEvent): string => stored.subject.slice(stored.subject.lastIndexOf('.') + 1);
+/** The owner token of a stored event's subject (`runtime` of `rp.run.r1.runtime.5`): the chain it belongs to. */
+export const subjectTokenOfStored = (stored: StoredEvent): string => stored.subject.split('.')[3] ?? '';
 
 /**
  * Decides whether `stored` continues its Run's projection `at` (K11):

@@ -9,9 +9,9 @@ import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner } from '@runplane/contracts';
+import { BusConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
 import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
-import { EventLog, type SubjectSpace } from '@runplane/eventlog';
+import { EventLog, PartitionOwnership } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
@@ -49,11 +49,13 @@ export interface ServiceSpec {
   defaultPort: number;
   /** Configuration schemas validated before anything starts (a bad value fails in one line). */
   config?: z.ZodObject[];
-  /** Durable consumer feeding `@EventPattern` handlers, if the service reacts to events. */
+  /**
+   * The service's partition consumers feeding `@EventPattern` handlers, if it reacts to events:
+   * one per partition it owns, `<prefix>-<name>-p<N>`, on the owners' subjects libs/eventlog
+   * bus.ts `SERVICE_CONSUMERS` lists for it.
+   */
   consumer?: {
-    durable: string;
-    filter: (space: SubjectSpace) => string | string[];
-    /** The consumer's ack wait, ms, read after the configuration is validated (default: the transport's). */
+    /** The consumers' ack wait, ms, read after the configuration is validated (default `RUNPLANE_ACK_WAIT_MS`). */
     ackWaitMs?: () => number;
   };
   /**
@@ -110,17 +112,15 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name);
   serveMetrics(app, spec.name);
+  servePartitions(app);
   try {
     if (spec.consumer) {
       const log = app.get(EventLog);
       const pino = await app.resolve(PinoLogger);
       const transport = new JetStreamEventTransport(
         log,
-        {
-          durable: spec.consumer.durable,
-          filters: [spec.consumer.filter(log.space)].flat(),
-          ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS,
-        },
+        { service: spec.name, ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
+        app.get(PartitionOwnership),
         { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
       );
       app.connectMicroservice({ strategy: transport });
@@ -133,6 +133,27 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   }
   const address = (app.getHttpServer() as { address(): AddressInfo }).address();
   return { app, url: `http://${HOST}:${address.port}` };
+}
+
+/**
+ * Serves `GET /partitions` (contracts `PartitionsBody`): this replica's share of its service's
+ * partitions, `{service, instance, partitionCount, partitions, members}` (docs/operations.md).
+ */
+function servePartitions(app: INestApplication): void {
+  const adapter = app.getHttpAdapter() as unknown as {
+    get(path: string, handler: (req: unknown, res: { setHeader(n: string, v: string): void; end(body: string): void }) => void): unknown;
+  };
+  adapter.get('/partitions', (_req, res) => {
+    let body: PartitionsBody;
+    try {
+      const o = app.get(PartitionOwnership, { strict: false });
+      body = { service: o.service, instance: o.instance, partitionCount: o.partitionCount, partitions: o.partitions(), members: o.members() };
+    } catch {
+      body = { service: 'unknown', instance: '', partitionCount: 0, partitions: [], members: [] };
+    }
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify(body));
+  });
 }
 
 /**

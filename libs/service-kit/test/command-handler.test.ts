@@ -159,7 +159,7 @@ describe('RunCommandHandler', () => {
     // and through the handler, a decider that respects the fence appends nothing after re-reading
     const recordTurn = (facts: RunFacts): RunEvent[] => (facts.fenced ? [] : [completed]);
     expect((await stale.handle(runId, recordTurn, { epoch: 1 })).appended).toEqual([]);
-    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.').pop()}`);
+    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.')[3]}`);
     expect(types).toEqual(['run.admitted@admission', 'model.turn.requested@runtime', 'run.fenced@runtime', 'run.fenced@tools']);
     expect((await a.readRun(runId)).find((e) => e.event.type === 'model.turn.requested')!.event.writer!.epoch).toBe(1);
   });

@@ -8,9 +8,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { makeEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, partitionOf } from '@runplane/eventlog';
+import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+// partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
+const current = currentNatsServerBinary();
+if (!('bin' in current)) throw new Error(current.skip);
+let server: TestNatsServer;
+let natsUrl: string;
 const tag = randomBytes(4).toString('hex');
 const stream = `RPTEST_LOG_${tag}`;
 const prefix = `tlg${tag}`;
@@ -19,12 +24,15 @@ let log: EventLog;
 let child: ChildProcess | undefined;
 
 beforeAll(async () => {
+  server = await TestNatsServer.start({ bin: current.bin });
+  natsUrl = server.url;
   log = await EventLog.connect({ natsUrl, stream, prefix });
 });
 afterAll(async () => {
   if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   await log.destroyStream();
   await log.close();
+  await server.cleanup();
 });
 
 type Line = Record<string, unknown> & { level: number; msg: string };
@@ -75,8 +83,8 @@ describe('service logs (LOG_FORMAT json)', () => {
     const fields = { runId, eventType: 'run.admitted', seq };
     expect(lines().find((l) => l.msg === 'handler failed; redelivering')).toMatchObject({
       level: 50,
-      service: 'lifecycle',
-      durable: `${prefix}-fixture`,
+      service: 'projector',
+      durable: `${prefix}-projector-p${partitionOf(runId, log.space.partitions)}`,
       delivery: 1,
       ...fields,
     });

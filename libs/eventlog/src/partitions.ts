@@ -1,0 +1,346 @@
+/**
+ * Partitioned ownership of Runs (docs/architecture.md "Partitions"). Every Run belongs to one of
+ * the stream's P partitions (`partitionOf`, subjects.ts). The replicas of a service share the P
+ * partitions: each replica registers itself in the membership bucket (`<prefix>_heartbeats`, key
+ * `<service>.<instance>`, beaten by a worker thread: ./heartbeats.ts), follows the live members of
+ * its own service, and computes from them, with the same deterministic function as every other
+ * replica ({@link assignPartitions}), which partitions it owns. It consumes only those (one
+ * durable consumer per partition, pinned to one client at a time by the server: ./nest.ts) and
+ * acts on the KV-driven work of only those Runs (recovery's watchers: {@link PartitionOwnership.owns}).
+ *
+ * A replica whose heartbeat is older than its TTL (killed, frozen) is no member any more: the
+ * others recompute and take its partitions. Two replicas may briefly both believe they own a
+ * partition while the membership changes; the server's pin lets only one of them pull, and every
+ * decision is a conditional append anyway (K6).
+ */
+import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
+import type { QueuedIterator } from '@nats-io/transport-node';
+import type { EventLog } from './event-log.js';
+import {
+  heartbeatBucketFor,
+  heartbeatFreshUntil,
+  HeartbeatStore,
+  instanceOfHeartbeatKey,
+  ProcessHeartbeat,
+  type HeartbeatEntry,
+} from './heartbeats.js';
+import { partitionOf } from './subjects.js';
+
+/** FNV-1a 32-bit of a string's UTF-8 bytes, then murmur3's finaliser (so that near-equal inputs spread). */
+function score(partition: number, member: string): number {
+  let h = 0x811c9dc5;
+  for (const byte of Buffer.from(`${member}/${partition}`, 'utf8')) {
+    h ^= byte;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b) >>> 0;
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35) >>> 0;
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/**
+ * Which member owns each partition: rendezvous (highest-random-weight) hashing with bounded load.
+ * Every (partition, member) pair gets a score from a hash of both; pairs are taken from the highest
+ * score down, and a pair is kept when its partition has no owner yet and its member is under its
+ * share (`floor(P/n)` each, `ceil(P/n)` for at most `P mod n` of them). So the result is
+ * deterministic (every replica computes the same map from the same members, in any order), every
+ * partition has exactly one owner, and every member owns `floor(P/n)` or `ceil(P/n)`.
+ *
+ * Pure rendezvous hashing moves only a leaving member's partitions, but it is not balanced: with
+ * 8 partitions and 3 members a member owns none about one time in eight, and a 4th member takes
+ * none one time in ten. The bound trades that for a few more moves on a change (measured in
+ * libs/eventlog/test/partitions.test.ts: on average under one partition besides the leaving
+ * member's own, for 8 partitions and 2-8 members).
+ * @param partitions P, 1..256
+ * @param members instance ids (duplicates ignored); empty gives an empty map
+ * @returns member -> its partitions, ascending (members without a partition are listed with `[]`)
+ */
+export function assignPartitions(partitions: number, members: readonly string[]): Map<string, number[]> {
+  const unique = [...new Set(members)].sort();
+  const result = new Map<string, number[]>(unique.map((m) => [m, []]));
+  if (unique.length === 0) return result;
+  const n = unique.length;
+  const floor = Math.floor(partitions / n);
+  let bigger = partitions % n; // members that may own floor + 1
+  const pairs: { p: number; m: string; s: number }[] = [];
+  for (let p = 0; p < partitions; p++) for (const m of unique) pairs.push({ p, m, s: score(p, m) });
+  pairs.sort((a, b) => b.s - a.s || a.p - b.p || (a.m < b.m ? -1 : 1));
+  const owner = new Array<string | undefined>(partitions);
+  for (const { p, m } of pairs) {
+    if (owner[p] !== undefined) continue;
+    const owned = result.get(m)!;
+    if (owned.length < floor) {
+      owner[p] = m;
+      owned.push(p);
+    } else if (owned.length === floor && bigger > 0) {
+      owner[p] = m;
+      owned.push(p);
+      bigger--;
+    }
+  }
+  for (const list of result.values()) list.sort((a, b) => a - b);
+  return result;
+}
+
+/** The partitions `member` owns among `members` ({@link assignPartitions}); `[]` when it is not one of them. */
+export function partitionsOf(partitions: number, members: readonly string[], member: string): number[] {
+  return assignPartitions(partitions, members).get(member) ?? [];
+}
+
+/** A change of this replica's partitions: what it owns now, what it took and what it gave up. */
+export interface OwnershipChange {
+  owned: number[];
+  added: number[];
+  removed: number[];
+  /** The live members the map was computed from (instance ids, sorted). */
+  members: string[];
+  /**
+   * Members before the change that are gone because their heartbeat went stale (killed, frozen),
+   * not because they left (a graceful stop deletes its key and hands its partitions over itself).
+   */
+  stale: string[];
+}
+
+/** Where membership reports what it does (pino-style: fields, then a constant message). */
+export interface OwnershipLogger {
+  log(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+}
+
+/** How a process connects its membership heartbeat (the worker thread opens its own connection). */
+export interface MembershipConnection {
+  natsUrl: string;
+  user?: string;
+  pass?: string;
+}
+
+/**
+ * This replica's share of the partitions of its service. Created with {@link PartitionOwnership.start}:
+ * registers the process (heartbeat key `<service>.<instance>`), follows the other members of the
+ * service and recomputes the map whenever the set of live members changes: a new key, a deleted
+ * key (a graceful stop), or a key older than its TTL (checked every third of the TTL).
+ *
+ * For other parts: `owns(runId)` before acting on a Run found outside a consumer (a KV watch);
+ * `partitions()`; `onChange(listener)` to start and stop work when partitions move.
+ */
+export class PartitionOwnership {
+  private readonly beats = new Map<string, HeartbeatEntry>();
+  /** Members whose key was deleted (a graceful stop), kept to tell them from stale ones. */
+  private readonly left = new Set<string>();
+  private owned: number[] = [];
+  private memberList: string[] = [];
+  private readonly listeners = new Set<(change: OwnershipChange) => void>();
+  private watch: QueuedIterator<KvWatchEntry> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  /** The recomputations that changed the owned set (the first and the last 99), for diagnostics: when and to what. */
+  readonly history: { at: number; owned: number[] }[] = [];
+
+  private constructor(
+    readonly service: string,
+    readonly instance: string,
+    /** P: the stream's partition count. */
+    readonly partitionCount: number,
+    private readonly kv: KV,
+    private readonly heartbeat: ProcessHeartbeat | null,
+    private readonly ttlMs: number,
+    private readonly logger: OwnershipLogger,
+  ) {}
+
+  /**
+   * Registers this process as a member of `service` (its heartbeat worker beats every third of
+   * `ttlMs`), reads the current members and computes the first map before resolving.
+   * @param log the process's event log (its `writer.instance` is the member id; `space.partitions` is P)
+   * @param connection for the heartbeat worker's own NATS connection; null = do not beat (a
+   *   reader that is no member, e.g. a test that only watches)
+   * @throws when the bucket cannot be opened or the first beat is not written within 30 s.
+   */
+  static async start(
+    log: Pick<EventLog, 'nc' | 'space' | 'writer'>,
+    service: string,
+    connection: MembershipConnection | null,
+    ttlMs: number,
+    logger: OwnershipLogger = { log: () => undefined, warn: (f, m) => console.warn(m, f) },
+  ): Promise<PartitionOwnership> {
+    const kv = await new Kvm(log.nc).create(heartbeatBucketFor(log.space), { history: 1 });
+    const beat = connection ? await ProcessHeartbeat.start(connection, log.space, { service, instance: log.writer.instance }, ttlMs) : null;
+    const o = new PartitionOwnership(service, log.writer.instance, log.space.partitions, kv, beat, ttlMs, logger);
+    await o.follow();
+    return o;
+  }
+
+  /** True when this replica owns the Run's partition now. */
+  owns(runId: string): boolean {
+    return this.ownsPartition(partitionOf(runId, this.partitionCount));
+  }
+
+  /** True when this replica owns partition `p` now. */
+  ownsPartition(p: number): boolean {
+    return this.owned.includes(p);
+  }
+
+  /** The partitions this replica owns now, ascending. */
+  partitions(): number[] {
+    return [...this.owned];
+  }
+
+  /** The live members of the service (instance ids, sorted), as of the last recomputation. */
+  members(): string[] {
+    return [...this.memberList];
+  }
+
+  /**
+   * Calls `listener` after every change of the owned set (and not for the first map, which
+   * `partitions()` already gives). Listeners run synchronously, in registration order; a listener
+   * that throws is logged and does not stop the others.
+   * @returns a function that removes the listener.
+   */
+  onChange(listener: (change: OwnershipChange) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Leaves the service: stops following, owns nothing any more (listeners are told) and deletes
+   * this process's heartbeat key, so the other replicas take its partitions at once.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    this.watch?.stop();
+    this.apply(
+      [],
+      this.memberList.filter((m) => m !== this.instance),
+      [],
+    );
+    await this.heartbeat?.stop();
+  }
+
+  private async follow(): Promise<void> {
+    const watch = await this.kv.watch({ key: `${this.service}.>` });
+    this.watch = watch;
+    // the watch replays the current keys first (its `delta`, the entries still pending, reaches
+    // 0 on the last of them): the first map is computed from all of them
+    await new Promise<void>((resolve) => {
+      let done = false;
+      const finish = () => {
+        if (!done) {
+          done = true;
+          resolve();
+        }
+      };
+      void (async () => {
+        try {
+          for await (const e of watch) {
+            this.take(e);
+            if (e.delta === 0) finish();
+            if (done) this.recompute();
+          }
+        } catch (err) {
+          this.logger.warn({ error: (err as Error).message }, 'membership watch failed');
+        }
+        finish();
+        if (!this.stopped) void this.rewatch();
+      })();
+      // an empty bucket sends nothing: our own beat is in it already, so this only bounds a stall
+      setTimeout(finish, 2_000);
+    });
+    this.recompute();
+    const every = Math.max(100, Math.floor(this.ttlMs / 3));
+    let lastTick = Date.now();
+    this.timer ??= setInterval(() => {
+      const now = Date.now();
+      const stalled = now - lastTick > this.ttlMs;
+      lastTick = now;
+      // after this process itself stalled (frozen, starved) the others' beats it has not read yet
+      // would look stale: the watch catches up first, the next tick judges
+      if (!stalled) this.recompute();
+    }, every);
+  }
+
+  /** Watches again after a watch ended (NATS restarted): the members in between are re-read. */
+  private async rewatch(): Promise<void> {
+    while (!this.stopped) {
+      await new Promise((r) => setTimeout(r, 500));
+      if (this.stopped) return;
+      try {
+        await this.follow();
+        return;
+      } catch (e) {
+        this.logger.warn({ error: (e as Error).message }, 'could not watch the members yet');
+      }
+    }
+  }
+
+  private take(e: KvWatchEntry): void {
+    const entry = HeartbeatStore.parse(e);
+    if (entry && entry.value.service === this.service) {
+      this.beats.set(entry.instance, entry);
+      this.left.delete(entry.instance);
+    } else {
+      const instance = instanceOfHeartbeatKey(e.key);
+      if (instance) {
+        this.beats.delete(instance);
+        if (e.operation !== 'PUT') this.left.add(instance);
+      }
+    }
+  }
+
+  /** The live members now: every fresh heartbeat of the service, and this process while it runs. */
+  private liveMembers(now: number): string[] {
+    const live = new Set<string>();
+    for (const [instance, entry] of this.beats) if (heartbeatFreshUntil(entry) >= now) live.add(instance);
+    if (!this.stopped && this.heartbeat) live.add(this.instance);
+    return [...live].sort();
+  }
+
+  private recompute(): void {
+    if (this.stopped) return;
+    const members = this.liveMembers(Date.now());
+    if (members.join(',') === this.memberList.join(',') && this.history.length > 0) return;
+    const owned = this.heartbeat ? partitionsOf(this.partitionCount, members, this.instance) : [];
+    const stale = this.memberList.filter((m) => !members.includes(m) && !this.left.has(m));
+    this.apply(owned, members, stale);
+  }
+
+  private apply(owned: number[], members: string[], stale: string[]): void {
+    const before = this.owned;
+    const first = this.history.length === 0;
+    this.memberList = members;
+    if (!first && owned.join(',') === before.join(',')) return;
+    this.owned = owned;
+    this.history.push({ at: Date.now(), owned });
+    if (this.history.length > 100) this.history.splice(1, this.history.length - 100);
+    const change: OwnershipChange = {
+      owned,
+      added: owned.filter((p) => !before.includes(p)),
+      removed: before.filter((p) => !owned.includes(p)),
+      members,
+      stale,
+    };
+    this.logger.log(
+      {
+        service: this.service,
+        instance: this.instance,
+        partitions: owned,
+        added: change.added,
+        removed: change.removed,
+        members: members.length,
+        ...(stale.length ? { stale } : {}),
+      },
+      'partitions assigned',
+    );
+    if (first) return;
+    for (const l of this.listeners) {
+      try {
+        l(change);
+      } catch (e) {
+        this.logger.warn({ error: (e as Error).message }, 'a partition change listener failed');
+      }
+    }
+  }
+}
