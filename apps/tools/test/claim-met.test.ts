@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
-import { consumerFilters, DurableConsumer, EventLog, RetryLater } from '@runplane/eventlog';
+import { consumerFilters, DurableConsumer, EventLog, partitionOf, RetryLater } from '@runplane/eventlog';
 import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
 import { DispatchController, type ToolsSettings } from '../dist/dispatch.controller.js';
@@ -176,7 +176,7 @@ describe('a tools wake that meets a peer’s claim', () => {
     const handled: { seq: number; outcome: string; dispatchedInLog: number }[] = [];
     consumer = new DurableConsumer(
       logB,
-      { durable: 'tools', filter: consumerFilters(logB.space, 'tools')[0]!, ackWaitMs: 30_000 },
+      { durable: 'tools', filter: consumerFilters(logB.space, 'tools', partitionOf(runId, logB.space.partitions)), ackWaitMs: 30_000 },
       async (stored) => {
         if (stored.event.type !== 'tool.call.proposed' || stored.event.runId !== runId) return; // the other test's Run too is on the stream
         let outcome = 'done';
