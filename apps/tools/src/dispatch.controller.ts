@@ -1,8 +1,8 @@
-import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit, UseFilters } from '@nestjs/common';
+import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleDestroy, type OnModuleInit, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { EventLog, ResultStore } from '@runplane/eventlog';
+import { DrainConfig, loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
@@ -27,6 +27,8 @@ export interface ToolsSettings {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long dispatched calls may still run and be recorded. */
+  drainMs?: number;
 }
 
 /** Settings from the environment (validated at start-up). */
@@ -42,6 +44,7 @@ export function toolsSettingsFromEnv(): ToolsSettings {
       .map((s) => s.trim())
       .filter(Boolean),
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
+    drainMs: loadConfig(DrainConfig).RUNPLANE_DRAIN_SECONDS * 1000,
   };
 }
 
@@ -62,7 +65,7 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
-export class DispatchController implements OnModuleInit, OnApplicationShutdown {
+export class DispatchController implements OnModuleInit, OnModuleDestroy, OnApplicationShutdown {
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;
   private claimsStore: Promise<ClaimStore> | null = null;
@@ -72,6 +75,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
   private sweeping = false;
   /** Late observations still awaited (timed-out calls whose thread still runs). */
   private readonly lateWork = new Set<Promise<void>>();
+  /** Executions this process dispatched and runs now (until their receipt is recorded and claim released). */
+  private readonly running = new Set<Promise<void>>();
+  /** SIGTERM: no new dispatch starts here; proposals are redelivered to another replica. */
+  private stopping = false;
 
   constructor(
     private readonly log: EventLog,
@@ -83,6 +90,26 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   onModuleInit(): void {
     this.sweeper = setInterval(() => void this.sweep(), this.settings.sweepMs);
+  }
+
+  /**
+   * The drain (SIGTERM, a rollout): nothing new is dispatched here (proposals are redelivered to
+   * another replica), and the calls this process dispatched finish and get their receipts within
+   * `drainMs` (K5: a call in flight is never dropped without a record). Past the bound the process
+   * stops anyway: a call still running keeps its claim until it expires, and a peer then records it
+   * `unknown` (executor lost), never as a success and never run twice.
+   */
+  async onModuleDestroy(): Promise<void> {
+    this.stopping = true;
+    if (this.sweeper) clearInterval(this.sweeper);
+    if (this.running.size === 0) return;
+    const drainMs = this.settings.drainMs ?? 0;
+    this.logger.log({ executions: this.running.size, drainMs }, 'draining: finishing the dispatched tool calls');
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<'bound'>((r) => (timer = setTimeout(() => r('bound'), drainMs)));
+    const outcome = await Promise.race([Promise.allSettled([...this.running]).then(() => 'done' as const), bound]);
+    clearTimeout(timer);
+    if (outcome === 'bound') this.logger.warn({ executions: this.running.size, drainMs }, 'drain bound passed with tool calls still running');
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -104,6 +131,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
+    if (this.stopping) throw new RetryLater('the tools service is stopping', 200);
     await this.wake(stored.event.runId);
   }
 
@@ -169,7 +197,11 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
         }
         if (event.type !== 'tool.call.dispatched') return;
         const call = facts.toolCalls.get(event.data.toolCallId)!;
-        await this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
+        const execution = this.executeClaimed(runId, call, held.get(call.toolCallId)!, claims);
+        const tracked = execution.catch(() => undefined);
+        this.running.add(tracked);
+        void tracked.finally(() => this.running.delete(tracked));
+        await execution;
       }),
     );
     // claims taken for dispatches that were not appended after all

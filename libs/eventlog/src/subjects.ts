@@ -20,3 +20,11 @@ export const runFilter = (s: SubjectSpace, runId: string): string => `${s.prefix
 export const allRunsFilter = (s: SubjectSpace): string => `${s.prefix}.run.>`;
 export const ownerFilter = (s: SubjectSpace, owner: Owner): string => `${s.prefix}.run.*.${owner}`;
 export const liveDeltaSubject = (s: SubjectSpace, runId: string): string => `${s.prefix}.live.${runId}.delta`;
+/**
+ * Core NATS subject on which one runtime process is told, at once, that a Run whose lease it holds
+ * was woken on another replica (`<prefix>.nudge.runtime.<instance>`, payload: the Run id). Never
+ * stored: an optimisation of latency; the holder's renewal tick still wakes every held Run.
+ */
+export const runtimeNudgeSubject = (s: Pick<SubjectSpace, 'prefix'>, instance: string): string => `${s.prefix}.nudge.runtime.${instance}`;
+/** Every runtime's nudge subject (the runtime user's permissions). */
+export const runtimeNudgeFilter = (s: Pick<SubjectSpace, 'prefix'>): string => `${s.prefix}.nudge.runtime.*`;
