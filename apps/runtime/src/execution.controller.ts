@@ -141,7 +141,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     await this.exclusive(stored.event.runId, () => {
       // a stopping runtime starts nothing, and must not acknowledge a wake it did not act on: it is
       // redelivered to another (or the restarted) runtime instead of being swallowed (K10)
-      if (this.stopping) throw new RetryLater('the runtime is stopping', this.retryWakeMs());
+      if (this.stopping) throw new RetryLater('the runtime is stopping', 200);
       return this.execute(stored.event.runId);
     });
   }
@@ -181,7 +181,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         const by = taken.by.value;
         // handed over at this epoch, the lease not released yet (its holder does that next, or recovery for a lost one)
         if (handed !== null && handed === by.epoch && by.state !== 'fenced') {
-          throw new RetryLater(`Run handed over at epoch ${by.epoch}; lease still ${by.state}`, Math.min(250, this.retryWakeMs()));
+          throw new RetryLater(`Run handed over at epoch ${by.epoch}; lease still ${by.state}`, Math.min(100, this.retryWakeMs()));
         }
         // held by another live replica: tell the holder at once (it decides again now, not at its next renewal)
         if (by.state === 'held' && by.holder.instance !== this.log.writer.instance) this.nudge(by.holder.instance, runId);

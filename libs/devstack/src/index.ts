@@ -293,7 +293,11 @@ export interface ManagedProcess {
   child: ChildProcess;
   /** The URL the process printed in its ready line. */
   url: string;
-  stop(): Promise<void>;
+  /**
+   * SIGTERM, then SIGKILL when it has not exited after `graceMs` (default 10 s, like a pod's
+   * termination grace: a draining runtime or tools process needs its `RUNPLANE_DRAIN_SECONDS` in it).
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 /**
@@ -333,7 +337,7 @@ export async function spawnReady(
       reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.join('\n')}`));
     });
   });
-  return { name, child, url, stop: () => stopChild(child) };
+  return { name, child, url, stop: (graceMs?: number) => stopChild(child, graceMs) };
 }
 
 export interface StackOptions {
