@@ -74,6 +74,17 @@ async function stopOne(name: ServiceName, p = t.stack.replicas.get(name)![0]!): 
   return Date.now() - at;
 }
 
+/** Tool calls dispatched and still without a receipt, over the given Runs. */
+async function dispatchedWithoutReceipt(runIds: string[]): Promise<{ runId: string; toolCallId: string }[]> {
+  const out: { runId: string; toolCallId: string }[] = [];
+  for (const runId of runIds) {
+    const events = await t.log.readRun(runId);
+    const done = new Set(ofType(events, 'tool.call.receipt').map((r) => r.data.toolCallId));
+    for (const d of ofType(events, 'tool.call.dispatched')) if (!done.has(d.data.toolCallId)) out.push({ runId, toolCallId: d.data.toolCallId });
+  }
+  return out;
+}
+
 describe('a wake on the replica that does not hold the lease', () => {
   it('reaches the holder at once: receipt to the next model request well under the renewal tick', async () => {
     const runs = await Promise.all(
@@ -103,17 +114,24 @@ describe('a wake on the replica that does not hold the lease', () => {
 describe('a rolling restart of every runtime and tools replica while 30 slow Runs stream', () => {
   it('interrupts nothing, repeats no model request or tool execution, settles every Run once, and records each handover', async () => {
     const runs: { key: string; runId: string }[] = [];
-    for (let i = 0; i < 30; i++) {
-      const key = `roll-${i}-${t.tag}`;
-      // two tool turns (each streamed slowly, then a tool call of 1.5 s) and a slowly streamed answer: ~12 s per Run
-      runs.push({ key, runId: await ask(key, [toolTurn(key, 1, 1_500, 1_200), toolTurn(key, 2, 1_500, 1_200), slowAnswer(key, 900)]) });
-    }
-    await waitForType(t, runs[0]!.runId, 'model.turn.requested');
+    /** Admits `n` Runs: three tool turns (each streamed slowly, then a tool call of 2 s) and a slowly streamed answer, ~15 s each. */
+    const admit = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        const key = `roll-${runs.length}-${t.tag}`;
+        const steps = [1, 2, 3].map((k) => toolTurn(key, k, 2_000, 1_200));
+        runs.push({ key, runId: await ask(key, [...steps, slowAnswer(key, 900)]) });
+      }
+    };
+    await admit(10);
+    await waitForType(t, runs[0]!.runId, 'tool.call.dispatched');
     const took: Record<string, number> = {};
-    for (const name of ['runtime', 'runtime', 'tools', 'tools'] as const) {
+    const pendingAtStop: { runId: string; toolCallId: string }[] = [];
+    for (const [i, name] of (['runtime', 'tools', 'runtime', 'tools'] as const).entries()) {
       const old = t.stack.replicas.get(name)![0]!;
+      if (name === 'tools') pendingAtStop.push(...(await dispatchedWithoutReceipt(runs.map((r) => r.runId))));
       took[`${name}-${old.child.pid}`] = await stopOne(name, old);
       await t.stack.startService(name); // ready (its line printed) before the next one stops
+      if (i < 2) await admit(10); // 30 Runs in three waves, all streaming through the restarts
     }
     const finals = new Map<string, StoredEvent[]>();
     for (const { runId } of runs) finals.set(runId, await waitForSettled(t, runId, 120_000));
@@ -124,14 +142,21 @@ describe('a rolling restart of every runtime and tools replica while 30 slow Run
       const events = await t.log.readRun(runId);
       const o = outcomeOf(events);
       outcomes[o.outcome ?? '-'] = (outcomes[o.outcome ?? '-'] ?? 0) + 1;
-      expect({ runId, settlements: o.settlements, outcome: o.outcome, fenced: o.fenced }).toEqual({ runId, settlements: 1, outcome: 'completed', fenced: 0 });
+      expect({ runId, settlements: o.settlements, outcome: o.outcome, fenced: o.fenced }).toEqual({
+        runId,
+        settlements: 1,
+        outcome: 'completed',
+        fenced: 0,
+      });
       expect(o.duplicateEventIds).toEqual([]);
       // nothing repeated: the model asked exactly the turns the log recorded, each tool executed once
-      expect(await modelRequestsFor(t, key)).toBe(3);
-      expect(o.turnsRequested).toBe(3);
-      expect(effectsOf(effectFile, runId)).toHaveLength(2);
-      expect(o.dispatched).toBe(2);
-      expect(o.receipts).toBe(2);
+      expect(await modelRequestsFor(t, key)).toBe(4);
+      expect(o.turnsRequested).toBe(4);
+      expect(effectsOf(effectFile, runId)).toHaveLength(3);
+      expect(o.dispatched).toBe(3);
+      expect(o.receipts).toBe(3);
+      // every call finished (a tools replica drained what it had dispatched): none unknown
+      expect(ofType(events, 'tool.call.receipt').map((r) => r.data.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
       // each handover closes its epoch and the Run is taken at the next one
       for (const h of ofType(events, 'run.handed_over')) {
         handovers++;
@@ -141,7 +166,10 @@ describe('a rolling restart of every runtime and tools replica while 30 slow Run
         expect(events.filter((e) => e.event.writer?.epoch === h.data.epoch && e.seq > events.find((x) => x.event === h)!.seq)).toEqual([]);
       }
     }
-    process.stdout.write(`ROLLING-RESTART runs=30 outcomes=${JSON.stringify(outcomes)} handovers=${handovers} stopMs=${JSON.stringify(took)}\n`);
+    process.stdout.write(
+      `ROLLING-RESTART runs=${runs.length} outcomes=${JSON.stringify(outcomes)} handovers=${handovers} toolCallsInFlightAtToolsStops=${pendingAtStop.length} stopMs=${JSON.stringify(took)}\n`,
+    );
+    expect(runs).toHaveLength(30);
     expect(outcomes).toEqual({ completed: 30 });
     expect(handovers).toBeGreaterThan(0);
     const timeline = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'timeline', handedRun!], {
