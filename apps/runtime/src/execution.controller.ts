@@ -206,14 +206,22 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     } as const;
     const deadlineAt = (await this.commands.folds.read(runId)).admitted?.limits.deadlineAt;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
-      // draining: no model request of this process in flight here, a safe point; the drain hands the Run over
-      if (this.stopping) return;
       // the provider's rate-limit pause is waited out BEFORE a turn is recorded as requested (F4): a Run
       // queued behind a Retry-After has no request "in flight" (a pause ending after the deadline is not
-      // waited: the request is then recorded `not-sent`)
-      if (!(await this.waitOutRateLimit(runId, deadlineAt))) return;
-      // a holder whose epoch recovery closed (it was taken for lost after parking) writes nothing more (K6)
-      const { facts, appended } = await this.commands.handle(runId, (f, now) => (epochSuperseded(f, epoch) ? [] : decide(f, wake, now)), { epoch });
+      // waited: the request is then recorded `not-sent`); a draining process starts no request to wait for
+      if (!this.stopping && !(await this.waitOutRateLimit(runId, deadlineAt))) return;
+      // a holder whose epoch recovery closed (it was taken for lost after parking) writes nothing more (K6);
+      // a draining one is at a safe point here: it still records what needs no model request (an answer's
+      // finish, a park), but starts no new request: the drain hands the Run over instead
+      const { facts, appended } = await this.commands.handle(
+        runId,
+        (f, now) => {
+          if (epochSuperseded(f, epoch)) return [];
+          const events = decide(f, wake, now);
+          return this.stopping && events.some((e) => e.type === 'model.turn.requested') ? [] : events;
+        },
+        { epoch },
+      );
       if (epochSuperseded(facts, epoch)) {
         await this.park(runId, facts);
         return;
@@ -232,6 +240,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         await this.park(runId, facts);
         return;
       }
+      if (this.stopping) return; // draining, at a safe point: the drain hands the Run over
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
       if (!requested || requested.event.type !== 'model.turn.requested') {
         // the last request failed and its recorded backoff has not ended (K7): wait it out, then decide again
@@ -557,29 +566,36 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     // waits that are not a model request end now: those Runs are at a safe point
     for (const [runId, abort] of this.inFlight) if (!this.modelRequests.has(runId)) abort.abort();
     const report: DrainReport = { handedOver: [], stopped: [], other: [] };
-    const held = [...this.held.keys()];
-    if (held.length)
-      this.logger.log({ runs: held.length, inFlight: this.modelRequests.size, drainMs }, 'draining: handing the Runs over at their next safe point');
+    if (this.held.size)
+      this.logger.log(
+        { runs: this.held.size, inFlight: this.modelRequests.size, drainMs },
+        'draining: handing the Runs over at their next safe point',
+      );
+    let boundPassed = false;
     const bound = new Promise<'bound'>((r) => {
-      const t = setTimeout(() => r('bound'), drainMs);
-      t.unref();
+      const timer = setTimeout(() => ((boundPassed = true), r('bound')), drainMs);
+      timer.unref();
     });
-    await Promise.all(
-      held.map(async (runId) => {
-        // each Run's execution chain ends at its next safe point (the loop stops before a new request)
-        const finished = await Promise.race([
-          (this.serial.get(runId) ?? Promise.resolve()).then(
+    // a Run taken by an execution that began just before the drain is held a moment later: each pass takes the new ones
+    // (the Runs held, and those with an execution under way)
+    const seen = new Set<string>();
+    const pending = () => [...new Set([...this.held.keys(), ...this.serial.keys()])].filter((r) => !seen.has(r));
+    for (let todo = pending(); todo.length > 0 && !boundPassed; todo = pending()) {
+      for (const runId of todo) seen.add(runId);
+      await Promise.all(
+        todo.map(async (runId) => {
+          // each Run's execution chain ends at its next safe point (the loop starts no new request)
+          const chain = (this.serial.get(runId) ?? Promise.resolve()).then(
             () => 'done' as const,
             () => 'done' as const,
-          ),
-          bound,
-        ]);
-        if (finished === 'bound') return;
-        await this.exclusive(runId, () => this.handOver(runId, report)).catch((e: unknown) => {
-          this.logger.warn({ runId, error: (e as Error).message }, 'handover failed');
-        });
-      }),
-    );
+          );
+          if ((await Promise.race([chain, bound])) === 'bound') return;
+          await this.exclusive(runId, () => this.handOver(runId, report)).catch((e: unknown) => {
+            this.logger.warn({ runId, error: (e as Error).message }, 'handover failed');
+          });
+        }),
+      );
+    }
     this.drainOver = true;
     clearInterval(this.timer);
     for (const abort of this.inFlight.values()) abort.abort();
@@ -601,10 +617,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    */
   private async handOver(runId: string, report: DrainReport): Promise<void> {
     const lease = this.held.get(runId);
-    if (!lease) {
-      report.other.push(runId);
-      return;
-    }
+    if (!lease) return; // released meanwhile (finished, parked, lost), or an execution that took nothing
     const holder = { service: this.log.writer.service, instance: this.log.writer.instance };
     const { facts, appended } = await this.commands.handle(
       runId,
