@@ -240,9 +240,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         await this.park(runId, facts);
         return;
       }
-      if (this.stopping) return; // draining, at a safe point: the drain hands the Run over
+      // a request recorded by a decision made just before the drain began is made all the same (the log
+      // says it is in flight; the drain waits for it within its bound)
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
       if (!requested || requested.event.type !== 'model.turn.requested') {
+        if (this.stopping) return; // draining, at a safe point: the drain hands the Run over
         // the last request failed and its recorded backoff has not ended (K7): wait it out, then decide again
         const backoffMs = appended.length === 0 ? retryWaitMs(facts, new Date()) : 0;
         if (backoffMs > 0 && (await this.waitOutRetryBackoff(runId, backoffMs))) continue;
