@@ -32,6 +32,8 @@ beforeAll(async () => {
     RUNPLANE_ACK_WAIT_MS: '2000',
     RUNPLANE_WAIT_TTL_SECONDS: '120',
     RUNPLANE_FAULT_PARK_PAUSE_FILE: pauseFile,
+    // a short drain: the SIGTERM case below stops a runtime paused by the fault hook, whose drain can only end at its bound
+    RUNPLANE_DRAIN_SECONDS: '1',
   });
 }, 120_000);
 afterAll(async () => {
