@@ -297,11 +297,10 @@ describe('a handover survives its holder dying before the lease release (drain, 
     // the tools service frozen: the proposed call waits for it, the Run sits at a safe point (no model request in flight)
     const tools = t.stack.replicas.get('tools')![0]!;
     tools.child.kill('SIGSTOP');
-    let runtime = t.stack.replicas.get('runtime')![0]!;
-    let runId = '';
+    const runtime = t.stack.replicas.get('runtime')![0]!;
+    const { body } = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const runId = body.runId;
     try {
-      const { body } = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-      runId = body.runId;
       await waitForType(t, runId, 'tool.call.proposed', 30_000);
       // the holder frozen, its handover recorded under its epoch exactly as its drain decides it, then it dies before releasing the lease
       runtime.child.kill('SIGSTOP');
@@ -318,7 +317,7 @@ describe('a handover survives its holder dying before the lease release (drain, 
     } finally {
       tools.child.kill('SIGCONT');
     }
-    runtime = await t.stack.startService('runtime');
+    await t.stack.startService('runtime');
     const events = await until(t, runId, (ev) => ev.some((e) => e.event.type === 'run.settled'), 60_000, 'the settlement');
     expect(ofType(events, 'run.settled').map((e) => e.data.outcome)).toEqual(['completed']);
     expect(ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toEqual([]);
