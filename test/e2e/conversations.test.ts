@@ -29,6 +29,8 @@ beforeAll(async () => {
     RUNPLANE_RECORD_EFFECT_FILE: effectFile,
     RUNPLANE_RECOVERY_SWEEP_MS: '100',
     RUNPLANE_LEASE_TTL_MS: '1500',
+    // no drain: a SIGTERM mid-turn interrupts the Run (the parent "interrupted by lost execution ownership" below)
+    RUNPLANE_DRAIN_SECONDS: '0',
   });
 }, 120_000);
 afterAll(async () => {

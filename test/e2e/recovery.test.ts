@@ -19,6 +19,8 @@ beforeAll(async () => {
     RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
     RUNPLANE_RECOVERY_SWEEP_MS: '100',
     RUNPLANE_ACK_WAIT_MS: '2000',
+    // no drain: SIGTERM aborts at once, as past the drain bound (the drain itself: test/e2e/drain.test.ts)
+    RUNPLANE_DRAIN_SECONDS: '0',
   });
 }, 120_000);
 afterAll(async () => {
@@ -104,7 +106,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
     expect(ofType(nextEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
   }, 120_000);
 
-  it('stopped with SIGTERM during a model turn: it releases its lease at once and the Run settles interrupted without waiting for the expiry', async () => {
+  it('stopped with SIGTERM during a model turn, drain bound 0: it releases its lease at once and the Run settles interrupted without waiting for the expiry', async () => {
     const key = `sigterm-${t.tag}`;
     await slowFirstTurn(key, 8_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });

@@ -14,7 +14,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import type { StoredEvent } from '@runplane/contracts';
-import { durableNamesOf } from '@runplane/eventlog';
+import { decide as runtimeDecide } from '@runplane/app-runtime';
+import { durableNamesOf, LeaseStore } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
 import { kill9, modelRequestsFor, ofType, until, waitForType } from '../support/faults.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -30,6 +32,8 @@ beforeAll(async () => {
     RUNPLANE_ACK_WAIT_MS: '2000',
     RUNPLANE_WAIT_TTL_SECONDS: '120',
     RUNPLANE_FAULT_PARK_PAUSE_FILE: pauseFile,
+    // a short drain: the SIGTERM case below stops a runtime paused by the fault hook, whose drain can only end at its bound
+    RUNPLANE_DRAIN_SECONDS: '1',
   });
 }, 120_000);
 afterAll(async () => {
@@ -277,5 +281,49 @@ describe('an accepted wake survives the runtime dying between the park and its l
       status: 'succeeded',
       result: { childRunId, answer: 'DIA holds the 30 Dow stocks.' },
     });
+  }, 120_000);
+});
+
+describe('a handover survives its holder dying before the lease release (drain, K10)', () => {
+  it('holder recorded run.handed_over at a safe point, then was killed -9 holding the lease: recovery marks the lease handed over instead of fencing, and a new runtime continues the Run at epoch 2', async () => {
+    const key = `handover-lost-${t.tag}`;
+    await t.setScenario(
+      {
+        steps: [{ reply: { content: '', toolCalls: [{ name: 'list_funds', arguments: {} }] } }, { reply: { content: 'DIA holds the Dow.' } }],
+        then: 'error',
+      },
+      key,
+    );
+    // the tools service frozen: the proposed call waits for it, the Run sits at a safe point (no model request in flight)
+    const tools = t.stack.replicas.get('tools')![0]!;
+    tools.child.kill('SIGSTOP');
+    const runtime = t.stack.replicas.get('runtime')![0]!;
+    const { body } = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const runId = body.runId;
+    try {
+      await waitForType(t, runId, 'tool.call.proposed', 30_000);
+      // the holder frozen, its handover recorded under its epoch exactly as its drain decides it, then it dies before releasing the lease
+      runtime.child.kill('SIGSTOP');
+      const lease = await (await LeaseStore.open(t.log)).get(runId);
+      expect(lease?.value).toMatchObject({ state: 'held', epoch: 1 });
+      const holder = lease!.value.holder;
+      const { appended } = await new RunCommandHandler(t.log, 'runtime').handle(
+        runId,
+        (f, now) => runtimeDecide(f, { type: 'HandOver', epoch: 1, holder, reason: 'drain' }, now),
+        { epoch: 1 },
+      );
+      expect(appended.map((e) => e.event.type)).toEqual(['run.handed_over']);
+      await kill9(t, 'runtime');
+    } finally {
+      tools.child.kill('SIGCONT');
+    }
+    await t.stack.startService('runtime');
+    const events = await until(t, runId, (ev) => ev.some((e) => e.event.type === 'run.settled'), 60_000, 'the settlement');
+    expect(ofType(events, 'run.settled').map((e) => e.data.outcome)).toEqual(['completed']);
+    expect(ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toEqual([]);
+    expect(ofType(events, 'lease.granted').map((g) => g.data.epoch)).toEqual([1, 2]);
+    expect(ofType(events, 'run.handed_over').map((h) => h.data.epoch)).toEqual([1]);
+    expect(await modelRequestsFor(t, key)).toBe(2);
+    expect(ofType(events, 'tool.call.receipt').map((r) => r.data.status)).toEqual(['succeeded']);
   }, 120_000);
 });

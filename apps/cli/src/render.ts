@@ -41,6 +41,8 @@ export function summarize(e: RunEvent): string {
       return `lease granted: epoch ${e.data.epoch}${e.data.epoch > 1 ? ' (woken)' : ''} to ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (ttl ${e.data.ttlMs} ms)`;
     case 'lease.parked':
       return `LEASE parked for the lost holder (epoch ${e.data.epoch} closed, ${e.data.reason}): ${e.data.detail}; the Run stays ${e.data.on}${e.data.woken ? ', its wake recorded: continues at the next epoch' : ''}`;
+    case 'run.handed_over':
+      return `HANDED OVER by ${e.data.holder.service}/${e.data.holder.instance.slice(0, 8)} (${e.data.reason}, epoch ${e.data.epoch} closed at a safe point, ${e.data.pendingToolCalls} tool call(s) pending): the next replica takes it at epoch ${e.data.epoch + 1}`;
     case 'run.fenced': {
       const uncertain = e.data.uncertain.map((u) => (u.kind === 'model-turn' ? `model turn ${u.turn}` : `${u.name} [${u.toolCallId}]`));
       return `FENCED ${e.data.fencedSubject} (epoch ${e.data.epoch}, ${e.data.reason}): ${e.data.detail}${uncertain.length ? `; outcome unknown: ${uncertain.join(', ')}` : ''}`;

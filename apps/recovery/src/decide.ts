@@ -38,6 +38,12 @@
  * epoch (its appends decided before it are refused by the log, K6), and the lease watcher then
  * marks the lease parked, so the wake (recorded already or to come) takes it at the next epoch.
  * An accepted answer is never thrown away because its Run's runtime died before releasing the lease.
+ * A handed-over Run has no execution to lose either: when the log shows `run.handed_over` at the
+ * lost lease's epoch (a draining holder recorded the transfer at a safe point, then died or stopped
+ * before releasing the lease `handover` itself), `LeaseLost` decides nothing, and the lease watcher
+ * marks the lease handed over, so the handover (the wake) takes it at the next epoch. A lease
+ * released `handover` is never fenced; a handover nobody takes is caught by `NoProgress` and
+ * `DeadlinePassed` as any other Run.
  */
 import { contextFrom, makeEvent, type EventData, type FenceReason, type RunEvent, type UncertainStep } from '@runplane/contracts';
 import {
@@ -129,6 +135,8 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
         ),
       ];
     case 'LeaseLost': {
+      // handed over at that epoch by its holder (K10): nothing was executing, the handover is the wake
+      if (lostAfterHandover(facts, trigger.epoch)) return [];
       // parked at its last turn: nothing was executing, nothing is lost; the wake continues it (K10)
       const on = facts.cancelRequested ? null : parkedAtLastTurn(facts);
       if (on) return parkLease(facts, trigger, on, now);
@@ -193,6 +201,14 @@ export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): Ru
     default:
       return unknownTrigger('recovery', trigger);
   }
+}
+
+/**
+ * True when the holder of lease `epoch` handed the Run over at that epoch (`run.handed_over`) and
+ * nothing ended the Run since (K10): its lost lease loses nothing and is not fenced.
+ */
+export function lostAfterHandover(facts: RunFacts, epoch: number): boolean {
+  return !facts.cancelRequested && facts.handedOver?.epoch === epoch && !facts.finished && !facts.fenced && !facts.settled;
 }
 
 /**

@@ -15,7 +15,7 @@ import {
 } from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
-import { decide, expiredLease } from './decide.js';
+import { decide, expiredLease, lostAfterHandover } from './decide.js';
 
 export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
 export const RECOVERY_LEASES = Symbol('RECOVERY_LEASES');
@@ -40,6 +40,10 @@ export interface RecoverySettings {
  * `interrupted`. Recovery never resumes a Run. Time during which recovery itself could not reach
  * NATS is not counted against any lease: after it reconnects, every lease gets a full TTL again
  * (its holder was just as cut off, and renews within a third of it).
+ *
+ * Handed-over Runs (a drain, K10): a lease released `handover` is kept like a parked one (the
+ * handover takes it at the next epoch) and never fenced; one whose holder recorded the handover but
+ * was lost before releasing is marked `handover` instead of fenced.
  *
  * Parked Runs (K10): a lease released `parked` is kept (it is what a wake takes again at the next
  * epoch) and never fenced; when its wait's expiry (`wakeBy`) passed more than one TTL ago, the
@@ -189,7 +193,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       const v = entry.value;
       if (!this.mine(entry.runId)) continue;
       try {
-        if (v.state === 'released' && v.reason === 'parked') {
+        // parked and handed-over leases are what a wake takes again at the next epoch: never fenced nor forgotten early
+        if (v.state === 'released' && (v.reason === 'parked' || v.reason === 'handover')) {
           await this.sweepParked(entry, now, cleanup);
           continue;
         }
@@ -286,8 +291,30 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     return true;
   }
 
-  /** Marks the lease fenced (compare-and-set), then fences the Run in the log (a parked Run's lease is marked parked instead). */
+  /**
+   * True when the Run's log shows `run.handed_over` at the lost lease's epoch (its draining holder
+   * recorded the transfer, then was lost before releasing the lease `handover`): the lease is then
+   * marked handed over (compare-and-set) instead of fenced, and the handover takes it at the next epoch.
+   */
+  private async handedOverInstead(entry: LeaseEntry): Promise<boolean> {
+    const facts = await this.commands.folds.read(entry.runId);
+    if (!lostAfterHandover(facts, entry.value.epoch)) return false;
+    try {
+      await this.store.handOver(entry);
+      this.logger.log(
+        { runId: entry.runId, epoch: entry.value.epoch },
+        'lease of a handed-over Run lost by its holder: marked handed over, not fenced',
+      );
+    } catch {
+      const fresh = await this.store.get(entry.runId).catch(() => undefined);
+      if (fresh && this.leases.get(entry.runId) === entry) this.leases.set(entry.runId, fresh);
+    }
+    return true;
+  }
+
+  /** Marks the lease fenced (compare-and-set), then fences the Run in the log (a parked Run's lease is marked parked, a handed-over one handed over, instead). */
   private async fence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
+    if (await this.handedOverInstead(entry)) return;
     if (await this.parkedInstead(entry, reason, detail)) return;
     try {
       await this.store.fence(entry);

@@ -20,7 +20,7 @@ import {
   type RunEvent,
   type StreamedParagraph,
 } from '@runplane/contracts';
-import { lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { epochSuperseded, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { awaitingContext } from './context.js';
 import {
   DEFAULT_RETRY_BACKOFF,
@@ -59,7 +59,12 @@ export type RuntimeTrigger =
    * and/or (`progress`) text kept streaming inside an unfinished paragraph: how many characters of
    * the turn had streamed and their sha256 (K7: `./paragraphs.ts` sends it at a bounded rate).
    */
-  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[]; progress?: { characters: number; sha256: string } | null };
+  | { type: 'ParagraphsStreamed'; turn: number; paragraphs: StreamedParagraph[]; progress?: { characters: number; sha256: string } | null }
+  /**
+   * The replica holding lease `epoch` drains (SIGTERM) and has no model request of its own in
+   * flight: hand the Run over at this safe point (`holder`: that replica).
+   */
+  | { type: 'HandOver'; epoch: number; holder: { service: string; instance: string }; reason: 'drain' };
 
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
@@ -100,6 +105,12 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   `progress`, also `model.output.progress` (K7: text still streaming inside an unfinished
  *   paragraph resets the no-progress clock) when it is past what the turn recorded before
  *   (strictly more characters), under the same conditions.
+ * - `HandOver`: the draining holder of lease `epoch` records `run.handed_over` (once per epoch),
+ *   which closes its epoch (K6) and is the wake the next holder takes the Run with at `epoch + 1`
+ *   (K10). Only at a safe point as the log shows it: no model turn requested without its outcome
+ *   (a turn in flight has no known outcome: the Run is released `stopping` and fenced instead).
+ *   Nothing for a Run parked on a wait or a child (it is released `parked`), after a cancel, or
+ *   when the epoch is closed already (handed over, parked by recovery, a later grant).
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -113,9 +124,27 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
       return onTurnEnded(facts, trigger, now);
     case 'ParagraphsStreamed':
       return onParagraphs(facts, trigger.turn, trigger.paragraphs, trigger.progress ?? null, now);
+    case 'HandOver':
+      return onHandOver(facts, trigger, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
+}
+
+function onHandOver(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'HandOver' }>, now: Date): RunEvent[] {
+  if (facts.cancelRequested || parkedOn(facts) || epochSuperseded(facts, trigger.epoch)) return [];
+  const last = lastTurn(facts);
+  if (last && !last.completed && !last.failed) return []; // a model request in flight: not a safe point
+  const pendingToolCalls = [...facts.toolCalls.values()].filter((c) => !c.receipt).length;
+  return [
+    makeEvent(
+      'run.handed_over',
+      contextFrom(facts.lastEvent!),
+      `handover/${trigger.epoch}`,
+      { epoch: trigger.epoch, holder: trigger.holder, reason: trigger.reason, pendingToolCalls },
+      now,
+    ),
+  ];
 }
 
 function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake' }>, now: Date): RunEvent[] {

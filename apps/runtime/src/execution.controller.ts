@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import type { Subscription } from '@nats-io/transport-node';
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
@@ -12,9 +13,10 @@ import {
   renewalVerdict,
   ResultStore,
   RetryLater,
+  runtimeNudgeSubject,
   type HeldLease,
 } from '@runplane/eventlog';
-import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
+import { epochSuperseded, handedOverAt, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide, type ModelTurnResult } from './decide.js';
 import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
@@ -44,6 +46,17 @@ export interface RuntimeSettings {
   retryBackoff?: RetryBackoff;
   /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_PARK_PAUSE_FILE`): while this file exists, a park waits before releasing the lease. */
   faultParkPauseFile?: string;
+  /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long a model request in flight may still finish and be recorded; 0 when absent. */
+  drainMs?: number;
+}
+
+/** What a drain did with the Runs its replica held (logged, and returned for tests). */
+export interface DrainReport {
+  handedOver: string[];
+  /** Released `stopping` (something was still in flight at the bound, or the log showed no safe point): fenced and settled `interrupted`. */
+  stopped: string[];
+  /** Parked or finished during the drain (released `parked` / `finished` as usual). */
+  other: string[];
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -55,8 +68,13 @@ const MAX_TURNS_PER_WAKE = 64;
  * fenced is never taken again: no resume in place, K10, except a parked Run whose wake is
  * recorded, at the next epoch), a timer renews it every third of its TTL
  * and also wakes every held Run (so a receipt delivered to another runtime replica is not missed),
- * and it is released when execution finishes, or at once when the process stops (recovery then
- * fences the Run and the lifecycle settles it `interrupted`). Every event is written under the
+ * and it is released when execution finishes. A wake delivered to a replica that does not hold the
+ * lease nudges the holder at once (core NATS, {@link runtimeNudgeSubject}), which decides again
+ * right away. On SIGTERM the replica drains: it takes no new work, lets each model request in
+ * flight finish and be recorded (within `drainMs`), then hands each Run over at that safe point
+ * (`run.handed_over` under its epoch, lease released `handover`); another replica takes it at the
+ * next epoch, woken by the handover itself. What is still in flight at the bound is aborted and
+ * released `stopping` (recovery fences it, the lifecycle settles it `interrupted`). Every event is written under the
  * lease's epoch. When its own `model.turn.requested` was appended, it makes that one model request
  * (the activity) and decides the outcome into events; a request whose `model.turn.requested`
  * another writer stored is never made here (K5, K6). A Run parked on a wait or a child Run
@@ -78,6 +96,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private readonly inFlight = new Map<string, AbortController>();
   private readonly timer: NodeJS.Timeout;
   private stopping = false;
+  /** The drain bound passed: what is still in flight is aborted, nothing more is retried. */
+  private drainOver = false;
+  /** Runs with a model request of their own in flight (the one thing a drain waits for). */
+  private readonly modelRequests = new Set<string>();
+  private nudges: Subscription | null = null;
   /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
   private readonly renewing = new Set<string>();
 
@@ -89,16 +112,36 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   ) {
     this.commands = new RunCommandHandler(log, 'runtime');
     this.timer = setInterval(() => this.renewAll(), Math.max(100, Math.floor(settings.leaseTtlMs / 3)));
+    this.nudges = this.followNudges();
   }
 
-  @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested', 'wait.answered', 'child.run.settled'])
+  /**
+   * Follows this process's nudge subject: a peer that got a wake for a Run whose lease this process
+   * holds says so at once, and the Run is decided again right away, exactly as the renewal tick's
+   * wake does (nothing is decided from the nudge itself: the log is read again).
+   */
+  private followNudges(): Subscription | null {
+    if (this.log.nc.isClosed()) return null;
+    return this.log.nc.subscribe(runtimeNudgeSubject(this.log.space, this.log.writer.instance), {
+      callback: (err, msg) => {
+        if (err || this.stopping) return;
+        const runId = msg.string();
+        if (!this.held.has(runId)) return;
+        void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
+          this.logger.warn({ runId, error: (e as Error).message }, 'wake from a nudge failed');
+        });
+      },
+    });
+  }
+
+  @EventPattern(['run.admitted', 'tool.call.receipt', 'run.cancel.requested', 'wait.answered', 'child.run.settled', 'run.handed_over'])
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     // a cancel stops the model request in flight at once (K4): it does not wait behind it
     if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
     await this.exclusive(stored.event.runId, () => {
       // a stopping runtime starts nothing, and must not acknowledge a wake it did not act on: it is
       // redelivered to another (or the restarted) runtime instead of being swallowed (K10)
-      if (this.stopping) throw new RetryLater('the runtime is stopping', this.retryWakeMs());
+      if (this.stopping) throw new RetryLater('the runtime is stopping', 200);
       return this.execute(stored.event.runId);
     });
   }
@@ -128,7 +171,20 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         taken = await this.leases.resume(taken.by, this.log.writer, this.settings.leaseTtlMs);
         if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch }, 'parked Run woken: lease taken again');
       }
+      // a Run its draining holder handed over at this very epoch (the log says so: the handover is the wake) is taken at the next
+      const handed = handedOverAt(facts);
+      if ('held' in taken && taken.by.value.state === 'released' && taken.by.value.reason === 'handover' && handed === taken.by.value.epoch) {
+        taken = await this.leases.resume(taken.by, this.log.writer, this.settings.leaseTtlMs);
+        if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch, from: facts.handedOver?.holder.instance }, 'handed-over Run taken');
+      }
       if ('held' in taken) {
+        const by = taken.by.value;
+        // handed over at this epoch, the lease not released yet (its holder does that next, or recovery for a lost one)
+        if (handed !== null && handed === by.epoch && by.state !== 'fenced') {
+          throw new RetryLater(`Run handed over at epoch ${by.epoch}; lease still ${by.state}`, Math.min(100, this.retryWakeMs()));
+        }
+        // held by another live replica: tell the holder at once (it decides again now, not at its next renewal)
+        if (by.state === 'held' && by.holder.instance !== this.log.writer.instance) this.nudge(by.holder.instance, runId);
         // a wake recorded while the lease of a lost holder that had parked the Run is not released yet: recovery
         // marks it parked at its expiry (K10), so the wake is redelivered until then, never dropped
         if (wakeAwaitsRecovery(facts, taken.by.value)) {
@@ -152,10 +208,20 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
       // the provider's rate-limit pause is waited out BEFORE a turn is recorded as requested (F4): a Run
       // queued behind a Retry-After has no request "in flight" (a pause ending after the deadline is not
-      // waited: the request is then recorded `not-sent`)
-      if (!(await this.waitOutRateLimit(runId, deadlineAt))) return;
-      // a holder whose epoch recovery closed (it was taken for lost after parking) writes nothing more (K6)
-      const { facts, appended } = await this.commands.handle(runId, (f, now) => (epochSuperseded(f, epoch) ? [] : decide(f, wake, now)), { epoch });
+      // waited: the request is then recorded `not-sent`); a draining process starts no request to wait for
+      if (!this.stopping && !(await this.waitOutRateLimit(runId, deadlineAt))) return;
+      // a holder whose epoch recovery closed (it was taken for lost after parking) writes nothing more (K6);
+      // a draining one is at a safe point here: it still records what needs no model request (an answer's
+      // finish, a park), but starts no new request: the drain hands the Run over instead
+      const { facts, appended } = await this.commands.handle(
+        runId,
+        (f, now) => {
+          if (epochSuperseded(f, epoch)) return [];
+          const events = decide(f, wake, now);
+          return this.stopping && events.some((e) => e.type === 'model.turn.requested') ? [] : events;
+        },
+        { epoch },
+      );
       if (epochSuperseded(facts, epoch)) {
         await this.park(runId, facts);
         return;
@@ -174,8 +240,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         await this.park(runId, facts);
         return;
       }
+      // a request recorded by a decision made just before the drain began is made all the same (the log
+      // says it is in flight; the drain waits for it within its bound)
       const requested = appended.find((e) => e.event.type === 'model.turn.requested');
       if (!requested || requested.event.type !== 'model.turn.requested') {
+        if (this.stopping) return; // draining, at a safe point: the drain hands the Run over
         // the last request failed and its recorded backoff has not ended (K7): wait it out, then decide again
         const backoffMs = appended.length === 0 ? retryWaitMs(facts, new Date()) : 0;
         if (backoffMs > 0 && (await this.waitOutRetryBackoff(runId, backoffMs))) continue;
@@ -185,11 +254,13 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       const turn = request.turn;
       const abort = new AbortController();
       this.inFlight.set(runId, abort);
+      this.modelRequests.add(runId);
       let result: ModelTurnResult;
       try {
         result = await this.requestTurn(facts, request, epoch, abort.signal);
       } finally {
         this.inFlight.delete(runId);
+        this.modelRequests.delete(runId);
       }
       // Aborted because this process stops or lost the lease: the turn's outcome is not known here,
       // so nothing is decided; recovery records it as uncertain.
@@ -292,7 +363,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
           };
           continue;
         }
-        if (!isTransientNatsError(e) || this.stopping || this.held.get(runId)?.epoch !== epoch) throw e;
+        if (!isTransientNatsError(e) || this.drainOver || this.held.get(runId)?.epoch !== epoch) throw e;
         this.logger.warn(
           { runId, turn, attempt, error: (e as Error).message },
           'outcome of a model turn not recorded yet (NATS unreachable); retrying',
@@ -303,7 +374,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   }
 
   /** Gives the Run's lease up (if held). @returns true when released. */
-  private async release(runId: string, reason: 'finished' | 'stopping' | 'parked', wakeBy?: string): Promise<boolean> {
+  private async release(runId: string, reason: 'finished' | 'stopping' | 'parked' | 'handover', wakeBy?: string): Promise<boolean> {
     const lease = this.held.get(runId);
     if (!lease) return false;
     this.held.delete(runId);
@@ -342,6 +413,15 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     while (existsSync(file)) await new Promise((r) => setTimeout(r, 50));
   }
 
+  /** Tells the runtime process `instance` (the holder of the Run's lease) that the Run was woken: best effort, never awaited. */
+  private nudge(instance: string, runId: string): void {
+    try {
+      this.log.nc.publish(runtimeNudgeSubject(this.log.space, instance), runId);
+    } catch (e) {
+      this.logger.warn({ runId, instance, error: (e as Error).message }, 'could not nudge the lease holder (its renewal tick wakes the Run)');
+    }
+  }
+
   /** How long a wake waiting for recovery to mark a lost holder's lease parked is held back, ms: a third of the TTL. */
   private retryWakeMs(): number {
     return Math.max(250, Math.floor(this.settings.leaseTtlMs / 3));
@@ -360,13 +440,14 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
    * behind it never delay another lease's renewal.
    */
   private renewAll(): void {
-    if (this.stopping) return;
+    if (this.drainOver) return;
     for (const [runId, lease] of this.held) {
       if (this.renewing.has(runId)) continue;
       this.renewing.add(runId);
       void this.renewOne(runId, lease)
         .then((renewed) => {
-          if (!renewed) return;
+          // a draining process keeps its leases (a model request still finishing) but starts nothing
+          if (!renewed || this.stopping) return;
           void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
             this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
           });
@@ -471,15 +552,99 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   }
 
   /**
-   * A stopping runtime gives every lease up at once and aborts its model requests, before its
-   * consumers drain: its Runs are then fenced and settled `interrupted` without waiting for the
-   * lease to expire (K10). Nothing it was doing is resumed elsewhere.
+   * The drain (SIGTERM, a rollout): this replica takes no new work (wakes are redelivered to
+   * others, `RetryLater`), lets each model request in flight finish and be recorded, and hands each
+   * Run over at that safe point ({@link handOver}), its leases renewed meanwhile. Past `drainMs`
+   * what is still in flight is aborted and those Runs are released `stopping` (recovery fences
+   * them, the lifecycle settles them `interrupted`, K10), as before drains existed. Runs under
+   * another wait (a rate-limit pause, a retry backoff) are at a safe point already: their wait is
+   * cut short. Runs its consumers are still handling are awaited the same way.
    */
-  async onModuleDestroy(): Promise<void> {
+  async onModuleDestroy(): Promise<DrainReport> {
     this.stopping = true;
+    this.nudges?.unsubscribe();
+    const drainMs = this.settings.drainMs ?? 0;
+    const startedAt = Date.now();
+    // waits that are not a model request end now: those Runs are at a safe point
+    for (const [runId, abort] of this.inFlight) if (!this.modelRequests.has(runId)) abort.abort();
+    const report: DrainReport = { handedOver: [], stopped: [], other: [] };
+    if (this.held.size)
+      this.logger.log(
+        { runs: this.held.size, inFlight: this.modelRequests.size, drainMs },
+        'draining: handing the Runs over at their next safe point',
+      );
+    let boundPassed = false;
+    const bound = new Promise<'bound'>((r) => {
+      const timer = setTimeout(() => ((boundPassed = true), r('bound')), drainMs);
+      timer.unref();
+    });
+    // a Run taken by an execution that began just before the drain is held a moment later: each pass takes the new ones
+    // (the Runs held, and those with an execution under way)
+    const seen = new Set<string>();
+    const pending = () => [...new Set([...this.held.keys(), ...this.serial.keys()])].filter((r) => !seen.has(r));
+    for (let todo = pending(); todo.length > 0 && !boundPassed; todo = pending()) {
+      for (const runId of todo) seen.add(runId);
+      await Promise.all(
+        todo.map(async (runId) => {
+          // each Run's execution chain ends at its next safe point (the loop starts no new request)
+          const chain = (this.serial.get(runId) ?? Promise.resolve()).then(
+            () => 'done' as const,
+            () => 'done' as const,
+          );
+          if ((await Promise.race([chain, bound])) === 'bound') return;
+          await this.exclusive(runId, () => this.handOver(runId, report)).catch((e: unknown) => {
+            this.logger.warn({ runId, error: (e as Error).message }, 'handover failed');
+          });
+        }),
+      );
+    }
+    this.drainOver = true;
     clearInterval(this.timer);
     for (const abort of this.inFlight.values()) abort.abort();
-    await Promise.all([...this.held.keys()].map((runId) => this.release(runId, 'stopping')));
+    const left = [...this.held.keys()];
+    await Promise.all(left.map((runId) => this.release(runId, 'stopping')));
+    report.stopped.push(...left);
+    this.logger.log(
+      { handedOver: report.handedOver.length, interrupted: report.stopped.length, other: report.other.length, tookMs: Date.now() - startedAt },
+      'drain ended',
+    );
+    return report;
+  }
+
+  /**
+   * Hands one held Run over at a safe point: records `run.handed_over` under its epoch (the decider
+   * refuses while the log shows a model turn without its outcome), then releases the lease
+   * `handover`. A Run that parked or finished meanwhile is released as such; one that cannot be
+   * handed over is left held (released `stopping` at the end of the drain).
+   */
+  private async handOver(runId: string, report: DrainReport): Promise<void> {
+    const lease = this.held.get(runId);
+    if (!lease) return; // released meanwhile (finished, parked, lost), or an execution that took nothing
+    const holder = { service: this.log.writer.service, instance: this.log.writer.instance };
+    const { facts, appended } = await this.commands.handle(
+      runId,
+      (f, now) => (epochSuperseded(f, lease.epoch) ? [] : decide(f, { type: 'HandOver', epoch: lease.epoch, holder, reason: 'drain' }, now)),
+      { epoch: lease.epoch },
+    );
+    if (facts.finished || facts.settled || facts.fenced) {
+      await this.release(runId, 'finished');
+      report.other.push(runId);
+      return;
+    }
+    if (parkedOn(facts)) {
+      const wakeBy = unansweredWaits(facts)
+        .map((w) => w.expiresAt)
+        .sort()[0];
+      await this.release(runId, 'parked', wakeBy);
+      report.other.push(runId);
+      return;
+    }
+    if (!appended.some((e) => e.event.type === 'run.handed_over') && facts.handedOver?.epoch !== lease.epoch) return;
+    if (await this.release(runId, 'handover')) {
+      this.commands.folds.forget(runId);
+      report.handedOver.push(runId);
+      this.logger.log({ runId, epoch: lease.epoch }, 'Run handed over (drain): lease released');
+    }
   }
 
   beforeApplicationShutdown(): void {

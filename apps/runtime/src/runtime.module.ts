@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { ContextConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
+import { ContextConfig, DrainConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule } from '@runplane/service-kit';
@@ -27,14 +27,15 @@ import { ModelClient } from './model-client.js';
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
-      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig), configToken(ModelConfig)],
-      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig, model: ModelConfig): RuntimeSettings => ({
+      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig), configToken(ModelConfig), configToken(DrainConfig)],
+      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig, model: ModelConfig, drain: DrainConfig): RuntimeSettings => ({
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
         contextMaxChars: context.RUNPLANE_CONTEXT_MAX_CHARS,
         maxTokensPerRequest: model.RUNPLANE_MODEL_MAX_TOKENS,
         finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
         retryBackoff: { minMs: model.RUNPLANE_MODEL_RETRY_MIN_MS, maxMs: model.RUNPLANE_MODEL_RETRY_MAX_MS },
+        drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
         ...(waits.RUNPLANE_FAULT_PARK_PAUSE_FILE ? { faultParkPauseFile: waits.RUNPLANE_FAULT_PARK_PAUSE_FILE } : {}),
       }),
     },

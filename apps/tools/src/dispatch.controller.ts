@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleInit, UseFilters } from '@nestjs/common';
+import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleDestroy, type OnModuleInit, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import { loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { DrainConfig, loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
@@ -31,6 +31,8 @@ export interface ToolsSettings {
   recordEffectFile: string;
   /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE`): while this file exists, a wake pauses between taking its claims and appending its dispatches. */
   faultDispatchPauseFile?: string;
+  /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long dispatched calls may still run and be recorded. */
+  drainMs?: number;
 }
 
 /** Settings from the environment (validated at start-up). */
@@ -47,6 +49,7 @@ export function toolsSettingsFromEnv(): ToolsSettings {
       .filter(Boolean),
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
     ...(cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE ? { faultDispatchPauseFile: cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE } : {}),
+    drainMs: loadConfig(DrainConfig).RUNPLANE_DRAIN_SECONDS * 1000,
   };
 }
 
@@ -75,7 +78,7 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
-export class DispatchController implements OnModuleInit, OnApplicationShutdown {
+export class DispatchController implements OnModuleInit, OnModuleDestroy, OnApplicationShutdown {
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;
   private claimsStore: Promise<ClaimStore> | null = null;
@@ -85,6 +88,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
   private sweeping = false;
   /** Late observations still awaited (timed-out calls whose thread still runs). */
   private readonly lateWork = new Set<Promise<void>>();
+  /** Executions this process dispatched and runs now (until their receipt is recorded and claim released). */
+  private readonly running = new Set<Promise<void>>();
+  /** SIGTERM: no new dispatch starts here; proposals are redelivered to another replica. */
+  private stopping = false;
 
   constructor(
     private readonly log: EventLog,
@@ -96,6 +103,26 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   onModuleInit(): void {
     this.sweeper = setInterval(() => void this.sweep(), this.settings.sweepMs);
+  }
+
+  /**
+   * The drain (SIGTERM, a rollout): nothing new is dispatched here (proposals are redelivered to
+   * another replica), and the calls this process dispatched finish and get their receipts within
+   * `drainMs` (K5: a call in flight is never dropped without a record). Past the bound the process
+   * stops anyway: a call still running keeps its claim until it expires, and a peer then records it
+   * `unknown` (executor lost), never as a success and never run twice.
+   */
+  async onModuleDestroy(): Promise<void> {
+    this.stopping = true;
+    if (this.sweeper) clearInterval(this.sweeper);
+    if (this.running.size === 0) return;
+    const drainMs = this.settings.drainMs ?? 0;
+    this.logger.log({ executions: this.running.size, drainMs }, 'draining: finishing the dispatched tool calls');
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<'bound'>((r) => (timer = setTimeout(() => r('bound'), drainMs)));
+    const outcome = await Promise.race([Promise.allSettled([...this.running]).then(() => 'done' as const), bound]);
+    clearTimeout(timer);
+    if (outcome === 'bound') this.logger.warn({ executions: this.running.size, drainMs }, 'drain bound passed with tool calls still running');
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -117,6 +144,7 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
+    if (this.stopping) throw new RetryLater('the tools service is stopping', 200);
     await this.wake(stored.event.runId, `${stored.event.type} ${stored.seq}`);
   }
 
@@ -209,7 +237,10 @@ export class DispatchController implements OnModuleInit, OnApplicationShutdown {
         }),
       ).then(() => undefined);
       // an execution's failure is the wake's failure (awaited in wake), never an unhandled rejection meanwhile
-      work.catch(() => undefined);
+      const tracked = work.catch(() => undefined);
+      // a draining process waits for these (onModuleDestroy, within the drain bound)
+      this.running.add(tracked);
+      void tracked.finally(() => this.running.delete(tracked));
       executions.push(work);
     };
     const dispatchedIn = (events: readonly StoredEvent[]) =>

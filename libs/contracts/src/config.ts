@@ -154,6 +154,20 @@ export const LeaseConfig = z.object({
 });
 export type LeaseConfig = z.infer<typeof LeaseConfig>;
 
+/**
+ * Drain on SIGTERM (a rollout), read by the runtime and the tools service: how long a stopping
+ * replica may finish what it has in flight (a model request and its turn record, a dispatched tool
+ * call and its receipt) before it hands its Runs over. Past it, what is still in flight is aborted
+ * (the runtime releases those Runs `stopping`: recovery fences them, the lifecycle settles them
+ * `interrupted`). Keep it below the pod's `terminationGracePeriodSeconds` (30 by default) minus
+ * the few seconds the process needs to close its connections.
+ */
+export const DrainConfig = z.object({
+  /** The drain bound, s (0: abort at once, as a kill would, but still release honestly). */
+  RUNPLANE_DRAIN_SECONDS: envInt(20, 0, 3_600),
+});
+export type DrainConfig = z.infer<typeof DrainConfig>;
+
 /** Human waits (K10), read by the runtime when it opens a wait. */
 export const WaitConfig = z.object({
   /** How long a question for a human stays answerable, s (capped by the Run's deadline). */

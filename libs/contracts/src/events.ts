@@ -576,6 +576,26 @@ export const LeaseParkedV1 = z.object({
   woken: z.boolean(),
 });
 
+/**
+ * The runtime replica holding the Run's lease hands the Run over at a safe point while it drains
+ * (SIGTERM, a rollout): no model request of its own in flight (a request in flight was finished and
+ * its turn recorded first). Appended by the holder itself, conditionally, under its own lease epoch
+ * (K6), like a park: it closes that epoch in the log (the holder writes nothing more under it) and
+ * it is the wake another runtime replica takes the Run with, at `epoch + 1` (K10: an accepted wake,
+ * never a resume guessed from a stored Run). The lease is then released `handover`, which recovery
+ * does not fence. A handed-over Run that nobody takes is caught by its no-progress and deadline rules.
+ */
+export const RunHandedOverV1 = z.object({
+  /** The epoch of the holder's lease: closed by this record; the next holder takes `epoch + 1`. */
+  epoch: z.number().int().positive(),
+  /** The replica that held the lease and hands the Run over. */
+  holder: LeaseHolder,
+  /** Why: `drain` (the replica is stopping and finished what it had in flight). */
+  reason: z.enum(['drain']),
+  /** Tool calls proposed and still without a receipt at the handover (they go on: the tools service owns them). */
+  pendingToolCalls: z.number().int().nonnegative(),
+});
+
 // ---- lifecycle --------------------------------------------------------------------------------
 export const Outcome = z.enum(['completed', 'partial', 'failed', 'canceled', 'interrupted']);
 export type Outcome = z.infer<typeof Outcome>;
@@ -641,6 +661,8 @@ export const EventCatalog = {
   'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
   'lease.parked': { owner: 'recovery', version: 1, data: LeaseParkedV1 },
+  // drain (a rollout keeps Runs running)
+  'run.handed_over': { owner: 'runtime', version: 1, data: RunHandedOverV1 },
   // tool effects (K5)
   'tool.call.late_observed': { owner: 'tools', version: 1, data: ToolCallLateObservedV1 },
   'tool.call.reconciled': { owner: 'admission', version: 1, data: ToolCallReconciledV1 },

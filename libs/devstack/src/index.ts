@@ -296,7 +296,12 @@ export interface ManagedProcess {
   child: ChildProcess;
   /** The URL the process printed in its ready line. */
   url: string;
-  stop(): Promise<void>;
+  /**
+   * SIGTERM, then SIGKILL when it has not exited after `graceMs` (default {@link stopGraceMs} of its
+   * environment, like a pod's termination grace: a draining runtime or tools process needs its
+   * `RUNPLANE_DRAIN_SECONDS` in it).
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 /**
@@ -336,7 +341,17 @@ export async function spawnReady(
       reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.join('\n')}`));
     });
   });
-  return { name, child, url, stop: () => stopChild(child) };
+  return { name, child, url, stop: (graceMs?: number) => stopChild(child, graceMs ?? stopGraceMs(env)) };
+}
+
+/**
+ * The grace a process gets between SIGTERM and SIGKILL, ms: its drain bound
+ * (`RUNPLANE_DRAIN_SECONDS`, 20 s when unset or not a number) plus 5 s to close its consumers and
+ * connections, and at least 10 s: like a pod's `terminationGracePeriodSeconds`, longer than the drain.
+ */
+export function stopGraceMs(env: NodeJS.ProcessEnv): number {
+  const drain = Number(env.RUNPLANE_DRAIN_SECONDS || 20);
+  return Math.max(10_000, ((Number.isFinite(drain) ? drain : 20) + 5) * 1000);
 }
 
 export interface StackOptions {

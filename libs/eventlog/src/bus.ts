@@ -16,7 +16,7 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
-import { ownerFilter, partitionFilter, type SubjectSpace } from './subjects.js';
+import { ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
 
 /** The subject space of the deployment (deploy/nats, deploy/k8s/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
 export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', partitions: 8 };
@@ -36,8 +36,9 @@ export const natsUserName = (user: BusUser): string => `runplane-${user}`;
  * A service has one durable consumer per partition ({@link consumerFilters}, {@link durableNameOf}).
  */
 export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'all'>> = {
-  // the lifecycle subject carries a child's settlement on its parent (`child.run.settled`, a wake: K10)
-  runtime: ['admission', 'tools', 'lifecycle'],
+  // the lifecycle subject carries a child's settlement on its parent (`child.run.settled`, a wake: K10);
+  // the runtime subject a draining replica's `run.handed_over` (the wake another replica takes the Run with)
+  runtime: ['admission', 'runtime', 'tools', 'lifecycle'],
   // child Runs (K10): `child.run.requested` on the runtime subject, a parent's `run.settled` on the lifecycle subject
   admission: ['runtime', 'lifecycle'],
   tools: ['runtime'],
@@ -140,6 +141,9 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
     const subscribe: string[] = ['_INBOX.>'];
     if (user !== 'ops') for (const token of runSubjectTokensOf(user)) publish.push(`${space.prefix}.run.*.${token}.*`);
     if (user === 'runtime') publish.push(`${space.prefix}.live.*.delta`);
+    // a replica tells a Run's lease holder at once that the Run was woken (core NATS, never stored)
+    if (user === 'runtime') publish.push(runtimeNudgeFilter(space));
+    if (user === 'runtime') subscribe.push(runtimeNudgeFilter(space));
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
     // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers)
     publish.push(

@@ -25,15 +25,18 @@ export const LeaseValue = z.discriminatedUnion('state', [
   }),
   /**
    * Given up by its holder: `finished` (execution ended normally), `stopping` (the runtime shuts
-   * down with the Run unfinished) or `parked` (the Run waits for a human's answer or a child Run,
-   * K10: the one state from which the lease may be taken again, at the next epoch, once the wake
-   * is recorded). `wakeBy`: when the parked Run's wait expires (recovery fences it then).
+   * down with the Run unfinished and something in flight: fenced), `parked` (the Run waits for a
+   * human's answer or a child Run, K10) or `handover` (a draining runtime recorded
+   * `run.handed_over` at a safe point). `parked` and `handover` are the only states from which the
+   * lease may be taken again, at the next epoch, once the wake (the answer, or the handover
+   * itself) is recorded; recovery fences neither. `wakeBy`: when the parked Run's wait expires
+   * (recovery fences it then).
    */
   z.object({
     state: z.literal('released'),
     epoch: z.number().int().positive(),
     holder: z.object({ service: z.string(), instance: z.string() }),
-    reason: z.enum(['finished', 'stopping', 'parked']),
+    reason: z.enum(['finished', 'stopping', 'parked', 'handover']),
     wakeBy: z.string().datetime().optional(),
   }),
   /** Fenced by recovery: nobody may hold it again (a stored Run is not a licence to resume, K10). */
@@ -114,15 +117,17 @@ export class LeaseStore {
   }
 
   /**
-   * Takes a parked Run's lease again (K10: only an accepted wake continues a parked Run): a
-   * compare-and-set from `released`/`parked` to `held` at the next epoch (previous + 1), so every
-   * event written under it carries the new epoch and a holder of an older epoch can hold nothing.
-   * The caller checks in the log that the wake is recorded before it resumes.
+   * Takes a parked or handed-over Run's lease again (K10: only an accepted wake continues a Run
+   * whose lease was released): a compare-and-set from `released`/`parked` or `released`/`handover`
+   * to `held` at the next epoch (previous + 1), so every event written under it carries the new
+   * epoch and a holder of an older epoch can hold nothing. The caller checks in the log that the
+   * wake is recorded before it resumes (a parked Run's answer; a handover's `run.handed_over` at
+   * exactly the lease's epoch).
    * @returns the held lease, or the entry that refused it (not parked, or changed meanwhile).
    */
   async resume(entry: LeaseEntry, holder: { service: string; instance: string }, ttlMs: number): Promise<HeldLease | AcquireRefusal> {
     const v = entry.value;
-    if (v.state !== 'released' || v.reason !== 'parked') return { held: false, by: entry };
+    if (v.state !== 'released' || (v.reason !== 'parked' && v.reason !== 'handover')) return { held: false, by: entry };
     const epoch = v.epoch + 1;
     const value: LeaseValue = { state: 'held', epoch, holder, ttlMs };
     try {
@@ -152,6 +157,16 @@ export class LeaseStore {
   }
 
   /**
+   * Marks a lease `released`/`handover` on behalf of a holder that is gone after it recorded
+   * `run.handed_over` under this epoch and before it released the lease (recovery). Compare-and-set.
+   * @throws when the lease changed since it was read.
+   */
+  async handOver(entry: LeaseEntry): Promise<number> {
+    const value: LeaseValue = { state: 'released', epoch: entry.value.epoch, holder: entry.value.holder, reason: 'handover' };
+    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+  }
+
+  /**
    * Renews a held lease (compare-and-set on its revision).
    * @returns the lease with its new revision.
    * @throws when the lease changed meanwhile (fenced, or not ours): the holder must stop executing.
@@ -165,13 +180,14 @@ export class LeaseStore {
   /**
    * Gives a held lease up (compare-and-set): `finished` after execution ended, `stopping` when the
    * runtime shuts down with the Run unfinished (recovery then fences it at once, without waiting
-   * for the expiry), `parked` when the Run waits for a wake (`wakeBy`: its wait's expiry).
+   * for the expiry), `parked` when the Run waits for a wake (`wakeBy`: its wait's expiry),
+   * `handover` after the draining holder recorded `run.handed_over` (recovery does not fence it).
    * @throws when the lease changed meanwhile.
    */
   async release(
     lease: HeldLease,
     holder: { service: string; instance: string },
-    reason: 'finished' | 'stopping' | 'parked',
+    reason: 'finished' | 'stopping' | 'parked' | 'handover',
     wakeBy?: string,
   ): Promise<void> {
     const value: LeaseValue = { state: 'released', epoch: lease.epoch, holder, reason, ...(wakeBy ? { wakeBy } : {}) };

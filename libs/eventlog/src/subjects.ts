@@ -81,3 +81,12 @@ export function parseRunSubject(prefix: string, subject: string): RunSubjectPart
   if (t.length !== 5 || t[0] !== prefix || t[1] !== 'run' || !/^\d{1,3}$/.test(t[4]!)) return null;
   return { runId: t[2]!, owner: t[3]!, partition: Number(t[4]) };
 }
+
+/**
+ * Core NATS subject on which one runtime process is told, at once, that a Run whose lease it holds
+ * was woken on another replica (`<prefix>.nudge.runtime.<instance>`, payload: the Run id). Never
+ * stored: an optimisation of latency; the holder's renewal tick still wakes every held Run.
+ */
+export const runtimeNudgeSubject = (s: Pick<SubjectSpace, 'prefix'>, instance: string): string => `${s.prefix}.nudge.runtime.${instance}`;
+/** Every runtime's nudge subject (the runtime user's permissions). */
+export const runtimeNudgeFilter = (s: Pick<SubjectSpace, 'prefix'>): string => `${s.prefix}.nudge.runtime.*`;

@@ -81,6 +81,12 @@ export interface RunFacts {
    * writes nothing more (K6).
    */
   parkedEpoch: number;
+  /**
+   * The latest handover (`run.handed_over`): the holder of that epoch recorded the transfer at a
+   * safe point while it drained; it writes nothing more under that epoch (K6), and the next
+   * holder takes the lease at `epoch + 1` (K10). Null when the Run was never handed over.
+   */
+  handedOver: (EventData<'run.handed_over'> & { at: string }) | null;
   /** The user's cancel intent, when recorded (K4). */
   cancelRequested: (EventData<'run.cancel.requested'> & { at: string }) | null;
   /** Questions for a human, by waitId, in the order opened (K10). */
@@ -132,6 +138,7 @@ export function emptyFacts(runId: string): RunFacts {
     settled: null,
     leases: [],
     parkedEpoch: 0,
+    handedOver: null,
     cancelRequested: null,
     waits: new Map(),
     children: new Map(),
@@ -296,6 +303,9 @@ function apply(facts: RunFacts, stored: StoredEvent, owned: boolean): RunFacts {
       break;
     case 'lease.parked':
       next.parkedEpoch = Math.max(facts.parkedEpoch, e.data.epoch);
+      break;
+    case 'run.handed_over':
+      if (!facts.handedOver || e.data.epoch > facts.handedOver.epoch) next.handedOver = { ...e.data, at: e.occurredAt };
       break;
     // ---- waits and child Runs (K10) ----
     case 'wait.opened':
@@ -533,10 +543,24 @@ export function parkedAtLastTurn(facts: RunFacts): 'awaiting_human' | 'awaiting_
 
 /**
  * True when the log says a runtime holding lease `epoch` may write nothing more for the Run (K6):
- * recovery closed that epoch (or a later one) with `lease.parked`, or granted a later epoch.
+ * recovery closed that epoch (or a later one) with `lease.parked`, its holder handed the Run over
+ * at that epoch (or a later one: `run.handed_over`), or a later epoch was granted.
  */
 export function epochSuperseded(facts: RunFacts, epoch: number): boolean {
-  return facts.parkedEpoch >= epoch || facts.leases.some((l) => l.epoch > epoch);
+  return facts.parkedEpoch >= epoch || (facts.handedOver?.epoch ?? 0) >= epoch || facts.leases.some((l) => l.epoch > epoch);
+}
+
+/**
+ * The epoch a handed-over Run may be taken from (K10: the handover is the wake): the epoch of its
+ * latest `run.handed_over` when nothing ended the Run since (not finished, fenced, settled or
+ * canceled) and no later epoch was granted; null otherwise. A runtime takes the lease released
+ * `handover` at exactly that epoch, at `epoch + 1`, by compare-and-set.
+ */
+export function handedOverAt(facts: RunFacts): number | null {
+  const h = facts.handedOver;
+  if (!h || facts.finished || facts.fenced || facts.settled || facts.cancelRequested) return null;
+  if (facts.leases.some((l) => l.epoch > h.epoch)) return null;
+  return h.epoch;
 }
 
 /**
