@@ -11,7 +11,7 @@
 // Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
-//          --nats-bin PATH (the nats-server to start, e.g. .cache/nats-server/2.15.1/nats-server)]
+//          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)]
 // Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';

@@ -6,7 +6,7 @@ import { createWriteStream, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
-import { natsReachable, spawnReady } from '@runplane/devstack';
+import { natsReachable, natsServerBinary, spawnReady } from '@runplane/devstack';
 
 /** Waits until `check()` is true, polling every `everyMs`; throws `what` after `timeoutMs`. */
 export async function waitFor(check, what, timeoutMs = 30_000, everyMs = 100) {
@@ -30,11 +30,12 @@ export async function stopProcess(child, graceMs = 10_000) {
 
 /**
  * Starts a private `nats-server -js` on a free loopback port with a temporary store directory.
- * @param {string} [binary] the nats-server to run (default: the machine's).
+ * @param {string} [binary] the nats-server to run (default: the supported release cached by
+ *   scripts/fetch-nats-server.sh, fetched on first use: libs/devstack natsServerBinary).
  * @returns {{ url: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
  */
 export async function startNats(binary) {
-  const bin = binary ?? ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find((p) => existsSync(p)) ?? 'nats-server';
+  const bin = binary ?? natsServerBinary();
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));

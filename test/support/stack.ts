@@ -20,7 +20,7 @@ import {
   type Stack,
 } from '@runplane/devstack';
 import { destroyBus, EventLog } from '@runplane/eventlog';
-import { currentNatsServerBinary, machineNatsServerBinary, TestNatsServer } from './nats-server.js';
+import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
 
 export interface TestStack {
   tag: string;
@@ -43,12 +43,13 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-/** The nats-server binary tests start: the machine's release (2.9.10) when installed, so the product is tested on the server it runs on. */
+/**
+ * The nats-server binary tests start: the supported release (2.12 or later) cached by
+ * scripts/fetch-nats-server.sh, fetched on first use (never the machine's older one).
+ * @throws Error with one line saying how to get one when it cannot be had.
+ */
 export function testNatsServerBinary(): string {
-  const current = currentNatsServerBinary();
-  const bin = machineNatsServerBinary() ?? ('bin' in current ? current.bin : null);
-  if (!bin) throw new Error('no nats-server binary to start (install nats-server or run scripts/fetch-nats-server.sh)');
-  return bin;
+  return currentNatsServerBinary().bin;
 }
 
 export interface TestStackOptions {

@@ -12,6 +12,7 @@ import {
   projectionDatabaseFor,
   repoRoot,
   startSecuredNats,
+  startSecuredNatsCluster,
   startStack,
   stopEverything,
   type NatsUsers,
@@ -233,13 +234,15 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
 }
 
 /**
- * Starts NATS (if needed), the database, every service and the scripted model on their configured
- * ports (admission 8081, publication 8082, model 8090...) and keeps them running until Ctrl-C, so
- * `ask`, `watch` and `timeline` can be used against them.
+ * Starts NATS, the database, every service and the scripted model on their configured ports
+ * (admission 8081, publication 8082, model 8090...) and keeps them running until Ctrl-C, so `ask`,
+ * `watch` and `timeline` can be used against them. With `cluster`, NATS is a 3-node JetStream
+ * cluster on loopback ports (stream, buckets and object store at 3 replicas; the services are
+ * given every node's URL).
  */
-export async function up(): Promise<number> {
+export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   const cleanup = stopOnSignal();
-  const env = await prepareEnvironment();
+  const env = await prepareEnvironment(opts);
   cleanup.also(() => env.close());
   const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
@@ -271,7 +274,7 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
 }
 
 /** What the demo and `up` share: NATS, the database (or the embedded one), the data folder, the model choice. */
-async function prepareEnvironment(): Promise<{
+async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   stateDir: string;
   env: NodeJS.ProcessEnv;
   /** The users of the nats-server this command started (permissions switched on). */
@@ -293,16 +296,20 @@ async function prepareEnvironment(): Promise<{
   out('Runplane');
   // always a server of its own with the Runplane users switched on, as deployed (K9 by the broker);
   // a server already running (the machine's) is never reconfigured
-  const nats = await startSecuredNats({ stateDir, space: { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX } });
+  const space = { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX };
+  const nats = opts.cluster ? await startSecuredNatsCluster({ stateDir, space }) : await startSecuredNats({ stateDir, space });
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
     // The NATS started here has its own log, so its projections go to a database of their own.
-    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, stateDir);
+    // the cluster's store is a log of its own too: a database of its own
+    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
     if (await ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite') });
+      embedded = await startEmbeddedDatabase({
+        dataDir: join(stateDir, nats.cluster ? `pglite${FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite'),
+      });
       databaseUrl = embedded.url;
       out(
         `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,
@@ -313,7 +320,13 @@ async function prepareEnvironment(): Promise<{
     );
     return {
       stateDir,
-      env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
+      env: {
+        ...process.env,
+        NATS_URL: nats.url,
+        ...(nats.cluster ? { RUNPLANE_NATS_REPLICAS: '3' } : {}),
+        DATABASE_URL: databaseUrl,
+        RUNPLANE_DATA_DIR: data.dir,
+      },
       natsUsers: nats.users,
       dataSet: data.dataSet,
       model: realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL! } : {},

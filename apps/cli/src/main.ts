@@ -2,7 +2,7 @@
 /**
  * `runplane` CLI. Commands:
  *   demo [question]                run the main job end to end (starts everything, asks, settles, stops)
- *   up                             start everything on the configured ports and keep it running
+ *   up [--cluster]                 start everything on the configured ports and keep it running (--cluster: 3 NATS nodes)
  *   ask <question>                 ask running services and stream the answer
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   cancel <runId>                 ask to cancel a Run (K4)
@@ -60,8 +60,9 @@ program
 
 program
   .command('up')
-  .description('start NATS (if needed), every service and the scripted model on their configured ports; run until Ctrl-C')
-  .action(() => run(() => up())());
+  .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
+  .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
+  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }))());
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')

@@ -7,7 +7,7 @@ import { verifyStored, type EventLog } from './event-log.js';
 export interface DurableConsumerSpec {
   /** Durable consumer name, one per service (e.g. `runtime`); prefixed with the subject prefix. */
   durable: string;
-  /** Subject filter: e.g. `rp.run.>` or `rp.run.*.runtime` (one filter: NATS 2.9). */
+  /** Subject filter: e.g. `rp.run.>` or `rp.run.*.runtime` (one per consumer here; several per consumer need 2.10, docs/event-log.md). */
   filter: string;
   /** Milliseconds before an unacknowledged message is redelivered; handlers heartbeat meanwhile. */
   ackWaitMs?: number;
@@ -96,8 +96,10 @@ export class DurableConsumer {
 
   /**
    * Terminates a message that is not a fact, once, and logs it as an anomaly with its running count.
-   * A plain `term()`: nats-server 2.9 ignores a term that carries a reason and redelivers for
-   * ever, and unacknowledged poison would fill `max_ack_pending` and stall the consumer.
+   * The reason travels with the term (into the server's `MSG_TERMINATED` advisory): the supported
+   * server honours a term with a reason (2.9.10 redelivered it for ever); terminated, the message
+   * no longer counts against `max_ack_pending`. test/e2e/broker.test.ts terminates 1,200 and
+   * checks that none is redelivered.
    */
   private terminate(m: JsMsg, kind: AnomalyKind, reason: string): void {
     const tokens = m.subject.split('.');
@@ -106,7 +108,7 @@ export class DurableConsumer {
       { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[tokens.length - 2], anomaly: kind, anomalies: count, reason },
       'terminating a message that is not a fact (an anomaly)',
     );
-    m.term();
+    m.term(`runplane ${kind}: ${reason}`.slice(0, 256));
   }
 
   private schedule(m: JsMsg, ackWaitMs: number): void {

@@ -12,11 +12,12 @@ import {
   type JsMsg,
   type StoredMsg,
 } from '@nats-io/jetstream';
-import { BusConfig, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
+import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, AppendRefused, InvalidStoredEvent } from './errors.js';
 import { allRunsFilter, runFilter, runSubject, type SubjectSpace } from './subjects.js';
 
 export interface EventLogOptions {
+  /** The NATS server, or every node of a cluster comma-separated (`NATS_URL`, contracts' `natsServerList`). */
   natsUrl: string;
   stream: string;
   prefix: string;
@@ -36,6 +37,11 @@ export interface EventLogOptions {
    * recognise and skip (docs/event-log.md "Messages that are not events").
    */
   duplicateWindowMs?: number;
+  /**
+   * Copies of the stream when this log creates it (`num_replicas`, `RUNPLANE_NATS_REPLICAS`):
+   * 1 (default) on one server, 3 on a 3-node JetStream cluster. The buckets of `provisionBus` too.
+   */
+  replicas?: number;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -157,6 +163,8 @@ export class EventLog {
     service: string,
     private readonly appendRetryMs: number,
     private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
+    /** Copies of the stream and buckets this log creates (`num_replicas`). */
+    readonly replicas: number = 1,
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -167,7 +175,7 @@ export class EventLog {
    */
   static async connect(opts: EventLogOptions): Promise<EventLog> {
     const nc = await connect({
-      servers: opts.natsUrl,
+      servers: natsServerList(opts.natsUrl),
       name: opts.name ?? 'runplane',
       maxReconnectAttempts: -1,
       reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
@@ -184,6 +192,7 @@ export class EventLog {
         opts.name ?? 'runplane',
         opts.appendRetryMs ?? 30_000,
         opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
+        opts.replicas ?? 1,
       );
       await log.ensureStream();
       return log;
@@ -212,14 +221,16 @@ export class EventLog {
       prefix: bus.RUNPLANE_SUBJECT_PREFIX,
       name,
       duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
+      replicas: bus.RUNPLANE_NATS_REPLICAS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
     });
   }
 
   /**
-   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, and no
-   * message can be deleted, purged or rolled up through the JetStream API (the log is the truth,
-   * K11); only deleting the whole stream remains (the admin's, and tests' clean-up).
+   * Creates the stream if missing: file storage, {@link replicas} copies, the duplicate window,
+   * direct get allowed, and no message can be deleted, purged or rolled up through the JetStream
+   * API (the log is the truth, K11); only deleting the whole stream remains (the admin's, and
+   * tests' clean-up). An existing stream is left as it is (its replicas included).
    */
   async ensureStream(): Promise<void> {
     try {
@@ -236,6 +247,7 @@ export class EventLog {
         name: this.space.stream,
         subjects: [allRunsFilter(this.space)],
         duplicate_window: this.duplicateWindowMs * 1_000_000,
+        num_replicas: this.replicas,
         allow_direct: true,
         allow_rollup_hdrs: false,
         deny_delete: true,
