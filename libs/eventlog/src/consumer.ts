@@ -34,6 +34,16 @@ export function describeError(e: unknown): string {
   }
 }
 
+/**
+ * How long one pull request of a durable consumer waits, ms. The client's idle heartbeat is half
+ * of it, and after a consumer leader change on a JetStream cluster (a node lost or restarted: the
+ * server answers the pull with 409 "Leadership Change") the client pulls again only after two
+ * missed heartbeats: with the client's default (30 s) a consumer paused for 30-40 s after a node
+ * loss (test/e2e/nats-cluster.test.ts); with 5 s, for about 5 s. The price: an idle consumer
+ * renews its pull every 5 s instead of every 30 s.
+ */
+export const CONSUME_EXPIRES_MS = 5_000;
+
 /** Redelivery delay after a failed handler: exponential from 250 ms, capped at 15 s. */
 export function redeliveryDelayMs(deliveryCount: number): number {
   return Math.min(15_000, 250 * 2 ** Math.max(0, deliveryCount - 1));
@@ -48,6 +58,7 @@ export function redeliveryDelayMs(deliveryCount: number): number {
 export class DurableConsumer {
   private messages: ConsumerMessages | null = null;
   private loop: Promise<void> | null = null;
+  private stopping = false;
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -86,11 +97,35 @@ export class DurableConsumer {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       await this.log.jsm.consumers.add(this.log.space.stream, config);
     }
+    await this.consume(ackWaitMs);
+  }
+
+  /**
+   * Pulls and schedules messages until {@link stop}. When the client ends the stream of messages
+   * on its own (it gives up on a consumer it cannot reach, e.g. while a cluster moves it), that is
+   * logged and consuming starts again a second later: a service never silently stops reacting.
+   */
+  private async consume(ackWaitMs: number): Promise<void> {
     const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
-    this.messages = await consumer.consume({ max_messages: 100 });
+    this.messages = await consumer.consume({ max_messages: 100, expires: CONSUME_EXPIRES_MS });
     const messages = this.messages;
     this.loop = (async () => {
-      for await (const m of messages) this.schedule(m, ackWaitMs);
+      try {
+        for await (const m of messages) this.schedule(m, ackWaitMs);
+      } catch (e) {
+        if (!this.stopping) this.logger.error({ durable: this.durableName, err: describeError(e) }, 'consuming failed; starting again');
+      }
+      while (!this.stopping) {
+        this.logger.warn({ durable: this.durableName }, 'the consumer stream ended; consuming again');
+        await new Promise((r) => setTimeout(r, 1_000));
+        if (this.stopping) return;
+        try {
+          await this.consume(ackWaitMs);
+          return;
+        } catch (e) {
+          this.logger.error({ durable: this.durableName, err: describeError(e) }, 'cannot consume yet; trying again');
+        }
+      }
     })();
   }
 
@@ -155,6 +190,7 @@ export class DurableConsumer {
 
   /** Stops fetching, waits for in-flight handlers, leaves the durable consumer in place. */
   async stop(): Promise<void> {
+    this.stopping = true;
     await this.messages?.close();
     await this.loop?.catch(() => undefined);
     await Promise.allSettled([...this.chains.values()]);
