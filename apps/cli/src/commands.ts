@@ -10,6 +10,7 @@ import {
   FALLBACK_NATS_SUFFIX,
   natsEnvOf,
   projectionDatabaseFor,
+  provisionAsAdmin,
   repoRoot,
   startSecuredNats,
   startSecuredNatsCluster,
@@ -17,7 +18,7 @@ import {
   stopEverything,
   type NatsUsers,
 } from '@runplane/devstack';
-import { EventLog } from '@runplane/eventlog';
+import { bucketName, BUS_BUCKETS, EventLog, type BusBucket } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
@@ -369,6 +370,32 @@ export async function demo(question: string | undefined): Promise<number> {
   } finally {
     await prepared.close();
   }
+}
+
+/**
+ * Creates what the services may not create themselves (libs/eventlog `provisionBus`): the Run
+ * stream, every KV bucket and the object store, each only when missing, with
+ * `RUNPLANE_NATS_REPLICAS` copies (3 on the deployed 3-node cluster). Connects with the bus
+ * configuration, as the admin user. Prints each stream's replicas and leader. Returns 0.
+ * @throws when NATS is unreachable or the user may not create streams.
+ */
+export async function provision(): Promise<number> {
+  const bus = loadConfig(BusConfig);
+  await provisionAsAdmin(process.env, null);
+  const log = await EventLog.fromEnv('runplane-cli');
+  try {
+    const names = [
+      bus.RUNPLANE_STREAM,
+      ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
+    ];
+    for (const name of names) {
+      const info = await log.jsm.streams.info(name);
+      out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
+    }
+  } finally {
+    await log.close();
+  }
+  return 0;
 }
 
 /** A URL without its password, for printing. */

@@ -20,7 +20,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, postLinked, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { ask, demo, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
@@ -179,6 +179,13 @@ program
   .argument('<runId>')
   .option('--json', 'one JSON object per event')
   .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
+
+program
+  .command('provision')
+  .description(
+    'create the Run stream, the KV buckets and the object store when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
+  )
+  .action(() => run(() => provision())());
 
 program
   .command('projections')

@@ -6,6 +6,7 @@ import {
   DeliverPolicy,
   JetStreamApiError,
   jetstream,
+  StorageType,
   jetstreamManager,
   type JetStreamClient,
   type JetStreamManager,
@@ -144,6 +145,26 @@ export function verifyStored(seq: number, subject: string, data: Uint8Array, hea
 }
 
 /**
+ * The configuration of the Run stream as {@link EventLog.ensureStream} creates it (and as
+ * deploy/nats/stream-RUNPLANE.json gives it to `nats stream add`, a test keeps the two equal):
+ * file storage, `replicas` copies, the duplicate window in ns, direct get allowed, and no message
+ * deleted, purged or rolled up through the API (K11).
+ */
+export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; duplicateWindowMs: number }) {
+  return {
+    name: space.stream,
+    subjects: [allRunsFilter(space)],
+    storage: StorageType.File,
+    num_replicas: opts.replicas,
+    duplicate_window: opts.duplicateWindowMs * 1_000_000,
+    allow_direct: true,
+    allow_rollup_hdrs: false,
+    deny_delete: true,
+    deny_purge: true,
+  };
+}
+
+/**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
@@ -243,16 +264,7 @@ export class EventLog {
       }
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
-      await this.jsm.streams.add({
-        name: this.space.stream,
-        subjects: [allRunsFilter(this.space)],
-        duplicate_window: this.duplicateWindowMs * 1_000_000,
-        num_replicas: this.replicas,
-        allow_direct: true,
-        allow_rollup_hdrs: false,
-        deny_delete: true,
-        deny_purge: true,
-      });
+      await this.jsm.streams.add(runStreamConfig(this.space, { replicas: this.replicas, duplicateWindowMs: this.duplicateWindowMs }));
     }
   }
 
