@@ -3,7 +3,7 @@
 //   pids()             the processes whose CPU counts for the system,
 //   idleRss()          [name, KiB] of the system's own processes,
 //   stop()             stops everything it started and removes its stream / database / data dir.
-import { createWriteStream, existsSync, mkdtempSync, openSync, rmSync, closeSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, openSync, rmSync, closeSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { arch, platform, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,7 +73,15 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       }
       const t = setTimeout(() => {
         waiters.delete(runId);
-        reject(new Error(`run ${runId} not settled within ${timeoutMs} ms`));
+        // what the log holds says where it stopped (or that the settlement was only missed here)
+        void log
+          .readRun(runId)
+          .then((events) => {
+            writeFileSync(join(logDir, `unsettled-${runId}.json`), JSON.stringify(events, null, 1));
+            return `${events.map((e) => e.event.type).join(', ')} (all in ${join(logDir, `unsettled-${runId}.json`)})`;
+          })
+          .catch((e) => `log not readable: ${e.message}`)
+          .then((events) => reject(new Error(`run ${runId} not settled within ${timeoutMs} ms; its events: ${events}`)));
       }, timeoutMs);
       waiters.set(runId, (o) => {
         clearTimeout(t);

@@ -146,6 +146,8 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
       `$JS.API.STREAM.INFO.${S}`,
       `$JS.API.DIRECT.GET.${S}`,
       `$JS.API.DIRECT.GET.${S}.${space.prefix}.run.>`,
+      // reads of a replicated stream go to its leader (EventLog.readMessage)
+      `$JS.API.STREAM.MSG.GET.${S}`,
       `$JS.API.CONSUMER.CREATE.${S}`,
       `$JS.API.CONSUMER.INFO.${S}.*`,
       `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,

@@ -175,6 +175,8 @@ export class EventLog {
 
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
+  /** True when the stream has more than one replica: reads go to its leader ({@link readMessage}). */
+  private leaderReads = false;
 
   private constructor(
     readonly nc: NatsConnection,
@@ -256,6 +258,7 @@ export class EventLog {
   async ensureStream(): Promise<void> {
     try {
       const info = await this.jsm.streams.info(this.space.stream);
+      this.leaderReads = (info.config.num_replicas ?? 1) > 1;
       const wanted = allRunsFilter(this.space);
       if (!info.config.subjects?.includes(wanted)) {
         throw new Error(
@@ -265,7 +268,20 @@ export class EventLog {
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       await this.jsm.streams.add(runStreamConfig(this.space, { replicas: this.replicas, duplicateWindowMs: this.duplicateWindowMs }));
+      this.leaderReads = this.replicas > 1;
     }
+  }
+
+  /**
+   * One stored message of the Run stream, by sequence or the last on a subject, or null. On one
+   * server a direct get. On a replicated stream (a cluster) the leader's `STREAM.MSG.GET`: with
+   * `allow_direct` every replica answers direct gets, and a follower a few ms behind answered the
+   * read a service made on the delivery of an event without that event, so the decision the event
+   * should have triggered was never taken (a finished Run left unsettled on the 3-node cluster,
+   * seen in `npm run bench -- --nats-cluster`). The leader holds every message a consumer delivered.
+   */
+  readMessage(query: { seq: number } | { last_by_subj: string }): Promise<StoredMsg | null> {
+    return this.leaderReads ? this.jsm.streams.getMessage(this.space.stream, query) : this.jsm.direct.getMessage(this.space.stream, query);
   }
 
   /** Deletes the stream: test clean-up only. */
@@ -354,7 +370,7 @@ export class EventLog {
 
   /** The subject's last event when it is this process's own append of `eventId` on top of `prevSeq`, else null. */
   private async ownLastOn(subject: string, eventId: string, prevSeq: number): Promise<StoredEvent | null> {
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
       const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header);
@@ -367,7 +383,7 @@ export class EventLog {
 
   /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a fact (not a valid event, or not appended by the log: {@link verifyStored}; reported through `onInvalid`). */
   async getStored(seq: number): Promise<StoredEvent | null> {
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { seq });
+    const msg = await this.readMessage({ seq });
     if (!msg) return null;
     try {
       return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
@@ -381,7 +397,7 @@ export class EventLog {
   /** The last fact on one owner's subject of a Run (direct get; when the last message is not a fact, {@link verifyStored}, found by reading the Run), or null. */
   async lastOf(runId: string, owner: Owner): Promise<StoredEvent | null> {
     const subject = runSubject(this.space, runId, owner);
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
       return verifyStored(msg.seq, msg.subject, msg.data, msg.header);
@@ -451,7 +467,7 @@ export class EventLog {
    * result is accepted only where every fetched event's verified link points at the next older one.
    */
   private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
-    const first = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const first = await this.readMessage({ last_by_subj: subject });
     if (!first) return stopAt === 0 ? { events: [], last: 0 } : null;
     const last = first.seq;
     if (last < stopAt) return null;
@@ -480,7 +496,7 @@ export class EventLog {
       if (stopAt > 0 && prev < stopAt) return null; // the chain skips an event this reader knows: not consistent
       if (prev < floor) break;
       const wanted = [prev, ...(oldest.stored.event.earlierSeqs ?? [])].filter((s) => s >= floor);
-      const fetched = await Promise.all(wanted.map((seq) => this.jsm.direct.getMessage(this.space.stream, { seq })));
+      const fetched = await Promise.all(wanted.map((seq) => this.readMessage({ seq })));
       let expected = prev;
       oldest = null;
       for (const m of fetched) {
