@@ -38,9 +38,9 @@ export function describeError(e: unknown): string {
  * How long one pull request of a durable consumer waits, ms. The client's idle heartbeat is half
  * of it, and after a consumer leader change on a JetStream cluster (a node lost or restarted: the
  * server answers the pull with 409 "Leadership Change") the client pulls again only after two
- * missed heartbeats: with the client's default (30 s) a consumer paused for 30-40 s after a node
- * loss (test/e2e/nats-cluster.test.ts); with 5 s, for about 5 s. The price: an idle consumer
- * renews its pull every 5 s instead of every 30 s.
+ * missed heartbeats: with the client's default (30 s) a consumer paused up to 33-39 s after a
+ * rolling restart of a 3-node cluster; with 5 s, up to 11 s (docs/operations.md, "JetStream
+ * cluster"). The price: an idle consumer renews its pull every 5 s instead of every 30 s.
  */
 export const CONSUME_EXPIRES_MS = 5_000;
 
