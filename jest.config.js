@@ -26,6 +26,9 @@ export default {
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testMatch: ['<rootDir>/apps/*/test/**/*.test.ts', '<rootDir>/libs/*/test/**/*.test.ts', '<rootDir>/test/**/*.test.ts'],
+  // the suite's shared nats-server (the supported release; sets NATS_URL for every test file)
+  globalSetup: '<rootDir>/test/support/global-setup.js',
+  globalTeardown: '<rootDir>/test/support/global-teardown.js',
   maxWorkers: 2,
   testTimeout: 120000,
 };

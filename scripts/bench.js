@@ -11,7 +11,9 @@
 // Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
-//          --nats-bin PATH (the nats-server to start, e.g. .cache/nats-server/2.15.1/nats-server)]
+//          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
+//          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
+//          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
 // Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -47,6 +49,7 @@ const { values: a } = parseArgs({
     'raw-appends': { type: 'string', default: '4000' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
+    'nats-cluster': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 });
@@ -99,7 +102,7 @@ let readCost;
 
 try {
   await pgc.connect();
-  nats = await startNats(a['nats-bin']);
+  nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'] });
   cleanups.push(() => nats.stop());
   say(`private ${nats.version} at ${nats.url}`);
 
@@ -257,11 +260,11 @@ async function measureW1(sys, h) {
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
 async function rawAppendCost(n) {
-  const nc = await connect({ servers: nats.url, name: 'bench-raw' });
+  const nc = await connect({ servers: nats.url.split(','), name: 'bench-raw' });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const stream = `RPB_RAW_${tag}`;
-  await jsm.streams.add({ name: stream, subjects: [`raw${tag}.>`], duplicate_window: 120 * 1e9, allow_direct: true });
+  await jsm.streams.add({ name: stream, subjects: [`raw${tag}.>`], duplicate_window: 120 * 1e9, allow_direct: true, num_replicas: nats.replicas });
   try {
     const body = JSON.stringify(
       makeEvent(
@@ -276,7 +279,8 @@ async function rawAppendCost(n) {
     const per = Math.ceil(n / writers);
     // Each writer owns one subject and appends conditionally on its last sequence (as a Runplane owner does).
     const cpuA = process.cpuUsage();
-    const sA = await cpuTicks(nats.child.pid);
+    const serverTicks = async () => (await Promise.all(nats.pids().map((pid) => cpuTicks(pid)))).reduce((x, y) => x + y, 0);
+    const sA = await serverTicks();
     const tA = performance.now();
     await Promise.all(
       Array.from({ length: writers }, async (_, w) => {
@@ -287,7 +291,7 @@ async function rawAppendCost(n) {
     );
     const wallMs = performance.now() - tA;
     const cpu = process.cpuUsage(cpuA);
-    const serverMs = (((await cpuTicks(nats.child.pid)) - sA) * 1000) / CLK_TCK;
+    const serverMs = (((await serverTicks()) - sA) * 1000) / CLK_TCK;
     const total = per * writers;
     const clientUs = (cpu.user + cpu.system) / total;
     const serverUs = (serverMs * 1000) / total;

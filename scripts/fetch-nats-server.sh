@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Fetches a current nats-server (2.11 or later) once into .cache/nats-server/<version>/nats-server,
-# so the tests can run against the release production uses as well as the machine's 2.9.10.
+# Fetches the nats-server Runplane runs on (2.12 or later; docs/event-log.md says what the design
+# relies on) once into .cache/nats-server/<version>/nats-server. The demo, `npm run runplane -- up`,
+# the tests and the bench start that binary (libs/devstack ensureNatsServerBinary runs this script
+# on first use); the machine's own older nats-server is never used.
 #
 # It takes the binary out of Debian sid's nats-server package WITHOUT installing it and without
 # touching the machine's apt configuration (STACK-NOTES, NATS section): a private source list,
 # private lists and cache dirs in a temporary folder, `apt-get download`, `dpkg-deb -x`.
 #
-# Idempotent: when a cached binary of 2.11 or later already runs, it does nothing.
-# Never fails CI: when the binary cannot be had (no network, apt fails, too old), it prints one
-# line saying why and exits 0; the tests then skip the current server with a warning.
+# Idempotent: when a cached binary of 2.12 or later already runs, it does nothing.
+# When the binary cannot be had (no network, apt fails, too old), it prints one line saying why and
+# how to get one, and exits 1.
 #
 # Usage: scripts/fetch-nats-server.sh [--force]   (--force fetches again even when cached)
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 0
+cd "$(dirname "$0")/.." || exit 1
 cache=.cache/nats-server
-min_major=2 min_minor=11
+min_major=2 min_minor=12
 
 # "nats-server: v2.15.1" -> "2.15.1"
 version_of() { "$1" --version 2>/dev/null | sed -n 's/^nats-server: v\([0-9][0-9.]*\).*/\1/p' | head -n 1; }
@@ -23,7 +25,10 @@ recent_enough() {
   IFS=. read -r major minor _ <<<"$1"
   [ -n "$major" ] && [ -n "$minor" ] && { [ "$major" -gt "$min_major" ] || { [ "$major" -eq "$min_major" ] && [ "$minor" -ge "$min_minor" ]; }; }
 }
-skip() { echo "fetch-nats-server: no current nats-server cached: $*"; exit 0; }
+skip() {
+  echo "fetch-nats-server: no nats-server 2.12+ could be had ($*): download a release from https://github.com/nats-io/nats-server/releases and set RUNPLANE_NATS_SERVER_BIN to its nats-server, or put it at .cache/nats-server/<version>/nats-server" >&2
+  exit 1
+}
 
 if [ "${1:-}" != --force ]; then
   for bin in "$cache"/*/nats-server; do

@@ -6,7 +6,7 @@ import { createWriteStream, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
-import { natsReachable, spawnReady } from '@runplane/devstack';
+import { natsReachable, natsServerBinary, repoRoot, spawnReady, startNatsCluster } from '@runplane/devstack';
 
 /** Waits until `check()` is true, polling every `everyMs`; throws `what` after `timeoutMs`. */
 export async function waitFor(check, what, timeoutMs = 30_000, everyMs = 100) {
@@ -30,11 +30,13 @@ export async function stopProcess(child, graceMs = 10_000) {
 
 /**
  * Starts a private `nats-server -js` on a free loopback port with a temporary store directory.
- * @param {string} [binary] the nats-server to run (default: the machine's).
+ * @param {string} [binary] the nats-server to run (default: the supported release cached by
+ *   scripts/fetch-nats-server.sh, fetched on first use: libs/devstack natsServerBinary).
  * @returns {{ url: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
  */
-export async function startNats(binary) {
-  const bin = binary ?? ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'].find((p) => existsSync(p)) ?? 'nats-server';
+export async function startNats(binary, opts = {}) {
+  if (opts.cluster) return startNatsClusterForBench(binary);
+  const bin = binary ?? natsServerBinary();
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));
@@ -44,9 +46,39 @@ export async function startNats(binary) {
   return {
     url,
     child,
+    pids: () => [child.pid],
+    replicas: 1,
     version,
     stop: async () => {
       await stopProcess(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A 3-node JetStream cluster on loopback ports (libs/devstack startNatsCluster) in a temporary
+ * folder: `url` lists every node; the Runplane stream and buckets are then created at 3 replicas.
+ */
+async function startNatsClusterForBench(binary) {
+  const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-cluster-'));
+  const bin = binary ?? natsServerBinary();
+  const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
+  const cluster = await startNatsCluster({
+    nodes: 3,
+    stateDir: dir,
+    config: '',
+    root: repoRoot(),
+    server: { bin, version: version.replace(/^.*v/, '') },
+  });
+  return {
+    url: cluster.url,
+    child: { pid: cluster.nodes[0].pid },
+    pids: () => cluster.nodes.map((n) => n.pid).filter(Boolean),
+    replicas: 3,
+    version: `${version}, 3-node cluster`,
+    stop: async () => {
+      await cluster.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -3,7 +3,7 @@
 //   pids()             the processes whose CPU counts for the system,
 //   idleRss()          [name, KiB] of the system's own processes,
 //   stop()             stops everything it started and removes its stream / database / data dir.
-import { createWriteStream, existsSync, mkdtempSync, openSync, rmSync, closeSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, openSync, rmSync, closeSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import { arch, platform, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,9 +29,10 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
     RUNPLANE_STREAM: `RPB_${tag}`,
     RUNPLANE_SUBJECT_PREFIX: tag,
     RUNPLANE_DATA_DIR: dataDir,
+    RUNPLANE_NATS_REPLICAS: String(nats.replicas ?? 1),
   };
   await ensureDatabaseExists(env.DATABASE_URL);
-  const log = await EventLog.connect({ natsUrl: nats.url, stream: env.RUNPLANE_STREAM, prefix: tag, name: 'bench' });
+  const log = await EventLog.connect({ natsUrl: nats.url, stream: env.RUNPLANE_STREAM, prefix: tag, name: 'bench', replicas: nats.replicas ?? 1 });
   const waiters = new Map();
   const early = new Map();
   const sub = log.nc.subscribe(`${tag}.run.*.lifecycle.*`, {
@@ -72,7 +73,15 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       }
       const t = setTimeout(() => {
         waiters.delete(runId);
-        reject(new Error(`run ${runId} not settled within ${timeoutMs} ms`));
+        // what the log holds says where it stopped (or that the settlement was only missed here)
+        void log
+          .readRun(runId)
+          .then((events) => {
+            writeFileSync(join(logDir, `unsettled-${runId}.json`), JSON.stringify(events, null, 1));
+            return `${events.map((e) => e.event.type).join(', ')} (all in ${join(logDir, `unsettled-${runId}.json`)})`;
+          })
+          .catch((e) => `log not readable: ${e.message}`)
+          .then((events) => reject(new Error(`run ${runId} not settled within ${timeoutMs} ms; its events: ${events}`)));
       }, timeoutMs);
       waiters.set(runId, (o) => {
         clearTimeout(t);
@@ -91,12 +100,12 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       if (outcome !== 'completed') throw new Error(`run ${body.runId} settled ${outcome}`);
       return body.runId;
     },
-    pids: async () => [...[...stack.services.values()].map((p) => p.child.pid), nats.child.pid, ...(await pgBackendPids(pg, [db]))],
-    includes: "the 6 service processes, the bench's private nats-server, the PostgreSQL backends of its projection database",
+    pids: async () => [...[...stack.services.values()].map((p) => p.child.pid), ...nats.pids(), ...(await pgBackendPids(pg, [db]))],
+    includes: `the 6 service processes, the bench's private nats-server${nats.replicas === 3 ? 's (3-node cluster, stream and buckets at R3)' : ''}, the PostgreSQL backends of its projection database`,
     async idleRss() {
       const out = [];
       for (const [name, p] of stack.services) out.push([name, await rssKiB(p.child.pid)]);
-      out.push(['nats-server', await rssKiB(nats.child.pid)]);
+      for (const pid of nats.pids()) out.push(['nats-server', await rssKiB(pid)]);
       return out;
     },
     async stop() {

@@ -46,7 +46,7 @@ async function tryStale(t: TestStack, stale: { runtime: Stale; tools: Stale }): 
   return { runtime: await attempt(stale.runtime.facts, 'runtime'), tools: await attempt(stale.tools.facts, 'tools') };
 }
 
-for (const server of natsServerBinariesUnderTest({ minVersion: '2.11', why: "the services' partition consumers need pinned priority groups" }))
+for (const server of natsServerBinariesUnderTest())
   (server.skip ? describe.skip : describe)(server.title, () => {
     let t: TestStack;
     let nats: TestNatsServer | null = null;

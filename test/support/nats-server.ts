@@ -1,9 +1,11 @@
 /**
- * NATS servers for tests: the machine's shared server (nats://127.0.0.1:4222, never touched) and
- * servers a test starts itself from a given binary, e.g. the current release cached by
- * scripts/fetch-nats-server.sh. A started server runs with JetStream on a free loopback port with
- * its own temporary store, and can be stopped, killed, restarted on the same port and store,
- * frozen and thawed: the base for fault-injection tests.
+ * NATS servers for tests, all of the supported release (2.12 or later) that
+ * scripts/fetch-nats-server.sh caches (fetched on first use; libs/devstack ensureNatsServerBinary):
+ * the suite's shared server (`NATS_URL`, started by test/support/global-setup.js), and servers and
+ * 3-node clusters a test starts itself. A started server runs with JetStream on a free loopback
+ * port with its own temporary store, and can be stopped, killed, restarted on the same port and
+ * store, frozen and thawed: the base for fault-injection tests. The machine's own nats-server
+ * (2.9.10) is no longer a target and is never used.
  *
  * Started processes never outlive the test process: each is watched by a tiny `sh` that SIGKILLs
  * it and removes its folder when the test process dies in any way (its stdin pipe closes: normal
@@ -11,7 +13,7 @@
  * `cleanup()` in afterAll (describeEachNatsServer does), which stops them without delay.
  */
 import { afterAll, beforeAll, describe, expect } from '@jest/globals';
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
+import { clusterNodeSpecs, compareVersions, ensureNatsServerBinary, natsServerVersion, NATS_SERVER_MIN_VERSION } from '@runplane/devstack';
 
 /** The repository root (this file is test/support/nats-server.ts). */
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -27,11 +30,11 @@ const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 /** Where scripts/fetch-nats-server.sh caches current releases: `<dir>/<version>/nats-server`. */
 export const NATS_SERVER_CACHE = join(repoRoot, '.cache', 'nats-server');
 
-/** The machine's shared server; tests use their own stream names on it and never stop it. */
-export const MACHINE_NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-
-/** The oldest release counted as "current" (per-message TTL, batch get, atomic batch publish). */
-const CURRENT_MIN: [number, number] = [2, 11];
+/**
+ * The suite's shared server (started by test/support/global-setup.js before any test file, which
+ * sets `NATS_URL`); tests use their own stream names on it and never stop it.
+ */
+export const SHARED_NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 
 export interface NatsServerOptions {
   /** Path of the nats-server binary to run. */
@@ -373,134 +376,56 @@ export function readServerInfo(url: string, timeoutMs = 2000): Promise<{ version
 }
 
 /** `nats-server --version` of a binary ("2.15.1"), or null when it does not run. */
-export function binaryVersion(bin: string): string | null {
-  try {
-    const out = execFileSync(bin, ['--version'], { encoding: 'utf8', timeout: 10_000 });
-    return /v(\d+\.\d+\.\d+\S*)/.exec(out)?.[1] ?? null;
-  } catch {
-    return null;
-  }
-}
-
-function versionParts(v: string): number[] {
-  return v.split(/[.-]/).map((p) => Number.parseInt(p, 10) || 0);
-}
-
-export function compareVersions(a: string, b: string): number {
-  const x = versionParts(a);
-  const y = versionParts(b);
-  for (let i = 0; i < Math.max(x.length, y.length); i++) {
-    const d = (x[i] ?? 0) - (y[i] ?? 0);
-    if (d !== 0) return d;
-  }
-  return 0;
-}
+export const binaryVersion = natsServerVersion;
 
 /**
- * The current nats-server binary for tests: `RUNPLANE_NATS_SERVER_BIN` when set, else the newest
- * release of 2.11 or later cached in `.cache/nats-server/<version>/nats-server`.
- * Returns `{ skip }` with the reason when there is none.
+ * The nats-server binary tests start: `RUNPLANE_NATS_SERVER_BIN` when set, else the newest release
+ * of 2.12 or later cached in `.cache/nats-server/<version>/nats-server`, fetched on first use.
+ * @throws Error with one line saying how to get one when it cannot be had (the tests fail).
  */
-export function currentNatsServerBinary(): { bin: string; version: string } | { skip: string } {
-  const override = process.env.RUNPLANE_NATS_SERVER_BIN;
-  if (override) {
-    const version = binaryVersion(override);
-    return version ? { bin: override, version } : { skip: `RUNPLANE_NATS_SERVER_BIN=${override} does not run (nats-server --version)` };
-  }
-  const found: { bin: string; version: string }[] = [];
-  for (const dir of existsSync(NATS_SERVER_CACHE) ? readdirSync(NATS_SERVER_CACHE) : []) {
-    const bin = join(NATS_SERVER_CACHE, dir, 'nats-server');
-    if (!existsSync(bin)) continue;
-    const version = binaryVersion(bin);
-    if (version && compareVersions(version, CURRENT_MIN.join('.')) >= 0) found.push({ bin, version });
-  }
-  found.sort((a, b) => compareVersions(b.version, a.version));
-  return found[0] ?? { skip: `no nats-server >= ${CURRENT_MIN.join('.')} in .cache/nats-server (run scripts/fetch-nats-server.sh)` };
-}
-
-/** The machine's nats-server binary (for starting private instances of the old release), or null. */
-export function machineNatsServerBinary(): string | null {
-  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/usr/local/bin']) {
-    if (dir && existsSync(join(dir, 'nats-server'))) return join(dir, 'nats-server');
-  }
-  return null;
+export function currentNatsServerBinary(): { bin: string; version: string } {
+  const found = ensureNatsServerBinary(repoRoot);
+  if (compareVersions(found.version, NATS_SERVER_MIN_VERSION) < 0)
+    throw new Error(`nats-server ${found.version} is older than ${NATS_SERVER_MIN_VERSION}`);
+  return found;
 }
 
 /** One NATS server a test suite runs against; `setup()` before use, `teardown()` after. */
 export interface NatsServerUnderTest {
-  /** `machine`: the shared server at MACHINE_NATS_URL; `current`: a started current release. */
-  kind: 'machine' | 'current';
-  /** The server version ("2.9.10"), or "unknown"/"unreachable" for the machine's when not read. */
+  /** `current`: a started supported release (the only kind left: the machine's 2.9.10 is no longer a target). */
+  kind: 'current';
+  /** The server version ("2.15.1"). */
   version: string;
-  /** Describe title naming version and origin, e.g. "nats-server 2.9.10 (machine, nats://127.0.0.1:4222)". */
+  /** Describe title naming version and origin, e.g. "nats-server 2.15.1 (current, started from ...)". */
   title: string;
-  /** Why this server is skipped, or null when it runs. */
+  /** Why this server is skipped, or null when it runs (always null: a missing server fails instead). */
   skip: string | null;
-  /** The server URL; for `current`, valid after `setup()`. */
+  /** The server URL, valid after `setup()`. */
   readonly url: string;
-  /** The started server (kind `current`, after `setup()`), for fault injection; else null. */
+  /** The started server (after `setup()`), for fault injection. */
   readonly server: TestNatsServer | null;
-  /** Starts the server when this suite owns it; resolves with its URL. */
+  /** Starts the server; resolves with its URL. */
   setup(): Promise<string>;
-  /** Kills and removes a started server (nothing for the machine's). */
+  /** Kills and removes the started server. */
   teardown(): Promise<void>;
 }
 
-let warnedCurrentMissing = false;
-
 /**
- * The servers every NATS-facing test runs against: the machine's (version from its INFO) and the
- * cached current release, started privately per suite. When no current release is cached, its
- * entry is marked skipped with the reason (warned once per test file), never failing.
+ * The servers every NATS-facing test runs against: the supported release, started privately per
+ * suite (a list, so a suite can be run over several releases again).
+ * @throws Error saying how to get one when no supported nats-server can be had.
  */
 export async function natsServersUnderTest(): Promise<NatsServerUnderTest[]> {
-  let machineVersion: string;
-  try {
-    machineVersion = (await readServerInfo(MACHINE_NATS_URL)).version;
-  } catch {
-    machineVersion = 'unreachable';
-  }
-  const machine: NatsServerUnderTest = {
-    kind: 'machine',
-    version: machineVersion,
-    title: `nats-server ${machineVersion} (machine, ${MACHINE_NATS_URL})`,
-    skip: null,
-    url: MACHINE_NATS_URL,
-    server: null,
-    setup: async () => MACHINE_NATS_URL,
-    teardown: async () => undefined,
-  };
-
   const current = currentNatsServerBinary();
-  if ('skip' in current) {
-    if (!warnedCurrentMissing) {
-      warnedCurrentMissing = true;
-      console.warn(`current nats-server skipped: ${current.skip}`);
-    }
-    return [
-      machine,
-      {
-        kind: 'current',
-        version: 'none',
-        title: `nats-server current (skipped: ${current.skip})`,
-        skip: current.skip,
-        url: '',
-        server: null,
-        setup: () => Promise.reject(new Error(current.skip)),
-        teardown: async () => undefined,
-      },
-    ];
-  }
   let started: TestNatsServer | null = null;
   return [
-    machine,
     {
       kind: 'current',
       version: current.version,
       title: `nats-server ${current.version} (current, started from ${current.bin.replace(repoRoot, '')})`,
       skip: null,
       get url() {
-        if (!started) throw new Error('the current nats-server is not set up yet (setup() in beforeAll)');
+        if (!started) throw new Error('the nats-server is not set up yet (setup() in beforeAll)');
         return started.url;
       },
       get server() {
@@ -550,56 +475,21 @@ export function describeEachNatsServer(servers: NatsServerUnderTest[], body: (se
 
 /** A nats-server binary a fault-injection test starts (and kills, restarts, freezes) itself. */
 export interface NatsServerBinaryUnderTest {
-  kind: 'machine' | 'current';
+  kind: 'current';
   bin: string;
   version: string;
-  /** Describe title, e.g. "nats-server 2.9.10 (machine binary /usr/sbin/nats-server, started privately)". */
+  /** Describe title, e.g. "nats-server 2.15.1 (current, /.cache/nats-server/2.15.1/nats-server)". */
   title: string;
   skip: string | null;
 }
 
 /**
- * The binaries fault-injection tests start privately (never the shared server): the machine's
- * installed release and the cached current one; a missing one is listed as skipped with the reason,
- * and so is one older than `minVersion` (e.g. `2.11` for a test that starts the services, whose
- * partition consumers need pinned priority groups).
+ * The binaries fault-injection tests start privately: the supported release.
+ * @throws Error saying how to get one when no supported nats-server can be had.
  */
-export function natsServerBinariesUnderTest(opts: { minVersion?: string; why?: string } = {}): NatsServerBinaryUnderTest[] {
-  const list: NatsServerBinaryUnderTest[] = [];
-  const machineBin = machineNatsServerBinary();
-  const machineVersion = machineBin ? binaryVersion(machineBin) : null;
-  if (machineBin && machineVersion && opts.minVersion && compareVersions(machineVersion, opts.minVersion) < 0) {
-    const why = `${machineVersion} is older than ${opts.minVersion} (${opts.why ?? 'needed here'})`;
-    list.push({
-      kind: 'machine',
-      bin: machineBin,
-      version: machineVersion,
-      title: `nats-server ${machineVersion} (machine binary, skipped: ${why})`,
-      skip: why,
-    });
-  } else if (machineBin && machineVersion) {
-    list.push({
-      kind: 'machine',
-      bin: machineBin,
-      version: machineVersion,
-      title: `nats-server ${machineVersion} (machine binary ${machineBin}, started privately)`,
-      skip: null,
-    });
-  } else {
-    const why = machineBin ? `${machineBin} does not run` : 'no nats-server on PATH';
-    list.push({ kind: 'machine', bin: '', version: 'none', title: `nats-server machine binary (skipped: ${why})`, skip: why });
-  }
+export function natsServerBinariesUnderTest(): NatsServerBinaryUnderTest[] {
   const current = currentNatsServerBinary();
-  if ('skip' in current) {
-    if (!warnedCurrentMissing) {
-      warnedCurrentMissing = true;
-      console.warn(`current nats-server skipped: ${current.skip}`);
-    }
-    list.push({ kind: 'current', bin: '', version: 'none', title: `nats-server current (skipped: ${current.skip})`, skip: current.skip });
-  } else {
-    list.push({ kind: 'current', ...current, title: `nats-server ${current.version} (current, ${current.bin.replace(repoRoot, '')})`, skip: null });
-  }
-  return list;
+  return [{ kind: 'current', ...current, title: `nats-server ${current.version} (current, ${current.bin.replace(repoRoot, '')})`, skip: null }];
 }
 
 /**
@@ -625,4 +515,91 @@ export function nextReconnect(nc: NatsConnection, timeoutMs = 15_000): Promise<v
     clearTimeout(timer);
     void statuses.return?.();
   });
+}
+
+export interface NatsClusterTestOptions {
+  /** Path of the nats-server binary (default: {@link currentNatsServerBinary}). */
+  bin?: string;
+  /** Number of nodes (default 3). */
+  nodes?: number;
+  /** Configuration every node gets (e.g. natsAuthConfig of libs/devstack: the Runplane users). */
+  config?: string;
+  /** A user the readiness probe connects as, when `config` requires one. */
+  auth?: { user: string; pass: string };
+  /** How long each node may take to answer with JetStream (default 30 s: the cluster elects its meta leader first). */
+  readyTimeoutMs?: number;
+}
+
+/**
+ * A JetStream cluster of nats-server processes this test started on loopback ports (as
+ * libs/devstack `startNatsCluster`, with the watchdogs of {@link TestNatsServer}): each node a
+ * {@link TestNatsServer} with its own store, client and cluster port, a common cluster name and
+ * routes to the others, so each can be stopped, killed (-9) and restarted on its port and store.
+ */
+export class TestNatsCluster {
+  private constructor(
+    /** The nodes, `n1`, `n2`, ... in order. */
+    readonly nodes: TestNatsServer[],
+    /** Their server names (`n1`...), as STREAM.INFO names the leader and replicas. */
+    readonly names: string[],
+  ) {}
+
+  /**
+   * Starts every node at once (a node alone has no JetStream meta leader, so none answers before a
+   * majority runs) and resolves once each answers JetStream API requests.
+   * @throws Error with the node's log tail when a node exits or does not answer in time.
+   */
+  static async start(opts: NatsClusterTestOptions = {}): Promise<TestNatsCluster> {
+    const bin = opts.bin ?? currentNatsServerBinary().bin;
+    const specs = await clusterNodeSpecs(opts.nodes ?? 3, () => '');
+    const clusterName = `rpt${Math.random().toString(36).slice(2, 8)}`;
+    const routes = specs.map((n) => `nats-route://127.0.0.1:${n.clusterPort}`).join(', ');
+    const started = await Promise.allSettled(
+      specs.map((spec) =>
+        TestNatsServer.start({
+          bin,
+          port: spec.clientPort,
+          config: [
+            opts.config ?? '',
+            `server_name: ${spec.name}`,
+            `cluster {`,
+            `  name: ${clusterName}`,
+            `  listen: 127.0.0.1:${spec.clusterPort}`,
+            `  routes: [${routes}]`,
+            `}`,
+            '',
+          ].join('\n'),
+          readyTimeoutMs: opts.readyTimeoutMs ?? 30_000,
+          ...(opts.auth ? { auth: opts.auth } : {}),
+        }),
+      ),
+    );
+    const nodes = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await Promise.all(nodes.map((n) => n.cleanup()));
+      throw failed.reason;
+    }
+    return new TestNatsCluster(
+      nodes,
+      specs.map((s) => s.name),
+    );
+  }
+
+  /** Every node's client URL, comma-separated (the services' `NATS_URL`). */
+  get url(): string {
+    return this.nodes.map((n) => n.url).join(',');
+  }
+
+  /** The node whose server name is `name` (e.g. the stream leader STREAM.INFO names). */
+  byName(name: string): TestNatsServer {
+    const i = this.names.indexOf(name);
+    if (i < 0) throw new Error(`no node named ${name} (nodes: ${this.names.join(', ')})`);
+    return this.nodes[i]!;
+  }
+
+  /** Kills every node and removes their stores. Idempotent. */
+  async cleanup(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n.cleanup()));
+  }
 }

@@ -20,7 +20,7 @@ import {
   type Stack,
 } from '@runplane/devstack';
 import { destroyBus, EventLog } from '@runplane/eventlog';
-import { currentNatsServerBinary, machineNatsServerBinary, TestNatsServer } from './nats-server.js';
+import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
 
 export interface TestStack {
   tag: string;
@@ -44,15 +44,12 @@ export interface TestStack {
 }
 
 /**
- * The nats-server binary tests start: the current release cached by scripts/fetch-nats-server.sh
- * (partition consumers need multi-filter consumers, 2.10, and pinned priority groups, 2.11), else
- * the machine's.
+ * The nats-server binary tests start: the supported release (2.12 or later) cached by
+ * scripts/fetch-nats-server.sh, fetched on first use (never the machine's older one).
+ * @throws Error with one line saying how to get one when it cannot be had.
  */
 export function testNatsServerBinary(): string {
-  const current = currentNatsServerBinary();
-  const bin = ('bin' in current ? current.bin : null) ?? machineNatsServerBinary();
-  if (!bin) throw new Error('no nats-server binary to start (install nats-server or run scripts/fetch-nats-server.sh)');
-  return bin;
+  return currentNatsServerBinary().bin;
 }
 
 export interface TestStackOptions {

@@ -10,13 +10,15 @@ import {
   FALLBACK_NATS_SUFFIX,
   natsEnvOf,
   projectionDatabaseFor,
+  provisionAsAdmin,
   repoRoot,
   startSecuredNats,
+  startSecuredNatsCluster,
   startStack,
   stopEverything,
   type NatsUsers,
 } from '@runplane/devstack';
-import { EventLog } from '@runplane/eventlog';
+import { bucketName, BUS_BUCKETS, EventLog, type BusBucket } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
@@ -233,13 +235,15 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
 }
 
 /**
- * Starts NATS (if needed), the database, every service and the scripted model on their configured
- * ports (admission 8081, publication 8082, model 8090...) and keeps them running until Ctrl-C, so
- * `ask`, `watch` and `timeline` can be used against them.
+ * Starts NATS, the database, every service and the scripted model on their configured ports
+ * (admission 8081, publication 8082, model 8090...) and keeps them running until Ctrl-C, so `ask`,
+ * `watch` and `timeline` can be used against them. With `cluster`, NATS is a 3-node JetStream
+ * cluster on loopback ports (stream, buckets and object store at 3 replicas; the services are
+ * given every node's URL).
  */
-export async function up(): Promise<number> {
+export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   const cleanup = stopOnSignal();
-  const env = await prepareEnvironment();
+  const env = await prepareEnvironment(opts);
   cleanup.also(() => env.close());
   const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
@@ -271,7 +275,7 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
 }
 
 /** What the demo and `up` share: NATS, the database (or the embedded one), the data folder, the model choice. */
-async function prepareEnvironment(): Promise<{
+async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   stateDir: string;
   env: NodeJS.ProcessEnv;
   /** The users of the nats-server this command started (permissions switched on). */
@@ -293,19 +297,20 @@ async function prepareEnvironment(): Promise<{
   out('Runplane');
   // always a server of its own with the Runplane users switched on, as deployed (K9 by the broker);
   // a server already running (the machine's) is never reconfigured
-  const nats = await startSecuredNats({
-    stateDir,
-    space: { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, partitions: bus.RUNPLANE_PARTITIONS },
-  });
+  const space = { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, partitions: bus.RUNPLANE_PARTITIONS };
+  const nats = opts.cluster ? await startSecuredNatsCluster({ stateDir, space }) : await startSecuredNats({ stateDir, space });
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
     // The NATS started here has its own log, so its projections go to a database of their own.
-    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, stateDir);
+    // the cluster's store is a log of its own too: a database of its own
+    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
     if (await ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({ dataDir: join(stateDir, nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite') });
+      embedded = await startEmbeddedDatabase({
+        dataDir: join(stateDir, nats.cluster ? `pglite${FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite'),
+      });
       databaseUrl = embedded.url;
       out(
         `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,
@@ -316,7 +321,13 @@ async function prepareEnvironment(): Promise<{
     );
     return {
       stateDir,
-      env: { ...process.env, NATS_URL: nats.url, DATABASE_URL: databaseUrl, RUNPLANE_DATA_DIR: data.dir },
+      env: {
+        ...process.env,
+        NATS_URL: nats.url,
+        ...(nats.cluster ? { RUNPLANE_NATS_REPLICAS: '3' } : {}),
+        DATABASE_URL: databaseUrl,
+        RUNPLANE_DATA_DIR: data.dir,
+      },
       natsUsers: nats.users,
       dataSet: data.dataSet,
       model: realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL! } : {},
@@ -359,6 +370,32 @@ export async function demo(question: string | undefined): Promise<number> {
   } finally {
     await prepared.close();
   }
+}
+
+/**
+ * Creates what the services may not create themselves (libs/eventlog `provisionBus`): the Run
+ * stream, every KV bucket and the object store, each only when missing, with
+ * `RUNPLANE_NATS_REPLICAS` copies (3 on the deployed 3-node cluster). Connects with the bus
+ * configuration, as the admin user. Prints each stream's replicas and leader. Returns 0.
+ * @throws when NATS is unreachable or the user may not create streams.
+ */
+export async function provision(): Promise<number> {
+  const bus = loadConfig(BusConfig);
+  await provisionAsAdmin(process.env, null);
+  const log = await EventLog.fromEnv('runplane-cli');
+  try {
+    const names = [
+      bus.RUNPLANE_STREAM,
+      ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
+    ];
+    for (const name of names) {
+      const info = await log.jsm.streams.info(name);
+      out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
+    }
+  } finally {
+    await log.close();
+  }
+  return 0;
 }
 
 /** A URL without its password, for printing. */

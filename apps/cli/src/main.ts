@@ -2,7 +2,7 @@
 /**
  * `runplane` CLI. Commands:
  *   demo [question]                run the main job end to end (starts everything, asks, settles, stops)
- *   up                             start everything on the configured ports and keep it running
+ *   up [--cluster]                 start everything on the configured ports and keep it running (--cluster: 3 NATS nodes)
  *   ask <question>                 ask running services and stream the answer
  *   watch <runId>                  follow a Run's events (from --last-event-id)
  *   cancel <runId>                 ask to cancel a Run (K4)
@@ -20,7 +20,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, postLinked, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { ask, demo, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
 const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
@@ -60,8 +60,9 @@ program
 
 program
   .command('up')
-  .description('start NATS (if needed), every service and the scripted model on their configured ports; run until Ctrl-C')
-  .action(() => run(() => up())());
+  .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
+  .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
+  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }))());
 
 api(program.command('ask').description('ask a question to running services and stream the answer').argument('<question>'))
   .option('--conversation <id>', 'conversation id (default: a new one)')
@@ -178,6 +179,13 @@ program
   .argument('<runId>')
   .option('--json', 'one JSON object per event')
   .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
+
+program
+  .command('provision')
+  .description(
+    'create the Run stream, the KV buckets and the object store when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
+  )
+  .action(() => run(() => provision())());
 
 program
   .command('projections')

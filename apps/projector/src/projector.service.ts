@@ -284,12 +284,9 @@ export class ProjectorService implements BeforeApplicationShutdown {
     return bound === Infinity ? read.events : read.events.filter((s) => s.seq <= bound);
   }
 
-  /** The last sequence of each subject of the Run now (0 = empty): one direct get per subject. */
+  /** The last sequence of each subject of the Run now (0 = empty): one read per subject (EventLog.readMessage). */
   private async subjectLasts(runId: string): Promise<SubjectSeqs> {
-    const { stream } = this.log.space;
-    const lasts = await Promise.all(
-      Owner.options.map((owner) => this.log.jsm.direct.getMessage(stream, { last_by_subj: runSubject(this.log.space, runId, owner) })),
-    );
+    const lasts = await Promise.all(Owner.options.map((owner) => this.log.readMessage({ last_by_subj: runSubject(this.log.space, runId, owner) })));
     return Object.fromEntries(Owner.options.map((owner, i) => [owner, lasts[i]?.seq ?? 0]));
   }
 

@@ -83,7 +83,7 @@ export class ObserversController implements BeforeApplicationShutdown {
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
     if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
     if (after > 0) {
-      const stored = await this.log.jsm.direct.getMessage(this.log.space.stream, { seq: after });
+      const stored = await this.log.readMessage({ seq: after });
       const subjectRun = stored ? runIdOfSubject(this.log.space.prefix, stored.subject) : null;
       let atCursor = subjectRun ? { runId: subjectRun } : null;
       const streamLastSeq = atCursor ? after : await this.log.lastSeq();

@@ -18,8 +18,27 @@ export function envInt(def: number, min: number, max = Number.MAX_SAFE_INTEGER) 
   );
 }
 
+/**
+ * The servers named by a `NATS_URL`: one URL, or a comma-separated list (every node of a cluster),
+ * trimmed, empty entries dropped, in the given order.
+ */
+export function natsServerList(natsUrl: string): string[] {
+  return natsUrl
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
 export const BusConfig = z.object({
-  NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+  /**
+   * The NATS server, or every node of a JetStream cluster as a comma-separated list
+   * (`nats://a:4222,nats://b:4222,nats://c:4222`): the client connects to one and moves to another
+   * when it goes away (see {@link natsServerList}).
+   */
+  NATS_URL: z
+    .string()
+    .default('nats://127.0.0.1:4222')
+    .refine((v) => natsServerList(v).length > 0, 'must name at least one NATS server (comma-separated for a cluster)'),
   /** Credentials of this service's NATS user (deploy/nats/accounts.conf), when the server requires them. */
   NATS_USER: z.string().min(1).optional(),
   NATS_PASSWORD: z.string().optional(),
@@ -48,6 +67,14 @@ export const BusConfig = z.object({
    * a replica whose heartbeat is older is counted gone and its partitions move to the others.
    */
   RUNPLANE_MEMBER_TTL_MS: envInt(3_000, 300, 60_000),
+  /**
+   * Copies JetStream keeps of the Run stream, the buckets and the object store when they are
+   * created (`num_replicas`): 1 on a single server, 3 on a 3-node cluster (a node may be lost, K11).
+   */
+  RUNPLANE_NATS_REPLICAS: z.preprocess(
+    (v) => (v === undefined || v === '' ? '1' : v),
+    z.enum(['1', '3'], { message: 'must be 1 (one server) or 3 (a 3-node JetStream cluster)' }).transform(Number),
+  ),
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 

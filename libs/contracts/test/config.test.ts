@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { AdmissionPort, BusConfig, LimitsConfig, ToolsConfig, loadConfig } from '@runplane/contracts';
+import { AdmissionPort, BusConfig, LimitsConfig, ToolsConfig, loadConfig, natsServerList } from '@runplane/contracts';
 
 describe('configuration from the environment (zod, validated at start-up)', () => {
   it('uses the documented defaults when variables are unset or empty', () => {
@@ -29,6 +29,16 @@ describe('configuration from the environment (zod, validated at start-up)', () =
   it('refuses a tool timeout that is not a positive whole number of milliseconds', () => {
     expect(() => loadConfig(ToolsConfig, { RUNPLANE_TOOL_TIMEOUT_MS: 'abc' })).toThrow(/RUNPLANE_TOOL_TIMEOUT_MS/);
     expect(() => loadConfig(ToolsConfig, { RUNPLANE_TOOL_TIMEOUT_MS: '0' })).toThrow(/RUNPLANE_TOOL_TIMEOUT_MS/);
+  });
+
+  it('takes RUNPLANE_NATS_REPLICAS 1 (default) or 3 only, and NATS_URL as one server or a comma-separated cluster', () => {
+    expect(loadConfig(BusConfig, {}).RUNPLANE_NATS_REPLICAS).toBe(1);
+    expect(loadConfig(BusConfig, { RUNPLANE_NATS_REPLICAS: '3' }).RUNPLANE_NATS_REPLICAS).toBe(3);
+    for (const bad of ['2', '0', '5', 'three', '3.0']) {
+      expect(() => loadConfig(BusConfig, { RUNPLANE_NATS_REPLICAS: bad })).toThrow(/RUNPLANE_NATS_REPLICAS/);
+    }
+    expect(natsServerList(' nats://a:4222, nats://b:4222 ,,nats://c:4222')).toEqual(['nats://a:4222', 'nats://b:4222', 'nats://c:4222']);
+    expect(() => loadConfig(BusConfig, { NATS_URL: ' , ' })).toThrow(/NATS_URL/);
   });
 
   it('refuses a subject prefix that would break the subject layout', () => {

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, mkdirSync, readdirSync, writeFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -13,10 +13,13 @@ import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
-import { BusConfig } from '@runplane/contracts';
+import { BusConfig, natsServerList } from '@runplane/contracts';
 import { BUS_USERS, EventLog, natsUserName, provisionBus, renderNatsAuthorization, type BusUser, type SubjectSpace } from '@runplane/eventlog';
 import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
+import { ensureNatsServerBinary, startNatsCluster, type NatsCluster } from './nats-server.js';
+
+export * from './nats-server.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -42,10 +45,10 @@ export function repoRoot(): string {
   return root;
 }
 
-/** True when a NATS server answers at `url` within `timeoutMs`. */
+/** True when a NATS server answers at `url` (one, or a comma-separated list: any of them) within `timeoutMs`. */
 export async function natsReachable(url: string, timeoutMs = 1500, auth?: { user: string; pass: string }): Promise<boolean> {
   try {
-    const nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
+    const nc = await connect({ servers: natsServerList(url), timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
     await nc.close();
     return true;
   } catch {
@@ -55,7 +58,7 @@ export async function natsReachable(url: string, timeoutMs = 1500, auth?: { user
 
 /** True when the NATS server at `url` has JetStream enabled (answers the JetStream API). */
 export async function jetStreamEnabled(url: string): Promise<boolean> {
-  const nc = await connect({ servers: url, timeout: 1500, reconnect: false });
+  const nc = await connect({ servers: natsServerList(url), timeout: 1500, reconnect: false });
   try {
     await jetstreamManager(nc, { timeout: 2000 });
     return true;
@@ -64,15 +67,6 @@ export async function jetStreamEnabled(url: string): Promise<boolean> {
   } finally {
     await nc.close();
   }
-}
-
-function onPath(cmd: string): string | null {
-  for (const dir of (process.env.PATH ?? '').split(':')) {
-    const p = join(dir, cmd);
-    if (dir && existsSync(p)) return p;
-  }
-  for (const p of [`/usr/sbin/${cmd}`, `/usr/local/bin/${cmd}`]) if (existsSync(p)) return p;
-  return null;
 }
 
 export interface NatsHandle {
@@ -84,9 +78,10 @@ export interface NatsHandle {
 }
 
 /**
- * Uses the NATS server at `url` if it answers; otherwise starts `nats-server -js` from PATH on a
- * free loopback port with storage under `stateDir`.
- * @throws Error with one line saying how to get NATS when neither is possible.
+ * Uses the NATS server at `url` if it answers; otherwise starts the supported nats-server
+ * ({@link natsServerBinary}, fetched on first use) with JetStream on a free loopback port with
+ * storage under `stateDir`.
+ * @throws Error with one line saying how to get nats-server when neither is possible.
  */
 export async function ensureNats(url: string, stateDir: string): Promise<NatsHandle> {
   if (await natsReachable(url)) {
@@ -95,12 +90,7 @@ export async function ensureNats(url: string, stateDir: string): Promise<NatsHan
     }
     return { url, child: null, note: `using NATS at ${url}`, stop: async () => undefined };
   }
-  const bin = onPath('nats-server');
-  if (!bin) {
-    throw new Error(
-      `No NATS server answers at ${url} and nats-server is not installed: install it (Debian: apt-get install nats-server; or a release binary from nats.io) or set NATS_URL to a server with JetStream enabled.`,
-    );
-  }
+  const bin = natsServerBinary();
   const port = await getPort({ host: '127.0.0.1' });
   const sd = join(stateDir, 'nats');
   mkdirSync(sd, { recursive: true });
@@ -126,8 +116,8 @@ export const FALLBACK_NATS_SUFFIX = '_devnats';
  * from, so rows from the fallback server's log must never sit in the database of the machine's
  * own log, where a later rebuild against the real log would find rows it cannot explain.
  */
-export function projectionDatabaseFor(databaseUrl: string, nats: Pick<NatsHandle, 'child'>, stateDir?: string): string {
-  if (nats.child === null) return databaseUrl;
+export function projectionDatabaseFor(databaseUrl: string, nats: Pick<SecuredNats, 'child' | 'cluster'>, stateDir?: string): string {
+  if (nats.child === null && !nats.cluster) return databaseUrl;
   // one log per state folder (the server's store lives there): one database per state folder too,
   // so two clones (or two state folders) never share projections built from different logs (K11)
   const store = stateDir ? `_${createHash('sha256').update(resolve(stateDir)).digest('hex').slice(0, 8)}` : '';
@@ -161,20 +151,20 @@ export function natsAuthConfig(space: SubjectSpace, users: NatsUsers): string {
 }
 
 /**
- * The nats-server binary a local stack starts: the newest cached by scripts/fetch-nats-server.sh
- * (partition consumers need 2.11+), else the one on PATH.
+ * The nats-server binary a local stack starts: the supported release (2.12 or later,
+ * `RUNPLANE_NATS_SERVER_BIN` or the newest cached by scripts/fetch-nats-server.sh, which runs on
+ * first use), never an older one found on PATH.
+ * @throws Error with one line saying how to get one when it cannot be had.
  */
-export function natsServerBinary(): string | null {
-  const cache = join(repoRoot(), '.cache', 'nats-server');
-  if (existsSync(cache)) {
-    for (const v of readdirSync(cache).sort().reverse()) if (existsSync(join(cache, v, 'nats-server'))) return join(cache, v, 'nats-server');
-  }
-  return onPath('nats-server');
+export function natsServerBinary(): string {
+  return ensureNatsServerBinary(repoRoot()).bin;
 }
 
 /** A nats-server the local stack started with the Runplane users switched on. */
 export interface SecuredNats extends NatsHandle {
   users: NatsUsers;
+  /** The cluster, when {@link startSecuredNatsCluster} started one (`url` then lists every node). */
+  cluster?: NatsCluster;
 }
 
 /**
@@ -182,15 +172,10 @@ export interface SecuredNats extends NatsHandle {
  * port, with JetStream storing under `stateDir`/nats (kept between runs) and the Runplane users and
  * permissions of {@link natsAuthConfig} switched on: a connection without a user is refused, each
  * service may publish only the facts it owns (K9).
- * @throws Error with one line saying how to get nats-server when none is installed.
+ * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
 export async function startSecuredNats(opts: { stateDir: string; space: SubjectSpace; users?: NatsUsers }): Promise<SecuredNats> {
   const bin = natsServerBinary();
-  if (!bin) {
-    throw new Error(
-      'nats-server is not installed: install it (Debian: apt-get install nats-server), or run scripts/fetch-nats-server.sh, or use a release binary from nats.io.',
-    );
-  }
   const users = opts.users ?? newNatsUsers();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
@@ -214,6 +199,40 @@ export async function startSecuredNats(opts: { stateDir: string; space: SubjectS
 }
 
 /**
+ * Starts a JetStream cluster of `nodes` (default 3) nats-server processes on loopback ports
+ * ({@link startNatsCluster}), each storing under `stateDir`/nats-cluster/<node> (kept between
+ * runs; the ports are new each time, the routes follow), with the Runplane users and permissions
+ * of {@link natsAuthConfig}. `url` lists every node (the services' `NATS_URL`); create the stream
+ * and buckets with `RUNPLANE_NATS_REPLICAS=3`.
+ * @throws Error with one line saying how to get nats-server when it cannot be had.
+ */
+export async function startSecuredNatsCluster(opts: {
+  stateDir: string;
+  space: SubjectSpace;
+  users?: NatsUsers;
+  nodes?: number;
+}): Promise<SecuredNats> {
+  const users = opts.users ?? newNatsUsers();
+  const dir = join(opts.stateDir, 'nats-cluster');
+  const cluster = await startNatsCluster({
+    nodes: opts.nodes ?? 3,
+    stateDir: dir,
+    config: natsAuthConfig(opts.space, users),
+    auth: { user: users.admin.user, pass: users.admin.password },
+    root: repoRoot(),
+    track,
+  });
+  return {
+    url: cluster.url,
+    child: null,
+    cluster,
+    users,
+    note: `started a ${cluster.nodes.length}-node JetStream cluster (nats-server ${cluster.server.version}) on ${cluster.url} with the Runplane users (store ${dir})`,
+    stop: () => cluster.stop(),
+  };
+}
+
+/**
  * Creates the Run stream and the buckets (libs/eventlog `provisionBus`) as the admin user, before
  * any service starts: the services' users may not create them.
  */
@@ -226,6 +245,7 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
     name: 'runplane-provision',
     duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
     partitions: bus.RUNPLANE_PARTITIONS,
+    replicas: bus.RUNPLANE_NATS_REPLICAS,
     ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
   });
   try {

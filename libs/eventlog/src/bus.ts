@@ -151,6 +151,8 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
       `$JS.API.STREAM.INFO.${S}`,
       `$JS.API.DIRECT.GET.${S}`,
       `$JS.API.DIRECT.GET.${S}.${space.prefix}.run.>`,
+      // reads of a replicated stream go to its leader (EventLog.readMessage)
+      `$JS.API.STREAM.MSG.GET.${S}`,
       `$JS.API.CONSUMER.CREATE.${S}`,
       `$JS.API.CONSUMER.INFO.${S}.*`,
       `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
@@ -240,7 +242,9 @@ export function renderNatsAuthorization(space: SubjectSpace, passwords: Record<B
 
 /**
  * Creates what the services may not create themselves (the admin's set-up, before any service
- * starts): the Run stream and every bucket of {@link BUS_BUCKETS}, each only when missing.
+ * starts): the Run stream and every bucket of {@link BUS_BUCKETS}, each only when missing, with
+ * `log.replicas` copies (`RUNPLANE_NATS_REPLICAS`: 3 on a 3-node cluster, so one node may be lost).
+ * The services then only open them (a bucket's `create` reads the existing one's info first).
  * @param log a log connected as a user allowed to create streams (`admin`).
  */
 export async function provisionBus(log: EventLog): Promise<void> {
@@ -248,8 +252,8 @@ export async function provisionBus(log: EventLog): Promise<void> {
   const kvm = new Kvm(log.nc);
   const objm = new Objm(log.nc);
   for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
-    if (spec.kind === 'kv') await kvm.create(bucketName(log.space, bucket), { history: 1 });
-    else await objm.create(bucketName(log.space, bucket));
+    if (spec.kind === 'kv') await kvm.create(bucketName(log.space, bucket), { history: 1, replicas: log.replicas });
+    else await objm.create(bucketName(log.space, bucket), { replicas: log.replicas });
   }
 }
 

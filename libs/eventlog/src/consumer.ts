@@ -43,6 +43,16 @@ export function describeError(e: unknown): string {
   }
 }
 
+/**
+ * How long one pull request of a durable consumer waits, ms. The client's idle heartbeat is half
+ * of it, and after a consumer leader change on a JetStream cluster (a node lost or restarted: the
+ * server answers the pull with 409 "Leadership Change") the client pulls again only after two
+ * missed heartbeats: with the client's default (30 s) a consumer paused up to 33-39 s after a
+ * rolling restart of a 3-node cluster; with 5 s, up to 11 s (docs/operations.md, "JetStream
+ * cluster"). The price: an idle consumer renews its pull every 5 s instead of every 30 s.
+ */
+export const CONSUME_EXPIRES_MS = 5_000;
+
 /** Redelivery delay after a failed handler: exponential from 250 ms, capped at 15 s. */
 export function redeliveryDelayMs(deliveryCount: number): number {
   return Math.min(15_000, 250 * 2 ** Math.max(0, deliveryCount - 1));
@@ -61,6 +71,8 @@ export class DurableConsumer {
   private releasing = false;
   /** This consumer's own handler chains (a subset of the shared `chains`), to wait for on release. */
   private readonly mine = new Set<Promise<void>>();
+  /** Set by {@link stop}. */
+  private stopping = false;
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -85,13 +97,41 @@ export class DurableConsumer {
     const pinned = this.spec.pinned;
     if (filters.length > 1 || pinned) await this.createOrUpdate(filters, ackWaitMs);
     else await this.createOrUpdateSingle(filters[0]!, ackWaitMs);
+    await this.consume(ackWaitMs);
+  }
+
+  /**
+   * Pulls and schedules messages until {@link stop} or {@link release}. When the client ends the
+   * stream of messages on its own (it gives up on a consumer it cannot reach, e.g. while a cluster
+   * moves it), that is logged and consuming starts again a second later: a service never silently
+   * stops reacting. Pulls expire after {@link CONSUME_EXPIRES_MS} (a pinned consumer: its
+   * `pullExpiresMs`), so a consumer whose leader moved is pulled from again within seconds.
+   */
+  private async consume(ackWaitMs: number): Promise<void> {
+    const pinned = this.spec.pinned;
     const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
     this.messages = await consumer.consume(
-      pinned ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs } : { max_messages: 100 },
+      pinned ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs } : { max_messages: 100, expires: CONSUME_EXPIRES_MS },
     );
     const messages = this.messages;
+    const ended = () => this.stopping || this.releasing;
     this.loop = (async () => {
-      for await (const m of messages) this.schedule(m, ackWaitMs);
+      try {
+        for await (const m of messages) this.schedule(m, ackWaitMs);
+      } catch (e) {
+        if (!ended()) this.logger.error({ durable: this.durableName, err: describeError(e) }, 'consuming failed; starting again');
+      }
+      while (!ended()) {
+        this.logger.warn({ durable: this.durableName }, 'the consumer stream ended; consuming again');
+        await new Promise((r) => setTimeout(r, 1_000));
+        if (ended()) return;
+        try {
+          await this.consume(ackWaitMs);
+          return;
+        } catch (e) {
+          this.logger.error({ durable: this.durableName, err: describeError(e) }, 'cannot consume yet; trying again');
+        }
+      }
     })();
   }
 
@@ -141,8 +181,10 @@ export class DurableConsumer {
 
   /**
    * Terminates a message that is not a fact, once, and logs it as an anomaly with its running count.
-   * A plain `term()`: nats-server 2.9 ignores a term that carries a reason and redelivers for
-   * ever, and unacknowledged poison would fill `max_ack_pending` and stall the consumer.
+   * The reason travels with the term (into the server's `MSG_TERMINATED` advisory): the supported
+   * server honours a term with a reason (2.9.10 redelivered it for ever); terminated, the message
+   * no longer counts against `max_ack_pending`. test/e2e/broker.test.ts terminates 1,200 and
+   * checks that none is redelivered.
    */
   private terminate(m: JsMsg, kind: AnomalyKind, reason: string): void {
     const tokens = m.subject.split('.');
@@ -151,7 +193,7 @@ export class DurableConsumer {
       { durable: this.durableName, seq: m.seq, subject: m.subject, runId: tokens[2], anomaly: kind, anomalies: count, reason },
       'terminating a message that is not a fact (an anomaly)',
     );
-    m.term();
+    m.term(`runplane ${kind}: ${reason}`.slice(0, 256));
   }
 
   private schedule(m: JsMsg, ackWaitMs: number): void {
@@ -205,6 +247,7 @@ export class DurableConsumer {
 
   /** Stops fetching, waits for in-flight handlers, leaves the durable consumer in place. */
   async stop(): Promise<void> {
+    this.stopping = true;
     await this.messages?.close();
     await this.loop?.catch(() => undefined);
     await Promise.allSettled([...this.chains.values()]);

@@ -6,13 +6,14 @@ import {
   DeliverPolicy,
   JetStreamApiError,
   jetstream,
+  StorageType,
   jetstreamManager,
   type JetStreamClient,
   type JetStreamManager,
   type JsMsg,
   type StoredMsg,
 } from '@nats-io/jetstream';
-import { BusConfig, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
+import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { AppendConflict, AppendRefused, InvalidStoredEvent } from './errors.js';
 import {
   allRunsFilter,
@@ -26,6 +27,7 @@ import {
 } from './subjects.js';
 
 export interface EventLogOptions {
+  /** The NATS server, or every node of a cluster comma-separated (`NATS_URL`, contracts' `natsServerList`). */
   natsUrl: string;
   stream: string;
   prefix: string;
@@ -51,6 +53,11 @@ export interface EventLogOptions {
    * is reported through `onPartitionsMismatch`.
    */
   partitions?: number;
+  /**
+   * Copies of the stream when this log creates it (`num_replicas`, `RUNPLANE_NATS_REPLICAS`):
+   * 1 (default) on one server, 3 on a 3-node JetStream cluster. The buckets of `provisionBus` too.
+   */
+  replicas?: number;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -179,6 +186,28 @@ export function verifyStored(seq: number, subject: string, data: Uint8Array, hea
 }
 
 /**
+ * The configuration of the Run stream as {@link EventLog.ensureStream} creates it (and as
+ * deploy/nats/stream-RUNPLANE.json gives it to `nats stream add`, a test keeps the two equal):
+ * file storage, `replicas` copies, the duplicate window in ns, direct get allowed, and no message
+ * deleted, purged or rolled up through the API (K11).
+ */
+export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; duplicateWindowMs: number }) {
+  return {
+    name: space.stream,
+    subjects: [allRunsFilter(space)],
+    storage: StorageType.File,
+    num_replicas: opts.replicas,
+    duplicate_window: opts.duplicateWindowMs * 1_000_000,
+    allow_direct: true,
+    allow_rollup_hdrs: false,
+    deny_delete: true,
+    deny_purge: true,
+    // the partition count, fixed for the stream's life (nats-server 2.10+ keeps metadata)
+    metadata: { [PARTITIONS_METADATA_KEY]: String(space.partitions) },
+  };
+}
+
+/**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
@@ -189,6 +218,8 @@ export class EventLog {
 
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
+  /** True when the stream has more than one replica: reads go to its leader ({@link readMessage}). */
+  private leaderReads = false;
 
   /** Called when the configured partition count differs from the stream's (the stream's wins). */
   onPartitionsMismatch: (configured: number, stream: number) => void = (configured, stream) =>
@@ -205,6 +236,8 @@ export class EventLog {
     service: string,
     private readonly appendRetryMs: number,
     private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
+    /** Copies of the stream and buckets this log creates (`num_replicas`). */
+    readonly replicas: number = 1,
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -215,7 +248,7 @@ export class EventLog {
    */
   static async connect(opts: EventLogOptions): Promise<EventLog> {
     const nc = await connect({
-      servers: opts.natsUrl,
+      servers: natsServerList(opts.natsUrl),
       name: opts.name ?? 'runplane',
       maxReconnectAttempts: -1,
       reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
@@ -232,6 +265,7 @@ export class EventLog {
         opts.name ?? 'runplane',
         opts.appendRetryMs ?? 30_000,
         opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
+        opts.replicas ?? 1,
       );
       await log.ensureStream();
       return log;
@@ -261,22 +295,25 @@ export class EventLog {
       name,
       duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
       partitions: bus.RUNPLANE_PARTITIONS,
+      replicas: bus.RUNPLANE_NATS_REPLICAS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
     });
   }
 
   /**
-   * Creates the stream if missing: file storage, the duplicate window, direct get allowed, no
-   * message can be deleted, purged or rolled up through the JetStream API (the log is the truth,
-   * K11; only deleting the whole stream remains: the admin's, and tests' clean-up), and the
-   * partition count in its metadata (`runplane_partitions`, nats-server 2.10+). When the stream
-   * exists, its partition count becomes this log's (`space.partitions`), whatever was configured:
-   * every process of a deployment must map a Run to the same partition.
+   * Creates the stream if missing (the shape of {@link runStreamConfig}): file storage,
+   * {@link replicas} copies, the duplicate window, direct get allowed, no message can be deleted,
+   * purged or rolled up through the JetStream API (the log is the truth, K11; only deleting the
+   * whole stream remains: the admin's, and tests' clean-up), and the partition count in its
+   * metadata (`runplane_partitions`, nats-server 2.10+). An existing stream is left as it is (its
+   * replicas included), and its partition count becomes this log's (`space.partitions`), whatever
+   * was configured: every process of a deployment must map a Run to the same partition.
    * @throws when the stream captures other subjects, or its partition count is not 1..256.
    */
   async ensureStream(): Promise<void> {
     try {
       const info = await this.jsm.streams.info(this.space.stream);
+      this.leaderReads = (info.config.num_replicas ?? 1) > 1;
       const wanted = allRunsFilter(this.space);
       if (!info.config.subjects?.includes(wanted)) {
         throw new Error(
@@ -286,17 +323,11 @@ export class EventLog {
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
-      const info = await this.jsm.streams.add({
-        name: this.space.stream,
-        subjects: [allRunsFilter(this.space)],
-        duplicate_window: this.duplicateWindowMs * 1_000_000,
-        allow_direct: true,
-        allow_rollup_hdrs: false,
-        deny_delete: true,
-        deny_purge: true,
-        // a server before 2.10 keeps no metadata (nor runs partition consumers): the configured count holds
-        ...(serverAtLeast(this.nc.info?.version, 2, 10) ? { metadata: { [PARTITIONS_METADATA_KEY]: String(this.space.partitions) } } : {}),
-      });
+      const config = runStreamConfig(this.space, { replicas: this.replicas, duplicateWindowMs: this.duplicateWindowMs });
+      // a server before 2.10 keeps no metadata (nor runs partition consumers): the configured count holds
+      if (!serverAtLeast(this.nc.info?.version, 2, 10)) delete (config as { metadata?: unknown }).metadata;
+      const info = await this.jsm.streams.add(config);
+      this.leaderReads = this.replicas > 1;
       // a concurrent creator may have won with its own count: the stream's is the one
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
     }
@@ -313,6 +344,18 @@ export class EventLog {
     }
     if (n !== this.space.partitions) this.onPartitionsMismatch(this.space.partitions, n);
     this.space = { ...this.space, partitions: n };
+  }
+
+  /**
+   * One stored message of the Run stream, by sequence or the last on a subject, or null. On one
+   * server a direct get. On a replicated stream (a cluster) the leader's `STREAM.MSG.GET`: with
+   * `allow_direct` every replica answers direct gets, and a follower a few ms behind answered the
+   * read a service made on the delivery of an event without that event, so the decision the event
+   * should have triggered was never taken (a finished Run left unsettled on the 3-node cluster,
+   * seen in `npm run bench -- --nats-cluster`). The leader holds every message a consumer delivered.
+   */
+  readMessage(query: { seq: number } | { last_by_subj: string }): Promise<StoredMsg | null> {
+    return this.leaderReads ? this.jsm.streams.getMessage(this.space.stream, query) : this.jsm.direct.getMessage(this.space.stream, query);
   }
 
   /** Deletes the stream: test clean-up only. */
@@ -401,7 +444,7 @@ export class EventLog {
 
   /** The subject's last event when it is this process's own append of `eventId` on top of `prevSeq`, else null. */
   private async ownLastOn(subject: string, eventId: string, prevSeq: number): Promise<StoredEvent | null> {
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
       const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
@@ -414,7 +457,7 @@ export class EventLog {
 
   /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a fact (not a valid event, or not appended by the log: {@link verifyStored}; reported through `onInvalid`). */
   async getStored(seq: number): Promise<StoredEvent | null> {
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { seq });
+    const msg = await this.readMessage({ seq });
     if (!msg) return null;
     try {
       return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
@@ -428,7 +471,7 @@ export class EventLog {
   /** The last fact on one owner's subject of a Run (direct get; when the last message is not a fact, {@link verifyStored}, found by reading the Run), or null. */
   async lastOf(runId: string, owner: Owner): Promise<StoredEvent | null> {
     const subject = runSubject(this.space, runId, owner);
-    const msg = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
       return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
@@ -500,7 +543,7 @@ export class EventLog {
    * result is accepted only where every fetched event's verified link points at the next older one.
    */
   private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
-    const first = await this.jsm.direct.getMessage(this.space.stream, { last_by_subj: subject });
+    const first = await this.readMessage({ last_by_subj: subject });
     if (!first) return stopAt === 0 ? { events: [], last: 0 } : null;
     const last = first.seq;
     if (last < stopAt) return null;
@@ -529,7 +572,7 @@ export class EventLog {
       if (stopAt > 0 && prev < stopAt) return null; // the chain skips an event this reader knows: not consistent
       if (prev < floor) break;
       const wanted = [prev, ...(oldest.stored.event.earlierSeqs ?? [])].filter((s) => s >= floor);
-      const fetched = await Promise.all(wanted.map((seq) => this.jsm.direct.getMessage(this.space.stream, { seq })));
+      const fetched = await Promise.all(wanted.map((seq) => this.readMessage({ seq })));
       let expected = prev;
       oldest = null;
       for (const m of fetched) {

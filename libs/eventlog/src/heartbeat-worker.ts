@@ -10,7 +10,11 @@ import type { HeartbeatWorkerData } from './heartbeats.js';
 
 const data = workerData as HeartbeatWorkerData;
 const nc = await connect({
-  servers: data.natsUrl,
+  // one server, or every node of a cluster comma-separated (NATS_URL, contracts' natsServerList)
+  servers: data.natsUrl
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean),
   name: `${data.value.service}-heartbeat`,
   maxReconnectAttempts: -1,
   ...(data.user ? { user: data.user, pass: data.pass ?? '' } : {}),

@@ -1,9 +1,10 @@
 /**
  * Execution leases (K6): one NATS KV bucket `<prefix>_leases`, one key per Run. A runtime instance
  * executes a Run only while it holds the Run's lease; every change is a compare-and-set on the
- * key's revision (KV `create`, `update(key, value, revision)`: both on nats-server 2.9.10), so two
- * instances can never both believe they hold it after a change. A lease's expiry is its last
- * write's server timestamp plus `ttlMs` (KV key TTL does not exist before 2.11). Recovery watches
+ * key's revision (KV `create`, `update(key, value, revision)`), so two instances can never both
+ * believe they hold it after a change. A lease's expiry is its last write's server timestamp plus
+ * `ttlMs`, judged by recovery against the holder's heartbeat (a KV key TTL, 2.11+, would delete the
+ * key without that judgement: a late holder is not a gone one). Recovery watches
  * the bucket, fences a Run whose lease expired or was released by a stopping runtime, and marks
  * the key `fenced` so that the stale holder's renewal fails. The lease is coordination only: the
  * facts (grant, fence) are events in the Run's log, and the fence is what stops a stale holder's

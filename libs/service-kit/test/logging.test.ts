@@ -13,7 +13,6 @@ import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/n
 
 // partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
 const current = currentNatsServerBinary();
-if (!('bin' in current)) throw new Error(current.skip);
 let server: TestNatsServer;
 let natsUrl: string;
 const tag = randomBytes(4).toString('hex');

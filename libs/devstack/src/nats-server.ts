@@ -1,0 +1,289 @@
+/**
+ * The nats-server a local Runplane starts (the demo, `up`, the tests, the bench): the current
+ * release (2.12 or later) cached by scripts/fetch-nats-server.sh, fetched on first use; never the
+ * machine's own older server. And a JetStream cluster of such servers on loopback ports.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import getPort from 'get-port';
+
+/** The oldest nats-server Runplane supports (docs/event-log.md, "What the design relies on"). */
+export const NATS_SERVER_MIN_VERSION = '2.12.0';
+
+/** One line saying how to get a supported nats-server, for errors. */
+export const HOW_TO_GET_NATS_SERVER = `run scripts/fetch-nats-server.sh (it caches nats-server 2.12+ from Debian's packages in .cache/nats-server), or set RUNPLANE_NATS_SERVER_BIN to a nats-server ${NATS_SERVER_MIN_VERSION} or later (release binaries: https://github.com/nats-io/nats-server/releases)`;
+
+/** `nats-server --version` of a binary ("2.15.1"), or null when it does not run. */
+export function natsServerVersion(bin: string): string | null {
+  try {
+    const out = execFileSync(bin, ['--version'], { encoding: 'utf8', timeout: 10_000 });
+    return /v(\d+\.\d+\.\d+\S*)/.exec(out)?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Compares two dotted versions numerically ("2.9.10" < "2.12.0"): negative, 0 or positive. */
+export function compareVersions(a: string, b: string): number {
+  const x = a.split(/[.-]/).map((p) => Number.parseInt(p, 10) || 0);
+  const y = b.split(/[.-]/).map((p) => Number.parseInt(p, 10) || 0);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/** A nats-server binary and its version. */
+export interface NatsServerBinary {
+  bin: string;
+  version: string;
+}
+
+/**
+ * The supported nats-server already at hand: `RUNPLANE_NATS_SERVER_BIN` when set (it must run and
+ * be {@link NATS_SERVER_MIN_VERSION} or later), else the newest such release cached in
+ * `<root>/.cache/nats-server/<version>/nats-server`. Null when there is none (see
+ * {@link ensureNatsServerBinary}, which fetches one).
+ * @throws Error when `RUNPLANE_NATS_SERVER_BIN` names a binary that does not run or is too old.
+ */
+export function findNatsServerBinary(root: string, env: NodeJS.ProcessEnv = process.env): NatsServerBinary | null {
+  const override = env.RUNPLANE_NATS_SERVER_BIN;
+  if (override) {
+    const version = natsServerVersion(override);
+    if (!version) throw new Error(`RUNPLANE_NATS_SERVER_BIN=${override} does not run (nats-server --version)`);
+    if (compareVersions(version, NATS_SERVER_MIN_VERSION) < 0) {
+      throw new Error(
+        `RUNPLANE_NATS_SERVER_BIN=${override} is nats-server ${version}, older than ${NATS_SERVER_MIN_VERSION}: ${HOW_TO_GET_NATS_SERVER}`,
+      );
+    }
+    return { bin: override, version };
+  }
+  const cache = join(root, '.cache', 'nats-server');
+  const found: NatsServerBinary[] = [];
+  for (const dir of existsSync(cache) ? readdirSync(cache) : []) {
+    const bin = join(cache, dir, 'nats-server');
+    if (!existsSync(bin)) continue;
+    const version = natsServerVersion(bin);
+    if (version && compareVersions(version, NATS_SERVER_MIN_VERSION) >= 0) found.push({ bin, version });
+  }
+  found.sort((a, b) => compareVersions(b.version, a.version));
+  return found[0] ?? null;
+}
+
+/**
+ * The supported nats-server, fetched on first use: {@link findNatsServerBinary}, else runs
+ * `scripts/fetch-nats-server.sh` once (its progress on stderr) and looks again.
+ * @throws Error with one line saying how to get one when it cannot be had.
+ */
+export function ensureNatsServerBinary(root: string, env: NodeJS.ProcessEnv = process.env): NatsServerBinary {
+  const found = findNatsServerBinary(root, env);
+  if (found) return found;
+  const script = join(root, 'scripts', 'fetch-nats-server.sh');
+  let why = '';
+  try {
+    execFileSync('bash', [script], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 15 * 60_000 });
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; message: string };
+    why = `${err.stdout ?? ''}${err.stderr ?? ''}`.trim().split('\n').pop() ?? err.message;
+  }
+  const fetched = findNatsServerBinary(root, env);
+  if (fetched) return fetched;
+  throw new Error(`No nats-server ${NATS_SERVER_MIN_VERSION} or later could be had${why ? ` (${why})` : ''}: ${HOW_TO_GET_NATS_SERVER}.`);
+}
+
+/** True when a NATS server answers JetStream API requests at `url` (a cluster: once it has a meta leader). */
+export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: { user: string; pass: string }): Promise<boolean> {
+  let nc;
+  try {
+    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
+  } catch {
+    return false;
+  }
+  try {
+    await jetstreamManager(nc, { timeout: timeoutMs });
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await nc.close().catch(() => undefined);
+  }
+}
+
+/** Where one node of a loopback cluster listens and stores. */
+export interface NatsClusterNodeSpec {
+  /** Server name (`n1`, `n2`, ...), unique in the cluster (JetStream's raft groups need it). */
+  name: string;
+  clientPort: number;
+  clusterPort: number;
+  /** JetStream store folder of this node. */
+  storeDir: string;
+}
+
+/**
+ * The configuration file of one node of a loopback JetStream cluster: `config` (e.g. the
+ * Runplane users of natsAuthConfig) followed by the node's name, client port, JetStream store and
+ * the cluster block with a route to every node (its own route is ignored by the server).
+ */
+export function natsClusterNodeConfig(config: string, clusterName: string, node: NatsClusterNodeSpec, all: readonly NatsClusterNodeSpec[]): string {
+  return [
+    config,
+    `server_name: ${node.name}`,
+    `listen: 127.0.0.1:${node.clientPort}`,
+    `jetstream { store_dir: ${JSON.stringify(node.storeDir)} }`,
+    `cluster {`,
+    `  name: ${clusterName}`,
+    `  listen: 127.0.0.1:${node.clusterPort}`,
+    `  routes: [${all.map((n) => `nats-route://127.0.0.1:${n.clusterPort}`).join(', ')}]`,
+    `}`,
+    '',
+  ].join('\n');
+}
+
+/** Free loopback ports for `n` nodes (a client and a cluster port each). */
+export async function clusterNodeSpecs(n: number, dirOf: (name: string) => string): Promise<NatsClusterNodeSpec[]> {
+  const taken = new Set<number>();
+  const port = async () => {
+    for (;;) {
+      const p = await getPort({ host: '127.0.0.1' });
+      if (!taken.has(p)) {
+        taken.add(p);
+        return p;
+      }
+    }
+  };
+  const specs: NatsClusterNodeSpec[] = [];
+  for (let i = 1; i <= n; i++) specs.push({ name: `n${i}`, clientPort: await port(), clusterPort: await port(), storeDir: dirOf(`n${i}`) });
+  return specs;
+}
+
+/** One node of a {@link NatsCluster}. */
+export interface NatsClusterNode extends NatsClusterNodeSpec {
+  /** `nats://127.0.0.1:<clientPort>` (the same across restarts). */
+  url: string;
+  /** The running process id, or null while stopped. */
+  readonly pid: number | null;
+  /** Stops the node gracefully (SIGTERM; SIGKILL after 10 s) and waits for it to exit. */
+  stop(): Promise<void>;
+  /** Kills the node with SIGKILL (a crash) and waits for it to exit. */
+  kill(): Promise<void>;
+  /** Starts the node again (same ports, store and config); resolves once it answers JetStream requests. */
+  start(): Promise<void>;
+  /** `stop()` (if running) then `start()`. */
+  restart(): Promise<void>;
+}
+
+/** A JetStream cluster of nats-server processes on loopback ports. */
+export interface NatsCluster {
+  /** Every node's client URL, comma-separated: the services' `NATS_URL`. */
+  url: string;
+  nodes: NatsClusterNode[];
+  /** The binary and its version. */
+  server: NatsServerBinary;
+  /** Stops every node (gracefully). */
+  stop(): Promise<void>;
+}
+
+export interface NatsClusterOptions {
+  /** Number of nodes (3: a majority survives the loss of one). */
+  nodes: number;
+  /** Each node stores under `<stateDir>/<name>` (its config and log beside its store). */
+  stateDir: string;
+  /** Configuration shared by every node (e.g. natsAuthConfig: the Runplane users and permissions). */
+  config: string;
+  /** A user the readiness probe connects as when `config` requires one. */
+  auth?: { user: string; pass: string };
+  /** The cluster's name (default `runplane`). */
+  clusterName?: string;
+  /** The binary (default: {@link ensureNatsServerBinary} of `root`). */
+  server?: NatsServerBinary;
+  /** Repository root (for the cached binary). */
+  root: string;
+  /** Keeps track of started processes (e.g. to stop them on a signal); default none. */
+  track?: (child: ChildProcess) => ChildProcess;
+  /** How long to wait for the cluster to answer JetStream requests, ms (default 30 s). */
+  readyTimeoutMs?: number;
+}
+
+/**
+ * Starts `nodes` nats-server processes forming one JetStream cluster on loopback (distinct store
+ * folders, client and cluster ports, a common cluster name, routes to each other, the same
+ * `config` on each), and resolves once every node answers JetStream API requests (the cluster
+ * has elected its meta leader).
+ * @throws Error with the node's log file when a node exits or the cluster is not ready in time.
+ */
+export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCluster> {
+  const server = opts.server ?? ensureNatsServerBinary(opts.root);
+  const clusterName = opts.clusterName ?? 'runplane';
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
+  const specs = await clusterNodeSpecs(opts.nodes, (name) => join(opts.stateDir, name, 'store'));
+  const nodes: NatsClusterNode[] = specs.map((spec) => {
+    const dir = join(opts.stateDir, spec.name);
+    mkdirSync(dir, { recursive: true });
+    const configFile = join(dir, 'server.conf');
+    const logFile = join(dir, 'server.log');
+    writeFileSync(configFile, natsClusterNodeConfig(opts.config, clusterName, spec, specs), { mode: 0o600 });
+    const url = `nats://127.0.0.1:${spec.clientPort}`;
+    let child: ChildProcess | null = null;
+    const exited = (c: ChildProcess) =>
+      c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once('exit', () => r()));
+    const node: NatsClusterNode = {
+      ...spec,
+      url,
+      get pid() {
+        return child?.pid ?? null;
+      },
+      async stop() {
+        const c = child;
+        if (!c) return;
+        const done = exited(c);
+        c.kill('SIGTERM');
+        const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+        await done;
+        clearTimeout(timer);
+      },
+      async kill() {
+        const c = child;
+        if (!c) return;
+        const done = exited(c);
+        c.kill('SIGKILL');
+        await done;
+      },
+      async start() {
+        if (child) throw new Error(`node ${spec.name} (${url}) is already running`);
+        const c = spawn(server.bin, ['-c', configFile, '-l', logFile], { stdio: 'ignore' });
+        opts.track?.(c);
+        child = c;
+        c.once('exit', () => {
+          if (child === c) child = null;
+        });
+        const deadline = Date.now() + readyTimeoutMs;
+        while (!(await jetStreamAnswers(url, 1000, opts.auth))) {
+          if (child !== c) throw new Error(`nats-server ${spec.name} exited before answering on ${url} (log: ${logFile})`);
+          if (Date.now() > deadline)
+            throw new Error(`nats-server ${spec.name} did not answer JetStream requests on ${url} within ${readyTimeoutMs} ms (log: ${logFile})`);
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      },
+      async restart() {
+        await node.stop();
+        await node.start();
+      },
+    };
+    return node;
+  });
+  const stopAll = async () => {
+    await Promise.all(nodes.map((n) => n.stop()));
+  };
+  try {
+    // all at once: a node alone has no JetStream meta leader, so none answers before a majority runs
+    await Promise.all(nodes.map((n) => n.start()));
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+  return { url: nodes.map((n) => n.url).join(','), nodes, server, stop: stopAll };
+}

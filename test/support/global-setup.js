@@ -1,0 +1,43 @@
+// Jest global set-up (jest.config.js): starts the suite's shared nats-server, the supported
+// release cached by scripts/fetch-nats-server.sh (fetched on first use; the run fails with one line
+// saying how to get one when it cannot be had), with JetStream on a free loopback port and a
+// temporary store, and sets NATS_URL for every test file (the workers inherit it). Tests use their
+// own stream names on it; files that inject faults start servers of their own
+// (test/support/nats-server.ts). Plain JavaScript: Jest loads it before any transform applies.
+// A watchdog shell kills the server and removes its folder when this Jest process dies in any way.
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import getPort from 'get-port';
+import { ensureNatsServerBinary, jetStreamAnswers } from '@runplane/devstack';
+
+export default async function globalSetup() {
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  const { bin, version } = ensureNatsServerBinary(root);
+  const dir = mkdtempSync(join(tmpdir(), 'rp-nats-shared-'));
+  const port = await getPort({ host: '127.0.0.1' });
+  const child = spawn(bin, ['-js', '-sd', join(dir, 'store'), '-a', '127.0.0.1', '-p', String(port), '-l', join(dir, 'server.log')], {
+    stdio: 'ignore',
+  });
+  child.unref();
+  const watchdog = spawn('sh', ['-c', 'read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), dir], {
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
+  watchdog.on('error', () => undefined);
+  watchdog.unref();
+  watchdog.stdin.unref?.();
+  const url = `nats://127.0.0.1:${port}`;
+  const deadline = Date.now() + 15_000;
+  while (!(await jetStreamAnswers(url, 1000))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`the suite's nats-server ${bin} did not answer on ${url} (log: ${join(dir, 'server.log')})`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  process.env.NATS_URL = url;
+  process.stderr.write(`\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}\n`);
+  globalThis.__RUNPLANE_SHARED_NATS__ = { child, watchdog, dir };
+}
