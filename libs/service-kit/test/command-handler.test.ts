@@ -181,7 +181,7 @@ describe('RunCommandHandler', () => {
     const handler = new RunCommandHandler(a, 'recovery');
     await expect(
       handler.handle(runId, decideFences, {
-        onAppended: (stored) => reported.push(`${stored.event.type}@${stored.subject.split('.').pop()}`),
+        onAppended: (stored) => reported.push(`${stored.event.type}@${stored.subject.split('.')[3]}`),
         beforeAppend: async (events) => {
           if (attempt === 1) {
             // another writer moves the tools subject on: the first fence is stored, the second conflicts
@@ -195,7 +195,7 @@ describe('RunCommandHandler', () => {
       }),
     ).rejects.toThrow('the retry fails');
     expect(reported).toEqual(['run.fenced@runtime']);
-    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.').pop()}`);
+    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.')[3]}`);
     expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools', 'run.fenced@runtime']);
   });
 });
