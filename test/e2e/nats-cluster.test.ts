@@ -165,10 +165,12 @@ async function checkRuns(
 }
 
 describe('Runplane on a 3-node JetStream cluster (issue [8]; K5, K6, K10, K11)', () => {
-  it('creates the Run stream, every KV bucket and the object store with 3 replicas, each with a leader and two current followers', async () => {
+  it('creates the Run stream, every KV bucket and the object store with 3 replicas, each with a leader and two current followers; KV reads go to the leader', async () => {
     for (const s of allStreams()) {
       const info = await t.log.jsm.streams.info(s);
       expect({ stream: s, replicas: info.config.num_replicas }).toEqual({ stream: s, replicas: 3 });
+      // a follower behind may answer a direct get: leases and claims are read from the leader
+      if (s.startsWith('KV_')) expect({ stream: s, direct: info.config.allow_direct }).toEqual({ stream: s, direct: false });
     }
     await allCurrent();
   });

@@ -252,7 +252,11 @@ export async function provisionBus(log: EventLog): Promise<void> {
   const kvm = new Kvm(log.nc);
   const objm = new Objm(log.nc);
   for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {
-    if (spec.kind === 'kv') await kvm.create(bucketName(log.space, bucket), { history: 1, replicas: log.replicas });
+    // replicated: reads from the leader, like the Run stream's (EventLog.readMessage): a direct get
+    // may be answered by a follower behind (the client's own doc: "the possibility of inconsistency
+    // during a read"), and leases and claims are decided from what is read
+    if (spec.kind === 'kv')
+      await kvm.create(bucketName(log.space, bucket), { history: 1, replicas: log.replicas, ...(log.replicas > 1 ? { allow_direct: false } : {}) });
     else await objm.create(bucketName(log.space, bucket), { replicas: log.replicas });
   }
 }
