@@ -8,7 +8,12 @@
 //   read-cost log.readRun(runId) + foldRun(runId, events) of one 30-event Run with 0 / 100k / 1M
 //             other events in the stream.
 //
-// Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,dbos,restate
+//   runplane-x3  W1 on Runplane again with three processes of every service on a 3-node JetStream
+//             cluster the bench starts for it (stream and buckets at R3), in the same table as
+//             `runplane` (one process per service, one server): what must hold on 2 cores is that
+//             the replicas cost little and no Run stalls (the "Runs not settled" row).
+//
+// Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,runplane-x3,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
@@ -37,7 +42,7 @@ import { startDbos, startRestate, startRunplane } from './bench/systems.js';
 const { values: a } = parseArgs({
   options: {
     only: { type: 'string', default: 'w1,demo,read-cost' },
-    systems: { type: 'string', default: 'runplane,dbos,restate' },
+    systems: { type: 'string', default: 'runplane,runplane-x3,dbos,restate' },
     concurrency: { type: 'string', default: '1,8,64' },
     runs: { type: 'string', default: '16,64,192' },
     warmup: { type: 'string', default: '4' },
@@ -114,24 +119,39 @@ try {
   }
 
   if (only.has('w1')) {
-    const peerProblem = systemsWanted.some((s) => s !== 'runplane') ? ensurePeerPackages(root) : null;
+    const peerProblem = systemsWanted.some((s) => !isRunplane(s)) ? ensurePeerPackages(root) : null;
     for (const sys of systemsWanted) {
       say(`\n== W1 on ${sys} ==`);
-      if (sys !== 'runplane' && peerProblem) {
+      if (!isRunplane(sys) && peerProblem) {
         say(`  skipped: ${peerProblem}`);
         results[sys] = { skipped: peerProblem };
         continue;
       }
       let handle;
+      let ownNats = null; // runplane-x3's own 3-node cluster, stopped with it
       try {
+        if (sys === 'runplane-x3') {
+          ownNats = await startNats(a['nats-bin'], { cluster: true });
+          say(`  its own ${ownNats.version} at ${ownNats.url}`);
+        }
         handle =
           sys === 'runplane'
             ? await startRunplane({ tag, nats, modelUrl: model.url, pg: pgc, logDir, dataDir })
-            : sys === 'dbos'
-              ? await startDbos({ root, tag, modelUrl: model.url, pg: pgc, logFile: join(logDir, 'dbos.log'), dataDir })
-              : sys === 'restate'
-                ? await startRestate({ root, modelUrl: model.url, logFile: join(logDir, 'restate.log'), dataDir })
-                : null;
+            : sys === 'runplane-x3'
+              ? await startRunplane({
+                  tag: `${tag}x3`,
+                  nats: ownNats,
+                  modelUrl: model.url,
+                  pg: pgc,
+                  logDir: join(logDir, 'x3'),
+                  dataDir,
+                  replicas: 3,
+                })
+              : sys === 'dbos'
+                ? await startDbos({ root, tag, modelUrl: model.url, pg: pgc, logFile: join(logDir, 'dbos.log'), dataDir })
+                : sys === 'restate'
+                  ? await startRestate({ root, modelUrl: model.url, logFile: join(logDir, 'restate.log'), dataDir })
+                  : null;
         if (!handle) throw new Error(`unknown system ${sys}`);
       } catch (e) {
         const why = String(e?.message ?? e)
@@ -140,6 +160,7 @@ try {
           .join(' | ');
         say(`  could not start ${sys}: ${why}`);
         results[sys] = { skipped: `could not start: ${why}` };
+        if (ownNats) await ownNats.stop().catch(() => undefined);
         continue;
       }
       try {
@@ -156,6 +177,7 @@ try {
         results[sys] = { ...(results[sys] ?? {}), skipped: `failed: ${String(e?.message ?? e).slice(0, 200)}` };
       } finally {
         await handle.stop().catch((e) => say(`  stop ${sys}: ${e?.message ?? e}`));
+        if (ownNats) await ownNats.stop().catch((e) => say(`  stop ${sys}'s NATS cluster: ${e?.message ?? e}`));
       }
     }
   } else if (only.has('demo')) {
@@ -195,7 +217,7 @@ const svgPath = a.svg ?? (fullComparison ? 'docs/performance-runs-per-second.svg
 if (only.has('w1') && svgPath) {
   const svg = runsPerSecondSvg(
     levels,
-    ['runplane', 'dbos', 'restate']
+    ['runplane', 'runplane-x3', 'dbos', 'restate']
       .filter((s) => systemsWanted.includes(s))
       .map((s) => ({ name: label(s), values: levels.map((_, i) => results[s]?.levels?.[i]?.runsPerS ?? null) })),
     `${cpus().length}-core machine, scripted model, ${new Date().toISOString().slice(0, 10)} (npm run bench, ${tag})`,
@@ -208,7 +230,12 @@ say(`bench took ${((Date.now() - started) / 1000).toFixed(0)} s`);
 // ---------------------------------------------------------------------------------------------
 
 function label(sys) {
-  return { runplane: 'Runplane', dbos: 'DBOS', restate: 'Restate' }[sys] ?? sys;
+  return { runplane: 'Runplane', 'runplane-x3': 'Runplane x3', dbos: 'DBOS', restate: 'Restate' }[sys] ?? sys;
+}
+
+/** True for the Runplane configurations (they share the event log, the shape check and the stall count). */
+function isRunplane(sys) {
+  return sys === 'runplane' || sys === 'runplane-x3';
 }
 
 /** Warm-up, idle RSS, then each concurrency level with its CPU meter. */
@@ -220,20 +247,22 @@ async function measureW1(sys, h) {
   if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
   let totalRuns = Number(a.warmup);
   let shape = null;
-  if (sys === 'runplane') {
+  if (isRunplane(sys)) {
     // Check W1's shape on one warm-up Run: 3 model turns, 2 tool calls.
     const runId = await h.one(`w1-${tag}-${sys}-shape`, W1_QUESTION);
     totalRuns++;
     const facts = foldRun(runId, await h.log.readRun(runId));
     shape = { turns: facts.turns.length, toolCalls: facts.toolCalls.size };
-    say(`  W1 shape on Runplane: ${shape.turns} model turns, ${shape.toolCalls} tool calls`);
+    say(`  W1 shape on ${label(sys)}: ${shape.turns} model turns, ${shape.toolCalls} tool calls`);
   }
   const meter = new CpuMeter(h.pids);
   const out = [];
   for (const [i, c] of levels.entries()) {
     await meter.begin();
+    const stalledBefore = h.stalled?.length;
     const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${k}`, W1_QUESTION));
     const cpuMs = await meter.end();
+    const stalls = h.stalled ? h.stalled.length - stalledBefore : undefined;
     totalRuns += runsPer[i];
     const row = {
       c,
@@ -243,14 +272,16 @@ async function measureW1(sys, h) {
       p99: pct(r.latencies, 99),
       cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length),
       failures: r.failures,
+      stalls,
+      stalledIds: h.stalled ? h.stalled.slice(stalledBefore) : [],
     };
     out.push(row);
     say(
-      `  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
+      `  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${stalls ? `, ${stalls} NOT SETTLED` : ''}${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
     );
   }
   let eventsPerRun;
-  if (sys === 'runplane') {
+  if (isRunplane(sys)) {
     const info = await h.log.jsm.streams.info(h.log.space.stream);
     eventsPerRun = info.state.messages / totalRuns;
     say(`  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs)`);
@@ -331,7 +362,7 @@ async function measureDemo(h) {
 
 function printReport() {
   if (!only.has('w1')) return;
-  const names = ['runplane', 'dbos', 'restate'].filter((s) => systemsWanted.includes(s));
+  const names = ['runplane', 'runplane-x3', 'dbos', 'restate'].filter((s) => systemsWanted.includes(s));
   const base = results.runplane;
   const rows = [];
   const metric = (title, get, digits) => {
@@ -350,6 +381,11 @@ function printReport() {
   metric('idle RSS, MiB (own processes)', (r) => (r?.idleRss ? r.idleRss.reduce((s, [, k]) => s + (k ?? 0), 0) / 1024 : undefined), 0);
   metric('events per Run', (r) => r?.eventsPerRun, 1);
   metric('failed Runs (all levels)', (r) => r?.levels?.reduce((s, l) => s + l.failures, 0), 0);
+  metric(
+    'Runs not settled (stalls, all levels)',
+    (r) => (r?.levels?.every((l) => l.stalls !== undefined) ? r.levels.reduce((s, l) => s + l.stalls, 0) : undefined),
+    0,
+  );
   const header = ['W1 (3 model turns, 2 tool calls)'];
   for (const s of names) header.push(label(s), ...(s !== 'runplane' ? ['vs Runplane'] : []));
   const all = [header, ...rows];
@@ -365,6 +401,15 @@ function printReport() {
     else if (r) say(`${label(s)} CPU includes: ${r.includes}`);
   }
   if (base?.idleRss) say(`Runplane idle RSS per process: ${base.idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  for (const s of names.filter((x) => isRunplane(x))) {
+    const stalled = results[s]?.levels?.flatMap((l) => l.stalledIds ?? []) ?? [];
+    if (results[s]?.levels)
+      say(
+        stalled.length
+          ? `STALL: ${label(s)}: ${stalled.length} admitted Run(s) did not settle within 120 s: ${stalled.join(', ')} (their events in ${logDir})`
+          : `${label(s)}: every admitted Run settled (no stall)`,
+      );
+  }
   for (const s of names.filter((x) => x !== 'runplane'))
     if (results[s]?.idleRss)
       say(`${label(s)} idle RSS per process: ${results[s].idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);

@@ -1,6 +1,6 @@
 // A hand-written SVG line chart: Runs/s (y) against concurrency (x, one evenly spaced tick per level).
 
-const COLORS = { Runplane: '#1f6feb', DBOS: '#2da44e', Restate: '#d1242f' };
+const COLORS = { Runplane: '#1f6feb', 'Runplane x3': '#8250df', DBOS: '#2da44e', Restate: '#d1242f' };
 const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /**

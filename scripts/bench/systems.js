@@ -9,7 +9,7 @@ import { arch, platform, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
 import { RunplaneClient } from '@runplane/client';
-import { dropDatabase, ensureDatabaseExists, spawnReady, startStack } from '@runplane/devstack';
+import { dropDatabase, ensureDatabaseExists, SERVICES, spawnReady, startStack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { pgBackendPids, rssKiB } from './proc.js';
 import { stopProcess, waitFor } from './infra.js';
@@ -20,8 +20,14 @@ const PG = 'postgresql://postgres@127.0.0.1:5432';
  * Starts Runplane: every service as its own process (devstack) on the bench's private NATS, its
  * own stream, subject prefix and projection database, the shared scripted model as its model.
  * Settlement is observed by a core-NATS subscription on the lifecycle subjects (no polling).
+ * @param {object} o
+ * @param {number} [o.replicas] processes per service (default 1; `runplane-x3` passes 3 with a
+ *   3-node `nats`): admissions go round-robin over the admission replicas, and the CPU and idle
+ *   RSS count every replica.
+ * @returns the system handle; besides the common shape, `stalled` lists the ids of the Runs that
+ *   were admitted but did not settle within the settle timeout (120 s).
  */
-export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }) {
+export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1 }) {
   const env = {
     ...process.env,
     NATS_URL: nats.url,
@@ -55,7 +61,8 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
   await log.nc.flush();
   let stack;
   try {
-    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl });
+    const perService = replicas > 1 ? Object.fromEntries(SERVICES.map((n) => [n, replicas])) : undefined;
+    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl, replicas: perService });
   } catch (e) {
     sub.unsubscribe();
     await log.destroyStream();
@@ -63,7 +70,10 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
     await dropDatabase(env.DATABASE_URL).catch(() => undefined);
     throw e;
   }
-  const client = new RunplaneClient(stack.endpoints);
+  // One client per admission replica, used in turn (the stack's endpoints are the first replica's).
+  const clients = (stack.replicas.get('admission') ?? []).map((p) => new RunplaneClient({ ...stack.endpoints, admission: p.url }));
+  let turn = 0;
+  const stalled = [];
   const settled = (runId, timeoutMs = 120_000) =>
     new Promise((resolve, reject) => {
       if (early.has(runId)) {
@@ -73,6 +83,7 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       }
       const t = setTimeout(() => {
         waiters.delete(runId);
+        stalled.push(runId);
         // what the log holds says where it stopped (or that the settlement was only missed here)
         void log
           .readRun(runId)
@@ -89,22 +100,26 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir }
       });
     });
   const db = `rp_${tag}`;
+  const all = () => [...stack.replicas.entries()].flatMap(([name, ps]) => ps.map((p) => [p.name ?? name, p]));
+  const processCount = [...stack.replicas.values()].reduce((n, ps) => n + ps.length, 0);
   return {
-    name: 'Runplane',
+    name: replicas > 1 ? `Runplane x${replicas}` : 'Runplane',
     log,
     stack,
+    stalled,
     async one(id, question) {
+      const client = clients[turn++ % clients.length];
       const { status, body } = await client.postMessage(id, { clientMessageId: id, content: question });
       if (status !== 201) throw new Error(`admission answered ${status}`);
       const outcome = await settled(body.runId);
       if (outcome !== 'completed') throw new Error(`run ${body.runId} settled ${outcome}`);
       return body.runId;
     },
-    pids: async () => [...[...stack.services.values()].map((p) => p.child.pid), ...nats.pids(), ...(await pgBackendPids(pg, [db]))],
-    includes: `the 6 service processes, the bench's private nats-server${nats.replicas === 3 ? 's (3-node cluster, stream and buckets at R3)' : ''}, the PostgreSQL backends of its projection database`,
+    pids: async () => [...all().map(([, p]) => p.child.pid), ...nats.pids(), ...(await pgBackendPids(pg, [db]))],
+    includes: `the ${processCount} service processes (${replicas} per service), the ${nats.replicas === 3 ? '3-node nats-server cluster (stream and buckets at R3)' : "bench's private nats-server"}, the PostgreSQL backends of its projection database`,
     async idleRss() {
       const out = [];
-      for (const [name, p] of stack.services) out.push([name, await rssKiB(p.child.pid)]);
+      for (const [name, p] of all()) out.push([name, await rssKiB(p.child.pid)]);
       for (const pid of nats.pids()) out.push(['nats-server', await rssKiB(pid)]);
       return out;
     },
