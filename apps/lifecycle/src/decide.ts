@@ -16,8 +16,8 @@
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
  * while both executor subjects (`runtime`, `tools`) end in a fence of recovery (`facts.closed`;
  * recovery fences them with reason `settling` when an execution finished on its own), so an
- * executor append decided before the settlement is refused by its conditional append, on
- * nats-server 2.9.10 too. And it settles only once every paragraph recorded while the answer
+ * executor append decided before the settlement is refused by its conditional append on the
+ * exact subject. And it settles only once every paragraph recorded while the answer
  * streamed is a committed passage, so text produced before a crash or a failure is kept (K9, K10).
  */
 import {

@@ -8,6 +8,7 @@ main({
   portEnv: 'RECOVERY_PORT',
   defaultPort: 8087,
   config: [LeaseConfig, RecoveryConfig],
-  // one durable per filter: recovery-admission (cancel, deadlines), recovery-runtime (closing the executors' subjects)
+  // one durable per partition, `<prefix>-recovery-p<N>`, on the admission (cancel, deadlines) and
+  // runtime (closing the executors' subjects) subjects
   consumer: {},
 });

@@ -1,7 +1,7 @@
 /**
  * Live executors' claims on tool calls (K5): a NATS KV bucket `<prefix>_claims`, one key per Run
  * and tool call (`<runId>.<toolCallId>`), whose value names the holder instance and an expiry.
- * KV key TTL does not exist on nats-server 2.9, so the expiry is in the value and every reader
+ * The expiry is in the value (KV key TTL, nats-server 2.11+, is not used) and every reader
  * compares it with its own clock. A claim is taken with `create` (or, when the previous holder's
  * claim expired, `update` on the revision read), renewed with `update(key, value, revision)` while
  * the call executes, and deleted once the call has its receipt.

@@ -368,7 +368,7 @@ export class EventLog {
   }
 
   /**
-   * Appends `event` to `<prefix>.run.<runId>.<owner>` only if that subject's last sequence is
+   * Appends `event` to `<prefix>.run.<runId>.<owner>.<partition>` only if that subject's last sequence is
    * still `expectedLastSubjectSeq` (0 = the subject must be empty), stamped with `prevSeq` (that
    * expectation: the subject's verified back-link), `earlierSeqs` (the sequences of earlier
    * events on the subject the writer knows, newest first: read-ahead hints) and this log's
