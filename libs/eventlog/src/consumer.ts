@@ -207,6 +207,8 @@ export class DurableConsumer {
       this.terminate(m, e.anomaly, e.message);
       return;
     }
+    // the handler's reads of this Run must include this event (a stream copy behind is read again)
+    this.log.noteStored(m.subject, m.seq);
     const key = stored.event.runId;
     const prev = this.chains.get(key) ?? Promise.resolve();
     const next = prev.then(() => this.process(m, stored, ackWaitMs));

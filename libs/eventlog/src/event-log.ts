@@ -14,7 +14,7 @@ import {
   type StoredMsg,
 } from '@nats-io/jetstream';
 import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
-import { AppendConflict, AppendRefused, InvalidStoredEvent } from './errors.js';
+import { AppendConflict, AppendRefused, InvalidStoredEvent, RetryLater } from './errors.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -207,6 +207,11 @@ export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; d
   };
 }
 
+/** Pauses before reading a subject again after a stale answer (a stream copy behind), ms. */
+const STALE_READ_RETRY_MS = [5, 20, 50, 100, 250];
+/** Subjects whose stored floor a process keeps (the most recently stored first kept). */
+const STORED_FLOOR_MAX = 50_000;
+
 /**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
@@ -354,8 +359,42 @@ export class EventLog {
    * should have triggered was never taken (a finished Run left unsettled on the 3-node cluster,
    * seen in `npm run bench -- --nats-cluster`). The leader holds every message a consumer delivered.
    */
-  readMessage(query: { seq: number } | { last_by_subj: string }): Promise<StoredMsg | null> {
-    return this.leaderReads ? this.jsm.streams.getMessage(this.space.stream, query) : this.jsm.direct.getMessage(this.space.stream, query);
+  async readMessage(query: { seq: number } | { last_by_subj: string }): Promise<StoredMsg | null> {
+    const get = () =>
+      this.leaderReads ? this.jsm.streams.getMessage(this.space.stream, query) : this.jsm.direct.getMessage(this.space.stream, query);
+    const subject = 'last_by_subj' in query ? query.last_by_subj : null;
+    const floor = subject === null ? 0 : (this.storedFloor.get(subject) ?? 0);
+    for (let attempt = 0; ; attempt++) {
+      const msg = await get();
+      if (floor === 0 || (msg !== null && msg.seq >= floor)) return msg;
+      // a stale answer: this process already saw a later message of that subject stored
+      if (attempt >= STALE_READ_RETRY_MS.length) {
+        throw new RetryLater(
+          `a read of ${subject} answered sequence ${msg?.seq ?? 'none'}, but ${floor} is stored there (a copy of the stream behind)`,
+          250,
+        );
+      }
+      await new Promise((r) => setTimeout(r, STALE_READ_RETRY_MS[attempt]));
+    }
+  }
+
+  /**
+   * Highest sequence this process knows is stored on each Run subject: what a consumer delivered
+   * to it ({@link noteStored}) and what it appended. A read of the last message of a subject that
+   * answers below it came from a copy of the stream that is behind: {@link readMessage} reads
+   * again, and past its retries throws {@link RetryLater}, so a decision is never taken from a
+   * log that lacks the very event that triggered it (K10, K11: a wake is never swallowed).
+   * Bounded: the oldest subjects are forgotten first.
+   */
+  private readonly storedFloor = new Map<string, number>();
+
+  /** Records that `seq` is stored on `subject` (a delivered or appended message): later reads of that subject must reach it. */
+  noteStored(subject: string, seq: number): void {
+    const known = this.storedFloor.get(subject) ?? 0;
+    if (seq <= known) return;
+    this.storedFloor.delete(subject);
+    this.storedFloor.set(subject, seq);
+    if (this.storedFloor.size > STORED_FLOOR_MAX) this.storedFloor.delete(this.storedFloor.keys().next().value!);
   }
 
   /** Deletes the stream: test clean-up only. */
@@ -416,6 +455,7 @@ export class EventLog {
           throw new AbortError(e as Error);
         }
         const stored: StoredEvent = { seq: ack.seq, subject, event: stamped };
+        this.noteStored(subject, ack.seq);
         if (!ack.duplicate) return { seq: ack.seq, stored, recovered: false };
         const existing = await this.getStored(ack.seq);
         if (attempts > 1 && existing?.event.eventId === event.eventId && existing.event.writer?.instance === this.writer.instance) {

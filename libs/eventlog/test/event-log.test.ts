@@ -10,6 +10,7 @@ import {
   isPermanentAppendError,
   ownerFilter,
   partitionOf,
+  RetryLater,
   runSubject,
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
@@ -56,6 +57,28 @@ describeEachNatsServer(servers, (server) => {
     const rejected = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect(rejected.reason).toBeInstanceOf(AppendConflict);
     expect(await log.readRun(runId)).toHaveLength(1);
+  });
+
+  it('given a delivery this process saw stored on a subject, when a read of that subject answers below it (a copy of the stream behind), then it is read again and never returned: RetryLater (K10, K11)', async () => {
+    const runId = `rf${tag}`;
+    const first = await log.append(admitted(runId), 0);
+    const reader = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'floor-reader' });
+    try {
+      const subject = runSubject(reader.space, runId, 'admission');
+      // what a consumer delivered (the floor): reads answer at or above it
+      reader.noteStored(subject, first.seq);
+      expect((await reader.lastOf(runId, 'admission'))?.seq).toBe(first.seq);
+      // a later message of the subject was delivered, but the copy answering reads does not hold it:
+      // simulated by a floor beyond what is stored; the stale answer is refused, not decided from
+      reader.noteStored(subject, first.seq + 1000);
+      const started = Date.now();
+      await expect(reader.lastOf(runId, 'admission')).rejects.toThrow(RetryLater);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(400); // it read again a few times first
+      // another subject of the same Run is unaffected
+      expect(await reader.lastOf(runId, 'runtime')).toBeNull();
+    } finally {
+      await reader.close();
+    }
   });
 
   it("given an event over the broker's max_payload, when appended, then it is refused at once as permanent (size), never attempted, nothing stored (K11)", async () => {
