@@ -2,12 +2,13 @@
  * The Kubernetes base (deploy/k8s) keeps issue [8]'s promises: every service runs at least two
  * replicas with RollingUpdate, a PodDisruptionBudget, topology spread, a grace period above the
  * drain bound and probes on a path it serves (test/support/deploy-manifests.ts). No cluster is
- * needed: the files are parsed as they are applied.
+ * needed: the files are parsed, and refused where kustomize refuses them (a repeated key in an env
+ * file of the ConfigMap: `kubectl apply -k` then renders nothing).
  */
 import { describe, expect, it } from '@jest/globals';
 import { join } from 'node:path';
 import { repoRoot } from '@runplane/devstack';
-import { deployProblems, loadDeployBase, parseManifests, portEnvOf, yamlFilesUnder, type DeployBase } from '../support/deploy-manifests.js';
+import { deployProblems, loadDeployBase, parseEnvFile, parseManifests, portEnvOf, yamlFilesUnder, type DeployBase } from '../support/deploy-manifests.js';
 
 const repo = repoRoot();
 const portEnv = (s: Parameters<typeof portEnvOf>[1]) => portEnvOf(repo, s);
@@ -17,6 +18,11 @@ describe('deploy/k8s', () => {
     const files = yamlFilesUnder(join(repo, 'deploy'));
     expect(files.length).toBeGreaterThan(10);
     for (const file of files) expect(() => parseManifests(file)).not.toThrow();
+  });
+
+  it('refuses an env file that repeats a key, as kustomize does (config.env once set RUNPLANE_PARTITIONS twice)', () => {
+    expect(parseEnvFile('A=1\n# note\nB=2\n')).toEqual({ A: '1', B: '2' });
+    expect(() => parseEnvFile('RUNPLANE_PARTITIONS=8\nB=2\nRUNPLANE_PARTITIONS=8\n')).toThrow(/repeats the key RUNPLANE_PARTITIONS/);
   });
 
   it('runs every service as a replicated, disruption-budgeted, spread Deployment with probes it serves', () => {

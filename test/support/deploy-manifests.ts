@@ -96,14 +96,21 @@ export function parseManifests(path: string): K8sObject[] {
   return out;
 }
 
-/** `KEY=value` lines of an env file (kustomize `envs` syntax: no quotes, no expansion). */
+/**
+ * `KEY=value` lines of an env file (kustomize `envs` syntax: no quotes, no expansion).
+ * @throws Error naming the key when a key is repeated: kustomize refuses such a file
+ *   ("configmap ... illegally repeats the key"), so `kubectl apply -k` would fail.
+ */
 export function parseEnvFile(text: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const raw of text.split('\n')) {
     const line = raw.trim();
     if (!line || line.startsWith('#')) continue;
     const eq = line.indexOf('=');
-    if (eq > 0) out[line.slice(0, eq)] = line.slice(eq + 1);
+    if (eq <= 0) continue;
+    const key = line.slice(0, eq);
+    if (key in out) throw new Error(`the env file repeats the key ${key} (kustomize refuses it: the ConfigMap would not render)`);
+    out[key] = line.slice(eq + 1);
   }
   return out;
 }

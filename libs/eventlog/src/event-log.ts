@@ -495,7 +495,7 @@ export class EventLog {
     }
   }
 
-  /** The stored event at stream sequence `seq` (direct get), or null when there is none or it is not a fact (not a valid event, or not appended by the log: {@link verifyStored}; reported through `onInvalid`). */
+  /** The stored event at stream sequence `seq` ({@link readMessage}: a direct get, from the leader on a replicated stream), or null when there is none or it is not a fact (not a valid event, or not appended by the log: {@link verifyStored}; reported through `onInvalid`). */
   async getStored(seq: number): Promise<StoredEvent | null> {
     const msg = await this.readMessage({ seq });
     if (!msg) return null;
@@ -508,7 +508,7 @@ export class EventLog {
     }
   }
 
-  /** The last fact on one owner's subject of a Run (direct get; when the last message is not a fact, {@link verifyStored}, found by reading the Run), or null. */
+  /** The last fact on one owner's subject of a Run ({@link readMessage}; when the last message is not a fact, {@link verifyStored}, found by reading the Run), or null. */
   async lastOf(runId: string, owner: Owner): Promise<StoredEvent | null> {
     const subject = runSubject(this.space, runId, owner);
     const msg = await this.readMessage({ last_by_subj: subject });
