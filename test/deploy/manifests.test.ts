@@ -8,7 +8,15 @@
 import { describe, expect, it } from '@jest/globals';
 import { join } from 'node:path';
 import { repoRoot } from '@runplane/devstack';
-import { deployProblems, loadDeployBase, parseEnvFile, parseManifests, portEnvOf, yamlFilesUnder, type DeployBase } from '../support/deploy-manifests.js';
+import {
+  deployProblems,
+  loadDeployBase,
+  parseEnvFile,
+  parseManifests,
+  portEnvOf,
+  yamlFilesUnder,
+  type DeployBase,
+} from '../support/deploy-manifests.js';
 
 const repo = repoRoot();
 const portEnv = (s: Parameters<typeof portEnvOf>[1]) => portEnvOf(repo, s);
