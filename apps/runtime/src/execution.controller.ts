@@ -103,6 +103,8 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   private nudges: Subscription | null = null;
   /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
   private readonly renewing = new Set<string>();
+  /** When each held Run was last woken by a delivery or a nudge (ms since the epoch): the renewal tick wakes only Runs idle for a lease TTL. */
+  private readonly lastWake = new Map<string, number>();
 
   constructor(
     private readonly log: EventLog,
@@ -127,6 +129,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         if (err || this.stopping) return;
         const runId = msg.string();
         if (!this.held.has(runId)) return;
+        this.lastWake.set(runId, Date.now());
         void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
           this.logger.warn({ runId, error: (e as Error).message }, 'wake from a nudge failed');
         });
@@ -138,6 +141,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   async onWake(@Payload() stored: StoredEvent): Promise<void> {
     // a cancel stops the model request in flight at once (K4): it does not wait behind it
     if (stored.event.type === 'run.cancel.requested') this.inFlight.get(stored.event.runId)?.abort();
+    this.lastWake.set(stored.event.runId, Date.now());
     await this.exclusive(stored.event.runId, () => {
       // a stopping runtime starts nothing, and must not acknowledge a wake it did not act on: it is
       // redelivered to another (or the restarted) runtime instead of being swallowed (K10)
@@ -378,6 +382,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const lease = this.held.get(runId);
     if (!lease) return false;
     this.held.delete(runId);
+    this.lastWake.delete(runId);
     return this.leases.release(lease, this.log.writer, reason, wakeBy).then(
       () => true,
       (e: unknown) => {
@@ -428,7 +433,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
   }
 
   /**
-   * Renews every held lease (compare-and-set) and wakes its Run. A lease that changed meanwhile was
+   * Renews every held lease (compare-and-set) and wakes its Run when it was not woken within a lease TTL. A lease that changed meanwhile was
    * fenced: this instance stops executing that Run at once (its model request is aborted, and the
    * fence on its subject refuses any write it still attempts). A renewal that fails because NATS is
    * unreachable is retried on the next tick; recovery does not count that time as an expiry.
@@ -448,6 +453,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         .then((renewed) => {
           // a draining process keeps its leases (a model request still finishing) but starts nothing
           if (!renewed || this.stopping) return;
+          // a Run woken within the last lease TTL (a delivery, a nudge) has what it needs; the tick
+          // wakes only the others: the safety net for a wake that reached another replica and whose
+          // nudge was lost (issue [9]: each tick's wake read the Run from the log, every few seconds)
+          if (Date.now() - (this.lastWake.get(runId) ?? 0) < this.settings.leaseTtlMs) return;
+          this.lastWake.set(runId, Date.now());
           void this.exclusive(runId, () => this.execute(runId)).catch((e: unknown) => {
             this.logger.warn({ runId, error: (e as Error).message }, 'wake from the renewal timer failed');
           });

@@ -36,15 +36,20 @@ export const natsUserName = (user: BusUser): string => `runplane-${user}`;
  * A service has one durable consumer per partition ({@link consumerFilters}, {@link durableNameOf}).
  */
 export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'all'>> = {
-  // the lifecycle subject carries a child's settlement on its parent (`child.run.settled`, a wake: K10);
-  // the runtime subject a draining replica's `run.handed_over` (the wake another replica takes the Run with)
-  runtime: ['admission', 'runtime', 'tools', 'lifecycle'],
+  // The owners that decide on the hot path read every subject of their partitions: each of their
+  // Runs' events is delivered to them in order, so their folds are kept from the deliveries and a
+  // decision taken on a delivery reads nothing from the log (issue [9], deliveries.ts, RunFolds).
+  // What each reacts to: the runtime to `run.admitted`, receipts, cancels, answered waits, a child's
+  // settlement on its parent (`child.run.settled`, K10) and a draining replica's `run.handed_over`;
+  // the tools to proposals; publication to paragraphs and the finished execution; the lifecycle to
+  // what settles a Run; recovery to cancels and finished executions.
+  runtime: 'all',
   // child Runs (K10): `child.run.requested` on the runtime subject, a parent's `run.settled` on the lifecycle subject
   admission: ['runtime', 'lifecycle'],
-  tools: ['runtime'],
-  publication: ['runtime'],
-  lifecycle: ['runtime', 'publication'],
-  recovery: ['admission', 'runtime'],
+  tools: 'all',
+  publication: 'all',
+  lifecycle: 'all',
+  recovery: 'all',
   projector: 'all',
 };
 

@@ -20,6 +20,12 @@ export interface DurableConsumerSpec {
    * unpinned ({@link DurableConsumer.release}) or has not pulled for `timeoutMs`.
    */
   pinned?: { group: string; timeoutMs: number; pullExpiresMs: number };
+  /**
+   * True when the filter takes every subject of the Runs it delivers (a whole partition): each
+   * delivery is then told to the log's {@link EventLog.deliveries} before its handler, which runs
+   * in the delivery's scope (the folds of the service decide from it without reading: deliveries.ts).
+   */
+  wholeRuns?: boolean;
 }
 
 export type StoredEventHandler = (stored: StoredEvent) => Promise<void>;
@@ -228,7 +234,8 @@ export class DurableConsumer {
     }
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
     try {
-      await this.handler(stored);
+      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, m.info.deliveryCount === 1, () => this.handler(stored));
+      else await this.handler(stored);
       m.ack();
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);

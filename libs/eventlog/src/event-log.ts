@@ -14,6 +14,7 @@ import {
   type StoredMsg,
 } from '@nats-io/jetstream';
 import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
+import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, RetryLater } from './errors.js';
 import {
   allRunsFilter,
@@ -223,6 +224,8 @@ export class EventLog {
 
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
+  /** What this process's whole-Run partition consumers deliver, for the folds it keeps (deliveries.ts). */
+  readonly deliveries = new DeliveryFeed();
   /** True when the stream has more than one replica: reads go to its leader ({@link readMessage}). */
   private leaderReads = false;
 

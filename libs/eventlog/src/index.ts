@@ -2,6 +2,7 @@ export * from './subjects.js';
 export * from './errors.js';
 export * from './event-log.js';
 export * from './consumer.js';
+export * from './deliveries.js';
 export * from './result-store.js';
 export * from './leases.js';
 export * from './lease-renewal.js';

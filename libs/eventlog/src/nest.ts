@@ -7,7 +7,7 @@ import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
 import { recordAnomaly } from './anomalies.js';
-import { consumerFilters, type BusService } from './bus.js';
+import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
@@ -195,6 +195,10 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       error: (fields: object, m: string) => this.nestLogger.error(fields, m),
     };
     const pinTimeoutMs = this.spec.pinTimeoutMs ?? 5_000;
+    // every subject of the partition: what this process kept of its Runs may lack what another
+    // process handled while it was not the partition's owner; its folds start again from the log
+    const wholeRuns = SERVICE_CONSUMERS[this.spec.service] === 'all';
+    if (wholeRuns) this.log.deliveries.partitionMoved(p);
     const consumer = new DurableConsumer(
       this.log,
       {
@@ -202,6 +206,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
         filter: consumerFilters(this.log.space, this.spec.service, p),
         ...(this.spec.ackWaitMs ? { ackWaitMs: this.spec.ackWaitMs } : {}),
         pinned: { group: PARTITION_GROUP, timeoutMs: pinTimeoutMs, pullExpiresMs: Math.max(1_000, Math.floor(pinTimeoutMs / 2.5)) },
+        wholeRuns,
       },
       (stored) => this.dispatch(stored),
       logger,
@@ -235,6 +240,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     if (!consumer) return;
     this.consumers.delete(p);
     await consumer.release();
+    if (SERVICE_CONSUMERS[this.spec.service] === 'all') this.log.deliveries.partitionMoved(p);
   }
 
   private async dispatch(stored: StoredEvent): Promise<void> {

@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, type EventLog } from '@runplane/eventlog';
+import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, type EventLog } from '@runplane/eventlog';
 import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
@@ -19,6 +19,12 @@ interface Entry {
   facts: RunFacts;
   /** Ids of the events folded (a copy of one stored again is not folded twice). */
   eventIds: Set<string>;
+  /**
+   * True while the entry holds every event of the Run up to the last one delivered: it was read
+   * from the log, and every delivery since followed on from what it knew (no gap on the delivered
+   * event's subject). False after a gap: the next read goes to the log.
+   */
+  current: boolean;
 }
 
 /**
@@ -31,34 +37,70 @@ function withLasts(facts: RunFacts, lasts: Partial<Record<Owner, number>>): RunF
   return { ...facts, lastSeqByOwner };
 }
 
+/** Where the Run facts a service decided from came from, counted per process (`GET /metrics`, `runplane_run_reads_total`). */
+export const runReads = { log: 0, kept: 0 };
+
+/** Options of {@link RunFolds.read}. */
+export interface ReadOptions {
+  /** Read the log even when the kept fold would do (after a conflict: the fold is known to be behind). */
+  fresh?: boolean;
+}
+
 /**
- * The folds of the Runs a service is working on, kept between wakes and brought up to date from
- * the log on every read by following each subject's back-links from its last event down to what
- * is already known ({@link EventLog.catchUp}): one direct get per owner subject plus one per new
- * event. A kept fold is only a hint: every decision made from it is still checked by the
- * conditional append on the owner's subject (K6), and a conflict makes the caller read again.
- * Bounded: the least recently used Runs are dropped past `capacity`.
+ * The folds of the Runs a service is working on, kept between wakes (issue [9]: no read of the log
+ * on the hot path).
+ *
+ * - **Kept from deliveries.** A service whose partition consumers take every subject of their
+ *   Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its handler runs
+ *   (`EventLog.deliveries`, deliveries.ts): a delivered event that follows on from what the fold
+ *   knows of its subject (its `prevSeq`, the back-link the server verified, is the subject's last
+ *   known sequence) is folded in; one that does not (a gap: the partition was elsewhere, a message
+ *   that is not a fact, a fold dropped) marks the fold behind.
+ * - **Read while handling a delivery: no request.** Inside a delivery's handler, for that
+ *   delivery's Run, a fold that is current and holds the delivered event is the answer: the Run as
+ *   of that event, which is what the decision the event triggers is about. Anything it lacks is
+ *   delivered next and decided then.
+ * - **Otherwise from the log.** A read outside a delivery (an HTTP request, a timer, a watch), of
+ *   another Run, of a fold behind, or `fresh` brings the fold up to date from the log by following
+ *   each subject's back-links from its last event down to what is known ({@link EventLog.catchUp}:
+ *   one direct get per owner subject plus one per new event).
+ *
+ * A kept fold is only a hint: every decision made from it is still checked by the conditional
+ * append on the owner's subject (K6), and a conflict makes the caller read the log again
+ * ({@link RunCommandHandler.handle}). A fold is dropped at the Run's settlement (delivered), when
+ * its partition starts here again, and past `capacity` (least recently used first).
  */
 export class RunFolds {
   private readonly entries = new Map<string, Entry>();
 
   /**
-   * @param log the event log to read from.
+   * @param log the event log to read from (and whose whole-Run deliveries keep the folds).
    * @param capacity most Runs kept (default 2,000).
    */
   constructor(
     private readonly log: EventLog,
     private readonly capacity = 2_000,
-  ) {}
+  ) {
+    log.deliveries?.observe({ delivered: (stored, first) => this.delivered(stored, first), partitionMoved: (p) => this.partitionMoved(p) });
+  }
 
   /**
-   * The Run's facts as of now (every event stored before the call is included).
+   * The Run's facts: inside the handler of a delivery of that Run, as of that delivery (from the
+   * kept fold when it is current); anywhere else as of now (every event stored before the call).
    * @throws NATS errors from the reads.
    */
-  async read(runId: string): Promise<RunFacts> {
+  async read(runId: string, opts: ReadOptions = {}): Promise<RunFacts> {
     const entry = this.entries.get(runId);
+    const scope = this.log.deliveries?.current();
+    if (!opts.fresh && entry?.current && scope?.runId === runId && Object.values(entry.lasts).some((seq) => seq >= scope.seq)) {
+      runReads.kept++;
+      this.keep(runId, entry);
+      return entry.facts;
+    }
+    runReads.log++;
     const found = await this.log.catchUp(runId, entry?.lasts ?? {});
     const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
+    next.current = true;
     this.keep(runId, next);
     return next.facts;
   }
@@ -71,6 +113,39 @@ export class RunFolds {
     // Only when it directly follows what is known of its subject: otherwise a gap would be hidden.
     if ((entry.lasts[owner] ?? 0) !== (stored.event.prevSeq ?? -1)) return;
     this.keep(stored.event.runId, this.merge(stored.event.runId, entry, [stored], { [owner]: stored.seq }));
+  }
+
+  /**
+   * A delivery of a whole-Run consumer (before its handler): folded in when it follows on from
+   * what is known of its subject, ignored when already known, else the fold is marked behind.
+   * A Run's first event (`run.admitted`, on its first delivery: nothing of the Run precedes it)
+   * starts its fold; a settlement drops it (a later wake reads the log).
+   */
+  private delivered(stored: StoredEvent, first: boolean): void {
+    const runId = stored.event.runId;
+    const entry = this.entries.get(runId);
+    if (!entry) {
+      if (first && stored.event.type === 'run.admitted' && stored.event.prevSeq === 0) this.keep(runId, this.fresh(runId, [stored], { admission: stored.seq }));
+      return;
+    }
+    if (stored.event.type === 'run.settled') {
+      this.entries.delete(runId);
+      return;
+    }
+    const token = subjectTokenOf(stored.event);
+    const known = entry.lasts[token] ?? 0;
+    if (stored.seq <= known) return;
+    if ((stored.event.prevSeq ?? -1) !== known) {
+      entry.current = false;
+      return;
+    }
+    this.entries.set(runId, this.merge(runId, entry, [stored], { [token]: stored.seq }));
+  }
+
+  /** The partition's consumer starts or stops here: folds of its Runs may lack what another process handles. */
+  private partitionMoved(partition: number): void {
+    const partitions = this.log.space.partitions;
+    for (const runId of [...this.entries.keys()]) if (partitionOf(runId, partitions) === partition) this.entries.delete(runId);
   }
 
   /** Sequences of the known events on one of a Run's subjects, newest first (read-ahead hints for the next append). */
@@ -94,7 +169,13 @@ export class RunFolds {
   }
 
   private fresh(runId: string, events: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
-    return { events, lasts: { ...lasts }, facts: withLasts(foldRun(runId, events), lasts), eventIds: new Set(events.map((e) => e.event.eventId)) };
+    return {
+      events,
+      lasts: { ...lasts },
+      facts: withLasts(foldRun(runId, events), lasts),
+      eventIds: new Set(events.map((e) => e.event.eventId)),
+      current: true,
+    };
   }
 
   private merge(runId: string, entry: Entry, add: StoredEvent[], lasts: Partial<Record<Owner, number>>): Entry {
@@ -113,11 +194,11 @@ export class RunFolds {
         eventIds.add(e.event.eventId);
         facts = evolve(facts, e);
       }
-      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: withLasts(facts, mergedLasts), eventIds };
+      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: withLasts(facts, mergedLasts), eventIds, current: entry.current };
     }
     // An event older than the newest known one (subjects are read one by one): fold again in stream order.
     const events = [...entry.events, ...added].sort((a, b) => a.seq - b.seq);
-    return this.fresh(runId, events, mergedLasts);
+    return { ...this.fresh(runId, events, mergedLasts), current: entry.current };
   }
 
   private keep(runId: string, entry: Entry): void {
@@ -184,9 +265,11 @@ export class RunCommandHandler {
    */
   async handle(runId: string, decide: (facts: RunFacts, now: Date) => RunEvent[], opts: CommandOptions = {}): Promise<CommandResult> {
     const appended: StoredEvent[] = [];
+    let attempt = 0;
     return pRetry(
       async () => {
-        const facts = await this.readThroughOutage(runId);
+        // after a conflict the kept fold is known to be behind: read the log
+        const facts = await this.readThroughOutage(runId, { fresh: attempt++ > 0 });
         const events = decide(facts, this.clock());
         for (const e of events) {
           if (e.owner !== this.owner) throw new AbortError(new Error(`${this.owner} may not append ${e.type} (owned by ${e.owner})`));
@@ -220,8 +303,8 @@ export class RunCommandHandler {
    * tool's result) would be dropped by a short outage, and the redelivered wake would find the
    * step in flight and record nothing (issue [3]).
    */
-  private readThroughOutage(runId: string): Promise<RunFacts> {
-    return pRetry(() => this.folds.read(runId), {
+  private readThroughOutage(runId: string, opts: ReadOptions): Promise<RunFacts> {
+    return pRetry(() => this.folds.read(runId, opts), {
       retries: 1_000,
       minTimeout: 100,
       maxTimeout: 1_000,

@@ -7,12 +7,16 @@
  *   terminated or skipped once and logged (K11). Read from the process's anomaly counts at scrape.
  * - `runplane_settlements_total{service, outcome}`: settlements this process appended (only the
  *   lifecycle appends them, K9), by outcome.
+ * - `runplane_run_reads_total{service, source}`: the Run facts decisions were taken from, `kept`
+ *   (the fold kept from whole-Run deliveries, no request to the log) or `log` (read from the event
+ *   log: outside a delivery, a fold behind, after a conflict): issue [9], RunFolds.
  * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  */
 import { anomalyCounts } from '@runplane/eventlog';
+import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 
 /** The process's metrics registry (one service per process). */
@@ -47,6 +51,18 @@ export const toolClaimMetTotal = new Counter({
   help: "Tools wakes that met another executor's claim on a call they decided to dispatch, by what was done (retried in process, redelivered); never dropped",
   labelNames: ['outcome'] as const,
   registers: [metricsRegistry],
+});
+
+new Counter({
+  name: 'runplane_run_reads_total',
+  help: 'Run facts a decision was taken from, by source: kept (the fold kept from deliveries, no request) or log (read from the event log); issue [9]',
+  labelNames: ['source'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    this.inc({ source: 'kept' }, runReads.kept);
+    this.inc({ source: 'log' }, runReads.log);
+  },
 });
 
 let started = false;

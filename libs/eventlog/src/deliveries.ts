@@ -1,0 +1,65 @@
+/**
+ * What a service's partition consumers deliver, told to the folds it keeps (issue [9]: no read of
+ * the log on the hot path). A service whose consumers read every subject of their partitions
+ * (bus.ts `SERVICE_CONSUMERS` `'all'`) sees each of its Runs' events in stream order, one Run at a
+ * time: its folds can be brought up to date from the deliveries alone, and a decision taken while
+ * handling a delivery need not read the Run again. Everything else (an HTTP request, a timer, a
+ * watch) still reads the Run from the log.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { StoredEvent } from '@runplane/contracts';
+
+/** The delivery being handled: set around a whole-Run consumer's handler (and everything it awaits). */
+export interface DeliveryScope {
+  /** The Run of the delivered event. */
+  runId: string;
+  /** Its stream sequence. */
+  seq: number;
+}
+
+/** Told of every delivery of a whole-Run consumer, in order per Run, before its handler runs. */
+export interface DeliveryObserver {
+  /**
+   * A delivered event (also a redelivery, and a copy already known: the observer tells).
+   * `first` is true on its first delivery to any client of the consumer: every later message of
+   * the partition is delivered after it.
+   */
+  delivered(stored: StoredEvent, first: boolean): void;
+  /**
+   * This process starts or stops consuming `partition` (start-up, the partition moved here or
+   * away): what it kept of those Runs may lack events another process handles.
+   */
+  partitionMoved(partition: number): void;
+}
+
+/**
+ * One per {@link EventLog}: the observers of its whole-Run deliveries, and the scope of the
+ * delivery being handled (an `AsyncLocalStorage`, so it follows the handler's awaits, and a
+ * timer or an HTTP request started elsewhere is outside it).
+ */
+export class DeliveryFeed {
+  private readonly observers = new Set<DeliveryObserver>();
+  private readonly scope = new AsyncLocalStorage<DeliveryScope>();
+
+  /** Adds an observer. @returns a function that removes it. */
+  observe(observer: DeliveryObserver): () => void {
+    this.observers.add(observer);
+    return () => this.observers.delete(observer);
+  }
+
+  /** Tells every observer of a delivery, then runs its handler inside the delivery's scope. */
+  async handle<T>(stored: StoredEvent, first: boolean, handler: () => Promise<T>): Promise<T> {
+    for (const o of this.observers) o.delivered(stored, first);
+    return this.scope.run({ runId: stored.event.runId, seq: stored.seq }, handler);
+  }
+
+  /** Tells every observer that a partition's consumer starts or stops here. */
+  partitionMoved(partition: number): void {
+    for (const o of this.observers) o.partitionMoved(partition);
+  }
+
+  /** The delivery being handled by the caller's chain of awaits, if any. */
+  current(): DeliveryScope | undefined {
+    return this.scope.getStore();
+  }
+}
