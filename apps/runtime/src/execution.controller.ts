@@ -488,6 +488,7 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         'lease lost (fenced): execution of this Run stops here',
       );
       this.held.delete(runId);
+      this.lastWake.delete(runId);
       this.inFlight.get(runId)?.abort();
       return false;
     }

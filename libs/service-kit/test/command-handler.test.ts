@@ -199,3 +199,117 @@ describe('RunCommandHandler', () => {
     expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools', 'run.fenced@runtime']);
   });
 });
+
+/**
+ * Folds kept from whole-Run deliveries (issue [9]): the consumer tells `log.deliveries` of each
+ * delivery and runs the handler in its scope, exactly as `DurableConsumer` does for a `wholeRuns`
+ * consumer; here the deliveries are the stored events themselves, handed over in stream order.
+ */
+describe('RunFolds kept from deliveries', () => {
+  /** Completes turn `turn` on the runtime subject as another writer would (not delivered unless the test says so). */
+  const complete = async (log: EventLog, facts: RunFacts, turn: number) =>
+    (
+      await log.append(
+        makeEvent(
+          'model.turn.completed',
+          contextFrom(facts.lastEvent!),
+          turn,
+          { turn, content: '', toolCalls: [], finishReason: 'stop', usage: null },
+          new Date(2_000),
+        ),
+        facts.lastSeqByOwner.runtime,
+      )
+    ).stored;
+
+  it('given every event of the Run delivered in order, when a decision is taken on a delivery, then it reads nothing from the log and sees the delivered event', async () => {
+    const runId = `kept${tag}`;
+    const admitted = (await a.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
+    const gets = countDirectGets(a);
+    try {
+      const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+      expect(first.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
+      expect(gets.count).toBe(0); // the fold started at the first delivery of run.admitted
+      // another writer completes the turn; it is delivered (with the request it follows) in stream order
+      const completed = await complete(b, first.facts.lastEvent ? await new RunCommandHandler(b, 'runtime').folds.read(runId) : first.facts, 1);
+      gets.reset();
+      await a.deliveries.handle(first.appended[0]!, true, async () => undefined);
+      const next = await a.deliveries.handle(completed, true, () => handler.handle(runId, requestNext));
+      expect(next.facts.turns[0]?.completed).not.toBeNull();
+      expect(next.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
+      expect(gets.count).toBe(0);
+    } finally {
+      gets.restore();
+    }
+  });
+
+  it('given a delivery that does not follow on from the kept fold (a gap), then the decision reads the log and sees the missed event', async () => {
+    const runId = `gap${tag}`;
+    const admitted = (await a.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
+    const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    // two events appended by another writer: the first is never delivered here
+    const other = new RunCommandHandler(b, 'runtime');
+    await complete(b, await other.folds.read(runId), 1);
+    const second = await b.append(
+      makeEvent('model.turn.requested', contextFrom(first.facts.lastEvent!), 2, { turn: 2, model: 'm' }, new Date(3_000)),
+      (await other.folds.read(runId)).lastSeqByOwner.runtime,
+    );
+    const gets = countDirectGets(a);
+    try {
+      const seen = await a.deliveries.handle(second.stored, true, () => handler.folds.read(runId));
+      expect(gets.count).toBeGreaterThan(0);
+      expect(seen.turns.map((t) => [t.turn, t.completed !== null])).toEqual([
+        [1, true],
+        [2, false],
+      ]);
+    } finally {
+      gets.restore();
+    }
+  });
+
+  it('given a kept fold, when the Run is read outside a delivery (an HTTP request, a timer), then it is read from the log as of now', async () => {
+    const runId = `outside${tag}`;
+    const admitted = (await a.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
+    await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    await complete(b, await new RunCommandHandler(b, 'runtime').folds.read(runId), 1); // not delivered
+    const facts = await handler.folds.read(runId);
+    expect(facts.turns[0]?.completed).not.toBeNull();
+  });
+
+  it('given a kept fold behind on its own subject (another writer appended, not delivered yet), then the append conflicts, the log is read, and the decision is taken again from it (K6)', async () => {
+    const runId = `behind${tag}`;
+    const admitted = (await a.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
+    const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    await complete(b, await new RunCommandHandler(b, 'runtime').folds.read(runId), 1); // not delivered yet
+    // a delivery of the request (known already): the kept fold is current as far as the deliveries
+    // go; a decision that appends from it (the next turn's number) expects the runtime subject as
+    // the fold knows it, and the log refuses it
+    const nextTurn = (facts: RunFacts, now: Date): RunEvent[] => {
+      const turn = facts.turns.length + 1;
+      return [makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, { turn, model: 'm' }, now)];
+    };
+    const decidedFrom: boolean[] = [];
+    const next = await a.deliveries.handle(first.appended[0]!, true, () =>
+      handler.handle(runId, (facts, now) => {
+        decidedFrom.push(facts.turns[0]?.completed !== null);
+        return nextTurn(facts, now);
+      }),
+    );
+    expect(decidedFrom).toEqual([false, true]); // the kept fold, then the log after the conflict
+    expect(next.appended.map((e) => e.event.type === 'model.turn.requested' && e.event.data.turn)).toEqual([2]);
+    const requests = (await a.readRun(runId)).filter((e) => e.event.type === 'model.turn.requested');
+    expect(requests.map((e) => e.event.type === 'model.turn.requested' && e.event.data.turn)).toEqual([1, 2]);
+  });
+
+  it('given a late redelivery of run.admitted with no fold kept, then no fold is started from it (later events exist), and the read goes to the log', async () => {
+    const runId = `late${tag}`;
+    const admitted = (await a.append(admit(runId), 0)).stored;
+    await new RunCommandHandler(b, 'runtime').handle(runId, requestNext); // the Run went on elsewhere
+    const handler = new RunCommandHandler(a, 'runtime');
+    const facts = await a.deliveries.handle(admitted, false, () => handler.folds.read(runId));
+    expect(facts.turns).toHaveLength(1);
+  });
+});
