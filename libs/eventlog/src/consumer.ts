@@ -234,7 +234,7 @@ export class DurableConsumer {
     }
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
     try {
-      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, m.info.deliveryCount === 1, () => this.handler(stored));
+      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored));
       else await this.handler(stored);
       m.ack();
     } catch (e) {

@@ -15,16 +15,14 @@ export interface DeliveryScope {
   runId: string;
   /** Its stream sequence. */
   seq: number;
+  /** The delivered event. */
+  stored: StoredEvent;
 }
 
 /** Told of every delivery of a whole-Run consumer, in order per Run, before its handler runs. */
 export interface DeliveryObserver {
-  /**
-   * A delivered event (also a redelivery, and a copy already known: the observer tells).
-   * `first` is true on its first delivery to any client of the consumer: every later message of
-   * the partition is delivered after it.
-   */
-  delivered(stored: StoredEvent, first: boolean): void;
+  /** A delivered event (also a redelivery, and a copy already known: the observer tells). */
+  delivered(stored: StoredEvent): void;
   /**
    * This process starts or stops consuming `partition` (start-up, the partition moved here or
    * away): what it kept of those Runs may lack events another process handles.
@@ -48,9 +46,9 @@ export class DeliveryFeed {
   }
 
   /** Tells every observer of a delivery, then runs its handler inside the delivery's scope. */
-  async handle<T>(stored: StoredEvent, first: boolean, handler: () => Promise<T>): Promise<T> {
-    for (const o of this.observers) o.delivered(stored, first);
-    return this.scope.run({ runId: stored.event.runId, seq: stored.seq }, handler);
+  async handle<T>(stored: StoredEvent, handler: () => Promise<T>): Promise<T> {
+    for (const o of this.observers) o.delivered(stored);
+    return this.scope.run({ runId: stored.event.runId, seq: stored.seq, stored }, handler);
   }
 
   /** Tells every observer that a partition's consumer starts or stops here. */

@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, type EventLog } from '@runplane/eventlog';
+import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, runFilter, type EventLog } from '@runplane/eventlog';
 import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
@@ -54,7 +54,8 @@ export interface ReadOptions {
  *   Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its handler runs
  *   (`EventLog.deliveries`, deliveries.ts): a delivered event that follows on from what the fold
  *   knows of its subject (its `prevSeq`, the back-link the server verified, is the subject's last
- *   known sequence) is folded in; one that does not (a gap: the partition was elsewhere, a message
+ *   known sequence) is folded in (a Run's fold starts at its `run.admitted` when that is still the
+ *   Run's last message: one direct get); one that does not (a gap: the partition was elsewhere, a message
  *   that is not a fact, a fold dropped) marks the fold behind.
  * - **Read while handling a delivery: no request.** Inside a delivery's handler, for that
  *   delivery's Run, a fold that is current and holds the delivered event is the answer: the Run as
@@ -81,7 +82,7 @@ export class RunFolds {
     private readonly log: EventLog,
     private readonly capacity = 2_000,
   ) {
-    log.deliveries?.observe({ delivered: (stored, first) => this.delivered(stored, first), partitionMoved: (p) => this.partitionMoved(p) });
+    log.deliveries?.observe({ delivered: (stored) => this.delivered(stored), partitionMoved: (p) => this.partitionMoved(p) });
   }
 
   /**
@@ -98,11 +99,29 @@ export class RunFolds {
       return entry.facts;
     }
     runReads.log++;
+    if (!entry && !opts.fresh && scope?.runId === runId && (await this.admittedIsLast(scope.stored))) {
+      const started = this.fresh(runId, [scope.stored], { admission: scope.seq });
+      this.keep(runId, started);
+      return started.facts;
+    }
     const found = await this.log.catchUp(runId, entry?.lasts ?? {});
     const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
     next.current = true;
     this.keep(runId, next);
     return next.facts;
+  }
+
+  /**
+   * True when `stored` is a Run's `run.admitted` (the first event of a Run: nothing precedes it) and
+   * still the last message of the Run: one direct get of the last message on the Run's subjects
+   * (`last_by_subj` `<prefix>.run.<runId>.>`) instead of a read of every subject. A consumer that
+   * delivers the log again from the start (a new durable) delivers `run.admitted` long after the
+   * rest was stored: then it is not the last, and the Run is read.
+   */
+  private async admittedIsLast(stored: StoredEvent): Promise<boolean> {
+    if (stored.event.type !== 'run.admitted' || stored.event.prevSeq !== 0) return false;
+    const last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, stored.event.runId) });
+    return last?.seq === stored.seq;
   }
 
   /** Adds an event this service appended itself (its sequence is known), so the next read need not fetch it. */
@@ -118,16 +137,12 @@ export class RunFolds {
   /**
    * A delivery of a whole-Run consumer (before its handler): folded in when it follows on from
    * what is known of its subject, ignored when already known, else the fold is marked behind.
-   * A Run's first event (`run.admitted`, on its first delivery: nothing of the Run precedes it)
-   * starts its fold; a settlement drops it (a later wake reads the log).
+   * A settlement drops the fold (a later wake reads the log).
    */
-  private delivered(stored: StoredEvent, first: boolean): void {
+  private delivered(stored: StoredEvent): void {
     const runId = stored.event.runId;
     const entry = this.entries.get(runId);
-    if (!entry) {
-      if (first && stored.event.type === 'run.admitted' && stored.event.prevSeq === 0) this.keep(runId, this.fresh(runId, [stored], { admission: stored.seq }));
-      return;
-    }
+    if (!entry) return;
     if (stored.event.type === 'run.settled') {
       this.entries.delete(runId);
       return;

@@ -227,14 +227,14 @@ describe('RunFolds kept from deliveries', () => {
     const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
     const gets = countDirectGets(a);
     try {
-      const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+      const first = await a.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
       expect(first.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
-      expect(gets.count).toBe(0); // the fold started at the first delivery of run.admitted
+      expect(gets.count).toBe(1); // the fold started at run.admitted, the Run's last message (one get says so)
       // another writer completes the turn; it is delivered (with the request it follows) in stream order
       const completed = await complete(b, first.facts.lastEvent ? await new RunCommandHandler(b, 'runtime').folds.read(runId) : first.facts, 1);
       gets.reset();
-      await a.deliveries.handle(first.appended[0]!, true, async () => undefined);
-      const next = await a.deliveries.handle(completed, true, () => handler.handle(runId, requestNext));
+      await a.deliveries.handle(first.appended[0]!, async () => undefined);
+      const next = await a.deliveries.handle(completed, () => handler.handle(runId, requestNext));
       expect(next.facts.turns[0]?.completed).not.toBeNull();
       expect(next.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
       expect(gets.count).toBe(0);
@@ -247,7 +247,7 @@ describe('RunFolds kept from deliveries', () => {
     const runId = `gap${tag}`;
     const admitted = (await a.append(admit(runId), 0)).stored;
     const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
-    const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    const first = await a.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
     // two events appended by another writer: the first is never delivered here
     const other = new RunCommandHandler(b, 'runtime');
     await complete(b, await other.folds.read(runId), 1);
@@ -257,7 +257,7 @@ describe('RunFolds kept from deliveries', () => {
     );
     const gets = countDirectGets(a);
     try {
-      const seen = await a.deliveries.handle(second.stored, true, () => handler.folds.read(runId));
+      const seen = await a.deliveries.handle(second.stored, () => handler.folds.read(runId));
       expect(gets.count).toBeGreaterThan(0);
       expect(seen.turns.map((t) => [t.turn, t.completed !== null])).toEqual([
         [1, true],
@@ -272,7 +272,7 @@ describe('RunFolds kept from deliveries', () => {
     const runId = `outside${tag}`;
     const admitted = (await a.append(admit(runId), 0)).stored;
     const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
-    await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    await a.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
     await complete(b, await new RunCommandHandler(b, 'runtime').folds.read(runId), 1); // not delivered
     const facts = await handler.folds.read(runId);
     expect(facts.turns[0]?.completed).not.toBeNull();
@@ -282,7 +282,7 @@ describe('RunFolds kept from deliveries', () => {
     const runId = `behind${tag}`;
     const admitted = (await a.append(admit(runId), 0)).stored;
     const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
-    const first = await a.deliveries.handle(admitted, true, () => handler.handle(runId, requestNext));
+    const first = await a.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
     await complete(b, await new RunCommandHandler(b, 'runtime').folds.read(runId), 1); // not delivered yet
     // a delivery of the request (known already): the kept fold is current as far as the deliveries
     // go; a decision that appends from it (the next turn's number) expects the runtime subject as
@@ -292,7 +292,7 @@ describe('RunFolds kept from deliveries', () => {
       return [makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, { turn, model: 'm' }, now)];
     };
     const decidedFrom: boolean[] = [];
-    const next = await a.deliveries.handle(first.appended[0]!, true, () =>
+    const next = await a.deliveries.handle(first.appended[0]!, () =>
       handler.handle(runId, (facts, now) => {
         decidedFrom.push(facts.turns[0]?.completed !== null);
         return nextTurn(facts, now);
@@ -304,12 +304,12 @@ describe('RunFolds kept from deliveries', () => {
     expect(requests.map((e) => e.event.type === 'model.turn.requested' && e.event.data.turn)).toEqual([1, 2]);
   });
 
-  it('given a late redelivery of run.admitted with no fold kept, then no fold is started from it (later events exist), and the read goes to the log', async () => {
+  it('given run.admitted delivered again after the Run went on (a new consumer replays the log), then no fold is started from it alone: the Run is read from the log', async () => {
     const runId = `late${tag}`;
     const admitted = (await a.append(admit(runId), 0)).stored;
     await new RunCommandHandler(b, 'runtime').handle(runId, requestNext); // the Run went on elsewhere
     const handler = new RunCommandHandler(a, 'runtime');
-    const facts = await a.deliveries.handle(admitted, false, () => handler.folds.read(runId));
+    const facts = await a.deliveries.handle(admitted, () => handler.folds.read(runId));
     expect(facts.turns).toHaveLength(1);
   });
 });
