@@ -1,11 +1,19 @@
 /**
- * A settlement closes the Run's log to its executors at the log itself (K6, K9): before the
- * lifecycle settles, both executor subjects (`runtime`, `tools`) end in a fence of recovery, so an
- * executor append decided before the settlement (its conditional append expecting a sequence read
- * before it, like a stale runtime or tools worker) is refused by JetStream; a late observation
+ * A settlement closes the Run's log to its executors at the log itself (K6, K9): an executor
+ * append decided before the settlement (its conditional append expecting a sequence read before
+ * it, like a stale runtime or tools worker) is refused by JetStream after it; a late observation
  * (`tool.call.late_observed`) is still appended after the settlement. On the machine's
  * nats-server 2.9.10 (which ignores the wildcard expectation header) and on the current release,
  * each with the whole stack on it.
+ *
+ * Since issue [9] a Run that finishes on its own closes itself, with no fence: its runtime subject
+ * ends in the runtime's own `run.execution.finished` (every runtime append decided from a read
+ * before it expects an older sequence and is refused; from a read after it the runtime decides
+ * nothing), and every proposed tool call had its receipt then (every tools append decided from a
+ * read before the last receipt is refused; from a read after it the tools decide nothing). The
+ * tests take the stale reads a real executor could decide from, try the appends it would make
+ * from them after the settlement, and check that the real deciders decide nothing from the
+ * reads that the log would accept. Recovery is not needed for such a Run to settle at all.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -14,13 +22,15 @@ import { join } from 'node:path';
 import { contextFrom, makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { AppendConflict, runSubject } from '@runplane/eventlog';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
+import { decide as runtimeDecide } from '@runplane/app-runtime';
+import { decide as toolsDecide } from '@runplane/app-tools';
 import { natsServerBinariesUnderTest, recordServer, TestNatsServer } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type) as (StoredEvent & { event: Extract<RunEvent, { type: T }> })[];
 
-/** What a stale executor holds: the fold it decided from (not settled, its subject not closed). */
+/** What a stale executor holds: the fold it decided from (not settled; the runtime's before its finish, the tools' with a call without a receipt). */
 interface Stale {
   facts: RunFacts;
   readAt: number;
@@ -44,6 +54,37 @@ async function tryStale(t: TestStack, stale: { runtime: Stale; tools: Stale }): 
       (e: unknown) => e,
     );
   return { runtime: await attempt(stale.runtime.facts, 'runtime'), tools: await attempt(stale.tools.facts, 'tools') };
+}
+
+/** The latest read from which each executor could still decide something the log would take from it. */
+function staleOf(facts: RunFacts, into: { runtime: Stale | null; tools: Stale | null }): void {
+  if (!facts.admitted || !facts.lastEvent || facts.settled) return;
+  if (!facts.finished) into.runtime = { facts, readAt: Date.now() };
+  if ([...facts.toolCalls.values()].some((c) => !c.receipt) || facts.turns.length === 0) into.tools = { facts, readAt: Date.now() };
+}
+
+/**
+ * What the real deciders decide from a read in which the Run finished and every call has its
+ * receipt (a read the log would accept an append from, the Run closing itself): nothing, whatever
+ * wakes them (the runtime's wake, a tools wake with every claim looked up and gone, an execution
+ * outcome of each call).
+ */
+function decidedAfterClose(facts: RunFacts): RunEvent[] {
+  const now = new Date();
+  const claims = Object.fromEntries([...facts.toolCalls.keys()].map((id) => [id, null]));
+  return [
+    ...runtimeDecide(facts, { type: 'Wake', model: 'scripted' }, now),
+    ...toolsDecide(facts, { type: 'Wake', claims }, now),
+    ...[...facts.toolCalls.values()]
+      .filter((c) => c.receipt?.status !== 'unknown')
+      .flatMap((c) =>
+        toolsDecide(
+          facts,
+          { type: 'ToolExecuted', toolCallId: c.toolCallId, outcome: { kind: 'returned', json: '{}' }, durationMs: 1, resultBucket: 'x' },
+          now,
+        ),
+      ),
+  ];
 }
 
 for (const server of natsServerBinariesUnderTest())
@@ -77,44 +118,36 @@ for (const server of natsServerBinariesUnderTest())
       rmSync(dir, { recursive: true, force: true });
     });
 
-    it('an executor append built from a read after the execution finished but before the settlement is refused after the settlement, on the runtime and on the tools subject', async () => {
-      // recovery is held back, so the Run cannot be closed nor settled while the stale reads are taken
+    it('with recovery stopped, a W1 Run still settles, with no fence: every executor append decided from a read before the close is refused after the settlement, and from a read after it the deciders decide nothing', async () => {
+      // recovery is off the happy path (issue [9]): the Run is executed, closes itself and settles without it
       await t.stack.stopService('recovery');
-      const { body } = await t.client.postMessage('conv-closure', { clientMessageId: `held-${t.tag}`, content: 'What does DIA hold?' });
-      const before = await eventually(
-        async () => {
-          const events = await t.log.readRun(body.runId);
-          return ofType(events, 'answer.published').length ? events : null;
-        },
-        60_000,
-        'the published answer',
-      );
-      const facts = foldRun(body.runId, before);
-      expect(facts.finished?.reason).toBe('answered');
-      expect(facts.settled).toBeNull();
-      expect(facts.closed).toEqual({ runtime: false, tools: false });
-      await new Promise((r) => setTimeout(r, 500));
-      expect(ofType(await t.log.readRun(body.runId), 'run.settled')).toHaveLength(0); // no settlement while the subjects are open
-
-      await t.stack.startService('recovery');
-      const events = await t.waitForSettlement(body.runId, 30_000);
-      const results = await tryStale(t, { runtime: { facts, readAt: 0 }, tools: { facts, readAt: 0 } });
-      expect(results.runtime).toBeInstanceOf(AppendConflict);
-      expect(results.tools).toBeInstanceOf(AppendConflict);
-      expect(results).toMatchObject({ runtime: { kind: 'wrong-last-sequence' }, tools: { kind: 'wrong-last-sequence' } });
-
-      const fences = ofType(events, 'run.fenced');
-      expect(fences.map((f) => [f.event.data.fencedSubject, f.event.data.reason])).toEqual([
-        ['tools', 'settling'],
-        ['runtime', 'settling'],
-      ]);
-      const settledSeq = ofType(events, 'run.settled')[0]!.seq;
-      expect(fences.every((f) => f.seq < settledSeq)).toBe(true);
-      // answered: completed, or partial when the answer lists parts it did not answer (K9)
-      const gaps = ofType(events, 'answer.published')[0]!.event.data.unanswered ?? [];
-      expect(ofType(events, 'run.settled')[0]!.event.data).toMatchObject({ outcome: gaps.length ? 'partial' : 'completed', unanswered: gaps });
-      const after = await t.log.readRun(body.runId);
-      expect(after.filter((e) => e.seq > settledSeq)).toEqual([]);
+      try {
+        const { body } = await t.client.postMessage('conv-closure', { clientMessageId: `held-${t.tag}`, content: 'What does DIA hold?' });
+        const stale: { runtime: Stale | null; tools: Stale | null } = { runtime: null, tools: null };
+        let last: RunFacts | null = null;
+        for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
+          const facts = foldRun(body.runId, await t.log.readRun(body.runId));
+          if (facts.settled) break;
+          staleOf(facts, stale);
+          last = facts;
+        }
+        const events = await t.waitForSettlement(body.runId, 10_000);
+        expect(ofType(events, 'run.fenced')).toEqual([]);
+        const facts = foldRun(body.runId, events);
+        expect(facts.closesItself).toBe(true);
+        const results = await tryStale(t, { runtime: stale.runtime!, tools: stale.tools! });
+        expect(results).toMatchObject({ runtime: { kind: 'wrong-last-sequence' }, tools: { kind: 'wrong-last-sequence' } });
+        // the last read before the settlement (finished or not): whatever a real executor decides from it does not land
+        if (last?.closesItself) expect(decidedAfterClose(last)).toEqual([]);
+        expect(decidedAfterClose(facts)).toEqual([]);
+        const settled = ofType(events, 'run.settled')[0]!;
+        const gaps = ofType(events, 'answer.published')[0]!.event.data.unanswered ?? [];
+        expect(settled.event.data).toMatchObject({ outcome: gaps.length ? 'partial' : 'completed', unanswered: gaps });
+        const after = await t.log.readRun(body.runId);
+        expect(after.filter((e) => e.seq > settled.seq)).toEqual([]);
+      } finally {
+        await t.stack.startService('recovery');
+      }
     }, 120_000);
 
     it('racing: stale reads taken as close to the closing as a tight loop gets are all refused after the settlement, for several Runs at once', async () => {
@@ -128,21 +161,20 @@ for (const server of natsServerBinariesUnderTest())
         runs.map(async (runId) => {
           // the latest fold in which each subject was still open and the Run unsettled: what a stale executor would decide from
           const stale: { runtime: Stale | null; tools: Stale | null } = { runtime: null, tools: null };
+          const closedReads: RunFacts[] = [];
           let reads = 0;
           for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
             const facts = foldRun(runId, await t.log.readRun(runId));
             reads++;
             if (facts.settled) break;
-            if (facts.admitted && facts.lastEvent) {
-              if (!facts.closed.runtime) stale.runtime = { facts, readAt: Date.now() };
-              if (!facts.closed.tools) stale.tools = { facts, readAt: Date.now() };
-            }
+            staleOf(facts, stale);
+            if (facts.closesItself) closedReads.push(facts);
           }
           const events = await t.waitForSettlement(runId, 10_000);
           const settled = ofType(events, 'run.settled')[0]!;
           const results = await tryStale(t, { runtime: stale.runtime!, tools: stale.tools! });
           const finished = ofType(events, 'run.execution.finished')[0]!;
-          return { runId, events, settled, results, stale, reads, finished };
+          return { runId, events, settled, results, stale, reads, finished, closedReads };
         }),
       );
       for (const o of outcomes) {
@@ -151,12 +183,13 @@ for (const server of natsServerBinariesUnderTest())
         expect(o.results.tools).toBeInstanceOf(AppendConflict);
         const after = await t.log.readRun(o.runId);
         expect(after.filter((e) => e.seq > o.settled.seq)).toEqual([]);
-        const fences = ofType(o.events, 'run.fenced');
+        // closed by itself, no fence (issue [9]); from every read taken between the close and the settlement the deciders decide nothing
+        expect(ofType(o.events, 'run.fenced')).toEqual([]);
+        for (const f of o.closedReads) expect(decidedAfterClose(f)).toEqual([]);
         const ms = (e: StoredEvent) => Date.parse(e.event.occurredAt);
         process.stdout.write(
-          `${server.version}: run ${o.runId.slice(0, 8)}: ${o.reads} reads; last stale runtime read at seq ${o.stale.runtime!.facts.lastSeq}, tools at ${o.stale.tools!.facts.lastSeq}; ` +
-            `finished seq ${o.finished.seq} -> fences ${fences.map((f) => f.seq).join(',')} -> settled ${o.settled.seq}; ` +
-            `finished->settled ${ms(o.settled) - ms(o.finished)} ms (last fence ${ms(fences.at(-1)!) - ms(o.finished)} ms after finished)\n`,
+          `${server.version}: run ${o.runId.slice(0, 8)}: ${o.reads} reads (${o.closedReads.length} between the close and the settlement); last stale runtime read at seq ${o.stale.runtime!.facts.lastSeq}, tools at ${o.stale.tools!.facts.lastSeq}; ` +
+            `finished seq ${o.finished.seq} -> settled ${o.settled.seq}; finished->settled ${ms(o.settled) - ms(o.finished)} ms\n`,
         );
       }
     }, 120_000);
@@ -177,7 +210,10 @@ for (const server of natsServerBinariesUnderTest())
       const events = await t.waitForSettlement(body.runId, 60_000);
       expect(ofType(events, 'tool.call.receipt')[0]!.event.data.status).toBe('unknown');
       const settledSeq = ofType(events, 'run.settled')[0]!.seq;
-      const toolsFence = ofType(events, 'run.fenced').find((f) => f.event.data.fencedSubject === 'tools')!;
+      // every call had its receipt (`unknown`) when the runtime finished: the Run closed itself, no fence (issue [9])
+      expect(ofType(events, 'run.fenced')).toEqual([]);
+      const lastTools = events.filter((e) => e.subject.startsWith(runSubject(t.log.space, body.runId, 'tools'))).at(-1)!;
+      expect(lastTools.event.type).toBe('tool.call.receipt');
       const late = await eventually(
         async () => ofType(await t.log.readRun(body.runId), 'tool.call.late_observed')[0] ?? null,
         30_000,
@@ -185,7 +221,7 @@ for (const server of natsServerBinariesUnderTest())
       );
       expect(late.seq).toBeGreaterThan(settledSeq);
       expect(late.event.data.status).toBe('succeeded');
-      expect(late.event.prevSeq).toBe(toolsFence.seq);
-      expect(late.subject).toBe(runSubject(t.log.space, body.runId, 'tools'));
+      expect(late.event.prevSeq).toBe(lastTools.seq);
+      expect(late.subject).toBe(lastTools.subject);
     }, 90_000);
   });

@@ -78,7 +78,7 @@ export interface RunOutcome {
   settlements: number;
   outcome: string | undefined;
   reason: string | undefined;
-  /** Fences of a fault, cancel or deadline (recovery's `settling` fences, which close every finished Run, are not counted). */
+  /** Fences of a fault, cancel or deadline (recovery's `settling` fences, which close a Run that finished with a tool call in flight, are not counted). */
   fenced: number;
   turnsRequested: number;
   turnsCompleted: number;

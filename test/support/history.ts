@@ -95,7 +95,11 @@ export class History {
     });
   }
 
-  /** Recovery's `settling` fences on the tools and then the runtime subject: the executors' subjects closed before a settlement (K6, K9). */
+  /**
+   * Recovery's `settling` fences on the tools and then the runtime subject: the executors' subjects
+   * closed before a settlement (K6, K9), as recovery closes a Run that finished with a tool call in
+   * flight (one that finished on its own with every call receipted closes itself: no fence needed).
+   */
   closed(epoch = 1): this {
     for (const fencedSubject of ['tools', 'runtime'] as const) {
       this.add('run.fenced', `settling/${fencedSubject}`, {

@@ -14,10 +14,14 @@
  * user's cancel, unless the runtime had already stopped with an answer (then the answer settles). It also records a child Run's settlement on its parent (`child.run.settled`).
  *
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
- * while both executor subjects (`runtime`, `tools`) end in a fence of recovery (`facts.closed`;
- * recovery fences them with reason `settling` when an execution finished on its own), so an
- * executor append decided before the settlement is refused by its conditional append on the
- * exact subject. And it settles only once every paragraph recorded while the answer
+ * while no executor append decided before it can land after it (`closedForSettlement`): either
+ * the execution closed itself (`facts.closesItself`: the runtime subject ends in the runtime's own
+ * `run.execution.finished` and every proposed tool call had its receipt then; issue [9]: no fence
+ * on the happy path), or both executor subjects (`runtime`, `tools`) end in a fence of recovery
+ * (`facts.closed`: a lost, canceled, late or stuck holder, or a Run that finished with a tool
+ * call in flight, which recovery closes with `settling` fences). In both cases an executor append
+ * decided before the settlement is refused by its conditional append on the exact subject (K6,
+ * K9). And it settles only once every paragraph recorded while the answer
  * streamed is a committed passage, so text produced before a crash or a failure is kept (K9, K10).
  */
 import {
@@ -32,7 +36,15 @@ import {
   type RunEvent,
   type UnansweredPart,
 } from '@runplane/contracts';
-import { passagesInOrder, toolCallsInOrder, uncommittedParagraphs, usageOf, type RunFacts, unknownTrigger } from '@runplane/run-facts';
+import {
+  closedForSettlement,
+  passagesInOrder,
+  toolCallsInOrder,
+  uncommittedParagraphs,
+  usageOf,
+  type RunFacts,
+  unknownTrigger,
+} from '@runplane/run-facts';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
@@ -74,8 +86,9 @@ export function decide(facts: RunFacts, trigger: LifecycleTrigger, now: Date): R
 
 function settle(facts: RunFacts, now: Date): RunEvent[] {
   if (facts.settled || !facts.admitted || !facts.lastEvent) return [];
-  // the executors' subjects are closed first (a fence there refuses every stale append), and the text streamed so far is committed
-  if (!facts.closed.runtime || !facts.closed.tools || uncommittedParagraphs(facts).length > 0) return [];
+  // the executors' subjects are closed first (the runtime's own finish with every call at rest, or
+  // recovery's fences: either refuses every stale append), and the text streamed so far is committed
+  if (!closedForSettlement(facts) || uncommittedParagraphs(facts).length > 0) return [];
   const passageIds = passagesInOrder(facts).map((p) => p.passageId);
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)

@@ -8,12 +8,13 @@ import { RunCommandHandler, settlementsTotal } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
 /**
- * Reacts to the facts that can complete a Run (publication committing a passage or the answer,
- * recovery fencing the execution or closing the executors' subjects after it finished): a thin
- * adapter over {@link decide}. `run.execution.finished` alone never completes a Run (recovery's
- * closing fence follows it), so it does not wake the lifecycle. Recovery writes the fence on the
- * `tools` subject before the one on the `runtime` subject, so the lifecycle, woken by the latter,
- * sees both. K9, K10.
+ * Reacts to the facts that can complete a Run: the runtime recording that the execution finished
+ * (`run.execution.finished`: a Run that finished on its own, every tool call with its receipt,
+ * closes itself and settles without a fence, issue [9]), publication committing a passage or the
+ * answer, recovery fencing the execution (a fault, or a finish with a tool call still in flight,
+ * closed with `settling` fences): a thin adapter over {@link decide}. Recovery writes its fence on
+ * the `tools` subject before the one on the `runtime` subject, so the lifecycle, woken by the
+ * latter, sees both. K9, K10.
  * Once a child Run is settled (now, or already on a redelivery), its settlement is recorded on
  * its parent (`child.run.settled`, the parent's wake); the triggering event is acknowledged only
  * after that, so a crash in between is repaired by the redelivery, and the decider makes the
@@ -28,7 +29,7 @@ export class SettlementController {
     this.commands = new RunCommandHandler(log, 'lifecycle');
   }
 
-  @EventPattern(['answer.published', 'run.fenced', 'passage.committed'])
+  @EventPattern(['run.execution.finished', 'answer.published', 'run.fenced', 'passage.committed'])
   async onRunFact(@Payload() stored: StoredEvent): Promise<void> {
     const { facts: before, appended } = await this.commands.handle(stored.event.runId, (f, now) => decide(f, { type: 'Wake' }, now));
     // the handler returns the facts it decided from: after our own settlement, fold it in (a cheap catch-up)

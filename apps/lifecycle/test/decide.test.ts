@@ -328,21 +328,78 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana' }) }]);
   });
 
-  it('given the answer published but the executor subjects not closed yet (or only the tools one), then it waits: a settlement never leaves them open to a stale append', () => {
-    const published = () =>
-      answered()
-        .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
-        .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
-    lifecycle.given(published()).when(wake).thenNothing();
-    const toolsOnly = published().add('run.fenced', 'settling/tools', {
-      fencedSubject: 'tools',
+  it('given the answer published and the execution closed by itself (the runtime subject ends in its finish, every proposed call receipted), then it settles with no fence at all (issue [9])', () => {
+    const h = answered()
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
+    expect(h.facts.closesItself).toBe(true);
+    expect(h.facts.closed).toEqual({ runtime: false, tools: false });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', passageIds: ['p0'] }) }]);
+    // a stop without an answer (here: the deadline, every call receipted) settles on the finish alone, woken by it
+    const stopped = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'succeeded')
+      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'deadline passed', answerTurn: null });
+    lifecycle
+      .given(stopped)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+  });
+
+  it('given the execution finished with a tool call proposed or dispatched without a receipt, then it waits for both fences of recovery (or only the tools one: waits), whatever comes later on the tools subject', () => {
+    const inFlight = (dispatched: boolean) => {
+      const h = new History()
+        .admitted()
+        .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+        .proposed(1, 'a', 'get_holdings');
+      if (dispatched) h.dispatched('a', 'get_holdings');
+      return h.add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
+    };
+    for (const dispatched of [false, true]) {
+      lifecycle.given(inFlight(dispatched)).when(wake).thenNothing();
+      // a receipt after the finish does not make it close itself: recovery decided from the finish (and fences)
+      lifecycle
+        .given(inFlight(dispatched).receipt('a', 'get_holdings', 'denied'))
+        .when(wake)
+        .thenNothing();
+      const toolsOnly = inFlight(dispatched).add('run.fenced', 'settling/tools', {
+        fencedSubject: 'tools',
+        epoch: 1,
+        holder: null,
+        reason: 'settling',
+        detail: 'x',
+        uncertain: [],
+      });
+      lifecycle.given(toolsOnly).when(wake).thenNothing();
+      lifecycle
+        .given(inFlight(dispatched).closed())
+        .when(wake)
+        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+    }
+  });
+
+  it('given a fenced execution (a fault), then the tools subject at rest is not enough: it settles only once both executor subjects end in a fence, as before', () => {
+    const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }).add('run.fenced', 'fence/1/runtime', {
+      fencedSubject: 'runtime',
       epoch: 1,
       holder: null,
-      reason: 'settling',
+      reason: 'lease-expired',
       detail: 'x',
       uncertain: [],
     });
-    lifecycle.given(toolsOnly).when(wake).thenNothing();
+    lifecycle.given(h).when(wake).thenNothing();
+    lifecycle
+      .given(
+        h.add('run.fenced', 'fence/1/tools', { fencedSubject: 'tools', epoch: 1, holder: null, reason: 'lease-expired', detail: 'x', uncertain: [] }),
+      )
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'interrupted' }) }]);
   });
 
   it('given a tools event after the fence on its subject (a subject reopened), then it waits; a late observation after the fence does not reopen it', () => {

@@ -1,7 +1,9 @@
 /**
  * The recovery decider: `decide(facts, trigger, now) -> RunEvent[]`, pure.
- * - `LeaseObserved`: a runtime instance took the Run's execution lease: record the grant
- *   (`lease.granted`, once per epoch), unless the Run is already settled (K6).
+ * Recovery records no lease grant: the runtime that takes a lease records `lease.granted` itself,
+ * with its first event under it (issue [9]; older logs hold grants recovery recorded, still read).
+ * Recovery is off a Run's happy path: it appends only when a holder is lost, the Run is canceled,
+ * past its deadline, without progress, its wait expired, or it finished with a tool call in flight.
  * - `LeaseLost`: the holder is gone (its lease expired, or it released the lease while stopping
  *   with the Run unfinished): fence the execution with one `run.fenced` marker on each executor's
  *   own subject (`runtime`, `tools`), so that every later conditional append of the stale holder
@@ -22,10 +24,16 @@
  *   The lifecycle settles it `failed` (no answer was produced), or `partial` when text was committed.
  *   Nothing while the limit is not passed, the Run has no such limit, or it is parked (K10: the
  *   wait's expiry covers a Run waiting on a human or a child).
- * - `ExecutionFinished`: the runtime stopped on its own (`run.execution.finished`): close each
- *   executor subject that is not closed yet with a fence of reason `settling`, so that the
- *   lifecycle's settlement, which waits for it, cannot be followed by an executor's append decided
- *   before it (the log refuses it: K6, K9). Nothing when the Run is settled or not finished.
+ * - `ExecutionFinished`: the runtime stopped on its own (`run.execution.finished`). When the
+ *   execution closed itself (`facts.closesItself`: the runtime subject ends in that finish and
+ *   every proposed tool call had its receipt then), nothing: the lifecycle settles it as it is
+ *   (issue [9]: no fence on the happy path; no executor append decided before the settlement can
+ *   land after it, K6, K9). Otherwise (a call proposed or dispatched without a receipt when the
+ *   runtime stopped, e.g. at its deadline: its receipt may still come), close each executor
+ *   subject that is not closed yet with a fence of reason `settling`, naming what is uncertain,
+ *   as before, so that the lifecycle's settlement, which waits for it, cannot be followed by an
+ *   executor's append decided before it (the log refuses it: K6, K9). Nothing when the Run is
+ *   settled or not finished.
  * Fences go on the `tools` subject first, then on `runtime`: the lifecycle wakes on the latter.
  * - `WaitExpired`: the Run is parked on a question for a human whose `expiresAt` passed
  *   unanswered (K10): fence with reason `wait-expired`; the lifecycle settles it `failed`.
@@ -64,7 +72,6 @@ export interface Holder {
 }
 
 export type RecoveryTrigger =
-  | { type: 'LeaseObserved'; epoch: number; holder: Holder; ttlMs: number }
   | { type: 'LeaseLost'; epoch: number; holder: Holder; reason: Exclude<FenceReason, 'canceled' | 'deadline' | 'no-progress'>; detail: string }
   /** The user's cancel intent was recorded (K4): the execution is fenced as for a lost lease, with reason `canceled`. */
   | { type: 'CancelRequested' }
@@ -72,7 +79,7 @@ export type RecoveryTrigger =
   | { type: 'DeadlinePassed' }
   /** Recovery's no-progress sweep: the Run may have made no progress for its `noProgressSeconds` (the decider compares its last progress with `now`, K7). */
   | { type: 'NoProgress' }
-  /** The runtime recorded `run.execution.finished`: close the executors' subjects before the settlement. */
+  /** The runtime recorded `run.execution.finished`: close the executors' subjects before the settlement, unless the execution closed itself. */
   | { type: 'ExecutionFinished' }
   /** Recovery's lease sweep: a parked Run's wait may have expired (the decider compares each unanswered wait's `expiresAt` with `now`). */
   | { type: 'WaitExpired' };
@@ -123,17 +130,6 @@ export function expiredLease(lease: ExpiringLease, heartbeat: { freshUntil: numb
 export function decide(facts: RunFacts, trigger: RecoveryTrigger, now: Date): RunEvent[] {
   if (!facts.admitted || !facts.lastEvent || facts.settled) return [];
   switch (trigger.type) {
-    case 'LeaseObserved':
-      if (facts.leases.some((l) => l.epoch === trigger.epoch)) return [];
-      return [
-        makeEvent(
-          'lease.granted',
-          contextFrom(facts.lastEvent),
-          `lease/${trigger.epoch}`,
-          { epoch: trigger.epoch, holder: trigger.holder, ttlMs: trigger.ttlMs },
-          now,
-        ),
-      ];
     case 'LeaseLost': {
       // handed over at that epoch by its holder (K10): nothing was executing, the handover is the wake
       if (lostAfterHandover(facts, trigger.epoch)) return [];
@@ -278,10 +274,13 @@ function completeFence(facts: RunFacts, first: EventData<'run.fenced'>, now: Dat
 /** The executors' subjects, in the order their fences are written: the lifecycle wakes on the `runtime` one, the last. */
 const EXECUTOR_SUBJECTS = ['tools', 'runtime'] as const;
 
-/** A `settling` fence on each executor subject not closed yet, for a finished, unsettled Run. */
+/**
+ * A `settling` fence on each executor subject not closed yet, for a finished, unsettled Run whose
+ * execution did not close itself ({@link RunFacts.closesItself}); nothing for one that did.
+ */
 function closeForSettlement(facts: RunFacts, now: Date): RunEvent[] {
   const finished = facts.finished;
-  if (!finished) return [];
+  if (!finished || facts.closesItself) return [];
   const lease = facts.leases[facts.leases.length - 1];
   const data = {
     epoch: lease?.epoch ?? 0,

@@ -33,7 +33,10 @@ export interface RecoverySettings {
 }
 
 /**
- * Watches the execution leases (K6, K10). It records each grant in the Run's log; when a lease
+ * Watches the execution leases (K6, K10), off the Run's happy path: it appends nothing while a
+ * holder renews its lease and finishes (the runtime records its own grant, `lease.granted`, with
+ * its first event under the lease: issue [9]; a grant seen in the bucket is only kept in memory,
+ * to judge its expiry). When a lease
  * expired (its holder crashed or froze) or was released by a stopping runtime with the Run
  * unfinished, it marks the lease fenced in the bucket (compare-and-set: the holder's next renewal
  * fails) and fences the Run in the log through {@link decide}; the lifecycle settles it
@@ -68,7 +71,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly commands: RunCommandHandler;
   /** The latest entry of every lease, by Run. */
   private readonly leases = new Map<string, LeaseEntry>();
-  /** Grants already recorded in the log (`runId/epoch`). */
+  /** Fences already recorded in the log (`runId/fence/epoch`). */
   private readonly recorded = new Set<string>();
   private watch: QueuedIterator<KvWatchEntry> | null = null;
   /** The latest heartbeat of every runtime process, by writer instance. */
@@ -149,7 +152,13 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
-  /** Keeps the latest entry of every lease; records grants as they appear. */
+  /**
+   * Keeps the latest entry of every lease (what the sweep judges). It records no grant: a grant is
+   * the holder's own fact, recorded by the runtime with its first event under the lease (one
+   * decision, no round trip through recovery; issue [9]). A holder that took the lease and wrote
+   * nothing under it before it was lost has nothing of its own in the log to close beyond what the
+   * fence closes anyway (the fence names the lost epoch and holder from this entry).
+   */
   private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
     for await (const e of watch) {
       if (e.operation !== 'PUT') {
@@ -164,15 +173,6 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       const known = this.leases.get(entry.runId);
       if (known && known.revision > entry.revision) continue; // older than what a sweep already read
       this.leases.set(entry.runId, entry);
-      if (entry.value.state === 'held' && this.mine(entry.runId) && !this.recorded.has(`${entry.runId}/${entry.value.epoch}`)) {
-        const { epoch, holder, ttlMs } = entry.value;
-        await this.commands
-          .handle(entry.runId, (f, now) => decide(f, { type: 'LeaseObserved', epoch, holder, ttlMs }, now))
-          .then(() => this.recorded.add(`${entry.runId}/${epoch}`))
-          .catch((err: unknown) =>
-            this.logger.warn({ runId: entry.runId, epoch, error: (err as Error).message }, 'could not record the lease grant yet'),
-          );
-      }
     }
   }
 

@@ -48,16 +48,11 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
     recovery.given(h).when(lost).thenNothing();
   });
 
-  it('given an admitted Run, when a lease grant is observed, then it is recorded once per epoch', () => {
-    const observed = { type: 'LeaseObserved', epoch: 1, holder, ttlMs: 1500 } as const;
-    recovery
-      .given(new History().admitted())
-      .when(observed)
-      .then([{ type: 'lease.granted', data: { epoch: 1, holder, ttlMs: 1500 } }]);
-    recovery
-      .given(new History().admitted().add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 }))
-      .when(observed)
-      .thenNothing();
+  it('recovery records no lease grant: the trigger does not exist any more (the runtime records its own, issue [9])', () => {
+    // @ts-expect-error LeaseObserved was removed with recovery's grant recording
+    expect(() => decide(new History().admitted().facts, { type: 'LeaseObserved', epoch: 1, holder, ttlMs: 1500 }, new Date())).toThrow(
+      /unknown trigger/,
+    );
   });
 
   it('given a recorded cancel intent, when recovery sees it, then both executor subjects are fenced with reason canceled (epoch of the last lease, or 0)', () => {
@@ -146,8 +141,8 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
       .given(new History().admitted({ deadlineAt }))
       .when(passed, after)
       .then([
-        { type: 'run.fenced', data: { fencedSubject: 'tools', ...data } },
-        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data } },
+        { type: 'run.fenced', data: { fencedSubject: 'tools', ...data, uncertain: [] } },
+        { type: 'run.fenced', data: { fencedSubject: 'runtime', ...data, uncertain: [] } },
       ]);
   });
 
@@ -201,24 +196,53 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
   });
 });
 
-describe("recovery decide: the executors' subjects are closed before a settlement (K6, K9)", () => {
+describe("recovery decide: the executors' subjects are closed before a settlement unless the execution closed itself (K6, K9, issue [9])", () => {
   const finishedRun = () =>
     new History()
       .admitted()
       .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
       .turn(1, { content: 'A.' })
       .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+  /** Finished at its deadline with call `a` proposed and dispatched but no receipt yet. */
+  const finishedInFlight = () =>
+    new History()
+      .admitted()
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
   const finishedEvent = { type: 'ExecutionFinished' } as const;
 
-  it('given an execution that finished on its own, when recovery sees it, then it fences the tools and then the runtime subject with reason settling, under the last epoch', () => {
+  it('given an execution that finished on its own with every proposed call receipted, when recovery sees it, then nothing: no settling fence on the happy path (the Run closes itself)', () => {
+    recovery.given(finishedRun()).when(finishedEvent).thenNothing();
+    const withTools = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds')
+      .receipt('a', 'list_funds', 'succeeded')
+      .turn(2, { content: 'A.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+    expect(withTools.facts.closesItself).toBe(true);
+    recovery.given(withTools).when(finishedEvent).thenNothing();
+  });
+
+  it('given a call proposed but never dispatched when the execution stopped, then both subjects are fenced with reason settling, under the last epoch (a stale dispatch decided before the finish could still land)', () => {
+    const h = new History()
+      .admitted()
+      .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
     const data = {
       epoch: 1,
       holder,
       reason: 'settling',
-      detail: "execution finished (answered): the executors' subjects are closed before the settlement",
+      detail: "execution finished (deadline): the executors' subjects are closed before the settlement",
     } as const;
     const events = recovery
-      .given(finishedRun())
+      .given(h)
       .when(finishedEvent)
       .then([
         { type: 'run.fenced', data: { fencedSubject: 'tools', ...data, uncertain: [] } },
@@ -228,22 +252,17 @@ describe("recovery decide: the executors' subjects are closed before a settlemen
   });
 
   it('given a call dispatched without a receipt when the execution stopped at its deadline, then the closing fence names it uncertain', () => {
-    const h = new History()
-      .admitted()
-      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
-      .proposed(1, 'a', 'get_holdings')
-      .dispatched('a', 'get_holdings')
-      .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
     recovery
-      .given(h)
+      .given(finishedInFlight())
       .when(finishedEvent)
       .then([
         {
           type: 'run.fenced',
           data: expect.objectContaining({
             fencedSubject: 'tools',
-            epoch: 0,
-            holder: null,
+            epoch: 1,
+            holder,
+            reason: 'settling',
             uncertain: [{ kind: 'tool-call', toolCallId: 'a', name: 'get_holdings' }],
           }),
         },
@@ -251,13 +270,25 @@ describe("recovery decide: the executors' subjects are closed before a settlemen
       ]);
   });
 
+  it('given the receipt of the in-flight call recorded after the finish, then the subjects are still fenced: whether the Run closes itself is fixed at its finish', () => {
+    const h = finishedInFlight().receipt('a', 'get_holdings', 'succeeded');
+    expect(h.facts.closesItself).toBe(false);
+    recovery
+      .given(h)
+      .when(finishedEvent)
+      .then([
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'tools', reason: 'settling', uncertain: [] }) },
+        { type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', reason: 'settling', uncertain: [] }) },
+      ]);
+  });
+
   it('given the subjects already closed, a Run not finished, or a settled Run, then nothing', () => {
-    recovery.given(finishedRun().closed()).when(finishedEvent).thenNothing();
+    recovery.given(finishedInFlight().closed()).when(finishedEvent).thenNothing();
     recovery
       .given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }))
       .when(finishedEvent)
       .thenNothing();
-    const settled = finishedRun().add('run.settled', 'settlement', {
+    const settled = finishedInFlight().add('run.settled', 'settlement', {
       outcome: 'failed',
       reason: 'x',
       passageIds: [],
@@ -268,7 +299,7 @@ describe("recovery decide: the executors' subjects are closed before a settlemen
   });
 
   it('given only the tools subject closed (a retry after the runtime fence failed), then only the runtime subject is fenced', () => {
-    const h = finishedRun().add('run.fenced', 'settling/tools', {
+    const h = finishedInFlight().add('run.fenced', 'settling/tools', {
       fencedSubject: 'tools',
       epoch: 1,
       holder,
@@ -280,5 +311,17 @@ describe("recovery decide: the executors' subjects are closed before a settlemen
       .given(h)
       .when(finishedEvent)
       .then([{ type: 'run.fenced', data: expect.objectContaining({ fencedSubject: 'runtime', reason: 'settling' }) }]);
+  });
+
+  it('given a fault fence on the tools subject and then the runtime finished on its own with every call receipted (the fence raced the finish), then nothing more: the Run closes itself', () => {
+    const h = finishedRun();
+    const raced = new History()
+      .admitted()
+      .turn(1, { content: 'A.' })
+      .add('run.fenced', 'fence/1/tools', { fencedSubject: 'tools', epoch: 1, holder, reason: 'lease-expired', detail: 'x', uncertain: [] })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    expect(h.facts.closesItself && raced.facts.closesItself).toBe(true);
+    recovery.given(raced).when(finishedEvent).thenNothing();
+    recovery.given(raced).when(lost).thenNothing();
   });
 });

@@ -113,13 +113,6 @@ describe('recovery decide: a parked Run is not an execution to fence (K10)', () 
         })),
       );
   });
-
-  it('a grant of the next epoch is recorded once', () => {
-    recovery
-      .given(parked().waitAnswered('q', 'A'))
-      .when({ type: 'LeaseObserved', epoch: 2, holder, ttlMs: 1500 })
-      .then([{ type: 'lease.granted', data: { epoch: 2, holder, ttlMs: 1500 } }]);
-  });
 });
 
 describe('recovery decide, WaitExpired (K10)', () => {

@@ -314,3 +314,21 @@ function clarificationStop(facts: RunFacts, turn: number, question: string, now:
 function finished(facts: RunFacts, now: Date, reason: ExecutionStopReason, detail: string, answerTurn: number | null): RunEvent {
   return makeEvent('run.execution.finished', contextFrom(facts.lastEvent!), 'finished', { reason, detail, answerTurn }, now);
 }
+
+/** The lease a runtime holds while it decides: its fencing epoch, the holder (this process) and the TTL, ms (K6). */
+export type LeaseGrant = EventData<'lease.granted'>;
+
+/**
+ * The events of a decision made under `grant`, with the grant recorded first when the log does
+ * not hold it yet (K6, issue [9]): the runtime records its own `lease.granted`, on its own
+ * subject, in the same decision (the same append) as its first event under the lease, so the
+ * grant costs no extra append and no round trip through recovery. Nothing is added to an empty
+ * decision (a holder that wrote nothing has nothing to record), nor when the log already holds
+ * that epoch or a later one (a grant recorded by recovery in an older log, or a holder superseded
+ * since: its append is refused or decided empty elsewhere).
+ * @param now the decision clock (the grant's `occurredAt`: when it was recorded, not when the bucket granted it).
+ */
+export function withGrant(facts: RunFacts, grant: LeaseGrant, events: RunEvent[], now: Date): RunEvent[] {
+  if (events.length === 0 || !facts.lastEvent || facts.leases.some((l) => l.epoch >= grant.epoch)) return events;
+  return [makeEvent('lease.granted', contextFrom(facts.lastEvent), `lease/${grant.epoch}`, grant, now), ...events];
+}

@@ -3,7 +3,7 @@ import type { Subscription } from '@nats-io/transport-node';
 import { Controller, Inject, Logger, type BeforeApplicationShutdown, type OnModuleDestroy, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import type { EventData, StoredEvent } from '@runplane/contracts';
+import type { EventData, RunEvent, StoredEvent } from '@runplane/contracts';
 import {
   EventLog,
   isPermanentAppendError,
@@ -18,7 +18,7 @@ import {
 } from '@runplane/eventlog';
 import { epochSuperseded, handedOverAt, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
-import { decide, type ModelTurnResult } from './decide.js';
+import { decide, withGrant, type ModelTurnResult } from './decide.js';
 import { awaitingContext, decideCarry, earlierRunIds, type EarlierRun } from './context.js';
 import { finalizationInstruction, retryWaitMs, type RetryBackoff } from './ledger.js';
 import { buildMessages, toolDefinitions } from './messages.js';
@@ -219,11 +219,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       // finish, a park), but starts no new request: the drain hands the Run over instead
       const { facts, appended } = await this.commands.handle(
         runId,
-        (f, now) => {
+        this.underLease(runId, epoch, (f, now) => {
           if (epochSuperseded(f, epoch)) return [];
           const events = decide(f, wake, now);
           return this.stopping && events.some((e) => e.type === 'model.turn.requested') ? [] : events;
-        },
+        }),
         { epoch },
       );
       if (epochSuperseded(facts, epoch)) {
@@ -329,7 +329,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       earlier.set(id, { facts: f, results: id === parent ? await this.resolveResults(f) : new Map() });
     }
     const max = this.settings.contextMaxChars ?? Number.POSITIVE_INFINITY;
-    await this.commands.handle(runId, (f, now) => decideCarry(f, earlier, max, now), { epoch });
+    await this.commands.handle(
+      runId,
+      this.underLease(runId, epoch, (f, now) => decideCarry(f, earlier, max, now)),
+      { epoch },
+    );
   }
 
   /**
@@ -351,7 +355,9 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
       try {
         await this.commands.handle(
           runId,
-          (f, now) => decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...retry }, now),
+          this.underLease(runId, epoch, (f, now) =>
+            decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...retry }, now),
+          ),
           { epoch },
         );
         return;
@@ -375,6 +381,18 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
         await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** Math.min(attempt, 5))));
       }
     }
+  }
+
+  /**
+   * A decision made under the lease this process holds at `epoch`: its events are preceded by the
+   * grant (`lease.granted`, this process as holder) when the log does not hold that epoch yet
+   * ({@link withGrant}), so the runtime records its own grant with its first event under the
+   * lease, in one decision, and recovery is not on the happy path (K6, issue [9]).
+   */
+  private underLease(runId: string, epoch: number, decision: (f: RunFacts, now: Date) => RunEvent[]): (f: RunFacts, now: Date) => RunEvent[] {
+    const holder = { service: this.log.writer.service, instance: this.log.writer.instance };
+    const ttlMs = this.held.get(runId)?.ttlMs ?? this.settings.leaseTtlMs;
+    return (f, now) => withGrant(f, { epoch, holder, ttlMs }, decision(f, now), now);
   }
 
   /** Gives the Run's lease up (if held). @returns true when released. */
@@ -518,9 +536,11 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const delta = liveDeltaSubject(this.log.space, runId);
     const paragraphs = new ParagraphRecorder(
       async (finished, progress) => {
-        await this.commands.handle(runId, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished, progress }, now), {
-          epoch,
-        });
+        await this.commands.handle(
+          runId,
+          this.underLease(runId, epoch, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs: finished, progress }, now)),
+          { epoch },
+        );
       },
       (e) => this.logger.warn({ runId, turn, error: (e as Error).message }, 'a streamed paragraph was not recorded (the turn record keeps its text)'),
       // text streaming inside one long paragraph is recorded as progress well within the no-progress limit (K7)
@@ -634,7 +654,9 @@ export class ExecutionController implements OnModuleDestroy, BeforeApplicationSh
     const holder = { service: this.log.writer.service, instance: this.log.writer.instance };
     const { facts, appended } = await this.commands.handle(
       runId,
-      (f, now) => (epochSuperseded(f, lease.epoch) ? [] : decide(f, { type: 'HandOver', epoch: lease.epoch, holder, reason: 'drain' }, now)),
+      this.underLease(runId, lease.epoch, (f, now) =>
+        epochSuperseded(f, lease.epoch) ? [] : decide(f, { type: 'HandOver', epoch: lease.epoch, holder, reason: 'drain' }, now),
+      ),
       { epoch: lease.epoch },
     );
     if (facts.finished || facts.settled || facts.fenced) {

@@ -3,7 +3,13 @@
  * schemas themselves, so the document cannot drift from the code (a test compares them).
  */
 import { z } from 'zod';
-import { EnvelopeFields, EventCatalog, EventTypes } from './events.js';
+import { EnvelopeFields, EventCatalog, EventTypes, ownersOfType, type EventType } from './events.js';
+
+/** The owner column: the owner, and any former owner whose events older logs still hold. */
+function ownerText(t: EventType): string {
+  const [owner, ...former] = ownersOfType(t);
+  return former.length ? `${owner} (formerly ${former.join(', ')}: read in older logs)` : owner!;
+}
 
 const PURPOSE: Record<string, string> = {
   'run.admitted': "A Message and its Run were admitted (K1). The first and only event on the Run's `admission` subject.",
@@ -23,6 +29,8 @@ const PURPOSE: Record<string, string> = {
   'tool.call.receipt': 'The outcome of one tool call: succeeded (result inline, or stored by reference with its sha256), failed, denied or unknown.',
   'passage.committed': 'One passage of the answer, committed with a version. Committed passages are never erased (K9).',
   'answer.published': 'Every passage of the answer is committed; lists them in order.',
+  'lease.granted':
+    "A runtime instance took the Run's execution lease at a fencing epoch (K6). The runtime records it itself, on its own subject, with its first event under that lease (one decision). Logs written before issue [9] hold it on the `recovery` subject, written by recovery when it saw the grant in the lease bucket; those are still read.",
   'run.settled':
     "The Run's one terminal fact (K9): completed, partial, failed, canceled or interrupted, with the reason, committed passages, receipts and usage.",
 };
@@ -70,11 +78,20 @@ export function renderEventCatalog(): string {
   ];
   for (const t of EventTypes) {
     const e = EventCatalog[t];
-    lines.push(`| \`${t}\` | ${e.owner} | ${e.version} | ${PURPOSE[t] ?? ''} |`);
+    lines.push(`| \`${t}\` | ${ownerText(t)} | ${e.version} | ${PURPOSE[t] ?? ''} |`);
   }
   for (const t of EventTypes) {
     const e = EventCatalog[t];
-    lines.push('', `## \`${t}\` (owner: ${e.owner}, schemaVersion ${e.version})`, '', PURPOSE[t] ?? '', '', '```json', schemaJson(e.data), '```');
+    lines.push(
+      '',
+      `## \`${t}\` (owner: ${ownerText(t)}, schemaVersion ${e.version})`,
+      '',
+      PURPOSE[t] ?? '',
+      '',
+      '```json',
+      schemaJson(e.data),
+      '```',
+    );
   }
   return `${lines.join('\n')}\n`;
 }

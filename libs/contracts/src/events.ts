@@ -504,7 +504,12 @@ export const WaitAnsweredV1 = z.object({
 // ---- recovery ---------------------------------------------------------------------------------
 /** Who held a Run's execution lease: the writer of the runtime's events under it. */
 export const LeaseHolder = z.object({ service: z.string(), instance: z.string() });
-/** A runtime instance took a Run's execution lease (observed by recovery in the lease bucket). K6. */
+/**
+ * A runtime instance took a Run's execution lease (K6). Recorded by that runtime itself, on the
+ * runtime subject, in the same decision as its first event under the lease (so it costs no extra
+ * append and no round trip through recovery). Older logs hold it as recovery wrote it, on the
+ * recovery subject (owner `recovery`, observed in the lease bucket): those still fold and verify.
+ */
 export const LeaseGrantedV1 = z.object({
   /** Fencing epoch: grows with every grant of the Run; the runtime's events carry it as `writer.epoch`. */
   epoch: z.number().int().positive(),
@@ -658,7 +663,8 @@ export const EventCatalog = {
   'answer.published': { owner: 'publication', version: 1, data: AnswerPublishedV1 },
   'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
   'run.cancel.requested': { owner: 'admission', version: 1, data: RunCancelRequestedV1 },
-  'lease.granted': { owner: 'recovery', version: 1, data: LeaseGrantedV1 },
+  // the runtime records its own grant (issue [9]); logs written before hold recovery's (formerOwners)
+  'lease.granted': { owner: 'runtime', formerOwners: ['recovery'], version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
   'lease.parked': { owner: 'recovery', version: 1, data: LeaseParkedV1 },
   // drain (a rollout keeps Runs running)
@@ -674,7 +680,31 @@ export const EventCatalog = {
   // conversations (K2)
   'clarification.requested': { owner: 'runtime', version: 1, data: ClarificationRequestedV1 },
   'context.carried': { owner: 'runtime', version: 1, data: ContextCarriedV1 },
-} as const satisfies Record<string, { owner: Owner; version: number; data: z.ZodType }>;
+} as const satisfies Record<string, CatalogEntry>;
+
+/**
+ * One type of the catalogue: the one service that may record it now (`owner`: broker permissions
+ * and deciders follow it), its schema version and data schema, and `formerOwners`: owners that
+ * recorded it in logs written before ownership moved. Such old events are still read (decoded,
+ * folded, verified on their former owner's subject: an auditor replays old streams, K11); nobody
+ * may append them any more.
+ */
+export interface CatalogEntry {
+  owner: Owner;
+  formerOwners?: readonly Owner[];
+  version: number;
+  data: z.ZodType;
+}
+
+/** Owners an event of type `T` may carry when read back: its owner, and any former owner (older logs). */
+export type OwnersOf<T extends EventType> =
+  (typeof EventCatalog)[T]['owner'] | ((typeof EventCatalog)[T] extends { formerOwners: readonly (infer O)[] } ? O : never);
+
+/** {@link OwnersOf} at run time. */
+export function ownersOfType(type: EventType): readonly Owner[] {
+  const entry: CatalogEntry = EventCatalog[type];
+  return [entry.owner, ...(entry.formerOwners ?? [])];
+}
 
 export type EventType = keyof typeof EventCatalog;
 export const EventTypes = Object.keys(EventCatalog) as EventType[];
@@ -723,27 +753,30 @@ export const EnvelopeFields = z.object({
 
 function envelopeOf<T extends EventType>(type: T) {
   const entry = EventCatalog[type];
+  const owners = ownersOfType(type);
   return EnvelopeFields.extend({
     type: z.literal(type),
-    owner: z.literal(entry.owner),
+    // an event of a former owner is read (older logs); makeEvent stamps the current owner
+    owner: owners.length > 1 ? z.enum(owners as [Owner, ...Owner[]]) : z.literal(entry.owner),
     schemaVersion: z.literal(entry.version),
     data: entry.data,
   });
 }
 
 const envelopes = EventTypes.map((t) => envelopeOf(t));
-/** Any Runplane event, discriminated by `type`. Parsing rejects an owner that is not the type's owner. */
+/** Any Runplane event, discriminated by `type`. Parsing rejects an owner that is not the type's owner (or one of its former owners, for older logs). */
 export const RunEvent = z.discriminatedUnion('type', envelopes as unknown as [ReturnType<typeof envelopeOf>, ...ReturnType<typeof envelopeOf>[]]);
 export type RunEventOf<T extends EventType> = z.infer<typeof EnvelopeFields> & {
   type: T;
-  owner: (typeof EventCatalog)[T]['owner'];
+  owner: OwnersOf<T>;
   schemaVersion: (typeof EventCatalog)[T]['version'];
   data: EventData<T>;
 };
 export type RunEvent = { [T in EventType]: RunEventOf<T> }[EventType];
 
 /**
- * The subject token an event is stored under: its owner's, except for recovery's fence, which
+ * The subject token an event is stored under: its owner's (the owner it carries: an event of a
+ * former owner, read from an older log, stands on that owner's subject), except for recovery's fence, which
  * stands on the subject of the executor it fences (`<prefix>.run.<runId>.<fencedSubject>`), and
  * recovery's `lease.parked`, which closes a lost runtime holder's epoch on the runtime subject (K6).
  */

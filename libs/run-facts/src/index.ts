@@ -73,7 +73,10 @@ export interface RunFacts {
   passages: Map<string, EventData<'passage.committed'>>;
   answer: EventData<'answer.published'> | null;
   settled: (EventData<'run.settled'> & { at: string }) | null;
-  /** The execution lease grants recovery recorded, in order (K6). */
+  /**
+   * The execution lease grants recorded, in order (K6): by the runtime that took the lease, with
+   * its first event under it; in logs written before issue [9], by recovery.
+   */
   leases: EventData<'lease.granted'>[];
   /**
    * The highest lease epoch recovery closed with `lease.parked` (a parked Run's holder lost before
@@ -106,6 +109,20 @@ export interface RunFacts {
    * stale executor's append (K6, K9).
    */
   closed: { runtime: boolean; tools: boolean };
+  /**
+   * True while the execution closed itself, with no fence (issue [9]): the runtime subject's last
+   * event is the runtime's own `run.execution.finished` (its decider appends nothing after it, and
+   * any runtime append decided from a read before it expects an older sequence of that subject,
+   * so the log refuses it: K6), and when it was recorded every proposed tool call had its receipt
+   * (so the tools decide nothing more for the Run: a dispatch or receipt decided from a read before
+   * the last receipt expects an older sequence of the tools subject and is refused; only a late
+   * observation of an `unknown` call may follow, as after a fence). Then no executor append decided
+   * before a settlement can land after it, exactly as if both subjects were fenced (K6, K9): see
+   * {@link closedForSettlement}. False when a call was proposed without a receipt at the finish (a
+   * deadline stop with a call in flight: recovery fences it as before) and after any later event on
+   * the runtime subject (a fence of recovery).
+   */
+  closesItself: boolean;
   /**
    * Last stream sequence on each of the Run's subjects (`<prefix>.run.<runId>.<token>`, one per
    * owner; recovery's fences stand on the executors' subjects): the expectation for the next
@@ -146,6 +163,7 @@ export function emptyFacts(runId: string): RunFacts {
     carried: null,
     fenced: null,
     closed: { runtime: false, tools: false },
+    closesItself: false,
     lastSeqByOwner: { admission: 0, runtime: 0, tools: 0, publication: 0, recovery: 0, lifecycle: 0 },
     lastProgressAt: null,
     lastSeq: 0,
@@ -173,6 +191,7 @@ function apply(facts: RunFacts, stored: StoredEvent, owned: boolean): RunFacts {
   const next: RunFacts = {
     ...facts,
     closed: closedAfter(facts.closed, e),
+    closesItself: closesItselfAfter(facts, e),
     lastSeqByOwner: { ...facts.lastSeqByOwner, [subjectTokenOf(e)]: stored.seq },
     lastProgressAt: countsAsProgress(e) ? laterOf(facts.lastProgressAt, e.occurredAt) : facts.lastProgressAt,
     lastSeq: stored.seq,
@@ -467,6 +486,25 @@ export function usageOf(facts: RunFacts): {
   }
   const toolCalls = [...facts.toolCalls.values()].filter((c) => c.dispatched).length;
   return { modelRequests: facts.turns.length - notSent, toolCalls, promptTokens, completionTokens, unknownUsageTurns };
+}
+
+/** What an event on the runtime subject does to {@link RunFacts.closesItself} (nothing on other subjects). */
+function closesItselfAfter(facts: RunFacts, e: RunEvent): boolean {
+  if (subjectTokenOf(e) !== 'runtime') return facts.closesItself;
+  if (e.type !== 'run.execution.finished') return false;
+  for (const c of facts.toolCalls.values()) if (!c.receipt) return false;
+  return true;
+}
+
+/**
+ * True when no executor append decided before a settlement can land after it, so the lifecycle
+ * may settle (K6, K9): the execution closed itself ({@link RunFacts.closesItself}: a Run that
+ * finished on its own, every proposed call with its receipt), or recovery fenced both executor
+ * subjects ({@link RunFacts.closed}: a lost, canceled, late or stuck holder, or a Run that finished
+ * with a call still in flight).
+ */
+export function closedForSettlement(facts: RunFacts): boolean {
+  return facts.closesItself || (facts.closed.runtime && facts.closed.tools);
 }
 
 /** What an event on an executor subject does to its closure (see {@link RunFacts.closed}). */

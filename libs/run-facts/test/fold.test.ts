@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { sha256Hex } from '@runplane/contracts';
-import { answerPassages, countsAsProgress, evolve, foldRun, noProgressClock, uncommittedParagraphs } from '@runplane/run-facts';
+import { makeEvent, RunEvent, sha256Hex } from '@runplane/contracts';
+import { decodeStored } from '@runplane/eventlog';
+import { answerPassages, closedForSettlement, countsAsProgress, evolve, foldRun, noProgressClock, uncommittedParagraphs } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';
 
 const passage = (id: string, turn: number, index: number, text: string, version = 1) => ({
@@ -26,6 +27,80 @@ describe('the fold: executor subjects closed before a settlement (K6, K9)', () =
     expect(h.facts.closed).toEqual({ runtime: true, tools: true });
     h.receipt('a', 'list_funds', 'succeeded');
     expect(h.facts.closed).toEqual({ runtime: true, tools: false });
+  });
+});
+
+describe('the fold: an execution that closes itself (K6, K9, issue [9])', () => {
+  const withCall = () =>
+    new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds');
+  it('closes itself when the runtime subject ends in its own finish and every proposed call had its receipt then; no fence is needed for the settlement', () => {
+    const h = withCall().receipt('a', 'list_funds', 'succeeded').turn(2, { content: 'A.' });
+    expect(h.facts.closesItself).toBe(false);
+    h.add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+    expect(h.facts.closesItself).toBe(true);
+    expect(h.facts.closed).toEqual({ runtime: false, tools: false });
+    expect(closedForSettlement(h.facts)).toBe(true);
+    // events on other subjects (publication, a late observation) leave it closed
+    h.add('passage.committed', '0/v1', passage('p', 2, 0, 'A.'));
+    expect(h.facts.closesItself).toBe(true);
+  });
+
+  it('does not close itself with a call proposed or dispatched without a receipt at the finish, even when the receipt comes later: recovery fences it (both fences needed)', () => {
+    for (const dispatched of [true, false]) {
+      const h = new History()
+        .admitted()
+        .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+        .proposed(1, 'a', 'list_funds');
+      if (dispatched) h.dispatched('a', 'list_funds');
+      h.add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null });
+      expect(h.facts.closesItself).toBe(false);
+      h.receipt('a', 'list_funds', 'denied');
+      expect(closedForSettlement(h.facts)).toBe(false);
+      h.closed();
+      expect(closedForSettlement(h.facts)).toBe(true);
+    }
+  });
+
+  it('a fence after the finish on the runtime subject ends the self-closure (the fences close it instead); a fence alone on both subjects closes it as before', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { content: 'A.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    expect(h.facts.closesItself).toBe(true);
+    h.closed();
+    expect(h.facts.closesItself).toBe(false);
+    expect(closedForSettlement(h.facts)).toBe(true);
+    const faulted = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }).closed();
+    expect(closedForSettlement(faulted.facts)).toBe(true);
+  });
+});
+
+describe('the fold: lease grants, recorded by the runtime now and by recovery in older logs (K6, K11)', () => {
+  const ctx = { runId: 'run-1', conversationId: 'conv-1', correlationId: 'msg-1', causationId: null };
+  const data = { epoch: 1, holder: { service: 'runtime', instance: 'i-1' }, ttlMs: 1500 };
+  it("a grant made now is the runtime's, on the runtime subject", () => {
+    const e = makeEvent('lease.granted', ctx, 'lease/1', data, new Date('2026-01-01T00:00:00Z'));
+    expect(e.owner).toBe('runtime');
+    const stored = decodeStored(2, 'rp.run.run-1.runtime.0', new TextEncoder().encode(JSON.stringify(e)));
+    const facts = foldRun('run-1', [...new History().admitted().events, stored]);
+    expect(facts.leases).toEqual([data]);
+    expect(facts.lastSeqByOwner.runtime).toBe(2);
+  });
+
+  it("an older log's grant, written by recovery on the recovery subject, still decodes, verifies against its subject and folds; one with another owner, or on another subject, is refused", () => {
+    const old = { ...makeEvent('lease.granted', ctx, 'lease/1', data, new Date('2026-01-01T00:00:00Z')), owner: 'recovery' };
+    expect(RunEvent.safeParse(old).success).toBe(true);
+    const bytes = new TextEncoder().encode(JSON.stringify(old));
+    const stored = decodeStored(2, 'rp.run.run-1.recovery.0', bytes);
+    const facts = foldRun('run-1', [...new History().admitted().events, stored]);
+    expect(facts.leases).toEqual([data]);
+    expect(facts.lastSeqByOwner).toMatchObject({ recovery: 2, runtime: 0 });
+    expect(() => decodeStored(2, 'rp.run.run-1.runtime.0', bytes)).toThrow(/do not match the subject/);
+    expect(RunEvent.safeParse({ ...old, owner: 'tools' }).success).toBe(false);
   });
 });
 
