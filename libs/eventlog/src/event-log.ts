@@ -42,6 +42,15 @@ export interface EventLogOptions {
    */
   appendRetryMs?: number;
   /**
+   * When {@link EventLog.appendBatch} uses an atomic batch (default `auto`): `auto` only on a
+   * replicated stream (`num_replicas` > 1), where the server stages a batch in memory; on a
+   * one-replica file stream the server stages every batch in a file store of its own (created,
+   * flushed and deleted per batch, `newBatchStore` in nats-server's jetstream_batching.go), which
+   * measured slower than appending the events one by one (docs/event-log.md). `always` uses it
+   * wherever the stream and server allow it (the tests of the batch path), `never` nowhere.
+   */
+  atomicBatches?: 'auto' | 'always' | 'never';
+  /**
    * The stream's duplicate window when this log creates the stream, ms (default 120,000): a copy
    * of an event published again after it is stored as a new message, which readers and consumers
    * recognise and skip (docs/event-log.md "Messages that are not events").
@@ -345,6 +354,7 @@ export class EventLog {
     private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
     /** Copies of the stream and buckets this log creates (`num_replicas`). */
     readonly replicas: number = 1,
+    private readonly atomicBatchMode: 'auto' | 'always' | 'never' = 'auto',
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -373,6 +383,7 @@ export class EventLog {
         opts.appendRetryMs ?? 30_000,
         opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
         opts.replicas ?? 1,
+        opts.atomicBatches ?? 'auto',
       );
       await log.ensureStream();
       return log;
@@ -430,6 +441,7 @@ export class EventLog {
       }
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
       this.atomicStream = info.config.allow_atomic === true;
+      this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       const config: Partial<ReturnType<typeof runStreamConfig>> & { name: string } = runStreamConfig(this.space, {
@@ -445,6 +457,7 @@ export class EventLog {
       // a concurrent creator may have won with its own count: the stream's is the one
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
       this.atomicStream = info.config.allow_atomic === true;
+      this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
     }
   }
 
@@ -468,8 +481,11 @@ export class EventLog {
 
   /** True when {@link appendBatch} stores a decision of several events atomically (else one by one): the stream allows it and the connected server supports it. */
   get atomicBatches(): boolean {
+    if (this.atomicBatchMode === 'never' || (this.atomicBatchMode === 'auto' && !this.replicatedStream)) return false;
     return this.atomicStream && serverAtLeast(this.nc.info?.version, ...ATOMIC_BATCH_MIN_SERVER);
   }
+  /** True when the stream has more than one replica (a batch is then staged in memory by the server). */
+  private replicatedStream = false;
 
   /** Takes the stream's partition count (absent: a server without metadata, or an older stream: the configured count). */
   private adoptPartitions(stored: string | undefined): void {
@@ -666,7 +682,9 @@ export class EventLog {
       }
     });
     if (items.length < 2 || items.length > MAX_ATOMIC_BATCH || !this.atomicBatches) {
-      if (items.length >= 2 && !this.sequentialReported) {
+      // said once, when atomic batches were wanted but cannot be used (not for the configured choice)
+      const intended = this.atomicBatchMode === 'never' || (this.atomicBatchMode === 'auto' && !this.replicatedStream);
+      if (items.length >= 2 && !intended && !this.sequentialReported) {
         this.sequentialReported = true;
         this.onSequentialBatches(
           items.length > MAX_ATOMIC_BATCH

@@ -55,7 +55,7 @@ describeEachNatsServer(servers, (server) => {
   const stream = `RPTEST_AB_${tag}`;
   const prefix = `tab${tag}`;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream, prefix, appendRetryMs: 5_000 });
+    log = await EventLog.connect({ natsUrl: server.url, stream, prefix, appendRetryMs: 5_000, atomicBatches: 'always' });
   });
   afterAll(async () => {
     await log.destroyStream();
@@ -69,6 +69,13 @@ describeEachNatsServer(servers, (server) => {
     expect(runStreamConfig(log.space, { replicas: 1, duplicateWindowMs: 1 }).allow_atomic).toBe(true);
     expect((await log.jsm.streams.info(stream)).config.allow_atomic).toBe(true);
     expect(log.atomicBatches).toBe(true);
+    // by default only on a replicated stream: on one replica the server stages each batch in a file store of its own (slower)
+    const auto = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'auto' });
+    try {
+      expect(auto.atomicBatches).toBe(false);
+    } finally {
+      await auto.close();
+    }
   });
 
   it('stores the three events of one decision in one batch: consecutive sequences, each back-link verified, read back the same (K11)', async () => {
@@ -205,7 +212,7 @@ describeEachNatsServer(servers, (server) => {
     const current = [{ event: turn(runId, 1), expectedLastSubjectSeq: results[2]!.seq }, { event: turn(runId, 2) }, { event: turn(runId, 3) }];
     await expect(log.appendBatch(current)).rejects.toMatchObject({ kind: 'decided-elsewhere' });
     // nor by another process, whose retry would not recognise this one's batch as its own
-    const other = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'other' });
+    const other = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'other', atomicBatches: 'always' });
     try {
       await expect(other.appendBatch(current)).rejects.toBeInstanceOf(AppendConflict);
     } finally {
@@ -222,6 +229,7 @@ describeEachNatsServer(servers, (server) => {
       prefix: `tabw${tag}`,
       name: 'short-window',
       duplicateWindowMs: 500,
+      atomicBatches: 'always',
     });
     try {
       const runId = `r8${tag}`;
@@ -305,7 +313,7 @@ describeEachNatsServer(servers, (server) => {
     const config = runStreamConfig({ stream: plainStream, prefix: plainPrefix, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
     delete (config as { allow_atomic?: boolean }).allow_atomic;
     await log.jsm.streams.add(config);
-    const plain = await EventLog.connect({ natsUrl: server.url, stream: plainStream, prefix: plainPrefix, name: 'plain' });
+    const plain = await EventLog.connect({ natsUrl: server.url, stream: plainStream, prefix: plainPrefix, name: 'plain', atomicBatches: 'always' });
     const said: string[] = [];
     plain.onSequentialBatches = (why) => said.push(why);
     try {

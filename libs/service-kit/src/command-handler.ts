@@ -178,8 +178,9 @@ export class RunCommandHandler {
 
   /**
    * Handles one command on a Run: `decide(facts, now)` is called with the Run's current facts; its
-   * events are appended together, in order, by one atomic batch ({@link EventLog.appendBatch}:
-   * all or none, each subject's first event conditional on that subject's last sequence, K6).
+   * events are appended together, in order, with {@link EventLog.appendBatch} (one atomic batch,
+   * all or none, where the log uses them; else one by one), each subject's first event
+   * conditional on that subject's last sequence (K6).
    * On an {@link AppendConflict} the Run is read again and `decide` called again (it must be pure
    * and decide only what the facts still lack), under {@link CONFLICT_RETRY}.
    * @returns the facts decided from and the events stored by this call (empty: nothing to do).

@@ -39,8 +39,9 @@ const requestNext = (facts: RunFacts, now: Date): RunEvent[] => {
 };
 
 beforeAll(async () => {
-  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a' });
-  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b' });
+  // atomic batches also on this one-replica stream (by default only on a replicated one)
+  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a', atomicBatches: 'always' });
+  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b', atomicBatches: 'always' });
 });
 afterAll(async () => {
   await a.destroyStream();
@@ -213,7 +214,7 @@ describe('RunCommandHandler', () => {
     const config = runStreamConfig({ ...plainSpace, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
     delete (config as { allow_atomic?: boolean }).allow_atomic;
     await a.jsm.streams.add(config);
-    const p = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-a' });
+    const p = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-a', atomicBatches: 'always' });
     const q = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-b' });
     p.onSequentialBatches = () => undefined;
     try {
