@@ -747,6 +747,16 @@ export const EnvelopeFields = z.object({
    * a reader accepts them when the fetched events' own `prevSeq` links agree.
    */
   earlierSeqs: z.array(z.number().int().positive()).max(31).optional(),
+  /**
+   * For an event stored by an atomic batch (`EventLog.appendBatch`, one decision's events) after
+   * an earlier event of the same batch on the same subject: the batch position
+   * (`Nats-Batch-Sequence`, 1-based) of that predecessor. The server refuses a subject expectation
+   * on a later message of a batch's subject and stores a batch contiguously, so the back-link is
+   * relative: a reader resolves `prevSeq` = own sequence - (own batch position - `prevInBatch`)
+   * (libs/eventlog `verifyStored`, docs/event-log.md "One decision, one atomic append"). Such an
+   * event carries no `prevSeq` in its body; every reader sees the resolved one.
+   */
+  prevInBatch: z.number().int().positive().optional(),
   /** Who appended the event: service, process instance and (with leases, [3]) fencing epoch. Stamped by `EventLog.append`. */
   writer: Writer.optional(),
 });

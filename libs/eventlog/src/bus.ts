@@ -247,13 +247,16 @@ export function renderNatsAuthorization(space: SubjectSpace, passwords: Record<B
 
 /**
  * Creates what the services may not create themselves (the admin's set-up, before any service
- * starts): the Run stream and every bucket of {@link BUS_BUCKETS}, each only when missing, with
+ * starts): the Run stream (atomic batches allowed on an existing one that lacks them,
+ * `EventLog.enableAtomicBatches`) and every bucket of {@link BUS_BUCKETS}, each only when missing, with
  * `log.replicas` copies (`RUNPLANE_NATS_REPLICAS`: 3 on a 3-node cluster, so one node may be lost).
  * The services then only open them (a bucket's `create` reads the existing one's info first).
  * @param log a log connected as a user allowed to create streams (`admin`).
  */
 export async function provisionBus(log: EventLog): Promise<void> {
   await log.ensureStream();
+  // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
+  await log.enableAtomicBatches();
   const kvm = new Kvm(log.nc);
   const objm = new Objm(log.nc);
   for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {

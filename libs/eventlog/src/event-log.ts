@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { connect, errors as natsErrors, RequestError, type NatsConnection } from '@nats-io/transport-node';
+import { connect, errors as natsErrors, headers as natsHeaders, RequestError, type NatsConnection } from '@nats-io/transport-node';
 import pRetry, { AbortError } from 'p-retry';
 import {
   AckPolicy,
@@ -42,6 +42,15 @@ export interface EventLogOptions {
    * with the same event id before the error propagates, in ms (default 30,000).
    */
   appendRetryMs?: number;
+  /**
+   * When {@link EventLog.appendBatch} uses an atomic batch (default `auto`): `auto` only on a
+   * replicated stream (`num_replicas` > 1), where the server stages a batch in memory; on a
+   * one-replica file stream the server stages every batch in a file store of its own (created,
+   * flushed and deleted per batch, `newBatchStore` in nats-server's jetstream_batching.go), which
+   * measured slower than appending the events one by one (docs/event-log.md). `always` uses it
+   * wherever the stream and server allow it (the tests of the batch path), `never` nowhere.
+   */
+  atomicBatches?: 'auto' | 'always' | 'never';
   /**
    * The stream's duplicate window when this log creates the stream, ms (default 120,000): a copy
    * of an event published again after it is stored as a new message, which readers and consumers
@@ -87,7 +96,7 @@ export function isTransientNatsError(e: unknown): boolean {
   if (e instanceof natsErrors.TimeoutError || (e instanceof Error && e.name === 'JetStreamNotEnabled')) return true; // no responders: JetStream restarting
   if (e instanceof RequestError || e instanceof natsErrors.NoRespondersError || e instanceof natsErrors.ConnectionError) return true;
   if (e instanceof JetStreamApiError) return e.status === 503 || e.code === 10008;
-  return false;
+  return e instanceof BatchNotStored;
 }
 
 /**
@@ -102,12 +111,65 @@ export const RECONNECT_JITTER_MS = 200;
 export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER_MS);
 
 const WRONG_LAST_SEQUENCE = 10071;
+/** Atomic batch errors (nats-server errors.json, ADR-50). */
+const WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164; // "wrong last sequence": another write on the subject is in flight (cluster)
+const DUPLICATE_IN_PROCESS = 10158;
+const ATOMIC_PUBLISH_DISABLED = 10174;
+const BATCH_INCOMPLETE = 10176;
+const BATCH_TOO_LARGE = 10199;
+const BATCH_HAS_DUPLICATE = 10201;
+const BATCH_TOO_MANY_IN_FLIGHT = 10210;
+/** How long the commit of an atomic batch waits for its acknowledgement, ms (as a publish's default). */
+const BATCH_COMMIT_TIMEOUT_MS = 5_000;
 
-/** True when a server version string (`2.15.1`) is at least `major.minor`; false when unknown. */
-function serverAtLeast(version: string | undefined, major: number, minor: number): boolean {
-  const m = /^(\d+)\.(\d+)/.exec(version ?? '');
-  return !!m && (Number(m[1]) > major || (Number(m[1]) === major && Number(m[2]) >= minor));
+/** The reply to the commit of an atomic batch: a publish acknowledgement with the batch's id and size, or an error. */
+interface BatchReply {
+  stream?: string;
+  seq?: number;
+  batch?: string;
+  count?: number;
+  error?: { code: number; err_code: number; description: string };
 }
+
+/** An atomic batch the server did not store, and a new attempt may (abandoned, too many in flight). */
+class BatchNotStored extends Error {
+  constructor(detail: string) {
+    super(`atomic batch not stored: ${detail}`);
+    this.name = 'BatchNotStored';
+  }
+}
+
+/** One event of a decision for {@link EventLog.appendBatch}. */
+export interface BatchItem {
+  event: RunEvent;
+  /**
+   * The last sequence of the event's subject the writer knows (0 = empty), as for
+   * {@link EventLog.append}: required on the first event of each subject in the batch, absent on a
+   * later one (it follows the batch's previous event of that subject).
+   */
+  expectedLastSubjectSeq?: number;
+  /** Sequences of earlier events on the subject, newest first (read-ahead hints), for the first event of each subject. */
+  earlierSeqs?: readonly number[];
+}
+
+/** True when a server version string (`2.15.1`) is at least `major.minor.patch`; false when unknown. */
+function serverAtLeast(version: string | undefined, major: number, minor: number, patch = 0): boolean {
+  const m = /^(\d+)\.(\d+)(?:\.(\d+))?/.exec(version ?? '');
+  if (!m) return false;
+  const have = [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)];
+  const want = [major, minor, patch];
+  for (let i = 0; i < 3; i++) if (have[i] !== want[i]) return have[i]! > want[i]!;
+  return true;
+}
+
+/**
+ * The first server release whose atomic batch publish {@link EventLog.appendBatch} uses: 2.12.0
+ * introduced it (ADR-50) but refused `Nats-Msg-Id` inside a batch; de-duplication in batches came
+ * with 2.12.1, and every event is sent with its id.
+ */
+export const ATOMIC_BATCH_MIN_SERVER: readonly [number, number, number] = [2, 12, 1];
+/** Most messages in one atomic batch (the server's default limit, ADR-50): a longer decision is appended one by one. */
+export const MAX_ATOMIC_BATCH = 1_000;
 
 /** Checks a partition count (1..256). @throws RangeError otherwise. */
 export function validPartitions(n: number): number {
@@ -116,6 +178,12 @@ export function validPartitions(n: number): number {
 }
 /** The header of a conditional append, stored with the message: the server checked it. */
 export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
+/** Names another subject (or a wildcard) for the check of {@link EXPECTED_LAST_SUBJECT_SEQUENCE}: the log never sends it, so a message with it is no link of its own subject. */
+const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = 'Nats-Expected-Last-Subject-Sequence-Subject';
+/** Atomic batch headers (ADR-50), stored with every message of a batch: the batch's id and the message's 1-based position in it. */
+export const BATCH_ID = 'Nats-Batch-Id';
+export const BATCH_SEQUENCE = 'Nats-Batch-Sequence';
+const BATCH_COMMIT = 'Nats-Batch-Commit';
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
@@ -157,7 +225,14 @@ export interface StoredHeaders {
  * (`Nats-Expected-Last-Subject-Sequence`, a sequence below the message's own): a message without
  * it was published around the log (a replay after the duplicate window, a forgery), whatever its
  * body says, and an event's `prevSeq` must be what the header says (an event without `prevSeq`
- * was appended before it existed and carries the header all the same).
+ * was appended before it existed and carries the header all the same). The one exception is an
+ * event stored by an atomic batch after an earlier event of the same batch on its subject
+ * ({@link EventLog.appendBatch}): the server refuses a subject expectation there, so its back-link
+ * is `prevInBatch`, the batch position of that earlier event, checked against the batch position
+ * the server stored (`Nats-Batch-Sequence`, gapless from 1, the batch stored contiguously); its
+ * `prevSeq` is resolved here (own sequence minus the distance in the batch) and returned in the
+ * event, so every reader sees the same absolute back-link (docs/event-log.md, "One decision, one
+ * atomic append").
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
  *   {@link decodeStored}), `wrong-partition` or `unverified-event` (no verified back-link).
  */
@@ -172,10 +247,8 @@ export function verifyStored(seq: number, subject: string, data: Uint8Array, hea
       'wrong-partition',
     );
   }
-  const header = headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) ?? '';
-  const checked = /^\d{1,15}$/.test(header) ? Number(header) : NaN;
-  const prevSeq = stored.event.prevSeq;
-  if (!(checked < seq) || (prevSeq !== undefined && prevSeq !== checked)) {
+  const link = verifiedLink(seq, stored.event, headers);
+  if (link === null) {
     throw new InvalidStoredEvent(
       seq,
       subject,
@@ -183,13 +256,39 @@ export function verifyStored(seq: number, subject: string, data: Uint8Array, hea
       'unverified-event',
     );
   }
+  if (stored.event.prevInBatch !== undefined) stored.event = { ...stored.event, prevSeq: link };
   return stored;
+}
+
+/**
+ * The back-link of a stored event that the server vouches for, or null: the subject expectation
+ * the server checked (stored header, below `seq`, equal to the body's `prevSeq` when it has one),
+ * or, for a later event of its subject in an atomic batch, the sequence its `prevInBatch` names
+ * inside the same batch (the body has no `prevSeq` then, and no checked expectation can exist).
+ */
+function verifiedLink(seq: number, event: StoredEvent['event'], headers: StoredHeaders | undefined): number | null {
+  const header = headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE) ?? '';
+  if (header !== '') {
+    const checked = /^\d{1,15}$/.test(header) ? Number(header) : NaN;
+    // checked on another subject than the message's own: no link of this subject
+    if (headers?.get(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT)) return null;
+    if (!(checked < seq) || event.prevInBatch !== undefined || (event.prevSeq !== undefined && event.prevSeq !== checked)) return null;
+    return checked;
+  }
+  const position = headers?.get(BATCH_SEQUENCE) ?? '';
+  const inBatch = event.prevInBatch;
+  if (inBatch === undefined || event.prevSeq !== undefined || !headers?.get(BATCH_ID) || !/^\d{1,4}$/.test(position)) return null;
+  const own = Number(position);
+  if (!(inBatch < own)) return null;
+  const prev = seq - (own - inBatch);
+  return prev >= 1 ? prev : null;
 }
 
 /**
  * The configuration of the Run stream as {@link EventLog.ensureStream} creates it (and as
  * deploy/nats/stream-RUNPLANE.json gives it to `nats stream add`, a test keeps the two equal):
- * file storage, `replicas` copies, the duplicate window in ns, direct get allowed, and no message
+ * file storage, `replicas` copies, the duplicate window in ns, direct get and atomic batch publish
+ * (`allow_atomic`, nats-server 2.12+: {@link EventLog.appendBatch}) allowed, and no message
  * deleted, purged or rolled up through the API (K11).
  */
 export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; duplicateWindowMs: number }) {
@@ -200,6 +299,8 @@ export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; d
     num_replicas: opts.replicas,
     duplicate_window: opts.duplicateWindowMs * 1_000_000,
     allow_direct: true,
+    // one decision's events stored together (EventLog.appendBatch, nats-server 2.12+)
+    allow_atomic: true,
     allow_rollup_hdrs: false,
     deny_delete: true,
     deny_purge: true,
@@ -228,6 +329,16 @@ export class EventLog {
   readonly deliveries = new DeliveryFeed();
   /** True when the stream has more than one replica: reads go to its leader ({@link readMessage}). */
   private leaderReads = false;
+  /**
+   * True when the stream takes atomic batches (`allow_atomic`, set on the stream when this log
+   * last looked) on a server that stores them with de-duplication ({@link ATOMIC_BATCH_MIN_SERVER}):
+   * {@link appendBatch} then stores a decision in one request, else one append after another.
+   */
+  private atomicStream = false;
+  /** Called once when a decision of several events is appended one by one because the stream or the server lacks atomic batches. */
+  onSequentialBatches: (why: string) => void = (why) =>
+    process.stderr.write(`runplane event log: decisions of several events are appended one by one on ${this.space.stream}: ${why}\n`);
+  private sequentialReported = false;
 
   /** Called when the configured partition count differs from the stream's (the stream's wins). */
   onPartitionsMismatch: (configured: number, stream: number) => void = (configured, stream) =>
@@ -246,6 +357,7 @@ export class EventLog {
     private readonly duplicateWindowMs: number = DEFAULT_DUPLICATE_WINDOW_MS,
     /** Copies of the stream and buckets this log creates (`num_replicas`). */
     readonly replicas: number = 1,
+    private readonly atomicBatchMode: 'auto' | 'always' | 'never' = 'auto',
   ) {
     this.writer = { service, instance: randomUUID() };
   }
@@ -274,6 +386,7 @@ export class EventLog {
         opts.appendRetryMs ?? 30_000,
         opts.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
         opts.replicas ?? 1,
+        opts.atomicBatches ?? 'auto',
       );
       await log.ensureStream();
       return log;
@@ -310,11 +423,12 @@ export class EventLog {
 
   /**
    * Creates the stream if missing (the shape of {@link runStreamConfig}): file storage,
-   * {@link replicas} copies, the duplicate window, direct get allowed, no message can be deleted,
+   * {@link replicas} copies, the duplicate window, direct get and atomic batches (2.12+) allowed, no message can be deleted,
    * purged or rolled up through the JetStream API (the log is the truth, K11; only deleting the
    * whole stream remains: the admin's, and tests' clean-up), and the partition count in its
    * metadata (`runplane_partitions`, nats-server 2.10+). An existing stream is left as it is (its
-   * replicas included), and its partition count becomes this log's (`space.partitions`), whatever
+   * replicas included; without `allow_atomic`, {@link appendBatch} appends one event after another
+   * until the admin enables it, {@link enableAtomicBatches}), and its partition count becomes this log's (`space.partitions`), whatever
    * was configured: every process of a deployment must map a Run to the same partition.
    * @throws when the stream captures other subjects, or its partition count is not 1..256.
    */
@@ -329,17 +443,52 @@ export class EventLog {
         );
       }
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
+      this.atomicStream = info.config.allow_atomic === true;
+      this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
-      const config = runStreamConfig(this.space, { replicas: this.replicas, duplicateWindowMs: this.duplicateWindowMs });
+      const config: Partial<ReturnType<typeof runStreamConfig>> & { name: string } = runStreamConfig(this.space, {
+        replicas: this.replicas,
+        duplicateWindowMs: this.duplicateWindowMs,
+      });
       // a server before 2.10 keeps no metadata (nor runs partition consumers): the configured count holds
-      if (!serverAtLeast(this.nc.info?.version, 2, 10)) delete (config as { metadata?: unknown }).metadata;
+      if (!serverAtLeast(this.nc.info?.version, 2, 10)) delete config.metadata;
+      // before 2.12 there is no atomic batch publish (appendBatch appends one by one there)
+      if (!serverAtLeast(this.nc.info?.version, 2, 12)) delete config.allow_atomic;
       const info = await this.jsm.streams.add(config);
       this.leaderReads = this.replicas > 1;
       // a concurrent creator may have won with its own count: the stream's is the one
       this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
+      this.atomicStream = info.config.allow_atomic === true;
+      this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
     }
   }
+
+  /**
+   * Allows atomic batch publish on an existing Run stream created without it (before 2.12, or by
+   * an earlier Runplane), when the server supports it ({@link ATOMIC_BATCH_MIN_SERVER}): the
+   * admin's step ({@link provisionBus}); services may not update streams and append a decision one
+   * event after another until it is done (and they reconnect). On a cluster being upgraded, run it
+   * once every node runs 2.12.1 or later: a stream leader of an older release stores the messages of
+   * a batch one by one, not atomically.
+   * @returns true when the stream allows atomic batches afterwards.
+   * @throws NATS errors of the update (e.g. a user without the permission).
+   */
+  async enableAtomicBatches(): Promise<boolean> {
+    if (!serverAtLeast(this.nc.info?.version, ...ATOMIC_BATCH_MIN_SERVER)) return false;
+    const info = await this.jsm.streams.info(this.space.stream);
+    if (info.config.allow_atomic !== true) await this.jsm.streams.update(this.space.stream, { allow_atomic: true });
+    this.atomicStream = true;
+    return true;
+  }
+
+  /** True when {@link appendBatch} stores a decision of several events atomically (else one by one): the stream allows it and the connected server supports it. */
+  get atomicBatches(): boolean {
+    if (this.atomicBatchMode === 'never' || (this.atomicBatchMode === 'auto' && !this.replicatedStream)) return false;
+    return this.atomicStream && serverAtLeast(this.nc.info?.version, ...ATOMIC_BATCH_MIN_SERVER);
+  }
+  /** True when the stream has more than one replica (a batch is then staged in memory by the server). */
+  private replicatedStream = false;
 
   /** Takes the stream's partition count (absent: a server without metadata, or an older stream: the configured count). */
   private adoptPartitions(stored: string | undefined): void {
@@ -485,6 +634,270 @@ export class EventLog {
     );
   }
 
+  /**
+   * Appends the events of one decision together: with an atomic batch publish (nats-server
+   * 2.12.1+, ADR-50; the stream allows it, {@link atomicBatches}) all of them are stored, in order
+   * and at consecutive sequences, or none is, in one request (the messages before the last go
+   * without a reply; the last commits the batch and carries its acknowledgement). Each event goes
+   * on its own subject (`<prefix>.run.<runId>.<owner>.<partition>`; a decision may hold events on
+   * several, e.g. recovery's fences on the tools and runtime subjects), stamped as {@link append}
+   * stamps it, with its id as `Nats-Msg-Id`:
+   * - the first event of a subject in the batch is conditional on that subject's last sequence
+   *   (`expectedLastSubjectSeq`, required; stamped `prevSeq`, with `earlierSeqs` hints), checked
+   *   by the server when the batch commits (K6);
+   * - a later event of the same subject must not name an expectation (the server refuses one on a
+   *   subject the batch already writes, 10164): it follows the batch's previous event of that
+   *   subject, stamped `prevInBatch` (that event's batch position); readers resolve its `prevSeq`
+   *   ({@link verifyStored}), and so does the result.
+   * A single event, a stream or server without atomic batches (the reason reported once through
+   * `onSequentialBatches`), or more than {@link MAX_ATOMIC_BATCH} events: appended one after
+   * another with {@link append} (each conditional on its predecessor), a prefix of them stored when
+   * a later one conflicts, which `onStored` reports.
+   *
+   * Outcome unknown (timeout, NATS restarting, the batch abandoned or too many in flight): the
+   * same events are sent again as a new batch, for up to `appendRetryMs`. An earlier attempt that
+   * was stored makes the server refuse the retry (its ids are duplicates, 10201, or past the
+   * duplicate window its expectations are stale, 10071): the stored batch is then read back, and
+   * when it is this call's events, stored by this process in this order, it counts as stored
+   * (`recovered`); otherwise the decision was recorded by another writer.
+   * @param items the decision's events in order, with each subject's expectation on its first event.
+   * @param epoch the fencing epoch stamped as `writer.epoch` (K6).
+   * @param onStored called for each stored event in order, as soon as it is known stored (all at
+   *   the commit; one by one when appended one by one, also before a later one conflicts).
+   * @returns the stored events in order.
+   * @throws AppendConflict (`wrong-last-sequence`: an expectation is stale, or another write on one
+   *   of the subjects is in flight, 10164; `decided-elsewhere`: the event ids are stored, not by
+   *   this call): nothing of this batch was stored by this call; re-read and decide again.
+   * @throws AppendRefused (`size`) when an event is over the broker's `max_payload`: nothing attempted.
+   * @throws RangeError when an expectation is missing on a subject's first event or given on a later one.
+   * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
+   */
+  async appendBatch(items: readonly BatchItem[], epoch?: number, onStored?: (result: AppendResult) => void): Promise<AppendResult[]> {
+    const subjects = items.map((i) => this.subjectOf(i.event));
+    const firstOf = new Map<string, number>();
+    items.forEach((item, k) => {
+      const first = !firstOf.has(subjects[k]!);
+      if (first) firstOf.set(subjects[k]!, k);
+      if (first !== (item.expectedLastSubjectSeq !== undefined)) {
+        throw new RangeError(
+          `event ${k + 1} of the batch (${item.event.type} on ${subjects[k]}) ${first ? 'needs an expectation: it is the first on its subject' : 'may not name an expectation: an earlier event of the batch is on its subject'}`,
+        );
+      }
+    });
+    if (items.length < 2 || items.length > MAX_ATOMIC_BATCH || !this.atomicBatches) {
+      // said once, when atomic batches were wanted but cannot be used (not for the configured choice)
+      const intended = this.atomicBatchMode === 'never' || (this.atomicBatchMode === 'auto' && !this.replicatedStream);
+      if (items.length >= 2 && !intended && !this.sequentialReported) {
+        this.sequentialReported = true;
+        this.onSequentialBatches(
+          items.length > MAX_ATOMIC_BATCH
+            ? `a decision of ${items.length} events is over the ${MAX_ATOMIC_BATCH} of one atomic batch`
+            : !serverAtLeast(this.nc.info?.version, ...ATOMIC_BATCH_MIN_SERVER)
+              ? `nats-server ${this.nc.info?.version ?? '(unknown)'} has no atomic batch publish with de-duplication (${ATOMIC_BATCH_MIN_SERVER.join('.')}+)`
+              : `the stream does not allow atomic batches (allow_atomic; the admin enables it: runplane provision)`,
+        );
+      }
+      return this.appendOneByOne(items, subjects, epoch, onStored);
+    }
+
+    // stamp every event as append does; a later event of a subject links to the batch's previous one there
+    const writer = epoch === undefined ? this.writer : { ...this.writer, epoch };
+    const lastAt = new Map<string, number>(); // subject -> batch position (1-based) of its latest event so far
+    const planned = items.map((item, k) => {
+      const subject = subjects[k]!;
+      const position = k + 1;
+      const before = lastAt.get(subject);
+      lastAt.set(subject, position);
+      let stamped: RunEvent;
+      if (before === undefined) {
+        const expected = item.expectedLastSubjectSeq!;
+        const hints = (item.earlierSeqs ?? []).filter((s) => s < expected).slice(0, MAX_EARLIER_SEQS);
+        stamped = { ...item.event, prevSeq: expected, ...(hints.length ? { earlierSeqs: hints } : {}), writer };
+      } else {
+        // hints: what is known before the batch on this subject (the first event's expectation and its hints)
+        // (only the second event of a subject: a third's predecessors in the batch have no known sequence yet)
+        const first = items[firstOf.get(subject)!]!;
+        const p0 = first.expectedLastSubjectSeq!;
+        const hints =
+          before === firstOf.get(subject)! + 1
+            ? [p0, ...(first.earlierSeqs ?? []).filter((s) => s < p0)].filter((s) => s > 0).slice(0, MAX_EARLIER_SEQS)
+            : [];
+        const linked: Partial<RunEvent> = { ...item.event, prevInBatch: before, writer };
+        delete linked.prevSeq;
+        delete linked.earlierSeqs;
+        stamped = { ...linked, ...(hints.length ? { earlierSeqs: hints } : {}) } as RunEvent;
+      }
+      const body = JSON.stringify(stamped);
+      const bytes = Buffer.byteLength(body, 'utf8');
+      const maxPayload = this.nc.info?.max_payload;
+      if (maxPayload && bytes > maxPayload) {
+        throw new AppendRefused(
+          subject,
+          'size',
+          `${item.event.type} ${item.event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`,
+        );
+      }
+      return { subject, stamped, body, prevInBatch: before, expected: before === undefined ? item.expectedLastSubjectSeq! : undefined };
+    });
+    const n = planned.length;
+    const conflictAt = planned[0]!;
+    /** The results once the batch's last message landed at `lastSeq`: sequences are consecutive. */
+    const resultsAt = (lastSeq: number, recovered: boolean): AppendResult[] =>
+      planned.map((p, k) => {
+        const seq = lastSeq - (n - 1 - k);
+        const prevSeq = p.prevInBatch === undefined ? p.expected! : lastSeq - (n - p.prevInBatch);
+        return { seq, stored: { seq, subject: p.subject, event: { ...p.stamped, prevSeq } }, recovered };
+      });
+    const done = (results: AppendResult[]): AppendResult[] => {
+      for (const r of results) {
+        this.noteStored(r.stored.subject, r.seq);
+        onStored?.(r);
+      }
+      return results;
+    };
+
+    let attempts = 0;
+    let disabled = false;
+    const stored = await pRetry(
+      async (): Promise<AppendResult[] | null> => {
+        attempts++;
+        const batchId = randomUUID();
+        let reply: BatchReply;
+        try {
+          for (let k = 0; k < n - 1; k++)
+            this.nc.publish(planned[k]!.subject, planned[k]!.body, { headers: this.batchHeaders(batchId, k + 1, planned[k]!) });
+          const commit = this.batchHeaders(batchId, n, planned[n - 1]!);
+          commit.set(BATCH_COMMIT, '1');
+          const msg = await this.nc.request(planned[n - 1]!.subject, planned[n - 1]!.body, { headers: commit, timeout: BATCH_COMMIT_TIMEOUT_MS });
+          reply = msg.json<BatchReply>();
+        } catch (e) {
+          if (isTransientNatsError(e)) throw e;
+          throw new AbortError(e as Error);
+        }
+        const code = reply.error?.err_code;
+        if (code === undefined) {
+          if (reply.count !== n || typeof reply.seq !== 'number') {
+            throw new AbortError(new Error(`atomic batch of ${n} events acknowledged as ${JSON.stringify(reply)}`));
+          }
+          return resultsAt(reply.seq, false);
+        }
+        const detail = `${reply.error!.description} (${code})`;
+        switch (code) {
+          case WRONG_LAST_SEQUENCE:
+          case WRONG_LAST_SEQUENCE_IN_FLIGHT: {
+            // an earlier attempt stored past the duplicate window makes the expectations stale
+            const own = attempts > 1 ? await this.ownBatch(planned) : null;
+            if (own) return own;
+            throw new AbortError(
+              new AppendConflict(conflictAt.subject, conflictAt.expected!, `atomic batch of ${n} events: ${detail}`, 'wrong-last-sequence'),
+            );
+          }
+          case BATCH_HAS_DUPLICATE: {
+            // only a retry can find its own earlier attempt: a first attempt whose ids are stored
+            // was decided by another call (this process's own included): its side effects are not ours
+            const own = attempts > 1 ? await this.ownBatch(planned) : null;
+            if (own) return own;
+            throw new AbortError(
+              new AppendConflict(
+                conflictAt.subject,
+                conflictAt.expected!,
+                `atomic batch of ${n} events: an event id is already stored (${detail})`,
+                'decided-elsewhere',
+              ),
+            );
+          }
+          case ATOMIC_PUBLISH_DISABLED:
+          case BATCH_TOO_LARGE:
+            // the stream no longer takes atomic batches (or not this long): nothing was stored by this attempt
+            disabled = true;
+            return null;
+          case BATCH_INCOMPLETE:
+          case BATCH_TOO_MANY_IN_FLIGHT:
+          case DUPLICATE_IN_PROCESS:
+            throw new BatchNotStored(detail);
+          default:
+            if (reply.error!.code === 503) throw new BatchNotStored(detail);
+            throw new AbortError(new Error(`atomic batch of ${n} events refused: ${detail}`));
+        }
+      },
+      {
+        retries: 1_000,
+        minTimeout: 100,
+        maxTimeout: 2_000,
+        factor: 2,
+        maxRetryTime: this.appendRetryMs,
+        shouldRetry: ({ error }) => error instanceof BatchNotStored || isTransientNatsError(error),
+      },
+    );
+    if (stored) return done(stored);
+    if (disabled) {
+      this.atomicStream = false;
+      if (!this.sequentialReported) {
+        this.sequentialReported = true;
+        this.onSequentialBatches('the stream refused an atomic batch (allow_atomic off, or a smaller batch limit)');
+      }
+    }
+    return this.appendOneByOne(items, subjects, epoch, onStored);
+  }
+
+  /** The headers of the `position`-th message of an atomic batch: batch id and position, the event id, and the subject expectation on a subject's first event. */
+  private batchHeaders(batchId: string, position: number, planned: { stamped: RunEvent; expected: number | undefined }) {
+    const h = natsHeaders();
+    h.set(BATCH_ID, batchId);
+    h.set(BATCH_SEQUENCE, String(position));
+    h.set('Nats-Msg-Id', planned.stamped.eventId);
+    if (planned.expected !== undefined) h.set(EXPECTED_LAST_SUBJECT_SEQUENCE, String(planned.expected));
+    return h;
+  }
+
+  /**
+   * The stored batch when it is exactly this call's `planned` events, stored by this process in
+   * this order at consecutive sequences ending with the last one as its subject's last message,
+   * else null (read back after a retry was refused: {@link appendBatch}).
+   */
+  private async ownBatch(planned: readonly { subject: string; stamped: RunEvent }[]): Promise<AppendResult[] | null> {
+    const n = planned.length;
+    const last = await this.readMessage({ last_by_subj: planned[n - 1]!.subject });
+    if (!last || last.header?.get(BATCH_SEQUENCE) !== String(n) || last.seq < n) return null;
+    const first = last.seq - n + 1;
+    const msgs = await Promise.all(planned.map((_, k) => (k === n - 1 ? Promise.resolve(last) : this.readMessage({ seq: first + k }))));
+    const results: AppendResult[] = [];
+    for (const [k, m] of msgs.entries()) {
+      if (!m || m.subject !== planned[k]!.subject || m.header?.get(BATCH_SEQUENCE) !== String(k + 1)) return null;
+      let stored: StoredEvent;
+      try {
+        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions);
+      } catch {
+        return null;
+      }
+      const mine = planned[k]!.stamped;
+      if (stored.event.eventId !== mine.eventId || stored.event.writer?.instance !== this.writer.instance) return null;
+      if ((mine.prevSeq !== undefined && stored.event.prevSeq !== mine.prevSeq) || stored.event.prevInBatch !== mine.prevInBatch) return null;
+      results.push({ seq: m.seq, stored, recovered: true });
+    }
+    return results;
+  }
+
+  /** {@link appendBatch} without a batch: one conditional {@link append} after another, each expecting its subject's previous one. */
+  private async appendOneByOne(
+    items: readonly BatchItem[],
+    subjects: readonly string[],
+    epoch: number | undefined,
+    onStored: ((result: AppendResult) => void) | undefined,
+  ): Promise<AppendResult[]> {
+    const known = new Map<string, { expected: number; hints: number[] }>();
+    const results: AppendResult[] = [];
+    for (const [k, item] of items.entries()) {
+      const subject = subjects[k]!;
+      const at = known.get(subject) ?? { expected: item.expectedLastSubjectSeq!, hints: [...(item.earlierSeqs ?? [])] };
+      const result = await this.append(item.event, at.expected, at.hints, epoch);
+      known.set(subject, { expected: result.seq, hints: [result.seq, ...at.hints] });
+      results.push(result);
+      onStored?.(result);
+    }
+    return results;
+  }
+
   /** The subject's last event when it is this process's own append of `eventId` on top of `prevSeq`, else null. */
   private async ownLastOn(subject: string, eventId: string, prevSeq: number): Promise<StoredEvent | null> {
     const msg = await this.readMessage({ last_by_subj: subject });
@@ -582,7 +995,8 @@ export class EventLog {
    * A link is the `Nats-Expected-Last-Subject-Sequence` header stored with the message, which the
    * server checked when it stored it, and the event's `prevSeq` must say the same; a message
    * without that header (published by anything but a conditional append), or whose body says
-   * otherwise, breaks the chain. Each event's `earlierSeqs` hints are fetched in parallel; the
+   * otherwise, breaks the chain (a later event of its subject in an atomic batch links by
+   * `prevInBatch` instead, resolved by {@link verifyStored}). Each event's `earlierSeqs` hints are fetched in parallel; the
    * result is accepted only where every fetched event's verified link points at the next older one.
    */
   private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
@@ -591,12 +1005,9 @@ export class EventLog {
     const last = first.seq;
     if (last < stopAt) return null;
     const floor = Math.max(stopAt + 1, fromSeq);
-    /** The event and its verified back-link, or null when the message is not a linked event of this subject. */
+    /** The event and its verified back-link ({@link verifyStored}: the checked expectation, or the resolved link inside an atomic batch), or null when the message is not a linked event of this subject. */
     const decode = (m: StoredMsg): { stored: StoredEvent; prev: number } | null => {
       if (m.subject !== subject) return null;
-      const header = m.header?.get(EXPECTED_LAST_SUBJECT_SEQUENCE);
-      const prev = header ? Number(header) : NaN;
-      if (!Number.isSafeInteger(prev) || prev < 0 || prev >= m.seq) return null;
       let stored: StoredEvent;
       try {
         stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions);
@@ -604,7 +1015,9 @@ export class EventLog {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
       }
-      return stored.event.prevSeq === prev ? { stored, prev } : null;
+      // an event without prevSeq (appended before it existed) has no link to follow
+      const prev = stored.event.prevSeq;
+      return prev === undefined ? null : { stored, prev };
     };
     const events: StoredEvent[] = [];
     let oldest = last >= floor ? decode(first) : null;

@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, runFilter, type EventLog } from '@runplane/eventlog';
+import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, runFilter, type BatchItem, type EventLog } from '@runplane/eventlog';
 import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
@@ -240,9 +240,11 @@ export interface CommandOptions {
    */
   beforeAppend?: (events: RunEvent[]) => Promise<void>;
   /**
-   * Called with each event as soon as it is stored, before the next is appended: also for events
-   * of an attempt that later conflicted, and when `handle` then throws (a decision appended in part
-   * is known to the caller, e.g. a dispatch whose claim must not be released: issue [8]).
+   * Called with each event as soon as it is stored, in order: the events of an atomic batch
+   * together once it is committed; when a decision is appended one event after another (a server
+   * or stream without atomic batches), each before the next is appended, also for events of an
+   * attempt that later conflicted, and when `handle` then throws (a decision appended in part is
+   * known to the caller, e.g. a dispatch whose claim must not be released: issue [8]).
    */
   onAppended?: (stored: StoredEvent) => void;
 }
@@ -272,7 +274,9 @@ export class RunCommandHandler {
 
   /**
    * Handles one command on a Run: `decide(facts, now)` is called with the Run's current facts; its
-   * events are appended in order, each conditional on the owner subject's last sequence (K6).
+   * events are appended together, in order, with {@link EventLog.appendBatch} (one atomic batch,
+   * all or none, where the log uses them; else one by one), each subject's first event
+   * conditional on that subject's last sequence (K6).
    * On an {@link AppendConflict} the Run is read again and `decide` called again (it must be pure
    * and decide only what the facts still lack), under {@link CONFLICT_RETRY}.
    * @returns the facts decided from and the events stored by this call (empty: nothing to do).
@@ -292,19 +296,21 @@ export class RunCommandHandler {
         }
         if (events.length === 0) return { facts, appended };
         await opts.beforeAppend?.(events);
-        // each event goes on its subject (its owner's; a fence on the executor's it fences), conditional on that subject's last sequence
-        const expected = { ...facts.lastSeqByOwner };
-        const earlier = new Map<Owner, number[]>();
-        for (const event of events) {
+        // one decision, one atomic append (EventLog.appendBatch): each event on its subject (its
+        // owner's; a fence on the executor's it fences), the first of each subject conditional on
+        // that subject's last sequence, a later one following it in the batch
+        const seen = new Set<Owner>();
+        const items: BatchItem[] = events.map((event) => {
           const subject = subjectTokenOf(event);
-          const hints = earlier.get(subject) ?? this.folds.seqsOf(runId, subject);
-          const result = await this.log.append(event, expected[subject], hints, opts.epoch);
-          earlier.set(subject, [result.seq, ...hints]);
-          expected[subject] = result.seq;
+          if (seen.has(subject)) return { event };
+          seen.add(subject);
+          return { event, expectedLastSubjectSeq: facts.lastSeqByOwner[subject], earlierSeqs: this.folds.seqsOf(runId, subject) };
+        });
+        await this.log.appendBatch(items, opts.epoch, (result) => {
           this.folds.remember(result.stored);
           appended.push(result.stored);
           opts.onAppended?.(result.stored);
-        }
+        });
         return { facts, appended };
       },
       { ...CONFLICT_RETRY, shouldRetry: ({ error }) => error instanceof AppendConflict },

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
-import { AppendConflict, EventLog, runSubject } from '@runplane/eventlog';
+import { AppendConflict, EventLog, runStreamConfig, runSubject } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
@@ -39,8 +39,9 @@ const requestNext = (facts: RunFacts, now: Date): RunEvent[] => {
 };
 
 beforeAll(async () => {
-  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a' });
-  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b' });
+  // atomic batches also on this one-replica stream (by default only on a replicated one)
+  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a', atomicBatches: 'always' });
+  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b', atomicBatches: 'always' });
 });
 afterAll(async () => {
   await a.destroyStream();
@@ -163,30 +164,33 @@ describe('RunCommandHandler', () => {
     expect(types).toEqual(['run.admitted@admission', 'model.turn.requested@runtime', 'run.fenced@runtime', 'run.fenced@tools']);
     expect((await a.readRun(runId)).find((e) => e.event.type === 'model.turn.requested')!.event.writer!.epoch).toBe(1);
   });
-  it('given a decision appended in part before a conflict, and the retry then failing, then onAppended has reported what was stored', async () => {
-    const runId = `part${tag}`;
-    await a.append(admit(runId), 0);
+  /**
+   * A decision of two fences (runtime, tools) whose tools expectation goes stale before it is
+   * appended, and a retry that fails: what `onAppended` reported and what the log holds.
+   */
+  async function fencesThenConflict(log: EventLog, other: EventLog, runId: string): Promise<{ reported: string[]; types: string[] }> {
+    await log.append(admit(runId), 0);
     const fenceOn = (facts: RunFacts, fencedSubject: 'runtime' | 'tools', now: Date) =>
       makeEvent(
         'run.fenced',
         contextFrom(facts.lastEvent!),
         `fence/1/${fencedSubject}`,
-        { fencedSubject, epoch: 1, holder: a.writer, reason: 'lease-expired', detail: 'test', uncertain: [] },
+        { fencedSubject, epoch: 1, holder: log.writer, reason: 'lease-expired', detail: 'test', uncertain: [] },
         now,
       );
     let attempt = 0;
     const decideFences = (facts: RunFacts, now: Date): RunEvent[] =>
       ++attempt === 1 ? [fenceOn(facts, 'runtime', now), fenceOn(facts, 'tools', now)] : [fenceOn(facts, 'tools', now)];
     const reported: string[] = [];
-    const handler = new RunCommandHandler(a, 'recovery');
+    const handler = new RunCommandHandler(log, 'recovery');
     await expect(
       handler.handle(runId, decideFences, {
         onAppended: (stored) => reported.push(`${stored.event.type}@${stored.subject.split('.')[3]}`),
         beforeAppend: async (events) => {
           if (attempt === 1) {
-            // another writer moves the tools subject on: the first fence is stored, the second conflicts
-            const facts = await new RunCommandHandler(b, 'tools').folds.read(runId);
-            await b.append(
+            // another writer moves the tools subject on: the decision's tools expectation is stale
+            const facts = await new RunCommandHandler(other, 'tools').folds.read(runId);
+            await other.append(
               makeEvent('tool.call.dispatched', contextFrom(facts.lastEvent!), 'x', { toolCallId: 'x', name: 'list_funds' }, new Date()),
               facts.lastSeqByOwner.tools ?? 0,
             );
@@ -194,9 +198,82 @@ describe('RunCommandHandler', () => {
         },
       }),
     ).rejects.toThrow('the retry fails');
-    expect(reported).toEqual(['run.fenced@runtime']);
-    const types = (await a.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.')[3]}`);
-    expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools', 'run.fenced@runtime']);
+    const types = (await log.readRun(runId)).map((e) => `${e.event.type}@${e.subject.split('.')[3]}`);
+    return { reported, types };
+  }
+
+  it('given a decision whose expectation on one of its subjects is stale, then none of its events is stored (one atomic batch), and onAppended reports nothing', async () => {
+    expect(a.atomicBatches).toBe(true);
+    const { reported, types } = await fencesThenConflict(a, b, `part${tag}`);
+    expect(reported).toEqual([]);
+    expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools']);
+  });
+
+  it('without atomic batches (a stream without allow_atomic): given a decision appended in part before a conflict, and the retry then failing, then onAppended has reported what was stored', async () => {
+    const plainSpace = { stream: `RPTEST_CHP_${tag}`, prefix: `tchp${tag}` };
+    const config = runStreamConfig({ ...plainSpace, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
+    delete (config as { allow_atomic?: boolean }).allow_atomic;
+    await a.jsm.streams.add(config);
+    const p = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-a', atomicBatches: 'always' });
+    const q = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-b' });
+    p.onSequentialBatches = () => undefined;
+    try {
+      expect(p.atomicBatches).toBe(false);
+      const { reported, types } = await fencesThenConflict(p, q, `part${tag}`);
+      expect(reported).toEqual(['run.fenced@runtime']);
+      expect(types).toEqual(['run.admitted@admission', 'tool.call.dispatched@tools', 'run.fenced@runtime']);
+    } finally {
+      await p.destroyStream();
+      await p.close();
+      await q.close();
+    }
+  });
+
+  it('appends a decision of several events in one request, reports each in order, and remembers them: the next read fetches nothing new', async () => {
+    const runId = `batch${tag}`;
+    await a.append(admit(runId), 0);
+    const handler = new RunCommandHandler(a, 'runtime');
+    await handler.handle(runId, requestNext);
+    const three = (facts: RunFacts, now: Date): RunEvent[] =>
+      facts.turns.length > 1
+        ? []
+        : [
+            makeEvent(
+              'model.turn.completed',
+              contextFrom(facts.lastEvent!),
+              1,
+              { turn: 1, content: '', toolCalls: [], finishReason: 'stop', usage: null },
+              now,
+            ),
+            ...[2, 3].map((turn) => makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, { turn, model: 'm' }, now)),
+          ];
+    const reported: number[] = [];
+    const commits: string[] = [];
+    const request = a.nc.request.bind(a.nc);
+    a.nc.request = (...args: Parameters<typeof request>) => {
+      if (args[0].startsWith(`${space.prefix}.run.`)) commits.push(args[0]);
+      return request(...args);
+    };
+    let appended;
+    try {
+      ({ appended } = await handler.handle(runId, three, { epoch: 3, onAppended: (stored) => reported.push(stored.seq) }));
+    } finally {
+      a.nc.request = request;
+    }
+    expect(commits).toHaveLength(1);
+    expect(appended.map((e) => e.event.type)).toEqual(['model.turn.completed', 'model.turn.requested', 'model.turn.requested']);
+    expect(reported).toEqual(appended.map((e) => e.seq));
+    expect(appended.map((e) => e.event.prevSeq)).toEqual([appended[0]!.seq - 1, appended[0]!.seq, appended[1]!.seq]);
+    expect(appended.every((e) => e.event.writer?.epoch === 3)).toBe(true);
+    expect((await a.readRun(runId)).slice(2)).toEqual(appended);
+    const gets = countDirectGets(a);
+    try {
+      const facts = await handler.folds.read(runId);
+      expect(facts.turns.map((t) => t.turn)).toEqual([1, 2, 3]);
+      expect(gets.count).toBe(6); // one last_by_subj per owner subject: the batch was remembered
+    } finally {
+      gets.restore();
+    }
   });
 });
 
