@@ -352,12 +352,14 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /**
-   * Forgets a Run whose lease key is gone (deleted when the Run ended): its lease and what was
-   * noted about it. A key written again later (a wake) is followed afresh; a grant noted again is
+   * Forgets a Run whose lease key is gone (deleted when the Run ended): its lease, what was noted
+   * about it and its fold. A key written again later (a wake) is followed afresh; a grant noted again is
    * decided again, which appends nothing when the log has it (the decider is idempotent).
    */
   private drop(runId: string): void {
     this.leases.delete(runId);
+    // the Run's fold (its events, kept by the command handler for up to 2,000 Runs) goes too
+    this.commands.folds.forget(runId);
     this.recorded.delete(runId);
     this.spared.delete(runId);
   }

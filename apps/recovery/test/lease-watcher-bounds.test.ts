@@ -1,7 +1,7 @@
 /**
  * Recovery's lease watcher keeps state per Run only while the Run has a lease key (issue [9]: RSS
  * that grew for as long as recovery ran): what it noted about a Run (a late holder spared, a grant
- * or a fence recorded) goes when the lease key is removed, on a real nats-server.
+ * or a fence recorded, and the Run's fold) goes when the lease key is removed, on a real nats-server.
  */
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
@@ -15,8 +15,8 @@ const holder = { service: 'runtime', instance: `runtime-${tag}` };
 
 /** The sizes of the watcher's per-Run state (private fields, read the same way whatever their type). */
 const sizes = (w: LeaseWatcher) => {
-  const f = w as unknown as { leases: { size: number }; recorded: { size: number }; spared: { size: number } };
-  return { leases: f.leases.size, recorded: f.recorded.size, spared: f.spared.size };
+  const f = w as unknown as { leases: { size: number }; recorded: { size: number }; spared: { size: number }; commands: { folds: { size: number } } };
+  return { leases: f.leases.size, recorded: f.recorded.size, spared: f.spared.size, folds: f.commands.folds.size };
 };
 
 async function until(check: () => boolean, timeoutMs = 10_000): Promise<void> {
@@ -49,7 +49,7 @@ describeEachNatsServer(servers, (server) => {
     await log.close();
   });
 
-  it('given expired leases whose holder still beats (spared as late), when their keys are removed, then the watcher keeps nothing of those Runs', async () => {
+  it('given expired leases whose holder still beats (spared as late), when their keys are removed, then the watcher keeps nothing of those Runs (nor their folds)', async () => {
     await beats.kv.put(heartbeatKey(holder), JSON.stringify({ ...holder, ttlMs: 60_000 }));
     const runs = Array.from({ length: 5 }, (_, i) => `r${i}${tag}`);
     for (const runId of runs) {
@@ -59,8 +59,10 @@ describeEachNatsServer(servers, (server) => {
     // expired after 1 s, late (the holder beats) for one more TTL: each spared once
     await until(() => sizes(watcher).spared === runs.length);
     expect(sizes(watcher).leases).toBe(runs.length);
+    // past one more TTL they are gone: fenced, which reads each Run (its fold is kept)
+    await until(() => sizes(watcher).folds === runs.length);
     for (const runId of runs) await leases.forget(runId);
     await until(() => sizes(watcher).leases === 0);
-    expect(sizes(watcher)).toEqual({ leases: 0, recorded: 0, spared: 0 });
+    expect(sizes(watcher)).toEqual({ leases: 0, recorded: 0, spared: 0, folds: 0 });
   });
 });
