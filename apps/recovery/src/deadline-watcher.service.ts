@@ -97,8 +97,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
     for await (const e of watch) {
       if (e.operation !== 'PUT') {
-        this.deadlines.delete(e.key);
-        this.progressDue.delete(e.key);
+        this.forgetRun(e.key);
         continue;
       }
       const entry = DeadlineStore.parse(e);
@@ -106,6 +105,17 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
       if (entry) this.deadlines.set(entry.runId, entry);
       else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
     }
+  }
+
+  /**
+   * Forgets a Run whose deadline entry is gone (the Run ended): its deadline, its progress clock
+   * and its fold (kept by the command handler for up to 2,000 Runs: every Run the progress and
+   * clean-up passes read stayed there for the life of the process).
+   */
+  private forgetRun(runId: string): void {
+    this.deadlines.delete(runId);
+    this.progressDue.delete(runId);
+    this.commands.folds.forget(runId);
   }
 
   /** Decides every due deadline; now and then checks every entry to forget those of ended Runs. */
@@ -130,8 +140,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         if (appended.length) this.logger.warn({ runId: entry.runId, deadlineAt: entry.deadlineAt }, 'deadline passed: Run fenced');
         if (due || facts.settled || facts.fenced || facts.finished) {
           await this.store.forget(entry.runId);
-          this.deadlines.delete(entry.runId);
-          this.progressDue.delete(entry.runId);
+          this.forgetRun(entry.runId);
         }
       } catch (e) {
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'deadline sweep step failed; retried on the next sweep');

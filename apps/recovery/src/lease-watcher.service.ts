@@ -71,14 +71,17 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly commands: RunCommandHandler;
   /** The latest entry of every lease, by Run. */
   private readonly leases = new Map<string, LeaseEntry>();
-  /** Fences already recorded in the log (`runId/fence/epoch`). */
-  private readonly recorded = new Set<string>();
+  /**
+   * What is already recorded in the log, by Run: fences (`fence/<epoch>`). A Run's entry goes when its lease key does (a Run that ended): it used to
+   * grow by one string per Run for the life of the process.
+   */
+  private readonly recorded = new Map<string, Set<string>>();
   private watch: QueuedIterator<KvWatchEntry> | null = null;
   /** The latest heartbeat of every runtime process, by writer instance. */
   private readonly heartbeats = new Map<string, HeartbeatEntry>();
   private heartbeatWatch: QueuedIterator<KvWatchEntry> | null = null;
-  /** Expired leases spared as late (`runId/revision`), logged once each. */
-  private readonly spared = new Set<string>();
+  /** Expired leases spared as late: the lease revision last logged as late, by Run (logged once each; goes with the lease key). */
+  private readonly spared = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
   /** When recovery last (re)connected to NATS: no lease expires before this plus a TTL. */
@@ -162,7 +165,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
     for await (const e of watch) {
       if (e.operation !== 'PUT') {
-        this.leases.delete(e.key);
+        this.drop(e.key);
         continue;
       }
       const entry = LeaseStore.parse(e);
@@ -212,8 +215,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
             now,
           );
           if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);
-          else if (verdict.kind === 'late' && !this.spared.has(`${entry.runId}/${entry.revision}`)) {
-            this.spared.add(`${entry.runId}/${entry.revision}`);
+          else if (verdict.kind === 'late' && this.spared.get(entry.runId) !== entry.revision) {
+            this.spared.set(entry.runId, entry.revision);
             this.logger.warn(
               { runId: entry.runId, epoch: v.epoch, holder: v.holder.instance, fenceBy: new Date(verdict.fenceBy).toISOString() },
               'lease expired but its holder process still beats: late, not gone; not fenced yet',
@@ -227,8 +230,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           );
         } else if (v.state === 'released') {
           await this.store.forget(entry.runId);
-          this.leases.delete(entry.runId);
-        } else if (v.state === 'fenced' && !this.recorded.has(`${entry.runId}/fence/${v.epoch}`)) {
+          this.drop(entry.runId);
+        } else if (v.state === 'fenced' && !this.wasRecorded(entry.runId, `fence/${v.epoch}`)) {
           // fenced in the bucket but not yet (or not known to be) in the log: a previous attempt failed
           await this.recordFence(entry, 'lease-expired', `lease epoch ${v.epoch} of ${v.holder.instance} was fenced`);
         }
@@ -254,7 +257,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     if (appended.length) this.logger.warn({ runId: entry.runId, wakeBy: v.wakeBy }, 'wait expired unanswered: Run fenced');
     if (appended.length || facts.settled || facts.fenced || facts.finished) {
       await this.store.forget(entry.runId);
-      this.leases.delete(entry.runId);
+      this.drop(entry.runId);
       this.expiryDecided.delete(key);
     }
   }
@@ -332,7 +335,32 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private async recordFence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
     const { epoch, holder } = entry.value;
     await this.commands.handle(entry.runId, (f, now) => decide(f, { type: 'LeaseLost', epoch, holder, reason, detail }, now));
-    this.recorded.add(`${entry.runId}/fence/${epoch}`);
+    this.markRecorded(entry.runId, `fence/${epoch}`);
+  }
+
+  private wasRecorded(runId: string, what: string): boolean {
+    return this.recorded.get(runId)?.has(what) ?? false;
+  }
+
+  /** Notes a fence recorded in the log; nothing once the Run's lease key is gone (its Run ended). */
+  private markRecorded(runId: string, what: string): void {
+    if (!this.leases.has(runId)) return;
+    const set = this.recorded.get(runId) ?? new Set<string>();
+    set.add(what);
+    this.recorded.set(runId, set);
+  }
+
+  /**
+   * Forgets a Run whose lease key is gone (deleted when the Run ended): its lease, what was noted
+   * about it and its fold. A key written again later (a wake) is followed afresh; a grant noted again is
+   * decided again, which appends nothing when the log has it (the decider is idempotent).
+   */
+  private drop(runId: string): void {
+    this.leases.delete(runId);
+    // the Run's fold (its events, kept by the command handler for up to 2,000 Runs) goes too
+    this.commands.folds.forget(runId);
+    this.recorded.delete(runId);
+    this.spared.delete(runId);
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -14,6 +14,8 @@
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
+ *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
+ *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
 import { anomalyCounts } from '@runplane/eventlog';
 import { runReads } from './command-handler.js';
@@ -65,6 +67,15 @@ new Counter({
   },
 });
 
+/**
+ * How often the event loop lag histogram (`nodejs_eventloop_lag_*_seconds`) takes a sample, ms.
+ * Each sample is a libuv timer that wakes the process; prom-client's default of 10 ms cost an idle
+ * service about 100 wake-ups a second, half of its idle CPU (docs/performance.md, "Idle"). At
+ * 100 ms a stall of 100 ms or more is still always seen (it delays the next sample); shorter
+ * stalls are seen in proportion to their length.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 100;
+
 let started = false;
 
 /**
@@ -75,7 +86,7 @@ export function initMetrics(service: string): void {
   if (started) return;
   started = true;
   metricsRegistry.setDefaultLabels({ service });
-  collectDefaultMetrics({ register: metricsRegistry });
+  collectDefaultMetrics({ register: metricsRegistry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
 }
 
 /** Minimal shape of the HTTP adapter's `get` used to serve `/metrics` (Express under Nest). */

@@ -1,0 +1,68 @@
+/**
+ * Recovery's lease watcher keeps state per Run only while the Run has a lease key (issue [9]: RSS
+ * that grew for as long as recovery ran): what it noted about a Run (a late holder spared, a grant
+ * or a fence recorded, and the Run's fold) goes when the lease key is removed, on a real nats-server.
+ */
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
+import { randomBytes } from 'node:crypto';
+import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore } from '@runplane/eventlog';
+import { LeaseWatcher } from '../src/lease-watcher.service.js';
+import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+
+const servers = await natsServersUnderTest();
+const tag = randomBytes(4).toString('hex');
+const holder = { service: 'runtime', instance: `runtime-${tag}` };
+
+/** The sizes of the watcher's per-Run state (private fields, read the same way whatever their type). */
+const sizes = (w: LeaseWatcher) => {
+  const f = w as unknown as { leases: { size: number }; recorded: { size: number }; spared: { size: number }; commands: { folds: { size: number } } };
+  return { leases: f.leases.size, recorded: f.recorded.size, spared: f.spared.size, folds: f.commands.folds.size };
+};
+
+async function until(check: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describeEachNatsServer(servers, (server) => {
+  let log: EventLog;
+  let leases: LeaseStore;
+  let beats: HeartbeatStore;
+  let watcher: LeaseWatcher;
+  beforeAll(async () => {
+    log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_LWB_${tag}`, prefix: `tlwb${tag}` });
+    leases = await LeaseStore.open(log);
+    beats = await HeartbeatStore.open(log);
+    watcher = new LeaseWatcher(log, leases, beats, { leaseTtlMs: 1_000, sweepMs: 100 });
+    // no reconnection grace: the leases of this test expire on their own TTL
+    (watcher as unknown as { connectedAt: number }).connectedAt = 0;
+    await watcher.onApplicationBootstrap();
+  });
+  afterAll(async () => {
+    await watcher.onApplicationShutdown();
+    await leases.destroy();
+    await beats.destroy();
+    await log.destroyStream();
+    await log.close();
+  });
+
+  it('given expired leases whose holder still beats (spared as late), when their keys are removed, then the watcher keeps nothing of those Runs (nor their folds)', async () => {
+    await beats.kv.put(heartbeatKey(holder), JSON.stringify({ ...holder, ttlMs: 60_000 }));
+    const runs = Array.from({ length: 5 }, (_, i) => `r${i}${tag}`);
+    for (const runId of runs) {
+      const held = await leases.acquire(runId, holder, 1_000);
+      if ('held' in held) throw new Error('not taken');
+    }
+    // expired after 1 s, late (the holder beats) for one more TTL: each spared once
+    await until(() => sizes(watcher).spared === runs.length);
+    expect(sizes(watcher).leases).toBe(runs.length);
+    // past one more TTL they are gone: fenced, which reads each Run (its fold is kept)
+    await until(() => sizes(watcher).folds === runs.length);
+    for (const runId of runs) await leases.forget(runId);
+    await until(() => sizes(watcher).leases === 0);
+    expect(sizes(watcher)).toEqual({ leases: 0, recorded: 0, spared: 0, folds: 0 });
+  });
+});
