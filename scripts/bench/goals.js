@@ -30,9 +30,9 @@ export function goalRows({ results, levels, raw, perEvent }) {
    * (max or min), `factor` is the goal as a multiple of it, `higherIsBetter` says which way is met.
    */
   const peerRow = (title, c, get, digits, { higherIsBetter, factor, unit }) => {
-    if (!levels.includes(c)) return rows.push([title, `n/a (c=${c} not run)`, '', '', '', '']);
-    const v = get(at(rp, c));
     const goal = higherIsBetter ? '>= best peer' : `<= ${factor}x best peer`;
+    if (!levels.includes(c)) return rows.push([title, `n/a (c=${c} not run)`, '', goal, 'n/a', 'n/a']);
+    const v = get(at(rp, c));
     if (peers.length === 0) return rows.push([title, num(v, digits), NOT_RUN, goal, NOT_RUN, NOT_RUN]);
     const vals = peers.map((s) => [s, get(at(results[s], c))]).filter(([, x]) => Number.isFinite(x));
     if (vals.length === 0) return rows.push([title, num(v, digits), 'n/a (no peer figure)', goal, 'n/a', 'n/a']);
