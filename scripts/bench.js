@@ -22,13 +22,14 @@
 //             (±20 %). Samples: <logs>/soak-samples.json.
 //   parked    (only when asked: --only parked) --parked N Runs (default 2000) that each park on a
 //             question for a human (the scripted model answers their first turn with ask_human),
-//             admitted --parked-concurrency at a time (default 16); RSS of every service before and
+//             admitted --parked-concurrency at a time (default 16; none started after
+//             --parked-cap-s, default 1200: those admitted by then are measured); RSS of every service before and
 //             after (goal: the runtime grows by at most 50 MiB for 10,000). <logs>/parked.json.
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
-//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16
+//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
@@ -72,6 +73,7 @@ const { values: a } = parseArgs({
     rate: { type: 'string', default: '2' },
     parked: { type: 'string', default: '2000' },
     'parked-concurrency': { type: 'string', default: '16' },
+    'parked-cap-s': { type: 'string', default: '1200' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
     'nats-cluster': { type: 'boolean', default: false },
@@ -256,6 +258,7 @@ try {
         tag: `${tag}p`,
         n,
         concurrency: Number(a['parked-concurrency']),
+        capS: Number(a['parked-cap-s']),
         say,
         outFile: join(logDir, 'parked.json'),
       });

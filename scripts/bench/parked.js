@@ -31,13 +31,14 @@ export function parkScenario() {
  * @param {string} o.tag the handle's subject prefix
  * @param {number} o.n Runs to park
  * @param {number} o.concurrency admissions in flight at once
+ * @param {number} [o.capS] no admission starts after this many seconds (the Runs admitted by then are measured)
  * @param {number} o.quietS seconds without a new event in the stream before "after" is sampled
  * @param {number} o.stallS give up when no Run parks for this long
  * @param {(s?: string) => void} o.say printer
  * @param {string} o.outFile JSON written there
  * @returns {{ n, parked, settled, admitS, parkS, before, after, runtimeGrowthMiB, goalMet }}
  */
-export async function runParked({ h, modelUrl, tag, n, concurrency, quietS = 5, stallS = 120, say, outFile }) {
+export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infinity, quietS = 5, stallS = 120, say, outFile }) {
   const key = `park-${tag}`;
   const admin = modelUrl.replace(/\/v1$/, '/_scripted');
   const bind = await fetch(`${admin}/scenario?key=${encodeURIComponent(key)}`, {
@@ -92,7 +93,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, quietS = 5, 
     const admitting = (async () => {
       await Promise.all(
         Array.from({ length: Math.min(concurrency, n) }, async () => {
-          while (next < n) {
+          while (next < n && performance.now() - t0 < capS * 1000) {
             const i = next++;
             try {
               runIds.push(await h.admit(`${key}-${i}`, `[${key}] Which DIA share class? (${i})`));
@@ -141,6 +142,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, quietS = 5, 
       n,
       concurrency,
       admitted: runIds.length,
+      cappedAtS: runIds.length + (errors.count ?? 0) < n ? capS : null,
       admissionErrors: errors.count ?? 0,
       parked: parkedRuns.size,
       settled: settledRuns.size,
@@ -155,7 +157,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, quietS = 5, 
       goalMet: parkedRuns.size >= 10_000 ? growth <= PARKED_GROWTH_GOAL_MIB : null,
     };
     say(
-      `  ${out.admitted}/${n} admitted in ${num(admitS, 1)} s (${num(out.admitted / admitS, 1)} Runs/s, ${concurrency} in flight${out.admissionErrors ? `, ${out.admissionErrors} admissions FAILED: ${errors.join(' | ')}` : ''}), ${out.parked} parked after ${num(parkS, 1)} s, ${out.settled} settled${out.settled ? ` (${JSON.stringify(out.settledOutcomes)})` : ''}; ${num(out.eventsPerParkedRun, 1)} events per parked Run`,
+      `  ${out.admitted}/${n} admitted${out.cappedAtS !== null ? ` (admissions stopped at the ${capS} s cap)` : ''} in ${num(admitS, 1)} s (${num(out.admitted / admitS, 1)} Runs/s, ${concurrency} in flight${out.admissionErrors ? `, ${out.admissionErrors} admissions FAILED: ${errors.join(' | ')}` : ''}), ${out.parked} parked after ${num(parkS, 1)} s, ${out.settled} settled${out.settled ? ` (${JSON.stringify(out.settledOutcomes)})` : ''}; ${num(out.eventsPerParkedRun, 1)} events per parked Run`,
     );
     say(
       `  RSS after:  ${Object.entries(after)
