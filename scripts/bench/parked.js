@@ -31,7 +31,8 @@ export function parkScenario() {
  * @param {string} o.tag the handle's subject prefix
  * @param {number} o.n Runs to park
  * @param {number} o.concurrency admissions in flight at once
- * @param {number} [o.capS] no admission starts after this many seconds (the Runs admitted by then are measured)
+ * @param {number} [o.capS] no admission starts after this many seconds, and the wait for the parks ends at twice
+ *   it (the Runs parked by then are measured)
  * @param {number} o.quietS seconds without a new event in the stream before "after" is sampled
  * @param {number} o.stallS give up when no Run parks for this long
  * @param {(s?: string) => void} o.say printer
@@ -118,6 +119,10 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
         lastChange = performance.now();
       }
       if (admittedAt !== null && parkedRuns.size + settledRuns.size >= runIds.length) break;
+      if (performance.now() - t0 > 2 * capS * 1000) {
+        say(`  ${2 * capS} s (twice the cap) passed: measuring with ${parkedRuns.size} of ${runIds.length} admitted parked`);
+        break;
+      }
       if (performance.now() - lastChange > stallS * 1000) {
         say(`  no Run parked for ${stallS} s: giving up waiting (${parkedRuns.size} of ${runIds.length} admitted parked)`);
         break;
