@@ -22,8 +22,8 @@
 //             (±20 %). Samples: <logs>/soak-samples.json.
 //   parked    (only when asked: --only parked) --parked N Runs (default 2000) that each park on a
 //             question for a human (the scripted model answers their first turn with ask_human),
-//             admitted --parked-concurrency at a time (default 16; none started after
-//             --parked-cap-s, default 1200: those admitted by then are measured); RSS of every service before and
+//             --parked-concurrency at a time admitted and not yet parked (default 16; none started after
+//             --parked-cap-s, default 1200, and the wait for the parks ends at twice it); RSS of every service before and
 //             after (goal: the runtime grows by at most 50 MiB for 10,000). <logs>/parked.json.
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate

@@ -30,7 +30,8 @@ export function parkScenario() {
  * @param {string} o.modelUrl the scripted model's `/v1` URL (its admin API binds the scenario)
  * @param {string} o.tag the handle's subject prefix
  * @param {number} o.n Runs to park
- * @param {number} o.concurrency admissions in flight at once
+ * @param {number} o.concurrency Runs admitted but not yet parked at once (each worker admits a Run,
+ *   waits for its `wait.opened`, at most `stallS`, then admits the next)
  * @param {number} [o.capS] no admission starts after this many seconds, and the wait for the parks ends at twice
  *   it (the Runs parked by then are measured)
  * @param {number} o.quietS seconds without a new event in the stream before "after" is sampled
@@ -51,6 +52,21 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
 
   // wait.opened on the runtime subjects, settlements on the lifecycle subjects (none expected).
   const parkedRuns = new Set();
+  const parkWaiters = new Map(); // runId -> resolve, for the admissions waiting for their Run to park
+  /** Resolves when `runId` has parked, or after `ms` (false). */
+  const parkedWithin = (runId, ms) =>
+    new Promise((resolve) => {
+      if (parkedRuns.has(runId)) return resolve(true);
+      const t = setTimeout(() => {
+        parkWaiters.delete(runId);
+        resolve(false);
+      }, ms);
+      parkWaiters.set(runId, () => {
+        clearTimeout(t);
+        parkWaiters.delete(runId);
+        resolve(true);
+      });
+    });
   const settledRuns = new Map();
   const sub = h.log.nc.subscribe(`${tag}.run.*.*.*`, {
     callback: (_e, msg) => {
@@ -63,8 +79,10 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       } catch {
         return;
       }
-      if (ev?.type === 'wait.opened') parkedRuns.add(runId);
-      else if (ev?.type === 'run.settled') settledRuns.set(runId, ev.data?.outcome);
+      if (ev?.type === 'wait.opened') {
+        parkedRuns.add(runId);
+        parkWaiters.get(runId)?.();
+      } else if (ev?.type === 'run.settled') settledRuns.set(runId, ev.data?.outcome);
     },
   });
   await h.log.nc.flush();
@@ -82,6 +100,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
     const runIds = [];
     const errors = [];
     let next = 0;
+    let notParkedInTime = 0;
     const t0 = performance.now();
     let admittedAt = null;
     let lastReport = t0;
@@ -97,7 +116,11 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
           while (next < n && performance.now() - t0 < capS * 1000) {
             const i = next++;
             try {
-              runIds.push(await h.admit(`${key}-${i}`, `[${key}] Which DIA share class? (${i})`));
+              const runId = await h.admit(`${key}-${i}`, `[${key}] Which DIA share class? (${i})`);
+              runIds.push(runId);
+              // Closed loop on parking, not on admission: admitting faster than the runtime parks
+              // only builds a backlog (its redeliveries then slow it down further).
+              if (!(await parkedWithin(runId, stallS * 1000))) notParkedInTime++;
             } catch (e) {
               if (errors.length < 5) errors.push(String(e?.message ?? e).slice(0, 200));
               errors.count = (errors.count ?? 0) + 1;
@@ -149,6 +172,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       admitted: runIds.length,
       cappedAtS: runIds.length + (errors.count ?? 0) < n ? capS : null,
       admissionErrors: errors.count ?? 0,
+      notParkedWithinStallS: notParkedInTime,
       parked: parkedRuns.size,
       settled: settledRuns.size,
       settledOutcomes: [...settledRuns.values()].reduce((m, o) => ({ ...m, [o]: (m[o] ?? 0) + 1 }), {}),
@@ -162,7 +186,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       goalMet: parkedRuns.size >= 10_000 ? growth <= PARKED_GROWTH_GOAL_MIB : null,
     };
     say(
-      `  ${out.admitted}/${n} admitted${out.cappedAtS !== null ? ` (admissions stopped at the ${capS} s cap)` : ''} in ${num(admitS, 1)} s (${num(out.admitted / admitS, 1)} Runs/s, ${concurrency} in flight${out.admissionErrors ? `, ${out.admissionErrors} admissions FAILED: ${errors.join(' | ')}` : ''}), ${out.parked} parked after ${num(parkS, 1)} s, ${out.settled} settled${out.settled ? ` (${JSON.stringify(out.settledOutcomes)})` : ''}; ${num(out.eventsPerParkedRun, 1)} events per parked Run`,
+      `  ${out.admitted}/${n} admitted${out.cappedAtS !== null ? ` (admissions stopped at the ${capS} s cap)` : ''} in ${num(admitS, 1)} s (${num(out.admitted / admitS, 1)} Runs/s, at most ${concurrency} admitted and not yet parked${out.notParkedWithinStallS ? `; ${out.notParkedWithinStallS} not parked within ${stallS} s of admission` : ''}${out.admissionErrors ? `, ${out.admissionErrors} admissions FAILED: ${errors.join(' | ')}` : ''}), ${out.parked} parked after ${num(parkS, 1)} s, ${out.settled} settled${out.settled ? ` (${JSON.stringify(out.settledOutcomes)})` : ''}; ${num(out.eventsPerParkedRun, 1)} events per parked Run`,
     );
     say(
       `  RSS after:  ${Object.entries(after)
