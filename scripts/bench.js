@@ -13,9 +13,23 @@
 //             `runplane` (one process per service, one server): what must hold on 2 cores is that
 //             the replicas cost little and no Run stalls (the "Runs not settled" row).
 //
-// Usage: npm run bench [-- --only w1,demo,read-cost --systems runplane,runplane-x3,dbos,restate
+//   soak      (only when asked: --only soak) W1 Runs on Runplane started at a steady open-loop rate
+//             (--rate Runs/s, default 2) for --minutes (default 30), sampled each minute: RSS of
+//             every service process and the nats-server, p50/p99 admission-to-settlement of the
+//             Runs settled that minute, consumer lag (num_pending + num_ack_pending over each
+//             service's durable consumers); then the first min(5, floor(minutes/2)) minutes after
+//             warm-up (minute 1 skipped) beside the last as many, with the change and flat / NOT FLAT
+//             (±20 %). Samples: <logs>/soak-samples.json.
+//   parked    (only when asked: --only parked) --parked N Runs (default 2000) that each park on a
+//             question for a human (the scripted model answers their first turn with ask_human),
+//             --parked-concurrency at a time admitted and not yet parked (default 16; none started after
+//             --parked-cap-s, default 1200, and the wait for the parks ends at twice it); RSS of every service before and
+//             after (goal: the runtime grows by at most 50 MiB for 10,000). <logs>/parked.json.
+//
+// Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
+//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
@@ -34,7 +48,10 @@ import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
 import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
 import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
+import { PARKED_DEADLINE_S, runParked } from './bench/parked.js';
 import { readCostLevels } from './bench/read-cost.js';
+import { runSoak } from './bench/soak.js';
+import { formatTable, goalRows, IDLE_RSS_GOAL_MIB } from './bench/goals.js';
 import { drive, num, pct, ratio } from './bench/stats.js';
 import { runsPerSecondSvg } from './bench/svg.js';
 import { startDbos, startRestate, startRunplane } from './bench/systems.js';
@@ -52,6 +69,11 @@ const { values: a } = parseArgs({
     reads: { type: 'string', default: '200' },
     'read-cap-s': { type: 'string', default: '120' },
     'raw-appends': { type: 'string', default: '4000' },
+    minutes: { type: 'string', default: '30' },
+    rate: { type: 'string', default: '2' },
+    parked: { type: 'string', default: '2000' },
+    'parked-concurrency': { type: 'string', default: '16' },
+    'parked-cap-s': { type: 'string', default: '1200' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
     'nats-cluster': { type: 'boolean', default: false },
@@ -104,6 +126,8 @@ const results = {}; // name -> { levels: [...], idleRss, eventsPerRun, includes,
 let raw = null;
 let demo = null;
 let readCost;
+let soak = null;
+let parked = null;
 
 try {
   await pgc.connect();
@@ -111,7 +135,7 @@ try {
   cleanups.push(() => nats.stop());
   say(`private ${nats.version} at ${nats.url}`);
 
-  if (only.has('w1') || only.has('demo')) {
+  if (['w1', 'demo', 'soak', 'parked'].some((m) => only.has(m))) {
     model = await startModel(root, join(logDir, 'model.log'));
     cleanups.push(() => model.stop());
     say(`scripted model at ${model.url} (shared by every system; its CPU is not counted for any)`);
@@ -189,6 +213,62 @@ try {
     }
   }
 
+  if (only.has('soak')) {
+    say(`\n== soak: W1 on Runplane at ${a.rate} Runs/s for ${a.minutes} minute(s) ==`);
+    const h = await startRunplane({ tag: `${tag}s`, nats, modelUrl: model.url, pg: pgc, logDir: join(logDir, 'soak'), dataDir });
+    try {
+      const warm = await drive(2, Number(a.warmup), (i) => h.one(`soak-${tag}-warm-${i}`, W1_QUESTION));
+      if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
+      soak = await runSoak({
+        h,
+        minutes: Number(a.minutes),
+        rate: Number(a.rate),
+        question: W1_QUESTION,
+        idPrefix: `soak-${tag}`,
+        say,
+        samplesFile: join(logDir, 'soak-samples.json'),
+      });
+    } catch (e) {
+      say(`  soak failed: ${e?.stack ?? e}`);
+    } finally {
+      await h.stop().catch((e) => say(`  stop: ${e?.message ?? e}`));
+    }
+  }
+
+  if (only.has('parked')) {
+    const n = Number(a.parked);
+    say(`\n== parked: ${n} Runs waiting for a human on Runplane ==`);
+    const h = await startRunplane({
+      tag: `${tag}p`,
+      nats,
+      modelUrl: model.url,
+      pg: pgc,
+      logDir: join(logDir, 'parked'),
+      dataDir,
+      env: { RUNPLANE_RUN_DEADLINE_SECONDS: String(PARKED_DEADLINE_S), RUNPLANE_WAIT_TTL_SECONDS: String(PARKED_DEADLINE_S) },
+    });
+    try {
+      // Warm-up W1 Runs first, so that what the first Runs load (the model client, the tools) is in "before".
+      const warm = await drive(2, Number(a.warmup), (i) => h.one(`parked-${tag}-warm-${i}`, W1_QUESTION));
+      if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
+      await new Promise((r) => setTimeout(r, 3000));
+      parked = await runParked({
+        h,
+        modelUrl: model.url,
+        tag: `${tag}p`,
+        n,
+        concurrency: Number(a['parked-concurrency']),
+        capS: Number(a['parked-cap-s']),
+        say,
+        outFile: join(logDir, 'parked.json'),
+      });
+    } catch (e) {
+      say(`  parked failed: ${e?.stack ?? e}`);
+    } finally {
+      await h.stop().catch((e) => say(`  stop: ${e?.message ?? e}`));
+    }
+  }
+
   if (only.has('read-cost')) {
     say('\n== read cost: log.readRun + foldRun of one 30-event Run ==');
     readCost = await readCostLevels({
@@ -210,6 +290,14 @@ try {
 }
 
 printReport();
+if (soak)
+  say(
+    `Soak (${soak.minutes} min at ${soak.rate} Runs/s): RSS of every service and p50 flat: ${soak.goalMet ? 'met' : `NOT met (${soak.notFlat.join(', ')})`}; ${soak.totals.settledOk}/${soak.totals.started} Runs completed`,
+  );
+if (parked)
+  say(
+    `Parked Runs: ${parked.parked} parked; runtime RSS ${num(parked.before.runtime, 0)} -> ${num(parked.after.runtime, 0)} MiB (${parked.runtimeGrowthMiB >= 0 ? '+' : ''}${num(parked.runtimeGrowthMiB, 1)}; goal <= +50 MiB for 10,000: ${parked.goalMet === null ? 'not judged, fewer than 10,000' : parked.goalMet ? 'met' : 'NOT met'}); admitted in ${num(parked.admitS, 0)} s, all parked after ${num(parked.parkS, 0)} s`,
+  );
 // The committed chart (docs/) is rewritten only by a full comparison (all three systems, the default
 // levels); any other run writes its chart beside its logs, unless --svg names a path ('' for none).
 const fullComparison = ['runplane', 'dbos', 'restate'].every((s) => systemsWanted.includes(s)) && a.concurrency === '1,8,64';
@@ -413,15 +501,23 @@ function printReport() {
   for (const s of names.filter((x) => x !== 'runplane'))
     if (results[s]?.idleRss)
       say(`${label(s)} idle RSS per process: ${results[s].idleRss.map(([n, k]) => `${n} ${num(k / 1024, 0)} MiB`).join(', ')}`);
+  let perEvent = null;
   if (base?.eventsPerRun && raw) {
     const mid = base.levels[Math.min(1, base.levels.length - 1)];
     const perEventUs = (mid.cpuMsPerRun * 1000) / base.eventsPerRun;
+    perEvent = { c: mid.c, perEventUs };
     say(
       `Control-plane cost per event (Runplane, c=${mid.c}): ${num(perEventUs, 0)} us CPU per event (all Runplane processes incl. nats-server and PostgreSQL backends, divided by ${num(base.eventsPerRun, 1)} events/Run)`,
     );
     say(
       `Raw conditional JetStream append, same nats-server, same run: ${num(raw.cpuUs, 1)} us CPU per append (client ${num(raw.clientUs, 1)} + server ${num(raw.serverUs, 1)}), ${num(raw.wallUs, 0)} us wall each with 8 writers; Runplane per event = ${ratio(perEventUs, raw.cpuUs)} a raw append`,
     );
+  }
+  const goals = goalRows({ results, levels, raw, perEvent });
+  if (goals) {
+    say('\n== W1 against the goals of issue [9] (ratio = Runplane / the reference) ==');
+    say(formatTable(goals.header, goals.rows));
+    if (goals.over.length) say(`Services over ${IDLE_RSS_GOAL_MIB} MiB idle: ${goals.over.join(', ')}`);
   }
   if (demo)
     say(

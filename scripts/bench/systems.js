@@ -1,7 +1,7 @@
 // The three systems under test, each started with the same shape of handle:
 //   one(id, question)  runs one Run from admission to settlement (resolves when settled),
 //   pids()             the processes whose CPU counts for the system,
-//   idleRss()          [name, KiB] of the system's own processes,
+//   idleRss()          [name, KiB] of the system's own processes (at any time: the soak samples it too),
 //   stop()             stops everything it started and removes its stream / database / data dir.
 import { createWriteStream, existsSync, mkdtempSync, openSync, rmSync, closeSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
@@ -24,12 +24,16 @@ const PG = 'postgresql://postgres@127.0.0.1:5432';
  * @param {number} [o.replicas] processes per service (default 1; `runplane-x3` passes 3 with a
  *   3-node `nats`): admissions go round-robin over the admission replicas, and the CPU and idle
  *   RSS count every replica.
+ * @param {Record<string, string>} [o.env] environment for the services on top of the bench's own
+ *   (e.g. the parked mode's longer Run deadline); the stream, prefix and database stay the bench's.
  * @returns the system handle; besides the common shape, `stalled` lists the ids of the Runs that
- *   were admitted but did not settle within the settle timeout (120 s).
+ *   were admitted but did not settle within the settle timeout (120 s), and `admit(id, question)`
+ *   admits a Run in its own conversation `id` and resolves with its runId without waiting for it.
  */
-export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1 }) {
+export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1, env: extraEnv = {} }) {
   const env = {
     ...process.env,
+    ...extraEnv,
     NATS_URL: nats.url,
     DATABASE_URL: `${PG}/rp_${tag}`,
     RUNPLANE_STREAM: `RPB_${tag}`,
@@ -99,6 +103,12 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
         resolve(o);
       });
     });
+  const admit = async (id, question) => {
+    const client = clients[turn++ % clients.length];
+    const { status, body } = await client.postMessage(id, { clientMessageId: id, content: question });
+    if (status !== 201) throw new Error(`admission answered ${status}`);
+    return body.runId;
+  };
   const db = `rp_${tag}`;
   const all = () => [...stack.replicas.entries()].flatMap(([name, ps]) => ps.map((p) => [p.name ?? name, p]));
   const processCount = [...stack.replicas.values()].reduce((n, ps) => n + ps.length, 0);
@@ -107,13 +117,12 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
     log,
     stack,
     stalled,
+    admit,
     async one(id, question) {
-      const client = clients[turn++ % clients.length];
-      const { status, body } = await client.postMessage(id, { clientMessageId: id, content: question });
-      if (status !== 201) throw new Error(`admission answered ${status}`);
-      const outcome = await settled(body.runId);
-      if (outcome !== 'completed') throw new Error(`run ${body.runId} settled ${outcome}`);
-      return body.runId;
+      const runId = await admit(id, question);
+      const outcome = await settled(runId);
+      if (outcome !== 'completed') throw new Error(`run ${runId} settled ${outcome}`);
+      return runId;
     },
     pids: async () => [...all().map(([, p]) => p.child.pid), ...nats.pids(), ...(await pgBackendPids(pg, [db]))],
     includes: `the ${processCount} service processes (${replicas} per service), the ${nats.replicas === 3 ? '3-node nats-server cluster (stream and buckets at R3)' : "bench's private nats-server"}, the PostgreSQL backends of its projection database`,
