@@ -370,6 +370,10 @@ export async function startScriptedModel(options: ScriptedModelOptions = {}): Pr
     });
   });
   server.on('clientError', (_err, socket) => socket.destroy());
+  // idle kept-alive connections live a minute, not Node's 5 s: a client (the runtime's openai
+  // client, a test's fetch) reusing one just as a short timeout passed got "other side closed"
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

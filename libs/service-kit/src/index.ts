@@ -84,6 +84,9 @@ export interface StartedService {
 @Module({})
 class ServiceRootModule {}
 
+/** How long a service keeps an idle kept-alive HTTP connection open, ms (Node's default is 5 s). */
+export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
 /**
  * Starts a service in this process: validates its configuration (every schema, before anything
  * connects), provides each schema's parsed value for injection ({@link ConfigModule}), logs JSON
@@ -131,7 +134,13 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
     await app.close().catch(() => undefined);
     throw e;
   }
-  const address = (app.getHttpServer() as { address(): AddressInfo }).address();
+  const server = app.getHttpServer() as { address(): AddressInfo; keepAliveTimeout: number; headersTimeout: number };
+  // an idle kept-alive connection is closed after a minute, not Node's 5 s: a client (a load
+  // balancer, the SDK's undici pool) that reuses one just as a short timeout passes gets "other
+  // side closed" (seen in a CI run of test/e2e/broker.test.ts); the headers timeout must exceed it
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+  server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
+  const address = server.address();
   return { app, url: `http://${HOST}:${address.port}` };
 }
 
