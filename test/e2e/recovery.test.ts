@@ -139,6 +139,10 @@ describe('a frozen holder (K6)', () => {
     const requested = await waitForType(body.runId, 'model.turn.requested');
     const holder = requested.find((e) => e.event.type === 'model.turn.requested')!.event.writer!;
     expect(holder.epoch).toBe(1);
+    // mid-turn: the request is on its way to the model (recorded in the log is not enough: under
+    // load a freeze right after the record caught the holder before it sent the request, and the
+    // fenced holder, thawed, rightly never sent it)
+    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
     // frozen first (mid-turn: the model answers only after 3 s), then a second runtime process on
     // the same consumers; the other way round, a slow start under load let the turn finish unfrozen
     frozen.child.kill('SIGSTOP');
