@@ -55,8 +55,10 @@ describe('service logs (LOG_FORMAT json)', () => {
         .split('\n')
         .filter((l) => l.trim() !== '')
         .map((l) => JSON.parse(l) as Line);
+    // a minute: the suite runs this beside loaded-liveness's CPU hogs (load 25 on 2 cores), where a
+    // Nest process took more than 20 s to print its first line (CI, 2026-12-01)
     const waitFor = async (what: string, found: () => boolean) => {
-      for (const deadline = Date.now() + 20_000; !found();) {
+      for (const deadline = Date.now() + 60_000; !found();) {
         if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; stdout=${stdout} stderr=${stderr}`);
         await new Promise((r) => setTimeout(r, 50));
       }
