@@ -192,7 +192,9 @@ describe('a Run parked on a question for a human (K10)', () => {
     await until(t, runId, (ev) => ofType(ev, 'tool.call.receipt').length === 1, 20_000, 'the receipt of record_effect');
     const killedAt = Date.now();
     for (const name of ALL) await kill9(t, name);
-    for (const name of ALL) await t.stack.startService(name);
+    // all at once: one after the other, under the suite's load, the restarts outlasted the wait's
+    // 25 s life and recovery rightly fenced the Run wait-expired (CI, 2026-12-01)
+    await Promise.all(ALL.map((name) => t.stack.startService(name)));
     process.stdout.write(`waits: every service killed and restarted in ${Date.now() - killedAt} ms while the Run was parked\n`);
     await sleep(2 * LEASE_TTL_MS);
     const between = await t.log.readRun(runId);

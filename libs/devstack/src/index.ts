@@ -325,6 +325,13 @@ export interface ManagedProcess {
 }
 
 /**
+ * How long a started process has to print its ready line, ms: a minute. On the 2-core CI machine,
+ * beside loaded-liveness's CPU hogs, a runtime took more than 30 s (test/e2e/drain.test.ts, CI
+ * 2026-12-01).
+ */
+export const READY_TIMEOUT_MS = 60_000;
+
+/**
  * Spawns `node ...nodeFlags <script> ...args` and waits for a stdout line matching `ready` (whose
  * first group is the URL). Every output line goes to `log` (a file stream), never to the terminal.
  */
@@ -335,7 +342,7 @@ export async function spawnReady(
   env: NodeJS.ProcessEnv,
   ready: RegExp,
   log: WriteStream,
-  timeoutMs = 30_000,
+  timeoutMs = READY_TIMEOUT_MS,
   nodeFlags: readonly string[] = [],
 ): Promise<ManagedProcess> {
   const child = track(spawn(process.execPath, [...nodeFlags, script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }));
