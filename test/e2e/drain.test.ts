@@ -186,9 +186,11 @@ describe('a drain past its bound', () => {
   it('settles the Run whose model request did not finish in time interrupted, and hands over the one at a safe point', async () => {
     const slowKey = `bound-slow-${t.tag}`;
     const safeKey = `bound-safe-${t.tag}`;
-    // a model request that takes far longer than the drain bound, and a Run waiting on a tool call (a safe point)
+    // a model request that takes far longer than the drain bound, and a Run waiting on a tool call (a
+    // safe point) for longer than a fresh runtime takes to start under the suite's load (with 4 s the
+    // call ended before the drain began, and the Run completed with nothing to hand over: CI 2026-12-01)
     const slow = await ask(slowKey, [{ reply: { content: 'Too late.' }, delayMs: (DRAIN_SECONDS + 20) * 1000 }]);
-    const safe = await ask(safeKey, [toolTurn(safeKey, 1, 4_000), { reply: { content: `Done ${safeKey}.` } }]);
+    const safe = await ask(safeKey, [toolTurn(safeKey, 1, 12_000), { reply: { content: `Done ${safeKey}.` } }]);
     await waitForType(t, slow, 'model.turn.requested');
     await waitForType(t, safe, 'tool.call.dispatched');
     // stop every runtime replica now holding a Run (a fresh one takes over what is handed over)
