@@ -22,17 +22,7 @@
  * Everything carried is labelled historical and sent as `system` messages before the Run's own
  * text, which stays the last user message (the goal).
  */
-import {
-  CARRIED_MAX_CHARS,
-  contextFrom,
-  effectKey,
-  makeEvent,
-  Provenance,
-  sha256Hex,
-  type CarriedItem,
-  type EventData,
-  type RunEvent,
-} from '@runplane/contracts';
+import { CARRIED_MAX_CHARS, effectKey, Provenance, sha256Hex, type CarriedItem, type EventData } from '@runplane/contracts';
 import { answerPassages, passagesInOrder, toolCallsInOrder, type RunFacts } from '@runplane/run-facts';
 import type OpenAI from 'openai';
 
@@ -72,24 +62,11 @@ export function earlierRunIds(facts: RunFacts): { history: string[]; parent: str
 }
 
 /**
- * Decides what the Run carries: `[context.carried]`, or `[run.execution.finished]` with reason
- * `context-refused` when a continuation's parent cannot be verified (missing, in another
- * conversation, or its request does not match `parentRequestSha256`). Nothing when the Run does
- * not need it or has it already.
+ * What the Run carries from earlier Runs (the material of `context.carried`, decided by the
+ * decider's `CarryContext` trigger in `./decide.ts`), or why a continuation is refused. Pure.
  * @param earlier the Runs named by {@link earlierRunIds}, by runId (a missing one is skipped, or refuses a continuation).
  * @param maxChars the context budget (`RUNPLANE_CONTEXT_MAX_CHARS`); at most half of it is carried, and at most `CARRIED_MAX_CHARS`.
  */
-export function decideCarry(facts: RunFacts, earlier: ReadonlyMap<string, EarlierRun>, maxChars: number, now: Date): RunEvent[] {
-  if (!facts.lastEvent || facts.settled || facts.fenced || !awaitingContext(facts)) return [];
-  const ctx = contextFrom(facts.lastEvent);
-  const carried = carryContext(facts, earlier, maxChars);
-  if ('refused' in carried) {
-    return [makeEvent('run.execution.finished', ctx, 'finished', { reason: 'context-refused', detail: carried.refused, answerTurn: null }, now)];
-  }
-  return [makeEvent('context.carried', ctx, 'context', carried, now)];
-}
-
-/** The material of {@link decideCarry}, or why a continuation is refused. Pure. */
 export function carryContext(
   facts: RunFacts,
   earlier: ReadonlyMap<string, EarlierRun>,

@@ -21,7 +21,7 @@ import {
   type StreamedParagraph,
 } from '@runplane/contracts';
 import { epochSuperseded, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
-import { awaitingContext } from './context.js';
+import { awaitingContext, carryContext, type EarlierRun } from './context.js';
 import {
   DEFAULT_RETRY_BACKOFF,
   failuresInARow,
@@ -64,7 +64,14 @@ export type RuntimeTrigger =
    * The replica holding lease `epoch` drains (SIGTERM) and has no model request of its own in
    * flight: hand the Run over at this safe point (`holder`: that replica).
    */
-  | { type: 'HandOver'; epoch: number; holder: { service: string; instance: string }; reason: 'drain' };
+  | { type: 'HandOver'; epoch: number; holder: { service: string; instance: string }; reason: 'drain' }
+  /**
+   * Before the Run's first model request, the earlier Runs it carries material from were read
+   * (`earlier`: the Runs named by `earlierRunIds`, by runId; a missing one is absent): decide
+   * what it carries. `maxChars`: the context budget (`RUNPLANE_CONTEXT_MAX_CHARS`, infinite when
+   * unbounded); at most half of it is carried, and at most `CARRIED_MAX_CHARS` (K2, K3).
+   */
+  | { type: 'CarryContext'; earlier: ReadonlyMap<string, EarlierRun>; maxChars: number };
 
 /** How long a question for a human stays answerable when the trigger does not say (the default of `RUNPLANE_WAIT_TTL_SECONDS`), ms. */
 export const DEFAULT_WAIT_TTL_MS = 3_600_000;
@@ -111,6 +118,11 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  *   (a turn in flight has no known outcome: the Run is released `stopping` and fenced instead).
  *   Nothing for a Run parked on a wait or a child (it is released `parked`), after a cancel, or
  *   when the epoch is closed already (handed over, parked by recovery, a later grant).
+ * - `CarryContext`: what the Run carries from earlier Runs, once, before its first model request
+ *   (K2, K3; material chosen by `./context.ts` `carryContext`): `context.carried`, or
+ *   `run.execution.finished` with reason `context-refused` when a continuation's parent cannot be
+ *   verified (missing, in another conversation, or its request does not match
+ *   `parentRequestSha256`). Nothing when the Run does not need it or has it already.
  * @param now the decision clock, compared with the Run's `deadlineAt`.
  */
 export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): RunEvent[] {
@@ -126,9 +138,21 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
       return onParagraphs(facts, trigger.turn, trigger.paragraphs, trigger.progress ?? null, now);
     case 'HandOver':
       return onHandOver(facts, trigger, now);
+    case 'CarryContext':
+      return onCarryContext(facts, trigger, now);
     default:
       return unknownTrigger('runtime', trigger);
   }
+}
+
+function onCarryContext(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'CarryContext' }>, now: Date): RunEvent[] {
+  if (!awaitingContext(facts)) return [];
+  const ctx = contextFrom(facts.lastEvent!);
+  const carried = carryContext(facts, trigger.earlier, trigger.maxChars);
+  if ('refused' in carried) {
+    return [makeEvent('run.execution.finished', ctx, 'finished', { reason: 'context-refused', detail: carried.refused, answerTurn: null }, now)];
+  }
+  return [makeEvent('context.carried', ctx, 'context', carried, now)];
 }
 
 function onHandOver(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'HandOver' }>, now: Date): RunEvent[] {

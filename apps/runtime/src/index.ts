@@ -7,3 +7,6 @@ export * from './paragraphs.js';
 export { planCalls, wakeAwaitsRecovery, type CallPlan } from './parking.js';
 export * from './context.js';
 export * from './sizes.js';
+export { LeaseKeeper, type LeaseKeeperEvents } from './lease-keeper.js';
+export { ModelActivity, type RecordStreamed } from './model-activity.js';
+export { RunExecutor, type DrainReport, type RuntimeSettings } from './run-executor.js';

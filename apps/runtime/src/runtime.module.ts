@@ -2,11 +2,18 @@ import { Module } from '@nestjs/common';
 import { ContextConfig, DrainConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { configToken, HealthModule } from '@runplane/service-kit';
-import { ExecutionController, LEASES, MODEL_CLIENT, RUNTIME_SETTINGS, type RuntimeSettings } from './execution.controller.js';
+import { configToken, HealthModule, RunCommandHandler } from '@runplane/service-kit';
+import { ExecutionController } from './execution.controller.js';
+import { LeaseKeeper } from './lease-keeper.js';
+import { ModelActivity } from './model-activity.js';
 import { ModelClient } from './model-client.js';
+import { RunExecutor, type RuntimeSettings } from './run-executor.js';
 
-/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig, ContextConfig), the execution controller. The process heartbeat (recovery's late-or-gone rule, K10) is the membership heartbeat every service beats (EventLogModule's PartitionOwnership). */
+const MODEL_CLIENT = Symbol('MODEL_CLIENT');
+const LEASES = Symbol('LEASES');
+const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
+
+/** Wires the runtime: the event log, the lease bucket, the model client (ModelConfig), its settings (LeaseConfig, WaitConfig, ContextConfig), and the runtime's three parts: the lease keeper, the model activity and the Run executor (one command handler, whose kept folds are the Runs' facts), behind the thin execution controller. The process heartbeat (recovery's late-or-gone rule, K10) is the membership heartbeat every service beats (EventLogModule's PartitionOwnership). */
 @Module({
   imports: [EventLogModule.forService('runtime'), HealthModule],
   controllers: [ExecutionController],
@@ -38,6 +45,22 @@ import { ModelClient } from './model-client.js';
         drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
         ...(waits.RUNPLANE_FAULT_PARK_PAUSE_FILE ? { faultParkPauseFile: waits.RUNPLANE_FAULT_PARK_PAUSE_FILE } : {}),
       }),
+    },
+    {
+      provide: LeaseKeeper,
+      inject: [EventLog, LEASES, RUNTIME_SETTINGS],
+      useFactory: (log: EventLog, leases: LeaseStore, s: RuntimeSettings) => new LeaseKeeper(log, leases, s.leaseTtlMs),
+    },
+    {
+      provide: ModelActivity,
+      inject: [EventLog, MODEL_CLIENT, RUNTIME_SETTINGS],
+      useFactory: (log: EventLog, model: ModelClient, s: RuntimeSettings) => new ModelActivity(log, model, s.contextMaxChars),
+    },
+    {
+      provide: RunExecutor,
+      inject: [EventLog, LeaseKeeper, ModelActivity, RUNTIME_SETTINGS],
+      useFactory: (log: EventLog, keeper: LeaseKeeper, activity: ModelActivity, s: RuntimeSettings) =>
+        new RunExecutor(log, new RunCommandHandler(log, 'runtime'), keeper, activity, s),
     },
   ],
 })

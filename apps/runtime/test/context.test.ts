@@ -4,11 +4,15 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { BROKER_MAX_PAYLOAD_BYTES, CARRIED_MAX_CHARS, effectKey, sha256Hex, type EventData } from '@runplane/contracts';
-import { buildMessages, carryContext, decide, decideCarry, type EarlierRun } from '@runplane/app-runtime';
+import { buildMessages, carryContext, decide, type EarlierRun } from '@runplane/app-runtime';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
+
+/** The decider's `CarryContext` trigger (K2, K3). */
+const decideCarry = (facts: RunFacts, earlier: ReadonlyMap<string, EarlierRun>, maxChars: number, now: Date) =>
+  decide(facts, { type: 'CarryContext', earlier, maxChars }, now);
 
 const PARENT_Q = 'Compare the holdings of SPY and QQQ as of 2025-06-30';
 const provenance = {

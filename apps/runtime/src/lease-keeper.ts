@@ -1,0 +1,229 @@
+import type { Subscription } from '@nats-io/transport-node';
+import { Logger } from '@nestjs/common';
+import { EventLog, LeaseStore, renewalVerdict, RetryLater, runtimeNudgeSubject, type HeldLease } from '@runplane/eventlog';
+import { handedOverAt, type RunFacts } from '@runplane/run-facts';
+import { wakeAwaitsRecovery } from './parking.js';
+
+/** What the lease keeper tells the Run executor. */
+export interface LeaseKeeperEvents {
+  /** The Run must be decided again (a renewal tick found it idle for a lease TTL, or a peer nudged this holder). */
+  wake(runId: string): void;
+  /** The lease was lost (fenced, taken): execution of that Run stops here at once (its model request is aborted). */
+  lost(runId: string): void;
+}
+
+/**
+ * The runtime's lease keeper (K6, K8, K10): takes, holds, renews and releases the execution leases
+ * of this replica (KV bucket `<prefix>_leases`, compare-and-set through {@link LeaseStore}), and
+ * nothing else. Every Run the executor decides is decided under a lease this keeper holds.
+ *
+ * - {@link take}: the first wake of a Run takes its lease; a Run whose lease was ever taken,
+ *   released or fenced is never taken again (no resume in place, K10), except a parked Run whose
+ *   wake is recorded, or a Run its draining holder handed over at that very epoch: both are taken
+ *   at the next epoch. A Run held by another live replica nudges that holder at once (core NATS,
+ *   {@link runtimeNudgeSubject}), which decides it again right away.
+ * - A timer renews every held lease every third of its TTL, each on its own (one renewal per lease
+ *   at a time, all concurrently: one slow round trip never delays another lease), and wakes a Run
+ *   not woken within a lease TTL (the safety net for a wake that reached another replica and whose
+ *   nudge was lost). A renewal that finds the lease changed reports it {@link LeaseKeeperEvents.lost}.
+ *   A renewal that fails because NATS is unreachable is retried on the next tick.
+ */
+export class LeaseKeeper {
+  private readonly logger = new Logger('runtime');
+  /** Leases this replica holds, by Run. */
+  private readonly held = new Map<string, HeldLease>();
+  /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
+  private readonly renewing = new Set<string>();
+  /** When each held Run was last woken (a delivery, a nudge, a tick), ms since the epoch. */
+  private readonly lastWake = new Map<string, number>();
+  private readonly timer: NodeJS.Timeout;
+  private nudges: Subscription | null = null;
+  private events: LeaseKeeperEvents | null = null;
+  /** Renewals stopped (the drain's bound passed, or the process shuts down). */
+  private stopped = false;
+  /** Wakes stopped (a draining replica keeps its leases but starts nothing). */
+  private quiet = false;
+
+  /**
+   * @param log the runtime's event log (its writer is the holder recorded in every lease).
+   * @param leases the lease bucket.
+   * @param ttlMs the lease time-to-live, ms (`RUNPLANE_LEASE_TTL_MS`); renewed every third of it.
+   */
+  constructor(
+    private readonly log: EventLog,
+    private readonly leases: LeaseStore,
+    readonly ttlMs: number,
+  ) {
+    this.timer = setInterval(() => this.renewAll(), Math.max(100, Math.floor(ttlMs / 3)));
+  }
+
+  /** Starts telling `events` about wakes and lost leases, and follows this replica's nudge subject. */
+  bind(events: LeaseKeeperEvents): void {
+    this.events = events;
+    this.nudges ??= this.followNudges();
+  }
+
+  /** The lease this replica holds on the Run, if any. */
+  holding(runId: string): HeldLease | undefined {
+    return this.held.get(runId);
+  }
+
+  /** The Runs this replica holds. */
+  heldRuns(): string[] {
+    return [...this.held.keys()];
+  }
+
+  /** Notes that the Run was woken now (a delivery): the renewal tick does not wake it again within a lease TTL. */
+  woken(runId: string): void {
+    this.lastWake.set(runId, Date.now());
+  }
+
+  /**
+   * Takes the Run's lease for this replica, from the Run's `facts` as the log shows them.
+   * @returns the lease, or null when another replica holds it, or it was released or fenced for good (never resumed here).
+   * @throws RetryLater when the wake must be redelivered: the Run was handed over at the epoch whose lease is not released yet, or a lost holder's lease awaits recovery after the Run parked (K10: a wake is never dropped).
+   */
+  async take(runId: string, facts: RunFacts): Promise<HeldLease | null> {
+    let taken = await this.leases.acquire(runId, this.log.writer, this.ttlMs);
+    // a parked Run whose wake is recorded (the log says it is no longer parked) is taken again, at the next epoch
+    if ('held' in taken && taken.by.value.state === 'released' && taken.by.value.reason === 'parked') {
+      taken = await this.leases.resume(taken.by, this.log.writer, this.ttlMs);
+      if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch }, 'parked Run woken: lease taken again');
+    }
+    // a Run its draining holder handed over at this very epoch (the log says so: the handover is the wake) is taken at the next
+    const handed = handedOverAt(facts);
+    if ('held' in taken && taken.by.value.state === 'released' && taken.by.value.reason === 'handover' && handed === taken.by.value.epoch) {
+      taken = await this.leases.resume(taken.by, this.log.writer, this.ttlMs);
+      if (!('held' in taken)) this.logger.log({ runId, epoch: taken.epoch, from: facts.handedOver?.holder.instance }, 'handed-over Run taken');
+    }
+    if ('held' in taken) {
+      const by = taken.by.value;
+      // handed over at this epoch, the lease not released yet (its holder does that next, or recovery for a lost one)
+      if (handed !== null && handed === by.epoch && by.state !== 'fenced') {
+        throw new RetryLater(`Run handed over at epoch ${by.epoch}; lease still ${by.state}`, Math.min(100, this.retryWakeMs()));
+      }
+      // held by another live replica: tell the holder at once (it decides again now, not at its next renewal)
+      if (by.state === 'held' && by.holder.instance !== this.log.writer.instance) this.nudge(by.holder.instance, runId);
+      // a wake recorded while the lease of a lost holder that had parked the Run is not released yet: recovery
+      // marks it parked at its expiry (K10), so the wake is redelivered until then, never dropped
+      if (wakeAwaitsRecovery(facts, by)) throw new RetryLater(`lease ${by.state} at epoch ${by.epoch} after the Run parked`, this.retryWakeMs());
+      return null; // another instance executes it, or it was released or fenced: never resumed here
+    }
+    this.held.set(runId, taken);
+    return taken;
+  }
+
+  /**
+   * Gives the Run's lease up (if held), with the reason recovery reads (`parked` with the wait's
+   * expiry `wakeBy`, `handover`, `stopping`, `finished`). @returns true when released.
+   */
+  async release(runId: string, reason: 'finished' | 'stopping' | 'parked' | 'handover', wakeBy?: string): Promise<boolean> {
+    const lease = this.held.get(runId);
+    if (!lease) return false;
+    this.held.delete(runId);
+    this.lastWake.delete(runId);
+    return this.leases.release(lease, this.log.writer, reason, wakeBy).then(
+      () => true,
+      (e: unknown) => {
+        this.logger.warn({ runId, reason, error: (e as Error).message }, 'could not release the lease (fenced or changed meanwhile)');
+        return false;
+      },
+    );
+  }
+
+  /** A draining replica: leases are still renewed (a model request still finishing), but nothing is woken and no nudge is followed. */
+  quieten(): void {
+    this.quiet = true;
+    this.nudges?.unsubscribe();
+    this.nudges = null;
+  }
+
+  /** Stops renewing (the drain's bound passed, or shutdown): what is still held expires or is released by the caller. */
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.timer);
+    this.nudges?.unsubscribe();
+    this.nudges = null;
+  }
+
+  /** How long a wake waiting for recovery to mark a lost holder's lease parked is held back, ms: a third of the TTL. */
+  private retryWakeMs(): number {
+    return Math.max(250, Math.floor(this.ttlMs / 3));
+  }
+
+  /** Tells the runtime process `instance` (the holder of the Run's lease) that the Run was woken: best effort, never awaited. */
+  private nudge(instance: string, runId: string): void {
+    try {
+      this.log.nc.publish(runtimeNudgeSubject(this.log.space, instance), runId);
+    } catch (e) {
+      this.logger.warn({ runId, instance, error: (e as Error).message }, 'could not nudge the lease holder (its renewal tick wakes the Run)');
+    }
+  }
+
+  /**
+   * Follows this process's nudge subject: a peer that got a wake for a Run whose lease this process
+   * holds says so at once, and the Run is decided again right away, exactly as the renewal tick's
+   * wake does (nothing is decided from the nudge itself: the log is read again).
+   */
+  private followNudges(): Subscription | null {
+    if (this.log.nc.isClosed()) return null;
+    return this.log.nc.subscribe(runtimeNudgeSubject(this.log.space, this.log.writer.instance), {
+      callback: (err, msg) => {
+        if (err || this.quiet) return;
+        const runId = msg.string();
+        if (!this.held.has(runId)) return;
+        this.lastWake.set(runId, Date.now());
+        this.events?.wake(runId);
+      },
+    });
+  }
+
+  /**
+   * Renews every held lease whose previous renewal is not still waiting on NATS (never two on one
+   * revision), all concurrently, and wakes a Run right after its own renewal when it was not woken
+   * within a lease TTL (issue [9]: each tick's wake used to read the Run from the log).
+   */
+  private renewAll(): void {
+    if (this.stopped) return;
+    for (const [runId, lease] of this.held) {
+      if (this.renewing.has(runId)) continue;
+      this.renewing.add(runId);
+      void this.renewOne(runId, lease)
+        .then((renewed) => {
+          if (!renewed || this.quiet) return;
+          if (Date.now() - (this.lastWake.get(runId) ?? 0) < this.ttlMs) return;
+          this.lastWake.set(runId, Date.now());
+          this.events?.wake(runId);
+        })
+        .finally(() => this.renewing.delete(runId));
+    }
+  }
+
+  /** Renews one held lease. @returns true when renewed. */
+  private async renewOne(runId: string, lease: HeldLease): Promise<boolean> {
+    if (this.held.get(runId) !== lease) return false;
+    try {
+      const next = await this.leases.renew(lease, this.log.writer);
+      if (this.held.get(runId) === lease) this.held.set(runId, next);
+      return true;
+    } catch (e) {
+      const current = await this.leases.get(runId).catch(() => undefined);
+      const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+      if (verdict.kind === 'retry') return false; // NATS unreachable (or restarting): try again next tick
+      if (verdict.kind === 'adopt') {
+        // Still ours: a renewal buffered or timed out during an outage was stored after all (its
+        // revision moved on). Adopt the stored revision; only positive evidence is a loss.
+        if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
+        return false;
+      }
+      this.logger.warn(
+        { runId, epoch: lease.epoch, state: verdict.state, error: (e as Error).message },
+        'lease lost (fenced): execution of this Run stops here',
+      );
+      this.held.delete(runId);
+      this.lastWake.delete(runId);
+      this.events?.lost(runId);
+      return false;
+    }
+  }
+}
