@@ -4,7 +4,7 @@
  */
 import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { Owner, type StoredEvent } from '@runplane/contracts';
-import { EventLog, recordAnomaly, runSubject } from '@runplane/eventlog';
+import { EventLog, partitionOf, recordAnomaly, runSubject } from '@runplane/eventlog';
 import {
   OrphanEventError,
   RunEntity,
@@ -37,6 +37,28 @@ interface Delivery {
   reject: (e: unknown) => void;
 }
 
+/**
+ * The Run's delivered events when, in stream order, each one continues its subject from
+ * `checkpoint` (its back-link is the last sequence applied on its subject, and it comes after the
+ * Run's last applied event: `continuityOf` says `next`); null when any does not (a gap, a repeat,
+ * an event without back-link: the Run's log is read instead). Only for a checkpoint the caller
+ * reached by following the Run in stream order: a whole-partition consumer delivers a Run's
+ * events in stream order, so no event of another subject can be missing before them; after a
+ * restart or a failed delivery, redeliveries may come behind later events, and those Runs are
+ * read (issue [9]). The database checks the same continuity
+ * again when it applies them (`applyStoredEvents`), and a hole found there is repaired as before.
+ */
+export function chainedFrom(checkpoint: RunCheckpoint, deliveries: readonly { trigger: StoredEvent }[]): StoredEvent[] | null {
+  const events = deliveries.map((d) => d.trigger).sort((a, b) => a.seq - b.seq);
+  let at = checkpoint;
+  for (const stored of events) {
+    if (stored.event.prevSeq === undefined || continuityOf(at, stored).kind !== 'next') return null;
+    const subject = subjectTokenOfStored(stored);
+    at = { lastSeq: stored.seq, subjectSeqs: { ...at.subjectSeqs, [subject]: stored.seq } };
+  }
+  return events;
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `fn` over `items`, at most `limit` at a time; settles every item (no early rejection). */
@@ -57,8 +79,12 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
 }
 
 /**
- * Every delivery is a wake-up for its Run, not the only event to apply: the projector reads the
- * Run's log after its checkpoint and applies every event there in stream order. A redelivery that
+ * A Run this process follows (it applied the Run's events in stream order since its partition's
+ * consumer started here, or the Run's admission was delivered here) is applied from its
+ * deliveries alone when they chain from its checkpoint ({@link chainedFrom}): the happy path reads
+ * no log (issue [9]). Otherwise every delivery is a wake-up for its Run, not the only event to
+ * apply: the projector reads the Run's log after its checkpoint and applies every event there in
+ * stream order. A redelivery that
  * arrives after later events of its Run (a restart hands back unacknowledged messages ~30 s later,
  * behind newer ones) is therefore never lost: it was applied, in order, when the later event woke
  * the catch-up, and its own delivery finds nothing left to do (K11).
@@ -100,18 +126,34 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private stopping = false;
   /**
    * Since start: events applied; deliveries and events found already applied (redelivery); failed
-   * transactions retried; gaps found in a Run's projection (each repaired by re-projecting the Run).
+   * transactions retried; gaps found in a Run's projection (each repaired by re-projecting the Run);
+   * Runs of a flush applied from their deliveries alone, and Runs whose log was read.
    */
-  readonly stats = { applied: 0, skipped: 0, retries: 0, gaps: 0 };
+  readonly stats = { applied: 0, skipped: 0, retries: 0, gaps: 0, fromDeliveries: 0, reads: 0 };
   /** The checkpoint this process last applied per Run (`lastSeq`, `subjectSeqs`): a lower bound of the Run's stored one. */
   private readonly checkpoints = new Map<string, RunCheckpoint>();
+  /**
+   * Runs whose cached checkpoint this process reached by applying their events in stream order (a
+   * complete read, or deliveries that chained): their next deliveries, in order from the
+   * partition's consumer, may be applied without reading the log ({@link chainedFrom}). Not a
+   * checkpoint only read from the database (a restart's redeliveries may still be on their way).
+   */
+  private readonly inOrder = new Set<string>();
   private queue: Delivery[] = [];
   private draining = false;
 
   constructor(
     private readonly db: ProjectionDatabase,
     private readonly log: EventLog,
-  ) {}
+  ) {
+    // a partition's consumer starting or stopping here: another replica may have applied its Runs meanwhile
+    log.deliveries?.observe({
+      delivered: () => undefined,
+      partitionMoved: (partition) => {
+        for (const runId of [...this.checkpoints.keys()]) if (partitionOf(runId, log.space.partitions) === partition) this.forget(runId);
+      },
+    });
+  }
 
   /**
    * Brings the projection of `trigger`'s Run up to date with the Run's log: applies, in stream
@@ -176,6 +218,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
       else byRun.set(d.trigger.event.runId, [...(byRun.get(d.trigger.event.runId) ?? []), d]);
     }
     if (byRun.size === 0) return;
+    const followed = new Set([...byRun.keys()].filter((runId) => this.inOrder.has(runId)));
 
     // where each Run's catch-up starts: the cached checkpoint, else the database's
     const from = new Map<string, RunCheckpoint>();
@@ -186,6 +229,9 @@ export class ProjectorService implements BeforeApplicationShutdown {
         () => this.db.orm.em.fork().find(RunEntity, { runId: { $in: unknown } }, { fields: ['runId', 'lastSeq', 'subjectSeqs'] }),
       );
       for (const row of stored) from.set(row.runId, { lastSeq: Number(row.lastSeq), subjectSeqs: row.subjectSeqs ?? {} });
+      // a Run the database does not know, delivered from its admission (its first event) on, is followed from there
+      for (const runId of unknown)
+        if (!from.has(runId) && byRun.get(runId)!.some((d) => d.trigger.event.type === 'run.admitted')) followed.add(runId);
     }
     /** Per Run: a sequence known to be stored before its log is read (its checkpoint, its deliveries). */
     const storedBefore = new Map<string, number>();
@@ -206,12 +252,22 @@ export class ProjectorService implements BeforeApplicationShutdown {
     }
     if (byRun.size === 0) return;
 
-    // each Run's events after its checkpoint, read in parallel; a failed read fails its Run only
-    const runIds = [...byRun.keys()];
+    // a Run whose deliveries chain from its checkpoint is applied from them alone (issue [9]: no
+    // read of the log on the hot path); the others' events after their checkpoints are read, in
+    // parallel, and a failed read fails its Run only
+    let events: StoredEvent[] = [];
+    const runIds: string[] = [];
+    for (const [runId, deliveries] of byRun) {
+      const chained = followed.has(runId) ? chainedFrom(from.get(runId)!, deliveries) : null;
+      if (chained) {
+        this.stats.fromDeliveries++;
+        events.push(...chained);
+      } else runIds.push(runId);
+    }
     const reads = await settleAll(runIds, READ_CONCURRENCY, (runId) =>
       this.readComplete(runId, from.get(runId)!.subjectSeqs, storedBefore.get(runId)!),
     );
-    let events: StoredEvent[] = [];
+    this.stats.reads += runIds.length;
     runIds.forEach((runId, i) => {
       const read = reads[i]!;
       if (read.status === 'fulfilled') events.push(...read.value);
@@ -234,7 +290,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
           }
           results.set(r.runId, [...(results.get(r.runId) ?? []), r]);
           if (r.status === 'applied') this.advance(r.runId, from.get(r.runId)!, bySeq.get(r.seq)!);
-          else this.checkpoints.delete(r.runId); // applied elsewhere: the stored checkpoint is ahead of this one
+          else this.forget(r.runId); // applied elsewhere: the stored checkpoint is ahead of this one
         }
         events = events.slice(chunk.length);
       } catch (e) {
@@ -316,7 +372,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
    * to `storedBefore` kept), in one transaction ({@link reprojectRun}); forgets the cached checkpoint.
    */
   private async repair(runId: string, storedBefore: number): Promise<ApplyResult[]> {
-    this.checkpoints.delete(runId);
+    this.forget(runId);
     const events = await this.readComplete(runId, {}, storedBefore);
     const results = await this.withRetries(
       () => events,
@@ -357,6 +413,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private fail(byRun: Map<string, Delivery[]>, runId: string, e: unknown): void {
     for (const d of byRun.get(runId) ?? []) d.reject(e);
     byRun.delete(runId);
+    this.inOrder.delete(runId); // its deliveries redeliver, maybe behind later ones: its log is read next time
   }
 
   /** The Run's cached checkpoint advanced past an event this process applied. */
@@ -367,13 +424,20 @@ export class ProjectorService implements BeforeApplicationShutdown {
       lastSeq: Math.max(at.lastSeq, stored.seq),
       subjectSeqs: { ...at.subjectSeqs, [subject]: Math.max(at.subjectSeqs[subject] ?? 0, stored.seq) },
     });
+    this.inOrder.add(runId);
+  }
+
+  /** Drops what this process keeps of a Run (its cached checkpoint): the database's is read next time. */
+  private forget(runId: string): void {
+    this.checkpoints.delete(runId);
+    this.inOrder.delete(runId);
   }
 
   /** Keeps the checkpoint of recently projected Runs (bounded: the oldest are dropped past 10,000). */
   private remember(runId: string, checkpoint: RunCheckpoint): void {
     this.checkpoints.delete(runId);
     this.checkpoints.set(runId, checkpoint);
-    if (this.checkpoints.size > 10_000) this.checkpoints.delete(this.checkpoints.keys().next().value!);
+    if (this.checkpoints.size > 10_000) this.forget(this.checkpoints.keys().next().value!);
   }
 
   /**

@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { ApiError } from '@runplane/service-kit';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
+import { chainedFrom, HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
 
 const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefined) =>
   ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
@@ -82,7 +82,7 @@ describe('ProjectorService retries', () => {
     (service as unknown as { logger: { warn: () => void } }).logger = { warn: () => undefined };
     await expect(service.project([stored])).resolves.toMatchObject([{ status: 'applied' }]);
     expect(calls()).toBe(3);
-    expect(service.stats).toEqual({ applied: 1, skipped: 0, retries: 2, gaps: 0 });
+    expect(service.stats).toMatchObject({ applied: 1, skipped: 0, retries: 2, gaps: 0 });
   });
 
   it('given the application is stopping, then a batch is refused so the messages redeliver later', async () => {
@@ -101,5 +101,29 @@ describe('configuration', () => {
   it('defaults the port to 8085 and the host to 127.0.0.1, and rejects a bad port', () => {
     expect(loadProjectorConfig({})).toMatchObject({ PROJECTOR_PORT: 8085, HOST: '127.0.0.1', NATS_URL: 'nats://127.0.0.1:4222' });
     expect(() => loadProjectorConfig({ PROJECTOR_PORT: 'eighty' })).toThrow(/Invalid configuration: PROJECTOR_PORT/);
+  });
+});
+
+describe('chainedFrom: applying a followed Run from its deliveries alone (issue [9])', () => {
+  const ctx = { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null };
+  /** A stored event of `owner`'s subject at `seq`, whose back-link on that subject is `prevSeq`. */
+  const at = (seq: number, owner: 'admission' | 'runtime' | 'tools', prevSeq: number | undefined): { trigger: StoredEvent } => {
+    const event = makeEvent('model.turn.requested', ctx, seq, { turn: seq, model: 'm' }, new Date(0));
+    return { trigger: { seq, subject: `t.run.r.${owner}`, event: { ...event, owner, ...(prevSeq === undefined ? {} : { prevSeq }) } as never } };
+  };
+  const checkpoint = { lastSeq: 5, subjectSeqs: { admission: 1, runtime: 5 } };
+
+  it('given deliveries that continue each subject from the checkpoint, when chained, then all of them in stream order', () => {
+    const out = chainedFrom(checkpoint, [at(9, 'runtime', 7), at(6, 'tools', 0), at(7, 'runtime', 5)]);
+    expect(out?.map((s) => s.seq)).toEqual([6, 7, 9]);
+  });
+
+  it('given a delivery whose back-link skips an event of its subject, when chained, then null (the log is read)', () => {
+    expect(chainedFrom(checkpoint, [at(6, 'tools', 0), at(9, 'runtime', 7)])).toBeNull();
+  });
+
+  it('given a repeat of an applied event, or an event without back-link, when chained, then null', () => {
+    expect(chainedFrom(checkpoint, [at(5, 'runtime', 3)])).toBeNull();
+    expect(chainedFrom(checkpoint, [at(6, 'tools', undefined)])).toBeNull();
   });
 });

@@ -192,9 +192,9 @@ export async function appendAll(log: EventLog, events: RunEvent[]): Promise<Stor
   const out: StoredEvent[] = [];
   for (const event of events) {
     const key = `${event.runId}/${event.owner satisfies Owner}`;
-    const { seq } = await log.append(event, last.get(key) ?? 0);
+    const { seq, stored } = await log.append(event, last.get(key) ?? 0);
     last.set(key, seq);
-    out.push({ seq, subject: log.subjectOf(event), event });
+    out.push(stored); // as a reader sees it: with its back-link (`prevSeq`) and writer
   }
   return out;
 }
