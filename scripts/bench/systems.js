@@ -40,6 +40,8 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
     RUNPLANE_SUBJECT_PREFIX: tag,
     RUNPLANE_DATA_DIR: dataDir,
     RUNPLANE_NATS_REPLICAS: String(nats.replicas ?? 1),
+    // the peers serve their API without authentication: so does Runplane here (the JWT check is not measured)
+    RUNPLANE_AUTH_DISABLED: 'true',
   };
   await ensureDatabaseExists(env.DATABASE_URL);
   const log = await EventLog.connect({ natsUrl: nats.url, stream: env.RUNPLANE_STREAM, prefix: tag, name: 'bench', replicas: nats.replicas ?? 1 });

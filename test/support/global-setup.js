@@ -38,6 +38,9 @@ export default async function globalSetup() {
     await new Promise((r) => setTimeout(r, 100));
   }
   process.env.NATS_URL = url;
+  // black-box tests drive the services by hand, without tokens (the services warn that authentication
+  // is off); test/e2e/auth.test.ts starts its own stack with authentication on
+  process.env.RUNPLANE_AUTH_DISABLED ??= 'true';
   process.stderr.write(`\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}\n`);
   globalThis.__RUNPLANE_SHARED_NATS__ = { child, watchdog, dir };
 }

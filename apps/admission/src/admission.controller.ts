@@ -1,4 +1,4 @@
-import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Req, Res, type RawBodyRequest } from '@nestjs/common';
+import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Req, Res, UseGuards, type RawBodyRequest } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
@@ -20,7 +20,17 @@ import {
   type RunView,
 } from '@runplane/contracts';
 import { AppendConflict, ConversationIndex, EventLog } from '@runplane/eventlog';
-import { apiError, badRequestFromZod, parseJsonBody, RunCommandHandler, RunFolds } from '@runplane/service-kit';
+import {
+  apiError,
+  AuthGuard,
+  badRequestFromZod,
+  CurrentPrincipal,
+  mayAccess,
+  parseJsonBody,
+  RunCommandHandler,
+  RunFolds,
+  type Principal,
+} from '@runplane/service-kit';
 import {
   admissionIds,
   clarificationReplyRunId,
@@ -131,7 +141,24 @@ export function userOf(header: string | undefined): string | null {
   return user || null;
 }
 
+/** 404 for a Run that does not exist or that the caller may not see: the same body either way (nothing leaks). */
+export const runNotFound = (runId: string) => apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+
+/**
+ * Who a request acts as, for the log (`requestedBy`, `answeredBy`): the verified principal; with
+ * authentication disabled, the `X-Runplane-User` header (ignored when authentication is on).
+ */
+export function actorOf(principal: Principal, header: string | undefined): string | null {
+  return principal.unauthenticated ? userOf(header) : principal.sub;
+}
+
+/**
+ * The HTTP API of admission. Every route takes a bearer token ({@link AuthGuard}); a Conversation
+ * and its Runs belong to the principal that created it, and another principal gets the same 404
+ * as for an unknown id (an admin, `runplane:admin`, may read any Run and reconcile tool calls).
+ */
 @Controller('v1')
+@UseGuards(AuthGuard)
 export class AdmissionController {
   constructor(
     private readonly log: EventLog,
@@ -161,10 +188,14 @@ export class AdmissionController {
     @Body() body: unknown,
     @Req() req: RawBodyRequest<Request>,
     @Res({ passthrough: true }) res: Response,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<PostMessageResponse> {
     assertUtf8Body(req);
     const message = parseJsonBody(PostMessageBody, body, contentType, 'the message body');
     const conversationId = parseId('conversationId', rawConversationId);
+    // a Conversation belongs to the principal that created it: another one's is as unknown as a missing one
+    if (!principal.unauthenticated && !(await this.conversations.claim(conversationId, principal.sub)))
+      throw apiError(HttpStatus.NOT_FOUND, 'not_found', `conversation ${conversationId} not found`);
     const ordinaryRunId = admissionIds(conversationId, message.clientMessageId).runId;
     const runId = message.replyTo ? clarificationReplyRunId(conversationId, message.replyTo.clarificationId) : ordinaryRunId;
     const [indexed, continuationParent, replyParent, ordinaryAdmitted] = await Promise.all([
@@ -182,6 +213,7 @@ export class AdmissionController {
       grant: { tools: [...ToolNames, ...(this.settings.testTools ?? []), ...(this.settings.parkingTools ?? [])], model: this.settings.model },
       limits: this.settings.limits,
       requestId: randomUUID(),
+      ...(principal.unauthenticated ? {} : { principal: principal.sub }),
       history: indexed.runs.map((r) => r.runId),
       messageRunElsewhere: ordinaryAdmitted && ordinaryRunId !== runId ? ordinaryRunId : byIndex,
       ...(message.continuationOfRunId ? { continuation: { parentRunId: message.continuationOfRunId, parent: continuationParent } } : {}),
@@ -230,6 +262,7 @@ export class AdmissionController {
   async getMessage(
     @Param('conversationId') rawConversationId: string,
     @Param('clientMessageId') rawClientMessageId: string,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<MessageOutcome> {
     const parsed = MessageParams.safeParse({ conversationId: rawConversationId, clientMessageId: rawClientMessageId });
     if (!parsed.success) throw badRequestFromZod('path', parsed.error);
@@ -240,7 +273,12 @@ export class AdmissionController {
       const indexed = await this.conversations.runOf(conversationId, clientMessageId);
       if (indexed) facts = await this.commands.folds.read(indexed.runId);
     }
-    if (!facts.admitted || facts.admitted.message.clientMessageId !== clientMessageId || facts.conversationId !== conversationId)
+    if (
+      !facts.admitted ||
+      facts.admitted.message.clientMessageId !== clientMessageId ||
+      facts.conversationId !== conversationId ||
+      !mayAccess(principal, facts.admitted.principal)
+    )
       throw apiError(HttpStatus.NOT_FOUND, 'not_found', `no message "${clientMessageId}" was admitted in conversation ${conversationId}`);
     return outcomeOf(facts);
   }
@@ -260,11 +298,18 @@ export class AdmissionController {
     @Headers('x-runplane-operator') operatorHeader: string | undefined,
     @Body() body: unknown,
     @Res({ passthrough: true }) res: Response,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<ReconcileToolCallResponse> {
+    // an operator action (K5): only for the admin scope
+    if (!principal.admin)
+      throw apiError(HttpStatus.FORBIDDEN, 'forbidden', 'reconciling a tool call needs the runplane:admin scope', {
+        extensions: { requiredScope: 'runplane:admin' },
+      });
     const reconciliation = parseJsonBody(ReconcileToolCallBody, body, contentType, 'the reconciliation body');
     const runId = parseId('runId', rawRunId);
     const toolCallId = parseId('toolCallId', rawToolCallId);
-    const operator = reconciliation.operator ?? operatorHeader?.trim();
+    // the operator is the token's subject when authentication is on (never a name the caller picks)
+    const operator = principal.unauthenticated ? (reconciliation.operator ?? operatorHeader?.trim()) : principal.sub;
     if (!operator || operator.length > 200) {
       throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', 'name the operator (body `operator` or header X-Runplane-Operator, 1-200 characters)', {
         issues: [{ path: 'operator', message: 'required: body field or X-Runplane-Operator header' }],
@@ -318,12 +363,14 @@ export class AdmissionController {
     @Headers('content-type') contentType: string | undefined,
     @Headers('x-runplane-user') user: string | undefined,
     @Body() body: unknown,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<CancelRunResponse> {
     const runId = parseId('runId', rawRunId);
     const request = parseJsonBody(CancelRunBody, body, contentType, 'the cancel body', { optional: true });
+    await this.assertMayAccess(runId, principal);
     const cmd = {
       type: 'CancelRun',
-      requestedBy: userOf(user),
+      requestedBy: actorOf(principal, user),
       reason: request.reason || null,
       requestId: randomUUID(),
     } as const;
@@ -331,7 +378,7 @@ export class AdmissionController {
     try {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
-      if (e instanceof RunNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof RunNotFound) throw runNotFound(runId);
       if (e instanceof RunAlreadySettled) throw apiError(HttpStatus.CONFLICT, 'run_settled', e.message, { extensions: { outcome: e.outcome } });
       if (e instanceof AppendConflict)
         throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the cancel could not be recorded; retry');
@@ -358,22 +405,25 @@ export class AdmissionController {
     @Headers('x-runplane-user') user: string | undefined,
     @Body() body: unknown,
     @Res({ passthrough: true }) res: Response,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<AnswerWaitResponse> {
     const request = parseJsonBody(AnswerWaitBody, body, contentType, 'the answer body');
     const runId = parseId('runId', rawRunId);
     const waitId = parseId('waitId', rawWaitId);
+    await this.assertMayAccess(runId, principal);
     const cmd = {
       type: 'AnswerWait',
       waitId,
       answer: request.answer,
-      answeredBy: userOf(user),
+      answeredBy: actorOf(principal, user),
       requestId: randomUUID(),
     } as const;
     let result;
     try {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
-      if (e instanceof RunNotFound || e instanceof WaitNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
+      if (e instanceof RunNotFound) throw runNotFound(runId);
+      if (e instanceof WaitNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
       if (e instanceof WaitConflict) throw apiError(HttpStatus.CONFLICT, 'wait_conflict', e.message);
       if (e instanceof WaitNotPending) throw apiError(HttpStatus.CONFLICT, 'wait_not_pending', e.message, { extensions: { reason: e.reason } });
       if (e instanceof AppendConflict)
@@ -388,10 +438,10 @@ export class AdmissionController {
 
   /** `GET /v1/runs/{runId}/waits`: every wait of the Run, read from its log (reads never append, K11). 404 no such Run. */
   @Get('runs/:runId/waits')
-  async listWaits(@Param('runId') rawRunId: string): Promise<WaitsView> {
+  async listWaits(@Param('runId') rawRunId: string, @CurrentPrincipal() principal: Principal): Promise<WaitsView> {
     const runId = parseId('runId', rawRunId);
     const facts = await this.commands.folds.read(runId);
-    if (!facts.admitted) throw apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+    if (!facts.admitted || !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
     const now = new Date();
     return { runId, waits: [...facts.waits.values()].map((w) => waitView(facts, w, now)) };
   }
@@ -402,8 +452,13 @@ export class AdmissionController {
    * applied it yet (projections follow the log).
    */
   @Get('runs/:runId')
-  async getRun(@Param('runId') rawRunId: string): Promise<RunView> {
+  async getRun(@Param('runId') rawRunId: string, @CurrentPrincipal() principal: Principal): Promise<RunView> {
     const runId = parseId('runId', rawRunId);
+    // ownership from the log's admission, never from the projection (K11: projections follow the log)
+    if (!principal.admin) {
+      const facts = await this.commands.folds.read(runId);
+      if (!facts.admitted || !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
+    }
     const view = await this.runs.get(runId);
     if (view) return view;
     if (await this.log.lastOf(runId, 'admission')) {
@@ -411,6 +466,16 @@ export class AdmissionController {
         headers: { 'Retry-After': '1' },
       });
     }
-    throw apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+    throw runNotFound(runId);
+  }
+
+  /**
+   * Refuses, with the same 404 as an unknown Run, a caller that may not act on the Run (not its
+   * owner, not an admin). A Run that does not exist is left to the decider (its own 404).
+   */
+  private async assertMayAccess(runId: string, principal: Principal): Promise<void> {
+    if (principal.admin) return;
+    const facts = await this.commands.folds.read(runId);
+    if (facts.admitted && !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
   }
 }

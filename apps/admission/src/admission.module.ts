@@ -2,13 +2,13 @@ import { Module } from '@nestjs/common';
 import { LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
 import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { HealthModule } from '@runplane/service-kit';
+import { AuthModule, HealthModule } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
 import { ChildRunsController } from './child-runs.controller.js';
 import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-reader.js';
 
 @Module({
-  imports: [EventLogModule.forService('admission'), HealthModule],
+  imports: [EventLogModule.forService('admission'), HealthModule, AuthModule],
   controllers: [AdmissionController, ChildRunsController],
   providers: [
     RunReader,

@@ -37,6 +37,7 @@ export class ChildRunsController {
       request: e.data,
       causationId: e.eventId,
       parentActive,
+      ...(parent.admitted?.principal ? { principal: parent.admitted.principal } : {}),
     } as const;
     const { appended } = await this.commands.handle(e.data.childRunId, (f, now) => decide(f, trigger, now));
     if (appended.length) this.logger.log({ runId: e.runId, childRunId: e.data.childRunId }, 'child Run admitted');

@@ -39,6 +39,8 @@ export interface PostMessage {
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
   /** Id of the HTTP request, recorded as the admission's causation. */
   requestId: string;
+  /** The authenticated principal posting the message (`run.admitted` `principal`); absent with authentication disabled. */
+  principal?: string;
   /** Explicit Continue (K3): the parent Run's id, and its facts as its log says (null: no such Run). */
   continuation?: { parentRunId: string; parent: RunFacts | null };
   /** A clarification answer (K2): the clarification, and the facts of the Run that asked it (null: no such Run). */
@@ -99,6 +101,8 @@ export interface AdmitChild {
   /** The `child.run.requested` event's id (the admission's causation). */
   causationId: string;
   parentActive: boolean;
+  /** The parent's owner (`run.admitted` `principal`), which the child inherits; absent when the parent has none. */
+  principal?: string;
 }
 
 /** Why a parent cannot be continued (HTTP 409 `continuation_not_eligible`). */
@@ -319,6 +323,7 @@ function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
         grant: cmd.grant,
         limits: { ...limits, deadlineAt: new Date(now.getTime() + deadlineSeconds * 1000).toISOString() },
         ...related,
+        ...(cmd.principal ? { principal: cmd.principal } : {}),
         conversationHistory: { runIds: history },
       },
       now,
@@ -462,6 +467,7 @@ function admitChild(facts: RunFacts, cmd: AdmitChild, now: Date): RunEvent[] {
         grant: r.grant,
         limits: r.limits,
         link: { parentRunId: cmd.parentRunId, relation: 'child' },
+        ...(cmd.principal ? { principal: cmd.principal } : {}),
       },
       now,
     ),

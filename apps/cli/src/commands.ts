@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import {
+  createDevAuth,
+  type DevAuth,
   dropDatabase,
   ensureDatabaseExists,
   FALLBACK_NATS_SUFFIX,
@@ -249,6 +251,14 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
+  const user = process.env.USER || 'dev';
+  const token = await env.auth.mint(user, { ttlSeconds: 12 * 3600 });
+  const admin = await env.auth.mint('operator', { scopes: ['runplane:admin'], ttlSeconds: 12 * 3600 });
+  writeFileSync(join(env.stateDir, 'auth', 'token'), token, { mode: 0o600 });
+  writeFileSync(join(env.stateDir, 'auth', 'admin-token'), admin, { mode: 0o600 });
+  out(
+    `  auth:     bearer tokens for "${user}" in .runplane/auth/token (the CLI uses it) and for an operator (runplane:admin) in .runplane/auth/admin-token, valid 12 h; curl -H "Authorization: Bearer $(cat .runplane/auth/token)" ...`,
+  );
   const ops = natsEnvOf(env.natsUsers, 'ops');
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
@@ -282,6 +292,8 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   natsUsers: NatsUsers;
   dataSet: 'shared' | 'illustrative';
   model: { modelBaseUrl?: string };
+  /** The development issuer: the services verify its tokens (authentication is on, as deployed). */
+  auth: DevAuth;
   close(): Promise<void>;
 }> {
   const root = repoRoot();
@@ -319,10 +331,14 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
     out(
       `  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`,
     );
+    // authentication on, as deployed: a signing key of this run's own, tokens minted from it
+    const auth = await createDevAuth(join(stateDir, 'auth'));
     return {
       stateDir,
+      auth,
       env: {
         ...process.env,
+        ...auth.env,
         NATS_URL: nats.url,
         ...(nats.cluster ? { RUNPLANE_NATS_REPLICAS: '3' } : {}),
         DATABASE_URL: databaseUrl,
@@ -361,7 +377,8 @@ export async function demo(question: string | undefined): Promise<number> {
     try {
       const q = question ?? (prepared.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);
-      const settled = await ask(stack.endpoints, q, `demo-${Date.now()}`);
+      const token = await prepared.auth.mint('demo', { ttlSeconds: 3_600 });
+      const settled = await ask({ ...stack.endpoints, token }, q, `demo-${Date.now()}`);
       return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
     } finally {
       await stack.stop();
@@ -416,4 +433,13 @@ export async function status(endpoints: RunplaneEndpoints, runId: string, json: 
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
   return 0;
+}
+
+/** The token `runplane up` wrote for its user (.runplane/auth/token), or undefined when there is none. */
+export function devToken(): string | undefined {
+  try {
+    return readFileSync(join(repoRoot(), '.runplane', 'auth', 'token'), 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
 }

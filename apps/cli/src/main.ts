@@ -20,10 +20,18 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { ask, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
-const endpoints = (o: { admission: string; publication: string }) => ({ admission: o.admission, publication: o.publication });
+/**
+ * The services' base URLs and the bearer token: `--token`, else `RUNPLANE_TOKEN`, else the token
+ * `runplane up` left in .runplane/auth/token (for the stack it runs); none when there is none
+ * (services with authentication disabled).
+ */
+const endpoints = (o: { admission: string; publication: string; token?: string }) => {
+  const token = o.token ?? process.env.RUNPLANE_TOKEN ?? devToken();
+  return { admission: o.admission, publication: o.publication, ...(token ? { token } : {}) };
+};
 const nonNegative = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError('must be a non-negative integer');
   // a stream sequence has at most 15 digits (contracts LastEventIdText); more would lose precision
@@ -50,7 +58,8 @@ const program = new Command('runplane').description('Runplane: control plane for
 const api = (c: Command) =>
   c
     .option('--admission <url>', 'admission service base URL', process.env.RUNPLANE_ADMISSION_URL ?? 'http://127.0.0.1:8081')
-    .option('--publication <url>', 'publication service base URL', process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082');
+    .option('--publication <url>', 'publication service base URL', process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082')
+    .option('--token <jwt>', 'bearer token for the API (default: RUNPLANE_TOKEN, else the one `runplane up` wrote)');
 
 program
   .command('demo')

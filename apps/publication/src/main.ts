@@ -1,3 +1,4 @@
+import { AuthConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { PublicationModule } from './publication.module.js';
 
@@ -6,5 +7,6 @@ main({
   module: PublicationModule,
   portEnv: 'PUBLICATION_PORT',
   defaultPort: 8082,
+  config: [AuthConfig],
   consumer: {},
 });

@@ -1,9 +1,9 @@
-import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, UseGuards, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
-import { apiError, badRequestFromZod } from '@runplane/service-kit';
+import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, type Principal } from '@runplane/service-kit';
 import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
@@ -42,8 +42,11 @@ export function parseEventsQuery(query: unknown): RunEventsQuery {
 
 /**
  * Observers of a Run. Reads never append (K11); a disconnect only detaches the observer (K4).
+ * Every route takes a bearer token ({@link AuthGuard}); a Run is visible to its owner (its
+ * `run.admitted` `principal`) and to admins only, and anyone else gets the 404 of an unknown Run.
  */
 @Controller('v1/runs')
+@UseGuards(AuthGuard)
 export class ObserversController implements BeforeApplicationShutdown {
   /** Open observer streams; ended on shutdown so the HTTP server can close (observers resume with Last-Event-ID). */
   private readonly open = new Set<() => Promise<void>>();
@@ -74,6 +77,7 @@ export class ObserversController implements BeforeApplicationShutdown {
     @Query() query: unknown,
     @Req() req: Request,
     @Res() res: Response,
+    @CurrentPrincipal() principal: Principal,
   ): Promise<void> {
     const runId = parseRunId(rawRunId);
     const { lastEventId: lastEventIdQuery, deltas } = parseEventsQuery(query);
@@ -81,7 +85,9 @@ export class ObserversController implements BeforeApplicationShutdown {
       lastEventIdHeader !== undefined && lastEventIdHeader !== ''
         ? parseLastEventId(lastEventIdHeader)
         : parseLastEventId(lastEventIdQuery, 'query.lastEventId');
-    if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
+    if (principal.admin) {
+      if (!(await this.log.lastOf(runId, 'admission'))) throw notFound(runId);
+    } else if (!mayAccess(principal, foldRun(runId, await this.log.readRun(runId)).admitted?.principal)) throw notFound(runId);
     if (after > 0) {
       const stored = await this.log.readMessage({ seq: after });
       const subjectRun = stored ? runIdOfSubject(this.log.space.prefix, stored.subject) : null;
@@ -150,10 +156,10 @@ export class ObserversController implements BeforeApplicationShutdown {
    * settled `completed`; `unanswered` lists what the answer (or the settlement) says is missing.
    */
   @Get(':runId/answer')
-  async answer(@Param('runId') rawRunId: string): Promise<AnswerView> {
+  async answer(@Param('runId') rawRunId: string, @CurrentPrincipal() principal: Principal): Promise<AnswerView> {
     const runId = parseRunId(rawRunId);
     const facts = foldRun(runId, await this.log.readRun(runId));
-    if (!facts.admitted) throw notFound(runId);
+    if (!facts.admitted || !mayAccess(principal, facts.admitted.principal)) throw notFound(runId);
     const passages = answerPassages(facts).map((p) => ({
       passageId: p.passageId,
       index: p.index,

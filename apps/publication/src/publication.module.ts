@@ -1,12 +1,12 @@
 import { Module } from '@nestjs/common';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { HealthModule } from '@runplane/service-kit';
+import { AuthModule, HealthModule } from '@runplane/service-kit';
 import { ObserversController } from './observers.controller.js';
 import { PassagesController } from './passages.controller.js';
 
 /** Wires publication: the event log, passage commits and the observers' HTTP endpoints. */
 @Module({
-  imports: [EventLogModule.forService('publication'), HealthModule],
+  imports: [EventLogModule.forService('publication'), HealthModule, AuthModule],
   controllers: [PassagesController, ObserversController],
 })
 export class PublicationModule {}

@@ -21,6 +21,8 @@ export interface RunplaneEndpoints {
   admission: string;
   /** Base URL of the publication service, e.g. http://127.0.0.1:8082 */
   publication: string;
+  /** The bearer token (a JWT the deployment's issuer signed) sent with every request; none when the services run with authentication disabled. */
+  token?: string;
 }
 
 /**
@@ -131,10 +133,12 @@ export class RunplaneClient {
    * once more on a new connection: every Runplane request is safe to repeat (reads; writes keyed by
    * their ids, K1, K10).
    */
-  private async request(service: keyof RunplaneEndpoints, url: string | URL, init?: RequestInit): Promise<Response> {
+  private async request(service: 'admission' | 'publication', url: string | URL, init?: RequestInit): Promise<Response> {
+    const headers = new Headers(init?.headers);
+    if (this.endpoints.token) headers.set('authorization', `Bearer ${this.endpoints.token}`);
     for (let attempt = 1; ; attempt++) {
       try {
-        return await fetch(url, init);
+        return await fetch(url, { ...init, headers });
       } catch (e) {
         if (init?.signal?.aborted) throw e;
         if (attempt === 1 && closedByServer(e)) continue;

@@ -248,3 +248,36 @@ export function loadConfig<S extends z.ZodObject>(schema: S, env: NodeJS.Process
   }
   return parsed.data;
 }
+
+/**
+ * Authentication of the HTTP API (admission, publication): every route but health and metrics
+ * takes a bearer JWT verified against a JWKS (`RUNPLANE_AUTH_JWKS_URL`, or the file
+ * `RUNPLANE_AUTH_JWKS_FILE` for tests and air-gapped sites), with its `iss` and `aud`, and an
+ * expiry within `RUNPLANE_AUTH_CLOCK_SKEW_SECONDS`. Secure by default: with neither JWKS setting
+ * a service refuses to start, unless `RUNPLANE_AUTH_DISABLED=true` (local tools, black-box tests),
+ * which it logs as a warning.
+ */
+export const AuthConfig = z.object({
+  RUNPLANE_AUTH_JWKS_URL: z
+    .url({ protocol: /^https?$/ })
+    .optional()
+    .or(z.literal('').transform(() => undefined)),
+  RUNPLANE_AUTH_JWKS_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_AUTH_ISSUER: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_AUTH_AUDIENCE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: envInt(30, 0, 600),
+  RUNPLANE_AUTH_DISABLED: z
+    .enum(['true', 'false', ''])
+    .optional()
+    .transform((v) => v === 'true'),
+});
+export type AuthConfig = z.infer<typeof AuthConfig>;

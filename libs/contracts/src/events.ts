@@ -89,6 +89,12 @@ export const RunAdmittedV1 = z.object({
   /** The Run this one is related to (a child's parent); absent for a Run admitted from a user's message. */
   link: RunLink.optional(),
   /**
+   * Who owns the Run: the verified bearer token's `sub` of the request that posted the message
+   * (never a header the caller chooses); a child Run has its parent's. Only that principal (or an
+   * admin) may read, cancel, answer or continue it. Absent when authentication was disabled.
+   */
+  principal: z.string().min(1).max(200).optional(),
+  /**
    * The Runs admitted before this one in its Conversation, oldest first, as admission's durable
    * conversation index saw them (K2): the runtime may read their questions and committed passages
    * as labelled history. Absent or empty: no earlier Run (or a Run admitted before the index).
@@ -483,7 +489,7 @@ export const AnswerPublishedV1 = z.object({
  * keeping what was published. A dropped observer connection is never a cancel (K4).
  */
 export const RunCancelRequestedV1 = z.object({
-  /** Who asked (the `X-Runplane-User` header), when known. */
+  /** Who asked: the verified token's `sub`; with authentication disabled, the `X-Runplane-User` header, when given. */
   requestedBy: z.string().max(200).nullable(),
   /** The user's reason, when given. */
   reason: z.string().max(2_000).nullable(),
@@ -495,7 +501,7 @@ export const WaitAnsweredV1 = z.object({
   waitId: Id,
   toolCallId: Id,
   answer: z.string().min(1).max(20_000),
-  /** Who answered (the `X-Runplane-User` header), when known. */
+  /** Who answered: the verified token's `sub`; with authentication disabled, the `X-Runplane-User` header, when given. */
   answeredBy: z.string().max(200).nullable(),
   /** Id of the HTTP request. */
   requestId: z.string(),

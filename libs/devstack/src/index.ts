@@ -20,6 +20,7 @@ import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ens
 import { ensureNatsServerBinary, startNatsCluster, type NatsCluster } from './nats-server.js';
 
 export * from './nats-server.js';
+export * from './auth.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in

@@ -25,7 +25,11 @@ export const IndexedRun = z.object({
 });
 export type IndexedRun = z.infer<typeof IndexedRun>;
 
-const IndexValue = z.object({ runs: z.array(IndexedRun) });
+const IndexValue = z.object({
+  runs: z.array(IndexedRun),
+  /** The principal the Conversation belongs to (the first to post in it with authentication on); absent before one claimed it. */
+  owner: z.string().optional(),
+});
 
 /** Most compare-and-set attempts of one {@link ConversationIndex.add} before it gives up. */
 const MAX_CAS_ATTEMPTS = 30;
@@ -44,12 +48,36 @@ export class ConversationIndex {
     return new ConversationIndex(kv, bucket);
   }
 
-  /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry). */
-  async read(conversationId: string): Promise<{ runs: IndexedRun[]; revision: number }> {
+  /** The Conversation's Runs, oldest first, its owner (if claimed) and the entry's revision (0: no entry). */
+  async read(conversationId: string): Promise<{ runs: IndexedRun[]; owner?: string; revision: number }> {
     const entry = await this.kv.get(conversationId);
     if (!entry || entry.operation !== 'PUT') return { runs: [], revision: entry?.revision ?? 0 };
     const parsed = IndexValue.safeParse(entry.json());
-    return { runs: parsed.success ? parsed.data.runs : [], revision: entry.revision };
+    if (!parsed.success) return { runs: [], revision: entry.revision };
+    return { runs: parsed.data.runs, ...(parsed.data.owner ? { owner: parsed.data.owner } : {}), revision: entry.revision };
+  }
+
+  /**
+   * Claims the Conversation for `principal` (authentication on): by compare-and-set, so of two
+   * principals posting at once to a new Conversation id exactly one owns it. A Conversation with
+   * no owner yet (created with authentication off) is claimed by the first principal to post.
+   * @returns true when `principal` owns it (now or before), false when another principal does.
+   * @throws when the compare-and-set keeps conflicting, or on NATS errors.
+   */
+  async claim(conversationId: string, principal: string): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      const { runs, owner, revision } = await this.read(conversationId);
+      if (owner !== undefined) return owner === principal;
+      const value = JSON.stringify({ runs, owner: principal });
+      try {
+        if (revision === 0) await this.kv.create(conversationId, value);
+        else await this.kv.update(conversationId, value, revision);
+        return true;
+      } catch (e) {
+        if (attempt >= MAX_CAS_ATTEMPTS) throw e;
+        await new Promise((r) => setTimeout(r, Math.random() * 20 * Math.min(attempt, 5)));
+      }
+    }
   }
 
   /** The Run a clientMessageId was admitted as in the Conversation, per the index, or null. */
@@ -66,9 +94,9 @@ export class ConversationIndex {
    */
   async add(conversationId: string, run: IndexedRun): Promise<boolean> {
     for (let attempt = 1; ; attempt++) {
-      const { runs, revision } = await this.read(conversationId);
+      const { runs, owner, revision } = await this.read(conversationId);
       if (runs.some((r) => r.runId === run.runId)) return false;
-      const value = JSON.stringify({ runs: [...runs, run] });
+      const value = JSON.stringify({ runs: [...runs, run], ...(owner ? { owner } : {}) });
       try {
         if (revision === 0) await this.kv.create(conversationId, value);
         else await this.kv.update(conversationId, value, revision);

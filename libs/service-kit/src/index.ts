@@ -38,6 +38,7 @@ export class HealthController {
 export class HealthModule {}
 
 export * from './problems.js';
+export * from './auth.js';
 
 /** What {@link runService} needs to start one service. */
 export interface ServiceSpec {

@@ -1,0 +1,189 @@
+/**
+ * Authentication of the HTTP API: a bearer JWT per request, verified with `jose` against a JWKS
+ * (a URL, or a file for tests and air-gapped sites), its issuer, audience and expiry. The
+ * principal is the token's `sub`; its scopes are the `scope` claim (space-separated, OAuth 2.0
+ * style, or an array). `runplane:admin` is the operator's scope. Another principal's Conversation
+ * and Runs answer 404 exactly as an unknown id does (nothing leaks).
+ */
+import { readFileSync } from 'node:fs';
+import {
+  type CanActivate,
+  createParamDecorator,
+  type ExecutionContext,
+  HttpStatus,
+  Inject,
+  Injectable,
+  Logger,
+  Module,
+  type OnModuleInit,
+} from '@nestjs/common';
+import { AuthConfig } from '@runplane/contracts';
+import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from 'jose';
+import { configToken } from './config.js';
+import { ApiError, apiError } from './problems.js';
+
+/** The operator's scope: reconcile an unknown tool outcome, read any Run. */
+export const ADMIN_SCOPE = 'runplane:admin';
+
+/** Who is calling: the token's subject and scopes (`admin` when it holds {@link ADMIN_SCOPE}). */
+export interface Principal {
+  /** The token's `sub`; with authentication disabled, `anonymous`. */
+  sub: string;
+  scopes: string[];
+  admin: boolean;
+  /** True when authentication is disabled (`RUNPLANE_AUTH_DISABLED=true`): every caller is this principal, with every right. */
+  unauthenticated: boolean;
+}
+
+/** The principal of a service whose authentication is disabled: anyone, with every right (local tools, black-box tests). */
+export const UNAUTHENTICATED: Principal = Object.freeze({ sub: 'anonymous', scopes: [], admin: true, unauthenticated: true });
+
+/** A 401 with `WWW-Authenticate` (RFC 6750) naming why, and the reason in the problem body. */
+export function unauthorized(detail: string, error: 'invalid_request' | 'invalid_token' = 'invalid_token'): ApiError {
+  const description = detail.replace(/["\\]/g, "'");
+  return apiError(HttpStatus.UNAUTHORIZED, 'unauthorized', detail, {
+    headers: { 'WWW-Authenticate': `Bearer realm="runplane", error="${error}", error_description="${description}"` },
+  });
+}
+
+/** True when `principal` may see what `owner` owns (the owner itself, an admin, or anyone when authentication is off). */
+export function mayAccess(principal: Principal, owner: string | null | undefined): boolean {
+  return principal.admin || (owner !== undefined && owner !== null && owner === principal.sub);
+}
+
+/**
+ * Verifies bearer tokens against the configured JWKS, issuer and audience (`AuthConfig`). With
+ * authentication disabled, every request is {@link UNAUTHENTICATED}.
+ */
+export class Authenticator {
+  private readonly logger = new Logger('auth');
+
+  private constructor(
+    private readonly keys: JWTVerifyGetKey | null,
+    private readonly cfg: AuthConfig,
+  ) {}
+
+  /**
+   * From the configuration.
+   * @throws Error naming the setting when neither `RUNPLANE_AUTH_JWKS_URL` nor `RUNPLANE_AUTH_JWKS_FILE` is set
+   *   (and authentication is not disabled), or the file cannot be read as a JWKS: the service refuses to start.
+   */
+  static fromConfig(cfg: AuthConfig): Authenticator {
+    if (cfg.RUNPLANE_AUTH_DISABLED) return new Authenticator(null, cfg);
+    if (cfg.RUNPLANE_AUTH_JWKS_FILE) {
+      let jwks: JSONWebKeySet;
+      try {
+        jwks = JSON.parse(readFileSync(cfg.RUNPLANE_AUTH_JWKS_FILE, 'utf8')) as JSONWebKeySet;
+        if (!Array.isArray(jwks.keys) || jwks.keys.length === 0) throw new Error('no "keys" in it');
+      } catch (e) {
+        throw new Error(`RUNPLANE_AUTH_JWKS_FILE=${cfg.RUNPLANE_AUTH_JWKS_FILE} is not a readable JWKS: ${(e as Error).message}`, { cause: e });
+      }
+      return new Authenticator(createLocalJWKSet(jwks), cfg);
+    }
+    if (cfg.RUNPLANE_AUTH_JWKS_URL) return new Authenticator(createRemoteJWKSet(new URL(cfg.RUNPLANE_AUTH_JWKS_URL)), cfg);
+    throw new Error(
+      'authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE (with RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE), ' +
+        'or RUNPLANE_AUTH_DISABLED=true for local tools and tests only',
+    );
+  }
+
+  /** True when authentication is disabled. */
+  get disabled(): boolean {
+    return this.keys === null;
+  }
+
+  /** Logs a warning when authentication is disabled (at start-up). */
+  warnIfDisabled(): void {
+    if (this.disabled)
+      this.logger.warn(
+        { setting: 'RUNPLANE_AUTH_DISABLED' },
+        'authentication is DISABLED: every caller may read, cancel and answer every Run (local tools and tests only)',
+      );
+  }
+
+  /**
+   * The principal of a request's `Authorization` header.
+   * @throws ApiError 401 (`WWW-Authenticate: Bearer`) when the header is missing or not `Bearer <jwt>`, or the token's
+   *   signature, issuer, audience, expiry or `sub` is not valid, with the reason in the problem body.
+   */
+  async authenticate(authorization: string | string[] | undefined): Promise<Principal> {
+    if (this.disabled) return UNAUTHENTICATED;
+    const header = Array.isArray(authorization) ? authorization[0] : authorization;
+    if (!header) throw unauthorized('a bearer token is required (Authorization: Bearer <JWT>)', 'invalid_request');
+    const match = /^Bearer ([A-Za-z0-9_\-.~+/]+=*)$/i.exec(header.trim());
+    if (!match) throw unauthorized('the Authorization header must be "Bearer <JWT>"', 'invalid_request');
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(match[1]!, this.keys!, {
+        ...(this.cfg.RUNPLANE_AUTH_ISSUER ? { issuer: this.cfg.RUNPLANE_AUTH_ISSUER } : {}),
+        ...(this.cfg.RUNPLANE_AUTH_AUDIENCE ? { audience: this.cfg.RUNPLANE_AUTH_AUDIENCE } : {}),
+        clockTolerance: this.cfg.RUNPLANE_AUTH_CLOCK_SKEW_SECONDS,
+        requiredClaims: ['exp', 'sub'],
+      }));
+    } catch (e) {
+      throw unauthorized(reasonOf(e));
+    }
+    const sub = payload.sub;
+    if (typeof sub !== 'string' || sub.length === 0 || sub.length > 200) throw unauthorized('the token\'s "sub" must be 1 to 200 characters');
+    const raw = (payload as { scope?: unknown; scp?: unknown }).scope ?? (payload as { scp?: unknown }).scp;
+    const scopes =
+      typeof raw === 'string' ? raw.split(' ').filter(Boolean) : Array.isArray(raw) ? raw.filter((s): s is string => typeof s === 'string') : [];
+    return { sub, scopes, admin: scopes.includes(ADMIN_SCOPE), unauthenticated: false };
+  }
+}
+
+/** Why `jose` refused a token, said for the caller (never the token itself). */
+function reasonOf(e: unknown): string {
+  if (e instanceof joseErrors.JWTExpired) return 'the token has expired';
+  if (e instanceof joseErrors.JWTClaimValidationFailed) return `the token's "${e.claim}" claim is not valid: ${e.reason}`;
+  if (e instanceof joseErrors.JWSSignatureVerificationFailed) return "the token's signature does not verify";
+  if (e instanceof joseErrors.JWKSNoMatchingKey) return 'no key of the JWKS matches the token';
+  if (e instanceof joseErrors.JWSInvalid || e instanceof joseErrors.JWTInvalid) return 'the token is not a valid JWT';
+  if (e instanceof joseErrors.JOSEAlgNotAllowed || e instanceof joseErrors.JOSENotSupported) return "the token's algorithm is not supported";
+  if (e instanceof joseErrors.JWKSTimeout) return 'the JWKS could not be fetched in time';
+  return `the token was refused: ${(e as Error)?.message ?? String(e)}`;
+}
+
+/** The request field the guard sets. */
+interface AuthenticatedRequest {
+  headers: Record<string, string | string[] | undefined>;
+  principal?: Principal;
+}
+
+/**
+ * The guard of every API controller (health, metrics and `openapi.json` are served outside
+ * them): authenticates the request ({@link Authenticator.authenticate}) and keeps the principal
+ * for {@link CurrentPrincipal}. A refusal is the 401 problem the authenticator threw.
+ */
+@Injectable()
+export class AuthGuard implements CanActivate {
+  constructor(@Inject(Authenticator) private readonly auth: Authenticator) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    if (context.getType() !== 'http') return true;
+    const req = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    req.principal = await this.auth.authenticate(req.headers.authorization);
+    return true;
+  }
+}
+
+/** Parameter decorator: the request's principal, set by {@link AuthGuard} (unauthenticated when the guard did not run). */
+export const CurrentPrincipal = createParamDecorator(
+  (_data: unknown, context: ExecutionContext): Principal => context.switchToHttp().getRequest<AuthenticatedRequest>().principal ?? UNAUTHENTICATED,
+);
+
+/** Provides the {@link Authenticator} from `AuthConfig` (validated at start-up) and the {@link AuthGuard}; warns at start-up when authentication is disabled. */
+@Module({
+  providers: [
+    { provide: Authenticator, inject: [configToken(AuthConfig)], useFactory: (cfg: AuthConfig) => Authenticator.fromConfig(cfg) },
+    AuthGuard,
+  ],
+  exports: [Authenticator, AuthGuard],
+})
+export class AuthModule implements OnModuleInit {
+  constructor(@Inject(Authenticator) private readonly auth: Authenticator) {}
+
+  onModuleInit(): void {
+    this.auth.warnIfDisabled();
+  }
+}
