@@ -149,13 +149,15 @@ export const HttpRoutes: readonly HttpRoute[] = [
     operationId: 'reconcileToolCall',
     summary: "Record an operator's reconciliation of a tool call whose outcome is unknown (K5)",
     description:
-      'Records what was found at the destination (`succeeded`, `failed`, `not_executed`), the evidence, who (body `operator` or the ' +
-      '`X-Runplane-Operator` header) and when, as the event `tool.call.reconciled`. Dispatches nothing and never rewrites the receipt.',
+      "Records what was found at the destination (`succeeded`, `failed`, `not_executed`), the evidence, who (the token's `sub`; with " +
+      'authentication disabled, body `operator` or the `X-Runplane-Operator` header) and when, as the event `tool.call.reconciled`. ' +
+      'Dispatches nothing and never rewrites the receipt. Needs the `runplane:admin` scope.',
     request: { path: ToolCallParams, header: ReconcileHeaders, body: json(ReconcileToolCallBody) },
     responses: {
       201: { description: 'The reconciliation was recorded', body: json(ReconcileToolCallResponse) },
       200: { description: 'The same reconciliation was recorded before: nothing appended', body: json(ReconcileToolCallResponse) },
       400: problem('Bad body or ids (`invalid_body` / `bad_request`), or no operator named'),
+      403: problem('The token lacks the `runplane:admin` scope (`forbidden`)'),
       404: problem('No such Run or tool call (`not_found`)'),
       409: problem('The call is not `unknown`, or was reconciled differently (`reconcile_conflict`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
@@ -176,7 +178,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
     responses: {
       202: { description: 'The cancel intent is recorded (now or before)', body: json(CancelRunResponse) },
       400: problem('Bad runId or body (`bad_request` / `invalid_body`)'),
-      404: problem('No such Run (`not_found`)'),
+      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
       409: problem('The Run is already settled (`run_settled`, with its `outcome`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
       503: unavailable('NATS JetStream'),
@@ -198,7 +200,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
       202: { description: 'The answer was accepted and recorded: the Run wakes', body: json(AnswerWaitResponse) },
       200: { description: 'The same answer was recorded before: nothing appended', body: json(AnswerWaitResponse) },
       400: problem('Bad ids or body, a blank answer (`bad_request` / `invalid_body`)'),
-      404: problem('No such Run or wait (`not_found`)'),
+      404: problem("No such Run or wait, or another principal's Run (`not_found`)"),
       409: problem('The wait is not pending (`wait_not_pending`: expired, or the Run settled) or was answered differently (`wait_conflict`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
       503: unavailable('NATS JetStream'),
@@ -214,7 +216,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
     responses: {
       200: { description: 'Every wait the Run opened, with its status (`pending`, `answered`, `expired`, `closed`)', body: json(WaitsView) },
       400: problem('Bad runId (`bad_request`)'),
-      404: problem('No such Run (`not_found`)'),
+      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
       503: unavailable('NATS JetStream'),
     },
   },
@@ -237,7 +239,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem(
         "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (`beyond-end`, `other-run`, `not-an-event`)",
       ),
-      404: problem('No such Run (`not_found`)'),
+      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
       503: unavailable('NATS JetStream'),
     },
   },
@@ -251,7 +253,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
     responses: {
       200: { description: 'Passages, joined text, `complete` and `outcome`', body: json(AnswerView) },
       400: problem('Bad runId (`bad_request`)'),
-      404: problem('No such Run (`not_found`)'),
+      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
       503: unavailable('NATS JetStream'),
     },
   },
@@ -307,9 +309,17 @@ export const HttpRoutes: readonly HttpRoute[] = [
   },
 ];
 
+/** The API routes (`/v1/...`) want a bearer JWT (issue [10]); health, metrics and `openapi.json` do not. */
+const authenticated = (route: HttpRoute) => route.path.startsWith('/v1/');
+const UNAUTHORIZED = problem(
+  'No bearer token, or one whose signature, issuer, audience or expiry does not verify (`unauthorized`, with `WWW-Authenticate: Bearer` and the reason)',
+  { 'WWW-Authenticate': 'Bearer realm="runplane", error="...", error_description="..."' },
+);
+
 function operation(route: HttpRoute, tags: string[]): ZodOpenApiOperationObject {
   const responses: Record<string, ZodOpenApiResponseObject> = {};
-  for (const [status, r] of Object.entries(route.responses)) {
+  const all = authenticated(route) ? { ...route.responses, 401: UNAUTHORIZED } : route.responses;
+  for (const [status, r] of Object.entries(all)) {
     responses[status] = {
       description: r.description,
       ...(r.body ? { content: { [r.body.contentType]: { schema: r.body.schema } } } : {}),
@@ -334,6 +344,7 @@ function operation(route: HttpRoute, tags: string[]): ZodOpenApiOperationObject 
         }
       : {}),
     ...(params?.body ? { requestBody: { required: true, content: { [params.body.contentType]: { schema: params.body.schema } } } } : {}),
+    ...(authenticated(route) ? { security: [{ bearer: [] }] } : {}),
     responses,
   };
 }
@@ -359,8 +370,11 @@ export function openApiDocument(service?: HttpService): ReturnType<typeof create
       version: '0.1.0',
       description:
         'HTTP API of the Runplane control plane, generated from the zod schemas in libs/contracts. Every error answer is ' +
-        '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`.',
+        '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`. Every `/v1` route wants a ' +
+        "bearer JWT (`Authorization: Bearer`); a Conversation and its Runs are their creator's (the token's `sub`), and another " +
+        'principal gets the 404 of an unknown id; `runplane:admin` may read any Run and reconcile tool calls.',
     },
+    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
     tags: (service ? [service] : [...HttpServices]).map((name) => ({ name })),
     paths,
   });

@@ -1,0 +1,52 @@
+/**
+ * The authenticator's start-up rules (issue [10]): secure by default, a service without a JWKS
+ * refuses to start naming the settings, `RUNPLANE_AUTH_DISABLED=true` lets every caller through
+ * as an unauthenticated admin; a JWKS file that is not one is named. Token checks against a real
+ * stack: test/e2e/auth.test.ts.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { AuthConfig } from '@runplane/contracts';
+import { createDevAuth } from '@runplane/devstack';
+import { ApiError, Authenticator, mayAccess, UNAUTHENTICATED } from '@runplane/service-kit';
+
+const dir = mkdtempSync(join(tmpdir(), 'rp-authn-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('Authenticator.fromConfig', () => {
+  it('given no JWKS setting, then it refuses to start, naming the settings', () => {
+    expect(() => Authenticator.fromConfig(AuthConfig.parse({}))).toThrow(
+      /RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE.*RUNPLANE_AUTH_DISABLED=true/,
+    );
+  });
+
+  it('given a JWKS file that is not one, then it refuses to start, naming the file', () => {
+    const file = join(dir, 'bad.json');
+    writeFileSync(file, '{"keys": []}');
+    expect(() => Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_JWKS_FILE: file }))).toThrow(
+      `RUNPLANE_AUTH_JWKS_FILE=${file} is not a readable JWKS`,
+    );
+  });
+
+  it('given RUNPLANE_AUTH_DISABLED=true, then every request is the unauthenticated admin, token or not', async () => {
+    const auth = Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_DISABLED: 'true' }));
+    expect(auth.disabled).toBe(true);
+    await expect(auth.authenticate(undefined)).resolves.toBe(UNAUTHENTICATED);
+    expect(mayAccess(UNAUTHENTICATED, 'alice')).toBe(true);
+  });
+
+  it('given a dev issuer, then its token gives the principal and scopes, and a missing header is a 401 naming what is required', async () => {
+    const dev = await createDevAuth(dir);
+    const auth = Authenticator.fromConfig(AuthConfig.parse(dev.env));
+    const p = await auth.authenticate(`Bearer ${await dev.mint('carol', { scopes: ['runplane:admin', 'x'] })}`);
+    expect(p).toEqual({ sub: 'carol', scopes: ['runplane:admin', 'x'], admin: true, unauthenticated: false });
+    const err = await auth.authenticate(undefined).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect((err as ApiError).getStatus()).toBe(401);
+    expect((err as ApiError).extras.headers?.['WWW-Authenticate']).toMatch(/^Bearer realm="runplane", error="invalid_request"/);
+    expect(mayAccess({ ...p, admin: false }, 'dave')).toBe(false);
+    expect(mayAccess({ ...p, admin: false }, undefined)).toBe(false);
+  });
+});
