@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { effectsOf, lostFacts, modelRequestsFor, outcomeOf, reportRow, sleep, until, waitForSettled, waitForType } from '../support/faults.js';
 import { TestNatsServer } from '../support/nats-server.js';
-import { startTestStack, testNatsServerBinary, type TestStack } from '../support/stack.js';
+import { eventually, startTestStack, testNatsServerBinary, type TestStack } from '../support/stack.js';
 
 const DOWN_MS = 1_500;
 const LEASE_TTL_MS = 1_200;
@@ -163,4 +163,32 @@ describe('a NATS restart of ~1.5 s at several offsets of a Run (K5, K6, K10)', (
       expect(lost).toEqual([]);
     }, 120_000);
   }
+});
+
+describe('health while nats-server is frozen (issue [10]: it answered 200 on /healthz for 40 s)', () => {
+  it('given SIGSTOP on nats-server, then every service but the projector answers /readyz and /healthz 503 naming NATS within a few seconds while /livez stays 200; after SIGCONT, 200 again', async () => {
+    const services = [...t.stack.services.entries()].filter(([name]) => name !== 'projector');
+    const statusOf = async (url: string) => (await fetch(url, { signal: AbortSignal.timeout(10_000) })).status;
+    for (const [, p] of services) expect(await statusOf(`${p.url}/readyz`)).toBe(200);
+    await server.freeze();
+    try {
+      const started = Date.now();
+      for (const [name, p] of services) {
+        for (const path of ['/readyz', '/healthz']) {
+          const res = await fetch(`${p.url}${path}`, { signal: AbortSignal.timeout(10_000) });
+          const body = (await res.json()) as { code?: string; detail?: string; checks?: Record<string, { status: string }> };
+          expect({ name, path, status: res.status, code: body.code }).toEqual({ name, path, status: 503, code: 'dependency_unavailable' });
+          expect(body.detail).toMatch(/NATS/);
+          expect(body.checks?.nats?.status).toBe('down');
+        }
+        expect({ name, livez: await statusOf(`${p.url}/livez`) }).toEqual({ name, livez: 200 });
+      }
+      // each answer comes within the 2 s check bound (two checks in parallel per request)
+      expect(Date.now() - started).toBeLessThan(services.length * 2 * 4_000);
+    } finally {
+      server.thaw();
+    }
+    for (const [name, p] of services)
+      await eventually(async () => ((await statusOf(`${p.url}/readyz`)) === 200 ? true : null), 30_000, `${name} ready again`);
+  }, 120_000);
 });

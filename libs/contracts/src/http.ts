@@ -329,13 +329,9 @@ export const CancelRunResponse = z
   .meta({ id: 'CancelRunResponse' });
 export type CancelRunResponse = z.infer<typeof CancelRunResponse>;
 export const CancelHeaders = z.object({
-  'x-runplane-user': z
-    .string()
-    .optional()
-    .meta({
-      description:
-        "Who cancels (kept with the cancel intent), only when authentication is disabled; ignored otherwise (the token's `sub` is recorded)",
-    }),
+  'x-runplane-user': z.string().optional().meta({
+    description: "Who cancels (kept with the cancel intent), only when authentication is disabled; ignored otherwise (the token's `sub` is recorded)",
+  }),
 });
 
 /** `POST /v1/runs/{runId}/waits/{waitId}` body: the human's answer (K10). */
@@ -386,12 +382,9 @@ export const WaitParams = z.object({
   waitId: Id.meta({ description: 'The wait id (from `wait.opened` or `GET /v1/runs/{runId}/waits`)' }),
 });
 export const AnswerHeaders = z.object({
-  'x-runplane-user': z
-    .string()
-    .optional()
-    .meta({
-      description: "Who answers (kept with the answer), only when authentication is disabled; ignored otherwise (the token's `sub` is recorded)",
-    }),
+  'x-runplane-user': z.string().optional().meta({
+    description: "Who answers (kept with the answer), only when authentication is disabled; ignored otherwise (the token's `sub` is recorded)",
+  }),
 });
 
 /** Path parameters of the tool-call routes. */

@@ -4,13 +4,13 @@
  * events, a microservice transport over its own durable JetStream consumer.
  */
 import 'reflect-metadata';
-import { Controller, Get, Module, type INestApplication, type Type } from '@nestjs/common';
+import { Module, type INestApplication, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
 import { BusConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
-import { dependencyUnavailable, ProblemDetailsFilter, serveOpenApi } from './problems.js';
+import { ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, PartitionOwnership } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
@@ -21,21 +21,7 @@ export * from './config.js';
 export * from './logging.js';
 export * from './metrics.js';
 
-/** `GET /healthz`: 200 `{status:"ok"}` while the NATS connection is open, else 503 `dependency_unavailable` (contracts `HealthBody`). */
-@Controller()
-export class HealthController {
-  constructor(private readonly log: EventLog) {}
-
-  @Get('healthz')
-  health(): { status: 'ok' } {
-    if (this.log.nc.isClosed()) throw dependencyUnavailable('NATS', 'the connection is closed');
-    return { status: 'ok' };
-  }
-}
-
-/** `GET /healthz` for services whose health is their NATS connection. */
-@Module({ controllers: [HealthController] })
-export class HealthModule {}
+export * from './health.js';
 
 export * from './problems.js';
 export * from './auth.js';
