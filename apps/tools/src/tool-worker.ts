@@ -49,6 +49,11 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   return TestToolPack.record_effect.result.parse({ recorded: line });
 }
 
+/** Does nothing: run once on each thread at start-up, it resolves when the thread has loaded this module (ToolExecutor.ready). */
+export function warmUp(): null {
+  return null;
+}
+
 /** Runs `task`; never throws: every ending is an outcome. */
 export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutcome, { kind: 'timed-out' }>> {
   task.startedPort?.postMessage('started');
