@@ -3,10 +3,10 @@
  * measured on the worker's own event loop, which no tool blocks, so it fires on time even while a
  * tool burns the CPU (K5). It counts from the moment a thread begins the call: a call waiting for
  * a free thread has not started, and one that cannot start within the timeout is taken out of the
- * queue and reported `failed` (`not_started`: nothing was executed), never `unknown`. A call that
- * outlives its timeout is reported `timed-out` at once, and its thread is left running for up to
- * `abandonMs` more so that a late result can still be observed (`late`); after that the thread is
- * stopped.
+ * queue and reported `failed` (`not_started`: nothing was executed, which its start gate makes
+ * certain, start-gate.ts), never `unknown`. A call that outlives its timeout is reported
+ * `timed-out` at once, and its thread is left running for up to `abandonMs` more so that a late
+ * result can still be observed (`late`); after that the thread is stopped.
  *
  * Every thread is started with the executor, calls wait until each has loaded the tools
  * ({@link ToolExecutor.ready}), and a call is handed only to a thread that has started: a thread's start-up
@@ -18,6 +18,7 @@
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ToolOutcome } from './decide.js';
+import { newStartGate, tryRefuse } from './start-gate.js';
 import type { ToolTask } from './tool-worker.js';
 
 export type FinalOutcome = Exclude<ToolOutcome, { kind: 'timed-out' }>;
@@ -78,17 +79,19 @@ export class ToolExecutor {
         resolve();
       });
     });
-    const running = (this.pool.run({ ...task, startedPort: port2 }, { signal: abort.signal, transferList: [port2] }) as Promise<FinalOutcome>).catch(
-      (e: unknown): FinalOutcome => ({ kind: 'crashed', message: e instanceof Error ? e.message : String(e) }),
-    );
+    const gate = newStartGate();
+    const running = (
+      this.pool.run({ ...task, startedPort: port2, startGate: gate }, { signal: abort.signal, transferList: [port2] }) as Promise<FinalOutcome>
+    ).catch((e: unknown): FinalOutcome => ({ kind: 'crashed', message: e instanceof Error ? e.message : String(e) }));
     let queueTimer: NodeJS.Timeout | undefined;
     const stillQueued = new Promise<'queued'>((r) => {
       queueTimer = setTimeout(() => r('queued'), this.opts.timeoutMs);
     });
     const startedOrDone = await Promise.race([begin.then(() => 'begun' as const), running, stillQueued]);
     clearTimeout(queueTimer);
-    if (startedOrDone === 'queued' && !begun) {
-      abort.abort(); // out of the queue before any thread began it
+    // a thread may have begun the call just now, its `started` not yet here: the gate says which came first
+    if (startedOrDone === 'queued' && !begun && tryRefuse(gate)) {
+      abort.abort(); // out of the queue, or off a thread that will never begin it
       port1.close();
       return {
         outcome: {
@@ -100,6 +103,8 @@ export class ToolExecutor {
         late: null,
       };
     }
+    // begun, maybe only now (its message still on the way): its timeout counts from then
+    if (startedOrDone === 'queued' && !begun) started = performance.now();
     port1.close();
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<null>((r) => {
