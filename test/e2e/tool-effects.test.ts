@@ -36,7 +36,8 @@ beforeAll(async () => {
     RUNPLANE_TOOL_ABANDON_MS: '30000',
     // all four Runs of the first test may hash to partitions one tools replica owns (issue [8]):
     // a thread for each of their calls, so none waits past the timeout for a free thread and is
-    // refused `not_started` (an honest `failed`, but not what this file is about)
+    // refused `not_started` (an honest `failed`, but not what this file is about). The threads are
+    // started and loaded before a replica is ready (a start-up took 1-5 s beside CPU hogs)
     RUNPLANE_TOOL_THREADS: '4',
   });
   toolsProcesses.push(t.stack.services.get('tools')!);
@@ -58,6 +59,23 @@ function effectsOf(runId: string): string[] {
   return readFileSync(effectFile, 'utf8')
     .split('\n')
     .filter((l) => l.startsWith(`${runId} `));
+}
+
+/**
+ * Runs `check`; when it fails, its message is followed by the Run's tool events in full (sequence,
+ * time, writer, payload: a receipt's status, error code and message, duration) and its effect lines,
+ * so a mismatch seen once in a loaded CI run says which receipt it was and who recorded it.
+ */
+function withToolTrace(runId: string, events: StoredEvent[], check: () => void): void {
+  try {
+    check();
+  } catch (e) {
+    const toolEvents = events
+      .filter((s) => s.event.type.startsWith('tool.'))
+      .map((s) => ({ seq: s.seq, type: s.event.type, occurredAt: s.event.occurredAt, writer: s.event.writer, data: s.event.data }));
+    if (e instanceof Error) e.message += `\n\nRun ${runId}: ${JSON.stringify({ toolEvents, effects: effectsOf(runId) }, null, 2)}`;
+    throw e;
+  }
 }
 
 /** Binds a scripted scenario to `key` (a tag in the question): one record_effect call, then an answer. */
@@ -91,11 +109,13 @@ describe('a live executor keeps its claim: redelivery never runs a tool twice no
     const runIds = await Promise.all(keys.map((k) => ask(k, { sleepMs: 1800 })));
     for (const runId of runIds) {
       const events = await t.waitForSettlement(runId, 60_000);
-      expect(ofType(events, 'tool.call.dispatched')).toHaveLength(1);
-      const receipts = ofType(events, 'tool.call.receipt');
-      expect(receipts).toHaveLength(1);
-      expect(receipts[0]!.event.data).toMatchObject({ name: 'record_effect', status: 'succeeded', effect: 'external-effect' });
-      expect(effectsOf(runId)).toHaveLength(1);
+      withToolTrace(runId, events, () => {
+        expect(ofType(events, 'tool.call.dispatched')).toHaveLength(1);
+        const receipts = ofType(events, 'tool.call.receipt');
+        expect(receipts).toHaveLength(1);
+        expect(receipts[0]!.event.data).toMatchObject({ name: 'record_effect', status: 'succeeded', effect: 'external-effect' });
+        expect(effectsOf(runId)).toHaveLength(1);
+      });
       expect(ofType(events, 'run.settled')).toHaveLength(1);
     }
     // the fault was really there: every delivery beyond the first of a message is a redelivery

@@ -101,7 +101,11 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     this.executor = new ToolExecutor({ threads: settings.threads, timeoutMs: settings.timeoutMs, abandonMs: settings.abandonMs });
   }
 
-  onModuleInit(): void {
+  /** Waits for the tool threads (the service reports ready only after), then starts the claims sweep. */
+  async onModuleInit(): Promise<void> {
+    const startedAt = Date.now();
+    await this.executor.ready;
+    this.logger.log({ threads: this.settings.threads, ms: Date.now() - startedAt }, 'tool threads started');
     this.sweeper = setInterval(() => void this.sweep(), this.settings.sweepMs);
   }
 

@@ -3,13 +3,22 @@
  * measured on the worker's own event loop, which no tool blocks, so it fires on time even while a
  * tool burns the CPU (K5). It counts from the moment a thread begins the call: a call waiting for
  * a free thread has not started, and one that cannot start within the timeout is taken out of the
- * queue and reported `failed` (`not_started`: nothing was executed), never `unknown`. A call that outlives its timeout is reported `timed-out` at once, and
- * its thread is left running for up to `abandonMs` more so that a late result can still be
- * observed (`late`); after that the thread is stopped.
+ * queue and reported `failed` (`not_started`: nothing was executed, which its start gate makes
+ * certain, start-gate.ts), never `unknown`. A call that outlives its timeout is reported
+ * `timed-out` at once, and its thread is left running for up to `abandonMs` more so that a late
+ * result can still be observed (`late`); after that the thread is stopped.
+ *
+ * Every thread is started with the executor, calls wait until each has loaded the tools
+ * ({@link ToolExecutor.ready}), and a call is handed only to a thread that has started: a thread's start-up
+ * (a fresh isolate loading the tools) is no part of any call's wait. Piscina by default starts
+ * threads on demand and, when a busy thread frees up, hands the next queued call to a thread still
+ * starting if there is one, leaving the free thread idle: beside a loaded CI (2 cores) a start-up
+ * outlasted a 2.5 s timeout and the call was refused `not_started`.
  */
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { ToolOutcome } from './decide.js';
+import { newStartGate, tryRefuse } from './start-gate.js';
 import type { ToolTask } from './tool-worker.js';
 
 export type FinalOutcome = Exclude<ToolOutcome, { kind: 'timed-out' }>;
@@ -22,20 +31,42 @@ export interface ExecutionResult {
   late: Promise<{ outcome: FinalOutcome; durationMs: number } | null> | null;
 }
 
+type LoadBalancer = NonNullable<NonNullable<ConstructorParameters<typeof Piscina>[0]>['loadBalancer']>;
+
 export class ToolExecutor {
   private readonly pool: Piscina;
+  /**
+   * Resolves once every thread has loaded the tools (one no-op task on each, run as the executor
+   * is made). A call that comes sooner waits for it before it asks for a thread: the threads'
+   * start-up is no part of its wait. A thread stopped later (a call abandoned after its timeout) is
+   * replaced, and takes calls only once the replacement has started.
+   */
+  readonly ready: Promise<void>;
+  /** Ids of the threads that have started (piscina's `workerCreate`) and not been stopped since. */
+  private readonly started = new Set<number>();
+  /**
+   * The first idle thread that has started, else none (the task stays queued until one is free or
+   * starts): piscina also offers the threads still starting, first, and would queue a call behind
+   * a start-up while a started thread is free.
+   */
+  private readonly startedIdleThread: LoadBalancer = (_task, workers) => workers.find((w) => this.started.has(w.id) && w.currentUsage === 0) ?? null;
 
   constructor(private readonly opts: { threads: number; timeoutMs: number; abandonMs: number }) {
+    // a call a thread cannot take now waits in piscina's queue; its timeout starts when a thread begins it
     this.pool = new Piscina({
       filename: new URL('./tool-worker.js', import.meta.url).href,
-      minThreads: 1,
+      minThreads: opts.threads,
       maxThreads: opts.threads,
-      // a queued call waits for a thread; its timeout starts when a thread begins it
-      idleTimeout: 60_000,
+      loadBalancer: this.startedIdleThread,
     });
+    this.pool.on('workerCreate', (w: { id: number }) => this.started.add(w.id));
+    this.pool.on('workerDestroy', (w: { id: number }) => this.started.delete(w.id));
+    this.ready = Promise.all(Array.from({ length: opts.threads }, () => this.pool.run(null, { name: 'warmUp' }))).then(() => undefined);
+    this.ready.catch(() => undefined); // awaited by every call and by the service's start-up, which fails on it
   }
 
   async run(task: ToolTask): Promise<ExecutionResult> {
+    await this.ready;
     const submitted = performance.now();
     let started = submitted;
     const abort = new AbortController();
@@ -48,17 +79,19 @@ export class ToolExecutor {
         resolve();
       });
     });
-    const running = (this.pool.run({ ...task, startedPort: port2 }, { signal: abort.signal, transferList: [port2] }) as Promise<FinalOutcome>).catch(
-      (e: unknown): FinalOutcome => ({ kind: 'crashed', message: e instanceof Error ? e.message : String(e) }),
-    );
+    const gate = newStartGate();
+    const running = (
+      this.pool.run({ ...task, startedPort: port2, startGate: gate }, { signal: abort.signal, transferList: [port2] }) as Promise<FinalOutcome>
+    ).catch((e: unknown): FinalOutcome => ({ kind: 'crashed', message: e instanceof Error ? e.message : String(e) }));
     let queueTimer: NodeJS.Timeout | undefined;
     const stillQueued = new Promise<'queued'>((r) => {
       queueTimer = setTimeout(() => r('queued'), this.opts.timeoutMs);
     });
     const startedOrDone = await Promise.race([begin.then(() => 'begun' as const), running, stillQueued]);
     clearTimeout(queueTimer);
-    if (startedOrDone === 'queued' && !begun) {
-      abort.abort(); // out of the queue before any thread began it
+    // a thread may have begun the call just now, its `started` not yet here: the gate says which came first
+    if (startedOrDone === 'queued' && !begun && tryRefuse(gate)) {
+      abort.abort(); // out of the queue, or off a thread that will never begin it
       port1.close();
       return {
         outcome: {
@@ -70,6 +103,8 @@ export class ToolExecutor {
         late: null,
       };
     }
+    // begun, maybe only now (its message still on the way): its timeout counts from then
+    if (startedOrDone === 'queued' && !begun) started = performance.now();
     port1.close();
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<null>((r) => {

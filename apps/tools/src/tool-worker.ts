@@ -8,6 +8,7 @@ import { appendFile } from 'node:fs/promises';
 import { RecordEffectArgs, TestToolPack } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
 import type { ToolOutcome } from './decide.js';
+import { tryBegin, type StartGate } from './start-gate.js';
 
 /** One call to run: the tool, its raw arguments (JSON text), and who asked (recorded by test tools). */
 import type { MessagePort } from 'node:worker_threads';
@@ -23,6 +24,8 @@ export interface ToolTask {
   recordEffectFile: string;
   /** Told `started` the moment this thread begins the call (the timeout counts from then, not from the queue). */
   startedPort?: MessagePort;
+  /** Passed only when the call may be refused while it waits for a thread: begun only if it was not. */
+  startGate?: StartGate;
 }
 
 let library: HoldingsLibrary | null = null;
@@ -49,8 +52,17 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   return TestToolPack.record_effect.result.parse({ recorded: line });
 }
 
+/** Does nothing: run once on each thread at start-up, it resolves when the thread has loaded this module (ToolExecutor.ready). */
+export function warmUp(): null {
+  return null;
+}
+
 /** Runs `task`; never throws: every ending is an outcome. */
 export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutcome, { kind: 'timed-out' }>> {
+  if (task.startGate && !tryBegin(task.startGate)) {
+    task.startedPort?.close();
+    return { kind: 'failed', code: 'not_started', message: 'refused while it waited for a thread; it was not executed' };
+  }
   task.startedPort?.postMessage('started');
   task.startedPort?.close();
   try {
