@@ -33,6 +33,21 @@ describe('a Run that finishes on its own is settled without recovery (issue [9])
   it('W1: no run.fenced, nothing written by recovery, one lease.granted on the runtime subject by the runtime in the decision of its first model request; one settlement by the lifecycle, nothing after it', async () => {
     const { body } = await t.client.postMessage('conv-happy', { clientMessageId: `w1-${t.tag}`, content: 'What does DIA hold?' });
     const events = await t.waitForSettlement(body.runId, 60_000);
+    // the projector applied its flushes of this Run from the deliveries alone, without reading the log (issue [9])
+    const metrics = await eventually(
+      async () => {
+        const text = await (await fetch(`${t.stack.services.get('projector')!.url}/metrics`)).text();
+        return /runplane_projector_runs_total\{[^}]*path="deliveries"[^}]*\} [1-9]/.test(text) ? text : null;
+      },
+      20_000,
+      'projector flushes from deliveries',
+    );
+    process.stdout.write(
+      `${metrics
+        .split('\n')
+        .filter((l) => l.startsWith('runplane_projector_runs_total'))
+        .join('\n')}\n`,
+    );
     const counts: Record<string, number> = {};
     for (const e of events) counts[e.event.type] = (counts[e.event.type] ?? 0) + 1;
     process.stdout.write(`W1 Run ${body.runId.slice(0, 8)}: ${events.length} events: ${JSON.stringify(counts)}\n`);

@@ -18,7 +18,21 @@ import {
   type RunCheckpoint,
   type SubjectSeqs,
 } from '@runplane/projections';
+import { metricsRegistry } from '@runplane/service-kit';
+import { Counter } from 'prom-client';
 import { ProjectionDatabase } from './projection-database.js';
+
+/**
+ * Runs of a flush by how the projector got their events (`GET /metrics`): `deliveries` (applied
+ * from the deliveries alone, no read of the log) or `read` (the Run's log read after its
+ * checkpoint); issue [9].
+ */
+export const projectorRunsTotal = new Counter({
+  name: 'runplane_projector_runs_total',
+  help: "Runs of a projector flush by how their events were had: deliveries (no read of the log) or read (the Run's log read); issue [9]",
+  labelNames: ['path'] as const,
+  registers: [metricsRegistry],
+});
 
 /** Delay before retry `attempt` (1-based) of a failed projection step: 100 ms doubling, capped at 5 s. */
 export function retryDelayMs(attempt: number): number {
@@ -261,6 +275,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
       const chained = followed.has(runId) ? chainedFrom(from.get(runId)!, deliveries) : null;
       if (chained) {
         this.stats.fromDeliveries++;
+        projectorRunsTotal.inc({ path: 'deliveries' });
         events.push(...chained);
       } else runIds.push(runId);
     }
@@ -268,6 +283,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
       this.readComplete(runId, from.get(runId)!.subjectSeqs, storedBefore.get(runId)!),
     );
     this.stats.reads += runIds.length;
+    if (runIds.length) projectorRunsTotal.inc({ path: 'read' }, runIds.length);
     runIds.forEach((runId, i) => {
       const read = reads[i]!;
       if (read.status === 'fulfilled') events.push(...read.value);
