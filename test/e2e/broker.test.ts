@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { makeEvent, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { ObservedEvent } from '@runplane/client';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { BUS_SERVICES, durableNamesOf, partitionOf, runSubject, type BusUser } from '@runplane/eventlog';
@@ -209,6 +209,34 @@ describe('broken and hostile messages never stall anything (K11)', () => {
       new RegExp(`"anomaly":"unverified-event"[^\\n]*${admitted.event.eventId}|${admitted.event.eventId}[^\\n]*"anomaly":"unverified-event"`),
     );
   }, 60_000);
+
+  it("a run.admitted forged with admission's own credentials, granting 1,000,000 model requests and a 2099 deadline, is never executed: the runtime stops it grant-refused and it settles failed (issue [10])", async () => {
+    const runId = randomUUID();
+    const before = await t.modelRequests();
+    const forged = makeEvent(
+      'run.admitted',
+      { runId, conversationId: `conv-forged-${runId}`, correlationId: runId, causationId: null },
+      'admission',
+      {
+        message: { messageId: runId, clientMessageId: 'forged', content: 'What does DIA hold?', contentSha256: sha256Hex('What does DIA hold?') },
+        grant: { tools: ['list_funds', 'get_holdings'], model: 'scripted' },
+        limits: { maxModelRequests: 1_000_000, maxToolCalls: 1_000_000, deadlineAt: '2099-12-31T00:00:00.000Z' },
+      },
+      new Date(),
+    );
+    // as a conditional append stores it: the header the server checked, the back-link in the body
+    await jetstream(await connectAs('admission')).publish(runSubject(t.log.space, runId, 'admission'), JSON.stringify({ ...forged, prevSeq: 0 }), {
+      expect: { lastSubjectSequence: 0 },
+    });
+    const events = await t.waitForSettlement(runId, 60_000);
+    const finished = ofType(events, 'run.execution.finished').map((e) => e.event.data as { reason: string; detail: string });
+    expect(finished).toEqual([
+      { reason: 'grant-refused', detail: expect.stringMatching(/1000000 model requests \(ceiling \d+\)/), answerTurn: null },
+    ]);
+    expect(ofType(events, 'model.turn.requested')).toEqual([]);
+    expect(ofType(events, 'run.settled').map((e) => (e.event.data as { outcome: string }).outcome)).toEqual(['failed']);
+    expect(await t.modelRequests()).toBe(before);
+  });
 
   it('a settlement forged on the wrong partition of a live Run (with the header a conditional append stores) is terminated by every consumer, counted, and never read', async () => {
     const key = 'wrong-partition';

@@ -57,6 +57,7 @@ const FAILURE_REASONS: Record<string, string> = {
   'token-limit': 'the Run used its token budget without an answer',
   'no-progress': 'no answer was produced: the model made no progress',
   'context-refused': 'the context of the continuation could not be verified, so nothing was asked of the model',
+  'grant-refused': "the Run's grant exceeds what this deployment allows, so nothing was asked of the model",
   'clarification-requested': 'the clarification question could not be published',
 };
 

@@ -33,6 +33,7 @@ import {
   retryDelayMs,
   type RetryBackoff,
 } from './ledger.js';
+import { overCeiling, type GrantCeiling } from './grant-ceiling.js';
 import { clarificationOf, isResolved, parkingEvent } from './parking.js';
 import { boundTurn, contentCut, planTurnCalls } from './sizes.js';
 
@@ -45,9 +46,10 @@ export type RuntimeTrigger =
    * Something happened on the Run (admission, a receipt, a wake, a redelivery): take the next
    * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline);
    * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts);
-   * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9).
+   * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9);
+   * `ceiling`: the most a grant may hold here (`./grant-ceiling.ts`, issue [10]).
    */
-  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number }
+  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number; ceiling?: GrantCeiling }
   /**
    * The model request of `turn` ended with `result`. `retryBackoff` (default
    * {@link DEFAULT_RETRY_BACKOFF}) and `random` (the jitter, a draw in [0, 1) the adapter made;
@@ -78,7 +80,9 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
 
 /**
  * Decides the runtime's events for a trigger.
- * - `Wake`: nothing while the Run must still record what it carries from earlier Runs
+ * - `Wake`: first, before the Run's first model request, a grant over `ceiling` (a forged or corrupt
+ *   admission) stops the Run at once: `run.execution.finished` reason `grant-refused`, naming what
+ *   exceeds (issue [10]). Then nothing while the Run must still record what it carries from earlier Runs
  *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then, once
  *   every tool call of the last turn is resolved and before the deadline, the budget
  *   rules of `./ledger.ts` decide (K7, K9): the next turn with its reservation (a retry of an
@@ -129,9 +133,22 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   // a fenced execution is over for good: nothing is requested, recorded or stopped by a stale holder (K6, K10)
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
-    case 'Wake':
+    case 'Wake': {
+      // a grant over the deployment's ceiling was not admitted by its rules (a forgery): never executed (issue [10])
+      const over = trigger.ceiling && facts.turns.length === 0 ? overCeiling(facts, trigger.ceiling) : null;
+      if (over)
+        return [
+          makeEvent(
+            'run.execution.finished',
+            contextFrom(facts.lastEvent),
+            'finished',
+            { reason: 'grant-refused', detail: over, answerTurn: null },
+            now,
+          ),
+        ];
       // no model request before what the Run carries from earlier Runs is recorded (K2, K3: ./context.ts)
       return awaitingContext(facts) ? [] : onWake(facts, trigger, now);
+    }
     case 'ModelTurnEnded':
       return onTurnEnded(facts, trigger, now);
     case 'ParagraphsStreamed':

@@ -10,3 +10,4 @@ export * from './sizes.js';
 export { LeaseKeeper, type LeaseKeeperEvents } from './lease-keeper.js';
 export { ModelActivity, type RecordStreamed } from './model-activity.js';
 export { RunExecutor, type DrainReport, type RuntimeSettings } from './run-executor.js';
+export * from './grant-ceiling.js';

@@ -1,4 +1,4 @@
-import { ContextConfig, DrainConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
+import { ContextConfig, DrainConfig, GrantCeilingConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { RuntimeModule } from './runtime.module.js';
 
@@ -7,7 +7,7 @@ main({
   module: RuntimeModule,
   portEnv: 'RUNTIME_PORT',
   defaultPort: 8083,
-  config: [ModelConfig, LeaseConfig, WaitConfig, ContextConfig, DrainConfig],
+  config: [ModelConfig, LeaseConfig, WaitConfig, ContextConfig, DrainConfig, GrantCeilingConfig],
   // admission, tools, lifecycle (`child.run.settled`, a wake: K10) and its own runtime subject (`run.handed_over`, a wake) of its partitions: libs/eventlog/src/bus.ts
   consumer: {},
 });

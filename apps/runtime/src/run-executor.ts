@@ -6,6 +6,7 @@ import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runp
 import { RunCommandHandler } from '@runplane/service-kit';
 import { awaitingContext, earlierRunIds, type EarlierRun } from './context.js';
 import { decide, withGrant, type ModelTurnResult, type RuntimeTrigger } from './decide.js';
+import type { GrantCeiling } from './grant-ceiling.js';
 import type { LeaseKeeper } from './lease-keeper.js';
 import { retryWaitMs, type RetryBackoff } from './ledger.js';
 import type { ModelActivity } from './model-activity.js';
@@ -28,6 +29,8 @@ export interface RuntimeSettings {
   faultParkPauseFile?: string;
   /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long a model request in flight may still finish and be recorded; 0 when absent. */
   drainMs?: number;
+  /** The most a Run's grant may hold (`GrantCeilingConfig`): a Run over it is never executed (issue [10]); unchecked when absent. */
+  ceiling?: GrantCeiling;
 }
 
 /** What a drain did with the Runs its replica held (logged, and returned for tests). */
@@ -135,6 +138,7 @@ export class RunExecutor {
       waitTtlMs: this.settings.waitTtlMs,
       ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
       ...(this.settings.finalizationLeadMs ? { finalizationLeadMs: this.settings.finalizationLeadMs } : {}),
+      ...(this.settings.ceiling ? { ceiling: this.settings.ceiling } : {}),
     };
     const deadlineAt = (await this.commands.folds.read(runId)).admitted?.limits.deadlineAt;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {

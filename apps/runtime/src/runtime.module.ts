@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { ContextConfig, DrainConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
+import { ContextConfig, DrainConfig, GrantCeilingConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { configToken, HealthModule, RunCommandHandler } from '@runplane/service-kit';
@@ -34,8 +34,22 @@ const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
-      inject: [configToken(LeaseConfig), configToken(WaitConfig), configToken(ContextConfig), configToken(ModelConfig), configToken(DrainConfig)],
-      useFactory: (cfg: LeaseConfig, waits: WaitConfig, context: ContextConfig, model: ModelConfig, drain: DrainConfig): RuntimeSettings => ({
+      inject: [
+        configToken(LeaseConfig),
+        configToken(WaitConfig),
+        configToken(ContextConfig),
+        configToken(ModelConfig),
+        configToken(DrainConfig),
+        configToken(GrantCeilingConfig),
+      ],
+      useFactory: (
+        cfg: LeaseConfig,
+        waits: WaitConfig,
+        context: ContextConfig,
+        model: ModelConfig,
+        drain: DrainConfig,
+        ceiling: GrantCeilingConfig,
+      ): RuntimeSettings => ({
         leaseTtlMs: cfg.RUNPLANE_LEASE_TTL_MS,
         waitTtlMs: waits.RUNPLANE_WAIT_TTL_SECONDS * 1000,
         contextMaxChars: context.RUNPLANE_CONTEXT_MAX_CHARS,
@@ -43,6 +57,13 @@ const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
         finalizationLeadMs: model.RUNPLANE_FINALIZATION_LEAD_SECONDS * 1000,
         retryBackoff: { minMs: model.RUNPLANE_MODEL_RETRY_MIN_MS, maxMs: model.RUNPLANE_MODEL_RETRY_MAX_MS },
         drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
+        ceiling: {
+          modelRequests: ceiling.RUNPLANE_GRANT_CEILING_MODEL_REQUESTS,
+          toolCalls: ceiling.RUNPLANE_GRANT_CEILING_TOOL_CALLS,
+          deadlineSeconds: ceiling.RUNPLANE_GRANT_CEILING_DEADLINE_SECONDS,
+          inputTokens: ceiling.RUNPLANE_GRANT_CEILING_INPUT_TOKENS,
+          outputTokens: ceiling.RUNPLANE_GRANT_CEILING_OUTPUT_TOKENS,
+        },
         ...(waits.RUNPLANE_FAULT_PARK_PAUSE_FILE ? { faultParkPauseFile: waits.RUNPLANE_FAULT_PARK_PAUSE_FILE } : {}),
       }),
     },

@@ -281,3 +281,20 @@ export const AuthConfig = z.object({
     .transform((v) => v === 'true'),
 });
 export type AuthConfig = z.infer<typeof AuthConfig>;
+
+/**
+ * The most any Run's grant may hold, checked by the runtime before it executes a Run: defence in
+ * depth against a forged admission (with admission's credentials, a `run.admitted` carrying
+ * 1,000,000 model requests and a 2099 deadline was executed: issue [10]). A Run over it stops at
+ * once, `run.execution.finished` reason `grant-refused`, and settles `failed`. Keep each at or
+ * above the matching admission limit (`LimitsConfig`), or every Run is refused.
+ */
+export const GrantCeilingConfig = z.object({
+  RUNPLANE_GRANT_CEILING_MODEL_REQUESTS: envInt(64, 1),
+  RUNPLANE_GRANT_CEILING_TOOL_CALLS: envInt(256, 0),
+  /** From admission to the Run's deadline, seconds. */
+  RUNPLANE_GRANT_CEILING_DEADLINE_SECONDS: envInt(24 * 3600, 1, 366 * 24 * 3600),
+  RUNPLANE_GRANT_CEILING_INPUT_TOKENS: envInt(20_000_000, 1),
+  RUNPLANE_GRANT_CEILING_OUTPUT_TOKENS: envInt(1_000_000, 1),
+});
+export type GrantCeilingConfig = z.infer<typeof GrantCeilingConfig>;

@@ -266,6 +266,8 @@ export const ExecutionStopReason = z.enum([
   'clarification-requested',
   /** The context a continuation needs could not be built honestly (the parent's request does not match its hash, K3). */
   'context-refused',
+  /** The Run's grant exceeds the deployment's ceiling (`GrantCeilingConfig`): a forged or corrupt admission, never executed (issue [10]). */
+  'grant-refused',
 ]);
 export type ExecutionStopReason = z.infer<typeof ExecutionStopReason>;
 export const ExecutionFinishedV1 = z.object({
