@@ -4,7 +4,7 @@
  * events, a microservice transport over its own durable JetStream consumer.
  */
 import 'reflect-metadata';
-import { Module, type INestApplication, type Type } from '@nestjs/common';
+import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
@@ -67,6 +67,37 @@ export interface StartedService {
   url: string;
 }
 
+/**
+ * The logger Nest uses until pino takes over (and for what Nest logs when the application fails
+ * to start, before pino exists): JSON lines on stderr, never colours or the `[Nest]` banner, and
+ * nothing on stdout (whose only line is the ready line). Issue [10]: a failed start printed ANSI
+ * lines on stdout and a coloured stack trace.
+ */
+export class StartupLogger extends ConsoleLogger {
+  constructor(service: string, logLevels: NestLogLevel[]) {
+    super(service, { json: true, colors: false, logLevels });
+  }
+
+  protected override printMessages(
+    messages: unknown[],
+    context?: string,
+    logLevel?: NestLogLevel,
+    _writeStreamType?: 'stdout' | 'stderr',
+    errorStack?: unknown,
+    params?: Record<string, unknown>,
+  ): void {
+    super.printMessages(messages, context, logLevel, 'stderr', errorStack, params);
+  }
+}
+
+/** The Nest levels the start-up logger prints for a `LOG_LEVEL`. */
+function startupLevels(level: LogLevel): NestLogLevel[] {
+  if (level === 'silent') return [];
+  if (level === 'error' || level === 'fatal') return ['fatal', 'error'];
+  if (level === 'warn') return ['fatal', 'error', 'warn'];
+  return ['fatal', 'error', 'warn', 'log'];
+}
+
 /** The root module of a service: validated configuration and logging around the service's module. */
 @Module({})
 class ServiceRootModule {}
@@ -90,7 +121,12 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
   const app = await NestFactory.create(
     { module: ServiceRootModule, imports: [config, serviceLoggerModule(spec.name, level), spec.module] },
-    { abortOnError: false, bufferLogs: true, ...(spec.rawBody ? { rawBody: true } : {}) },
+    {
+      abortOnError: false,
+      bufferLogs: true,
+      logger: new StartupLogger(spec.name, startupLevels(level)),
+      ...(spec.rawBody ? { rawBody: true } : {}),
+    },
   );
   app.useLogger(app.get(PinoNestLogger));
   // one body limit for every service, registered before Nest's default parser (which would take 100 KiB)

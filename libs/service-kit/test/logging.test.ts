@@ -104,3 +104,32 @@ describe('service logs (LOG_FORMAT json)', () => {
     ).toEqual([]);
   });
 });
+
+describe('a service that fails to start (issue [10])', () => {
+  it('prints nothing on stdout, JSON lines on stderr (no colours, no [Nest] banner), and one last line naming why; exit 1', async () => {
+    const main = fileURLToPath(new URL('../../../apps/admission/dist/main.js', import.meta.url));
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      NATS_URL: natsUrl,
+      RUNPLANE_STREAM: `${stream}_FAIL`,
+      RUNPLANE_SUBJECT_PREFIX: `${prefix}f`,
+      ADMISSION_PORT: '0',
+    };
+    delete env.RUNPLANE_AUTH_DISABLED; // secure by default: no JWKS, no start
+    const proc = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
+    expect(code).toBe(1);
+    expect(stdout).toBe('');
+    expect(stderr.includes('\u001b[')).toBe(false); // no ANSI colours
+    expect(stderr).not.toContain('[Nest]');
+    const lines = stderr.trim().split('\n');
+    expect(lines.at(-1)).toMatch(
+      /^admission failed to start: authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE/,
+    );
+    for (const line of lines.slice(0, -1)) expect(() => JSON.parse(line) as unknown).not.toThrow();
+  }, 60_000);
+});
