@@ -13,6 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createDevAuth, type DevAuth } from '@runplane/devstack';
+import { ConversationIndex } from '@runplane/eventlog';
+import { SignJWT } from 'jose';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
@@ -73,6 +75,19 @@ describe('authentication: a bearer JWT on every API route (issue [10])', () => {
       ['audience', bearer(await auth.mint('alice', { audience: 'someone-else' })), /"aud"/],
       ['issuer', bearer(await auth.mint('alice', { issuer: 'https://evil.example' })), /"iss"/],
       ['other key', bearer(await other.mint('alice')), /no key of the JWKS matches|signature/],
+      [
+        'symmetric algorithm',
+        bearer(
+          await new SignJWT({})
+            .setProtectedHeader({ alg: 'HS256' })
+            .setSubject('alice')
+            .setIssuer(auth.env.RUNPLANE_AUTH_ISSUER)
+            .setAudience(auth.env.RUNPLANE_AUTH_AUDIENCE)
+            .setExpirationTime('1h')
+            .sign(new TextEncoder().encode('x'.repeat(32))),
+        ),
+        /algorithm is not supported|no key of the JWKS matches/,
+      ],
     ];
     for (const [what, headers, reason] of cases) {
       const r = await post(admission(`/v1/conversations/${conversationId}/messages`), null, message, headers);
@@ -160,6 +175,15 @@ describe('tenancy: a Conversation and its Runs belong to their creator (issue [1
     const reconcile = await post(admission(`/v1/runs/${runId}/tool-calls/c1/reconcile`), alice, { outcome: 'succeeded', evidence: 'checked' });
     expect(reconcile.status).toBe(403);
     expect(reconcile.body).toMatchObject({ code: 'forbidden' });
+  });
+
+  it('given a Conversation with Runs but no owner (created with authentication off), then nobody may claim it: 404, nothing admitted', async () => {
+    const conversationId = `conv-${t.tag}-legacy`;
+    const index = await ConversationIndex.open(t.log);
+    await index.add(conversationId, { runId: randomUUID(), clientMessageId: 'old', admittedAt: new Date().toISOString() });
+    const r = await post(admission(`/v1/conversations/${conversationId}/messages`), bob, { clientMessageId: 'b9', content: 'What does DIA hold?' });
+    expect(r.status).toBe(404);
+    expect((await index.read(conversationId)).owner).toBeUndefined();
   });
 
   it('given two principals posting at once to a new Conversation id, then exactly one owns it', async () => {

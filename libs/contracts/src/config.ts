@@ -274,7 +274,7 @@ export const AuthConfig = z.object({
     .string()
     .optional()
     .transform((v) => (v ? v : undefined)),
-  RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: envInt(30, 0, 600),
+  RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: envInt(30, 0, 120),
   RUNPLANE_AUTH_DISABLED: z
     .enum(['true', 'false', ''])
     .optional()

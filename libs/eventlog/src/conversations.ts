@@ -59,15 +59,17 @@ export class ConversationIndex {
 
   /**
    * Claims the Conversation for `principal` (authentication on): by compare-and-set, so of two
-   * principals posting at once to a new Conversation id exactly one owns it. A Conversation with
-   * no owner yet (created with authentication off) is claimed by the first principal to post.
-   * @returns true when `principal` owns it (now or before), false when another principal does.
+   * principals posting at once to a new Conversation id exactly one owns it. A Conversation that
+   * has Runs but no owner (created with authentication off) is claimed by nobody: its Runs would
+   * otherwise reach whoever posts first, as history, a Continue parent or a clarification.
+   * @returns true when `principal` owns it (now or before), false when another principal does or it is unowned with Runs.
    * @throws when the compare-and-set keeps conflicting, or on NATS errors.
    */
   async claim(conversationId: string, principal: string): Promise<boolean> {
     for (let attempt = 1; ; attempt++) {
       const { runs, owner, revision } = await this.read(conversationId);
       if (owner !== undefined) return owner === principal;
+      if (runs.length > 0) return false;
       const value = JSON.stringify({ runs, owner: principal });
       try {
         if (revision === 0) await this.kv.create(conversationId, value);

@@ -22,6 +22,9 @@ import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify,
 import { configToken } from './config.js';
 import { ApiError, apiError } from './problems.js';
 
+/** The signature algorithms a token may use (asymmetric only: a JWKS holds public keys). */
+export const ACCEPTED_ALGORITHMS = ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'];
+
 /** The operator's scope: reconcile an unknown tool outcome, read any Run. */
 export const ADMIN_SCOPE = 'runplane:admin';
 
@@ -70,6 +73,14 @@ export class Authenticator {
    */
   static fromConfig(cfg: AuthConfig): Authenticator {
     if (cfg.RUNPLANE_AUTH_DISABLED) return new Authenticator(null, cfg);
+    if (!cfg.RUNPLANE_AUTH_JWKS_FILE && !cfg.RUNPLANE_AUTH_JWKS_URL)
+      throw new Error(
+        'authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE (with RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE), ' +
+          'or RUNPLANE_AUTH_DISABLED=true for local tools and tests only',
+      );
+    // a token minted for another application or tenant of the same identity provider must not pass
+    if (!cfg.RUNPLANE_AUTH_ISSUER || !cfg.RUNPLANE_AUTH_AUDIENCE)
+      throw new Error('authentication needs RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE (the iss and aud every token must carry)');
     if (cfg.RUNPLANE_AUTH_JWKS_FILE) {
       let jwks: JSONWebKeySet;
       try {
@@ -80,11 +91,11 @@ export class Authenticator {
       }
       return new Authenticator(createLocalJWKSet(jwks), cfg);
     }
-    if (cfg.RUNPLANE_AUTH_JWKS_URL) return new Authenticator(createRemoteJWKSet(new URL(cfg.RUNPLANE_AUTH_JWKS_URL)), cfg);
-    throw new Error(
-      'authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE (with RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE), ' +
-        'or RUNPLANE_AUTH_DISABLED=true for local tools and tests only',
-    );
+    const url = new URL(cfg.RUNPLANE_AUTH_JWKS_URL!);
+    // a JWKS fetched in the clear can be swapped on the way for one with an attacker's key
+    if (url.protocol !== 'https:' && !['localhost', '127.0.0.1', '[::1]'].includes(url.hostname))
+      throw new Error(`RUNPLANE_AUTH_JWKS_URL=${cfg.RUNPLANE_AUTH_JWKS_URL} must be https (plain http only on loopback)`);
+    return new Authenticator(createRemoteJWKSet(url), cfg);
   }
 
   /** True when authentication is disabled. */
@@ -115,8 +126,9 @@ export class Authenticator {
     let payload;
     try {
       ({ payload } = await jwtVerify(match[1]!, this.keys!, {
-        ...(this.cfg.RUNPLANE_AUTH_ISSUER ? { issuer: this.cfg.RUNPLANE_AUTH_ISSUER } : {}),
-        ...(this.cfg.RUNPLANE_AUTH_AUDIENCE ? { audience: this.cfg.RUNPLANE_AUTH_AUDIENCE } : {}),
+        issuer: this.cfg.RUNPLANE_AUTH_ISSUER!,
+        audience: this.cfg.RUNPLANE_AUTH_AUDIENCE!,
+        algorithms: ACCEPTED_ALGORITHMS,
         clockTolerance: this.cfg.RUNPLANE_AUTH_CLOCK_SKEW_SECONDS,
         requiredClaims: ['exp', 'sub'],
       }));
@@ -141,7 +153,7 @@ function reasonOf(e: unknown): string {
   if (e instanceof joseErrors.JWSInvalid || e instanceof joseErrors.JWTInvalid) return 'the token is not a valid JWT';
   if (e instanceof joseErrors.JOSEAlgNotAllowed || e instanceof joseErrors.JOSENotSupported) return "the token's algorithm is not supported";
   if (e instanceof joseErrors.JWKSTimeout) return 'the JWKS could not be fetched in time';
-  return `the token was refused: ${(e as Error)?.message ?? String(e)}`;
+  return 'the token was refused';
 }
 
 /** The request field the guard sets. */
@@ -167,10 +179,15 @@ export class AuthGuard implements CanActivate {
   }
 }
 
-/** Parameter decorator: the request's principal, set by {@link AuthGuard} (unauthenticated when the guard did not run). */
-export const CurrentPrincipal = createParamDecorator(
-  (_data: unknown, context: ExecutionContext): Principal => context.switchToHttp().getRequest<AuthenticatedRequest>().principal ?? UNAUTHENTICATED,
-);
+/**
+ * Parameter decorator: the request's principal, set by {@link AuthGuard}.
+ * @throws Error when the guard did not run on the route (a route wired without it fails closed, never as an admin).
+ */
+export const CurrentPrincipal = createParamDecorator((_data: unknown, context: ExecutionContext): Principal => {
+  const principal = context.switchToHttp().getRequest<AuthenticatedRequest>().principal;
+  if (!principal) throw new Error('no principal: the route is not behind AuthGuard');
+  return principal;
+});
 
 /** Provides the {@link Authenticator} from `AuthConfig` (validated at start-up) and the {@link AuthGuard}; warns at start-up when authentication is disabled. */
 @Module({

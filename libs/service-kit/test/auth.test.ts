@@ -25,9 +25,28 @@ describe('Authenticator.fromConfig', () => {
   it('given a JWKS file that is not one, then it refuses to start, naming the file', () => {
     const file = join(dir, 'bad.json');
     writeFileSync(file, '{"keys": []}');
-    expect(() => Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_JWKS_FILE: file }))).toThrow(
-      `RUNPLANE_AUTH_JWKS_FILE=${file} is not a readable JWKS`,
-    );
+    expect(() =>
+      Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_JWKS_FILE: file, RUNPLANE_AUTH_ISSUER: 'idp', RUNPLANE_AUTH_AUDIENCE: 'runplane' })),
+    ).toThrow(`RUNPLANE_AUTH_JWKS_FILE=${file} is not a readable JWKS`);
+  });
+
+  it('given a JWKS but no issuer or audience, then it refuses to start (a token of another application of the same provider must not pass)', () => {
+    expect(() =>
+      Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_JWKS_URL: 'https://idp.example/jwks', RUNPLANE_AUTH_AUDIENCE: 'runplane' })),
+    ).toThrow(/RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE/);
+    expect(() =>
+      Authenticator.fromConfig(AuthConfig.parse({ RUNPLANE_AUTH_JWKS_URL: 'https://idp.example/jwks', RUNPLANE_AUTH_ISSUER: 'idp' })),
+    ).toThrow(/RUNPLANE_AUTH_ISSUER and RUNPLANE_AUTH_AUDIENCE/);
+  });
+
+  it('given a JWKS URL in plain http off loopback, then it refuses to start; on loopback it is allowed', () => {
+    const cfg = (url: string) => AuthConfig.parse({ RUNPLANE_AUTH_JWKS_URL: url, RUNPLANE_AUTH_ISSUER: 'idp', RUNPLANE_AUTH_AUDIENCE: 'runplane' });
+    expect(() => Authenticator.fromConfig(cfg('http://idp.example/jwks'))).toThrow(/must be https/);
+    expect(Authenticator.fromConfig(cfg('http://127.0.0.1:9999/jwks')).disabled).toBe(false);
+  });
+
+  it('given a clock skew allowance over 120 s, then the configuration is refused', () => {
+    expect(AuthConfig.safeParse({ RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: '600' }).success).toBe(false);
   });
 
   it('given RUNPLANE_AUTH_DISABLED=true, then every request is the unauthenticated admin, token or not', async () => {
