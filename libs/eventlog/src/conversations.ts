@@ -65,21 +65,12 @@ export class ConversationIndex {
    * @returns true when `principal` owns it (now or before), false when another principal does or it is unowned with Runs.
    * @throws when the compare-and-set keeps conflicting, or on NATS errors.
    */
-  async claim(conversationId: string, principal: string): Promise<boolean> {
-    for (let attempt = 1; ; attempt++) {
-      const { runs, owner, revision } = await this.read(conversationId);
+  claim(conversationId: string, principal: string): Promise<boolean> {
+    return this.change(conversationId, ({ runs, owner }) => {
       if (owner !== undefined) return owner === principal;
       if (runs.length > 0) return false;
-      const value = JSON.stringify({ runs, owner: principal });
-      try {
-        if (revision === 0) await this.kv.create(conversationId, value);
-        else await this.kv.update(conversationId, value, revision);
-        return true;
-      } catch (e) {
-        if (attempt >= MAX_CAS_ATTEMPTS) throw e;
-        await new Promise((r) => setTimeout(r, Math.random() * 20 * Math.min(attempt, 5)));
-      }
-    }
+      return { runs, owner: principal };
+    });
   }
 
   /** The Run a clientMessageId was admitted as in the Conversation, per the index, or null. */
@@ -94,14 +85,29 @@ export class ConversationIndex {
    * @returns true when this call added it.
    * @throws when the compare-and-set keeps conflicting, or on NATS errors.
    */
-  async add(conversationId: string, run: IndexedRun): Promise<boolean> {
+  add(conversationId: string, run: IndexedRun): Promise<boolean> {
+    return this.change(conversationId, ({ runs, owner }) =>
+      runs.some((r) => r.runId === run.runId) ? false : { runs: [...runs, run], ...(owner ? { owner } : {}) },
+    );
+  }
+
+  /**
+   * Changes the Conversation's entry by compare-and-set, reading it again on a conflict: `next`
+   * gives the new value, or the answer when nothing is to be written.
+   * @returns true when the new value was written, else what `next` answered.
+   * @throws when the compare-and-set keeps conflicting ({@link MAX_CAS_ATTEMPTS}), or on NATS errors.
+   */
+  private async change(
+    conversationId: string,
+    next: (current: { runs: IndexedRun[]; owner?: string }) => boolean | z.infer<typeof IndexValue>,
+  ): Promise<boolean> {
     for (let attempt = 1; ; attempt++) {
-      const { runs, owner, revision } = await this.read(conversationId);
-      if (runs.some((r) => r.runId === run.runId)) return false;
-      const value = JSON.stringify({ runs: [...runs, run], ...(owner ? { owner } : {}) });
+      const { revision, ...current } = await this.read(conversationId);
+      const value = next(current);
+      if (typeof value === 'boolean') return value;
       try {
-        if (revision === 0) await this.kv.create(conversationId, value);
-        else await this.kv.update(conversationId, value, revision);
+        if (revision === 0) await this.kv.create(conversationId, JSON.stringify(value));
+        else await this.kv.update(conversationId, JSON.stringify(value), revision);
         return true;
       } catch (e) {
         if (attempt >= MAX_CAS_ATTEMPTS) throw e;
