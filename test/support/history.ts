@@ -19,7 +19,8 @@ import { foldRun, type RunFacts } from '@runplane/run-facts';
 
 export class History {
   readonly events: StoredEvent[] = [];
-  private seq = 0;
+  /** The stream sequence of the last event added (set it to continue another History's sequence: Runs share one stream). */
+  seq = 0;
   constructor(
     readonly runId = 'run-1',
     readonly conversationId = 'conv-1',

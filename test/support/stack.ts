@@ -19,6 +19,7 @@ import {
   type ServiceName,
   type Stack,
 } from '@runplane/devstack';
+import { auditRuns, readForAudit } from '@runplane/audit';
 import { destroyBus, EventLog } from '@runplane/eventlog';
 import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
 
@@ -66,6 +67,12 @@ export interface TestStackOptions {
   modelBaseUrl?: string;
   /** Replicas per service (default 1 each), e.g. `{ runtime: 3, tools: 3 }` (issue [8]). */
   replicas?: Partial<Record<ServiceName, number>>;
+  /**
+   * The audit of the log when the stack stops (`runplane audit --all`, K11): `strict` fails the
+   * clean-up when a check is broken, `report` only prints the `AUDIT |` line (files that forge
+   * violations on purpose), `off` skips it. Default `report`.
+   */
+  audit?: 'strict' | 'report' | 'off';
 }
 
 /**
@@ -160,12 +167,37 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     },
     async stop() {
       await stack.stop();
-      await destroyBus(adminLog);
-      await adminLog.close();
-      await dropDatabase(env.DATABASE_URL!);
-      await nats?.cleanup();
+      try {
+        const audit = opts.audit ?? 'report';
+        if (audit !== 'off') await auditOnStop(tag, adminLog, audit);
+      } finally {
+        await destroyBus(adminLog);
+        await adminLog.close();
+        await dropDatabase(env.DATABASE_URL!);
+        await nats?.cleanup();
+      }
     },
   };
+}
+
+/**
+ * Audits every Run the file's stack left in its log (libs/audit, K11), once the services are
+ * stopped: prints one `AUDIT |` line (the summary and the first violations); with `strict`, a
+ * broken check fails the file's clean-up.
+ */
+async function auditOnStop(tag: string, log: EventLog, mode: 'report' | 'strict'): Promise<void> {
+  const report = auditRuns(await readForAudit(log, { all: true }));
+  const s = report.summary;
+  const violations = report.runs.flatMap((r) =>
+    r.checks.flatMap((c) => c.violations.map((v) => `${r.runId} ${c.contract} ${c.id}${v.seq === null ? '' : ` #${v.seq}`}: ${v.message}`)),
+  );
+  process.stdout.write(
+    `AUDIT | ${tag} | ${s.runs} runs, ${s.events} events | ${s.clean} clean, ${s.broken} broken, ${s.open} not settled, ${s.anomalies} unverified |${violations
+      .slice(0, 20)
+      .map((v) => `\n  ${v}`)
+      .join('')}\n`,
+  );
+  if (mode === 'strict' && s.broken > 0) throw new Error(`the audit of ${tag}'s log found ${s.broken} broken run(s):\n${violations.join('\n')}`);
 }
 
 /** Polls `fn` until it returns a non-null value or the timeout passes. */

@@ -23,6 +23,7 @@ import {
 import { bucketName, BUS_BUCKETS, EventLog, type BusBucket } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
+import { auditLog, type AuditOptions } from './audit.js';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
@@ -198,6 +199,20 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
       previousAt = event.occurredAt;
     }
     return 0;
+  } finally {
+    await log.close();
+  }
+}
+
+/**
+ * Audits one Run (`run`) or every Run (`all`, optionally admitted `since` a time) from the log
+ * alone ({@link auditLog}, libs/audit): prints the report, returns 0 when every check held and
+ * {@link AUDIT_BROKEN_EXIT} when one is broken.
+ */
+export async function audit(opts: AuditOptions): Promise<number> {
+  const log = await openLog('runplane-audit');
+  try {
+    return await auditLog(log, opts, out);
   } finally {
     await log.close();
   }

@@ -12,6 +12,7 @@
  *   continue <runId> "text"        continue a settled Run as a new, linked Run (K3)
  *   reply <runId> <clarificationId> "text"  answer a Run's clarification question: a new, linked Run (K2)
  *   projections rebuild            replay the log into a fresh database and compare with the live one
+ *   audit --run <id> | --all       check the guarantees (K1-K11) of Runs from the log alone
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
  *   docs nats-auth                 print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
@@ -20,7 +21,8 @@ import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
 import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
-import { ask, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { AUDIT_BROKEN_EXIT } from './audit.js';
+import { ask, audit, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
 /**
@@ -204,6 +206,20 @@ program
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .option('--keep', 'keep the fresh database even when it is identical')
   .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
+
+program
+  .command('audit')
+  .description('check the guarantees (K1-K11) of Runs from the log alone (never the projections); reads the log, writes nothing')
+  .option('--run <id>', 'audit this Run (its parent and children are read for the link checks)')
+  .option('--all', 'audit every Run in the log')
+  .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601)')
+  .option('--json', 'the report as one JSON document')
+  .addHelpText(
+    'after',
+    `\nReads NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
+      `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
+  )
+  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean }) => run(() => audit(o))());
 
 const docs = program.command('docs').description('generated documentation');
 docs

@@ -1085,6 +1085,16 @@ export class EventLog {
     return info.state.last_seq;
   }
 
+  /**
+   * Reads every stored message of one Run by a filtered scan of its subjects, in stream order, as of
+   * the moment of the call: for audits, which must see every message (a copy stored twice, a
+   * message that is not a fact: reported through `onInvalid`) rather than follow the back-links the
+   * audit checks ({@link readRun} follows them). Reads never append (K11).
+   */
+  readRunWhole(runId: string): AsyncGenerator<StoredEvent> {
+    return this.snapshot(runFilter(this.space, runId), 1);
+  }
+
   /** Reads every stored event of every Run in stream order (for projection rebuilds and audits). */
   readAll(): AsyncGenerator<StoredEvent> {
     return this.snapshot(allRunsFilter(this.space), 1);

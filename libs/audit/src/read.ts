@@ -1,0 +1,77 @@
+/**
+ * Reading what an audit needs from the log: one Run (with the Runs its links name) or every Run,
+ * with the messages the log could not verify. Reads only (K11): the scans' ephemeral consumers go
+ * with them; nothing is appended or created.
+ */
+import { Id, type StoredEvent } from '@runplane/contracts';
+import { parseRunSubject, type EventLog, type InvalidStoredEvent } from '@runplane/eventlog';
+import type { AuditInput, StoredAnomaly } from './checks.js';
+
+/** What to read: one Run (`run`) or every Run (`all`), optionally only Runs admitted `since` a time. */
+export interface AuditSelection {
+  run?: string;
+  all?: boolean;
+  /** ISO-8601 time (anything `Date.parse` reads): with `all`, only Runs admitted at or after it are audited. */
+  since?: string;
+}
+
+/**
+ * Reads the Runs `selection` names from `log` into an {@link AuditInput}: with `run`, that Run by a
+ * filtered scan of its subjects (every stored message, so that missing or unverified ones are
+ * seen) plus its parent and the children it requested (read for the link checks, not audited);
+ * with `all`, the whole stream in one scan. Messages that are not verified events are collected as
+ * anomalies of the Run their subject names.
+ * @throws Error with a readable reason: neither or both of `run` / `all`, a bad run id or time,
+ *   a Run with nothing in the log.
+ */
+export async function readForAudit(log: EventLog, selection: AuditSelection): Promise<AuditInput> {
+  if (Boolean(selection.run) === Boolean(selection.all)) throw new Error('name one Run (--run <id>) or every Run (--all)');
+  if (selection.run) {
+    const valid = Id.safeParse(selection.run);
+    if (!valid.success) throw new Error(`not a run id: "${selection.run}" (${valid.error.issues[0]?.message})`);
+  }
+  const since = selection.since === undefined ? null : Date.parse(selection.since);
+  if (since !== null && Number.isNaN(since)) throw new Error(`--since: not a time: "${selection.since}" (ISO-8601, e.g. 2026-12-01T00:00:00Z)`);
+
+  const anomalies: StoredAnomaly[] = [];
+  const previous = log.onInvalid;
+  log.onInvalid = (e: InvalidStoredEvent) => {
+    const parts = parseRunSubject(log.space.prefix, e.subject);
+    if (parts) anomalies.push({ seq: e.seq, subject: e.subject, runId: parts.runId, message: e.message });
+  };
+  const runs = new Map<string, StoredEvent[]>();
+  const add = (e: StoredEvent) => {
+    const list = runs.get(e.event.runId);
+    if (list) list.push(e);
+    else runs.set(e.event.runId, [e]);
+  };
+  try {
+    if (selection.run) {
+      const runId = selection.run;
+      const read = async (id: string) => {
+        if (runs.has(id)) return;
+        runs.set(id, []);
+        for await (const e of log.readRunWhole(id)) add(e);
+      };
+      await read(runId);
+      if (runs.get(runId)!.length === 0 && !anomalies.some((a) => a.runId === runId))
+        throw new Error(`no events for run ${runId} in stream ${log.space.stream}`);
+      // the Runs its link checks look up: its parent, and the children it requested
+      for (const e of [...runs.get(runId)!]) {
+        if (e.event.type === 'run.admitted' && e.event.data.link) await read(e.event.data.link.parentRunId);
+        if (e.event.type === 'child.run.requested') await read(e.event.data.childRunId);
+      }
+      return { runs, anomalies: [...anomalies], audited: [runId] };
+    }
+    for await (const e of log.readAll()) add(e);
+    for (const a of anomalies) if (!runs.has(a.runId)) runs.set(a.runId, []);
+    const audited = [...runs.keys()].filter((runId) => {
+      if (since === null) return true;
+      const admitted = runs.get(runId)!.find((e) => e.event.type === 'run.admitted');
+      return admitted !== undefined && Date.parse(admitted.event.occurredAt) >= since;
+    });
+    return { runs, anomalies: [...anomalies], audited };
+  } finally {
+    log.onInvalid = previous;
+  }
+}
