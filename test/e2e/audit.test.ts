@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import pg from 'pg';
 import type { AuditReport, CheckId } from '@runplane/audit';
 import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
@@ -158,6 +159,26 @@ describe('runplane audit (K11)', () => {
       'subject-chains',
     ] as const)
       expect([id, ran(id) > 0]).toEqual([id, true]);
+    // the projections rebuilt from the log equal the live ones (once the projector caught up), and the fresh database is dropped
+    const withProjections = await eventually(
+      async () => {
+        const r = audit('--all', '--projections');
+        return r.status === 0 ? r : null;
+      },
+      30_000,
+      'the projections rebuilt identical',
+    );
+    const rebuilt = withProjections.report as AuditReport & { projections: { database: string; identical: boolean; eventsApplied: number } };
+    expect(rebuilt.projections).toMatchObject({ identical: true, differences: [] });
+    expect(rebuilt.projections.eventsApplied).toBe(report.summary.events);
+    const db = new pg.Client({ connectionString: t.env.DATABASE_URL });
+    await db.connect();
+    try {
+      const left = await db.query('select datname from pg_database where datname = $1', [rebuilt.projections.database]);
+      expect(left.rowCount).toBe(0);
+    } finally {
+      await db.end();
+    }
     expect(ran('links')).toBe(2); // the continuation and the child
     expect(ran('wake-once')).toBe(2); // the answered wait, the child's result on its parent
   }, 180_000);

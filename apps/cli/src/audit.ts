@@ -5,10 +5,25 @@
  */
 import { auditRuns, CHECKS, readForAudit, type AuditReport, type AuditSelection } from '@runplane/audit';
 import type { EventLog } from '@runplane/eventlog';
+import { databaseUrlWith, dropDatabase, rebuildProjections, redact } from '@runplane/projections';
 
 /** What `runplane audit` was asked: the Runs ({@link AuditSelection}) and the output form. */
 export interface AuditOptions extends AuditSelection {
   json?: boolean;
+  /**
+   * With `all`: also replay the log into a fresh database, compare every projection row with the
+   * live database at this URL (K11: rebuilt projections come out identical) and drop the fresh
+   * database again. A difference counts as a broken audit.
+   */
+  projectionsUrl?: string;
+}
+
+/** The projection comparison of an audit (`--projections`): identical, or the differing rows. */
+export interface ProjectionCheck {
+  database: string;
+  eventsApplied: number;
+  identical: boolean;
+  differences: string[];
 }
 
 /** Exit code of `runplane audit` when a check is broken (0: every check held; 1: the audit could not run). */
@@ -21,10 +36,38 @@ export const AUDIT_BROKEN_EXIT = 2;
  * @throws Error with a readable reason on bad options or a Run not in the log.
  */
 export async function auditLog(log: EventLog, opts: AuditOptions, write: (line: string) => void): Promise<number> {
+  if (opts.projectionsUrl && !opts.all) throw new Error('--projections compares the whole log with the live projections: use it with --all');
   const report = auditRuns(await readForAudit(log, opts));
-  if (opts.json) write(JSON.stringify(report));
-  else for (const line of renderAudit(report)) write(line);
-  return report.summary.broken === 0 ? 0 : AUDIT_BROKEN_EXIT;
+  const projections = opts.projectionsUrl ? await compareProjections(log, opts.projectionsUrl) : null;
+  if (opts.json) write(JSON.stringify(projections ? { ...report, projections } : report));
+  else {
+    for (const line of renderAudit(report)) write(line);
+    if (projections) {
+      write(
+        projections.identical
+          ? `projections: rebuilt from ${projections.eventsApplied} event(s), identical to the live ones`
+          : `projections: rebuilt from ${projections.eventsApplied} event(s), ${projections.differences.length} difference(s) from the live ones:`,
+      );
+      for (const d of projections.differences.slice(0, 50)) write(`  ${d}`);
+    }
+  }
+  return report.summary.broken === 0 && (projections?.identical ?? true) ? 0 : AUDIT_BROKEN_EXIT;
+}
+
+/**
+ * Replays the whole log into a fresh database next to the live one, compares every row, and
+ * drops the fresh database whatever the result (the live one is only read).
+ * @throws Error naming the database server when the live database cannot be read.
+ */
+async function compareProjections(log: EventLog, databaseUrl: string): Promise<ProjectionCheck> {
+  let result;
+  try {
+    result = await rebuildProjections({ log, databaseUrl });
+  } catch (e) {
+    throw new Error(`--projections: cannot rebuild next to ${redact(databaseUrl)}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+  await dropDatabase(databaseUrlWith(databaseUrl, 'postgres'), result.database);
+  return { database: result.database, eventsApplied: result.eventsApplied, identical: result.identicalToLive, differences: result.differences };
 }
 
 /** The text report: one line per Run (its outcome, events and checks), each broken check's violations under it, and a summary per check. */

@@ -209,10 +209,11 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
  * alone ({@link auditLog}, libs/audit): prints the report, returns 0 when every check held and
  * {@link AUDIT_BROKEN_EXIT} when one is broken.
  */
-export async function audit(opts: AuditOptions): Promise<number> {
+export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { projections?: boolean }): Promise<number> {
+  const projectionsUrl = opts.projections ? loadConfig(DatabaseConfig).DATABASE_URL : undefined;
   const log = await openLog('runplane-audit');
   try {
-    return await auditLog(log, opts, out);
+    return await auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out);
   } finally {
     await log.close();
   }

@@ -214,12 +214,16 @@ program
   .option('--all', 'audit every Run in the log')
   .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601)')
   .option('--json', 'the report as one JSON document')
+  .option(
+    '--projections',
+    'with --all: also rebuild the projections from the log into a fresh database (dropped after) and compare them with the live ones (DATABASE_URL)',
+  )
   .addHelpText(
     'after',
     `\nReads NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
       `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
   )
-  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean }) => run(() => audit(o))());
+  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) => run(() => audit(o))());
 
 const docs = program.command('docs').description('generated documentation');
 docs

@@ -121,7 +121,11 @@ const EXECUTOR_TOKENS = new Set<Owner>(['runtime', 'tools']);
  */
 export function auditRuns(input: AuditInput): AuditReport {
   const anomaliesByRun = new Map<string, StoredAnomaly[]>();
-  for (const a of input.anomalies ?? []) anomaliesByRun.set(a.runId, [...(anomaliesByRun.get(a.runId) ?? []), a]);
+  for (const a of input.anomalies ?? []) {
+    const list = anomaliesByRun.get(a.runId);
+    if (list) list.push(a);
+    else anomaliesByRun.set(a.runId, [a]);
+  }
   const replays = new Map<string, Replay>();
   for (const [runId, events] of input.runs) replays.set(runId, replay(runId, events, anomaliesByRun.get(runId) ?? []));
   // K1 across Runs: a message id admitted in two Runs
@@ -207,9 +211,17 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
 
   // the chain of each subject: stream sequences of every stored message on it, verified or not
   const onSubject = new Map<string, number[]>();
-  for (const e of events) onSubject.set(e.subject, [...(onSubject.get(e.subject) ?? []), e.seq]);
-  for (const a of anomalies) onSubject.set(a.subject, [...(onSubject.get(a.subject) ?? []), a.seq]);
-  for (const seqs of onSubject.values()) seqs.sort((x, y) => x - y);
+  for (const { subject, seq } of [...events, ...anomalies]) {
+    const seqs = onSubject.get(subject);
+    if (seqs) seqs.push(seq);
+    else onSubject.set(subject, [seq]);
+  }
+  /** The stream sequence of the message stored before `seq` on its subject (0: none). */
+  const previousOnSubject = new Map<number, number>();
+  for (const seqs of onSubject.values()) {
+    seqs.sort((x, y) => x - y);
+    seqs.forEach((seq, i) => previousOnSubject.set(seq, i === 0 ? 0 : seqs[i - 1]!));
+  }
 
   const seen = new Set<string>();
   const dispatches = new Map<string, number>();
@@ -227,8 +239,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
 
     // K11: the back-link names the message stored before this one on its subject
     if (e.prevSeq !== undefined) {
-      const seqs = onSubject.get(stored.subject)!;
-      const previous = seqs[seqs.indexOf(stored.seq) - 1] ?? 0;
+      const previous = previousOnSubject.get(stored.seq) ?? 0;
       if (e.prevSeq !== previous)
         r.report(
           'subject-chains',
