@@ -157,10 +157,20 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     async waitForSettlement(runId, timeoutMs = 60_000) {
       const deadline = Date.now() + timeoutMs;
       for (;;) {
-        const events = await adminLog.readRun(runId);
+        let events: StoredEvent[] = [];
+        let readError: unknown = null;
+        try {
+          events = await adminLog.readRun(runId);
+        } catch (e) {
+          // a read timing out on a loaded machine (dozens of Runs polled at once, seen in CI) is
+          // the test's own poll failing, not the Run: poll again until the deadline
+          readError = e;
+        }
         if (events.some((e) => e.event.type === 'run.settled')) return events;
         if (Date.now() > deadline) {
-          throw new Error(`run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}`);
+          throw new Error(
+            `run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}${readError ? `; last read failed: ${String(readError)}` : ''}`,
+          );
         }
         await new Promise((r) => setTimeout(r, 150));
       }
