@@ -169,7 +169,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
         if (events.some((e) => e.event.type === 'run.settled')) return events;
         if (Date.now() > deadline) {
           throw new Error(
-            `run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}${readError ? `; last read failed: ${String(readError)}` : ''}`,
+            `run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}${readError ? `; last read failed: ${readError instanceof Error ? readError.message : JSON.stringify(readError)}` : ''}`,
           );
         }
         await new Promise((r) => setTimeout(r, 150));
