@@ -6,7 +6,7 @@
  * break one. Reading the log is the caller's (`runplane audit`).
  */
 import { effectKey, sha256Hex, subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolve, type RunFacts } from '@runplane/run-facts';
+import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned, type RunFacts } from '@runplane/run-facts';
 
 /** One check of the audit: an id, the contract it comes from and what it asserts. */
 export interface CheckDefinition {
@@ -381,7 +381,8 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       default:
         break;
     }
-    r.facts = evolve(before, stored);
+    // the replay owns its facts and reads `before` no more: folded in place (linear in the Run's events)
+    r.facts = evolveOwned(before, stored);
   }
   checkBudget(r);
   return r;
