@@ -70,7 +70,8 @@ export interface TestStackOptions {
   /**
    * The audit of the log when the stack stops (`runplane audit --all`, K11): `strict` fails the
    * clean-up when a check is broken, `report` only prints the `AUDIT |` line (files that forge
-   * violations on purpose), `off` skips it. Default `report`.
+   * violations on purpose, and files whose logs have not been checked clean yet), `off` skips it.
+   * Default `report`; the files whose every scenario audited clean use `strict`.
    */
   audit?: 'strict' | 'report' | 'off';
 }
