@@ -184,9 +184,11 @@ linked(
 
 program
   .command('timeline')
-  .description("print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX)")
+  .description(
+    "print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX); creates nothing, a missing stream is an error",
+  )
   .argument('<runId>')
-  .option('--json', 'one JSON object per event')
+  .option('--json', 'one JSON object per event: seq, subject, event and the stored headers the log verifies (headers)')
   .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
 
 program
@@ -200,7 +202,9 @@ program
   .command('projections')
   .description('projection maintenance')
   .command('rebuild')
-  .description('replay the log into a fresh database and compare its rows with the live projections')
+  .description(
+    'replay the log into a fresh database and compare its rows with the live projections; a missing stream or live database (DATABASE_URL) is an error, nothing is created for it',
+  )
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .option('--keep', 'keep the fresh database even when it is identical')
   .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
