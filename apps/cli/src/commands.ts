@@ -20,7 +20,7 @@ import {
   stopEverything,
   type NatsUsers,
 } from '@runplane/devstack';
-import { bucketName, BUS_BUCKETS, EventLog, type BusBucket } from '@runplane/eventlog';
+import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, type BusBucket } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
@@ -278,6 +278,10 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   );
   const ops = natsEnvOf(env.natsUsers, 'ops');
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
+  const consumer = natsEnvOf(env.natsUsers, 'consumer');
+  out(
+    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/event-log.md "For downstream consumers")`,
+  );
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything
 }

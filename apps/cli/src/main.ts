@@ -14,12 +14,18 @@
  *   projections rebuild            replay the log into a fresh database and compare with the live one
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
- *   docs nats-auth                 print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
+ *   docs nats-auth [--downstream]  print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
 import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
-import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
+import {
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  DEPLOYED_SPACE,
+  DOWNSTREAM_CONSUMER_PREFIX,
+  downstreamConsumerNames,
+  renderNatsAuthorization,
+} from '@runplane/eventlog';
 import { ask, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
 
@@ -227,8 +233,16 @@ docs
   .description(
     'print the NATS users and permissions for stream RUNPLANE, prefix rp, passwords from the server environment (deploy/nats/accounts.conf)',
   )
-  .action(() => {
-    process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
-  });
+  .option(
+    '--downstream <names>',
+    `comma-separated durable consumer names the downstream \`consumer\` user may use, each starting with ${DOWNSTREAM_CONSUMER_PREFIX} (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
+  )
+  .action((o: { downstream?: string }) =>
+    run(async () => {
+      const downstream = o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS;
+      process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env', downstream));
+      return 0;
+    })(),
+  );
 
 await program.parseAsync(process.argv);
