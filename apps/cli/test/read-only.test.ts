@@ -89,6 +89,19 @@ describe('auditors’ tools open the log read-only (K11)', () => {
     expect(await streamExists(stream)).toBe(false);
   });
 
+  it('audit against a server without the stream exits 1 naming the server and the stream, and the stream still does not exist', async () => {
+    const stream = `RPT_RO_AUDIT_${tag}`;
+    for (const args of [
+      ['audit', '--all'],
+      ['audit', '--run', randomUUID()],
+    ]) {
+      const run = cli(args, { NATS_URL: SHARED_NATS_URL, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: `tro${tag}` });
+      expect([args, run.status]).toEqual([args, 1]);
+      expect(run.stderr).toContain(`stream ${stream} does not exist on NATS at ${SHARED_NATS_URL}`);
+    }
+    expect(await streamExists(stream)).toBe(false);
+  });
+
   it('timeline against a NATS URL where no server listens names that server', async () => {
     const url = `nats://127.0.0.1:${await getPort({ host: '127.0.0.1' })}`;
     const run = cli(['timeline', randomUUID()], { NATS_URL: url });
