@@ -16,15 +16,18 @@
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
  *   docs nats-auth [--downstream]  print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
+ *   docs event-schema              print the JSON Schema (2020-12) of every event type (docs/contract/events.schema.json)
+ *   docs asyncapi                  print the AsyncAPI 3.0 description of the Run stream (docs/contract/asyncapi.json)
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
-import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
+import { renderEventCatalog, renderEventsJsonSchema, renderOpenApi } from '@runplane/contracts';
 import {
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DEPLOYED_SPACE,
   DOWNSTREAM_CONSUMER_PREFIX,
   downstreamConsumerNames,
+  renderAsyncApi,
   renderNatsAuthorization,
 } from '@runplane/eventlog';
 import { AUDIT_BROKEN_EXIT } from './audit.js';
@@ -264,5 +267,17 @@ docs
       return 0;
     })(),
   );
+docs
+  .command('event-schema')
+  .description('print the JSON Schema (2020-12) of every event type, generated from the zod schemas (docs/contract/events.schema.json)')
+  .action(() => {
+    process.stdout.write(renderEventsJsonSchema());
+  });
+docs
+  .command('asyncapi')
+  .description('print the AsyncAPI 3.0 description of the Run stream for stream RUNPLANE, prefix rp (docs/contract/asyncapi.json)')
+  .action(() => {
+    process.stdout.write(renderAsyncApi(DEPLOYED_SPACE));
+  });
 
 await program.parseAsync(process.argv);

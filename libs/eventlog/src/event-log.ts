@@ -188,7 +188,7 @@ export function validPartitions(n: number): number {
 /** The header of a conditional append, stored with the message: the server checked it. */
 export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 /** Names another subject (or a wildcard) for the check of {@link EXPECTED_LAST_SUBJECT_SEQUENCE}: the log never sends it, so a message with it is no link of its own subject. */
-const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = 'Nats-Expected-Last-Subject-Sequence-Subject';
+export const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = 'Nats-Expected-Last-Subject-Sequence-Subject';
 /** Atomic batch headers (ADR-50), stored with every message of a batch: the batch's id and the message's 1-based position in it. */
 export const BATCH_ID = 'Nats-Batch-Id';
 export const BATCH_SEQUENCE = 'Nats-Batch-Sequence';
