@@ -209,7 +209,7 @@ export function asyncApiDocument(space: SubjectSpace = DEPLOYED_SPACE): JsonSche
         consumer: {
           type: 'userPassword',
           description:
-            'The downstream consumer role: the NATS user `runplane-consumer` (its password is the deployment\'s, deploy/nats/accounts.conf; ' +
+            "The downstream consumer role: the NATS user `runplane-consumer` (its password is the deployment's, deploy/nats/accounts.conf; " +
             '`runplane up` prints it). It may read the stream (stream info, direct and leader gets) and create, use and delete the durable ' +
             `consumers it is granted by name on \`${space.stream}\` (each named \`${DOWNSTREAM_CONSUMER_PREFIX}...\`; default ` +
             `${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; \`runplane docs nats-auth --downstream\` renders others); it may publish nothing on the Run subjects.`,
