@@ -1,6 +1,6 @@
 /**
  * Following Runs durably from a downstream service (docs/consumers.md): a durable JetStream pull
- * consumer on the Run stream, named with {@link DOWNSTREAM_CONSUMER_PREFIX}, whose handlers are
+ * consumer on the Run stream, named with `DOWNSTREAM_CONSUMER_PREFIX`, whose handlers are
  * typed per event type by the zod catalogue of @runplane/contracts. It is the services' own
  * {@link DurableConsumer} (heartbeats while a handler runs, consuming again after a leader change
  * or a reconnection, one Run's events one at a time) under a name of the downstream user's.
@@ -9,6 +9,7 @@ import { JetStreamApiError } from '@nats-io/jetstream';
 import type { EventType, Owner, RunEvent, RunEventOf, StoredEvent } from '@runplane/contracts';
 import {
   allRunsFilter,
+  downstreamConsumerNames,
   DurableConsumer,
   ownerFilter,
   type ConsumerLogger,
@@ -19,24 +20,14 @@ import {
 import { RunStream, type RunStreamOptions } from './stream.js';
 
 /**
- * The name prefix of downstream durable consumers: the broker's `consumer` user may use durable
- * consumers of such names only, so a downstream name never meets one of Runplane's own
- * (`<prefix>-<service>-p<N>`).
- */
-export const DOWNSTREAM_CONSUMER_PREFIX = 'downstream-';
-
-const NAME_PATTERN = new RegExp(`^${DOWNSTREAM_CONSUMER_PREFIX}[A-Za-z0-9_-]{1,64}$`);
-
-/**
- * Checks a downstream durable consumer name: {@link DOWNSTREAM_CONSUMER_PREFIX} then 1-64 of
- * `A-Z a-z 0-9 _ -` (a consumer name is one token of the JetStream API subjects).
+ * Checks a downstream durable consumer name: `DOWNSTREAM_CONSUMER_PREFIX` (`downstream-`) then 1-64 of
+ * `A-Z a-z 0-9 _ -` (a consumer name is one token of the JetStream API subjects; the broker's
+ * `consumer` user may use only the names its deployment lists, default `downstream-1` to `-4`).
  * @returns the name.
  * @throws RangeError otherwise.
  */
 export function downstreamConsumerName(name: string): string {
-  if (!NAME_PATTERN.test(name))
-    throw new RangeError(`"${name}" is no downstream consumer name: ${DOWNSTREAM_CONSUMER_PREFIX} and 1-64 of A-Z a-z 0-9 _ -`);
-  return name;
+  return downstreamConsumerNames([name])[0]!;
 }
 
 /** Where a handled event stands and how it arrived. */
