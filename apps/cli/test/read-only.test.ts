@@ -17,6 +17,7 @@ import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { BATCH_ID, BATCH_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EventLog, StreamNotFound } from '@runplane/eventlog';
 import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const PG = 'postgresql://postgres@127.0.0.1:5432';
@@ -61,19 +62,8 @@ async function databasesLike(prefix: string): Promise<string[]> {
   }
 }
 
-const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    ctx(runId),
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 9, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
+const ctx = testContext;
+const admitted = (runId: string) => admittedEvent(runId, 9);
 const turn = (runId: string, n: number) => makeEvent('model.turn.requested', ctx(runId), n, { turn: n, model: 'm' }, new Date());
 
 describe('auditors’ tools open the log read-only (K11)', () => {

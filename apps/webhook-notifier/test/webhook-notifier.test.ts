@@ -18,6 +18,7 @@ import { repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
 import { EventLog, runSubject } from '@runplane/eventlog';
 import { SettlementNotification } from '@runplane/app-webhook-notifier';
 import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { admittedEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_WH_${tag}`, prefix: `twh${tag}` };
@@ -68,18 +69,7 @@ const settlement = (runId: string) =>
     },
     new Date(),
   );
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    ctx(runId),
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
+const admitted = (runId: string) => admittedEvent(runId);
 
 /** The Standard Webhooks signature, computed here from the spec: base64 HMAC-SHA256 of `id.timestamp.body` under the secret's bytes. */
 function validSignature(r: Received): boolean {

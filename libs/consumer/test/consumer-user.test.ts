@@ -9,10 +9,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { makeEvent } from '@runplane/contracts';
 import { provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import { EventLog, runSubject, type SubjectSpace } from '@runplane/eventlog';
 import { RunConsumer, RunStream, type InvalidMessage, type RunStreamOptions } from '@runplane/consumer';
+import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(3).toString('hex');
 const space: SubjectSpace = { stream: `RPT_CU_${tag}`, prefix: `tcu${tag}`, partitions: 8 };
@@ -23,33 +23,8 @@ let nats: SecuredNats;
 let admin: EventLog;
 let options: RunStreamOptions;
 
-const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    ctx(runId),
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
-const settled = (runId: string) =>
-  makeEvent(
-    'run.settled',
-    ctx(runId),
-    'settle',
-    {
-      outcome: 'completed',
-      reason: 'answered',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 1, completionTokens: 1 },
-    },
-    new Date(),
-  );
+const admitted = (runId: string) => admittedEvent(runId);
+const settled = (runId: string) => settledEvent(runId);
 
 async function until(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

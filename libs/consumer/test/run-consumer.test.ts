@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { repoRoot } from '@runplane/devstack';
-import { makeEvent, type RunEventOf } from '@runplane/contracts';
+import type { RunEventOf } from '@runplane/contracts';
 import { EventLog, runSubject } from '@runplane/eventlog';
 import {
   DOWNSTREAM_CONSUMER_PREFIX,
@@ -24,6 +24,7 @@ import {
   type RunStreamOptions,
 } from '@runplane/consumer';
 import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_DC_${tag}`, prefix: `tdc${tag}` };
@@ -34,33 +35,8 @@ let stream: RunStream;
 const consumers: RunConsumer[] = [];
 const children: ChildProcess[] = [];
 
-const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    ctx(runId),
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
-const settled = (runId: string) =>
-  makeEvent(
-    'run.settled',
-    ctx(runId),
-    'settle',
-    {
-      outcome: 'completed',
-      reason: 'answered',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5 },
-    },
-    new Date(),
-  );
+const admitted = (runId: string) => admittedEvent(runId);
+const settled = (runId: string) => settledEvent(runId, { promptTokens: 10, completionTokens: 5 });
 
 async function until(pred: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

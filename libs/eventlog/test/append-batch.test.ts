@@ -20,23 +20,13 @@ import {
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
 import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
 
-const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    ctx(runId),
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 9, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
+const ctx = testContext;
+const admitted = (runId: string) => admittedEvent(runId, 9);
 const turn = (runId: string, n: number) => makeEvent('model.turn.requested', ctx(runId), n, { turn: n, model: 'm' }, new Date());
 const fence = (runId: string, fencedSubject: 'tools' | 'runtime') =>
   makeEvent(
