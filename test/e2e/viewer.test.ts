@@ -273,6 +273,8 @@ describe('the Run viewer in a real browser', () => {
     expect(answered.map((e) => [e.data.answer, e.data.answeredBy])).toEqual([['The institutional class, please.', USER]]);
     expect((await passagesIn(page)).map((p) => p.text)).toEqual([final]);
     await page.locator('.wait.answered', { hasText: `Answered by ${USER}` }).waitFor();
+    // the budget follows the projection to the settlement
+    await page.locator('#budget dd', { hasText: 'settled (completed)' }).waitFor({ timeout: 30_000 });
     // the tool call of the same batch, with its receipt as the log has it
     const receipt = ofType(events, 'tool.call.receipt').find((r) => r.data.name === 'list_funds')!;
     const row = page.locator(`#tools tr[data-tool-call-id="${receipt.data.toolCallId}"]`);

@@ -584,6 +584,8 @@ async function refreshView(run) {
     return;
   }
   renderView(run);
+  // the projection follows the log: after the settlement, ask again until it shows it (30 s at most)
+  if (run.settled && run.view.status !== 'settled' && (run.viewRetries = (run.viewRetries ?? 0) + 1) <= 30) scheduleViewRefresh(run, 1000);
 }
 
 function renderView(run) {
