@@ -20,6 +20,9 @@
 //             service's durable consumers); then the first min(5, floor(minutes/2)) minutes after
 //             warm-up (minute 1 skipped) beside the last as many, with the change and flat / NOT FLAT
 //             (±20 %). Samples: <logs>/soak-samples.json.
+//   audit     (only when asked: --only audit) `auditRuns` over --audit-runs N Runs of 30 events
+//             (default 100000) held in memory at once, as `runplane audit --all` holds them: the
+//             checks' time per Run and per event, and the heap (the stream read is not included).
 //   parked    (only when asked: --only parked) --parked N Runs (default 2000) that each park on a
 //             question for a human (the scripted model answers their first turn with ask_human),
 //             --parked-concurrency at a time admitted and not yet parked (default 16; none started after
@@ -29,7 +32,7 @@
 // Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
-//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200
+//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200 --audit-runs 100000
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
@@ -49,6 +52,7 @@ import { foldRun } from '@runplane/run-facts';
 import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
 import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
 import { PARKED_DEADLINE_S, runParked } from './bench/parked.js';
+import { measureAudit } from './bench/audit.js';
 import { readCostLevels } from './bench/read-cost.js';
 import { runSoak } from './bench/soak.js';
 import { formatTable, goalRows, IDLE_RSS_GOAL_MIB } from './bench/goals.js';
@@ -74,6 +78,7 @@ const { values: a } = parseArgs({
     parked: { type: 'string', default: '2000' },
     'parked-concurrency': { type: 'string', default: '16' },
     'parked-cap-s': { type: 'string', default: '1200' },
+    'audit-runs': { type: 'string', default: '100000' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
     'nats-cluster': { type: 'boolean', default: false },
@@ -267,6 +272,14 @@ try {
     } finally {
       await h.stop().catch((e) => say(`  stop: ${e?.message ?? e}`));
     }
+  }
+
+  if (only.has('audit')) {
+    say(`\n== audit: auditRuns over ${a['audit-runs']} Runs of 30 events, in memory ==`);
+    const r = measureAudit(Number(a['audit-runs']));
+    say(
+      `  ${r.runs} Runs, ${r.events} events: checks ${num(r.auditS, 1)} s (${num(r.usPerRun, 0)} µs per Run, ${num(r.usPerEvent, 1)} µs per event), built in ${num(r.buildS, 1)} s; heap ${num(r.heapMiB, 0)} MiB, RSS ${num(r.rssMiB, 0)} MiB; ${r.clean ? 'every Run clean' : 'NOT every Run clean'}`,
+    );
   }
 
   if (only.has('read-cost')) {

@@ -26,7 +26,7 @@ import { eventually, startTestStack, type TestStack } from '../support/stack.js'
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('flow');
+  t = await startTestStack('flow', {}, { audit: 'strict' });
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

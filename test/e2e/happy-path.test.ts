@@ -15,12 +15,16 @@ const LEASE_TTL_MS = 1_500;
 let t: TestStack;
 
 beforeAll(async () => {
-  t = await startTestStack('happy', {
-    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_ACK_WAIT_MS: '2000',
-    RUNPLANE_DRAIN_SECONDS: '0',
-  });
+  t = await startTestStack(
+    'happy',
+    {
+      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_ACK_WAIT_MS: '2000',
+      RUNPLANE_DRAIN_SECONDS: '0',
+    },
+    { audit: 'strict' },
+  );
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

@@ -15,13 +15,17 @@ const LEASE_TTL_MS = 1_500;
 let t: TestStack;
 
 beforeAll(async () => {
-  t = await startTestStack('recov', {
-    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_ACK_WAIT_MS: '2000',
-    // no drain: SIGTERM aborts at once, as past the drain bound (the drain itself: test/e2e/drain.test.ts)
-    RUNPLANE_DRAIN_SECONDS: '0',
-  });
+  t = await startTestStack(
+    'recov',
+    {
+      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_ACK_WAIT_MS: '2000',
+      // no drain: SIGTERM aborts at once, as past the drain bound (the drain itself: test/e2e/drain.test.ts)
+      RUNPLANE_DRAIN_SECONDS: '0',
+    },
+    { audit: 'strict' },
+  );
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

@@ -110,7 +110,13 @@ describe('passages committed while the answer streams', () => {
     const key = `stream-whole-${t.tag}`;
     await scriptAnswer(key, 400);
     const { body } = await t.client.postMessage('conv-stream', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    // an observer asking for live deltas gets the runtime's (publication shows only those published on the delta subject itself)
+    const deltas: { turn: number; text: string }[] = [];
+    const observed = t.client.streamEvents(body.runId, { deltas: true, onEvent: () => undefined, onDelta: (d) => deltas.push(d) });
     const events = await t.waitForSettlement(body.runId, 60_000);
+    await observed;
+    expect(deltas.length).toBeGreaterThan(0);
+    for (const d of deltas) expect(d.turn === 1 && PARAGRAPHS.join('\n\n').includes(d.text)).toBe(true);
     expect(ofType(events, 'run.settled')[0]!.event.data.outcome).toBe('completed');
     const passages = ofType(events, 'passage.committed');
     expect(passages.map((p) => [p.event.data.index, p.event.data.version, p.event.data.text])).toEqual(PARAGRAPHS.map((text, i) => [i, 1, text]));

@@ -26,20 +26,24 @@ const effectFile = join(dir, 'effects.log');
 let t: TestStack;
 const toolsProcesses: ManagedProcess[] = [];
 beforeAll(async () => {
-  t = await startTestStack('effects', {
-    RUNPLANE_TEST_TOOLS: 'record_effect',
-    RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_TOOL_TIMEOUT_MS: String(TIMEOUT_MS),
-    RUNPLANE_TOOL_CLAIM_TTL_MS: String(CLAIM_TTL_MS),
-    RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
-    RUNPLANE_TOOLS_ACK_WAIT_MS: String(ACK_WAIT_MS),
-    RUNPLANE_TOOL_ABANDON_MS: '30000',
-    // all four Runs of the first test may hash to partitions one tools replica owns (issue [8]):
-    // a thread for each of their calls, so none waits past the timeout for a free thread and is
-    // refused `not_started` (an honest `failed`, but not what this file is about). The threads are
-    // started and loaded before a replica is ready (a start-up took 1-5 s beside CPU hogs)
-    RUNPLANE_TOOL_THREADS: '4',
-  });
+  t = await startTestStack(
+    'effects',
+    {
+      RUNPLANE_TEST_TOOLS: 'record_effect',
+      RUNPLANE_RECORD_EFFECT_FILE: effectFile,
+      RUNPLANE_TOOL_TIMEOUT_MS: String(TIMEOUT_MS),
+      RUNPLANE_TOOL_CLAIM_TTL_MS: String(CLAIM_TTL_MS),
+      RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
+      RUNPLANE_TOOLS_ACK_WAIT_MS: String(ACK_WAIT_MS),
+      RUNPLANE_TOOL_ABANDON_MS: '30000',
+      // all four Runs of the first test may hash to partitions one tools replica owns (issue [8]):
+      // a thread for each of their calls, so none waits past the timeout for a free thread and is
+      // refused `not_started` (an honest `failed`, but not what this file is about). The threads are
+      // started and loaded before a replica is ready (a start-up took 1-5 s beside CPU hogs)
+      RUNPLANE_TOOL_THREADS: '4',
+    },
+    { audit: 'strict' },
+  );
   toolsProcesses.push(t.stack.services.get('tools')!);
   // a second tools process on the same durable consumer. The consumer's heartbeat (every >= 1 s)
   // is slower than the 500 ms ack wait, so every proposal whose tool runs longer is redelivered.

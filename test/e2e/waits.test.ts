@@ -26,14 +26,18 @@ const effectFile = join(dir, 'effects.log');
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('waits', {
-    RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_ACK_WAIT_MS: '2000',
-    RUNPLANE_TEST_TOOLS: 'record_effect',
-    RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_WAIT_TTL_SECONDS: String(WAIT_TTL_SECONDS),
-  });
+  t = await startTestStack(
+    'waits',
+    {
+      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_ACK_WAIT_MS: '2000',
+      RUNPLANE_TEST_TOOLS: 'record_effect',
+      RUNPLANE_RECORD_EFFECT_FILE: effectFile,
+      RUNPLANE_WAIT_TTL_SECONDS: String(WAIT_TTL_SECONDS),
+    },
+    { audit: 'strict' },
+  );
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

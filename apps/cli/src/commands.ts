@@ -20,7 +20,7 @@ import {
   stopEverything,
   type NatsUsers,
 } from '@runplane/devstack';
-import { bucketName, BUS_BUCKETS, EventLog, type BusBucket } from '@runplane/eventlog';
+import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, type BusBucket } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { auditLog, type AuditOptions } from './audit.js';
@@ -171,22 +171,35 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   return settled;
 }
 
-async function openLog(name: string): Promise<EventLog> {
+/**
+ * Opens the event log of the bus configuration (`NATS_URL`, `RUNPLANE_STREAM`, ...) for reading
+ * only: the auditors' tools (`timeline`, `projections rebuild`, `audit`) create no stream, bucket
+ * or database they did not find (K11: reads never append). Its reads make only short-lived
+ * consumers of their own, deleted when the read ends.
+ * @param name the connection name the NATS server shows.
+ * @throws Error naming the NATS server (and the stream) when the configuration is invalid, the
+ *   server cannot be reached or refuses the user, JetStream is off, or the stream does not exist
+ *   (`StreamNotFound` of @runplane/eventlog).
+ */
+export async function openLogReadOnly(name: string): Promise<EventLog> {
   loadConfig(BusConfig); // a bad value fails here in one readable line
-  return EventLog.fromEnv(name);
+  return EventLog.fromEnv(name, process.env, { readOnly: true });
 }
 
 /**
  * Prints a Run's event timeline straight from the log: sequence, time, time since the previous
  * event, owner, type, summary, and each step's clock where a step ends (a model turn's duration,
- * a tool call's wait for dispatch and run time, a parked wait: K7).
+ * a tool call's wait for dispatch and run time, a parked wait: K7). With `json`, one object per
+ * event: `{ seq, subject, event, headers }`, `headers` holding the message's stored
+ * expectation and batch headers that the log's verification reads (eventlog `STORED_HEADERS`).
+ * Creates nothing ({@link openLogReadOnly}).
  */
 export async function timeline(runId: string, json: boolean): Promise<number> {
   const valid = Id.safeParse(runId);
   if (!valid.success) throw new Error(`not a run id: "${runId}" (${valid.error.issues[0]?.message})`);
-  const log = await openLog('runplane-cli');
+  const log = await openLogReadOnly('runplane-cli');
   try {
-    const events = await log.readRun(runId);
+    const events = await log.readRun(runId, 1, { headers: true });
     if (events.length === 0) {
       process.stderr.write(`no events for run ${runId} in stream ${log.space.stream}\n`);
       return 1;
@@ -194,8 +207,8 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
     const steps = stepClocks(events);
     let previousAt: string | null = null;
     for (const stored of events) {
-      const { seq, subject, event } = stored;
-      out(json ? JSON.stringify({ seq, subject, event }) : timelineLine(stored, previousAt, steps.get(seq)));
+      const { seq, subject, event, headers } = stored;
+      out(json ? JSON.stringify({ seq, subject, event, headers }) : timelineLine(stored, previousAt, steps.get(seq)));
       previousAt = event.occurredAt;
     }
     return 0;
@@ -211,7 +224,7 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
  */
 export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { projections?: boolean }): Promise<number> {
   const projectionsUrl = opts.projections ? loadConfig(DatabaseConfig).DATABASE_URL : undefined;
-  const log = await openLog('runplane-audit');
+  const log = await openLogReadOnly('runplane-audit');
   try {
     return await auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out);
   } finally {
@@ -222,12 +235,16 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
 /**
  * Replays the whole log into a fresh database and compares it with the live projections (K11).
  * Exit 0 identical (the fresh database is dropped unless `keep`), 2 different (it is kept for
- * inspection). The live projections are never modified.
+ * inspection). The live projections are never modified, and nothing is created that was not
+ * found: the log is opened read-only ({@link openLogReadOnly}), and a missing live database
+ * (`DATABASE_URL`) fails naming it before any database is created (`rebuildProjections`).
+ * @throws Error naming the NATS server, the stream, the PostgreSQL server or the database it
+ *   could not use.
  */
 export async function rebuild(targetDatabase: string | undefined, keep = false): Promise<number> {
-  const log = await openLog('runplane-rebuild');
+  const { DATABASE_URL } = loadConfig(DatabaseConfig);
+  const log = await openLogReadOnly('runplane-rebuild');
   try {
-    const { DATABASE_URL } = loadConfig(DatabaseConfig);
     log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) });
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
@@ -280,6 +297,10 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   );
   const ops = natsEnvOf(env.natsUsers, 'ops');
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
+  const consumer = natsEnvOf(env.natsUsers, 'consumer');
+  out(
+    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/event-log.md "For downstream consumers")`,
+  );
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything
 }

@@ -15,12 +15,21 @@
  *   audit --run <id> | --all       check the guarantees (K1-K11) of Runs from the log alone
  *   docs event-catalog             print the event catalogue (Markdown) generated from the zod schemas
  *   docs openapi                   print the OpenAPI 3.1 description of every HTTP endpoint (docs/openapi.json)
- *   docs nats-auth                 print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
+ *   docs nats-auth [--downstream]  print the NATS users and permissions of the deployment (deploy/nats/accounts.conf)
+ *   docs event-schema              print the JSON Schema (2020-12) of every event type (docs/contract/events.schema.json)
+ *   docs asyncapi                  print the AsyncAPI 3.0 description of the Run stream (docs/contract/asyncapi.json)
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { RunplaneClient } from '@runplane/client';
-import { renderEventCatalog, renderOpenApi } from '@runplane/contracts';
-import { DEPLOYED_SPACE, renderNatsAuthorization } from '@runplane/eventlog';
+import { renderEventCatalog, renderEventsJsonSchema, renderOpenApi } from '@runplane/contracts';
+import {
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  DEPLOYED_SPACE,
+  DOWNSTREAM_CONSUMER_PREFIX,
+  downstreamConsumerNames,
+  renderAsyncApi,
+  renderNatsAuthorization,
+} from '@runplane/eventlog';
 import { AUDIT_BROKEN_EXIT } from './audit.js';
 import { ask, audit, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
 import { exitCodeOf } from './render.js';
@@ -186,9 +195,11 @@ linked(
 
 program
   .command('timeline')
-  .description("print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX)")
+  .description(
+    "print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX); creates nothing, a missing stream is an error",
+  )
   .argument('<runId>')
-  .option('--json', 'one JSON object per event')
+  .option('--json', 'one JSON object per event: seq, subject, event and the stored headers the log verifies (headers)')
   .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
 
 program
@@ -202,7 +213,9 @@ program
   .command('projections')
   .description('projection maintenance')
   .command('rebuild')
-  .description('replay the log into a fresh database and compare its rows with the live projections')
+  .description(
+    'replay the log into a fresh database and compare its rows with the live projections; a missing stream or live database (DATABASE_URL) is an error, nothing is created for it',
+  )
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .option('--keep', 'keep the fresh database even when it is identical')
   .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
@@ -243,8 +256,28 @@ docs
   .description(
     'print the NATS users and permissions for stream RUNPLANE, prefix rp, passwords from the server environment (deploy/nats/accounts.conf)',
   )
+  .option(
+    '--downstream <names>',
+    `comma-separated durable consumer names the downstream \`consumer\` user may use, each starting with ${DOWNSTREAM_CONSUMER_PREFIX} (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
+  )
+  .action((o: { downstream?: string }) =>
+    run(async () => {
+      const downstream = o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS;
+      process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env', downstream));
+      return 0;
+    })(),
+  );
+docs
+  .command('event-schema')
+  .description('print the JSON Schema (2020-12) of every event type, generated from the zod schemas (docs/contract/events.schema.json)')
   .action(() => {
-    process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
+    process.stdout.write(renderEventsJsonSchema());
+  });
+docs
+  .command('asyncapi')
+  .description('print the AsyncAPI 3.0 description of the Run stream for stream RUNPLANE, prefix rp (docs/contract/asyncapi.json)')
+  .action(() => {
+    process.stdout.write(renderAsyncApi(DEPLOYED_SPACE));
   });
 
 await program.parseAsync(process.argv);

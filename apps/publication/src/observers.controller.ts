@@ -1,7 +1,7 @@
 import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, UseGuards, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
-import { EventLog, liveDeltaSubject } from '@runplane/eventlog';
+import { EventLog, isPublishedOn, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
 import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, type Principal } from '@runplane/service-kit';
 import { judgeCursor, runIdOfSubject } from './cursor.js';
@@ -124,7 +124,8 @@ export class ObserversController implements BeforeApplicationShutdown {
       deltas === 'true'
         ? this.log.nc.subscribe(liveDeltaSubject(this.log.space, runId), {
             callback: (_err, msg) => {
-              if (!closed) res.write(`event: delta\ndata: ${msg.string()}\n\n`);
+              // only the runtime's own deltas: never another Run's stored events a push consumer was aimed here with
+              if (!closed && isPublishedOn(msg, liveDeltaSubject(this.log.space, runId))) res.write(`event: delta\ndata: ${msg.string()}\n\n`);
             },
           })
         : null;

@@ -6,7 +6,7 @@
  * break one. Reading the log is the caller's (`runplane audit`).
  */
 import { effectKey, sha256Hex, subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolve, type RunFacts } from '@runplane/run-facts';
+import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned, type RunFacts } from '@runplane/run-facts';
 
 /** One check of the audit: an id, the contract it comes from and what it asserts. */
 export interface CheckDefinition {
@@ -171,6 +171,8 @@ interface Replay {
   facts: RunFacts;
   admittedSeq: number;
   settledSeq: number | null;
+  /** The Run's first settlement, the one that counts (a later one is a violation, not a new outcome). */
+  settlement: Extract<RunEvent, { type: 'run.settled' }>['data'] | null;
   events: number;
   applicable: Set<CheckId>;
   violations: Violation[];
@@ -187,6 +189,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
     facts: emptyFacts(runId),
     admittedSeq: 0,
     settledSeq: null,
+    settlement: null,
     events: 0,
     applicable,
     violations,
@@ -204,7 +207,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
           violations: mine,
         };
       });
-      return { runId, outcome: r.facts.settled?.outcome ?? null, events: r.events, checks, clean: violations.length === 0 };
+      return { runId, outcome: r.settlement?.outcome ?? null, events: r.events, checks, clean: violations.length === 0 };
     },
   };
   for (const a of anomalies) r.report('stored-verified', a.seq, a.message);
@@ -287,6 +290,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
         if (r.settledSeq !== null) r.report('settlement-once', stored.seq, `a second settlement (${e.data.outcome}); the first is #${r.settledSeq}`);
         else {
           r.settledSeq = stored.seq;
+          r.settlement = e.data;
           if (!closedForSettlement(before))
             r.report(
               'settlement-once',
@@ -377,7 +381,8 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       default:
         break;
     }
-    r.facts = evolve(before, stored);
+    // the replay owns its facts and reads `before` no more: folded in place (linear in the Run's events)
+    r.facts = evolveOwned(before, stored);
   }
   checkBudget(r);
   return r;
@@ -465,8 +470,8 @@ function checkLinks(r: Replay, replays: ReadonlyMap<string, Replay>): void {
     case 'continuation': {
       const settledBefore = parent.settledSeq !== null && parent.settledSeq < r.admittedSeq;
       if (!settledBefore) r.report('links', r.admittedSeq, `continues run ${link.parentRunId}, which was not settled when this Run was admitted`);
-      else if (!['completed', 'partial', 'interrupted'].includes(p.settled!.outcome))
-        r.report('links', r.admittedSeq, `continues run ${link.parentRunId}, settled ${p.settled!.outcome}: not eligible`);
+      else if (!['completed', 'partial', 'interrupted'].includes(parent.settlement!.outcome))
+        r.report('links', r.admittedSeq, `continues run ${link.parentRunId}, settled ${parent.settlement!.outcome}: not eligible`);
       if (admitted.parentRequestSha256 && p.admitted && admitted.parentRequestSha256 !== p.admitted.message.contentSha256)
         r.report('links', r.admittedSeq, `the parent request digest does not match run ${link.parentRunId}'s admitted request`);
       break;

@@ -110,7 +110,9 @@ describe('audit K9: one settlement, after closure, naming what exists, honestly'
       receipts: [],
       usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
     });
-    expect(broken(audit(h))).toEqual([{ id: 'settlement-once', seqs: [h.seq] }]);
+    const report = audit(h);
+    expect(broken(report)).toEqual([{ id: 'settlement-once', seqs: [h.seq] }]);
+    expect(report.runs[0]!.outcome).toBe('completed'); // the first settlement counts
   });
   it('a settlement while the executors were still open (no finish, no fences) is named', () => {
     const h = new History()

@@ -11,7 +11,8 @@ function ownerText(t: EventType): string {
   return former.length ? `${owner} (formerly ${former.join(', ')}: read in older logs)` : owner!;
 }
 
-const PURPOSE: Record<string, string> = {
+/** What each event type means, in a sentence or two (the catalogue's and the contract's descriptions); not every type has one yet. */
+export const EventPurposes: Partial<Record<EventType, string>> = {
   'run.admitted': "A Message and its Run were admitted (K1). The first and only event on the Run's `admission` subject.",
   'model.turn.requested':
     "The runtime is about to call the model for this turn (recorded before the call: it counts against the Run's model-request limit even if the call never returns).",
@@ -48,10 +49,15 @@ export function renderEventCatalog(): string {
     '<!-- Generated from libs/contracts/src/events.ts by `npm run runplane -- docs event-catalog`; a test fails when it is stale. -->',
     '',
     'Every fact Runplane records is one JSON event on the JetStream stream, on the subject',
-    '`<prefix>.run.<runId>.<owner>` (default prefix `rp`). Reading `<prefix>.run.<runId>.>` in stream order',
-    "gives the whole Run. The stream sequence is the event's position (the SSE `id` publication serves).",
-    'Events are versioned by `schemaVersion`; an incompatible change adds a new version, it never edits one.',
+    '`<prefix>.run.<runId>.<owner>.<partition>` (default prefix `rp`). Reading `<prefix>.run.<runId>.>` in',
+    "stream order gives the whole Run. The stream sequence is the event's position (the SSE `id` publication serves).",
     'Consumers must tolerate redelivery (at-least-once): `eventId` is deterministic and unique per fact.',
+    '',
+    'The machine-readable contract (JSON Schema of every type, AsyncAPI 3 document of the subjects) is in',
+    '[contract/](contract/README.md). Evolution rule: `schemaVersion` is the event schema version',
+    '(`eventSchemaVersion` in issue [11]); a type changes only additively (new optional properties, new enum',
+    'values), keeping its version; an incompatible change is a new event type. A test checks the schemas',
+    'against the last released ones (docs/contract/released/).',
     '',
     '## Envelope (every event)',
     '',
@@ -59,7 +65,7 @@ export function renderEventCatalog(): string {
     '|---|---|',
     '| `eventId` | UUID v5 of (runId, type, decision key): the same decision retried gives the same id; also the `Nats-Msg-Id`. |',
     '| `type` | one of the types below |',
-    "| `schemaVersion` | version of `data`'s schema for this type |",
+    '| `schemaVersion` | the event schema version of this type (additive changes keep it; see the rule above) |',
     '| `runId`, `conversationId` | the Run and its Conversation |',
     '| `owner` | the only service allowed to record this type (also the last subject token) |',
     '| `occurredAt` | ISO-8601 UTC time the owner recorded it |',
@@ -78,7 +84,7 @@ export function renderEventCatalog(): string {
   ];
   for (const t of EventTypes) {
     const e = EventCatalog[t];
-    lines.push(`| \`${t}\` | ${ownerText(t)} | ${e.version} | ${PURPOSE[t] ?? ''} |`);
+    lines.push(`| \`${t}\` | ${ownerText(t)} | ${e.version} | ${EventPurposes[t] ?? ''} |`);
   }
   for (const t of EventTypes) {
     const e = EventCatalog[t];
@@ -86,7 +92,7 @@ export function renderEventCatalog(): string {
       '',
       `## \`${t}\` (owner: ${ownerText(t)}, schemaVersion ${e.version})`,
       '',
-      PURPOSE[t] ?? '',
+      EventPurposes[t] ?? '',
       '',
       '```json',
       schemaJson(e.data),

@@ -1,9 +1,10 @@
 /**
  * The event catalogue: every fact Runplane records, as zod schemas. Each event travels in the
- * same envelope (see {@link EventEnvelope}) on its Run's subject `<prefix>.run.<runId>.<owner>`,
+ * same envelope ({@link EnvelopeFields}) on its Run's subject `<prefix>.run.<runId>.<owner>.<partition>`,
  * so a Run's events read in order are that Run's stream and the owner of every fact is visible in
- * its subject. Schemas are versioned by `schemaVersion`; a change that is not backward compatible
- * adds a new version instead of editing one (docs/event-catalog.md).
+ * its subject. Each type's schema has a `schemaVersion` (the contract's event schema version) and
+ * changes only additively: an incompatible change is a new event type (docs/contract/README.md,
+ * checked against the last released JSON Schema by libs/contracts/test/contract.test.ts).
  */
 import { z } from 'zod';
 import { ParkingToolNames, TestToolNames, ToolEffect, ToolNames } from './tools.js';
@@ -782,6 +783,11 @@ function envelopeOf<T extends EventType>(type: T) {
 }
 
 const envelopes = EventTypes.map((t) => envelopeOf(t));
+/**
+ * The schema of one event type: the envelope with its `type`, `owner`, `schemaVersion` and `data`
+ * (one member of {@link RunEvent}); the JSON Schema contract is generated from these (event-schema.ts).
+ */
+export const EventSchemas = Object.fromEntries(EventTypes.map((t, i) => [t, envelopes[i]!])) as Record<EventType, ReturnType<typeof envelopeOf>>;
 /** Any Runplane event, discriminated by `type`. Parsing rejects an owner that is not the type's owner (or one of its former owners, for older logs). */
 export const RunEvent = z.discriminatedUnion('type', envelopes as unknown as [ReturnType<typeof envelopeOf>, ...ReturnType<typeof envelopeOf>[]]);
 export type RunEventOf<T extends EventType> = z.infer<typeof EnvelopeFields> & {

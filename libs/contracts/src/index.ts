@@ -8,3 +8,5 @@ export * from './openapi.js';
 export * from './passages.js';
 export * from './unanswered.js';
 export * from './limits.js';
+export * from './event-schema.js';
+export * from './schema-compat.js';

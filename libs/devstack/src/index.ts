@@ -145,10 +145,13 @@ export function natsEnvOf(users: NatsUsers, user: BusUser): { NATS_USER: string;
 
 /**
  * The nats-server configuration (the `authorization` block of libs/eventlog bus.ts, the same
- * permissions as deploy/nats/accounts.conf) for a subject space with these credentials.
+ * permissions as deploy/nats/accounts.conf) for a subject space with these credentials;
+ * `downstream` names the durable consumers the `consumer` user may use (default: eventlog's
+ * `DEFAULT_DOWNSTREAM_CONSUMERS`).
  */
-export function natsAuthConfig(space: SubjectSpace, users: NatsUsers): string {
-  return renderNatsAuthorization(space, Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>);
+export function natsAuthConfig(space: SubjectSpace, users: NatsUsers, downstream?: readonly string[]): string {
+  const passwords = Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>;
+  return downstream ? renderNatsAuthorization(space, passwords, downstream) : renderNatsAuthorization(space, passwords);
 }
 
 /**
@@ -172,17 +175,23 @@ export interface SecuredNats extends NatsHandle {
  * Starts a nats-server of its own (never reconfiguring one that already runs) on a free loopback
  * port, with JetStream storing under `stateDir`/nats (kept between runs) and the Runplane users and
  * permissions of {@link natsAuthConfig} switched on: a connection without a user is refused, each
- * service may publish only the facts it owns (K9).
+ * service may publish only the facts it owns (K9). `downstream`: the durable consumers the
+ * `consumer` user may use (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
  * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
-export async function startSecuredNats(opts: { stateDir: string; space: SubjectSpace; users?: NatsUsers }): Promise<SecuredNats> {
+export async function startSecuredNats(opts: {
+  stateDir: string;
+  space: SubjectSpace;
+  users?: NatsUsers;
+  downstream?: readonly string[];
+}): Promise<SecuredNats> {
   const bin = natsServerBinary();
   const users = opts.users ?? newNatsUsers();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });
   const config = join(dir, 'server.conf');
-  writeFileSync(config, natsAuthConfig(opts.space, users), { mode: 0o600 });
+  writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream), { mode: 0o600 });
   const child = track(
     spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', join(dir, 'server.log')], {
       stdio: 'ignore',

@@ -24,8 +24,12 @@ export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', 
 /** The services that connect to NATS: every owner, and the projector (which owns nothing). */
 export const BUS_SERVICES = [...Owner.options, 'projector'] as const;
 export type BusService = (typeof BUS_SERVICES)[number];
-/** Every NATS user: the services, `ops` (the CLI's reads: timeline, projections rebuild) and `admin` (stream set-up). */
-export const BUS_USERS = [...BUS_SERVICES, 'ops', 'admin'] as const;
+/**
+ * Every NATS user: the services, `ops` (the CLI's reads: timeline, projections rebuild),
+ * `consumer` (downstream services: reads the Run stream through its own durable consumers,
+ * {@link DOWNSTREAM_CONSUMER_PREFIX}) and `admin` (stream set-up).
+ */
+export const BUS_USERS = [...BUS_SERVICES, 'ops', 'consumer', 'admin'] as const;
 export type BusUser = (typeof BUS_USERS)[number];
 
 /** The NATS user name of a Runplane user (`runplane-<user>`), as set in `NATS_USER`. */
@@ -75,6 +79,38 @@ export const durableNameOf = (space: Pick<SubjectSpace, 'prefix'>, service: stri
 export function durableNamesOf(space: SubjectSpace, service: BusService): string[] {
   if (!SERVICE_CONSUMERS[service]) return [];
   return Array.from({ length: space.partitions }, (_, p) => durableNameOf(space, service, p));
+}
+
+/**
+ * The name prefix of downstream services' durable consumers on the Run stream (user `consumer`,
+ * docs/event-log.md "For downstream consumers"): Runplane's own durables are `<prefix>-<service>-p<N>`,
+ * so a downstream name never meets one of them.
+ */
+export const DOWNSTREAM_CONSUMER_PREFIX = 'downstream-';
+
+/**
+ * The downstream durable consumers a deployment allows by default (deploy/nats/accounts.conf, the
+ * local stack): NATS permissions match whole subject tokens, and a consumer's name is one token
+ * of the JetStream API subject, so the broker can grant a list of names but not a name prefix.
+ * A deployment that wants its own names renders them with
+ * `runplane docs nats-auth --downstream <name,...>` (each starting with {@link DOWNSTREAM_CONSUMER_PREFIX}).
+ */
+export const DEFAULT_DOWNSTREAM_CONSUMERS: readonly string[] = ['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4'];
+
+/**
+ * Checks the names of downstream durable consumers: each starts with
+ * {@link DOWNSTREAM_CONSUMER_PREFIX}, followed by 1-64 of `A-Z a-z 0-9 _ -` (a JetStream consumer
+ * name is one subject token: no `.`, `*`, `>` or white space).
+ * @returns the names, without repeats.
+ * @throws RangeError naming the first name that is not one.
+ */
+export function downstreamConsumerNames(names: readonly string[]): string[] {
+  const pattern = new RegExp(`^${DOWNSTREAM_CONSUMER_PREFIX}[A-Za-z0-9_-]{1,64}$`);
+  for (const name of names) {
+    if (!pattern.test(name))
+      throw new RangeError(`"${name}" is no downstream consumer name: ${DOWNSTREAM_CONSUMER_PREFIX} and 1-64 of A-Z a-z 0-9 _ -`);
+  }
+  return [...new Set(names)];
 }
 
 /** The coordination buckets: who writes them and who only reads them. */
@@ -127,17 +163,67 @@ const bucketApi = (stream: string): string[] => [
   `$JS.FC.${stream}.>`,
 ];
 
+/** Reading the Run stream without a consumer: the JetStream account info, stream info and single-message gets. */
+const streamReadApi = (space: SubjectSpace): string[] => [
+  '$JS.API.INFO',
+  `$JS.API.STREAM.INFO.${space.stream}`,
+  `$JS.API.DIRECT.GET.${space.stream}`,
+  `$JS.API.DIRECT.GET.${space.stream}.${space.prefix}.run.>`,
+  // reads of a replicated stream go to its leader (EventLog.readMessage)
+  `$JS.API.STREAM.MSG.GET.${space.stream}`,
+];
+
+/**
+ * The `consumer` user (downstream services): reads the Run stream (stream info, direct and
+ * leader gets) and creates, reads, acknowledges and deletes the durable consumers named in
+ * `downstream`, with or without a subject filter (the client's `CONSUMER.CREATE.<stream>.<name>[.<filter>]`,
+ * or `CONSUMER.DURABLE.CREATE.<stream>.<name>` with several filters); replies on `_INBOX.>`.
+ * Nothing else: no publish on Runplane subjects, no other consumer (ephemeral or named), no
+ * bucket, no stream change.
+ */
+function consumerPermissions(space: SubjectSpace, downstream: readonly string[]): UserPermissions {
+  const S = space.stream;
+  const publish = [...streamReadApi(space)];
+  for (const name of downstreamConsumerNames(downstream))
+    publish.push(
+      `$JS.API.CONSUMER.CREATE.${S}.${name}`,
+      `$JS.API.CONSUMER.CREATE.${S}.${name}.>`,
+      `$JS.API.CONSUMER.DURABLE.CREATE.${S}.${name}`,
+      `$JS.API.CONSUMER.INFO.${S}.${name}`,
+      `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`,
+      `$JS.API.CONSUMER.DELETE.${S}.${name}`,
+      `$JS.ACK.${S}.${name}.>`,
+    );
+  const deny = [
+    `${space.prefix}.>`,
+    '$KV.>',
+    '$O.>',
+    '$JS.API.STREAM.CREATE.>',
+    '$JS.API.STREAM.UPDATE.>',
+    '$JS.API.STREAM.DELETE.>',
+    '$JS.API.STREAM.MSG.DELETE.>',
+    '$JS.API.STREAM.PURGE.>',
+  ];
+  return { publish: { allow: publish, deny }, subscribe: { allow: ['_INBOX.>'], deny: [] } };
+}
+
 /**
  * Every user's permissions in a subject space. Derived from the event catalogue's owners,
- * {@link SERVICE_CONSUMERS} and {@link BUS_BUCKETS}; `admin` may do everything.
+ * {@link SERVICE_CONSUMERS} and {@link BUS_BUCKETS}; `consumer` from `downstream`, the names of
+ * downstream durable consumers (default {@link DEFAULT_DOWNSTREAM_CONSUMERS}); `admin` may do everything.
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
-export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermissions> {
+export function busPermissions(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Record<BusUser, UserPermissions> {
   const S = space.stream;
   const allDurables = BUS_SERVICES.flatMap((s) => durableNamesOf(space, s));
   const result = {} as Record<BusUser, UserPermissions>;
   for (const user of BUS_USERS) {
     if (user === 'admin') {
       result.admin = { publish: { allow: ['>'], deny: [] }, subscribe: { allow: ['>'], deny: [] } };
+      continue;
+    }
+    if (user === 'consumer') {
+      result.consumer = consumerPermissions(space, downstream);
       continue;
     }
     const own = user === 'ops' ? [] : durableNamesOf(space, user);
@@ -152,12 +238,7 @@ export function busPermissions(space: SubjectSpace): Record<BusUser, UserPermiss
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
     // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers)
     publish.push(
-      '$JS.API.INFO',
-      `$JS.API.STREAM.INFO.${S}`,
-      `$JS.API.DIRECT.GET.${S}`,
-      `$JS.API.DIRECT.GET.${S}.${space.prefix}.run.>`,
-      // reads of a replicated stream go to its leader (EventLog.readMessage)
-      `$JS.API.STREAM.MSG.GET.${S}`,
+      ...streamReadApi(space),
       `$JS.API.CONSUMER.CREATE.${S}`,
       `$JS.API.CONSUMER.INFO.${S}.*`,
       `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
@@ -212,11 +293,18 @@ export const passwordVariable = (user: BusUser): string => `RUNPLANE_NATS_PASSWO
  * {@link BUS_USERS} entry with its {@link busPermissions}. `passwords` gives each user's password,
  * or `'env'` to reference `$RUNPLANE_NATS_PASSWORD_<USER>` (resolved by nats-server from its
  * environment: the deployed file holds no secret). A connection without a user is refused.
+ * `downstream`: the names of downstream durable consumers the `consumer` user may use
+ * (default {@link DEFAULT_DOWNSTREAM_CONSUMERS}).
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
-export function renderNatsAuthorization(space: SubjectSpace, passwords: Record<BusUser, string> | 'env'): string {
+export function renderNatsAuthorization(
+  space: SubjectSpace,
+  passwords: Record<BusUser, string> | 'env',
+  downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS,
+): string {
   const q = (s: string) => JSON.stringify(s);
   const list = (items: string[], indent: string) => (items.length ? `[\n${items.map((i) => `${indent}  ${q(i)}`).join('\n')}\n${indent}]` : '[]');
-  const perms = busPermissions(space);
+  const perms = busPermissions(space, downstream);
   const users = BUS_USERS.map((user) => {
     const p = perms[user];
     const pass = passwords === 'env' ? `$${passwordVariable(user)}` : q(passwords[user]);

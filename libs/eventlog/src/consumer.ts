@@ -4,9 +4,27 @@ import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
 
+/**
+ * What a durable consumer uses of the event log: the connection, the stream's subject space and
+ * partitions (for {@link verifyStored}), and where it tells what it delivered. An {@link EventLog}
+ * is one; a downstream reader that may not create or append anything builds its own (libs/consumer).
+ */
+export type ConsumerSource = Pick<EventLog, 'nc' | 'js' | 'jsm' | 'space' | 'noteStored' | 'deliveries'>;
+
 export interface DurableConsumerSpec {
-  /** Durable consumer name (e.g. `runtime-p3`); prefixed with the subject prefix. */
+  /** Durable consumer name (e.g. `runtime-p3`); prefixed with the subject prefix unless {@link exactName}. */
   durable: string;
+  /**
+   * True: the server-side name is {@link durable} as given (downstream consumers, whose names the
+   * broker grants one by one: `downstream-...`), and the consumer is created or updated to this
+   * configuration in one request (a changed filter takes effect on the next start).
+   */
+  exactName?: boolean;
+  /**
+   * Told of every message terminated because it is not a fact ({@link verifyStored}), after the
+   * error line: a downstream service's own report. The message never reaches the handler.
+   */
+  onInvalid?: (e: InvalidStoredEvent) => void;
   /**
    * Subject filter(s): e.g. `rp.run.>`, or `['rp.run.*.admission.3', 'rp.run.*.tools.3']`
    * (several filters on one consumer, `filter_subjects`: nats-server 2.10+).
@@ -28,7 +46,13 @@ export interface DurableConsumerSpec {
   wholeRuns?: boolean;
 }
 
-export type StoredEventHandler = (stored: StoredEvent) => Promise<void>;
+/** How a message reached its handler: the server's delivery count (1 on the first delivery, more after a nak or an expired ack wait). */
+export interface DeliveryInfo {
+  deliveryCount: number;
+  redelivered: boolean;
+}
+
+export type StoredEventHandler = (stored: StoredEvent, delivery: DeliveryInfo) => Promise<void>;
 
 /**
  * Where the consumer reports problems: structured fields (`durable`, and for a stored event its
@@ -85,7 +109,7 @@ export class DurableConsumer {
    *   messages one at a time even when they arrive through different consumers.
    */
   constructor(
-    private readonly log: EventLog,
+    private readonly log: ConsumerSource,
     private readonly spec: DurableConsumerSpec,
     private readonly handler: StoredEventHandler,
     private readonly logger: ConsumerLogger = console,
@@ -93,7 +117,7 @@ export class DurableConsumer {
   ) {}
 
   get durableName(): string {
-    return `${this.log.space.prefix}-${this.spec.durable}`;
+    return this.spec.exactName ? this.spec.durable : `${this.log.space.prefix}-${this.spec.durable}`;
   }
 
   /** Creates (or updates) the durable consumer and starts consuming. */
@@ -101,7 +125,7 @@ export class DurableConsumer {
     const ackWaitMs = this.spec.ackWaitMs ?? 30_000;
     const filters = [this.spec.filter].flat();
     const pinned = this.spec.pinned;
-    if (filters.length > 1 || pinned) await this.createOrUpdate(filters, ackWaitMs);
+    if (filters.length > 1 || pinned || this.spec.exactName) await this.createOrUpdate(filters, ackWaitMs);
     else await this.createOrUpdateSingle(filters[0]!, ackWaitMs);
     await this.consume(ackWaitMs);
   }
@@ -211,6 +235,7 @@ export class DurableConsumer {
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.terminate(m, e.anomaly, e.message);
+      this.spec.onInvalid?.(e);
       return;
     }
     // the handler's reads of this Run must include this event (a stream copy behind is read again)
@@ -233,9 +258,10 @@ export class DurableConsumer {
       return;
     }
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
+    const delivery: DeliveryInfo = { deliveryCount: m.info.deliveryCount, redelivered: m.redelivered };
     try {
-      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored));
-      else await this.handler(stored);
+      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
+      else await this.handler(stored, delivery);
       m.ack();
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);

@@ -89,3 +89,22 @@ export function isPermanentAppendError(e: unknown): boolean {
   if (e.name === 'ZodError') return true;
   return /max_payload|maximum (message|payload) size|message size exceeds/i.test(e.message);
 }
+
+/**
+ * The Run stream does not exist on the server a read-only log was opened on
+ * (`EventLog.connect({ create: false })`): nothing was created (K11: reads never append, nor
+ * create the log they read). Names the stream and the server.
+ */
+export class StreamNotFound extends Error {
+  constructor(
+    readonly stream: string,
+    readonly server: string,
+    options?: ErrorOptions,
+  ) {
+    super(
+      `stream ${stream} does not exist on NATS at ${server}; nothing was created (check NATS_URL and RUNPLANE_STREAM, or create it with \`runplane provision\`)`,
+      options,
+    );
+    this.name = 'StreamNotFound';
+  }
+}

@@ -12,10 +12,11 @@ import {
   type JetStreamManager,
   type JsMsg,
   type StoredMsg,
+  type StreamInfo,
 } from '@nats-io/jetstream';
 import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { DeliveryFeed } from './deliveries.js';
-import { AppendConflict, AppendRefused, InvalidStoredEvent, RetryLater } from './errors.js';
+import { AppendConflict, AppendRefused, InvalidStoredEvent, RetryLater, StreamNotFound } from './errors.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -68,6 +69,14 @@ export interface EventLogOptions {
    * 1 (default) on one server, 3 on a 3-node JetStream cluster. The buckets of `provisionBus` too.
    */
   replicas?: number;
+  /**
+   * Whether a missing Run stream is created (default true: the services' and the admin's way).
+   * False opens the log read-only, for auditors' tools (`runplane timeline`, `projections
+   * rebuild`, the CLI's `openLogReadOnly`): the stream is only looked up, never created or
+   * changed, and a missing stream, an unreachable server or a refused user fails with an error
+   * naming the server and the stream (K11: reads never append, nor create the log they read).
+   */
+  create?: boolean;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -179,11 +188,47 @@ export function validPartitions(n: number): number {
 /** The header of a conditional append, stored with the message: the server checked it. */
 export const EXPECTED_LAST_SUBJECT_SEQUENCE = 'Nats-Expected-Last-Subject-Sequence';
 /** Names another subject (or a wildcard) for the check of {@link EXPECTED_LAST_SUBJECT_SEQUENCE}: the log never sends it, so a message with it is no link of its own subject. */
-const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = 'Nats-Expected-Last-Subject-Sequence-Subject';
+export const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = 'Nats-Expected-Last-Subject-Sequence-Subject';
 /** Atomic batch headers (ADR-50), stored with every message of a batch: the batch's id and the message's 1-based position in it. */
 export const BATCH_ID = 'Nats-Batch-Id';
 export const BATCH_SEQUENCE = 'Nats-Batch-Sequence';
 const BATCH_COMMIT = 'Nats-Batch-Commit';
+/**
+ * The headers the log stores with each message and its verification ({@link verifyStored})
+ * reads: the event id the server de-duplicates by, the subject expectation the server checked,
+ * and an atomic batch's id, position and commit mark. What {@link EventLog.readRun} and
+ * {@link EventLog.readAll} return with `{ headers: true }` (`runplane timeline --json`), so an
+ * auditor sees what the log's own verification saw (K11).
+ */
+export const STORED_HEADERS = [
+  'Nats-Msg-Id',
+  EXPECTED_LAST_SUBJECT_SEQUENCE,
+  EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+  BATCH_ID,
+  BATCH_SEQUENCE,
+  BATCH_COMMIT,
+] as const;
+
+/** A stored event with the {@link STORED_HEADERS} its message carries (absent ones left out), as `{ headers: true }` reads return it. */
+export interface StoredEventWithHeaders extends StoredEvent {
+  headers: Partial<Record<(typeof STORED_HEADERS)[number], string>>;
+}
+
+/** Whether a read returns each event's {@link STORED_HEADERS} (off on the services' reads: nothing is copied there). */
+export interface ReadOptions {
+  headers?: boolean;
+}
+
+/** The {@link STORED_HEADERS} of a message that carries them (none: `{}`). */
+export function storedHeadersOf(headers: StoredHeaders | undefined): StoredEventWithHeaders['headers'] {
+  const found: StoredEventWithHeaders['headers'] = {};
+  if (!headers) return found;
+  for (const name of STORED_HEADERS) {
+    const value = headers.get(name);
+    if (value) found[name] = value;
+  }
+  return found;
+}
 const OWNERS = Owner.options;
 /** Most read-ahead hints an event carries (`earlierSeqs`). */
 export const MAX_EARLIER_SEQS = 31;
@@ -363,18 +408,30 @@ export class EventLog {
   }
 
   /**
-   * Connects to NATS and makes sure the stream exists.
-   * @throws when NATS is unreachable or JetStream is not enabled.
+   * Connects to NATS and makes sure the stream exists ({@link ensureStream}), or, with
+   * `create: false`, opens the existing stream read-only ({@link openStream}).
+   * @throws when NATS is unreachable or JetStream is not enabled; with `create: false` also when
+   *   the stream does not exist, every message naming the server (and the stream).
    */
   static async connect(opts: EventLogOptions): Promise<EventLog> {
-    const nc = await connect({
-      servers: natsServerList(opts.natsUrl),
-      name: opts.name ?? 'runplane',
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
-      reconnectJitter: RECONNECT_JITTER_MS,
-      ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
-    });
+    const create = opts.create ?? true;
+    let nc: NatsConnection;
+    try {
+      nc = await connect({
+        servers: natsServerList(opts.natsUrl),
+        name: opts.name ?? 'runplane',
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
+        reconnectJitter: RECONNECT_JITTER_MS,
+        ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
+      });
+    } catch (e) {
+      // a service's start-up handles the client's own error; an auditor's tool is told where it failed
+      if (create) throw e;
+      throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${String((e as Error)?.message ?? e)}`, {
+        cause: e,
+      });
+    }
     try {
       const jsm = await jetstreamManager(nc);
       const log = new EventLog(
@@ -388,7 +445,8 @@ export class EventLog {
         opts.replicas ?? 1,
         opts.atomicBatches ?? 'auto',
       );
-      await log.ensureStream();
+      if (create) await log.ensureStream();
+      else await log.openStream(opts.natsUrl);
       return log;
     } catch (e) {
       await nc.close().catch(() => undefined);
@@ -396,6 +454,8 @@ export class EventLog {
       if (/no responders|jetstream (is )?not enabled|503/i.test(text)) {
         throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`, { cause: e });
       }
+      if (!create && !(e instanceof StreamNotFound))
+        throw new Error(`reading stream ${opts.stream} on NATS at ${opts.natsUrl}: ${text}`, { cause: e });
       throw e;
     }
   }
@@ -405,9 +465,11 @@ export class EventLog {
    * `NATS_USER`/`NATS_PASSWORD`, validated by contracts' `BusConfig`): the one way a service or
    * the CLI connects from the environment.
    * @param name the connection name shown by the NATS server (e.g. the service name).
+   * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
+   *   {@link connect}: auditors' tools, K11).
    * @throws as {@link connect}, and on invalid configuration.
    */
-  static fromEnv(name: string, env: NodeJS.ProcessEnv = process.env): Promise<EventLog> {
+  static fromEnv(name: string, env: NodeJS.ProcessEnv = process.env, opts: { readOnly?: boolean } = {}): Promise<EventLog> {
     const bus = BusConfig.parse(env);
     return EventLog.connect({
       natsUrl: bus.NATS_URL,
@@ -418,7 +480,27 @@ export class EventLog {
       partitions: bus.RUNPLANE_PARTITIONS,
       replicas: bus.RUNPLANE_NATS_REPLICAS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
+      ...(opts.readOnly ? { create: false } : {}),
     });
+  }
+
+  /**
+   * Opens the existing Run stream without creating or changing anything (the read-only
+   * {@link connect}): reads its configuration as {@link ensureStream} does, and never calls
+   * `streams.add` or `streams.update`.
+   * @param server the NATS URL, for the message.
+   * @throws StreamNotFound when the stream does not exist; as {@link ensureStream} when it
+   *   captures other subjects or its partition count is invalid.
+   */
+  async openStream(server: string): Promise<void> {
+    let info: StreamInfo;
+    try {
+      info = await this.jsm.streams.info(this.space.stream);
+    } catch (e) {
+      if (e instanceof JetStreamApiError && e.status === 404) throw new StreamNotFound(this.space.stream, server, { cause: e });
+      throw e;
+    }
+    this.adoptStream(info);
   }
 
   /**
@@ -434,17 +516,7 @@ export class EventLog {
    */
   async ensureStream(): Promise<void> {
     try {
-      const info = await this.jsm.streams.info(this.space.stream);
-      this.leaderReads = (info.config.num_replicas ?? 1) > 1;
-      const wanted = allRunsFilter(this.space);
-      if (!info.config.subjects?.includes(wanted)) {
-        throw new Error(
-          `stream ${this.space.stream} captures ${JSON.stringify(info.config.subjects)}, not ${wanted}: RUNPLANE_STREAM and RUNPLANE_SUBJECT_PREFIX do not belong together`,
-        );
-      }
-      this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
-      this.atomicStream = info.config.allow_atomic === true;
-      this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
+      this.adoptStream(await this.jsm.streams.info(this.space.stream));
     } catch (e) {
       if (!(e instanceof JetStreamApiError) || e.status !== 404) throw e;
       const config: Partial<ReturnType<typeof runStreamConfig>> & { name: string } = runStreamConfig(this.space, {
@@ -489,6 +561,20 @@ export class EventLog {
   }
   /** True when the stream has more than one replica (a batch is then staged in memory by the server). */
   private replicatedStream = false;
+
+  /** Takes what an existing stream says about itself: replicas, partitions, atomic batches. @throws when it captures other subjects. */
+  private adoptStream(info: StreamInfo): void {
+    this.leaderReads = (info.config.num_replicas ?? 1) > 1;
+    const wanted = allRunsFilter(this.space);
+    if (!info.config.subjects?.includes(wanted)) {
+      throw new Error(
+        `stream ${this.space.stream} captures ${JSON.stringify(info.config.subjects)}, not ${wanted}: RUNPLANE_STREAM and RUNPLANE_SUBJECT_PREFIX do not belong together`,
+      );
+    }
+    this.adoptPartitions(info.config.metadata?.[PARTITIONS_METADATA_KEY]);
+    this.atomicStream = info.config.allow_atomic === true;
+    this.replicatedStream = (info.config.num_replicas ?? 1) > 1;
+  }
 
   /** Takes the stream's partition count (absent: a server without metadata, or an older stream: the configured count). */
   private adoptPartitions(stored: string | undefined): void {
@@ -943,10 +1029,14 @@ export class EventLog {
   /**
    * Every event of one Run in stream order, as of the moment of the call (from `fromSeq`).
    * Costs one direct get per event of the Run plus one per owner subject, whatever else the
-   * stream holds (see {@link catchUp}).
+   * stream holds (see {@link catchUp}). With `{ headers: true }` each event carries its
+   * message's {@link STORED_HEADERS} (for auditors: `runplane timeline --json`); the services'
+   * reads leave it off and copy nothing.
    */
-  async readRun(runId: string, fromSeq = 1): Promise<StoredEvent[]> {
-    return (await this.catchUp(runId, {}, fromSeq)).events;
+  readRun(runId: string, fromSeq: number, opts: ReadOptions & { headers: true }): Promise<StoredEventWithHeaders[]>;
+  readRun(runId: string, fromSeq?: number, opts?: ReadOptions): Promise<StoredEvent[]>;
+  async readRun(runId: string, fromSeq = 1, opts: ReadOptions = {}): Promise<StoredEvent[]> {
+    return (await this.catchUp(runId, {}, fromSeq, opts)).events;
   }
 
   /**
@@ -958,10 +1048,14 @@ export class EventLog {
    * only, never with other Runs' events, before or interleaved (docs/event-log.md). When a link
    * cannot be followed (an event written before `prevSeq` existed, a message that is not a valid
    * event, a purge), the Run is read whole by a filtered scan instead and `full` is true.
+   * `opts.headers`: each event carries its message's {@link STORED_HEADERS} ({@link StoredEventWithHeaders}).
    */
-  async catchUp(runId: string, known: Partial<Record<Owner, number>>, fromSeq = 1): Promise<CatchUp> {
+  async catchUp(runId: string, known: Partial<Record<Owner, number>>, fromSeq = 1, opts: ReadOptions = {}): Promise<CatchUp> {
     const lasts = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
-    const chains = await Promise.all(OWNERS.map((owner) => this.walkBack(runSubject(this.space, runId, owner), known[owner] ?? 0, fromSeq)));
+    const withHeaders = opts.headers === true;
+    const chains = await Promise.all(
+      OWNERS.map((owner) => this.walkBack(runSubject(this.space, runId, owner), known[owner] ?? 0, fromSeq, withHeaders)),
+    );
     if (chains.every((c) => c !== null)) {
       OWNERS.forEach((owner, i) => (lasts[owner] = chains[i]!.last));
       const events = chains.flatMap((c) => c.events).sort((a, b) => a.seq - b.seq);
@@ -977,7 +1071,7 @@ export class EventLog {
       if (token in lasts && subject === runSubject(this.space, runId, token)) lasts[token] = Math.max(lasts[token], seq);
     };
     const eventIds = new Set<string>();
-    for await (const e of this.snapshot(runFilter(this.space, runId), 1, 512, seen)) {
+    for await (const e of this.snapshot(runFilter(this.space, runId), 1, 512, seen, withHeaders)) {
       // a copy of an event already read (a replay under another message id) is not a second fact
       if (eventIds.has(e.event.eventId)) {
         this.onInvalid(new InvalidStoredEvent(e.seq, e.subject, `a copy of event ${e.event.eventId}, already stored earlier`, 'duplicate-event'));
@@ -999,7 +1093,12 @@ export class EventLog {
    * `prevInBatch` instead, resolved by {@link verifyStored}). Each event's `earlierSeqs` hints are fetched in parallel; the
    * result is accepted only where every fetched event's verified link points at the next older one.
    */
-  private async walkBack(subject: string, stopAt: number, fromSeq: number): Promise<{ events: StoredEvent[]; last: number } | null> {
+  private async walkBack(
+    subject: string,
+    stopAt: number,
+    fromSeq: number,
+    withHeaders = false,
+  ): Promise<{ events: StoredEvent[]; last: number } | null> {
     const first = await this.readMessage({ last_by_subj: subject });
     if (!first) return stopAt === 0 ? { events: [], last: 0 } : null;
     const last = first.seq;
@@ -1015,6 +1114,7 @@ export class EventLog {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it
       }
+      if (withHeaders) (stored as StoredEventWithHeaders).headers = storedHeadersOf(m.header);
       // an event without prevSeq (appended before it existed) has no link to follow
       const prev = stored.event.prevSeq;
       return prev === undefined ? null : { stored, prev };
@@ -1095,9 +1195,14 @@ export class EventLog {
     return this.snapshot(runFilter(this.space, runId), 1);
   }
 
-  /** Reads every stored event of every Run in stream order (for projection rebuilds and audits). */
-  readAll(): AsyncGenerator<StoredEvent> {
-    return this.snapshot(allRunsFilter(this.space), 1);
+  /**
+   * Reads every stored event of every Run in stream order, as of the call (for projection
+   * rebuilds and audits); with `{ headers: true }` each with its {@link STORED_HEADERS}.
+   */
+  readAll(opts: ReadOptions & { headers: true }): AsyncGenerator<StoredEventWithHeaders>;
+  readAll(opts?: ReadOptions): AsyncGenerator<StoredEvent>;
+  readAll(opts: ReadOptions = {}): AsyncGenerator<StoredEvent> {
+    return this.snapshot(allRunsFilter(this.space), 1, 512, undefined, opts.headers === true);
   }
 
   /**
@@ -1110,6 +1215,7 @@ export class EventLog {
     fromSeq: number,
     batchSize = 512,
     seen?: (subject: string, seq: number) => void,
+    withHeaders = false,
   ): AsyncGenerator<StoredEvent> {
     const open = (from: number) =>
       this.jsm.consumers.add(this.space.stream, {
@@ -1154,6 +1260,7 @@ export class EventLog {
             this.onInvalid(e);
             continue;
           }
+          if (withHeaders) (stored as StoredEventWithHeaders).headers = storedHeadersOf(m.headers);
           yield stored;
         }
         if (stalled) {

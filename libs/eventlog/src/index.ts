@@ -12,3 +12,4 @@ export * from './anomalies.js';
 export * from './conversations.js';
 export * from './kv-json.js';
 export * from './partitions.js';
+export * from './asyncapi.js';

@@ -63,6 +63,17 @@ export const ownerFilter = (s: SubjectSpace, owner: Owner, partition?: number): 
 /** Every subject of one partition: `<prefix>.run.*.*.<N>`. */
 export const partitionFilter = (s: SubjectSpace, partition: number): string => `${s.prefix}.run.*.*.${partition}`;
 export const liveDeltaSubject = (s: SubjectSpace, runId: string): string => `${s.prefix}.live.${runId}.delta`;
+/**
+ * True when a message received on `subject` was published on it (a core publish: the runtime's live
+ * delta), not a stream message delivered there by a push consumer someone aimed at it. nats-server
+ * does not check a push consumer's deliver subject against its creator's publish permissions
+ * (nats-server issue 8274), so any user who may create a consumer could send the Run stream's
+ * messages onto an observer's delta subject; such a delivery keeps the stored message's subject and
+ * carries an ack reply (`$JS.ACK...`), which tells it apart.
+ */
+export function isPublishedOn(msg: { subject: string; reply?: string }, subject: string): boolean {
+  return msg.subject === subject && !msg.reply;
+}
 
 /** The parts of a Run subject. */
 export interface RunSubjectParts {

@@ -5,11 +5,15 @@ import { fileURLToPath } from 'node:url';
 import { EventCatalog, EventTypes } from '@runplane/contracts';
 import {
   BUS_SERVICES,
+  BUS_USERS,
   busPermissions,
   consumerFilters,
+  DEFAULT_DOWNSTREAM_CONSUMERS,
   DEPLOYED_SPACE,
+  downstreamConsumerNames,
   durableNamesOf,
   PARTITIONS_METADATA_KEY,
+  passwordVariable,
   renderNatsAuthorization,
   runSubjectTokensOf,
 } from '@runplane/eventlog';
@@ -19,6 +23,14 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
   it('deploy/nats/accounts.conf is the one rendered from bus.ts (regenerate: npm run runplane -- docs nats-auth > deploy/nats/accounts.conf)', () => {
     expect(readFileSync(join(root, 'deploy', 'nats', 'accounts.conf'), 'utf8')).toBe(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
+  });
+
+  it("deploy/nats/values-auth.yaml gives nats-server every user's password variable (a missing one stops the server at start-up)", () => {
+    const values = readFileSync(join(root, 'deploy', 'nats', 'values-auth.yaml'), 'utf8');
+    for (const user of BUS_USERS) {
+      expect(values).toContain(`${passwordVariable(user)}:`);
+      expect(values).toContain(`secretKeyRef: { name: runplane-nats-users, key: ${user} }`);
+    }
   });
 
   it('deploy/nats/stream-RUNPLANE.json creates the stream with the deployed partition count in its metadata (RUNPLANE_PARTITIONS cannot change it later)', () => {
@@ -88,5 +100,38 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     // a process writes only its own service's membership keys
     expect(perms.tools.publish.allow).toContain('$KV.rp_heartbeats.tools.>');
     expect(perms.tools.publish.allow).not.toContain('$KV.rp_heartbeats.>');
+  });
+
+  it('lets the downstream consumer user read the stream and keep its listed durables, and nothing else', () => {
+    const { publish, subscribe } = busPermissions(DEPLOYED_SPACE).consumer;
+    expect(DEFAULT_DOWNSTREAM_CONSUMERS).toEqual(['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4']);
+    expect(publish.allow).toEqual(
+      expect.arrayContaining([
+        '$JS.API.STREAM.INFO.RUNPLANE',
+        '$JS.API.DIRECT.GET.RUNPLANE.rp.run.>',
+        '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-1',
+        '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-1.>',
+        '$JS.API.CONSUMER.DURABLE.CREATE.RUNPLANE.downstream-4',
+        '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-2',
+        '$JS.ACK.RUNPLANE.downstream-3.>',
+        '$JS.API.CONSUMER.DELETE.RUNPLANE.downstream-1',
+      ]),
+    );
+    // no Run subject, no bucket, no ephemeral or other consumer, no stream change
+    expect(
+      publish.allow.filter((p) => p.startsWith('rp.') || p.startsWith('$KV') || p.startsWith('$O') || p.includes('KV_') || p.includes('OBJ_')),
+    ).toEqual([]);
+    expect(publish.allow).not.toContain('$JS.API.CONSUMER.CREATE.RUNPLANE');
+    expect(publish.allow.filter((p) => p.includes('.CONSUMER.') && !/\.downstream-\d\b/.test(p))).toEqual([]);
+    expect(publish.allow.filter((p) => /STREAM\.(CREATE|UPDATE|DELETE|PURGE|MSG\.DELETE)/.test(p))).toEqual([]);
+    expect(publish.deny).toEqual(expect.arrayContaining(['rp.>', '$KV.>', '$O.>', '$JS.API.STREAM.PURGE.>', '$JS.API.STREAM.DELETE.>']));
+    expect(subscribe.allow).toEqual(['_INBOX.>']);
+    // a deployment's own names, each with the prefix
+    expect(busPermissions(DEPLOYED_SPACE, ['downstream-webhooks']).consumer.publish.allow).toContain(
+      '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-webhooks.>',
+    );
+    expect(() => downstreamConsumerNames(['webhooks'])).toThrow(RangeError);
+    expect(() => downstreamConsumerNames(['downstream-a.b'])).toThrow(RangeError);
+    expect(() => downstreamConsumerNames(['downstream-*'])).toThrow(RangeError);
   });
 });

@@ -38,12 +38,25 @@ export function redact(url: string): string {
 
 async function withAdmin<T>(adminUrl: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
+  try {
+    await client.connect();
+  } catch (e) {
+    throw new Error(`cannot connect to PostgreSQL at ${redact(adminUrl)}: ${String((e as Error)?.message ?? e)}`, { cause: e });
+  }
   try {
     return await fn(client);
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+/**
+ * True when database `name` exists on the server of `adminUrl` (any URL of that server whose
+ * database exists, e.g. `.../postgres`). Creates nothing.
+ * @throws Error naming the server when it cannot be reached or refuses the query.
+ */
+export async function databaseExists(adminUrl: string, name: string): Promise<boolean> {
+  return withAdmin(adminUrl, async (client) => Boolean((await client.query('select 1 from pg_database where datname = $1', [name])).rowCount));
 }
 
 /**

@@ -2,9 +2,10 @@
  * Rebuilding the projections from the log alone, and checking that the rebuild equals the live
  * projections (K11: "Projections are rebuilt from the log alone and come out identical").
  */
+import type { MikroORM } from '@mikro-orm/postgresql';
 import type { StoredEvent } from '@runplane/contracts';
 import { applyStoredEvents, OrphanEventError } from './apply.js';
-import { databaseNameOf, databaseUrlWith, dropDatabase, ensureDatabase, assertDatabaseName } from './database.js';
+import { assertDatabaseName, databaseExists, databaseNameOf, databaseUrlWith, dropDatabase, ensureDatabase, redact } from './database.js';
 import { createProjectionOrm, migrateUp } from './orm.js';
 import { diffProjectionDumps, dumpProjectionRows } from './queries.js';
 
@@ -58,8 +59,12 @@ const stamp = (d: Date): string =>
  * the number of transactions: a batch yields the rows of applying its events one by one.
  * The comparison is meaningful when the live projector has caught up with the log and no event is
  * appended meanwhile; otherwise the lag shows up as differences.
- * @throws Error when the target database already exists (a rebuild never reuses one), on an
- *   invalid name, or when an event cannot be applied (the half-built database is then dropped).
+ * Reads never create what they read (K11): when the live database does not exist, nothing is
+ * created, and a rebuild that fails leaves no copy behind.
+ * @throws Error naming the database when the live database does not exist, naming the server when
+ *   PostgreSQL cannot be used, when the target database already exists (a rebuild never reuses
+ *   one), on an invalid name, or when an event cannot be applied or the comparison fails (the
+ *   rebuilt database is then dropped).
  */
 export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildResult> {
   const liveName = databaseNameOf(opts.databaseUrl);
@@ -67,6 +72,11 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
   assertDatabaseName(database);
   if (database === liveName) throw new Error(`rebuild target "${database}" is the live database`);
   const adminUrl = opts.adminUrl ?? databaseUrlWith(opts.databaseUrl, 'postgres');
+  if (!(await databaseExists(adminUrl, liveName))) {
+    throw new Error(
+      `the live projection database "${liveName}" does not exist on ${redact(databaseUrlWith(opts.databaseUrl, ''))} (DATABASE_URL): nothing to compare a rebuild with; nothing was created`,
+    );
+  }
   if (!(await ensureDatabase(adminUrl, database))) {
     throw new Error(`rebuild target database "${database}" already exists; a rebuild needs a fresh database`);
   }
@@ -108,13 +118,19 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
     throw e;
   }
 
-  const liveOrm = await createProjectionOrm({ databaseUrl: opts.databaseUrl });
+  let liveOrm: MikroORM | null = null;
   try {
+    liveOrm = await createProjectionOrm({ databaseUrl: opts.databaseUrl });
     const [live, rebuilt] = [await dumpProjectionRows(liveOrm), await dumpProjectionRows(rebuiltOrm)];
     const differences = diffProjectionDumps(live, rebuilt);
-    return { database, eventsApplied, skipped, lastSeq, identicalToLive: differences.length === 0, differences };
-  } finally {
     await liveOrm.close();
     await rebuiltOrm.close();
+    return { database, eventsApplied, skipped, lastSeq, identicalToLive: differences.length === 0, differences };
+  } catch (e) {
+    // nothing to inspect without a comparison: no copy is left behind
+    await liveOrm?.close().catch(() => undefined);
+    await rebuiltOrm.close().catch(() => undefined);
+    await dropDatabase(adminUrl, database).catch(() => undefined);
+    throw new Error(`comparing the rebuild with the live database "${liveName}": ${String((e as Error)?.message ?? e)}`, { cause: e });
   }
 }

@@ -1,0 +1,4 @@
+export * from './stream.js';
+export * from './run-consumer.js';
+export * from './processed.js';
+export { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, RetryLater, type ConsumerLogger, type DeliveryInfo } from '@runplane/eventlog';

@@ -1,0 +1,198 @@
+/**
+ * Following Runs durably from a downstream service (docs/consumers.md): a durable JetStream pull
+ * consumer on the Run stream, named with `DOWNSTREAM_CONSUMER_PREFIX`, whose handlers are
+ * typed per event type by the zod catalogue of @runplane/contracts. It is the services' own
+ * {@link DurableConsumer} (heartbeats while a handler runs, consuming again after a leader change
+ * or a reconnection, one Run's events one at a time) under a name of the downstream user's.
+ */
+import { JetStreamApiError } from '@nats-io/jetstream';
+import type { EventType, Owner, RunEvent, RunEventOf, StoredEvent } from '@runplane/contracts';
+import {
+  allRunsFilter,
+  downstreamConsumerNames,
+  DurableConsumer,
+  ownerFilter,
+  type ConsumerLogger,
+  type DeliveryInfo,
+  type InvalidStoredEvent,
+  type AnomalyKind,
+} from '@runplane/eventlog';
+import { RunStream, type RunStreamOptions } from './stream.js';
+
+/**
+ * Checks a downstream durable consumer name: `DOWNSTREAM_CONSUMER_PREFIX` (`downstream-`) then 1-64 of
+ * `A-Z a-z 0-9 _ -` (a consumer name is one token of the JetStream API subjects; the broker's
+ * `consumer` user may use only the names its deployment lists, default `downstream-1` to `-4`).
+ * @returns the name.
+ * @throws RangeError otherwise.
+ */
+export function downstreamConsumerName(name: string): string {
+  return downstreamConsumerNames([name])[0]!;
+}
+
+/** Where a handled event stands and how it arrived. */
+export interface EventMeta extends DeliveryInfo {
+  /** The event's id: stable per fact, also its `Nats-Msg-Id`; the key for "processed once" ({@link processedOnce}). */
+  eventId: string;
+  runId: string;
+  /** Its stream sequence: a total order over all Runs, increasing within a Run. */
+  seq: number;
+  /** `<prefix>.run.<runId>.<owner>.<partition>`. */
+  subject: string;
+}
+
+/** A handler of one event type. Throwing leaves the event unacknowledged: it comes again after a backoff. */
+export type RunEventHandler<T extends EventType> = (event: RunEventOf<T>, meta: EventMeta) => void | Promise<void>;
+/** The handler of every event type without a handler of its own (`on('*', ...)`). */
+export type AnyRunEventHandler = (event: RunEvent, meta: EventMeta) => void | Promise<void>;
+
+/** A stored message that is not a fact of the log, terminated without reaching a handler. */
+export interface InvalidMessage {
+  seq: number;
+  subject: string;
+  /** `invalid-message` (not a Runplane event, or its subject disagrees), `unverified-event` (not appended by the event log: a replay or forgery), `wrong-partition`. */
+  anomaly: AnomalyKind;
+  reason: string;
+}
+
+export interface RunConsumerOptions {
+  /** The durable consumer's name ({@link downstreamConsumerName}); the same name resumes where it acknowledged. */
+  name: string;
+  /**
+   * Read only these owners' subjects (`<prefix>.run.*.<owner>.*`), e.g. `['lifecycle']` for
+   * settlements; default every Run subject (`<prefix>.run.>`). An event stands on its owner's
+   * subject, except recovery's `run.fenced` (on the fenced executor's) and `lease.parked` (on the
+   * runtime's). A changed list takes effect on the next start, from where the consumer stands.
+   */
+  owners?: readonly Owner[];
+  /** How long a delivered event may stay unacknowledged, ms (default 30,000); a running handler keeps it. */
+  ackWaitMs?: number;
+  /** Told of every message that is not a fact (default: the error line of the logger only). */
+  onInvalid?: (message: InvalidMessage) => void;
+  /** Where problems are written (default `console`). */
+  logger?: ConsumerLogger;
+}
+
+/**
+ * A durable consumer of Run events for a downstream service. Register handlers with {@link on},
+ * then {@link start}. Delivery is at least once: an event is acknowledged after its handler
+ * returns, and comes again (same `eventId`) when the handler threw (after 250 ms, doubling up to
+ * 15 s), when the process died before the acknowledgement, or when it was lost. Events of one Run
+ * reach the handlers one at a time in stream order; different Runs' events are handled
+ * concurrently. Every message is verified as the event log's own readers verify it
+ * (`verifyStored`): one the log did not append is reported ({@link RunConsumerOptions.onInvalid})
+ * and terminated, never handed to a handler. An event whose type has no handler is acknowledged.
+ */
+export class RunConsumer {
+  private readonly handlers = new Map<EventType | '*', (event: RunEvent, meta: EventMeta) => void | Promise<void>>();
+  private consumer: DurableConsumer | null = null;
+  /** The connection this consumer opened itself ({@link connect}), closed by {@link close}. */
+  private owned: RunStream | null = null;
+
+  /**
+   * @param stream an open {@link RunStream} (several consumers may share one).
+   * @throws RangeError when the name is not a downstream name.
+   */
+  constructor(
+    readonly stream: RunStream,
+    private readonly opts: RunConsumerOptions,
+  ) {
+    downstreamConsumerName(opts.name);
+  }
+
+  /**
+   * Opens its own connection ({@link RunStream.open}; named after the consumer unless
+   * `connectionName` says otherwise) and makes a consumer on it; {@link close} closes both.
+   * @throws as {@link RunStream.open}, and RangeError for a name that is not a downstream name.
+   */
+  static async connect(opts: RunStreamOptions & RunConsumerOptions): Promise<RunConsumer> {
+    downstreamConsumerName(opts.name);
+    const stream = await RunStream.open({ ...opts, connectionName: opts.connectionName ?? opts.name });
+    const consumer = new RunConsumer(stream, opts);
+    consumer.owned = stream;
+    return consumer;
+  }
+
+  /** The durable consumer's name on the server. */
+  get name(): string {
+    return this.opts.name;
+  }
+
+  /**
+   * Handles events of `type` (typed by the catalogue: `event.data` is that type's data), or with
+   * `'*'` every type that has no handler of its own. One handler per type.
+   * @throws Error when `type` has a handler already, or the consumer has started.
+   */
+  on<T extends EventType>(type: T, handler: RunEventHandler<T>): this;
+  on(type: '*', handler: AnyRunEventHandler): this;
+  on(type: EventType | '*', handler: (event: never, meta: EventMeta) => void | Promise<void>): this {
+    if (this.consumer) throw new Error(`consumer ${this.name} has started: register handlers before start()`);
+    if (this.handlers.has(type)) throw new Error(`consumer ${this.name} has a handler for ${type} already`);
+    this.handlers.set(type, handler as AnyRunEventHandler);
+    return this;
+  }
+
+  /**
+   * Creates the durable consumer (or updates it to these options) and starts handling: from the
+   * stream's first event for a new name, else from the first event it has not acknowledged.
+   * @throws NATS errors (e.g. a user the broker does not allow this name).
+   */
+  async start(): Promise<void> {
+    if (this.consumer) throw new Error(`consumer ${this.name} has started already`);
+    const space = this.stream.space;
+    const filter = this.opts.owners?.length ? this.opts.owners.map((o) => ownerFilter(space, o)) : allRunsFilter(space);
+    const onInvalid = this.opts.onInvalid;
+    const consumer = new DurableConsumer(
+      this.stream,
+      {
+        durable: this.name,
+        exactName: true,
+        filter,
+        ackWaitMs: this.opts.ackWaitMs ?? 30_000,
+        ...(onInvalid
+          ? { onInvalid: (e: InvalidStoredEvent) => onInvalid({ seq: e.seq, subject: e.subject, anomaly: e.anomaly, reason: e.message }) }
+          : {}),
+      },
+      (stored, delivery) => this.dispatch(stored, delivery),
+      this.opts.logger ?? console,
+    );
+    await consumer.start();
+    this.consumer = consumer;
+  }
+
+  private async dispatch(stored: StoredEvent, delivery: DeliveryInfo): Promise<void> {
+    const handler = this.handlers.get(stored.event.type) ?? this.handlers.get('*');
+    if (!handler) return;
+    const e = stored.event;
+    await handler(e, { eventId: e.eventId, runId: e.runId, seq: stored.seq, subject: stored.subject, ...delivery });
+  }
+
+  /**
+   * Stops pulling and waits for the running handlers (their events are acknowledged or handed
+   * back); the durable consumer stays on the server, so a new start with the same name resumes.
+   */
+  async stop(): Promise<void> {
+    await this.consumer?.stop();
+    this.consumer = null;
+  }
+
+  /** {@link stop}, then closes the connection when {@link connect} opened it. */
+  async close(): Promise<void> {
+    await this.stop();
+    await this.owned?.close();
+  }
+
+  /**
+   * Deletes the durable consumer from the server: its position is forgotten, and a later start
+   * with the same name begins again at the stream's first event.
+   * @returns false when there was none.
+   */
+  async deleteDurable(): Promise<boolean> {
+    try {
+      return await this.stream.jsm.consumers.delete(this.stream.space.stream, this.name);
+    } catch (e) {
+      if (e instanceof JetStreamApiError && e.status === 404) return false;
+      throw e;
+    }
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * A read-only connection to the Run stream for a downstream service: it looks the stream up and
+ * never creates, changes or appends anything (K11: reads never append), so it works with the
+ * broker's `consumer` user, which may only read the stream and use its own durable consumers.
+ */
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { BusConfig, natsServerList } from '@runplane/contracts';
+import {
+  allRunsFilter,
+  DEFAULT_PARTITIONS,
+  DeliveryFeed,
+  MAX_PARTITIONS,
+  PARTITIONS_METADATA_KEY,
+  RECONNECT_JITTER_MS,
+  RECONNECT_TIME_WAIT_MS,
+  type ConsumerSource,
+  type SubjectSpace,
+} from '@runplane/eventlog';
+
+/** Where the Run stream is and who reads it. */
+export interface RunStreamOptions {
+  /** The NATS server, or every node of a cluster comma-separated (`NATS_URL`). */
+  natsUrl: string;
+  /** The NATS user and password (`NATS_USER`, `NATS_PASSWORD`): the `consumer` user the deployment gives downstream services. */
+  user?: string;
+  password?: string;
+  /** The Run stream (`RUNPLANE_STREAM`, default `RUNPLANE`). */
+  stream: string;
+  /** The subject prefix (`RUNPLANE_SUBJECT_PREFIX`, default `rp`): the stream captures `<prefix>.run.>`. */
+  prefix: string;
+  /** The connection name the NATS server shows (default `runplane-downstream`). */
+  connectionName?: string;
+}
+
+/**
+ * {@link RunStreamOptions} from the environment: `NATS_URL`, `NATS_USER`, `NATS_PASSWORD`,
+ * `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX` (validated by contracts' `BusConfig`, with its defaults).
+ * @throws ZodError naming the variable when a value is invalid.
+ */
+export function runStreamOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): RunStreamOptions {
+  const bus = BusConfig.parse(env);
+  return {
+    natsUrl: bus.NATS_URL,
+    stream: bus.RUNPLANE_STREAM,
+    prefix: bus.RUNPLANE_SUBJECT_PREFIX,
+    ...(bus.NATS_USER ? { user: bus.NATS_USER, password: bus.NATS_PASSWORD ?? '' } : {}),
+  };
+}
+
+/** The stream does not exist (or captures other subjects) on the server: nothing was created. */
+export class RunStreamUnavailable extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'RunStreamUnavailable';
+  }
+}
+
+/**
+ * An open connection to an existing Run stream: what {@link RunConsumer}s on it share. The
+ * partition count comes from the stream itself (metadata `runplane_partitions`), as the event
+ * log's, so verification ({@link verifyStored}) maps a Run to the partition its events stand on.
+ */
+export class RunStream implements ConsumerSource {
+  /** Unused by downstream consumers (they never read whole Runs); present for the durable consumer's shape. */
+  readonly deliveries = new DeliveryFeed();
+
+  private constructor(
+    readonly nc: NatsConnection,
+    readonly js: JetStreamClient,
+    readonly jsm: JetStreamManager,
+    readonly space: SubjectSpace,
+    /** The server(s) connected to, for messages. */
+    readonly natsUrl: string,
+  ) {}
+
+  /**
+   * Connects (reconnecting for ever after a loss, like the services) and looks the stream up.
+   * @throws Error naming the server when it cannot be reached or refuses the user;
+   *   {@link RunStreamUnavailable} when the stream does not exist or captures other subjects
+   *   (nothing is created).
+   */
+  static async open(opts: RunStreamOptions): Promise<RunStream> {
+    let nc: NatsConnection;
+    try {
+      nc = await connect({
+        servers: natsServerList(opts.natsUrl),
+        name: opts.connectionName ?? 'runplane-downstream',
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
+        reconnectJitter: RECONNECT_JITTER_MS,
+        ...(opts.user ? { user: opts.user, pass: opts.password ?? '' } : {}),
+      });
+    } catch (e) {
+      throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${(e as Error)?.message ?? String(e)}`, {
+        cause: e,
+      });
+    }
+    try {
+      const jsm = await jetstreamManager(nc);
+      const config = await jsm.streams.info(opts.stream).then(
+        (info) => info.config,
+        (e: unknown) => {
+          if (e instanceof JetStreamApiError && e.status === 404) {
+            throw new RunStreamUnavailable(
+              `stream ${opts.stream} does not exist on NATS at ${opts.natsUrl}; nothing was created (check RUNPLANE_STREAM)`,
+              {
+                cause: e,
+              },
+            );
+          }
+          throw new Error(`reading stream ${opts.stream} on NATS at ${opts.natsUrl}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+        },
+      );
+      const space: SubjectSpace = { stream: opts.stream, prefix: opts.prefix, partitions: DEFAULT_PARTITIONS };
+      const wanted = allRunsFilter(space);
+      if (!config.subjects?.includes(wanted)) {
+        throw new RunStreamUnavailable(
+          `stream ${opts.stream} on NATS at ${opts.natsUrl} captures ${JSON.stringify(config.subjects)}, not ${wanted}: RUNPLANE_STREAM and RUNPLANE_SUBJECT_PREFIX do not belong together`,
+        );
+      }
+      const stored = config.metadata?.[PARTITIONS_METADATA_KEY];
+      if (stored !== undefined) {
+        const n = Number(stored);
+        if (!/^\d+$/.test(stored) || n < 1 || n > MAX_PARTITIONS) {
+          throw new RunStreamUnavailable(`stream ${opts.stream} has ${PARTITIONS_METADATA_KEY}=${JSON.stringify(stored)}, not a partition count`);
+        }
+        space.partitions = n;
+      }
+      return new RunStream(nc, jetstream(nc), jsm, space, opts.natsUrl);
+    } catch (e) {
+      await nc.close().catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /** Downstream consumers read events one by one as delivered: nothing to remember here. */
+  noteStored(): void {}
+
+  /** Closes the connection (after what it sent is flushed). Stop the consumers on it first. */
+  async close(): Promise<void> {
+    await this.nc.drain().catch(() => undefined);
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * The library as the broker's `consumer` user (libs/eventlog bus.ts), against a nats-server started
+ * with the Runplane users and permissions as deployed: it follows Runs through a durable it is
+ * granted, with several owner filters, terminates a forgery, resumes, and is refused a name it is
+ * not granted.
+ */
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { makeEvent } from '@runplane/contracts';
+import { provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { EventLog, runSubject, type SubjectSpace } from '@runplane/eventlog';
+import { RunConsumer, RunStream, type InvalidMessage, type RunStreamOptions } from '@runplane/consumer';
+
+const tag = randomBytes(3).toString('hex');
+const space: SubjectSpace = { stream: `RPT_CU_${tag}`, prefix: `tcu${tag}`, partitions: 8 };
+const granted = 'downstream-lib';
+const stateDir = mkdtempSync(join(tmpdir(), 'rp-consumer-user-'));
+const quiet = { warn: () => undefined, error: () => undefined };
+let nats: SecuredNats;
+let admin: EventLog;
+let options: RunStreamOptions;
+
+const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
+const admitted = (runId: string) =>
+  makeEvent(
+    'run.admitted',
+    ctx(runId),
+    'admission',
+    {
+      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
+      grant: { tools: ['list_funds'], model: 'm' },
+      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
+    },
+    new Date(),
+  );
+const settled = (runId: string) =>
+  makeEvent(
+    'run.settled',
+    ctx(runId),
+    'settle',
+    {
+      outcome: 'completed',
+      reason: 'answered',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 1, completionTokens: 1 },
+    },
+    new Date(),
+  );
+
+async function until(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+beforeAll(async () => {
+  nats = await startSecuredNats({ stateDir, space, downstream: [granted] });
+  const env = { NATS_URL: nats.url, RUNPLANE_STREAM: space.stream, RUNPLANE_SUBJECT_PREFIX: space.prefix, RUNPLANE_PARTITIONS: '8' };
+  await provisionAsAdmin(env, nats.users);
+  admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
+  options = { natsUrl: nats.url, stream: space.stream, prefix: space.prefix, user: nats.users.consumer.user, password: nats.users.consumer.password };
+}, 60_000);
+afterAll(async () => {
+  await admin?.close();
+  await nats?.stop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+it('follows admissions and settlements through its granted durable, terminates a forgery, resumes, and deletes it', async () => {
+  const runs = ['a', 'b', 'c'].map((x) => `${x}${tag}`);
+  for (const r of runs.slice(0, 2)) {
+    await admin.append(admitted(r), 0);
+    await admin.append(settled(r), 0);
+  }
+  const forged = await admin.js.publish(runSubject(admin.space, `forged${tag}`, 'lifecycle'), JSON.stringify(settled(`forged${tag}`)));
+  const seen: string[] = [];
+  const reports: InvalidMessage[] = [];
+  const first = await RunConsumer.connect({
+    ...options,
+    name: granted,
+    owners: ['admission', 'lifecycle'],
+    logger: quiet,
+    onInvalid: (m) => reports.push(m),
+  });
+  first.on('run.admitted', (e) => void seen.push(`admitted ${e.runId}`)).on('run.settled', (e) => void seen.push(`settled ${e.runId}`));
+  await first.start();
+  await until(() => seen.length === 4 && reports.length === 1, 'both Runs and the forgery');
+  await until(async () => (await first.stream.jsm.consumers.info(space.stream, granted)).num_ack_pending === 0, 'the acknowledgements');
+  await first.close();
+  expect(reports.map((r) => [r.seq, r.anomaly])).toEqual([[forged.seq, 'unverified-event']]);
+
+  await admin.append(settled(runs[2]!), 0);
+  const again = await RunConsumer.connect({ ...options, name: granted, owners: ['admission', 'lifecycle'], logger: quiet });
+  again.on('*', (e) => void seen.push(`${e.type} ${e.runId}`));
+  await again.start();
+  await until(() => seen.length === 5, 'the settlement appended while it was stopped');
+  expect(seen).toEqual([`admitted ${runs[0]}`, `settled ${runs[0]}`, `admitted ${runs[1]}`, `settled ${runs[1]}`, `run.settled ${runs[2]}`]);
+  await again.stop();
+  expect(await again.deleteDurable()).toBe(true);
+  await again.close();
+});
+
+it('is refused a downstream name the deployment does not grant, and creates no stream', async () => {
+  const stream = await RunStream.open(options);
+  try {
+    const other = new RunConsumer(stream, { name: 'downstream-other', logger: quiet });
+    await expect(other.start()).rejects.toThrow(/permission/i);
+  } finally {
+    await stream.close();
+  }
+  // the user may read its own stream only: another name is refused by the broker, and the error says where
+  await expect(RunStream.open({ ...options, stream: `RPT_CU_MISSING_${tag}` })).rejects.toThrow(
+    new RegExp(`reading stream RPT_CU_MISSING_${tag} on NATS at ${nats.url}: Permissions Violation`),
+  );
+  await expect(admin.jsm.streams.info(`RPT_CU_MISSING_${tag}`)).rejects.toThrow(/not found/i);
+});

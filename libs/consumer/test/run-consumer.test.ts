@@ -1,0 +1,318 @@
+/**
+ * The downstream consumer library against the suite's nats-server: events appended by a real
+ * event log on a stream of this file, followed by durable consumers named `downstream-...`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { repoRoot } from '@runplane/devstack';
+import { makeEvent, type RunEventOf } from '@runplane/contracts';
+import { EventLog, runSubject } from '@runplane/eventlog';
+import {
+  DOWNSTREAM_CONSUMER_PREFIX,
+  downstreamConsumerName,
+  MemoryProcessedStore,
+  processedOnce,
+  RunConsumer,
+  RunStream,
+  RunStreamUnavailable,
+  type EventMeta,
+  type InvalidMessage,
+  type RunStreamOptions,
+} from '@runplane/consumer';
+import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+
+const tag = randomBytes(4).toString('hex');
+const space = { stream: `RPTEST_DC_${tag}`, prefix: `tdc${tag}` };
+const streamOptions: RunStreamOptions = { natsUrl: SHARED_NATS_URL, ...space };
+const quiet = { warn: () => undefined, error: () => undefined };
+let log: EventLog;
+let stream: RunStream;
+const consumers: RunConsumer[] = [];
+const children: ChildProcess[] = [];
+
+const ctx = (runId: string) => ({ runId, conversationId: 'c1', correlationId: 'm1', causationId: null });
+const admitted = (runId: string) =>
+  makeEvent(
+    'run.admitted',
+    ctx(runId),
+    'admission',
+    {
+      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
+      grant: { tools: ['list_funds'], model: 'm' },
+      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
+    },
+    new Date(),
+  );
+const settled = (runId: string) =>
+  makeEvent(
+    'run.settled',
+    ctx(runId),
+    'settle',
+    {
+      outcome: 'completed',
+      reason: 'answered',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5 },
+    },
+    new Date(),
+  );
+
+async function until(pred: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** A consumer on the file's stream, deleted from the server after the file. */
+function consumer(
+  suffix: string,
+  opts: { owners?: ('admission' | 'lifecycle')[]; onInvalid?: (m: InvalidMessage) => void; ackWaitMs?: number } = {},
+) {
+  const c = new RunConsumer(stream, { name: `${DOWNSTREAM_CONSUMER_PREFIX}${suffix}-${tag}`, logger: quiet, ...opts });
+  consumers.push(c);
+  return c;
+}
+
+async function pendingOf(c: RunConsumer): Promise<{ pending: number; ackPending: number }> {
+  const info = await stream.jsm.consumers.info(space.stream, c.name);
+  return { pending: info.num_pending, ackPending: info.num_ack_pending };
+}
+
+beforeAll(async () => {
+  log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'admin' });
+  log.onInvalid = () => undefined;
+  stream = await RunStream.open(streamOptions);
+});
+afterAll(async () => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const c of consumers) {
+    await c.stop();
+    await c.deleteDurable();
+  }
+  await stream?.close();
+  await log?.destroyStream();
+  await log?.close();
+});
+
+describe('names and the stream', () => {
+  it('takes only names with the downstream prefix that are one subject token', () => {
+    expect(downstreamConsumerName('downstream-webhooks_1')).toBe('downstream-webhooks_1');
+    for (const bad of ['webhooks', 'rp-projector-p0', 'downstream-', 'downstream-a.b', 'downstream-*', `downstream-${'x'.repeat(65)}`]) {
+      expect(() => downstreamConsumerName(bad)).toThrow(RangeError);
+      expect(() => new RunConsumer(stream, { name: bad })).toThrow(RangeError);
+    }
+  });
+
+  it('opens only an existing stream: a missing one is an error naming it and the server, and is not created', async () => {
+    const missing = `RPTEST_DC_MISSING_${tag}`;
+    const opened = RunStream.open({ ...streamOptions, stream: missing });
+    await expect(opened).rejects.toBeInstanceOf(RunStreamUnavailable);
+    await expect(opened).rejects.toThrow(new RegExp(`${missing} does not exist on NATS at ${SHARED_NATS_URL}`));
+    await expect(log.jsm.streams.info(missing)).rejects.toThrow(/not found/i);
+    await expect(RunStream.open({ ...streamOptions, prefix: `other${tag}` })).rejects.toThrow(/do not belong together/);
+  });
+});
+
+describe('following Runs', () => {
+  it('hands each event to the handler of its type, typed, with its event id and stream sequence; "*" gets the types without one', async () => {
+    const runId = `typed${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const s = await log.append(settled(runId), 0);
+    const got: string[] = [];
+    const settlements: { event: RunEventOf<'run.settled'>; meta: EventMeta }[] = [];
+    const c = consumer('typed')
+      .on('run.settled', (event, meta) => {
+        if (event.runId !== runId) return;
+        // typed by the catalogue: data.outcome exists on run.settled only
+        got.push(`settled:${event.data.outcome}`);
+        settlements.push({ event, meta });
+      })
+      .on('*', (event) => {
+        if (event.runId === runId) got.push(event.type);
+      });
+    await c.start();
+    await until(() => got.length === 2, 'both events');
+    expect(got).toEqual(['run.admitted', 'settled:completed']);
+    expect(settlements[0]!.meta).toEqual({
+      eventId: s.stored.event.eventId,
+      runId,
+      seq: s.seq,
+      subject: runSubject(log.space, runId, 'lifecycle'),
+      deliveryCount: 1,
+      redelivered: false,
+    });
+    expect(settlements[0]!.event.eventId).toBe(settled(runId).eventId);
+    expect(a.seq).toBeLessThan(s.seq);
+    expect(() => c.on('run.admitted', () => undefined)).toThrow(/has started/);
+  });
+
+  it('with an owners filter, delivers only those owners’ subjects', async () => {
+    const runId = `owners${tag}`;
+    await log.append(admitted(runId), 0);
+    const s = await log.append(settled(runId), 0);
+    const seen: string[] = [];
+    const c = consumer('owners', { owners: ['lifecycle'] }).on('*', (event) => void (event.runId === runId && seen.push(event.type)));
+    await c.start();
+    await until(() => seen.length === 1, 'the settlement');
+    await until(async () => (await pendingOf(c)).ackPending === 0, 'the acknowledgement');
+    expect(seen).toEqual(['run.settled']);
+    const info = await stream.jsm.consumers.info(space.stream, c.name);
+    expect(info.config.filter_subject).toBe(`${space.prefix}.run.*.lifecycle.*`);
+    // every lifecycle event of the stream so far was delivered, the admissions were not
+    expect(info.delivered.stream_seq).toBeGreaterThanOrEqual(s.seq);
+  });
+
+  it('leaves an event whose handler threw unacknowledged: it comes again (same event id, delivery 2), then is acknowledged', async () => {
+    const runId = `retry${tag}`;
+    await log.append(settled(runId), 0);
+    const deliveries: EventMeta[] = [];
+    const c = consumer('retry', { owners: ['lifecycle'] }).on('run.settled', (event, meta) => {
+      if (event.runId !== runId) return;
+      deliveries.push(meta);
+      if (meta.deliveryCount === 1) throw new Error('the downstream store is down');
+    });
+    await c.start();
+    await until(() => deliveries.length === 2, 'the redelivery');
+    await until(async () => (await pendingOf(c)).ackPending === 0, 'the acknowledgement');
+    expect(deliveries.map((m) => [m.eventId, m.deliveryCount, m.redelivered])).toEqual([
+      [settled(runId).eventId, 1, false],
+      [settled(runId).eventId, 2, true],
+    ]);
+  });
+
+  it('reports and terminates a message the event log did not append; no handler sees it', async () => {
+    const runId = `forged${tag}`;
+    const subject = runSubject(log.space, runId, 'lifecycle');
+    const garbage = await log.js.publish(subject, 'not json {');
+    // a well-formed settlement published around the log: no checked expectation stored with it
+    const forged = await log.js.publish(subject, JSON.stringify(settled(runId)));
+    // a settlement on a partition that is not its Run's
+    const other = subject.replace(/\.(\d+)$/, (_, p: string) => `.${(Number(p) + 1) % 8}`);
+    const wrong = await log.js.publish(other, JSON.stringify({ ...settled(runId), prevSeq: 0 }), { expect: { lastSubjectSequence: 0 } });
+    const genuine = await log.append(settled(`genuine${tag}`), 0);
+    const reports: InvalidMessage[] = [];
+    const handled: number[] = [];
+    const c = consumer('forged', { owners: ['lifecycle'], onInvalid: (m) => reports.push(m) }).on('*', (_e, meta) => void handled.push(meta.seq));
+    await c.start();
+    await until(() => handled.includes(genuine.seq), 'the genuine settlement after the forgeries');
+    await until(async () => (await pendingOf(c)).ackPending === 0, 'nothing left unacknowledged');
+    const mine = reports.filter((r) => [garbage.seq, forged.seq, wrong.seq].includes(r.seq));
+    expect(mine.map((r) => [r.seq, r.anomaly])).toEqual([
+      [garbage.seq, 'invalid-message'],
+      [forged.seq, 'unverified-event'],
+      [wrong.seq, 'wrong-partition'],
+    ]);
+    expect(handled).not.toContain(garbage.seq);
+    expect(handled).not.toContain(forged.seq);
+    expect(handled).not.toContain(wrong.seq);
+    const info = await stream.jsm.consumers.info(space.stream, c.name);
+    expect(info.num_redelivered).toBe(0);
+  });
+
+  it('resumes after a restart from where it acknowledged: the same name gets only what came after', async () => {
+    const runIds = Array.from({ length: 5 }, (_, i) => `resume${i}${tag}`);
+    for (const r of runIds.slice(0, 3)) await log.append(settled(r), 0);
+    const first: string[] = [];
+    const a = consumer('resume', { owners: ['lifecycle'] }).on('run.settled', (e) => void (runIds.includes(e.runId) && first.push(e.runId)));
+    await a.start();
+    await until(() => first.length === 3, 'the first three');
+    await until(async () => (await pendingOf(a)).ackPending === 0, 'their acknowledgements');
+    await a.stop();
+    for (const r of runIds.slice(3)) await log.append(settled(r), 0);
+    const second: string[] = [];
+    const b = new RunConsumer(stream, { name: a.name, owners: ['lifecycle'], logger: quiet }).on(
+      'run.settled',
+      (e) => void (runIds.includes(e.runId) && second.push(e.runId)),
+    );
+    consumers.push(b);
+    await b.start();
+    await until(() => second.length === 2, 'the two appended while it was stopped');
+    await until(async () => (await pendingOf(b)).pending === 0, 'the end of the stream');
+    await b.stop();
+    expect(first).toEqual(runIds.slice(0, 3));
+    expect(second).toEqual(runIds.slice(3));
+  });
+
+  it('processedOnce runs the effect once per event id when a handled event comes again (its acknowledgement lost)', async () => {
+    const runId = `once${tag}`;
+    await log.append(settled(runId), 0);
+    const store = new MemoryProcessedStore();
+    const effects: string[] = [];
+    const deliveries: number[] = [];
+    const effect = processedOnce(store, (event: RunEventOf<'run.settled'>) => void effects.push(event.eventId));
+    const c = consumer('once', { owners: ['lifecycle'] }).on('run.settled', async (event, meta) => {
+      if (event.runId !== runId) return;
+      deliveries.push(meta.deliveryCount);
+      await effect(event, meta);
+      // as if the process died before its acknowledgement: the event comes again
+      if (meta.deliveryCount === 1) throw new Error('acknowledgement lost');
+    });
+    await c.start();
+    await until(() => deliveries.length === 2, 'the redelivery');
+    expect(effects).toEqual([settled(runId).eventId]);
+    expect(store.has(settled(runId).eventId)).toBe(true);
+  });
+
+  it('MemoryProcessedStore forgets the oldest ids beyond its capacity', () => {
+    const store = new MemoryProcessedStore(2);
+    const ids = [randomUUID(), randomUUID(), randomUUID()];
+    for (const id of ids) store.add(id);
+    expect(ids.map((id) => store.has(id))).toEqual([false, true, true]);
+    expect(store.size).toBe(2);
+    expect(() => new MemoryProcessedStore(0)).toThrow(RangeError);
+  });
+});
+
+describe('the example of docs/consumers.md', () => {
+  const file = join(repoRoot(), 'libs/consumer/examples/follow-runs.ts');
+
+  it('is the file the docs show', () => {
+    const code = readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((l) => !l.startsWith('//'))
+      .join('\n')
+      .trim();
+    const docs = readFileSync(join(repoRoot(), 'docs/consumers.md'), 'utf8');
+    const shown = /## An example of 20 lines[\s\S]*?```ts\n([\s\S]*?)```/.exec(docs)?.[1]?.trim();
+    expect(shown).toBe(code);
+    expect(code.split('\n').length).toBeLessThanOrEqual(20);
+  });
+
+  it('runs: it prints the admission and the settlement of a Run, and stops on SIGINT', async () => {
+    const runId = `example${tag}`;
+    await log.append(admitted(runId), 0);
+    await log.append(settled(runId), 0);
+    const name = `${DOWNSTREAM_CONSUMER_PREFIX}example-${tag}`;
+    consumers.push(new RunConsumer(stream, { name }));
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      NATS_URL: SHARED_NATS_URL,
+      RUNPLANE_STREAM: space.stream,
+      RUNPLANE_SUBJECT_PREFIX: space.prefix,
+      RUNPLANE_CONSUMER_NAME: name,
+    };
+    delete env.NATS_USER;
+    delete env.NATS_PASSWORD;
+    const child = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(child);
+    const lines: string[] = [];
+    createInterface({ input: child.stdout }).on('line', (l) => lines.push(l));
+    createInterface({ input: child.stderr }).on('line', (l) => lines.push(`stderr: ${l}`));
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    await until(
+      () => lines.some((l) => l.startsWith(`settled ${runId}`)),
+      () => `the example's output (so far: ${lines.join(' | ')})`,
+    );
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+    const mine = lines.filter((l) => l.includes(runId));
+    expect(mine).toEqual([`admitted ${runId}: hello`, expect.stringMatching(new RegExp(`^settled ${runId} completed \\(seq \\d+, delivery 1\\)$`))]);
+  });
+});
