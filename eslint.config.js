@@ -17,6 +17,26 @@ const nodeGlobals = Object.fromEntries(
   ]),
 );
 
+/** What the Run viewer's browser module uses of a browser's globals. */
+const browserGlobals = Object.fromEntries(
+  [
+    'document',
+    'window',
+    'location',
+    'sessionStorage',
+    'fetch',
+    'URL',
+    'URLSearchParams',
+    'TextDecoderStream',
+    'AbortController',
+    'Node',
+    'console',
+    'setTimeout',
+    'clearTimeout',
+    'setInterval',
+  ].map((name) => [name, 'readonly']),
+);
+
 export default tseslint.config(
   {
     ignores: ['**/dist/**', '**/node_modules/**', '.nx/**', '.runplane/**', 'coverage/**'],
@@ -45,5 +65,10 @@ export default tseslint.config(
     files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
     extends: [tseslint.configs.disableTypeChecked],
     languageOptions: { globals: nodeGlobals },
+  },
+  {
+    // The Run viewer's browser module (apps/publication/viewer): a browser's globals, not Node's.
+    files: ['apps/publication/viewer/**/*.js'],
+    languageOptions: { sourceType: 'module', globals: browserGlobals },
   },
 );

@@ -196,3 +196,90 @@ describe('tenancy: a Conversation and its Runs belong to their creator (issue [1
     expect([a!.status, b!.status].sort()).toEqual([201, 404]);
   });
 });
+
+describe('GET /v1/runs: the list of Runs a principal sees (the Run viewer)', () => {
+  /** Every page of `token`'s list, `limit` per page, once the projections hold at least `atLeast` of `runIds`. */
+  async function allPages(token: string, limit: number, runIds: string[]): Promise<{ pages: Record<string, unknown>[]; ids: string[] }> {
+    return eventually(
+      async () => {
+        const pages: Record<string, unknown>[] = [];
+        let cursor: string | null = null;
+        do {
+          const r = await get(admission(`/v1/runs?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`), token);
+          expect(r.status).toBe(200);
+          pages.push(r.body!);
+          cursor = r.body!.nextCursor as string | null;
+        } while (cursor);
+        const ids = pages.flatMap((p) => (p.runs as { runId: string }[]).map((run) => run.runId));
+        return runIds.every((id) => ids.includes(id)) ? { pages, ids } : null;
+      },
+      20_000,
+      'every Run projected and listed',
+    );
+  }
+
+  it("lists a principal's own Runs only, newest first, a page at a time with a cursor; an admin sees everyone's", async () => {
+    const [carol, dave] = await Promise.all([auth.mint(`carol-${t.tag}`), auth.mint(`dave-${t.tag}`)]);
+    const carolRuns: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await post(admission(`/v1/conversations/conv-${t.tag}-carol/messages`), carol, {
+        clientMessageId: `c${i}`,
+        content: `Carol's question ${i}`,
+      });
+      expect(r.status).toBe(201);
+      carolRuns.push(r.body!.runId as string);
+    }
+    const daveRun = (
+      await post(admission(`/v1/conversations/conv-${t.tag}-dave/messages`), dave, { clientMessageId: 'd0', content: "Dave's question" })
+    ).body!.runId as string;
+
+    const { pages, ids } = await allPages(carol, 2, carolRuns);
+    // carol's three, newest admission first, and nothing of anyone else's
+    expect(ids).toEqual([...carolRuns].reverse());
+    expect(pages.map((p) => (p.runs as unknown[]).length)).toEqual([2, 1]);
+    expect(pages[1]!.nextCursor).toBeNull();
+    const first = (pages[0]!.runs as Record<string, unknown>[])[0]!;
+    expect(first).toMatchObject({ runId: carolRuns[2], question: "Carol's question 2", conversationId: `conv-${t.tag}-carol` });
+    expect(first).not.toHaveProperty('principal');
+
+    expect((await allPages(dave, 50, [daveRun])).ids).toEqual([daveRun]);
+    const everyone = await allPages(admin, 100, [...carolRuns, daveRun]);
+    expect(everyone.ids).toEqual(expect.arrayContaining([...carolRuns, daveRun]));
+    // the admin's list is in the same order: admission time, newest first
+    const admitted = everyone.pages.flatMap((p) => (p.runs as { admittedAt: string }[]).map((r) => Date.parse(r.admittedAt)));
+    expect(admitted).toEqual([...admitted].sort((a, b) => b - a));
+  });
+
+  it('refuses a limit outside 1..100, a repeated limit and a cursor it did not give (400, the reason in issues); no token is 401', async () => {
+    for (const query of [
+      'limit=0',
+      'limit=101',
+      'limit=abc',
+      'limit=1&limit=2',
+      'cursor=not-a-cursor',
+      `cursor=${Buffer.from('{"runId":"x"}').toString('base64url')}`,
+    ]) {
+      const r = await get(admission(`/v1/runs?${query}`), alice);
+      expect([query, r.status, r.body?.code]).toEqual([query, 400, 'bad_request']);
+      expect((r.body!.issues as { path: string }[])[0]!.path).toMatch(/^query\.(limit|cursor)/);
+    }
+    expect((await get(admission('/v1/runs'), null)).status).toBe(401);
+  });
+
+  it("answers CORS for publication's origin (the viewer's page), preflight before the token, and nothing for another origin", async () => {
+    const viewerOrigin = new URL(t.stack.endpoints.publication).origin;
+    const preflight = await fetch(admission('/v1/runs'), {
+      method: 'OPTIONS',
+      headers: { origin: viewerOrigin, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get('access-control-allow-origin')).toBe(viewerOrigin);
+    expect(preflight.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('authorization');
+    expect(preflight.headers.get('access-control-allow-credentials')).toBeNull();
+    const listed = await fetch(admission('/v1/runs'), { headers: { origin: viewerOrigin, ...bearer(alice) } });
+    expect(listed.status).toBe(200);
+    expect(listed.headers.get('access-control-allow-origin')).toBe(viewerOrigin);
+    const foreign = await fetch(admission('/v1/runs'), { headers: { origin: 'http://evil.example', ...bearer(alice) } });
+    expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
+  });
+});

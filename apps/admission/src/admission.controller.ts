@@ -1,4 +1,19 @@
-import { Body, Controller, Get, Headers, HttpCode, HttpStatus, Inject, Param, Post, Req, Res, UseGuards, type RawBodyRequest } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  Headers,
+  HttpCode,
+  HttpStatus,
+  Inject,
+  Param,
+  Post,
+  Query,
+  Req,
+  Res,
+  UseGuards,
+  type RawBodyRequest,
+} from '@nestjs/common';
 import type { Request, Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
@@ -18,6 +33,10 @@ import {
   type ReconcileToolCallResponse,
   type RunEventOf,
   type RunView,
+  RUNS_PAGE_DEFAULT,
+  RunsCursor,
+  RunsQuery,
+  type RunsPage,
 } from '@runplane/contracts';
 import { AppendConflict, ConversationIndex, EventLog } from '@runplane/eventlog';
 import {
@@ -51,6 +70,30 @@ import {
 } from './decide.js';
 import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
+
+/** The opaque cursor of the page after `last` (base64url JSON of {@link RunsCursor}). */
+export function encodeRunsCursor(last: RunView): string {
+  return Buffer.from(JSON.stringify({ admittedAt: last.admittedAt, runId: last.runId } satisfies RunsCursor)).toString('base64url');
+}
+
+/**
+ * The position a `?cursor=` of `GET /v1/runs` names.
+ * @throws 400 `bad_request` (issue at `query.cursor`) when it is not a cursor this API gave.
+ */
+export function decodeRunsCursor(raw: string): RunsCursor {
+  let parsed: unknown;
+  try {
+    parsed = /^[A-Za-z0-9_-]+$/.test(raw) ? JSON.parse(Buffer.from(raw, 'base64url').toString('utf8')) : null;
+  } catch {
+    parsed = null;
+  }
+  const cursor = RunsCursor.safeParse(parsed);
+  if (!cursor.success)
+    throw apiError(HttpStatus.BAD_REQUEST, 'bad_request', 'cursor is not one this API gave (pass the nextCursor of the previous page)', {
+      issues: [{ path: 'query.cursor', message: 'not a cursor of GET /v1/runs' }],
+    });
+  return cursor.data;
+}
 
 /** Validates a path id. @throws 400 `bad_request` with the reason in `detail` and `issues`. */
 function parseId(name: string, raw: string): string {
@@ -444,6 +487,22 @@ export class AdmissionController {
     if (!facts.admitted || !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
     const now = new Date();
     return { runId, waits: [...facts.waits.values()].map((w) => waitView(facts, w, now)) };
+  }
+
+  /**
+   * `GET /v1/runs?limit=&cursor=`: the caller's Runs from the projections, newest admission first
+   * (contracts `RunsPage`): the principal's own Runs (its `sub` on `run.admitted`), every Run for
+   * an admin or with authentication disabled. Projections follow the log: a Run admitted a moment
+   * ago may not be listed yet. 400 for a `limit` outside 1..100 or a cursor this API did not give.
+   */
+  @Get('runs')
+  async listRuns(@Query() query: unknown, @CurrentPrincipal() principal: Principal): Promise<RunsPage> {
+    const parsed = RunsQuery.safeParse(query ?? {});
+    if (!parsed.success) throw badRequestFromZod('query', parsed.error);
+    const limit = parsed.data.limit ?? RUNS_PAGE_DEFAULT;
+    const after = parsed.data.cursor ? decodeRunsCursor(parsed.data.cursor) : null;
+    const { runs, more } = await this.runs.list({ principal: principal.admin ? null : principal.sub, limit, after });
+    return { runs, nextCursor: more && runs.length > 0 ? encodeRunsCursor(runs[runs.length - 1]!) : null };
   }
 
   /**

@@ -12,5 +12,7 @@ main({
   // cancels the children still running when a parent settles (lifecycle subject)
   // message bodies are checked to be UTF-8 byte by byte (the JSON parser would substitute U+FFFD)
   rawBody: true,
+  // the Run viewer (served by publication, another origin) calls this API: RUNPLANE_CORS_ORIGINS
+  cors: true,
   consumer: {},
 });

@@ -1,6 +1,8 @@
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { z } from 'zod';
+// a type only (erased): the module itself is loaded with the first read, below
+import type { RunListQuery } from '@runplane/projections';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
 
@@ -56,6 +58,22 @@ export class RunReader implements OnApplicationShutdown {
       const orm = await this.connect();
       const { getRunView } = await loadProjections();
       return await getRunView(orm, runId);
+    } catch (e) {
+      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
+      throw e;
+    }
+  }
+
+  /**
+   * One page of Run projections, newest first (see `listRunViews`): one principal's, or every
+   * Run's when `principal` is null.
+   * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
+   */
+  async list(q: RunListQuery): Promise<{ runs: RunView[]; more: boolean }> {
+    try {
+      const orm = await this.connect();
+      const { listRunViews } = await loadProjections();
+      return await listRunViews(orm, q);
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
       throw e;

@@ -292,6 +292,9 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(
     `  auth:     bearer tokens for "${user}" in .runplane/auth/token (the CLI uses it) and for an operator (runplane:admin) in .runplane/auth/admin-token, valid 12 h; curl -H "Authorization: Bearer $(cat .runplane/auth/token)" ...`,
   );
+  out(
+    `  viewer:   ${stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(stack.endpoints.admission)} (paste the token of .runplane/auth/token into its form)`,
+  );
   const ops = natsEnvOf(env.natsUsers, 'ops');
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
   const consumer = natsEnvOf(env.natsUsers, 'consumer');

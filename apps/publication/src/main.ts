@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { AuthConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { PublicationModule } from './publication.module.js';
@@ -9,4 +10,7 @@ main({
   defaultPort: 8082,
   config: [AuthConfig],
   consumer: {},
+  // the Run viewer: static files (apps/publication/viewer, beside dist/), no build step; its API
+  // calls carry the token the user gives it (the event stream here, same origin; admission by CORS)
+  staticFiles: { prefix: '/viewer/', dir: fileURLToPath(new URL('../viewer/', import.meta.url)) },
 });

@@ -237,6 +237,37 @@ export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) }
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 
 /**
+ * Browser origins allowed to call a service's HTTP API from another origin (CORS): the Run viewer
+ * that publication serves at `/viewer/` calls admission, another origin. A comma-separated list
+ * of exact origins (`scheme://host[:port]`, no path, no wildcard); empty (the default): no
+ * cross-origin request is answered with CORS headers. Credentials are bearer tokens in the
+ * `Authorization` header, never cookies.
+ */
+export const CorsConfig = z.object({
+  RUNPLANE_CORS_ORIGINS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    )
+    .pipe(
+      z.array(
+        z.string().refine((o) => {
+          try {
+            return !o.includes('*') && ['http:', 'https:'].includes(new URL(o).protocol) && new URL(o).origin === o;
+          } catch {
+            return false;
+          }
+        }, 'each entry must be an origin: http(s)://host[:port], without path or trailing slash'),
+      ),
+    ),
+});
+export type CorsConfig = z.infer<typeof CorsConfig>;
+
+/**
  * Parses `env` with `schema`; on failure throws an Error listing every bad variable, e.g.
  * `Invalid configuration: NATS_URL: Required`.
  */

@@ -239,6 +239,43 @@ export const RunView = z
   .meta({ id: 'RunView' });
 export type RunView = z.infer<typeof RunView>;
 
+/**
+ * Query of `GET /v1/runs`: `limit` Runs per page (1..100, default 50) and the `cursor` of the
+ * next page (opaque: the `nextCursor` of the previous page). Unknown parameters are ignored; a
+ * repeated one is refused (400).
+ */
+export const RunsQuery = z.object({
+  limit: z
+    .string()
+    .regex(/^\d{1,3}$/, 'limit must be a whole number from 1 to 100')
+    .transform(Number)
+    .pipe(z.number().int().min(1, 'limit must be at least 1').max(100, 'limit must be at most 100'))
+    .optional()
+    .meta({ description: 'Runs per page, 1 to 100 (default 50)', example: '20' }),
+  cursor: z.string().min(1).max(400).optional().meta({ description: 'The `nextCursor` of the previous page' }),
+});
+export type RunsQuery = z.infer<typeof RunsQuery>;
+
+/** Default page size of `GET /v1/runs`. */
+export const RUNS_PAGE_DEFAULT = 50;
+
+/**
+ * The position after which the next page of `GET /v1/runs` starts: the last Run of a page, by
+ * admission time then id (the list's order, newest first). Sent as base64url JSON, opaque to clients.
+ */
+export const RunsCursor = z.object({ admittedAt: z.string().datetime(), runId: Id }).strict();
+export type RunsCursor = z.infer<typeof RunsCursor>;
+
+/** `GET /v1/runs`: one page of Runs, newest admission first, and the cursor of the next page (null on the last). */
+export const RunsPage = z
+  .object({
+    runs: z.array(RunView),
+    /** Pass as `?cursor=` for the next page; null when this page is the last. */
+    nextCursor: z.string().nullable(),
+  })
+  .meta({ id: 'RunsPage' });
+export type RunsPage = z.infer<typeof RunsPage>;
+
 export const ToolCallView = z.object({
   toolCallId: Id,
   name: z.string(),

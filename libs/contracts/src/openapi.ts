@@ -36,6 +36,8 @@ import {
   RunEventsQuery,
   RunIdParams,
   RunView,
+  RunsPage,
+  RunsQuery,
 } from './http.js';
 
 /** The service processes that serve HTTP (every one serves `/healthz` and `/openapi.json`). */
@@ -126,6 +128,23 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem('Bad conversationId or clientMessageId (`bad_request`)'),
       404: problem('No message with this id was admitted in this conversation (`not_found`)'),
       503: unavailable('NATS JetStream'),
+    },
+  },
+  {
+    services: ['admission'],
+    method: 'get',
+    path: '/v1/runs',
+    operationId: 'listRuns',
+    summary: "The caller's Runs, newest admission first, a page at a time (from the projections)",
+    description:
+      "Runs of the token's principal (every Run with the `runplane:admin` scope, or with authentication disabled), read from the " +
+      'projections: a Run admitted a moment ago may not be listed yet (projections follow the log). Each item is the Run projection ' +
+      'of `GET /v1/runs/{runId}`. `nextCursor` continues the list after this page; null on the last page.',
+    request: { query: RunsQuery },
+    responses: {
+      200: { description: 'One page of Runs', body: json(RunsPage) },
+      400: problem('`limit` is not 1 to 100, or `cursor` is not one this API gave (`bad_request`, the reason in `issues`)'),
+      503: unavailable('PostgreSQL (projections)'),
     },
   },
   {

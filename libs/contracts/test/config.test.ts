@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { AdmissionPort, BusConfig, LimitsConfig, ToolsConfig, loadConfig, natsServerList } from '@runplane/contracts';
+import { AdmissionPort, BusConfig, CorsConfig, LimitsConfig, ToolsConfig, loadConfig, natsServerList } from '@runplane/contracts';
 
 describe('configuration from the environment (zod, validated at start-up)', () => {
   it('uses the documented defaults when variables are unset or empty', () => {
@@ -43,5 +43,22 @@ describe('configuration from the environment (zod, validated at start-up)', () =
 
   it('refuses a subject prefix that would break the subject layout', () => {
     expect(() => loadConfig(BusConfig, { RUNPLANE_SUBJECT_PREFIX: 'rp.x' })).toThrow(/RUNPLANE_SUBJECT_PREFIX/);
+  });
+});
+
+describe('RUNPLANE_CORS_ORIGINS (the Run viewer calls admission from another origin)', () => {
+  it('is empty by default and lists exact origins, trimmed, empty entries dropped', () => {
+    expect(loadConfig(CorsConfig, {}).RUNPLANE_CORS_ORIGINS).toEqual([]);
+    expect(loadConfig(CorsConfig, { RUNPLANE_CORS_ORIGINS: '' }).RUNPLANE_CORS_ORIGINS).toEqual([]);
+    expect(loadConfig(CorsConfig, { RUNPLANE_CORS_ORIGINS: ' http://127.0.0.1:8082, ,https://viewer.example.com ' }).RUNPLANE_CORS_ORIGINS).toEqual([
+      'http://127.0.0.1:8082',
+      'https://viewer.example.com',
+    ]);
+  });
+
+  it('refuses what is not an origin: a path, a trailing slash, a wildcard, another scheme', () => {
+    for (const bad of ['http://127.0.0.1:8082/viewer', 'http://127.0.0.1:8082/', '*', 'http://*.example.com', 'ftp://example.com', 'example.com']) {
+      expect(() => loadConfig(CorsConfig, { RUNPLANE_CORS_ORIGINS: bad })).toThrow(/RUNPLANE_CORS_ORIGINS.*must be an origin/);
+    }
   });
 });

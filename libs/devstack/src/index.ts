@@ -431,10 +431,23 @@ export interface Stack {
   logFile: string;
   /** Stops every replica of one service (SIGTERM, then SIGKILL after the grace period). */
   stopService(name: ServiceName): Promise<void>;
-  /** Starts one more process of a service (a new replica with the same environment). */
-  startService(name: ServiceName): Promise<ManagedProcess>;
+  /**
+   * Starts one more process of a service (a new replica with the same environment, plus `env`:
+   * e.g. `{ PUBLICATION_PORT: '41234' }` to restart a service on the port it had).
+   */
+  startService(name: ServiceName, env?: NodeJS.ProcessEnv): Promise<ManagedProcess>;
   /** Stops everything, services first (in reverse start order), then the model server. */
   stop(): Promise<void>;
+}
+
+/**
+ * The origins a browser may load the Run viewer from, for publication at `url`: its own, and the
+ * same port under the other loopback name (`localhost` / `127.0.0.1`) when it listens on loopback.
+ */
+export function viewerOrigins(url: string): string[] {
+  const u = new URL(url);
+  const other = u.hostname === '127.0.0.1' ? 'localhost' : u.hostname === 'localhost' ? '127.0.0.1' : null;
+  return [u.origin, ...(other ? [`${u.protocol}//${other}${u.port ? `:${u.port}` : ''}`] : [])];
 }
 
 /** Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process. */
@@ -476,8 +489,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(opts.fixedPorts ? {} : anyPort),
     };
     await provisionAsAdmin(env, opts.natsUsers ?? null);
-    const startService = async (name: ServiceName) => {
-      const own = opts.natsUsers ? { ...env, ...natsEnvOf(opts.natsUsers, name) } : env;
+    // admission answers CORS for the Run viewer publication serves (its origin is known once it
+    // listens; publication starts first), unless RUNPLANE_CORS_ORIGINS is set
+    const viewerCors = (name: ServiceName): NodeJS.ProcessEnv => {
+      const publication = services.get('publication');
+      if (name !== 'admission' || env.RUNPLANE_CORS_ORIGINS !== undefined || !publication) return {};
+      return { RUNPLANE_CORS_ORIGINS: viewerOrigins(publication.url).join(',') };
+    };
+    const startService = async (name: ServiceName, extra: NodeJS.ProcessEnv = {}) => {
+      const own = { ...env, ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}), ...viewerCors(name), ...extra };
       const n = (replicas.get(name)?.length ?? 0) + 1;
       const label = n === 1 ? name : `${name}#${n}`;
       const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);

@@ -44,6 +44,7 @@ export const RunEntity = defineEntity({
     executingMs: p.bigint('number').nullable(),
     lastProgressAt: p.datetime().nullable(),
     clarificationId: p.text().nullable(),
+    principal: p.text().nullable(),
     lastSeq: p.bigint('number'),
     /** Last sequence applied per subject of the Run (`{"admission": 1, "runtime": 7, ...}`): the continuity check's checkpoint (K11). */
     subjectSeqs: p.json<Record<string, number>>(),
@@ -175,6 +176,7 @@ export const runRowOf = (e: RunEntity): RunRow => ({
   executingMs: e.executingMs === null || e.executingMs === undefined ? null : Number(e.executingMs),
   lastProgressAt: isoOrNull(e.lastProgressAt),
   clarificationId: e.clarificationId ?? null,
+  principal: e.principal ?? null,
   lastSeq: Number(e.lastSeq),
 });
 /** Plain row -> entity data (ISO strings -> Date) for `em.create` / `em.assign`. */

@@ -100,6 +100,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       executingMs: null,
       lastProgressAt: e.occurredAt,
       clarificationId: null,
+      principal: e.data.principal ?? null,
       lastSeq: stored.seq,
     };
   }

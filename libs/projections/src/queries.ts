@@ -2,6 +2,7 @@
  * Reads over the projections: the Run view of the HTTP contract, and a full dump of the
  * tables for rebuild comparisons. Reads never append (K11).
  */
+import type { FilterQuery } from '@mikro-orm/core';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { RunView } from '@runplane/contracts';
 import { RunEntity, runRowOf } from './entities.js';
@@ -14,6 +15,34 @@ import { RunEntity, runRowOf } from './entities.js';
 export async function getRunView(orm: MikroORM, runId: string): Promise<RunView | null> {
   const entity = await orm.em.fork().findOne(RunEntity, { runId });
   return entity ? RunView.parse(runRowOf(entity)) : null;
+}
+
+/** Which Runs {@link listRunViews} reads: one principal's (or every Run's), after a position, at most `limit`. */
+export interface RunListQuery {
+  /** Only Runs whose `run.admitted` carried this principal; null: every Run (an admin's list). */
+  principal: string | null;
+  /** 1..100 (the caller validates). */
+  limit: number;
+  /** Start after this Run (the last of the previous page); null: from the newest. */
+  after: { admittedAt: string; runId: string } | null;
+}
+
+/**
+ * One page of Run projections, newest admission first (ties by run id, descending), as the
+ * contracts' `RunView`; `more` is true when Runs follow the page. Keyset pagination: a Run
+ * admitted while a client pages is never listed twice nor shifts the pages after it.
+ * @throws ZodError if a stored row does not satisfy `RunView` (a schema drift, not a user error).
+ */
+export async function listRunViews(orm: MikroORM, q: RunListQuery): Promise<{ runs: RunView[]; more: boolean }> {
+  const conditions: FilterQuery<RunEntity>[] = [];
+  if (q.principal !== null) conditions.push({ principal: q.principal });
+  if (q.after) {
+    const at = new Date(q.after.admittedAt);
+    conditions.push({ $or: [{ admittedAt: { $lt: at } }, { admittedAt: at, runId: { $lt: q.after.runId } }] });
+  }
+  const where: FilterQuery<RunEntity> = conditions.length > 0 ? { $and: conditions } : {};
+  const rows = await orm.em.fork().find(RunEntity, where, { orderBy: [{ admittedAt: 'desc' }, { runId: 'desc' }], limit: q.limit + 1 });
+  return { runs: rows.slice(0, q.limit).map((e) => RunView.parse(runRowOf(e))), more: rows.length > q.limit };
 }
 
 /** The projection tables and their primary key columns, in dump order. */

@@ -65,6 +65,8 @@ export interface RunRow {
   lastProgressAt: string | null;
   /** The clarification the Run asked the user (`clarification.requested`, K2): pending until a reply Run names it; null when none. */
   clarificationId: string | null;
+  /** Who submitted the Run's message: the verified token's `sub` on `run.admitted` (a child Run: its parent's); null with authentication disabled. */
+  principal: string | null;
   /** Stream sequence of the last event of this Run applied to the projections. */
   lastSeq: number;
 }

@@ -61,6 +61,7 @@ describe('runs rule', () => {
       executingMs: null,
       lastProgressAt: '2026-11-30T10:00:00.000Z',
       clarificationId: null,
+      principal: null,
       lastSeq: 7,
     });
   });

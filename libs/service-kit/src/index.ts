@@ -9,13 +9,14 @@ import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
-import { BusConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
+import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
 import { ProblemDetailsFilter, serveOpenApi } from './problems.js';
 import { EventLog, PartitionOwnership } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
+import { enableCorsFor, serveStaticFiles } from './web.js';
 
 export * from './config.js';
 export * from './logging.js';
@@ -25,6 +26,7 @@ export * from './health.js';
 
 export * from './problems.js';
 export * from './auth.js';
+export * from './web.js';
 
 /** What {@link runService} needs to start one service. */
 export interface ServiceSpec {
@@ -51,6 +53,13 @@ export interface ServiceSpec {
    * reading them with U+FFFD substituted).
    */
   rawBody?: boolean;
+  /**
+   * Answer CORS for the origins of `RUNPLANE_CORS_ORIGINS` (contracts `CorsConfig`): a service
+   * whose API a page of another origin calls (admission, for the Run viewer publication serves).
+   */
+  cors?: boolean;
+  /** Static files served without authentication: `dir` under `prefix` (publication's Run viewer, `/viewer/`). */
+  staticFiles?: { prefix: string; dir: string };
 }
 
 /** Options of {@link startService} (process entries use {@link runService}). */
@@ -114,7 +123,7 @@ export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
  * whatever had started is closed again.
  */
 export async function startService(spec: ServiceSpec, opts: StartServiceOptions = {}): Promise<StartedService> {
-  const schemas = [BusConfig, HttpConfig, LogConfig, ...(spec.config ?? [])];
+  const schemas = [BusConfig, HttpConfig, LogConfig, ...(spec.cors ? [CorsConfig] : []), ...(spec.config ?? [])];
   const config = ConfigModule.forRoot(schemas);
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
@@ -135,6 +144,9 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   parsers.useBodyParser('json', { limit: MAX_REQUEST_BODY_BYTES });
   parsers.useBodyParser('urlencoded', { limit: MAX_REQUEST_BODY_BYTES, extended: true });
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
+  // before every route and guard: a preflight carries no token
+  if (spec.cors) enableCorsFor(app, loadConfig(CorsConfig).RUNPLANE_CORS_ORIGINS);
+  if (spec.staticFiles) serveStaticFiles(app, spec.staticFiles.prefix, spec.staticFiles.dir);
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name);
   serveMetrics(app, spec.name);

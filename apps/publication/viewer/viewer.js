@@ -1,0 +1,673 @@
+/**
+ * The Run viewer: a person's view of their Runs in a browser, with no framework and no build step.
+ *
+ * - The list of Runs comes from admission (`GET /v1/runs`, another origin: admission answers CORS
+ *   for the origins of `RUNPLANE_CORS_ORIGINS`).
+ * - One Run is followed live from publication (this page's origin): `GET /v1/runs/{runId}/events`
+ *   read with fetch and a ReadableStream (an EventSource cannot send the Authorization header),
+ *   resumed with `Last-Event-ID` after an error or a stream that ends before the settlement, so
+ *   the page survives a publication restart. Events are kept by stream sequence: a replayed one
+ *   is never shown twice.
+ * - Budget and clocks come from the Run projection (`GET /v1/runs/{runId}` on admission); a wait
+ *   is answered with `POST /v1/runs/{runId}/waits/{waitId}`.
+ *
+ * Text from the log is always inserted as text (`textContent`, text nodes), never as markup.
+ */
+
+const OWNERS = ['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle'];
+const STORE = { admission: 'runplane.viewer.admission', token: 'runplane.viewer.token' };
+const PAGE_SIZE = 20;
+const RECEIPTS = ['succeeded', 'failed', 'denied', 'unknown'];
+
+const $ = (id) => document.getElementById(id);
+
+/**
+ * Creates an element. `attrs`: `class`, `text` (textContent), `on<event>` handlers, `dataset`,
+ * other attributes as strings (true: present). Children: nodes or strings (inserted as text).
+ */
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = String(v);
+    else if (k === 'dataset') Object.assign(e.dataset, v);
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+  });
+
+const timeText = (iso) => (iso ? new Date(iso).toLocaleString() : '—');
+const durationText = (ms) => {
+  if (ms === null || ms === undefined) return '—';
+  const s = Math.round(Math.abs(ms) / 1000);
+  const text = s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`;
+  return text;
+};
+const cut = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+
+// ---- settings: admission URL and token (sessionStorage: this tab only) ---------------------------
+
+function settings() {
+  return {
+    admission: (sessionStorage.getItem(STORE.admission) || '').replace(/\/+$/, ''),
+    token: sessionStorage.getItem(STORE.token) || '',
+  };
+}
+
+function authHeaders() {
+  const { token } = settings();
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+/** A refused API call: the HTTP status and the problem body (RFC 9457) when there is one. */
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+/** Calls admission. @throws ApiError for a non-2xx answer; TypeError when it cannot be reached (or CORS refuses). */
+async function admission(path, init = {}) {
+  const base = settings().admission;
+  if (!base) throw new ApiError(0, { detail: 'give the admission URL first' });
+  const res = await fetch(`${base}${path}`, {
+    ...init,
+    headers: { Accept: 'application/json', ...authHeaders(), ...(init.headers || {}) },
+  });
+  const body = await res.json().catch(() => null);
+  if (!res.ok) throw new ApiError(res.status, body);
+  return body;
+}
+
+function notice(text, kind = 'info') {
+  const p = $('notice');
+  p.textContent = text;
+  p.dataset.kind = kind;
+}
+
+function explain(e, what) {
+  if (e instanceof ApiError) {
+    if (e.status === 401) return `${what}: the token was refused (${e.message}). Paste a valid token.`;
+    return `${what}: ${e.message}`;
+  }
+  return `${what}: admission cannot be reached (${e.message}). Check the URL, and that admission allows this page's origin (RUNPLANE_CORS_ORIGINS).`;
+}
+
+// ---- the list of Runs -----------------------------------------------------------------------------
+
+let nextCursor = null;
+
+async function loadRuns({ more = false } = {}) {
+  if (!more) nextCursor = null;
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (more && nextCursor) query.set('cursor', nextCursor);
+  let page;
+  try {
+    page = await admission(`/v1/runs?${query}`);
+  } catch (e) {
+    notice(explain(e, 'The Runs could not be listed'), 'error');
+    return;
+  }
+  const body = $('runs');
+  if (!more) body.replaceChildren();
+  for (const run of page.runs) body.append(runRow(run));
+  nextCursor = page.nextCursor;
+  $('more').hidden = !nextCursor;
+  $('runs-empty').hidden = body.children.length > 0;
+  notice(`${body.children.length} Run(s) listed${nextCursor ? '; more below' : ''}.`);
+}
+
+function runRow(run) {
+  return h(
+    'tr',
+    { dataset: { runId: run.runId } },
+    h('td', {}, h('a', { href: `#run/${encodeURIComponent(run.runId)}`, class: 'run-link' }, cut(run.question, 140))),
+    h('td', { text: run.status.replace('_', ' ') }),
+    h('td', { text: run.outcome ?? '—', class: run.outcome ? `outcome outcome-${run.outcome}` : '' }),
+    h('td', {}, h('time', { datetime: run.admittedAt, text: timeText(run.admittedAt) })),
+  );
+}
+
+// ---- one Run, live --------------------------------------------------------------------------------
+
+/** The Run being shown; replaced (and its stream aborted) when another one is opened. */
+let current = null;
+
+function newRunState(runId) {
+  return {
+    runId,
+    abort: new AbortController(),
+    lastId: 0,
+    seen: new Set(),
+    settled: false,
+    reconnects: 0,
+    view: null,
+    viewTimer: null,
+    passages: new Map(),
+    tools: new Map(),
+    waits: new Map(),
+  };
+}
+
+function openRun(runId) {
+  if (current?.runId === runId) return;
+  current?.abort.abort();
+  clearTimeout(current?.viewTimer);
+  const run = (current = newRunState(runId));
+  $('run').hidden = false;
+  $('run-h').textContent = `Run ${runId}`;
+  $('run-question').textContent = '';
+  $('settlement').replaceChildren(h('p', { text: 'Not settled yet.' }));
+  $('waits').replaceChildren();
+  $('waits-none').hidden = false;
+  $('passages').replaceChildren();
+  $('passages-none').hidden = false;
+  $('tools').replaceChildren();
+  $('tools-none').hidden = false;
+  $('budget').replaceChildren();
+  $('stream-state').dataset.reconnects = '0';
+  $('lanes').replaceChildren(
+    ...OWNERS.map((owner) =>
+      h(
+        'section',
+        { class: 'lane', 'aria-labelledby': `lane-${owner}-h` },
+        h('h4', { id: `lane-${owner}-h`, text: owner }),
+        h('ol', { id: `lane-${owner}`, class: 'events' }),
+      ),
+    ),
+  );
+  $('run-h').focus();
+  void refreshView(run);
+  void follow(run);
+}
+
+function closeRun() {
+  current?.abort.abort();
+  current = null;
+  $('run').hidden = true;
+}
+
+function streamState(run, text, kind = 'info') {
+  if (run !== current) return;
+  const p = $('stream-state');
+  p.textContent = text;
+  p.dataset.kind = kind;
+  p.dataset.reconnects = String(run.reconnects);
+}
+
+/**
+ * Follows the Run's events until its settlement: one SSE request at a time, resumed from the last
+ * event seen (`Last-Event-ID`) after a network error, a 5xx or a stream that ended early, with a
+ * backoff of 0.5 s doubling to 4 s. Stops on 401/403/404 (nothing a retry would change).
+ */
+async function follow(run) {
+  const url = new URL(`../v1/runs/${encodeURIComponent(run.runId)}/events`, location.href);
+  let failures = 0;
+  while (!run.settled && !run.abort.signal.aborted) {
+    try {
+      const headers = { Accept: 'text/event-stream', ...authHeaders() };
+      if (run.lastId > 0) headers['Last-Event-ID'] = String(run.lastId);
+      streamState(run, run.reconnects ? `Reconnecting (attempt ${run.reconnects})…` : 'Connecting…');
+      const res = await fetch(url, { headers, signal: run.abort.signal, cache: 'no-store' });
+      if (res.status === 204) {
+        run.settled = true; // the settlement was seen before: nothing more will come
+        break;
+      }
+      if ([401, 403, 404].includes(res.status)) {
+        const problem = await res.json().catch(() => null);
+        streamState(run, `The events cannot be read: ${problem?.detail ?? `HTTP ${res.status}`}.`, 'error');
+        return;
+      }
+      if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
+      failures = 0;
+      streamState(run, 'Following the Run live.');
+      await readEvents(res.body, (message) => onMessage(run, message));
+      if (!run.settled) throw new Error('the event stream ended before the settlement');
+    } catch (e) {
+      if (run.abort.signal.aborted) return;
+      failures += 1;
+      run.reconnects += 1;
+      streamState(run, `The event stream was interrupted (${e.message}); reconnecting from event ${run.lastId}…`, 'warn');
+      await sleep(Math.min(4000, 500 * 2 ** (failures - 1)), run.abort.signal);
+    }
+  }
+  if (run.settled) {
+    streamState(run, 'The Run is settled: every event is shown.', 'done');
+    scheduleViewRefresh(run, 0);
+  }
+}
+
+/**
+ * Reads Server-Sent Events from a response body and calls `onMessage({id, event, data})` for each
+ * message with data (comments and keep-alives are skipped). Resolves when the stream ends.
+ */
+async function readEvents(body, onMessage) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  let message = { id: null, event: 'message', data: [] };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let nl;
+    while ((nl = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, nl).replace(/\r$/, '');
+      buffer = buffer.slice(nl + 1);
+      if (line === '') {
+        if (message.data.length > 0) onMessage({ id: message.id, event: message.event, data: message.data.join('\n') });
+        message = { id: null, event: 'message', data: [] };
+        continue;
+      }
+      if (line.startsWith(':')) continue;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+      if (field === 'data') message.data.push(value);
+      else if (field === 'event') message.event = value;
+      else if (field === 'id') message.id = value;
+    }
+  }
+}
+
+function onMessage(run, message) {
+  if (run !== current || message.id === null) return;
+  const seq = Number(message.id);
+  if (!Number.isSafeInteger(seq) || run.seen.has(seq)) return;
+  let event;
+  try {
+    event = JSON.parse(message.data);
+  } catch {
+    return;
+  }
+  run.seen.add(seq);
+  run.lastId = Math.max(run.lastId, seq);
+  try {
+    laneEntry(seq, event);
+    apply(run, seq, event);
+  } catch (e) {
+    // one event the page cannot show must not stop the stream (it is in the log all the same)
+    console.error(`event #${seq} (${event.type}) could not be shown`, e);
+  }
+  scheduleViewRefresh(run, 1000);
+}
+
+function laneEntry(seq, event) {
+  const lane = $(`lane-${OWNERS.includes(event.owner) ? event.owner : 'lifecycle'}`);
+  lane.append(
+    h(
+      'li',
+      { dataset: { seq: String(seq), type: event.type } },
+      h('span', { class: 'seq', text: `#${seq}` }),
+      ' ',
+      h('time', { datetime: event.occurredAt, text: new Date(event.occurredAt).toLocaleTimeString() }),
+      ' ',
+      h('strong', { text: event.type }),
+      summaryOf(event) ? h('span', { class: 'summary', text: ` ${summaryOf(event)}` }) : null,
+    ),
+  );
+}
+
+/** A few words about an event for its lane (from its data, as text). */
+function summaryOf(e) {
+  const d = e.data ?? {};
+  switch (e.type) {
+    case 'model.turn.requested':
+      return `turn ${d.turn}${d.purpose ? ` (${d.purpose})` : ''}`;
+    case 'model.turn.completed':
+      return `turn ${d.turn}: ${d.toolCalls?.length ?? 0} tool call(s), finish ${d.finishReason}`;
+    case 'model.turn.failed':
+      return `turn ${d.turn}: ${d.error?.kind ?? 'failed'}`;
+    case 'tool.call.proposed':
+    case 'tool.call.dispatched':
+      return d.name;
+    case 'tool.call.receipt':
+      return `${d.name}: ${d.status}`;
+    case 'passage.committed':
+      return `passage ${d.index + 1} of turn ${d.sourceTurn}, v${d.version}`;
+    case 'wait.opened':
+      return cut(d.question ?? '', 80);
+    case 'wait.answered':
+      return `by ${d.answeredBy ?? 'someone'}`;
+    case 'run.fenced':
+      return `${d.fencedSubject}: ${d.reason}`;
+    case 'run.execution.finished':
+    case 'run.settled':
+      return [d.outcome, d.reason].filter(Boolean).join(': ');
+    case 'run.cancel.requested':
+      return `by ${d.requestedBy ?? 'someone'}`;
+    default:
+      return '';
+  }
+}
+
+function apply(run, seq, e) {
+  const d = e.data ?? {};
+  switch (e.type) {
+    case 'run.admitted':
+      $('run-question').textContent = d.message?.content ?? '';
+      break;
+    case 'passage.committed':
+      showPassage(run, d);
+      break;
+    case 'tool.call.proposed':
+      updateTool(run, d.toolCallId, { name: d.name, argumentsText: d.argumentsText });
+      break;
+    case 'tool.call.dispatched':
+      // a receipt read first (never in stream order, but cheap to respect) is not undone
+      updateTool(run, d.toolCallId, {
+        name: d.name,
+        status: RECEIPTS.includes(run.tools.get(d.toolCallId)?.status) ? run.tools.get(d.toolCallId).status : 'dispatched',
+      });
+      break;
+    case 'tool.call.receipt':
+      updateTool(run, d.toolCallId, { name: d.name, status: d.status, error: d.error, durationMs: d.durationMs, reusedFrom: d.reusedFrom });
+      break;
+    case 'tool.call.late_observed':
+      updateTool(run, d.toolCallId, { late: { status: d.status, at: e.occurredAt } });
+      break;
+    case 'tool.call.reconciled':
+      updateTool(run, d.toolCallId, { reconciled: { outcome: d.outcome, operator: d.operator, evidence: d.evidence } });
+      break;
+    case 'wait.opened':
+      showWait(run, d);
+      break;
+    case 'wait.answered':
+      waitAnswered(run, d);
+      break;
+    case 'run.settled':
+      run.settled = true;
+      showSettlement(e);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- passages -------------------------------------------------------------------------------------
+
+function showPassage(run, d) {
+  const known = run.passages.get(d.passageId);
+  if (known && known.version >= d.version) return;
+  run.passages.set(d.passageId, d);
+  const list = $('passages');
+  const existing = [...list.children].find((li) => li.dataset.passageId === d.passageId);
+  const li = h('li', { class: 'passage', dataset: { passageId: d.passageId, version: String(d.version), sourceTurn: String(d.sourceTurn) } }, d.text);
+  if (existing) existing.replaceWith(li);
+  else {
+    // in the order of the answer: source turn, then index
+    const after = [...list.children].find((x) => {
+      const p = run.passages.get(x.dataset.passageId);
+      return p && (p.sourceTurn > d.sourceTurn || (p.sourceTurn === d.sourceTurn && p.index > d.index));
+    });
+    list.insertBefore(li, after ?? null);
+  }
+  $('passages-none').hidden = true;
+}
+
+// ---- tool calls -----------------------------------------------------------------------------------
+
+function updateTool(run, toolCallId, patch) {
+  const tool = { toolCallId, status: 'proposed', ...run.tools.get(toolCallId), ...patch };
+  run.tools.set(toolCallId, tool);
+  const row = toolRow(tool);
+  const existing = [...$('tools').children].find((tr) => tr.dataset.toolCallId === toolCallId);
+  if (existing) existing.replaceWith(row);
+  else $('tools').append(row);
+  $('tools-none').hidden = true;
+}
+
+function toolRow(t) {
+  const unknown = t.status === 'unknown';
+  const outcome = unknown
+    ? h(
+        'span',
+        { class: 'status status-unknown' },
+        h('strong', { text: '⚠ Unknown outcome' }),
+        ' — the call may or may not have taken effect; it is never run again on its own (K5).',
+      )
+    : h('span', { class: `status status-${t.status}`, text: t.status });
+  const details = [];
+  if (t.durationMs !== undefined) details.push(`${Math.round(t.durationMs)} ms`);
+  if (t.error) details.push(`${t.error.code}: ${t.error.message}`);
+  if (t.reusedFrom) details.push(`result reused from Run ${t.reusedFrom.runId}`);
+  if (t.late) details.push(`later observed: ${t.late.status} (${timeText(t.late.at)})`);
+  if (t.reconciled) details.push(`reconciled by ${t.reconciled.operator}: ${t.reconciled.outcome} — ${t.reconciled.evidence}`);
+  return h(
+    'tr',
+    { dataset: { toolCallId: t.toolCallId, status: t.status }, class: unknown ? 'row-unknown' : '' },
+    h('td', {}, h('strong', { text: t.name ?? '?' }), h('br'), h('code', { class: 'id', text: t.toolCallId })),
+    h('td', {}, h('code', { class: 'args', text: cut(t.argumentsText ?? '', 200) })),
+    h('td', {}, outcome),
+    h('td', { text: details.join('; ') || '—' }),
+  );
+}
+
+// ---- waits (K10) ----------------------------------------------------------------------------------
+
+function showWait(run, d) {
+  if (run.waits.has(d.waitId)) return;
+  const ids = { q: `wait-q-${d.waitId}`, a: `wait-a-${d.waitId}`, x: `wait-x-${d.waitId}`, r: `wait-r-${d.waitId}` };
+  const result = h('p', { id: ids.r, class: 'wait-result', role: 'status' });
+  const textarea = h('textarea', {
+    id: ids.a,
+    name: 'answer',
+    required: true,
+    maxlength: '20000',
+    rows: '3',
+    'aria-describedby': `${ids.q} ${ids.x}`,
+  });
+  const button = h('button', { type: 'submit', text: 'Send the answer' });
+  const form = h(
+    'form',
+    { class: 'wait card-inner', dataset: { waitId: d.waitId } },
+    h('p', { id: ids.q, class: 'question' }, d.question),
+    h('label', { for: ids.a, text: 'Your answer' }),
+    textarea,
+    h('p', { id: ids.x, class: 'help' }, 'Answer before ', h('time', { datetime: d.expiresAt, text: timeText(d.expiresAt) }), '.'),
+    button,
+    result,
+  );
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const answer = textarea.value;
+    if (!answer.trim()) {
+      result.textContent = 'Write an answer first.';
+      textarea.focus();
+      return;
+    }
+    button.disabled = true;
+    result.textContent = 'Sending…';
+    try {
+      const recorded = await admission(`/v1/runs/${encodeURIComponent(run.runId)}/waits/${encodeURIComponent(d.waitId)}`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ answer }),
+      });
+      result.textContent = recorded.recording === 'recorded' ? 'Answer recorded: the Run continues.' : 'This answer was recorded before.';
+      textarea.disabled = true;
+    } catch (e) {
+      button.disabled = false;
+      result.textContent = explain(e, 'The answer was not recorded');
+    }
+  });
+  run.waits.set(d.waitId, { form, d });
+  $('waits').append(form);
+  $('waits-none').hidden = true;
+}
+
+function waitAnswered(run, d) {
+  const wait = run.waits.get(d.waitId);
+  const done = h(
+    'div',
+    { class: 'wait answered card-inner', dataset: { waitId: d.waitId, status: 'answered' } },
+    h('p', { class: 'question' }, wait?.d.question ?? ''),
+    h('p', {}, h('strong', { text: `Answered by ${d.answeredBy ?? 'someone'}: ` }), d.answer),
+  );
+  if (wait) wait.form.replaceWith(done);
+  else $('waits').append(done);
+  run.waits.set(d.waitId, { form: done, d: wait?.d ?? d });
+  $('waits-none').hidden = true;
+}
+
+// ---- settlement -----------------------------------------------------------------------------------
+
+function showSettlement(e) {
+  const d = e.data;
+  const u = d.usage ?? {};
+  const unknownTurns = u.unknownUsageTurns ?? 0;
+  const tokens =
+    unknownTurns === 0
+      ? `${u.promptTokens} prompt + ${u.completionTokens} completion tokens`
+      : `at least ${u.promptTokens} prompt + ${u.completionTokens} completion tokens (usage unknown for ${unknownTurns} request(s))`;
+  const unknownReceipts = (d.receipts ?? []).filter((r) => r.status === 'unknown');
+  const parts = [
+    h(
+      'p',
+      { class: `outcome outcome-${d.outcome}`, id: 'settled-outcome', dataset: { outcome: d.outcome } },
+      h('strong', { text: `Settled ${d.outcome}` }),
+      ` — ${d.reason}`,
+    ),
+    h(
+      'p',
+      {},
+      `At ${timeText(e.occurredAt)}: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${tokens}; ${d.passageIds.length} passage(s) in the answer.`,
+    ),
+    unknownReceipts.length
+      ? h('p', { class: 'status-unknown' }, h('strong', { text: '⚠ ' }), `${unknownReceipts.length} tool call(s) ended with an unknown outcome.`)
+      : null,
+    d.unanswered?.length
+      ? h(
+          'div',
+          {},
+          h('p', { text: 'Not answered:' }),
+          h(
+            'ul',
+            {},
+            d.unanswered.map((p) => h('li', {}, h('strong', { text: p.part }), ` — ${p.reason}`)),
+          ),
+        )
+      : null,
+  ];
+  // replaceChildren would insert a null as the text "null"
+  $('settlement').replaceChildren(...parts.filter((p) => p !== null));
+}
+
+// ---- budget and clocks (the Run projection) -------------------------------------------------------
+
+function scheduleViewRefresh(run, delayMs) {
+  if (run.viewTimer) return;
+  run.viewTimer = setTimeout(() => {
+    run.viewTimer = null;
+    void refreshView(run);
+  }, delayMs);
+}
+
+async function refreshView(run) {
+  try {
+    run.view = await admission(`/v1/runs/${encodeURIComponent(run.runId)}`);
+  } catch (e) {
+    // not projected yet, or admission unreachable for a moment: the next event refreshes it again
+    if (!(e instanceof ApiError && e.problem?.code === 'not_projected_yet')) {
+      if (run === current) $('budget').replaceChildren(h('dt', { text: 'Projection' }), h('dd', { text: explain(e, 'not available') }));
+    }
+    return;
+  }
+  renderView(run);
+  // the projection follows the log: after the settlement, ask again until it shows it (30 s at most)
+  if (run.settled && run.view.status !== 'settled' && (run.viewRetries = (run.viewRetries ?? 0) + 1) <= 30) scheduleViewRefresh(run, 1000);
+}
+
+function renderView(run) {
+  const v = run.view;
+  if (!v || run !== current) return;
+  const now = Date.now();
+  const limit = (used, max) => (max === null || max === undefined ? `${used} (no limit)` : `${used} of ${max}`);
+  const rows = [
+    ['Status', `${v.status.replace('_', ' ')}${v.outcome ? ` (${v.outcome})` : ''}`],
+    [
+      'Model requests',
+      `${limit(v.modelRequests, v.maxModelRequests)}${v.reserveModelRequests ? `, ${v.reserveModelRequests} kept for the final answer` : ''}`,
+    ],
+    ['Tool calls', limit(v.toolCalls, v.maxToolCalls)],
+    ['Input tokens', limit(v.promptTokens, v.maxInputTokens)],
+    ['Output tokens', limit(v.completionTokens, v.maxOutputTokens)],
+    ['Usage unknown', v.unknownUsageTurns === 0 ? 'none' : `${v.unknownUsageTurns} model request(s), not counted as 0 tokens`],
+    ['Admitted', timeText(v.admittedAt)],
+    ['Queued', v.startedAt ? durationText(v.queuedMs) : `${durationText(now - Date.parse(v.admittedAt))} so far`],
+    [
+      'Executing',
+      v.executionEndedAt ? durationText(v.executingMs) : v.startedAt ? `${durationText(now - Date.parse(v.startedAt))} so far` : 'not started',
+    ],
+    [
+      'Last progress',
+      v.lastProgressAt
+        ? `${durationText(now - Date.parse(v.lastProgressAt))} ago${v.noProgressSeconds ? ` (the Run ends after ${durationText(v.noProgressSeconds * 1000)} without progress)` : ''}`
+        : '—',
+    ],
+    [
+      'Deadline',
+      v.deadlineAt
+        ? `${timeText(v.deadlineAt)} (${Date.parse(v.deadlineAt) > now ? `in ${durationText(Date.parse(v.deadlineAt) - now)}` : 'passed'})`
+        : 'none',
+    ],
+    ['Settled', timeText(v.settledAt)],
+  ];
+  $('budget').replaceChildren(...rows.flatMap(([k, val]) => [h('dt', { text: k }), h('dd', { text: val })]));
+}
+
+// ---- wiring -----------------------------------------------------------------------------------------
+
+function route() {
+  const m = /^#run\/([A-Za-z0-9_-]{1,128})$/.exec(location.hash);
+  if (m) openRun(decodeURIComponent(m[1]));
+  else if (location.hash === '' || location.hash === '#') closeRun();
+}
+
+function init() {
+  const params = new URLSearchParams(location.search);
+  const given = params.get('admission');
+  if (given) sessionStorage.setItem(STORE.admission, given.replace(/\/+$/, ''));
+  if (!sessionStorage.getItem(STORE.admission)) sessionStorage.setItem(STORE.admission, `${location.protocol}//${location.hostname}:8081`);
+  $('admission-url').value = settings().admission;
+  $('token').value = settings().token;
+
+  $('connect').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(STORE.admission, $('admission-url').value.trim().replace(/\/+$/, ''));
+    sessionStorage.setItem(STORE.token, $('token').value.trim());
+    void loadRuns();
+    if (current) {
+      const id = current.runId;
+      current.abort.abort();
+      current = null;
+      openRun(id);
+    }
+  });
+  $('forget').addEventListener('click', () => {
+    sessionStorage.removeItem(STORE.token);
+    $('token').value = '';
+    notice('The token is forgotten.');
+  });
+  $('refresh').addEventListener('click', () => void loadRuns());
+  $('more').addEventListener('click', () => void loadRuns({ more: true }));
+  window.addEventListener('hashchange', route);
+  // the relative clocks move on their own
+  setInterval(() => current && renderView(current), 1000);
+
+  if (settings().token) void loadRuns();
+  else notice('Paste a bearer token and connect (with authentication disabled, connect without one).');
+  route();
+}
+
+init();
