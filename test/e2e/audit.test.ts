@@ -258,5 +258,15 @@ describe('runplane audit (K11)', () => {
       expect([args, r.status]).toEqual([args, 1]);
       expect(r.stderr).toMatch(reason);
     }
+    // another stream name than the deployment's: the ops user may not even look it up, and the reason says so
+    const other = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', '--all'], {
+      env: { ...t.env, ...natsEnvOf(t.users, 'ops'), RUNPLANE_STREAM: 'NOPE' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(other.status).toBe(1);
+    expect(other.stderr).toMatch(
+      /reading stream NOPE on NATS at .*: user runplane-ops may not read a stream of that name .*check RUNPLANE_STREAM; nothing was created/,
+    );
   }, 60_000);
 });

@@ -7,13 +7,15 @@
  */
 import pino from 'pino';
 import { RunConsumer, runStreamOptionsFromEnv } from '@runplane/consumer';
+import { loadConfig } from '@runplane/contracts';
 import { NotifierConfig } from './config.js';
 import { WebhookNotifier } from './notifier.js';
 
 const logger = pino({ base: { service: 'webhook-notifier', pid: process.pid } }, pino.destination({ dest: 2, sync: true }));
 
 try {
-  const config = NotifierConfig.parse(process.env);
+  // a bad setting fails here in one readable line (`Invalid configuration: WEBHOOK_SECRET: ...`)
+  const config = loadConfig(NotifierConfig);
   const consumer = await RunConsumer.connect({
     ...runStreamOptionsFromEnv(process.env),
     connectionName: 'webhook-notifier',
@@ -44,5 +46,6 @@ try {
   process.once('SIGINT', stop);
 } catch (e) {
   logger.fatal({ err: e }, 'webhook-notifier cannot start');
+  process.stderr.write(`webhook-notifier cannot start: ${e instanceof Error ? e.message : String(e)}\n`);
   process.exit(1);
 }

@@ -135,7 +135,9 @@ export class RunConsumer {
   /**
    * Creates the durable consumer (or updates it to these options) and starts handling: from the
    * stream's first event for a new name, else from the first event it has not acknowledged.
-   * @throws NATS errors (e.g. a user the broker does not allow this name).
+   * @throws Error naming the consumer and the stream when the broker refuses the name (the
+   *   consumer role is granted listed names only: `downstream-1`..`downstream-4` unless the
+   *   deployment lists others); other NATS errors as they come.
    */
   async start(): Promise<void> {
     if (this.consumer) throw new Error(`consumer ${this.name} has started already`);
@@ -156,7 +158,19 @@ export class RunConsumer {
       (stored, delivery) => this.dispatch(stored, delivery),
       this.opts.logger ?? console,
     );
-    await consumer.start();
+    try {
+      await consumer.start();
+    } catch (e) {
+      const text = e instanceof Error ? e.message : String(e);
+      if (/permissions violation/i.test(text))
+        throw new Error(
+          `the broker refused durable consumer ${this.name} on stream ${space.stream}: this NATS user may not create it ` +
+            `(the consumer role is granted listed names only, by default downstream-1 to downstream-4; ` +
+            `a deployment grants others with \`runplane docs nats-auth --downstream\`): ${text}`,
+          { cause: e },
+        );
+      throw e;
+    }
     this.consumer = consumer;
   }
 
