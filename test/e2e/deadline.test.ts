@@ -92,8 +92,11 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
       expect(ofType(after, 'model.turn.requested')).toHaveLength(0);
       expect(ofType(after, 'run.settled')).toHaveLength(1);
 
-      // a Run that completes well within its deadline is not touched, and its entry is forgotten
-      const next = await t.client.postMessage('conv-deadline', { clientMessageId: `${key}-next`, content: 'What does DIA hold?' });
+      // a Run that completes well within its deadline is not touched, and its entry is forgotten (one scripted
+      // turn, no tools: a full research Run took more than the 10 s deadline in CI beside the suite's other workers)
+      const nextKey = `${key}-next`;
+      await t.setScenario({ steps: [{ reply: { content: `the quick answer of ${nextKey}` } }] }, nextKey);
+      const next = await t.client.postMessage('conv-deadline', { clientMessageId: nextKey, content: `[${nextKey}] What does DIA hold?` });
       const nextEvents = await t.waitForSettlement(next.body.runId, 60_000);
       expect(ofType(nextEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
       await new Promise((r) => setTimeout(r, DEADLINE_SECONDS * 1000 + 2 * LEASE_TTL_MS));
