@@ -5,8 +5,10 @@
  * all complete (none fenced `interrupted`, none `failed` on the no-progress limit), the big Run
  * keeps its paragraphs (each one recorded while it streams and committed as a passage) or, as one
  * paragraph, its progress evidence, and nobody's lease is lost; the big Run then settles honestly
- * (its turn record is over the size limit: `partial` with every passage kept, or `failed` when
- * nothing was committed, the reason naming the limit: K9). The ordinary Runs' latency (post to
+ * (its turn record is cut at the size limit, so it is no answer; its later requests fail: `partial`
+ * with every passage kept, or `failed` when nothing was committed: K9). Its grant and requests
+ * allow the reply's ~800,000 output tokens: the runtime cuts a reply at its reservation (K7), and
+ * the stack's audit is strict (nothing measured over the grant). The ordinary Runs' latency (post to
  * settlement) is measured without and beside the big reply and printed for the report.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -23,8 +25,17 @@ const PARAGRAPHS = 800;
 let t: TestStack;
 
 beforeAll(async () => {
-  // the default lease TTL (15 s) and sweep: what a deployment runs
-  t = await startTestStack('bigreply', { RUNPLANE_ACK_WAIT_MS: '30000' });
+  // the default lease TTL (15 s) and sweep: what a deployment runs; output tokens enough for the 3.2 MB reply (~800,000
+  // tokens by the chars/4 estimate), in the grant and in one request: the runtime cuts a reply at its reservation (K7)
+  t = await startTestStack(
+    'bigreply',
+    {
+      RUNPLANE_ACK_WAIT_MS: '30000',
+      RUNPLANE_MAX_OUTPUT_TOKENS: '1000000',
+      RUNPLANE_MODEL_MAX_TOKENS: '1000000',
+    },
+    { audit: 'strict' },
+  );
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
@@ -58,6 +69,9 @@ const stats = (ms: number[]) => {
   const sorted = [...ms].sort((a, b) => a - b);
   return { median: sorted[Math.floor(sorted.length / 2)]!, max: sorted[sorted.length - 1]! };
 };
+
+/** Why the big Run's first turn record was cut (`size-limit`), or undefined when it was not. */
+const sizeCutOfFirstTurn = (events: StoredEvent[]) => ofType(events, 'model.turn.completed')[0]?.data.cut?.find((c) => c.field === 'content')?.reason;
 
 /** Starts the big Run (its reply bound to its key) and waits until its model turn is requested. */
 async function startBig(key: string, content: string, repeat: number): Promise<string> {
@@ -107,10 +121,12 @@ describe('a reply of several megabytes beside ordinary Runs on one runtime (K8)'
     expect(ofType(paragraphs, 'run.fenced').filter((f) => f.data.reason === 'lease-expired')).toEqual([]);
     const bigEvents = await waitForSettled(t, big, 300_000);
     const settled = ofType(bigEvents, 'run.settled')[0]!.data;
-    // and it settles honestly (K9): every committed passage kept, the reason naming the size limit its turn record met
+    // and it settles honestly (K9): its turn record was cut at the size limit (not an answer), the later requests failed
+    // (the scenario has one step), and every committed passage is kept
+    expect(sizeCutOfFirstTurn(bigEvents)).toBe('size-limit');
     expect(settled.outcome).toBe('partial');
     expect(settled.passageIds).toHaveLength(PARAGRAPHS);
-    expect(settled.reason).toMatch(/over the size limit/);
+    expect(settled.reason).toMatch(/the model request failed.*the 800 passage\(s\) committed before it are kept/);
     console.log(`[K8] the big Run settled ${settled.outcome}: ${settled.reason.slice(0, 160)}...`);
   }, 600_000);
 
@@ -129,7 +145,9 @@ describe('a reply of several megabytes beside ordinary Runs on one runtime (K8)'
     const bigEvents = await waitForSettled(t, big, 300_000);
     const settled = ofType(bigEvents, 'run.settled')[0]!.data;
     // nothing was committed (one paragraph never finished): it settles failed, saying why (K9)
+    expect(sizeCutOfFirstTurn(bigEvents)).toBe('size-limit');
     expect(settled.outcome).toBe('failed');
-    expect(settled.reason).toMatch(/over the size limit/);
+    expect(settled.passageIds).toHaveLength(0);
+    expect(settled.reason).toMatch(/the model request failed/);
   }, 600_000);
 });

@@ -115,6 +115,36 @@ describe('retries draw from the one ledger (K7)', () => {
     expect(ofType(events, 'run.settled')[0]!.data).toMatchObject({ outcome: 'completed', usage: { modelRequests: 2 } });
   }, 90_000);
 
+  it('a model that ignores max_tokens: its reply is cut at the reservation (the request asked for at most N tokens, N x 4 characters are kept), the turn ends length, nothing is measured over the grant, and the retry answers', async () => {
+    const key = `over-reservation-${t.tag}`;
+    // 200,000 characters (~50,000 tokens by the chars/4 estimate) against a reservation of at most 16,384 tokens
+    await t.setScenario(
+      {
+        steps: [{ reply: { content: 'The fund holds many companies. ', repeatContent: 6_452 } }, { reply: { content: `The answer for ${key}.` } }],
+        then: 'error',
+      },
+      key,
+    );
+    const events = await t.waitForSettlement(await ask(key), 60_000);
+    const requested = ofType(events, 'model.turn.requested');
+    const maxTokens = requested[0]!.data.maxTokens!;
+    expect(maxTokens).toBeGreaterThan(0);
+    // the request said max_tokens, and the scripted model (like a provider that ignores it) streamed more
+    expect(bodiesFor(await stats(), key)[0]!.max_tokens).toBe(maxTokens);
+    const [first, second] = ofType(events, 'model.turn.completed');
+    expect(first!.data.finishReason).toBe('length');
+    expect(first!.data.usage).toBeNull();
+    // the kept text (or, over the record's size limit, the cut's whole size) is the reservation's characters, not the 200,000 streamed
+    const cutEntry = first!.data.cut?.find((x) => x.field === 'content');
+    const keptChars = cutEntry ? cutEntry.bytes - 2 : first!.data.content.length; // bytes of its JSON: the text and two quotes (ASCII)
+    expect(keptChars).toBeLessThanOrEqual(maxTokens * 4);
+    expect(keptChars).toBeGreaterThan(0);
+    expect(requested[1]!.data.retryOf).toBe(1);
+    expect(second!.data.content).toBe(`The answer for ${key}.`);
+    const settled = ofType(events, 'run.settled')[0]!.data;
+    expect(settled.outcome).toBe('completed');
+  }, 90_000);
+
   it('a model that keeps replying with nothing ends no-progress, reporting that no answer was produced, and settles failed', async () => {
     const key = `empty-forever-${t.tag}`;
     await t.setScenario({ steps: [{ reply: { content: '' } }], then: 'repeat-last' }, key);

@@ -152,7 +152,9 @@ export class ModelClient {
    * stops, the lease was lost, a cancel) is returned as a `connection` failure that the caller
    * must not decide on (it checks its own signal). Never throws for model-side failures: returns
    * them (a malformed stream is an `invalid-response` failure; a 429/503 carries `retryAfterMs`
-   * and pauses the limiter).
+   * and pauses the limiter). A reply that streams past `maxTokens` (the ledger's reservation) is
+   * cut there and ends `length`, whatever the provider does with `max_tokens` (K7, see
+   * {@link TurnAssembler}).
    */
   async turn(
     turnNo: number,
@@ -207,10 +209,12 @@ export class ModelClient {
         },
         { timeout, signal: cut },
       );
-      const assembler = new TurnAssembler();
+      const assembler = new TurnAssembler({ maxOutputTokens: options.maxTokens });
       for await (const chunk of stream) {
         const text = assembler.push(chunk);
         if (text) onDelta(text);
+        // past the reservation (a provider that ignores max_tokens): stop reading; leaving the loop closes the stream (K7)
+        if (assembler.overReservation) break;
       }
       if (bound.aborted && !signal?.aborted) return { ok: false, error: cutError(Date.now() - startedAt, byDeadline) };
       return assembler.result(turnNo);

@@ -16,7 +16,16 @@
  * - a call without a name is an invalid reply.
  * Content deltas are concatenated; the usage chunk (if any) gives the token counts; the last
  * non-null `finish_reason` is the turn's.
+ *
+ * The reservation (K7): given `maxOutputTokens` (the `max_tokens` the ledger reserved), a reply
+ * whose output (content, tool names and arguments) passes `maxOutputTokens * CHARS_PER_TOKEN`
+ * characters is cut there, as a provider that honours `max_tokens` would stop: the content is kept
+ * up to the limit, the turn ends `length` (not an answer, its calls never dispatched, K9, K5), and
+ * {@link TurnAssembler.overReservation} tells the caller to stop reading. Its usage is then unknown
+ * (the provider's usage chunk comes last), so the ledger charges the estimate of what was kept,
+ * which is at most the reservation; a provider that ignores `max_tokens` cannot run a Run past it.
  */
+import { CHARS_PER_TOKEN } from '@runplane/run-facts';
 import type { ModelTurnResult } from './decide.js';
 
 /** The parts of a streamed chunk this reads (OpenAI `ChatCompletionChunk`, loosely typed: providers send malformed ones). */
@@ -62,9 +71,25 @@ export class TurnAssembler {
   /** The call currently receiving deltas at each stream index. */
   private readonly current = new Map<number, CallSlot>();
   private invalid: string | null = null;
+  /** Output characters the reservation allows (content, tool names and arguments); infinite without one. */
+  private readonly maxOutputChars: number;
+  /** Output characters taken so far. */
+  private outputChars = 0;
+  private cut = false;
 
-  /** Takes one chunk; returns its content text ('' when none). */
+  /** @param opts.maxOutputTokens the request's `max_tokens` (the ledger's reservation, K7); none: no cut. */
+  constructor(opts: { maxOutputTokens?: number | undefined } = {}) {
+    this.maxOutputChars = opts.maxOutputTokens ? opts.maxOutputTokens * CHARS_PER_TOKEN : Number.POSITIVE_INFINITY;
+  }
+
+  /** True once the reply passed the reservation: it was cut there, and the caller stops reading (K7). */
+  get overReservation(): boolean {
+    return this.cut;
+  }
+
+  /** Takes one chunk; returns its content text ('' when none). After the cut, takes nothing more. */
   push(chunk: StreamChunk): string {
+    if (this.cut) return '';
     const u = chunk.usage;
     if (u && typeof u.prompt_tokens === 'number' && typeof u.completion_tokens === 'number') {
       const total = typeof u.total_tokens === 'number' ? u.total_tokens : u.prompt_tokens + u.completion_tokens;
@@ -74,13 +99,31 @@ export class TurnAssembler {
     for (const choice of chunk.choices ?? []) {
       const d = choice.delta;
       if (typeof d?.content === 'string' && d.content !== '') {
-        this.content += d.content;
-        text += d.content;
+        const kept = this.take(d.content);
+        this.content += kept;
+        text += kept;
       }
       for (const tc of d?.tool_calls ?? []) this.pushCall(tc);
       if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') this.finishReason = choice.finish_reason;
+      if (this.cut) {
+        this.finishReason = 'length';
+        this.usage = null;
+        break;
+      }
     }
     return text;
+  }
+
+  /** The part of `piece` (output text) the reservation still allows; marks the cut when it does not allow all of it. */
+  private take(piece: string): string {
+    const room = this.maxOutputChars - this.outputChars;
+    if (piece.length <= room) {
+      this.outputChars += piece.length;
+      return piece;
+    }
+    this.cut = true;
+    this.outputChars = this.maxOutputChars;
+    return piece.slice(0, Math.max(0, room));
   }
 
   private pushCall(tc: NonNullable<NonNullable<NonNullable<StreamChunk['choices']>[number]['delta']>['tool_calls']>[number]): void {
@@ -96,7 +139,7 @@ export class TurnAssembler {
     const name = tc.function?.name;
     if (typeof name === 'string' && name !== '') {
       // a repeated name is one name; a fragment that does not repeat it continues it
-      if (slot.name !== name) slot.name += name;
+      if (slot.name !== name) slot.name += this.take(name);
     } else if (name !== undefined && name !== null && name !== '') {
       this.refuse(`tool call ${index} has a name that is not text (${typeof name})`);
     }
@@ -104,11 +147,11 @@ export class TurnAssembler {
     if (args === undefined || args === null || args === '') return;
     if (typeof args === 'string') {
       if (slot.argsKind === 'json-value') return this.refuse(`tool call ${index} mixes an arguments object with text fragments`);
-      slot.args += args;
+      slot.args += this.take(args);
       slot.argsKind = 'text';
     } else if (typeof args === 'object') {
       if (slot.argsKind !== 'none') return this.refuse(`tool call ${index} mixes an arguments object with other argument fragments`);
-      slot.args = JSON.stringify(args);
+      slot.args = this.take(JSON.stringify(args));
       slot.argsKind = 'json-value';
     } else {
       this.refuse(`tool call ${index} has arguments of type ${typeof args}, not text`);
@@ -127,10 +170,12 @@ export class TurnAssembler {
   result(turnNo: number): ModelTurnResult {
     if (this.invalid) return { ok: false, error: { kind: 'invalid-response', status: null, message: this.invalid } };
     if (!this.finishReason) return { ok: false, error: { kind: 'invalid-response', status: null, message: 'stream ended without a finish reason' } };
-    const unnamed = this.calls.find((c) => c.name === '');
+    // a call cut before its name arrived is dropped (the turn is cut: none of its calls is dispatched)
+    const calls = this.cut ? this.calls.filter((c) => c.name !== '') : this.calls;
+    const unnamed = calls.find((c) => c.name === '');
     if (unnamed) return { ok: false, error: { kind: 'invalid-response', status: null, message: `tool call ${unnamed.index} has no function name` } };
     // in stream-index order (stable: two calls under one index keep the order they were sent in)
-    const ordered = [...this.calls].sort((a, b) => a.index - b.index);
+    const ordered = [...calls].sort((a, b) => a.index - b.index);
     const toolCalls = ordered.map((c, position) => ({
       toolCallId: runToolCallId(turnNo, position, c.id),
       name: c.name,

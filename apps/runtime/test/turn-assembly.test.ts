@@ -130,3 +130,49 @@ describe('malformed streams', () => {
     });
   });
 });
+
+describe('a reply past the reservation (K7: max_tokens is the ledger reservation, whatever the provider does with it)', () => {
+  it('given 3 output tokens reserved (12 characters) and 20 characters streamed, then the content is cut at 12, the turn ends length without usage, and the assembler says stop reading', () => {
+    const a = new TurnAssembler({ maxOutputTokens: 3 });
+    const texts = [a.push(c({ content: 'abcdefgh' })), a.push(c({ content: 'ijklmnop' }))];
+    expect(a.overReservation).toBe(true);
+    // what comes after the cut, the usage chunk included, is not taken
+    expect(a.push(c({ content: 'qrst' }, 'stop'))).toBe('');
+    a.push({ choices: [], usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } });
+    expect(texts).toEqual(['abcdefgh', 'ijkl']);
+    expect(a.result(1)).toEqual({ ok: true, turn: { content: 'abcdefghijkl', toolCalls: [], finishReason: 'length', usage: null } });
+  });
+
+  it('given tool call arguments that pass the reservation, then the turn ends length (its calls are never dispatched) and a call cut before its name is dropped', () => {
+    const a = new TurnAssembler({ maxOutputTokens: 4 });
+    a.push(c({ content: 'Look up:' })); // 8 of the 16 characters
+    a.push(c(call(0, { name: 'get_holdings', arguments: '{"fund":"DIA"}' }, 'call_a'))); // the name passes the 16
+    a.push(c(call(1, { name: 'compare', arguments: '{}' }, 'call_b')));
+    expect(a.overReservation).toBe(true);
+    const result = a.result(1);
+    expect(result.ok).toBe(true);
+    if (!result.ok) return;
+    expect(result.turn.finishReason).toBe('length');
+    expect(result.turn.content).toBe('Look up:');
+    expect(result.turn.toolCalls).toEqual([{ toolCallId: 't1-0-call_a', name: 'get_hold', argumentsText: '' }]);
+    expect(result.turn.usage).toBeNull();
+
+    // arguments that arrive before the call's name, and pass the reservation: the nameless call is dropped
+    const b = new TurnAssembler({ maxOutputTokens: 1 });
+    b.push(c(call(0, { arguments: '{"fund":"DIA"}' }, 'call_c')));
+    expect(b.overReservation).toBe(true);
+    expect(b.result(1)).toEqual({ ok: true, turn: { content: '', toolCalls: [], finishReason: 'length', usage: null } });
+  });
+
+  it('given a reply exactly at the reservation, then nothing is cut: it ends as the model said, with its usage', () => {
+    const a = new TurnAssembler({ maxOutputTokens: 2 });
+    a.push(c({ content: 'abcd' }));
+    a.push(c({ content: 'efgh' }, 'stop'));
+    a.push({ choices: [], usage: { prompt_tokens: 4, completion_tokens: 2, total_tokens: 6 } });
+    expect(a.overReservation).toBe(false);
+    expect(a.result(1)).toEqual({
+      ok: true,
+      turn: { content: 'abcdefgh', toolCalls: [], finishReason: 'stop', usage: { promptTokens: 4, completionTokens: 2, totalTokens: 6 } },
+    });
+  });
+});
