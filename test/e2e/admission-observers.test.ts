@@ -13,7 +13,7 @@ import { eventually, startTestStack, type TestStack } from '../support/stack.js'
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('k1k4');
+  t = await startTestStack('k1k4', {}, { audit: 'report' }); // forges admissions on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

@@ -18,7 +18,7 @@ import { eventually, startTestStack, type TestStack } from '../support/stack.js'
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('audit', { RUNPLANE_ACK_WAIT_MS: '2000' });
+  t = await startTestStack('audit', { RUNPLANE_ACK_WAIT_MS: '2000' }, { audit: 'report' }); // forges a violation per check
   t.log.onInvalid = () => undefined; // the garbage this file publishes is for the audit to report
 }, 120_000);
 afterAll(async () => {

@@ -21,7 +21,11 @@ let t: TestStack;
 const open: NatsConnection[] = [];
 
 beforeAll(async () => {
-  t = await startTestStack('broker', { RUNPLANE_DUPLICATE_WINDOW_MS: String(DUPLICATE_WINDOW_MS), RUNPLANE_ACK_WAIT_MS: '2000' });
+  t = await startTestStack(
+    'broker',
+    { RUNPLANE_DUPLICATE_WINDOW_MS: String(DUPLICATE_WINDOW_MS), RUNPLANE_ACK_WAIT_MS: '2000' },
+    { audit: 'report' }, // forges events with service credentials
+  );
   t.log.onInvalid = () => undefined; // the test's own polling reads: the services' logs are what is checked
 }, 120_000);
 afterAll(async () => {

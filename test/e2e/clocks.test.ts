@@ -17,11 +17,15 @@ const NO_PROGRESS_SECONDS = 5;
 let t: TestStack;
 
 beforeAll(async () => {
-  t = await startTestStack('clocks', {
-    RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS),
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_LEASE_TTL_MS: '3000',
-  });
+  t = await startTestStack(
+    'clocks',
+    {
+      RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS),
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_LEASE_TTL_MS: '3000',
+    },
+    { audit: 'report' },
+  ); // forges events on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

@@ -32,13 +32,17 @@ const effectFile = join(dir, 'effects.log');
 
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('context', {
-    RUNPLANE_TEST_TOOLS: 'record_effect',
-    RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_TOOL_TIMEOUT_MS: '20000',
-    RUNPLANE_TOOL_THREADS: '6',
-    RUNPLANE_CONTEXT_MAX_CHARS: String(MAX_CHARS),
-  });
+  t = await startTestStack(
+    'context',
+    {
+      RUNPLANE_TEST_TOOLS: 'record_effect',
+      RUNPLANE_RECORD_EFFECT_FILE: effectFile,
+      RUNPLANE_TOOL_TIMEOUT_MS: '20000',
+      RUNPLANE_TOOL_THREADS: '6',
+      RUNPLANE_CONTEXT_MAX_CHARS: String(MAX_CHARS),
+    },
+    { audit: 'report' },
+  ); // forges events on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

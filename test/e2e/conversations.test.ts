@@ -24,14 +24,18 @@ const dir = mkdtempSync(join(tmpdir(), 'rp-conv-'));
 const effectFile = join(dir, 'effects.log');
 let t: TestStack;
 beforeAll(async () => {
-  t = await startTestStack('conv', {
-    RUNPLANE_TEST_TOOLS: 'record_effect',
-    RUNPLANE_RECORD_EFFECT_FILE: effectFile,
-    RUNPLANE_RECOVERY_SWEEP_MS: '100',
-    RUNPLANE_LEASE_TTL_MS: '1500',
-    // no drain: a SIGTERM mid-turn interrupts the Run (the parent "interrupted by lost execution ownership" below)
-    RUNPLANE_DRAIN_SECONDS: '0',
-  });
+  t = await startTestStack(
+    'conv',
+    {
+      RUNPLANE_TEST_TOOLS: 'record_effect',
+      RUNPLANE_RECORD_EFFECT_FILE: effectFile,
+      RUNPLANE_RECOVERY_SWEEP_MS: '100',
+      RUNPLANE_LEASE_TTL_MS: '1500',
+      // no drain: a SIGTERM mid-turn interrupts the Run (the parent "interrupted by lost execution ownership" below)
+      RUNPLANE_DRAIN_SECONDS: '0',
+    },
+    { audit: 'report' },
+  ); // forges events on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

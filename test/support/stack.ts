@@ -69,9 +69,9 @@ export interface TestStackOptions {
   replicas?: Partial<Record<ServiceName, number>>;
   /**
    * The audit of the log when the stack stops (`runplane audit --all`, K11): `strict` fails the
-   * clean-up when a check is broken, `report` only prints the `AUDIT |` line (files that forge
-   * violations on purpose, and files whose logs have not been checked clean yet), `off` skips it.
-   * Default `report`; the files whose every scenario audited clean use `strict`.
+   * clean-up when a check is broken, `report` only prints the `AUDIT |` line (the files that forge
+   * violations on the bus on purpose), `off` skips it. Default `strict`: every scenario's log must
+   * audit clean.
    */
   audit?: 'strict' | 'report' | 'off';
 }
@@ -179,7 +179,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     async stop() {
       await stack.stop();
       try {
-        const audit = opts.audit ?? 'report';
+        const audit = opts.audit ?? 'strict';
         if (audit !== 'off') await auditOnStop(tag, adminLog, audit);
       } finally {
         await destroyBus(adminLog);
