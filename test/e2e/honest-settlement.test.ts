@@ -7,16 +7,12 @@
  * as unknown usage, not 0 tokens. And exactly one settlement per Run when a cancel races the
  * completion while two lifecycle processes consume the same facts.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { RunplaneHttpError } from '@runplane/client';
-import { repoRoot } from '@runplane/devstack';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { itWithSharedData } from '../support/shared-data.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
-const SHARED = join(repoRoot(), '..', 'shared', 'data', 'etf-holdings');
-const haveShared = existsSync(SHARED);
 
 let t: TestStack;
 beforeAll(async () => {
@@ -74,7 +70,7 @@ describe('an answer that says what it did not answer settles partial (K9)', () =
     });
   });
 
-  (haveShared ? it : it.skip)(
+  itWithSharedData(
     'the research policy on ../shared: three funds, one with no holdings file (VGT: a fact sheet only), settles partial naming it',
     async () => {
       const key = `three-funds-${t.tag}`;

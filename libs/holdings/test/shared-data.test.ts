@@ -1,18 +1,15 @@
 /**
  * The real issuer files in <repo root>/../shared/data/etf-holdings (read in place, never copied).
  * Expected figures come from that folder's SOURCES.md (Rows / Wsum columns) and from the brief's
- * checked SPY-vs-QQQ figures. Skipped, with a note in the suite name, when the folder is absent.
+ * checked SPY-vs-QQQ figures. When the folder is absent the suite fails saying so
+ * (`test/support/shared-data.ts`; `RUNPLANE_TESTS_WITHOUT_SHARED=1` skips it).
  */
 import { describe, it, expect, beforeAll } from '@jest/globals';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, ListFundsResult } from '@runplane/contracts';
-import { compareFiles, executeTool, HoldingsLibrary, parseHoldingsFile, sharedDataDir, type ParsedHoldingsFile } from '../src/index.js';
+import { compareFiles, executeTool, HoldingsLibrary, parseHoldingsFile, type ParsedHoldingsFile } from '../src/index.js';
+import { describeWithSharedData } from '../../../test/support/shared-data.js';
 
-const dir = sharedDataDir();
-const present = dir !== null && existsSync(dir);
-const describeShared = present ? describe : describe.skip;
-const suiteName = present ? `shared issuer files (${dir})` : 'shared issuer files — SKIPPED: <repo root>/../shared/data/etf-holdings not found';
 
 /** file -> [fund, format, asOf, rows, securities, non-security kinds in file order, weight sum at 2 dp]. */
 const EXPECTED: Record<string, [string, string, string, number, number, string[], string]> = {
@@ -30,12 +27,12 @@ const EXPECTED: Record<string, [string, string, string, number, number, string[]
   'ARKK_2024-06-04.csv': ['ARKK', 'ark-csv', '2024-06-04', 36, 35, ['money-market'], '100.02'],
 };
 
-describeShared(suiteName, () => {
+describeWithSharedData('shared issuer files', (dir) => {
   let library: HoldingsLibrary;
   let files: Map<string, ParsedHoldingsFile>;
 
   beforeAll(async () => {
-    library = new HoldingsLibrary({ dir: dir!, dataSet: 'shared' });
+    library = new HoldingsLibrary({ dir, dataSet: 'shared' });
     files = new Map((await library.holdingsFiles()).map((f) => [f.file, f])); // each file parsed once
   });
 
@@ -63,7 +60,7 @@ describeShared(suiteName, () => {
   });
 
   it('parseHoldingsFile reads an SSGA workbook directly (DIA: price-weighted, equal share counts)', async () => {
-    const dia = await parseHoldingsFile(join(dir!, 'DIA_2024-02-14.xlsx'));
+    const dia = await parseHoldingsFile(join(dir, 'DIA_2024-02-14.xlsx'));
     expect(dia.fundName).toBe('SPDR® Dow Jones® Industrial Average ETF Trust');
     expect([dia.asOf, dia.asOfHow, dia.asOfText]).toEqual(['2024-02-14', 'preamble', 'As of 14-Feb-2024']);
     const stocks = dia.lines.filter((l) => l.kind === 'security');
