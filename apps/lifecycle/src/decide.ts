@@ -1,8 +1,9 @@
 /**
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer that lists nothing
- * unanswered; `partial`, with that list as `unanswered`, when the published answer says it left
- * parts of the question unanswered, or when the Run failed (any failure below) after committing
+ * unanswered and the log holds no tool result the Run never had (`./honesty.ts`); `partial`, with
+ * those lists as `unanswered`, when the published answer says it left parts of the question
+ * unanswered or a failed, denied or unknown call was never answered, or when the Run failed (any failure below) after committing
  * some text: published passages are never erased by a later failure, so such a Run is neither
  * `completed` nor a bare `failed` (its `unanswered` names the rest of the answer and why);
  * `completed` with the clarification pending when the Run ended asking the user a clarification
@@ -45,6 +46,7 @@ import {
   type RunFacts,
   unknownTrigger,
 } from '@runplane/run-facts';
+import { unestablishedResults } from './honesty.js';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
@@ -157,7 +159,8 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     // committed and listed in `passageIds`; the reason says so rather than miscounting the answer
     const others = passagesInOrder(facts).length - answer.passageIds.length;
     const committed = `answer committed in ${answer.passageIds.length} passage(s)${others > 0 ? `; ${others} earlier committed passage(s) kept, not part of the answer` : ''}`;
-    const unanswered = answer.unanswered ?? [];
+    // the answer's own list, and what the log says the Run never had (K9: whatever the text claims)
+    const unanswered = [...(answer.unanswered ?? []), ...unestablishedResults(facts)];
     if (unanswered.length === 0) return [settled('completed', committed)];
     const listed = unanswered.map((u) => `${u.part} (${u.reason})`).join('; ');
     return [settled('partial', `${committed}; not answered: ${listed}`, unanswered)];

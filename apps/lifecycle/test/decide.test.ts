@@ -11,13 +11,14 @@ const fenced = (h: History, data: Omit<FenceData, 'fencedSubject'>) => {
   for (const fencedSubject of ['tools', 'runtime'] as const) h.add('run.fenced', `fence/${fencedSubject}`, { fencedSubject, ...data } as never);
   return h;
 };
-const answered = () =>
+/** A Run whose one tool call ended `status` (succeeded unless said), then answered in turn 2. */
+const answered = (status: 'succeeded' | 'failed' | 'denied' | 'unknown' = 'succeeded') =>
   new History()
     .admitted()
     .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
     .proposed(1, 'a', 'get_holdings')
     .dispatched('a', 'get_holdings')
-    .receipt('a', 'get_holdings', 'failed')
+    .receipt('a', 'get_holdings', status)
     .turn(2, { content: 'Answer.' })
     .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
 
@@ -144,6 +145,84 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
   });
 });
 
+describe('lifecycle decide: what the log says the Run never had is listed, whatever the answer claims (K9)', () => {
+  it.each(['failed', 'denied', 'unknown'] as const)(
+    'given a call that ended %s and an answer that lists nothing unanswered, then it settles partial listing that result',
+    (status) => {
+      const [settled] = lifecycle
+        .given(published(answered(status), []))
+        .when(wake)
+        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
+      if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+      expect(settled.data.unanswered).toEqual([{ part: 'the result of get_holdings({}) [a]', reason: expect.stringContaining(`get_holdings ${status}`) }]);
+      expect(settled.data.reason).toContain('not answered: the result of get_holdings({}) [a]');
+    },
+  );
+
+  it("given the answer's own list and a failed call, then both are listed, the answer's first", () => {
+    const gaps = [{ part: 'holdings of XYZ', reason: 'no holdings file' }];
+    lifecycle
+      .given(published(answered('failed'), gaps))
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({
+            outcome: 'partial',
+            unanswered: [gaps[0], { part: 'the result of get_holdings({}) [a]', reason: expect.stringMatching(/^the call failed: failed: get_holdings failed/) }],
+          }),
+        },
+      ]);
+  });
+
+  it('given a failed call answered later by the same tool with the same arguments, then nothing is listed: completed', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
+      .proposed(1, 'a', 'get_holdings', '{"fund":"SPY"}')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'failed')
+      .turn(2, { calls: [{ id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
+      .proposed(2, 'b', 'get_holdings', '{"fund":"SPY"}')
+      .dispatched('b', 'get_holdings')
+      .receipt('b', 'get_holdings', 'succeeded')
+      .turn(3, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 3, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+  });
+
+  it('given a failed call and a later success of the same tool with OTHER arguments, then the failed one is still listed', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"VGT"}' }] })
+      .proposed(1, 'a', 'get_holdings', '{"fund":"VGT"}')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'failed')
+      .turn(2, { calls: [{ id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
+      .proposed(2, 'b', 'get_holdings', '{"fund":"SPY"}')
+      .dispatched('b', 'get_holdings')
+      .receipt('b', 'get_holdings', 'succeeded')
+      .turn(3, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
+      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 3, sha256: 'a'.repeat(64) })
+      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({ outcome: 'partial', unanswered: [{ part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: expect.any(String) }] }),
+        },
+      ]);
+  });
+});
+
 describe('lifecycle decide: exactly one honest settlement (K9)', () => {
   it('given the runtime stopped with an answer not yet published, then it waits', () => {
     lifecycle.given(answered()).when(wake).thenNothing();
@@ -185,7 +264,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
             outcome: 'completed',
             reason: 'answer committed in 1 passage(s)',
             passageIds: ['p0'],
-            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'failed' }],
+            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
             usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10, unknownUsageTurns: 0 },
             unanswered: [],
           },

@@ -1,0 +1,53 @@
+/**
+ * What a Run could not establish, read from its log alone (K9), whatever the model's text claims:
+ * every tool call whose receipt is `failed`, `denied` or `unknown` and that no later call of the
+ * same tool with the same arguments answered (`succeeded`). An answer rests on what its tools
+ * returned; a result the Run never had is a part of the question it may not have answered, so the
+ * settlement lists it beside the answer's own unanswered list, and such a Run is `partial`, never
+ * `completed`. A late observation or an operator's reconciliation of an `unknown` call does not
+ * resolve it: the answer was made without the result. Pure.
+ */
+import type { UnansweredPart } from '@runplane/contracts';
+import { toolCallsInOrder, type RunFacts, type ToolCallFacts } from '@runplane/run-facts';
+
+/** Receipt statuses whose result the Run never had. */
+const UNESTABLISHED = new Set(['failed', 'denied', 'unknown']);
+/** Characters of a call's arguments quoted in the part (the rest elided with `...`). */
+const ARGUMENTS_QUOTED_MAX = 200;
+/** Characters of the tool's error message quoted in the reason. */
+const ERROR_QUOTED_MAX = 300;
+
+const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0, max)}...` : text);
+
+/**
+ * The tool calls of `facts` whose result the Run could not establish, in proposal order, one
+ * `{part, reason}` each (K9). `part`: `the result of <tool>(<arguments>) [<toolCallId>]`;
+ * `reason`: the receipt's status and error. Empty when every call succeeded or was answered by a
+ * later identical call.
+ */
+export function unestablishedResults(facts: RunFacts): UnansweredPart[] {
+  const calls = toolCallsInOrder(facts);
+  const out: UnansweredPart[] = [];
+  calls.forEach((call, i) => {
+    const status = call.receipt?.status;
+    if (!status || !UNESTABLISHED.has(status)) return;
+    if (calls.slice(i + 1).some((later) => answers(later, call))) return;
+    const error = call.receipt!.error;
+    const why =
+      status === 'unknown'
+        ? 'its outcome is unknown (the call may or may not have taken effect; it was not repeated)'
+        : status === 'denied'
+          ? 'the call was denied'
+          : 'the call failed';
+    out.push({
+      part: `the result of ${call.name}(${clip(call.argumentsText, ARGUMENTS_QUOTED_MAX)}) [${call.toolCallId}]`,
+      reason: `${why}${error ? `: ${error.code}: ${clip(error.message, ERROR_QUOTED_MAX)}` : ''}; recorded in the log, whatever the answer says`,
+    });
+  });
+  return out;
+}
+
+/** True when `later` is the same tool with the same arguments as `call`, and succeeded. */
+function answers(later: ToolCallFacts, call: ToolCallFacts): boolean {
+  return later.receipt?.status === 'succeeded' && later.name === call.name && later.argumentsText === call.argumentsText;
+}
