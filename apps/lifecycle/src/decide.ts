@@ -160,7 +160,8 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     const others = passagesInOrder(facts).length - answer.passageIds.length;
     const committed = `answer committed in ${answer.passageIds.length} passage(s)${others > 0 ? `; ${others} earlier committed passage(s) kept, not part of the answer` : ''}`;
     // the answer's own list, and what the log says the Run never had (K9: whatever the text claims)
-    const unanswered = [...(answer.unanswered ?? []), ...unestablishedResults(facts)];
+    const own = answer.unanswered ?? [];
+    const unanswered = [...own, ...unestablishedResults(facts, own)];
     if (unanswered.length === 0) return [settled('completed', committed)];
     const listed = unanswered.map((u) => `${u.part} (${u.reason})`).join('; ');
     return [settled('partial', `${committed}; not answered: ${listed}`, unanswered)];

@@ -4,7 +4,9 @@
  * same tool with the same arguments answered (`succeeded`). An answer rests on what its tools
  * returned; a result the Run never had is a part of the question it may not have answered, so the
  * settlement lists it beside the answer's own unanswered list, and such a Run is `partial`, never
- * `completed`. A late observation or an operator's reconciliation of an `unknown` call does not
+ * `completed`. The answer accounts for such a call when an entry of its own list names one of the
+ * call's argument values (the fund `VGT` of `get_holdings({"fund":"VGT"})` in "holdings of VGT")
+ * or the call's id: then it is not listed twice. A late observation or an operator's reconciliation of an `unknown` call does not
  * resolve it: the answer was made without the result. Pure.
  */
 import type { UnansweredPart } from '@runplane/contracts';
@@ -21,17 +23,20 @@ const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0
 
 /**
  * The tool calls of `facts` whose result the Run could not establish, in proposal order, one
- * `{part, reason}` each (K9). `part`: `the result of <tool>(<arguments>) [<toolCallId>]`;
+ * `{part, reason}` each (K9), leaving out those `listed` (the answer's own list) accounts for. `part`: `the result of <tool>(<arguments>) [<toolCallId>]`;
  * `reason`: the receipt's status and error. Empty when every call succeeded or was answered by a
  * later identical call.
  */
-export function unestablishedResults(facts: RunFacts): UnansweredPart[] {
+export function unestablishedResults(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
   const calls = toolCallsInOrder(facts);
+  const named = listed.map((u) => `${u.part}\n${u.reason}`.toLowerCase());
   const out: UnansweredPart[] = [];
   calls.forEach((call, i) => {
     const status = call.receipt?.status;
     if (!status || !UNESTABLISHED.has(status)) return;
     if (calls.slice(i + 1).some((later) => answers(later, call))) return;
+    const names = [call.toolCallId, ...argumentValues(call.argumentsText)].map((v) => v.toLowerCase());
+    if (named.some((text) => names.some((n) => text.includes(n)))) return; // the answer's own list accounts for it
     const error = call.receipt!.error;
     const why =
       status === 'unknown'
@@ -50,4 +55,23 @@ export function unestablishedResults(facts: RunFacts): UnansweredPart[] {
 /** True when `later` is the same tool with the same arguments as `call`, and succeeded. */
 function answers(later: ToolCallFacts, call: ToolCallFacts): boolean {
   return later.receipt?.status === 'succeeded' && later.name === call.name && later.argumentsText === call.argumentsText;
+}
+
+/** The text values (at least 2 characters) anywhere in a call's JSON arguments; none when they are not JSON. */
+function argumentValues(argumentsText: string): string[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(argumentsText);
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  const walk = (v: unknown): void => {
+    if (typeof v === 'string') {
+      if (v.trim().length >= 2) out.push(v.trim());
+    } else if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === 'object') Object.values(v).forEach(walk);
+  };
+  walk(parsed);
+  return out;
 }

@@ -154,7 +154,9 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
         .when(wake)
         .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
       if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
-      expect(settled.data.unanswered).toEqual([{ part: 'the result of get_holdings({}) [a]', reason: expect.stringContaining(`get_holdings ${status}`) }]);
+      expect(settled.data.unanswered).toEqual([
+        { part: 'the result of get_holdings({}) [a]', reason: expect.stringContaining(`get_holdings ${status}`) },
+      ]);
       expect(settled.data.reason).toContain('not answered: the result of get_holdings({}) [a]');
     },
   );
@@ -169,10 +171,29 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
           type: 'run.settled',
           data: expect.objectContaining({
             outcome: 'partial',
-            unanswered: [gaps[0], { part: 'the result of get_holdings({}) [a]', reason: expect.stringMatching(/^the call failed: failed: get_holdings failed/) }],
+            unanswered: [
+              gaps[0],
+              { part: 'the result of get_holdings({}) [a]', reason: expect.stringMatching(/^the call failed: failed: get_holdings failed/) },
+            ],
           }),
         },
       ]);
+  });
+
+  it("given a failed call whose argument value the answer's own list names, then it is not listed twice", () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"VGT"}' }] })
+      .proposed(1, 'a', 'get_holdings', '{"fund":"VGT"}')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'failed')
+      .turn(2, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+    const gaps = [{ part: 'holdings of VGT', reason: 'not covered by the data' }];
+    lifecycle
+      .given(published(h, gaps))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: gaps }) }]);
   });
 
   it('given a failed call answered later by the same tool with the same arguments, then nothing is listed: completed', () => {
@@ -217,7 +238,10 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       .then([
         {
           type: 'run.settled',
-          data: expect.objectContaining({ outcome: 'partial', unanswered: [{ part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: expect.any(String) }] }),
+          data: expect.objectContaining({
+            outcome: 'partial',
+            unanswered: [{ part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: expect.any(String) }],
+          }),
         },
       ]);
   });
