@@ -13,7 +13,6 @@ import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { itWithSharedData } from '../support/shared-data.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
-
 let t: TestStack;
 beforeAll(async () => {
   t = await startTestStack('honest', { RUNPLANE_RECOVERY_SWEEP_MS: '100' });

@@ -10,7 +10,6 @@ import { CompareHoldingsResult, FundMetadataResult, GetHoldingsResult, ListFunds
 import { compareFiles, executeTool, HoldingsLibrary, parseHoldingsFile, type ParsedHoldingsFile } from '../src/index.js';
 import { describeWithSharedData } from '../../../test/support/shared-data.js';
 
-
 /** file -> [fund, format, asOf, rows, securities, non-security kinds in file order, weight sum at 2 dp]. */
 const EXPECTED: Record<string, [string, string, string, number, number, string[], string]> = {
   'SPY_2025-09-05.xlsx': ['SPY', 'ssga-xlsx', '2025-09-05', 504, 503, ['cash'], '99.91'],
