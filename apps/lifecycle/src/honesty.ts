@@ -1,7 +1,7 @@
 /**
  * What a Run could not establish, read from its log alone (K9), whatever the model's text claims:
- * every tool call whose receipt is `failed`, `denied` or `unknown` and that no later call of the
- * same tool with the same arguments answered (`succeeded`). An answer rests on what its tools
+ * every tool call whose receipt is `failed`, `denied` or `unknown` and whose result no other call of
+ * the same tool with the same arguments, before or after it, obtained (`succeeded`). An answer rests on what its tools
  * returned; a result the Run never had is a part of the question it may not have answered, so the
  * settlement lists it beside the answer's own unanswered list, and such a Run is `partial`, never
  * `completed`. The answer accounts for such a call when an entry of its own list names one of the
@@ -25,18 +25,23 @@ const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0
  * The tool calls of `facts` whose result the Run could not establish, in proposal order, one
  * `{part, reason}` each (K9), leaving out those `listed` (the answer's own list) accounts for. `part`: `the result of <tool>(<arguments>) [<toolCallId>]`;
  * `reason`: the receipt's status and error. Empty when every call succeeded or was answered by a
- * later identical call.
+ * identical call.
  */
 export function unestablishedResults(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
   const calls = toolCallsInOrder(facts);
   const named = listed.map((u) => `${u.part}\n${u.reason}`.toLowerCase());
   const out: UnansweredPart[] = [];
-  calls.forEach((call, i) => {
+  const seen = new Set<string>();
+  for (const call of calls) {
     const status = call.receipt?.status;
-    if (!status || !UNESTABLISHED.has(status)) return;
-    if (calls.slice(i + 1).some((later) => answers(later, call))) return;
+    if (!status || !UNESTABLISHED.has(status)) continue;
+    // one entry per tool and arguments: a call repeated and failing again is the same missing result
+    const key = `${call.name}\n${call.argumentsText}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    if (calls.some((other) => answers(other, call))) continue; // the Run had that result from an identical call, before or after
     const names = [call.toolCallId, ...argumentValues(call.argumentsText)].map((v) => v.toLowerCase());
-    if (named.some((text) => names.some((n) => text.includes(n)))) return; // the answer's own list accounts for it
+    if (named.some((text) => names.some((n) => text.includes(n)))) continue; // the answer's own list accounts for it
     const error = call.receipt!.error;
     const why =
       status === 'unknown'
@@ -48,13 +53,13 @@ export function unestablishedResults(facts: RunFacts, listed: readonly Unanswere
       part: `the result of ${call.name}(${clip(call.argumentsText, ARGUMENTS_QUOTED_MAX)}) [${call.toolCallId}]`,
       reason: `${why}${error ? `: ${error.code}: ${clip(error.message, ERROR_QUOTED_MAX)}` : ''}; recorded in the log, whatever the answer says`,
     });
-  });
+  }
   return out;
 }
 
-/** True when `later` is the same tool with the same arguments as `call`, and succeeded. */
-function answers(later: ToolCallFacts, call: ToolCallFacts): boolean {
-  return later.receipt?.status === 'succeeded' && later.name === call.name && later.argumentsText === call.argumentsText;
+/** True when `other` is the same tool with the same arguments as `call`, and succeeded. */
+function answers(other: ToolCallFacts, call: ToolCallFacts): boolean {
+  return other.receipt?.status === 'succeeded' && other.name === call.name && other.argumentsText === call.argumentsText;
 }
 
 /** The text values (at least 2 characters) anywhere in a call's JSON arguments; none when they are not JSON. */

@@ -196,7 +196,7 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: gaps }) }]);
   });
 
-  it('given a failed call answered later by the same tool with the same arguments, then nothing is listed: completed', () => {
+  it('given a failed call whose result an identical call obtained (here later; before counts the same), then nothing is listed: completed', () => {
     const h = new History()
       .admitted()
       .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
@@ -213,6 +213,42 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
     lifecycle
       .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+  });
+
+  it('given the same call failing twice, then its missing result is listed once; given a call denied after an identical call succeeded, then nothing is listed', () => {
+    const twice = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'failed')
+      .turn(2, { calls: [{ id: 'b', name: 'get_holdings' }] })
+      .proposed(2, 'b', 'get_holdings')
+      .dispatched('b', 'get_holdings')
+      .receipt('b', 'get_holdings', 'failed')
+      .turn(3, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 });
+    const [settled] = lifecycle
+      .given(published(twice, []))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
+    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the result of get_holdings({}) [a]']);
+    const deniedAfter = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .proposed(1, 'a', 'list_funds')
+      .dispatched('a', 'list_funds')
+      .receipt('a', 'list_funds', 'succeeded')
+      .turn(2, { calls: [{ id: 'b', name: 'list_funds' }] })
+      .proposed(2, 'b', 'list_funds')
+      .receipt('b', 'list_funds', 'denied')
+      .turn(3, { content: 'Answer.' })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 });
+    lifecycle
+      .given(published(deniedAfter, []))
       .when(wake)
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
   });
