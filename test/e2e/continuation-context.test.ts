@@ -228,7 +228,10 @@ describe('continuation (K3)', () => {
       parentRequestSha256: sha256Hex(parentRequest),
     });
     const events = await t.waitForSettlement(runId, 90_000);
-    expect(ofType(events, 'run.settled')[0]!.event.data.outcome).toBe('completed');
+    // the recording it did not repeat stays unknown: the answer lists nothing, the settlement lists it (K9)
+    const settledData = ofType(events, 'run.settled')[0]!.event.data;
+    expect(settledData.outcome).toBe('partial');
+    expect(settledData.unanswered).toEqual([{ part: expect.stringMatching(/^the result of record_effect\(/), reason: expect.any(String) }]);
 
     // what was carried is on the Run's own stream, before its first model request
     const carried = ofType(events, 'context.carried')[0]!;

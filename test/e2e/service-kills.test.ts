@@ -113,13 +113,17 @@ describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
     const before = await t.log.readRun(runId);
     const killedAt = await kill9(t, 'tools');
     await restart('tools');
+    // the answer was made without the call's result: partial, the unknown call listed (K9), whatever the answer says
     const final = await check('kill -9 tools during a call', key, runId, before, killedAt, {
-      outcome: 'completed',
+      outcome: 'partial',
       modelRequests: 2,
       tools: 1,
       passages: 2,
     });
     expect(ofType(final, 'tool.call.receipt')[0]!.data).toMatchObject({ status: 'unknown', error: { code: 'executor_lost' } });
+    expect(ofType(final, 'run.settled')[0]!.data.unanswered).toEqual([
+      { part: expect.stringMatching(/^the result of record_effect\(/), reason: expect.stringMatching(/^its outcome is unknown/) },
+    ]);
   }, 120_000);
 
   it('publication with an SSE observer attached: the observer reconnects from its Last-Event-ID, sees no gap or repeat, and the Run completes once', async () => {
