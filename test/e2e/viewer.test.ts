@@ -255,6 +255,11 @@ async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
+/** A screenshot of the Run's tool calls and receipts only (the card). */
+async function shotOfTools(page: Page, name: string): Promise<void> {
+  await page.locator('section[aria-labelledby="tools-h"]').screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+}
+
 /** Binds a one-turn answer of `paragraphs` to `key`, pausing `paragraphDelayMs` after each paragraph. */
 async function scriptAnswer(key: string, paragraphs: string[], paragraphDelayMs: number): Promise<void> {
   await t.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs }], then: 'error' }, key);
@@ -455,6 +460,7 @@ describe('the Run viewer in a real browser', () => {
     const running = await t.log.readRun(runId);
     expect([ofType(running, 'tool.call.dispatched').length, ofType(running, 'tool.call.receipt').length]).toEqual([1, 0]);
     await shot(page, 'run-tool-pending');
+    await shotOfTools(page, 'tools-pending');
 
     // the tools process dies mid-call; a new one finds the expired claim and records `unknown`
     await kill9(t, 'tools');
@@ -478,6 +484,7 @@ describe('the Run viewer in a real browser', () => {
     expect(await page.locator('#lane-tools li[data-type="tool.call.receipt"]').textContent()).toContain('record_effect: unknown');
     await expectAccessible(page, 'a settled Run with an unknown tool outcome');
     await shot(page, 'run-tool-unknown');
+    await shotOfTools(page, 'tools-unknown');
     await page.close();
   });
 
