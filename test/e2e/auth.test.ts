@@ -1,17 +1,20 @@
 /**
  * Authentication and tenancy of the HTTP API (issue [10]), on the real stack with authentication
- * on (a development issuer's JWKS file, ES256 tokens): every API route wants a bearer JWT whose
- * signature, issuer, audience and expiry verify (401 with `WWW-Authenticate` and the reason
- * otherwise, nothing appended); a Conversation and its Runs are their creator's alone (another
- * principal gets the 404 of an unknown id on every route, and appends nothing); the principal is
- * recorded on `run.admitted` and as who canceled, from the token, never from `X-Runplane-User`;
- * operator actions want `runplane:admin`. Health and metrics stay open.
+ * on (a development issuer's JWKS file, ES256 tokens, a clock-skew allowance of 1 s): every API
+ * route wants a bearer JWT whose signature, issuer, audience and expiry verify (401 with
+ * `WWW-Authenticate` and the reason otherwise, nothing appended); conversation ids are per
+ * principal (nobody can squat or probe another's), a Run is its principal's alone (another
+ * principal gets the 404 of an unknown id on every route, and appends nothing, also when it
+ * races the admission); the principal is recorded on `run.admitted` and as who canceled, from the
+ * token, never from `X-Runplane-User`; operator actions and `/partitions` want `runplane:admin`;
+ * an event stream ends when its token expires. Health, metrics and the OpenAPI description stay open.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { admissionIds, conversationKey } from '@runplane/contracts';
 import { createDevAuth, type DevAuth } from '@runplane/devstack';
 import { ConversationIndex } from '@runplane/eventlog';
 import { SignJWT } from 'jose';
@@ -29,7 +32,8 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) dirs.push(mkdtempSync(join(tmpdir(), 'rp-auth-')));
   auth = await createDevAuth(dirs[0]!);
   other = await createDevAuth(dirs[1]!); // same issuer and audience, another key
-  t = await startTestStack('auth', { ...auth.env });
+  // a skew allowance of 1 s: an event stream's end at its token's expiry is seen within seconds
+  t = await startTestStack('auth', { ...auth.env, RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: '1' });
   [alice, bob, admin] = await Promise.all([auth.mint('alice'), auth.mint('bob'), auth.mint('ops', { scopes: ['runplane:admin'] })]);
 }, 120_000);
 afterAll(async () => {
@@ -147,14 +151,21 @@ describe('tenancy: a Conversation and its Runs belong to their creator (issue [1
     // her message, looked up by id, and her conversation: unknown to bob
     expect((await get(admission(`/v1/conversations/${conversationId}/messages/a1`), bob)).status).toBe(404);
     expect((await get(admission(`/v1/conversations/${conversationId}/messages/a1`), alice)).status).toBe(200);
+    // bob's Conversation of the same id is his own: her Run is no parent there, exactly as an unknown one
     const intrude = await post(admission(`/v1/conversations/${conversationId}/messages`), bob, {
       clientMessageId: 'b1',
       content: 'Now also QQQ',
       continuationOfRunId: runId,
     });
+    const unknownParent = await post(admission(`/v1/conversations/${conversationId}/messages`), bob, {
+      clientMessageId: 'b2',
+      content: 'Now also QQQ',
+      continuationOfRunId: unknown,
+    });
     expect(intrude.status).toBe(404);
-    expect(intrude.body).toMatchObject({ code: 'not_found', detail: `conversation ${conversationId} not found` });
+    expect(problemOf(intrude.body)).toEqual(JSON.parse(JSON.stringify(problemOf(unknownParent.body)).replaceAll(unknown, runId)));
     // bob appended nothing to her Run, and nothing of his was admitted
+    for (const id of ['b1', 'b2']) expect(await t.log.readRun(admissionIds(conversationKey(conversationId, 'bob'), id).runId)).toEqual([]);
     const after = await t.log.readRun(runId);
     expect(after.map((e) => e.seq)).toEqual(events.map((e) => e.seq));
     expect(
@@ -177,23 +188,158 @@ describe('tenancy: a Conversation and its Runs belong to their creator (issue [1
     expect(reconcile.body).toMatchObject({ code: 'forbidden' });
   });
 
-  it('given a Conversation with Runs but no owner (created with authentication off), then nobody may claim it: 404, nothing admitted', async () => {
+  it('given a Conversation with Runs but no principal (created with authentication off), then a principal posting to its id gets a Conversation of its own: none of those Runs reach it', async () => {
     const conversationId = `conv-${t.tag}-legacy`;
+    const legacyRun = randomUUID();
     const index = await ConversationIndex.open(t.log);
-    await index.add(conversationId, { runId: randomUUID(), clientMessageId: 'old', admittedAt: new Date().toISOString() });
+    await index.add(conversationId, { runId: legacyRun, clientMessageId: 'old', admittedAt: new Date().toISOString() });
     const r = await post(admission(`/v1/conversations/${conversationId}/messages`), bob, { clientMessageId: 'b9', content: 'What does DIA hold?' });
-    expect(r.status).toBe(404);
-    expect((await index.read(conversationId)).owner).toBeUndefined();
+    expect(r.status).toBe(201);
+    const [admitted] = await t.log.readRun(String(r.body!.runId));
+    expect(admitted!.event.type === 'run.admitted' && admitted!.event.data.conversationHistory).toEqual({ runIds: [] });
+    expect((await index.read(conversationId)).runs.map((x) => x.runId)).toEqual([legacyRun]);
   });
 
-  it('given two principals posting at once to a new Conversation id, then exactly one owns it', async () => {
+  it('given alice uses a conversation id first, then bob posting to the same id is admitted in a Conversation of his own (nothing squatted, nothing leaks): the same answer as for an id nobody used', async () => {
+    const shared = `conv-${t.tag}-shared`;
+    const fresh = `conv-${t.tag}-fresh`;
+    const first = await post(admission(`/v1/conversations/${shared}/messages`), alice, { clientMessageId: 'm1', content: 'What does DIA hold?' });
+    expect(first.status).toBe(201);
+    // the same message id with other text: in alice's Conversation a 409, in bob's a new Message
+    const [squatted, unused] = await Promise.all(
+      [shared, fresh].map((c) => post(admission(`/v1/conversations/${c}/messages`), bob, { clientMessageId: 'm1', content: 'What does QQQ hold?' })),
+    );
+    expect([squatted!.status, unused!.status]).toEqual([201, 201]);
+    const strip = (b: Record<string, unknown> | null) => ({ ...b, conversationId: '-', runId: '-', messageId: '-', admittedAt: '-' });
+    expect(strip(squatted!.body)).toEqual(strip(unused!.body));
+    expect(squatted!.body!.runId).not.toBe(first.body!.runId);
+    expect(squatted!.body!.runId).toBe(admissionIds(conversationKey(shared, 'bob'), 'm1').runId);
+    // each looks up their own message by the same ids; the history of bob's Run holds nothing of alice's
+    const mine = await get(admission(`/v1/conversations/${shared}/messages/m1`), bob);
+    const hers = await get(admission(`/v1/conversations/${shared}/messages/m1`), alice);
+    expect([mine.body!.runId, hers.body!.runId]).toEqual([squatted!.body!.runId, first.body!.runId]);
+    const [admitted] = await t.log.readRun(String(squatted!.body!.runId));
+    expect(admitted!.event.type === 'run.admitted' && admitted!.event.data).toMatchObject({ principal: 'bob', conversationHistory: { runIds: [] } });
+    // a repeat of alice's message is still hers alone (K1)
+    const again = await post(admission(`/v1/conversations/${shared}/messages`), alice, { clientMessageId: 'm1', content: 'What does DIA hold?' });
+    expect([again.status, again.body!.runId]).toEqual([200, first.body!.runId]);
+  });
+
+  it('given two principals posting at once to a new Conversation id, then each gets a Conversation and a Run of their own', async () => {
     const conversationId = `conv-${t.tag}-race`;
     const [a, b] = await Promise.all(
       [alice, bob].map((token, i) =>
-        post(admission(`/v1/conversations/${conversationId}/messages`), token, { clientMessageId: `r${i}`, content: 'What does DIA hold?' }),
+        post(admission(`/v1/conversations/${conversationId}/messages`), token, { clientMessageId: 'r', content: `What does DIA hold? ${i}` }),
       ),
     );
-    expect([a!.status, b!.status].sort()).toEqual([201, 404]);
+    expect([a!.status, b!.status]).toEqual([201, 201]);
+    expect(a!.body!.runId).not.toBe(b!.body!.runId);
+  });
+
+  it("given bob firing cancels at the id alice's Run will have while she posts it, then none is recorded: ownership is decided with the append, not from an earlier read", async () => {
+    const conversationId = `conv-${t.tag}-toctou`;
+    const statuses = new Set<number>();
+    let attempts = 0;
+    const runIds: string[] = [];
+    for (let round = 0; round < 8; round++) {
+      const clientMessageId = `raced-${round}`;
+      // Run ids derive from (principal, conversation, message id): bob can compute hers
+      const runId = admissionIds(conversationKey(conversationId, 'alice'), clientMessageId).runId;
+      runIds.push(runId);
+      let admitted = false;
+      const hammer = async () => {
+        // until shortly after her admission (the window is between an ownership read and the append)
+        for (let after = 0; after < 3;) {
+          if (admitted) after++;
+          attempts++;
+          statuses.add((await post(admission(`/v1/runs/${runId}/cancel`), bob, { reason: 'mine now' })).status);
+        }
+      };
+      const hammers = Array.from({ length: 12 }, hammer);
+      await new Promise((r) => setTimeout(r, 100)); // the hammers are running
+      const posted = await post(admission(`/v1/conversations/${conversationId}/messages`), alice, {
+        clientMessageId,
+        content: 'What does DIA hold?',
+      });
+      admitted = true;
+      await Promise.all(hammers);
+      expect([posted.status, posted.body!.runId]).toEqual([201, runId]);
+    }
+    expect([...statuses]).toEqual([404]);
+    expect(attempts).toBeGreaterThan(200);
+    for (const runId of runIds)
+      expect((await t.log.readRun(runId)).filter((e) => e.event.type === 'run.cancel.requested').map((e) => e.event.data)).toEqual([]);
+  });
+});
+
+describe('routes outside /v1 (issue [10])', () => {
+  it('/partitions on admission and publication wants runplane:admin (401 without a token, 403 without the scope); health, metrics and /openapi.json are public', async () => {
+    for (const url of [admission('/partitions'), publication('/partitions')]) {
+      const none = await get(url, null);
+      expect({ url, status: none.status }).toEqual({ url, status: 401 });
+      expect(none.headers.get('www-authenticate')).toMatch(/^Bearer realm="runplane"/);
+      expect(none.body).toMatchObject({ code: 'unauthorized', instance: '/partitions' });
+      expect((await get(url, await auth.mint('alice', { audience: 'someone-else' }))).status).toBe(401);
+      const user = await get(url, alice);
+      expect({ url, status: user.status, code: user.body?.code }).toEqual({ url, status: 403, code: 'forbidden' });
+      const ops = await get(url, admin);
+      expect(ops.status).toBe(200);
+      expect(ops.body).toMatchObject({ partitionCount: 8 });
+    }
+    for (const path of ['/openapi.json', '/livez', '/readyz', '/healthz', '/metrics'])
+      for (const url of [admission(path), publication(path)]) expect({ url, status: (await fetch(url)).status }).toEqual({ url, status: 200 });
+  });
+});
+
+describe('an event stream ends when its token expires (issue [10])', () => {
+  /** Reads an SSE response to its end (or `limitMs`): the text and when it ended. */
+  async function readStream(url: string, token: string, limitMs: number): Promise<{ status: number; text: string; endedAt: number | null }> {
+    const res = await fetch(url, { headers: bearer(token), signal: AbortSignal.timeout(limitMs) });
+    let text = '';
+    if (!res.body) return { status: res.status, text, endedAt: Date.now() };
+    const decoder = new TextDecoder();
+    try {
+      for await (const chunk of res.body) text += decoder.decode(chunk as Uint8Array, { stream: true });
+      return { status: res.status, text, endedAt: Date.now() };
+    } catch {
+      return { status: res.status, text, endedAt: null }; // still open at the limit
+    }
+  }
+
+  it("given alice's running Run and a token valid for 3 s more, then her stream (with and without deltas) ends at its expiry plus the 1 s allowance, before the Run settles; the same token is then refused", async () => {
+    const key = `expiry-${t.tag}`;
+    await t.setScenario({ steps: [{ hang: true }], then: 'repeat-last' }, key);
+    const conversationId = `conv-${t.tag}-expiry`;
+    const posted = await post(admission(`/v1/conversations/${conversationId}/messages`), alice, {
+      clientMessageId: 'x1',
+      content: `What does DIA hold? ${key}`,
+    });
+    expect(posted.status).toBe(201);
+    const runId = String(posted.body!.runId);
+    const short = await auth.mint('alice', { ttlSeconds: 3 });
+    const exp = (JSON.parse(Buffer.from(short.split('.')[1]!, 'base64url').toString()) as { exp: number }).exp * 1000;
+    const [plain, deltas] = await Promise.all([
+      readStream(publication(`/v1/runs/${runId}/events`), short, 20_000),
+      readStream(publication(`/v1/runs/${runId}/events?deltas=true`), short, 20_000),
+    ]);
+    for (const r of [plain, deltas]) {
+      expect(r.status).toBe(200);
+      expect(r.endedAt).not.toBeNull();
+      // ends when the token would be refused: exp + 1 s of skew allowance (a second's slack for the clock's granularity)
+      expect(r.endedAt!).toBeGreaterThanOrEqual(exp + 1_000 - 50);
+      expect(r.endedAt!).toBeLessThan(exp + 1_000 + 3_000);
+      expect(r.text).toContain('event: run.admitted');
+      expect(r.text).toContain(': token expired');
+      expect(r.text).not.toContain('event: run.settled');
+    }
+    expect((await t.log.readRun(runId)).some((e) => e.event.type === 'run.settled')).toBe(false);
+    const again = await get(publication(`/v1/runs/${runId}/events`), short);
+    expect([again.status, again.body?.detail]).toEqual([401, 'the token has expired']);
+    // a fresh token resumes the stream
+    const resumed = await fetch(publication(`/v1/runs/${runId}/events`), { headers: bearer(alice), signal: AbortSignal.timeout(10_000) });
+    expect(resumed.status).toBe(200);
+    await resumed.body?.cancel();
+    expect((await post(admission(`/v1/runs/${runId}/cancel`), alice, { reason: 'test over' })).status).toBe(202);
   });
 });
 

@@ -214,6 +214,8 @@ describe('OpenAPI', () => {
       for (const [path, item] of Object.entries(served.paths ?? {})) {
         for (const method of Object.keys(item)) {
           if (path === '/healthz' && service === 'projector') continue; // the whole description shows the common /healthz
+          // the whole description shows /partitions as admission and publication serve it (with a token); the internal services' is open
+          if (path === '/partitions' && service !== 'admission' && service !== 'publication') continue;
           expect(whole.paths?.[path]).toHaveProperty(method, (item as Record<string, unknown>)[method]);
         }
       }

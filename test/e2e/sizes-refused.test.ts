@@ -20,7 +20,12 @@ let server: TestNatsServer | null = null;
 beforeAll(async () => {
   t = await startTestStack(
     'refused',
-    { RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS) },
+    {
+      RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS),
+      // output tokens for the 200,000-character reply, in the grant and in one request (the runtime cuts a reply at its reservation, K7)
+      RUNPLANE_MAX_OUTPUT_TOKENS: '1000000',
+      RUNPLANE_MODEL_MAX_TOKENS: '1000000',
+    },
     {
       nats: async (config, auth) =>
         (server = await TestNatsServer.start({ bin: testNatsServerBinary(), config: `${config}\nmax_payload: ${MAX_PAYLOAD}\n`, auth })).url,

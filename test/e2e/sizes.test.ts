@@ -37,6 +37,10 @@ beforeAll(async () => {
   t = await startTestStack('sizes', {
     RUNPLANE_CONTEXT_MAX_CHARS: String(MAX_CHARS),
     RUNPLANE_NO_PROGRESS_SECONDS: String(NO_PROGRESS_SECONDS),
+    // output tokens for the replies over the size limits (2 MiB of arguments: ~524,000 tokens by chars/4), in the grant and
+    // in one request: below that the runtime cuts a reply at its reservation first (K7) and the size rules are never reached
+    RUNPLANE_MAX_OUTPUT_TOKENS: '1000000',
+    RUNPLANE_MODEL_MAX_TOKENS: '1000000',
   });
 }, 120_000);
 afterAll(async () => {

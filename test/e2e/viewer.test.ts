@@ -5,34 +5,60 @@
  * one Run live to its settlement (passages as they commit, text from the log shown as text),
  * reconnects with `Last-Event-ID` after publication is killed with SIGKILL and restarted (the
  * settlement shown, no passage or event twice), and answers a Run's question for a human (K10) so
- * the Run completes. Screenshots are kept under .runplane/test-artifacts/viewer/.
+ * the Run completes. A tool call is shown pending while it runs and marked `unknown` (K5) when the
+ * tools service running it is killed with SIGKILL and its claim expires (a real `record_effect`
+ * call; the receipt is the restarted tools service's, nothing is forged). Accessibility is
+ * checked in the page: axe-core (WCAG 2.x A/AA and best practices: labels, contrast, landmarks,
+ * names) finds no violation on the Run list, a live Run with a question to answer and a settled Run
+ * with an unknown tool outcome; the list, a Run and its answer form are used with the
+ * keyboard alone (Tab, Enter), every element focused on the way showing a visible focus ring.
+ * Screenshots are kept under .runplane/test-artifacts/viewer/.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { AxeBuilder } from '@axe-core/playwright';
+import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { RunplaneClient } from '@runplane/client';
 import { createDevAuth, repoRoot, type DevAuth } from '@runplane/devstack';
-import { kill9, ofType } from '../support/faults.js';
+import { effectsOf, kill9, ofType } from '../support/faults.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(repoRoot(), '.runplane', 'test-artifacts', 'viewer');
 const USER = 'viewer-user';
+/**
+ * A running call's claim lasts this long unless renewed (K5), ms: its tools process killed, the
+ * call is declared `unknown` after it. Short for the test, long enough that a live process's
+ * renewals (every third of it) keep their claims on a loaded machine.
+ */
+const CLAIM_TTL_MS = 5000;
 
 let t: TestStack;
 let auth: DevAuth;
 let token: string;
 let browser: BrowserContext;
 const dirs: string[] = [];
+/** The file `record_effect` appends a line to for each execution. */
+const EFFECTS = () => join(dirs[0]!, 'effects.log');
 const pageErrors: string[] = [];
 
 beforeAll(async () => {
   for (let i = 0; i < 2; i++) dirs.push(mkdtempSync(join(tmpdir(), 'rp-viewer-')));
   mkdirSync(ARTIFACTS, { recursive: true });
   auth = await createDevAuth(dirs[0]!);
-  t = await startTestStack('viewer', { ...auth.env, RUNPLANE_ACK_WAIT_MS: '2000' });
+  t = await startTestStack('viewer', {
+    ...auth.env,
+    RUNPLANE_ACK_WAIT_MS: '2000',
+    // record_effect (a test tool) running when its tools process is killed: a real unknown receipt
+    // (K5). Not a short tool timeout: the first list_funds of a thread parses the sample data
+    // (5 s on a loaded machine) and would be declared unknown too
+    RUNPLANE_TEST_TOOLS: 'record_effect',
+    RUNPLANE_RECORD_EFFECT_FILE: EFFECTS(),
+    RUNPLANE_TOOL_CLAIM_TTL_MS: String(CLAIM_TTL_MS),
+    RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
+  });
   token = await auth.mint(USER);
   // a fresh profile (user data dir) per run; the machine's network is closed: nothing in the
   // background may reach out
@@ -60,32 +86,136 @@ afterAll(async () => {
 
 const client = () => new RunplaneClient({ ...t.stack.endpoints, token });
 
-/** A new tab on the viewer, connected with the user's token (typed into the labelled fields). */
-async function openViewer(): Promise<Page> {
+/**
+ * A new tab on the viewer, connected with the user's token typed into the labelled field. With
+ * `keyboard`, the token field and the Connect button are reached with Tab and used with the
+ * keyboard alone (see `tabTo`); otherwise they are filled and clicked.
+ */
+async function openViewer({ keyboard = false } = {}): Promise<Page> {
   const page = await browser.newPage();
   page.on('pageerror', (e) => pageErrors.push(e.message));
   page.on('console', (m) => {
     if (m.type() === 'error') pageErrors.push(m.text());
   });
   await page.goto(`${t.stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(t.stack.endpoints.admission)}`);
-  await page.getByLabel('Bearer token').fill(token);
-  await page.getByRole('button', { name: 'Connect' }).click();
+  if (keyboard) {
+    await tabTo(page, page.getByLabel('Bearer token'));
+    await page.keyboard.type(token);
+    await tabTo(page, page.getByRole('button', { name: 'Connect' }));
+    await page.keyboard.press('Enter');
+  } else {
+    await page.getByLabel('Bearer token').fill(token);
+    await page.getByRole('button', { name: 'Connect' }).click();
+  }
   return page;
 }
 
-/** Refreshes the page's list until the Run is in it, then opens it with the keyboard (focus, Enter). */
-async function openRunFromList(page: Page, runId: string): Promise<void> {
+/** What the focused element shows of its focus: its tag, its text or label, and its outline. */
+interface FocusSeen {
+  element: string;
+  isTarget: boolean;
+  focusVisible: boolean;
+  outlineStyle: string;
+  outlineWidthPx: number;
+}
+
+/** The little of the DOM the functions run in the page use (the tests' TypeScript has no DOM library). */
+interface PageElement {
+  tagName: string;
+  id: string;
+  textContent: string | null;
+  getAttribute(name: string): string | null;
+  matches(selector: string): boolean;
+}
+interface PageGlobals {
+  document: { activeElement: PageElement | null; body: PageElement };
+  getComputedStyle(e: PageElement): { outlineStyle: string; outlineWidth: string };
+}
+
+/** The id of the element that has the focus in the page ('' when none has one). */
+const focusedId = (page: Page): Promise<string> => page.evaluate(() => (globalThis as unknown as PageGlobals).document.activeElement?.id ?? '');
+
+/**
+ * Presses Tab until `target` has the focus (at most `maxTabs` presses). Every element that gets the
+ * focus on the way must match `:focus-visible` and draw an outline of at least 2 px (a visible
+ * focus, WCAG 2.4.7). @throws when `target` is not reached.
+ */
+async function tabTo(page: Page, target: Locator, maxTabs = 30): Promise<void> {
+  const handle = await target.elementHandle();
+  for (let i = 0; i < maxTabs; i++) {
+    await page.keyboard.press('Tab');
+    const seen = await page.evaluate((wanted): FocusSeen | null => {
+      const w = globalThis as unknown as PageGlobals;
+      const e = w.document.activeElement;
+      if (!e || e === w.document.body) return null; // past the last element: Tab comes round again
+      const style = w.getComputedStyle(e);
+      const name = e.getAttribute('aria-label') ?? (e.textContent ?? '').trim().slice(0, 40);
+      return {
+        element: `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ''} ${name}`,
+        isTarget: e === (wanted as unknown as PageElement),
+        focusVisible: e.matches(':focus-visible'),
+        outlineStyle: style.outlineStyle,
+        outlineWidthPx: parseFloat(style.outlineWidth),
+      };
+    }, handle);
+    if (!seen) continue;
+    expect({ ...seen, visible: seen.focusVisible && seen.outlineStyle !== 'none' && seen.outlineWidthPx >= 2 }).toMatchObject({
+      element: seen.element,
+      visible: true,
+    });
+    if (seen.isTarget) return;
+  }
+  throw new Error(`${maxTabs} presses of Tab did not reach ${target.toString()}`);
+}
+
+/**
+ * Runs axe-core in the page (WCAG 2.0/2.1/2.2 A and AA rules and axe's best practices: labels,
+ * contrast, landmarks, names) and expects no violation; a violation is reported with its rule,
+ * impact and the elements it found.
+ */
+async function expectAccessible(page: Page, what: string): Promise<void> {
+  // legacy mode: axe runs in the page itself (the viewer has no frames), without the blank page the
+  // frame-by-frame mode opens to combine its results: seconds faster on a loaded machine
+  const results = await new AxeBuilder({ page })
+    .withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa', 'best-practice'])
+    .setLegacyMode(true)
+    .analyze();
+  const violations = results.violations.map((v) => ({
+    rule: v.id,
+    impact: v.impact,
+    help: v.help,
+    nodes: v.nodes.map((n) => `${n.target.join(' ')}: ${n.failureSummary ?? ''}`),
+  }));
+  expect({ what, violations }).toEqual({ what, violations: [] });
+  // the rules really ran: contrast and labels among them
+  expect(results.passes.map((r) => r.id)).toEqual(expect.arrayContaining(['color-contrast', 'label', 'landmark-one-main', 'page-has-heading-one']));
+}
+
+/**
+ * Waits until the page's list has the Run, refreshing it with its button: clicked, or with
+ * `keyboard` reached with Tab from where the focus is and pressed with Enter (the focus stays on it).
+ */
+async function waitListed(page: Page, runId: string, { keyboard = false } = {}): Promise<Locator> {
   const link = page.locator(`tr[data-run-id="${runId}"] a`);
+  const refresh = page.getByRole('button', { name: 'Refresh the list' });
+  if (keyboard) await tabTo(page, refresh);
   await eventually(
     async () => {
       const listed = page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`));
-      await page.getByRole('button', { name: 'Refresh the list' }).click();
+      if (keyboard) await page.keyboard.press('Enter');
+      else await refresh.click();
       await listed;
       return (await link.count()) > 0 ? true : null;
     },
     30_000,
     `Run ${runId} in the page's list`,
   );
+  return link;
+}
+
+/** Refreshes the page's list until the Run is in it, then opens it with the keyboard (focus, Enter). */
+async function openRunFromList(page: Page, runId: string): Promise<void> {
+  const link = await waitListed(page, runId);
   await link.focus();
   await page.keyboard.press('Enter');
   await page.locator('#run-h', { hasText: runId }).waitFor();
@@ -123,6 +253,11 @@ async function throughSettlement(runId: string) {
 
 async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+/** A screenshot of the Run's tool calls and receipts only (the card). */
+async function shotOfTools(page: Page, name: string): Promise<void> {
+  await page.locator('section[aria-labelledby="tools-h"]').screenshot({ path: join(ARTIFACTS, `${name}.png`) });
 }
 
 /** Binds a one-turn answer of `paragraphs` to `key`, pausing `paragraphDelayMs` after each paragraph. */
@@ -235,7 +370,7 @@ describe('the Run viewer in a real browser', () => {
   });
 
   it("answers the Run's question for a human from the page (K10): the answer is recorded as the token's user and the Run completes", async () => {
-    const page = await openViewer();
+    const page = await openViewer({ keyboard: true });
     const key = `ask-${t.tag}`;
     const final = 'Using the share class you named: done.';
     await t.setScenario(
@@ -258,14 +393,27 @@ describe('the Run viewer in a real browser', () => {
     );
     const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] Compare the share classes` });
     const runId = body.runId;
-    await openRunFromList(page, runId);
+    // the keyboard alone: Tab to the list's refresh button, Enter until the Run is listed, Tab to
+    // its link, Enter; the Run's heading takes the focus
+    const link = await waitListed(page, runId, { keyboard: true });
+    await expectAccessible(page, 'the Run list');
+    await tabTo(page, link);
+    await shot(page, 'list-keyboard-focus');
+    await page.keyboard.press('Enter');
+    await page.locator('#run-h', { hasText: runId }).waitFor();
+    await expect(focusedId(page)).resolves.toBe('run-h');
 
     const answer = page.getByLabel('Your answer');
     await answer.waitFor({ timeout: 30_000 });
     await expect(page.locator('form.wait .question').textContent()).resolves.toBe('Which share class do you mean?');
-    await answer.fill('The institutional class, please.');
+    // the question's form: Tab to the answer, type it, Tab to the button, Enter
+    await tabTo(page, answer);
+    await page.keyboard.type('The institutional class, please.');
+    await expect(answer.inputValue()).resolves.toBe('The institutional class, please.');
+    await expectAccessible(page, 'a live Run with a question to answer');
+    await tabTo(page, page.getByRole('button', { name: 'Send the answer' }));
     await shot(page, 'run-wait');
-    await page.getByRole('button', { name: 'Send the answer' }).click();
+    await page.keyboard.press('Enter');
 
     expect(await settledIn(page)).toBe('completed');
     const events = await t.log.readRun(runId);
@@ -280,6 +428,63 @@ describe('the Run viewer in a real browser', () => {
     const row = page.locator(`#tools tr[data-tool-call-id="${receipt.data.toolCallId}"]`);
     expect([await row.getAttribute('data-status'), await row.locator('td').nth(2).textContent()]).toEqual([receipt.data.status, receipt.data.status]);
     await shot(page, 'run-wait-answered');
+    await page.close();
+  });
+
+  it('marks a running tool call as pending and, its tools process killed, its unknown outcome (K5), in words and in its accessible name, never as a success', async () => {
+    const page = await openViewer();
+    const key = `unknown-${t.tag}`;
+    const final = 'The effect may or may not have been recorded: its outcome is unknown.';
+    await t.setScenario(
+      {
+        steps: [
+          // a real call of the test tool, still running when its tools process is killed
+          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 60_000 } }] } },
+          { reply: { content: final } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] Record the effect` });
+    const runId = body.runId;
+    await openRunFromList(page, runId);
+    const row = page.locator('#tools tr', { hasText: 'record_effect' });
+    const outcomeCell = row.getByRole('cell').nth(2);
+
+    // while it runs: pending, in words (not a success, not a bare status word)
+    await page.locator('#tools tr[data-status="dispatched"]').waitFor({ timeout: 30_000 });
+    expect(await row.getByRole('cell', { name: /^Pending: dispatched, no receipt yet/ }).count()).toBe(1);
+    await eventually(async () => (effectsOf(EFFECTS(), runId).length > 0 ? true : null), 30_000, 'the tool to start');
+    // the log agrees: dispatched, no receipt
+    const running = await t.log.readRun(runId);
+    expect([ofType(running, 'tool.call.dispatched').length, ofType(running, 'tool.call.receipt').length]).toEqual([1, 0]);
+    await shot(page, 'run-tool-pending');
+    await shotOfTools(page, 'tools-pending');
+
+    // the tools process dies mid-call; a new one finds the expired claim and records `unknown`
+    await kill9(t, 'tools');
+    await t.stack.startService('tools');
+    // unknown: marked in words and in the cell's accessible name
+    await page.locator('#tools tr[data-status="unknown"]').waitFor({ timeout: 30_000 });
+    expect(await row.getByRole('cell', { name: /^Unknown outcome/ }).count()).toBe(1);
+    expect(await outcomeCell.textContent()).toMatch(/may or may not have taken effect/);
+    expect(await outcomeCell.textContent()).not.toMatch(/succeeded/);
+
+    await settledIn(page);
+    const events = await throughSettlement(runId);
+    const receipts = ofType(events, 'tool.call.receipt');
+    expect(receipts.map((r) => [r.data.name, r.data.status, r.data.error?.code])).toEqual([['record_effect', 'unknown', 'executor_lost']]);
+    expect(effectsOf(EFFECTS(), runId)).toHaveLength(1); // never run again
+    expect(await row.getAttribute('data-status')).toBe('unknown');
+    expect(await row.getAttribute('data-tool-call-id')).toBe(receipts[0]!.data.toolCallId);
+    // the settlement counts it as unknown, in words
+    expect(await page.locator('#settlement').textContent()).toContain('1 tool call(s) ended with an unknown outcome');
+    // the event's lane entry says so too
+    expect(await page.locator('#lane-tools li[data-type="tool.call.receipt"]').textContent()).toContain('record_effect: unknown');
+    await expectAccessible(page, 'a settled Run with an unknown tool outcome');
+    await shot(page, 'run-tool-unknown');
+    await shotOfTools(page, 'tools-unknown');
     await page.close();
   });
 

@@ -1,6 +1,5 @@
 /**
- * Reads the Kubernetes base in deploy/k8s (the files its kustomization.yaml lists, and
- * config.env) and checks what issue [8] promises of it: every service a Deployment of at least
+ * Checks a rendered Kubernetes overlay of deploy/k8s (test/support/kustomize.ts renders it) for what issue [8] promises of it: every service a Deployment of at least
  * two replicas with a RollingUpdate strategy, a PodDisruptionBudget that selects it and allows one
  * eviction, topology spread over nodes and zones, a termination grace period above the drain bound
  * RUNPLANE_DRAIN_SECONDS, and probes on a path the service serves (contracts `HttpRoutes`) on the
@@ -9,7 +8,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parse, parseAllDocuments } from 'yaml';
+import { parseAllDocuments } from 'yaml';
 import { HttpRoutes, HttpServices, type HttpService } from '@runplane/contracts';
 
 /** A label selector (only `matchLabels` is used in the base). */
@@ -65,22 +64,12 @@ export interface DeployBase {
   config: Record<string, string>;
 }
 
-/**
- * Parses `<dir>/kustomization.yaml`, every file in its `resources` and its configMapGenerator's
- * `config.env`. @throws when a file is missing or is not valid YAML (every document is parsed
- * strictly: a YAML error is an error, not a warning).
- */
-export function loadDeployBase(dir: string): DeployBase {
-  const kustomization = parse(readFileSync(join(dir, 'kustomization.yaml'), 'utf8')) as {
-    resources: string[];
-    configMapGenerator?: { name: string; envs?: string[] }[];
-  };
-  const objects: DeployBase['objects'] = [];
-  for (const file of kustomization.resources) objects.push(...parseManifests(join(dir, file)).map((object) => ({ file, object })));
-  const envFiles = (kustomization.configMapGenerator ?? []).flatMap((g) => g.envs ?? []);
-  const config: Record<string, string> = {};
-  for (const envFile of envFiles) Object.assign(config, parseEnvFile(readFileSync(join(dir, envFile), 'utf8')));
-  return { objects, config };
+/** The base as the checks see it, from the objects of a rendered overlay (config: its ConfigMap runplane-config). */
+export function deployBaseOf(objects: K8sObject[]): DeployBase {
+  const config =
+    (objects.find((o) => o.kind === 'ConfigMap' && o.metadata?.name === 'runplane-config') as { data?: Record<string, string> } | undefined)?.data ??
+    {};
+  return { objects: objects.map((object) => ({ file: '(rendered)', object })), config: { ...config } };
 }
 
 /** Every YAML document of one file, parsed. @throws on the first YAML error or warning. */
@@ -149,8 +138,6 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
   const drain = Number(base.config.RUNPLANE_DRAIN_SECONDS);
   if (!Number.isInteger(drain) || drain <= 0)
     problems.push(`config.env: RUNPLANE_DRAIN_SECONDS is not a positive whole number (${base.config.RUNPLANE_DRAIN_SECONDS})`);
-  if (base.config.RUNPLANE_NATS_REPLICAS !== '3')
-    problems.push(`config.env: RUNPLANE_NATS_REPLICAS is ${base.config.RUNPLANE_NATS_REPLICAS}, not 3 (the 3-node cluster)`);
   const partitions = Number(base.config.RUNPLANE_PARTITIONS);
   if (!Number.isInteger(partitions) || partitions < 1)
     problems.push(`config.env: RUNPLANE_PARTITIONS is not a positive whole number (${base.config.RUNPLANE_PARTITIONS})`);
@@ -229,4 +216,295 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
     }
   }
   return problems;
+}
+
+/** A label selector with `matchExpressions` (NetworkPolicy peers and pod selectors). */
+export interface Selector {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: string; values?: string[] }[];
+}
+
+/** One peer of a NetworkPolicy rule. */
+export interface PolicyPeer {
+  namespaceSelector?: Selector;
+  podSelector?: Selector;
+  ipBlock?: { cidr: string };
+}
+
+/** One NetworkPolicy rule (ingress `from` or egress `to`). */
+export interface PolicyRule {
+  from?: PolicyPeer[];
+  to?: PolicyPeer[];
+  ports?: { protocol?: string; port?: number | string }[];
+}
+
+/** A container as {@link overlayProblems} reads it. */
+export interface RenderedContainer {
+  name?: string;
+  image?: string;
+  args?: string[];
+  ports?: { name?: string; containerPort: number }[];
+  env?: { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[];
+  resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
+  readinessProbe?: Probe;
+  livenessProbe?: Probe;
+}
+
+/** A rendered object, as {@link overlayProblems} reads it (plain JSON; the fields of every kind it looks at). */
+export interface Rendered {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: { name?: string; labels?: Record<string, string> };
+  spec?: {
+    template?: { metadata?: { labels?: Record<string, string> }; spec?: { containers?: RenderedContainer[] } };
+    /** a Service's selector (labels), a ServiceMonitor's (a label selector) */
+    selector?: Selector & Record<string, unknown>;
+    ports?: { name?: string; port?: number; targetPort?: string | number }[];
+    endpoints?: { port?: string; path?: string }[];
+    podSelector?: Selector;
+    policyTypes?: string[];
+    ingress?: PolicyRule[];
+    egress?: PolicyRule[];
+  };
+  data?: Record<string, string>;
+  [field: string]: unknown;
+}
+
+/** True when `sel` selects `labels` (an empty selector selects everything, as Kubernetes has it). */
+export function selectorMatches(sel: Selector | undefined, labels: Record<string, string> = {}): boolean {
+  if (!sel) return false;
+  const byLabels = Object.entries(sel.matchLabels ?? {}).every(([k, v]) => labels[k] === v);
+  const byExpr = (sel.matchExpressions ?? []).every((e) => {
+    const has = e.key in labels;
+    if (e.operator === 'In') return has && (e.values ?? []).includes(labels[e.key]!);
+    if (e.operator === 'NotIn') return !has || !(e.values ?? []).includes(labels[e.key]!);
+    if (e.operator === 'Exists') return has;
+    if (e.operator === 'DoesNotExist') return !has;
+    throw new Error(`unknown selector operator ${e.operator}`);
+  });
+  return byLabels && byExpr;
+}
+
+/** CPU (`500m`, `1`) in millicores, memory (`128Mi`, `1Gi`) in bytes; NaN when unreadable. */
+export function quantity(q: string | number | undefined): number {
+  if (q === undefined) return NaN;
+  const m = /^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G)?$/.exec(String(q));
+  if (!m) return NaN;
+  const n = Number(m[1]);
+  const unit: Record<string, number> = { m: 1, '': 1000, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4, k: 1e3, M: 1e6, G: 1e9 };
+  // CPU with no unit is cores (x1000 millicores); memory with no unit is bytes: callers compare like with like
+  return n * unit[m[2] ?? '']!;
+}
+
+/** What an overlay must be (the facts {@link overlayProblems} checks it against). */
+export interface OverlayExpectations {
+  /** The overlay's name, for messages. */
+  name: string;
+  /** RUNPLANE_NATS_REPLICAS of the rendered ConfigMap. */
+  natsReplicas: '1' | '3';
+  /** Every container's image must match. */
+  image: RegExp;
+  /** Prometheus Operator objects expected (a ServiceMonitor and the metrics Service). */
+  monitoring: boolean;
+  /** Secrets the overlay itself must render (none: they come from outside). */
+  rendersSecrets: boolean;
+  /** Components (app.kubernetes.io/component) allowed beside the seven services and the provisioning Job. */
+  extraComponents: string[];
+}
+
+/** Each workload's egress, by kind of destination. */
+const EGRESS_OF: Record<string, string[]> = {
+  admission: ['dns', 'nats', 'postgresql'],
+  publication: ['dns', 'nats'],
+  runtime: ['dns', 'nats', 'model'],
+  tools: ['dns', 'nats'],
+  lifecycle: ['dns', 'nats'],
+  recovery: ['dns', 'nats'],
+  projector: ['dns', 'nats', 'postgresql'],
+  provision: ['dns', 'nats'],
+};
+
+/** One NetworkPolicy egress rule named by where it goes, or `unknown: ...`. */
+function egressKind(rule: PolicyRule): string {
+  const ports = (rule.ports ?? [])
+    .map((p) => `${p.protocol ?? 'TCP'}/${p.port}`)
+    .sort()
+    .join(',');
+  const to = rule.to ?? [];
+  const ns = (peer: PolicyPeer | undefined) => peer?.namespaceSelector?.matchLabels?.['kubernetes.io/metadata.name'];
+  if (ports === 'TCP/53,UDP/53' && to.length === 1 && ns(to[0]) === 'kube-system' && to[0]?.podSelector?.matchLabels?.['k8s-app'] === 'kube-dns')
+    return 'dns';
+  if (ports === 'TCP/4222' && to.length === 1 && ns(to[0]) === 'nats' && to[0]?.podSelector?.matchLabels?.['app.kubernetes.io/name'] === 'nats')
+    return 'nats';
+  if (ports === 'TCP/5432' && to.length >= 1) return 'postgresql';
+  if (ports === 'TCP/443') return 'model';
+  if (
+    ports === 'TCP/8090' &&
+    to.length === 1 &&
+    !to[0]?.namespaceSelector &&
+    to[0]?.podSelector?.matchLabels?.['app.kubernetes.io/component'] === 'scripted-model'
+  )
+    return 'scripted-model';
+  return `unknown: to ${JSON.stringify(to)} ports ${ports || 'all'}`;
+}
+
+/** One ingress peer named: `any` (no `from`), `namespace` (pods of this namespace), or what it selects outside. */
+function ingressPeers(rule: PolicyRule): string[] {
+  if (!rule.from?.length) return ['any'];
+  return rule.from.map((peer) => {
+    if (peer.ipBlock) return `ipBlock ${peer.ipBlock.cidr}`;
+    if (!peer.namespaceSelector) return 'namespace';
+    const ns = peer.namespaceSelector.matchLabels?.['kubernetes.io/metadata.name'];
+    const pod = peer.podSelector?.matchLabels?.['app.kubernetes.io/name'];
+    return ns && pod ? `${ns}/${pod}` : 'other namespaces';
+  });
+}
+
+/**
+ * Problems of one rendered overlay, one line each (empty: none): every object's kind known, every
+ * container with CPU and memory requests and limits (limit at or above request), readiness on
+ * `/readyz` and liveness on `/livez` where the service serves them, the Dockerfile exposing every
+ * service's port, the images, the provisioning Job, the Secrets, the ServiceMonitor, and the
+ * NetworkPolicy set: a default deny; from outside the namespace only admission and publication
+ * (and Prometheus where monitoring is on); egress to DNS, NATS, PostgreSQL (admission, projector)
+ * and the model endpoint (runtime) only.
+ */
+export function overlayProblems(objects: Rendered[], expect: OverlayExpectations, exposed: number[]): string[] {
+  const problems: string[] = [];
+  const say = (what: string) => problems.push(`${expect.name}: ${what}`);
+  const workloads = objects.filter((o) => o.kind === 'Deployment' || o.kind === 'Job');
+  const componentOf = (o: Rendered) => o.spec?.template?.metadata?.labels?.['app.kubernetes.io/component'];
+  const allowed = new Set([...HttpServices, 'provision', ...expect.extraComponents]);
+
+  const config = objects.find((o) => o.kind === 'ConfigMap' && o.metadata?.name === 'runplane-config')?.data;
+  if (!config) say('no ConfigMap runplane-config');
+  else if (config.RUNPLANE_NATS_REPLICAS !== expect.natsReplicas)
+    say(`RUNPLANE_NATS_REPLICAS ${config.RUNPLANE_NATS_REPLICAS}, not ${expect.natsReplicas}`);
+
+  for (const w of workloads) {
+    const name = `${w.kind} ${w.metadata?.name}`;
+    const component = componentOf(w);
+    if (!component || !allowed.has(component)) say(`${name}: component ${component} is not expected in this overlay`);
+    for (const c of w.spec?.template?.spec?.containers ?? []) {
+      if (!expect.image.test(c.image ?? '')) say(`${name}: image ${c.image} does not match ${expect.image}`);
+      for (const r of ['cpu', 'memory']) {
+        const req = quantity(c.resources?.requests?.[r]);
+        const lim = quantity(c.resources?.limits?.[r]);
+        if (!(req > 0)) say(`${name}: no ${r} request`);
+        if (!(lim > 0)) say(`${name}: no ${r} limit`);
+        else if (lim < req) say(`${name}: ${r} limit below its request`);
+      }
+      for (const arg of c.args ?? [])
+        if (/scripted-model|devstack|pglite/i.test(arg) && !expect.extraComponents.includes('scripted-model')) say(`${name}: runs ${arg}`);
+    }
+  }
+
+  for (const service of HttpServices) {
+    const d = workloads.find((w) => w.kind === 'Deployment' && componentOf(w) === service);
+    if (!d) {
+      say(`no Deployment of ${service}`);
+      continue;
+    }
+    const c = d.spec?.template?.spec?.containers?.[0] ?? {};
+    const served = new Set(HttpRoutes.filter((r) => r.method === 'get' && r.services.includes(service)).map((r) => r.path));
+    if (served.has('/readyz') && c.readinessProbe?.httpGet?.path !== '/readyz')
+      say(`${service}: readinessProbe on ${c.readinessProbe?.httpGet?.path}, not /readyz`);
+    if (served.has('/livez') && c.livenessProbe?.httpGet?.path !== '/livez')
+      say(`${service}: livenessProbe on ${c.livenessProbe?.httpGet?.path}, not /livez`);
+    const port = (c.ports ?? []).find((p) => p.name === 'http')?.containerPort;
+    if (port === undefined || !exposed.includes(port)) say(`${service}: port ${port} is not EXPOSEd by deploy/Dockerfile`);
+  }
+
+  const job = workloads.find((w) => w.kind === 'Job' && componentOf(w) === 'provision');
+  const jobContainer = job?.spec?.template?.spec?.containers?.[0];
+  if (!jobContainer?.args?.includes('apps/cli/dist/provision-main.js')) say('no provisioning Job running apps/cli/dist/provision-main.js');
+  else if (jobContainer.env?.find((e) => e.name === 'NATS_USER')?.value !== 'runplane-admin')
+    say('the provisioning Job does not connect as runplane-admin');
+
+  const secrets = objects.filter((o) => o.kind === 'Secret');
+  if (!expect.rendersSecrets && secrets.length) say(`renders Secrets ${secrets.map((s) => s.metadata?.name).join(', ')} (they belong outside)`);
+  if (expect.rendersSecrets)
+    for (const w of workloads)
+      for (const c of w.spec?.template?.spec?.containers ?? [])
+        for (const e of c.env ?? []) {
+          const ref = e.valueFrom?.secretKeyRef;
+          if (!ref) continue;
+          const s = secrets.find((x) => x.metadata?.name === ref.name);
+          if (!s || !(ref.key in (s.data ?? {}))) say(`${w.metadata?.name}: Secret ${ref.name} has no key ${ref.key}`);
+        }
+
+  const monitors = objects.filter((o) => o.kind === 'ServiceMonitor');
+  if (!expect.monitoring && monitors.length) say('has a ServiceMonitor (the CRD may be missing here)');
+  if (expect.monitoring) {
+    if (monitors.length !== 1) say(`${monitors.length} ServiceMonitors, not 1`);
+    for (const m of monitors) {
+      const svc = objects.find((o) => o.kind === 'Service' && selectorMatches(m.spec?.selector, o.metadata?.labels));
+      if (!svc) {
+        say(`ServiceMonitor ${m.metadata?.name} selects no Service`);
+        continue;
+      }
+      for (const ep of m.spec?.endpoints ?? []) {
+        const port = (svc.spec?.ports ?? []).find((p) => p.name === ep.port);
+        if (!port) say(`ServiceMonitor endpoint port ${ep.port} is not a port of Service ${svc.metadata?.name}`);
+        if (ep.path !== '/metrics') say(`ServiceMonitor path ${ep.path} is not /metrics`);
+        for (const service of HttpServices) {
+          const d = workloads.find((w) => w.kind === 'Deployment' && componentOf(w) === service);
+          if (!d || !selectorMatches({ matchLabels: svc.spec?.selector as Record<string, string> }, d.spec?.template?.metadata?.labels))
+            say(`metrics Service ${svc.metadata?.name} does not select ${service}`);
+          else if (!d.spec?.template?.spec?.containers?.[0]?.ports?.some((p) => p.name === port?.targetPort))
+            say(`${service} has no container port named ${port?.targetPort} (the metrics Service's targetPort)`);
+        }
+      }
+    }
+  }
+
+  // NetworkPolicies
+  const policies = objects.filter((o) => o.kind === 'NetworkPolicy');
+  const denyAll = policies.find(
+    (p) =>
+      Object.keys(p.spec?.podSelector ?? { x: 1 }).length === 0 &&
+      ['Ingress', 'Egress'].every((t) => p.spec?.policyTypes?.includes(t)) &&
+      !p.spec?.ingress?.length &&
+      !p.spec?.egress?.length,
+  );
+  if (!denyAll) say('no default-deny NetworkPolicy (empty podSelector, Ingress and Egress, no rules)');
+  for (const p of policies)
+    if (!workloads.some((w) => selectorMatches(p.spec?.podSelector, w.spec?.template?.metadata?.labels)))
+      say(`NetworkPolicy ${p.metadata?.name} selects no pod`);
+  for (const w of workloads) {
+    const component = componentOf(w) ?? '?';
+    const labels = w.spec?.template?.metadata?.labels;
+    const selecting = policies.filter((p) => selectorMatches(p.spec?.podSelector, labels));
+    const egress = new Set(selecting.filter((p) => p.spec?.policyTypes?.includes('Egress')).flatMap((p) => (p.spec?.egress ?? []).map(egressKind)));
+    const want = [
+      ...(EGRESS_OF[component] ?? []),
+      ...(component === 'runtime' && expect.extraComponents.includes('scripted-model') ? ['scripted-model'] : []),
+    ];
+    if (component in EGRESS_OF) {
+      const got = [...egress].sort();
+      if (JSON.stringify(got) !== JSON.stringify([...want].sort()))
+        say(`${component}: egress to ${got.join(', ')}; want ${[...want].sort().join(', ')}`);
+    }
+    const peers = new Set(
+      selecting.filter((p) => p.spec?.policyTypes?.includes('Ingress')).flatMap((p) => (p.spec?.ingress ?? []).flatMap(ingressPeers)),
+    );
+    const outside = [...peers].filter((x) => x !== 'namespace').sort();
+    const wantOutside = [
+      ...(component === 'admission' || component === 'publication' ? ['any'] : []),
+      ...(expect.monitoring && (HttpServices as readonly string[]).includes(component) ? ['monitoring/prometheus'] : []),
+    ].sort();
+    if (JSON.stringify(outside) !== JSON.stringify(wantOutside))
+      say(`${component}: reachable from outside the namespace by ${outside.join(', ') || 'nothing'}; want ${wantOutside.join(', ') || 'nothing'}`);
+  }
+  return problems;
+}
+
+/** The ports of deploy/Dockerfile's EXPOSE lines (every stage). */
+export function exposedPorts(dockerfile: string): number[] {
+  return [...dockerfile.matchAll(/^EXPOSE\s+(.+)$/gm)].flatMap((m) =>
+    m[1]!
+      .trim()
+      .split(/\s+/)
+      .map((p) => Number(p.split('/')[0])),
+  );
 }

@@ -50,6 +50,8 @@ export class History {
       /** Further limits (token limits, the final-output reserve: K7). */
       limits?: Partial<EventData<'run.admitted'>['limits']>;
       noProgressSeconds?: number;
+      /** The owner recorded on `run.admitted` (authentication on); none by default. */
+      principal?: string;
     } = {},
   ): this {
     const content = opts.content ?? 'Compare SPY and QQQ';
@@ -63,6 +65,7 @@ export class History {
         ...opts.limits,
         ...(opts.noProgressSeconds !== undefined ? { noProgressSeconds: opts.noProgressSeconds } : {}),
       },
+      ...(opts.principal ? { principal: opts.principal } : {}),
     });
   }
 

@@ -17,6 +17,7 @@ import {
 import type { Request, Response } from 'express';
 import { randomUUID } from 'node:crypto';
 import {
+  conversationKey,
   Id,
   MessageParams,
   PostMessageBody,
@@ -195,10 +196,21 @@ export function actorOf(principal: Principal, header: string | undefined): strin
   return principal.unauthenticated ? userOf(header) : principal.sub;
 }
 
+/** The key of the caller's Conversation `conversationId` (per principal with authentication on; contracts `conversationKey`). */
+export function keyOf(conversationId: string, principal: Principal): string {
+  return conversationKey(conversationId, principal.unauthenticated ? null : principal.sub);
+}
+
+/** Whose Runs the caller may act on, for the decider: only its own (its `sub`), or any (null) for an admin or with authentication disabled. */
+export function actingFor(principal: Principal): string | null {
+  return principal.admin ? null : principal.sub;
+}
+
 /**
- * The HTTP API of admission. Every route takes a bearer token ({@link AuthGuard}); a Conversation
- * and its Runs belong to the principal that created it, and another principal gets the same 404
- * as for an unknown id (an admin, `runplane:admin`, may read any Run and reconcile tool calls).
+ * The HTTP API of admission. Every route takes a bearer token ({@link AuthGuard}); conversation ids
+ * are per principal ({@link keyOf}: the same id of two principals is two Conversations), a Run
+ * belongs to the principal it was admitted for, and another principal gets the same 404 as for an
+ * unknown id (an admin, `runplane:admin`, may read and act on any Run and reconcile tool calls).
  */
 @Controller('v1')
 @UseGuards(AuthGuard)
@@ -236,13 +248,12 @@ export class AdmissionController {
     assertUtf8Body(req);
     const message = parseJsonBody(PostMessageBody, body, contentType, 'the message body');
     const conversationId = parseId('conversationId', rawConversationId);
-    // a Conversation belongs to the principal that created it: another one's is as unknown as a missing one
-    if (!principal.unauthenticated && !(await this.conversations.claim(conversationId, principal.sub)))
-      throw apiError(HttpStatus.NOT_FOUND, 'not_found', `conversation ${conversationId} not found`);
-    const ordinaryRunId = admissionIds(conversationId, message.clientMessageId).runId;
-    const runId = message.replyTo ? clarificationReplyRunId(conversationId, message.replyTo.clarificationId) : ordinaryRunId;
+    // conversation ids are per principal: another principal's Conversation of the same id is another Conversation
+    const key = keyOf(conversationId, principal);
+    const ordinaryRunId = admissionIds(key, message.clientMessageId).runId;
+    const runId = message.replyTo ? clarificationReplyRunId(key, message.replyTo.clarificationId) : ordinaryRunId;
     const [indexed, continuationParent, replyParent, ordinaryAdmitted] = await Promise.all([
-      this.conversations.read(conversationId),
+      this.conversations.read(key),
       message.continuationOfRunId ? this.commands.folds.read(message.continuationOfRunId) : null,
       message.replyTo ? this.commands.folds.read(message.replyTo.runId) : null,
       message.replyTo ? this.log.lastOf(ordinaryRunId, 'admission') : null,
@@ -280,7 +291,7 @@ export class AdmissionController {
     const facts = result.facts;
     const at = admitted ? admitted.event.occurredAt : facts.admitted!.at;
     // after the append (the log is the truth): a crash before this leaves the entry to the next repeat
-    await this.conversations.add(conversationId, { runId, clientMessageId: message.clientMessageId, admittedAt: at });
+    await this.conversations.add(key, { runId, clientMessageId: message.clientMessageId, admittedAt: at });
     if (admitted?.event.type === 'run.admitted') return responseOf(admitted.event, 'admitted');
     // decided nothing: this message was admitted before, the same (K1)
     res.status(HttpStatus.OK);
@@ -310,10 +321,11 @@ export class AdmissionController {
     const parsed = MessageParams.safeParse({ conversationId: rawConversationId, clientMessageId: rawClientMessageId });
     if (!parsed.success) throw badRequestFromZod('path', parsed.error);
     const { conversationId, clientMessageId } = parsed.data;
-    const derived = admissionIds(conversationId, clientMessageId).runId;
+    const key = keyOf(conversationId, principal);
+    const derived = admissionIds(key, clientMessageId).runId;
     let facts = await this.commands.folds.read(derived);
     if (!facts.admitted) {
-      const indexed = await this.conversations.runOf(conversationId, clientMessageId);
+      const indexed = await this.conversations.runOf(key, clientMessageId);
       if (indexed) facts = await this.commands.folds.read(indexed.runId);
     }
     if (
@@ -410,9 +422,10 @@ export class AdmissionController {
   ): Promise<CancelRunResponse> {
     const runId = parseId('runId', rawRunId);
     const request = parseJsonBody(CancelRunBody, body, contentType, 'the cancel body', { optional: true });
-    await this.assertMayAccess(runId, principal);
     const cmd = {
       type: 'CancelRun',
+      // who owns the Run is decided with the cancel, on the facts its append is conditional on (never from an earlier read)
+      principal: actingFor(principal),
       requestedBy: actorOf(principal, user),
       reason: request.reason || null,
       requestId: randomUUID(),
@@ -453,9 +466,9 @@ export class AdmissionController {
     const request = parseJsonBody(AnswerWaitBody, body, contentType, 'the answer body');
     const runId = parseId('runId', rawRunId);
     const waitId = parseId('waitId', rawWaitId);
-    await this.assertMayAccess(runId, principal);
     const cmd = {
       type: 'AnswerWait',
+      principal: actingFor(principal),
       waitId,
       answer: request.answer,
       answeredBy: actorOf(principal, user),
@@ -526,15 +539,5 @@ export class AdmissionController {
       });
     }
     throw runNotFound(runId);
-  }
-
-  /**
-   * Refuses, with the same 404 as an unknown Run, a caller that may not act on the Run (not its
-   * owner, not an admin). A Run that does not exist is left to the decider (its own 404).
-   */
-  private async assertMayAccess(runId: string, principal: Principal): Promise<void> {
-    if (principal.admin) return;
-    const facts = await this.commands.folds.read(runId);
-    if (facts.admitted && !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
   }
 }

@@ -48,7 +48,7 @@ export class ChildRunsController {
     const parent = await this.commands.folds.read(stored.event.runId);
     for (const child of pendingChildren(parent)) {
       const reason = `its parent Run ${parent.runId} settled ${parent.settled?.outcome ?? ''}`.trim();
-      const cmd = { type: 'CancelRun', requestedBy: 'runplane', reason, requestId: `parent-settled/${parent.runId}` } as const;
+      const cmd = { type: 'CancelRun', principal: null, requestedBy: 'runplane', reason, requestId: `parent-settled/${parent.runId}` } as const;
       await this.commands
         .handle(child.childRunId, (f, now) => decide(f, cmd, now))
         .catch((err: unknown) => {

@@ -16,6 +16,7 @@
  */
 import {
   admissionIds,
+  conversationKey,
   deterministicId,
   contextFrom,
   makeEvent,
@@ -71,6 +72,14 @@ export interface ReconcileToolCall {
 /** A user's request to cancel a Run (K4). */
 export interface CancelRun {
   type: 'CancelRun';
+  /**
+   * Who may act: the caller's principal when it may act on its own Runs only (a Run admitted for
+   * another principal, or for none, is then {@link RunNotFound}, exactly as an unknown Run);
+   * null for an admin, the system, or with authentication disabled (any Run). Checked here, on
+   * the facts the conditional append rests on, so an admission that lands after an earlier read
+   * cannot slip past it (the append conflicts and the decision is taken again).
+   */
+  principal: string | null;
   requestedBy: string | null;
   reason: string | null;
   /** Id of the HTTP request. */
@@ -80,6 +89,8 @@ export interface CancelRun {
 /** A user's answer to a pending wait of the Run (K10), over HTTP. */
 export interface AnswerWait {
   type: 'AnswerWait';
+  /** Who may act, as {@link CancelRun.principal}: another principal's Run is {@link RunNotFound}, before anything of its waits is looked at. */
+  principal: string | null;
   waitId: string;
   /** Non-blank (the HTTP body is validated before). */
   answer: string;
@@ -216,6 +227,7 @@ export { admissionIds };
  * The message id stays derived from the answer's own `clientMessageId`.
  */
 export function clarificationReplyRunId(conversationId: string, clarificationId: string): string {
+  // `conversationId` is the Conversation's key (`conversationKey`): per principal with authentication on
   return deterministicId('run', conversationId, 'clarification-answer', clarificationId);
 }
 
@@ -279,32 +291,37 @@ export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): R
   }
 }
 
+/** The Conversation's key (its ids are per principal with authentication on, K1). */
+const keyOf = (cmd: PostMessage): string => conversationKey(cmd.conversationId, cmd.principal);
+
+/** True when `run` belongs to the Conversation `cmd` posts in: the same conversation id and the same principal (or none for both). */
+const sameConversation = (run: RunFacts, cmd: PostMessage): boolean =>
+  run.conversationId === cmd.conversationId && (run.admitted?.principal ?? null) === (cmd.principal ?? null);
+
 function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
   const contentSha256 = sha256Hex(cmd.content);
   // the id names another Run already (an ordinary message's id reused for an answer, or the reverse): K1 first
-  if (
-    cmd.messageRunElsewhere &&
-    cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(cmd.conversationId, cmd.clientMessageId).runId)
-  )
+  if (cmd.messageRunElsewhere && cmd.messageRunElsewhere !== (cmd.reply ? admittedRunId(cmd) : admissionIds(keyOf(cmd), cmd.clientMessageId).runId))
     throw new MessageConflict(
       cmd.clientMessageId,
       'replyTo',
       cmd.reply ? 'it was admitted as a message that answers no clarification' : 'it was admitted as the answer to a clarification',
     );
   if (facts.admitted) return repeat(facts.admitted, cmd, contentSha256);
-  const ids = admissionIds(cmd.conversationId, cmd.clientMessageId);
+  const ids = admissionIds(keyOf(cmd), cmd.clientMessageId);
   const messageId = ids.messageId;
-  const runId = cmd.reply ? clarificationReplyRunId(cmd.conversationId, cmd.reply.clarificationId) : ids.runId;
+  const runId = cmd.reply ? admittedRunId(cmd) : ids.runId;
   const { deadlineSeconds, ...limits } = cmd.limits;
   let related: Pick<EventData<'run.admitted'>, 'link' | 'parentRequestSha256' | 'clarification'> = {};
   if (cmd.continuation) {
     const { parentRunId, parent } = cmd.continuation;
-    if (!parent?.admitted || parent.conversationId !== cmd.conversationId) throw new ParentNotFound(parentRunId, cmd.conversationId);
+    // another principal's Run with the same conversation id is in another Conversation: as unknown as a missing one
+    if (!parent?.admitted || !sameConversation(parent, cmd)) throw new ParentNotFound(parentRunId, cmd.conversationId);
     assertContinuable(parent);
     related = { link: { parentRunId, relation: 'continuation' }, parentRequestSha256: parent.admitted.message.contentSha256 };
   } else if (cmd.reply) {
     const { runId: askedIn, clarificationId, parent } = cmd.reply;
-    const c = parent?.admitted && parent.conversationId === cmd.conversationId ? parent.clarifications.get(clarificationId) : undefined;
+    const c = parent?.admitted && sameConversation(parent, cmd) ? parent.clarifications.get(clarificationId) : undefined;
     if (!parent?.admitted || !c)
       throw new ClarificationNotFound(`run ${askedIn} of conversation ${cmd.conversationId} has no clarification ${clarificationId}`);
     related = {
@@ -355,7 +372,7 @@ function repeat(admitted: NonNullable<RunFacts['admitted']>, cmd: PostMessage, c
   return [];
 }
 
-const admittedRunId = (cmd: PostMessage): string => clarificationReplyRunId(cmd.conversationId, cmd.reply!.clarificationId);
+const admittedRunId = (cmd: PostMessage): string => clarificationReplyRunId(keyOf(cmd), cmd.reply!.clarificationId);
 
 /**
  * Records an operator's reconciliation of an `unknown` call (an `unknown` receipt, or a dispatched
@@ -394,13 +411,23 @@ function reconcile(facts: RunFacts, cmd: ReconcileToolCall, now: Date): RunEvent
 }
 
 /**
+ * True when the Run is admitted and `principal` may act on it: null acts on any Run (an admin, the
+ * system, authentication disabled); a principal only on a Run admitted for it (a Run admitted
+ * without a principal, while authentication was off, is an admin's only).
+ */
+function mayAct(facts: RunFacts, principal: string | null): boolean {
+  if (!facts.admitted) return false;
+  return principal === null || facts.admitted.principal === principal;
+}
+
+/**
  * Records the user's cancel intent, once (K4): `[run.cancel.requested]`; `[]` when it was recorded
  * before (the same answer again, nothing appended, also after the Run settled `canceled`).
- * @throws RunNotFound when the Run was never admitted.
+ * @throws RunNotFound when the Run was never admitted, or `principal` may not act on it.
  * @throws RunAlreadySettled when the Run has its settlement.
  */
 function cancel(facts: RunFacts, cmd: CancelRun, now: Date): RunEvent[] {
-  if (!facts.admitted || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
+  if (!mayAct(facts, cmd.principal) || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
   if (facts.cancelRequested) return []; // a repeat gets the same answer, even once the cancel has settled the Run
   if (facts.settled) throw new RunAlreadySettled(facts.settled.outcome);
   const ctx = { ...contextFrom(facts.lastEvent), causationId: cmd.requestId };
@@ -410,13 +437,14 @@ function cancel(facts: RunFacts, cmd: CancelRun, now: Date): RunEvent[] {
 /**
  * Records a user's answer to a pending wait, once (K10): `[wait.answered]`, the Run's wake.
  * `[]` for the same answer again (the caller answers 200 with the recorded answer).
- * @throws RunNotFound / WaitNotFound when the Run or the wait is unknown.
+ * @throws RunNotFound when the Run is unknown or `principal` may not act on it; WaitNotFound when the wait is unknown.
  * @throws WaitConflict when the wait was answered with another text.
  * @throws WaitNotPending when the wait expired (`now >= expiresAt`) or the Run settled, stopped
  *   (finished, fenced) or is being canceled: a stale answer appends nothing.
  */
 function answerWait(facts: RunFacts, cmd: AnswerWait, now: Date): RunEvent[] {
-  if (!facts.admitted || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
+  // ownership first: nothing of another principal's waits may show through (WaitNotFound says less than RunNotFound)
+  if (!mayAct(facts, cmd.principal) || !facts.lastEvent) throw new RunNotFound(`run ${facts.runId} not found`);
   const wait = facts.waits.get(cmd.waitId);
   if (!wait) throw new WaitNotFound(`run ${facts.runId} has no wait ${cmd.waitId}`);
   if (wait.answer) {

@@ -66,7 +66,7 @@ describe('admission decide (K1)', () => {
   });
 
   describe('cancel (K4)', () => {
-    const cancel = { type: 'CancelRun', requestedBy: 'ana', reason: 'wrong fund', requestId: 'req-9' } as const;
+    const cancel = { type: 'CancelRun', principal: null, requestedBy: 'ana', reason: 'wrong fund', requestId: 'req-9' } as const;
     it('given an admitted Run, when its user cancels, then the cancel intent is recorded once', () => {
       admission
         .given(new History().admitted())

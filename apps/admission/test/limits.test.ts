@@ -12,7 +12,14 @@ import { History } from '../../../test/support/history.js';
 
 const admission = spec(decide);
 const expiresAt = '2026-01-01T01:00:00.000Z';
-const answer = { type: 'AnswerWait', waitId: waitIdOf('run-1', 'q'), answer: 'Class A', answeredBy: 'ana', requestId: 'req-1' } as const;
+const answer = {
+  type: 'AnswerWait',
+  principal: null,
+  waitId: waitIdOf('run-1', 'q'),
+  answer: 'Class A',
+  answeredBy: 'ana',
+  requestId: 'req-1',
+} as const;
 const parked = () =>
   new History()
     .admitted({ tools: ['list_funds', 'ask_human'] })

@@ -11,7 +11,7 @@ import { History } from '../../../test/support/history.js';
 
 const admission = spec(decide);
 const answer = (toolCallId: string, text: string, runId = 'run-1') =>
-  ({ type: 'AnswerWait', waitId: waitIdOf(runId, toolCallId), answer: text, answeredBy: 'ana', requestId: 'req-9' }) as const;
+  ({ type: 'AnswerWait', principal: null, waitId: waitIdOf(runId, toolCallId), answer: text, answeredBy: 'ana', requestId: 'req-9' }) as const;
 const parked = () =>
   new History()
     .admitted({ tools: ['list_funds', 'ask_human'] })

@@ -1,28 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import pRetry from 'p-retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
-import {
-  createDevAuth,
-  type DevAuth,
-  dropDatabase,
-  ensureDatabaseExists,
-  FALLBACK_NATS_SUFFIX,
-  natsEnvOf,
-  projectionDatabaseFor,
-  provisionAsAdmin,
-  repoRoot,
-  startSecuredNats,
-  startSecuredNatsCluster,
-  startStack,
-  stopEverything,
-  type NatsUsers,
-} from '@runplane/devstack';
-import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, type BusBucket } from '@runplane/eventlog';
-import { resolveDataFolder } from '@runplane/holdings';
-import { rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
+import type { DevAuth, NatsUsers } from '@runplane/devstack';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog } from '@runplane/eventlog';
+import { findRepoRoot, resolveDataFolder } from '@runplane/holdings';
+import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { auditLog, type AuditOptions } from './audit.js';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
 
@@ -38,6 +24,20 @@ export const ILLUSTRATIVE_QUESTION = 'Compare the holdings of AAA and BBB: verif
 // eslint-disable-next-line no-control-regex -- the point: control characters are what is replaced
 export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
 const out = (line: string) => process.stdout.write(`${terminalSafe(line)}\n`);
+
+/**
+ * The devstack (local NATS, PostgreSQL, every service as a process), loaded only by the commands
+ * that start one (`up`, `demo`): the production image has no devstack, and its CLI still serves
+ * `timeline`, `audit`, `projections rebuild` and `provision`.
+ */
+const devstack = () => import('@runplane/devstack');
+
+/** The repository root (nx.json), for the files `runplane up` keeps in `.runplane`. @throws outside a checkout. */
+function repoRoot(): string {
+  const root = findRepoRoot(dirname(fileURLToPath(import.meta.url)));
+  if (root === null) throw new Error('cannot find the repository root (nx.json)');
+  return root;
+}
 
 /**
  * Admits `question` as a new Message and streams the Run until it settles: progress lines, the
@@ -253,9 +253,7 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
       out('rebuilt projections are identical to the live ones');
       if (keep) out(`kept database ${result.database}`);
       else {
-        const url = new URL(DATABASE_URL);
-        url.pathname = `/${result.database}`;
-        await dropDatabase(url.toString());
+        await dropDatabase(databaseUrlWith(DATABASE_URL, 'postgres'), result.database);
         out(`dropped database ${result.database} (use --keep to keep it)`);
       }
       return 0;
@@ -277,10 +275,11 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
  * given every node's URL).
  */
 export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
+  const dev = await devstack();
   const cleanup = stopOnSignal();
   const env = await prepareEnvironment(opts);
   cleanup.also(() => env.close());
-  const stack = await startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
+  const stack = await dev.startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
@@ -295,9 +294,9 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(
     `  viewer:   ${stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(stack.endpoints.admission)} (paste the token of .runplane/auth/token into its form)`,
   );
-  const ops = natsEnvOf(env.natsUsers, 'ops');
+  const ops = dev.natsEnvOf(env.natsUsers, 'ops');
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
-  const consumer = natsEnvOf(env.natsUsers, 'consumer');
+  const consumer = dev.natsEnvOf(env.natsUsers, 'consumer');
   out(
     `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/event-log.md "For downstream consumers")`,
   );
@@ -313,7 +312,8 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
   const cleanups: (() => Promise<void>)[] = [];
   const interrupt = (signal: NodeJS.Signals) => {
     out(`\n${signal}: stopping every process this command started...`);
-    void stopEverything()
+    void devstack()
+      .then((d) => d.stopEverything())
       .then(async () => {
         for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
       })
@@ -336,6 +336,7 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   auth: DevAuth;
   close(): Promise<void>;
 }> {
+  const dev = await devstack();
   const root = repoRoot();
   const stateDir = join(root, '.runplane');
   mkdirSync(stateDir, { recursive: true });
@@ -350,18 +351,21 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   // always a server of its own with the Runplane users switched on, as deployed (K9 by the broker);
   // a server already running (the machine's) is never reconfigured
   const space = { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, partitions: bus.RUNPLANE_PARTITIONS };
-  const nats = opts.cluster ? await startSecuredNatsCluster({ stateDir, space }) : await startSecuredNats({ stateDir, space });
+  const nats = opts.cluster ? await dev.startSecuredNatsCluster({ stateDir, space }) : await dev.startSecuredNats({ stateDir, space });
   out(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
     // The NATS started here has its own log, so its projections go to a database of their own.
     // the cluster's store is a log of its own too: a database of its own
-    let databaseUrl = projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
-    if (await ensureDatabaseExists(databaseUrl)) {
+    let databaseUrl = dev.projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
+    if (await dev.ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
       embedded = await startEmbeddedDatabase({
-        dataDir: join(stateDir, nats.cluster ? `pglite${FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${FALLBACK_NATS_SUFFIX}` : 'pglite'),
+        dataDir: join(
+          stateDir,
+          nats.cluster ? `pglite${dev.FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${dev.FALLBACK_NATS_SUFFIX}` : 'pglite',
+        ),
       });
       databaseUrl = embedded.url;
       out(
@@ -372,7 +376,7 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
       `  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`,
     );
     // authentication on, as deployed: a signing key of this run's own, tokens minted from it
-    const auth = await createDevAuth(join(stateDir, 'auth'));
+    const auth = await dev.createDevAuth(join(stateDir, 'auth'));
     return {
       stateDir,
       auth,
@@ -405,11 +409,17 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
  * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
  */
 export async function demo(question: string | undefined): Promise<number> {
+  const dev = await devstack();
   const cleanup = stopOnSignal();
   const prepared = await prepareEnvironment();
   cleanup.also(() => prepared.close());
   try {
-    const stack = await startStack({ env: prepared.env, logDir: join(prepared.stateDir, 'logs'), natsUsers: prepared.natsUsers, ...prepared.model });
+    const stack = await dev.startStack({
+      env: prepared.env,
+      logDir: join(prepared.stateDir, 'logs'),
+      natsUsers: prepared.natsUsers,
+      ...prepared.model,
+    });
     out(`  model:    ${stack.model ? `scripted research policy at ${stack.modelUrl} (offline)` : `${stack.modelUrl}`}`);
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);
@@ -429,31 +439,7 @@ export async function demo(question: string | undefined): Promise<number> {
   }
 }
 
-/**
- * Creates what the services may not create themselves (libs/eventlog `provisionBus`): the Run
- * stream, every KV bucket and the object store, each only when missing, with
- * `RUNPLANE_NATS_REPLICAS` copies (3 on the deployed 3-node cluster). Connects with the bus
- * configuration, as the admin user. Prints each stream's replicas and leader. Returns 0.
- * @throws when NATS is unreachable or the user may not create streams.
- */
-export async function provision(): Promise<number> {
-  const bus = loadConfig(BusConfig);
-  await provisionAsAdmin(process.env, null);
-  const log = await EventLog.fromEnv('runplane-cli');
-  try {
-    const names = [
-      bus.RUNPLANE_STREAM,
-      ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
-    ];
-    for (const name of names) {
-      const info = await log.jsm.streams.info(name);
-      out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
-    }
-  } finally {
-    await log.close();
-  }
-  return 0;
-}
+export { provision } from './provision.js';
 
 /** A URL without its password, for printing. */
 function redactUrl(url: string): string {

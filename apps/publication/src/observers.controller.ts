@@ -8,6 +8,25 @@ import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
 
+/** The longest delay a Node timer takes (about 24.8 days); a longer one would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls `fn` once at `atMs` (ms since the epoch), however far away (a Node timer longer than
+ * about 24.8 days would fire at once, so a far instant is reached in steps).
+ * @returns a function that cancels it.
+ */
+export function callAt(atMs: number, fn: () => void): () => void {
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    const delay = atMs - Date.now();
+    timer = delay > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(fn, Math.max(0, delay));
+    timer.unref();
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
 const notFound = (runId: string) => apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
 
 function parseRunId(runId: string): string {
@@ -69,6 +88,9 @@ export class ObserversController implements BeforeApplicationShutdown {
    * @throws 400 `invalid_cursor` (extensions `cursor`, `reason`: `beyond-end`, `other-run`,
    * `not-an-event`) when `Last-Event-ID` is not 0 and not a position in this Run's log
    * ({@link judgeCursor}): a stream from there would skip stored events or never end (K4).
+   * The stream never outlives the caller's token: at its expiry (`exp` plus the clock-skew
+   * allowance, {@link Principal.expiresAt}) it sends the comment `: token expired` and ends; the
+   * observer resumes with `Last-Event-ID` and a fresh token (the expired one gets 401).
    */
   @Get(':runId/events')
   async events(
@@ -130,11 +152,21 @@ export class ObserversController implements BeforeApplicationShutdown {
           })
         : null;
     let stop: (() => Promise<void>) | null = null;
+    // a token that expires (or is revoked by expiring) stops reading: nothing is sent after it would be refused
+    const cancelExpiry =
+      principal.expiresAt === null
+        ? null
+        : callAt(principal.expiresAt, () => {
+            if (closed) return;
+            res.write(': token expired\n\n');
+            void detach();
+          });
     const detach = async () => {
       if (closed) return;
       closed = true;
       this.open.delete(detach);
       clearInterval(heartbeat);
+      cancelExpiry?.();
       sub?.unsubscribe();
       await stop?.();
       res.end();

@@ -427,16 +427,32 @@ function updateTool(run, toolCallId, patch) {
   $('tools-none').hidden = true;
 }
 
+/** What a call's outcome cell says, in words (never by colour alone): the receipt, or pending. */
+const PENDING = {
+  proposed: 'proposed, not dispatched yet',
+  dispatched: 'dispatched, no receipt yet',
+};
+
+/**
+ * A tool call's row. Its outcome is said in words, so that its accessible name carries it too:
+ * a call without a receipt is "Pending", a receipt `unknown` is "Unknown outcome" (K5: the effect
+ * may or may not have happened; never shown as a success), other receipts by their status.
+ */
 function toolRow(t) {
   const unknown = t.status === 'unknown';
+  const pending = PENDING[t.status];
+  const icon = (glyph) => h('span', { 'aria-hidden': 'true', text: `${glyph} ` });
   const outcome = unknown
     ? h(
         'span',
         { class: 'status status-unknown' },
-        h('strong', { text: '⚠ Unknown outcome' }),
-        ' — the call may or may not have taken effect; it is never run again on its own (K5).',
+        icon('⚠'),
+        h('strong', { text: 'Unknown outcome' }),
+        ': the call may or may not have taken effect; it is never run again on its own (K5).',
       )
-    : h('span', { class: `status status-${t.status}`, text: t.status });
+    : pending
+      ? h('span', { class: 'status status-pending' }, icon('◷'), h('strong', { text: 'Pending' }), `: ${pending}.`)
+      : h('span', { class: `status status-${t.status}`, text: t.status });
   const details = [];
   if (t.durationMs !== undefined) details.push(`${Math.round(t.durationMs)} ms`);
   if (t.error) details.push(`${t.error.code}: ${t.error.message}`);
@@ -445,7 +461,7 @@ function toolRow(t) {
   if (t.reconciled) details.push(`reconciled by ${t.reconciled.operator}: ${t.reconciled.outcome} — ${t.reconciled.evidence}`);
   return h(
     'tr',
-    { dataset: { toolCallId: t.toolCallId, status: t.status }, class: unknown ? 'row-unknown' : '' },
+    { dataset: { toolCallId: t.toolCallId, status: t.status }, class: unknown ? 'row-unknown' : pending ? 'row-pending' : '' },
     h('td', {}, h('strong', { text: t.name ?? '?' }), h('br'), h('code', { class: 'id', text: t.toolCallId })),
     h('td', {}, h('code', { class: 'args', text: cut(t.argumentsText ?? '', 200) })),
     h('td', {}, outcome),
@@ -544,7 +560,12 @@ function showSettlement(e) {
       `At ${timeText(e.occurredAt)}: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${tokens}; ${d.passageIds.length} passage(s) in the answer.`,
     ),
     unknownReceipts.length
-      ? h('p', { class: 'status-unknown' }, h('strong', { text: '⚠ ' }), `${unknownReceipts.length} tool call(s) ended with an unknown outcome.`)
+      ? h(
+          'p',
+          { class: 'status-unknown' },
+          h('span', { 'aria-hidden': 'true', text: '⚠ ' }),
+          `${unknownReceipts.length} tool call(s) ended with an unknown outcome.`,
+        )
       : null,
     d.unanswered?.length
       ? h(

@@ -466,6 +466,9 @@ function checkLinks(r: Replay, replays: ReadonlyMap<string, Replay>): void {
   const p = parent.facts;
   if (p.conversationId !== r.facts.conversationId)
     r.report('links', r.admittedSeq, `linked (${link.relation}) to run ${link.parentRunId} of another conversation (${p.conversationId})`);
+  // conversation ids are per principal: the same id of another principal is another Conversation
+  else if ((p.admitted?.principal ?? null) !== (admitted.principal ?? null))
+    r.report('links', r.admittedSeq, `linked (${link.relation}) to run ${link.parentRunId} of another principal's conversation`);
   switch (link.relation) {
     case 'continuation': {
       const settledBefore = parent.settledSeq !== null && parent.settledSeq < r.admittedSeq;

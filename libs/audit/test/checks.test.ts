@@ -296,6 +296,13 @@ describe('audit K3: linked Runs', () => {
     expect(broken(audit(failed, linked(failed, 'continuation')), 'run-c')).toEqual([{ id: 'links', seqs: [failed.seq + 1] }]);
     expect(broken(audit(linked(failed, 'continuation')), 'run-c')).toEqual([{ id: 'links', seqs: [failed.seq + 1] }]);
   });
+  it("a continuation of another principal's Run under the same conversation id is named (conversation ids are per principal)", () => {
+    const parent = cleanRun('run-p');
+    const ev = parent.events[0]!.event as Extract<StoredEvent['event'], { type: 'run.admitted' }>;
+    parent.events[0] = { ...parent.events[0]!, event: { ...ev, data: { ...ev.data, principal: 'alice' } } };
+    expect(broken(audit(parent, linked(parent, 'continuation', { principal: 'bob' })), 'run-c')).toEqual([{ id: 'links', seqs: [parent.seq + 1] }]);
+    expect(broken(audit(parent, linked(parent, 'continuation', { principal: 'alice' })), 'run-c')).toEqual([]);
+  });
   it('an answer to a clarification the parent never asked is named', () => {
     const parent = cleanRun('run-p');
     const h = linked(parent, 'clarification', { clarification: { clarificationId: 'never-asked', question: 'q', originalRequest: 'r' } });

@@ -15,9 +15,25 @@ export function deterministicId(...parts: (string | number)[]): string {
 }
 
 /**
+ * The key a Conversation's ids derive from and its conversation-index entry is kept under (K1,
+ * K2). With authentication on, conversation ids are scoped per principal: the key derives from
+ * the principal (its sha256, so any `sub` is safe) and the client's conversation id, so two
+ * principals that pick the same conversation id have two Conversations, with different Run ids,
+ * and neither can claim, block or probe the other's (nothing to squat). Without a principal
+ * (authentication disabled) the key is the conversation id itself, as before. A Run's events still
+ * carry the client's `conversationId`; its `run.admitted` `principal` says whose it is.
+ * @returns a UUID (with a principal) or `conversationId` unchanged; either is a valid KV key.
+ */
+export function conversationKey(conversationId: string, principal?: string | null): string {
+  return principal ? deterministicId('conversation', sha256Hex(principal), conversationId) : conversationId;
+}
+
+/**
  * `{messageId, runId}` for a client message id within a conversation (stable UUIDs): the same
  * `clientMessageId` always names the same Run (K1). Child Runs use the same derivation with
  * {@link childClientMessageId}, so a child has one id however often its spawn is decided.
+ * Admission passes the Conversation's {@link conversationKey} as `conversationId` (with
+ * authentication on, the ids are per principal).
  */
 export function admissionIds(conversationId: string, clientMessageId: string): { messageId: string; runId: string } {
   return {

@@ -69,6 +69,8 @@ export interface HttpRoute {
     body?: { contentType: string; schema: z.ZodType };
   };
   responses: Record<number, RouteResponse>;
+  /** True for a route outside `/v1` that wants a bearer token all the same (`/partitions` on admission and publication). */
+  token?: boolean;
 }
 
 const json = (schema: z.ZodType) => ({ contentType: 'application/json', schema });
@@ -319,11 +321,27 @@ export const HttpRoutes: readonly HttpRoute[] = [
     },
   },
   {
-    services: HttpServices,
+    services: ['admission', 'publication'],
     method: 'get',
     path: '/partitions',
     operationId: 'partitions',
     summary: "This replica's share of its service's partitions: the partitions it consumes now and the live replicas they were shared among",
+    description:
+      'An operator view: on admission and publication (the services exposed to callers) it wants a bearer token with ' +
+      '`runplane:admin` (unless authentication is disabled); the internal services (runtime, tools, lifecycle, recovery, ' +
+      'projector) have no authentication and serve it openly on their cluster-internal port.',
+    responses: {
+      200: { description: 'The partitions this replica owns', body: json(PartitionsBody) },
+      403: problem('The token lacks the `runplane:admin` scope (`forbidden`, `requiredScope`)'),
+    },
+    token: true,
+  },
+  {
+    services: ['runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
+    method: 'get',
+    path: '/partitions',
+    operationId: 'internalPartitions',
+    summary: "This replica's share of its service's partitions (an internal service: no authentication, reachable inside the cluster only)",
     responses: {
       200: { description: 'The partitions this replica owns', body: json(PartitionsBody) },
     },
@@ -342,13 +360,16 @@ export const HttpRoutes: readonly HttpRoute[] = [
     method: 'get',
     path: '/openapi.json',
     operationId: 'openApi',
-    summary: "This service's OpenAPI 3.1 description (generated from the zod schemas)",
+    summary: "This service's OpenAPI 3.1 description (generated from the zod schemas): public, no token (it describes routes, holds no data)",
     responses: { 200: { description: 'The OpenAPI description', body: json(OpenApiDocumentBody) } },
   },
 ];
 
-/** The API routes (`/v1/...`) want a bearer JWT (issue [10]); health, metrics and `openapi.json` do not. */
-const authenticated = (route: HttpRoute) => route.path.startsWith('/v1/');
+/**
+ * The API routes (`/v1/...`) and admission's and publication's `/partitions` want a bearer JWT
+ * (issue [10]); health, metrics and `openapi.json` (a public description) do not.
+ */
+const authenticated = (route: HttpRoute) => route.path.startsWith('/v1/') || route.token === true;
 const UNAUTHORIZED = problem(
   'No bearer token, or one whose signature, issuer, audience or expiry does not verify (`unauthorized`, with `WWW-Authenticate: Bearer` and the reason)',
   { 'WWW-Authenticate': 'Bearer realm="runplane", error="...", error_description="..."' },
@@ -409,8 +430,9 @@ export function openApiDocument(service?: HttpService): ReturnType<typeof create
       description:
         'HTTP API of the Runplane control plane, generated from the zod schemas in libs/contracts. Every error answer is ' +
         '`application/problem+json` (RFC 9457) with the extension members `code` and, on 400s, `issues`. Every `/v1` route wants a ' +
-        "bearer JWT (`Authorization: Bearer`); a Conversation and its Runs are their creator's (the token's `sub`), and another " +
-        'principal gets the 404 of an unknown id; `runplane:admin` may read any Run and reconcile tool calls.',
+        "bearer JWT (`Authorization: Bearer`); conversation ids are per principal (the token's `sub`: the same id of two principals " +
+        "is two Conversations), a Run is its principal's, and another principal gets the 404 of an unknown id; `runplane:admin` may " +
+        'read any Run, reconcile tool calls and read `/partitions`. Health, metrics and this description need no token.',
     },
     components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
     tags: (service ? [service] : [...HttpServices]).map((name) => ({ name })),

@@ -24,7 +24,7 @@ export * from './auth.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
- * deploy/k8s/config.env; a test keeps the two equal). `--max-semi-space-size=4` caps V8's young
+ * deploy/k8s/base/config.env; a test keeps the two equal). `--max-semi-space-size=4` caps V8's young
  * generation at 2 x 4 MiB: by default it grows to 2 x 16-32 MiB while the modules load and never
  * shrinks again in an idle service, about 20 MiB of resident memory per process for nothing
  * (docs/performance.md, idle RSS). W1 throughput and CPU per Run were not measurably different.

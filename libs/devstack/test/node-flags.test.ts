@@ -1,6 +1,6 @@
 /**
  * The services' Node flags live in two homes, the devstack (local stacks, tests, the bench) and
- * the Kubernetes ConfigMap (deploy/k8s/config.env `NODE_OPTIONS`): they must say the same.
+ * the Kubernetes ConfigMap (deploy/k8s/base/config.env `NODE_OPTIONS`): they must say the same.
  */
 import { describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { repoRoot, SERVICE_NODE_FLAGS } from '@runplane/devstack';
 
 describe('service Node flags', () => {
-  it('deploy/k8s/config.env sets NODE_OPTIONS to the devstack flags', () => {
-    const env = readFileSync(join(repoRoot(), 'deploy', 'k8s', 'config.env'), 'utf8');
+  it('deploy/k8s/base/config.env sets NODE_OPTIONS to the devstack flags', () => {
+    const env = readFileSync(join(repoRoot(), 'deploy', 'k8s', 'base', 'config.env'), 'utf8');
     const line = env.split('\n').find((l) => l.startsWith('NODE_OPTIONS='));
     expect(line?.slice('NODE_OPTIONS='.length).trim().split(/\s+/)).toEqual([...SERVICE_NODE_FLAGS]);
   });

@@ -18,7 +18,7 @@ import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/
 import type { EventLog } from './event-log.js';
 import { ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
 
-/** The subject space of the deployment (deploy/nats, deploy/k8s/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
+/** The subject space of the deployment (deploy/nats, deploy/k8s/base/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
 export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', partitions: 8 };
 
 /** The services that connect to NATS: every owner, and the projector (which owns nothing). */

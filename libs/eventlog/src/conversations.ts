@@ -1,7 +1,9 @@
 /**
  * The conversation index (K2): per Conversation, the Runs admission admitted in it, oldest first,
  * each with the clientMessageId it was admitted for. A KV bucket `<prefix>_conversations` (key:
- * the conversationId), written only by admission, read by the runtime.
+ * the Conversation's key, contracts `conversationKey`: the conversationId scoped by the principal
+ * with authentication on, so two principals' Conversations of one id are two entries), written
+ * only by admission.
  *
  * It is an index, not the truth: every entry is added AFTER the Run's `run.admitted` is in the
  * log, by compare-and-set, idempotently (an entry already there is left as it is). A crash between
@@ -27,8 +29,6 @@ export type IndexedRun = z.infer<typeof IndexedRun>;
 
 const IndexValue = z.object({
   runs: z.array(IndexedRun),
-  /** The principal the Conversation belongs to (the first to post in it with authentication on); absent before one claimed it. */
-  owner: z.string().optional(),
 });
 
 /** Most compare-and-set attempts of one {@link ConversationIndex.add} before it gives up. */
@@ -48,29 +48,13 @@ export class ConversationIndex {
     return new ConversationIndex(kv, bucket);
   }
 
-  /** The Conversation's Runs, oldest first, its owner (if claimed) and the entry's revision (0: no entry). */
-  async read(conversationId: string): Promise<{ runs: IndexedRun[]; owner?: string; revision: number }> {
+  /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry). */
+  async read(conversationId: string): Promise<{ runs: IndexedRun[]; revision: number }> {
     const entry = await this.kv.get(conversationId);
     if (!entry || entry.operation !== 'PUT') return { runs: [], revision: entry?.revision ?? 0 };
     const parsed = IndexValue.safeParse(entry.json());
     if (!parsed.success) return { runs: [], revision: entry.revision };
-    return { runs: parsed.data.runs, ...(parsed.data.owner ? { owner: parsed.data.owner } : {}), revision: entry.revision };
-  }
-
-  /**
-   * Claims the Conversation for `principal` (authentication on): by compare-and-set, so of two
-   * principals posting at once to a new Conversation id exactly one owns it. A Conversation that
-   * has Runs but no owner (created with authentication off) is claimed by nobody: its Runs would
-   * otherwise reach whoever posts first, as history, a Continue parent or a clarification.
-   * @returns true when `principal` owns it (now or before), false when another principal does or it is unowned with Runs.
-   * @throws when the compare-and-set keeps conflicting, or on NATS errors.
-   */
-  claim(conversationId: string, principal: string): Promise<boolean> {
-    return this.change(conversationId, ({ runs, owner }) => {
-      if (owner !== undefined) return owner === principal;
-      if (runs.length > 0) return false;
-      return { runs, owner: principal };
-    });
+    return { runs: parsed.data.runs, revision: entry.revision };
   }
 
   /** The Run a clientMessageId was admitted as in the Conversation, per the index, or null. */
@@ -86,9 +70,7 @@ export class ConversationIndex {
    * @throws when the compare-and-set keeps conflicting, or on NATS errors.
    */
   add(conversationId: string, run: IndexedRun): Promise<boolean> {
-    return this.change(conversationId, ({ runs, owner }) =>
-      runs.some((r) => r.runId === run.runId) ? false : { runs: [...runs, run], ...(owner ? { owner } : {}) },
-    );
+    return this.change(conversationId, ({ runs }) => (runs.some((r) => r.runId === run.runId) ? false : { runs: [...runs, run] }));
   }
 
   /**
@@ -97,10 +79,7 @@ export class ConversationIndex {
    * @returns true when the new value was written, else what `next` answered.
    * @throws when the compare-and-set keeps conflicting ({@link MAX_CAS_ATTEMPTS}), or on NATS errors.
    */
-  private async change(
-    conversationId: string,
-    next: (current: { runs: IndexedRun[]; owner?: string }) => boolean | z.infer<typeof IndexValue>,
-  ): Promise<boolean> {
+  private async change(conversationId: string, next: (current: { runs: IndexedRun[] }) => boolean | z.infer<typeof IndexValue>): Promise<boolean> {
     for (let attempt = 1; ; attempt++) {
       const { revision, ...current } = await this.read(conversationId);
       const value = next(current);

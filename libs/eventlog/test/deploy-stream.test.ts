@@ -1,5 +1,5 @@
 /**
- * The deployed NATS (deploy/nats, deploy/k8s/config.env) says what the code creates: the Run
+ * The deployed NATS (deploy/nats, deploy/k8s/base/config.env) says what the code creates: the Run
  * stream's JSON for `nats stream add` is the configuration `EventLog.ensureStream` would create at
  * 3 replicas, and the services are told to create everything at 3 replicas on the 3-node cluster.
  */
@@ -30,8 +30,8 @@ describe('the deployed NATS cluster and the code agree', () => {
     expect(deployed).toMatchObject(created);
   });
 
-  it('deploy/k8s/config.env creates the stream, buckets and object store at 3 replicas and names the cluster', () => {
-    const env = envFile(read('deploy', 'k8s', 'config.env'));
+  it('deploy/k8s/base/config.env creates the stream, buckets and object store at 3 replicas and names the cluster', () => {
+    const env = envFile(read('deploy', 'k8s', 'base', 'config.env'));
     const bus = loadConfig(BusConfig, env);
     expect(bus.RUNPLANE_NATS_REPLICAS).toBe(3);
     expect(bus.RUNPLANE_STREAM).toBe(DEPLOYED_SPACE.stream);

@@ -36,10 +36,16 @@ export interface Principal {
   admin: boolean;
   /** True when authentication is disabled (`RUNPLANE_AUTH_DISABLED=true`): every caller is this principal, with every right. */
   unauthenticated: boolean;
+  /**
+   * When the token stops being accepted, ms since the epoch: its `exp` plus the clock-skew
+   * allowance (`RUNPLANE_AUTH_CLOCK_SKEW_SECONDS`), the instant the same token gets 401. What a
+   * token opened must not outlive it (an event stream ends there). Null with authentication disabled.
+   */
+  expiresAt: number | null;
 }
 
 /** The principal of a service whose authentication is disabled: anyone, with every right (local tools, black-box tests). */
-export const UNAUTHENTICATED: Principal = Object.freeze({ sub: 'anonymous', scopes: [], admin: true, unauthenticated: true });
+export const UNAUTHENTICATED: Principal = Object.freeze({ sub: 'anonymous', scopes: [], admin: true, unauthenticated: true, expiresAt: null });
 
 /** A 401 with `WWW-Authenticate` (RFC 6750) naming why, and the reason in the problem body. */
 export function unauthorized(detail: string, error: 'invalid_request' | 'invalid_token' = 'invalid_token'): ApiError {
@@ -140,7 +146,9 @@ export class Authenticator {
     const raw = (payload as { scope?: unknown; scp?: unknown }).scope ?? (payload as { scp?: unknown }).scp;
     const scopes =
       typeof raw === 'string' ? raw.split(' ').filter(Boolean) : Array.isArray(raw) ? raw.filter((s): s is string => typeof s === 'string') : [];
-    return { sub, scopes, admin: scopes.includes(ADMIN_SCOPE), unauthenticated: false };
+    // `exp` is required above, so jose checked it is a number
+    const expiresAt = ((payload.exp as number) + this.cfg.RUNPLANE_AUTH_CLOCK_SKEW_SECONDS) * 1000;
+    return { sub, scopes, admin: scopes.includes(ADMIN_SCOPE), unauthenticated: false, expiresAt };
   }
 }
 

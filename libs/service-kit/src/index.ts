@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
 import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
-import { ProblemDetailsFilter, serveOpenApi } from './problems.js';
+import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem } from './problems.js';
+import { ADMIN_SCOPE, Authenticator } from './auth.js';
 import { EventLog, PartitionOwnership } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
@@ -179,25 +180,69 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   return { app, url: `http://${HOST}:${address.port}` };
 }
 
+/** The request and response of a route served on the HTTP adapter directly (Express under Nest). */
+interface RawRequest {
+  headers: Record<string, string | string[] | undefined>;
+}
+interface RawResponse {
+  headersSent: boolean;
+  status(code: number): RawResponse;
+  setHeader(n: string, v: string): void;
+  json(body: unknown): void;
+  end(body?: string): void;
+}
+
+/**
+ * The service's {@link Authenticator} when it has one and authentication is on (admission and
+ * publication, the services callers reach), else null (the internal services have none).
+ */
+function authenticatorOf(app: INestApplication): Authenticator | null {
+  try {
+    const auth = app.get(Authenticator, { strict: false });
+    return auth.disabled ? null : auth;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Serves `GET /partitions` (contracts `PartitionsBody`): this replica's share of its service's
- * partitions, `{service, instance, partitionCount, partitions, members}` (docs/operations.md).
+ * partitions, `{service, instance, partitionCount, partitions, members}` (docs/operations.md). An
+ * operator view: on a service with authentication on (admission, publication) it wants a bearer
+ * token with `runplane:admin` (401 without a valid token, 403 without the scope); the internal
+ * services, which have no authentication and are not exposed, serve it openly.
  */
 function servePartitions(app: INestApplication): void {
   const adapter = app.getHttpAdapter() as unknown as {
-    get(path: string, handler: (req: unknown, res: { setHeader(n: string, v: string): void; end(body: string): void }) => void): unknown;
+    get(path: string, handler: (req: RawRequest, res: RawResponse) => void): unknown;
   };
-  adapter.get('/partitions', (_req, res) => {
-    let body: PartitionsBody;
-    try {
-      const o = app.get(PartitionOwnership, { strict: false });
-      body = { service: o.service, instance: o.instance, partitionCount: o.partitionCount, partitions: o.partitions(), members: o.members() };
-    } catch {
-      body = { service: 'unknown', instance: '', partitionCount: 0, partitions: [], members: [] };
-    }
-    res.setHeader('content-type', 'application/json');
-    res.end(JSON.stringify(body));
+  adapter.get('/partitions', (req, res) => {
+    const auth = authenticatorOf(app);
+    if (!auth) return answerPartitions(app, res);
+    auth
+      .authenticate(req.headers.authorization)
+      .then((principal) => {
+        if (!principal.admin)
+          throw apiError(403, 'forbidden', '/partitions needs the runplane:admin scope', { extensions: { requiredScope: ADMIN_SCOPE } });
+        answerPartitions(app, res);
+      })
+      .catch((e: unknown) => {
+        writeProblem(res, e instanceof ApiError ? e : apiError(500, 'internal_error', 'internal error; see the service log'), '/partitions');
+      });
   });
+}
+
+/** Answers `/partitions` with this replica's share (an empty share when the service has no partition consumers). */
+function answerPartitions(app: INestApplication, res: RawResponse): void {
+  let body: PartitionsBody;
+  try {
+    const o = app.get(PartitionOwnership, { strict: false });
+    body = { service: o.service, instance: o.instance, partitionCount: o.partitionCount, partitions: o.partitions(), members: o.members() };
+  } catch {
+    body = { service: 'unknown', instance: '', partitionCount: 0, partitions: [], members: [] };
+  }
+  res.setHeader('content-type', 'application/json');
+  res.end(JSON.stringify(body));
 }
 
 /**

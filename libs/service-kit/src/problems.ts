@@ -184,6 +184,16 @@ interface HttpResponse {
 }
 
 /**
+ * Writes `error` as problem details on `res` (its headers, `application/problem+json`, the body
+ * for `instance`): for routes served outside Nest's controllers, and by {@link ProblemDetailsFilter}.
+ */
+export function writeProblem(res: Pick<HttpResponse, 'setHeader' | 'status'>, error: ApiError, instance: string | undefined): void {
+  for (const [name, value] of Object.entries(error.extras.headers ?? {})) res.setHeader(name, value);
+  res.setHeader('Content-Type', `${PROBLEM_CONTENT_TYPE}; charset=utf-8`);
+  res.status(error.getStatus()).json(error.problem(instance));
+}
+
+/**
  * The body parser accepts only a JSON object or array at the top (strict mode) and calls anything
  * else malformed. A body that is valid JSON of another kind (`null`, `"text"`, `42`) is not
  * malformed: it is a body of the wrong shape, answered like every invalid body (400
@@ -229,9 +239,7 @@ export class ProblemDetailsFilter implements ExceptionFilter {
       res.end();
       return;
     }
-    for (const [name, value] of Object.entries(error.extras.headers ?? {})) res.setHeader(name, value);
-    res.setHeader('Content-Type', `${PROBLEM_CONTENT_TYPE}; charset=utf-8`);
-    res.status(error.getStatus()).json(error.problem(instance));
+    writeProblem(res, error, instance);
   }
 
   private toApiError(exception: unknown, method = 'GET'): ApiError {

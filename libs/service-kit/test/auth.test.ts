@@ -59,8 +59,11 @@ describe('Authenticator.fromConfig', () => {
   it('given a dev issuer, then its token gives the principal and scopes, and a missing header is a 401 naming what is required', async () => {
     const dev = await createDevAuth(dir);
     const auth = Authenticator.fromConfig(AuthConfig.parse(dev.env));
-    const p = await auth.authenticate(`Bearer ${await dev.mint('carol', { scopes: ['runplane:admin', 'x'] })}`);
-    expect(p).toEqual({ sub: 'carol', scopes: ['runplane:admin', 'x'], admin: true, unauthenticated: false });
+    const token = await dev.mint('carol', { scopes: ['runplane:admin', 'x'] });
+    const p = await auth.authenticate(`Bearer ${token}`);
+    const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number }).exp;
+    // the instant the same token is refused: exp plus the skew allowance (30 s by default)
+    expect(p).toEqual({ sub: 'carol', scopes: ['runplane:admin', 'x'], admin: true, unauthenticated: false, expiresAt: (exp + 30) * 1000 });
     const err = await auth.authenticate(undefined).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ApiError);
     expect((err as ApiError).getStatus()).toBe(401);

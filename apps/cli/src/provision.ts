@@ -1,0 +1,41 @@
+/**
+ * `runplane provision`, also the entry of the Kubernetes provisioning Job
+ * (`node apps/cli/dist/provision-main.js`): creates what the services may not create themselves,
+ * through the one function every set-up uses (libs/eventlog `provisionBus`, which the devstack
+ * calls too). Imports only the contracts and the event log, so it runs in the production image,
+ * which carries no devstack, PGlite or scripted model.
+ */
+import { BusConfig, loadConfig } from '@runplane/contracts';
+import { bucketName, BUS_BUCKETS, EventLog, provisionBus, type BusBucket } from '@runplane/eventlog';
+
+/**
+ * Creates the Run stream, every KV bucket and the object store of {@link BUS_BUCKETS}, each only
+ * when missing, with `RUNPLANE_NATS_REPLICAS` copies (3 on the deployed 3-node cluster); an
+ * existing stream without atomic batches gets them. Connects with the bus configuration of `env`
+ * (`NATS_URL`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`, `RUNPLANE_PARTITIONS`,
+ * `NATS_USER`/`NATS_PASSWORD` of the admin user). Writes one line per stream to `out`: its name,
+ * replicas and leader. Idempotent: a second run creates nothing. Returns 0.
+ * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
+ *   may not create streams.
+ */
+export async function provision(
+  env: NodeJS.ProcessEnv = process.env,
+  out: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
+): Promise<number> {
+  const bus = loadConfig(BusConfig, env);
+  const log = await EventLog.fromEnv('runplane-provision', env);
+  try {
+    await provisionBus(log);
+    const names = [
+      bus.RUNPLANE_STREAM,
+      ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
+    ];
+    for (const name of names) {
+      const info = await log.jsm.streams.info(name);
+      out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
+    }
+  } finally {
+    await log.close();
+  }
+  return 0;
+}
