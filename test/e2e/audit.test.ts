@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import pg from 'pg';
-import type { AuditReport, CheckId } from '@runplane/audit';
+import { OUTSIDE_RUN_SUBJECTS, type AuditReport, type CheckId } from '@runplane/audit';
 import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
@@ -210,6 +210,8 @@ describe('runplane audit (K11)', () => {
     });
     // K11: a message on a Run subject that is not an event
     const garbage = await t.log.js.publish(runSubject(t.log.space, runs.continued, 'publication'), 'not an event {');
+    // K11: a message stored on a subject of the stream that is not a Run subject (names no Run) is reported too
+    const stray = await t.log.js.publish(`${t.log.space.prefix}.run.bogus`, 'not an event either');
 
     const one = audit('--run', runs.research);
     expect(one.status).toBe(2);
@@ -223,7 +225,8 @@ describe('runplane audit (K11)', () => {
     expect(named(all.report, runs.parent)).toEqual(expect.arrayContaining([`child-carved@${overCarve}`]));
     expect(named(all.report, runs.continued)).toEqual([`stored-verified@${garbage.seq}`]);
     expect(named(all.report, runs.child)).toEqual([]);
-    expect(all.report.summary).toMatchObject({ runs: 6, clean: 1, broken: 5, anomalies: 1 });
+    expect(named(all.report, OUTSIDE_RUN_SUBJECTS)).toEqual([`stored-verified@${stray.seq}`]);
+    expect(all.report.summary).toMatchObject({ runs: 7, clean: 1, broken: 6, anomalies: 2 });
 
     // the text report says the same in words, and --since narrows the Runs reported
     const text = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', '--run', runs.canceled], {

@@ -298,7 +298,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
   const consumer = dev.natsEnvOf(env.natsUsers, 'consumer');
   out(
-    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/event-log.md "For downstream consumers")`,
+    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/consumers.md)`,
   );
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything

@@ -7,6 +7,12 @@ import { Id, type StoredEvent } from '@runplane/contracts';
 import { parseRunSubject, type EventLog, type InvalidStoredEvent } from '@runplane/eventlog';
 import type { AuditInput, StoredAnomaly } from './checks.js';
 
+/**
+ * The report entry under which `--all` lists stored messages whose subject is not a Run subject
+ * (`<prefix>.run.<runId>.<owner>.<partition>`): nothing may be stored unverified and unreported (K11).
+ */
+export const OUTSIDE_RUN_SUBJECTS = '(messages outside the Run subject layout)';
+
 /** What to read: one Run (`run`) or every Run (`all`), optionally only Runs admitted `since` a time. */
 export interface AuditSelection {
   run?: string;
@@ -20,7 +26,8 @@ export interface AuditSelection {
  * filtered scan of its subjects (every stored message, so that missing or unverified ones are
  * seen) plus its parent and the children it requested (read for the link checks, not audited);
  * with `all`, the whole stream in one scan. Messages that are not verified events are collected as
- * anomalies of the Run their subject names.
+ * anomalies of the Run their subject names, or, when the subject names no Run, under
+ * {@link OUTSIDE_RUN_SUBJECTS}.
  * @throws Error with a readable reason: neither or both of `run` / `all`, a bad run id or time,
  *   a Run with nothing in the log.
  */
@@ -38,6 +45,13 @@ export async function readForAudit(log: EventLog, selection: AuditSelection): Pr
   log.onInvalid = (e: InvalidStoredEvent) => {
     const parts = parseRunSubject(log.space.prefix, e.subject);
     if (parts) anomalies.push({ seq: e.seq, subject: e.subject, runId: parts.runId, message: e.message });
+    else
+      anomalies.push({
+        seq: e.seq,
+        subject: e.subject,
+        runId: OUTSIDE_RUN_SUBJECTS,
+        message: `subject ${e.subject} is not a Run subject (${log.space.prefix}.run.<runId>.<owner>.<partition>): ${e.message}`,
+      });
   };
   const runs = new Map<string, StoredEvent[]>();
   const add = (e: StoredEvent) => {
