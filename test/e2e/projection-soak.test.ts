@@ -30,7 +30,8 @@ afterAll(async () => {
 function steps(key: string): unknown[] {
   const paragraphs = Array.from({ length: 5 }, (_, i) => `Paragraph ${i + 1} of ${key}: the funds were compared on their holdings.`);
   return [
-    // two calls: their dispatches and receipts chain on the tools subject within one projector batch
+    // two calls: their dispatches and receipts chain on the tools subject within one projector batch (the second
+    // one fails: list_funds takes no arguments)
     {
       reply: {
         content: '',
@@ -78,7 +79,12 @@ describe('projection soak (K11)', () => {
     );
     // the soak is about the projection: a Run fenced on a loaded machine (lease renewals late, a
     // separate part of issue 14) is projected like any other, but most must have run to the end
-    expect([...outcomeOf.values()].filter((o) => o === 'completed').length).toBeGreaterThan(RUNS / 2);
+    // (ran to the end = its answer committed; each Run's second call, `list_funds` with an argument it does not take, fails,
+    // so a Run that answered settles partial listing that call, K9)
+    const answered = settled.filter((events) =>
+      events.some((e) => e.event.type === 'run.settled' && e.event.data.reason.startsWith('answer committed')),
+    );
+    expect(answered.length).toBeGreaterThan(RUNS / 2);
 
     // the projector caught up: its consumer has nothing pending, and every Run's view is at its last event
     const durables = durableNamesOf(t.log.space, PROJECTOR_DURABLE);
