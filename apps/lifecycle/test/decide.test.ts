@@ -28,6 +28,22 @@ const published = (h: History, unanswered?: { part: string; reason: string }[]) 
     .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
     .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2, ...(unanswered ? { unanswered } : {}) });
 
+/** A Run that makes each call in its own turn (receipt `status`; `denied` calls are never dispatched), answers in the next turn, and publishes the answer. */
+const callsThenAnswer = (calls: { id: string; name: string; args?: string; status: 'succeeded' | 'failed' | 'denied' | 'unknown' }[]) => {
+  const h = new History().admitted();
+  calls.forEach((c, i) => {
+    h.turn(i + 1, { calls: [{ id: c.id, name: c.name, ...(c.args ? { args: c.args } : {}) }] }).proposed(i + 1, c.id, c.name, c.args);
+    if (c.status !== 'denied') h.dispatched(c.id, c.name);
+    h.receipt(c.id, c.name, c.status);
+  });
+  const answerTurn = calls.length + 1;
+  return h
+    .turn(answerTurn, { content: 'Answer.' })
+    .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn })
+    .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: answerTurn, sha256: 'a'.repeat(64) })
+    .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: answerTurn });
+};
+
 describe('lifecycle decide: an answer that says what it did not answer settles partial (K9)', () => {
   it('given the answer published with an unanswered list, then it settles partial with that list', () => {
     const gaps = [
@@ -197,20 +213,10 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
   });
 
   it('given a failed call whose result an identical call obtained (here later; before counts the same), then nothing is listed: completed', () => {
-    const h = new History()
-      .admitted()
-      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
-      .proposed(1, 'a', 'get_holdings', '{"fund":"SPY"}')
-      .dispatched('a', 'get_holdings')
-      .receipt('a', 'get_holdings', 'failed')
-      .turn(2, { calls: [{ id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
-      .proposed(2, 'b', 'get_holdings', '{"fund":"SPY"}')
-      .dispatched('b', 'get_holdings')
-      .receipt('b', 'get_holdings', 'succeeded')
-      .turn(3, { content: 'Answer.' })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
-      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 3, sha256: 'a'.repeat(64) })
-      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
+    const h = callsThenAnswer([
+      { id: 'a', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'failed' },
+      { id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'succeeded' },
+    ]);
     lifecycle
       .given(h)
       .when(wake)
@@ -218,56 +224,31 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
   });
 
   it('given the same call failing twice, then its missing result is listed once; given a call denied after an identical call succeeded, then nothing is listed', () => {
-    const twice = new History()
-      .admitted()
-      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
-      .proposed(1, 'a', 'get_holdings')
-      .dispatched('a', 'get_holdings')
-      .receipt('a', 'get_holdings', 'failed')
-      .turn(2, { calls: [{ id: 'b', name: 'get_holdings' }] })
-      .proposed(2, 'b', 'get_holdings')
-      .dispatched('b', 'get_holdings')
-      .receipt('b', 'get_holdings', 'failed')
-      .turn(3, { content: 'Answer.' })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 });
+    const twice = callsThenAnswer([
+      { id: 'a', name: 'get_holdings', status: 'failed' },
+      { id: 'b', name: 'get_holdings', status: 'failed' },
+    ]);
     const [settled] = lifecycle
-      .given(published(twice, []))
+      .given(twice)
       .when(wake)
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
     if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
     expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the result of get_holdings({}) [a]']);
-    const deniedAfter = new History()
-      .admitted()
-      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
-      .proposed(1, 'a', 'list_funds')
-      .dispatched('a', 'list_funds')
-      .receipt('a', 'list_funds', 'succeeded')
-      .turn(2, { calls: [{ id: 'b', name: 'list_funds' }] })
-      .proposed(2, 'b', 'list_funds')
-      .receipt('b', 'list_funds', 'denied')
-      .turn(3, { content: 'Answer.' })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 });
+    const deniedAfter = callsThenAnswer([
+      { id: 'a', name: 'list_funds', status: 'succeeded' },
+      { id: 'b', name: 'list_funds', status: 'denied' },
+    ]);
     lifecycle
-      .given(published(deniedAfter, []))
+      .given(deniedAfter)
       .when(wake)
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
   });
 
   it('given a failed call and a later success of the same tool with OTHER arguments, then the failed one is still listed', () => {
-    const h = new History()
-      .admitted()
-      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args: '{"fund":"VGT"}' }] })
-      .proposed(1, 'a', 'get_holdings', '{"fund":"VGT"}')
-      .dispatched('a', 'get_holdings')
-      .receipt('a', 'get_holdings', 'failed')
-      .turn(2, { calls: [{ id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}' }] })
-      .proposed(2, 'b', 'get_holdings', '{"fund":"SPY"}')
-      .dispatched('b', 'get_holdings')
-      .receipt('b', 'get_holdings', 'succeeded')
-      .turn(3, { content: 'Answer.' })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
-      .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 3, sha256: 'a'.repeat(64) })
-      .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
+    const h = callsThenAnswer([
+      { id: 'a', name: 'get_holdings', args: '{"fund":"VGT"}', status: 'failed' },
+      { id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'succeeded' },
+    ]);
     lifecycle
       .given(h)
       .when(wake)
