@@ -8,6 +8,27 @@ const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefi
   ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
 const fakeDb = (ping: () => Promise<void>) => ({ ping, orm: {} }) as unknown as ProjectionDatabase;
 
+describe('GET /livez and /readyz', () => {
+  it('given PostgreSQL and NATS both down, then /livez still answers 200 ok (an outage must not restart the pod) and /readyz answers 503', async () => {
+    const health = new HealthController(
+      fakeLog(true),
+      fakeDb(async () => Promise.reject(new Error('ECONNREFUSED'))),
+    );
+    expect(health.livez()).toEqual({ status: 'ok' });
+    const err = (await health.readyz().catch((e: unknown) => e)) as ApiError;
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err.problem()).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'down', postgres: 'down' });
+  });
+
+  it('given both answer, then /readyz answers the same body as /healthz', async () => {
+    const health = new HealthController(
+      fakeLog(),
+      fakeDb(async () => undefined),
+    );
+    await expect(health.readyz()).resolves.toEqual(await health.healthz());
+  });
+});
+
 describe('GET /healthz', () => {
   it('given NATS and PostgreSQL answer, then 200 ok', async () => {
     await expect(

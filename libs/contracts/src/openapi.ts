@@ -302,11 +302,11 @@ export const HttpRoutes: readonly HttpRoute[] = [
     },
   },
   {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery'],
+    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
     method: 'get',
     path: '/livez',
     operationId: 'liveness',
-    summary: 'Liveness probe: 200 while the process answers HTTP (no dependency checked: a NATS outage must not restart the pod)',
+    summary: 'Liveness probe: 200 while the process answers HTTP (no dependency checked: a NATS or PostgreSQL outage must not restart the pod)',
     responses: { 200: { description: 'Alive', body: json(HealthBody) } },
   },
   {
@@ -314,7 +314,18 @@ export const HttpRoutes: readonly HttpRoute[] = [
     method: 'get',
     path: '/healthz',
     operationId: 'projectorHealth',
-    summary: 'Projector health: a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
+    summary: 'Projector health (the same as its `/readyz`): a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
+    responses: {
+      200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
+      503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
+    },
+  },
+  {
+    services: ['projector'],
+    method: 'get',
+    path: '/readyz',
+    operationId: 'projectorReadiness',
+    summary: 'Projector readiness probe: a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
     responses: {
       200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
       503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
