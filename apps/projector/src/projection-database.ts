@@ -22,7 +22,8 @@ export class ProjectionDatabase {
 /**
  * Connects to `DATABASE_URL` (creating the database first when `PROJECTOR_ENSURE_DATABASE` is
  * true and it is missing), applies pending migrations and returns the provider value.
- * @throws when PostgreSQL is unreachable or a migration fails: the process does not start.
+ * @throws Error naming the database (password redacted) when PostgreSQL is unreachable or a
+ *   migration fails: the process does not start.
  */
 export async function connectProjectionDatabase(
   cfg: Pick<ProjectorConfig, 'DATABASE_URL' | 'PROJECTOR_ENSURE_DATABASE'>,
@@ -36,13 +37,16 @@ export async function connectProjectionDatabase(
       logger.warn({ database, reason: (e as Error).message }, 'could not ensure the projection database exists');
     }
   }
-  const orm = await createProjectionOrm({ databaseUrl: cfg.DATABASE_URL });
+  const where = redact(cfg.DATABASE_URL);
+  const orm = await createProjectionOrm({ databaseUrl: cfg.DATABASE_URL }).catch((e: unknown) => {
+    throw new Error(`cannot connect to PostgreSQL at ${where}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+  });
   try {
     const applied = await migrateUp(orm);
-    if (applied.length) logger.log({ migrations: applied, database: redact(cfg.DATABASE_URL) }, 'applied projection migrations');
+    if (applied.length) logger.log({ migrations: applied, database: where }, 'applied projection migrations');
   } catch (e) {
     await orm.close();
-    throw e;
+    throw new Error(`cannot connect to or migrate the projection database at ${where}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
   }
   return new ProjectionDatabase(orm);
 }

@@ -426,8 +426,7 @@ export class EventLog {
         ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
       });
     } catch (e) {
-      // a service's start-up handles the client's own error; an auditor's tool is told where it failed
-      if (create) throw e;
+      // every caller (a service's start-up, an auditor's tool) is told which server it could not use
       throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${String((e as Error)?.message ?? e)}`, {
         cause: e,
       });

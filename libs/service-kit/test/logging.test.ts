@@ -132,4 +132,33 @@ describe('a service that fails to start (issue [10])', () => {
     );
     for (const line of lines.slice(0, -1)) expect(() => JSON.parse(line) as unknown).not.toThrow();
   }, 60_000);
+
+  /** Runs a service's built entry with `env` until it exits; its exit code and last stderr line. */
+  async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined }> {
+    const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.js`, import.meta.url));
+    const proc = spawn(process.execPath, [main], { env: { ...process.env, RUNPLANE_AUTH_DISABLED: 'true', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
+    return { code, last: stderr.trim().split('\n').at(-1) };
+  }
+
+  it('given NATS unreachable, then the last line names the NATS server it could not reach', async () => {
+    const { code, last } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
+    expect(code).toBe(1);
+    expect(last).toBe('admission failed to start: cannot connect to NATS at nats://127.0.0.1:1: connection refused');
+  }, 60_000);
+
+  it('given PostgreSQL unreachable, then the projector names the database (password redacted) it could not use', async () => {
+    const { code, last } = await failedStart('projector', {
+      NATS_URL: natsUrl,
+      RUNPLANE_STREAM: `${stream}_PG`,
+      RUNPLANE_SUBJECT_PREFIX: `${prefix}p`,
+      PROJECTOR_PORT: '0',
+      DATABASE_URL: 'postgres://nobody:secret@127.0.0.1:1/rp_unreachable',
+    });
+    expect(code).toBe(1);
+    expect(last).toMatch(/^projector failed to start: cannot connect to (or migrate the projection database|PostgreSQL) at postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/rp_unreachable: .*ECONNREFUSED/);
+    expect(last).not.toContain('secret');
+  }, 60_000);
 });
