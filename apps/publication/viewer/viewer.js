@@ -747,6 +747,8 @@ function renderView(run) {
   const budget = $('budget');
   budget.replaceChildren(...rows.flatMap(([k, val]) => [h('dt', { text: k }), h('dd', { text: val })]));
   budget.dataset.clocks = stopped ? 'stopped' : 'running';
+  // the projection's own status (it follows the log: settled there a moment after the page shows it)
+  budget.dataset.projected = v.status;
   budget.dataset.renders = String(Number(budget.dataset.renders ?? 0) + 1);
 }
 
