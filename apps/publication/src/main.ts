@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { AuthConfig } from '@runplane/contracts';
+import { AuthConfig, loadConfig, ViewerConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { PublicationModule } from './publication.module.js';
 
@@ -8,9 +8,17 @@ main({
   module: PublicationModule,
   portEnv: 'PUBLICATION_PORT',
   defaultPort: 8082,
-  config: [AuthConfig],
+  config: [AuthConfig, ViewerConfig],
   consumer: {},
   // the Run viewer: static files (apps/publication/viewer, beside dist/), no build step; its API
-  // calls carry the token the user gives it (the event stream here, same origin; admission by CORS)
-  staticFiles: { prefix: '/viewer/', dir: fileURLToPath(new URL('../viewer/', import.meta.url)) },
+  // calls carry the token the user gives it (the event stream here, same origin; admission by CORS),
+  // to the admission origins configured here only (the page's config.json and its CSP, issue [18])
+  staticFiles: {
+    prefix: '/viewer/',
+    dir: fileURLToPath(new URL('../viewer/', import.meta.url)),
+    options: () => {
+      const admissionOrigins = loadConfig(ViewerConfig).RUNPLANE_VIEWER_ADMISSION_ORIGINS;
+      return { connectOrigins: admissionOrigins, pageConfig: { admissionOrigins } };
+    },
+  },
 });

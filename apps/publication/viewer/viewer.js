@@ -11,6 +11,13 @@
  * - Budget and clocks come from the Run projection (`GET /v1/runs/{runId}` on admission); a wait
  *   is answered with `POST /v1/runs/{runId}/waits/{waitId}`.
  *
+ * - The admission origins it may call come from publication (`config.json`, beside this file,
+ *   from `RUNPLANE_VIEWER_ADMISSION_ORIGINS`): an `?admission=` or a typed URL naming any other
+ *   host is refused with a visible message and never called, so a link cannot make the page send
+ *   the token elsewhere (issue [18]; the page's Content-Security-Policy `connect-src` lists the
+ *   same origins, so the browser blocks it too).
+ * - Once the settlement is shown, the clocks stop at the settlement time and say so.
+ *
  * Text from the log is always inserted as text (`textContent`, text nodes), never as markup.
  */
 
@@ -54,6 +61,58 @@ const durationText = (ms) => {
 };
 const cut = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
 
+// ---- the server's configuration: the admission origins this page may call -------------------------
+
+/** `config.json` as publication serves it: `{ admissionOrigins: string[] }` (the first the default). */
+let viewerConfig = { admissionOrigins: [] };
+
+/** Loads `config.json` (same origin, no token); on failure no admission is allowed. */
+async function loadViewerConfig() {
+  try {
+    const res = await fetch(new URL('config.json', location.href), { cache: 'no-store' });
+    const body = res.ok ? await res.json() : null;
+    if (Array.isArray(body?.admissionOrigins)) viewerConfig = { admissionOrigins: body.admissionOrigins.filter((o) => typeof o === 'string') };
+  } catch {
+    // stays empty: the page says that no admission is configured
+  }
+}
+
+/**
+ * The admission base URL to use for `url` when it names one of the configured origins exactly
+ * (`scheme://host[:port]`, trailing slashes ignored, no path), else null: the page never sends
+ * the token to a host publication did not configure.
+ */
+function allowedAdmission(url) {
+  let parsed;
+  try {
+    parsed = new URL(String(url).trim());
+  } catch {
+    return null;
+  }
+  if (parsed.pathname.replace(/\/+$/, '') !== '' || parsed.search || parsed.hash || parsed.username || parsed.password) return null;
+  return viewerConfig.admissionOrigins.includes(parsed.origin) ? parsed.origin : null;
+}
+
+/** The configured admission to use by default: the one on this page's host name if there is one, else the first. */
+function defaultAdmission() {
+  const origins = viewerConfig.admissionOrigins;
+  return origins.find((o) => new URL(o).hostname === location.hostname) ?? origins[0] ?? '';
+}
+
+/** Shows (or, with null, hides) why an admission URL was refused; stays until the next attempt. */
+function refusal(text) {
+  const p = $('admission-refused');
+  p.textContent = text ?? '';
+  p.hidden = !text;
+}
+
+function refusedText(url, how) {
+  const allowed = viewerConfig.admissionOrigins;
+  return allowed.length === 0
+    ? `Refused ${how} ${url}: publication configures no admission for this viewer (RUNPLANE_VIEWER_ADMISSION_ORIGINS). Nothing was sent to it.`
+    : `Refused ${how} ${url}: this viewer only calls the admission configured for it (${allowed.join(', ')}). Nothing was sent to it; your token stays here.`;
+}
+
 // ---- settings: admission URL and token (sessionStorage: this tab only) ---------------------------
 
 function settings() {
@@ -79,8 +138,8 @@ class ApiError extends Error {
 
 /** Calls admission. @throws ApiError for a non-2xx answer; TypeError when it cannot be reached (or CORS refuses). */
 async function admission(path, init = {}) {
-  const base = settings().admission;
-  if (!base) throw new ApiError(0, { detail: 'give the admission URL first' });
+  const base = allowedAdmission(settings().admission);
+  if (!base) throw new ApiError(0, { detail: 'no configured admission to call (RUNPLANE_VIEWER_ADMISSION_ORIGINS on publication)' });
   const res = await fetch(`${base}${path}`, {
     ...init,
     headers: { Accept: 'application/json', ...authHeaders(), ...(init.headers || {}) },
@@ -151,6 +210,9 @@ function newRunState(runId) {
     lastId: 0,
     seen: new Set(),
     settled: false,
+    /** When the Run settled (`run.settled`'s occurredAt): its clocks stop there. */
+    settledAt: null,
+    settledOutcome: null,
     reconnects: 0,
     view: null,
     viewTimer: null,
@@ -312,10 +374,21 @@ function laneEntry(seq, event) {
       ' ',
       h('time', { datetime: event.occurredAt, text: new Date(event.occurredAt).toLocaleTimeString() }),
       ' ',
-      h('strong', { text: event.type }),
+      eventName(event.type),
       summaryOf(event) ? h('span', { class: 'summary', text: ` ${summaryOf(event)}` }) : null,
     ),
   );
+}
+
+/**
+ * An event's type as a name that wraps only after its dots (`passage.` `committed`): each segment
+ * is followed by a `<wbr>` and the name's box never breaks inside a word. A segment wider than
+ * its lane is cut with an ellipsis; the full name stays in the text and in its title.
+ */
+function eventName(type) {
+  const segments = String(type).split('.');
+  const parts = segments.flatMap((seg, i) => (i < segments.length - 1 ? [`${seg}.`, h('wbr')] : [seg]));
+  return h('strong', { class: 'event-type', title: type }, ...parts);
 }
 
 /** A few words about an event for its lane (from its data, as text). */
@@ -387,7 +460,10 @@ function apply(run, seq, e) {
       break;
     case 'run.settled':
       run.settled = true;
+      run.settledAt = e.occurredAt;
+      run.settledOutcome = d.outcome;
       showSettlement(e);
+      renderView(run);
       break;
     default:
       break;
@@ -609,13 +685,34 @@ async function refreshView(run) {
   if (run.settled && run.view.status !== 'settled' && (run.viewRetries = (run.viewRetries ?? 0) + 1) <= 30) scheduleViewRefresh(run, 1000);
 }
 
+/**
+ * Renders budget and clocks from the projection. While the Run is live its clocks run on the
+ * browser's time (re-rendered every second); once it is settled (the projection's `settledAt`, or
+ * the `run.settled` event already shown) every clock is taken at the settlement time instead, so
+ * nothing ticks any more, and the "Clocks" row says they stopped.
+ */
 function renderView(run) {
   const v = run.view;
   if (!v || run !== current) return;
-  const now = Date.now();
+  const settledAt = run.settledAt ?? v.settledAt;
+  const stopped = Boolean(settledAt);
+  const now = stopped ? Date.parse(settledAt) : Date.now();
   const limit = (used, max) => (max === null || max === undefined ? `${used} (no limit)` : `${used} of ${max}`);
+  const since = (iso) => durationText(now - Date.parse(iso));
+  const deadline = () => {
+    const at = Date.parse(v.deadlineAt);
+    if (!stopped) return `${timeText(v.deadlineAt)} (${at > now ? `in ${durationText(at - now)}` : 'passed'})`;
+    return `${timeText(v.deadlineAt)} (${at > now ? `not reached: settled ${durationText(at - now)} before it` : 'passed before the settlement'})`;
+  };
   const rows = [
-    ['Status', `${v.status.replace('_', ' ')}${v.outcome ? ` (${v.outcome})` : ''}`],
+    // the log's settlement, when the page has shown it, before the projection catches up
+    [
+      'Status',
+      stopped && v.status !== 'settled'
+        ? `settled (${run.settledOutcome ?? v.outcome ?? '?'})`
+        : `${v.status.replace('_', ' ')}${v.outcome ? ` (${v.outcome})` : ''}`,
+    ],
+    ['Clocks', stopped ? `stopped at the settlement (${timeText(settledAt)})` : 'running (updated every second)'],
     [
       'Model requests',
       `${limit(v.modelRequests, v.maxModelRequests)}${v.reserveModelRequests ? `, ${v.reserveModelRequests} kept for the final answer` : ''}`,
@@ -625,26 +722,34 @@ function renderView(run) {
     ['Output tokens', limit(v.completionTokens, v.maxOutputTokens)],
     ['Usage unknown', v.unknownUsageTurns === 0 ? 'none' : `${v.unknownUsageTurns} model request(s), not counted as 0 tokens`],
     ['Admitted', timeText(v.admittedAt)],
-    ['Queued', v.startedAt ? durationText(v.queuedMs) : `${durationText(now - Date.parse(v.admittedAt))} so far`],
+    ['Queued', v.startedAt ? durationText(v.queuedMs) : stopped ? `${since(v.admittedAt)}, never started` : `${since(v.admittedAt)} so far`],
     [
       'Executing',
-      v.executionEndedAt ? durationText(v.executingMs) : v.startedAt ? `${durationText(now - Date.parse(v.startedAt))} so far` : 'not started',
+      v.executionEndedAt && v.executingMs !== null && v.executingMs !== undefined
+        ? durationText(v.executingMs)
+        : v.startedAt
+          ? stopped
+            ? `${since(v.startedAt)} until the settlement`
+            : `${since(v.startedAt)} so far`
+          : 'not started',
     ],
     [
       'Last progress',
       v.lastProgressAt
-        ? `${durationText(now - Date.parse(v.lastProgressAt))} ago${v.noProgressSeconds ? ` (the Run ends after ${durationText(v.noProgressSeconds * 1000)} without progress)` : ''}`
+        ? stopped
+          ? `${since(v.lastProgressAt)} before the settlement`
+          : `${since(v.lastProgressAt)} ago${v.noProgressSeconds ? ` (the Run ends after ${durationText(v.noProgressSeconds * 1000)} without progress)` : ''}`
         : '—',
     ],
-    [
-      'Deadline',
-      v.deadlineAt
-        ? `${timeText(v.deadlineAt)} (${Date.parse(v.deadlineAt) > now ? `in ${durationText(Date.parse(v.deadlineAt) - now)}` : 'passed'})`
-        : 'none',
-    ],
-    ['Settled', timeText(v.settledAt)],
+    ['Deadline', v.deadlineAt ? deadline() : 'none'],
+    ['Settled', timeText(settledAt)],
   ];
-  $('budget').replaceChildren(...rows.flatMap(([k, val]) => [h('dt', { text: k }), h('dd', { text: val })]));
+  const budget = $('budget');
+  budget.replaceChildren(...rows.flatMap(([k, val]) => [h('dt', { text: k }), h('dd', { text: val })]));
+  budget.dataset.clocks = stopped ? 'stopped' : 'running';
+  // the projection's own status (it follows the log: settled there a moment after the page shows it)
+  budget.dataset.projected = v.status;
+  budget.dataset.renders = String(Number(budget.dataset.renders ?? 0) + 1);
 }
 
 // ---- wiring -----------------------------------------------------------------------------------------
@@ -655,17 +760,32 @@ function route() {
   else if (location.hash === '' || location.hash === '#') closeRun();
 }
 
-function init() {
+async function init() {
+  await loadViewerConfig();
   const params = new URLSearchParams(location.search);
   const given = params.get('admission');
-  if (given) sessionStorage.setItem(STORE.admission, given.replace(/\/+$/, ''));
-  if (!sessionStorage.getItem(STORE.admission)) sessionStorage.setItem(STORE.admission, `${location.protocol}//${location.hostname}:8081`);
+  if (given !== null) {
+    const allowed = allowedAdmission(given);
+    if (allowed) sessionStorage.setItem(STORE.admission, allowed);
+    else refusal(refusedText(given, "the link's admission"));
+  }
+  // a URL kept from before (another configuration) is used only while it is still allowed
+  if (!allowedAdmission(settings().admission)) sessionStorage.setItem(STORE.admission, defaultAdmission());
   $('admission-url').value = settings().admission;
   $('token').value = settings().token;
+  $('admission-origins').replaceChildren(...viewerConfig.admissionOrigins.map((o) => h('option', { value: o })));
 
   $('connect').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    sessionStorage.setItem(STORE.admission, $('admission-url').value.trim().replace(/\/+$/, ''));
+    const typed = $('admission-url').value.trim();
+    const allowed = allowedAdmission(typed);
+    if (!allowed) {
+      refusal(refusedText(typed, 'the admission URL'));
+      $('admission-url').focus();
+      return;
+    }
+    refusal(null);
+    sessionStorage.setItem(STORE.admission, allowed);
     sessionStorage.setItem(STORE.token, $('token').value.trim());
     void loadRuns();
     if (current) {
@@ -686,9 +806,11 @@ function init() {
   // the relative clocks move on their own
   setInterval(() => current && renderView(current), 1000);
 
-  if (settings().token) void loadRuns();
+  if (viewerConfig.admissionOrigins.length === 0)
+    notice('Publication configures no admission for this viewer (RUNPLANE_VIEWER_ADMISSION_ORIGINS): the Runs cannot be listed.', 'error');
+  else if (settings().token) void loadRuns();
   else notice('Paste a bearer token and connect (with authentication disabled, connect without one).');
   route();
 }
 
-init();
+void init();

@@ -237,14 +237,11 @@ export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) }
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 
 /**
- * Browser origins allowed to call a service's HTTP API from another origin (CORS): the Run viewer
- * that publication serves at `/viewer/` calls admission, another origin. A comma-separated list
- * of exact origins (`scheme://host[:port]`, no path, no wildcard); empty (the default): no
- * cross-origin request is answered with CORS headers. Credentials are bearer tokens in the
- * `Authorization` header, never cookies.
+ * A comma-separated list of exact browser origins (`scheme://host[:port]`, http or https, no path,
+ * no trailing slash, no wildcard), trimmed, empty entries dropped; empty (the default): none.
  */
-export const CorsConfig = z.object({
-  RUNPLANE_CORS_ORIGINS: z
+const originList = () =>
+  z
     .string()
     .default('')
     .transform((v) =>
@@ -263,9 +260,29 @@ export const CorsConfig = z.object({
           }
         }, 'each entry must be an origin: http(s)://host[:port], without path or trailing slash'),
       ),
-    ),
-});
+    );
+
+/**
+ * Browser origins allowed to call a service's HTTP API from another origin (CORS): the Run viewer
+ * that publication serves at `/viewer/` calls admission, another origin. A comma-separated list
+ * of exact origins (`scheme://host[:port]`, no path, no wildcard); empty (the default): no
+ * cross-origin request is answered with CORS headers. Credentials are bearer tokens in the
+ * `Authorization` header, never cookies.
+ */
+export const CorsConfig = z.object({ RUNPLANE_CORS_ORIGINS: originList() });
 export type CorsConfig = z.infer<typeof CorsConfig>;
+
+/**
+ * The admission origins the Run viewer (publication, `/viewer/`) may call with the user's bearer
+ * token, the first one its default (exact origins as in {@link CorsConfig}; empty, the default:
+ * the page calls no admission and says so). Publication serves them to the page
+ * (`/viewer/config.json`) and lists them, beside its own origin, as the only `connect-src` of the
+ * page's Content-Security-Policy: a link's `?admission=<url>` naming any other host is refused by
+ * the page and blocked by the browser, so the token never leaves for a host the operator did not
+ * configure (issue [18]).
+ */
+export const ViewerConfig = z.object({ RUNPLANE_VIEWER_ADMISSION_ORIGINS: originList() });
+export type ViewerConfig = z.infer<typeof ViewerConfig>;
 
 /**
  * Parses `env` with `schema`; on failure throws an Error listing every bad variable, e.g.

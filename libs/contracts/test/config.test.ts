@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { AdmissionPort, BusConfig, CorsConfig, LimitsConfig, ToolsConfig, loadConfig, natsServerList } from '@runplane/contracts';
+import { AdmissionPort, BusConfig, CorsConfig, LimitsConfig, ToolsConfig, ViewerConfig, loadConfig, natsServerList } from '@runplane/contracts';
 
 describe('configuration from the environment (zod, validated at start-up)', () => {
   it('uses the documented defaults when variables are unset or empty', () => {
@@ -59,6 +59,31 @@ describe('RUNPLANE_CORS_ORIGINS (the Run viewer calls admission from another ori
   it('refuses what is not an origin: a path, a trailing slash, a wildcard, another scheme', () => {
     for (const bad of ['http://127.0.0.1:8082/viewer', 'http://127.0.0.1:8082/', '*', 'http://*.example.com', 'ftp://example.com', 'example.com']) {
       expect(() => loadConfig(CorsConfig, { RUNPLANE_CORS_ORIGINS: bad })).toThrow(/RUNPLANE_CORS_ORIGINS.*must be an origin/);
+    }
+  });
+});
+
+describe('RUNPLANE_VIEWER_ADMISSION_ORIGINS (the only admission the Run viewer sends the token to, issue [18])', () => {
+  it('is empty by default and lists exact origins in order (the first the default), trimmed', () => {
+    expect(loadConfig(ViewerConfig, {}).RUNPLANE_VIEWER_ADMISSION_ORIGINS).toEqual([]);
+    expect(
+      loadConfig(ViewerConfig, { RUNPLANE_VIEWER_ADMISSION_ORIGINS: ' https://admission.example.com ,http://127.0.0.1:8081' })
+        .RUNPLANE_VIEWER_ADMISSION_ORIGINS,
+    ).toEqual(['https://admission.example.com', 'http://127.0.0.1:8081']);
+  });
+
+  it('refuses what is not an origin (a CSP connect-src entry must not widen to a path, a wildcard or a scheme)', () => {
+    for (const bad of [
+      'https://admission.example.com/v1',
+      'https://admission.example.com/',
+      '*',
+      'https://*.example.com',
+      'https:',
+      'admission.example.com',
+    ]) {
+      expect(() => loadConfig(ViewerConfig, { RUNPLANE_VIEWER_ADMISSION_ORIGINS: bad })).toThrow(
+        /RUNPLANE_VIEWER_ADMISSION_ORIGINS.*must be an origin/,
+      );
     }
   });
 });

@@ -441,8 +441,10 @@ export interface Stack {
 }
 
 /**
- * The origins a browser may load the Run viewer from, for publication at `url`: its own, and the
- * same port under the other loopback name (`localhost` / `127.0.0.1`) when it listens on loopback.
+ * The origins of a service at `url` as a browser may name it: its own, and the same port under
+ * the other loopback name (`localhost` / `127.0.0.1`) when it listens on loopback. For publication:
+ * where the Run viewer is loaded from (admission's CORS origins); for admission: where the viewer
+ * may call it (publication's `RUNPLANE_VIEWER_ADMISSION_ORIGINS`).
  */
 export function viewerOrigins(url: string): string[] {
   const u = new URL(url);
@@ -489,15 +491,30 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(opts.fixedPorts ? {} : anyPort),
     };
     await provisionAsAdmin(env, opts.natsUsers ?? null);
-    // admission answers CORS for the Run viewer publication serves (its origin is known once it
-    // listens; publication starts first), unless RUNPLANE_CORS_ORIGINS is set
-    const viewerCors = (name: ServiceName): NodeJS.ProcessEnv => {
+    // admission's address is fixed before anything starts (publication, which starts first, tells
+    // the Run viewer the only admission it may call): the configured port, or one free port kept
+    // for admission's first live process (a restart while none is alive gets it again)
+    const host = env.HOST ?? '127.0.0.1';
+    const admissionPort = opts.fixedPorts ? (env.ADMISSION_PORT ?? '8081') : String(await getPort({ host }));
+    const admissionUrl = `http://${host.includes(':') ? `[${host}]` : host}:${admissionPort}`;
+    const viewerEnv = (name: ServiceName): NodeJS.ProcessEnv => {
+      // admission answers CORS for the Run viewer publication serves (its origin is known once it
+      // listens; publication starts first), unless RUNPLANE_CORS_ORIGINS is set
       const publication = services.get('publication');
-      if (name !== 'admission' || env.RUNPLANE_CORS_ORIGINS !== undefined || !publication) return {};
-      return { RUNPLANE_CORS_ORIGINS: viewerOrigins(publication.url).join(',') };
+      if (name === 'admission') {
+        return {
+          ...((replicas.get('admission') ?? []).length === 0 ? { ADMISSION_PORT: admissionPort } : {}),
+          ...(env.RUNPLANE_CORS_ORIGINS === undefined && publication ? { RUNPLANE_CORS_ORIGINS: viewerOrigins(publication.url).join(',') } : {}),
+        };
+      }
+      // the viewer may send the token to that admission only (issue [18]), unless set
+      if (name === 'publication' && env.RUNPLANE_VIEWER_ADMISSION_ORIGINS === undefined) {
+        return { RUNPLANE_VIEWER_ADMISSION_ORIGINS: viewerOrigins(admissionUrl).join(',') };
+      }
+      return {};
     };
     const startService = async (name: ServiceName, extra: NodeJS.ProcessEnv = {}) => {
-      const own = { ...env, ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}), ...viewerCors(name), ...extra };
+      const own = { ...env, ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}), ...viewerEnv(name), ...extra };
       const n = (replicas.get(name)?.length ?? 0) + 1;
       const label = n === 1 ? name : `${name}#${n}`;
       const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);

@@ -17,7 +17,7 @@ import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
-import { enableCorsFor, serveStaticFiles } from './web.js';
+import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 
 export * from './config.js';
 export * from './logging.js';
@@ -59,8 +59,12 @@ export interface ServiceSpec {
    * whose API a page of another origin calls (admission, for the Run viewer publication serves).
    */
   cors?: boolean;
-  /** Static files served without authentication: `dir` under `prefix` (publication's Run viewer, `/viewer/`). */
-  staticFiles?: { prefix: string; dir: string };
+  /**
+   * Static files served without authentication: `dir` under `prefix` (publication's Run viewer,
+   * `/viewer/`). `options`, read after the configuration is validated: the origins the pages may
+   * call besides their own (their CSP `connect-src`) and the JSON served as `<prefix>config.json`.
+   */
+  staticFiles?: { prefix: string; dir: string; options?: () => StaticFilesOptions };
 }
 
 /** Options of {@link startService} (process entries use {@link runService}). */
@@ -147,7 +151,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   // before every route and guard: a preflight carries no token
   if (spec.cors) enableCorsFor(app, loadConfig(CorsConfig).RUNPLANE_CORS_ORIGINS);
-  if (spec.staticFiles) serveStaticFiles(app, spec.staticFiles.prefix, spec.staticFiles.dir);
+  if (spec.staticFiles) serveStaticFiles(app, spec.staticFiles.prefix, spec.staticFiles.dir, spec.staticFiles.options?.() ?? {});
   app.useGlobalFilters(new ProblemDetailsFilter());
   serveOpenApi(app, spec.name);
   serveMetrics(app, spec.name);

@@ -30,36 +30,64 @@ export function enableCorsFor(app: INestApplication, origins: readonly string[])
 /**
  * The Content-Security-Policy of the static pages: their own scripts and styles only (no inline
  * script, so text from a Run's log can never run as code even if it reached the markup), API
- * calls to any http(s) origin (admission is configured by the user), no framing.
+ * calls to their own origin and to `connectOrigins` only (the admission origins configured
+ * server-side: a page opened from a hostile link cannot send the user's token anywhere else,
+ * issue [18]), no framing, no form posts, no `<base>`.
+ * @param connectOrigins exact origins (`http(s)://host[:port]`, already validated by the caller's
+ *   configuration schema).
  */
-export const STATIC_CSP =
-  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; " +
-  "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+export function staticCsp(connectOrigins: readonly string[]): string {
+  const connect = ["'self'", ...connectOrigins].join(' ');
+  return (
+    `default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src ${connect}; ` +
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+  );
+}
+
+/** What {@link serveStaticFiles} serves beside the files. */
+export interface StaticFilesOptions {
+  /** Origins besides its own the pages may call (`connect-src`); none by default. */
+  connectOrigins?: readonly string[];
+  /**
+   * Served as `<prefix>config.json` (JSON, no token, `Cache-Control: no-store`): what the page
+   * needs from the server's configuration (the viewer: the admission origins it may call).
+   */
+  pageConfig?: Record<string, unknown>;
+}
 
 /**
  * Serves the files of `dir` under `prefix` (e.g. `/viewer/`, its `index.html` at the prefix),
  * without authentication (they are public code; the API calls they make carry the user's token),
- * with {@link STATIC_CSP}, `nosniff` and no referrer. The prefix without its slash redirects to
- * it (relative links of the page resolve under it).
+ * with {@link staticCsp} of `opts.connectOrigins`, `nosniff` and no referrer, and
+ * `opts.pageConfig` as `<prefix>config.json`. The prefix without its slash redirects to it
+ * (relative links of the page resolve under it).
  */
-export function serveStaticFiles(app: INestApplication, prefix: string, dir: string): void {
+export function serveStaticFiles(app: INestApplication, prefix: string, dir: string, opts: StaticFilesOptions = {}): void {
+  const csp = staticCsp(opts.connectOrigins ?? []);
+  const headers = (res: { setHeader(name: string, value: string): void }) => {
+    res.setHeader('Content-Security-Policy', csp);
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    res.setHeader('Referrer-Policy', 'no-referrer');
+    res.setHeader('Cache-Control', 'no-cache');
+  };
   const bare = prefix.replace(/\/$/, '');
   app.use(bare, (req: { originalUrl: string }, res: { redirect(status: number, url: string): void }, next: () => void) => {
     const [path, query] = req.originalUrl.split('?', 2);
     if (path === bare) res.redirect(301, `${prefix}${query !== undefined ? `?${query}` : ''}`);
     else next();
   });
+  if (opts.pageConfig) {
+    const body = JSON.stringify(opts.pageConfig);
+    type Res = { setHeader(name: string, value: string): void; status(code: number): Res; end(body: string): void };
+    app.use(`${prefix}config.json`, (req: { method: string }, res: Res, next: () => void) => {
+      if (req.method !== 'GET' && req.method !== 'HEAD') return next();
+      headers(res);
+      res.setHeader('Cache-Control', 'no-store');
+      res.setHeader('Content-Type', 'application/json; charset=utf-8');
+      res.status(200).end(req.method === 'HEAD' ? '' : body);
+    });
+  }
   // NestExpressApplication's method, typed here without depending on the platform package
   const express = app as unknown as { useStaticAssets(dir: string, options: Record<string, unknown>): unknown };
-  express.useStaticAssets(dir, {
-    prefix,
-    index: 'index.html',
-    fallthrough: true,
-    setHeaders: (res: { setHeader(name: string, value: string): void }) => {
-      res.setHeader('Content-Security-Policy', STATIC_CSP);
-      res.setHeader('X-Content-Type-Options', 'nosniff');
-      res.setHeader('Referrer-Policy', 'no-referrer');
-      res.setHeader('Cache-Control', 'no-cache');
-    },
-  });
+  express.useStaticAssets(dir, { prefix, index: 'index.html', fallthrough: true, setHeaders: headers });
 }
