@@ -41,6 +41,7 @@ export {
   type CallOutcome,
   type CallRecord,
 } from './research-policy.js';
+export { readQuestionDates, questionDates, isoDay, type QuestionDate, type UnreadableDate } from './question-dates.js';
 export {
   ChatCompletionRequest,
   WireMessage,

@@ -20,13 +20,14 @@ import {
   GetHoldingsResult,
   ListFundsResult,
   ToolMessageContent,
+  type FileSelection,
   type HoldingsFileInfo,
   type HoldingLine,
   type HoldingsSummary,
   UNANSWERED_FENCE,
   type UnansweredPart,
 } from '@runplane/contracts';
-import { isoDay, readQuestionDates, type QuestionDate, type UnreadableDate } from '@runplane/holdings';
+import { isoDay, readQuestionDates, type QuestionDate, type UnreadableDate } from './question-dates.js';
 import type { z } from 'zod';
 import { contentText, type Reply, type ReplyToolCall, type WireMessage, type WireTool } from './wire.js';
 
@@ -133,20 +134,52 @@ function withoutDatePhrases(question: string): string {
 }
 
 /**
- * Fund tickers the question mentions, in question order without repeats: upper-case tokens of 1-5
- * letters that are not {@link STOP_WORDS}, plus any token naming a known fund (any case, 3+ letters).
- * Words inside date phrases (`Q1 2024`, `as of the 45th of Smarch`) are never funds.
+ * Fund tickers the question mentions, in question order without repeats: any token naming a known
+ * fund (any case, 3+ letters), plus upper-case tokens of 1-5 letters that are not {@link STOP_WORDS}.
+ * With known funds (the data's list), such a token that is not one of them counts only in a fund
+ * position ({@link inFundPosition}: `holdings of XYZQ`, `Compare SPY with XYZQ`, `XYZQ holdings`),
+ * so a security (`tell me about NVDA`), an issuer's name (`ARK Innovation`) or an emphasised word is
+ * never researched nor listed as a fund not covered. Words inside date phrases (`Q1 2024`, `as of
+ * the 45th of Smarch`) are never funds.
  */
 export function mentionedFunds(question: string, knownFunds: Iterable<string> = []): string[] {
   const known = new Set([...knownFunds].map((f) => f.toUpperCase()));
+  const words = [...withoutDatePhrases(question).matchAll(/[A-Za-z][A-Za-z&]*|[,(]/g)].map((m) => m[0]);
   const out: string[] = [];
-  for (const raw of withoutDatePhrases(question).match(/[A-Za-z][A-Za-z&]*/g) ?? []) {
+  words.forEach((raw, i) => {
     const upper = raw.toUpperCase();
+    if (STOP_WORDS.has(upper) || out.includes(upper)) return;
     const isKnown = known.has(upper) && (raw === upper || raw.length >= 3);
-    const looksLikeTicker = /^[A-Z]{1,5}$/.test(raw) && !STOP_WORDS.has(raw);
-    if ((isKnown || looksLikeTicker) && !STOP_WORDS.has(upper) && !out.includes(upper)) out.push(upper);
-  }
+    const looksLikeTicker = /^[A-Z]{1,5}$/.test(raw);
+    if (isKnown || (looksLikeTicker && (known.size === 0 || inFundPosition(words, i, (w) => known.has(w.toUpperCase()) || out.includes(w)))))
+      out.push(upper);
+  });
   return out;
+}
+
+/** Words that join funds named together (`SPY and QQQ`, `SPY vs QQQ`, `EEM, ODD`). */
+const JOINERS = new Set(['and', 'or', 'with', 'vs', 'versus', 'against', 'to', ',', '(']);
+/** Words a fund follows (`holdings of XYZQ`, `compare XYZQ`) or that follow a fund (`XYZQ holdings`). */
+const LEADS = new Set(['compare', 'of', 'for', 'fund', 'etf']);
+const TRAILS = new Set(['holdings', 'holding', 'fund', 'funds', 'etf', 'etfs', 'vs', 'versus']);
+
+/**
+ * True when the word at `i` of `words` (the question's words, `,` and `(` kept) stands where a
+ * fund is named: after a lead word (`compare`, `of`, `for`), after or before another fund across a
+ * joiner (`and`, `with`, `vs`, `,`), or before `holdings` / `fund` / `ETF`; never when a capitalised
+ * word follows it (`ARK Innovation`: part of a name).
+ */
+function inFundPosition(words: readonly string[], i: number, isFund: (word: string) => boolean): boolean {
+  const next = words[i + 1];
+  if (next && /^[A-Z][a-z]/.test(next) && !TRAILS.has(next.toLowerCase())) return false;
+  if (next && TRAILS.has(next.toLowerCase())) return true;
+  let j = i - 1;
+  while (j >= 0 && JOINERS.has(words[j]!.toLowerCase())) j--;
+  const joinedBefore = j < i - 1;
+  if (j >= 0 && (LEADS.has(words[j]!.toLowerCase()) || (joinedBefore && isFund(words[j]!)))) return true;
+  let k = i + 1;
+  while (k < words.length && JOINERS.has(words[k]!.toLowerCase())) k++;
+  return k > i + 1 && k < words.length && isFund(words[k]!);
 }
 
 // ---- planning ---------------------------------------------------------------------------------
@@ -949,16 +982,19 @@ export function writeAnswer(question: string, calls: readonly CallRecord[], now:
   }
 
   // Which file each fund was read from: get_holdings results, and the comparisons' summaries.
-  const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[]; selection?: string }>();
+  // The tool's own note on its pick is kept only when the tool chose (`newest`): a `requested-date`
+  // note ("as requested") echoes the date this policy passed, which the question may never have asked.
+  const toolsPick = (sel: FileSelection) => (sel.rule === 'requested-date' ? undefined : sel.detail);
+  const summaries = new Map<string, { summary: HoldingsSummary; top: HoldingLine[]; selection?: string | undefined }>();
   for (const h of holdings)
-    if (h.result) summaries.set(h.result.file, { summary: h.result, top: h.result.top, selection: h.result.selection.detail });
+    if (h.result) summaries.set(h.result.file, { summary: h.result, top: h.result.top, selection: toolsPick(h.result.selection) });
   for (const c of compares) {
     if (!c.result) continue;
     for (const [s, sel] of [
       [c.result.a, c.result.selectionA],
       [c.result.b, c.result.selectionB],
     ] as const) {
-      if (!summaries.has(s.file)) summaries.set(s.file, { summary: s, top: [], selection: sel.detail });
+      if (!summaries.has(s.file)) summaries.set(s.file, { summary: s, top: [], selection: toolsPick(sel) });
     }
   }
   const sameFundTwice = new Set([...summaries.values()].map((s) => s.summary.fund)).size < summaries.size;
