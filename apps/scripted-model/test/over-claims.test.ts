@@ -31,13 +31,17 @@ describe('the scripted research policy claims only what the question and the fil
       messages.push({
         role: 'assistant',
         content: null,
-        tool_calls: reply.toolCalls.map((c, j) => ({ id: ids[j]!, type: 'function', function: { name: c.name, arguments: JSON.stringify(c.arguments) } })),
+        tool_calls: reply.toolCalls.map((c, j) => ({
+          id: ids[j]!,
+          type: 'function',
+          function: { name: c.name, arguments: JSON.stringify(c.arguments) },
+        })),
       });
       for (const [j, c] of reply.toolCalls.entries()) {
         calls.push({ name: c.name, arguments: c.arguments });
         let content: string;
         try {
-          content = JSON.stringify({ status: 'succeeded', result: await executeTool(library, c.name, c.arguments as Record<string, unknown>) });
+          content = JSON.stringify({ status: 'succeeded', result: await executeTool(library, c.name, c.arguments) });
         } catch (e) {
           if (!(e instanceof ToolFailure)) throw e;
           content = JSON.stringify({ status: 'failed', error: { code: e.code, message: e.message } });
@@ -84,7 +88,11 @@ describe('the scripted research policy claims only what the question and the fil
     expect(mentionedFunds('What are the holdings of XYZQ?', known)).toEqual(['XYZQ']);
     expect(mentionedFunds('Compare EEM, ODD and AAA', ['AAA'])).toEqual(['EEM', 'ODD', 'AAA']);
     expect(mentionedFunds('Compare QQQ and XYZQ holdings', known)).toEqual(['QQQ', 'XYZQ']);
-    for (const q of ['Compare ARK Innovation (ARKK) with QQQ', 'Compare QQQ with IVV. I want the TOP 10.', 'Compare QQQ with IVV and tell me about NVDA']) {
+    for (const q of [
+      'Compare ARK Innovation (ARKK) with QQQ',
+      'Compare QQQ with IVV. I want the TOP 10.',
+      'Compare QQQ with IVV and tell me about NVDA',
+    ]) {
       const { calls, unanswered } = await research(q);
       expect(calls.filter((c) => c.name === 'get_holdings')).toHaveLength(2);
       expect(unanswered).toEqual([]);
