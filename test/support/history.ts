@@ -69,8 +69,13 @@ export class History {
     });
   }
 
-  turn(turn: number, reply: { content?: string; calls?: { id: string; name: string; args?: string }[]; finishReason?: string }): this {
-    this.add('model.turn.requested', turn, { turn, model: 'scripted' });
+  /** A model turn requested (with `request`'s `purpose` / `retryOf`, when given) and completed with `reply`. */
+  turn(
+    turn: number,
+    reply: { content?: string; calls?: { id: string; name: string; args?: string }[]; finishReason?: string },
+    request: { purpose?: 'finalization'; retryOf?: number } = {},
+  ): this {
+    this.add('model.turn.requested', turn, { turn, model: 'scripted', ...request });
     const toolCalls = (reply.calls ?? []).map((c) => ({ toolCallId: c.id, name: c.name, argumentsText: c.args ?? '{}' }));
     return this.add('model.turn.completed', turn, {
       turn,

@@ -1,9 +1,11 @@
 /**
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer that lists nothing
- * unanswered and the log holds no tool result the Run never had (`./honesty.ts`); `partial`, with
- * those lists as `unanswered`, when the published answer says it left parts of the question
- * unanswered or a failed, denied or unknown call was never answered, or when the Run failed (any failure below) after committing
+ * unanswered and the log shows nothing the Run could not establish (`./honesty.ts`: a reply cut at
+ * the length limit and never made whole, an answer written in finalization-only, a tool result
+ * the Run never had); `partial`, with those lists as `unanswered`, when the published answer says
+ * it left parts of the question unanswered or the log shows such a fact the answer's list does not
+ * account for, or when the Run failed (any failure below) after committing
  * some text: published passages are never erased by a later failure, so such a Run is neither
  * `completed` nor a bare `failed` (its `unanswered` names the rest of the answer and why);
  * `completed` with the clarification pending when the Run ended asking the user a clarification
@@ -46,7 +48,7 @@ import {
   type RunFacts,
   unknownTrigger,
 } from '@runplane/run-facts';
-import { unestablishedResults } from './honesty.js';
+import { unestablishedFacts } from './honesty.js';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
@@ -161,7 +163,7 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
     const committed = `answer committed in ${answer.passageIds.length} passage(s)${others > 0 ? `; ${others} earlier committed passage(s) kept, not part of the answer` : ''}`;
     // the answer's own list, and what the log says the Run never had (K9: whatever the text claims)
     const own = answer.unanswered ?? [];
-    const unanswered = [...own, ...unestablishedResults(facts, own)];
+    const unanswered = [...own, ...unestablishedFacts(facts, own)];
     if (unanswered.length === 0) return [settled('completed', committed)];
     const listed = unanswered.map((u) => `${u.part} (${u.reason})`).join('; ');
     return [settled('partial', `${committed}; not answered: ${listed}`, unanswered)];

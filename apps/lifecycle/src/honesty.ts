@@ -1,6 +1,9 @@
 /**
- * What a Run could not establish, read from its log alone (K9), whatever the model's text claims:
- * every tool call whose receipt is `failed`, `denied` or `unknown` and whose result no other call of
+ * What a Run could not establish, read from its log alone (K9), whatever the model's text claims
+ * ({@link unestablishedFacts} gathers the three kinds, in this order):
+ * - a reply cut at the length limit and never made whole ({@link uncoveredCutTurns});
+ * - an answer written in finalization-only ({@link finalizationEnding});
+ * - every tool call whose receipt is `failed`, `denied` or `unknown` and whose result no other call of
  * the same tool with the same arguments, before or after it, obtained (`succeeded`). An answer rests on what its tools
  * returned; a result the Run never had is a part of the question it may not have answered, so the
  * settlement lists it beside the answer's own unanswered list, and such a Run is `partial`, never
@@ -10,7 +13,73 @@
  * resolve it: the answer was made without the result. Pure.
  */
 import type { UnansweredPart } from '@runplane/contracts';
-import { toolCallsInOrder, type RunFacts, type ToolCallFacts } from '@runplane/run-facts';
+import { toolCallsInOrder, type RunFacts, type ToolCallFacts, type TurnFacts } from '@runplane/run-facts';
+
+/**
+ * Everything `facts` says the Run could not establish and that `listed` (the published answer's
+ * own list) does not account for, one `{part, reason}` each (K9): cut replies never made whole,
+ * then a finalization-only ending, then results the Run never had. Empty when the log shows none.
+ * Pure.
+ */
+export function unestablishedFacts(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
+  return [...uncoveredCutTurns(facts, listed), ...finalizationEnding(facts, listed), ...unestablishedResults(facts, listed)];
+}
+
+/**
+ * The model turns whose reply was cut at the length limit (`model.turn.completed` with
+ * `finishReason: 'length'`) and that no later research turn covers, in turn order (K9). The
+ * runtime never proposes a cut turn's tool calls and never takes its text as the answer; it asks
+ * again (a retry, `retryOf`). A later research turn (not the finalization request) that completed
+ * whole (any finish reason but `length`) covers it: the model took that step again and its reply
+ * arrived in full. A finalization turn does not cover it: it answers from what research had
+ * gathered, and the step the cut reply was taking was never taken. A cut finalization turn is no
+ * answer, so it never reaches this rule. The answer's own list accounts for a cut turn when one of
+ * its entries names it as this rule does (`model turn <n>`), so it is not listed twice.
+ * `part`: `the reply of model turn <n>`; `reason`: that it was cut and never made whole, and how
+ * many of its characters were kept.
+ */
+export function uncoveredCutTurns(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
+  const named = listed.map((u) => `${u.part}\n${u.reason}`.toLowerCase());
+  const out: UnansweredPart[] = [];
+  facts.turns.forEach((t, i) => {
+    if (t.completed?.finishReason !== 'length') return;
+    if (facts.turns.slice(i + 1).some(coversCut)) return;
+    const name = `model turn ${t.turn}`;
+    if (named.some((text) => new RegExp(`\\b${name}\\b`).test(text))) return;
+    const kept = t.completed.content.length;
+    out.push({
+      part: `the reply of ${name}`,
+      reason: `it was cut at the length limit (${kept} character(s) of text kept${t.completed.toolCalls.length ? `, ${t.completed.toolCalls.length} tool call(s) never proposed` : ''}) and no later research turn was whole; recorded in the log, whatever the answer says`,
+    });
+  });
+  return out;
+}
+
+/** True for a research turn (not the finalization request) that completed with a whole reply. */
+function coversCut(t: TurnFacts): boolean {
+  return t.request.purpose !== 'finalization' && !!t.completed && t.completed.finishReason !== 'length';
+}
+
+/**
+ * When the Run's answer was written in finalization-only (`run.finalization.started` recorded and
+ * the execution finished `answered`: the one last request without tools, after a research budget
+ * was spent or the deadline came close, K7), the unfinished scope the runtime recorded on entering
+ * it (its `unfinished` list) (K9). Publication copies that list onto the answer; the lifecycle
+ * reads it from the runtime's own event, so a Run answered that way is never `completed`, whatever
+ * the answer lists. An entry is accounted for when the answer's list has an entry with the same
+ * `part` (case and surrounding blanks aside). Empty for any other ending.
+ */
+export function finalizationEnding(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
+  const fin = facts.finalization;
+  if (!fin || facts.finished?.reason !== 'answered') return [];
+  const parts = new Set(listed.map((u) => u.part.trim().toLowerCase()));
+  return fin.unfinished
+    .filter((u) => !parts.has(u.part.trim().toLowerCase()))
+    .map((u) => ({
+      part: u.part,
+      reason: `${u.reason}; the Run answered in finalization-only (${fin.reason}: ${fin.detail}), recorded in the log, whatever the answer says`,
+    }));
+}
 
 /** Receipt statuses whose result the Run never had. */
 const UNESTABLISHED = new Set(['failed', 'denied', 'unknown']);

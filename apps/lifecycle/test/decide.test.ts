@@ -264,6 +264,145 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
   });
 });
 
+/** A Run whose turn 1 reply was cut at the length limit, then `after` (turns from 2 on), answered in `answerTurn` and published with `own` listed. */
+const cutThen = (after: (h: History) => History, answerTurn: number, own: { part: string; reason: string }[] = []) =>
+  after(new History().admitted().turn(1, { content: 'The top holdings of SPY are', finishReason: 'length' }))
+    .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn })
+    .closed()
+    .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: answerTurn, sha256: 'a'.repeat(64) })
+    .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: answerTurn, unanswered: own });
+const unfinished = [{ part: 'research not finished', reason: 'ordinary research stopped (model-request-limit: 3 of 4 model requests used)' }];
+/** The runtime's one-way move into finalization-only, as it records it. */
+const finalizing = (h: History) =>
+  h.add('run.finalization.started', 'finalization', { reason: 'model-request-limit', detail: '3 of 4 model requests used', unfinished });
+
+describe('lifecycle decide: a reply cut at the length limit and never made whole is listed, whatever the answer claims (K9)', () => {
+  it('given turn 1 cut at the length limit and its retry answering whole, then the retry covers it: completed', () => {
+    lifecycle
+      .given(cutThen((h) => h.turn(2, { content: 'Answer.' }, { retryOf: 1 }), 2))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+  });
+
+  it('given turn 1 cut, then a whole research turn with tool calls and an answer, then it is covered: completed', () => {
+    const h = cutThen(
+      (x) =>
+        x
+          .turn(2, { calls: [{ id: 'a', name: 'list_funds' }] }, { retryOf: 1 })
+          .proposed(2, 'a', 'list_funds')
+          .dispatched('a', 'list_funds')
+          .receipt('a', 'list_funds', 'succeeded')
+          .turn(3, { content: 'Answer.' }),
+      3,
+    );
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+  });
+
+  it('given turn 1 cut and cut again in its retry, then only a finalization answer: both cuts and the finalization ending are listed, partial', () => {
+    const h = cutThen(
+      (x) =>
+        finalizing(x.turn(2, { content: 'The top', finishReason: 'length' }, { retryOf: 1 })).turn(
+          3,
+          { content: 'Answer.' },
+          { purpose: 'finalization' },
+        ),
+      3,
+    );
+    const [settled] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
+    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    expect(settled.data.unanswered).toEqual([
+      {
+        part: 'the reply of model turn 1',
+        reason: expect.stringMatching(/^it was cut at the length limit \(27 character\(s\) of text kept\) and no later research turn was whole/),
+      },
+      { part: 'the reply of model turn 2', reason: expect.stringContaining('cut at the length limit') },
+      {
+        part: 'research not finished',
+        reason: expect.stringContaining('the Run answered in finalization-only (model-request-limit: 3 of 4 model requests used)'),
+      },
+    ]);
+    expect(settled.data.reason).toContain('not answered: the reply of model turn 1 (it was cut at the length limit');
+  });
+
+  it("given a cut turn the answer's own list names (model turn 1), then it is not listed twice", () => {
+    const own = [{ part: 'the reply of model turn 1', reason: 'cut' }, ...unfinished];
+    const h = cutThen((x) => finalizing(x).turn(2, { content: 'Answer.' }, { purpose: 'finalization' }), 2, own);
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: own }) }]);
+  });
+
+  it("given a cut turn whose number only begins another turn's (model turn 10 named, turn 1 cut), then turn 1 is still listed", () => {
+    const own = [{ part: 'the reply of model turn 10', reason: 'cut' }, ...unfinished];
+    const h = cutThen((x) => finalizing(x).turn(2, { content: 'Answer.' }, { purpose: 'finalization' }), 2, own);
+    const [settled] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
+    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the reply of model turn 10', 'research not finished', 'the reply of model turn 1']);
+  });
+});
+
+describe('lifecycle decide: an answer written in finalization-only is partial, whatever the answer lists (K9)', () => {
+  const finalAnswer = (own: { part: string; reason: string }[]) =>
+    published(
+      finalizing(new History().admitted().turn(1, { content: 'Some material.' }))
+        .turn(2, { content: 'Answer.' }, { purpose: 'finalization' })
+        .add('run.execution.finished', 'finished', { reason: 'answered', detail: 'finalization answer in turn 2', answerTurn: 2 }),
+      own,
+    );
+
+  it('given a finalization answer published with an empty list (the text claims it is complete), then the unfinished scope the runtime recorded is listed: partial', () => {
+    lifecycle
+      .given(finalAnswer([]))
+      .when(wake)
+      .then([
+        {
+          type: 'run.settled',
+          data: expect.objectContaining({
+            outcome: 'partial',
+            unanswered: [
+              {
+                part: 'research not finished',
+                reason: expect.stringMatching(/^ordinary research stopped .*; the Run answered in finalization-only/),
+              },
+            ],
+          }),
+        },
+      ]);
+  });
+
+  it("given a finalization answer whose list carries the runtime's unfinished part (as publication writes it), then it is not listed twice", () => {
+    const own = [
+      { part: 'holdings of XYZ', reason: 'not reached' },
+      { part: 'Research not finished ', reason: 'copied' },
+    ];
+    lifecycle
+      .given(finalAnswer(own))
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: own }) }]);
+  });
+
+  it('given the Run moved into finalization-only but its finalization turn was no answer, then it settles failed as before, with no list', () => {
+    const h = finalizing(new History().admitted().turn(1, { content: '' }))
+      .turn(2, { content: '' }, { purpose: 'finalization' })
+      .add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'finalization turn 2 returned no text', answerTurn: null })
+      .closed();
+    lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', unanswered: [] }) }]);
+  });
+});
+
 describe('lifecycle decide: exactly one honest settlement (K9)', () => {
   it('given the runtime stopped with an answer not yet published, then it waits', () => {
     lifecycle.given(answered()).when(wake).thenNothing();

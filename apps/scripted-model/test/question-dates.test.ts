@@ -4,7 +4,7 @@
  * dropped).
  */
 import { describe, expect, it } from '@jest/globals';
-import { readQuestionDates } from '../src/index.js';
+import { readQuestionDates } from '../src/question-dates.js';
 
 const NOW = new Date(Date.UTC(2026, 10, 30, 15));
 const read = (q: string) => readQuestionDates(q, NOW);

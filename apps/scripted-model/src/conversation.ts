@@ -1,0 +1,78 @@
+/**
+ * The conversation as the scripted research policy reads it: the last question and the tool calls made since it, each with its outcome. Pure.
+ */
+import { ToolMessageContent } from '@runplane/contracts';
+import { type WireMessage, contentText } from './wire.js';
+
+/** How one tool call of the current turn ended, as the tool message reports it. */
+export type CallOutcome =
+  | { status: 'succeeded'; result: unknown }
+  | { status: 'failed' | 'denied' | 'unknown'; error: { code: string; message: string } }
+  /** No tool message answers this call. */
+  | { status: 'missing' }
+  /** The tool message is not a {@link ToolMessageContent} JSON. */
+  | { status: 'unreadable'; text: string };
+
+export interface CallRecord {
+  id: string;
+  name: string;
+  args: Record<string, unknown>;
+  outcome: CallOutcome;
+}
+
+/** The text of the last user message ('' when there is none). */
+export function lastQuestion(messages: readonly WireMessage[]): string {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i];
+    if (m?.role === 'user') return contentText(m.content);
+  }
+  return '';
+}
+
+export function parseArgs(s: string): Record<string, unknown> {
+  try {
+    const v: unknown = JSON.parse(s);
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+export function parseOutcome(text: string): CallOutcome {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return { status: 'unreadable', text };
+  }
+  const parsed = ToolMessageContent.safeParse(json);
+  return parsed.success ? parsed.data : { status: 'unreadable', text };
+}
+
+/**
+ * The tool calls the assistant made since the last user message, in order, each with the outcome
+ * its tool message reports (`missing` when no tool message answers it).
+ */
+export function currentTurnCalls(messages: readonly WireMessage[]): CallRecord[] {
+  let start = 0;
+  messages.forEach((m, i) => {
+    if (m.role === 'user') start = i + 1;
+  });
+  const turn = messages.slice(start);
+  const results = new Map<string, string>();
+  for (const m of turn) if (m.role === 'tool') results.set(m.tool_call_id, contentText(m.content));
+  const calls: CallRecord[] = [];
+  for (const m of turn) {
+    if (m.role !== 'assistant') continue;
+    for (const c of m.tool_calls ?? []) {
+      const text = results.get(c.id);
+      calls.push({
+        id: c.id,
+        name: c.function.name,
+        args: parseArgs(c.function.arguments),
+        outcome: text === undefined ? { status: 'missing' } : parseOutcome(text),
+      });
+    }
+  }
+  return calls;
+}

@@ -1,0 +1,98 @@
+/**
+ * What a question names, for the scripted research policy: fund tickers (only in a fund position when the data's funds are known), day dates, a "top N", and whether it asks for holdings or fund facts. Pure.
+ */
+import { readQuestionDates } from './question-dates.js';
+
+/** Upper-case words that look like tickers but are not funds. */
+export const STOP_WORDS: ReadonlySet<string> = new Set(
+  (
+    'A I AN AND OR THE OF IN ON AT TO BY FOR AS IS IT BE NO NOT ANY ALL ARE WAS DO DOES HOW WHAT WHY WHO WHEN ' +
+    'WITH FROM VS VS. ETF ETFS FUND USD EUR GBP US USA UK EU S&P NAV ISIN CUSIP SEDOL SEC AUM ER TER YTD QTD MTD ' +
+    'CSV XLSX XLS PDF JSON API ID IDS OK IPO CEO CFO AI FAQ NB PS TLDR ASAP NYSE AMEX MSCI CRSP FTSE GICS ' +
+    'REIT ADR GDP CPI FX EPS PE DIV TBD NA SPDR INC LLC PLC ESG MMF'
+  ).split(/\s+/),
+);
+
+/** Day dates (YYYY-MM-DD) the text names in any written form (`Dec 6, 2024`, `12/06/2024`...), in order, without repeats. */
+export function mentionedDates(text: string, now: Date = new Date()): string[] {
+  return readQuestionDates(text, now)
+    .dates.filter((d) => d.precision === 'day')
+    .map((d) => d.from);
+}
+
+/** The question with its date phrases (read or unreadable) blanked out, so no fund is taken from them (`Q1 2024` is not fund `Q`). */
+export function withoutDatePhrases(question: string): string {
+  const { dates, unreadable } = readQuestionDates(question);
+  let out = question;
+  for (const d of [...dates, ...unreadable]) out = out.slice(0, d.index) + ' '.repeat(d.text.length) + out.slice(d.index + d.text.length);
+  return out;
+}
+
+/**
+ * Fund tickers the question mentions, in question order without repeats: any token naming a known
+ * fund (any case, 3+ letters), plus upper-case tokens of 1-5 letters that are not {@link STOP_WORDS}.
+ * With known funds (the data's list), such a token that is not one of them counts only in a fund
+ * position ({@link inFundPosition}: `holdings of XYZQ`, `Compare SPY with XYZQ`, `XYZQ holdings`),
+ * so a security (`tell me about NVDA`), an issuer's name (`ARK Innovation`) or an emphasised word is
+ * never researched nor listed as a fund not covered. Words inside date phrases (`Q1 2024`, `as of
+ * the 45th of Smarch`) are never funds.
+ */
+export function mentionedFunds(question: string, knownFunds: Iterable<string> = []): string[] {
+  const known = new Set([...knownFunds].map((f) => f.toUpperCase()));
+  const words = [...withoutDatePhrases(question).matchAll(/[A-Za-z][A-Za-z&]*|[,(]/g)].map((m) => m[0]);
+  const out: string[] = [];
+  words.forEach((raw, i) => {
+    const upper = raw.toUpperCase();
+    if (STOP_WORDS.has(upper) || out.includes(upper)) return;
+    const isKnown = known.has(upper) && (raw === upper || raw.length >= 3);
+    const looksLikeTicker = /^[A-Z]{1,5}$/.test(raw);
+    if (isKnown || (looksLikeTicker && (known.size === 0 || inFundPosition(words, i, (w) => known.has(w.toUpperCase()) || out.includes(w)))))
+      out.push(upper);
+  });
+  return out;
+}
+
+/** Words that join funds named together (`SPY and QQQ`, `SPY vs QQQ`, `EEM, ODD`). */
+export const JOINERS = new Set(['and', 'or', 'with', 'vs', 'versus', 'against', 'to', ',', '(']);
+
+/** Words a fund follows (`holdings of XYZQ`, `compare XYZQ`) or that follow a fund (`XYZQ holdings`). */
+export const LEADS = new Set(['compare', 'of', 'for', 'fund', 'etf']);
+
+export const TRAILS = new Set(['holdings', 'holding', 'fund', 'funds', 'etf', 'etfs', 'vs', 'versus']);
+
+/**
+ * True when the word at `i` of `words` (the question's words, `,` and `(` kept) stands where a
+ * fund is named: after a lead word (`compare`, `of`, `for`), after or before another fund across a
+ * joiner (`and`, `with`, `vs`, `,`), or before `holdings` / `fund` / `ETF`; never when a capitalised
+ * word follows it (`ARK Innovation`: part of a name).
+ */
+export function inFundPosition(words: readonly string[], i: number, isFund: (word: string) => boolean): boolean {
+  const next = words[i + 1];
+  if (next && /^[A-Z][a-z]/.test(next) && !TRAILS.has(next.toLowerCase())) return false;
+  if (next && TRAILS.has(next.toLowerCase())) return true;
+  let j = i - 1;
+  while (j >= 0 && JOINERS.has(words[j]!.toLowerCase())) j--;
+  const joinedBefore = j < i - 1;
+  if (j >= 0 && (LEADS.has(words[j]!.toLowerCase()) || (joinedBefore && isFund(words[j]!)))) return true;
+  let k = i + 1;
+  while (k < words.length && JOINERS.has(words[k]!.toLowerCase())) k++;
+  return k > i + 1 && k < words.length && isFund(words[k]!);
+}
+
+export const METADATA_WORDS = /\b(expense ratio|expenses?|inception|shares outstanding|metadata|fact ?sheet|benchmark|fees?|net assets|dividend)\b/i;
+
+export const HOLDINGS_WORDS =
+  /\b(holdings?|hold|holds|compare|comparison|overlap|top|weights?|gaps?|coverage|securities|stocks|names|changed?|since|vs\.?|versus)\b/i;
+
+export const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|latest|newest)\b/i;
+
+export const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };
+
+/** The N of "top N" / "N largest" in the question (1-500), or `null`. */
+export function topN(question: string): number | null {
+  const m = /\btop[- ](\d{1,3}|five|ten|fifteen|twenty|three)\b|\b(\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\b/i.exec(question);
+  const word = (m?.[1] ?? m?.[2])?.toLowerCase();
+  if (!word) return null;
+  const n = NUMBER_WORDS[word] ?? Number(word);
+  return n >= 1 && n <= 500 ? n : null;
+}
