@@ -1,7 +1,7 @@
 /**
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer that lists nothing
- * unanswered and the log holds no tool result the Run never had (`./honesty.ts`); `partial`, with
+ * unanswered and the log holds no tool result the Run never had (`unestablishedResults`, libs/run-facts/src/honesty.ts); `partial`, with
  * those lists as `unanswered`, when the published answer says it left parts of the question
  * unanswered or a failed, denied or unknown call was never answered, or when the Run failed (any failure below) after committing
  * some text: published passages are never erased by a later failure, so such a Run is neither
@@ -42,11 +42,11 @@ import {
   passagesInOrder,
   toolCallsInOrder,
   uncommittedParagraphs,
+  unestablishedResults,
   usageOf,
   type RunFacts,
   unknownTrigger,
 } from '@runplane/run-facts';
-import { unestablishedResults } from './honesty.js';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',
