@@ -6,15 +6,7 @@
  * break one. Reading the log is the caller's (`runplane audit`).
  */
 import { effectKey, sha256Hex, subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import {
-  budgetOf,
-  closedForSettlement,
-  emptyFacts,
-  epochSuperseded,
-  evolveOwned,
-  unestablishedResults,
-  type RunFacts,
-} from '@runplane/run-facts';
+import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned, unestablishedResults, type RunFacts } from '@runplane/run-facts';
 
 /** One check of the audit: an id, the contract it comes from and what it asserts. */
 export interface CheckDefinition {
@@ -68,7 +60,10 @@ export interface StoredAnomaly {
   subject: string;
   /** The Run its subject names. */
   runId: string;
+  /** The short reason (`path: message` for a schema failure). */
   message: string;
+  /** The full detail when the message shortened it (the validator's issues as JSON): in `--json`, not in the text report. */
+  detail?: string;
 }
 
 /** One broken check: which, where (stream sequence, null when no one event is to blame) and why. */
@@ -76,6 +71,8 @@ export interface Violation {
   check: CheckId;
   seq: number | null;
   message: string;
+  /** The full detail behind a shortened message (an unverified message's schema issues as JSON). */
+  detail?: string;
 }
 
 /** A check's result on one Run. `not-applicable`: the Run has nothing the check is about. */
@@ -190,7 +187,7 @@ interface Replay {
   events: number;
   applicable: Set<CheckId>;
   violations: Violation[];
-  report(check: CheckId, seq: number | null, message: string): void;
+  report(check: CheckId, seq: number | null, message: string, detail?: string): void;
   result(): RunAudit;
 }
 
@@ -207,9 +204,9 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
     events: 0,
     applicable,
     violations,
-    report(check, seq, message) {
+    report(check, seq, message, detail) {
       applicable.add(check);
-      violations.push({ check, seq, message });
+      violations.push({ check, seq, message, ...(detail === undefined ? {} : { detail }) });
     },
     result() {
       const checks = CHECKS.map((c): CheckResult => {
@@ -224,7 +221,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       return { runId, outcome: r.settlement?.outcome ?? null, events: r.events, checks, clean: violations.length === 0 };
     },
   };
-  for (const a of anomalies) r.report('stored-verified', a.seq, a.message);
+  for (const a of anomalies) r.report('stored-verified', a.seq, a.message, a.detail);
 
   // the chain of each subject: stream sequences of every stored message on it, verified or not
   const onSubject = new Map<string, number[]>();
