@@ -166,7 +166,7 @@ describe('audit K9: one settlement, after closure, naming what exists, honestly'
   });
 });
 
-describe('audit K9: a completed answer rests on no result the Run never had (the lifecycle\'s rule, unestablishedResults)', () => {
+describe("audit K9: a completed answer rests on no result the Run never had (the lifecycle's rule, unestablishedResults)", () => {
   /** A Run whose one get_holdings call ended `status` (and, with `retried`, an identical call succeeded), answered and settled as given. */
   function answeredAfter(
     status: 'failed' | 'denied' | 'unknown',
@@ -201,12 +201,17 @@ describe('audit K9: a completed answer rests on no result the Run never had (the
   }
   const status = (report: AuditReport) => report.runs[0]!.checks.find((c) => c.id === 'results-established')!;
 
-  it.each(['failed', 'denied', 'unknown'] as const)('settled completed though a call %s and was never answered: named at the settlement', (receipt) => {
-    const h = answeredAfter(receipt, { outcome: 'completed', unanswered: [] });
-    const report = audit(h);
-    expect(broken(report)).toEqual([{ id: 'results-established', seqs: [h.seq] }]);
-    expect(status(report).violations[0]!.message).toMatch(/settled completed, but the log holds the result of get_holdings\(\{"fund":"VGT"\}\) \[a\]/);
-  });
+  it.each(['failed', 'denied', 'unknown'] as const)(
+    'settled completed though a call %s and was never answered: named at the settlement',
+    (receipt) => {
+      const h = answeredAfter(receipt, { outcome: 'completed', unanswered: [] });
+      const report = audit(h);
+      expect(broken(report)).toEqual([{ id: 'results-established', seqs: [h.seq] }]);
+      expect(status(report).violations[0]!.message).toMatch(
+        /settled completed, but the log holds the result of get_holdings\(\{"fund":"VGT"\}\) \[a\]/,
+      );
+    },
+  );
   it('settled partial naming the call (as the lifecycle lists it) holds; partial naming something else is named', () => {
     const listed = { part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: 'the call failed' };
     const held = audit(answeredAfter('failed', { outcome: 'partial', unanswered: [listed] }));
@@ -309,7 +314,7 @@ describe('audit K7: charges inside the grant', () => {
     const found = broken(audit(h));
     expect(found).toEqual([{ id: 'budget-inside-grant', seqs: [4, null] }]);
   });
-  it("a model request whose input token reservation does not fit in what was left is named at the request; one that fits holds", () => {
+  it('a model request whose input token reservation does not fit in what was left is named at the request; one that fits holds', () => {
     /** Two turns under an input token limit of 100; the second reserves `estimate` after the first measured 10 prompt tokens. */
     const withEstimate = (estimate: number) => {
       const h = new History().admitted({ limits: { maxInputTokens: 100 } }).turn(1, { content: '' });
