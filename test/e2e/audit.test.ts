@@ -7,8 +7,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import pg from 'pg';
+import { readCommands } from '@runplane/app-cli';
 import { OUTSIDE_RUN_SUBJECTS, type AuditReport, type CheckId } from '@runplane/audit';
 import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
@@ -24,6 +26,13 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.stop();
 });
+
+const CLI = () => join(repoRoot(), 'apps/cli/dist/main.js');
+/** Runs `runplane <args>` (as the ops user unless `user` says otherwise); exit code and output. */
+function cli(args: string[], user: 'ops' | 'consumer' = 'ops'): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [CLI(), ...args], { env: { ...t.env, ...natsEnvOf(t.users, user) }, encoding: 'utf8', timeout: 60_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
 
 /** Runs `runplane audit <args> --json` as the ops user; its exit code and parsed report. */
 function audit(...args: string[]): { status: number | null; report: AuditReport; stderr: string } {
@@ -49,6 +58,9 @@ async function inject<T extends EventType>(runId: string, type: T, key: string, 
   const result = await t.log.append(event, facts.lastSeqByOwner[subjectTokenOf(event)]);
   return result.seq;
 }
+
+/** The reason the Run's settlement recorded (the projection's `reason` column). */
+const settledReason = (events: StoredEvent[]) => ofType(events, 'run.settled')[0]!.data.reason;
 
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
@@ -181,7 +193,53 @@ describe('runplane audit (K11)', () => {
     }
     expect(ran('links')).toBe(2); // the continuation and the child
     expect(ran('wake-once')).toBe(2); // the answered wait, the child's result on its parent
-  }, 180_000);
+
+    // --projections with --run: that Run's events replayed into a fresh database, its rows compared
+    const oneRun = audit('--run', runs.research, '--projections');
+    const oneRebuilt = oneRun.report as AuditReport & { projections: { database: string; identical: boolean; eventsApplied: number } };
+    expect([oneRun.status, oneRun.stderr]).toEqual([0, '']);
+    expect(oneRebuilt.projections).toMatchObject({ identical: true, differences: [] });
+    expect(oneRebuilt.projections.eventsApplied).toBe(oneRun.report.summary.events);
+    // ... and it does compare: a live row of that Run changed by hand is a difference (exit 2); another Run's row is not its business
+    const live = new pg.Client({ connectionString: t.env.DATABASE_URL });
+    await live.connect();
+    try {
+      await live.query(`update runs set reason = 'tampered' where run_id = $1`, [runs.research]);
+      const tampered = audit('--run', runs.research, '--projections');
+      expect(tampered.status).toBe(2);
+      expect((tampered.report as AuditReport & { projections: { differences: string[] } }).projections.differences).toEqual([
+        expect.stringMatching(new RegExp(`^runs\\[run_id=${runs.research}\\]\\.reason: live "tampered" vs rebuilt `)),
+      ]);
+      expect(audit('--run', runs.wait, '--projections').status).toBe(0);
+    } finally {
+      await live.query(`update runs set reason = $2 where run_id = $1`, [runs.research, settledReason(await t.log.readRun(runs.research))]);
+      await live.end();
+    }
+
+    // the read commands `runplane up` prints run as printed, in a shell that has none of the stack's variables
+    const printed = readCommands({
+      ...natsEnvOf(t.users, 'ops'),
+      NATS_URL: t.env.NATS_URL!,
+      DATABASE_URL: t.env.DATABASE_URL!,
+      RUNPLANE_STREAM: t.env.RUNPLANE_STREAM!,
+      RUNPLANE_SUBJECT_PREFIX: t.env.RUNPLANE_SUBJECT_PREFIX!,
+    });
+    const shell = (line: string) =>
+      spawnSync('bash', ['-c', line.replace('npm run runplane --', `node ${CLI()}`).replace('<runId>', runs.research)], {
+        env: { PATH: process.env.PATH!, HOME: process.env.HOME! },
+        cwd: repoRoot(),
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+    const timelineRun = shell(printed.timeline);
+    expect([timelineRun.status, timelineRun.stderr]).toEqual([0, '']);
+    expect(timelineRun.stdout).toContain('run.settled');
+    const auditRun = shell(printed.audit);
+    expect([auditRun.status, auditRun.stderr]).toEqual([0, '']);
+    const rebuildRun = shell(printed.rebuild);
+    expect([rebuildRun.status, rebuildRun.stderr]).toEqual([0, '']);
+    expect(rebuildRun.stdout).toContain('rebuilt projections are identical to the live ones');
+  }, 240_000);
 
   it('names each violation injected with the admin credentials, at the event that breaks it, and exits 2', async () => {
     expect(runs.research).toBeDefined();
@@ -208,25 +266,52 @@ describe('runplane audit (K11)', () => {
       childRunId: `${requested.data.childRunId.slice(0, 100)}-x`,
       limits: { ...requested.data.limits, maxModelRequests: 1_000 },
     });
+    // K7: a model request reserving more input tokens than the Run's limit had left
+    const admittedResearch = ofType(await t.log.readRun(runs.research), 'run.admitted')[0]!;
+    const inputLimit = admittedResearch.data.limits.maxInputTokens!;
+    const overReserved = await inject(runs.research, 'model.turn.requested', 'input', {
+      turn: 10,
+      model: 'scripted',
+      inputTokensEstimate: inputLimit + 1,
+    });
     // K11: a message on a Run subject that is not an event
     const garbage = await t.log.js.publish(runSubject(t.log.space, runs.continued, 'publication'), 'not an event {');
+    // ... and one that is JSON but not an event of the catalogue
+    const misshapen = await t.log.js.publish(
+      runSubject(t.log.space, runs.continued, 'publication'),
+      JSON.stringify({ ...settled, runId: runs.continued, owner: 'publication', eventId: 7, data: { outcome: 'maybe' } }),
+    );
     // K11: a message stored on a subject of the stream that is not a Run subject (names no Run) is reported too
     const stray = await t.log.js.publish(`${t.log.space.prefix}.run.bogus`, 'not an event either');
 
     const one = audit('--run', runs.research);
     expect(one.status).toBe(2);
     expect(named(one.report, runs.research)).toEqual(
-      expect.arrayContaining([`settlement-once@${secondSettlement}`, `dispatch-once@${secondDispatch}`, `writer-fenced@${secondDispatch}`]),
+      expect.arrayContaining([
+        `settlement-once@${secondSettlement}`,
+        `dispatch-once@${secondDispatch}`,
+        `writer-fenced@${secondDispatch}`,
+        `budget-inside-grant@${overReserved}`,
+      ]),
     );
     const all = audit('--all');
     expect(all.status).toBe(2);
     expect(named(all.report, runs.canceled)).toEqual([`writer-fenced@${reopened}`]);
     expect(named(all.report, runs.wait)).toEqual(expect.arrayContaining([`wake-once@${secondWake}`]));
     expect(named(all.report, runs.parent)).toEqual(expect.arrayContaining([`child-carved@${overCarve}`]));
-    expect(named(all.report, runs.continued)).toEqual([`stored-verified@${garbage.seq}`]);
+    expect(named(all.report, runs.continued)).toEqual([`stored-verified@${garbage.seq}`, `stored-verified@${misshapen.seq}`]);
     expect(named(all.report, runs.child)).toEqual([]);
     expect(named(all.report, OUTSIDE_RUN_SUBJECTS)).toEqual([`stored-verified@${stray.seq}`]);
-    expect(all.report.summary).toMatchObject({ runs: 7, clean: 1, broken: 6, anomalies: 2 });
+    expect(all.report.summary).toMatchObject({ runs: 7, clean: 1, broken: 6, anomalies: 3 });
+    // the schema failure in words in the text report (path: message), the validator's whole list only in --json
+    const misshapenJson = all.report.runs.find((r) => r.runId === runs.continued)!.checks.flatMap((c) => c.violations)[1]!;
+    expect(JSON.parse(misshapenJson.detail!)).toEqual(expect.arrayContaining([expect.objectContaining({ path: ['eventId'] })]));
+    const continuedText = cli(['audit', '--run', runs.continued]);
+    expect(continuedText.status).toBe(2);
+    expect(continuedText.stdout).toMatch(
+      new RegExp(`K11 stored-verified at #${misshapen.seq}: .* is not a valid event: eventId: expected string, received number`),
+    );
+    expect(continuedText.stdout).not.toContain('"code"');
 
     // the text report says the same in words, and --since narrows the Runs reported
     const text = spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', '--run', runs.canceled], {
@@ -243,6 +328,71 @@ describe('runplane audit (K11)', () => {
     expect([future.status, future.report.summary.runs]).toEqual([0, 0]);
   }, 120_000);
 
+  it("names a completed settlement resting on a failed tool result (K9, the lifecycle's own rule), forged while the lifecycle was stopped", async () => {
+    const key = `overclaim-${t.tag}`;
+    await t.setScenario(
+      {
+        steps: [
+          { reply: { content: '', toolCalls: [{ id: `call_${key}`, name: 'get_holdings', arguments: { fund: 'ZZNOPE' } }] } },
+          { reply: { content: 'ZZNOPE holds the whole market.' } },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    await t.stack.stopService('lifecycle');
+    let runId: string;
+    let forged: number;
+    try {
+      runId = (await t.client.postMessage('conv-audit-overclaim', { clientMessageId: key, content: `[${key}] What does ZZNOPE hold?` })).body.runId;
+      const events = await eventually(
+        async () => {
+          const read = await t.log.readRun(runId);
+          return ofType(read, 'answer.published').length ? read : null;
+        },
+        30_000,
+        'the answer published',
+      );
+      const receipts = ofType(events, 'tool.call.receipt').map((r) => r.data);
+      expect(receipts.map((r) => r.status)).toEqual(['failed']);
+      // what the lifecycle would never write: completed, nothing unanswered, though the one source failed
+      forged = await inject(runId, 'run.settled', 'overclaim', {
+        outcome: 'completed',
+        reason: 'forged: the answer claims everything',
+        passageIds: ofType(events, 'answer.published')[0]!.data.passageIds,
+        receipts: receipts.map((r) => ({ toolCallId: r.toolCallId, name: r.name, status: r.status })),
+        usage: { modelRequests: 2, toolCalls: 1, promptTokens: 0, completionTokens: 0 },
+        unanswered: [],
+      });
+    } finally {
+      await t.stack.startService('lifecycle');
+    }
+    const r = audit('--run', runId);
+    expect(r.status).toBe(2);
+    expect(named(r.report, runId)).toEqual([`results-established@${forged}`]);
+    const text = cli(['audit', '--run', runId]);
+    expect(text.stdout).toMatch(
+      new RegExp(
+        `K9 results-established at #${forged}: settled completed, but the log holds the result of get_holdings\\(\\{"fund":"ZZNOPE"\\}\\) \\[[^\\]]*call_${key}\\]`,
+      ),
+    );
+  }, 90_000);
+
+  it("with the downstream consumer's credentials, audit and projections rebuild say which credentials they need (the ops user), naming the server", async () => {
+    // timeline follows a Run's back-links with direct gets, which the consumer may make: it reads
+    expect(cli(['timeline', runs.research], 'consumer').status).toBe(0);
+    for (const args of [
+      ['audit', '--all'],
+      ['audit', '--run', runs.research],
+      ['projections', 'rebuild'],
+    ]) {
+      const r = cli(args, 'consumer');
+      expect([args, r.status]).toEqual([args, 1]);
+      expect(r.stderr).toContain(`NATS at ${t.env.NATS_URL} refused user runplane-consumer a read of stream ${t.env.RUNPLANE_STREAM}`);
+      expect(r.stderr).toMatch(/reads with the ops user's credentials: NATS_USER=runplane-ops .*RUNPLANE_NATS_PASSWORD_OPS/);
+    }
+  }, 120_000);
+
   it('refuses unclear requests with a reason and exit 1: neither --run nor --all, a bad run id, a bad time, a Run not in the log', () => {
     const cli = (...args: string[]) =>
       spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', ...args], {
@@ -255,6 +405,10 @@ describe('runplane audit (K11)', () => {
       [['--run', 'a.b'], /not a run id: "a\.b"/],
       [['--all', '--since', 'yesterday-ish'], /--since: not a time/],
       [['--run', 'no-such-run'], /no events for run no-such-run in stream/],
+      [
+        ['--run', randomUUID(), '--since', '2026-01-01T00:00:00Z'],
+        /--since selects Runs of --all by admission time; --run audits the named Run whole/,
+      ],
     ];
     for (const [args, reason] of cases) {
       const r = cli(...args);

@@ -3,17 +3,19 @@
  * from their events alone (libs/audit, K11). Reads only: it creates nothing it keeps (the scans'
  * ephemeral consumers go with them) and appends nothing.
  */
-import { auditRuns, CHECKS, readForAudit, type AuditReport, type AuditSelection } from '@runplane/audit';
+import { auditRuns, CHECKS, readForAudit, type AuditInput, type AuditReport, type AuditSelection } from '@runplane/audit';
+import type { StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { databaseUrlWith, dropDatabase, rebuildProjections, redact } from '@runplane/projections';
+import { databaseUrlWith, dropDatabase, rebuildProjections, redact, type ReplayableLog } from '@runplane/projections';
 
 /** What `runplane audit` was asked: the Runs ({@link AuditSelection}) and the output form. */
 export interface AuditOptions extends AuditSelection {
   json?: boolean;
   /**
-   * With `all`: also replay the log into a fresh database, compare every projection row with the
+   * Also replay the audited Runs into a fresh database, compare their projection rows with the
    * live database at this URL (K11: rebuilt projections come out identical) and drop the fresh
-   * database again. A difference counts as a broken audit.
+   * database again: with `all` (no `since`) the whole log and every row; with `run` (or `since`)
+   * the audited Runs' events and rows only. A difference counts as a broken audit.
    */
   projectionsUrl?: string;
 }
@@ -36,9 +38,11 @@ export const AUDIT_BROKEN_EXIT = 2;
  * @throws Error with a readable reason on bad options or a Run not in the log.
  */
 export async function auditLog(log: EventLog, opts: AuditOptions, write: (line: string) => void): Promise<number> {
-  if (opts.projectionsUrl && !opts.all) throw new Error('--projections compares the whole log with the live projections: use it with --all');
-  const report = auditRuns(await readForAudit(log, opts));
-  const projections = opts.projectionsUrl ? await compareProjections(log, opts.projectionsUrl) : null;
+  const input = await readForAudit(log, opts);
+  const report = auditRuns(input);
+  const projections = opts.projectionsUrl
+    ? await compareProjections(opts.all && opts.since === undefined ? { log } : auditedOnly(input), opts.projectionsUrl)
+    : null;
   if (opts.json) write(JSON.stringify(projections ? { ...report, projections } : report));
   else {
     for (const line of renderAudit(report)) write(line);
@@ -54,15 +58,30 @@ export async function auditLog(log: EventLog, opts: AuditOptions, write: (line: 
   return report.summary.broken === 0 && (projections?.identical ?? true) ? 0 : AUDIT_BROKEN_EXIT;
 }
 
+/** The audited Runs' events as read for the audit, in stream order, to replay those Runs alone (their rows only are compared). */
+function auditedOnly(input: AuditInput): { log: ReplayableLog; runIds: ReadonlySet<string> } {
+  const runIds = new Set(input.audited ?? input.runs.keys());
+  const events = [...runIds].flatMap((id) => input.runs.get(id) ?? []).sort((a, b) => a.seq - b.seq);
+  return {
+    runIds,
+    log: {
+      async *readAll(): AsyncIterable<StoredEvent> {
+        yield* events;
+      },
+    },
+  };
+}
+
 /**
- * Replays the whole log into a fresh database next to the live one, compares every row, and
- * drops the fresh database whatever the result (the live one is only read).
+ * Replays `source.log` (the whole log, or the audited Runs' events with their `runIds`) into a
+ * fresh database next to the live one, compares every row (of those Runs), and drops the fresh
+ * database whatever the result (the live one is only read).
  * @throws Error naming the database server when the live database cannot be read.
  */
-async function compareProjections(log: EventLog, databaseUrl: string): Promise<ProjectionCheck> {
+async function compareProjections(source: { log: ReplayableLog; runIds?: ReadonlySet<string> }, databaseUrl: string): Promise<ProjectionCheck> {
   let result;
   try {
-    result = await rebuildProjections({ log, databaseUrl });
+    result = await rebuildProjections({ log: source.log, databaseUrl, ...(source.runIds ? { runIds: source.runIds } : {}) });
   } catch (e) {
     throw new Error(`--projections: cannot rebuild next to ${redact(databaseUrl)}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }

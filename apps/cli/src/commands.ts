@@ -10,6 +10,7 @@ import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog } from '@runplane/eventlog';
 import { findRepoRoot, resolveDataFolder } from '@runplane/holdings';
 import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { auditLog, type AuditOptions } from './audit.js';
+import { readCommands, withReadCredentials } from './read-commands.js';
 import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
@@ -197,9 +198,9 @@ export async function openLogReadOnly(name: string): Promise<EventLog> {
 export async function timeline(runId: string, json: boolean): Promise<number> {
   const valid = Id.safeParse(runId);
   if (!valid.success) throw new Error(`not a run id: "${runId}" (${valid.error.issues[0]?.message})`);
-  const log = await openLogReadOnly('runplane-cli');
+  const log = await withReadCredentials('timeline', process.env, () => openLogReadOnly('runplane-cli'));
   try {
-    const events = await log.readRun(runId, 1, { headers: true });
+    const events = await withReadCredentials('timeline', process.env, () => log.readRun(runId, 1, { headers: true }));
     if (events.length === 0) {
       process.stderr.write(`no events for run ${runId} in stream ${log.space.stream}\n`);
       return 1;
@@ -224,9 +225,9 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
  */
 export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { projections?: boolean }): Promise<number> {
   const projectionsUrl = opts.projections ? loadConfig(DatabaseConfig).DATABASE_URL : undefined;
-  const log = await openLogReadOnly('runplane-audit');
+  const log = await withReadCredentials('audit', process.env, () => openLogReadOnly('runplane-audit'));
   try {
-    return await auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out);
+    return await withReadCredentials('audit', process.env, () => auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out));
   } finally {
     await log.close();
   }
@@ -243,10 +244,12 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
  */
 export async function rebuild(targetDatabase: string | undefined, keep = false): Promise<number> {
   const { DATABASE_URL } = loadConfig(DatabaseConfig);
-  const log = await openLogReadOnly('runplane-rebuild');
+  const log = await withReadCredentials('projections rebuild', process.env, () => openLogReadOnly('runplane-rebuild'));
   try {
     log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
-    const result = await rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) });
+    const result = await withReadCredentials('projections rebuild', process.env, () =>
+      rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) }),
+    );
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
     for (const line of result.skipped) out(`anomaly: ${line}`);
     if (result.identicalToLive) {
@@ -294,8 +297,18 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(
     `  viewer:   ${stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(stack.endpoints.admission)} (paste the token of .runplane/auth/token into its form)`,
   );
-  const ops = dev.natsEnvOf(env.natsUsers, 'ops');
-  out(`  reads:    NATS_URL=${env.env.NATS_URL} NATS_USER=${ops.NATS_USER} NATS_PASSWORD=${ops.NATS_PASSWORD} npm run runplane -- timeline <runId>`);
+  const bus = loadConfig(BusConfig);
+  const reads = readCommands({
+    ...dev.natsEnvOf(env.natsUsers, 'ops'),
+    NATS_URL: env.env.NATS_URL!,
+    DATABASE_URL: env.env.DATABASE_URL!,
+    RUNPLANE_STREAM: bus.RUNPLANE_STREAM,
+    RUNPLANE_SUBJECT_PREFIX: bus.RUNPLANE_SUBJECT_PREFIX,
+  });
+  out(`  reads (as the ops user; each line runs as printed, from this checkout):`);
+  out(`    ${reads.timeline}`);
+  out(`    ${reads.audit}`);
+  out(`    ${reads.rebuild}`);
   const consumer = dev.natsEnvOf(env.natsUsers, 'consumer');
   out(
     `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/consumers.md)`,

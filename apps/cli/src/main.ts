@@ -225,11 +225,11 @@ program
   .description('check the guarantees (K1-K11) of Runs from the log alone (never the projections); reads the log, writes nothing')
   .option('--run <id>', 'audit this Run (its parent and children are read for the link checks)')
   .option('--all', 'audit every Run in the log')
-  .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601)')
+  .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601); refused with --run')
   .option('--json', 'the report as one JSON document')
   .option(
     '--projections',
-    'with --all: also rebuild the projections from the log into a fresh database (dropped after) and compare them with the live ones (DATABASE_URL)',
+    "also rebuild the audited Runs' projections from the log into a fresh database (dropped after) and compare them with the live ones (DATABASE_URL): with --all the whole log, with --run (or --since) those Runs' rows",
   )
   .addHelpText(
     'after',

@@ -1,7 +1,7 @@
 /**
  * Settlement rules (K9): the lifecycle alone settles a Run, exactly once, from the facts other
  * owners recorded. `completed` only when publication committed an answer that lists nothing
- * unanswered and the log shows nothing the Run could not establish (`./honesty.ts`: a reply cut at
+ * unanswered and the log shows nothing the Run could not establish (`unestablishedFacts`, libs/run-facts/src/honesty.ts: a reply cut at
  * the length limit and never made whole, an answer written in finalization-only, a tool result
  * the Run never had); `partial`, with those lists as `unanswered`, when the published answer says
  * it left parts of the question unanswered or the log shows such a fact the answer's list does not
@@ -44,11 +44,11 @@ import {
   passagesInOrder,
   toolCallsInOrder,
   uncommittedParagraphs,
+  unestablishedFacts,
   usageOf,
   type RunFacts,
   unknownTrigger,
 } from '@runplane/run-facts';
-import { unestablishedFacts } from './honesty.js';
 
 const FAILURE_REASONS: Record<string, string> = {
   'empty-output': 'the model returned an empty reply, which is not an answer',

@@ -1,2 +1,1 @@
 export * from './decide.js';
-export * from './honesty.js';

@@ -6,7 +6,7 @@
  * break one. Reading the log is the caller's (`runplane audit`).
  */
 import { effectKey, sha256Hex, subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned, type RunFacts } from '@runplane/run-facts';
+import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned, unestablishedFacts, type RunFacts } from '@runplane/run-facts';
 
 /** One check of the audit: an id, the contract it comes from and what it asserts. */
 export interface CheckDefinition {
@@ -21,6 +21,11 @@ export const CHECKS = [
   { id: 'settlement-once', contract: 'K9', title: 'at most one settlement, on the lifecycle subject, made after both executor subjects were closed' },
   { id: 'settlement-references', contract: 'K9', title: "the settlement's and the answer's passages and receipts exist in the Run's log" },
   { id: 'settlement-honest', contract: 'K9', title: '`completed` has a published answer; `partial` exactly when something is listed unanswered' },
+  {
+    id: 'results-established',
+    contract: 'K9',
+    title: 'an answer settled `completed` rests on no failed, denied or unknown tool result; `partial` names each one unanswered',
+  },
   { id: 'writer-fenced', contract: 'K6', title: 'no executor append after a fence, after the settlement, or under a closed or stale lease epoch' },
   {
     id: 'dispatch-once',
@@ -30,7 +35,8 @@ export const CHECKS = [
   {
     id: 'budget-inside-grant',
     contract: 'K7',
-    title: 'model requests, tool calls and output tokens inside the limits; no model request after the deadline',
+    title:
+      "model requests, tool calls and output tokens inside the limits; each request's input token reservation inside what was left; no model request after the deadline",
   },
   { id: 'child-carved', contract: 'K7', title: "a child's grant and limits inside what its parent had left, and admitted as requested" },
   {
@@ -54,7 +60,10 @@ export interface StoredAnomaly {
   subject: string;
   /** The Run its subject names. */
   runId: string;
+  /** The short reason (`path: message` for a schema failure). */
   message: string;
+  /** The full detail when the message shortened it (the validator's issues as JSON): in `--json`, not in the text report. */
+  detail?: string;
 }
 
 /** One broken check: which, where (stream sequence, null when no one event is to blame) and why. */
@@ -62,6 +71,8 @@ export interface Violation {
   check: CheckId;
   seq: number | null;
   message: string;
+  /** The full detail behind a shortened message (an unverified message's schema issues as JSON). */
+  detail?: string;
 }
 
 /** A check's result on one Run. `not-applicable`: the Run has nothing the check is about. */
@@ -176,7 +187,7 @@ interface Replay {
   events: number;
   applicable: Set<CheckId>;
   violations: Violation[];
-  report(check: CheckId, seq: number | null, message: string): void;
+  report(check: CheckId, seq: number | null, message: string, detail?: string): void;
   result(): RunAudit;
 }
 
@@ -193,9 +204,9 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
     events: 0,
     applicable,
     violations,
-    report(check, seq, message) {
+    report(check, seq, message, detail) {
       applicable.add(check);
-      violations.push({ check, seq, message });
+      violations.push({ check, seq, message, ...(detail === undefined ? {} : { detail }) });
     },
     result() {
       const checks = CHECKS.map((c): CheckResult => {
@@ -210,7 +221,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       return { runId, outcome: r.settlement?.outcome ?? null, events: r.events, checks, clean: violations.length === 0 };
     },
   };
-  for (const a of anomalies) r.report('stored-verified', a.seq, a.message);
+  for (const a of anomalies) r.report('stored-verified', a.seq, a.message, a.detail);
 
   // the chain of each subject: stream sequences of every stored message on it, verified or not
   const onSubject = new Map<string, number[]>();
@@ -287,6 +298,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       }
       case 'run.settled': {
         applicable.add('settlement-once').add('settlement-references').add('settlement-honest');
+        if (answeredWithPassages(before)) applicable.add('results-established');
         if (r.settledSeq !== null) r.report('settlement-once', stored.seq, `a second settlement (${e.data.outcome}); the first is #${r.settledSeq}`);
         else {
           r.settledSeq = stored.seq;
@@ -353,6 +365,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
         const deadline = before.admitted?.limits.deadlineAt;
         if (deadline && Date.parse(e.occurredAt) > Date.parse(deadline))
           r.report('budget-inside-grant', stored.seq, `model turn ${e.data.turn} requested at ${e.occurredAt}, after the deadline ${deadline}`);
+        checkInputReservation(r, stored.seq, before, e);
         break;
       }
       case 'child.run.requested':
@@ -406,6 +419,51 @@ function checkSettlement(r: Replay, seq: number, before: RunFacts, e: Extract<Ru
   const unanswered = e.data.unanswered;
   if (unanswered !== undefined && (e.data.outcome === 'partial') !== unanswered.length > 0)
     r.report('settlement-honest', seq, `settled ${e.data.outcome} with ${unanswered.length} part(s) listed unanswered`);
+  checkEstablished(r, seq, before, e);
+}
+
+/** True when the runtime stopped with an answer and publication committed it in passages: the settlement rests on that answer. */
+function answeredWithPassages(facts: RunFacts): boolean {
+  return facts.finished?.reason === 'answered' && (facts.answer?.passageIds.length ?? 0) > 0;
+}
+
+/**
+ * K9: a settlement of a published answer (`completed` or `partial`) against what the log says the
+ * Run could not establish, with the lifecycle's own rule (`unestablishedFacts` of libs/run-facts, not a
+ * copy): `completed` with such a result is a settlement that over-claims; `partial` must name each
+ * one in its `unanswered` list (by the call's id or one of its argument values, as the rule reads
+ * the answer's own list). A clarification published as the answer, a failure after text and the
+ * other outcomes do not rest on tool results: not checked.
+ */
+function checkEstablished(r: Replay, seq: number, before: RunFacts, e: Extract<RunEvent, { type: 'run.settled' }>): void {
+  if (!answeredWithPassages(before) || (e.data.outcome !== 'completed' && e.data.outcome !== 'partial')) return;
+  for (const missing of unestablishedFacts(before, e.data.unanswered ?? []))
+    r.report(
+      'results-established',
+      seq,
+      e.data.outcome === 'completed'
+        ? `settled completed, but the log holds ${missing.part}, which the Run never had (${missing.reason})`
+        : `settled partial without naming ${missing.part} as unanswered (${missing.reason})`,
+    );
+}
+
+/**
+ * K7: a model request's input token reservation (`inputTokensEstimate`) fits in what the Run's
+ * input token limit had left before it (used, measured or estimated, plus carved for children),
+ * the runtime's rule before every request. A request that records no estimate (none is made
+ * without an input token limit; logs from before the field) is not checked. What the provider
+ * then measures may exceed the estimate: that overshoot is not a violation.
+ */
+function checkInputReservation(r: Replay, seq: number, before: RunFacts, e: Extract<RunEvent, { type: 'model.turn.requested' }>): void {
+  const estimate = e.data.inputTokensEstimate;
+  const ledger = budgetOf(before).inputTokens;
+  if (estimate === undefined || ledger.limit === null) return;
+  if (ledger.used + ledger.carved + estimate > ledger.limit)
+    r.report(
+      'budget-inside-grant',
+      seq,
+      `model turn ${e.data.turn} requested with ~${estimate} input tokens estimated while ${ledger.used} were used${ledger.carved ? ` and ${ledger.carved} carved for children` : ''}, over the input token limit of ${ledger.limit}`,
+    );
 }
 
 /** K7: a child's grant and limits carved from what the parent had left when it asked. */

@@ -13,7 +13,7 @@ import type { AuditInput, StoredAnomaly } from './checks.js';
  */
 export const OUTSIDE_RUN_SUBJECTS = '(messages outside the Run subject layout)';
 
-/** What to read: one Run (`run`) or every Run (`all`), optionally only Runs admitted `since` a time. */
+/** What to read: one Run (`run`) or every Run (`all`), optionally only Runs admitted `since` a time (with `all` only). */
 export interface AuditSelection {
   run?: string;
   all?: boolean;
@@ -28,11 +28,14 @@ export interface AuditSelection {
  * with `all`, the whole stream in one scan. Messages that are not verified events are collected as
  * anomalies of the Run their subject names, or, when the subject names no Run, under
  * {@link OUTSIDE_RUN_SUBJECTS}.
- * @throws Error with a readable reason: neither or both of `run` / `all`, a bad run id or time,
- *   a Run with nothing in the log.
+ * @throws Error with a readable reason: neither or both of `run` / `all`, `since` with `run`, a
+ *   bad run id or time, a Run with nothing in the log.
  */
 export async function readForAudit(log: EventLog, selection: AuditSelection): Promise<AuditInput> {
   if (Boolean(selection.run) === Boolean(selection.all)) throw new Error('name one Run (--run <id>) or every Run (--all)');
+  // --since picks Runs of the whole log by admission time; a named Run is audited whole, whenever admitted
+  if (selection.run && selection.since !== undefined)
+    throw new Error('--since selects Runs of --all by admission time; --run audits the named Run whole: give --run or --all --since, not both');
   if (selection.run) {
     const valid = Id.safeParse(selection.run);
     if (!valid.success) throw new Error(`not a run id: "${selection.run}" (${valid.error.issues[0]?.message})`);
@@ -44,13 +47,16 @@ export async function readForAudit(log: EventLog, selection: AuditSelection): Pr
   const previous = log.onInvalid;
   log.onInvalid = (e: InvalidStoredEvent) => {
     const parts = parseRunSubject(log.space.prefix, e.subject);
-    if (parts) anomalies.push({ seq: e.seq, subject: e.subject, runId: parts.runId, message: e.message });
+    // the short reason for the text report; the validator's whole list, when it was shortened, for --json
+    const detail = e.message.endsWith(e.detail) ? {} : { detail: e.detail };
+    if (parts) anomalies.push({ seq: e.seq, subject: e.subject, runId: parts.runId, message: e.message, ...detail });
     else
       anomalies.push({
         seq: e.seq,
         subject: e.subject,
         runId: OUTSIDE_RUN_SUBJECTS,
         message: `subject ${e.subject} is not a Run subject (${log.space.prefix}.run.<runId>.<owner>.<partition>): ${e.message}`,
+        ...detail,
       });
   };
   const runs = new Map<string, StoredEvent[]>();

@@ -67,6 +67,7 @@ describe('audit: a clean Run', () => {
       links: 'not-applicable',
       'wake-once': 'not-applicable',
       'child-carved': 'not-applicable',
+      'results-established': 'held',
     });
   });
 
@@ -165,6 +166,70 @@ describe('audit K9: one settlement, after closure, naming what exists, honestly'
   });
 });
 
+describe("audit K9: a completed answer rests on no result the Run never had (the lifecycle's rule, unestablishedResults)", () => {
+  /** A Run whose one get_holdings call ended `status` (and, with `retried`, an identical call succeeded), answered and settled as given. */
+  function answeredAfter(
+    status: 'failed' | 'denied' | 'unknown',
+    settlement: { outcome: 'completed' | 'partial'; unanswered: { part: string; reason: string }[] },
+    retried = false,
+  ): History {
+    const args = '{"fund":"VGT"}';
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings', args }] })
+      .proposed(1, 'a', 'get_holdings', args)
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', status);
+    if (retried)
+      h.turn(2, { calls: [{ id: 'b', name: 'get_holdings', args }] })
+        .proposed(2, 'b', 'get_holdings', args)
+        .dispatched('b', 'get_holdings')
+        .receipt('b', 'get_holdings', 'succeeded');
+    return h
+      .turn(3, { content: answer })
+      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
+      .add('passage.committed', 'p-1/v1', { ...passage, sourceTurn: 3 })
+      .add('answer.published', 'answer', { passageIds: ['p-1'], characters: answer.length, sourceTurn: 3, unanswered: [] })
+      .add('run.settled', 'settlement', {
+        outcome: settlement.outcome,
+        reason: 'answered',
+        passageIds: ['p-1'],
+        receipts: [],
+        usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10 },
+        unanswered: settlement.unanswered,
+      });
+  }
+  const status = (report: AuditReport) => report.runs[0]!.checks.find((c) => c.id === 'results-established')!;
+
+  it.each(['failed', 'denied', 'unknown'] as const)(
+    'settled completed though a call %s and was never answered: named at the settlement',
+    (receipt) => {
+      const h = answeredAfter(receipt, { outcome: 'completed', unanswered: [] });
+      const report = audit(h);
+      expect(broken(report)).toEqual([{ id: 'results-established', seqs: [h.seq] }]);
+      expect(status(report).violations[0]!.message).toMatch(
+        /settled completed, but the log holds the result of get_holdings\(\{"fund":"VGT"\}\) \[a\]/,
+      );
+    },
+  );
+  it('settled partial naming the call (as the lifecycle lists it) holds; partial naming something else is named', () => {
+    const listed = { part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: 'the call failed' };
+    const held = audit(answeredAfter('failed', { outcome: 'partial', unanswered: [listed] }));
+    expect(broken(held)).toEqual([]);
+    expect(status(held).status).toBe('held');
+    const h = answeredAfter('failed', { outcome: 'partial', unanswered: [{ part: 'the bond funds', reason: 'out of scope' }] });
+    expect(broken(audit(h))).toEqual([{ id: 'results-established', seqs: [h.seq] }]);
+  });
+  it('a failed call answered by an identical call that succeeded lets the answer settle completed', () => {
+    const report = audit(answeredAfter('failed', { outcome: 'completed', unanswered: [] }, true));
+    expect(broken(report)).toEqual([]);
+    expect(status(report).status).toBe('held');
+  });
+  it('a clean Run holds it', () => {
+    expect(status(audit(cleanRun())).status).toBe('held');
+  });
+});
+
 describe('audit K6: no executor append after a fence, the settlement, or under a closed epoch', () => {
   it('an append on the tools subject after recovery fenced it is named', () => {
     const h = new History()
@@ -248,6 +313,21 @@ describe('audit K7: charges inside the grant', () => {
       .turn(2, { content: 'x' });
     const found = broken(audit(h));
     expect(found).toEqual([{ id: 'budget-inside-grant', seqs: [4, null] }]);
+  });
+  it('a model request whose input token reservation does not fit in what was left is named at the request; one that fits holds', () => {
+    /** Two turns under an input token limit of 100; the second reserves `estimate` after the first measured 10 prompt tokens. */
+    const withEstimate = (estimate: number) => {
+      const h = new History().admitted({ limits: { maxInputTokens: 100 } }).turn(1, { content: '' });
+      h.add('model.turn.requested', 2, { turn: 2, model: 'scripted', inputTokensEstimate: estimate });
+      return h;
+    };
+    const over = withEstimate(91);
+    const report = audit(over);
+    expect(broken(report)).toEqual([{ id: 'budget-inside-grant', seqs: [over.seq] }]);
+    expect(report.runs[0]!.checks.find((c) => c.id === 'budget-inside-grant')!.violations[0]!.message).toMatch(
+      /model turn 2 requested with ~91 input tokens estimated while 10 were used, over the input token limit of 100/,
+    );
+    expect(broken(audit(withEstimate(90)))).toEqual([]);
   });
   it('a child given more than its parent had left is named; a child admitted with other limits than requested is named on the parent', () => {
     const parent = new History('run-p').admitted({ maxModelRequests: 4 }).turn(1, { content: '' });

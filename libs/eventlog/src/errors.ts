@@ -35,15 +35,37 @@ export class AppendConflict extends Error {
  * (`duplicate-event`). `anomaly` is the kind to count (`runplane_bus_anomalies_total`, K11).
  */
 export class InvalidStoredEvent extends Error {
+  /** Everything known about why (for a schema failure, the validator's issues as JSON); the message carries the short reason. */
+  readonly detail: string;
   constructor(
     readonly seq: number,
     readonly subject: string,
-    detail: string,
+    reason: string,
     readonly anomaly: Extract<AnomalyKind, 'invalid-message' | 'unverified-event' | 'duplicate-event' | 'wrong-partition'> = 'invalid-message',
+    detail?: string,
   ) {
-    super(`stream message ${seq} on ${subject} is not a valid event: ${detail}`);
+    super(`stream message ${seq} on ${subject} is not a valid event: ${reason}`);
     this.name = 'InvalidStoredEvent';
+    this.detail = detail ?? reason;
   }
+}
+
+/** Schema issues listed in {@link issuesInBrief} before the rest is counted. */
+const ISSUES_IN_BRIEF = 3;
+
+/**
+ * A schema validator's issues (zod's `error.issues`) in a line a person reads: `path: message`
+ * for the first {@link ISSUES_IN_BRIEF}, joined by `; `, then how many more. An unknown event type
+ * says so instead of listing every type. The whole list belongs in {@link InvalidStoredEvent.detail}.
+ */
+export function issuesInBrief(issues: readonly { code: string; path: readonly PropertyKey[]; message: string; options?: unknown }[]): string {
+  const one = (i: (typeof issues)[number]) => {
+    const path = i.path.length ? i.path.map(String).join('.') : '(the message)';
+    if (i.code === 'invalid_union' && Array.isArray(i.options)) return `${path}: not one of the ${i.options.length} known values`;
+    return `${path}: ${i.message.replace(/^Invalid input: /, '')}`;
+  };
+  const shown = issues.slice(0, ISSUES_IN_BRIEF).map(one).join('; ');
+  return issues.length > ISSUES_IN_BRIEF ? `${shown} (and ${issues.length - ISSUES_IN_BRIEF} more)` : shown;
 }
 
 /**

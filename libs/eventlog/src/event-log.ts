@@ -16,7 +16,7 @@ import {
 } from '@nats-io/jetstream';
 import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { DeliveryFeed } from './deliveries.js';
-import { AppendConflict, AppendRefused, InvalidStoredEvent, RetryLater, StreamNotFound } from './errors.js';
+import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -244,7 +244,7 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
     throw new InvalidStoredEvent(seq, subject, `not JSON (${(e as Error).message})`);
   }
   const parsed = RunEvent.safeParse(raw);
-  if (!parsed.success) throw new InvalidStoredEvent(seq, subject, parsed.error.message);
+  if (!parsed.success) throw new InvalidStoredEvent(seq, subject, issuesInBrief(parsed.error.issues), 'invalid-message', parsed.error.message);
   const event = parsed.data as StoredEvent['event'];
   // `<prefix>.run.<runId>.<owner>.<partition>` (subjects.ts)
   const tokens = subject.split('.');

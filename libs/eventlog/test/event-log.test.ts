@@ -148,6 +148,27 @@ describeEachNatsServer(servers, (server) => {
     expect(reported[0]).toMatch(/not JSON/);
   });
 
+  it("names a stored event that fails the schema by its paths in one short line, keeping the validator's issues in `detail`", async () => {
+    const runId = `r6${tag}`;
+    await log.append(admitted(runId), 0);
+    const bad = { ...admitted(runId), eventId: 42, data: { nonsense: true } };
+    await log.js.publish(runSubject(log.space, runId, 'admission'), JSON.stringify(bad));
+    await log.js.publish(runSubject(log.space, runId, 'admission'), JSON.stringify({ type: 'run.nope' }));
+    const reported: InvalidStoredEvent[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e);
+    try {
+      await log.readRun(runId);
+    } finally {
+      log.onInvalid = previous;
+    }
+    expect(reported).toHaveLength(2);
+    expect(reported[0]!.message).toMatch(/is not a valid event: eventId: expected string, received number; data\.message: /);
+    expect(reported[0]!.message).not.toContain('"code"');
+    expect(JSON.parse(reported[0]!.detail)).toEqual(expect.arrayContaining([expect.objectContaining({ path: ['eventId'] })]));
+    expect(reported[1]!.message).toMatch(/is not a valid event: type: not one of the \d+ known values$/);
+  });
+
   it('refuses to start on a stream that does not capture its subject prefix', async () => {
     await expect(EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(/do not belong together/);
   });

@@ -7,7 +7,14 @@ import type { StoredEvent } from '@runplane/contracts';
 import { applyStoredEvents, OrphanEventError } from './apply.js';
 import { assertDatabaseName, databaseExists, databaseNameOf, databaseUrlWith, dropDatabase, ensureDatabase, redact } from './database.js';
 import { createProjectionOrm, migrateUp } from './orm.js';
-import { diffProjectionDumps, dumpProjectionRows } from './queries.js';
+import { diffProjectionDumps, dumpProjectionRows, type ProjectionDump } from './queries.js';
+
+/** The rows of `dump` that belong to one of `runIds` (every projection table has `run_id`). */
+function onlyRunsOf(dump: ProjectionDump, runIds: ReadonlySet<string>): ProjectionDump {
+  return Object.fromEntries(
+    Object.entries(dump).map(([table, rows]) => [table, rows.filter((row) => runIds.has(String(row.run_id)))]),
+  ) as ProjectionDump;
+}
 
 /** Anything that can replay every stored event in stream order (an `EventLog`). */
 export interface ReplayableLog {
@@ -26,6 +33,12 @@ export interface RebuildOptions {
   now?: () => Date;
   /** Events per transaction of the replay (default 500). */
   batchSize?: number;
+  /**
+   * Only these Runs: events of other Runs are not applied, and only rows of these Runs (`run_id`)
+   * are compared, in both databases (`runplane audit --run <id> --projections`). Default: every Run,
+   * every row.
+   */
+  runIds?: ReadonlySet<string>;
 }
 
 export interface RebuildResult {
@@ -53,9 +66,9 @@ const stamp = (d: Date): string =>
     .slice(0, 17);
 
 /**
- * Creates a FRESH database, migrates it, replays `log.readAll()` into it in stream order through
+ * Creates a FRESH database, migrates it, replays `log.readAll()` (with `runIds`, only those Runs' events) into it in stream order through
  * the same {@link applyStoredEvents} as the live projector, `batchSize` events per transaction,
- * then compares every row of the projection tables with the live database (K11). Batching changes only
+ * then compares every row of the projection tables (with `runIds`, every row of those Runs) with the live database (K11). Batching changes only
  * the number of transactions: a batch yields the rows of applying its events one by one.
  * The comparison is meaningful when the live projector has caught up with the log and no event is
  * appended meanwhile; otherwise the lag shows up as differences.
@@ -107,6 +120,7 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
       batch = [];
     };
     for await (const stored of opts.log.readAll()) {
+      if (opts.runIds && !opts.runIds.has(stored.event.runId)) continue;
       batch.push(stored);
       lastSeq = Math.max(lastSeq, stored.seq);
       if (batch.length >= batchSize) await applyBatch();
@@ -121,7 +135,8 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
   let liveOrm: MikroORM | null = null;
   try {
     liveOrm = await createProjectionOrm({ databaseUrl: opts.databaseUrl });
-    const [live, rebuilt] = [await dumpProjectionRows(liveOrm), await dumpProjectionRows(rebuiltOrm)];
+    const only = (dump: ProjectionDump): ProjectionDump => (opts.runIds ? onlyRunsOf(dump, opts.runIds) : dump);
+    const [live, rebuilt] = [only(await dumpProjectionRows(liveOrm)), only(await dumpProjectionRows(rebuiltOrm))];
     const differences = diffProjectionDumps(live, rebuilt);
     await liveOrm.close();
     await rebuiltOrm.close();

@@ -756,3 +756,5 @@ export function budgetOf(facts: RunFacts): Ledger {
 export function unknownTrigger(owner: string, trigger: never): never {
   throw new Error(`${owner}: unknown trigger ${JSON.stringify(trigger)}`);
 }
+
+export * from './honesty.js';

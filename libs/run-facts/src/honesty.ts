@@ -11,9 +11,12 @@
  * call's argument values (the fund `VGT` of `get_holdings({"fund":"VGT"})` in "holdings of VGT")
  * or the call's id: then it is not listed twice. A late observation or an operator's reconciliation of an `unknown` call does not
  * resolve it: the answer was made without the result. Pure.
+ *
+ * One owner, two readers: the lifecycle settles with it (apps/lifecycle decide.ts) and the audit
+ * checks a settlement against it from the events alone (libs/audit `results-established`).
  */
 import type { UnansweredPart } from '@runplane/contracts';
-import { toolCallsInOrder, type RunFacts, type ToolCallFacts, type TurnFacts } from '@runplane/run-facts';
+import { toolCallsInOrder, type RunFacts, type ToolCallFacts, type TurnFacts } from './index.js';
 
 /**
  * Everything `facts` says the Run could not establish and that `listed` (the published answer's

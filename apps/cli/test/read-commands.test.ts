@@ -1,0 +1,67 @@
+/**
+ * The read commands `runplane up` prints run as printed (every variable they need on the line,
+ * values quoted for the shell), and a read refused by the broker's permissions names the server,
+ * the user and the credentials it needs (the ops user).
+ */
+import { describe, expect, it } from '@jest/globals';
+import { spawnSync } from 'node:child_process';
+import { readCommands, shellWord, withReadCredentials } from '@runplane/app-cli';
+
+const env = {
+  NATS_URL: 'nats://127.0.0.1:4222',
+  NATS_USER: 'runplane-ops',
+  NATS_PASSWORD: "pa ss'word$x",
+  DATABASE_URL: 'postgresql://postgres:secret@127.0.0.1:5432/runplane_own?sslmode=disable&x=1',
+  RUNPLANE_STREAM: 'RUNPLANE',
+  RUNPLANE_SUBJECT_PREFIX: 'rp',
+};
+
+/** The variables a printed line sets, as a shell with nothing else in its environment sees them. */
+function variablesOf(line: string): Record<string, string> {
+  const r = spawnSync('bash', ['-c', `${line.replace(/ npm run runplane -- .*$/, '')} env`], { env: {}, encoding: 'utf8' });
+  expect(r.status).toBe(0);
+  return Object.fromEntries(
+    r.stdout
+      .split('\n')
+      .filter((l) => /^(NATS_|DATABASE_URL|RUNPLANE_)/.test(l))
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
+}
+
+describe('the read commands `runplane up` prints', () => {
+  it('each sets what its command needs, exactly as given: the rebuild the DATABASE_URL too', () => {
+    const c = readCommands(env);
+    const nats = { NATS_URL: env.NATS_URL, NATS_USER: env.NATS_USER, NATS_PASSWORD: env.NATS_PASSWORD };
+    expect(variablesOf(c.timeline)).toEqual(nats);
+    expect(variablesOf(c.audit)).toEqual(nats);
+    expect(variablesOf(c.rebuild)).toEqual({ ...nats, DATABASE_URL: env.DATABASE_URL });
+    expect(c.timeline).toMatch(/ npm run runplane -- timeline <runId>$/);
+    expect(c.audit).toMatch(/ npm run runplane -- audit --all$/);
+    expect(c.rebuild).toMatch(/ npm run runplane -- projections rebuild$/);
+  });
+  it('names the stream and prefix when they are not the defaults the CLI assumes', () => {
+    const c = readCommands({ ...env, RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
+    expect(variablesOf(c.audit)).toMatchObject({ RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
+  });
+  it('quotes only what the shell would split or expand', () => {
+    expect(shellWord('nats://127.0.0.1:4222')).toBe('nats://127.0.0.1:4222');
+    expect(shellWord("it's $HOME")).toBe(`'it'\\''s $HOME'`);
+  });
+});
+
+describe('a read refused by the broker', () => {
+  const bus = { NATS_URL: 'nats://10.0.0.9:4222', NATS_USER: 'runplane-consumer', RUNPLANE_STREAM: 'RUNPLANE' };
+  it('says which server refused whom, and that the ops user is needed', async () => {
+    const refused = withReadCredentials('audit', bus, () =>
+      Promise.reject(new Error('Permissions Violation for Publish to "$JS.API.CONSUMER.CREATE.RUNPLANE"')),
+    );
+    await expect(refused).rejects.toThrow(
+      /^audit: NATS at nats:\/\/10\.0\.0\.9:4222 refused user runplane-consumer a read of stream RUNPLANE \(Permissions Violation.*\)\. audit reads with the ops user's credentials: NATS_USER=runplane-ops .*RUNPLANE_NATS_PASSWORD_OPS/,
+    );
+  });
+  it('passes any other error through unchanged', async () => {
+    const other = new Error('cannot connect to NATS at nats://10.0.0.9:4222');
+    await expect(withReadCredentials('timeline', bus, () => Promise.reject(other))).rejects.toBe(other);
+    await expect(withReadCredentials('timeline', bus, () => Promise.resolve(7))).resolves.toBe(7);
+  });
+});
