@@ -613,7 +613,12 @@ export class TestNatsCluster {
 export async function trySubscribe(nc: NatsConnection, subject: string): Promise<{ errors: Error[]; received: Msg[] }> {
   const errors: Error[] = [];
   const received: Msg[] = [];
-  nc.subscribe(subject, { callback: (err, m) => (err ? errors.push(err) : received.push(m)) });
+  nc.subscribe(subject, {
+    callback: (err, m) => {
+      if (err) errors.push(err);
+      else received.push(m);
+    },
+  });
   await nc.flush();
   return { errors, received };
 }
