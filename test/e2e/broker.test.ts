@@ -13,7 +13,8 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { ObservedEvent } from '@runplane/client';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
-import { BUS_SERVICES, durableNamesOf, partitionOf, runSubject, type BusUser } from '@runplane/eventlog';
+import { BUS_SERVICES, BUS_USERS, durableNamesOf, inboxPrefixOf, natsUserOptions, partitionOf, runSubject, type BusUser } from '@runplane/eventlog';
+import { trySubscribe } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const DUPLICATE_WINDOW_MS = 1_000;
@@ -34,7 +35,8 @@ afterAll(async () => {
 });
 
 async function connectAs(user: BusUser): Promise<NatsConnection> {
-  const nc = await connect({ servers: t.env.NATS_URL!, user: t.users[user].user, pass: t.users[user].password, reconnect: false });
+  // with the user's own inbox prefix, as the services connect (libs/eventlog inbox.ts)
+  const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users[user].user, t.users[user].password), reconnect: false });
   open.push(nc);
   return nc;
 }
@@ -116,6 +118,29 @@ describe('authority enforced by the broker (K9)', () => {
       true,
     );
     expect(await t.log.readRun(other)).toEqual([]);
+  }, 60_000);
+
+  it("lets no user but the admin read another user's replies, while the services' own requests are answered and a Run completes (issue 18)", async () => {
+    const key = 'inbox-per-user';
+    const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 1_000 }]);
+    await waitForType(runId, 'model.turn.requested');
+    // while the runtime holds its lease and the services read the log and their buckets
+    const seen: unknown[] = [];
+    for (const user of BUS_USERS) {
+      if (user === 'admin') continue;
+      const nc = await connectAs(user);
+      const other = user === 'runtime' ? 'tools' : 'runtime';
+      for (const subject of ['_INBOX.>', `${inboxPrefixOf(t.users[other].user)}.>`]) {
+        const { errors, received } = await trySubscribe(nc, subject);
+        expect([user, subject, errors.map((e) => e.message)]).toEqual([user, subject, [expect.stringMatching(/permissions violation/i)]]);
+        seen.push(...received);
+      }
+      // its own inbox is its to read
+      expect((await trySubscribe(nc, `${inboxPrefixOf(t.users[user].user)}.>`)).errors).toEqual([]);
+    }
+    const events = await t.waitForSettlement(runId);
+    expect(ofType(events, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+    expect(seen).toEqual([]);
   }, 60_000);
 
   it('refuses a connection without a user: it can neither read nor write Run subjects', async () => {

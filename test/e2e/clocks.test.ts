@@ -10,7 +10,7 @@ import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
-import { runSubject } from '@runplane/eventlog';
+import { natsUserOptions, runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const NO_PROGRESS_SECONDS = 5;
@@ -138,7 +138,7 @@ describe('metrics (K9, K11)', () => {
     const kind = { service: 'lifecycle', kind: 'invalid-message' };
     const before = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
     const settledBefore = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
-    const nc = await connect({ servers: t.env.NATS_URL!, user: t.users.admin.user, pass: t.users.admin.password, reconnect: false });
+    const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users.admin.user, t.users.admin.password), reconnect: false });
     try {
       // the lifecycle consumes the publication subject: a message there that is not a fact
       nc.publish(runSubject(t.log.space, `garbage-${t.tag}`, 'publication'), 'garbage {not json');

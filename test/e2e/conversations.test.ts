@@ -17,7 +17,7 @@ import { jetstream } from '@nats-io/jetstream';
 import { admissionIds, clarificationReplyRunId } from '@runplane/app-admission';
 import { clarificationIdOf, makeEvent, sha256Hex, type RunEvent, type RunEventOf, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
-import { runSubject } from '@runplane/eventlog';
+import { natsUserOptions, runSubject } from '@runplane/eventlog';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-conv-'));
@@ -149,7 +149,7 @@ describe('K1: message identity', () => {
     expect(effectsOf(runId)).toHaveLength(1);
     const requests = await modelRequestsFor(key);
     const stored = before.find((e) => e.event.type === 'run.admitted')!;
-    const nc = await connect({ servers: t.env.NATS_URL!, user: t.users.admission.user, pass: t.users.admission.password, reconnect: false });
+    const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users.admission.user, t.users.admission.password), reconnect: false });
     try {
       const js = jetstream(nc);
       const dup = await js.publish(stored.subject, JSON.stringify(stored.event), { msgID: stored.event.eventId });

@@ -19,12 +19,15 @@ import {
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DOWNSTREAM_CONSUMER_PREFIX,
   EventLog,
+  inboxPrefixOf,
   isPublishedOn,
   liveDeltaSubject,
+  natsUserOptions,
   runSubject,
   verifyStored,
   type SubjectSpace,
 } from '@runplane/eventlog';
+import { trySubscribe } from '../support/nats-server.js';
 
 const tag = randomBytes(3).toString('hex');
 const space: SubjectSpace = { stream: `RPT_DC_${tag}`, prefix: `tdc${tag}`, partitions: 8 };
@@ -56,7 +59,8 @@ beforeAll(async () => {
   admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
   await admin.append(admitted, 0);
   await admin.append(turn, 0);
-  consumer = await connect({ servers: nats.url, user: nats.users.consumer.user, pass: nats.users.consumer.password, reconnect: false });
+  // as every client of the user must: replies on its own inbox (docs/consumers.md)
+  consumer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.consumer.user, nats.users.consumer.password), reconnect: false });
 }, 60_000);
 afterAll(async () => {
   await consumer?.close().catch(() => undefined);
@@ -136,8 +140,8 @@ describe('the consumer user (downstream services)', () => {
 
   it('a push consumer aimed at an observer’s live delta subject is told apart from the runtime’s deltas (nats-server does not check a deliver subject)', async () => {
     const delta = liveDeltaSubject(space, runId);
-    const observer = await connect({ servers: nats.url, user: nats.users.publication.user, pass: nats.users.publication.password });
-    const runtime = await connect({ servers: nats.url, user: nats.users.runtime.user, pass: nats.users.runtime.password });
+    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password) });
+    const runtime = await connect({ servers: nats.url, ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password) });
     try {
       const received: Msg[] = [];
       let arrived: () => void = () => undefined;
@@ -168,6 +172,44 @@ describe('the consumer user (downstream services)', () => {
     } finally {
       await observer.close();
       await runtime.close();
+    }
+  });
+
+  it("receives replies on its own inbox only: `_INBOX.>` and the services' inboxes are refused, and a service's KV get is answered where it cannot read (issue 18)", async () => {
+    const runtime = await connect({ servers: nats.url, ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password), reconnect: false });
+    try {
+      const refused = [];
+      for (const subject of [
+        '_INBOX.>',
+        `${inboxPrefixOf(nats.users.runtime.user)}.>`,
+        `${inboxPrefixOf(nats.users.tools.user)}.>`,
+        '_INBOX_*.>',
+        '>',
+      ])
+        refused.push({ subject, ...(await trySubscribe(consumer, subject)) });
+      for (const r of refused)
+        expect([r.subject, r.errors.map((e) => e.message)]).toEqual([r.subject, [expect.stringMatching(/permissions violation/i)]]);
+      // the one inbox it may read
+      const own = await trySubscribe(consumer, `${inboxPrefixOf(nats.users.consumer.user)}.>`);
+      expect(own.errors).toEqual([]);
+      // the runtime takes and reads a lease: its request's reply comes on the runtime's inbox
+      const leases = await new Kvm(runtime).open(bucketName(space, 'leases'));
+      await leases.put(runId, 'lease of the runtime');
+      expect((await leases.get(runId))?.string()).toBe('lease of the runtime');
+      await leases.delete(runId);
+      await consumer.flush();
+      expect([...refused.flatMap((r) => r.received), ...own.received]).toEqual([]);
+    } finally {
+      await runtime.close();
+    }
+  });
+
+  it('a client of the user that keeps the default inbox prefix gets a permissions violation on its first request (docs/consumers.md)', async () => {
+    const plain = await connect({ servers: nats.url, user: nats.users.consumer.user, pass: nats.users.consumer.password, reconnect: false });
+    try {
+      await expect(jetstreamManager(plain, { timeout: 2_000 })).rejects.toThrow(/permissions violation/i);
+    } finally {
+      await plain.close();
     }
   });
 

@@ -19,9 +19,10 @@ import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
+import { natsUserOptions } from '@runplane/eventlog';
 import { clusterNodeSpecs, compareVersions, ensureNatsServerBinary, natsServerVersion, NATS_SERVER_MIN_VERSION } from '@runplane/devstack';
 
 /** The repository root (this file is test/support/nats-server.ts). */
@@ -330,7 +331,7 @@ function allThreadsStopped(pid: number): boolean {
 async function jetStreamVersion(url: string, timeoutMs: number, auth: { user: string; pass: string } | null = null): Promise<string | null> {
   let nc;
   try {
-    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
+    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ? natsUserOptions(auth.user, auth.pass) : {}) });
   } catch {
     return null;
   }
@@ -602,4 +603,22 @@ export class TestNatsCluster {
   async cleanup(): Promise<void> {
     await Promise.all(this.nodes.map((n) => n.cleanup()));
   }
+}
+
+/**
+ * Subscribes `subject` on `nc` and waits for the server's answer (a flush: nats-server answers a
+ * subscription it refuses with `-ERR` before the flush's PONG). `errors` holds the permissions
+ * violation of a refused subscription; `received` whatever the subscription got (none once refused).
+ */
+export async function trySubscribe(nc: NatsConnection, subject: string): Promise<{ errors: Error[]; received: Msg[] }> {
+  const errors: Error[] = [];
+  const received: Msg[] = [];
+  nc.subscribe(subject, {
+    callback: (err, m) => {
+      if (err) errors.push(err);
+      else received.push(m);
+    },
+  });
+  await nc.flush();
+  return { errors, received };
 }

@@ -3,6 +3,8 @@
 //   node libs/consumer/examples/follow-runs.ts          (Node 24 runs the TypeScript as it is)
 import { MemoryProcessedStore, processedOnce, RunConsumer, runStreamOptionsFromEnv } from '@runplane/consumer';
 
+// The connection takes the user's own inbox prefix (_INBOX_runplane-consumer, inboxPrefixOf): the
+// broker refuses this user `_INBOX.>`, where other users' replies would be (a client of your own sets it too).
 const consumer = await RunConsumer.connect({
   ...runStreamOptionsFromEnv(),
   name: process.env.RUNPLANE_CONSUMER_NAME ?? 'downstream-1', // the same name resumes where it acknowledged

@@ -1,4 +1,11 @@
 export * from './stream.js';
 export * from './run-consumer.js';
 export * from './processed.js';
-export { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, RetryLater, type ConsumerLogger, type DeliveryInfo } from '@runplane/eventlog';
+export {
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  DOWNSTREAM_CONSUMER_PREFIX,
+  inboxPrefixOf,
+  RetryLater,
+  type ConsumerLogger,
+  type DeliveryInfo,
+} from '@runplane/eventlog';

@@ -11,6 +11,7 @@ import {
   DEFAULT_PARTITIONS,
   DeliveryFeed,
   MAX_PARTITIONS,
+  natsUserOptions,
   PARTITIONS_METADATA_KEY,
   RECONNECT_JITTER_MS,
   RECONNECT_TIME_WAIT_MS,
@@ -22,7 +23,11 @@ import {
 export interface RunStreamOptions {
   /** The NATS server, or every node of a cluster comma-separated (`NATS_URL`). */
   natsUrl: string;
-  /** The NATS user and password (`NATS_USER`, `NATS_PASSWORD`): the `consumer` user the deployment gives downstream services. */
+  /**
+   * The NATS user and password (`NATS_USER`, `NATS_PASSWORD`): the `consumer` user the deployment
+   * gives downstream services. The connection takes the user's own inbox prefix (`_INBOX_<user>`,
+   * `inboxPrefixOf`): the broker lets a user receive replies only there.
+   */
   user?: string;
   password?: string;
   /** The Run stream (`RUNPLANE_STREAM`, default `RUNPLANE`). */
@@ -89,7 +94,8 @@ export class RunStream implements ConsumerSource {
         maxReconnectAttempts: -1,
         reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
         reconnectJitter: RECONNECT_JITTER_MS,
-        ...(opts.user ? { user: opts.user, pass: opts.password ?? '' } : {}),
+        // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (issue 18)
+        ...natsUserOptions(opts.user, opts.password),
       });
     } catch (e) {
       throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${(e as Error)?.message ?? String(e)}`, {

@@ -14,7 +14,16 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
-import { BUS_USERS, EventLog, natsUserName, provisionBus, renderNatsAuthorization, type BusUser, type SubjectSpace } from '@runplane/eventlog';
+import {
+  BUS_USERS,
+  EventLog,
+  natsUserName,
+  natsUserOptions,
+  provisionBus,
+  renderNatsAuthorization,
+  type BusUser,
+  type SubjectSpace,
+} from '@runplane/eventlog';
 import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
 import { ensureNatsServerBinary, startNatsCluster, type NatsCluster } from './nats-server.js';
@@ -49,7 +58,12 @@ export function repoRoot(): string {
 /** True when a NATS server answers at `url` (one, or a comma-separated list: any of them) within `timeoutMs`. */
 export async function natsReachable(url: string, timeoutMs = 1500, auth?: { user: string; pass: string }): Promise<boolean> {
   try {
-    const nc = await connect({ servers: natsServerList(url), timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
+    const nc = await connect({
+      servers: natsServerList(url),
+      timeout: timeoutMs,
+      reconnect: false,
+      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
+    });
     await nc.close();
     return true;
   } catch {

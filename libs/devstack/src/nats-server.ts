@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
+import { natsUserOptions } from '@runplane/eventlog';
 
 /** The oldest nats-server Runplane supports (docs/event-log.md, "What the design relies on"). */
 export const NATS_SERVER_MIN_VERSION = '2.12.0';
@@ -99,7 +100,7 @@ export function ensureNatsServerBinary(root: string, env: NodeJS.ProcessEnv = pr
 export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: { user: string; pass: string }): Promise<boolean> {
   let nc;
   try {
-    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ?? {}) });
+    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ? natsUserOptions(auth.user, auth.pass) : {}) });
   } catch {
     return false;
   }

@@ -18,7 +18,8 @@ import {
   EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
   MAX_EARLIER_SEQS,
 } from './event-log.js';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX } from './bus.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, natsUserName } from './bus.js';
+import { inboxPrefixOf } from './inbox.js';
 import { MAX_PARTITIONS, PARTITIONS_METADATA_KEY, type SubjectSpace } from './subjects.js';
 
 /** The AsyncAPI version of the document. */
@@ -212,7 +213,9 @@ export function asyncApiDocument(space: SubjectSpace = DEPLOYED_SPACE): JsonSche
             "The downstream consumer role: the NATS user `runplane-consumer` (its password is the deployment's, deploy/nats/accounts.conf; " +
             '`runplane up` prints it). It may read the stream (stream info, direct and leader gets) and create, use and delete the durable ' +
             `consumers it is granted by name on \`${space.stream}\` (each named \`${DOWNSTREAM_CONSUMER_PREFIX}...\`; default ` +
-            `${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; \`runplane docs nats-auth --downstream\` renders others); it may publish nothing on the Run subjects.`,
+            `${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; \`runplane docs nats-auth --downstream\` renders others); it may publish nothing on the Run subjects. ` +
+            `It receives replies only on its own inbox: its client sets the inbox prefix \`${inboxPrefixOf(natsUserName('consumer'))}\` (nats.js \`inboxPrefix\`); ` +
+            '`_INBOX.>` is refused.',
         },
       },
     },

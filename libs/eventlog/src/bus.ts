@@ -10,12 +10,14 @@
  * (`subjectTokensOfType`), so recovery gets the runtime and tools subjects for `run.fenced`, and a
  * new event type gets its owner's permission without an edit here. Nobody but the admin may
  * create, change, purge or delete a stream, delete a message, or delete or take over another
- * service's durable consumer.
+ * service's durable consumer. Each user receives replies only on its own inbox
+ * ({@link inboxSubscription}): no user reads another's request replies (issue 18).
  */
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
+import { inboxPrefixOf } from './inbox.js';
 import { ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
 
 /** The subject space of the deployment (deploy/nats, deploy/k8s/base/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
@@ -137,6 +139,13 @@ export type BusBucket = keyof typeof BUS_BUCKETS;
 /** A bucket's name in a subject space: `<prefix>_<bucket>`. */
 export const bucketName = (space: Pick<SubjectSpace, 'prefix'>, bucket: BusBucket): string => `${space.prefix}_${bucket}`;
 
+/**
+ * The replies a user may receive: its own inbox, `<inbox prefix>.>` ({@link inboxPrefixOf} of its
+ * NATS user name), never `_INBOX.>` nor another user's inbox (issue 18: a reply carries what the
+ * request read, e.g. a lease or a tool result).
+ */
+export const inboxSubscription = (user: BusUser): string => `${inboxPrefixOf(natsUserName(user))}.>`;
+
 /** NATS permissions of one user (subject lists as in a nats-server `permissions` block). */
 export interface UserPermissions {
   publish: { allow: string[]; deny: string[] };
@@ -177,7 +186,7 @@ const streamReadApi = (space: SubjectSpace): string[] => [
  * The `consumer` user (downstream services): reads the Run stream (stream info, direct and
  * leader gets) and creates, reads, acknowledges and deletes the durable consumers named in
  * `downstream`, with or without a subject filter (the client's `CONSUMER.CREATE.<stream>.<name>[.<filter>]`,
- * or `CONSUMER.DURABLE.CREATE.<stream>.<name>` with several filters); replies on `_INBOX.>`.
+ * or `CONSUMER.DURABLE.CREATE.<stream>.<name>` with several filters); replies on its own inbox ({@link inboxSubscription}).
  * Nothing else: no publish on Runplane subjects, no other consumer (ephemeral or named), no
  * bucket, no stream change.
  */
@@ -204,7 +213,7 @@ function consumerPermissions(space: SubjectSpace, downstream: readonly string[])
     '$JS.API.STREAM.MSG.DELETE.>',
     '$JS.API.STREAM.PURGE.>',
   ];
-  return { publish: { allow: publish, deny }, subscribe: { allow: ['_INBOX.>'], deny: [] } };
+  return { publish: { allow: publish, deny }, subscribe: { allow: [inboxSubscription('consumer')], deny: [] } };
 }
 
 /**
@@ -229,7 +238,7 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
     const own = user === 'ops' ? [] : durableNamesOf(space, user);
     const others = allDurables.filter((d) => !own.includes(d));
     const publish: string[] = [];
-    const subscribe: string[] = ['_INBOX.>'];
+    const subscribe: string[] = [inboxSubscription(user)];
     if (user !== 'ops') for (const token of runSubjectTokensOf(user)) publish.push(`${space.prefix}.run.*.${token}.*`);
     if (user === 'runtime') publish.push(`${space.prefix}.live.*.delta`);
     // a replica tells a Run's lease holder at once that the Run was woken (core NATS, never stored)

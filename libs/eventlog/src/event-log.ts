@@ -17,6 +17,7 @@ import {
 import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
+import { natsUserOptions } from './inbox.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -423,7 +424,8 @@ export class EventLog {
         maxReconnectAttempts: -1,
         reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
         reconnectJitter: RECONNECT_JITTER_MS,
-        ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
+        // replies on the user's own inbox, the only one the broker lets it read
+        ...natsUserOptions(opts.user, opts.pass),
       });
     } catch (e) {
       // every caller (a service's start-up, an auditor's tool) is told which server it could not use

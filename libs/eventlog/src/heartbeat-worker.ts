@@ -7,6 +7,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { connect } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import type { HeartbeatWorkerData } from './heartbeats.js';
+import { natsUserOptions } from './inbox.js';
 
 const data = workerData as HeartbeatWorkerData;
 const nc = await connect({
@@ -17,7 +18,8 @@ const nc = await connect({
     .filter(Boolean),
   name: `${data.value.service}-heartbeat`,
   maxReconnectAttempts: -1,
-  ...(data.user ? { user: data.user, pass: data.pass ?? '' } : {}),
+  // replies on the user's own inbox, the only one the broker lets it read (issue 18)
+  ...natsUserOptions(data.user, data.pass),
 });
 const kv = await new Kvm(nc).open(data.bucket);
 const body = JSON.stringify(data.value);

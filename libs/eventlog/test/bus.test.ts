@@ -12,6 +12,9 @@ import {
   DEPLOYED_SPACE,
   downstreamConsumerNames,
   durableNamesOf,
+  inboxPrefixOf,
+  natsUserName,
+  natsUserOptions,
   PARTITIONS_METADATA_KEY,
   passwordVariable,
   renderNatsAuthorization,
@@ -125,7 +128,8 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(publish.allow.filter((p) => p.includes('.CONSUMER.') && !/\.downstream-\d\b/.test(p))).toEqual([]);
     expect(publish.allow.filter((p) => /STREAM\.(CREATE|UPDATE|DELETE|PURGE|MSG\.DELETE)/.test(p))).toEqual([]);
     expect(publish.deny).toEqual(expect.arrayContaining(['rp.>', '$KV.>', '$O.>', '$JS.API.STREAM.PURGE.>', '$JS.API.STREAM.DELETE.>']));
-    expect(subscribe.allow).toEqual(['_INBOX.>']);
+    // replies on its own inbox only (issue 18)
+    expect(subscribe.allow).toEqual(['_INBOX_runplane-consumer.>']);
     // a deployment's own names, each with the prefix
     expect(busPermissions(DEPLOYED_SPACE, ['downstream-webhooks']).consumer.publish.allow).toContain(
       '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-webhooks.>',
@@ -133,5 +137,26 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(() => downstreamConsumerNames(['webhooks'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['downstream-a.b'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['downstream-*'])).toThrow(RangeError);
+  });
+
+  it("gives each user but the admin replies on its own inbox only, the prefix its connections set: no user may read another's replies (issue 18)", () => {
+    const perms = busPermissions(DEPLOYED_SPACE);
+    for (const user of BUS_USERS) {
+      if (user === 'admin') continue;
+      const inboxes = perms[user].subscribe.allow.filter((s) => s.startsWith('_INBOX'));
+      expect(inboxes).toEqual([`_INBOX_${natsUserName(user)}.>`]);
+      // the prefix a connection as this user takes (EventLog, RunStream, the heartbeat worker)
+      expect(natsUserOptions(natsUserName(user), 'pw')).toEqual({
+        user: natsUserName(user),
+        pass: 'pw',
+        inboxPrefix: `_INBOX_${natsUserName(user)}`,
+      });
+      // nothing else a client could receive replies on: not the default inbox, not another user's
+      expect(perms[user].subscribe.allow.filter((s) => s !== inboxes[0] && (s.startsWith('_') || s === '>' || s.startsWith('*')))).toEqual([]);
+    }
+    // no connection without a user takes a prefix (a server without authorization: the client default)
+    expect(natsUserOptions(undefined, undefined)).toEqual({});
+    // a user name that is no single subject token could make one inbox cover another's
+    for (const bad of ['', 'runplane.consumer', 'a b', 'runplane-*', '>']) expect(() => inboxPrefixOf(bad)).toThrow(RangeError);
   });
 });
