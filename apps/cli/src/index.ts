@@ -1,2 +1,3 @@
 export * from './commands.js';
 export * from './render.js';
+export { program } from './program.js';
