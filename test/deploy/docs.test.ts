@@ -3,7 +3,7 @@
  * README.md, docs/ and the READMEs is read somewhere in the code, every `npm run X` is a script,
  * every `runplane <command> [--flag]` is a command and option of the CLI (its commander program,
  * apps/cli/src/program.ts), every relative link and anchor resolves, and
- * every repository path in backticks exists. The README keeps to its two fresh-machine commands
+ * every repository path in backticks exists; no internal issue number is cited. The README keeps to its two fresh-machine commands
  * (the demo and the tests, which .ci/run runs) and under 200 lines. Then the checker itself is
  * shown failing on planted names, so a pass means something.
  */
@@ -57,6 +57,7 @@ describe('the checker fails on what does not exist', () => {
       '`npm run runplane -- frobnicate` and `runplane ask --no-such-flag "q"` and `npm run runplane -- docs no-such-doc`',
       'See [gone](docs/no-such-file.md), [bad anchor](docs/operations.md#no-such-heading) and `apps/no-such-app/src/main.ts`.',
       'Cited as docs/guarantees.md#k99. But `kubectl -n runplane rollout restart` is kubectl, and `runplane ask --no-events` exists.',
+      'Since issue [9] (#16) it is faster; nats-server issue 8274 is not ours.',
     ].join('\n');
     const names = docsProblems([{ path: 'README.md', text: planted }], facts).map((p) => `${p.line}:${p.name}`);
     expect(names).toEqual([
@@ -69,6 +70,8 @@ describe('the checker fails on what does not exist', () => {
       '3:docs/operations.md#no-such-heading',
       '3:apps/no-such-app/src/main.ts',
       '4:docs/guarantees.md#k99',
+      '5:issue [9]',
+      '5:(#16)',
     ]);
   });
 });

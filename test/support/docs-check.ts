@@ -3,7 +3,8 @@
  * `RUNPLANE_*` setting is read somewhere in the code, every `npm run X` is a package.json script,
  * every `runplane <command> [sub] [--flag]` is a command (and option) of the CLI, every relative
  * link and every `docs/x.md#anchor` resolves to a file (and a heading or an `id`), every
- * repository path written in backticks (`apps/...`, `libs/...`, `docs/...`, ...) exists.
+ * repository path written in backticks (`apps/...`, `libs/...`, `docs/...`, ...) exists, and no
+ * internal issue number is cited (`issue [9]`, `(#15)`).
  * Pure over what it is given, so a test can show it failing on a planted name.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -131,6 +132,8 @@ const SETTING = /\bRUNPLANE_[A-Z0-9_]*[A-Z0-9]\b/g;
 const LINK = /!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g;
 const REPO_PATH = /`((?:apps|libs|docs|scripts|deploy|test|migrations|\.ci)\/[^`\s<>*{}|]*)`/g;
 const DOC_ANCHOR = /\b(docs\/[\w./-]+\.md)#([\w-]+)/g;
+// the project's own tracker (`issue [9]`, `issue 9`, `(#15)`, `issues show`): docs say what is, not which issue made it
+const INTERNAL_ISSUE = /\bissues? \[\d+\]|\bissues? \d{1,2}\b|(?<=\] )\(#\d+\)|\bissues show\b/gi;
 
 /** Every name in `files` that does not exist in `facts`, in file and line order. */
 export function docsProblems(files: readonly DocFile[], facts: DocsFacts): DocProblem[] {
@@ -150,6 +153,7 @@ export function docsProblems(files: readonly DocFile[], facts: DocsFacts): DocPr
     const before = problems.length;
     file.text.split('\n').forEach((line, i) => {
       const at = (name: string, problem: string) => problems.push({ file: file.path, line: i + 1, name, problem });
+      for (const [ref] of line.matchAll(INTERNAL_ISSUE)) at(ref, 'internal issue number: say what is, without it');
       for (const [name] of line.matchAll(SETTING)) if (!exists(name)) at(name, 'setting read nowhere in apps, libs, scripts, deploy, test');
       for (const [, script] of line.matchAll(NPM_RUN)) if (!facts.scripts.has(script!)) at(`npm run ${script}`, 'not a package.json script');
       for (const [, command, tail] of line.matchAll(CLI_MENTION)) {
