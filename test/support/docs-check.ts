@@ -169,7 +169,7 @@ export function docsProblems(files: readonly DocFile[], facts: DocsFacts): DocPr
           if (!sub || !facts.cli.has(sub)) at(`runplane ${command}${words[0] ? ` ${words[0]}` : ''}`, `not a subcommand of runplane ${command}`);
         }
         for (const [flag] of tail!.matchAll(/(?<![\w-])--[a-z][\w-]*/g)) {
-          if (flag !== '--help' && !options.has(flag!)) at(`runplane ${path} ${flag}`, `not an option of runplane ${path}`);
+          if (flag !== '--help' && !options.has(flag)) at(`runplane ${path} ${flag}`, `not an option of runplane ${path}`);
         }
       }
       for (const [, target] of line.matchAll(LINK)) {
