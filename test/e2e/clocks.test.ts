@@ -214,6 +214,13 @@ describe('runplane ask: exit codes tell outcomes apart (K9)', () => {
     expect(partial.code).toBe(3);
     expect(failed.stdout).toMatch(/Settlement \(by lifecycle\): FAILED/);
     expect(failed.code).toBe(1);
+    // the answer reads as one piece after the protocol lines, before the settlement (docs/cli.md)
+    const answerOf = (out: string) => /\nAnswer:\n([\s\S]*?)\nSettlement \(by lifecycle\)/.exec(out)?.[1] ?? null;
+    expect(answerOf(completed.stdout)).toBe('\nSPY holds 500 stocks.\n');
+    expect(answerOf(partial.stdout)).toContain('SPY and QQQ overlap by half.');
+    expect(answerOf(partial.stdout)).not.toMatch(/^ {2}#\d+ \[/m);
+    expect(failed.stdout).toContain('\nAnswer: none (no passage was committed)\n');
+    expect(completed.stdout.indexOf('[publication] passage 0 committed')).toBeLessThan(completed.stdout.indexOf('\nAnswer:\n'));
   }, 90_000);
 });
 

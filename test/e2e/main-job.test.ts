@@ -225,7 +225,7 @@ describe('K8 first cut: a fund that is not in the data', () => {
 
 describe('K6 first cut: two runtime processes on one durable consumer', () => {
   it('fence each other: every turn is requested once and the model is called once per recorded turn', async () => {
-    await t.stack.startService('runtime'); // a second runtime process sharing the rp-runtime consumer
+    await t.stack.startService('runtime'); // a second runtime process sharing the rp-runtime-p<N> consumers
     const requestsBefore = await t.modelRequests();
     const questions = [
       'Compare the holdings of IVV and SPY',

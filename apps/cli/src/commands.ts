@@ -11,7 +11,17 @@ import { findRepoRoot, resolveDataFolder } from '@runplane/holdings';
 import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { auditLog, type AuditOptions } from './audit.js';
 import { readCommands, withReadCredentials } from './read-commands.js';
-import { renderLive, renderStatus, stepClocks, timelineLine } from './render.js';
+import {
+  AnswerAssembly,
+  exitCodeOf,
+  renderAnswer,
+  renderLive,
+  renderProtocol,
+  renderSettlement,
+  renderStatus,
+  stepClocks,
+  timelineLine,
+} from './render.js';
 
 /** The default demo question on the real issuer files (../shared present). */
 export const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
@@ -41,14 +51,29 @@ function repoRoot(): string {
 }
 
 /**
- * Admits `question` as a new Message and streams the Run until it settles: progress lines, the
- * answer passages as they are committed, the settlement. Returns the settlement event.
+ * How a followed Run is printed. `answer` (`ask`, `continue`, `reply`, `demo`): the protocol
+ * lines as the facts arrive (unless `events` is false), then, once the Run settles, the answer's
+ * passages together ({@link renderAnswer}), then the settlement. `live` (`watch`): every fact
+ * where it happens, a passage's text where it was committed.
  */
-export async function ask(endpoints: RunplaneEndpoints, question: string, conversationId = `cli-${randomUUID()}`): Promise<RunEvent | null> {
+export type FollowView = { mode: 'answer'; events: boolean } | { mode: 'live' };
+const ANSWER_VIEW: FollowView = { mode: 'answer', events: true };
+
+/**
+ * Admits `question` as a new Message and follows the Run until it settles: the protocol lines
+ * (`view.events`), then the answer's passages together, then the settlement. Returns the
+ * settlement event, or null when none was seen (see {@link exitCodeOf}).
+ */
+export async function ask(
+  endpoints: RunplaneEndpoints,
+  question: string,
+  conversationId = `cli-${randomUUID()}`,
+  view: FollowView = ANSWER_VIEW,
+): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
   const { status, body } = await client.postMessage(conversationId, { clientMessageId: randomUUID(), content: question });
   out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId})`);
-  return follow(client, body.runId, 0);
+  return follow(client, body.runId, 0, view);
 }
 
 /** What `continue` and `reply` post on top of the text: the Continue parent (K3) or the clarification answered (K2). */
@@ -65,7 +90,7 @@ export async function postLinked(
   endpoints: RunplaneEndpoints,
   link: LinkedMessage,
   text: string,
-  opts: { conversationId?: string; clientMessageId?: string; follow?: boolean } = {},
+  opts: { conversationId?: string; clientMessageId?: string; follow?: boolean; events?: boolean } = {},
 ): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
   const namedRunId = link.kind === 'continue' ? link.parentRunId : link.runId;
@@ -89,7 +114,7 @@ export async function postLinked(
   out(
     `Run ${res.body.runId} ${res.status === 201 ? 'admitted' : 'already admitted'}, ${what} (conversation ${conversationId}, message ${body.clientMessageId})`,
   );
-  return opts.follow === false ? null : follow(client, res.body.runId, 0);
+  return opts.follow === false ? null : follow(client, res.body.runId, 0, { mode: 'answer', events: opts.events ?? true });
 }
 
 /** A readable reason for a refused Continue or clarification answer. */
@@ -122,7 +147,7 @@ function refusalOf(e: unknown, link: LinkedMessage): string {
  */
 export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEventId: number): Promise<RunEvent | null> {
   try {
-    return await follow(new RunplaneClient(endpoints), runId, lastEventId);
+    return await follow(new RunplaneClient(endpoints), runId, lastEventId, { mode: 'live' });
   } catch (e) {
     if (e instanceof RunplaneHttpError && e.code === 'invalid_cursor') {
       throw new Error(
@@ -136,40 +161,61 @@ export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEve
 }
 
 /**
- * Prints a Run's events from after `lastEventId` until the server ends the stream (settled). A
- * dropped connection is resumed from the last event seen (`Last-Event-ID`), with backoff: a
- * disconnect is not a cancel (K4), for the observer either. Returns the settlement, if seen.
+ * Prints a Run's events from after `lastEventId` until the server ends the stream (settled), as
+ * `view` says ({@link FollowView}). A dropped connection is resumed from the last event seen
+ * (`Last-Event-ID`), with backoff: a disconnect is not a cancel (K4), for the observer either.
+ * Returns the settlement, if seen; when none is seen, the `answer` view still prints the passages
+ * it has, headed as not settled, before the error propagates.
  */
-async function follow(client: RunplaneClient, runId: string, lastEventId: number): Promise<RunEvent | null> {
+async function follow(client: RunplaneClient, runId: string, lastEventId: number, view: FollowView): Promise<RunEvent | null> {
   let last = lastEventId;
   let settled: RunEvent | null = null;
+  const answer = new AnswerAssembly();
   const permanent = (e: unknown) => e instanceof RunplaneHttpError && e.status < 500;
-  await pRetry(
-    async () => {
-      const { ended } = await client.streamEvents(runId, {
-        lastEventId: last,
-        onEvent: ({ seq, event }) => {
-          last = seq;
-          out(renderLive(event, seq));
-          if (event.type === 'run.settled') settled = event;
-        },
-      });
-      // a stream the server ended before the settlement (e.g. publication restarting) is resumed
-      if (!settled && ended === 'server') throw new Error('the event stream ended before the settlement');
-    },
-    {
-      retries: 10,
-      minTimeout: 500,
-      maxTimeout: 5000,
-      shouldRetry: ({ error }) => !permanent(error),
-      onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-        if (retriesLeft > 0 && !permanent(error)) {
-          process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
-        }
-      },
-    },
-  );
+  const show = (event: RunEvent, seq: number) => {
+    if (view.mode === 'live') return out(renderLive(event, seq));
+    answer.add(event);
+    if (event.type === 'run.settled') {
+      out(renderAnswer(answer.texts()));
+      out(renderSettlement(event));
+    } else if (view.events) {
+      out(renderProtocol(event, seq));
+    }
+  };
+  try {
+    await followStream();
+  } finally {
+    if (view.mode === 'answer' && !settled) out(renderAnswer(answer.texts(), false));
+  }
   return settled;
+
+  async function followStream() {
+    await pRetry(
+      async () => {
+        const { ended } = await client.streamEvents(runId, {
+          lastEventId: last,
+          onEvent: ({ seq, event }) => {
+            last = seq;
+            show(event, seq);
+            if (event.type === 'run.settled') settled = event;
+          },
+        });
+        // a stream the server ended before the settlement (e.g. publication restarting) is resumed
+        if (!settled && ended === 'server') throw new Error('the event stream ended before the settlement');
+      },
+      {
+        retries: 10,
+        minTimeout: 500,
+        maxTimeout: 5000,
+        shouldRetry: ({ error }) => !permanent(error),
+        onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+          if (retriesLeft > 0 && !permanent(error)) {
+            process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
+          }
+        },
+      },
+    );
+  }
 }
 
 /**
@@ -417,11 +463,13 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
 }
 
 /**
- * The main job: NATS (found or started), PostgreSQL (found; database created), every service as its
- * own process, the scripted model (or OPENAI_BASE_URL), one question asked and streamed, the
- * settlement printed, everything stopped. Returns the exit code (0 when the Run completed).
+ * The main job: NATS (started), PostgreSQL (found; database created, or an embedded one), every
+ * service as its own process, the scripted model (or OPENAI_BASE_URL), one question asked and
+ * followed as `ask` follows it (the protocol lines unless `opts.events` is false, then the
+ * answer's passages together, then the settlement), everything stopped. Returns `ask`'s exit code
+ * ({@link exitCodeOf}: 0 completed, 3 partial, 1 otherwise).
  */
-export async function demo(question: string | undefined): Promise<number> {
+export async function demo(question: string | undefined, opts: { events?: boolean } = {}): Promise<number> {
   const dev = await devstack();
   const cleanup = stopOnSignal();
   const prepared = await prepareEnvironment();
@@ -441,8 +489,8 @@ export async function demo(question: string | undefined): Promise<number> {
       const q = question ?? (prepared.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);
       const token = await prepared.auth.mint('demo', { ttlSeconds: 3_600 });
-      const settled = await ask({ ...stack.endpoints, token }, q, `demo-${Date.now()}`);
-      return settled?.type === 'run.settled' && settled.data.outcome === 'completed' ? 0 : 1;
+      const settled = await ask({ ...stack.endpoints, token }, q, `demo-${Date.now()}`, { mode: 'answer', events: opts.events ?? true });
+      return exitCodeOf(settled);
     } finally {
       await stack.stop();
       out('\nAll services stopped.');

@@ -1,6 +1,6 @@
 /**
- * Terminal rendering of a Run as it is observed: one short line per fact, the answer passages in
- * full as they are committed, and the settlement.
+ * Terminal rendering of a Run as it is observed: one short line per fact, the answer's passages
+ * (together, for `ask` and `demo`; where they were committed, for `watch`), and the settlement.
  */
 import type { EventData, RunEvent, RunView, SizeCut, StoredEvent } from '@runplane/contracts';
 
@@ -68,20 +68,70 @@ export function summarize(e: RunEvent): string {
   }
 }
 
-/** Renders an event for the live `ask`/`demo` view: progress lines dimmed, passages in full. */
+/**
+ * Renders an event for `watch`: one protocol line per fact, a committed passage in full where it
+ * was committed (between the other facts), the settlement as a block ({@link renderSettlement}).
+ */
 export function renderLive(e: RunEvent, seq: number): string {
   if (e.type === 'passage.committed') return `\n${e.data.text}`;
-  if (e.type === 'run.settled') {
-    const u = e.data.usage;
-    return [
-      '',
-      `Settlement (by ${e.owner}): ${e.data.outcome.toUpperCase()}: ${e.data.reason}`,
-      `  usage: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${tokensText(u)}`,
-      ...(e.data.unanswered?.length ? [`  unanswered: ${e.data.unanswered.map((p) => `${p.part} (${p.reason})`).join('; ')}`] : []),
-      `  receipts: ${e.data.receipts.map((r) => `${r.name}=${r.status}`).join(', ') || 'none'}`,
-    ].join('\n');
-  }
+  if (e.type === 'run.settled') return renderSettlement(e);
+  return renderProtocol(e, seq);
+}
+
+/** One protocol line of a Run followed live: `  #<seq> [<owner>] <summary>` ({@link summarize}). */
+export function renderProtocol(e: RunEvent, seq: number): string {
   return `  #${seq} [${e.owner}] ${summarize(e)}`;
+}
+
+/**
+ * The answer of a Run as an observer assembles it from the events it is shown, the way
+ * publication serves `GET /v1/runs/{runId}/answer` (run-facts `answerPassages`): the latest
+ * version of each committed passage; once `answer.published` is seen, exactly the passages it
+ * lists, in its order; before that (a Run that failed, was canceled or interrupted after
+ * committing text), every committed passage by source turn, then index.
+ */
+export class AnswerAssembly {
+  private readonly passages = new Map<string, EventData<'passage.committed'>>();
+  private published: readonly string[] | null = null;
+
+  /** Takes one observed event; every type but `passage.committed` and `answer.published` is ignored. */
+  add(e: RunEvent): void {
+    if (e.type === 'passage.committed') {
+      const before = this.passages.get(e.data.passageId);
+      if (!before || before.version < e.data.version) this.passages.set(e.data.passageId, e.data);
+    } else if (e.type === 'answer.published') {
+      this.published = e.data.passageIds;
+    }
+  }
+
+  /** The answer's passage texts, in order ([] when nothing was committed). */
+  texts(): string[] {
+    if (this.published) return this.published.flatMap((id) => this.passages.get(id)?.text ?? []);
+    return [...this.passages.values()].sort((a, b) => a.sourceTurn - b.sourceTurn || a.index - b.index).map((p) => p.text);
+  }
+}
+
+/**
+ * The answer block of `ask` and `demo`: a heading, then every passage of the answer together,
+ * separated by blank lines, with no protocol line between them. `settled` false says the Run was
+ * not seen to settle (the text may be incomplete).
+ */
+export function renderAnswer(texts: readonly string[], settled = true): string {
+  const heading = settled ? 'Answer:' : 'Answer so far (no settlement seen):';
+  if (texts.length === 0) return `\n${heading} none (no passage was committed)`;
+  return [`\n${heading}`, ...texts].join('\n\n');
+}
+
+/** The settlement block: outcome and reason, usage (unknown usage marked, K9), unanswered parts, receipts. */
+export function renderSettlement(e: Extract<RunEvent, { type: 'run.settled' }>): string {
+  const u = e.data.usage;
+  return [
+    '',
+    `Settlement (by ${e.owner}): ${e.data.outcome.toUpperCase()}: ${e.data.reason}`,
+    `  usage: ${u.modelRequests} model request(s), ${u.toolCalls} tool call(s), ${tokensText(u)}`,
+    ...(e.data.unanswered?.length ? [`  unanswered: ${e.data.unanswered.map((p) => `${p.part} (${p.reason})`).join('; ')}`] : []),
+    `  receipts: ${e.data.receipts.map((r) => `${r.name}=${r.status}`).join(', ') || 'none'}`,
+  ].join('\n');
 }
 
 /**
@@ -97,8 +147,8 @@ export function tokensText(u: EventData<'run.settled'>['usage']): string {
 }
 
 /**
- * Exit codes of `runplane ask` (and of the same outcomes anywhere a command waits for a
- * settlement): they tell outcomes apart for scripts (K9).
+ * Exit codes of `runplane ask`, `demo`, and `continue` / `reply` when they follow the new Run:
+ * they tell outcomes apart for scripts (K9). The one list for people: docs/cli.md "Exit codes".
  */
 export const EXIT_CODES = { completed: 0, failed: 1, partial: 3 } as const;
 

@@ -1,6 +1,6 @@
 /**
- * The runtime's advertised per-Run limits at their edges (K7; docs/operations.md, README
- * configuration): one below, at and one above each of `RUNPLANE_MAX_MODEL_REQUESTS`,
+ * The runtime's advertised per-Run limits at their edges (K7; docs/operations.md,
+ * docs/configuration.md): one below, at and one above each of `RUNPLANE_MAX_MODEL_REQUESTS`,
  * `RUNPLANE_MAX_OUTPUT_TOKENS`, `RUNPLANE_MAX_INPUT_TOKENS`, `RUNPLANE_RUN_DEADLINE_SECONDS`
  * (the deadline recorded at admission) and `RUNPLANE_WAIT_TTL_SECONDS` (capped by the deadline).
  */

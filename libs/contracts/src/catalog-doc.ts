@@ -31,7 +31,7 @@ export const EventPurposes: Partial<Record<EventType, string>> = {
   'passage.committed': 'One passage of the answer, committed with a version. Committed passages are never erased (K9).',
   'answer.published': 'Every passage of the answer is committed; lists them in order.',
   'lease.granted':
-    "A runtime instance took the Run's execution lease at a fencing epoch (K6). The runtime records it itself, on its own subject, with its first event under that lease (one decision). Logs written before issue [9] hold it on the `recovery` subject, written by recovery when it saw the grant in the lease bucket; those are still read.",
+    "A runtime instance took the Run's execution lease at a fencing epoch (K6). The runtime records it itself, on its own subject, with its first event under that lease (one decision). Older logs hold it on the `recovery` subject, written by recovery when it saw the grant in the lease bucket; those are still read.",
   'run.settled':
     "The Run's one terminal fact (K9): completed, partial, failed, canceled or interrupted, with the reason, committed passages, receipts and usage.",
 };
@@ -55,7 +55,7 @@ export function renderEventCatalog(): string {
     '',
     'The machine-readable contract (JSON Schema of every type, AsyncAPI 3 document of the subjects) is in',
     '[contract/](contract/README.md). Evolution rule: `schemaVersion` is the event schema version',
-    '(`eventSchemaVersion` in issue [11]); a type changes only additively (new optional properties, new enum',
+    '(no separate `eventSchemaVersion`); a type changes only additively (new optional properties, new enum',
     'values), keeping its version; an incompatible change is a new event type. A test checks the schemas',
     'against the last released ones (docs/contract/released/).',
     '',

@@ -1,6 +1,6 @@
 /**
  * Configuration from environment variables, validated at start-up. Every variable is documented
- * in the README's configuration table; a bad value stops the process with the zod reason.
+ * in docs/configuration.md; a bad value stops the process with the zod reason.
  */
 import { z } from 'zod';
 

@@ -1,5 +1,5 @@
 /**
- * Every configurable limit at the edges of what start-up accepts (README configuration table,
+ * Every configurable limit at the edges of what start-up accepts (docs/configuration.md,
  * docs/operations.md): the smallest and largest value accepted, one beyond each refused with the
  * variable named; and the final-output reserve, kept OUT OF the Run's limits, leaves research at
  * least one model request and one output token, or start-up refuses it (a reserve that takes

@@ -1,0 +1,276 @@
+/**
+ * The `runplane` CLI's commands and options (commander), run by main.ts; `runplane --help` lists
+ * them, docs/cli.md describes them. Exported so that the docs can be checked against it
+ * (test/deploy/docs.test.ts).
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { RunplaneClient } from '@runplane/client';
+import { renderEventCatalog, renderEventsJsonSchema, renderOpenApi } from '@runplane/contracts';
+import {
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  DEPLOYED_SPACE,
+  DOWNSTREAM_CONSUMER_PREFIX,
+  downstreamConsumerNames,
+  renderAsyncApi,
+  renderNatsAuthorization,
+} from '@runplane/eventlog';
+import { AUDIT_BROKEN_EXIT } from './audit.js';
+import { ask, audit, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import { exitCodeOf } from './render.js';
+
+/**
+ * The services' base URLs and the bearer token: `--token`, else `RUNPLANE_TOKEN`, else the token
+ * `runplane up` left in .runplane/auth/token (for the stack it runs); none when there is none
+ * (services with authentication disabled).
+ */
+const endpoints = (o: { admission: string; publication: string; token?: string }) => {
+  const token = o.token ?? process.env.RUNPLANE_TOKEN ?? devToken();
+  return { admission: o.admission, publication: o.publication, ...(token ? { token } : {}) };
+};
+const nonNegative = (v: string) => {
+  if (!/^\d+$/.test(v)) throw new InvalidArgumentError('must be a non-negative integer');
+  // a stream sequence has at most 15 digits (contracts LastEventIdText); more would lose precision
+  if (v.replace(/^0+(?=\d)/, '').length > 15) throw new InvalidArgumentError('must be a stream sequence of at most 15 digits');
+  return Number(v);
+};
+const run = (fn: () => Promise<number | void>) => async () => {
+  try {
+    process.exitCode = (await fn()) ?? 0;
+  } catch (e) {
+    // the reason may quote the server (problem detail and issues): shown, never executed by the terminal
+    process.stderr.write(`runplane: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`);
+    process.exitCode = 1;
+  }
+};
+
+/** The CLI: every command with its options and arguments; `program.parseAsync(argv)` runs one. */
+export const program = new Command('runplane').description('Runplane: control plane for long-running AI research Runs');
+const api = (c: Command) =>
+  c
+    .option('--admission <url>', 'admission service base URL', process.env.RUNPLANE_ADMISSION_URL ?? 'http://127.0.0.1:8081')
+    .option('--publication <url>', 'publication service base URL', process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082')
+    .option('--token <jwt>', 'bearer token for the API (default: RUNPLANE_TOKEN, else the one `runplane up` wrote)');
+
+/** Help text of every command that follows a Run to its settlement: its exit codes ({@link exitCodeOf}; docs/cli.md "Exit codes"). */
+const SETTLEMENT_EXIT_CODES =
+  '\nExit codes: 0 the Run settled completed; 3 it settled partial (the unanswered parts are printed with the settlement);\n' +
+  '1 it settled failed, canceled or interrupted, or no settlement was seen (or a request failed).';
+const NO_EVENTS = ['--no-events', "print only the answer and the settlement, not the Run's events as they arrive"] as const;
+
+program
+  .command('demo')
+  .description(
+    "start NATS, PostgreSQL's database (or an embedded one), every service and the scripted model; ask a question; print the Run's events, then the answer, then the settlement; stop",
+  )
+  .argument('[question]', 'the research question (default: the SPY/QQQ comparison)')
+  .option(...NO_EVENTS)
+  .addHelpText('after', SETTLEMENT_EXIT_CODES)
+  .action((question: string | undefined, o: { events: boolean }) => run(() => demo(question, { events: o.events }))());
+
+program
+  .command('up')
+  .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
+  .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
+  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }))());
+
+api(
+  program
+    .command('ask')
+    .description("ask a question to running services: the Run's events as they arrive, then the answer, then the settlement")
+    .argument('<question>'),
+)
+  .option('--conversation <id>', 'conversation id (default: a new one)')
+  .option(...NO_EVENTS)
+  .addHelpText('after', SETTLEMENT_EXIT_CODES)
+  .action((question: string, o: { admission: string; publication: string; conversation?: string; events: boolean }) =>
+    run(async () => exitCodeOf(await ask(endpoints(o), question, o.conversation, { mode: 'answer', events: o.events })))(),
+  );
+
+api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
+  .option('--last-event-id <seq>', 'resume after this stream sequence', nonNegative, 0)
+  .action((runId: string, o: { admission: string; publication: string; lastEventId: number }) =>
+    run(async () => {
+      // the server ends at once (204) when the cursor is at or after the settlement: say so, not nothing
+      if (!(await watch(endpoints(o), runId, o.lastEventId)))
+        process.stderr.write(`no events after --last-event-id ${o.lastEventId}: run ${runId} settled at or before it\n`);
+      return 0;
+    })(),
+  );
+
+api(program.command('cancel').description('ask to cancel a Run (it settles `canceled`, keeping what was published)').argument('<runId>'))
+  .option('--reason <text>', 'why (kept with the cancel intent)')
+  .action((runId: string, o: { admission: string; publication: string; reason?: string }) =>
+    run(async () => {
+      const r = await new RunplaneClient(endpoints(o)).cancelRun(runId, {
+        ...(o.reason ? { reason: o.reason } : {}),
+        user: process.env.USER ?? 'cli',
+      });
+      process.stdout.write(`cancel requested for run ${r.runId} at ${r.requestedAt}; watch it settle with: runplane watch ${r.runId}\n`);
+      return 0;
+    })(),
+  );
+
+api(
+  program
+    .command('answer')
+    .description("answer a Run's pending question for a human (the Run continues)")
+    .argument('<runId>')
+    .argument('<waitId>')
+    .argument('<text>'),
+).action((runId: string, waitId: string, text: string, o: { admission: string; publication: string }) =>
+  run(async () => {
+    const r = await new RunplaneClient(endpoints(o)).answerWait(runId, waitId, text, { user: process.env.USER ?? 'cli' });
+    process.stdout.write(
+      r.body.recording === 'recorded'
+        ? `answer accepted for wait ${waitId} of run ${runId}; watch it continue with: runplane watch ${runId}\n`
+        : `this answer was already recorded at ${r.body.answeredAt}; nothing changed\n`,
+    );
+    return 0;
+  })(),
+);
+
+api(
+  program
+    .command('status')
+    .description("a Run's status, budget used against its limits and its clocks (queue, execution, last progress, deadline)")
+    .argument('<runId>'),
+)
+  .option('--json', 'the Run view as JSON (GET /v1/runs/{runId})')
+  .action((runId: string, o: { admission: string; publication: string; json?: boolean }) =>
+    run(() => status(endpoints(o), runId, Boolean(o.json)))(),
+  );
+type LinkedOptions = { admission: string; publication: string; conversation?: string; messageId?: string; follow: boolean; events: boolean };
+const linked = (c: Command) =>
+  api(c)
+    .option('--conversation <id>', "the Run's conversation (default: read from the Run)")
+    .option('--message-id <id>', 'clientMessageId of this message (default: a new one); reuse it to retry safely')
+    .option('--no-follow', 'do not follow the new Run')
+    .option(...NO_EVENTS)
+    .addHelpText('after', `${SETTLEMENT_EXIT_CODES}\nWith --no-follow: 0 once admitted.`);
+/** Without following, 0 once admitted; else the same exit codes as `ask` (0 completed, 3 partial, 1 other). */
+const settledOk = (e: Awaited<ReturnType<typeof postLinked>>, follow: boolean) => (follow ? exitCodeOf(e ?? null) : 0);
+
+linked(
+  program
+    .command('continue')
+    .description('continue a settled Run (completed, partial, or interrupted by a lost runtime) as a new, linked Run with a fresh grant (K3)')
+    .argument('<runId>')
+    .argument('<text>'),
+).action((runId: string, text: string, o: LinkedOptions) =>
+  run(async () => {
+    const e = await postLinked(endpoints(o), { kind: 'continue', parentRunId: runId }, text, {
+      ...(o.conversation ? { conversationId: o.conversation } : {}),
+      ...(o.messageId ? { clientMessageId: o.messageId } : {}),
+      follow: o.follow,
+      events: o.events,
+    });
+    return settledOk(e, o.follow);
+  })(),
+);
+
+linked(
+  program
+    .command('reply')
+    .alias('clarify')
+    .description("answer a Run's clarification question: a new Run linked to it, carrying the question and the original request (K2)")
+    .argument('<runId>')
+    .argument('<clarificationId>')
+    .argument('<text>'),
+).action((runId: string, clarificationId: string, text: string, o: LinkedOptions) =>
+  run(async () => {
+    const e = await postLinked(endpoints(o), { kind: 'reply', runId, clarificationId }, text, {
+      ...(o.conversation ? { conversationId: o.conversation } : {}),
+      ...(o.messageId ? { clientMessageId: o.messageId } : {}),
+      follow: o.follow,
+      events: o.events,
+    });
+    return settledOk(e, o.follow);
+  })(),
+);
+
+program
+  .command('timeline')
+  .description(
+    "print a Run's events from the log (NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX); creates nothing, a missing stream is an error",
+  )
+  .argument('<runId>')
+  .option('--json', 'one JSON object per event: seq, subject, event and the stored headers the log verifies (headers)')
+  .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
+
+program
+  .command('provision')
+  .description(
+    'create the Run stream, the KV buckets and the object store when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
+  )
+  .action(() => run(() => provision())());
+
+program
+  .command('projections')
+  .description('projection maintenance')
+  .command('rebuild')
+  .description(
+    'replay the log into a fresh database and compare its rows with the live projections; a missing stream or live database (DATABASE_URL) is an error, nothing is created for it',
+  )
+  .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
+  .option('--keep', 'keep the fresh database even when it is identical')
+  .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
+
+program
+  .command('audit')
+  .description('check the guarantees (K1-K11) of Runs from the log alone (never the projections); reads the log, writes nothing')
+  .option('--run <id>', 'audit this Run (its parent and children are read for the link checks)')
+  .option('--all', 'audit every Run in the log')
+  .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601); refused with --run')
+  .option('--json', 'the report as one JSON document')
+  .option(
+    '--projections',
+    "also rebuild the audited Runs' projections from the log into a fresh database (dropped after) and compare them with the live ones (DATABASE_URL): with --all the whole log, with --run (or --since) those Runs' rows",
+  )
+  .addHelpText(
+    'after',
+    `\nReads NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
+      `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
+  )
+  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) => run(() => audit(o))());
+
+const docs = program.command('docs').description('generated documentation');
+docs
+  .command('event-catalog')
+  .description('print the event catalogue generated from the zod schemas (docs/event-catalog.md)')
+  .action(() => {
+    process.stdout.write(renderEventCatalog());
+  });
+docs
+  .command('openapi')
+  .description('print the OpenAPI 3.1 description of every HTTP endpoint, generated from the zod schemas (docs/openapi.json)')
+  .action(() => {
+    process.stdout.write(renderOpenApi());
+  });
+docs
+  .command('nats-auth')
+  .description(
+    'print the NATS users and permissions for stream RUNPLANE, prefix rp, passwords from the server environment (deploy/nats/accounts.conf)',
+  )
+  .option(
+    '--downstream <names>',
+    `comma-separated durable consumer names the downstream \`consumer\` user may use, each starting with ${DOWNSTREAM_CONSUMER_PREFIX} (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
+  )
+  .action((o: { downstream?: string }) =>
+    run(async () => {
+      const downstream = o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS;
+      process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env', downstream));
+      return 0;
+    })(),
+  );
+docs
+  .command('event-schema')
+  .description('print the JSON Schema (2020-12) of every event type, generated from the zod schemas (docs/contract/events.schema.json)')
+  .action(() => {
+    process.stdout.write(renderEventsJsonSchema());
+  });
+docs
+  .command('asyncapi')
+  .description('print the AsyncAPI 3.0 description of the Run stream for stream RUNPLANE, prefix rp (docs/contract/asyncapi.json)')
+  .action(() => {
+    process.stdout.write(renderAsyncApi(DEPLOYED_SPACE));
+  });

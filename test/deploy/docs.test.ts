@@ -1,0 +1,77 @@
+/**
+ * The docs name only what exists (test/support/docs-check.ts): every `RUNPLANE_*` setting in
+ * README.md, docs/ and the READMEs is read somewhere in the code, every `npm run X` is a script,
+ * every `runplane <command> [--flag]` is a command and option of the CLI (its commander program,
+ * apps/cli/src/program.ts), every relative link and anchor resolves, and
+ * every repository path in backticks exists; no internal issue number is cited. The README keeps to its two fresh-machine commands
+ * (the demo and the tests, which .ci/run runs) and under 200 lines. Then the checker itself is
+ * shown failing on planted names, so a pass means something.
+ */
+import { beforeAll, describe, expect, it } from '@jest/globals';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { program } from '@runplane/app-cli';
+import { repoRoot } from '@runplane/devstack';
+import { cliCommandsOf, codeText, docsProblems, markdownFiles, type DocsFacts } from '../support/docs-check.js';
+
+const repo = repoRoot();
+let facts: DocsFacts;
+
+beforeAll(() => {
+  const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  facts = { repo, code: codeText(repo), scripts: new Set(Object.keys(pkg.scripts)), cli: cliCommandsOf(program) };
+});
+
+describe('the docs name only what exists', () => {
+  it('finds the CLI commands it checks against', () => {
+    expect([...facts.cli.keys()]).toEqual(
+      expect.arrayContaining(['demo', 'ask', 'audit', 'docs openapi', 'projections rebuild', 'reply', 'clarify']),
+    );
+    expect(facts.cli.get('ask')).toContain('--no-events');
+  });
+
+  it('README.md, docs/ and the READMEs: settings, npm scripts, CLI commands and options, links, anchors, paths', () => {
+    const files = markdownFiles(repo);
+    expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['README.md', 'docs/operations.md', 'docs/performance.md']));
+    expect(docsProblems(files, facts)).toEqual([]);
+  });
+
+  it('the README: under 200 lines, with exactly the two fresh-machine commands, the second the one .ci/run runs', () => {
+    const readme = readFileSync(join(repo, 'README.md'), 'utf8');
+    expect(readme.split('\n').length).toBeLessThan(200);
+    const quickStart = /## Quick start[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
+    const commands = quickStart
+      .split('\n')
+      .map((l) => l.replace(/#.*/, '').trim())
+      .filter(Boolean);
+    expect(commands).toEqual(['npm ci && npm run demo', 'npm test']);
+    expect(readFileSync(join(repo, '.ci', 'run'), 'utf8')).toMatch(/\nnpm test\n/);
+  });
+});
+
+describe('the checker fails on what does not exist', () => {
+  it('reports a planted setting, npm script, command, option, link, anchor and path', () => {
+    const planted = [
+      // (built here, so that this file does not make it a setting the code mentions)
+      `Set \`RUNPLANE_${'NO_SUCH'}_SETTING=1\`, then \`npm run no-such-script\`.`,
+      '`npm run runplane -- frobnicate` and `runplane ask --no-such-flag "q"` and `npm run runplane -- docs no-such-doc`',
+      'See [gone](docs/no-such-file.md), [bad anchor](docs/operations.md#no-such-heading) and `apps/no-such-app/src/main.ts`.',
+      'Cited as docs/guarantees.md#k99. But `kubectl -n runplane rollout restart` is kubectl, and `runplane ask --no-events` exists.',
+      'Since issue [9] (#16) it is faster; nats-server issue 8274 is not ours.',
+    ].join('\n');
+    const names = docsProblems([{ path: 'README.md', text: planted }], facts).map((p) => `${p.line}:${p.name}`);
+    expect(names).toEqual([
+      `1:RUNPLANE_${'NO_SUCH'}_SETTING`,
+      '1:npm run no-such-script',
+      '2:runplane frobnicate',
+      '2:runplane ask --no-such-flag',
+      '2:runplane docs no-such-doc',
+      '3:docs/no-such-file.md',
+      '3:docs/operations.md#no-such-heading',
+      '3:apps/no-such-app/src/main.ts',
+      '4:docs/guarantees.md#k99',
+      '5:issue [9]',
+      '5:(#16)',
+    ]);
+  });
+});
