@@ -136,7 +136,10 @@ describe('a service that fails to start (issue [10])', () => {
   /** Runs a service's built entry with `env` until it exits; its exit code and last stderr line. */
   async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined }> {
     const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.js`, import.meta.url));
-    const proc = spawn(process.execPath, [main], { env: { ...process.env, RUNPLANE_AUTH_DISABLED: 'true', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(process.execPath, [main], {
+      env: { ...process.env, RUNPLANE_AUTH_DISABLED: 'true', ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
@@ -158,7 +161,9 @@ describe('a service that fails to start (issue [10])', () => {
       DATABASE_URL: 'postgres://nobody:secret@127.0.0.1:1/rp_unreachable',
     });
     expect(code).toBe(1);
-    expect(last).toMatch(/^projector failed to start: cannot connect to (or migrate the projection database|PostgreSQL) at postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/rp_unreachable: .*ECONNREFUSED/);
+    expect(last).toMatch(
+      /^projector failed to start: cannot connect to (or migrate the projection database|PostgreSQL) at postgres:\/\/nobody:\*\*\*@127\.0\.0\.1:1\/rp_unreachable: .*ECONNREFUSED/,
+    );
     expect(last).not.toContain('secret');
   }, 60_000);
 });
