@@ -8,6 +8,7 @@ import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, t
 import { BusConfig, natsServerList } from '@runplane/contracts';
 import {
   allRunsFilter,
+  closeConnection,
   DEFAULT_PARTITIONS,
   DeliveryFeed,
   MAX_PARTITIONS,
@@ -143,8 +144,11 @@ export class RunStream implements ConsumerSource {
   /** Downstream consumers read events one by one as delivered: nothing to remember here. */
   noteStored(): void {}
 
-  /** Closes the connection (after what it sent is flushed). Stop the consumers on it first. */
+  /**
+   * Closes the connection (after what it sent is flushed, bounded: during a NATS outage it closes
+   * anyway, so a shutting-down consumer exits). Stop the consumers on it first. Never throws.
+   */
   async close(): Promise<void> {
-    await this.nc.drain().catch(() => undefined);
+    await closeConnection(this.nc);
   }
 }

@@ -1284,9 +1284,33 @@ export class EventLog {
     }
   }
 
+  /**
+   * Closes the connection: drains it (what was sent is flushed, subscriptions end) when the server
+   * answers within {@link CLOSE_DRAIN_MS}, else closes it anyway, so a process shutting down during
+   * a NATS outage (the client reconnecting, or the server frozen) still exits. Never throws.
+   */
   async close(): Promise<void> {
-    await this.nc.drain().catch(() => undefined);
+    await closeConnection(this.nc);
   }
+}
+
+/** Milliseconds a graceful close waits for the drain before closing the connection anyway. */
+export const CLOSE_DRAIN_MS = 3_000;
+
+/**
+ * Drains `nc`, bounded by `drainMs`, then closes it whatever the drain did (a drain waits for the
+ * server, which may be gone or frozen: then it would never end). Resolves once `nc` is closed;
+ * never throws.
+ */
+export async function closeConnection(nc: NatsConnection, drainMs = CLOSE_DRAIN_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs)));
+  try {
+    await Promise.race([nc.drain().catch(() => undefined), bound]);
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!nc.isClosed()) await nc.close().catch(() => undefined);
 }
 
 export type { JsMsg };

@@ -149,7 +149,7 @@ describeEachNatsServer(servers, (server) => {
   });
 
   it("names a stored event that fails the schema by its paths in one short line, keeping the validator's issues in `detail`", async () => {
-    const runId = `r6${tag}`;
+    const runId = `rschema${tag}`;
     await log.append(admitted(runId), 0);
     const bad = { ...admitted(runId), eventId: 42, data: { nonsense: true } };
     await log.js.publish(runSubject(log.space, runId, 'admission'), JSON.stringify(bad));
