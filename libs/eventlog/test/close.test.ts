@@ -45,7 +45,7 @@ describe('EventLog.close() (graceful shutdown)', () => {
     }
   }, 30_000);
 
-  it('given the server answers, then close() drains: what was appended is stored', async () => {
+  it('given the server answers, then close() drains and closes the connection, the server still running', async () => {
     const { server, log } = await connected();
     await log.close();
     expect(log.nc.isClosed()).toBe(true);
