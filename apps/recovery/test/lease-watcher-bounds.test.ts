@@ -12,6 +12,12 @@ import { describeEachNatsServer, natsServersUnderTest } from '../../../test/supp
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
 const holder = { service: 'runtime', instance: `runtime-${tag}` };
+/**
+ * The lease TTL, which is also the window in which an expired lease of a beating holder is late
+ * (spared) before it is fenced: 1 s was missed in CI when no sweep ran inside it on a loaded
+ * machine (the lease went from held straight to fenced, never spared).
+ */
+const TTL_MS = 3_000;
 
 /** The sizes of the watcher's per-Run state (private fields, read the same way whatever their type). */
 const sizes = (w: LeaseWatcher) => {
@@ -19,7 +25,7 @@ const sizes = (w: LeaseWatcher) => {
   return { leases: f.leases.size, recorded: f.recorded.size, spared: f.spared.size, folds: f.commands.folds.size };
 };
 
-async function until(check: () => boolean, timeoutMs = 10_000): Promise<void> {
+async function until(check: () => boolean, timeoutMs = 30_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!check()) {
     if (Date.now() > end) throw new Error('timed out');
@@ -36,7 +42,7 @@ describeEachNatsServer(servers, (server) => {
     log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_LWB_${tag}`, prefix: `tlwb${tag}` });
     leases = await LeaseStore.open(log);
     beats = await HeartbeatStore.open(log);
-    watcher = new LeaseWatcher(log, leases, beats, { leaseTtlMs: 1_000, sweepMs: 100 });
+    watcher = new LeaseWatcher(log, leases, beats, { leaseTtlMs: TTL_MS, sweepMs: 100 });
     // no reconnection grace: the leases of this test expire on their own TTL
     (watcher as unknown as { connectedAt: number }).connectedAt = 0;
     await watcher.onApplicationBootstrap();
@@ -53,10 +59,10 @@ describeEachNatsServer(servers, (server) => {
     await beats.kv.put(heartbeatKey(holder), JSON.stringify({ ...holder, ttlMs: 60_000 }));
     const runs = Array.from({ length: 5 }, (_, i) => `r${i}${tag}`);
     for (const runId of runs) {
-      const held = await leases.acquire(runId, holder, 1_000);
+      const held = await leases.acquire(runId, holder, TTL_MS);
       if ('held' in held) throw new Error('not taken');
     }
-    // expired after 1 s, late (the holder beats) for one more TTL: each spared once
+    // expired after one TTL, late (the holder beats) for one more TTL: each spared once
     await until(() => sizes(watcher).spared === runs.length);
     expect(sizes(watcher).leases).toBe(runs.length);
     // past one more TTL they are gone: fenced, which reads each Run (its fold is kept)
