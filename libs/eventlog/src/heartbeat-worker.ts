@@ -18,6 +18,7 @@ const nc = await connect({
     .filter(Boolean),
   name: `${data.value.service}-heartbeat`,
   maxReconnectAttempts: -1,
+  noAsyncTraces: true,
   // replies on the user's own inbox, the only one the broker lets it read (issue 18)
   ...natsUserOptions(data.user, data.pass),
 });

@@ -3,7 +3,7 @@
  * durable JetStream consumer's events to `@EventPattern('<event type>')` handlers.
  */
 import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, type RpcExceptionFilter } from '@nestjs/common';
-import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
+import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
 import { recordAnomaly } from './anomalies.js';
@@ -243,8 +243,25 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     if (SERVICE_CONSUMERS[this.spec.service] === 'all') this.log.deliveries.partitionMoved(p);
   }
 
+  /**
+   * The handler of each event type, looked up once per type: Nest's `getHandlerByPattern` first
+   * tries `JSON.parse` on the pattern, which throws (and builds a SyntaxError) for every plain
+   * event type, twice per delivery when the service has a catch-all handler. Handlers are all
+   * registered before `listen`, so the answer for a type never changes once deliveries start.
+   */
+  private readonly handlers = new Map<string, MessageHandler | null>();
+
+  private handlerOf(type: string): MessageHandler | null {
+    let handler = this.handlers.get(type);
+    if (handler === undefined) {
+      handler = this.getHandlerByPattern(type) ?? this.getHandlerByPattern(ALL_EVENTS) ?? null;
+      this.handlers.set(type, handler);
+    }
+    return handler;
+  }
+
   private async dispatch(stored: StoredEvent): Promise<void> {
-    const handler = this.getHandlerByPattern(stored.event.type) ?? this.getHandlerByPattern(ALL_EVENTS);
+    const handler = this.handlerOf(stored.event.type);
     if (!handler) return;
     const run = async () => {
       const result: unknown = await handler(stored);
