@@ -217,7 +217,9 @@ program
 
 program
   .command('audit')
-  .description('check the guarantees of Runs (K1, K3, K5-K7, K9-K11) from the log alone (never the projections); reads the log, writes nothing')
+  .description(
+    'check the guarantees of Runs (K1, K3-K11; K2 through the K3 link check) from the log alone (never the projections); reads the log, writes nothing',
+  )
   .option('--run <id>', 'audit this Run (its parent and children are read for the link checks)')
   .option('--all', 'audit every Run in the log')
   .option('--since <time>', 'with --all: only Runs admitted at or after this time (ISO-8601); refused with --run')

@@ -11,7 +11,7 @@ import { budgetOf, closedForSettlement, emptyFacts, epochSuperseded, evolveOwned
 /** One check of the audit: an id, the contract it comes from and what it asserts. */
 export interface CheckDefinition {
   id: CheckId;
-  contract: 'K1' | 'K3' | 'K5' | 'K6' | 'K7' | 'K9' | 'K10' | 'K11';
+  contract: 'K1' | 'K3' | 'K4' | 'K5' | 'K6' | 'K7' | 'K8' | 'K9' | 'K10' | 'K11';
   title: string;
 }
 
@@ -43,6 +43,16 @@ export const CHECKS = [
     id: 'links',
     contract: 'K3',
     title: 'continuations, clarification answers and children linked to a real, eligible parent, which is never reopened',
+  },
+  {
+    id: 'cancel-explicit',
+    contract: 'K4',
+    title: 'only an explicit cancel cancels (a `canceled` fence or settlement follows a recorded cancel request), and a recorded cancel does cancel',
+  },
+  {
+    id: 'failure-local',
+    contract: 'K8',
+    title: 'a failed or denied tool call stops only itself: the execution goes on to another model turn unless a limit, a fence or a park stops it',
   },
   { id: 'wake-once', contract: 'K10', title: 'each wait answered at most once, before it expired; each child result recorded once' },
   {
@@ -242,6 +252,8 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
   const receipts = new Map<string, { seq: number; status: string }>();
   const wakes = new Map<string, number>();
   const childResults = new Map<string, number>();
+  /** K8: failed or denied receipts the execution has not gone on from yet (no later turn, limit, fence or park). */
+  let failuresPending: { seq: number; toolCallId: string; name: string; status: string }[] = [];
   let grantedEpoch = 0;
   for (const stored of events) {
     const e = stored.event;
@@ -310,6 +322,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
               `settled while an executor subject was open (runtime ${before.closed.runtime ? 'closed' : 'open'}, tools ${before.closed.tools ? 'closed' : 'open'}, not closed by its own finish)`,
             );
           checkSettlement(r, stored.seq, before, e);
+          checkCancel(r, stored.seq, before, e);
         }
         break;
       }
@@ -348,6 +361,11 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       }
       case 'tool.call.receipt': {
         applicable.add('dispatch-once');
+        if (e.data.status === 'failed' || e.data.status === 'denied') {
+          applicable.add('failure-local');
+          const call = before.toolCalls.get(e.data.toolCallId);
+          failuresPending.push({ seq: stored.seq, toolCallId: e.data.toolCallId, name: call?.name ?? 'unknown tool', status: e.data.status });
+        }
         const first = receipts.get(e.data.toolCallId);
         if (first)
           r.report(
@@ -361,6 +379,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
         break;
       }
       case 'model.turn.requested': {
+        failuresPending = [];
         applicable.add('budget-inside-grant');
         const deadline = before.admitted?.limits.deadlineAt;
         if (deadline && Date.parse(e.occurredAt) > Date.parse(deadline))
@@ -368,6 +387,36 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
         checkInputReservation(r, stored.seq, before, e);
         break;
       }
+      case 'run.execution.finished':
+        for (const f of failuresPending)
+          if (!STOPS_AT_A_LIMIT.has(e.data.reason))
+            r.report(
+              'failure-local',
+              stored.seq,
+              `the execution stopped (${e.data.reason}) right after tool call ${f.toolCallId} (${f.name}) was ${f.status} at #${f.seq}, without another model turn and at no limit`,
+            );
+        failuresPending = [];
+        break;
+      case 'run.finalization.started':
+      case 'lease.parked':
+      case 'run.handed_over':
+        failuresPending = [];
+        break;
+      case 'run.cancel.requested':
+        applicable.add('cancel-explicit');
+        break;
+      case 'run.fenced':
+        failuresPending = [];
+        if (e.data.reason === 'canceled') {
+          applicable.add('cancel-explicit');
+          if (!before.cancelRequested)
+            r.report(
+              'cancel-explicit',
+              stored.seq,
+              `the ${e.data.fencedSubject} subject was fenced \`canceled\` with no cancel request recorded before it`,
+            );
+        }
+        break;
       case 'child.run.requested':
         applicable.add('child-carved');
         checkCarve(r, stored.seq, before, e);
@@ -399,6 +448,27 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
   }
   checkBudget(r);
   return r;
+}
+
+/** Why an execution may stop after a failed or denied tool call without another model turn (K8): a limit of its own grant, not the failure. */
+const STOPS_AT_A_LIMIT = new Set<string>(['model-request-limit', 'tool-call-limit', 'token-limit', 'deadline', 'grant-refused']);
+
+/**
+ * K4 at the settlement: `canceled` only after a recorded cancel request; and a cancel recorded
+ * before the settlement cancels, unless the runtime had already stopped with an answer (then the
+ * answer settles: nothing was left to stop, the lifecycle's rule).
+ */
+function checkCancel(r: Replay, seq: number, before: RunFacts, e: Extract<RunEvent, { type: 'run.settled' }>): void {
+  if (e.data.outcome === 'canceled') {
+    r.applicable.add('cancel-explicit');
+    if (!before.cancelRequested) r.report('cancel-explicit', seq, 'settled `canceled` with no cancel request recorded before it');
+  } else if (before.cancelRequested && before.finished?.reason !== 'answered') {
+    r.report(
+      'cancel-explicit',
+      seq,
+      `settled \`${e.data.outcome}\` although a cancel was requested at ${before.cancelRequested.at} and the runtime had not stopped with an answer`,
+    );
+  }
 }
 
 /** K9: what a settlement names exists in the log, and its outcome is the honest one for what it lists. */

@@ -416,6 +416,75 @@ describe('audit K10: a wake accepted once', () => {
   });
 });
 
+describe('audit K4: only an explicit cancel cancels, and a recorded cancel does', () => {
+  const cancel = (h: History) => h.add('run.cancel.requested', 'cancel', { requestedBy: 'alice', reason: null });
+  const status = (report: AuditReport, id: CheckId) => report.runs[0]!.checks.find((c) => c.id === id)!.status;
+
+  it('given a cancel request, when recovery fences `canceled` and the lifecycle settles `canceled`, then the check holds', () => {
+    const h = cancel(new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }))
+      .fenced('canceled')
+      .settled('canceled');
+    expect(broken(audit(h))).toEqual([]);
+    expect(status(audit(h), 'cancel-explicit')).toBe('held');
+  });
+
+  it('given no cancel request, when a fence says `canceled` and the Run settles `canceled` (a disconnect taken for a cancel), then each is named', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'list_funds' }] })
+      .fenced('canceled');
+    const fences = [h.seq - 1, h.seq];
+    h.settled('canceled');
+    expect(broken(audit(h))).toEqual([{ id: 'cancel-explicit', seqs: [...fences, h.seq] }]);
+  });
+
+  it('given a cancel request, when the Run settles `interrupted` after a lost lease, then the settlement is named', () => {
+    const h = cancel(new History().admitted().turn(1, { calls: [{ id: 'a', name: 'list_funds' }] }))
+      .fenced('lease-expired')
+      .settled('interrupted');
+    expect(broken(audit(h))).toEqual([{ id: 'cancel-explicit', seqs: [h.seq] }]);
+  });
+
+  it('given a cancel requested after the runtime stopped with its answer, when the answer settles `completed`, then the check holds', () => {
+    const h = cleanRun();
+    const settlement = h.events.pop()!;
+    cancel(h);
+    h.events.push({ ...settlement, seq: h.seq + 1 });
+    expect(broken(audit(h))).toEqual([]);
+  });
+});
+
+describe('audit K8: a failed or denied tool call stops only itself', () => {
+  const failedCall = () =>
+    new History()
+      .admitted()
+      .turn(1, { calls: [{ id: 'a', name: 'get_holdings' }] })
+      .proposed(1, 'a', 'get_holdings')
+      .dispatched('a', 'get_holdings')
+      .receipt('a', 'get_holdings', 'failed', null);
+  const status = (report: AuditReport) => report.runs[0]!.checks.find((c) => c.id === 'failure-local')!.status;
+
+  it('given a failed receipt, when the next model turn is requested, then the check holds', () => {
+    const h = failedCall().turn(2, { content: 'The file could not be read.' });
+    expect(broken(audit(h))).toEqual([]);
+    expect(status(audit(h))).toBe('held');
+  });
+
+  it('given a failed receipt, when the execution stops at once for no limit of its own, then the stop is named', () => {
+    const h = failedCall().add('run.execution.finished', 'finished', { reason: 'empty-output', detail: '', answerTurn: null });
+    expect(broken(audit(h))).toEqual([{ id: 'failure-local', seqs: [h.seq] }]);
+  });
+
+  it('given a failed receipt, when the execution stops at its model-request limit, then the check holds', () => {
+    const h = failedCall().add('run.execution.finished', 'finished', { reason: 'model-request-limit', detail: '', answerTurn: null });
+    expect(broken(audit(h))).toEqual([]);
+  });
+
+  it('a Run with no failed or denied call does not apply', () => {
+    expect(status(audit(cleanRun()))).toBe('not-applicable');
+  });
+});
+
 describe('audit K11: the log whole and verified', () => {
   /** Stamps each event's back-link as the event log does: the previous stored message on its subject. */
   const linkedChain = (h: History): StoredEvent[] => {
