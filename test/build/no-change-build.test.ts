@@ -1,0 +1,66 @@
+/**
+ * A build with nothing changed must leave every dist/ file as it is (same inode, same mtime): the
+ * services, the tests and the CLI import from dist/ while another `npm run build` may be running, and
+ * a build that deletes and re-creates its outputs (as Nx did, restoring them from its cache) lets
+ * one of them find a file missing (ERR_MODULE_NOT_FOUND). Two paths of scripts/build.mjs:
+ *   - the quick path (every project's buildinfo newer than its inputs): checked on every project;
+ *   - the compiler's emit: one small project (migrations) rebuilt with --force, so TypeScript emits
+ *     every file again; each text equals the one on disk, so none may be rewritten.
+ * Needs `npm run build` first (as every test of the built apps).
+ */
+import { describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { repoRoot } from '@runplane/devstack';
+
+const repo = repoRoot();
+const run = promisify(execFile);
+
+/** Every file under the dist/ of the given project directories, with its inode, mtime (ms) and size. */
+function snapshot(projectDirs: string[]): Map<string, string> {
+  const files = new Map<string, string>();
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else {
+        const stat = statSync(path);
+        files.set(path, `${stat.ino} ${stat.mtimeMs} ${stat.size}`);
+      }
+    }
+  };
+  for (const dir of projectDirs) walk(join(repo, dir, 'dist'));
+  return files;
+}
+
+function allProjects(): string[] {
+  const dirs = ['migrations'];
+  for (const parent of ['libs', 'apps']) for (const name of readdirSync(join(repo, parent))) dirs.push(join(parent, name));
+  return dirs;
+}
+
+/** `npm run build` itself (so a change of the command is checked too), with `args` after `--`. */
+async function build(...args: string[]): Promise<void> {
+  const extra = args.length > 0 ? ['--', ...args] : [];
+  await run('npm', ['run', 'build', '--silent', ...extra], { cwd: repo, timeout: 110_000 });
+}
+
+describe('npm run build with nothing changed', () => {
+  it('rewrites no dist/ file of any project', async () => {
+    await build();
+    const before = snapshot(allProjects());
+    expect(before.size).toBeGreaterThan(100);
+    await build();
+    expect(snapshot(allProjects())).toEqual(before);
+  }, 120_000);
+
+  it('re-emitting a project with the same texts rewrites none of its files', async () => {
+    await build('migrations');
+    const before = snapshot(['migrations']);
+    expect([...before.keys()].some((file) => file.endsWith('index.js'))).toBe(true);
+    await build('migrations', '--force');
+    expect(snapshot(['migrations'])).toEqual(before);
+  }, 120_000);
+});
