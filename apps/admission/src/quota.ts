@@ -64,7 +64,12 @@ export const unlimited = (limits: QuotaLimits): boolean => limits.concurrentRuns
 export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date): QuotaRefusal | null {
   const refusals: QuotaRefusal[] = [];
   if (limits.concurrentRuns !== null && usage.activeRuns >= limits.concurrentRuns) {
-    refusals.push({ quota: 'concurrent-runs', limit: limits.concurrentRuns, used: usage.activeRuns, retryAfterSeconds: CONCURRENT_RETRY_AFTER_SECONDS });
+    refusals.push({
+      quota: 'concurrent-runs',
+      limit: limits.concurrentRuns,
+      used: usage.activeRuns,
+      retryAfterSeconds: CONCURRENT_RETRY_AFTER_SECONDS,
+    });
   }
   if (limits.runsPerHour !== null) {
     const windowStart = now.getTime() - QUOTA_HOUR_MS;
@@ -74,7 +79,12 @@ export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date):
       // room for one more once all but limit - 1 of them have left the window
       const mustLeave = inWindow[inWindow.length - limits.runsPerHour]!;
       const waitMs = mustLeave + QUOTA_HOUR_MS - now.getTime();
-      refusals.push({ quota: 'runs-per-hour', limit: limits.runsPerHour, used: inWindow.length, retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)) });
+      refusals.push({
+        quota: 'runs-per-hour',
+        limit: limits.runsPerHour,
+        used: inWindow.length,
+        retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)),
+      });
     }
   }
   if (refusals.length === 0) return null;

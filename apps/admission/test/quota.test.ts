@@ -50,9 +50,15 @@ describe('quotaRefusal: the rule', () => {
 
   it('given both quotas exceeded, then the refusal names the one that frees last', () => {
     const usage = { activeRuns: 1, admittedInLastHour: [ago(60)] };
-    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), usage, NOW)).toMatchObject({ quota: 'runs-per-hour', retryAfterSeconds: 3540 });
+    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), usage, NOW)).toMatchObject({
+      quota: 'runs-per-hour',
+      retryAfterSeconds: 3540,
+    });
     const almostOut = { activeRuns: 1, admittedInLastHour: [ago(3598)] };
-    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), almostOut, NOW)).toMatchObject({ quota: 'concurrent-runs', retryAfterSeconds: 5 });
+    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), almostOut, NOW)).toMatchObject({
+      quota: 'concurrent-runs',
+      retryAfterSeconds: 5,
+    });
   });
 });
 
@@ -72,7 +78,10 @@ describe('admission decide with quotas', () => {
   const atLimit = { limits: limits({ concurrentRuns: 1 }), usage: { activeRuns: 1, admittedInLastHour: [ago(30)] } };
 
   it('given no admission, when a new message comes from a principal at its concurrency quota, then QuotaExceeded and nothing is decided', () => {
-    admission.given([]).when(post({ quota: atLimit }), NOW).thenThrows(QuotaExceeded);
+    admission
+      .given([])
+      .when(post({ quota: atLimit }), NOW)
+      .thenThrows(QuotaExceeded);
     admission
       .given([])
       .when(post({ quota: atLimit }), NOW)
@@ -89,7 +98,10 @@ describe('admission decide with quotas', () => {
   it('given the message admitted before, when it is repeated while the principal is over quota, then nothing is appended and nothing refused (K1)', () => {
     const [e] = decide(emptyFacts(admissionIds(conversationKey('conv-1', 'alice'), 'client-1').runId), post(), NOW);
     const prior = [{ seq: 1, subject: `rp.run.${e!.runId}.admission`, event: e! }];
-    admission.given(prior).when(post({ quota: atLimit, requestId: 'req-2' }), NOW).thenNothing();
+    admission
+      .given(prior)
+      .when(post({ quota: atLimit, requestId: 'req-2' }), NOW)
+      .thenNothing();
   });
 });
 
@@ -103,7 +115,9 @@ describe('RUNPLANE_QUOTA_* settings', () => {
   });
 
   it('a bad value stops start-up with an error naming the setting', () => {
-    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: 'ten' })).toThrow(/RUNPLANE_QUOTA_CONCURRENT_RUNS: must be a whole decimal number/);
+    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: 'ten' })).toThrow(
+      /RUNPLANE_QUOTA_CONCURRENT_RUNS: must be a whole decimal number/,
+    );
     expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '0' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
     expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '-1' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
   });

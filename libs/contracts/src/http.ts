@@ -166,14 +166,10 @@ export const QuotaProblem = ProblemDetails.extend({
   quota: z.enum(['concurrent-runs', 'runs-per-hour']).meta({ description: 'Which quota refused the Run' }),
   limit: z.number().int().min(1).meta({ description: 'The quota (RUNPLANE_QUOTA_*)' }),
   used: z.number().int().min(0).meta({ description: "What the principal's Runs use of it, as the projections counted" }),
-  retryAfterSeconds: z
-    .number()
-    .int()
-    .min(1)
-    .meta({
-      description:
-        'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour); for concurrent-runs a hint to poll at, since when a Run settles is not known',
-    }),
+  retryAfterSeconds: z.number().int().min(1).meta({
+    description:
+      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour); for concurrent-runs a hint to poll at, since when a Run settles is not known',
+  }),
 }).meta({ id: 'QuotaProblem' });
 export type QuotaProblem = z.infer<typeof QuotaProblem>;
 
