@@ -10,9 +10,10 @@
  * until the day ends (docs/configuration.md, "Quotas").
  */
 
-/** The quotas, as named in the 429 problem (`quota`) and the metric's `quota` label. */
-export const QuotaNames = ['concurrent-runs', 'runs-per-hour'] as const;
-export type QuotaName = (typeof QuotaNames)[number];
+import type { QuotaName } from '@runplane/contracts';
+
+/** The quotas, as named in the 429 problem (`quota`) and the metric's `quota` label (contracts `QuotaNames`). */
+export type { QuotaName };
 
 /** The sliding window of `runs-per-hour`, ms. */
 export const QUOTA_HOUR_MS = 3_600_000;

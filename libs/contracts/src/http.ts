@@ -162,8 +162,12 @@ export type ProblemDetails = z.infer<typeof ProblemDetails>;
  * 429 `quota_exceeded`: a new Run would exceed a per-principal quota of admission (nothing was
  * appended). The `Retry-After` header carries `retryAfterSeconds`.
  */
+/** The per-principal quotas of admission, as a 429 names them (`quota`) and the metric labels them. */
+export const QuotaNames = ['concurrent-runs', 'runs-per-hour'] as const;
+export type QuotaName = (typeof QuotaNames)[number];
+
 export const QuotaProblem = ProblemDetails.extend({
-  quota: z.enum(['concurrent-runs', 'runs-per-hour']).meta({ description: 'Which quota refused the Run' }),
+  quota: z.enum(QuotaNames).meta({ description: 'Which quota refused the Run' }),
   limit: z.number().int().min(1).meta({ description: 'The quota (RUNPLANE_QUOTA_*)' }),
   used: z.number().int().min(0).meta({ description: "What the principal's Runs use of it, as the projections counted" }),
   retryAfterSeconds: z.number().int().min(1).meta({
