@@ -47,6 +47,7 @@ import {
   CurrentPrincipal,
   mayAccess,
   parseJsonBody,
+  quotaRefusalsTotal,
   RunCommandHandler,
   RunFolds,
   type Principal,
@@ -60,6 +61,7 @@ import {
   decide,
   MessageConflict,
   ParentNotFound,
+  QuotaExceeded,
   RunAlreadySettled,
   RunNotFound,
   ReconcileConflict,
@@ -71,6 +73,7 @@ import {
 } from './decide.js';
 import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
+import { unlimited } from './quota.js';
 
 /** The opaque cursor of the page after `last` (base64url JSON of {@link RunsCursor}). */
 export function encodeRunsCursor(last: RunView): string {
@@ -232,7 +235,9 @@ export class AdmissionController {
    * again (nothing appended); 409 `message_conflict` the same id with other text, parent or reply
    * (`field` names it), `continuation_not_eligible` (`reason`), `clarification_answered`; 404 no
    * such parent Run or clarification in this conversation; 400 a bad body (zod reason, bytes that
-   * are not UTF-8). K1, K2, K3. The parent's facts are read from its log, never the projection.
+   * are not UTF-8); 429 `quota_exceeded` a new Run over a quota of the principal (`quota`, `limit`,
+   * `used`, `retryAfterSeconds`, header `Retry-After`; nothing appended; a repeat is never refused).
+   * K1, K2, K3. The parent's facts are read from its log, never the projection.
    * After the append the Run is added to the conversation index (a repeat repairs a missing entry).
    */
   @Post('conversations/:conversationId/messages')
@@ -252,11 +257,14 @@ export class AdmissionController {
     const key = keyOf(conversationId, principal);
     const ordinaryRunId = admissionIds(key, message.clientMessageId).runId;
     const runId = message.replyTo ? clarificationReplyRunId(key, message.replyTo.clarificationId) : ordinaryRunId;
-    const [indexed, continuationParent, replyParent, ordinaryAdmitted] = await Promise.all([
+    const quotas = this.settings.quotas;
+    const [indexed, continuationParent, replyParent, ordinaryAdmitted, usage] = await Promise.all([
       this.conversations.read(key),
       message.continuationOfRunId ? this.commands.folds.read(message.continuationOfRunId) : null,
       message.replyTo ? this.commands.folds.read(message.replyTo.runId) : null,
       message.replyTo ? this.log.lastOf(ordinaryRunId, 'admission') : null,
+      // every principal, admins too; with authentication disabled every caller is one principal (Runs without one)
+      quotas && !unlimited(quotas) ? this.runs.quotaUsage(principal.unauthenticated ? null : principal.sub, new Date()) : null,
     ]);
     const byIndex = indexed.runs.find((r) => r.clientMessageId === message.clientMessageId)?.runId ?? null;
     const cmd: PostMessage = {
@@ -272,6 +280,7 @@ export class AdmissionController {
       messageRunElsewhere: ordinaryAdmitted && ordinaryRunId !== runId ? ordinaryRunId : byIndex,
       ...(message.continuationOfRunId ? { continuation: { parentRunId: message.continuationOfRunId, parent: continuationParent } } : {}),
       ...(message.replyTo ? { reply: { ...message.replyTo, parent: replyParent } } : {}),
+      ...(quotas && usage ? { quota: { limits: quotas, usage } } : {}),
     };
     let result;
     try {
@@ -283,6 +292,13 @@ export class AdmissionController {
         throw apiError(HttpStatus.CONFLICT, 'continuation_not_eligible', e.message, { extensions: { reason: e.reason } });
       if (e instanceof ClarificationAnswered)
         throw apiError(HttpStatus.CONFLICT, 'clarification_answered', e.message, { extensions: { answeredBy: e.answeredBy } });
+      if (e instanceof QuotaExceeded) {
+        quotaRefusalsTotal.inc({ quota: e.refusal.quota });
+        throw apiError(HttpStatus.TOO_MANY_REQUESTS, 'quota_exceeded', e.message, {
+          headers: { 'Retry-After': String(e.refusal.retryAfterSeconds) },
+          extensions: { ...e.refusal },
+        });
+      }
       if (e instanceof AppendConflict)
         throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
       throw e;

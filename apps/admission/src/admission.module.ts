@@ -1,5 +1,14 @@
 import { Module } from '@nestjs/common';
-import { LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
+import {
+  LimitsConfig,
+  loadConfig,
+  ModelConfig,
+  ParkingToolNames,
+  ParkingToolsConfig,
+  QuotaConfig,
+  TestToolNames,
+  TestToolsConfig,
+} from '@runplane/contracts';
 import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { AuthModule, HealthModule } from '@runplane/service-kit';
@@ -18,6 +27,7 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
       provide: ADMISSION_SETTINGS,
       useFactory: (): AdmissionSettings => {
         const limits = loadConfig(LimitsConfig);
+        const quotas = loadConfig(QuotaConfig);
         return {
           model: loadConfig(ModelConfig).RUNPLANE_MODEL,
           testTools: loadConfig(TestToolsConfig)
@@ -40,6 +50,7 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
             },
             noProgressSeconds: limits.RUNPLANE_NO_PROGRESS_SECONDS,
           },
+          quotas: { concurrentRuns: quotas.RUNPLANE_QUOTA_CONCURRENT_RUNS, runsPerHour: quotas.RUNPLANE_QUOTA_RUNS_PER_HOUR },
         };
       },
     },

@@ -28,6 +28,7 @@ import {
   type RunLimits,
 } from '@runplane/contracts';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
+import { quotaRefusal, type QuotaLimits, type QuotaRefusal, type QuotaUsage } from './quota.js';
 
 /** A user's message to admit (the HTTP body, validated, plus what admission adds). */
 export interface PostMessage {
@@ -53,6 +54,11 @@ export interface PostMessage {
    * decided (an ordinary message's id reused for a clarification answer, or the reverse), else null.
    */
   messageRunElsewhere?: string | null;
+  /**
+   * The principal's quotas and what it uses now (from the projections); absent: no quota applies.
+   * Checked only for a new Run: a repeat of an admitted message answers as before (K1).
+   */
+  quota?: { limits: QuotaLimits; usage: QuotaUsage };
 }
 
 /**
@@ -200,6 +206,16 @@ export class ReconcileConflict extends Error {
   override readonly name = 'ReconcileConflict';
 }
 
+/** A new Run would exceed a quota of its principal (HTTP 429 `quota_exceeded` with `Retry-After`; nothing appended). */
+export class QuotaExceeded extends Error {
+  override readonly name = 'QuotaExceeded';
+  constructor(readonly refusal: QuotaRefusal) {
+    super(
+      `quota ${refusal.quota} exceeded: ${refusal.used} of ${refusal.limit} ${refusal.quota === 'concurrent-runs' ? 'Runs not settled yet' : 'Runs admitted in the last hour'}; retry in ${refusal.retryAfterSeconds} s`,
+    );
+  }
+}
+
 /** The body field a repeated `clientMessageId` disagrees on. */
 export type ConflictField = 'content' | 'continuationOfRunId' | 'replyTo';
 
@@ -273,6 +289,7 @@ export function assertContinuable(parent: RunFacts): void {
  * @throws MessageConflict when admitted with other content, parent or clarification (K1).
  * @throws ParentNotFound / ContinuationNotEligible for a Continue of a missing or ineligible parent (K3).
  * @throws ClarificationNotFound / ClarificationAnswered for an answer to a missing or answered clarification (K2).
+ * @throws QuotaExceeded when a new Run would exceed a quota of its principal (`cmd.quota`; never for a repeat).
  */
 export function decide(facts: RunFacts, trigger: AdmissionTrigger, now: Date): RunEvent[] {
   switch (trigger.type) {
@@ -329,6 +346,9 @@ function admit(facts: RunFacts, cmd: PostMessage, now: Date): RunEvent[] {
       clarification: { clarificationId, question: c.question, originalRequest: parent.admitted.message.content },
     };
   }
+  // after every other rule: a request refused anyway gets its own reason, and a repeat (above) is never counted
+  const refusal = cmd.quota ? quotaRefusal(cmd.quota.limits, cmd.quota.usage, now) : null;
+  if (refusal) throw new QuotaExceeded(refusal);
   const history = (cmd.history ?? []).filter((id) => id !== runId);
   return [
     makeEvent(

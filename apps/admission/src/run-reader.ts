@@ -5,6 +5,7 @@ import type { z } from 'zod';
 import type { RunListQuery } from '@runplane/projections';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
+import { QUOTA_HOUR_MS, type QuotaLimits, type QuotaUsage } from './quota.js';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
@@ -15,6 +16,8 @@ export interface AdmissionSettings {
   /** Parking tools (`ask_human`, `spawn_subagent`, K10) in every user Run's grant (`RUNPLANE_PARKING_TOOLS`); both by default. */
   parkingTools?: string[];
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
+  /** Per-principal quotas (`RUNPLANE_QUOTA_*`); absent or null entries: no limit. */
+  quotas?: QuotaLimits;
 }
 
 type Projections = typeof import('@runplane/projections');
@@ -76,6 +79,24 @@ export class RunReader implements OnApplicationShutdown {
       return await listRunViews(orm, q);
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
+      throw e;
+    }
+  }
+
+  /**
+   * What the quotas count for `principal` at `now` (null: the Runs admitted without one), from the
+   * projections: they follow the log by the projector's lag, so a Run admitted a moment ago may not
+   * be counted yet (docs/configuration.md, "Quotas").
+   * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
+   */
+  async quotaUsage(principal: string | null, now: Date): Promise<QuotaUsage> {
+    try {
+      const orm = await this.connect();
+      const { quotaUsageOf } = await loadProjections();
+      const usage = await quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS));
+      return { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince };
+    } catch (e) {
+      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections the quotas count)');
       throw e;
     }
   }

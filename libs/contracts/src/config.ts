@@ -147,6 +147,36 @@ export const LimitsConfig = z
     }
   });
 
+/**
+ * A whole decimal number from an environment variable, within [min, max]; unset or empty means
+ * null (no limit). Refused as {@link envInt} refuses.
+ */
+export function envOptionalInt(min: number, max = Number.MAX_SAFE_INTEGER) {
+  return z.preprocess(
+    (v) => (v === undefined || v === '' ? null : v),
+    z
+      .string()
+      .regex(/^\d+$/, 'must be a whole decimal number, or unset for no limit')
+      .transform(Number)
+      .pipe(z.number().int().min(min).max(max))
+      .nullable(),
+  );
+}
+
+/**
+ * Per-principal quotas of admission (docs/configuration.md "Quotas"): a new Run over one is refused
+ * 429 `quota_exceeded` and nothing is appended. Unset: no limit. Counted from the Run projections
+ * (rebuilt from the log, K11). A money-per-day quota belongs beside these
+ * (`RUNPLANE_QUOTA_MONEY_PER_DAY`, once Runs are priced).
+ */
+export const QuotaConfig = z.object({
+  /** Runs of one principal admitted and not settled yet (child Runs not counted: they are charged to their parent's grant). */
+  RUNPLANE_QUOTA_CONCURRENT_RUNS: envOptionalInt(1, 1_000_000),
+  /** Runs one principal may have admitted in any sliding hour (child Runs not counted). */
+  RUNPLANE_QUOTA_RUNS_PER_HOUR: envOptionalInt(1, 1_000_000),
+});
+export type QuotaConfig = z.infer<typeof QuotaConfig>;
+
 export const HttpConfig = z.object({ HOST: z.string().min(1).default('127.0.0.1') });
 
 export const ToolsConfig = z.object({

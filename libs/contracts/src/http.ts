@@ -159,6 +159,25 @@ export const ProblemDetails = z
 export type ProblemDetails = z.infer<typeof ProblemDetails>;
 
 /**
+ * 429 `quota_exceeded`: a new Run would exceed a per-principal quota of admission (nothing was
+ * appended). The `Retry-After` header carries `retryAfterSeconds`.
+ */
+/** The per-principal quotas of admission, as a 429 names them (`quota`) and the metric labels them. */
+export const QuotaNames = ['concurrent-runs', 'runs-per-hour'] as const;
+export type QuotaName = (typeof QuotaNames)[number];
+
+export const QuotaProblem = ProblemDetails.extend({
+  quota: z.enum(QuotaNames).meta({ description: 'Which quota refused the Run' }),
+  limit: z.number().int().min(1).meta({ description: 'The quota (RUNPLANE_QUOTA_*)' }),
+  used: z.number().int().min(0).meta({ description: "What the principal's Runs use of it, as the projections counted" }),
+  retryAfterSeconds: z.number().int().min(1).meta({
+    description:
+      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour); for concurrent-runs a hint to poll at, since when a Run settles is not known',
+  }),
+}).meta({ id: 'QuotaProblem' });
+export type QuotaProblem = z.infer<typeof QuotaProblem>;
+
+/**
  * The problem types the services answer with, and their fixed titles. Errors Nest raises itself
  * (an HTTP status without a Runplane code) use the lower-cased status name as code.
  */
@@ -179,6 +198,7 @@ export const ProblemTitles: Record<string, string> = {
   wait_not_pending: 'The wait is not pending',
   wait_conflict: 'The wait was answered differently',
   admission_contended: 'Admission contended',
+  quota_exceeded: 'A quota of the principal is exceeded',
   dependency_unavailable: 'A dependency is unavailable',
   internal_error: 'Internal error',
 };

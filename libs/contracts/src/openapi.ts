@@ -38,6 +38,7 @@ import {
   RunView,
   RunsPage,
   RunsQuery,
+  QuotaProblem,
 } from './http.js';
 
 /** The service processes that serve HTTP (every one serves `/healthz` and `/openapi.json`). */
@@ -115,7 +116,17 @@ export const HttpRoutes: readonly HttpRoute[] = [
       ),
       413: problem('The body is larger than the server accepts (`payload_too_large`)'),
       415: problem('The body is not JSON (`unsupported_media_type`)'),
-      503: unavailable('NATS JetStream'),
+      429: {
+        description:
+          'A new Run would exceed a quota of the principal (`quota_exceeded`: which `quota`, its `limit`, what is `used`); nothing was ' +
+          'appended. Retry after `Retry-After` seconds. A repeat of an admitted message is never refused',
+        body: { contentType: PROBLEM_CONTENT_TYPE, schema: QuotaProblem },
+        headers: RETRY_AFTER,
+      },
+      503: problem(
+        'NATS JetStream, or with a quota set PostgreSQL (the projections it counts), is unreachable (`dependency_unavailable`); retry after `Retry-After` seconds',
+        RETRY_AFTER,
+      ),
     },
   },
   {

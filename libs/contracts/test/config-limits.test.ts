@@ -16,6 +16,7 @@ import {
   loadConfig,
   MAX_TIMER_MS,
   ModelConfig,
+  QuotaConfig,
   RecoveryConfig,
   ToolsConfig,
   WaitConfig,
@@ -46,6 +47,8 @@ const cases: [string, z.ZodObject, number, number | null][] = [
   ['RUNPLANE_TOOL_THREADS', ToolsConfig, 1, 64],
   ['RUNPLANE_RECOVERY_SWEEP_MS', RecoveryConfig, 50, MAX_TIMER_MS],
   ['RUNPLANE_CONTEXT_MAX_CHARS', ContextConfig, 2_000, 50_000_000],
+  ['RUNPLANE_QUOTA_CONCURRENT_RUNS', QuotaConfig, 1, 1_000_000],
+  ['RUNPLANE_QUOTA_RUNS_PER_HOUR', QuotaConfig, 1, 1_000_000],
 ];
 
 describe('configured limits: accepted at their edges, refused one beyond, naming the variable', () => {

@@ -45,6 +45,31 @@ export async function listRunViews(orm: MikroORM, q: RunListQuery): Promise<{ ru
   return { runs: rows.slice(0, q.limit).map((e) => RunView.parse(runRowOf(e))), more: rows.length > q.limit };
 }
 
+/** What {@link quotaUsageOf} counts for one principal. */
+export interface PrincipalRunUsage {
+  /** Its Runs admitted and not settled. */
+  activeRuns: number;
+  /** When its Runs admitted after `since` were admitted (ISO-8601), oldest first. */
+  admittedSince: string[];
+}
+
+/**
+ * The Runs admission's quotas count for one principal (null: the Runs admitted without one, with
+ * authentication disabled): how many are not settled, and when those admitted after `since` were
+ * admitted. Child Runs (their `clientMessageId` starts with the reserved `child.`) are not counted:
+ * they are charged to their parent's grant. Every column read derives from events, so a rebuild
+ * from the log gives the same counts (K11); the counts follow the log by the projector's lag.
+ */
+export async function quotaUsageOf(orm: MikroORM, principal: string | null, since: Date): Promise<PrincipalRunUsage> {
+  const em = orm.em.fork();
+  const own: FilterQuery<RunEntity> = { principal, $not: { clientMessageId: { $like: 'child.%' } } };
+  const [activeRuns, recent] = await Promise.all([
+    em.count(RunEntity, { $and: [own, { status: { $ne: 'settled' } }] }),
+    em.find(RunEntity, { $and: [own, { admittedAt: { $gt: since } }] }, { fields: ['admittedAt'], orderBy: { admittedAt: 'asc' } }),
+  ]);
+  return { activeRuns, admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()) };
+}
+
 /** The projection tables and their primary key columns, in dump order. */
 export const PROJECTION_TABLES = {
   runs: ['run_id'],

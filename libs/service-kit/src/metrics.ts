@@ -13,6 +13,8 @@
  * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
+ * - `runplane_quota_refusals_total{service, quota}`: new Runs admission refused for a per-principal
+ *   quota (429 `quota_exceeded`), by quota.
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
@@ -52,6 +54,17 @@ export const toolClaimMetTotal = new Counter({
   name: 'runplane_tool_claim_met_total',
   help: "Tools wakes that met another executor's claim on a call they decided to dispatch, by what was done (retried in process, redelivered); never dropped",
   labelNames: ['outcome'] as const,
+  registers: [metricsRegistry],
+});
+
+/**
+ * New Runs admission refused for a per-principal quota (429 `quota_exceeded`, nothing appended),
+ * by the quota named in the refusal (`concurrent-runs`, `runs-per-hour`).
+ */
+export const quotaRefusalsTotal = new Counter({
+  name: 'runplane_quota_refusals_total',
+  help: 'New Runs refused for a per-principal quota (429 quota_exceeded, nothing appended), by quota',
+  labelNames: ['quota'] as const,
   registers: [metricsRegistry],
 });
 

@@ -1,0 +1,124 @@
+/**
+ * Per-principal quotas of admission: the pure rule (`quotaRefusal`) and the decider that applies it
+ * to new Runs only (a repeat of an admitted message answers as before, K1), and the settings that
+ * set them (`RUNPLANE_QUOTA_*`: unset is no limit; a bad value names the setting).
+ */
+import { describe, expect, it } from '@jest/globals';
+import { admissionIds, decide, NO_USAGE, QuotaExceeded, quotaRefusal, type PostMessage, type QuotaLimits } from '@runplane/app-admission';
+import { conversationKey, loadConfig, QuotaConfig } from '@runplane/contracts';
+import { emptyFacts } from '@runplane/run-facts';
+import { spec } from '../../../test/support/decider-spec.js';
+
+const NOW = new Date('2026-01-01T12:00:00.000Z');
+const ago = (seconds: number) => new Date(NOW.getTime() - seconds * 1000).toISOString();
+const limits = (over: Partial<QuotaLimits> = {}): QuotaLimits => ({ concurrentRuns: null, runsPerHour: null, ...over });
+
+describe('quotaRefusal: the rule', () => {
+  it('given no quota set, when a principal has many Runs, then nothing is refused', () => {
+    expect(quotaRefusal(limits(), { activeRuns: 1_000, admittedInLastHour: [ago(1), ago(2)] }, NOW)).toBeNull();
+  });
+
+  it('given 2 concurrent Runs allowed, when the principal has 1 or 2 unsettled, then the 2nd is admitted and the 3rd refused with a short hint', () => {
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 1, admittedInLastHour: [] }, NOW)).toBeNull();
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 2, admittedInLastHour: [] }, NOW)).toEqual({
+      quota: 'concurrent-runs',
+      limit: 2,
+      used: 2,
+      retryAfterSeconds: 5,
+    });
+  });
+
+  it('given 3 Runs per hour, when 3 were admitted 50, 20 and 10 minutes ago, then the 4th is refused until the oldest leaves the hour (10 min)', () => {
+    const usage = { activeRuns: 0, admittedInLastHour: [ago(3000), ago(1200), ago(600)] };
+    expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, NOW)).toEqual({ quota: 'runs-per-hour', limit: 3, used: 3, retryAfterSeconds: 600 });
+    // one second after the oldest has left, there is room again
+    expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, new Date(NOW.getTime() + 600_001))).toBeNull();
+  });
+
+  it('given a burst past the limit (projector lag), when 5 Runs are in the window for 3, then the wait counts until 3 have left', () => {
+    const usage = { activeRuns: 0, admittedInLastHour: [ago(600), ago(3000), ago(2400), ago(1800), ago(1200)] };
+    // oldest first: 3000, 2400, 1800, 1200, 600 s ago; room for one once the 3rd oldest (1800 s ago) has left: 1800 s
+    expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, NOW)).toMatchObject({ quota: 'runs-per-hour', used: 5, retryAfterSeconds: 1800 });
+  });
+
+  it('given Runs admitted more than an hour ago in the usage, then they are not counted; a wait is rounded up to whole seconds, at least 1', () => {
+    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(3600), ago(4000)] }, NOW)).toBeNull();
+    const justNow = new Date(NOW.getTime() - 3_599_999).toISOString();
+    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [justNow] }, NOW)?.retryAfterSeconds).toBe(1);
+    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(0.2)] }, NOW)?.retryAfterSeconds).toBe(3600);
+  });
+
+  it('given both quotas exceeded, then the refusal names the one that frees last', () => {
+    const usage = { activeRuns: 1, admittedInLastHour: [ago(60)] };
+    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), usage, NOW)).toMatchObject({
+      quota: 'runs-per-hour',
+      retryAfterSeconds: 3540,
+    });
+    const almostOut = { activeRuns: 1, admittedInLastHour: [ago(3598)] };
+    expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), almostOut, NOW)).toMatchObject({
+      quota: 'concurrent-runs',
+      retryAfterSeconds: 5,
+    });
+  });
+});
+
+describe('admission decide with quotas', () => {
+  const admission = spec(decide);
+  const post = (over: Partial<PostMessage> = {}): PostMessage => ({
+    type: 'PostMessage',
+    conversationId: 'conv-1',
+    clientMessageId: 'client-1',
+    content: 'Compare SPY and QQQ',
+    grant: { tools: ['list_funds'], model: 'm' },
+    limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
+    requestId: 'req-1',
+    principal: 'alice',
+    ...over,
+  });
+  const atLimit = { limits: limits({ concurrentRuns: 1 }), usage: { activeRuns: 1, admittedInLastHour: [ago(30)] } };
+
+  it('given no admission, when a new message comes from a principal at its concurrency quota, then QuotaExceeded and nothing is decided', () => {
+    admission
+      .given([])
+      .when(post({ quota: atLimit }), NOW)
+      .thenThrows(QuotaExceeded);
+    admission
+      .given([])
+      .when(post({ quota: atLimit }), NOW)
+      .thenThrows(/quota concurrent-runs exceeded: 1 of 1/);
+  });
+
+  it('given no admission, when the principal is under its quotas, then the Run is admitted', () => {
+    admission
+      .given([])
+      .when(post({ quota: { limits: limits({ concurrentRuns: 2, runsPerHour: 2 }), usage: NO_USAGE } }), NOW)
+      .then([{ type: 'run.admitted', data: expect.objectContaining({ principal: 'alice' }) }]);
+  });
+
+  it('given the message admitted before, when it is repeated while the principal is over quota, then nothing is appended and nothing refused (K1)', () => {
+    const [e] = decide(emptyFacts(admissionIds(conversationKey('conv-1', 'alice'), 'client-1').runId), post(), NOW);
+    const prior = [{ seq: 1, subject: `rp.run.${e!.runId}.admission`, event: e! }];
+    admission
+      .given(prior)
+      .when(post({ quota: atLimit, requestId: 'req-2' }), NOW)
+      .thenNothing();
+  });
+});
+
+describe('RUNPLANE_QUOTA_* settings', () => {
+  it('unset or empty: no limit; a whole number: that limit', () => {
+    expect(loadConfig(QuotaConfig, {})).toEqual({ RUNPLANE_QUOTA_CONCURRENT_RUNS: null, RUNPLANE_QUOTA_RUNS_PER_HOUR: null });
+    expect(loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: '3', RUNPLANE_QUOTA_RUNS_PER_HOUR: '' })).toEqual({
+      RUNPLANE_QUOTA_CONCURRENT_RUNS: 3,
+      RUNPLANE_QUOTA_RUNS_PER_HOUR: null,
+    });
+  });
+
+  it('a bad value stops start-up with an error naming the setting', () => {
+    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: 'ten' })).toThrow(
+      /RUNPLANE_QUOTA_CONCURRENT_RUNS: must be a whole decimal number/,
+    );
+    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '0' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
+    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '-1' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
+  });
+});

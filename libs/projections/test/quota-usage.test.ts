@@ -1,0 +1,84 @@
+/**
+ * `quotaUsageOf` over real PostgreSQL: what admission's per-principal quotas count. A principal's
+ * Runs not settled, and those admitted after a moment, oldest first; child Runs (reserved
+ * `child.` message ids, charged to their parent's grant) and other principals' Runs not counted;
+ * null counts the Runs admitted without a principal (authentication disabled).
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { childClientMessageId, makeEvent, sha256Hex } from '@runplane/contracts';
+import { applyStoredEvent, createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp, quotaUsageOf } from '@runplane/projections';
+import { at, ctxOf, storedInOrder, uniqueTag } from './fixtures.js';
+
+const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+const dbName = `rp_test_quota_${uniqueTag()}`;
+let orm: MikroORM;
+const tag = uniqueTag();
+const id = (name: string) => `${name}-${tag}`;
+
+function admitted(runId: string, principal: string | null, seconds: number, clientMessageId = `client-${runId}`) {
+  const content = `question of ${runId}`;
+  return makeEvent(
+    'run.admitted',
+    ctxOf(runId),
+    'admission',
+    {
+      message: { messageId: `msg-${runId}`, clientMessageId, content, contentSha256: sha256Hex(content) },
+      grant: { tools: ['list_funds'], model: 'runplane-scripted-research' },
+      limits: { maxModelRequests: 8, maxToolCalls: 16, deadlineAt: at(900).toISOString() },
+      ...(principal ? { principal } : {}),
+    },
+    at(seconds),
+  );
+}
+const settled = (runId: string, seconds: number) =>
+  makeEvent(
+    'run.settled',
+    ctxOf(runId),
+    'settled',
+    {
+      outcome: 'canceled',
+      reason: 'canceled',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    },
+    at(seconds),
+  );
+
+beforeAll(async () => {
+  await ensureDatabase(adminUrl, dbName);
+  orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
+  await migrateUp(orm);
+  const events = [
+    admitted(id('a0'), 'alice', 0),
+    admitted(id('a1'), 'alice', 10),
+    admitted(id('c1'), 'alice', 11, childClientMessageId(id('a1'), 'call_1')), // a child of a1: charged to a1's grant
+    admitted(id('a2'), 'alice', 20),
+    admitted(id('b1'), 'bob', 15),
+    admitted(id('n1'), null, 16),
+    settled(id('a0'), 30),
+  ];
+  for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
+});
+afterAll(async () => {
+  await orm?.close();
+  await dropDatabase(adminUrl, dbName);
+});
+
+describe('quotaUsageOf', () => {
+  it("given alice's three Runs (one settled) and a child Run, then two are active and the child is not counted", async () => {
+    const usage = await quotaUsageOf(orm, 'alice', at(-1));
+    expect(usage).toEqual({ activeRuns: 2, admittedSince: [at(0), at(10), at(20)].map((d) => d.toISOString()) });
+  });
+
+  it('given a window start, then only the Runs admitted after it, oldest first', async () => {
+    expect((await quotaUsageOf(orm, 'alice', at(10))).admittedSince).toEqual([at(20).toISOString()]);
+  });
+
+  it('given another principal, or none (authentication disabled), then only its own Runs', async () => {
+    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(15).toISOString()] });
+    expect(await quotaUsageOf(orm, null, at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(16).toISOString()] });
+    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [] });
+  });
+});

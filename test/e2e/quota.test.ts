@@ -1,0 +1,163 @@
+/**
+ * Per-principal quotas of admission on the real stack (authentication on, one concurrent Run and
+ * three Runs per hour per principal): a new Run over a quota is 429 `quota_exceeded` with a
+ * truthful `Retry-After` and nothing appended; another principal is unaffected; a settled Run
+ * frees its slot; the hour refuses the 4th; a repeat of an admitted message id still answers its
+ * Run (K1); refusals are counted by quota. The counts come from the projections, so each step
+ * waits until the projector has applied what it counts (a burst may run ahead of them by its lag).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { admissionIds, conversationKey } from '@runplane/contracts';
+import { createDevAuth, type DevAuth } from '@runplane/devstack';
+import { createProjectionOrm, quotaUsageOf, rebuildProjections } from '@runplane/projections';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+
+let t: TestStack;
+let auth: DevAuth;
+let dir: string;
+let alice: string;
+let bob: string;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'rp-quota-'));
+  auth = await createDevAuth(dir);
+  t = await startTestStack('quota', { ...auth.env, RUNPLANE_QUOTA_CONCURRENT_RUNS: '1', RUNPLANE_QUOTA_RUNS_PER_HOUR: '3' });
+  [alice, bob] = await Promise.all([auth.mint('alice'), auth.mint('bob')]);
+}, 120_000);
+afterAll(async () => {
+  await t?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const admission = (path: string) => `${t.stack.endpoints.admission}${path}`;
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+async function post(url: string, token: string, body: unknown) {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...bearer(token) }, body: JSON.stringify(body) });
+  return { status: res.status, headers: res.headers, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+}
+async function getJson(url: string, token: string) {
+  const res = await fetch(url, { headers: bearer(token) });
+  return { status: res.status, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+}
+/** Resolves once the Run's projection shows `status` (or any status when omitted): what the quota counts. */
+const projected = (token: string, runId: string, status?: string) =>
+  eventually(
+    async () => {
+      const r = await getJson(admission(`/v1/runs/${runId}`), token);
+      return r.status === 200 && (!status || r.body?.status === status) ? r.body : null;
+    },
+    30_000,
+    `run ${runId} projected${status ? ` ${status}` : ''}`,
+  );
+async function refusals(quota: string): Promise<number> {
+  const text = await (await fetch(admission('/metrics'))).text();
+  const line = text.split('\n').find((l) => l.startsWith('runplane_quota_refusals_total{') && l.includes(`quota="${quota}"`));
+  return line ? Number(line.split(' ').pop()) : 0;
+}
+
+describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA_RUNS_PER_HOUR=3)', () => {
+  it('refuses a new Run over a quota with 429 + Retry-After and appends nothing; B is unaffected; a settled Run frees the slot; the hour refuses the 4th; a repeat answers its Run', async () => {
+    const key = `hold-${t.tag}`;
+    await t.setScenario({ steps: [{ hang: true }], then: 'repeat-last' }, key);
+    const conversationId = `conv-${t.tag}`;
+    const messages = admission(`/v1/conversations/${conversationId}/messages`);
+    const message = (id: string) => ({ clientMessageId: id, content: `What does DIA hold? ${key} ${id}` });
+    const runOf = (principal: string, id: string) => admissionIds(conversationKey(conversationId, principal), id).runId;
+    const cancelAndSettle = async (token: string, runId: string) => {
+      expect((await post(admission(`/v1/runs/${runId}/cancel`), token, { reason: 'quota test' })).status).toBe(202);
+      await t.waitForSettlement(runId, 30_000);
+      await projected(token, runId, 'settled');
+    };
+
+    // alice's first Run holds her only concurrent slot (its model never answers)
+    const first = await post(messages, alice, message('a1'));
+    expect(first.status).toBe(201);
+    const run1 = String(first.body!.runId);
+    const admittedAt1 = Date.parse(String(first.body!.admittedAt));
+    await projected(alice, run1);
+
+    // a new Run at the concurrency limit: 429, the quota named, a short hint, nothing on the stream
+    const over = await post(messages, alice, message('a2'));
+    expect(over.status).toBe(429);
+    expect(over.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(over.headers.get('retry-after')).toBe('5');
+    expect(over.body).toMatchObject({ status: 429, code: 'quota_exceeded', quota: 'concurrent-runs', limit: 1, used: 1, retryAfterSeconds: 5 });
+    expect(await t.log.readRun(runOf('alice', 'a2'))).toEqual([]);
+    expect(await refusals('concurrent-runs')).toBe(1);
+
+    // the repeat of her admitted message answers its Run, not 429 (K1: the quota counts new Runs only)
+    const repeat = await post(messages, alice, message('a1'));
+    expect([repeat.status, repeat.body?.runId, repeat.body?.admission]).toEqual([200, run1, 'existing']);
+
+    // bob has his own quota: admitted while alice is at hers
+    const bobs = await post(messages, bob, message('b1'));
+    expect(bobs.status).toBe(201);
+
+    // once alice's Run settles (and the projector has applied it), she is admitted again, under the same id she was refused
+    await cancelAndSettle(alice, run1);
+    const second = await post(messages, alice, message('a2'));
+    expect([second.status, second.body?.runId]).toEqual([201, runOf('alice', 'a2')]);
+    const run2 = String(second.body!.runId);
+    await projected(alice, run2);
+    await cancelAndSettle(alice, run2);
+    const third = await post(messages, alice, message('a3'));
+    expect(third.status).toBe(201);
+    const run3 = String(third.body!.runId);
+    await projected(alice, run3);
+    await cancelAndSettle(alice, run3);
+
+    // nothing of hers is running, but 3 were admitted within the hour: the 4th waits until the first leaves the window
+    const fourth = await post(messages, alice, message('a4'));
+    const now = Date.now();
+    expect(fourth.status).toBe(429);
+    expect(fourth.body).toMatchObject({ code: 'quota_exceeded', quota: 'runs-per-hour', limit: 3, used: 3 });
+    const retryAfter = Number(fourth.headers.get('retry-after'));
+    expect(fourth.body!.retryAfterSeconds).toBe(retryAfter);
+    const expected = Math.ceil((admittedAt1 + 3_600_000 - now) / 1000);
+    expect(retryAfter).toBeGreaterThanOrEqual(expected - 2);
+    expect(retryAfter).toBeLessThanOrEqual(expected + 2);
+    expect(retryAfter).toBeLessThanOrEqual(3600);
+    expect(await t.log.readRun(runOf('alice', 'a4'))).toEqual([]);
+    expect(await refusals('runs-per-hour')).toBe(1);
+
+    // over the hourly quota, a repeat still answers its Run
+    const again = await post(messages, alice, message('a2'));
+    expect([again.status, again.body?.runId]).toEqual([200, run2]);
+
+    // bob, with one Run running, is refused for concurrency, not for alice's hour
+    await projected(bob, String(bobs.body!.runId));
+    const bob2 = await post(messages, bob, message('b2'));
+    expect([bob2.status, bob2.body?.quota]).toEqual([429, 'concurrent-runs']);
+    await cancelAndSettle(bob, String(bobs.body!.runId));
+    // only the Runs really admitted are on the stream: a1..a3 and b1
+    const admitted = await Promise.all(
+      ['a1', 'a2', 'a3', 'a4'].map(async (id) => (await t.log.readRun(runOf('alice', id))).filter((e) => e.event.type === 'run.admitted').length),
+    );
+    expect(admitted).toEqual([1, 1, 1, 0]);
+    expect(await t.log.readRun(runOf('bob', 'b2'))).toEqual([]);
+  }, 180_000);
+
+  it('given the Runs above settled and projected, then projections rebuilt from the log give the same counts (K11)', async () => {
+    const rebuildDb = `rp_${t.tag}_rebuild`;
+    const rebuilt = await rebuildProjections({ log: t.log, databaseUrl: t.env.DATABASE_URL!, targetDatabase: rebuildDb });
+    const live = await createProjectionOrm({ databaseUrl: t.env.DATABASE_URL! });
+    const copy = await createProjectionOrm({ databaseUrl: t.env.DATABASE_URL!.replace(/\/[^/]+$/, `/${rebuildDb}`) });
+    try {
+      expect(rebuilt.differences).toEqual([]);
+      const since = new Date(Date.now() - 3_600_000);
+      for (const principal of ['alice', 'bob']) {
+        const [a, b] = await Promise.all([quotaUsageOf(live, principal, since), quotaUsageOf(copy, principal, since)]);
+        expect(b).toEqual(a);
+      }
+      expect((await quotaUsageOf(live, 'alice', since)).admittedSince).toHaveLength(3);
+    } finally {
+      await Promise.all([live.close(), copy.close()]);
+      const { dropDatabase } = await import('@runplane/devstack');
+      await dropDatabase(t.env.DATABASE_URL!.replace(/\/[^/]+$/, `/${rebuildDb}`));
+    }
+  }, 60_000);
+});
