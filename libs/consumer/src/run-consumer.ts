@@ -198,7 +198,9 @@ export class RunConsumer {
 
   /**
    * Deletes the durable consumer from the server: its position is forgotten, and a later start
-   * with the same name begins again at the stream's first event.
+   * with the same name begins again at the stream's first event. The broker refuses it to the
+   * `consumer` user (its account may not delete a durable: docs/consumers.md); it works for a user
+   * that may (the admin, or a server without users).
    * @returns false when there was none.
    */
   async deleteDurable(): Promise<boolean> {
