@@ -52,13 +52,6 @@ const admitted = makeEvent(
   },
   new Date(),
 );
-async function until(pred: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 /** The admin's reset of a downstream durable: deleted, then provisioned again (a pull consumer from the first event). */
 async function reset(name: string): Promise<void> {
   await admin.jsm.consumers.delete(S, name);
@@ -85,15 +78,16 @@ afterAll(async () => {
 });
 
 describe('the consumer user (downstream services)', () => {
-  it('uses its provisioned durable downstream-x on every Run subject, reads and acknowledges the events the admin appended, and may not delete it', async () => {
+  it('uses its provisioned durable downstream-x (a pull consumer of every Run subject), reads and acknowledges the events the admin appended; neither it nor ops may delete it', async () => {
     const jsm = await jetstreamManager(consumer);
     expect((await jsm.streams.info(S)).state.messages).toBe(2);
-    await jsm.consumers.add(S, {
-      durable_name: 'downstream-x',
-      filter_subject: `${space.prefix}.run.>`,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-    });
+    // provisioned by the admin: a pull consumer of every Run subject from the first event
+    const provisioned = (await jsm.consumers.info(S, 'downstream-x')).config;
+    expect([provisioned.deliver_subject, provisioned.filter_subject, provisioned.deliver_policy]).toEqual([
+      undefined,
+      `${space.prefix}.run.>`,
+      DeliverPolicy.All,
+    ]);
     const c = await jetstream(consumer).consumers.get(S, 'downstream-x');
     const got: JsMsg[] = [];
     for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
@@ -113,16 +107,6 @@ describe('the consumer user (downstream services)', () => {
       await ops.close();
     }
     await reset('downstream-x');
-  });
-
-  it('updates its provisioned durable to several filters', async () => {
-    const jsm = await jetstreamManager(consumer);
-    const info = await jsm.consumers.update(S, 'downstream-y', {
-      filter_subject: '',
-      filter_subjects: [`${space.prefix}.run.*.admission.*`, `${space.prefix}.run.*.lifecycle.*`],
-    });
-    expect(info.num_pending).toBe(1);
-    await reset('downstream-y');
   });
 
   it('may not create a consumer under another name, nor an ephemeral one, nor use a Runplane service’s durable', async () => {
@@ -211,25 +195,28 @@ describe('the consumer user (downstream services)', () => {
     }
   });
 
-  it('may not create a push consumer (a deliver subject): its granted names are pull consumers it may not delete, another name is refused', async () => {
+  it('may not create, update or delete a consumer, even under a granted name: no push consumer (a deliver subject), no inactive threshold that would let the server remove it', async () => {
     const before = await storedCounts();
-    for (const deliver of [liveDeltaSubject(space, runId), `$KV.${bucketName(space, 'conversations')}.${runId}`]) {
-      for (const name of ['downstream-x', 'downstream-y']) {
-        const config = {
-          durable_name: name,
-          deliver_subject: deliver,
-          filter_subject: runSubject(space, runId, 'admission'),
-          ack_policy: 'explicit',
-        };
-        const reply = await consumer.request(`$JS.API.CONSUMER.CREATE.${S}.${name}`, JSON.stringify({ stream_name: S, config }), { timeout: 5_000 });
-        expect(reply.json<{ error?: { description: string } }>().error?.description).toMatch(/can not update pull consumer to push based/);
+    const jsm = await jetstreamManager(consumer);
+    for (const name of ['downstream-x', 'downstream-y', 'downstream-z']) {
+      const configs = [
+        { durable_name: name, deliver_subject: liveDeltaSubject(space, runId), ack_policy: 'explicit' },
+        { durable_name: name, deliver_subject: `$KV.${bucketName(space, 'conversations')}.${runId}`, ack_policy: 'none' },
+        { durable_name: name, filter_subject: `${space.prefix}.run.>`, ack_policy: 'explicit', inactive_threshold: 500_000_000 },
+      ];
+      for (const config of configs) {
+        for (const subject of [`$JS.API.CONSUMER.CREATE.${S}.${name}`, `$JS.API.CONSUMER.DURABLE.CREATE.${S}.${name}`])
+          await expect(consumer.request(subject, JSON.stringify({ stream_name: S, config }), { timeout: 5_000 })).rejects.toThrow(/permission/i);
+        await expect(jsm.consumers.add(S, config as Parameters<typeof jsm.consumers.add>[1])).rejects.toThrow(/permission/i);
       }
-      const jsm = await jetstreamManager(consumer);
-      await expect(jsm.consumers.add(S, { durable_name: 'downstream-z', deliver_subject: deliver, ack_policy: AckPolicy.None })).rejects.toThrow(
-        /permission/i,
-      );
+      await expect(jsm.consumers.update(S, name, { max_ack_pending: 5 })).rejects.toThrow(/permission/i);
+      await expect(jsm.consumers.delete(S, name)).rejects.toThrow(/permission/i);
     }
-    for (const name of ['downstream-x', 'downstream-y']) expect((await admin.jsm.consumers.info(S, name)).config.deliver_subject).toBeUndefined();
+    for (const name of ['downstream-x', 'downstream-y']) {
+      const config = (await admin.jsm.consumers.info(S, name)).config;
+      expect([config.deliver_subject, config.inactive_threshold, config.max_ack_pending]).toEqual([undefined, undefined, 1000]);
+    }
+    await expect(admin.jsm.consumers.info(S, 'downstream-z')).rejects.toThrow(/not found/i);
     expect(await storedCounts()).toEqual(before);
   });
 
@@ -273,7 +260,7 @@ describe('the consumer user (downstream services)', () => {
 
   it('is in the deployed configuration with the default names', () => {
     const allow = busPermissions(space).consumer.publish.allow;
-    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) expect(allow).toContain(`$JS.API.CONSUMER.CREATE.${S}.${name}.>`);
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) expect(allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
     expect(DEFAULT_DOWNSTREAM_CONSUMERS.every((n) => n.startsWith(DOWNSTREAM_CONSUMER_PREFIX))).toBe(true);
   });
 });

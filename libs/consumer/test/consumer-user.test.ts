@@ -1,8 +1,9 @@
 /**
  * The library as the broker's `consumer` user (libs/eventlog bus.ts), against a nats-server started
  * with the Runplane users and permissions as deployed: it follows Runs through a durable it is
- * granted (provisioned by the admin as a pull consumer), with several owner filters, terminates a
- * forgery, resumes, may not delete it, and is refused a name it is not granted.
+ * granted (provisioned by the admin as a pull consumer, which it may not create or change), selecting
+ * two owners' events, terminates a forgery, resumes, may not delete it, and is refused a name it is
+ * not granted.
  */
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';

@@ -210,11 +210,14 @@ export interface ConsumerImport {
 /**
  * What a durable pull consumer of the Run stream needs, and nothing more: the JetStream account
  * info and the stream's info and single-message gets (reads), and for each name in `downstream`
- * the create (with or without a filter in the subject, or the legacy `DURABLE.CREATE` the client
- * uses for several filters), info, next (`stream` responses) and its acknowledgements
+ * the consumer's info, next (`stream` responses) and its acknowledgements
  * (`$JS.ACK.<stream>.<name>.>`, also the "working" heartbeat). Replies come back to the requester's
- * own account. No delete (see {@link provisionBus}), no stream admin, no other consumer, no
- * bucket, no Run subject.
+ * own account. No consumer create, update or delete: the admin provisions the durables
+ * ({@link provisionBus}). A create or update request may name a `deliver_subject` (a push
+ * consumer), which nats-server delivers to in the stream's account, and may set an
+ * `inactive_threshold` that lets the server remove the durable, after which the name could be
+ * created again as a push consumer; no permission can look into a request's body. No stream admin,
+ * no other consumer, no bucket, no Run subject.
  * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
 export function consumerImports(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): ConsumerImport[] {
@@ -223,9 +226,6 @@ export function consumerImports(space: SubjectSpace, downstream: readonly string
   const imports = streamReadApi(space).map(one);
   for (const name of downstreamConsumerNames(downstream))
     imports.push(
-      one(`$JS.API.CONSUMER.CREATE.${S}.${name}`),
-      one(`$JS.API.CONSUMER.CREATE.${S}.${name}.>`),
-      one(`$JS.API.CONSUMER.DURABLE.CREATE.${S}.${name}`),
       one(`$JS.API.CONSUMER.INFO.${S}.${name}`),
       { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`, response: 'stream' },
       one(`$JS.ACK.${S}.${name}.>`),
@@ -409,18 +409,15 @@ export function renderNatsAuthorization(
  * The services then only open them (a bucket's `create` reads the existing one's info first).
  * Also creates each downstream durable consumer of `downstream` (default
  * {@link DEFAULT_DOWNSTREAM_CONSUMERS}) when missing, as a pull consumer of every Run subject from
- * the first event: the consumer account may update it (filters, ack wait) but not make it a push
- * consumer nor delete it.
+ * the first event, 30 s ack wait: the consumer account may use it but not create, change or delete
+ * it.
  * @param log a log connected as a user allowed to create streams (`admin`).
  * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
 export async function provisionBus(log: EventLog, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Promise<void> {
   await log.ensureStream();
-  // every granted downstream name exists as a pull consumer before the consumer account may use
-  // it: a consumer request that names a deliver subject then updates a pull consumer, which
-  // nats-server refuses ("can not update pull consumer to push based"), and the consumer account
-  // may not delete it (consumerImports): no push consumer, whose deliveries would land in this
-  // account (docs/consumers.md)
+  // the consumer account may not create its durables (consumerImports): they are created here,
+  // pull consumers (no deliver subject) from the first event (docs/consumers.md)
   for (const name of downstreamConsumerNames(downstream)) {
     const exists = await log.jsm.consumers.info(log.space.stream, name).then(
       () => true,
