@@ -15,14 +15,16 @@ import { makeEvent } from '@runplane/contracts';
 import { provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import {
   bucketName,
+  BUS_BUCKETS,
   busPermissions,
+  type BusBucket,
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DOWNSTREAM_CONSUMER_PREFIX,
   EventLog,
   inboxPrefixOf,
-  isPublishedOn,
   liveDeltaSubject,
   natsUserOptions,
+  provisionBus,
   runSubject,
   verifyStored,
   type SubjectSpace,
@@ -50,12 +52,18 @@ const admitted = makeEvent(
   },
   new Date(),
 );
+/** The admin's reset of a downstream durable: deleted, then provisioned again (a pull consumer from the first event). */
+async function reset(name: string): Promise<void> {
+  await admin.jsm.consumers.delete(S, name);
+  await provisionBus(admin, [name]);
+}
 const turn = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'm' }, new Date());
 
 beforeAll(async () => {
-  nats = await startSecuredNats({ stateDir, space, downstream: [`${DOWNSTREAM_CONSUMER_PREFIX}x`, `${DOWNSTREAM_CONSUMER_PREFIX}y`] });
+  const downstream = [`${DOWNSTREAM_CONSUMER_PREFIX}x`, `${DOWNSTREAM_CONSUMER_PREFIX}y`];
+  nats = await startSecuredNats({ stateDir, space, downstream });
   const env = { NATS_URL: nats.url, RUNPLANE_STREAM: S, RUNPLANE_SUBJECT_PREFIX: space.prefix, RUNPLANE_PARTITIONS: String(space.partitions) };
-  await provisionAsAdmin(env, nats.users);
+  await provisionAsAdmin(env, nats.users, downstream);
   admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
   await admin.append(admitted, 0);
   await admin.append(turn, 0);
@@ -70,15 +78,16 @@ afterAll(async () => {
 });
 
 describe('the consumer user (downstream services)', () => {
-  it('creates a durable downstream-x on every Run subject, reads and acknowledges the events the admin appended, and deletes it', async () => {
+  it('uses its provisioned durable downstream-x (a pull consumer of every Run subject), reads and acknowledges the events the admin appended; neither it nor ops may delete it', async () => {
     const jsm = await jetstreamManager(consumer);
     expect((await jsm.streams.info(S)).state.messages).toBe(2);
-    await jsm.consumers.add(S, {
-      durable_name: 'downstream-x',
-      filter_subject: `${space.prefix}.run.>`,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-    });
+    // provisioned by the admin: a pull consumer of every Run subject from the first event
+    const provisioned = (await jsm.consumers.info(S, 'downstream-x')).config;
+    expect([provisioned.deliver_subject, provisioned.filter_subject, provisioned.deliver_policy]).toEqual([
+      undefined,
+      `${space.prefix}.run.>`,
+      DeliverPolicy.All,
+    ]);
     const c = await jetstream(consumer).consumers.get(S, 'downstream-x');
     const got: JsMsg[] = [];
     for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
@@ -89,18 +98,15 @@ describe('the consumer user (downstream services)', () => {
     expect((await jsm.consumers.info(S, 'downstream-x')).num_ack_pending).toBe(0);
     // single messages too: a direct get
     expect((await jsm.direct.getMessage(S, { last_by_subj: runSubject(space, runId, 'runtime') }))?.seq).toBe(got[1]!.seq);
-    expect(await jsm.consumers.delete(S, 'downstream-x')).toBe(true);
-  });
-
-  it('creates a durable with several filters (the client sends CONSUMER.DURABLE.CREATE then)', async () => {
-    const jsm = await jetstreamManager(consumer);
-    const info = await jsm.consumers.add(S, {
-      durable_name: 'downstream-y',
-      filter_subjects: [`${space.prefix}.run.*.admission.*`, `${space.prefix}.run.*.lifecycle.*`],
-      ack_policy: AckPolicy.Explicit,
-    });
-    expect(info.num_pending).toBe(1);
-    expect(await jsm.consumers.delete(S, 'downstream-y')).toBe(true);
+    // it may not delete it (nor may ops): the admin may (docs/consumers.md)
+    await expect(jsm.consumers.delete(S, 'downstream-x')).rejects.toThrow(/permission/i);
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), reconnect: false });
+    try {
+      await expect((await jetstreamManager(ops)).consumers.delete(S, 'downstream-x')).rejects.toThrow(/permission/i);
+    } finally {
+      await ops.close();
+    }
+    await reset('downstream-x');
   });
 
   it('may not create a consumer under another name, nor an ephemeral one, nor use a Runplane service’s durable', async () => {
@@ -138,41 +144,80 @@ describe('the consumer user (downstream services)', () => {
     expect((await admin.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
   });
 
-  it('a push consumer aimed at an observer’s live delta subject is told apart from the runtime’s deltas (nats-server does not check a deliver subject)', async () => {
-    const delta = liveDeltaSubject(space, runId);
+  /** Messages in the Run stream and in every bucket's stream, as the admin sees them. */
+  async function storedCounts(): Promise<Record<string, number>> {
+    const counts: Record<string, number> = { [S]: (await admin.jsm.streams.info(S)).state.messages };
+    for (const [bucket, spec] of Object.entries(BUS_BUCKETS)) {
+      const name = `${spec.kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(space, bucket as BusBucket)}`;
+      counts[name] = (await admin.jsm.streams.info(name)).state.messages;
+    }
+    return counts;
+  }
+
+  it("a pull whose reply subject names a bucket's or a service's subject delivers nothing there: the reply is a subject of the consumer's own account (issue 18)", async () => {
+    const jsm = await jetstreamManager(consumer);
     const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password) });
-    const runtime = await connect({ servers: nats.url, ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password) });
     try {
-      const received: Msg[] = [];
-      let arrived: () => void = () => undefined;
-      const two = new Promise<void>((r) => (arrived = r));
-      observer.subscribe(delta, {
-        callback: (_e, m) => {
-          received.push(m);
-          if (received.length === 2) arrived();
-        },
-      });
+      // a service listening on a subject it might be aimed at (publication's live deltas)
+      const heard: Msg[] = [];
+      observer.subscribe(liveDeltaSubject(space, runId), { callback: (_e, m) => void heard.push(m) });
       await observer.flush();
-      runtime.publish(delta, JSON.stringify({ turn: 1, text: 'streamed text' }));
-      await runtime.flush();
-      const jsm = await jetstreamManager(consumer);
-      await jsm.consumers.add(S, {
-        durable_name: 'downstream-x',
-        deliver_subject: delta,
-        filter_subject: runSubject(space, runId, 'admission'),
-        ack_policy: AckPolicy.None,
-      });
-      await two;
-      const [published, delivered] = received as [Msg, Msg];
-      expect(isPublishedOn(published, delta)).toBe(true);
-      // the stored admission event arrives with its stored subject and an ack reply: publication does not show it
-      expect(delivered.string()).toContain(admitted.eventId);
-      expect(isPublishedOn(delivered, delta)).toBe(false);
-      expect(await jsm.consumers.delete(S, 'downstream-x')).toBe(true);
+      const before = await storedCounts();
+      const targets = [
+        ...Object.entries(BUS_BUCKETS).map(([b, spec]) =>
+          spec.kind === 'kv' ? `$KV.${bucketName(space, b as BusBucket)}.${runId}` : `$O.${bucketName(space, b as BusBucket)}.M.x`,
+        ),
+        liveDeltaSubject(space, runId),
+        runSubject(space, runId, 'lifecycle'),
+        `${inboxPrefixOf(nats.users.runtime.user)}.x`,
+      ];
+      // the hole as it was: with the services' account, the server wrote the two events into KV_<prefix>_conversations
+      for (const reply of targets) consumer.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 2 }), { reply });
+      await consumer.flush();
+      // then a pull on its own inbox gets both events, delivered for the first time: no pull above took them
+      const got: JsMsg[] = [];
+      const c = await jetstream(consumer).consumers.get(S, 'downstream-x');
+      for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+      expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
+        [1, 1],
+        [2, 1],
+      ]);
+      for (const m of got) expect(await m.ackAck()).toBe(true);
+      expect((await jsm.consumers.info(S, 'downstream-x')).num_redelivered).toBe(0);
+      await observer.flush();
+      expect(await storedCounts()).toEqual(before);
+      expect(before[S]).toBe(2);
+      expect(heard).toEqual([]);
+      expect((await admin.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
     } finally {
       await observer.close();
-      await runtime.close();
+      await reset('downstream-x');
     }
+  });
+
+  it('may not create, update or delete a consumer, even under a granted name: no push consumer (a deliver subject), no inactive threshold that would let the server remove it', async () => {
+    const before = await storedCounts();
+    const jsm = await jetstreamManager(consumer);
+    for (const name of ['downstream-x', 'downstream-y', 'downstream-z']) {
+      const configs = [
+        { durable_name: name, deliver_subject: liveDeltaSubject(space, runId), ack_policy: 'explicit' },
+        { durable_name: name, deliver_subject: `$KV.${bucketName(space, 'conversations')}.${runId}`, ack_policy: 'none' },
+        { durable_name: name, filter_subject: `${space.prefix}.run.>`, ack_policy: 'explicit', inactive_threshold: 500_000_000 },
+      ];
+      for (const config of configs) {
+        for (const subject of [`$JS.API.CONSUMER.CREATE.${S}.${name}`, `$JS.API.CONSUMER.DURABLE.CREATE.${S}.${name}`])
+          await expect(consumer.request(subject, JSON.stringify({ stream_name: S, config }), { timeout: 5_000 })).rejects.toThrow(/permission/i);
+        await expect(jsm.consumers.add(S, config as Parameters<typeof jsm.consumers.add>[1])).rejects.toThrow(/permission/i);
+      }
+      await expect(jsm.consumers.update(S, name, { max_ack_pending: 5 })).rejects.toThrow(/permission/i);
+      await expect(jsm.consumers.delete(S, name)).rejects.toThrow(/permission/i);
+    }
+    for (const name of ['downstream-x', 'downstream-y']) {
+      const config = (await admin.jsm.consumers.info(S, name)).config;
+      expect([config.deliver_subject, config.inactive_threshold, config.max_ack_pending]).toEqual([undefined, undefined, 1000]);
+    }
+    await expect(admin.jsm.consumers.info(S, 'downstream-z')).rejects.toThrow(/not found/i);
+    expect(await storedCounts()).toEqual(before);
   });
 
   it("receives replies on its own inbox only: `_INBOX.>` and the services' inboxes are refused, and a service's KV get is answered where it cannot read (issue 18)", async () => {
@@ -215,7 +260,7 @@ describe('the consumer user (downstream services)', () => {
 
   it('is in the deployed configuration with the default names', () => {
     const allow = busPermissions(space).consumer.publish.allow;
-    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) expect(allow).toContain(`$JS.API.CONSUMER.CREATE.${S}.${name}.>`);
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) expect(allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
     expect(DEFAULT_DOWNSTREAM_CONSUMERS.every((n) => n.startsWith(DOWNSTREAM_CONSUMER_PREFIX))).toBe(true);
   });
 });

@@ -357,7 +357,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`    ${reads.rebuild}`);
   const consumer = dev.natsEnvOf(env.natsUsers, 'consumer');
   out(
-    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} with durable consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/consumers.md)`,
+    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services, NATS account CONSUMERS: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} through the provisioned durable pull consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/consumers.md)`,
   );
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything

@@ -200,9 +200,21 @@ program
 program
   .command('provision')
   .description(
-    'create the Run stream, the KV buckets and the object store when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
+    'create the Run stream, the KV buckets, the object store and the downstream durable consumers when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
   )
-  .action(() => run(() => provision())());
+  .option(
+    '--downstream <names>',
+    `comma-separated downstream durable consumer names to create as pull consumers, the same as given to docs nats-auth (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
+  )
+  .action((o: { downstream?: string }) =>
+    run(() =>
+      provision(
+        process.env,
+        undefined,
+        o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS,
+      ),
+    )(),
+  );
 
 program
   .command('projections')

@@ -6,14 +6,15 @@
  * which carries no devstack, PGlite or scripted model.
  */
 import { BusConfig, loadConfig } from '@runplane/contracts';
-import { bucketName, BUS_BUCKETS, EventLog, provisionBus, type BusBucket } from '@runplane/eventlog';
+import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, provisionBus, type BusBucket } from '@runplane/eventlog';
 
 /**
  * Creates the Run stream, every KV bucket and the object store of {@link BUS_BUCKETS}, each only
  * when missing, with `RUNPLANE_NATS_REPLICAS` copies (3 on the deployed 3-node cluster); an
  * existing stream without atomic batches gets them. Connects with the bus configuration of `env`
  * (`NATS_URL`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`, `RUNPLANE_PARTITIONS`,
- * `NATS_USER`/`NATS_PASSWORD` of the admin user). Writes one line per stream to `out`: its name,
+ * `NATS_USER`/`NATS_PASSWORD` of the admin user), and the downstream durable consumers `downstream`
+ * (as pull consumers; the names given to `docs nats-auth --downstream`). Writes one line per stream to `out`: its name,
  * replicas and leader. Idempotent: a second run creates nothing. Returns 0.
  * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
  *   may not create streams.
@@ -21,11 +22,12 @@ import { bucketName, BUS_BUCKETS, EventLog, provisionBus, type BusBucket } from 
 export async function provision(
   env: NodeJS.ProcessEnv = process.env,
   out: (line: string) => void = (l) => process.stdout.write(`${l}\n`),
+  downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS,
 ): Promise<number> {
   const bus = loadConfig(BusConfig, env);
   const log = await EventLog.fromEnv('runplane-provision', env);
   try {
-    await provisionBus(log);
+    await provisionBus(log, downstream);
     const names = [
       bus.RUNPLANE_STREAM,
       ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),

@@ -86,6 +86,8 @@ export interface RunConsumerOptions {
 export class RunConsumer {
   private readonly handlers = new Map<EventType | '*', (event: RunEvent, meta: EventMeta) => void | Promise<void>>();
   private consumer: DurableConsumer | null = null;
+  /** Set when it uses a provisioned durable as it is: the owners whose subjects it handles (null: all). */
+  private selectOwners: Set<Owner> | null = null;
   /** The connection this consumer opened itself ({@link connect}), closed by {@link close}. */
   private owned: RunStream | null = null;
 
@@ -134,47 +136,60 @@ export class RunConsumer {
 
   /**
    * Creates the durable consumer (or updates it to these options) and starts handling: from the
-   * stream's first event for a new name, else from the first event it has not acknowledged.
+   * stream's first event for a new name, else from the first event it has not acknowledged. As the
+   * broker's `consumer` user, which may not create or change consumers (docs/consumers.md), it
+   * uses the durable the admin provisioned as it is: `owners` then selects events here (the others
+   * are acknowledged and skipped) and the ack wait is the durable's.
    * @throws Error naming the consumer and the stream when the broker refuses the name (the
    *   consumer role is granted listed names only: `downstream-1`..`downstream-4` unless the
-   *   deployment lists others); other NATS errors as they come.
+   *   deployment lists others, and the admin provisions them); other NATS errors as they come.
    */
   async start(): Promise<void> {
     if (this.consumer) throw new Error(`consumer ${this.name} has started already`);
     const space = this.stream.space;
     const filter = this.opts.owners?.length ? this.opts.owners.map((o) => ownerFilter(space, o)) : allRunsFilter(space);
     const onInvalid = this.opts.onInvalid;
-    const consumer = new DurableConsumer(
-      this.stream,
-      {
-        durable: this.name,
-        exactName: true,
-        filter,
-        ackWaitMs: this.opts.ackWaitMs ?? 30_000,
-        ...(onInvalid
-          ? { onInvalid: (e: InvalidStoredEvent) => onInvalid({ seq: e.seq, subject: e.subject, anomaly: e.anomaly, reason: e.message }) }
-          : {}),
-      },
-      (stored, delivery) => this.dispatch(stored, delivery),
-      this.opts.logger ?? console,
-    );
+    const make = (bind: { ackWaitMs: number } | null) =>
+      new DurableConsumer(
+        this.stream,
+        {
+          durable: this.name,
+          exactName: true,
+          filter,
+          ackWaitMs: bind?.ackWaitMs ?? this.opts.ackWaitMs ?? 30_000,
+          ...(bind ? { bind: true } : {}),
+          ...(onInvalid
+            ? { onInvalid: (e: InvalidStoredEvent) => onInvalid({ seq: e.seq, subject: e.subject, anomaly: e.anomaly, reason: e.message }) }
+            : {}),
+        },
+        (stored, delivery) => this.dispatch(stored, delivery),
+        this.opts.logger ?? console,
+      );
+    let consumer = make(null);
     try {
       await consumer.start();
     } catch (e) {
       const text = e instanceof Error ? e.message : String(e);
-      if (/permissions violation/i.test(text))
+      if (!/permissions violation/i.test(text)) throw e;
+      // the consumer account: no create; the provisioned durable, when this name has one
+      const info = await this.stream.jsm.consumers.info(space.stream, this.name).catch(() => null);
+      if (!info)
         throw new Error(
           `the broker refused durable consumer ${this.name} on stream ${space.stream}: this NATS user may not create it ` +
-            `(the consumer role is granted listed names only, by default downstream-1 to downstream-4; ` +
-            `a deployment grants others with \`runplane docs nats-auth --downstream\`): ${text}`,
+            `(the consumer role is granted listed names only, by default downstream-1 to downstream-4, which the admin's ` +
+            `\`runplane provision\` creates; a deployment grants others with \`runplane docs nats-auth --downstream\`): ${text}`,
           { cause: e },
         );
-      throw e;
+      this.selectOwners = this.opts.owners?.length ? new Set(this.opts.owners) : null;
+      consumer = make({ ackWaitMs: Math.round((info.config.ack_wait ?? 30_000_000_000) / 1_000_000) });
+      await consumer.start();
     }
     this.consumer = consumer;
   }
 
   private async dispatch(stored: StoredEvent, delivery: DeliveryInfo): Promise<void> {
+    // a provisioned durable reads every Run subject: `owners` selects here (the owner token of the subject)
+    if (this.selectOwners && !this.selectOwners.has(stored.subject.split('.').at(-2) as Owner)) return;
     const handler = this.handlers.get(stored.event.type) ?? this.handlers.get('*');
     if (!handler) return;
     const e = stored.event;
@@ -198,7 +213,9 @@ export class RunConsumer {
 
   /**
    * Deletes the durable consumer from the server: its position is forgotten, and a later start
-   * with the same name begins again at the stream's first event.
+   * with the same name begins again at the stream's first event. The broker refuses it to the
+   * `consumer` user (its account may not delete a durable: docs/consumers.md); it works for a user
+   * that may (the admin, or a server without users).
    * @returns false when there was none.
    */
   async deleteDurable(): Promise<boolean> {

@@ -1,7 +1,8 @@
 /**
  * The library as the broker's `consumer` user (libs/eventlog bus.ts), against a nats-server started
  * with the Runplane users and permissions as deployed: it follows Runs through a durable it is
- * granted, with several owner filters, terminates a forgery, resumes, and is refused a name it is
+ * granted (provisioned by the admin as a pull consumer, which it may not create or change), selecting
+ * two owners' events, terminates a forgery, resumes, may not delete it, and is refused a name it is
  * not granted.
  */
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
@@ -37,7 +38,7 @@ async function until(pred: () => boolean | Promise<boolean>, what: string, timeo
 beforeAll(async () => {
   nats = await startSecuredNats({ stateDir, space, downstream: [granted] });
   const env = { NATS_URL: nats.url, RUNPLANE_STREAM: space.stream, RUNPLANE_SUBJECT_PREFIX: space.prefix, RUNPLANE_PARTITIONS: '8' };
-  await provisionAsAdmin(env, nats.users);
+  await provisionAsAdmin(env, nats.users, [granted]);
   admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
   options = { natsUrl: nats.url, stream: space.stream, prefix: space.prefix, user: nats.users.consumer.user, password: nats.users.consumer.password };
 }, 60_000);
@@ -47,7 +48,7 @@ afterAll(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-it('follows admissions and settlements through its granted durable, terminates a forgery, resumes, and deletes it', async () => {
+it('follows admissions and settlements through its granted durable, terminates a forgery, resumes, and may not delete it', async () => {
   const runs = ['a', 'b', 'c'].map((x) => `${x}${tag}`);
   for (const r of runs.slice(0, 2)) {
     await admin.append(admitted(r), 0);
@@ -77,8 +78,10 @@ it('follows admissions and settlements through its granted durable, terminates a
   await until(() => seen.length === 5, 'the settlement appended while it was stopped');
   expect(seen).toEqual([`admitted ${runs[0]}`, `settled ${runs[0]}`, `admitted ${runs[1]}`, `settled ${runs[1]}`, `run.settled ${runs[2]}`]);
   await again.stop();
-  expect(await again.deleteDurable()).toBe(true);
+  // the consumer account may not delete it (a deleted name could come back as a push consumer): the admin does
+  await expect(again.deleteDurable()).rejects.toThrow(/permissions violation/i);
   await again.close();
+  expect(await admin.jsm.consumers.delete(space.stream, granted)).toBe(true);
 });
 
 it('is refused a downstream name the deployment does not grant, and creates no stream', async () => {

@@ -257,10 +257,12 @@ export async function startSecuredNatsCluster(opts: {
 }
 
 /**
- * Creates the Run stream and the buckets (libs/eventlog `provisionBus`) as the admin user, before
- * any service starts: the services' users may not create them.
+ * Creates the Run stream, the buckets and the downstream durable consumers (libs/eventlog
+ * `provisionBus`; `downstream` as given to {@link startSecuredNats}, default eventlog's
+ * `DEFAULT_DOWNSTREAM_CONSUMERS`) as the admin user, before any service starts: the services' users
+ * may not create them.
  */
-export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers | null): Promise<void> {
+export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers | null, downstream?: readonly string[]): Promise<void> {
   const bus = BusConfig.parse({ ...env, ...(users ? natsEnvOf(users, 'admin') : {}) });
   const log = await EventLog.connect({
     natsUrl: bus.NATS_URL,
@@ -273,7 +275,7 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
     ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
   });
   try {
-    await provisionBus(log);
+    await (downstream ? provisionBus(log, downstream) : provisionBus(log));
   } finally {
     await log.close();
   }

@@ -13,12 +13,13 @@
  * service's durable consumer. Each user receives replies only on its own inbox
  * ({@link inboxSubscription}): no user reads another's request replies (issue 18).
  */
+import { AckPolicy, DeliverPolicy, JetStreamApiError } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
 import { inboxPrefixOf } from './inbox.js';
-import { ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
+import { allRunsFilter, ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
 
 /** The subject space of the deployment (deploy/nats, deploy/k8s/base/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
 export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', partitions: 8 };
@@ -183,37 +184,64 @@ const streamReadApi = (space: SubjectSpace): string[] => [
 ];
 
 /**
- * The `consumer` user (downstream services): reads the Run stream (stream info, direct and
- * leader gets) and creates, reads, acknowledges and deletes the durable consumers named in
- * `downstream`, with or without a subject filter (the client's `CONSUMER.CREATE.<stream>.<name>[.<filter>]`,
- * or `CONSUMER.DURABLE.CREATE.<stream>.<name>` with several filters); replies on its own inbox ({@link inboxSubscription}).
- * Nothing else: no publish on Runplane subjects, no other consumer (ephemeral or named), no
- * bucket, no stream change.
+ * The NATS accounts: the services, `ops` and `admin` share {@link SERVICES_ACCOUNT}, which holds
+ * the Run stream and the buckets; the `consumer` user (downstream services) is alone in
+ * {@link CONSUMERS_ACCOUNT}, which has no JetStream of its own and reaches the Run stream only
+ * through the imports of {@link consumerImports}. A subject lives in one account: what a client
+ * of the consumer account names as a reply (or publishes) stays in that account, so a pull's
+ * deliveries can never land on a service's subject or in a bucket (docs/consumers.md).
+ */
+export const SERVICES_ACCOUNT = 'RUNPLANE';
+/** The downstream consumers' account ({@link SERVICES_ACCOUNT}). */
+export const CONSUMERS_ACCOUNT = 'CONSUMERS';
+/** The account a Runplane user belongs to. */
+export const accountOf = (user: BusUser): string => (user === 'consumer' ? CONSUMERS_ACCOUNT : SERVICES_ACCOUNT);
+
+/**
+ * One JetStream API subject the services' account exports to the consumers' account (and the
+ * consumers' account imports): `response` is `stream` where one request is answered by many
+ * messages (a pull: its deliveries and status messages), else `singleton`.
+ */
+export interface ConsumerImport {
+  subject: string;
+  response: 'singleton' | 'stream';
+}
+
+/**
+ * What a durable pull consumer of the Run stream needs, and nothing more: the JetStream account
+ * info and the stream's info and single-message gets (reads), and for each name in `downstream`
+ * the consumer's info, next (`stream` responses) and its acknowledgements
+ * (`$JS.ACK.<stream>.<name>.>`, also the "working" heartbeat). Replies come back to the requester's
+ * own account. No consumer create, update or delete: the admin provisions the durables
+ * ({@link provisionBus}). A create or update request may name a `deliver_subject` (a push
+ * consumer), which nats-server delivers to in the stream's account, and may set an
+ * `inactive_threshold` that lets the server remove the durable, after which the name could be
+ * created again as a push consumer; no permission can look into a request's body. No stream admin,
+ * no other consumer, no bucket, no Run subject.
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
+ */
+export function consumerImports(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): ConsumerImport[] {
+  const S = space.stream;
+  const one = (subject: string): ConsumerImport => ({ subject, response: 'singleton' });
+  const imports = streamReadApi(space).map(one);
+  for (const name of downstreamConsumerNames(downstream))
+    imports.push(
+      one(`$JS.API.CONSUMER.INFO.${S}.${name}`),
+      { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`, response: 'stream' },
+      one(`$JS.ACK.${S}.${name}.>`),
+    );
+  return imports;
+}
+
+/**
+ * The `consumer` user (downstream services), in {@link CONSUMERS_ACCOUNT}: it may publish only
+ * the imported subjects ({@link consumerImports}) and receive replies on its own inbox
+ * ({@link inboxSubscription}). Its account holds nothing else, so whatever it names as a reply or
+ * a push consumer's delivery subject is a subject of its own account.
  */
 function consumerPermissions(space: SubjectSpace, downstream: readonly string[]): UserPermissions {
-  const S = space.stream;
-  const publish = [...streamReadApi(space)];
-  for (const name of downstreamConsumerNames(downstream))
-    publish.push(
-      `$JS.API.CONSUMER.CREATE.${S}.${name}`,
-      `$JS.API.CONSUMER.CREATE.${S}.${name}.>`,
-      `$JS.API.CONSUMER.DURABLE.CREATE.${S}.${name}`,
-      `$JS.API.CONSUMER.INFO.${S}.${name}`,
-      `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`,
-      `$JS.API.CONSUMER.DELETE.${S}.${name}`,
-      `$JS.ACK.${S}.${name}.>`,
-    );
-  const deny = [
-    `${space.prefix}.>`,
-    '$KV.>',
-    '$O.>',
-    '$JS.API.STREAM.CREATE.>',
-    '$JS.API.STREAM.UPDATE.>',
-    '$JS.API.STREAM.DELETE.>',
-    '$JS.API.STREAM.MSG.DELETE.>',
-    '$JS.API.STREAM.PURGE.>',
-  ];
-  return { publish: { allow: publish, deny }, subscribe: { allow: [inboxSubscription('consumer')], deny: [] } };
+  const publish = consumerImports(space, downstream).map((i) => i.subject);
+  return { publish: { allow: publish, deny: [] }, subscribe: { allow: [inboxSubscription('consumer')], deny: [] } };
 }
 
 /**
@@ -225,6 +253,10 @@ function consumerPermissions(space: SubjectSpace, downstream: readonly string[])
 export function busPermissions(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Record<BusUser, UserPermissions> {
   const S = space.stream;
   const allDurables = BUS_SERVICES.flatMap((s) => durableNamesOf(space, s));
+  // the downstream services' durables live in this account too (created through the imports):
+  // no service and not ops may pull from them, take them over or delete them (a deleted one
+  // would start its downstream service again at the stream's first event); the admin may
+  const downstreamNames = downstreamConsumerNames(downstream);
   const result = {} as Record<BusUser, UserPermissions>;
   for (const user of BUS_USERS) {
     if (user === 'admin') {
@@ -281,8 +313,8 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
       '$JS.API.STREAM.MSG.DELETE.>',
       `$JS.API.STREAM.PURGE.${S}`,
       '$JS.API.CONSUMER.DURABLE.CREATE.>',
-      ...allDurables.map((d) => `$JS.API.CONSUMER.DELETE.${S}.${d}`),
-      ...others.flatMap((d) => [
+      ...[...allDurables, ...downstreamNames].map((d) => `$JS.API.CONSUMER.DELETE.${S}.${d}`),
+      ...[...others, ...downstreamNames].flatMap((d) => [
         `$JS.API.CONSUMER.CREATE.${S}.${d}`,
         `$JS.API.CONSUMER.CREATE.${S}.${d}.>`,
         `$JS.API.CONSUMER.MSG.NEXT.${S}.${d}`,
@@ -298,8 +330,10 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
 export const passwordVariable = (user: BusUser): string => `RUNPLANE_NATS_PASSWORD_${user.toUpperCase()}`;
 
 /**
- * Renders the nats-server `authorization` block for a subject space: one user per
- * {@link BUS_USERS} entry with its {@link busPermissions}. `passwords` gives each user's password,
+ * Renders the nats-server `accounts` block for a subject space: {@link SERVICES_ACCOUNT} (JetStream
+ * on) with every user but `consumer`, exporting to {@link CONSUMERS_ACCOUNT} only the subjects of
+ * {@link consumerImports}; {@link CONSUMERS_ACCOUNT} (no JetStream) with the `consumer` user,
+ * importing them. Each user has its {@link busPermissions}. `passwords` gives each user's password,
  * or `'env'` to reference `$RUNPLANE_NATS_PASSWORD_<USER>` (resolved by nats-server from its
  * environment: the deployed file holds no secret). A connection without a user is refused.
  * `downstream`: the names of downstream durable consumers the `consumer` user may use
@@ -314,29 +348,54 @@ export function renderNatsAuthorization(
   const q = (s: string) => JSON.stringify(s);
   const list = (items: string[], indent: string) => (items.length ? `[\n${items.map((i) => `${indent}  ${q(i)}`).join('\n')}\n${indent}]` : '[]');
   const perms = busPermissions(space, downstream);
-  const users = BUS_USERS.map((user) => {
-    const p = perms[user];
-    const pass = passwords === 'env' ? `$${passwordVariable(user)}` : q(passwords[user]);
+  const user = (u: BusUser) => {
+    const p = perms[u];
+    const pass = passwords === 'env' ? `$${passwordVariable(u)}` : q(passwords[u]);
     return [
-      `    {`,
-      `      user: ${q(natsUserName(user))}`,
-      `      password: ${pass}`,
-      `      permissions: {`,
-      `        publish: { allow: ${list(p.publish.allow, '        ')}, deny: ${list(p.publish.deny, '        ')} }`,
-      `        subscribe: { allow: ${list(p.subscribe.allow, '        ')} }`,
-      `      }`,
-      `    }`,
+      `        {`,
+      `          user: ${q(natsUserName(u))}`,
+      `          password: ${pass}`,
+      `          permissions: {`,
+      `            publish: { allow: ${list(p.publish.allow, '            ')}, deny: ${list(p.publish.deny, '            ')} }`,
+      `            subscribe: { allow: ${list(p.subscribe.allow, '            ')} }`,
+      `          }`,
+      `        }`,
     ].join('\n');
-  });
+  };
+  const imports = consumerImports(space, downstream);
+  const exportOf = (i: ConsumerImport) =>
+    `        { service: ${q(i.subject)}, accounts: [${q(CONSUMERS_ACCOUNT)}]${i.response === 'stream' ? ', response: stream' : ''} }`;
+  const importOf = (i: ConsumerImport) => `        { service: { account: ${q(SERVICES_ACCOUNT)}, subject: ${q(i.subject)} } }`;
   return [
-    `# Runplane NATS users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
+    `# Runplane NATS accounts and users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
     `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
     `#   npm run runplane -- docs nats-auth > deploy/nats/accounts.conf`,
     `# Do not edit by hand; a test fails when this file is stale.`,
-    `authorization {`,
-    `  users = [`,
-    users.join('\n'),
-    `  ]`,
+    `# ${SERVICES_ACCOUNT}: the services, ops and admin (the Run stream and the buckets). ${CONSUMERS_ACCOUNT}: the`,
+    `# downstream consumer user, no JetStream of its own; it reaches the Run stream only through the`,
+    `# imports below, and every reply or delivery it asks for stays in its own account.`,
+    `accounts {`,
+    `  ${SERVICES_ACCOUNT} {`,
+    `    jetstream: enabled`,
+    `    users = [`,
+    BUS_USERS.filter((u) => accountOf(u) === SERVICES_ACCOUNT)
+      .map(user)
+      .join('\n'),
+    `    ]`,
+    `    exports = [`,
+    imports.map(exportOf).join('\n'),
+    `    ]`,
+    `  }`,
+    `  ${CONSUMERS_ACCOUNT} {`,
+    `    users = [`,
+    BUS_USERS.filter((u) => accountOf(u) === CONSUMERS_ACCOUNT)
+      .map(user)
+      .join('\n'),
+    `    ]`,
+    `    imports = [`,
+    imports.map(importOf).join('\n'),
+    `    ]`,
+    `  }`,
     `}`,
     ``,
   ].join('\n');
@@ -348,10 +407,35 @@ export function renderNatsAuthorization(
  * `EventLog.enableAtomicBatches`) and every bucket of {@link BUS_BUCKETS}, each only when missing, with
  * `log.replicas` copies (`RUNPLANE_NATS_REPLICAS`: 3 on a 3-node cluster, so one node may be lost).
  * The services then only open them (a bucket's `create` reads the existing one's info first).
+ * Also creates each downstream durable consumer of `downstream` (default
+ * {@link DEFAULT_DOWNSTREAM_CONSUMERS}) when missing, as a pull consumer of every Run subject from
+ * the first event, 30 s ack wait: the consumer account may use it but not create, change or delete
+ * it.
  * @param log a log connected as a user allowed to create streams (`admin`).
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
-export async function provisionBus(log: EventLog): Promise<void> {
+export async function provisionBus(log: EventLog, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Promise<void> {
   await log.ensureStream();
+  // the consumer account may not create its durables (consumerImports): they are created here,
+  // pull consumers (no deliver subject) from the first event (docs/consumers.md)
+  for (const name of downstreamConsumerNames(downstream)) {
+    const exists = await log.jsm.consumers.info(log.space.stream, name).then(
+      () => true,
+      (e: unknown) => {
+        if (e instanceof JetStreamApiError && e.status === 404) return false;
+        throw e;
+      },
+    );
+    if (!exists)
+      await log.jsm.consumers.add(log.space.stream, {
+        durable_name: name,
+        filter_subject: allRunsFilter(log.space),
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: 30_000 * 1_000_000,
+        max_ack_pending: 1000,
+      });
+  }
   // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
   await log.enableAtomicBatches();
   const kvm = new Kvm(log.nc);

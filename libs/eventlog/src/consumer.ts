@@ -21,6 +21,11 @@ export interface DurableConsumerSpec {
    */
   exactName?: boolean;
   /**
+   * True: use the durable as it is on the server and create or update nothing (a user that may
+   * not create consumers: the downstream consumer account, whose durables the admin provisions).
+   */
+  bind?: boolean;
+  /**
    * Told of every message terminated because it is not a fact ({@link verifyStored}), after the
    * error line: a downstream service's own report. The message never reaches the handler.
    */
@@ -120,12 +125,14 @@ export class DurableConsumer {
     return this.spec.exactName ? this.spec.durable : `${this.log.space.prefix}-${this.spec.durable}`;
   }
 
-  /** Creates (or updates) the durable consumer and starts consuming. */
+  /** Creates (or updates) the durable consumer, unless {@link DurableConsumerSpec.bind}, and starts consuming. */
   async start(): Promise<void> {
     const ackWaitMs = this.spec.ackWaitMs ?? 30_000;
     const filters = [this.spec.filter].flat();
     const pinned = this.spec.pinned;
-    if (filters.length > 1 || pinned || this.spec.exactName) await this.createOrUpdate(filters, ackWaitMs);
+    if (this.spec.bind) {
+      // the durable is as the server has it
+    } else if (filters.length > 1 || pinned || this.spec.exactName) await this.createOrUpdate(filters, ackWaitMs);
     else await this.createOrUpdateSingle(filters[0]!, ackWaitMs);
     await this.consume(ackWaitMs);
   }

@@ -4,10 +4,13 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EventCatalog, EventTypes } from '@runplane/contracts';
 import {
+  accountOf,
   BUS_SERVICES,
   BUS_USERS,
   busPermissions,
   consumerFilters,
+  consumerImports,
+  CONSUMERS_ACCOUNT,
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DEPLOYED_SPACE,
   downstreamConsumerNames,
@@ -19,6 +22,7 @@ import {
   passwordVariable,
   renderNatsAuthorization,
   runSubjectTokensOf,
+  SERVICES_ACCOUNT,
 } from '@runplane/eventlog';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -105,21 +109,40 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(perms.tools.publish.allow).not.toContain('$KV.rp_heartbeats.>');
   });
 
-  it('lets the downstream consumer user read the stream and keep its listed durables, and nothing else', () => {
+  it('lets the downstream consumer user, alone in its own account, read the stream and use its listed durables, and nothing else', () => {
     const { publish, subscribe } = busPermissions(DEPLOYED_SPACE).consumer;
     expect(DEFAULT_DOWNSTREAM_CONSUMERS).toEqual(['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4']);
     expect(publish.allow).toEqual(
       expect.arrayContaining([
         '$JS.API.STREAM.INFO.RUNPLANE',
         '$JS.API.DIRECT.GET.RUNPLANE.rp.run.>',
-        '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-1',
-        '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-1.>',
-        '$JS.API.CONSUMER.DURABLE.CREATE.RUNPLANE.downstream-4',
+        '$JS.API.CONSUMER.INFO.RUNPLANE.downstream-1',
         '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-2',
         '$JS.ACK.RUNPLANE.downstream-3.>',
-        '$JS.API.CONSUMER.DELETE.RUNPLANE.downstream-1',
       ]),
     );
+    // no create, update or delete: a request's body may name a deliver subject (docs/consumers.md)
+    expect(publish.allow.filter((p) => /\.(CREATE|DELETE)\./.test(p))).toEqual([]);
+    // it may publish exactly what its account imports, and the services' account exports exactly that to it
+    const imports = consumerImports(DEPLOYED_SPACE);
+    expect(publish.allow).toEqual(imports.map((i) => i.subject));
+    expect(imports.filter((i) => i.response === 'stream').map((i) => i.subject)).toEqual(
+      DEFAULT_DOWNSTREAM_CONSUMERS.map((n) => `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${n}`),
+    );
+    expect(BUS_USERS.filter((u) => accountOf(u) === CONSUMERS_ACCOUNT)).toEqual(['consumer']);
+    const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
+    expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1", accounts: ["${CONSUMERS_ACCOUNT}"], response: stream }`);
+    expect(conf).toContain(`{ service: { account: "${SERVICES_ACCOUNT}", subject: "$JS.ACK.RUNPLANE.downstream-1.>" } }`);
+    // no service and not ops may pull from, take over or delete a downstream durable
+    const perms = busPermissions(DEPLOYED_SPACE);
+    for (const user of BUS_USERS.filter((u) => u !== 'admin' && u !== 'consumer'))
+      expect(perms[user].publish.deny).toEqual(
+        expect.arrayContaining([
+          '$JS.API.CONSUMER.DELETE.RUNPLANE.downstream-1',
+          '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-2',
+          '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-3',
+        ]),
+      );
     // no Run subject, no bucket, no ephemeral or other consumer, no stream change
     expect(
       publish.allow.filter((p) => p.startsWith('rp.') || p.startsWith('$KV') || p.startsWith('$O') || p.includes('KV_') || p.includes('OBJ_')),
@@ -127,12 +150,11 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(publish.allow).not.toContain('$JS.API.CONSUMER.CREATE.RUNPLANE');
     expect(publish.allow.filter((p) => p.includes('.CONSUMER.') && !/\.downstream-\d\b/.test(p))).toEqual([]);
     expect(publish.allow.filter((p) => /STREAM\.(CREATE|UPDATE|DELETE|PURGE|MSG\.DELETE)/.test(p))).toEqual([]);
-    expect(publish.deny).toEqual(expect.arrayContaining(['rp.>', '$KV.>', '$O.>', '$JS.API.STREAM.PURGE.>', '$JS.API.STREAM.DELETE.>']));
     // replies on its own inbox only (issue 18)
     expect(subscribe.allow).toEqual(['_INBOX_runplane-consumer.>']);
     // a deployment's own names, each with the prefix
     expect(busPermissions(DEPLOYED_SPACE, ['downstream-webhooks']).consumer.publish.allow).toContain(
-      '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-webhooks.>',
+      '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-webhooks',
     );
     expect(() => downstreamConsumerNames(['webhooks'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['downstream-a.b'])).toThrow(RangeError);
