@@ -7,11 +7,11 @@ import { Owner, type StoredEvent } from '@runplane/contracts';
 import { EventLog, partitionOf, recordAnomaly, runSubject } from '@runplane/eventlog';
 import {
   OrphanEventError,
-  RunEntity,
   applyStoredEvents,
   completeUpTo,
   continuityOf,
   reprojectRun,
+  selectCheckpoints,
   subjectTokenOfStored,
   type ApplyResult,
   type ProjectionGap,
@@ -240,9 +240,9 @@ export class ProjectorService implements BeforeApplicationShutdown {
     if (unknown.length > 0) {
       const stored = await this.withRetries(
         () => batch.map((d) => d.trigger),
-        () => this.db.orm.em.fork().find(RunEntity, { runId: { $in: unknown } }, { fields: ['runId', 'lastSeq', 'subjectSeqs'] }),
+        () => selectCheckpoints(this.db.orm.em.fork(), unknown),
       );
-      for (const row of stored) from.set(row.runId, { lastSeq: Number(row.lastSeq), subjectSeqs: row.subjectSeqs ?? {} });
+      for (const [runId, checkpoint] of stored) from.set(runId, checkpoint);
       // a Run the database does not know, delivered from its admission (its first event) on, is followed from there
       for (const runId of unknown)
         if (!from.has(runId) && byRun.get(runId)!.some((d) => d.trigger.event.type === 'run.admitted')) followed.add(runId);

@@ -1,29 +1,12 @@
 /**
  * The adapter between the pure view rules and PostgreSQL: the idempotent projection step (K11).
  */
-import { LockMode, type EntityName } from '@mikro-orm/core';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { StoredEvent } from '@runplane/contracts';
-import {
-  MessageEntity,
-  ModelTurnEntity,
-  PassageEntity,
-  RunEntity,
-  ToolCallEntity,
-  messageDataOf,
-  messageRowOf,
-  modelTurnDataOf,
-  modelTurnRowOf,
-  passageDataOf,
-  passageRowOf,
-  runDataOf,
-  runRowOf,
-  toolCallDataOf,
-  toolCallRowOf,
-} from './entities.js';
 import type { MessageRow, ModelTurnRow, PassageRow, RunRow, ToolCallRow } from './rows.js';
 import { evolveMessage, evolveModelTurn, evolvePassage, evolveRun, evolveToolCall, touchedKeys } from './evolve.js';
 import { advanceSubjectSeqs, continuityOf, type ProjectionGap, type SubjectSeqs } from './continuity.js';
+import { selectRows, upsertRows } from './row-sql.js';
 
 /** An event of a Run whose `run.admitted` has not been applied: the log or the delivery order is broken. */
 export class OrphanEventError extends Error {
@@ -62,16 +45,30 @@ export interface ApplyOptions {
 
 /**
  * PostgreSQL text cannot hold U+0000; a fact that carries one (model output, tool results) is
- * projected with U+FFFD in its place, the same way live and in a rebuild. The log keeps the
- * original.
+ * projected with U+FFFD in its place, the same way live and in a rebuild. A lone UTF-16 surrogate
+ * (not a character) is projected as U+FFFD too, as writing the text as UTF-8 always did. The log
+ * keeps the original. Returns `value` itself (no copy) when it holds neither.
  */
 export function withoutNul<T>(value: T): T {
-  if (typeof value === 'string') return (value.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value) as T;
-  if (Array.isArray(value)) return value.map(withoutNul) as T;
-  if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withoutNul(v)])) as T;
+  if (typeof value === 'string') {
+    const fixed = value.includes('\u0000') ? value.replaceAll('\u0000', '\uFFFD') : value;
+    return (fixed.isWellFormed() ? fixed : fixed.toWellFormed()) as T;
   }
-  return value;
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) {
+    let copy: unknown[] | null = null;
+    for (let i = 0; i < value.length; i++) {
+      const v = withoutNul(value[i] as unknown);
+      if (v !== value[i]) (copy ??= value.slice())[i] = v;
+    }
+    return (copy ?? value) as T;
+  }
+  let copy: Record<string, unknown> | null = null;
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    const w = withoutNul(v);
+    if (w !== v) (copy ??= { ...(value as Record<string, unknown>) })[k] = w;
+  }
+  return (copy ?? value) as T;
 }
 
 /** The advisory lock key of a Run's projection (transaction-scoped, see {@link applyStoredEvents}). */
@@ -97,7 +94,8 @@ export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): 
  * 1. takes a transaction-scoped advisory lock per Run of the batch, in the order of the lock keys
  *    (so two batches with overlapping Runs cannot deadlock, and two deliveries of a Run's first
  *    event cannot both insert), and loads the batch's Run rows with `SELECT ... FOR UPDATE`;
- * 2. loads the message, passage, tool call and model turn rows the batch touches, one query per table;
+ * 2. loads the message, passage, tool call and model turn rows the batch touches, one query per
+ *    table (by exact primary key);
  * 3. evolves the rows in memory with the pure rules of `evolve.ts`, event by event in the order
  *    given, after the continuity check of `continuity.ts` against the Run's checkpoint
  *    (`runs.last_seq` and `runs.subject_seqs`, as advanced by the earlier events of the batch):
@@ -105,7 +103,11 @@ export async function applyStoredEvent(em: EntityManager, stored: StoredEvent): 
  *    names a sequence the projection never applied, or that comes after a later event of its Run
  *    was applied, is a `gap` and is not applied, and neither is any later event of that Run in
  *    the batch; later events of a Run see the rows its earlier events produced;
- * 4. writes every changed row once (one flush, the checkpoints included) and commits.
+ * 4. writes every changed row once, and only those, in one statement (an `INSERT ... ON CONFLICT
+ *    DO UPDATE` per table, the checkpoints with the Run rows), and commits.
+ * Rows are read and written as the plain rows of `rows.ts` with plain SQL on the transaction's
+ * connection (`row-sql.ts`), not through entities and the unit of work: the same rows for a
+ * fraction of the CPU (docs/performance.md).
  * The caller acknowledges the messages only after this resolves, and re-projects a Run with a
  * `gap` from its log ({@link reprojectRun}). Events of one Run must be given in stream order
  * (events of different Runs may interleave freely).
@@ -157,12 +159,17 @@ async function lockRuns(tx: EntityManager, runIds: readonly string[]): Promise<v
 async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[], checkContinuity: boolean): Promise<ApplyResult[]> {
   const batch = originals.map((s) => withoutNul(s));
   const runIds = [...new Set(batch.map((s) => s.event.runId))];
-  const runEntities = new Map<string, RunEntity>();
-  for (const entity of await tx.find(RunEntity, { runId: { $in: runIds } }, { lockMode: LockMode.PESSIMISTIC_WRITE })) {
-    runEntities.set(entity.runId, entity);
+  const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, null]));
+  const subjectSeqs = new Map<string, SubjectSeqs>();
+  for (const { subjectSeqs: seqs, ...row } of await selectRows(
+    tx,
+    'runs',
+    runIds.map((id) => [id]),
+    true,
+  )) {
+    runs.set(row.runId, row);
+    subjectSeqs.set(row.runId, seqs ?? {});
   }
-  const runs = new Map<string, RunRow | null>(runIds.map((id) => [id, runEntities.has(id) ? runRowOf(runEntities.get(id)!) : null]));
-  const subjectSeqs = new Map<string, SubjectSeqs>(runIds.map((id) => [id, runEntities.get(id)?.subjectSeqs ?? {}]));
   /** The verdict on an event against its Run's checkpoint as it stands. */
   const verdict = (s: StoredEvent): 'applied' | 'next' | ProjectionGap => {
     const row = runs.get(s.event.runId) ?? null;
@@ -173,14 +180,11 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
   };
 
   // the other rows the batch may touch: those of events not already applied by the stored checkpoint
-  const wanted = { messageIds: new Set<string>(), toolCalls: 0, passages: 0, turns: 0 };
-  const ids = {
-    toolCallRuns: new Set<string>(),
-    toolCallIds: new Set<string>(),
-    passageRuns: new Set<string>(),
-    passageIds: new Set<string>(),
-    turnRuns: new Set<string>(),
-    turns: new Set<number>(),
+  const wanted = {
+    messages: new Map<string, string[]>(),
+    toolCalls: new Map<string, string[]>(),
+    passages: new Map<string, string[]>(),
+    turns: new Map<string, string[]>(),
   };
   for (const s of batch) {
     const runId = s.event.runId;
@@ -188,41 +192,20 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
     // of its subject are applied: only events already applied are left out
     if (verdict(s) === 'applied') continue;
     const keys = touchedKeys(s);
-    if (keys.messageId) wanted.messageIds.add(keys.messageId);
-    if (keys.toolCallId) {
-      wanted.toolCalls++;
-      ids.toolCallRuns.add(runId);
-      ids.toolCallIds.add(keys.toolCallId);
-    }
-    if (keys.passageId) {
-      wanted.passages++;
-      ids.passageRuns.add(runId);
-      ids.passageIds.add(keys.passageId);
-    }
-    if (keys.turn !== undefined) {
-      wanted.turns++;
-      ids.turnRuns.add(runId);
-      ids.turns.add(keys.turn);
-    }
+    if (keys.messageId) wanted.messages.set(keys.messageId, [keys.messageId]);
+    if (keys.toolCallId) wanted.toolCalls.set(pairKey(runId, keys.toolCallId), [runId, keys.toolCallId]);
+    if (keys.passageId) wanted.passages.set(pairKey(runId, keys.passageId), [runId, keys.passageId]);
+    if (keys.turn !== undefined) wanted.turns.set(pairKey(runId, String(keys.turn)), [runId, String(keys.turn)]);
   }
-  // (one connection: the queries go one after another; a key cross product may load a few rows
-  // the batch does not touch, which then stay unchanged)
-  const messageList = wanted.messageIds.size ? await tx.find(MessageEntity, { messageId: { $in: [...wanted.messageIds] } }) : [];
-  const toolCallList = wanted.toolCalls
-    ? await tx.find(ToolCallEntity, { runId: { $in: [...ids.toolCallRuns] }, toolCallId: { $in: [...ids.toolCallIds] } })
-    : [];
-  const passageList = wanted.passages
-    ? await tx.find(PassageEntity, { runId: { $in: [...ids.passageRuns] }, passageId: { $in: [...ids.passageIds] } })
-    : [];
-  const turnList = wanted.turns ? await tx.find(ModelTurnEntity, { runId: { $in: [...ids.turnRuns] }, turn: { $in: [...ids.turns] } }) : [];
-  const messageEntities = new Map(messageList.map((e) => [e.messageId, e]));
-  const turnEntities = new Map(turnList.map((e) => [pairKey(e.runId, String(e.turn)), e]));
-  const turns = new Map<string, ModelTurnRow | null>([...turnEntities].map(([k, e]) => [k, modelTurnRowOf(e)]));
-  const toolCallEntities = new Map(toolCallList.map((e) => [pairKey(e.runId, e.toolCallId), e]));
-  const passageEntities = new Map(passageList.map((e) => [pairKey(e.runId, e.passageId), e]));
-  const messages = new Map<string, MessageRow | null>([...messageEntities].map(([k, e]) => [k, messageRowOf(e)]));
-  const toolCalls = new Map<string, ToolCallRow | null>([...toolCallEntities].map(([k, e]) => [k, toolCallRowOf(e)]));
-  const passages = new Map<string, PassageRow | null>([...passageEntities].map(([k, e]) => [k, passageRowOf(e)]));
+  // (one connection: the queries go one after another)
+  const messages = new Map<string, MessageRow | null>();
+  for (const row of await selectRows(tx, 'messages', [...wanted.messages.values()])) messages.set(row.messageId, row);
+  const toolCalls = new Map<string, ToolCallRow | null>();
+  for (const row of await selectRows(tx, 'toolCalls', [...wanted.toolCalls.values()])) toolCalls.set(pairKey(row.runId, row.toolCallId), row);
+  const passages = new Map<string, PassageRow | null>();
+  for (const row of await selectRows(tx, 'passages', [...wanted.passages.values()])) passages.set(pairKey(row.runId, row.passageId), row);
+  const turns = new Map<string, ModelTurnRow | null>();
+  for (const row of await selectRows(tx, 'modelTurns', [...wanted.turns.values()])) turns.set(pairKey(row.runId, String(row.turn)), row);
   const changed = {
     runs: new Set<string>(),
     messages: new Set<string>(),
@@ -298,19 +281,13 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
     results.push({ status: 'applied', runId, seq: stored.seq, previousLastSeq });
   }
 
-  // every changed row once; the commit flushes them together
-  for (const runId of changed.runs) {
-    write(tx, RunEntity, runEntities.get(runId), { ...runDataOf(runs.get(runId)!), subjectSeqs: { ...subjectSeqs.get(runId) } });
-  }
-  for (const key of changed.messages) write(tx, MessageEntity, messageEntities.get(key), messageDataOf(messages.get(key)!));
-  for (const key of changed.toolCalls) write(tx, ToolCallEntity, toolCallEntities.get(key), toolCallDataOf(toolCalls.get(key)!));
-  for (const key of changed.passages) write(tx, PassageEntity, passageEntities.get(key), passageDataOf(passages.get(key)!));
-  for (const key of changed.turns) write(tx, ModelTurnEntity, turnEntities.get(key), modelTurnDataOf(turns.get(key)!));
+  // every changed row once, in one statement (the checkpoints with the Runs' rows)
+  await upsertRows(tx, {
+    runs: [...changed.runs].map((runId) => ({ ...runs.get(runId)!, subjectSeqs: { ...subjectSeqs.get(runId) } })),
+    messages: [...changed.messages].map((key) => messages.get(key)!),
+    toolCalls: [...changed.toolCalls].map((key) => toolCalls.get(key)!),
+    passages: [...changed.passages].map((key) => passages.get(key)!),
+    modelTurns: [...changed.turns].map((key) => turns.get(key)!),
+  });
   return results;
-}
-
-/** Updates a loaded entity, or creates the row when there was none. */
-function write<T extends object>(tx: EntityManager, entityName: EntityName<T>, entity: T | undefined, data: Partial<T>): void {
-  if (entity) tx.assign(entity, data as never);
-  else tx.create(entityName, data as never);
 }

@@ -14,3 +14,4 @@ export * from './queries.js';
 export * from './database.js';
 export * from './rebuild.js';
 export * from './embedded.js';
+export * from './row-sql.js';
