@@ -12,6 +12,7 @@ import { Migration20261130150000_run_clocks } from './Migration20261130150000_ru
 import { Migration20261130161000_run_clarification } from './Migration20261130161000_run_clarification.js';
 import { Migration20261201150000_run_subject_seqs } from './Migration20261201150000_run_subject_seqs.js';
 import { Migration20261202050000_run_principal } from './Migration20261202050000_run_principal.js';
+import { Migration20261202150000_run_cost } from './Migration20261202150000_run_cost.js';
 
 export {
   Migration20261130000000_projections,
@@ -22,6 +23,7 @@ export {
   Migration20261130161000_run_clarification,
   Migration20261201150000_run_subject_seqs,
   Migration20261202050000_run_principal,
+  Migration20261202150000_run_cost,
 };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
@@ -34,4 +36,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261130161000_run_clarification', class: Migration20261130161000_run_clarification },
   { name: 'Migration20261201150000_run_subject_seqs', class: Migration20261201150000_run_subject_seqs },
   { name: 'Migration20261202050000_run_principal', class: Migration20261202050000_run_principal },
+  { name: 'Migration20261202150000_run_cost', class: Migration20261202150000_run_cost },
 ];

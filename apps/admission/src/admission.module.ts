@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
+import { GrantCeilingConfig, LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
 import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { AuthModule, HealthModule } from '@runplane/service-kit';
@@ -18,8 +18,11 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
       provide: ADMISSION_SETTINGS,
       useFactory: (): AdmissionSettings => {
         const limits = loadConfig(LimitsConfig);
+        const model = loadConfig(ModelConfig);
+        const price = model.RUNPLANE_MODEL_PRICES[model.RUNPLANE_MODEL];
         return {
-          model: loadConfig(ModelConfig).RUNPLANE_MODEL,
+          model: model.RUNPLANE_MODEL,
+          money: { ...(price ? { price } : {}), ceilingMicros: loadConfig(GrantCeilingConfig).RUNPLANE_GRANT_CEILING_COST_MICROS },
           testTools: loadConfig(TestToolsConfig)
             .RUNPLANE_TEST_TOOLS.split(',')
             .map((t) => t.trim())

@@ -3,6 +3,7 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { z } from 'zod';
 // a type only (erased): the module itself is loaded with the first read, below
 import type { RunListQuery } from '@runplane/projections';
+import type { MoneySettings } from './budget.js';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
 
@@ -15,6 +16,8 @@ export interface AdmissionSettings {
   /** Parking tools (`ask_human`, `spawn_subagent`, K10) in every user Run's grant (`RUNPLANE_PARKING_TOOLS`); both by default. */
   parkingTools?: string[];
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
+  /** The model's price and the money ceiling, for a client's money limit (`./budget.ts`, K7); no money limit is granted when absent. */
+  money?: MoneySettings;
 }
 
 type Projections = typeof import('@runplane/projections');
