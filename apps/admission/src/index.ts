@@ -1,1 +1,2 @@
 export * from './decide.js';
+export * from './budget.js';
