@@ -34,7 +34,9 @@ describe('a Run with a money limit (K7)', () => {
     const key = `money-${t.tag}`;
     await t.setScenario(
       {
-        steps: [{ reply: { content: '', toolCalls: [{ name: 'list_funds', arguments: {} }], usage: { promptTokens: 700, completionTokens: 4_500 } } }],
+        steps: [
+          { reply: { content: '', toolCalls: [{ name: 'list_funds', arguments: {} }], usage: { promptTokens: 700, completionTokens: 4_500 } } },
+        ],
         then: 'error',
       },
       key,
@@ -66,19 +68,24 @@ describe('a Run with a money limit (K7)', () => {
       0,
     );
     expect(charged).toBeLessThanOrEqual(10_000);
-    const view = await eventually(async () => {
-      const v = await t.client.getRun(body.runId);
-      return v?.status === 'settled' ? v : null;
-    }, 30_000, 'the settled Run in the projection');
+    const view = await eventually(
+      async () => {
+        const v = await t.client.getRun(body.runId);
+        return v?.status === 'settled' ? v : null;
+      },
+      30_000,
+      'the settled Run in the projection',
+    );
     expect(view).toMatchObject({ maxCostMicros: 10_000, costCurrency: 'USD', costMicros: 9_700, costUnknownMaxMicros: 0 });
   }, 90_000);
 
   it('refuses a money limit in another currency than the price, or over the ceiling, with 400 naming the field', async () => {
     const refused = async (maxCost: { micros: number; currency: string }) => {
       const key = `money-refused-${maxCost.currency}-${maxCost.micros}-${t.tag}`;
-      const err = await t.client
-        .postMessage(`conv-${key}`, { clientMessageId: key, content: 'Which funds are there?', budget: { maxCost } })
-        .then(() => null, (e: unknown) => e);
+      const err = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: 'Which funds are there?', budget: { maxCost } }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(RunplaneHttpError);
       return err as RunplaneHttpError;
     };

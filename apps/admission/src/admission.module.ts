@@ -1,5 +1,14 @@
 import { Module } from '@nestjs/common';
-import { GrantCeilingConfig, LimitsConfig, loadConfig, ModelConfig, ParkingToolNames, ParkingToolsConfig, TestToolNames, TestToolsConfig } from '@runplane/contracts';
+import {
+  GrantCeilingConfig,
+  LimitsConfig,
+  loadConfig,
+  ModelConfig,
+  ParkingToolNames,
+  ParkingToolsConfig,
+  TestToolNames,
+  TestToolsConfig,
+} from '@runplane/contracts';
 import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { AuthModule, HealthModule } from '@runplane/service-kit';

@@ -11,7 +11,10 @@ describe('admission: a money limit (K7)', () => {
   });
 
   it('given a priced model and a limit within the ceiling, then the grant carries it', () => {
-    expect(moneyLimitOf({ maxCost: { micros: 5_000, currency: 'USD' } }, 'm', { price, ceilingMicros: 5_000 })).toEqual({ micros: 5_000, currency: 'USD' });
+    expect(moneyLimitOf({ maxCost: { micros: 5_000, currency: 'USD' } }, 'm', { price, ceilingMicros: 5_000 })).toEqual({
+      micros: 5_000,
+      currency: 'USD',
+    });
   });
 
   it('given an unpriced model, another currency, or a limit over the ceiling, then refused naming the field and why', () => {
@@ -28,7 +31,11 @@ describe('admission: a money limit (K7)', () => {
       path: 'budget.maxCost',
       message: expect.stringContaining('model gpt-x has no configured price'),
     });
-    expect(refused(() => moneyLimitOf({ maxCost: { micros: 1, currency: 'EUR' } }, 'm', { price, ceilingMicros: 10 })).path).toBe('budget.maxCost.currency');
-    expect(refused(() => moneyLimitOf({ maxCost: { micros: 11, currency: 'USD' } }, 'm', { price, ceilingMicros: 10 })).path).toBe('budget.maxCost.micros');
+    expect(refused(() => moneyLimitOf({ maxCost: { micros: 1, currency: 'EUR' } }, 'm', { price, ceilingMicros: 10 })).path).toBe(
+      'budget.maxCost.currency',
+    );
+    expect(refused(() => moneyLimitOf({ maxCost: { micros: 11, currency: 'USD' } }, 'm', { price, ceilingMicros: 10 })).path).toBe(
+      'budget.maxCost.micros',
+    );
   });
 });

@@ -80,7 +80,10 @@ describe('runplane status', () => {
 
 describe('runplane status: cost (K7)', () => {
   it('given a Run with measured cost and unknown usage under a money limit, then the cost shows the measured amount, the range and the limit, exactly', () => {
-    const text = renderStatus(view({ costCurrency: 'USD', costMicros: 12_345, costUnknownMaxMicros: 1_000_000, maxCostMicros: 50_000_000 }), new Date('2026-01-01T00:02:00.000Z'));
+    const text = renderStatus(
+      view({ costCurrency: 'USD', costMicros: 12_345, costUnknownMaxMicros: 1_000_000, maxCostMicros: 50_000_000 }),
+      new Date('2026-01-01T00:02:00.000Z'),
+    );
     expect(text).toContain('cost:           0.012345 USD measured, up to 1.012345 USD with unknown usage (limit 50.000000 USD)');
   });
 

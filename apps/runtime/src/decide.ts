@@ -148,7 +148,9 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
     case 'Wake': {
       // a grant over the deployment's ceiling was not admitted by its rules (a forgery): never executed (issue [10])
       const over =
-        facts.turns.length === 0 ? ((trigger.ceiling ? overCeiling(facts, trigger.ceiling) : null) ?? unchargeable(facts, trigger.model, trigger.price)) : null;
+        facts.turns.length === 0
+          ? ((trigger.ceiling ? overCeiling(facts, trigger.ceiling) : null) ?? unchargeable(facts, trigger.model, trigger.price))
+          : null;
       if (over)
         return [
           makeEvent(

@@ -19,7 +19,15 @@
  *   (no tools, `purpose: finalization`); without a reserve or material: stop with the limit;
  * - in finalization-only: the finalization turn's outcome stops the Run; nothing returns to research.
  */
-import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent, type TokenPrice, type UnansweredPart } from '@runplane/contracts';
+import {
+  contextFrom,
+  makeEvent,
+  type EventData,
+  type ExecutionStopReason,
+  type RunEvent,
+  type TokenPrice,
+  type UnansweredPart,
+} from '@runplane/contracts';
 import {
   budgetOf,
   estimateInputTokens,

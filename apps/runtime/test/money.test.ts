@@ -101,18 +101,30 @@ describe('money charged after a model turn (K7)', () => {
     runtime
       .given(base())
       .when(ended(1, reply))
-      .then([{ type: 'model.turn.completed', data: expect.objectContaining({ cost: { currency: 'USD', measuredMicros: 0, unknownMaxMicros: 2_700 } }) }]);
+      .then([
+        { type: 'model.turn.completed', data: expect.objectContaining({ cost: { currency: 'USD', measuredMicros: 0, unknownMaxMicros: 2_700 } }) },
+      ]);
   });
 
   it('given a priced turn in flight, when it times out, then up to its reservation; an HTTP error: up to its input part; never sent: nothing', () => {
     const cost = (error: Extract<ModelTurnResult, { ok: false }>['error']) => {
-      const failed = decide(base().facts, ended(1, { ok: false, error }), new Date('2026-01-01T00:00:00.000Z')).find((e) => e.type === 'model.turn.failed');
+      const failed = decide(base().facts, ended(1, { ok: false, error }), new Date('2026-01-01T00:00:00.000Z')).find(
+        (e) => e.type === 'model.turn.failed',
+      );
       return (failed?.data as { cost?: unknown } | undefined)?.cost;
     };
     expect(cost({ kind: 'timeout', status: null, message: 'cut' })).toEqual({ currency: 'USD', measuredMicros: 0, unknownMaxMicros: 2_700 });
     expect(cost({ kind: 'http', status: 401, message: 'no' })).toEqual({ currency: 'USD', measuredMicros: 0, unknownMaxMicros: 700 });
-    expect(cost({ kind: 'connection', status: null, message: 'refused', refused: true })).toEqual({ currency: 'USD', measuredMicros: 0, unknownMaxMicros: 700 });
-    expect(cost({ kind: 'not-sent', status: null, message: 'paused past the deadline' })).toEqual({ currency: 'USD', measuredMicros: 0, unknownMaxMicros: 0 });
+    expect(cost({ kind: 'connection', status: null, message: 'refused', refused: true })).toEqual({
+      currency: 'USD',
+      measuredMicros: 0,
+      unknownMaxMicros: 700,
+    });
+    expect(cost({ kind: 'not-sent', status: null, message: 'paused past the deadline' })).toEqual({
+      currency: 'USD',
+      measuredMicros: 0,
+      unknownMaxMicros: 0,
+    });
   });
 
   it('given measured, unknown and in-flight turns, then the ledger charges measured + the unknown bounds against the limit, and turnCostOf is what it sums', () => {
@@ -126,7 +138,14 @@ describe('money charged after a model turn (K7)', () => {
     requested(h, 2, 800, 500).add('model.turn.failed', 2, { turn: 2, error: { kind: 'connection', status: null, message: 'reset' } });
     requested(h, 3, 900, 100); // in flight
     const b = budgetOf(h.facts);
-    expect(b.cost).toMatchObject({ measured: 2_600, unknownMax: 1_800 + 1_100, used: 2_600 + 2_900, limit: 50_000, left: 50_000 - 5_500, currency: 'USD' });
+    expect(b.cost).toMatchObject({
+      measured: 2_600,
+      unknownMax: 1_800 + 1_100,
+      used: 2_600 + 2_900,
+      limit: 50_000,
+      left: 50_000 - 5_500,
+      currency: 'USD',
+    });
     const summed = h.facts.turns.map((t) => turnCostOf(t.request, t.completed, t.failed)!);
     expect(summed.reduce((n, c) => n + c.measuredMicros + c.unknownMaxMicros, 0)).toBe(b.cost.used);
   });
@@ -142,7 +161,10 @@ describe('money limit reached: the token-limit path (K7)', () => {
       usage: { promptTokens: 700, completionTokens: 900, totalTokens: 1_600 },
     });
     // 2,500 used: 500 left pays for the input estimate (> 600 tokens) not even once
-    runtime.given(h).when(wake).then([finishedWith('token-limit', expect.stringContaining('money budget: 2500 of 3000 micro-USD'))]);
+    runtime
+      .given(h)
+      .when(wake)
+      .then([finishedWith('token-limit', expect.stringContaining('money budget: 2500 of 3000 micro-USD'))]);
   });
 
   it('given a turn whose usage is unknown, when woken, then it counts as its whole reservation (not 0) and the next request does not fit', () => {
@@ -160,7 +182,10 @@ describe('money limit reached: the token-limit path (K7)', () => {
     const h = new History().admitted({ limits: usd(1_000) });
     const est = estimateInputTokens(h.facts);
     expect(1_000 - est).toBeLessThan(2 * 256);
-    runtime.given(h).when(wake).then([finishedWith('token-limit')]);
+    runtime
+      .given(h)
+      .when(wake)
+      .then([finishedWith('token-limit')]);
   });
 
   it('given research stopped by money with material and a reserve, when woken, then the one finalization request is capped by the money left', () => {

@@ -334,7 +334,13 @@ describe('audit K7: charges inside the grant', () => {
     /** A money limit of 1,000 micro-USD; turn 1 measured 300 (100 in + 100 out); turn 2 reserves `reserved`. */
     const withReservation = (reserved: number | null) => {
       const h = new History().admitted({ limits: { maxCost: { micros: 1_000, currency: 'USD' } } });
-      h.add('model.turn.requested', 1, { turn: 1, model: 'scripted', maxTokens: 100, inputTokensEstimate: 100, price: { ...price, reservedMicros: 300 } });
+      h.add('model.turn.requested', 1, {
+        turn: 1,
+        model: 'scripted',
+        maxTokens: 100,
+        inputTokensEstimate: 100,
+        price: { ...price, reservedMicros: 300 },
+      });
       h.add('model.turn.completed', 1, {
         turn: 1,
         content: '',
@@ -343,7 +349,11 @@ describe('audit K7: charges inside the grant', () => {
         usage: { promptTokens: 100, completionTokens: 100, totalTokens: 200 },
         cost: { currency: 'USD', measuredMicros: 300, unknownMaxMicros: 0 },
       });
-      h.add('model.turn.requested', 2, { turn: 2, model: 'scripted', ...(reserved === null ? {} : { price: { ...price, reservedMicros: reserved } }) });
+      h.add('model.turn.requested', 2, {
+        turn: 2,
+        model: 'scripted',
+        ...(reserved === null ? {} : { price: { ...price, reservedMicros: reserved } }),
+      });
       return h;
     };
     const over = withReservation(701);

@@ -109,13 +109,18 @@ export const ModelPrices = z.preprocess(
       }
     })
     .pipe(z.record(z.string().min(1), PriceSetting))
-    .transform((prices) =>
-      Object.fromEntries(
-        Object.entries(prices).map(([model, p]) => [
-          model,
-          { currency: p.currency, inputMicrosPerMTok: Math.round(p.inputPerMTok * 1_000_000), outputMicrosPerMTok: Math.round(p.outputPerMTok * 1_000_000) },
-        ]),
-      ) as Record<string, { currency: string; inputMicrosPerMTok: number; outputMicrosPerMTok: number }>,
+    .transform(
+      (prices) =>
+        Object.fromEntries(
+          Object.entries(prices).map(([model, p]) => [
+            model,
+            {
+              currency: p.currency,
+              inputMicrosPerMTok: Math.round(p.inputPerMTok * 1_000_000),
+              outputMicrosPerMTok: Math.round(p.outputPerMTok * 1_000_000),
+            },
+          ]),
+        ) as Record<string, { currency: string; inputMicrosPerMTok: number; outputMicrosPerMTok: number }>,
     ),
 );
 

@@ -50,12 +50,15 @@ describe('the projected cost equals the ledger (K7)', () => {
     for (let i = 0; i < stored.length; i++) {
       row = evolveRun(row, stored[i]!)!;
       const ledger = budgetOf(foldRun(runId, stored.slice(0, i + 1))).cost;
-      expect({ measured: row.costMicros, unknownMax: row.costUnknownMaxMicros }).toEqual({ measured: ledger.measured, unknownMax: ledger.unknownMax });
+      expect({ measured: row.costMicros, unknownMax: row.costUnknownMaxMicros }).toEqual({
+        measured: ledger.measured,
+        unknownMax: ledger.unknownMax,
+      });
     }
     expect(row).toMatchObject({
       costCurrency: 'USD',
       costMicros: 812 * 3 + 333 * 15,
-      costUnknownMaxMicros: (900 * 3 + 1_000 * 15) + 950 * 3 + 0 + (960 * 3 + 700 * 15) + (1_000 * 3 + 500 * 15),
+      costUnknownMaxMicros: 900 * 3 + 1_000 * 15 + 950 * 3 + 0 + (960 * 3 + 700 * 15) + (1_000 * 3 + 500 * 15),
       costInFlightMicros: 1_000 * 3 + 500 * 15,
     });
   });

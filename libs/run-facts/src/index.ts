@@ -672,7 +672,8 @@ export function turnCostOf(
   if (!price) return null;
   const u = completed?.usage;
   if (u) {
-    const measuredMicros = tokensCostMicros(u.promptTokens, price.inputMicrosPerMTok) + tokensCostMicros(u.completionTokens, price.outputMicrosPerMTok);
+    const measuredMicros =
+      tokensCostMicros(u.promptTokens, price.inputMicrosPerMTok) + tokensCostMicros(u.completionTokens, price.outputMicrosPerMTok);
     return { currency: price.currency, measuredMicros, unknownMaxMicros: 0 };
   }
   let unknownMaxMicros = price.reservedMicros;
