@@ -13,6 +13,7 @@ import { Migration20261130161000_run_clarification } from './Migration2026113016
 import { Migration20261201150000_run_subject_seqs } from './Migration20261201150000_run_subject_seqs.js';
 import { Migration20261202050000_run_principal } from './Migration20261202050000_run_principal.js';
 import { Migration20261202140000_run_quota_index } from './Migration20261202140000_run_quota_index.js';
+import { Migration20261202150000_run_cost } from './Migration20261202150000_run_cost.js';
 
 export {
   Migration20261130000000_projections,
@@ -24,6 +25,7 @@ export {
   Migration20261201150000_run_subject_seqs,
   Migration20261202050000_run_principal,
   Migration20261202140000_run_quota_index,
+  Migration20261202150000_run_cost,
 };
 
 /** Every projection migration, oldest first; the name is what the migrations table records. */
@@ -37,4 +39,5 @@ export const migrationsList: MigrationObject[] = [
   { name: 'Migration20261201150000_run_subject_seqs', class: Migration20261201150000_run_subject_seqs },
   { name: 'Migration20261202050000_run_principal', class: Migration20261202050000_run_principal },
   { name: 'Migration20261202140000_run_quota_index', class: Migration20261202140000_run_quota_index },
+  { name: 'Migration20261202150000_run_cost', class: Migration20261202150000_run_cost },
 ];

@@ -34,6 +34,7 @@ import {
   type ReconcileToolCallResponse,
   type RunEventOf,
   type RunView,
+  type RunLimits,
   RUNS_PAGE_DEFAULT,
   RunsCursor,
   RunsQuery,
@@ -74,6 +75,21 @@ import {
 import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 import { unlimited } from './quota.js';
+import { BudgetRefused, moneyLimitOf } from './budget.js';
+
+/** The client's money limit as grant limits (`{ maxCost }`, K7), or none. @throws ApiError 400 `invalid_body` naming what cannot be granted. */
+function moneyLimit(budget: PostMessageBody['budget'], settings: AdmissionSettings): Pick<RunLimits, 'maxCost'> {
+  try {
+    const maxCost = moneyLimitOf(budget, settings.model, settings.money ?? { ceilingMicros: 0 });
+    return maxCost ? { maxCost } : {};
+  } catch (e) {
+    if (e instanceof BudgetRefused)
+      throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `the message body is invalid: ${e.path}: ${e.message}`, {
+        issues: [{ path: e.path, message: e.message }],
+      });
+    throw e;
+  }
+}
 
 /** The opaque cursor of the page after `last` (base64url JSON of {@link RunsCursor}). */
 export function encodeRunsCursor(last: RunView): string {
@@ -273,7 +289,7 @@ export class AdmissionController {
       clientMessageId: message.clientMessageId,
       content: message.content,
       grant: { tools: [...ToolNames, ...(this.settings.testTools ?? []), ...(this.settings.parkingTools ?? [])], model: this.settings.model },
-      limits: this.settings.limits,
+      limits: { ...this.settings.limits, ...moneyLimit(message.budget, this.settings) },
       requestId: randomUUID(),
       ...(principal.unauthenticated ? {} : { principal: principal.sub }),
       history: indexed.runs.map((r) => r.runId),

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import {
+  GrantCeilingConfig,
   LimitsConfig,
   loadConfig,
   ModelConfig,
@@ -28,8 +29,11 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
       useFactory: (): AdmissionSettings => {
         const limits = loadConfig(LimitsConfig);
         const quotas = loadConfig(QuotaConfig);
+        const model = loadConfig(ModelConfig);
+        const price = model.RUNPLANE_MODEL_PRICES[model.RUNPLANE_MODEL];
         return {
-          model: loadConfig(ModelConfig).RUNPLANE_MODEL,
+          model: model.RUNPLANE_MODEL,
+          money: { ...(price ? { price } : {}), ceilingMicros: loadConfig(GrantCeilingConfig).RUNPLANE_GRANT_CEILING_COST_MICROS },
           testTools: loadConfig(TestToolsConfig)
             .RUNPLANE_TEST_TOOLS.split(',')
             .map((t) => t.trim())

@@ -1,2 +1,3 @@
 export * from './decide.js';
 export * from './quota.js';
+export * from './budget.js';

@@ -3,6 +3,7 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { z } from 'zod';
 // a type only (erased): the module itself is loaded with the first read, below
 import type { RunListQuery } from '@runplane/projections';
+import type { MoneySettings } from './budget.js';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
 import { QUOTA_HOUR_MS, type QuotaLimits, type QuotaUsage } from './quota.js';
@@ -18,6 +19,8 @@ export interface AdmissionSettings {
   limits: Omit<RunLimits, 'deadlineAt'> & { deadlineSeconds: number };
   /** Per-principal quotas (`RUNPLANE_QUOTA_*`); absent or null entries: no limit. */
   quotas?: QuotaLimits;
+  /** The model's price and the money ceiling, for a client's money limit (`./budget.ts`, K7); no money limit is granted when absent. */
+  money?: MoneySettings;
 }
 
 type Projections = typeof import('@runplane/projections');

@@ -245,6 +245,27 @@ const usedOf = (used: number, limit: number | null): string => `${used}/${limit 
  * 0), and its clocks: queue time, execution time, time since the last progress and to the
  * deadline (the last two against `now`, while the Run is not settled).
  */
+/** Micro-units as a decimal amount, exactly (`12345` -> `0.012345`). */
+export function moneyText(micros: number, currency: string | null): string {
+  const whole = Math.floor(micros / 1_000_000);
+  const frac = String(micros % 1_000_000).padStart(6, '0');
+  return `${whole}.${frac}${currency ? ` ${currency}` : ''}`;
+}
+
+/**
+ * The Run's cost line (K7): measured, plus the range of unknown usage (between the measured cost
+ * and measured + the unknown bound, never counted as 0), against the money limit.
+ */
+export function costText(v: Pick<RunView, 'costMicros' | 'costUnknownMaxMicros' | 'maxCostMicros' | 'costCurrency'>): string {
+  if (v.costCurrency === null) return 'not priced';
+  const c = v.costCurrency;
+  const range =
+    v.costUnknownMaxMicros > 0
+      ? `${moneyText(v.costMicros, c)} measured, up to ${moneyText(v.costMicros + v.costUnknownMaxMicros, c)} with unknown usage`
+      : moneyText(v.costMicros, c);
+  return `${range}${v.maxCostMicros !== null ? ` (limit ${moneyText(v.maxCostMicros, c)})` : ''}`;
+}
+
 export function renderStatus(v: RunView, now: Date): string {
   const t = now.getTime();
   const settled = v.status === 'settled';
@@ -268,6 +289,7 @@ export function renderStatus(v: RunView, now: Date): string {
     `  input tokens:   ${tokens(v.promptTokens, v.maxInputTokens)}`,
     `  output tokens:  ${tokens(v.completionTokens, v.maxOutputTokens)}`,
     `  usage unknown:  ${v.unknownUsageTurns === 0 ? 'none' : `${v.unknownUsageTurns} model request(s) (not counted as 0 tokens)`}`,
+    `  cost:           ${costText(v)}`,
     'clocks:',
     `  admitted:       ${v.admittedAt}`,
     `  queued:         ${queued}`,

@@ -24,6 +24,10 @@ const view = (over: Partial<RunView> = {}): RunView => ({
   maxToolCalls: 16,
   maxInputTokens: 2_000_000,
   maxOutputTokens: 64_000,
+  maxCostMicros: null,
+  costCurrency: null,
+  costMicros: 0,
+  costUnknownMaxMicros: 0,
   reserveModelRequests: 1,
   reserveOutputTokens: 4000,
   noProgressSeconds: 300,
@@ -71,6 +75,20 @@ describe('runplane status', () => {
       new Date(),
     );
     expect(old).toContain('model requests: 3/- (final reserve: none)');
+  });
+});
+
+describe('runplane status: cost (K7)', () => {
+  it('given a Run with measured cost and unknown usage under a money limit, then the cost shows the measured amount, the range and the limit, exactly', () => {
+    const text = renderStatus(
+      view({ costCurrency: 'USD', costMicros: 12_345, costUnknownMaxMicros: 1_000_000, maxCostMicros: 50_000_000 }),
+      new Date('2026-01-01T00:02:00.000Z'),
+    );
+    expect(text).toContain('cost:           0.012345 USD measured, up to 1.012345 USD with unknown usage (limit 50.000000 USD)');
+  });
+
+  it('given a Run whose turns were not priced, then the cost says so (never 0)', () => {
+    expect(renderStatus(view(), new Date('2026-01-01T00:02:00.000Z'))).toContain('cost:           not priced');
   });
 });
 

@@ -19,8 +19,9 @@ import {
   type ExecutionStopReason,
   type RunEvent,
   type StreamedParagraph,
+  type TokenPrice,
 } from '@runplane/contracts';
-import { epochSuperseded, lastTurn, parkedOn, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
+import { epochSuperseded, lastTurn, parkedOn, turnCostOf, type RunFacts, type TurnFacts, unknownTrigger } from '@runplane/run-facts';
 import { awaitingContext, carryContext, type EarlierRun } from './context.js';
 import {
   DEFAULT_RETRY_BACKOFF,
@@ -47,9 +48,19 @@ export type RuntimeTrigger =
    * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline);
    * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts);
    * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9);
-   * `ceiling`: the most a grant may hold here (`./grant-ceiling.ts`, issue [10]).
+   * `ceiling`: the most a grant may hold here (`./grant-ceiling.ts`, issue [10]); `price`: the
+   * configured price of `model` (`RUNPLANE_MODEL_PRICES`), recorded on each request with its money
+   * reservation (K7); absent: the model is unpriced.
    */
-  | { type: 'Wake'; model: string; waitTtlMs?: number; maxTokensPerRequest?: number; finalizationLeadMs?: number; ceiling?: GrantCeiling }
+  | {
+      type: 'Wake';
+      model: string;
+      waitTtlMs?: number;
+      maxTokensPerRequest?: number;
+      finalizationLeadMs?: number;
+      ceiling?: GrantCeiling;
+      price?: TokenPrice;
+    }
   /**
    * The model request of `turn` ended with `result`. `retryBackoff` (default
    * {@link DEFAULT_RETRY_BACKOFF}) and `random` (the jitter, a draw in [0, 1) the adapter made;
@@ -82,7 +93,8 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  * Decides the runtime's events for a trigger.
  * - `Wake`: first, before the Run's first model request, a grant over `ceiling` (a forged or corrupt
  *   admission) stops the Run at once: `run.execution.finished` reason `grant-refused`, naming what
- *   exceeds (issue [10]). Then nothing while the Run must still record what it carries from earlier Runs
+ *   exceeds (issue [10]); so does a grant with a money limit whose model has no configured price (or
+ *   one in another currency: K7, nothing could charge it). Then nothing while the Run must still record what it carries from earlier Runs
  *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then, once
  *   every tool call of the last turn is resolved and before the deadline, the budget
  *   rules of `./ledger.ts` decide (K7, K9): the next turn with its reservation (a retry of an
@@ -135,7 +147,10 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   switch (trigger.type) {
     case 'Wake': {
       // a grant over the deployment's ceiling was not admitted by its rules (a forgery): never executed (issue [10])
-      const over = trigger.ceiling && facts.turns.length === 0 ? overCeiling(facts, trigger.ceiling) : null;
+      const over =
+        facts.turns.length === 0
+          ? ((trigger.ceiling ? overCeiling(facts, trigger.ceiling) : null) ?? unchargeable(facts, trigger.model, trigger.price))
+          : null;
       if (over)
         return [
           makeEvent(
@@ -160,6 +175,20 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
     default:
       return unknownTrigger('runtime', trigger);
   }
+}
+
+/**
+ * Why the Run's money limit cannot be charged (K7), or null: a Run with `maxCost` whose model has
+ * no configured price, or a price in another currency, is never executed (`grant-refused`);
+ * admission refuses such a message already (400), this is the runtime's own check.
+ */
+function unchargeable(facts: RunFacts, model: string, price: TokenPrice | undefined): string | null {
+  const limit = facts.admitted!.limits.maxCost;
+  if (!limit) return null;
+  if (!price) return `the grant has a money limit but model ${model} has no configured price (RUNPLANE_MODEL_PRICES): its cost cannot be charged`;
+  if (price.currency !== limit.currency)
+    return `the grant's money limit is in ${limit.currency} but model ${model} is priced in ${price.currency}: its cost cannot be charged`;
+  return null;
 }
 
 function onCarryContext(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'CarryContext' }>, now: Date): RunEvent[] {
@@ -189,7 +218,7 @@ function onHandOver(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'H
 }
 
 function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake' }>, now: Date): RunEvent[] {
-  const { model, maxTokensPerRequest, finalizationLeadMs } = trigger;
+  const { model, maxTokensPerRequest, finalizationLeadMs, price } = trigger;
   const waitTtlMs = trigger.waitTtlMs ?? DEFAULT_WAIT_TTL_MS;
   if (facts.cancelRequested) return []; // nothing new starts after the user's cancel (K4)
   const { limits } = facts.admitted!;
@@ -197,7 +226,7 @@ function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake'
   if (last && !last.completed && !last.failed) return [];
   // an answer, the finalization turn's outcome or a failure no retry can fix ends the Run, even past the deadline
   if (last && (isAnswer(last) || facts.finalization || (last.failed && !isRetryableFailure(last.failed.error))))
-    return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
+    return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs, price);
   const calls = last?.completed ? proposableCalls(last.completed, isFinalizationTurn(last)) : [];
   if (calls.length > 0) {
     const missing = undecidedCalls(facts, last!, waitTtlMs, now);
@@ -213,7 +242,7 @@ function onWake(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: 'Wake'
     if (calls.some((c) => !isResolved(facts, c, plans.get(c.toolCallId)!))) return [];
   }
   // the ledger decides: the next research turn (a retry after a fruitless one), finalization-only, or the stop (K7, K9)
-  return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs);
+  return nextModelStep(facts, model, now, maxTokensPerRequest, finalizationLeadMs, price);
 }
 
 /** Proposals, waits and child requests of the completed turn `last` that are not recorded yet (a crash between appends). */
@@ -250,6 +279,8 @@ function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: '
   if (!result.ok) {
     const error = { ...result.error, message: boundReportedText(result.error.message) };
     const failed: EventData<'model.turn.failed'> = { turn: turnNo, error };
+    const cost = turnCostOf(last.request, null, failed);
+    if (cost) failed.cost = cost; // unknown usage is a range up to the reservation, never 0 (K7)
     // a transient failure of research is retried by a later wake, after a backoff recorded here (K7):
     // exponential in the failures in a row, with the adapter's jitter, at least the provider's Retry-After
     const deadlineAt = facts.admitted!.limits.deadlineAt;
@@ -280,7 +311,9 @@ function onTurnEnded(facts: RunFacts, trigger: Extract<RuntimeTrigger, { type: '
     return events;
   }
   // bounded where the model's output enters the product: its record always fits the log (K9, K11: ./sizes.ts)
-  const completed = { turn: turnNo, ...boundTurn(result.turn) };
+  const completed: EventData<'model.turn.completed'> = { turn: turnNo, ...boundTurn(result.turn) };
+  const cost = turnCostOf(last.request, completed, null);
+  if (cost) completed.cost = cost; // measured from the usage at the request's price, or the range up to its reservation (K7)
   const events: RunEvent[] = [makeEvent('model.turn.completed', ctx, turnNo, completed, now)];
   // canceled meanwhile: the reply is recorded (it happened, and was paid for), nothing follows from it (K4)
   if (facts.cancelRequested) return events;

@@ -6,13 +6,15 @@
  */
 import type { RunFacts } from '@runplane/run-facts';
 
-/** The ceiling: model requests, tool calls, seconds from admission to the deadline, input and output tokens. */
+/** The ceiling: model requests, tool calls, seconds from admission to the deadline, input and output tokens, money (micro-units). */
 export interface GrantCeiling {
   modelRequests: number;
   toolCalls: number;
   deadlineSeconds: number;
   inputTokens: number;
   outputTokens: number;
+  /** The most money (`maxCost`), micro-units of any currency (`RUNPLANE_GRANT_CEILING_COST_MICROS`); unchecked when absent. */
+  costMicros?: number;
 }
 
 /**
@@ -33,5 +35,7 @@ export function overCeiling(facts: RunFacts, ceiling: GrantCeiling): string | nu
     over.push(`${l.maxInputTokens} input tokens (ceiling ${ceiling.inputTokens})`);
   if (l.maxOutputTokens !== undefined && l.maxOutputTokens > ceiling.outputTokens)
     over.push(`${l.maxOutputTokens} output tokens (ceiling ${ceiling.outputTokens})`);
+  if (l.maxCost !== undefined && ceiling.costMicros !== undefined && l.maxCost.micros > ceiling.costMicros)
+    over.push(`a money limit of ${l.maxCost.micros} micro-${l.maxCost.currency} (ceiling ${ceiling.costMicros})`);
   return over.length ? `the grant exceeds this deployment's ceiling: ${over.join(', ')}` : null;
 }

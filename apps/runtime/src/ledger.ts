@@ -19,8 +19,25 @@
  *   (no tools, `purpose: finalization`); without a reserve or material: stop with the limit;
  * - in finalization-only: the finalization turn's outcome stops the Run; nothing returns to research.
  */
-import { contextFrom, makeEvent, type EventData, type ExecutionStopReason, type RunEvent, type UnansweredPart } from '@runplane/contracts';
-import { budgetOf, estimateInputTokens, lastTurn, type RunFacts, type TurnFacts } from '@runplane/run-facts';
+import {
+  contextFrom,
+  makeEvent,
+  type EventData,
+  type ExecutionStopReason,
+  type RunEvent,
+  type TokenPrice,
+  type UnansweredPart,
+} from '@runplane/contracts';
+import {
+  budgetOf,
+  estimateInputTokens,
+  lastTurn,
+  reservationMicros,
+  tokensCostMicros,
+  type Ledger,
+  type RunFacts,
+  type TurnFacts,
+} from '@runplane/run-facts';
 import { contentCut, describeContentCut } from './sizes.js';
 
 /** Fruitless turns in a row (no text, no valid tool call: empty, cut, incomplete or failed) after which the Run stops `no-progress` (K9). */
@@ -155,8 +172,50 @@ export function hasMaterial(facts: RunFacts): boolean {
   );
 }
 
-/** The research limit that is reached, with its detail, or null while research may go on (K7). */
-export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' | 'token-limit'; detail: string } | null {
+/**
+ * The fewest output tokens a research request must be able to pay for under a money limit (K7),
+ * unless the token budget allows fewer: a request whose `max_tokens` money would cut below this
+ * is not made (research stops `token-limit`), since a reply cut that short is rarely usable.
+ */
+export const MIN_PAID_OUTPUT_TOKENS = 256;
+
+/**
+ * The most output tokens the money left pays for after the next request's input estimate (K7),
+ * or null when the Run has no money limit. 0 when the input estimate alone does not fit (or the
+ * Run's model has no price: such a grant is refused before its first request).
+ * O(1): from the ledger `b` and the estimate.
+ */
+export function affordableOutputTokens(b: Ledger, price: TokenPrice | undefined, inputEstimate: number): number | null {
+  if (b.cost.limit === null) return null;
+  if (!price) return 0;
+  const left = b.cost.left! - tokensCostMicros(inputEstimate, price.inputMicrosPerMTok);
+  if (left < 0) return 0;
+  if (price.outputMicrosPerMTok === 0) return Number.MAX_SAFE_INTEGER;
+  let paid = Math.floor((left * 1_000_000) / price.outputMicrosPerMTok);
+  // past 2^53 the division may round up: step back until the reservation fits for certain
+  while (paid > 0 && tokensCostMicros(paid, price.outputMicrosPerMTok) > left) paid--;
+  return paid;
+}
+
+/** The money line in words: used (measured plus the unknown bound) and carved, of the limit. */
+function describeCost(b: Ledger): string {
+  const c = b.cost;
+  const unknown = c.unknownMax ? ` (${c.measured} measured + up to ${c.unknownMax} for turns whose usage is unknown)` : '';
+  const carved = c.carved ? ` + ${c.carved} carved` : '';
+  return `${c.used}${unknown}${carved} of ${c.limit} micro-${c.currency ?? ''}`;
+}
+
+/**
+ * The research limit that is reached, with its detail, or null while research may go on (K7).
+ * `price`: the Run's model's price, for a Run with a money limit: research stops `token-limit`
+ * when the money left pays for the next request's input estimate and fewer than
+ * {@link MIN_PAID_OUTPUT_TOKENS} output tokens (or fewer than the token budget's own `max_tokens`).
+ */
+export function researchLimit(
+  facts: RunFacts,
+  price?: TokenPrice,
+  maxTokensPerRequest = Number.POSITIVE_INFINITY,
+): { reason: 'model-request-limit' | 'token-limit'; detail: string } | null {
   const b = budgetOf(facts);
   const m = b.modelRequests;
   if (m.researchLeft !== null && m.researchLeft <= 0) {
@@ -181,6 +240,14 @@ export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' 
       detail: `input token budget: ${inp.used}${flagged} used + ${inp.carved} carved + ~${next} for the next request exceeds ${inp.limit}`,
     };
   }
+  const paid = affordableOutputTokens(b, price, next);
+  const wanted = Math.min(MIN_PAID_OUTPUT_TOKENS, out.researchLeft ?? Number.POSITIVE_INFINITY, maxTokensPerRequest);
+  if (paid !== null && paid < wanted) {
+    return {
+      reason: 'token-limit',
+      detail: `money budget: ${describeCost(b)} used; the next request (~${next} input tokens and at least ${wanted} output tokens) does not fit`,
+    };
+  }
   return null;
 }
 
@@ -189,14 +256,21 @@ export function researchLimit(facts: RunFacts): { reason: 'model-request-limit' 
  * the Run's last event. Never called while a turn is in flight, a call is unresolved or the Run
  * is parked.
  */
-export function nextModelStep(facts: RunFacts, model: string, now: Date, maxTokensPerRequest?: number, finalizationLeadMs = 0): RunEvent[] {
+export function nextModelStep(
+  facts: RunFacts,
+  model: string,
+  now: Date,
+  maxTokensPerRequest?: number,
+  finalizationLeadMs = 0,
+  price?: TokenPrice,
+): RunEvent[] {
   const last = lastTurn(facts);
   const ctx = contextFrom(facts.lastEvent!);
   const fin = facts.finalization;
   if (fin) {
     // one way: the finalization turn's outcome ends the Run, whatever it is (K9)
     const finalTurn = facts.turns.find(isFinalizationTurn);
-    if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest })]; // a crash between the two appends
+    if (!finalTurn) return [requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest, price })]; // a crash between the two appends
     if (!finalTurn.completed && !finalTurn.failed) return [];
     if (isAnswer(finalTurn))
       return [finishedEvent(facts, now, 'answered', `finalization answer in turn ${finalTurn.turn}`, finalTurn.turn, fin.unfinished)];
@@ -247,6 +321,7 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
       (b.modelRequests.left ?? 1) >= 1 &&
       (b.outputTokens.left ?? 1) >= 1 &&
       (b.inputTokens.limit === null || b.inputTokens.used + b.inputTokens.carved + estimateInputTokens(facts) <= b.inputTokens.limit) &&
+      (affordableOutputTokens(b, price, estimateInputTokens(facts)) ?? 1) >= 1 &&
       hasMaterial(facts)
     );
   };
@@ -259,7 +334,7 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
     ];
     return [
       makeEvent('run.finalization.started', ctx, 'finalization', { reason, detail, unfinished }, now),
-      requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest }),
+      requestTurn(facts, model, now, { finalization: true, maxTokensPerRequest, price }),
     ];
   };
   // the deadline is close: with material and the reserve, answer from it now rather than research
@@ -270,7 +345,7 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
     if (backingOff) return [];
     return startFinalization('deadline', `${Math.max(0, Math.round(leftMs / 1000))} s left before the deadline ${facts.admitted!.limits.deadlineAt}`);
   }
-  const limit = researchLimit(facts);
+  const limit = researchLimit(facts, price, maxTokensPerRequest);
   if (limit) {
     const noAnswer = streak.length > 0 ? `; no answer was produced: ${streak.join('; ')}` : '';
     if (!canFinalize()) return [finishedEvent(facts, now, limit.reason, `${limit.detail}${noAnswer}`, null)];
@@ -278,7 +353,7 @@ export function nextModelStep(facts: RunFacts, model: string, now: Date, maxToke
     return startFinalization(limit.reason, limit.detail);
   }
   if (backingOff) return [];
-  return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest })];
+  return [requestTurn(facts, model, now, { retryOf: streak.length > 0 ? last!.turn : undefined, maxTokensPerRequest, price })];
 }
 
 /**
@@ -302,13 +377,16 @@ function fruitlessStreak(facts: RunFacts, repliesOnly = false): string[] {
  * `model.turn.requested` for the next turn with the ledger's reservation: `maxTokens` what remains
  * of research output tokens (the finalization request: the reserve, capped by what is left), and
  * the input estimate, when the Run has token limits. `maxTokensPerRequest` (the runtime's
- * `RUNPLANE_MODEL_MAX_TOKENS`: what the model accepts in one reply) caps `maxTokens`.
+ * `RUNPLANE_MODEL_MAX_TOKENS`: what the model accepts in one reply) caps `maxTokens`. With a
+ * `price` (K7), the request records it with its money reservation (`price.reservedMicros`: the
+ * input estimate and `maxTokens` at the price); under a money limit `maxTokens` is also capped by
+ * what the money left pays for after the input estimate.
  */
 function requestTurn(
   facts: RunFacts,
   model: string,
   now: Date,
-  opts: { finalization?: boolean; retryOf?: number | undefined; maxTokensPerRequest?: number | undefined },
+  opts: { finalization?: boolean; retryOf?: number | undefined; maxTokensPerRequest?: number | undefined; price?: TokenPrice | undefined },
 ): RunEvent {
   const turn = facts.turns.length + 1;
   const limits = facts.admitted!.limits;
@@ -320,9 +398,17 @@ function requestTurn(
     const maxTokens = opts.finalization ? Math.min(reserve > 0 ? reserve : b.outputTokens.left!, b.outputTokens.left!) : b.outputTokens.researchLeft!;
     data.maxTokens = Math.max(1, Math.min(maxTokens, cap));
   } else if (Number.isFinite(cap)) data.maxTokens = cap;
-  if (b.inputTokens.limit !== null) data.inputTokensEstimate = estimateInputTokens(facts);
+  const price = opts.price;
+  if (b.inputTokens.limit !== null || price) data.inputTokensEstimate = estimateInputTokens(facts);
   if (opts.finalization) data.purpose = 'finalization';
   if (opts.retryOf !== undefined) data.retryOf = opts.retryOf;
+  if (price) {
+    const input = data.inputTokensEstimate!;
+    const paid = affordableOutputTokens(b, price, input);
+    if (paid !== null) data.maxTokens = Math.max(1, Math.min(data.maxTokens ?? paid, paid));
+    const { currency, inputMicrosPerMTok, outputMicrosPerMTok } = price;
+    data.price = { currency, inputMicrosPerMTok, outputMicrosPerMTok, reservedMicros: reservationMicros(price, input, data.maxTokens ?? 0) };
+  }
   return makeEvent('model.turn.requested', contextFrom(facts.lastEvent!), turn, data, now);
 }
 

@@ -173,6 +173,16 @@ function carveChild(
   });
   if (before.inputTokens.researchLeft !== null) childLimits.maxInputTokens = Math.max(1, Math.floor(before.inputTokens.researchLeft / 2));
   if (before.outputTokens.researchLeft !== null) childLimits.maxOutputTokens = Math.max(1, Math.floor(before.outputTokens.researchLeft / 2));
+  // money (K7): half of what is left after this turn's own reservation (charged as if still in flight, so
+  // the carve is the same whether or not the turn's outcome is folded yet, and never more than is left)
+  if (limits.maxCost) {
+    const money = budgetOf({
+      ...facts,
+      turns: facts.turns.filter((t) => t.turn <= turnNo).map((t) => (t.turn === turnNo ? { ...t, completed: null, failed: null } : t)),
+      children: new Map([...facts.children].filter(([, c]) => c.turn < turnNo)),
+    }).cost;
+    childLimits.maxCost = { micros: Math.floor((money.left ?? 0) / 2), currency: limits.maxCost.currency };
+  }
   // the child keeps a reserve of its own, out of its share (never added to it), when its share can hold one besides research
   if (parentReserve && parentReserve.modelRequests > 0 && childModel >= 2) {
     const outputTokens = Math.min(parentReserve.outputTokens, Math.floor((childLimits.maxOutputTokens ?? 0) / 2));

@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import { Logger } from '@nestjs/common';
-import type { RunEvent } from '@runplane/contracts';
+import type { RunEvent, StoredEvent, TokenPrice } from '@runplane/contracts';
 import { EventLog, isPermanentAppendError, isTransientNatsError, RetryLater } from '@runplane/eventlog';
 import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { modelCostMicrosTotal, RunCommandHandler } from '@runplane/service-kit';
 import { awaitingContext, earlierRunIds, type EarlierRun } from './context.js';
 import { decide, withGrant, type ModelTurnResult, type RuntimeTrigger } from './decide.js';
 import type { GrantCeiling } from './grant-ceiling.js';
@@ -31,6 +31,8 @@ export interface RuntimeSettings {
   drainMs?: number;
   /** The most a Run's grant may hold (`GrantCeilingConfig`): a Run over it is never executed (issue [10]); unchecked when absent. */
   ceiling?: GrantCeiling;
+  /** Token prices per model (`RUNPLANE_MODEL_PRICES`, K7); a model absent here is unpriced. */
+  prices?: Record<string, TokenPrice>;
 }
 
 /** What a drain did with the Runs its replica held (logged, and returned for tests). */
@@ -40,6 +42,19 @@ export interface DrainReport {
   stopped: string[];
   /** Parked or finished during the drain (released `parked` / `finished` as usual). */
   other: string[];
+}
+
+/**
+ * Adds the cost recorded on a turn's outcome this process appended (K7) to
+ * `runplane_model_cost_micros_total`: its measured part, and the upper bound of an unknown one.
+ */
+function countCost(principal: string | undefined, model: string | undefined, appended: StoredEvent[]): void {
+  for (const { event: e } of appended) {
+    if ((e.type !== 'model.turn.completed' && e.type !== 'model.turn.failed') || !e.data.cost) continue;
+    const labels = { principal: principal ?? '', model: model ?? '', currency: e.data.cost.currency };
+    if (e.data.cost.measuredMicros) modelCostMicrosTotal.inc({ ...labels, bound: 'measured' }, e.data.cost.measuredMicros);
+    if (e.data.cost.unknownMaxMicros) modelCostMicrosTotal.inc({ ...labels, bound: 'unknown_max' }, e.data.cost.unknownMaxMicros);
+  }
 }
 
 /** Upper bound on model turns taken in one wake (a guard against a decide loop). */
@@ -139,6 +154,7 @@ export class RunExecutor {
       ...(this.settings.maxTokensPerRequest ? { maxTokensPerRequest: this.settings.maxTokensPerRequest } : {}),
       ...(this.settings.finalizationLeadMs ? { finalizationLeadMs: this.settings.finalizationLeadMs } : {}),
       ...(this.settings.ceiling ? { ceiling: this.settings.ceiling } : {}),
+      ...(this.settings.prices?.[this.activity.model.model] ? { price: this.settings.prices[this.activity.model.model] } : {}),
     };
     const deadlineAt = (await this.commands.folds.read(runId)).admitted?.limits.deadlineAt;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
@@ -292,13 +308,14 @@ export class RunExecutor {
     const stillHeld = () => this.keeper.holding(runId)?.epoch === epoch;
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.commands.handle(
+        const { facts, appended } = await this.commands.handle(
           runId,
           this.underLease(runId, epoch, (f, now) =>
             decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...retry }, now),
           ),
           { epoch },
         );
+        countCost(facts.admitted?.principal, facts.turns.find((t) => t.turn === turn)?.request.model, appended);
         return;
       } catch (e) {
         if (isPermanentAppendError(e) && !(!result.ok && result.error.kind === 'unrecordable') && stillHeld()) {

@@ -385,6 +385,7 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
         if (deadline && Date.parse(e.occurredAt) > Date.parse(deadline))
           r.report('budget-inside-grant', stored.seq, `model turn ${e.data.turn} requested at ${e.occurredAt}, after the deadline ${deadline}`);
         checkInputReservation(r, stored.seq, before, e);
+        checkMoneyReservation(r, stored.seq, before, e);
         break;
       }
       case 'run.execution.finished':
@@ -536,6 +537,34 @@ function checkInputReservation(r: Replay, seq: number, before: RunFacts, e: Extr
     );
 }
 
+/**
+ * K7, money: under a money limit (`maxCost`) every model request carries its price in the limit's
+ * currency and a reservation (`price.reservedMicros`) that fits in what was left before it (cost
+ * used, the upper bound of unknown usage included, plus what was carved for children), the
+ * runtime's rule before every request. As for input tokens, what the provider then measures may
+ * exceed the input estimate: that overshoot is not a violation.
+ */
+function checkMoneyReservation(r: Replay, seq: number, before: RunFacts, e: Extract<RunEvent, { type: 'model.turn.requested' }>): void {
+  const limit = before.admitted?.limits.maxCost;
+  if (!limit) return;
+  const price = e.data.price;
+  if (!price || price.currency !== limit.currency) {
+    r.report(
+      'budget-inside-grant',
+      seq,
+      `model turn ${e.data.turn} requested without a price in ${limit.currency} under a money limit: its cost could not be charged`,
+    );
+    return;
+  }
+  const cost = budgetOf(before).cost;
+  if (cost.used + cost.carved + price.reservedMicros > limit.micros)
+    r.report(
+      'budget-inside-grant',
+      seq,
+      `model turn ${e.data.turn} requested reserving ${price.reservedMicros} micro-${limit.currency} while ${cost.used} were used${cost.carved ? ` and ${cost.carved} carved for children` : ''}, over the money limit of ${limit.micros}`,
+    );
+}
+
 /** K7: a child's grant and limits carved from what the parent had left when it asked. */
 function checkCarve(r: Replay, seq: number, before: RunFacts, e: Extract<RunEvent, { type: 'child.run.requested' }>): void {
   const parent = before.admitted;
@@ -550,6 +579,7 @@ function checkCarve(r: Replay, seq: number, before: RunFacts, e: Extract<RunEven
   over('tool calls', child.maxToolCalls, ledger.toolCalls.left);
   over('input tokens', child.maxInputTokens, ledger.inputTokens.left);
   over('output tokens', child.maxOutputTokens, ledger.outputTokens.left);
+  over('micro-units of money', child.maxCost?.micros, ledger.cost.left);
   if (Date.parse(child.deadlineAt) > Date.parse(parent.limits.deadlineAt))
     r.report('child-carved', seq, `child ${e.data.childRunId}'s deadline ${child.deadlineAt} is after the parent's ${parent.limits.deadlineAt}`);
   const extra = e.data.grant.tools.filter((t) => !parent.grant.tools.includes(t));

@@ -329,6 +329,43 @@ describe('audit K7: charges inside the grant', () => {
     );
     expect(broken(audit(withEstimate(90)))).toEqual([]);
   });
+  it('under a money limit, a request whose money reservation does not fit in what was left, or that carries no price, is named at the request; one that fits holds', () => {
+    const price = { currency: 'USD', inputMicrosPerMTok: 1_000_000, outputMicrosPerMTok: 2_000_000 };
+    /** A money limit of 1,000 micro-USD; turn 1 measured 300 (100 in + 100 out); turn 2 reserves `reserved`. */
+    const withReservation = (reserved: number | null) => {
+      const h = new History().admitted({ limits: { maxCost: { micros: 1_000, currency: 'USD' } } });
+      h.add('model.turn.requested', 1, {
+        turn: 1,
+        model: 'scripted',
+        maxTokens: 100,
+        inputTokensEstimate: 100,
+        price: { ...price, reservedMicros: 300 },
+      });
+      h.add('model.turn.completed', 1, {
+        turn: 1,
+        content: '',
+        toolCalls: [],
+        finishReason: 'stop',
+        usage: { promptTokens: 100, completionTokens: 100, totalTokens: 200 },
+        cost: { currency: 'USD', measuredMicros: 300, unknownMaxMicros: 0 },
+      });
+      h.add('model.turn.requested', 2, {
+        turn: 2,
+        model: 'scripted',
+        ...(reserved === null ? {} : { price: { ...price, reservedMicros: reserved } }),
+      });
+      return h;
+    };
+    const over = withReservation(701);
+    const report = audit(over);
+    expect(broken(report)).toEqual([{ id: 'budget-inside-grant', seqs: [over.seq] }]);
+    expect(report.runs[0]!.checks.find((c) => c.id === 'budget-inside-grant')!.violations[0]!.message).toMatch(
+      /model turn 2 requested reserving 701 micro-USD while 300 were used, over the money limit of 1000/,
+    );
+    const unpriced = withReservation(null);
+    expect(broken(audit(unpriced))).toEqual([{ id: 'budget-inside-grant', seqs: [unpriced.seq] }]);
+    expect(broken(audit(withReservation(700)))).toEqual([]);
+  });
   it('a child given more than its parent had left is named; a child admitted with other limits than requested is named on the parent', () => {
     const parent = new History('run-p').admitted({ maxModelRequests: 4 }).turn(1, { content: '' });
     parent.childRequested(1, 'c', 'a sub-question', { maxModelRequests: 5 });

@@ -82,6 +82,48 @@ export const DatabaseConfig = z.object({
   DATABASE_URL: z.string().default('postgresql://postgres@127.0.0.1:5432/runplane'),
 });
 
+/** One model's price as written in `RUNPLANE_MODEL_PRICES`: currency units per million tokens. */
+const PriceSetting = z
+  .object({
+    inputPerMTok: z.number().nonnegative().max(1_000_000),
+    outputPerMTok: z.number().nonnegative().max(1_000_000),
+    currency: z.string().regex(/^[A-Z]{3}$/, 'currency is a 3-letter code such as USD'),
+  })
+  .strict();
+
+/**
+ * `RUNPLANE_MODEL_PRICES`: JSON `{ "<model>": { "inputPerMTok": 3, "outputPerMTok": 15,
+ * "currency": "USD" } }` (currency units per million tokens), parsed into integer micro-units per
+ * million tokens (`TokenPrice`, K7: no floats on the ledger). Unset or empty: no model is priced.
+ */
+export const ModelPrices = z.preprocess(
+  (v) => (v === undefined || v === '' ? '{}' : v),
+  z
+    .string()
+    .transform((text, ctx) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'must be JSON: {"<model>": {"inputPerMTok": n, "outputPerMTok": n, "currency": "USD"}}' });
+        return z.NEVER;
+      }
+    })
+    .pipe(z.record(z.string().min(1), PriceSetting))
+    .transform(
+      (prices) =>
+        Object.fromEntries(
+          Object.entries(prices).map(([model, p]) => [
+            model,
+            {
+              currency: p.currency,
+              inputMicrosPerMTok: Math.round(p.inputPerMTok * 1_000_000),
+              outputMicrosPerMTok: Math.round(p.outputPerMTok * 1_000_000),
+            },
+          ]),
+        ) as Record<string, { currency: string; inputMicrosPerMTok: number; outputMicrosPerMTok: number }>,
+    ),
+);
+
 export const ModelConfig = z.object({
   OPENAI_BASE_URL: z.string().url().default('http://127.0.0.1:8090/v1'),
   OPENAI_API_KEY: z.string().default('runplane-scripted'),
@@ -108,6 +150,8 @@ export const ModelConfig = z.object({
   RUNPLANE_MODEL_RETRY_MIN_MS: envInt(1_000, 0, MAX_TIMER_MS),
   /** The longest retry backoff of a failed model request, ms (see `RUNPLANE_MODEL_RETRY_MIN_MS`). */
   RUNPLANE_MODEL_RETRY_MAX_MS: envInt(30_000, 0, MAX_TIMER_MS),
+  /** Token prices per model (`ModelPrices`): what turns every turn's usage into money on the ledger (K7). */
+  RUNPLANE_MODEL_PRICES: ModelPrices,
 });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 
@@ -374,5 +418,7 @@ export const GrantCeilingConfig = z.object({
   RUNPLANE_GRANT_CEILING_DEADLINE_SECONDS: envInt(24 * 3600, 1, 366 * 24 * 3600),
   RUNPLANE_GRANT_CEILING_INPUT_TOKENS: envInt(20_000_000, 1),
   RUNPLANE_GRANT_CEILING_OUTPUT_TOKENS: envInt(1_000_000, 1),
+  /** The most money a Run's grant may hold (`maxCost`), micro-units of its currency (100 USD); admission refuses more (400). */
+  RUNPLANE_GRANT_CEILING_COST_MICROS: envInt(100_000_000, 1),
 });
 export type GrantCeilingConfig = z.infer<typeof GrantCeilingConfig>;

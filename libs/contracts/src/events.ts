@@ -30,6 +30,43 @@ export type Usage = z.infer<typeof Usage>;
 
 export const ToolErrorBody = z.object({ code: z.string(), message: z.string() });
 
+/**
+ * An amount of money (K7): integer micro-units (`micros`, 1 USD = 1,000,000) of an ISO-4217-like
+ * currency code. Never a float: sums on the ledger are exact.
+ */
+export const Money = z.object({
+  micros: z.number().int().nonnegative(),
+  currency: z.string().regex(/^[A-Z]{3}$/, 'currency is a 3-letter code such as USD'),
+});
+export type Money = z.infer<typeof Money>;
+
+/**
+ * The price of a model's tokens as configured (`RUNPLANE_MODEL_PRICES`), integer micro-units of
+ * `currency` per million tokens (an input price of 3 USD per million tokens is 3,000,000).
+ */
+export const TokenPrice = z.object({
+  currency: z.string().regex(/^[A-Z]{3}$/),
+  inputMicrosPerMTok: z.number().int().nonnegative(),
+  outputMicrosPerMTok: z.number().int().nonnegative(),
+});
+export type TokenPrice = z.infer<typeof TokenPrice>;
+
+/**
+ * What one model turn cost (K7), recorded on its outcome (`model.turn.completed`,
+ * `model.turn.failed`) when its request carried a price: `measuredMicros` from the usage the
+ * model reported (0 when it reported none), and `unknownMaxMicros`, the most the turn may have
+ * cost beyond that when its usage is unknown: its reservation (the input part only when the
+ * provider generated nothing: an HTTP error or a refused connection; 0 for a request never sent).
+ * The turn cost between `measuredMicros` and `measuredMicros + unknownMaxMicros`; the ledger
+ * charges the upper bound, never 0 for unknown usage.
+ */
+export const TurnCost = z.object({
+  currency: z.string().regex(/^[A-Z]{3}$/),
+  measuredMicros: z.number().int().nonnegative(),
+  unknownMaxMicros: z.number().int().nonnegative(),
+});
+export type TurnCost = z.infer<typeof TurnCost>;
+
 // ---- admission --------------------------------------------------------------------------------
 /** Limits a Run executes under (first cut of the K7 budget; the full ledger is issue [4]). */
 export const RunLimits = z.object({
@@ -44,6 +81,12 @@ export const RunLimits = z.object({
   maxInputTokens: z.number().int().positive().optional(),
   /** Completion tokens all model requests of the Run may consume (K7). Absent: not limited by tokens. */
   maxOutputTokens: z.number().int().positive().optional(),
+  /**
+   * Money all model requests of the Run may cost (K7), integer micro-units of `currency`
+   * (1 USD = 1,000,000): measured cost plus the upper bound of every turn whose usage is unknown.
+   * Priced with `RUNPLANE_MODEL_PRICES`. Absent: not limited by money.
+   */
+  maxCost: Money.optional(),
   /**
    * The part of the limits ordinary research cannot spend, kept for one finalization request (K7,
    * K9): with 4 model requests and a reserve of 1, research may use 3. Absent: no reserve.
@@ -135,6 +178,12 @@ export const ModelTurnRequestedV1 = z.object({
   purpose: z.literal('finalization').optional(),
   /** The earlier turn this request retries (an empty, cut or failed reply), charged as a turn of its own (K7). */
   retryOf: z.number().int().positive().optional(),
+  /**
+   * The model's configured price and the request's money reservation (K7), when the model has a
+   * price (`RUNPLANE_MODEL_PRICES`): `reservedMicros` = `inputTokensEstimate` x input price +
+   * `maxTokens` x output price (each rounded up to a whole micro-unit). Absent: unpriced.
+   */
+  price: TokenPrice.extend({ reservedMicros: z.number().int().nonnegative() }).optional(),
 });
 export const ProposedToolCall = z.object({
   toolCallId: Id,
@@ -179,6 +228,8 @@ export const ModelTurnCompletedV1 = z.object({
    * executed: the model reads `arguments_too_large` as its result. Absent: nothing was cut.
    */
   cut: z.array(SizeCut).optional(),
+  /** What the turn cost (`TurnCost`, K7), when its request carried a price. */
+  cost: TurnCost.optional(),
 });
 export const ModelTurnFailedV1 = z.object({
   turn: z.number().int().positive(),
@@ -218,6 +269,8 @@ export const ModelTurnFailedV1 = z.object({
       notBefore: z.string().datetime(),
     })
     .optional(),
+  /** What the turn may have cost (`TurnCost`, K7: unknown usage is a range, never 0), when its request carried a price. */
+  cost: TurnCost.optional(),
 });
 export const ToolCallProposedV1 = ProposedToolCall.extend({ turn: z.number().int().positive() });
 /**

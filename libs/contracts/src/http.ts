@@ -57,6 +57,26 @@ export const ReplyTo = z
 export type ReplyTo = z.infer<typeof ReplyTo>;
 
 /**
+ * What a client asks of a new Run's grant (K7): `maxCost`, the most its model requests may cost,
+ * integer micro-units (1 USD = 1,000,000) of `currency`, which must be the currency of the model's
+ * configured price (`RUNPLANE_MODEL_PRICES`); at most `RUNPLANE_GRANT_CEILING_COST_MICROS`. A repeat
+ * of an admitted message (K1) returns the Run as first admitted, whatever budget it carries.
+ */
+export const RunBudget = z
+  .object({
+    maxCost: z
+      .object({
+        micros: z.number().int().positive().meta({ description: 'Micro-units of the currency (1 USD = 1000000)', example: 50000 }),
+        currency: z.string().regex(/^[A-Z]{3}$/, 'currency is a 3-letter code such as USD'),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict()
+  .meta({ id: 'RunBudget' });
+export type RunBudget = z.infer<typeof RunBudget>;
+
+/**
  * `POST /v1/conversations/{conversationId}/messages` body. `continuationOfRunId` asks for an
  * explicit Continue of that Run (K3); `replyTo` answers a registered clarification (K2); at most
  * one of them. Without either the message is an ordinary new Run, whatever its text says.
@@ -73,6 +93,7 @@ export const PostMessageBody = z
     content: MessageContent,
     continuationOfRunId: Id.optional().meta({ description: 'Continue this settled Run of the same conversation as a new, linked Run (K3)' }),
     replyTo: ReplyTo.optional().meta({ description: 'The clarification this message answers (K2)' }),
+    budget: RunBudget.optional().meta({ description: "Limits of the new Run's grant asked by the client, within the deployment's ceiling (K7)" }),
   })
   .strict()
   .refine((b) => !(b.continuationOfRunId && b.replyTo), { message: 'give continuationOfRunId or replyTo, not both', path: ['replyTo'] })
@@ -231,6 +252,18 @@ export const RunView = z
     /** Null: not limited by tokens. */
     maxInputTokens: z.number().int().nullable(),
     maxOutputTokens: z.number().int().nullable(),
+    /** The money limit of the grant, micro-units of `costCurrency` (K7); null: not limited by money. */
+    maxCostMicros: z.number().int().nullable(),
+    /** The currency of the Run's cost (its model's price, or its money limit); null: its turns were not priced. */
+    costCurrency: z.string().nullable(),
+    /** Cost measured from the usage the model reported, micro-units (K7). */
+    costMicros: z.number().int(),
+    /**
+     * The most the turns whose usage is unknown (or still in flight) may have cost beyond
+     * `costMicros`: the Run cost between `costMicros` and `costMicros + costUnknownMaxMicros` (K7,
+     * K9: never counted as 0).
+     */
+    costUnknownMaxMicros: z.number().int(),
     /** The final-output reserve ordinary research cannot spend (K7, K9); null: none. */
     reserveModelRequests: z.number().int().nullable(),
     reserveOutputTokens: z.number().int().nullable(),

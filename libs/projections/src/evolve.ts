@@ -5,7 +5,7 @@
  * rebuild-equals-live guarantee (K11). Redelivery is not handled here but by the adapter's
  * checkpoint (`apply.ts`): these rules assume each event is applied once, in order.
  */
-import { sha256Hex, type StoredEvent } from '@runplane/contracts';
+import { sha256Hex, type StoredEvent, type TurnCost } from '@runplane/contracts';
 import { countsAsProgress } from '@runplane/run-facts';
 import { RUN_STATUS_ORDER, type MessageRow, type ModelTurnRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
 
@@ -59,6 +59,21 @@ export interface RunContext {
 }
 
 /**
+ * The Run's cost after a turn's outcome (K7): the cost it records (`TurnCost`, computed once by the
+ * runtime with libs/run-facts `turnCostOf`, the rule `budgetOf` sums) replaces the reservation
+ * counted while the turn was in flight. Nothing changes for an outcome without a cost (unpriced).
+ */
+function costAfter(row: RunRow, cost: TurnCost | undefined): Partial<RunRow> {
+  if (!cost) return {};
+  return {
+    costCurrency: row.costCurrency ?? cost.currency,
+    costMicros: row.costMicros + cost.measuredMicros,
+    costUnknownMaxMicros: row.costUnknownMaxMicros - row.costInFlightMicros + cost.unknownMaxMicros,
+    costInFlightMicros: 0,
+  };
+}
+
+/**
  * Run rule. Returns null when there is no Run row yet and the event is not `run.admitted` (an
  * event of a Run whose admission has not been applied: the adapter refuses it). Every applied
  * event advances `lastSeq`.
@@ -92,6 +107,11 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       maxOutputTokens: limits.maxOutputTokens ?? null,
       reserveModelRequests: limits.finalOutputReserve?.modelRequests ?? null,
       reserveOutputTokens: limits.finalOutputReserve?.outputTokens ?? null,
+      maxCostMicros: limits.maxCost?.micros ?? null,
+      costCurrency: limits.maxCost?.currency ?? null,
+      costMicros: 0,
+      costUnknownMaxMicros: 0,
+      costInFlightMicros: 0,
       noProgressSeconds: limits.noProgressSeconds ?? null,
       deadlineAt: limits.deadlineAt,
       startedAt: null,
@@ -113,6 +133,12 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       // unknown until the turn reports its usage (K9)
       next.unknownUsageTurns = row.unknownUsageTurns + 1;
       next.status = laterStatus(row.status, 'running');
+      // money (K7): the reservation counts as the turn's unknown cost until its outcome records the cost
+      if (e.data.price) {
+        next.costCurrency ??= e.data.price.currency;
+        next.costUnknownMaxMicros = row.costUnknownMaxMicros - row.costInFlightMicros + e.data.price.reservedMicros;
+        next.costInFlightMicros = e.data.price.reservedMicros;
+      }
       break;
     case 'model.turn.completed':
       if (e.data.usage) {
@@ -120,6 +146,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
         next.completionTokens = row.completionTokens + e.data.usage.completionTokens;
         next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
       }
+      Object.assign(next, costAfter(row, e.data.cost));
       next.status = laterStatus(row.status, 'running');
       break;
     case 'model.turn.failed':
@@ -128,6 +155,7 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
         next.modelRequests = Math.max(0, row.modelRequests - 1);
         next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
       }
+      Object.assign(next, costAfter(row, e.data.cost));
       next.status = laterStatus(row.status, 'running');
       break;
     case 'tool.call.proposed':

@@ -12,9 +12,10 @@ import type { MessageRow, ModelTurnRow, PassageRow, RunRow, ToolCallRow } from '
 /**
  * How a column is read into a plain row: `text` and `int` as they come, `bigint` as a JS number,
  * `time` (timestamptz) as an ISO-8601 UTC string with milliseconds (`Date#toISOString`), `json`
- * (jsonb) as the parsed value.
+ * (jsonb) as the parsed value; `bigint0` as `bigint` with a null read as 0 (a nullable column added
+ * after rows existed, whose row property is a number: the Run's cost, K7).
  */
-export type ColumnKind = 'text' | 'int' | 'bigint' | 'time' | 'json';
+export type ColumnKind = 'text' | 'int' | 'bigint' | 'bigint0' | 'time' | 'json';
 
 /** One column: the row property, the table column, its kind. */
 export type ColumnSpec = readonly [property: string, column: string, kind: ColumnKind];
@@ -66,6 +67,11 @@ export const PROJECTION_COLUMNS = {
     lastProgressAt: 'time',
     clarificationId: 'text',
     principal: 'text',
+    maxCostMicros: 'bigint',
+    costCurrency: 'text',
+    costMicros: 'bigint0',
+    costUnknownMaxMicros: 'bigint0',
+    costInFlightMicros: 'bigint0',
     lastSeq: 'bigint',
     subjectSeqs: 'json',
   }),
@@ -149,6 +155,7 @@ function selectList(t: TableSpec): string {
       // (an ISO-8601 UTC string as Date#toISOString writes it, whatever the session's time zone)
       if (kind === 'time') return `to_char(${c} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as ${q(property)}`;
       if (kind === 'bigint') return `${c}::float8 as ${q(property)}`;
+      if (kind === 'bigint0') return `coalesce(${c}, 0)::float8 as ${q(property)}`;
       return `${c} as ${q(property)}`;
     })
     .join(', ');

@@ -45,6 +45,16 @@ export interface RunRow {
   /** Prompt / completion tokens the Run may consume; null: not limited by tokens. */
   maxInputTokens: number | null;
   maxOutputTokens: number | null;
+  /** The money limit, micro-units of `costCurrency` (K7); null: not limited by money. */
+  maxCostMicros: number | null;
+  /** The currency of the money limit, else of the first priced turn; null while nothing is priced. */
+  costCurrency: string | null;
+  /** Cost measured from reported usage, micro-units: summed `cost.measuredMicros` of the turns' outcomes (K7). */
+  costMicros: number;
+  /** Upper bound of the cost of turns whose usage is unknown, in flight included, micro-units (K7: never 0). */
+  costUnknownMaxMicros: number;
+  /** The reservation of the turn in flight (its `price.reservedMicros`), counted in `costUnknownMaxMicros` until its outcome; 0 when none. */
+  costInFlightMicros: number;
   /** The final-output reserve ordinary research cannot spend (K7, K9); null: no reserve. */
   reserveModelRequests: number | null;
   reserveOutputTokens: number | null;

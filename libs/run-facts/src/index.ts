@@ -3,7 +3,7 @@
  * step from this fold (`decide(facts, ...) -> events`), never from in-memory state, so a
  * restarted or redelivered handler reaches the same decision (K10, K11).
  */
-import { subjectTokenOf, type EventData, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { subjectTokenOf, type EventData, type Owner, type RunEvent, type StoredEvent, type TokenPrice, type TurnCost } from '@runplane/contracts';
 
 export interface TurnFacts {
   turn: number;
@@ -614,18 +614,73 @@ export function handedOverAt(facts: RunFacts): number | null {
  * What the Run's children were carved from its limits (K7): the sum of their model requests and
  * tool calls. The parent is charged with the whole carve, whatever the child uses: nothing comes back.
  */
-export function carvedForChildren(facts: RunFacts): { modelRequests: number; toolCalls: number; inputTokens: number; outputTokens: number } {
+export function carvedForChildren(facts: RunFacts): {
+  modelRequests: number;
+  toolCalls: number;
+  inputTokens: number;
+  outputTokens: number;
+  costMicros: number;
+} {
   let modelRequests = 0;
   let toolCalls = 0;
   let inputTokens = 0;
   let outputTokens = 0;
+  let costMicros = 0;
   for (const c of facts.children.values()) {
     modelRequests += c.limits.maxModelRequests;
     toolCalls += c.limits.maxToolCalls;
     inputTokens += c.limits.maxInputTokens ?? 0;
     outputTokens += c.limits.maxOutputTokens ?? 0;
+    costMicros += c.limits.maxCost?.micros ?? 0;
   }
-  return { modelRequests, toolCalls, inputTokens, outputTokens };
+  return { modelRequests, toolCalls, inputTokens, outputTokens, costMicros };
+}
+
+/**
+ * What `tokens` tokens cost at `microsPerMTok` (micro-units per million tokens), whole
+ * micro-units rounded up (K7: integers on the ledger, never under-charged). Exact for every
+ * product below 2^53 (tokens x price up to 9e15: e.g. 10^7 tokens at 900 units per million).
+ */
+export function tokensCostMicros(tokens: number, microsPerMTok: number): number {
+  return Math.ceil((tokens * microsPerMTok) / 1_000_000);
+}
+
+/**
+ * The money reservation of a model request (K7): its input estimate at the input price plus its
+ * `max_tokens` at the output price, micro-units.
+ */
+export function reservationMicros(price: TokenPrice, inputTokens: number, maxTokens: number): number {
+  return tokensCostMicros(inputTokens, price.inputMicrosPerMTok) + tokensCostMicros(maxTokens, price.outputMicrosPerMTok);
+}
+
+/**
+ * What one model turn cost (`TurnCost`, K7), from its request's price and reservation
+ * (`model.turn.requested` `price`) and its outcome, or null when the request carried no price.
+ * The one place where usage becomes money: the runtime records this on the turn's outcome, and
+ * {@link budgetOf} sums it. Usage reported: measured at the price, nothing unknown. Otherwise the
+ * turn's cost is unknown, between 0 and its reservation (`unknownMaxMicros`), never 0: the whole
+ * reservation while in flight, after a reply without usage, a timeout, a connection loss or an
+ * invalid reply; its input part only when the provider generated nothing (an HTTP error reply, a
+ * refused connection); nothing for a request never sent (`not-sent`).
+ */
+export function turnCostOf(
+  request: EventData<'model.turn.requested'>,
+  completed: EventData<'model.turn.completed'> | null,
+  failed: EventData<'model.turn.failed'> | null,
+): TurnCost | null {
+  const price = request.price;
+  if (!price) return null;
+  const u = completed?.usage;
+  if (u) {
+    const measuredMicros =
+      tokensCostMicros(u.promptTokens, price.inputMicrosPerMTok) + tokensCostMicros(u.completionTokens, price.outputMicrosPerMTok);
+    return { currency: price.currency, measuredMicros, unknownMaxMicros: 0 };
+  }
+  let unknownMaxMicros = price.reservedMicros;
+  if (failed?.error.kind === 'not-sent') unknownMaxMicros = 0;
+  else if (failed?.error.kind === 'http' || failed?.error.refused)
+    unknownMaxMicros = Math.min(price.reservedMicros, tokensCostMicros(request.inputTokensEstimate ?? 0, price.inputMicrosPerMTok));
+  return { currency: price.currency, measuredMicros: 0, unknownMaxMicros };
 }
 
 /** Characters per token of the ledger's estimates (K7): a flagged estimate, never a measurement. */
@@ -678,6 +733,14 @@ export interface Ledger {
   toolCalls: LedgerLine;
   inputTokens: LedgerLine & { measured: number; estimated: number };
   outputTokens: LedgerLine & { measured: number; estimated: number };
+  /**
+   * Money (K7), micro-units of `currency`: `used` is `measured` (usage reported, at the price its
+   * request recorded) plus `unknownMax` (the upper bound of every turn whose usage is unknown or in
+   * flight, `turnCostOf`): the Run cost between `measured` and `used`. The limit is `maxCost`
+   * (null: not limited by money); no part of it is kept for finalization. `currency`: the limit's,
+   * else the priced turns', else null.
+   */
+  cost: LedgerLine & { measured: number; unknownMax: number; currency: string | null };
   /** Requests whose token usage the model did not report: their tokens are in `estimated`, flagged (K7, K9). */
   unknownUsageTurns: number;
   /** True once the Run moved into finalization-only (then only the reserve may be spent). */
@@ -706,7 +769,16 @@ export function budgetOf(facts: RunFacts): Ledger {
   let outEstimated = 0;
   let unknownUsageTurns = 0;
   let notSent = 0;
+  let costMeasured = 0;
+  let costUnknown = 0;
+  let costCurrency: string | null = limits?.maxCost?.currency ?? null;
   for (const t of facts.turns) {
+    const cost = turnCostOf(t.request, t.completed, t.failed);
+    if (cost) {
+      costMeasured += cost.measuredMicros;
+      costUnknown += cost.unknownMaxMicros;
+      costCurrency ??= cost.currency;
+    }
     if (t.failed?.error.kind === 'not-sent') {
       notSent += 1;
       continue;
@@ -742,6 +814,12 @@ export function budgetOf(facts: RunFacts): Ledger {
       ...line(limits?.maxOutputTokens, outMeasured + outEstimated, carved.outputTokens, reserve?.outputTokens ?? 0),
       measured: outMeasured,
       estimated: outEstimated,
+    },
+    cost: {
+      ...line(limits?.maxCost?.micros, costMeasured + costUnknown, carved.costMicros, 0),
+      measured: costMeasured,
+      unknownMax: costUnknown,
+      currency: costCurrency,
     },
     unknownUsageTurns,
     finalizing: facts.finalization !== null,

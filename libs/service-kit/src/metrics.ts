@@ -15,6 +15,11 @@
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
  * - `runplane_quota_refusals_total{service, quota}`: new Runs admission refused for a per-principal
  *   quota (429 `quota_exceeded`), by quota.
+ * - `runplane_model_cost_micros_total{service, principal, model, currency, bound}`: what the model
+ *   turns this process recorded cost (K7), micro-units (1 USD = 1,000,000): `bound="measured"` from
+ *   reported usage, `bound="unknown_max"` the upper bound of turns whose usage is unknown (their
+ *   cost lies between 0 and it). Only the runtime records turns; `principal` is empty without
+ *   authentication.
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
@@ -42,6 +47,14 @@ export const settlementsTotal = new Counter({
   name: 'runplane_settlements_total',
   help: 'Settlements appended by this process (only the lifecycle settles: K9), by outcome',
   labelNames: ['outcome'] as const,
+  registers: [metricsRegistry],
+});
+
+/** Cost of the model turns this process recorded, micro-units, by principal, model, currency and bound (measured, unknown_max): K7. */
+export const modelCostMicrosTotal = new Counter({
+  name: 'runplane_model_cost_micros_total',
+  help: 'Cost of model turns recorded by this process, micro-units of the currency (K7): measured from usage, or unknown_max (upper bound of unknown usage)',
+  labelNames: ['principal', 'model', 'currency', 'bound'] as const,
   registers: [metricsRegistry],
 });
 
