@@ -328,11 +328,29 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
       }
       case 'answer.published':
         applicable.add('settlement-references');
+        if (r.settledSeq !== null)
+          r.report(
+            'settlement-references',
+            stored.seq,
+            `an answer published after the settlement (#${r.settledSeq}): the settled answer was changed`,
+          );
         for (const id of e.data.passageIds)
           if (!before.passages.has(id)) r.report('settlement-references', stored.seq, `the answer lists passage ${id}, never committed before it`);
         break;
       case 'passage.committed': {
         const earlier = before.passages.get(e.data.passageId);
+        if (r.settledSeq !== null)
+          r.report(
+            'settlement-references',
+            stored.seq,
+            `passage ${e.data.passageId} committed (version ${e.data.version}) after the settlement (#${r.settledSeq}): the settled answer was changed`,
+          );
+        if (sha256Hex(e.data.text) !== e.data.sha256)
+          r.report(
+            'settlement-references',
+            stored.seq,
+            `passage ${e.data.passageId} version ${e.data.version}: its sha256 is not the digest of its text`,
+          );
         if (earlier && e.data.version <= earlier.version && earlier.sha256 !== e.data.sha256)
           r.report('settlement-references', stored.seq, `passage ${e.data.passageId} committed again at version ${e.data.version} with other text`);
         break;

@@ -453,6 +453,27 @@ describe('audit K10: a wake accepted once', () => {
   });
 });
 
+describe('audit K9: the settled answer is not changed after the settlement', () => {
+  const forged = 'FORGED: SPY and QQQ hold nothing in common.';
+  it('given a settled Run, when a new version of its passage is committed after the settlement, then that commit is named', () => {
+    const h = cleanRun().add('passage.committed', 'p-1/v2', { ...passage, version: 2, text: forged, sha256: sha256Hex(forged) });
+    expect(broken(audit(h))).toEqual([{ id: 'settlement-references', seqs: [h.seq] }]);
+  });
+
+  it('given a settled Run, when an answer is published after the settlement, then it is named', () => {
+    const h = cleanRun().add('answer.published', 'answer-again', { passageIds: ['p-1'], characters: answer.length, sourceTurn: 2, unanswered: [] });
+    expect(broken(audit(h))).toEqual([{ id: 'settlement-references', seqs: [h.seq] }]);
+  });
+
+  it('given a passage whose sha256 is not the digest of its text, then it is named', () => {
+    const h = new History()
+      .admitted()
+      .turn(1, { content: answer })
+      .add('passage.committed', 'p-1/v1', { ...passage, sha256: '0'.repeat(64) });
+    expect(broken(audit(h))).toEqual([{ id: 'settlement-references', seqs: [h.seq] }]);
+  });
+});
+
 describe('audit K4: only an explicit cancel cancels, and a recorded cancel does', () => {
   const cancel = (h: History) => h.add('run.cancel.requested', 'cancel', { requestedBy: 'alice', reason: null });
   const status = (report: AuditReport, id: CheckId) => report.runs[0]!.checks.find((c) => c.id === id)!.status;
