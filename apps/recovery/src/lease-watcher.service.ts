@@ -236,6 +236,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           await this.recordFence(entry, 'lease-expired', `lease epoch ${v.epoch} of ${v.holder.instance} was fenced`);
         }
       } catch (e) {
+        // NATS did not answer (JetStream still recovering after a restart, a frozen server): the
+        // holders' renewals went unanswered too, so the reconnection grace counts from now, not
+        // from the TCP reconnection (seen: a restarted server that took 8 s under load to answer
+        // JetStream requests, past the grace, and a live holder fenced)
+        if (isNoAnswer(e)) this.connectedAt = Date.now();
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'lease sweep step failed; retried on the next sweep');
       }
     }
@@ -370,4 +375,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     this.heartbeatWatch?.stop();
     await this.sweeping;
   }
+}
+
+/** Whether `e` says NATS did not answer (a request timed out, no responders, the connection down), not a refusal. */
+function isNoAnswer(e: unknown): boolean {
+  const name = (e as Error | undefined)?.name ?? '';
+  const message = String((e as Error | undefined)?.message ?? '');
+  return /Timeout|NoResponders/i.test(name) || /^timeout$|no responders|disconnect|connection closed/i.test(message);
 }
