@@ -9,6 +9,7 @@ import {
   PartitionOwnership,
   LeaseStore,
   leaseExpiresAt,
+  isTransientNatsError,
   RECONNECT_GRACE_MS,
   type HeartbeatEntry,
   type LeaseEntry,
@@ -240,7 +241,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
         // holders' renewals went unanswered too, so the reconnection grace counts from now, not
         // from the TCP reconnection (seen: a restarted server that took 8 s under load to answer
         // JetStream requests, past the grace, and a live holder fenced)
-        if (isNoAnswer(e)) this.connectedAt = Date.now();
+        if (isTransientNatsError(e)) this.connectedAt = Date.now();
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'lease sweep step failed; retried on the next sweep');
       }
     }
@@ -375,11 +376,4 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     this.heartbeatWatch?.stop();
     await this.sweeping;
   }
-}
-
-/** Whether `e` says NATS did not answer (a request timed out, no responders, the connection down), not a refusal. */
-function isNoAnswer(e: unknown): boolean {
-  const name = (e as Error | undefined)?.name ?? '';
-  const message = String((e as Error | undefined)?.message ?? '');
-  return /Timeout|NoResponders/i.test(name) || /^timeout$|no responders|disconnect|connection closed/i.test(message);
 }
