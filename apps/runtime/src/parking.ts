@@ -139,13 +139,9 @@ function carveChild(
   limits: RunLimits,
   completedAt: Date,
 ): { grant: RunGrant; limits: RunLimits } | { error: string } {
-  let carvedModel = 0;
-  let carvedTools = 0;
-  for (const c of facts.children.values()) {
-    if (c.turn >= turnNo) continue;
-    carvedModel += c.limits.maxModelRequests;
-    carvedTools += c.limits.maxToolCalls;
-  }
+  // the ledger before this turn (K7): the turns and children before it (the same whether or not this turn is folded yet)
+  const childrenBefore = new Map([...facts.children].filter(([, c]) => c.turn < turnNo));
+  const before = budgetOf({ ...facts, turns: facts.turns.filter((t) => t.turn < turnNo), children: childrenBefore });
   // ordinary calls proposed up to and including this turn (this turn's may not be folded yet)
   let ordinaryCalls = calls.filter((c) => !isParkingTool(c.name)).length;
   for (const t of facts.turns) {
@@ -153,10 +149,11 @@ function carveChild(
   }
   // the parent's final-output reserve is never carved (K7, K9): the child gets a share of research's allowance only
   const parentReserve = limits.finalOutputReserve;
-  const leftModel = limits.maxModelRequests - (parentReserve?.modelRequests ?? 0) - turnNo - carvedModel;
+  // research's model requests left before this turn, less this turn's own request
+  const leftModel = limits.maxModelRequests - (parentReserve?.modelRequests ?? 0) - before.modelRequests.used - before.modelRequests.carved - 1;
   const childModel = Math.floor(leftModel / 2);
   if (childModel < 1) return { error: `${Math.max(0, leftModel)} model request(s) left: too few to carve a child's grant and still use its result` };
-  const childTools = Math.floor(Math.max(0, limits.maxToolCalls - ordinaryCalls - carvedTools) / 2);
+  const childTools = Math.floor(Math.max(0, limits.maxToolCalls - ordinaryCalls - before.toolCalls.carved) / 2);
   const leftMs = Date.parse(limits.deadlineAt) - completedAt.getTime();
   const childMs = Math.floor(leftMs / 2);
   if (childMs < MIN_CHILD_MS) return { error: `${Math.max(0, leftMs)} ms left before the deadline: too little for a child` };
@@ -165,12 +162,7 @@ function carveChild(
     maxToolCalls: childTools,
     deadlineAt: new Date(completedAt.getTime() + childMs).toISOString(),
   };
-  // tokens: half of what research has left, from the turns and children before this turn (the same whether or not this turn is folded yet)
-  const before = budgetOf({
-    ...facts,
-    turns: facts.turns.filter((t) => t.turn < turnNo),
-    children: new Map([...facts.children].filter(([, c]) => c.turn < turnNo)),
-  });
+  // tokens: half of what research has left before this turn
   if (before.inputTokens.researchLeft !== null) childLimits.maxInputTokens = Math.max(1, Math.floor(before.inputTokens.researchLeft / 2));
   if (before.outputTokens.researchLeft !== null) childLimits.maxOutputTokens = Math.max(1, Math.floor(before.outputTokens.researchLeft / 2));
   // money (K7): half of what is left after this turn's own reservation (charged as if still in flight, so
@@ -179,7 +171,7 @@ function carveChild(
     const money = budgetOf({
       ...facts,
       turns: facts.turns.filter((t) => t.turn <= turnNo).map((t) => (t.turn === turnNo ? { ...t, completed: null, failed: null } : t)),
-      children: new Map([...facts.children].filter(([, c]) => c.turn < turnNo)),
+      children: childrenBefore,
     }).cost;
     childLimits.maxCost = { micros: Math.floor((money.left ?? 0) / 2), currency: limits.maxCost.currency };
   }

@@ -43,7 +43,7 @@ import {
   type RunEvent,
   type ToolEffect,
 } from '@runplane/contracts';
-import { carvedForChildren, toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
+import { budgetOf, toolCallsInOrder, type RunFacts, unknownTrigger } from '@runplane/run-facts';
 
 /** Results larger than this (bytes of JSON) are stored by reference, not inline in a receipt. */
 export const INLINE_RESULT_LIMIT = 16 * 1024;
@@ -134,8 +134,9 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
   const { grant, limits } = facts.admitted!;
   const ctx = contextFrom(facts.lastEvent!);
   const receipt = (data: EventData<'tool.call.receipt'>) => makeEvent('tool.call.receipt', ctx, data.toolCallId, data, now);
-  // what was carved for child Runs counts as used (K7: a child's grant comes out of its parent's)
-  let dispatched = toolCallsInOrder(facts).filter((c) => c.dispatched).length + carvedForChildren(facts).toolCalls;
+  // the ledger's tool calls: dispatched, and what was carved for child Runs (K7: a child's grant comes out of its parent's)
+  const ledger = budgetOf(facts).toolCalls;
+  let dispatched = ledger.used + ledger.carved;
   const events: RunEvent[] = [];
   for (const call of toolCallsInOrder(facts)) {
     if (call.receipt) continue;

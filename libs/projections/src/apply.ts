@@ -241,8 +241,10 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
     const passageKey = keys.passageId ? pairKey(runId, keys.passageId) : null;
     const toolCallBefore = toolCallKey ? (toolCalls.get(toolCallKey) ?? null) : null;
     const passageBefore = passageKey ? (passages.get(passageKey) ?? null) : null;
+    const turnKey = keys.turn !== undefined ? pairKey(runId, String(keys.turn)) : null;
+    const turnBefore = turnKey ? (turns.get(turnKey) ?? null) : null;
 
-    const run = evolveRun(before, stored, { toolCallBefore, passageBefore });
+    const run = evolveRun(before, stored, { toolCallBefore, passageBefore, ...(turnKey ? { turnBefore } : {}) });
     if (run === null) throw new OrphanEventError(stored);
     runs.set(runId, run);
     subjectSeqs.set(runId, advanceSubjectSeqs(subjectSeqs.get(runId) ?? {}, stored));
@@ -269,11 +271,9 @@ async function applyLocked(tx: EntityManager, originals: readonly StoredEvent[],
         changed.passages.add(passageKey);
       }
     }
-    if (keys.turn !== undefined) {
-      const turnKey = pairKey(runId, String(keys.turn));
-      const row = turns.get(turnKey) ?? null;
-      const turn = evolveModelTurn(row, stored);
-      if (turn !== row) {
+    if (turnKey) {
+      const turn = evolveModelTurn(turnBefore, stored);
+      if (turn !== turnBefore) {
         turns.set(turnKey, turn);
         changed.turns.add(turnKey);
       }

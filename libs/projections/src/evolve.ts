@@ -5,8 +5,8 @@
  * rebuild-equals-live guarantee (K11). Redelivery is not handled here but by the adapter's
  * checkpoint (`apply.ts`): these rules assume each event is applied once, in order.
  */
-import { sha256Hex, type StoredEvent, type TurnCost } from '@runplane/contracts';
-import { countsAsProgress } from '@runplane/run-facts';
+import { sha256Hex, type StoredEvent } from '@runplane/contracts';
+import { chargeUsage, countsAsProgress, inFlightCharge, NO_USAGE, outcomeChargeOf, turnChargeOf, type TurnCharge } from '@runplane/run-facts';
 import { RUN_STATUS_ORDER, type MessageRow, type ModelTurnRow, type PassageRow, type RunRow, type RunStatus, type ToolCallRow } from './rows.js';
 
 /** The rows (other than the Run's) that one event touches, by key. */
@@ -56,21 +56,36 @@ export function laterStatus(a: RunStatus, b: RunStatus): RunStatus {
 export interface RunContext {
   toolCallBefore?: ToolCallRow | null;
   passageBefore?: PassageRow | null;
+  /**
+   * The model turn's row before a `model.turn.*` event (null: none yet): a turn's first request and
+   * first outcome are charged, a repeated one is not (K7). Undefined: not read (every event is the first).
+   */
+  turnBefore?: ModelTurnRow | null;
 }
 
 /**
- * The Run's cost after a turn's outcome (K7): the cost it records (`TurnCost`, computed once by the
- * runtime with libs/run-facts `turnCostOf`, the rule `budgetOf` sums) replaces the reservation
- * counted while the turn was in flight. Nothing changes for an outcome without a cost (unpriced).
+ * The Run row's usage columns with one turn's ledger charge replaced (K7): `before` (null for a turn
+ * new on the ledger) by `after`, with libs/run-facts `chargeUsage`, the step the ledger of the log
+ * (`usageTotalsOf`, `budgetOf`) sums. `costInFlightMicros` is the reservation of the turn in flight,
+ * the cost part of its charge until its outcome replaces it.
  */
-function costAfter(row: RunRow, cost: TurnCost | undefined): Partial<RunRow> {
-  if (!cost) return {};
+function usageAfter(row: RunRow, before: TurnCharge | null, after: TurnCharge): Partial<RunRow> {
+  const totals = chargeUsage({ ...NO_USAGE, ...usageColumns(row) }, before, after);
   return {
-    costCurrency: row.costCurrency ?? cost.currency,
-    costMicros: row.costMicros + cost.measuredMicros,
-    costUnknownMaxMicros: row.costUnknownMaxMicros - row.costInFlightMicros + cost.unknownMaxMicros,
-    costInFlightMicros: 0,
+    modelRequests: totals.modelRequests,
+    promptTokens: totals.promptTokens,
+    completionTokens: totals.completionTokens,
+    unknownUsageTurns: totals.unknownUsageTurns,
+    costMicros: totals.costMicros,
+    costUnknownMaxMicros: totals.costUnknownMaxMicros,
+    costCurrency: row.costCurrency ?? totals.costCurrency,
   };
+}
+
+/** The usage columns of a Run row, as ledger totals (the projections keep no token estimates). */
+function usageColumns(row: RunRow): Pick<RunRow, 'modelRequests' | 'promptTokens' | 'completionTokens' | 'unknownUsageTurns' | 'costMicros' | 'costUnknownMaxMicros' | 'costCurrency'> {
+  const { modelRequests, promptTokens, completionTokens, unknownUsageTurns, costMicros, costUnknownMaxMicros, costCurrency } = row;
+  return { modelRequests, promptTokens, completionTokens, unknownUsageTurns, costMicros, costUnknownMaxMicros, costCurrency };
 }
 
 /**
@@ -129,33 +144,20 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
     case 'run.admitted':
       break; // the first admission defines the Run
     case 'model.turn.requested':
-      next.modelRequests = row.modelRequests + 1;
-      // unknown until the turn reports its usage (K9)
-      next.unknownUsageTurns = row.unknownUsageTurns + 1;
-      next.status = laterStatus(row.status, 'running');
-      // money (K7): the reservation counts as the turn's unknown cost until its outcome records the cost
-      if (e.data.price) {
-        next.costCurrency ??= e.data.price.currency;
-        next.costUnknownMaxMicros = row.costUnknownMaxMicros - row.costInFlightMicros + e.data.price.reservedMicros;
-        next.costInFlightMicros = e.data.price.reservedMicros;
+      // a turn new on the ledger (K7): a request with unknown usage (K9), its reservation the bound of its cost
+      if (!ctx.turnBefore) {
+        Object.assign(next, usageAfter(row, null, turnChargeOf(e.data, null, null)));
+        next.costInFlightMicros = e.data.price?.reservedMicros ?? 0;
       }
+      next.status = laterStatus(row.status, 'running');
       break;
     case 'model.turn.completed':
-      if (e.data.usage) {
-        next.promptTokens = row.promptTokens + e.data.usage.promptTokens;
-        next.completionTokens = row.completionTokens + e.data.usage.completionTokens;
-        next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
-      }
-      Object.assign(next, costAfter(row, e.data.cost));
-      next.status = laterStatus(row.status, 'running');
-      break;
     case 'model.turn.failed':
-      // a request never sent (`not-sent`, K7) is no model request and its usage is known: none
-      if (e.data.error.kind === 'not-sent') {
-        next.modelRequests = Math.max(0, row.modelRequests - 1);
-        next.unknownUsageTurns = Math.max(0, row.unknownUsageTurns - 1);
+      // the first outcome of a requested turn replaces its in-flight charge by the charge its outcome records (K7)
+      if (ctx.turnBefore === undefined || ctx.turnBefore?.status === 'requested') {
+        Object.assign(next, usageAfter(row, inFlightCharge(row.costInFlightMicros), outcomeChargeOf(e)));
+        next.costInFlightMicros = 0;
       }
-      Object.assign(next, costAfter(row, e.data.cost));
       next.status = laterStatus(row.status, 'running');
       break;
     case 'tool.call.proposed':

@@ -16,7 +16,8 @@
  * checks a settlement against it from the events alone (libs/audit `results-established`).
  */
 import type { UnansweredPart } from '@runplane/contracts';
-import { toolCallsInOrder, type RunFacts, type ToolCallFacts, type TurnFacts } from './index.js';
+import type { RunFacts, ToolCallFacts, TurnFacts } from './fold.js';
+import { toolCallsInOrder } from './queries.js';
 
 /**
  * Everything `facts` says the Run could not establish and that `listed` (the published answer's
