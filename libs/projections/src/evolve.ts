@@ -83,7 +83,12 @@ function usageAfter(row: RunRow, before: TurnCharge | null, after: TurnCharge): 
 }
 
 /** The usage columns of a Run row, as ledger totals (the projections keep no token estimates). */
-function usageColumns(row: RunRow): Pick<RunRow, 'modelRequests' | 'promptTokens' | 'completionTokens' | 'unknownUsageTurns' | 'costMicros' | 'costUnknownMaxMicros' | 'costCurrency'> {
+function usageColumns(
+  row: RunRow,
+): Pick<
+  RunRow,
+  'modelRequests' | 'promptTokens' | 'completionTokens' | 'unknownUsageTurns' | 'costMicros' | 'costUnknownMaxMicros' | 'costCurrency'
+> {
   const { modelRequests, promptTokens, completionTokens, unknownUsageTurns, costMicros, costUnknownMaxMicros, costCurrency } = row;
   return { modelRequests, promptTokens, completionTokens, unknownUsageTurns, costMicros, costUnknownMaxMicros, costCurrency };
 }
@@ -165,8 +170,9 @@ export function evolveRun(row: RunRow | null, stored: StoredEvent, ctx: RunConte
       next.status = laterStatus(row.status, 'running');
       break;
     case 'tool.call.dispatched': {
-      const before = ctx.toolCallBefore ?? null;
-      if (before === null || before.status === 'proposed') next.toolCalls = row.toolCalls + 1;
+      // the ledger's tool calls (K7): a proposed call's first dispatch (a dispatch of no proposal is none, as in run-facts)
+      const before = ctx.toolCallBefore;
+      if (before === undefined || before?.status === 'proposed') next.toolCalls = row.toolCalls + 1;
       next.status = laterStatus(row.status, 'running');
       break;
     }

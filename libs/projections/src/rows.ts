@@ -24,14 +24,14 @@ export interface RunRow {
   status: RunStatus;
   outcome: Outcome | null;
   reason: string | null;
-  /** Number of `model.turn.requested` events. */
+  /** Model requests made (the first `model.turn.requested` of each turn; a request never sent, `not-sent`, is none): the ledger's count (K7). */
   modelRequests: number;
   /** Tokens measured: summed over the model turns that reported usage. */
   promptTokens: number;
   completionTokens: number;
   /** Model requests whose usage is unknown (not reported, failed, cut, in flight): not counted as 0 tokens (K9). */
   unknownUsageTurns: number;
-  /** Number of distinct tool calls dispatched (`tool.call.dispatched`), as in settlement usage. */
+  /** Number of distinct proposed tool calls dispatched (`tool.call.dispatched`), as on the ledger and in settlement usage. */
   toolCalls: number;
   /** Number of distinct passages committed (revisions do not count again). */
   passages: number;
@@ -53,7 +53,11 @@ export interface RunRow {
   costMicros: number;
   /** Upper bound of the cost of turns whose usage is unknown, in flight included, micro-units (K7: never 0). */
   costUnknownMaxMicros: number;
-  /** The reservation of the turn in flight (its `price.reservedMicros`), counted in `costUnknownMaxMicros` until its outcome; 0 when none. */
+  /**
+   * The reservation of the latest turn requested while it is in flight (its `price.reservedMicros`), counted in
+   * `costUnknownMaxMicros` until its outcome replaces it (libs/run-facts `chargeUsage`); 0 when none. An earlier turn
+   * that never ended keeps its whole reservation there, as on the ledger.
+   */
   costInFlightMicros: number;
   /** The final-output reserve ordinary research cannot spend (K7, K9); null: no reserve. */
   reserveModelRequests: number | null;

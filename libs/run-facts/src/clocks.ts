@@ -49,4 +49,3 @@ export function noProgressClock(
   const passed = limitMs !== null && sinceMs >= limitMs && parkedOn(facts) === null;
   return { lastProgressAt: facts.lastProgressAt, sinceMs, limitMs, passed, dueAt };
 }
-

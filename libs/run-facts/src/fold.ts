@@ -11,6 +11,7 @@ export interface TurnFacts {
   requestedAt: string;
   /** The request as recorded: its reservation (`maxTokens`, `inputTokensEstimate`), `purpose`, `retryOf` (K7). */
   request: EventData<'model.turn.requested'>;
+  /** The turn's outcome: its first `model.turn.completed` or `model.turn.failed` (a later one is not a second outcome, K7); null while in flight. */
   completed: EventData<'model.turn.completed'> | null;
   /** When the turn's completion was recorded (the decision clock of `model.turn.completed`), or null. */
   completedAt: string | null;
@@ -424,4 +425,3 @@ function closedAfter(closed: RunFacts['closed'], e: RunEvent): RunFacts['closed'
   if ((token !== 'runtime' && token !== 'tools') || e.type === 'tool.call.late_observed') return closed;
   return { ...closed, [token]: e.type === 'run.fenced' };
 }
-

@@ -149,7 +149,6 @@ export interface Ledger {
   finalizing: boolean;
 }
 
-
 /**
  * One model turn's entry on the ledger (K7): what its request and first outcome charge. Tokens are
  * MEASURED where the model reported usage, else ESTIMATED and flagged (`unknownUsage` 1, never 0
@@ -220,7 +219,8 @@ export function turnChargeOf(
  * the token estimates. Equal to {@link turnChargeOf} of the same turn but for the estimates.
  */
 export function outcomeChargeOf(
-  outcome: { type: 'model.turn.completed'; data: EventData<'model.turn.completed'> } | { type: 'model.turn.failed'; data: EventData<'model.turn.failed'> },
+  outcome:
+    { type: 'model.turn.completed'; data: EventData<'model.turn.completed'> } | { type: 'model.turn.failed'; data: EventData<'model.turn.failed'> },
 ): TurnCharge {
   const none = { prompt: 0, completion: 0 };
   return outcome.type === 'model.turn.completed'

@@ -121,4 +121,3 @@ export function handedOverAt(facts: RunFacts): number | null {
 export function unknownTrigger(owner: string, trigger: never): never {
   throw new Error(`${owner}: unknown trigger ${JSON.stringify(trigger)}`);
 }
-
