@@ -64,7 +64,7 @@ describe('the ledger: one turn charge (K7, K9)', () => {
   it('given a priced request, when the model reports usage, then the turn is charged its measured tokens at the price and nothing unknown', () => {
     const req = priced(1, 700, 1_000);
     const charge = turnChargeOf(req, { turn: 1, content: 'x', toolCalls: [], finishReason: 'stop', usage: usage(812, 333) }, null);
-    expect(charge).toEqual<TurnCharge>({
+    expect(charge).toEqual({
       modelRequests: 1,
       promptTokens: 812,
       completionTokens: 333,
@@ -74,7 +74,7 @@ describe('the ledger: one turn charge (K7, K9)', () => {
       costMicros: 812 * 3 + 333 * 15,
       costUnknownMaxMicros: 0,
       currency: 'USD',
-    });
+    } satisfies TurnCharge);
   });
 
   it('given a priced request, when the reply reports no usage, then its usage is unknown: no token measured, estimates flagged, its cost a range from 0 up to its whole reservation (never 0)', () => {
@@ -117,7 +117,7 @@ describe('the ledger: one turn charge (K7, K9)', () => {
 
   it('given an unpriced request, when it is in flight, then it is a request with unknown usage, its reservation estimated, and no money', () => {
     const charge = turnChargeOf({ turn: 1, model: 'scripted', maxTokens: 400, inputTokensEstimate: 600 }, null, null);
-    expect(charge).toEqual<TurnCharge>({
+    expect(charge).toEqual({
       modelRequests: 1,
       promptTokens: 0,
       completionTokens: 0,
@@ -127,7 +127,7 @@ describe('the ledger: one turn charge (K7, K9)', () => {
       costMicros: 0,
       costUnknownMaxMicros: 0,
       currency: null,
-    });
+    } satisfies TurnCharge);
   });
 });
 
