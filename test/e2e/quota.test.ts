@@ -156,7 +156,10 @@ describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA
   it("refuses carol's next Run once her Runs of the day cost 1,000,000 micro-USD: 429 cost-per-day with Retry-After until it leaves the 24 h, nothing appended; bob is still admitted", async () => {
     const key = `costly-${t.tag}`;
     // one turn that reports a million input tokens: 1,000,010 micro-USD measured
-    await t.setScenario({ steps: [{ reply: { content: 'The answer.', usage: { promptTokens: 1_000_000, completionTokens: 10 } } }], then: 'error' }, key);
+    await t.setScenario(
+      { steps: [{ reply: { content: 'The answer.', usage: { promptTokens: 1_000_000, completionTokens: 10 } } }], then: 'error' },
+      key,
+    );
     const conversationId = `conv-cost-${t.tag}`;
     const messages = admission(`/v1/conversations/${conversationId}/messages`);
     const message = (id: string) => ({ clientMessageId: id, content: `What does DIA hold? ${key} ${id}` });
@@ -189,7 +192,10 @@ describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA
     expect([repeat.status, repeat.body?.runId]).toEqual([200, run1]);
 
     // bob (nothing running, well under his money) is admitted meanwhile
-    await t.setScenario({ steps: [{ reply: { content: 'A cheap answer.', usage: { promptTokens: 100, completionTokens: 10 } } }], then: 'error' }, `cheap-${t.tag}`);
+    await t.setScenario(
+      { steps: [{ reply: { content: 'A cheap answer.', usage: { promptTokens: 100, completionTokens: 10 } } }], then: 'error' },
+      `cheap-${t.tag}`,
+    );
     const bobs = await post(messages, bob, { clientMessageId: 'b-cheap', content: `What does DIA hold? cheap-${t.tag}` });
     expect(bobs.status).toBe(201);
     await t.waitForSettlement(String(bobs.body!.runId), 60_000);

@@ -42,10 +42,16 @@ describe('quotaRefusal: the rule', () => {
   });
 
   it('given Runs admitted more than an hour ago in the usage, then they are not counted; a wait is rounded up to whole seconds, at least 1', () => {
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(3600), ago(4000)], costInLastDay: [] }, NOW)).toBeNull();
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(3600), ago(4000)], costInLastDay: [] }, NOW),
+    ).toBeNull();
     const justNow = new Date(NOW.getTime() - 3_599_999).toISOString();
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [justNow], costInLastDay: [] }, NOW)?.retryAfterSeconds).toBe(1);
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(0.2)], costInLastDay: [] }, NOW)?.retryAfterSeconds).toBe(3600);
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [justNow], costInLastDay: [] }, NOW)?.retryAfterSeconds,
+    ).toBe(1);
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(0.2)], costInLastDay: [] }, NOW)?.retryAfterSeconds,
+    ).toBe(3600);
   });
 
   it('given both quotas exceeded, then the refusal names the one that frees last', () => {
@@ -163,7 +169,11 @@ describe('RUNPLANE_QUOTA_* settings', () => {
       RUNPLANE_QUOTA_COST_MICROS_PER_DAY: null,
     });
     expect(
-      loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: '3', RUNPLANE_QUOTA_RUNS_PER_HOUR: '', RUNPLANE_QUOTA_COST_MICROS_PER_DAY: '5000000' }),
+      loadConfig(QuotaConfig, {
+        RUNPLANE_QUOTA_CONCURRENT_RUNS: '3',
+        RUNPLANE_QUOTA_RUNS_PER_HOUR: '',
+        RUNPLANE_QUOTA_COST_MICROS_PER_DAY: '5000000',
+      }),
     ).toEqual({
       RUNPLANE_QUOTA_CONCURRENT_RUNS: 3,
       RUNPLANE_QUOTA_RUNS_PER_HOUR: null,
