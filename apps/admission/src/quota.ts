@@ -52,7 +52,7 @@ export interface QuotaCharge {
   upperMicros: number;
 }
 
-/** What a principal uses, as the projections say (child Runs excluded: they are charged to their parent's grant). */
+/** What a principal uses, as the projections say (the Run counts exclude child Runs, charged to their parent's grant; the money includes them). */
 export interface QuotaUsage {
   /** Its Runs admitted and not settled. */
   activeRuns: number;
