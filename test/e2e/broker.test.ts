@@ -24,7 +24,13 @@ const open: NatsConnection[] = [];
 beforeAll(async () => {
   t = await startTestStack(
     'broker',
-    { RUNPLANE_DUPLICATE_WINDOW_MS: String(DUPLICATE_WINDOW_MS), RUNPLANE_ACK_WAIT_MS: '2000' },
+    {
+      RUNPLANE_DUPLICATE_WINDOW_MS: String(DUPLICATE_WINDOW_MS),
+      RUNPLANE_ACK_WAIT_MS: '2000',
+      // priced, so that a forged money limit is refused for the ceiling, not for a missing price
+      RUNPLANE_MODEL_PRICES: JSON.stringify({ 'runplane-scripted-research': { inputPerMTok: 1, outputPerMTok: 1, currency: 'USD' } }),
+      RUNPLANE_GRANT_CEILING_COST_MICROS: '1000000',
+    },
     { audit: 'report' }, // forges events with service credentials
   );
   t.log.onInvalid = () => undefined; // the test's own polling reads: the services' logs are what is checked
@@ -261,6 +267,43 @@ describe('broken and hostile messages never stall anything (K11)', () => {
     const finished = ofType(events, 'run.execution.finished').map((e) => e.event.data as { reason: string; detail: string });
     expect(finished).toEqual([
       { reason: 'grant-refused', detail: expect.stringMatching(/1000000 model requests \(ceiling \d+\)/), answerTurn: null },
+    ]);
+    expect(ofType(events, 'model.turn.requested')).toEqual([]);
+    expect(ofType(events, 'run.settled').map((e) => (e.event.data as { outcome: string }).outcome)).toEqual(['failed']);
+    expect(await t.modelRequests()).toBe(before);
+  });
+
+  it("a run.admitted forged with admission's own credentials, within every count but with a money limit over the deployment's ceiling, is never executed: grant-refused naming the ceiling, settled failed", async () => {
+    const runId = randomUUID();
+    const before = await t.modelRequests();
+    const forged = makeEvent(
+      'run.admitted',
+      { runId, conversationId: `conv-forged-cost-${runId}`, correlationId: runId, causationId: null },
+      'admission',
+      {
+        message: {
+          messageId: runId,
+          clientMessageId: 'forged-cost',
+          content: 'What does DIA hold?',
+          contentSha256: sha256Hex('What does DIA hold?'),
+        },
+        grant: { tools: ['list_funds', 'get_holdings'], model: 'runplane-scripted-research' },
+        limits: {
+          maxModelRequests: 4,
+          maxToolCalls: 4,
+          deadlineAt: new Date(Date.now() + 600_000).toISOString(),
+          maxCost: { micros: 1_000_000_000, currency: 'USD' },
+        },
+      },
+      new Date(),
+    );
+    await jetstream(await connectAs('admission')).publish(runSubject(t.log.space, runId, 'admission'), JSON.stringify({ ...forged, prevSeq: 0 }), {
+      expect: { lastSubjectSequence: 0 },
+    });
+    const events = await t.waitForSettlement(runId, 60_000);
+    const finished = ofType(events, 'run.execution.finished').map((e) => e.event.data as { reason: string; detail: string });
+    expect(finished).toEqual([
+      { reason: 'grant-refused', detail: expect.stringContaining('a money limit of 1000000000 micro-USD (ceiling 1000000)'), answerTurn: null },
     ]);
     expect(ofType(events, 'model.turn.requested')).toEqual([]);
     expect(ofType(events, 'run.settled').map((e) => (e.event.data as { outcome: string }).outcome)).toEqual(['failed']);

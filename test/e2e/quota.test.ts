@@ -5,6 +5,9 @@
  * frees its slot; the hour refuses the 4th; a repeat of an admitted message id still answers its
  * Run (K1); refusals are counted by quota. The counts come from the projections, so each step
  * waits until the projector has applied what it counts (a burst may run ahead of them by its lag).
+ * Money per day (the scripted model priced 1 micro-USD a token, 1,000,000 micro-USD a day): once
+ * carol's Run has cost that much, her next is 429 `cost-per-day` with `Retry-After` until her Run
+ * leaves the sliding 24 h, nothing appended, while bob is still admitted.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,20 +15,29 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { admissionIds, conversationKey } from '@runplane/contracts';
 import { createDevAuth, type DevAuth } from '@runplane/devstack';
-import { createProjectionOrm, quotaUsageOf, rebuildProjections } from '@runplane/projections';
+import { costChargesOf, createProjectionOrm, quotaUsageOf, rebuildProjections } from '@runplane/projections';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
+/** micro-USD a principal's Runs of a day may cost; a hanging turn reserves about 20,000 (16,384 output tokens and its input), so alice and bob stay far under it. */
+const COST_PER_DAY = 1_000_000;
 let t: TestStack;
 let auth: DevAuth;
 let dir: string;
 let alice: string;
 let bob: string;
+let carol: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'rp-quota-'));
   auth = await createDevAuth(dir);
-  t = await startTestStack('quota', { ...auth.env, RUNPLANE_QUOTA_CONCURRENT_RUNS: '1', RUNPLANE_QUOTA_RUNS_PER_HOUR: '3' });
-  [alice, bob] = await Promise.all([auth.mint('alice'), auth.mint('bob')]);
+  t = await startTestStack('quota', {
+    ...auth.env,
+    RUNPLANE_QUOTA_CONCURRENT_RUNS: '1',
+    RUNPLANE_QUOTA_RUNS_PER_HOUR: '3',
+    RUNPLANE_MODEL_PRICES: JSON.stringify({ 'runplane-scripted-research': { inputPerMTok: 1, outputPerMTok: 1, currency: 'USD' } }),
+    RUNPLANE_QUOTA_COST_MICROS_PER_DAY: String(COST_PER_DAY),
+  });
+  [alice, bob, carol] = await Promise.all([auth.mint('alice'), auth.mint('bob'), auth.mint('carol')]);
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
@@ -59,7 +71,7 @@ async function refusals(quota: string): Promise<number> {
   return line ? Number(line.split(' ').pop()) : 0;
 }
 
-describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA_RUNS_PER_HOUR=3)', () => {
+describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA_RUNS_PER_HOUR=3, RUNPLANE_QUOTA_COST_MICROS_PER_DAY=1000000)', () => {
   it('refuses a new Run over a quota with 429 + Retry-After and appends nothing; B is unaffected; a settled Run frees the slot; the hour refuses the 4th; a repeat answers its Run', async () => {
     const key = `hold-${t.tag}`;
     await t.setScenario({ steps: [{ hang: true }], then: 'repeat-last' }, key);
@@ -141,7 +153,57 @@ describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA
     expect(await t.log.readRun(runOf('bob', 'b2'))).toEqual([]);
   }, 180_000);
 
-  it('given the Runs above settled and projected, then projections rebuilt from the log give the same counts (K11)', async () => {
+  it("refuses carol's next Run once her Runs of the day cost 1,000,000 micro-USD: 429 cost-per-day with Retry-After until it leaves the 24 h, nothing appended; bob is still admitted", async () => {
+    const key = `costly-${t.tag}`;
+    // one turn that reports a million input tokens: 1,000,010 micro-USD measured
+    await t.setScenario(
+      { steps: [{ reply: { content: 'The answer.', usage: { promptTokens: 1_000_000, completionTokens: 10 } } }], then: 'error' },
+      key,
+    );
+    const conversationId = `conv-cost-${t.tag}`;
+    const messages = admission(`/v1/conversations/${conversationId}/messages`);
+    const message = (id: string) => ({ clientMessageId: id, content: `What does DIA hold? ${key} ${id}` });
+
+    // under the quota (nothing spent yet): admitted, and it costs the day's money
+    const first = await post(messages, carol, message('c1'));
+    expect(first.status).toBe(201);
+    const run1 = String(first.body!.runId);
+    const admittedAt1 = Date.parse(String(first.body!.admittedAt));
+    await t.waitForSettlement(run1, 60_000);
+    const view = await projected(carol, run1, 'settled');
+    expect(view).toMatchObject({ costCurrency: 'USD', costMicros: 1_000_010, costUnknownMaxMicros: 0 });
+
+    const over = await post(messages, carol, message('c2'));
+    const now = Date.now();
+    expect(over.status).toBe(429);
+    expect(over.body).toMatchObject({ code: 'quota_exceeded', quota: 'cost-per-day', limit: COST_PER_DAY, used: 1_000_010, currency: 'USD' });
+    expect(String(over.body!.detail)).toContain('1000010 of 1000000 micro-USD');
+    const retryAfter = Number(over.headers.get('retry-after'));
+    expect(over.body!.retryAfterSeconds).toBe(retryAfter);
+    const expected = Math.ceil((admittedAt1 + 86_400_000 - now) / 1000);
+    expect(retryAfter).toBeGreaterThanOrEqual(expected - 2);
+    expect(retryAfter).toBeLessThanOrEqual(expected + 2);
+    const refused = admissionIds(conversationKey(conversationId, 'carol'), 'c2').runId;
+    expect(await t.log.readRun(refused)).toEqual([]);
+    expect(await refusals('cost-per-day')).toBe(1);
+
+    // the repeat of her admitted message still answers its Run (K1)
+    const repeat = await post(messages, carol, message('c1'));
+    expect([repeat.status, repeat.body?.runId]).toEqual([200, run1]);
+
+    // bob (nothing running, well under his money) is admitted meanwhile
+    await t.setScenario(
+      { steps: [{ reply: { content: 'A cheap answer.', usage: { promptTokens: 100, completionTokens: 10 } } }], then: 'error' },
+      `cheap-${t.tag}`,
+    );
+    const bobs = await post(messages, bob, { clientMessageId: 'b-cheap', content: `What does DIA hold? cheap-${t.tag}` });
+    expect(bobs.status).toBe(201);
+    await t.waitForSettlement(String(bobs.body!.runId), 60_000);
+    await projected(bob, String(bobs.body!.runId), 'settled');
+    expect(await t.log.readRun(refused)).toEqual([]);
+  }, 180_000);
+
+  it('given the Runs above settled and projected, then projections rebuilt from the log give the same counts and charges (K11)', async () => {
     const rebuildDb = `rp_${t.tag}_rebuild`;
     const rebuilt = await rebuildProjections({ log: t.log, databaseUrl: t.env.DATABASE_URL!, targetDatabase: rebuildDb });
     const live = await createProjectionOrm({ databaseUrl: t.env.DATABASE_URL! });
@@ -149,10 +211,14 @@ describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA
     try {
       expect(rebuilt.differences).toEqual([]);
       const since = new Date(Date.now() - 3_600_000);
-      for (const principal of ['alice', 'bob']) {
+      const daySince = new Date(Date.now() - 86_400_000);
+      for (const principal of ['alice', 'bob', 'carol']) {
         const [a, b] = await Promise.all([quotaUsageOf(live, principal, since), quotaUsageOf(copy, principal, since)]);
         expect(b).toEqual(a);
+        const [ca, cb] = await Promise.all([costChargesOf(live, principal, daySince), costChargesOf(copy, principal, daySince)]);
+        expect(cb).toEqual(ca);
       }
+      expect((await costChargesOf(live, 'carol', daySince)).map((c) => c.upperMicros)).toEqual([1_000_010]);
       expect((await quotaUsageOf(live, 'alice', since)).admittedSince).toHaveLength(3);
     } finally {
       await Promise.all([live.close(), copy.close()]);

@@ -280,7 +280,7 @@ export class AdmissionController {
       message.replyTo ? this.commands.folds.read(message.replyTo.runId) : null,
       message.replyTo ? this.log.lastOf(ordinaryRunId, 'admission') : null,
       // every principal, admins too; with authentication disabled every caller is one principal (Runs without one)
-      quotas && !unlimited(quotas) ? this.runs.quotaUsage(principal.unauthenticated ? null : principal.sub, new Date()) : null,
+      quotas && !unlimited(quotas) ? this.runs.quotaUsage(principal.unauthenticated ? null : principal.sub, new Date(), quotas) : null,
     ]);
     const byIndex = indexed.runs.find((r) => r.clientMessageId === message.clientMessageId)?.runId ?? null;
     const cmd: PostMessage = {

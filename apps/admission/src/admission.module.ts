@@ -54,7 +54,11 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
             },
             noProgressSeconds: limits.RUNPLANE_NO_PROGRESS_SECONDS,
           },
-          quotas: { concurrentRuns: quotas.RUNPLANE_QUOTA_CONCURRENT_RUNS, runsPerHour: quotas.RUNPLANE_QUOTA_RUNS_PER_HOUR },
+          quotas: {
+            concurrentRuns: quotas.RUNPLANE_QUOTA_CONCURRENT_RUNS,
+            runsPerHour: quotas.RUNPLANE_QUOTA_RUNS_PER_HOUR,
+            costMicrosPerDay: quotas.RUNPLANE_QUOTA_COST_MICROS_PER_DAY,
+          },
         };
       },
     },

@@ -206,12 +206,19 @@ export class ReconcileConflict extends Error {
   override readonly name = 'ReconcileConflict';
 }
 
+/** What a quota's `used` counts, in words for the 429's `detail`. */
+const QUOTA_USAGE_WORDS: Record<QuotaRefusal['quota'], (currency?: string) => string> = {
+  'concurrent-runs': () => 'Runs not settled yet',
+  'runs-per-hour': () => 'Runs admitted in the last hour',
+  'cost-per-day': (currency) => `micro-${currency ?? ''} charged at most to the Runs admitted in the last 24 h`,
+};
+
 /** A new Run would exceed a quota of its principal (HTTP 429 `quota_exceeded` with `Retry-After`; nothing appended). */
 export class QuotaExceeded extends Error {
   override readonly name = 'QuotaExceeded';
   constructor(readonly refusal: QuotaRefusal) {
     super(
-      `quota ${refusal.quota} exceeded: ${refusal.used} of ${refusal.limit} ${refusal.quota === 'concurrent-runs' ? 'Runs not settled yet' : 'Runs admitted in the last hour'}; retry in ${refusal.retryAfterSeconds} s`,
+      `quota ${refusal.quota} exceeded: ${refusal.used} of ${refusal.limit} ${QUOTA_USAGE_WORDS[refusal.quota](refusal.currency)}; retry in ${refusal.retryAfterSeconds} s`,
     );
   }
 }

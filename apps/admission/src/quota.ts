@@ -4,10 +4,8 @@
  * rebuilt from the log alone, K11) and the clock comes in as `now`.
  *
  * Each quota is one entry of {@link QuotaName}, one limit in {@link QuotaLimits}, what it needs of
- * the principal's usage in {@link QuotaUsage}, and one rule in {@link quotaRefusal}. A money-per-day
- * quota is added the same way: `money-per-day`, a limit in the currency's minor units, the
- * principal's spend since the day began (from the priced usage of its Runs), and a `Retry-After`
- * until the day ends (docs/configuration.md, "Quotas").
+ * the principal's usage in {@link QuotaUsage}, and one rule in {@link quotaRefusal}
+ * (docs/configuration.md, "Quotas").
  */
 
 import type { QuotaName } from '@runplane/contracts';
@@ -17,6 +15,9 @@ export type { QuotaName };
 
 /** The sliding window of `runs-per-hour`, ms. */
 export const QUOTA_HOUR_MS = 3_600_000;
+
+/** The sliding window of `cost-per-day`, ms (24 h, not the calendar day: no time zone to agree on, no midnight burst). */
+export const QUOTA_DAY_MS = 86_400_000;
 
 /**
  * Seconds a refusal for `concurrent-runs` tells the client to wait: when a Run of the principal
@@ -30,14 +31,38 @@ export interface QuotaLimits {
   concurrentRuns: number | null;
   /** Runs admitted in any sliding hour. */
   runsPerHour: number | null;
+  /**
+   * Money charged to the Runs admitted in any sliding 24 h (`RUNPLANE_QUOTA_COST_MICROS_PER_DAY`),
+   * micro-units of the currency the models are priced in, applied to each currency on its own.
+   */
+  costMicrosPerDay: number | null;
 }
 
-/** What a principal uses, as the projections say (child Runs excluded: they are charged to their parent's grant). */
+/**
+ * What one Run admitted in the last 24 h costs at most, as its projection says (K7): the measured
+ * cost plus the upper bound of what is not measured (turns in flight at their reservation, turns
+ * whose usage stayed unknown), never 0 for the unknown part. Unpriced Runs have none.
+ */
+export interface QuotaCharge {
+  /** When the Run was admitted (ISO-8601): the charge leaves the window 24 h later. */
+  admittedAt: string;
+  /** ISO 4217 code of the price the cost was charged at. */
+  currency: string;
+  /** Measured + unknown upper bound, integer micro-units (1 USD = 1,000,000). */
+  upperMicros: number;
+}
+
+/** What a principal uses, as the projections say (the Run counts exclude child Runs, charged to their parent's grant; the money includes them). */
 export interface QuotaUsage {
   /** Its Runs admitted and not settled. */
   activeRuns: number;
   /** When its Runs admitted in the last hour were admitted (ISO-8601), oldest first. */
   admittedInLastHour: readonly string[];
+  /**
+   * The priced Runs admitted in the last 24 h, child Runs included (their model turns are paid
+   * like the parent's, and carry its principal); empty when `costMicrosPerDay` is not set.
+   */
+  costInLastDay: readonly QuotaCharge[];
 }
 
 /** Why a new Run is refused: which quota, its limit, the usage counted, and how long to wait (whole seconds, at least 1). */
@@ -46,13 +71,54 @@ export interface QuotaRefusal {
   limit: number;
   used: number;
   retryAfterSeconds: number;
+  /** `cost-per-day` only: the currency of `limit` and `used` (micro-units). */
+  currency?: string;
 }
 
 /** The usage of a principal without Runs. */
-export const NO_USAGE: QuotaUsage = Object.freeze({ activeRuns: 0, admittedInLastHour: Object.freeze([]) });
+export const NO_USAGE: QuotaUsage = Object.freeze({ activeRuns: 0, admittedInLastHour: Object.freeze([]), costInLastDay: Object.freeze([]) });
 
 /** True when no quota is set: admission then reads no usage at all. */
-export const unlimited = (limits: QuotaLimits): boolean => limits.concurrentRuns === null && limits.runsPerHour === null;
+export const unlimited = (limits: QuotaLimits): boolean =>
+  limits.concurrentRuns === null && limits.runsPerHour === null && limits.costMicrosPerDay === null;
+
+const retryAfter = (waitMs: number): number => Math.max(1, Math.ceil(waitMs / 1000));
+
+/**
+ * `cost-per-day`, per currency: refused when the charges of the last 24 h reach the limit (a Run
+ * admitted under it may still spend its own grant past it: `budget.maxCost` and the grant ceiling
+ * bound that). The wait lasts until the oldest charges have left the window far enough for the
+ * rest to be under the limit; since Runs still running may charge more meanwhile, it is the
+ * earliest a retry can be admitted, not a promise.
+ */
+function costRefusal(limit: number, charges: readonly QuotaCharge[], now: Date): QuotaRefusal | null {
+  const windowStart = now.getTime() - QUOTA_DAY_MS;
+  const byCurrency = new Map<string, { at: number; micros: number }[]>();
+  for (const c of charges) {
+    const at = Date.parse(c.admittedAt);
+    if (!(at > windowStart) || c.upperMicros <= 0) continue;
+    const list = byCurrency.get(c.currency) ?? [];
+    list.push({ at, micros: c.upperMicros });
+    byCurrency.set(c.currency, list);
+  }
+  let worst: QuotaRefusal | null = null;
+  for (const [currency, list] of byCurrency) {
+    const used = list.reduce((n, c) => n + c.micros, 0);
+    if (used < limit) continue;
+    list.sort((a, b) => a.at - b.at);
+    // the charges leave oldest first; room once what stays is under the limit
+    let left = used;
+    let leavesAt = now.getTime();
+    for (const c of list) {
+      left -= c.micros;
+      leavesAt = c.at + QUOTA_DAY_MS;
+      if (left < limit) break;
+    }
+    const refusal: QuotaRefusal = { quota: 'cost-per-day', limit, used, retryAfterSeconds: retryAfter(leavesAt - now.getTime()), currency };
+    if (!worst || refusal.retryAfterSeconds > worst.retryAfterSeconds) worst = refusal;
+  }
+  return worst;
+}
 
 /**
  * Whether one more Run may be admitted at `now` under `limits`: null when it may; otherwise the
@@ -61,6 +127,8 @@ export const unlimited = (limits: QuotaLimits): boolean => limits.concurrentRuns
  * (`admittedAt + 1 h` of the Run that has to leave, rounded up to whole seconds); Runs admitted in
  * a burst faster than the projections follow may leave more Runs in the window than the limit,
  * and the wait counts them all. `concurrent-runs` waits {@link CONCURRENT_RETRY_AFTER_SECONDS}.
+ * `cost-per-day` counts what the Runs admitted in the last 24 h cost at most ({@link QuotaCharge})
+ * and waits until enough of it has left the window ({@link costRefusal}).
  */
 export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date): QuotaRefusal | null {
   const refusals: QuotaRefusal[] = [];
@@ -84,9 +152,13 @@ export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date):
         quota: 'runs-per-hour',
         limit: limits.runsPerHour,
         used: inWindow.length,
-        retryAfterSeconds: Math.max(1, Math.ceil(waitMs / 1000)),
+        retryAfterSeconds: retryAfter(waitMs),
       });
     }
+  }
+  if (limits.costMicrosPerDay !== null) {
+    const refusal = costRefusal(limits.costMicrosPerDay, usage.costInLastDay, now);
+    if (refusal) refusals.push(refusal);
   }
   if (refusals.length === 0) return null;
   return refusals.reduce((a, b) => (b.retryAfterSeconds > a.retryAfterSeconds ? b : a));

@@ -6,7 +6,7 @@ import type { RunListQuery } from '@runplane/projections';
 import type { MoneySettings } from './budget.js';
 import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
 import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
-import { QUOTA_HOUR_MS, type QuotaLimits, type QuotaUsage } from './quota.js';
+import { QUOTA_DAY_MS, QUOTA_HOUR_MS, type QuotaLimits, type QuotaUsage } from './quota.js';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
 
@@ -88,16 +88,19 @@ export class RunReader implements OnApplicationShutdown {
 
   /**
    * What the quotas count for `principal` at `now` (null: the Runs admitted without one), from the
-   * projections: they follow the log by the projector's lag, so a Run admitted a moment ago may not
+   * projections (the Runs' costs only when `limits` sets `costMicrosPerDay`): they follow the log by the projector's lag, so a Run admitted a moment ago may not
    * be counted yet (docs/configuration.md, "Quotas").
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
-  async quotaUsage(principal: string | null, now: Date): Promise<QuotaUsage> {
+  async quotaUsage(principal: string | null, now: Date, limits: QuotaLimits): Promise<QuotaUsage> {
     try {
       const orm = await this.connect();
-      const { quotaUsageOf } = await loadProjections();
-      const usage = await quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS));
-      return { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince };
+      const { quotaUsageOf, costChargesOf } = await loadProjections();
+      const [usage, charges] = await Promise.all([
+        quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS)),
+        limits.costMicrosPerDay === null ? [] : costChargesOf(orm, principal, new Date(now.getTime() - QUOTA_DAY_MS)),
+      ]);
+      return { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges };
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections the quotas count)');
       throw e;

@@ -11,16 +11,16 @@ import { spec } from '../../../test/support/decider-spec.js';
 
 const NOW = new Date('2026-01-01T12:00:00.000Z');
 const ago = (seconds: number) => new Date(NOW.getTime() - seconds * 1000).toISOString();
-const limits = (over: Partial<QuotaLimits> = {}): QuotaLimits => ({ concurrentRuns: null, runsPerHour: null, ...over });
+const limits = (over: Partial<QuotaLimits> = {}): QuotaLimits => ({ concurrentRuns: null, runsPerHour: null, costMicrosPerDay: null, ...over });
 
 describe('quotaRefusal: the rule', () => {
   it('given no quota set, when a principal has many Runs, then nothing is refused', () => {
-    expect(quotaRefusal(limits(), { activeRuns: 1_000, admittedInLastHour: [ago(1), ago(2)] }, NOW)).toBeNull();
+    expect(quotaRefusal(limits(), { activeRuns: 1_000, admittedInLastHour: [ago(1), ago(2)], costInLastDay: [] }, NOW)).toBeNull();
   });
 
   it('given 2 concurrent Runs allowed, when the principal has 1 or 2 unsettled, then the 2nd is admitted and the 3rd refused with a short hint', () => {
-    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 1, admittedInLastHour: [] }, NOW)).toBeNull();
-    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 2, admittedInLastHour: [] }, NOW)).toEqual({
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 1, admittedInLastHour: [], costInLastDay: [] }, NOW)).toBeNull();
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 2, admittedInLastHour: [], costInLastDay: [] }, NOW)).toEqual({
       quota: 'concurrent-runs',
       limit: 2,
       used: 2,
@@ -29,36 +29,84 @@ describe('quotaRefusal: the rule', () => {
   });
 
   it('given 3 Runs per hour, when 3 were admitted 50, 20 and 10 minutes ago, then the 4th is refused until the oldest leaves the hour (10 min)', () => {
-    const usage = { activeRuns: 0, admittedInLastHour: [ago(3000), ago(1200), ago(600)] };
+    const usage = { activeRuns: 0, admittedInLastHour: [ago(3000), ago(1200), ago(600)], costInLastDay: [] };
     expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, NOW)).toEqual({ quota: 'runs-per-hour', limit: 3, used: 3, retryAfterSeconds: 600 });
     // one second after the oldest has left, there is room again
     expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, new Date(NOW.getTime() + 600_001))).toBeNull();
   });
 
   it('given a burst past the limit (projector lag), when 5 Runs are in the window for 3, then the wait counts until 3 have left', () => {
-    const usage = { activeRuns: 0, admittedInLastHour: [ago(600), ago(3000), ago(2400), ago(1800), ago(1200)] };
+    const usage = { activeRuns: 0, admittedInLastHour: [ago(600), ago(3000), ago(2400), ago(1800), ago(1200)], costInLastDay: [] };
     // oldest first: 3000, 2400, 1800, 1200, 600 s ago; room for one once the 3rd oldest (1800 s ago) has left: 1800 s
     expect(quotaRefusal(limits({ runsPerHour: 3 }), usage, NOW)).toMatchObject({ quota: 'runs-per-hour', used: 5, retryAfterSeconds: 1800 });
   });
 
   it('given Runs admitted more than an hour ago in the usage, then they are not counted; a wait is rounded up to whole seconds, at least 1', () => {
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(3600), ago(4000)] }, NOW)).toBeNull();
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(3600), ago(4000)], costInLastDay: [] }, NOW),
+    ).toBeNull();
     const justNow = new Date(NOW.getTime() - 3_599_999).toISOString();
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [justNow] }, NOW)?.retryAfterSeconds).toBe(1);
-    expect(quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(0.2)] }, NOW)?.retryAfterSeconds).toBe(3600);
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [justNow], costInLastDay: [] }, NOW)?.retryAfterSeconds,
+    ).toBe(1);
+    expect(
+      quotaRefusal(limits({ runsPerHour: 1 }), { activeRuns: 0, admittedInLastHour: [ago(0.2)], costInLastDay: [] }, NOW)?.retryAfterSeconds,
+    ).toBe(3600);
   });
 
   it('given both quotas exceeded, then the refusal names the one that frees last', () => {
-    const usage = { activeRuns: 1, admittedInLastHour: [ago(60)] };
+    const usage = { activeRuns: 1, admittedInLastHour: [ago(60)], costInLastDay: [] };
     expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), usage, NOW)).toMatchObject({
       quota: 'runs-per-hour',
       retryAfterSeconds: 3540,
     });
-    const almostOut = { activeRuns: 1, admittedInLastHour: [ago(3598)] };
+    const almostOut = { activeRuns: 1, admittedInLastHour: [ago(3598)], costInLastDay: [] };
     expect(quotaRefusal(limits({ concurrentRuns: 1, runsPerHour: 1 }), almostOut, NOW)).toMatchObject({
       quota: 'concurrent-runs',
       retryAfterSeconds: 5,
     });
+  });
+});
+
+describe('quotaRefusal: cost-per-day', () => {
+  const HOUR = 3600;
+  const charge = (secondsAgo: number, upperMicros: number, currency = 'USD') => ({ admittedAt: ago(secondsAgo), currency, upperMicros });
+  const day = (costMicrosPerDay: number, ...costInLastDay: ReturnType<typeof charge>[]) =>
+    quotaRefusal(limits({ costMicrosPerDay }), { activeRuns: 0, admittedInLastHour: [], costInLastDay }, NOW);
+
+  it('given 1,000,000 micro-USD a day, when the Runs of the last 24 h cost 999,999 at most, then a new Run is admitted', () => {
+    expect(day(1_000_000, charge(20 * HOUR, 600_000), charge(HOUR, 399_999))).toBeNull();
+  });
+
+  it('given 1,000,000 a day, when Runs admitted 20 h, 10 h and 1 h ago cost 600,000, 300,000 and 200,000, then refused until the 20 h one leaves the window (4 h)', () => {
+    expect(day(1_000_000, charge(20 * HOUR, 600_000), charge(10 * HOUR, 300_000), charge(HOUR, 200_000))).toEqual({
+      quota: 'cost-per-day',
+      limit: 1_000_000,
+      used: 1_100_000,
+      currency: 'USD',
+      retryAfterSeconds: 4 * HOUR,
+    });
+  });
+
+  it('given 1,000,000 a day, when the oldest charge is small, then the wait lasts until enough has left to be under the limit', () => {
+    // 20 h ago 100,000, 10 h ago 900,000: once the first leaves, 900,000 < 1,000,000 remains: 4 h
+    expect(day(1_000_000, charge(20 * HOUR, 100_000), charge(10 * HOUR, 900_000))?.retryAfterSeconds).toBe(4 * HOUR);
+    // 20 h ago 100,000, 10 h ago 1,000,000: the second must leave too: 14 h
+    expect(day(1_000_000, charge(20 * HOUR, 100_000), charge(10 * HOUR, 1_000_000))?.retryAfterSeconds).toBe(14 * HOUR);
+  });
+
+  it('given a Run still running whose reservation is its unknown cost, then that upper bound counts (never 0), and exactly at the limit is refused', () => {
+    expect(day(500_000, charge(60, 500_000))).toMatchObject({ quota: 'cost-per-day', used: 500_000, retryAfterSeconds: 24 * HOUR - 60 });
+  });
+
+  it('given charges older than 24 h or in another currency, then they do not count towards this currency', () => {
+    expect(day(1_000_000, charge(24 * HOUR, 5_000_000), charge(HOUR, 600_000, 'USD'), charge(HOUR, 600_000, 'EUR'))).toBeNull();
+    expect(day(1_000_000, charge(HOUR, 1_200_000, 'EUR'))).toMatchObject({ currency: 'EUR', used: 1_200_000 });
+  });
+
+  it('given the runs-per-hour and cost-per-day quotas both exceeded, then the refusal names the one that frees last', () => {
+    const usage = { activeRuns: 0, admittedInLastHour: [ago(60)], costInLastDay: [charge(60, 2_000_000)] };
+    expect(quotaRefusal(limits({ runsPerHour: 1, costMicrosPerDay: 1_000_000 }), usage, NOW)).toMatchObject({ quota: 'cost-per-day' });
   });
 });
 
@@ -75,7 +123,7 @@ describe('admission decide with quotas', () => {
     principal: 'alice',
     ...over,
   });
-  const atLimit = { limits: limits({ concurrentRuns: 1 }), usage: { activeRuns: 1, admittedInLastHour: [ago(30)] } };
+  const atLimit = { limits: limits({ concurrentRuns: 1 }), usage: { activeRuns: 1, admittedInLastHour: [ago(30)], costInLastDay: [] } };
 
   it('given no admission, when a new message comes from a principal at its concurrency quota, then QuotaExceeded and nothing is decided', () => {
     admission
@@ -86,6 +134,14 @@ describe('admission decide with quotas', () => {
       .given([])
       .when(post({ quota: atLimit }), NOW)
       .thenThrows(/quota concurrent-runs exceeded: 1 of 1/);
+  });
+
+  it('given no admission, when a new message comes from a principal whose Runs of the day cost its money quota, then QuotaExceeded naming the money', () => {
+    const spent = { activeRuns: 0, admittedInLastHour: [], costInLastDay: [{ admittedAt: ago(7200), currency: 'USD', upperMicros: 50_000 }] };
+    admission
+      .given([])
+      .when(post({ quota: { limits: limits({ costMicrosPerDay: 50_000 }), usage: spent } }), NOW)
+      .thenThrows(/quota cost-per-day exceeded: 50000 of 50000 micro-USD charged at most to the Runs admitted in the last 24 h; retry in 79200 s/);
   });
 
   it('given no admission, when the principal is under its quotas, then the Run is admitted', () => {
@@ -107,10 +163,21 @@ describe('admission decide with quotas', () => {
 
 describe('RUNPLANE_QUOTA_* settings', () => {
   it('unset or empty: no limit; a whole number: that limit', () => {
-    expect(loadConfig(QuotaConfig, {})).toEqual({ RUNPLANE_QUOTA_CONCURRENT_RUNS: null, RUNPLANE_QUOTA_RUNS_PER_HOUR: null });
-    expect(loadConfig(QuotaConfig, { RUNPLANE_QUOTA_CONCURRENT_RUNS: '3', RUNPLANE_QUOTA_RUNS_PER_HOUR: '' })).toEqual({
+    expect(loadConfig(QuotaConfig, {})).toEqual({
+      RUNPLANE_QUOTA_CONCURRENT_RUNS: null,
+      RUNPLANE_QUOTA_RUNS_PER_HOUR: null,
+      RUNPLANE_QUOTA_COST_MICROS_PER_DAY: null,
+    });
+    expect(
+      loadConfig(QuotaConfig, {
+        RUNPLANE_QUOTA_CONCURRENT_RUNS: '3',
+        RUNPLANE_QUOTA_RUNS_PER_HOUR: '',
+        RUNPLANE_QUOTA_COST_MICROS_PER_DAY: '5000000',
+      }),
+    ).toEqual({
       RUNPLANE_QUOTA_CONCURRENT_RUNS: 3,
       RUNPLANE_QUOTA_RUNS_PER_HOUR: null,
+      RUNPLANE_QUOTA_COST_MICROS_PER_DAY: 5_000_000,
     });
   });
 
@@ -120,5 +187,6 @@ describe('RUNPLANE_QUOTA_* settings', () => {
     );
     expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '0' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
     expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_RUNS_PER_HOUR: '-1' })).toThrow(/RUNPLANE_QUOTA_RUNS_PER_HOUR/);
+    expect(() => loadConfig(QuotaConfig, { RUNPLANE_QUOTA_COST_MICROS_PER_DAY: '1.5' })).toThrow(/RUNPLANE_QUOTA_COST_MICROS_PER_DAY/);
   });
 });

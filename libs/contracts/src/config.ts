@@ -210,14 +210,19 @@ export function envOptionalInt(min: number, max = Number.MAX_SAFE_INTEGER) {
 /**
  * Per-principal quotas of admission (docs/configuration.md "Quotas"): a new Run over one is refused
  * 429 `quota_exceeded` and nothing is appended. Unset: no limit. Counted from the Run projections
- * (rebuilt from the log, K11). A money-per-day quota belongs beside these
- * (`RUNPLANE_QUOTA_MONEY_PER_DAY`, once Runs are priced).
+ * (rebuilt from the log, K11).
  */
 export const QuotaConfig = z.object({
   /** Runs of one principal admitted and not settled yet (child Runs not counted: they are charged to their parent's grant). */
   RUNPLANE_QUOTA_CONCURRENT_RUNS: envOptionalInt(1, 1_000_000),
   /** Runs one principal may have admitted in any sliding hour (child Runs not counted). */
   RUNPLANE_QUOTA_RUNS_PER_HOUR: envOptionalInt(1, 1_000_000),
+  /**
+   * Money one principal's Runs admitted in any sliding 24 h may cost (measured, plus the upper bound
+   * of what is not measured yet or stayed unknown; child Runs included), micro-units of the price's
+   * currency (1 USD = 1,000,000), each currency on its own; up to 10^15 (a billion USD).
+   */
+  RUNPLANE_QUOTA_COST_MICROS_PER_DAY: envOptionalInt(1, 1_000_000_000_000_000),
 });
 export type QuotaConfig = z.infer<typeof QuotaConfig>;
 

@@ -184,7 +184,7 @@ export type ProblemDetails = z.infer<typeof ProblemDetails>;
  * appended). The `Retry-After` header carries `retryAfterSeconds`.
  */
 /** The per-principal quotas of admission, as a 429 names them (`quota`) and the metric labels them. */
-export const QuotaNames = ['concurrent-runs', 'runs-per-hour'] as const;
+export const QuotaNames = ['concurrent-runs', 'runs-per-hour', 'cost-per-day'] as const;
 export type QuotaName = (typeof QuotaNames)[number];
 
 export const QuotaProblem = ProblemDetails.extend({
@@ -193,8 +193,13 @@ export const QuotaProblem = ProblemDetails.extend({
   used: z.number().int().min(0).meta({ description: "What the principal's Runs use of it, as the projections counted" }),
   retryAfterSeconds: z.number().int().min(1).meta({
     description:
-      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour); for concurrent-runs a hint to poll at, since when a Run settles is not known',
+      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour; cost-per-day: when enough of the cost has left the sliding 24 h, the earliest, since Runs still running may charge more); for concurrent-runs a hint to poll at, since when a Run settles is not known',
   }),
+  currency: z
+    .string()
+    .regex(/^[A-Z]{3}$/)
+    .optional()
+    .meta({ description: 'cost-per-day only: the currency of limit and used, which are then integer micro-units (1 USD = 1,000,000)' }),
 }).meta({ id: 'QuotaProblem' });
 export type QuotaProblem = z.infer<typeof QuotaProblem>;
 

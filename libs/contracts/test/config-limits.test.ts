@@ -49,6 +49,7 @@ const cases: [string, z.ZodObject, number, number | null][] = [
   ['RUNPLANE_CONTEXT_MAX_CHARS', ContextConfig, 2_000, 50_000_000],
   ['RUNPLANE_QUOTA_CONCURRENT_RUNS', QuotaConfig, 1, 1_000_000],
   ['RUNPLANE_QUOTA_RUNS_PER_HOUR', QuotaConfig, 1, 1_000_000],
+  ['RUNPLANE_QUOTA_COST_MICROS_PER_DAY', QuotaConfig, 1, 1_000_000_000_000_000],
 ];
 
 describe('configured limits: accepted at their edges, refused one beyond, naming the variable', () => {

@@ -70,6 +70,36 @@ export async function quotaUsageOf(orm: MikroORM, principal: string | null, sinc
   return { activeRuns, admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()) };
 }
 
+/** One priced Run in {@link costChargesOf}: when it was admitted, its currency, and the most it costs (micro-units). */
+export interface RunCostCharge {
+  admittedAt: string;
+  currency: string;
+  /** `cost_micros + cost_unknown_max_micros`: measured plus the upper bound of what is not (in flight, or unknown), K7. */
+  upperMicros: number;
+}
+
+/**
+ * The priced Runs of one principal (null: those admitted without one) admitted after `since`,
+ * oldest first, with the most each costs: what admission's `cost-per-day` quota counts. Child Runs
+ * are included (their model turns are paid like any, under the parent's principal). The columns
+ * derive from events (the reservation of a turn in flight counts until its outcome records the
+ * cost), so a rebuild gives the same charges (K11); they follow the log by the projector's lag.
+ */
+export async function costChargesOf(orm: MikroORM, principal: string | null, since: Date): Promise<RunCostCharge[]> {
+  const rows = await orm.em
+    .fork()
+    .find(
+      RunEntity,
+      { principal, admittedAt: { $gt: since }, costCurrency: { $ne: null } },
+      { fields: ['admittedAt', 'costCurrency', 'costMicros', 'costUnknownMaxMicros'], orderBy: { admittedAt: 'asc', runId: 'asc' } },
+    );
+  return rows.map((r) => ({
+    admittedAt: new Date(r.admittedAt).toISOString(),
+    currency: r.costCurrency!,
+    upperMicros: Number(r.costMicros ?? 0) + Number(r.costUnknownMaxMicros ?? 0),
+  }));
+}
+
 /** The projection tables and their primary key columns, in dump order. */
 export const PROJECTION_TABLES = {
   runs: ['run_id'],

@@ -2,12 +2,24 @@
  * `quotaUsageOf` over real PostgreSQL: what admission's per-principal quotas count. A principal's
  * Runs not settled, and those admitted after a moment, oldest first; child Runs (reserved
  * `child.` message ids, charged to their parent's grant) and other principals' Runs not counted;
- * null counts the Runs admitted without a principal (authentication disabled).
+ * null counts the Runs admitted without a principal (authentication disabled). `costChargesOf`:
+ * the priced Runs admitted after a moment with the most each costs (measured plus the unknown
+ * upper bound, a turn in flight at its reservation), child Runs included.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { childClientMessageId, makeEvent, sha256Hex } from '@runplane/contracts';
-import { applyStoredEvent, createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp, quotaUsageOf } from '@runplane/projections';
+import { childClientMessageId, makeEvent, sha256Hex, type EventData } from '@runplane/contracts';
+import {
+  applyStoredEvent,
+  costChargesOf,
+  createProjectionOrm,
+  databaseUrlWith,
+  dropDatabase,
+  ensureDatabase,
+  migrateUp,
+  quotaUsageOf,
+} from '@runplane/projections';
+import { turnCostOf } from '@runplane/run-facts';
 import { at, ctxOf, storedInOrder, uniqueTag } from './fixtures.js';
 
 const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
@@ -46,6 +58,29 @@ const settled = (runId: string, seconds: number) =>
     at(seconds),
   );
 
+/** 1 micro-USD per input and per output token. */
+const price = { currency: 'USD', inputMicrosPerMTok: 1_000_000, outputMicrosPerMTok: 1_000_000 };
+const requested = (): EventData<'model.turn.requested'> => ({
+  turn: 1,
+  model: 'runplane-scripted-research',
+  maxTokens: 1_000,
+  inputTokensEstimate: 500,
+  price: { ...price, reservedMicros: 1_500 },
+});
+const turnRequested = (runId: string, seconds: number) => makeEvent('model.turn.requested', ctxOf(runId), 1, requested(), at(seconds));
+/** Turn 1 completed with 400 input and 100 output tokens: 500 micro-USD measured. */
+function turnCompleted(runId: string, seconds: number) {
+  const data: EventData<'model.turn.completed'> = {
+    turn: 1,
+    content: 'x',
+    toolCalls: [],
+    finishReason: 'stop',
+    usage: { promptTokens: 400, completionTokens: 100, totalTokens: 500 },
+  };
+  data.cost = turnCostOf(requested(), data, null)!;
+  return makeEvent('model.turn.completed', ctxOf(runId), 1, data, at(seconds));
+}
+
 beforeAll(async () => {
   await ensureDatabase(adminUrl, dbName);
   orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
@@ -58,6 +93,11 @@ beforeAll(async () => {
     admitted(id('b1'), 'bob', 15),
     admitted(id('n1'), null, 16),
     settled(id('a0'), 30),
+    turnRequested(id('a1'), 31),
+    turnCompleted(id('a1'), 32),
+    turnRequested(id('c1'), 33),
+    turnCompleted(id('c1'), 34),
+    turnRequested(id('a2'), 35), // in flight
   ];
   for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
 });
@@ -80,5 +120,21 @@ describe('quotaUsageOf', () => {
     expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(15).toISOString()] });
     expect(await quotaUsageOf(orm, null, at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(16).toISOString()] });
     expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [] });
+  });
+});
+
+describe('costChargesOf', () => {
+  it("given alice's priced Runs (a1 measured, its child c1 measured, a2 in flight) and an unpriced one, then each with the most it costs, oldest first", async () => {
+    expect(await costChargesOf(orm, 'alice', at(-1))).toEqual([
+      { admittedAt: at(10).toISOString(), currency: 'USD', upperMicros: 500 },
+      { admittedAt: at(11).toISOString(), currency: 'USD', upperMicros: 500 },
+      { admittedAt: at(20).toISOString(), currency: 'USD', upperMicros: 1_500 }, // the reservation, never 0
+    ]);
+  });
+
+  it('given a window start, then only the Runs admitted after it; another principal without priced Runs has none', async () => {
+    expect((await costChargesOf(orm, 'alice', at(11))).map((c) => c.upperMicros)).toEqual([1_500]);
+    expect(await costChargesOf(orm, 'bob', at(-1))).toEqual([]);
+    expect(await costChargesOf(orm, null, at(-1))).toEqual([]);
   });
 });

@@ -14,12 +14,13 @@
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
  * - `runplane_quota_refusals_total{service, quota}`: new Runs admission refused for a per-principal
- *   quota (429 `quota_exceeded`), by quota.
+ *   quota (429 `quota_exceeded`), by quota (`concurrent-runs`, `runs-per-hour`, `cost-per-day`).
  * - `runplane_model_cost_micros_total{service, principal, model, currency, bound}`: what the model
  *   turns this process recorded cost (K7), micro-units (1 USD = 1,000,000): `bound="measured"` from
  *   reported usage, `bound="unknown_max"` the upper bound of turns whose usage is unknown (their
  *   cost lies between 0 and it). Only the runtime records turns; `principal` is empty without
- *   authentication.
+ *   authentication. One series per principal seen since start: bounded by the deployment's
+ *   principals, not by Runs (docs/operations.md, "Metrics", says when to drop the label).
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
@@ -72,11 +73,11 @@ export const toolClaimMetTotal = new Counter({
 
 /**
  * New Runs admission refused for a per-principal quota (429 `quota_exceeded`, nothing appended),
- * by the quota named in the refusal (`concurrent-runs`, `runs-per-hour`).
+ * by the quota named in the refusal (`concurrent-runs`, `runs-per-hour`, `cost-per-day`).
  */
 export const quotaRefusalsTotal = new Counter({
   name: 'runplane_quota_refusals_total',
-  help: 'New Runs refused for a per-principal quota (429 quota_exceeded, nothing appended), by quota',
+  help: 'New Runs refused for a per-principal quota (429 quota_exceeded, nothing appended), by quota (concurrent-runs, runs-per-hour, cost-per-day)',
   labelNames: ['quota'] as const,
   registers: [metricsRegistry],
 });
