@@ -345,6 +345,23 @@ describe('the ops user (its own account)', () => {
       } finally {
         await jsm.consumers.delete(S, info.name);
       }
+      // a push consumer aimed at a bucket (a create's body names its deliver subject, which no permission
+      // sees): the server created it, but finds no one listening on that subject and delivers nothing
+      const target = `$KV.${bucketName(space, 'conversations')}.x`;
+      const push = JSON.parse(
+        (
+          await ops.request(
+            `$JS.API.CONSUMER.CREATE.${S}`,
+            JSON.stringify({ stream_name: S, config: { deliver_subject: target, ack_policy: 'none', filter_subject: `${space.prefix}.run.>` } }),
+            { timeout: 5_000 },
+          )
+        ).string(),
+      ) as { name?: string; push_bound?: boolean; error?: unknown };
+      if (push.name) {
+        const pushInfo = await admin.jsm.consumers.info(S, push.name);
+        expect([pushInfo.push_bound ?? false, pushInfo.delivered.stream_seq]).toEqual([false, 0]);
+        await jsm.consumers.delete(S, push.name);
+      }
       await observer.flush();
       expect(await storedCounts()).toEqual(before);
       expect(heard).toEqual([]);
