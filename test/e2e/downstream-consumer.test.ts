@@ -282,9 +282,12 @@ describe("a downstream durable's user (downstream services)", () => {
       await expect(
         consumer.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`, JSON.stringify({ batch: 2, no_wait: true }), { timeout: 2_000 }),
       ).rejects.toThrow(/permission/i);
-      for (const m of got)
+      // the ack subjects downstream-y's deliveries came with ($JS.ACK.<stream>.downstream-y...; the client's JsMsg keeps it as `reply`)
+      const ackSubjects = got.map((m) => (m as unknown as { reply: string }).reply);
+      expect(ackSubjects.every((a) => a.startsWith(`$JS.ACK.${S}.downstream-y.`))).toBe(true);
+      for (const ack of ackSubjects)
         for (const verb of ['+ACK', '+WPI', '+TERM', '-NAK'])
-          await expect(consumer.request(m.reply!, verb, { timeout: 2_000 })).rejects.toThrow(/permission/i);
+          await expect(consumer.request(ack, verb, { timeout: 2_000 })).rejects.toThrow(/permission/i);
       // nothing moved: downstream-y still waits for its own acknowledgements of both
       const info = await admin.jsm.consumers.info(S, 'downstream-y');
       expect([info.num_ack_pending, info.delivered.stream_seq, info.ack_floor.stream_seq]).toEqual([2, 2, 0]);
