@@ -48,7 +48,9 @@ export async function provision(
       out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
     }
     for (const name of downstream)
-      out(`downstream durable ${name}: NATS user ${downstreamUserName(name)}, password $${downstreamPasswordVariable(name)} (its own; docs/consumers.md)`);
+      out(
+        `downstream durable ${name}: NATS user ${downstreamUserName(name)}, password $${downstreamPasswordVariable(name)} (its own; docs/consumers.md)`,
+      );
   } finally {
     await log.close();
   }

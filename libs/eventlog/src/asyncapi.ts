@@ -18,7 +18,7 @@ import {
   EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
   MAX_EARLIER_SEQS,
 } from './event-log.js';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, natsUserName } from './bus.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX } from './bus.js';
 import { inboxPrefixOf } from './inbox.js';
 import { MAX_PARTITIONS, PARTITIONS_METADATA_KEY, type SubjectSpace } from './subjects.js';
 
