@@ -8,8 +8,7 @@ import { MemoryProcessedStore, processedOnce, RunConsumer, runStreamOptionsFromE
 // broker refuses this user `_INBOX.>`, where other users' replies would be (a client of your own sets it too).
 const consumer = await RunConsumer.connect({
   ...runStreamOptionsFromEnv(),
-  // the durable is the user's own (user downstream-1 may use only durable downstream-1); the same name resumes where it acknowledged
-  name: process.env.RUNPLANE_CONSUMER_NAME ?? process.env.NATS_USER ?? 'downstream-1',
+  name: process.env.RUNPLANE_CONSUMER_NAME ?? process.env.NATS_USER ?? 'downstream-1', // the user's own durable; resumes where it acknowledged
   owners: ['admission', 'lifecycle'], // run.admitted and run.settled stand on these owners' subjects
   onInvalid: (m) => console.error(`not a fact, skipped: ${m.subject} #${m.seq} (${m.anomaly})`),
 });
