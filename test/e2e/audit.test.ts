@@ -13,7 +13,7 @@ import pg from 'pg';
 import { readCommands } from '@runplane/app-cli';
 import { OUTSIDE_RUN_SUBJECTS, type AuditReport, type CheckId } from '@runplane/audit';
 import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { natsEnvOf, repoRoot } from '@runplane/devstack';
+import { downstreamEnvOf, natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { foldRun } from '@runplane/run-facts';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
@@ -29,8 +29,9 @@ afterAll(async () => {
 
 const CLI = () => join(repoRoot(), 'apps/cli/dist/main.js');
 /** Runs `runplane <args>` (as the ops user unless `user` says otherwise); exit code and output. */
-function cli(args: string[], user: 'ops' | 'consumer' = 'ops'): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [CLI(), ...args], { env: { ...t.env, ...natsEnvOf(t.users, user) }, encoding: 'utf8', timeout: 60_000 });
+function cli(args: string[], user: 'ops' | 'downstream-1' = 'ops'): { status: number | null; stdout: string; stderr: string } {
+  const nats = user === 'ops' ? natsEnvOf(t.users, 'ops') : downstreamEnvOf(t.users, user);
+  const r = spawnSync(process.execPath, [CLI(), ...args], { env: { ...t.env, ...nats }, encoding: 'utf8', timeout: 60_000 });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -378,17 +379,17 @@ describe('runplane audit (K11)', () => {
     );
   }, 90_000);
 
-  it("with the downstream consumer's credentials, audit and projections rebuild say which credentials they need (the ops user), naming the server", async () => {
+  it("with a downstream durable's credentials, audit and projections rebuild say which credentials they need (the ops user), naming the server", async () => {
     // timeline follows a Run's back-links with direct gets, which the consumer may make: it reads
-    expect(cli(['timeline', runs.research], 'consumer').status).toBe(0);
+    expect(cli(['timeline', runs.research], 'downstream-1').status).toBe(0);
     for (const args of [
       ['audit', '--all'],
       ['audit', '--run', runs.research],
       ['projections', 'rebuild'],
     ]) {
-      const r = cli(args, 'consumer');
+      const r = cli(args, 'downstream-1');
       expect([args, r.status]).toEqual([args, 1]);
-      expect(r.stderr).toContain(`NATS at ${t.env.NATS_URL} refused user runplane-consumer a read of stream ${t.env.RUNPLANE_STREAM}`);
+      expect(r.stderr).toContain(`NATS at ${t.env.NATS_URL} refused user downstream-1 a read of stream ${t.env.RUNPLANE_STREAM}`);
       expect(r.stderr).toMatch(/reads with the ops user's credentials: NATS_USER=runplane-ops .*RUNPLANE_NATS_PASSWORD_OPS/);
     }
   }, 120_000);

@@ -1,7 +1,8 @@
 /**
- * The broker's role for downstream services (libs/eventlog bus.ts, user `consumer`): it reads the
- * Run stream through durable consumers named with DOWNSTREAM_CONSUMER_PREFIX and does nothing
- * else. Against a nats-server started with the Runplane users, as `up` and the deployment run it.
+ * The broker's role for downstream services (libs/eventlog bus.ts): one user per durable consumer
+ * named with DOWNSTREAM_CONSUMER_PREFIX, which reads the Run stream through its own durable and
+ * does nothing else; and the ops user's reads, from an account of its own. Against a nats-server
+ * started with the Runplane users, as `up` and the deployment run it.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,10 +17,10 @@ import { provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/
 import {
   bucketName,
   BUS_BUCKETS,
-  busPermissions,
   type BusBucket,
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DOWNSTREAM_CONSUMER_PREFIX,
+  downstreamPermissions,
   EventLog,
   inboxPrefixOf,
   liveDeltaSubject,
@@ -59,6 +60,22 @@ async function reset(name: string): Promise<void> {
 }
 const turn = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'm' }, new Date());
 
+/** A connection as the user of downstream durable `name`, with its own inbox prefix (docs/consumers.md). */
+async function connectAs(name: string): Promise<NatsConnection> {
+  const own = nats.users.downstream[name]!;
+  return connect({ servers: nats.url, ...natsUserOptions(own.user, own.password), reconnect: false });
+}
+
+/** Messages in the Run stream and in every bucket's stream, as the admin sees them. */
+async function storedCounts(): Promise<Record<string, number>> {
+  const counts: Record<string, number> = { [S]: (await admin.jsm.streams.info(S)).state.messages };
+  for (const [bucket, spec] of Object.entries(BUS_BUCKETS)) {
+    const name = `${spec.kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(space, bucket as BusBucket)}`;
+    counts[name] = (await admin.jsm.streams.info(name)).state.messages;
+  }
+  return counts;
+}
+
 beforeAll(async () => {
   const downstream = [`${DOWNSTREAM_CONSUMER_PREFIX}x`, `${DOWNSTREAM_CONSUMER_PREFIX}y`];
   nats = await startSecuredNats({ stateDir, space, downstream });
@@ -68,7 +85,7 @@ beforeAll(async () => {
   await admin.append(admitted, 0);
   await admin.append(turn, 0);
   // as every client of the user must: replies on its own inbox (docs/consumers.md)
-  consumer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.consumer.user, nats.users.consumer.password), reconnect: false });
+  consumer = await connectAs('downstream-x');
 }, 60_000);
 afterAll(async () => {
   await consumer?.close().catch(() => undefined);
@@ -77,7 +94,7 @@ afterAll(async () => {
   rmSync(stateDir, { recursive: true, force: true });
 });
 
-describe('the consumer user (downstream services)', () => {
+describe("a downstream durable's user (downstream services)", () => {
   it('uses its provisioned durable downstream-x (a pull consumer of every Run subject), reads and acknowledges the events the admin appended; neither it nor ops may delete it', async () => {
     const jsm = await jetstreamManager(consumer);
     expect((await jsm.streams.info(S)).state.messages).toBe(2);
@@ -143,16 +160,6 @@ describe('the consumer user (downstream services)', () => {
     // nothing changed: still the admin's two events
     expect((await admin.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
   });
-
-  /** Messages in the Run stream and in every bucket's stream, as the admin sees them. */
-  async function storedCounts(): Promise<Record<string, number>> {
-    const counts: Record<string, number> = { [S]: (await admin.jsm.streams.info(S)).state.messages };
-    for (const [bucket, spec] of Object.entries(BUS_BUCKETS)) {
-      const name = `${spec.kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(space, bucket as BusBucket)}`;
-      counts[name] = (await admin.jsm.streams.info(name)).state.messages;
-    }
-    return counts;
-  }
 
   it("a pull whose reply subject names a bucket's or a service's subject delivers nothing there: the reply is a subject of the consumer's own account (issue 18)", async () => {
     const jsm = await jetstreamManager(consumer);
@@ -235,7 +242,7 @@ describe('the consumer user (downstream services)', () => {
       for (const r of refused)
         expect([r.subject, r.errors.map((e) => e.message)]).toEqual([r.subject, [expect.stringMatching(/permissions violation/i)]]);
       // the one inbox it may read
-      const own = await trySubscribe(consumer, `${inboxPrefixOf(nats.users.consumer.user)}.>`);
+      const own = await trySubscribe(consumer, `${inboxPrefixOf('downstream-x')}.>`);
       expect(own.errors).toEqual([]);
       // the runtime takes and reads a lease: its request's reply comes on the runtime's inbox
       const leases = await new Kvm(runtime).open(bucketName(space, 'leases'));
@@ -250,7 +257,8 @@ describe('the consumer user (downstream services)', () => {
   });
 
   it('a client of the user that keeps the default inbox prefix gets a permissions violation on its first request (docs/consumers.md)', async () => {
-    const plain = await connect({ servers: nats.url, user: nats.users.consumer.user, pass: nats.users.consumer.password, reconnect: false });
+    const own = nats.users.downstream['downstream-x']!;
+    const plain = await connect({ servers: nats.url, user: own.user, pass: own.password, reconnect: false });
     try {
       await expect(jetstreamManager(plain, { timeout: 2_000 })).rejects.toThrow(/permissions violation/i);
     } finally {
@@ -258,9 +266,121 @@ describe('the consumer user (downstream services)', () => {
     }
   });
 
-  it('is in the deployed configuration with the default names', () => {
-    const allow = busPermissions(space).consumer.publish.allow;
-    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) expect(allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
+  it("may not fetch from, acknowledge on or look at another downstream's durable, whose own user reads and acknowledges it (a user per durable)", async () => {
+    const other = await connectAs('downstream-y');
+    try {
+      // downstream-y's own user pulls both events and leaves them unacknowledged for now
+      const y = await jetstream(other).consumers.get(S, 'downstream-y');
+      const got: JsMsg[] = [];
+      for await (const m of await y.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+      expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
+        [1, 1],
+        [2, 1],
+      ]);
+      // downstream-x's user: no info, no pull, no ack, no "working", no termination on downstream-y
+      await expect(jetstream(consumer).consumers.get(S, 'downstream-y')).rejects.toThrow(/permission/i);
+      await expect(
+        consumer.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`, JSON.stringify({ batch: 2, no_wait: true }), { timeout: 2_000 }),
+      ).rejects.toThrow(/permission/i);
+      // the ack subjects downstream-y's deliveries came with ($JS.ACK.<stream>.downstream-y...; the client's JsMsg keeps it as `reply`)
+      const ackSubjects = got.map((m) => (m as unknown as { reply: string }).reply);
+      expect(ackSubjects.every((a) => a.startsWith(`$JS.ACK.${S}.downstream-y.`))).toBe(true);
+      for (const ack of ackSubjects)
+        for (const verb of ['+ACK', '+WPI', '+TERM', '-NAK'])
+          await expect(consumer.request(ack, verb, { timeout: 2_000 })).rejects.toThrow(/permission/i);
+      // nothing moved: downstream-y still waits for its own acknowledgements of both
+      const info = await admin.jsm.consumers.info(S, 'downstream-y');
+      expect([info.num_ack_pending, info.delivered.stream_seq, info.ack_floor.stream_seq]).toEqual([2, 2, 0]);
+      for (const m of got) expect(await m.ackAck()).toBe(true);
+      expect((await admin.jsm.consumers.info(S, 'downstream-y')).ack_floor.stream_seq).toBe(2);
+      // and downstream-y's user is refused downstream-x's durable the same way
+      await expect(jetstream(other).consumers.get(S, 'downstream-x')).rejects.toThrow(/permission/i);
+    } finally {
+      await other.close();
+      await reset('downstream-y');
+    }
+  });
+
+  it('is in the deployed configuration with the default names, each its own user', () => {
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
+      expect(downstreamPermissions(space, name).publish.allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
     expect(DEFAULT_DOWNSTREAM_CONSUMERS.every((n) => n.startsWith(DOWNSTREAM_CONSUMER_PREFIX))).toBe(true);
+    expect(Object.keys(nats.users.downstream)).toEqual(['downstream-x', 'downstream-y']);
+  });
+});
+
+describe('the ops user (its own account)', () => {
+  it("reads the Run stream through short-lived consumers, and a pull whose reply names a bucket's, a Run or a service's subject stores nothing anywhere", async () => {
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), reconnect: false });
+    const opsLog = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'ops', user: nats.users.ops.user, pass: nats.users.ops.password });
+    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password) });
+    try {
+      // what timeline, audit and projections rebuild do: read through an ephemeral ack-less consumer
+      expect((await opsLog.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
+      const heard: Msg[] = [];
+      observer.subscribe(liveDeltaSubject(space, runId), { callback: (_e, m) => void heard.push(m) });
+      await observer.flush();
+      const before = await storedCounts();
+      const jsm = await jetstreamManager(ops);
+      const info = await jsm.consumers.add(S, {
+        filter_subject: `${space.prefix}.run.>`,
+        ack_policy: AckPolicy.None,
+        inactive_threshold: 60_000_000_000,
+        mem_storage: true,
+      });
+      try {
+        const targets = [
+          ...Object.entries(BUS_BUCKETS).map(([b, spec]) =>
+            spec.kind === 'kv' ? `$KV.${bucketName(space, b as BusBucket)}.x` : `$O.${bucketName(space, b as BusBucket)}.M.x`,
+          ),
+          liveDeltaSubject(space, runId),
+          runSubject(space, runId, 'lifecycle'),
+          `${inboxPrefixOf(nats.users.runtime.user)}.x`,
+        ];
+        // the hole as it was: ops in the services' account, the server stored the events in every bucket's stream
+        for (const reply of targets) ops.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.${info.name}`, JSON.stringify({ batch: 2 }), { reply });
+        await ops.flush();
+        // a pull on its own inbox then gets both events: no pull above delivered them (an ack-less consumer sends each once)
+        const got: JsMsg[] = [];
+        const c = await jetstream(ops).consumers.get(S, info.name);
+        for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+        expect(got.map((m) => m.seq)).toEqual([1, 2]);
+      } finally {
+        await jsm.consumers.delete(S, info.name);
+      }
+      // a push consumer aimed at a bucket (a create's body names its deliver subject, which no permission
+      // sees): the server created it, but finds no one listening on that subject and delivers nothing
+      const target = `$KV.${bucketName(space, 'conversations')}.x`;
+      const push = JSON.parse(
+        (
+          await ops.request(
+            `$JS.API.CONSUMER.CREATE.${S}`,
+            JSON.stringify({ stream_name: S, config: { deliver_subject: target, ack_policy: 'none', filter_subject: `${space.prefix}.run.>` } }),
+            { timeout: 5_000 },
+          )
+        ).string(),
+      ) as { name?: string; push_bound?: boolean; error?: unknown };
+      if (push.name) {
+        const pushInfo = await admin.jsm.consumers.info(S, push.name);
+        expect([pushInfo.push_bound ?? false, pushInfo.delivered.stream_seq]).toEqual([false, 0]);
+        await jsm.consumers.delete(S, push.name);
+      }
+      await observer.flush();
+      expect(await storedCounts()).toEqual(before);
+      expect(heard).toEqual([]);
+      // nor may it reach a bucket or a Run subject itself, nor a downstream's or a service's durable
+      const js = jetstream(ops);
+      await expect(js.publish(`$KV.${bucketName(space, 'leases')}.x`, 'x')).rejects.toThrow(/permission/i);
+      await expect(new Kvm(ops).open(bucketName(space, 'leases')).then((kv) => kv.get('x'))).rejects.toThrow(/permission/i);
+      await expect(js.publish(runSubject(space, runId, 'lifecycle'), 'x')).rejects.toThrow(/permission/i);
+      await expect(
+        ops.request(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 1, no_wait: true }), { timeout: 2_000 }),
+      ).rejects.toThrow(/permission/i);
+      expect(await storedCounts()).toEqual(before);
+    } finally {
+      await observer.close();
+      await opsLog.close();
+      await ops.close();
+    }
   });
 });

@@ -355,10 +355,13 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`    ${reads.timeline}`);
   out(`    ${reads.audit}`);
   out(`    ${reads.rebuild}`);
-  const consumer = dev.natsEnvOf(env.natsUsers, 'consumer');
   out(
-    `  consumer: NATS_URL=${env.env.NATS_URL} NATS_USER=${consumer.NATS_USER} NATS_PASSWORD=${consumer.NATS_PASSWORD} (downstream services, NATS account CONSUMERS: read stream ${loadConfig(BusConfig).RUNPLANE_STREAM} through the provisioned durable pull consumers ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; docs/consumers.md)`,
+    `  consumers: downstream services, NATS account CONSUMERS: each provisioned durable pull consumer of stream ${bus.RUNPLANE_STREAM} has its own user, allowed only that durable (docs/consumers.md):`,
   );
+  for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
+    const own = dev.downstreamEnvOf(env.natsUsers, name);
+    out(`    NATS_URL=${env.env.NATS_URL} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD} RUNPLANE_CONSUMER_NAME=${name}`);
+  }
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything
 }

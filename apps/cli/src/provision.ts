@@ -6,7 +6,16 @@
  * which carries no devstack, PGlite or scripted model.
  */
 import { BusConfig, loadConfig } from '@runplane/contracts';
-import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, provisionBus, type BusBucket } from '@runplane/eventlog';
+import {
+  bucketName,
+  BUS_BUCKETS,
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  downstreamPasswordVariable,
+  downstreamUserName,
+  EventLog,
+  provisionBus,
+  type BusBucket,
+} from '@runplane/eventlog';
 
 /**
  * Creates the Run stream, every KV bucket and the object store of {@link BUS_BUCKETS}, each only
@@ -15,7 +24,9 @@ import { bucketName, BUS_BUCKETS, DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, provis
  * (`NATS_URL`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`, `RUNPLANE_PARTITIONS`,
  * `NATS_USER`/`NATS_PASSWORD` of the admin user), and the downstream durable consumers `downstream`
  * (as pull consumers; the names given to `docs nats-auth --downstream`). Writes one line per stream to `out`: its name,
- * replicas and leader. Idempotent: a second run creates nothing. Returns 0.
+ * replicas and leader; then one line per downstream durable: the NATS user that alone may use it
+ * (its own name) and the variable holding that user's password in the deployed nats-server
+ * (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_<N>`: the password is the deployment's, never known here). Idempotent: a second run creates nothing. Returns 0.
  * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
  *   may not create streams.
  */
@@ -36,6 +47,10 @@ export async function provision(
       const info = await log.jsm.streams.info(name);
       out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
     }
+    for (const name of downstream)
+      out(
+        `downstream durable ${name}: NATS user ${downstreamUserName(name)}, password $${downstreamPasswordVariable(name)} (its own; docs/consumers.md)`,
+      );
   } finally {
     await log.close();
   }

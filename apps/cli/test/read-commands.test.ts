@@ -50,13 +50,13 @@ describe('the read commands `runplane up` prints', () => {
 });
 
 describe('a read refused by the broker', () => {
-  const bus = { NATS_URL: 'nats://10.0.0.9:4222', NATS_USER: 'runplane-consumer', RUNPLANE_STREAM: 'RUNPLANE' };
+  const bus = { NATS_URL: 'nats://10.0.0.9:4222', NATS_USER: 'downstream-1', RUNPLANE_STREAM: 'RUNPLANE' };
   it('says which server refused whom, and that the ops user is needed', async () => {
     const refused = withReadCredentials('audit', bus, () =>
       Promise.reject(new Error('Permissions Violation for Publish to "$JS.API.CONSUMER.CREATE.RUNPLANE"')),
     );
     await expect(refused).rejects.toThrow(
-      /^audit: NATS at nats:\/\/10\.0\.0\.9:4222 refused user runplane-consumer a read of stream RUNPLANE \(Permissions Violation.*\)\. audit reads with the ops user's credentials: NATS_USER=runplane-ops .*RUNPLANE_NATS_PASSWORD_OPS/,
+      /^audit: NATS at nats:\/\/10\.0\.0\.9:4222 refused user downstream-1 a read of stream RUNPLANE \(Permissions Violation.*\)\. audit reads with the ops user's credentials: NATS_USER=runplane-ops .*RUNPLANE_NATS_PASSWORD_OPS/,
     );
   });
   it('passes any other error through unchanged', async () => {

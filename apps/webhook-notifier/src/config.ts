@@ -20,7 +20,7 @@ export const NotifierConfig = z.object({
   WEBHOOK_URL: z.url({ protocol: /^https?$/ }),
   /** The signing secret shared with the receiver ({@link WebhookSecret}). */
   WEBHOOK_SECRET: WebhookSecret,
-  /** The durable consumer's name (`downstream-...`, one the broker grants the `consumer` user): the same name resumes where it stopped. */
+  /** The durable consumer's name (`downstream-...`, connect as that durable's own NATS user, the only one the broker lets use it): the same name resumes where it stopped. */
   WEBHOOK_CONSUMER_NAME: z.string().transform((name, ctx) => {
     try {
       return downstreamConsumerName(name);

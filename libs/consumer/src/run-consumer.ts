@@ -176,8 +176,9 @@ export class RunConsumer {
       if (!info)
         throw new Error(
           `the broker refused durable consumer ${this.name} on stream ${space.stream}: this NATS user may not create it ` +
-            `(the consumer role is granted listed names only, by default downstream-1 to downstream-4, which the admin's ` +
-            `\`runplane provision\` creates; a deployment grants others with \`runplane docs nats-auth --downstream\`): ${text}`,
+            `(each downstream NATS user may use only its own provisioned durable, named as the user: by default downstream-1 to ` +
+            `downstream-4, which the admin's \`runplane provision\` creates; a deployment grants others with ` +
+            `\`runplane docs nats-auth --downstream\`): ${text}`,
           { cause: e },
         );
       this.selectOwners = this.opts.owners?.length ? new Set(this.opts.owners) : null;

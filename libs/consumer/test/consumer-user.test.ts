@@ -1,9 +1,9 @@
 /**
- * The library as the broker's `consumer` user (libs/eventlog bus.ts), against a nats-server started
- * with the Runplane users and permissions as deployed: it follows Runs through a durable it is
- * granted (provisioned by the admin as a pull consumer, which it may not create or change), selecting
- * two owners' events, terminates a forgery, resumes, may not delete it, and is refused a name it is
- * not granted.
+ * The library as a downstream durable's own user (libs/eventlog bus.ts, one user per durable),
+ * against a nats-server started with the Runplane users and permissions as deployed: it follows
+ * Runs through its durable (provisioned by the admin as a pull consumer, which it may not create or
+ * change), selecting two owners' events, terminates a forgery, resumes, may not delete it, and is
+ * refused a name it is not granted and another downstream's durable.
  */
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -18,6 +18,8 @@ import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 const tag = randomBytes(3).toString('hex');
 const space: SubjectSpace = { stream: `RPT_CU_${tag}`, prefix: `tcu${tag}`, partitions: 8 };
 const granted = 'downstream-lib';
+/** Another downstream service's durable, provisioned too: its user is not the one these tests connect as. */
+const neighbour = 'downstream-lib2';
 const stateDir = mkdtempSync(join(tmpdir(), 'rp-consumer-user-'));
 const quiet = { warn: () => undefined, error: () => undefined };
 let nats: SecuredNats;
@@ -36,11 +38,17 @@ async function until(pred: () => boolean | Promise<boolean>, what: string, timeo
 }
 
 beforeAll(async () => {
-  nats = await startSecuredNats({ stateDir, space, downstream: [granted] });
+  nats = await startSecuredNats({ stateDir, space, downstream: [granted, neighbour] });
   const env = { NATS_URL: nats.url, RUNPLANE_STREAM: space.stream, RUNPLANE_SUBJECT_PREFIX: space.prefix, RUNPLANE_PARTITIONS: '8' };
-  await provisionAsAdmin(env, nats.users, [granted]);
+  await provisionAsAdmin(env, nats.users, [granted, neighbour]);
   admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
-  options = { natsUrl: nats.url, stream: space.stream, prefix: space.prefix, user: nats.users.consumer.user, password: nats.users.consumer.password };
+  options = {
+    natsUrl: nats.url,
+    stream: space.stream,
+    prefix: space.prefix,
+    user: nats.users.downstream[granted]!.user,
+    password: nats.users.downstream[granted]!.password,
+  };
 }, 60_000);
 afterAll(async () => {
   await admin?.close();
@@ -84,13 +92,19 @@ it('follows admissions and settlements through its granted durable, terminates a
   expect(await admin.jsm.consumers.delete(space.stream, granted)).toBe(true);
 });
 
-it('is refused a downstream name the deployment does not grant, and creates no stream', async () => {
+it("is refused a downstream name the deployment does not grant and another downstream's durable, and creates no stream", async () => {
   const stream = await RunStream.open(options);
   try {
-    const other = new RunConsumer(stream, { name: 'downstream-other', logger: quiet });
-    await expect(other.start()).rejects.toThrow(
-      /the broker refused durable consumer downstream-other on stream .*: this NATS user may not create it .*downstream-1 to downstream-4.*Permissions Violation/,
-    );
+    for (const name of ['downstream-other', neighbour]) {
+      const other = new RunConsumer(stream, { name, logger: quiet });
+      await expect(other.start()).rejects.toThrow(
+        new RegExp(
+          `the broker refused durable consumer ${name} on stream .*: this NATS user may not create it .*its own provisioned durable.*Permissions Violation`,
+        ),
+      );
+    }
+    // the neighbour's durable was not touched: nothing delivered from it
+    expect((await admin.jsm.consumers.info(space.stream, neighbour)).delivered.stream_seq).toBe(0);
   } finally {
     await stream.close();
   }

@@ -15,6 +15,9 @@ import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
 import {
+  DEFAULT_DOWNSTREAM_CONSUMERS,
+  downstreamConsumerNames,
+  downstreamUserName,
   BUS_USERS,
   EventLog,
   natsUserName,
@@ -144,12 +147,25 @@ export interface NatsCredentials {
   user: string;
   password: string;
 }
-/** Credentials of every Runplane NATS user (libs/eventlog bus.ts `BUS_USERS`). */
-export type NatsUsers = Record<BusUser, NatsCredentials>;
+/**
+ * Credentials of every Runplane NATS user (libs/eventlog bus.ts `BUS_USERS`), and in `downstream`
+ * of each downstream durable consumer's own user, by the durable's name (`downstream-1`: user
+ * `downstream-1`, eventlog's `downstreamUserName`).
+ */
+export type NatsUsers = Record<BusUser, NatsCredentials> & { downstream: Readonly<Record<string, NatsCredentials>> };
 
-/** Fresh random credentials for every Runplane NATS user (a local stack's; never stored in the repository). */
-export function newNatsUsers(): NatsUsers {
-  return Object.fromEntries(BUS_USERS.map((u) => [u, { user: natsUserName(u), password: randomBytes(18).toString('base64url') }])) as NatsUsers;
+const newPassword = (): string => randomBytes(18).toString('base64url');
+
+/**
+ * Fresh random credentials for every Runplane NATS user and for the user of each downstream
+ * durable consumer of `downstream` (default eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`); a local
+ * stack's, never stored in the repository.
+ * @throws RangeError when a downstream name is not one (eventlog's `downstreamConsumerNames`).
+ */
+export function newNatsUsers(downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): NatsUsers {
+  const fixed = Object.fromEntries(BUS_USERS.map((u) => [u, { user: natsUserName(u), password: newPassword() }])) as Record<BusUser, NatsCredentials>;
+  const own = Object.fromEntries(downstreamConsumerNames(downstream).map((n) => [n, { user: downstreamUserName(n), password: newPassword() }]));
+  return { ...fixed, downstream: own };
 }
 
 /** The environment variables that make a process connect as `user`. */
@@ -158,13 +174,28 @@ export function natsEnvOf(users: NatsUsers, user: BusUser): { NATS_USER: string;
 }
 
 /**
+ * The environment variables that make a downstream service connect as the user of its durable
+ * consumer `name` (`NATS_USER`, `NATS_PASSWORD`, and `RUNPLANE_CONSUMER_NAME`, the example's).
+ * @throws RangeError when `users` has no user for `name`.
+ */
+export function downstreamEnvOf(users: NatsUsers, name: string): { NATS_USER: string; NATS_PASSWORD: string; RUNPLANE_CONSUMER_NAME: string } {
+  const own = users.downstream[name];
+  if (!own) throw new RangeError(`no NATS user for downstream durable consumer ${name} (has: ${Object.keys(users.downstream).join(', ')})`);
+  return { NATS_USER: own.user, NATS_PASSWORD: own.password, RUNPLANE_CONSUMER_NAME: name };
+}
+
+/**
  * The nats-server configuration (the `authorization` block of libs/eventlog bus.ts, the same
  * permissions as deploy/nats/accounts.conf) for a subject space with these credentials;
- * `downstream` names the durable consumers the `consumer` user may use (default: eventlog's
- * `DEFAULT_DOWNSTREAM_CONSUMERS`).
+ * `downstream` names the downstream durable consumers, each with its own user of
+ * `users.downstream` (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
+ * @throws RangeError when a downstream name has no user in `users.downstream`.
  */
 export function natsAuthConfig(space: SubjectSpace, users: NatsUsers, downstream?: readonly string[]): string {
-  const passwords = Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>;
+  const passwords = {
+    ...(Object.fromEntries(BUS_USERS.map((u) => [u, users[u].password])) as Record<BusUser, string>),
+    downstream: Object.fromEntries(Object.entries(users.downstream).map(([n, c]) => [n, c.password])),
+  };
   return downstream ? renderNatsAuthorization(space, passwords, downstream) : renderNatsAuthorization(space, passwords);
 }
 
@@ -189,8 +220,8 @@ export interface SecuredNats extends NatsHandle {
  * Starts a nats-server of its own (never reconfiguring one that already runs) on a free loopback
  * port, with JetStream storing under `stateDir`/nats (kept between runs) and the Runplane users and
  * permissions of {@link natsAuthConfig} switched on: a connection without a user is refused, each
- * service may publish only the facts it owns (K9). `downstream`: the durable consumers the
- * `consumer` user may use (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
+ * service may publish only the facts it owns (K9). `downstream`: the downstream durable
+ * consumers, each with a user of its own (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
  * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
 export async function startSecuredNats(opts: {
@@ -200,7 +231,7 @@ export async function startSecuredNats(opts: {
   downstream?: readonly string[];
 }): Promise<SecuredNats> {
   const bin = natsServerBinary();
-  const users = opts.users ?? newNatsUsers();
+  const users = opts.users ?? newNatsUsers(opts.downstream);
   const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });

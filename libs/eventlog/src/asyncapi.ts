@@ -18,7 +18,7 @@ import {
   EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
   MAX_EARLIER_SEQS,
 } from './event-log.js';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, natsUserName } from './bus.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX } from './bus.js';
 import { inboxPrefixOf } from './inbox.js';
 import { MAX_PARTITIONS, PARTITIONS_METADATA_KEY, type SubjectSpace } from './subjects.js';
 
@@ -210,11 +210,12 @@ export function asyncApiDocument(space: SubjectSpace = DEPLOYED_SPACE): JsonSche
         consumer: {
           type: 'userPassword',
           description:
-            "The downstream consumer role: the NATS user `runplane-consumer` (its password is the deployment's, deploy/nats/accounts.conf; " +
-            '`runplane up` prints it). It may read the stream (stream info, direct and leader gets) and create, use and delete the durable ' +
-            `consumers it is granted by name on \`${space.stream}\` (each named \`${DOWNSTREAM_CONSUMER_PREFIX}...\`; default ` +
-            `${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; \`runplane docs nats-auth --downstream\` renders others); it may publish nothing on the Run subjects. ` +
-            `It receives replies only on its own inbox: its client sets the inbox prefix \`${inboxPrefixOf(natsUserName('consumer'))}\` (nats.js \`inboxPrefix\`); ` +
+            'The downstream consumer role: one NATS user per durable consumer, named as it (`downstream-1`; its password is the ' +
+            "deployment's, `RUNPLANE_NATS_PASSWORD_DOWNSTREAM_1` for deploy/nats/accounts.conf; `runplane up` prints them). It may read the stream " +
+            `(stream info, direct and leader gets) and fetch from and acknowledge on its own provisioned durable pull consumer on \`${space.stream}\` ` +
+            `(each named \`${DOWNSTREAM_CONSUMER_PREFIX}...\`; default ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}; \`runplane docs nats-auth --downstream\` renders others), ` +
+            'no other one; it may publish nothing on the Run subjects. ' +
+            `It receives replies only on its own inbox: its client sets the inbox prefix \`${inboxPrefixOf(DEFAULT_DOWNSTREAM_CONSUMERS[0]!)}\` (nats.js \`inboxPrefix\`); ` +
             '`_INBOX.>` is refused.',
         },
       },

@@ -28,11 +28,11 @@ export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', 
 export const BUS_SERVICES = [...Owner.options, 'projector'] as const;
 export type BusService = (typeof BUS_SERVICES)[number];
 /**
- * Every NATS user: the services, `ops` (the CLI's reads: timeline, projections rebuild),
- * `consumer` (downstream services: reads the Run stream through its own durable consumers,
- * {@link DOWNSTREAM_CONSUMER_PREFIX}) and `admin` (stream set-up).
+ * Every fixed NATS user: the services, `ops` (the CLI's reads: timeline, audit, projections
+ * rebuild) and `admin` (stream set-up). Downstream services have one user per durable consumer
+ * name ({@link downstreamUserName}, {@link DOWNSTREAM_CONSUMER_PREFIX}).
  */
-export const BUS_USERS = [...BUS_SERVICES, 'ops', 'consumer', 'admin'] as const;
+export const BUS_USERS = [...BUS_SERVICES, 'ops', 'admin'] as const;
 export type BusUser = (typeof BUS_USERS)[number];
 
 /** The NATS user name of a Runplane user (`runplane-<user>`), as set in `NATS_USER`. */
@@ -184,27 +184,58 @@ const streamReadApi = (space: SubjectSpace): string[] => [
 ];
 
 /**
- * The NATS accounts: the services, `ops` and `admin` share {@link SERVICES_ACCOUNT}, which holds
- * the Run stream and the buckets; the `consumer` user (downstream services) is alone in
- * {@link CONSUMERS_ACCOUNT}, which has no JetStream of its own and reaches the Run stream only
- * through the imports of {@link consumerImports}. A subject lives in one account: what a client
- * of the consumer account names as a reply (or publishes) stays in that account, so a pull's
- * deliveries can never land on a service's subject or in a bucket (docs/consumers.md).
+ * The NATS accounts: the services and `admin` share {@link SERVICES_ACCOUNT}, which holds the Run
+ * stream and the buckets; each downstream user ({@link downstreamUserName}) is in
+ * {@link CONSUMERS_ACCOUNT} and `ops` in {@link OPS_ACCOUNT}, neither with JetStream of its own:
+ * they reach the Run stream only through the imports of {@link consumerImports} and
+ * {@link opsImports}. A subject lives in one account: what a client of those accounts names as a
+ * reply (or publishes) stays in its account, so a pull's deliveries (and any API answer) can never
+ * land on a service's subject or in a bucket (docs/consumers.md). Within one account nats-server
+ * checks no permission on a request's reply subject: that is why ops is not in the services' account.
  */
 export const SERVICES_ACCOUNT = 'RUNPLANE';
 /** The downstream consumers' account ({@link SERVICES_ACCOUNT}). */
 export const CONSUMERS_ACCOUNT = 'CONSUMERS';
-/** The account a Runplane user belongs to. */
-export const accountOf = (user: BusUser): string => (user === 'consumer' ? CONSUMERS_ACCOUNT : SERVICES_ACCOUNT);
+/** The ops user's account ({@link SERVICES_ACCOUNT}): reads of the Run stream only. */
+export const OPS_ACCOUNT = 'OPS';
+/** The account a Runplane user belongs to (downstream users: {@link CONSUMERS_ACCOUNT}). */
+export const accountOf = (user: BusUser): string => (user === 'ops' ? OPS_ACCOUNT : SERVICES_ACCOUNT);
 
 /**
- * One JetStream API subject the services' account exports to the consumers' account (and the
- * consumers' account imports): `response` is `stream` where one request is answered by many
- * messages (a pull: its deliveries and status messages), else `singleton`.
+ * The NATS user of one downstream durable consumer: its name itself (`downstream-1`). Each has its
+ * own password and may use only its own durable ({@link downstreamPermissions}).
+ * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
+ */
+export const downstreamUserName = (name: string): string => downstreamConsumerNames([name])[0]!;
+
+/**
+ * The environment variable holding a downstream user's password in the deployed nats-server:
+ * `RUNPLANE_NATS_PASSWORD_` and the name in upper case, `-` as `_` (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_1`).
+ * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
+ */
+export const downstreamPasswordVariable = (name: string): string =>
+  `RUNPLANE_NATS_PASSWORD_${downstreamUserName(name).toUpperCase().replaceAll('-', '_')}`;
+
+/**
+ * One JetStream API subject the services' account exports to another account (and that account
+ * imports): `response` is `stream` where one request is answered by many messages (a pull: its
+ * deliveries and status messages), else `singleton`.
  */
 export interface ConsumerImport {
   subject: string;
   response: 'singleton' | 'stream';
+}
+
+const one = (subject: string): ConsumerImport => ({ subject, response: 'singleton' });
+
+/** What one downstream durable needs beyond the stream reads: its info, next (`stream` responses) and acks. */
+function durableImports(space: SubjectSpace, name: string): ConsumerImport[] {
+  const S = space.stream;
+  return [
+    one(`$JS.API.CONSUMER.INFO.${S}.${name}`),
+    { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`, response: 'stream' },
+    one(`$JS.ACK.${S}.${name}.>`),
+  ];
 }
 
 /**
@@ -217,37 +248,54 @@ export interface ConsumerImport {
  * consumer), which nats-server delivers to in the stream's account, and may set an
  * `inactive_threshold` that lets the server remove the durable, after which the name could be
  * created again as a push consumer; no permission can look into a request's body. No stream admin,
- * no other consumer, no bucket, no Run subject.
+ * no other consumer, no bucket, no Run subject. Which user may use which durable is each user's
+ * permissions ({@link downstreamPermissions}).
  * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
 export function consumerImports(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): ConsumerImport[] {
-  const S = space.stream;
-  const one = (subject: string): ConsumerImport => ({ subject, response: 'singleton' });
   const imports = streamReadApi(space).map(one);
-  for (const name of downstreamConsumerNames(downstream))
-    imports.push(
-      one(`$JS.API.CONSUMER.INFO.${S}.${name}`),
-      { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`, response: 'stream' },
-      one(`$JS.ACK.${S}.${name}.>`),
-    );
+  for (const name of downstreamConsumerNames(downstream)) imports.push(...durableImports(space, name));
   return imports;
 }
 
 /**
- * The `consumer` user (downstream services), in {@link CONSUMERS_ACCOUNT}: it may publish only
- * the imported subjects ({@link consumerImports}) and receive replies on its own inbox
- * ({@link inboxSubscription}). Its account holds nothing else, so whatever it names as a reply or
- * a push consumer's delivery subject is a subject of its own account.
+ * What the ops user's reads need (`timeline`, `audit`, `projections rebuild`: short-lived
+ * ack-less pull consumers, EventLog's snapshot): the stream reads, the create of a consumer
+ * without a name in the subject, and any consumer's info, next (`stream` responses) and delete.
+ * The durables of the services and of downstream services are refused to ops by its permissions
+ * ({@link busPermissions}). Every answer and delivery goes back into {@link OPS_ACCOUNT}.
  */
-function consumerPermissions(space: SubjectSpace, downstream: readonly string[]): UserPermissions {
-  const publish = consumerImports(space, downstream).map((i) => i.subject);
-  return { publish: { allow: publish, deny: [] }, subscribe: { allow: [inboxSubscription('consumer')], deny: [] } };
+export function opsImports(space: SubjectSpace): ConsumerImport[] {
+  const S = space.stream;
+  return [
+    ...streamReadApi(space).map(one),
+    one(`$JS.API.CONSUMER.CREATE.${S}`),
+    one(`$JS.API.CONSUMER.INFO.${S}.*`),
+    { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.*`, response: 'stream' },
+    one(`$JS.API.CONSUMER.DELETE.${S}.*`),
+  ];
 }
 
 /**
- * Every user's permissions in a subject space. Derived from the event catalogue's owners,
- * {@link SERVICE_CONSUMERS} and {@link BUS_BUCKETS}; `consumer` from `downstream`, the names of
- * downstream durable consumers (default {@link DEFAULT_DOWNSTREAM_CONSUMERS}); `admin` may do everything.
+ * The permissions of one downstream user ({@link downstreamUserName}), in {@link CONSUMERS_ACCOUNT}:
+ * it may publish only the stream reads and its own durable's info, next and acks (a subset of
+ * {@link consumerImports}), and receive replies on its own inbox (`_INBOX_<name>.>`,
+ * {@link inboxPrefixOf}). Another downstream user's durable is refused to it (a permissions
+ * violation), so no downstream service can move another's position. Its account holds nothing
+ * else, so whatever it names as a reply is a subject of its own account.
+ * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
+ */
+export function downstreamPermissions(space: SubjectSpace, name: string): UserPermissions {
+  const user = downstreamUserName(name);
+  const publish = [...streamReadApi(space), ...durableImports(space, user).map((i) => i.subject)];
+  return { publish: { allow: publish, deny: [] }, subscribe: { allow: [`${inboxPrefixOf(user)}.>`], deny: [] } };
+}
+
+/**
+ * Every fixed user's permissions in a subject space. Derived from the event catalogue's owners,
+ * {@link SERVICE_CONSUMERS} and {@link BUS_BUCKETS}; `downstream`, the names of downstream durable
+ * consumers (default {@link DEFAULT_DOWNSTREAM_CONSUMERS}), are refused to the services and ops;
+ * `admin` may do everything. The downstream users' own: {@link downstreamPermissions}.
  * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
 export function busPermissions(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Record<BusUser, UserPermissions> {
@@ -263,10 +311,6 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
       result.admin = { publish: { allow: ['>'], deny: [] }, subscribe: { allow: ['>'], deny: [] } };
       continue;
     }
-    if (user === 'consumer') {
-      result.consumer = consumerPermissions(space, downstream);
-      continue;
-    }
     const own = user === 'ops' ? [] : durableNamesOf(space, user);
     const others = allDurables.filter((d) => !own.includes(d));
     const publish: string[] = [];
@@ -277,7 +321,8 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
     if (user === 'runtime') publish.push(runtimeNudgeFilter(space));
     if (user === 'runtime') subscribe.push(runtimeNudgeFilter(space));
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
-    // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers)
+    // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers);
+    // ops: exactly its imports (opsImports)
     publish.push(
       ...streamReadApi(space),
       `$JS.API.CONSUMER.CREATE.${S}`,
@@ -330,30 +375,40 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
 export const passwordVariable = (user: BusUser): string => `RUNPLANE_NATS_PASSWORD_${user.toUpperCase()}`;
 
 /**
+ * The passwords a rendered configuration holds: each fixed user's, and each downstream user's by
+ * its durable name (every name of the rendered `downstream` list must have one).
+ */
+export type NatsPasswords = Record<BusUser, string> & { downstream: Readonly<Record<string, string>> };
+
+/**
  * Renders the nats-server `accounts` block for a subject space: {@link SERVICES_ACCOUNT} (JetStream
- * on) with every user but `consumer`, exporting to {@link CONSUMERS_ACCOUNT} only the subjects of
- * {@link consumerImports}; {@link CONSUMERS_ACCOUNT} (no JetStream) with the `consumer` user,
- * importing them. Each user has its {@link busPermissions}. `passwords` gives each user's password,
- * or `'env'` to reference `$RUNPLANE_NATS_PASSWORD_<USER>` (resolved by nats-server from its
- * environment: the deployed file holds no secret). A connection without a user is refused.
- * `downstream`: the names of downstream durable consumers the `consumer` user may use
- * (default {@link DEFAULT_DOWNSTREAM_CONSUMERS}).
- * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
+ * on) with the services and `admin`, exporting only the subjects of {@link consumerImports} to
+ * {@link CONSUMERS_ACCOUNT} and of {@link opsImports} to {@link OPS_ACCOUNT}; {@link CONSUMERS_ACCOUNT}
+ * (no JetStream) with one user per name of `downstream` ({@link downstreamPermissions}), and
+ * {@link OPS_ACCOUNT} (no JetStream) with `ops`, each importing them. The fixed users have their
+ * {@link busPermissions}. `passwords` gives each user's password, or `'env'` to reference
+ * `$RUNPLANE_NATS_PASSWORD_<USER>` ({@link passwordVariable}, {@link downstreamPasswordVariable};
+ * resolved by nats-server from its environment: the deployed file holds no secret). A connection
+ * without a user is refused. `downstream`: the names of downstream durable consumers (default
+ * {@link DEFAULT_DOWNSTREAM_CONSUMERS}).
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}), two names
+ * have one password variable, or a name has no password in `passwords`.
  */
 export function renderNatsAuthorization(
   space: SubjectSpace,
-  passwords: Record<BusUser, string> | 'env',
+  passwords: NatsPasswords | 'env',
   downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS,
 ): string {
   const q = (s: string) => JSON.stringify(s);
   const list = (items: string[], indent: string) => (items.length ? `[\n${items.map((i) => `${indent}  ${q(i)}`).join('\n')}\n${indent}]` : '[]');
-  const perms = busPermissions(space, downstream);
-  const user = (u: BusUser) => {
-    const p = perms[u];
-    const pass = passwords === 'env' ? `$${passwordVariable(u)}` : q(passwords[u]);
-    return [
+  const names = downstreamConsumerNames(downstream);
+  const variables = new Set(names.map(downstreamPasswordVariable));
+  if (variables.size !== names.length) throw new RangeError(`downstream names ${names.join(', ')}: two of them have one password variable`);
+  const perms = busPermissions(space, names);
+  const userBlock = (name: string, p: UserPermissions, pass: string) =>
+    [
       `        {`,
-      `          user: ${q(natsUserName(u))}`,
+      `          user: ${q(name)}`,
       `          password: ${pass}`,
       `          permissions: {`,
       `            publish: { allow: ${list(p.publish.allow, '            ')}, deny: ${list(p.publish.deny, '            ')} }`,
@@ -361,19 +416,35 @@ export function renderNatsAuthorization(
       `          }`,
       `        }`,
     ].join('\n');
+  const user = (u: BusUser) => userBlock(natsUserName(u), perms[u], passwords === 'env' ? `$${passwordVariable(u)}` : q(passwords[u]));
+  const downstreamUser = (name: string) => {
+    const pass = passwords === 'env' ? `$${downstreamPasswordVariable(name)}` : passwords.downstream[name];
+    if (pass === undefined) throw new RangeError(`downstream user ${name} has no password`);
+    return userBlock(downstreamUserName(name), downstreamPermissions(space, name), passwords === 'env' ? pass : q(pass));
   };
-  const imports = consumerImports(space, downstream);
-  const exportOf = (i: ConsumerImport) =>
-    `        { service: ${q(i.subject)}, accounts: [${q(CONSUMERS_ACCOUNT)}]${i.response === 'stream' ? ', response: stream' : ''} }`;
+  // one export per subject, to every account importing it
+  const exports = new Map<string, { response: ConsumerImport['response']; accounts: string[] }>();
+  const imports: Record<string, ConsumerImport[]> = { [CONSUMERS_ACCOUNT]: consumerImports(space, names), [OPS_ACCOUNT]: opsImports(space) };
+  for (const [account, list] of Object.entries(imports))
+    for (const i of list) {
+      const e = exports.get(i.subject) ?? { response: i.response, accounts: [] };
+      e.accounts.push(account);
+      exports.set(i.subject, e);
+    }
+  const exportLines = [...exports].map(
+    ([subject, e]) =>
+      `        { service: ${q(subject)}, accounts: [${e.accounts.map(q).join(', ')}]${e.response === 'stream' ? ', response: stream' : ''} }`,
+  );
   const importOf = (i: ConsumerImport) => `        { service: { account: ${q(SERVICES_ACCOUNT)}, subject: ${q(i.subject)} } }`;
   return [
     `# Runplane NATS accounts and users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
     `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
     `#   npm run runplane -- docs nats-auth > deploy/nats/accounts.conf`,
     `# Do not edit by hand; a test fails when this file is stale.`,
-    `# ${SERVICES_ACCOUNT}: the services, ops and admin (the Run stream and the buckets). ${CONSUMERS_ACCOUNT}: the`,
-    `# downstream consumer user, no JetStream of its own; it reaches the Run stream only through the`,
-    `# imports below, and every reply or delivery it asks for stays in its own account.`,
+    `# ${SERVICES_ACCOUNT}: the services and admin (the Run stream and the buckets). ${CONSUMERS_ACCOUNT}: one user per`,
+    `# downstream durable consumer, each allowed only its own; ${OPS_ACCOUNT}: the ops user's reads. Neither has`,
+    `# JetStream of its own: they reach the Run stream only through the imports below, and every reply`,
+    `# or delivery they ask for stays in their own account.`,
     `accounts {`,
     `  ${SERVICES_ACCOUNT} {`,
     `    jetstream: enabled`,
@@ -383,17 +454,23 @@ export function renderNatsAuthorization(
       .join('\n'),
     `    ]`,
     `    exports = [`,
-    imports.map(exportOf).join('\n'),
+    exportLines.join('\n'),
     `    ]`,
     `  }`,
     `  ${CONSUMERS_ACCOUNT} {`,
     `    users = [`,
-    BUS_USERS.filter((u) => accountOf(u) === CONSUMERS_ACCOUNT)
-      .map(user)
-      .join('\n'),
+    names.map(downstreamUser).join('\n'),
     `    ]`,
     `    imports = [`,
-    imports.map(importOf).join('\n'),
+    imports[CONSUMERS_ACCOUNT]!.map(importOf).join('\n'),
+    `    ]`,
+    `  }`,
+    `  ${OPS_ACCOUNT} {`,
+    `    users = [`,
+    user('ops'),
+    `    ]`,
+    `    imports = [`,
+    imports[OPS_ACCOUNT]!.map(importOf).join('\n'),
     `    ]`,
     `  }`,
     `}`,

@@ -11,9 +11,9 @@
  */
 
 /**
- * The inbox prefix of a NATS user: `_INBOX_<user name>` (e.g. `_INBOX_runplane-consumer`). The
+ * The inbox prefix of a NATS user: `_INBOX_<user name>` (e.g. `_INBOX_downstream-1`). The
  * broker allows the user to subscribe `<prefix>.>` and nothing else under an inbox.
- * @param natsUser the NATS user name as connected with (`NATS_USER`, e.g. `runplane-consumer`).
+ * @param natsUser the NATS user name as connected with (`NATS_USER`, e.g. `downstream-1`).
  * @throws RangeError when the name is empty or holds white space, `.`, `*` or `>`: it would not
  *   be one subject token, and a name with a `.` would make another user's prefix a prefix of it.
  */

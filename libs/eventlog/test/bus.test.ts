@@ -14,10 +14,15 @@ import {
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DEPLOYED_SPACE,
   downstreamConsumerNames,
+  downstreamPasswordVariable,
+  downstreamPermissions,
+  downstreamUserName,
   durableNamesOf,
   inboxPrefixOf,
   natsUserName,
   natsUserOptions,
+  OPS_ACCOUNT,
+  opsImports,
   PARTITIONS_METADATA_KEY,
   passwordVariable,
   renderNatsAuthorization,
@@ -37,6 +42,10 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     for (const user of BUS_USERS) {
       expect(values).toContain(`${passwordVariable(user)}:`);
       expect(values).toContain(`secretKeyRef: { name: runplane-nats-users, key: ${user} }`);
+    }
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
+      expect(values).toContain(`${downstreamPasswordVariable(name)}:`);
+      expect(values).toContain(`secretKeyRef: { name: runplane-nats-users, key: ${name} }`);
     }
   });
 
@@ -109,33 +118,45 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(perms.tools.publish.allow).not.toContain('$KV.rp_heartbeats.>');
   });
 
-  it('lets the downstream consumer user, alone in its own account, read the stream and use its listed durables, and nothing else', () => {
-    const { publish, subscribe } = busPermissions(DEPLOYED_SPACE).consumer;
+  it("gives each downstream durable a user of its own in the consumers' account: it reads the stream and uses its own durable, nothing else", () => {
     expect(DEFAULT_DOWNSTREAM_CONSUMERS).toEqual(['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4']);
-    expect(publish.allow).toEqual(
-      expect.arrayContaining([
-        '$JS.API.STREAM.INFO.RUNPLANE',
-        '$JS.API.DIRECT.GET.RUNPLANE.rp.run.>',
-        '$JS.API.CONSUMER.INFO.RUNPLANE.downstream-1',
-        '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-2',
-        '$JS.ACK.RUNPLANE.downstream-3.>',
-      ]),
-    );
+    const { publish, subscribe } = downstreamPermissions(DEPLOYED_SPACE, 'downstream-1');
+    expect(downstreamUserName('downstream-1')).toBe('downstream-1');
+    expect(downstreamPasswordVariable('downstream-1')).toBe('RUNPLANE_NATS_PASSWORD_DOWNSTREAM_1');
+    expect(publish.allow).toEqual([
+      '$JS.API.INFO',
+      '$JS.API.STREAM.INFO.RUNPLANE',
+      '$JS.API.DIRECT.GET.RUNPLANE',
+      '$JS.API.DIRECT.GET.RUNPLANE.rp.run.>',
+      '$JS.API.STREAM.MSG.GET.RUNPLANE',
+      '$JS.API.CONSUMER.INFO.RUNPLANE.downstream-1',
+      '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1',
+      '$JS.ACK.RUNPLANE.downstream-1.>',
+    ]);
+    // another downstream's durable is not among them: one downstream service cannot move another's position
+    expect(publish.allow.filter((p) => /downstream-[234]/.test(p))).toEqual([]);
+    // every subject it may publish is imported by its account
+    const imports = consumerImports(DEPLOYED_SPACE).map((i) => i.subject);
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
+      for (const subject of downstreamPermissions(DEPLOYED_SPACE, name).publish.allow) expect(imports).toContain(subject);
+    expect(
+      consumerImports(DEPLOYED_SPACE)
+        .filter((i) => i.response === 'stream')
+        .map((i) => i.subject),
+    ).toEqual(DEFAULT_DOWNSTREAM_CONSUMERS.map((n) => `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${n}`));
     // no create, update or delete: a request's body may name a deliver subject (docs/consumers.md)
-    expect(publish.allow.filter((p) => /\.(CREATE|DELETE)\./.test(p))).toEqual([]);
-    // it may publish exactly what its account imports, and the services' account exports exactly that to it
-    const imports = consumerImports(DEPLOYED_SPACE);
-    expect(publish.allow).toEqual(imports.map((i) => i.subject));
-    expect(imports.filter((i) => i.response === 'stream').map((i) => i.subject)).toEqual(
-      DEFAULT_DOWNSTREAM_CONSUMERS.map((n) => `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${n}`),
-    );
-    expect(BUS_USERS.filter((u) => accountOf(u) === CONSUMERS_ACCOUNT)).toEqual(['consumer']);
+    expect(imports.filter((p) => /\.(CREATE|DELETE)\./.test(p))).toEqual([]);
+    // replies on its own inbox only (issue 18)
+    expect(subscribe.allow).toEqual(['_INBOX_downstream-1.>']);
     const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
     expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1", accounts: ["${CONSUMERS_ACCOUNT}"], response: stream }`);
     expect(conf).toContain(`{ service: { account: "${SERVICES_ACCOUNT}", subject: "$JS.ACK.RUNPLANE.downstream-1.>" } }`);
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
+      expect(conf).toContain(`user: "${name}"\n          password: $${downstreamPasswordVariable(name)}`);
+    expect(conf).not.toContain('runplane-consumer');
     // no service and not ops may pull from, take over or delete a downstream durable
     const perms = busPermissions(DEPLOYED_SPACE);
-    for (const user of BUS_USERS.filter((u) => u !== 'admin' && u !== 'consumer'))
+    for (const user of BUS_USERS.filter((u) => u !== 'admin'))
       expect(perms[user].publish.deny).toEqual(
         expect.arrayContaining([
           '$JS.API.CONSUMER.DELETE.RUNPLANE.downstream-1',
@@ -143,22 +164,38 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
           '$JS.API.CONSUMER.CREATE.RUNPLANE.downstream-3',
         ]),
       );
-    // no Run subject, no bucket, no ephemeral or other consumer, no stream change
-    expect(
-      publish.allow.filter((p) => p.startsWith('rp.') || p.startsWith('$KV') || p.startsWith('$O') || p.includes('KV_') || p.includes('OBJ_')),
-    ).toEqual([]);
-    expect(publish.allow).not.toContain('$JS.API.CONSUMER.CREATE.RUNPLANE');
-    expect(publish.allow.filter((p) => p.includes('.CONSUMER.') && !/\.downstream-\d\b/.test(p))).toEqual([]);
-    expect(publish.allow.filter((p) => /STREAM\.(CREATE|UPDATE|DELETE|PURGE|MSG\.DELETE)/.test(p))).toEqual([]);
-    // replies on its own inbox only (issue 18)
-    expect(subscribe.allow).toEqual(['_INBOX_runplane-consumer.>']);
-    // a deployment's own names, each with the prefix
-    expect(busPermissions(DEPLOYED_SPACE, ['downstream-webhooks']).consumer.publish.allow).toContain(
+    // a deployment's own names, each with the prefix and its own password
+    expect(downstreamPermissions(DEPLOYED_SPACE, 'downstream-webhooks').publish.allow).toContain(
       '$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-webhooks',
     );
+    const fixed = Object.fromEntries(BUS_USERS.map((u) => [u, `pw-${u}`])) as Record<(typeof BUS_USERS)[number], string>;
+    expect(() => renderNatsAuthorization(DEPLOYED_SPACE, { ...fixed, downstream: {} }, ['downstream-a'])).toThrow(RangeError);
+    expect(renderNatsAuthorization(DEPLOYED_SPACE, { ...fixed, downstream: { 'downstream-a': 'pw-a' } }, ['downstream-a'])).toContain(
+      'user: "downstream-a"\n          password: "pw-a"',
+    );
+    // two names whose password variables would be one
+    expect(() => renderNatsAuthorization(DEPLOYED_SPACE, 'env', ['downstream-a-b', 'downstream-a_b'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['webhooks'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['downstream-a.b'])).toThrow(RangeError);
     expect(() => downstreamConsumerNames(['downstream-*'])).toThrow(RangeError);
+  });
+
+  it("puts ops alone in its own account, importing only the Run stream's reads: no bucket, no Run subject, and its replies stay in its account", () => {
+    expect(accountOf('ops')).toBe(OPS_ACCOUNT);
+    expect(BUS_USERS.filter((u) => accountOf(u) !== SERVICES_ACCOUNT)).toEqual(['ops']);
+    const imports = opsImports(DEPLOYED_SPACE).map((i) => i.subject);
+    const { publish } = busPermissions(DEPLOYED_SPACE).ops;
+    // it may publish exactly what its account imports
+    expect(publish.allow).toEqual(imports);
+    expect(
+      imports.filter((p) => p.startsWith('rp.') || p.startsWith('$KV') || p.startsWith('$O') || p.includes('KV_') || p.includes('OBJ_')),
+    ).toEqual([]);
+    const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
+    expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.*", accounts: ["${OPS_ACCOUNT}"], response: stream }`);
+    expect(conf).toContain(`{ service: "$JS.API.STREAM.INFO.RUNPLANE", accounts: ["${CONSUMERS_ACCOUNT}", "${OPS_ACCOUNT}"] }`);
+    const opsBlock = conf.slice(conf.indexOf(`  ${OPS_ACCOUNT} {`));
+    expect(opsBlock).toContain('user: "runplane-ops"');
+    expect(opsBlock).not.toContain('jetstream');
   });
 
   it("gives each user but the admin replies on its own inbox only, the prefix its connections set: no user may read another's replies (issue 18)", () => {
