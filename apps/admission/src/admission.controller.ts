@@ -50,7 +50,6 @@ import {
   parseJsonBody,
   quotaRefusalsTotal,
   RunCommandHandler,
-  RunFolds,
   type Principal,
 } from '@runplane/service-kit';
 import {
@@ -239,11 +238,8 @@ export class AdmissionController {
     private readonly runs: RunReader,
     @Inject(ADMISSION_SETTINGS) private readonly settings: AdmissionSettings,
     private readonly conversations: ConversationIndex,
-  ) {
-    this.commands = new RunCommandHandler(log, 'admission', () => new Date(), new RunFolds(log, 1_000));
-  }
-
-  private readonly commands: RunCommandHandler;
+    private readonly commands: RunCommandHandler,
+  ) {}
 
   /**
    * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content,

@@ -12,7 +12,7 @@ import {
 } from '@runplane/contracts';
 import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { AuthModule, HealthModule } from '@runplane/service-kit';
+import { AuthModule, HealthModule, provideRunCommandHandler } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
 import { ChildRunsController } from './child-runs.controller.js';
 import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-reader.js';
@@ -21,6 +21,8 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
   imports: [EventLogModule.forService('admission'), HealthModule, AuthModule],
   controllers: [AdmissionController, ChildRunsController],
   providers: [
+    // one handler for the HTTP routes and the child-Run adapter; admission keeps at most 1,000 Runs' folds
+    provideRunCommandHandler('admission', { foldCapacity: 1_000 }),
     RunReader,
     // the conversation index (K2), opened once the log is connected
     { provide: ConversationIndex, useFactory: (log: EventLog) => ConversationIndex.open(log), inject: [EventLog] },

@@ -1,7 +1,6 @@
 import { Controller, Logger, UseFilters } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { pendingChildren } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
@@ -18,11 +17,7 @@ import { decide, RunAlreadySettled, RunNotFound } from './decide.js';
 @UseFilters(PassThroughEventErrors)
 export class ChildRunsController {
   private readonly logger = new Logger('admission');
-  private readonly commands: RunCommandHandler;
-
-  constructor(log: EventLog) {
-    this.commands = new RunCommandHandler(log, 'admission');
-  }
+  constructor(private readonly commands: RunCommandHandler) {}
 
   @EventPattern('child.run.requested')
   async onChildRequested(@Payload() stored: StoredEvent): Promise<void> {

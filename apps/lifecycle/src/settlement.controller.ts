@@ -2,7 +2,6 @@ import { Controller, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
 import { passagesInOrder } from '@runplane/run-facts';
 import { RunCommandHandler, settlementsTotal } from '@runplane/service-kit';
 import { decide } from './decide.js';
@@ -23,11 +22,7 @@ import { decide } from './decide.js';
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class SettlementController {
-  private readonly commands: RunCommandHandler;
-
-  constructor(log: EventLog) {
-    this.commands = new RunCommandHandler(log, 'lifecycle');
-  }
+  constructor(private readonly commands: RunCommandHandler) {}
 
   @EventPattern(['run.execution.finished', 'answer.published', 'run.fenced', 'passage.committed'])
   async onRunFact(@Payload() stored: StoredEvent): Promise<void> {

@@ -2,7 +2,6 @@ import { Controller, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
@@ -13,11 +12,7 @@ import { decide } from './decide.js';
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class PassagesController {
-  private readonly commands: RunCommandHandler;
-
-  constructor(log: EventLog) {
-    this.commands = new RunCommandHandler(log, 'publication');
-  }
+  constructor(private readonly commands: RunCommandHandler) {}
 
   @EventPattern(['model.output.paragraph', 'run.execution.finished'])
   async onRuntimeFact(@Payload() stored: StoredEvent): Promise<void> {

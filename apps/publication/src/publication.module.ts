@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { AuthModule, HealthModule } from '@runplane/service-kit';
+import { AuthModule, HealthModule, provideRunCommandHandler } from '@runplane/service-kit';
 import { ObserversController } from './observers.controller.js';
 import { PassagesController } from './passages.controller.js';
 
@@ -8,5 +8,6 @@ import { PassagesController } from './passages.controller.js';
 @Module({
   imports: [EventLogModule.forService('publication'), HealthModule, AuthModule],
   controllers: [PassagesController, ObserversController],
+  providers: [provideRunCommandHandler('publication')],
 })
 export class PublicationModule {}

@@ -2,7 +2,6 @@ import { Controller, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { DeadlineWatcher } from './deadline-watcher.service.js';
 import { decide } from './decide.js';
@@ -15,14 +14,10 @@ import { decide } from './decide.js';
 @Controller()
 @UseFilters(PassThroughEventErrors)
 export class CancelController {
-  private readonly commands: RunCommandHandler;
-
   constructor(
-    log: EventLog,
+    private readonly commands: RunCommandHandler,
     private readonly deadlines: DeadlineWatcher,
-  ) {
-    this.commands = new RunCommandHandler(log, 'recovery');
-  }
+  ) {}
 
   @EventPattern('run.admitted')
   async onAdmitted(@Payload() stored: StoredEvent): Promise<void> {

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { EventLog, LeaseStore, PartitionOwnership } from '@runplane/eventlog';
+import { LeaseStore, PartitionOwnership } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
@@ -38,7 +38,6 @@ const CLEANUP_EVERY_MS = 30_000;
 @Injectable()
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('recovery');
-  private readonly commands: RunCommandHandler;
   private readonly deadlines = new Map<string, DeadlineEntry>();
   /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: no such limit). */
   private readonly progressDue = new Map<string, number>();
@@ -49,15 +48,14 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private stopped = false;
 
   constructor(
-    log: EventLog,
+    /** Recovery's one command handler (its folds are shared with the other adapters of the service). */
+    private readonly commands: RunCommandHandler,
     @Inject(RECOVERY_DEADLINES) private readonly store: DeadlineStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
     @Inject(RECOVERY_LEASES) private readonly leases: LeaseStore,
     /** This replica's partitions; absent = it owns every Run (one recovery process). */
     @Optional() private readonly ownership?: PartitionOwnership,
-  ) {
-    this.commands = new RunCommandHandler(log, 'recovery');
-  }
+  ) {}
 
   async onApplicationBootstrap(): Promise<void> {
     this.watch = await this.store.kv.watch();

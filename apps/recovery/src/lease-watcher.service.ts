@@ -69,7 +69,6 @@ export interface RecoverySettings {
 @Injectable()
 export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('recovery');
-  private readonly commands: RunCommandHandler;
   /** The latest entry of every lease, by Run. */
   private readonly leases = new Map<string, LeaseEntry>();
   /**
@@ -94,14 +93,14 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
 
   constructor(
     private readonly log: EventLog,
+    /** Recovery's one command handler (its folds are shared with the other adapters of the service). */
+    private readonly commands: RunCommandHandler,
     @Inject(RECOVERY_LEASES) private readonly store: LeaseStore,
     @Inject(RECOVERY_HEARTBEATS) private readonly beats: HeartbeatStore,
     @Inject(RECOVERY_SETTINGS) private readonly settings: RecoverySettings,
     /** This replica's partitions; absent = it owns every Run (one recovery process). */
     @Optional() private readonly ownership?: PartitionOwnership,
-  ) {
-    this.commands = new RunCommandHandler(log, 'recovery');
-  }
+  ) {}
 
   /** True when this replica acts on the Run (it owns the Run's partition). */
   private mine(runId: string): boolean {

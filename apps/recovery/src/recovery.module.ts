@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { LeaseConfig, RecoveryConfig } from '@runplane/contracts';
 import { EventLog, HeartbeatStore, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { configToken, HealthModule } from '@runplane/service-kit';
+import { configToken, HealthModule, provideRunCommandHandler } from '@runplane/service-kit';
 import { CancelController } from './cancel.controller.js';
 import { ClosingController } from './closing.controller.js';
 import { DeadlineStore } from './deadlines.js';
@@ -14,6 +14,8 @@ import { LeaseWatcher, RECOVERY_HEARTBEATS, RECOVERY_LEASES, RECOVERY_SETTINGS, 
   imports: [EventLogModule.forService('recovery'), HealthModule],
   controllers: [CancelController, ClosingController],
   providers: [
+    // one handler, one fold cache, for the watchers and both adapters
+    provideRunCommandHandler('recovery'),
     LeaseWatcher,
     DeadlineWatcher,
     { provide: RECOVERY_LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
 import { LeaseWatcher } from '../src/lease-watcher.service.js';
 import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
 
@@ -42,7 +43,7 @@ describeEachNatsServer(servers, (server) => {
     log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_LWB_${tag}`, prefix: `tlwb${tag}` });
     leases = await LeaseStore.open(log);
     beats = await HeartbeatStore.open(log);
-    watcher = new LeaseWatcher(log, leases, beats, { leaseTtlMs: TTL_MS, sweepMs: 100 });
+    watcher = new LeaseWatcher(log, new RunCommandHandler(log, 'recovery'), leases, beats, { leaseTtlMs: TTL_MS, sweepMs: 100 });
     // no reconnection grace: the leases of this test expire on their own TTL
     (watcher as unknown as { connectedAt: number }).connectedAt = 0;
     await watcher.onApplicationBootstrap();

@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { ContextConfig, DrainConfig, GrantCeilingConfig, LeaseConfig, ModelConfig, WaitConfig } from '@runplane/contracts';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { configToken, HealthModule, RunCommandHandler } from '@runplane/service-kit';
+import { configToken, HealthModule, provideRunCommandHandler, RunCommandHandler } from '@runplane/service-kit';
 import { ExecutionController } from './execution.controller.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { ModelActivity } from './model-activity.js';
@@ -31,6 +31,7 @@ const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
           minIntervalMs: cfg.RUNPLANE_MODEL_MIN_INTERVAL_MS,
         }),
     },
+    provideRunCommandHandler('runtime'),
     { provide: LEASES, inject: [EventLog], useFactory: (log: EventLog) => LeaseStore.open(log) },
     {
       provide: RUNTIME_SETTINGS,
@@ -81,9 +82,9 @@ const RUNTIME_SETTINGS = Symbol('RUNTIME_SETTINGS');
     },
     {
       provide: RunExecutor,
-      inject: [EventLog, LeaseKeeper, ModelActivity, RUNTIME_SETTINGS],
-      useFactory: (log: EventLog, keeper: LeaseKeeper, activity: ModelActivity, s: RuntimeSettings) =>
-        new RunExecutor(log, new RunCommandHandler(log, 'runtime'), keeper, activity, s),
+      inject: [EventLog, RunCommandHandler, LeaseKeeper, ModelActivity, RUNTIME_SETTINGS],
+      useFactory: (log: EventLog, commands: RunCommandHandler, keeper: LeaseKeeper, activity: ModelActivity, s: RuntimeSettings) =>
+        new RunExecutor(log, commands, keeper, activity, s),
     },
   ],
 })

@@ -82,7 +82,6 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
   private readonly logger = new Logger('tools');
   private results: ResultStore | null = null;
   private claimsStore: Promise<ClaimStore> | null = null;
-  private readonly commands: RunCommandHandler;
   private readonly executor: ToolExecutor;
   private sweeper: NodeJS.Timeout | null = null;
   private sweeping = false;
@@ -95,9 +94,9 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
 
   constructor(
     private readonly log: EventLog,
+    private readonly commands: RunCommandHandler,
     @Inject(TOOLS_SETTINGS) private readonly settings: ToolsSettings,
   ) {
-    this.commands = new RunCommandHandler(log, 'tools');
     this.executor = new ToolExecutor({ threads: settings.threads, timeoutMs: settings.timeoutMs, abandonMs: settings.abandonMs });
   }
 

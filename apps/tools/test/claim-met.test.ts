@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
 import { consumerFilters, DurableConsumer, EventLog, partitionOf, RetryLater } from '@runplane/eventlog';
+import { RunCommandHandler } from '@runplane/service-kit';
 import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
 import { DispatchController, type ToolsSettings } from '../dist/dispatch.controller.js';
@@ -50,8 +51,8 @@ let consumer: DurableConsumer | null = null;
 beforeAll(async () => {
   logA = await EventLog.connect({ natsUrl, ...space, name: 'tools' });
   logB = await EventLog.connect({ natsUrl, ...space, name: 'tools' });
-  a = new DispatchController(logA, { ...settings, faultDispatchPauseFile: pauseFile });
-  b = new DispatchController(logB, settings);
+  a = new DispatchController(logA, new RunCommandHandler(logA, 'tools'), { ...settings, faultDispatchPauseFile: pauseFile });
+  b = new DispatchController(logB, new RunCommandHandler(logB, 'tools'), settings);
 });
 afterAll(async () => {
   rmSync(pauseFile, { force: true });

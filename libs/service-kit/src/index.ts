@@ -270,3 +270,4 @@ export function main(spec: ServiceSpec): void {
 }
 
 export * from './command-handler.js';
+export * from './command-handler.provider.js';
