@@ -40,7 +40,7 @@ import {
   RunsQuery,
   type RunsPage,
 } from '@runplane/contracts';
-import { AppendConflict, ConversationIndex, EventLog } from '@runplane/eventlog';
+import { ConversationIndex, EventLog } from '@runplane/eventlog';
 import {
   apiError,
   AuthGuard,
@@ -48,46 +48,19 @@ import {
   CurrentPrincipal,
   mayAccess,
   parseJsonBody,
-  quotaRefusalsTotal,
   RunCommandHandler,
   type Principal,
 } from '@runplane/service-kit';
-import {
-  admissionIds,
-  clarificationReplyRunId,
-  ClarificationAnswered,
-  ClarificationNotFound,
-  ContinuationNotEligible,
-  decide,
-  MessageConflict,
-  ParentNotFound,
-  QuotaExceeded,
-  RunAlreadySettled,
-  RunNotFound,
-  ReconcileConflict,
-  ReconcileNotFound,
-  WaitConflict,
-  WaitNotFound,
-  WaitNotPending,
-  type PostMessage,
-} from './decide.js';
+import { admissionIds, clarificationReplyRunId, decide, type PostMessage } from './decide.js';
 import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
 import { unlimited } from './quota.js';
-import { BudgetRefused, moneyLimitOf } from './budget.js';
+import { moneyLimitOf } from './budget.js';
 
-/** The client's money limit as grant limits (`{ maxCost }`, K7), or none. @throws ApiError 400 `invalid_body` naming what cannot be granted. */
+/** The client's money limit as grant limits (`{ maxCost }`, K7), or none. @throws BudgetRefused (400 `invalid_body`) naming what cannot be granted. */
 function moneyLimit(budget: PostMessageBody['budget'], settings: AdmissionSettings): Pick<RunLimits, 'maxCost'> {
-  try {
-    const maxCost = moneyLimitOf(budget, settings.model, settings.money ?? { ceilingMicros: 0 });
-    return maxCost ? { maxCost } : {};
-  } catch (e) {
-    if (e instanceof BudgetRefused)
-      throw apiError(HttpStatus.BAD_REQUEST, 'invalid_body', `the message body is invalid: ${e.path}: ${e.message}`, {
-        issues: [{ path: e.path, message: e.message }],
-      });
-    throw e;
-  }
+  const maxCost = moneyLimitOf(budget, settings.model, settings.money ?? { ceilingMicros: 0 });
+  return maxCost ? { maxCost } : {};
 }
 
 /** The opaque cursor of the page after `last` (base64url JSON of {@link RunsCursor}). */
@@ -294,27 +267,7 @@ export class AdmissionController {
       ...(message.replyTo ? { reply: { ...message.replyTo, parent: replyParent } } : {}),
       ...(quotas && usage ? { quota: { limits: quotas, usage } } : {}),
     };
-    let result;
-    try {
-      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
-    } catch (e) {
-      if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message, { extensions: { field: e.field } });
-      if (e instanceof ParentNotFound || e instanceof ClarificationNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
-      if (e instanceof ContinuationNotEligible)
-        throw apiError(HttpStatus.CONFLICT, 'continuation_not_eligible', e.message, { extensions: { reason: e.reason } });
-      if (e instanceof ClarificationAnswered)
-        throw apiError(HttpStatus.CONFLICT, 'clarification_answered', e.message, { extensions: { answeredBy: e.answeredBy } });
-      if (e instanceof QuotaExceeded) {
-        quotaRefusalsTotal.inc({ quota: e.refusal.quota });
-        throw apiError(HttpStatus.TOO_MANY_REQUESTS, 'quota_exceeded', e.message, {
-          headers: { 'Retry-After': String(e.refusal.retryAfterSeconds) },
-          extensions: { ...e.refusal },
-        });
-      }
-      if (e instanceof AppendConflict)
-        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'admission could not be decided; retry with the same clientMessageId');
-      throw e;
-    }
+    const result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
     const facts = result.facts;
     const at = admitted ? admitted.event.occurredAt : facts.admitted!.at;
@@ -406,16 +359,7 @@ export class AdmissionController {
       operator,
       requestId: randomUUID(),
     } as const;
-    let result;
-    try {
-      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
-    } catch (e) {
-      if (e instanceof ReconcileNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
-      if (e instanceof ReconcileConflict) throw apiError(HttpStatus.CONFLICT, 'reconcile_conflict', e.message);
-      if (e instanceof AppendConflict)
-        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the reconciliation could not be recorded; retry the same request');
-      throw e;
-    }
+    const result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     const recorded = result.appended.find((s) => s.event.type === 'tool.call.reconciled');
     const r =
       recorded?.event.type === 'tool.call.reconciled'
@@ -458,16 +402,7 @@ export class AdmissionController {
       reason: request.reason || null,
       requestId: randomUUID(),
     } as const;
-    let result;
-    try {
-      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
-    } catch (e) {
-      if (e instanceof RunNotFound) throw runNotFound(runId);
-      if (e instanceof RunAlreadySettled) throw apiError(HttpStatus.CONFLICT, 'run_settled', e.message, { extensions: { outcome: e.outcome } });
-      if (e instanceof AppendConflict)
-        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the cancel could not be recorded; retry');
-      throw e;
-    }
+    const result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     const recorded = result.appended.find((s) => s.event.type === 'run.cancel.requested');
     const requestedAt = recorded ? recorded.event.occurredAt : result.facts.cancelRequested!.at;
     return { runId, status: 'cancel-requested', requestedAt };
@@ -502,18 +437,7 @@ export class AdmissionController {
       answeredBy: actorOf(principal, user),
       requestId: randomUUID(),
     } as const;
-    let result;
-    try {
-      result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
-    } catch (e) {
-      if (e instanceof RunNotFound) throw runNotFound(runId);
-      if (e instanceof WaitNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
-      if (e instanceof WaitConflict) throw apiError(HttpStatus.CONFLICT, 'wait_conflict', e.message);
-      if (e instanceof WaitNotPending) throw apiError(HttpStatus.CONFLICT, 'wait_not_pending', e.message, { extensions: { reason: e.reason } });
-      if (e instanceof AppendConflict)
-        throw apiError(HttpStatus.SERVICE_UNAVAILABLE, 'admission_contended', 'the answer could not be recorded; retry');
-      throw e;
-    }
+    const result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     const recorded = result.appended.some((s) => s.event.type === 'wait.answered');
     if (!recorded) res.status(HttpStatus.OK);
     const facts = recorded ? await this.commands.folds.read(runId) : result.facts; // with the answer just recorded

@@ -1,3 +1,4 @@
 export * from './decide.js';
 export * from './quota.js';
 export * from './budget.js';
+export * from './problems.js';

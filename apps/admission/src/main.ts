@@ -1,6 +1,7 @@
 import { AuthConfig, DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig, QuotaConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { AdmissionModule } from './admission.module.js';
+import { ADMISSION_PROBLEMS } from './problems.js';
 
 main({
   name: 'admission',
@@ -15,4 +16,6 @@ main({
   // the Run viewer (served by publication, another origin) calls this API: RUNPLANE_CORS_ORIGINS
   cors: true,
   consumer: {},
+  // the decider's errors as problems, answered by the one ProblemDetailsFilter
+  problems: ADMISSION_PROBLEMS,
 });

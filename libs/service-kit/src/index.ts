@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
 import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
-import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem } from './problems.js';
+import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
 import { ADMIN_SCOPE, Authenticator } from './auth.js';
 import { EventLog, PartitionOwnership } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
@@ -65,6 +65,11 @@ export interface ServiceSpec {
    * call besides their own (their CSP `connect-src`) and the JSON served as `<prefix>config.json`.
    */
   staticFiles?: { prefix: string; dir: string; options?: () => StaticFilesOptions };
+  /**
+   * The service's domain errors and the RFC 9457 problems they are answered with (first match
+   * wins), applied by the one {@link ProblemDetailsFilter} before its own rules.
+   */
+  problems?: ProblemTable;
 }
 
 /** Options of {@link startService} (process entries use {@link runService}). */
@@ -152,7 +157,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   // before every route and guard: a preflight carries no token
   if (spec.cors) enableCorsFor(app, loadConfig(CorsConfig).RUNPLANE_CORS_ORIGINS);
   if (spec.staticFiles) serveStaticFiles(app, spec.staticFiles.prefix, spec.staticFiles.dir, spec.staticFiles.options?.() ?? {});
-  app.useGlobalFilters(new ProblemDetailsFilter());
+  app.useGlobalFilters(new ProblemDetailsFilter(spec.problems));
   serveOpenApi(app, spec.name);
   serveMetrics(app, spec.name);
   servePartitions(app);

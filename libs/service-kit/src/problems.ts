@@ -216,9 +216,45 @@ function jsonThatIsNotAnObject(exception: unknown): ApiError | null {
   });
 }
 
+/** What a {@link ProblemMapping} may use of the request that failed. */
+export interface ProblemRequest {
+  method?: string;
+  /** The matched route's pattern (Express `req.route.path`, e.g. `/v1/runs/:runId/cancel`), when a route matched. */
+  route?: { path?: string };
+}
+
+/**
+ * How one domain error of a service is answered over HTTP: errors of class `error` (and its
+ * subclasses) become the {@link ApiError} `problem` builds. Build entries with {@link problemFor}.
+ */
+export interface ProblemMapping {
+  readonly error: abstract new (...args: never[]) => Error;
+  readonly problem: (error: Error, request: ProblemRequest) => ApiError;
+}
+
+/**
+ * A service's table of domain errors and their problems (`ServiceSpec.problems`), first match
+ * wins: controllers let a decider's error propagate and {@link ProblemDetailsFilter} answers it.
+ */
+export type ProblemTable = readonly ProblemMapping[];
+
+/** One {@link ProblemTable} entry: `problem(e, request)` for every error that is an instance of `error`. */
+export function problemFor<E extends Error>(
+  error: abstract new (...args: never[]) => E,
+  problem: (e: E, request: ProblemRequest) => ApiError,
+): ProblemMapping {
+  return { error, problem: (e, request) => problem(e as E, request) };
+}
+
+/** The problem `table` gives for `exception`, or null when no entry matches. */
+export function problemFromTable(table: ProblemTable, exception: unknown, request: ProblemRequest = {}): ApiError | null {
+  for (const entry of table) if (exception instanceof entry.error) return entry.problem(exception, request);
+  return null;
+}
+
 /**
  * Answers every HTTP error of a service as problem details (`application/problem+json`):
- * {@link ApiError}s as built; Nest's own exceptions (unknown route: `route_not_found`, malformed
+ * {@link ApiError}s as built; the service's domain errors as its {@link ProblemTable} says; Nest's own exceptions (unknown route: `route_not_found`, malformed
  * JSON: `bad_request`, too large a body: `payload_too_large`) with the status name as code; an
  * unreachable PostgreSQL or NATS as 503 `dependency_unavailable` with `Retry-After`; anything
  * else as 500 `internal_error` (logged with its stack, never shown to the client).
@@ -227,12 +263,15 @@ function jsonThatIsNotAnObject(exception: unknown): ApiError | null {
 export class ProblemDetailsFilter implements ExceptionFilter {
   private readonly logger = new Logger('http');
 
+  /** @param problems the service's domain errors and their problems (`ServiceSpec.problems`; none by default). */
+  constructor(private readonly problems: ProblemTable = []) {}
+
   catch(exception: unknown, host: ArgumentsHost): void {
     const http = host.switchToHttp();
     const res = http.getResponse<HttpResponse>();
-    const req = http.getRequest<{ originalUrl?: string; url?: string; method?: string }>();
+    const req = http.getRequest<{ originalUrl?: string; url?: string } & ProblemRequest>();
     const instance = (req.originalUrl ?? req.url ?? '').split('?')[0];
-    const error = this.toApiError(exception, req.method);
+    const error = problemFromTable(this.problems, exception, req) ?? this.toApiError(exception, req.method);
     if (res.headersSent) {
       // a stream already started (SSE): nothing can be said any more but ending it
       this.logger.warn({ instance, code: error.code, detail: error.detail }, 'error after the answer started');
