@@ -1,8 +1,9 @@
 import { Module } from '@nestjs/common';
+import type { z } from 'zod';
 import {
+  configToken,
   GrantCeilingConfig,
   LimitsConfig,
-  loadConfig,
   ModelConfig,
   ParkingToolNames,
   ParkingToolsConfig,
@@ -28,20 +29,30 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
     { provide: ConversationIndex, useFactory: (log: EventLog) => ConversationIndex.open(log), inject: [EventLog] },
     {
       provide: ADMISSION_SETTINGS,
-      useFactory: (): AdmissionSettings => {
-        const limits = loadConfig(LimitsConfig);
-        const quotas = loadConfig(QuotaConfig);
-        const model = loadConfig(ModelConfig);
+      inject: [
+        configToken(LimitsConfig),
+        configToken(QuotaConfig),
+        configToken(ModelConfig),
+        configToken(GrantCeilingConfig),
+        configToken(TestToolsConfig),
+        configToken(ParkingToolsConfig),
+      ],
+      useFactory: (
+        limits: z.infer<typeof LimitsConfig>,
+        quotas: QuotaConfig,
+        model: ModelConfig,
+        ceiling: GrantCeilingConfig,
+        testTools: z.infer<typeof TestToolsConfig>,
+        parkingTools: z.infer<typeof ParkingToolsConfig>,
+      ): AdmissionSettings => {
         const price = model.RUNPLANE_MODEL_PRICES[model.RUNPLANE_MODEL];
         return {
           model: model.RUNPLANE_MODEL,
-          money: { ...(price ? { price } : {}), ceilingMicros: loadConfig(GrantCeilingConfig).RUNPLANE_GRANT_CEILING_COST_MICROS },
-          testTools: loadConfig(TestToolsConfig)
-            .RUNPLANE_TEST_TOOLS.split(',')
+          money: { ...(price ? { price } : {}), ceilingMicros: ceiling.RUNPLANE_GRANT_CEILING_COST_MICROS },
+          testTools: testTools.RUNPLANE_TEST_TOOLS.split(',')
             .map((t) => t.trim())
             .filter((t) => (TestToolNames as string[]).includes(t)),
-          parkingTools: loadConfig(ParkingToolsConfig)
-            .RUNPLANE_PARKING_TOOLS.split(',')
+          parkingTools: parkingTools.RUNPLANE_PARKING_TOOLS.split(',')
             .map((t) => t.trim())
             .filter((t) => (ParkingToolNames as string[]).includes(t)),
           limits: {

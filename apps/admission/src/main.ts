@@ -1,4 +1,13 @@
-import { AuthConfig, DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig, QuotaConfig } from '@runplane/contracts';
+import {
+  AuthConfig,
+  DatabaseConfig,
+  GrantCeilingConfig,
+  LimitsConfig,
+  ModelConfig,
+  ParkingToolsConfig,
+  QuotaConfig,
+  TestToolsConfig,
+} from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { AdmissionModule } from './admission.module.js';
 import { ADMISSION_PROBLEMS } from './problems.js';
@@ -8,7 +17,7 @@ main({
   module: AdmissionModule,
   portEnv: 'ADMISSION_PORT',
   defaultPort: 8081,
-  config: [AuthConfig, DatabaseConfig, LimitsConfig, ModelConfig, ParkingToolsConfig, QuotaConfig],
+  config: [AuthConfig, DatabaseConfig, GrantCeilingConfig, LimitsConfig, ModelConfig, ParkingToolsConfig, QuotaConfig, TestToolsConfig],
   // child Runs (K10): admits a child on its parent's `child.run.requested` (runtime subject) and
   // cancels the children still running when a parent settles (lifecycle subject)
   // message bodies are checked to be UTF-8 byte by byte (the JSON parser would substitute U+FFFD)

@@ -3,7 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleDestroy, type OnModuleInit, UseFilters } from '@nestjs/common';
 import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
-import { DrainConfig, loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import type { z } from 'zod';
+import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
@@ -29,15 +30,16 @@ export interface ToolsSettings {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** The holdings folder the research tools read (`RUNPLANE_DATA_DIR`; empty or absent: the default folder). */
+  dataDir?: string;
   /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE`): while this file exists, a wake pauses between taking its claims and appending its dispatches. */
   faultDispatchPauseFile?: string;
   /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long dispatched calls may still run and be recorded. */
   drainMs?: number;
 }
 
-/** Settings from the environment (validated at start-up). */
-export function toolsSettingsFromEnv(): ToolsSettings {
-  const cfg = loadConfig(ToolsConfig);
+/** The tools worker's settings from its validated configuration (injected: `TOOLS_SETTINGS` in tools.module.ts). */
+export function toolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConfig): ToolsSettings {
   return {
     timeoutMs: cfg.RUNPLANE_TOOL_TIMEOUT_MS,
     claimTtlMs: cfg.RUNPLANE_TOOL_CLAIM_TTL_MS,
@@ -49,7 +51,8 @@ export function toolsSettingsFromEnv(): ToolsSettings {
       .filter(Boolean),
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
     ...(cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE ? { faultDispatchPauseFile: cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE } : {}),
-    drainMs: loadConfig(DrainConfig).RUNPLANE_DRAIN_SECONDS * 1000,
+    dataDir: cfg.RUNPLANE_DATA_DIR,
+    drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
   };
 }
 
@@ -318,6 +321,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
         toolCallId: call.toolCallId,
         testTools: this.settings.testTools,
         recordEffectFile: this.settings.recordEffectFile,
+        dataDir: this.settings.dataDir ?? '',
       });
       if (outcome.kind === 'crashed')
         this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');

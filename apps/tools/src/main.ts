@@ -1,4 +1,4 @@
-import { loadConfig, ToolsConfig } from '@runplane/contracts';
+import { DrainConfig, loadConfig, ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';
 
@@ -7,7 +7,7 @@ main({
   module: ToolsModule,
   portEnv: 'TOOLS_PORT',
   defaultPort: 8084,
-  config: [ToolsConfig],
+  config: [ToolsConfig, DrainConfig],
   consumer: {
     ackWaitMs: () => loadConfig(ToolsConfig).RUNPLANE_TOOLS_ACK_WAIT_MS,
   },

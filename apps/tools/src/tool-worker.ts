@@ -22,6 +22,8 @@ export interface ToolTask {
   testTools: string[];
   /** File `record_effect` appends to. */
   recordEffectFile: string;
+  /** The holdings folder (`RUNPLANE_DATA_DIR`; empty: the default folder, holdings `resolveDataFolder`). */
+  dataDir: string;
   /** Told `started` the moment this thread begins the call (the timeout counts from then, not from the queue). */
   startedPort?: MessagePort;
   /** Passed only when the call may be refused while it waits for a thread: begun only if it was not. */
@@ -72,7 +74,7 @@ export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutco
       if (!task.testTools.includes(task.name)) throw new ToolFailure('unknown_tool', `Tool ${task.name} is not enabled on this worker.`);
       result = await recordEffect(task, args);
     } else {
-      library ??= new HoldingsLibrary(resolveDataFolder());
+      library ??= new HoldingsLibrary(resolveDataFolder({ RUNPLANE_DATA_DIR: task.dataDir }));
       result = await executeTool(library, task.name, args);
     }
     return { kind: 'returned', json: JSON.stringify(result) };

@@ -246,6 +246,12 @@ export const ToolsConfig = z.object({
   /** File `record_effect` appends its lines to. */
   RUNPLANE_RECORD_EFFECT_FILE: z.string().default(''),
   /**
+   * Folder of the issuer holdings files the research tools read; empty (the default): the
+   * project's `../shared/data/etf-holdings` when present, else the illustrative sample
+   * (holdings `resolveDataFolder`).
+   */
+  RUNPLANE_DATA_DIR: z.string().default(''),
+  /**
    * FAULT INJECTION, tests only; empty (off) by default and in production. While the file at this
    * path exists, a tools wake that has taken the claims of the calls it decided to dispatch pauses
    * before appending their `tool.call.dispatched`, so that a test can make a peer's wake meet
@@ -362,6 +368,24 @@ export type CorsConfig = z.infer<typeof CorsConfig>;
  */
 export const ViewerConfig = z.object({ RUNPLANE_VIEWER_ADMISSION_ORIGINS: originList() });
 export type ViewerConfig = z.infer<typeof ViewerConfig>;
+
+const configTokens = new WeakMap<z.ZodObject, symbol>();
+
+/**
+ * The injection token of a configuration schema's parsed value, one per schema object: the
+ * service bootstrap provides each schema's value under it (service-kit `ConfigModule`), and every
+ * class or provider that needs settings injects it (service-kit `InjectConfig`, or
+ * `inject: [configToken(BusConfig)]`) instead of reading `process.env`. Here, beside the schemas,
+ * so that libraries below service-kit (eventlog's Nest module) use the same token.
+ */
+export function configToken(schema: z.ZodObject): symbol {
+  let token = configTokens.get(schema);
+  if (!token) {
+    token = Symbol(`config:${Object.keys(schema.shape).join(',')}`);
+    configTokens.set(schema, token);
+  }
+  return token;
+}
 
 /**
  * Parses `env` with `schema`; on failure throws an Error listing every bad variable, e.g.

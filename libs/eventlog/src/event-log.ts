@@ -477,16 +477,27 @@ export class EventLog {
   }
 
   /**
-   * Connects with the bus configuration (`NATS_URL`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`,
-   * `NATS_USER`/`NATS_PASSWORD`, validated by contracts' `BusConfig`): the one way a service or
-   * the CLI connects from the environment.
+   * Connects with the bus configuration read from `env` (`NATS_URL`, `RUNPLANE_STREAM`,
+   * `RUNPLANE_SUBJECT_PREFIX`, `NATS_USER`/`NATS_PASSWORD`, validated by contracts' `BusConfig`):
+   * how the CLI connects. Services get theirs from the injected configuration ({@link fromConfig}).
    * @param name the connection name shown by the NATS server (e.g. the service name).
    * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
    *   {@link connect}: auditors' tools, K11).
    * @throws as {@link connect}, and on invalid configuration.
    */
   static fromEnv(name: string, env: NodeJS.ProcessEnv = process.env, opts: { readOnly?: boolean } = {}): Promise<EventLog> {
-    const bus = BusConfig.parse(env);
+    return EventLog.fromConfig(name, BusConfig.parse(env), opts);
+  }
+
+  /**
+   * Connects with a parsed bus configuration (contracts `BusConfig`, as a service receives it by
+   * injection): the one way a service or the CLI connects.
+   * @param name the connection name shown by the NATS server (e.g. the service name).
+   * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
+   *   {@link connect}: auditors' tools, K11).
+   * @throws as {@link connect}.
+   */
+  static fromConfig(name: string, bus: BusConfig, opts: { readOnly?: boolean } = {}): Promise<EventLog> {
     return EventLog.connect({
       natsUrl: bus.NATS_URL,
       stream: bus.RUNPLANE_STREAM,

@@ -5,14 +5,17 @@
 import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, type RpcExceptionFilter } from '@nestjs/common';
 import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
-import { BusConfig, loadConfig, type StoredEvent } from '@runplane/contracts';
+import { BusConfig, configToken, type StoredEvent } from '@runplane/contracts';
 import { recordAnomaly } from './anomalies.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
 
-/** Provides one connected {@link EventLog} (configured from BusConfig env vars) and closes it on shutdown. */
+/**
+ * Provides one connected {@link EventLog}, configured from the injected `BusConfig` (contracts
+ * `configToken(BusConfig)`, provided by the service bootstrap's ConfigModule), and closes it on shutdown.
+ */
 @Module({})
 export class EventLogModule implements OnApplicationShutdown {
   private static instance: EventLog | null = null;
@@ -24,9 +27,9 @@ export class EventLogModule implements OnApplicationShutdown {
       providers: [
         {
           provide: EventLog,
-          useFactory: async () => {
-            loadConfig(BusConfig); // a bad value fails here in one readable line
-            const log = await EventLog.fromEnv(serviceName);
+          inject: [configToken(BusConfig)],
+          useFactory: async (bus: BusConfig) => {
+            const log = await EventLog.fromConfig(serviceName, bus);
             const logger = new Logger('EventLog');
             log.onInvalid = (e) => {
               const anomaly = e.anomaly;
@@ -47,9 +50,8 @@ export class EventLogModule implements OnApplicationShutdown {
         {
           // this process's share of the partitions of its service (libs/eventlog partitions.ts)
           provide: PartitionOwnership,
-          inject: [EventLog],
-          useFactory: async (log: EventLog) => {
-            const bus = loadConfig(BusConfig);
+          inject: [EventLog, configToken(BusConfig)],
+          useFactory: async (log: EventLog, bus: BusConfig) => {
             const logger = new Logger('partitions');
             const ownership = await PartitionOwnership.start(
               log,

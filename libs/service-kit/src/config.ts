@@ -6,19 +6,10 @@
  */
 import { Inject, Module, type DynamicModule } from '@nestjs/common';
 import type { z } from 'zod';
-import { loadConfig } from '@runplane/contracts';
+import { configToken, loadConfig } from '@runplane/contracts';
 
-const tokens = new WeakMap<z.ZodObject, symbol>();
-
-/** The injection token of a configuration schema's parsed value (one token per schema object). */
-export function configToken(schema: z.ZodObject): symbol {
-  let token = tokens.get(schema);
-  if (!token) {
-    token = Symbol(`config:${Object.keys(schema.shape).join(',')}`);
-    tokens.set(schema, token);
-  }
-  return token;
-}
+// the token lives in contracts (one place for every library); re-exported for the services
+export { configToken };
 
 /** Parameter decorator: injects the parsed value of `schema` (provided by {@link ConfigModule}). */
 export function InjectConfig(schema: z.ZodObject): ParameterDecorator {
