@@ -4,8 +4,9 @@
  * with the status, type, title, detail, extension members and headers the API documents
  * (docs/api.md "Errors").
  */
-import { describe, expect, it } from '@jest/globals';
-import type { ArgumentsHost } from '@nestjs/common';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Controller, Module, Post, type ArgumentsHost, type INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
 import { AppendConflict } from '@runplane/eventlog';
 import { ProblemDetailsFilter, quotaRefusalsTotal } from '@runplane/service-kit';
 import {
@@ -184,5 +185,38 @@ describe('admission: domain errors as problems (RFC 9457)', () => {
     const a = answer(new Error('a bug'));
     expect(a.status).toBe(500);
     expect(a.body).toMatchObject({ code: 'internal_error', detail: 'internal error; see the service log' });
+  });
+});
+
+/** A route of admission's shape whose command handler gave up on conflicts. */
+@Controller('v1')
+class ContendedController {
+  @Post('runs/:runId/cancel')
+  cancel(): never {
+    throw new AppendConflict('rp.run.r1.admission', 3, 'wrong last sequence');
+  }
+}
+
+@Module({ controllers: [ContendedController] })
+class ContendedModule {}
+
+describe('admission: the problems table behind a real Nest route', () => {
+  let app: INestApplication;
+  let url: string;
+  beforeAll(async () => {
+    app = await NestFactory.create(ContendedModule, { logger: false });
+    app.useGlobalFilters(new ProblemDetailsFilter(ADMISSION_PROBLEMS));
+    await app.listen(0, '127.0.0.1');
+    url = await app.getUrl();
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('given a persistent conflict on POST /v1/runs/{runId}/cancel, then the route pattern picks its detail', async () => {
+    const res = await fetch(`${url}/v1/runs/r1/cancel`, { method: 'POST' });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(await res.json()).toEqual(problem(503, 'admission_contended', 'Admission contended', 'the cancel could not be recorded; retry'));
   });
 });
