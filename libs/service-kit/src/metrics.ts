@@ -84,7 +84,7 @@ export const quotaRefusalsTotal = new Counter({
 
 new Counter({
   name: 'runplane_run_reads_total',
-  help: 'Run facts a decision was taken from, by source: kept (the fold kept from deliveries, no request) or log (read from the event log); issue [9]',
+  help: 'Run facts a decision was taken from, by source: kept (the fold kept from deliveries, no request) or log (read from the event log)',
   labelNames: ['source'] as const,
   registers: [metricsRegistry],
   collect() {
