@@ -52,7 +52,8 @@ export class SettlementController {
       if (e.event.type !== 'run.settled') continue;
       settlementsTotal.inc({ outcome: e.event.data.outcome });
       // from the facts' own timestamps: the same wall time whichever replica settles, and after a restart
-      if (facts.admitted) runDurationSeconds.labels(e.event.data.outcome).observe((Date.parse(e.event.occurredAt) - Date.parse(facts.admitted.at)) / 1000);
+      if (facts.admitted)
+        runDurationSeconds.labels(e.event.data.outcome).observe((Date.parse(e.event.occurredAt) - Date.parse(facts.admitted.at)) / 1000);
     }
     if (appended.some((e) => e.event.type === 'run.settled')) this.commands.folds.forget(stored.event.runId);
   }
