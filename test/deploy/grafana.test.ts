@@ -111,7 +111,7 @@ function dashboardProblems(dashboard: Dashboard, docs: string, registered: Reado
   return problems;
 }
 
-const registered = new Map(metricsRegistry.getMetricsAsArray().map((m) => [m.name, m.type as string]));
+const registered = new Map(metricsRegistry.getMetricsAsArray().map((m) => [m.name, String(m.type)]));
 const dashboardText = readFileSync(join(repo, DASHBOARD), 'utf8');
 const docs = readFileSync(join(repo, DOCS), 'utf8');
 
