@@ -64,6 +64,12 @@ describe('metrics an SRE reads, after one Run', () => {
     );
     events = await t.waitForSettlement(body.runId, 60_000);
     expect((await observing).ended).toBe('server');
+    // each owner observes right after its append returns: a moment after the log shows the settlement
+    await eventually(
+      async () => (total(await scrape('lifecycle'), 'runplane_run_duration_seconds_count') > 0 ? true : null),
+      10_000,
+      'the settlement observed',
+    );
   }, 120_000);
 
   it('the Run settled completed with a tool call, and the open observer stream was counted', () => {
