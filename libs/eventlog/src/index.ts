@@ -15,3 +15,4 @@ export * from './quota-reservations.js';
 export * from './kv-json.js';
 export * from './partitions.js';
 export * from './asyncapi.js';
+export * from './log-metrics.js';
