@@ -14,3 +14,4 @@ export * from './conversations.js';
 export * from './kv-json.js';
 export * from './partitions.js';
 export * from './asyncapi.js';
+export * from './tracing.js';
