@@ -3,7 +3,7 @@ import type { StoredEvent } from '@runplane/contracts';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
-import { extractTraceContext, inSpan, SpanKind } from './tracing.js';
+import { extractTraceContext, traceContext } from './tracing.js';
 
 /**
  * What a durable consumer uses of the event log: the connection, the stream's subject space and
@@ -268,29 +268,11 @@ export class DurableConsumer {
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
     const delivery: DeliveryInfo = { deliveryCount: m.info.deliveryCount, redelivered: m.redelivered };
     try {
-      // the handler continues the trace of the message it handles (its appends carry it on)
-      await inSpan(
-        `handle ${stored.event.type}`,
-        {
-          kind: SpanKind.CONSUMER,
-          parent: extractTraceContext(m.headers),
-          attributes: {
-            'messaging.system': 'nats',
-            'messaging.operation.type': 'process',
-            'messaging.destination.name': m.subject,
-            'messaging.consumer.group.name': this.durableName,
-            'messaging.message.id': stored.event.eventId,
-            'messaging.message.delivery_count': delivery.deliveryCount,
-            'runplane.run_id': stored.event.runId,
-            'runplane.event_type': stored.event.type,
-            'runplane.seq': stored.seq,
-          },
-        },
-        async () => {
-          if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
-          else await this.handler(stored, delivery);
-        },
-      );
+      // the handler continues the trace of the message it handles (its spans and appends carry it on)
+      await traceContext.with(extractTraceContext(m.headers), async () => {
+        if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
+        else await this.handler(stored, delivery);
+      });
       m.ack();
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);

@@ -800,6 +800,8 @@ export class EventLog {
    * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
   async appendBatch(items: readonly BatchItem[], epoch?: number, onStored?: (result: AppendResult) => void): Promise<AppendResult[]> {
+    // one event: its append's own span is enough
+    if (items.length < 2) return this.appendBatchTraced(items, epoch, onStored);
     const first = items[0]?.event;
     return inSpan(
       `append batch`,
