@@ -263,7 +263,10 @@ export class ModelClient {
 function recordTurn(span: Span, result: ModelTurnResult): void {
   if (!span.isRecording()) return;
   if (!result.ok) {
-    span.setAttributes({ 'error.type': result.error.kind, ...(result.error.status !== null ? { 'http.response.status_code': result.error.status } : {}) });
+    span.setAttributes({
+      'error.type': result.error.kind,
+      ...(result.error.status !== null ? { 'http.response.status_code': result.error.status } : {}),
+    });
     span.setStatus({ code: SpanStatusCode.ERROR, message: result.error.message });
     return;
   }

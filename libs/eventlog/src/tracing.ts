@@ -86,7 +86,11 @@ export async function inSpan<T>(name: string, opts: SpanOptions, fn: (span: Span
   const parent = opts.parent ?? context.active();
   return tracer().startActiveSpan(
     name,
-    { kind: opts.kind ?? SpanKind.INTERNAL, ...(opts.attributes ? { attributes: opts.attributes } : {}), ...(opts.links ? { links: opts.links } : {}) },
+    {
+      kind: opts.kind ?? SpanKind.INTERNAL,
+      ...(opts.attributes ? { attributes: opts.attributes } : {}),
+      ...(opts.links ? { links: opts.links } : {}),
+    },
     parent,
     async (span) => {
       try {
