@@ -136,7 +136,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
   // before Nest boots, so that every span of the service is recorded; flushed at shutdown
-  const tracing = startTracing(spec.name);
+  const tracing = await startTracing(spec.name);
   let app: INestApplication;
   try {
     app = await NestFactory.create(

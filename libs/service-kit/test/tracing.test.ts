@@ -30,8 +30,8 @@ describe('startTracing', () => {
     process.env = saved;
   });
 
-  it('starts nothing when not asked: spans stay no-ops', () => {
-    expect(startTracing('svc', {})).toBe(false);
+  it('starts nothing when not asked: spans stay no-ops', async () => {
+    expect(await startTracing('svc', {})).toBe(false);
     const span = trace.getTracer('t').startSpan('x');
     expect(span.isRecording()).toBe(false);
     span.end();
@@ -58,7 +58,7 @@ describe('startTracing', () => {
         // longer than the test: only the flush at stop can export the span
         OTEL_BSP_SCHEDULE_DELAY: '60000',
       });
-      expect(startTracing('svc-under-test')).toBe(true);
+      expect(await startTracing('svc-under-test')).toBe(true);
       const span = trace.getTracer('t').startSpan('recorded');
       expect(span.isRecording()).toBe(true);
       span.end();
