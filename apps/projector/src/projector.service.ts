@@ -4,7 +4,8 @@
  */
 import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
 import { Owner, type StoredEvent } from '@runplane/contracts';
-import { EventLog, partitionOf, recordAnomaly, runSubject } from '@runplane/eventlog';
+import type { Context, Link } from '@opentelemetry/api';
+import { EventLog, inSpan, linkTo, partitionOf, recordAnomaly, runSubject, traceContext } from '@runplane/eventlog';
 import {
   OrphanEventError,
   applyStoredEvents,
@@ -44,11 +45,32 @@ export const MAX_BATCH = 500;
 /** Runs whose log one flush reads at the same time. */
 const READ_CONCURRENCY = 32;
 
+/** Most links one `projector apply` span carries to the deliveries it applies for (beyond its parent). */
+const MAX_TRACE_LINKS = 32;
+
+/**
+ * Where the SQL span of a flush's transaction belongs: in the trace of the first delivery whose
+ * Run it applies, linked to the other deliveries' (other Runs' traces, when a flush batches them).
+ */
+function tracesOf(batch: readonly Delivery[], chunk: readonly StoredEvent[]): { parent?: Context; links?: Link[] } {
+  const runs = new Set(chunk.map((s) => s.event.runId));
+  const served = batch.filter((d) => runs.has(d.trigger.event.runId));
+  if (served.length === 0) return {};
+  const links = served
+    .slice(1)
+    .map((d) => linkTo(d.trace))
+    .filter((l): l is Link => l !== null)
+    .slice(0, MAX_TRACE_LINKS);
+  return { parent: served[0]!.trace, ...(links.length ? { links } : {}) };
+}
+
 /** A queued delivery: settled once its Run's events up to (at least) the trigger are applied. */
 interface Delivery {
   trigger: StoredEvent;
   resolve: (results: ApplyResult[]) => void;
   reject: (e: unknown) => void;
+  /** The trace context of the delivery's handler: the flush's SQL span joins the Run's trace. */
+  trace: Context;
 }
 
 /**
@@ -185,7 +207,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
     if (skipped) return skipped;
     if (this.stopping) throw this.stoppingError([trigger]);
     return new Promise<ApplyResult[]>((resolve, reject) => {
-      this.queue.push({ trigger, resolve, reject });
+      this.queue.push({ trigger, resolve, reject, trace: traceContext.active() });
       if (!this.draining) {
         this.draining = true;
         // the deliveries of the current consumer iteration join the first flush
@@ -299,7 +321,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
     while (events.length > 0) {
       const chunk = events.slice(0, MAX_BATCH);
       try {
-        for (const r of await this.project(chunk)) {
+        for (const r of await this.project(chunk, tracesOf(batch, chunk))) {
           if (r.status === 'gap') {
             if (!gaps.has(r.runId)) gaps.set(r.runId, r.gap!);
             continue;
@@ -462,13 +484,30 @@ export class ProjectorService implements BeforeApplicationShutdown {
    * `skipped` (already applied: redelivery) result per event, and counts them in `stats`.
    * @throws when the application is stopping, or an OrphanEventError (nothing of the batch written).
    */
-  async project(events: StoredEvent[]): Promise<ApplyResult[]> {
-    const results = await this.withRetries(
-      () => events,
-      () => applyStoredEvents(this.db.orm.em, events),
+  async project(events: StoredEvent[], traces: { parent?: Context; links?: Link[] } = {}): Promise<ApplyResult[]> {
+    const runs = new Set(events.map((e) => e.event.runId));
+    return inSpan(
+      'projector apply',
+      {
+        ...traces,
+        attributes: {
+          'db.system.name': 'postgresql',
+          'db.operation.name': 'apply',
+          'runplane.events': events.length,
+          'runplane.runs': runs.size,
+          ...(runs.size === 1 ? { 'runplane.run_id': [...runs][0]! } : {}),
+        },
+      },
+      async (span) => {
+        const results = await this.withRetries(
+          () => events,
+          () => applyStoredEvents(this.db.orm.em, events),
+        );
+        for (const r of results) if (r.status !== 'gap') this.stats[r.status]++;
+        span.setAttribute('runplane.applied', results.filter((r) => r.status === 'applied').length);
+        return results;
+      },
     );
-    for (const r of results) if (r.status !== 'gap') this.stats[r.status]++;
-    return results;
   }
 
   /** Runs a database step until it succeeds, the application stops, or it fails with an orphan. */

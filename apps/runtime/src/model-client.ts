@@ -6,6 +6,8 @@
  */
 import Bottleneck from 'bottleneck';
 import OpenAI from 'openai';
+import { SpanStatusCode, type Span } from '@opentelemetry/api';
+import { inSpan, SpanKind, traceContext } from '@runplane/eventlog';
 import { modelRequestSeconds, modelTokensTotal } from '@runplane/service-kit';
 import type { ModelTurnResult } from './decide.js';
 import { TurnAssembler } from './turn-assembly.js';
@@ -174,8 +176,34 @@ export class ModelClient {
         message: waitMs > 0 ? `not sent: the rate-limit pause (${waitMs} ms) ends after the Run's deadline` : "not sent: the Run's deadline passed",
       },
     });
+    // the limiter runs the request later, from its own queue: in the trace of the turn that asked for it
+    const parent = traceContext.active();
     return this.limiter.schedule(
-      () => this.measured(() => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs), signal),
+      () =>
+        traceContext.with(parent, () =>
+          inSpan(
+            `chat ${this.opts.model}`,
+            {
+              kind: SpanKind.CLIENT,
+              attributes: {
+                'gen_ai.operation.name': 'chat',
+                'gen_ai.provider.name': 'openai',
+                'gen_ai.request.model': this.opts.model,
+                'server.address': this.opts.baseURL,
+                'runplane.turn': turnNo,
+                ...(options.maxTokens ? { 'gen_ai.request.max_tokens': options.maxTokens } : {}),
+              },
+            },
+            async (span) => {
+              const result = await this.measured(
+                () => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs),
+                signal,
+              );
+              recordTurn(span, result);
+              return result;
+            },
+          ),
+        ),
       deadlineMs,
       late,
       signal,
@@ -249,6 +277,30 @@ export class ModelClient {
       return { ok: false, error };
     }
   }
+}
+
+/**
+ * Records a model request's outcome on its span (OpenTelemetry GenAI conventions): token counts
+ * (`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, when the provider reported usage),
+ * the finish reason and number of tool calls; a failure as `error.type` (its kind) with status ERROR.
+ */
+function recordTurn(span: Span, result: ModelTurnResult): void {
+  if (!span.isRecording()) return;
+  if (!result.ok) {
+    span.setAttributes({
+      'error.type': result.error.kind,
+      ...(result.error.status !== null ? { 'http.response.status_code': result.error.status } : {}),
+    });
+    span.setStatus({ code: SpanStatusCode.ERROR, message: result.error.message });
+    return;
+  }
+  const { usage, finishReason, toolCalls } = result.turn;
+  span.setAttributes({
+    'gen_ai.response.finish_reasons': [finishReason],
+    'runplane.tool_calls': toolCalls.length,
+    ...(usage?.promptTokens !== undefined ? { 'gen_ai.usage.input_tokens': usage.promptTokens } : {}),
+    ...(usage?.completionTokens !== undefined ? { 'gen_ai.usage.output_tokens': usage.completionTokens } : {}),
+  });
 }
 
 /** Finish reasons a metric label may carry as they are (OpenAI's); any other is `other`, so a provider cannot grow the series. */

@@ -17,6 +17,8 @@
  */
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { SpanStatusCode } from '@opentelemetry/api';
+import { inSpan } from '@runplane/eventlog';
 import type { ToolOutcome } from './decide.js';
 import { newStartGate, tryRefuse } from './start-gate.js';
 import type { ToolTask } from './tool-worker.js';
@@ -65,7 +67,36 @@ export class ToolExecutor {
     this.ready.catch(() => undefined); // awaited by every call and by the service's start-up, which fails on it
   }
 
+  /**
+   * Runs one call (see the class) in an `execute_tool <name>` span (OpenTelemetry GenAI
+   * conventions: `gen_ai.tool.name`, `gen_ai.tool.call.id`; `runplane.tool.outcome` the outcome's
+   * kind, status ERROR unless it returned), ended when the outcome within the timeout is known.
+   */
   async run(task: ToolTask): Promise<ExecutionResult> {
+    return inSpan(
+      `execute_tool ${task.name}`,
+      {
+        attributes: {
+          'gen_ai.operation.name': 'execute_tool',
+          'gen_ai.tool.name': task.name,
+          'gen_ai.tool.call.id': task.toolCallId,
+          'runplane.run_id': task.runId,
+        },
+      },
+      async (span) => {
+        const result = await this.runUntraced(task);
+        span.setAttributes({ 'runplane.tool.outcome': result.outcome.kind, 'runplane.tool.duration_ms': result.durationMs });
+        if (result.outcome.kind !== 'returned') {
+          const code = result.outcome.kind === 'failed' ? result.outcome.code : result.outcome.kind;
+          span.setAttribute('error.type', code);
+          span.setStatus({ code: SpanStatusCode.ERROR });
+        }
+        return result;
+      },
+    );
+  }
+
+  private async runUntraced(task: ToolTask): Promise<ExecutionResult> {
     await this.ready;
     const submitted = performance.now();
     let started = submitted;

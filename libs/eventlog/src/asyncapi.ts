@@ -75,6 +75,17 @@ function headersSchema(): JsonSchema {
         type: 'string',
         description: 'Never sent by the event log: a message that carries it is not a fact of its subject.',
       },
+      traceparent: {
+        type: 'string',
+        pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$',
+        description:
+          'W3C Trace Context of the append that stored the event (OpenTelemetry), present only when the writer has tracing on: ' +
+          "a consumer that traces continues the Run's trace from it. Not part of the fact; never checked by `verifyStored`.",
+      },
+      tracestate: {
+        type: 'string',
+        description: 'W3C Trace Context vendor state, beside `traceparent` when the trace has one.',
+      },
     },
     required: ['Nats-Msg-Id'],
   };

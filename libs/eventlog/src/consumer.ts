@@ -4,6 +4,7 @@ import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
 import { deliveryCountsOf, type DeliveryCounts } from './log-metrics.js';
+import { extractTraceContext, traceContext } from './tracing.js';
 
 /**
  * What a durable consumer uses of the event log: the connection, the stream's subject space and
@@ -274,8 +275,11 @@ export class DurableConsumer {
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
     const delivery: DeliveryInfo = { deliveryCount: m.info.deliveryCount, redelivered: m.redelivered };
     try {
-      if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
-      else await this.handler(stored, delivery);
+      // the handler continues the trace of the message it handles (its spans and appends carry it on)
+      await traceContext.with(extractTraceContext(m.headers), async () => {
+        if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
+        else await this.handler(stored, delivery);
+      });
       m.ack();
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { connect, errors as natsErrors, headers as natsHeaders, RequestError, type NatsConnection } from '@nats-io/transport-node';
+import { connect, errors as natsErrors, headers as natsHeaders, RequestError, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import pRetry, { AbortError } from 'p-retry';
 import {
   AckPolicy,
@@ -19,6 +19,7 @@ import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
 import { recordAppend } from './log-metrics.js';
+import { injectTraceContext, inSpan, SpanKind } from './tracing.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -692,6 +693,25 @@ export class EventLog {
    */
   async append(event: RunEvent, expectedLastSubjectSeq: number, earlierSeqs: readonly number[] = [], epoch?: number): Promise<AppendResult> {
     const subject = this.subjectOf(event);
+    return inSpan(
+      `append ${event.type}`,
+      { kind: SpanKind.PRODUCER, attributes: appendAttributes(subject, event, expectedLastSubjectSeq) },
+      async (span) => {
+        const result = await this.appendTraced(subject, event, expectedLastSubjectSeq, earlierSeqs, epoch);
+        span.setAttributes({ 'runplane.seq': result.seq, 'runplane.recovered': result.recovered });
+        return result;
+      },
+    );
+  }
+
+  /** {@link append} inside its span: the message carries the span's context (`traceparent`). */
+  private async appendTraced(
+    subject: string,
+    event: RunEvent,
+    expectedLastSubjectSeq: number,
+    earlierSeqs: readonly number[],
+    epoch: number | undefined,
+  ): Promise<AppendResult> {
     const hints = earlierSeqs.filter((s) => s < expectedLastSubjectSeq).slice(0, MAX_EARLIER_SEQS);
     const writer = epoch === undefined ? this.writer : { ...this.writer, epoch };
     const stamped = { ...event, prevSeq: expectedLastSubjectSeq, ...(hints.length ? { earlierSeqs: hints } : {}), writer } as RunEvent;
@@ -702,13 +722,18 @@ export class EventLog {
     if (maxPayload && bytes > maxPayload) {
       throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
     }
+    const trace = traceHeaders();
     let attempts = 0;
     const appended = pRetry(
       async () => {
         attempts++;
         let ack;
         try {
-          ack = await this.js.publish(subject, body, { msgID: event.eventId, expect: { lastSubjectSequence: expectedLastSubjectSeq } });
+          ack = await this.js.publish(subject, body, {
+            msgID: event.eventId,
+            expect: { lastSubjectSequence: expectedLastSubjectSeq },
+            ...(trace ? { headers: trace } : {}),
+          });
         } catch (e) {
           if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
             // nats-server 2.11+ checks the expectation before Nats-Msg-Id: a retry of an attempt
@@ -795,6 +820,35 @@ export class EventLog {
    * @throws the last transient error once `appendRetryMs` is spent; other NATS errors at once.
    */
   async appendBatch(items: readonly BatchItem[], epoch?: number, onStored?: (result: AppendResult) => void): Promise<AppendResult[]> {
+    // one event: its append's own span is enough
+    if (items.length < 2) return this.appendBatchTraced(items, epoch, onStored);
+    const first = items[0]?.event;
+    return inSpan(
+      `append batch`,
+      {
+        kind: SpanKind.PRODUCER,
+        attributes: {
+          'messaging.system': 'nats',
+          'messaging.operation.type': 'send',
+          'messaging.batch.message_count': items.length,
+          'runplane.event_types': items.map((i) => i.event.type),
+          ...(first ? { 'runplane.run_id': first.runId } : {}),
+        },
+      },
+      async (span) => {
+        const results = await this.appendBatchTraced(items, epoch, onStored);
+        if (results.length) span.setAttribute('runplane.seq', results[results.length - 1]!.seq);
+        return results;
+      },
+    );
+  }
+
+  /** {@link appendBatch} inside its span: each message of an atomic batch carries the span's context. */
+  private async appendBatchTraced(
+    items: readonly BatchItem[],
+    epoch: number | undefined,
+    onStored: ((result: AppendResult) => void) | undefined,
+  ): Promise<AppendResult[]> {
     const subjects = items.map((i) => this.subjectOf(i.event));
     const firstOf = new Map<string, number>();
     items.forEach((item, k) => {
@@ -979,6 +1033,7 @@ export class EventLog {
     h.set(BATCH_SEQUENCE, String(position));
     h.set('Nats-Msg-Id', planned.stamped.eventId);
     if (planned.expected !== undefined) h.set(EXPECTED_LAST_SUBJECT_SEQUENCE, String(planned.expected));
+    injectTraceContext(h);
     return h;
   }
 
@@ -1352,3 +1407,25 @@ export async function closeConnection(nc: NatsConnection, drainMs = CLOSE_DRAIN_
 }
 
 export type { JsMsg };
+
+/**
+ * Headers carrying the active trace context (`traceparent`) for a publish, or undefined when no
+ * span is active (tracing off): the message then goes without headers of its own, as before.
+ */
+export function traceHeaders(): MsgHdrs | undefined {
+  const h = natsHeaders();
+  return injectTraceContext(h) && h.keys().length > 0 ? h : undefined;
+}
+
+/** The attributes of an append's span (OpenTelemetry messaging conventions, and the Run's). */
+function appendAttributes(subject: string, event: RunEvent, expectedLastSubjectSeq: number) {
+  return {
+    'messaging.system': 'nats',
+    'messaging.operation.type': 'send',
+    'messaging.destination.name': subject,
+    'messaging.message.id': event.eventId,
+    'runplane.run_id': event.runId,
+    'runplane.event_type': event.type,
+    'runplane.expected_last_subject_seq': expectedLastSubjectSeq,
+  };
+}

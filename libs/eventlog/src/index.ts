@@ -16,3 +16,4 @@ export * from './kv-json.js';
 export * from './partitions.js';
 export * from './asyncapi.js';
 export * from './log-metrics.js';
+export * from './tracing.js';

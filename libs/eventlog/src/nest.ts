@@ -11,6 +11,7 @@ import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
+import { inSpan, SpanKind } from './tracing.js';
 
 /**
  * Provides one connected {@link EventLog}, configured from the injected `BusConfig` (contracts
@@ -265,10 +266,28 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   private async dispatch(stored: StoredEvent): Promise<void> {
     const handler = this.handlerOf(stored.event.type);
     if (!handler) return;
-    const run = async () => {
-      const result: unknown = await handler(stored);
-      await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
-    };
+    // one consumer span per handled event, a child of the message's trace context (DurableConsumer made it active)
+    const run = () =>
+      inSpan(
+        `handle ${stored.event.type}`,
+        {
+          kind: SpanKind.CONSUMER,
+          attributes: {
+            'messaging.system': 'nats',
+            'messaging.operation.type': 'process',
+            'messaging.destination.name': stored.subject,
+            'messaging.consumer.group.name': this.spec.service,
+            'messaging.message.id': stored.event.eventId,
+            'runplane.run_id': stored.event.runId,
+            'runplane.event_type': stored.event.type,
+            'runplane.seq': stored.seq,
+          },
+        },
+        async () => {
+          const result: unknown = await handler(stored);
+          await lastValueFrom(this.transformToObservable(result), { defaultValue: undefined });
+        },
+      );
     const fields = { runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
     await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
   }

@@ -18,10 +18,12 @@ import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
+import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
 
 export * from './config.js';
 export * from './logging.js';
 export * from './metrics.js';
+export * from './tracing.js';
 
 export * from './health.js';
 
@@ -138,16 +140,29 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
-  const app = await NestFactory.create(
-    { module: ServiceRootModule, imports: [config, serviceLoggerModule(spec.name, level), spec.module] },
-    {
-      abortOnError: false,
-      bufferLogs: true,
-      logger: new StartupLogger(spec.name, startupLevels(level)),
-      ...(spec.rawBody ? { rawBody: true } : {}),
-    },
-  );
+  // before Nest boots, so that every span of the service is recorded; flushed at shutdown
+  const tracing = await startTracing(spec.name);
+  let app: INestApplication;
+  try {
+    app = await NestFactory.create(
+      {
+        module: ServiceRootModule,
+        imports: [config, serviceLoggerModule(spec.name, level), spec.module],
+        providers: tracing ? [TracingShutdown] : [],
+      },
+      {
+        abortOnError: false,
+        bufferLogs: true,
+        logger: new StartupLogger(spec.name, startupLevels(level)),
+        ...(spec.rawBody ? { rawBody: true } : {}),
+      },
+    );
+  } catch (e) {
+    if (tracing) await stopTracing();
+    throw e;
+  }
   app.useLogger(app.get(PinoNestLogger));
+  if (tracing) app.use(traceRequests());
   // one body limit for every service, registered before Nest's default parser (which would take 100 KiB)
   // (NestExpressApplication's method, typed here without depending on the platform package)
   const parsers = app as unknown as { useBodyParser(type: 'json' | 'urlencoded', options: Record<string, unknown>): unknown };
