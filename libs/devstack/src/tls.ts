@@ -8,6 +8,8 @@
 import { webcrypto } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+// @peculiar/x509's dependency injection (tsyringe) needs the Reflect metadata polyfill loaded first
+import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 
 /** The files a TLS-enabled local nats-server and its clients use. */
