@@ -71,7 +71,7 @@ export async function natsReachable(url: string, timeoutMs = 1500, auth?: NatsPr
       servers: natsServerList(url),
       timeout: timeoutMs,
       reconnect: false,
-      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
+      ...natsUserOptions(auth?.user, auth?.pass),
       ...natsTlsOptions(url, auth?.caFile),
     });
     await nc.close();

@@ -96,10 +96,10 @@ export function ensureNatsServerBinary(root: string, env: NodeJS.ProcessEnv = pr
   throw new Error(`No nats-server ${NATS_SERVER_MIN_VERSION} or later could be had${why ? ` (${why})` : ''}: ${HOW_TO_GET_NATS_SERVER}.`);
 }
 
-/** A user a probe connects as, and the CA bundle it verifies a TLS server against (`NATS_CA_FILE`). */
+/** A user a probe connects as (none: no user), and the CA bundle it verifies a TLS server against (`NATS_CA_FILE`). */
 export interface NatsProbeAuth {
-  user: string;
-  pass: string;
+  user?: string;
+  pass?: string;
   caFile?: string;
 }
 
@@ -111,7 +111,7 @@ export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: Nat
       servers: url,
       timeout: timeoutMs,
       reconnect: false,
-      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
+      ...natsUserOptions(auth?.user, auth?.pass),
       ...natsTlsOptions(url, auth?.caFile),
     });
   } catch {
