@@ -1,8 +1,9 @@
 /**
  * deploy/k8s as an SRE applies it: each overlay (dev, prod) rendered the way `kubectl kustomize`
  * does (test/support/kustomize.ts; compared with kubectl itself where it is installed), every
- * object validated against the Kubernetes OpenAPI schemas (`kubernetes-models`, and
- * `@kubernetes-models/prometheus-operator` for the ServiceMonitor), and the promises checked: the
+ * object validated against the Kubernetes OpenAPI schemas (`kubernetes-models`,
+ * `@kubernetes-models/prometheus-operator` for the ServiceMonitor and `@kubernetes-models/cert-manager`
+ * for the NATS TLS example's issuers, certificates and trust bundle), and the promises checked: the
  * services replicated, disruption-budgeted, spread, with a grace period above the drain bound and
  * probes on the paths and ports the code serves (test/support/deploy-manifests.ts); resources on
  * every container; the NetworkPolicy set; the ServiceMonitor; the Secrets outside the base and
@@ -53,7 +54,9 @@ async function modelOf(o: KObject): Promise<new (data: unknown) => { validate():
   const [group, version] = o.apiVersion?.includes('/') ? o.apiVersion.split('/') : ['', o.apiVersion];
   const module = (await (group === 'monitoring.coreos.com'
     ? import(`@kubernetes-models/prometheus-operator/${group}/${version}/${o.kind}`)
-    : import(group ? `kubernetes-models/${group}/${version}/${o.kind}` : `kubernetes-models/${version}/${o.kind}`))) as Record<
+    : group === 'cert-manager.io' || group === 'trust.cert-manager.io'
+      ? import(`@kubernetes-models/cert-manager/${group}/${version}/${o.kind}`)
+      : import(group ? `kubernetes-models/${group}/${version}/${o.kind}` : `kubernetes-models/${version}/${o.kind}`))) as Record<
     string,
     new (data: unknown) => { validate(): void }
   >;
