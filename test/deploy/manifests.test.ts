@@ -255,6 +255,11 @@ describe('deploy/k8s', () => {
     container('runplane-runtime').livenessProbe!.httpGet!.path = '/readyz';
     // a dev image in prod; a Secret in prod; no ServiceMonitor
     container('runplane-recovery').image = 'runplane:0.1.0-dev';
+    // the tools without the NATS CA: it could not verify the server
+    byName('Deployment', 'runplane-tools').spec!.template!.spec!.volumes = byName(
+      'Deployment',
+      'runplane-tools',
+    ).spec!.template!.spec!.volumes!.filter((v) => v.name !== 'nats-ca');
     objects.push({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'runplane-secrets' }, data: {} });
     objects.splice(
       objects.findIndex((o) => o.kind === 'ServiceMonitor'),
@@ -269,6 +274,7 @@ describe('deploy/k8s', () => {
       /^prod: Deployment runplane-lifecycle: no memory limit$/,
       /^prod: runtime: livenessProbe on \/readyz, not \/livez$/,
       /^prod: Deployment runplane-recovery: image runplane:0\.1\.0-dev does not match/,
+      /^prod: Deployment runplane-tools: NATS_CA_FILE \/etc\/runplane\/nats-ca\/ca\.crt is not mounted from Secret runplane-nats-ca$/,
       /^prod: renders Secrets runplane-secrets/,
       /^prod: 0 ServiceMonitors, not 1$/,
     ];
