@@ -30,7 +30,6 @@ export interface Container {
   startupProbe?: Probe;
   readinessProbe?: Probe;
   livenessProbe?: Probe;
-  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
 }
 
 /** The pod fields the checks read. */
@@ -249,6 +248,7 @@ export interface RenderedContainer {
   resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
   readinessProbe?: Probe;
   livenessProbe?: Probe;
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
 }
 
 /** A rendered object, as {@link overlayProblems} reads it (plain JSON; the fields of every kind it looks at). */
