@@ -18,6 +18,7 @@ import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type Stored
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
+import { recordAppend } from './log-metrics.js';
 import { natsTlsOptions } from './tls.js';
 import {
   allRunsFilter,
@@ -702,7 +703,7 @@ export class EventLog {
       throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
     }
     let attempts = 0;
-    return pRetry(
+    const appended = pRetry(
       async () => {
         attempts++;
         let ack;
@@ -745,6 +746,14 @@ export class EventLog {
         shouldRetry: ({ error }) => isTransientNatsError(error),
       },
     );
+    try {
+      const result = await appended;
+      recordAppend(event.owner, 'ok');
+      return result;
+    } catch (e) {
+      if (e instanceof AppendConflict) recordAppend(event.owner, 'conflict');
+      throw e;
+    }
   }
 
   /**
@@ -871,7 +880,7 @@ export class EventLog {
 
     let attempts = 0;
     let disabled = false;
-    const stored = await pRetry(
+    const attempt = pRetry(
       async (): Promise<AppendResult[] | null> => {
         attempts++;
         const batchId = randomUUID();
@@ -942,7 +951,17 @@ export class EventLog {
         shouldRetry: ({ error }) => error instanceof BatchNotStored || isTransientNatsError(error),
       },
     );
-    if (stored) return done(stored);
+    let stored: AppendResult[] | null;
+    try {
+      stored = await attempt;
+    } catch (e) {
+      if (e instanceof AppendConflict) recordAppend(conflictAt.stamped.owner, 'conflict');
+      throw e;
+    }
+    if (stored) {
+      for (const p of planned) recordAppend(p.stamped.owner, 'ok');
+      return done(stored);
+    }
     if (disabled) {
       this.atomicStream = false;
       if (!this.sequentialReported) {
