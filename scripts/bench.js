@@ -47,6 +47,7 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
+import { natsTlsOptions } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
 import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
@@ -286,6 +287,7 @@ try {
     say('\n== read cost: log.readRun + foldRun of one 30-event Run ==');
     readCost = await readCostLevels({
       natsUrl: nats.url,
+      caFile: nats.caFile,
       tag,
       levels: list(a['read-others']).map(Number),
       reads: Number(a.reads),
@@ -392,7 +394,7 @@ async function measureW1(sys, h) {
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
 async function rawAppendCost(n) {
-  const nc = await connect({ servers: nats.url.split(','), name: 'bench-raw' });
+  const nc = await connect({ servers: nats.url.split(','), name: 'bench-raw', ...natsTlsOptions(nats.url, nats.caFile) });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const stream = `RPB_RAW_${tag}`;

@@ -2,11 +2,11 @@
 // is the bench's alone and the machine's shared server keeps no bench data), the shared scripted
 // model, and the peers' package folder (`bench/`, installed on demand).
 import { spawn, execFileSync } from 'node:child_process';
-import { createWriteStream, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
-import { natsReachable, natsServerBinary, repoRoot, spawnReady, startNatsCluster } from '@runplane/devstack';
+import { createDevNatsTls, natsReachable, natsServerBinary, natsTlsConfig, repoRoot, spawnReady, startNatsCluster } from '@runplane/devstack';
 
 /** Waits until `check()` is true, polling every `everyMs`; throws `what` after `timeoutMs`. */
 export async function waitFor(check, what, timeoutMs = 30_000, everyMs = 100) {
@@ -29,10 +29,13 @@ export async function stopProcess(child, graceMs = 10_000) {
 }
 
 /**
- * Starts a private `nats-server -js` on a free loopback port with a temporary store directory.
+ * Starts a private `nats-server -js` on a free loopback port with a temporary store directory,
+ * requiring TLS as a deployment does (a private CA made for it, libs/devstack createDevNatsTls):
+ * every client of the bench, Runplane's services and the raw appends alike, connects with
+ * `caFile` (`NATS_CA_FILE`).
  * @param {string} [binary] the nats-server to run (default: the supported release cached by
  *   scripts/fetch-nats-server.sh, fetched on first use: libs/devstack natsServerBinary).
- * @returns {{ url: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
+ * @returns {{ url: string, caFile: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
  */
 export async function startNats(binary, opts = {}) {
   if (opts.cluster) return startNatsClusterForBench(binary);
@@ -40,11 +43,15 @@ export async function startNats(binary, opts = {}) {
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));
-  const child = spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', dir], { stdio: 'ignore' });
+  const tls = await createDevNatsTls(join(dir, 'tls'));
+  const config = join(dir, 'server.conf');
+  writeFileSync(config, natsTlsConfig(tls));
+  const child = spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store')], { stdio: 'ignore' });
   const url = `nats://127.0.0.1:${port}`;
-  await waitFor(() => natsReachable(url, 500), `nats-server on ${url}`, 15_000);
+  await waitFor(() => natsReachable(url, 500, { caFile: tls.caFile }), `nats-server on ${url}`, 15_000);
   return {
     url,
+    caFile: tls.caFile,
     child,
     pids: () => [child.pid],
     replicas: 1,
@@ -64,15 +71,18 @@ async function startNatsClusterForBench(binary) {
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-cluster-'));
   const bin = binary ?? natsServerBinary();
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
+  const tls = await createDevNatsTls(join(dir, 'tls'));
   const cluster = await startNatsCluster({
     nodes: 3,
     stateDir: dir,
-    config: '',
+    config: natsTlsConfig(tls),
+    auth: { caFile: tls.caFile },
     root: repoRoot(),
     server: { bin, version: version.replace(/^.*v/, '') },
   });
   return {
     url: cluster.url,
+    caFile: tls.caFile,
     child: { pid: cluster.nodes[0].pid },
     pids: () => cluster.nodes.map((n) => n.pid).filter(Boolean),
     replicas: 3,

@@ -132,9 +132,9 @@ async function publishOthers(log, prefix, count, state, window = 2000) {
  * handler appends (conditional on its subject's last sequence, with read-ahead hints).
  * @returns {Promise<{ others: number, log: EventLog, runId: string, writeS: number }>}
  */
-async function writeLevel({ natsUrl, tag, others }) {
+async function writeLevel({ natsUrl, caFile, tag, others }) {
   const prefix = `rc${tag}n${others}`;
-  const log = await EventLog.connect({ natsUrl, stream: `RPB_RC_${tag}_${others}`, prefix, name: 'bench-read-cost' });
+  const log = await EventLog.connect({ natsUrl, caFile, stream: `RPB_RC_${tag}_${others}`, prefix, name: 'bench-read-cost' });
   const runId = `run-${tag}`;
   const events = thirtyEventRun(runId);
   const state = { next: 0 };
@@ -169,10 +169,10 @@ async function timedRead(level) {
  * `warmup` rounds are not counted.
  * @returns {Promise<{ others: number, streamMessages: number, reads: number, firstMs: number, p50: number, p90: number, writeS: number }[]>}
  */
-export async function readCostLevels({ natsUrl, tag, levels, reads, capMs, warmup = 100 }) {
+export async function readCostLevels({ natsUrl, caFile, tag, levels, reads, capMs, warmup = 100 }) {
   const written = [];
   try {
-    for (const others of levels) written.push(await writeLevel({ natsUrl, tag, others }));
+    for (const others of levels) written.push(await writeLevel({ natsUrl, caFile, tag, others }));
     const firstMs = [];
     for (const level of written) firstMs.push(await timedRead(level));
     const times = written.map(() => []);

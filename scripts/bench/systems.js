@@ -35,6 +35,8 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
     ...process.env,
     ...extraEnv,
     NATS_URL: nats.url,
+    // the bench's server requires TLS (infra.js startNats): every service verifies it
+    ...(nats.caFile ? { NATS_CA_FILE: nats.caFile } : {}),
     DATABASE_URL: `${PG}/rp_${tag}`,
     RUNPLANE_STREAM: `RPB_${tag}`,
     RUNPLANE_SUBJECT_PREFIX: tag,
@@ -44,7 +46,14 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
     RUNPLANE_AUTH_DISABLED: 'true',
   };
   await ensureDatabaseExists(env.DATABASE_URL);
-  const log = await EventLog.connect({ natsUrl: nats.url, stream: env.RUNPLANE_STREAM, prefix: tag, name: 'bench', replicas: nats.replicas ?? 1 });
+  const log = await EventLog.connect({
+    natsUrl: nats.url,
+    stream: env.RUNPLANE_STREAM,
+    prefix: tag,
+    name: 'bench',
+    replicas: nats.replicas ?? 1,
+    caFile: nats.caFile,
+  });
   const waiters = new Map();
   const early = new Map();
   const sub = log.nc.subscribe(`${tag}.run.*.lifecycle.*`, {

@@ -1,8 +1,9 @@
 /**
  * deploy/k8s as an SRE applies it: each overlay (dev, prod) rendered the way `kubectl kustomize`
  * does (test/support/kustomize.ts; compared with kubectl itself where it is installed), every
- * object validated against the Kubernetes OpenAPI schemas (`kubernetes-models`, and
- * `@kubernetes-models/prometheus-operator` for the ServiceMonitor), and the promises checked: the
+ * object validated against the Kubernetes OpenAPI schemas (`kubernetes-models`,
+ * `@kubernetes-models/prometheus-operator` for the ServiceMonitor and `@kubernetes-models/cert-manager`
+ * for the NATS TLS example's issuers, certificates and trust bundle), and the promises checked: the
  * services replicated, disruption-budgeted, spread, with a grace period above the drain bound and
  * probes on the paths and ports the code serves (test/support/deploy-manifests.ts); resources on
  * every container; the NetworkPolicy set; the ServiceMonitor; the Secrets outside the base and
@@ -53,7 +54,9 @@ async function modelOf(o: KObject): Promise<new (data: unknown) => { validate():
   const [group, version] = o.apiVersion?.includes('/') ? o.apiVersion.split('/') : ['', o.apiVersion];
   const module = (await (group === 'monitoring.coreos.com'
     ? import(`@kubernetes-models/prometheus-operator/${group}/${version}/${o.kind}`)
-    : import(group ? `kubernetes-models/${group}/${version}/${o.kind}` : `kubernetes-models/${version}/${o.kind}`))) as Record<
+    : group === 'cert-manager.io' || group === 'trust.cert-manager.io'
+      ? import(`@kubernetes-models/cert-manager/${group}/${version}/${o.kind}`)
+      : import(group ? `kubernetes-models/${group}/${version}/${o.kind}` : `kubernetes-models/${version}/${o.kind}`))) as Record<
     string,
     new (data: unknown) => { validate(): void }
   >;
@@ -254,6 +257,11 @@ describe('deploy/k8s', () => {
     container('runplane-runtime').livenessProbe!.httpGet!.path = '/readyz';
     // a dev image in prod; a Secret in prod; no ServiceMonitor
     container('runplane-recovery').image = 'runplane:0.1.0-dev';
+    // the tools without the NATS CA: it could not verify the server
+    byName('Deployment', 'runplane-tools').spec!.template!.spec!.volumes = byName(
+      'Deployment',
+      'runplane-tools',
+    ).spec!.template!.spec!.volumes!.filter((v) => v.name !== 'nats-ca');
     objects.push({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'runplane-secrets' }, data: {} });
     objects.splice(
       objects.findIndex((o) => o.kind === 'ServiceMonitor'),
@@ -269,6 +277,7 @@ describe('deploy/k8s', () => {
       /^prod: Deployment runplane-lifecycle: no memory limit$/,
       /^prod: runtime: livenessProbe on \/readyz, not \/livez$/,
       /^prod: Deployment runplane-recovery: image runplane:0\.1\.0-dev does not match/,
+      /^prod: Deployment runplane-tools: NATS_CA_FILE \/etc\/runplane\/nats-ca\/ca\.crt is not mounted from Secret runplane-nats-ca$/,
       /^prod: renders Secrets runplane-secrets/,
       /^prod: 0 ServiceMonitors, not 1$/,
     ];

@@ -221,6 +221,7 @@ describe('runplane audit (K11)', () => {
     const printed = readCommands({
       ...natsEnvOf(t.users, 'ops'),
       NATS_URL: t.env.NATS_URL!,
+      ...(t.env.NATS_CA_FILE ? { NATS_CA_FILE: t.env.NATS_CA_FILE } : {}),
       DATABASE_URL: t.env.DATABASE_URL!,
       RUNPLANE_STREAM: t.env.RUNPLANE_STREAM!,
       RUNPLANE_SUBJECT_PREFIX: t.env.RUNPLANE_SUBJECT_PREFIX!,

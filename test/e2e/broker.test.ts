@@ -42,7 +42,7 @@ afterAll(async () => {
 
 async function connectAs(user: BusUser): Promise<NatsConnection> {
   // with the user's own inbox prefix, as the services connect (libs/eventlog inbox.ts)
-  const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users[user].user, t.users[user].password), reconnect: false });
+  const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users[user].user, t.users[user].password), ...t.tls, reconnect: false });
   open.push(nc);
   return nc;
 }
@@ -150,10 +150,20 @@ describe('authority enforced by the broker (K9)', () => {
   }, 60_000);
 
   it('refuses a connection without a user: it can neither read nor write Run subjects', async () => {
-    await expect(connect({ servers: t.env.NATS_URL!, reconnect: false, timeout: 2_000 })).rejects.toThrow(/authorization/i);
-    await expect(connect({ servers: t.env.NATS_URL!, reconnect: false, timeout: 2_000, user: 'runplane-runtime', pass: 'wrong' })).rejects.toThrow(
-      /authorization/i,
-    );
+    await expect(connect({ servers: t.env.NATS_URL!, ...t.tls, reconnect: false, timeout: 2_000 })).rejects.toThrow(/authorization/i);
+    await expect(
+      connect({ servers: t.env.NATS_URL!, ...t.tls, reconnect: false, timeout: 2_000, user: 'runplane-runtime', pass: 'wrong' }),
+    ).rejects.toThrow(/authorization/i);
+  });
+
+  it('is reached over TLS only: a client that cannot verify the server (no CA) is refused before it sends its password', async () => {
+    expect(t.env.NATS_CA_FILE).toBeTruthy();
+    const own = natsUserOptions(t.users.runtime.user, t.users.runtime.password);
+    // the right user and password, but the server's certificate is of the stack's private CA, not a system one
+    await expect(connect({ servers: t.env.NATS_URL!, ...own, reconnect: false, timeout: 2_000 })).rejects.toThrow(/certificate/i);
+    const nc = await connect({ servers: t.env.NATS_URL!, ...own, ...t.tls, reconnect: false, timeout: 2_000 });
+    expect(nc.info?.tls_required).toBe(true);
+    await nc.close();
   });
 
   it('refuses a service user that deletes a settlement message, purges or deletes the stream, or takes over a durable consumer', async () => {

@@ -138,7 +138,12 @@ describe('metrics (K9, K11)', () => {
     const kind = { service: 'lifecycle', kind: 'invalid-message' };
     const before = sample(await scrape('lifecycle'), 'runplane_bus_anomalies_total', kind);
     const settledBefore = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
-    const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users.admin.user, t.users.admin.password), reconnect: false });
+    const nc = await connect({
+      servers: t.env.NATS_URL!,
+      ...natsUserOptions(t.users.admin.user, t.users.admin.password),
+      ...t.tls,
+      reconnect: false,
+    });
     try {
       // the lifecycle consumes the publication subject: a message there that is not a fact
       nc.publish(runSubject(t.log.space, `garbage-${t.tag}`, 'publication'), 'garbage {not json');

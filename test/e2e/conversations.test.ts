@@ -149,7 +149,12 @@ describe('K1: message identity', () => {
     expect(effectsOf(runId)).toHaveLength(1);
     const requests = await modelRequestsFor(key);
     const stored = before.find((e) => e.event.type === 'run.admitted')!;
-    const nc = await connect({ servers: t.env.NATS_URL!, ...natsUserOptions(t.users.admission.user, t.users.admission.password), reconnect: false });
+    const nc = await connect({
+      servers: t.env.NATS_URL!,
+      ...natsUserOptions(t.users.admission.user, t.users.admission.password),
+      ...t.tls,
+      reconnect: false,
+    });
     try {
       const js = jetstream(nc);
       const dup = await js.publish(stored.subject, JSON.stringify(stored.event), { msgID: stored.event.eventId });

@@ -13,7 +13,7 @@ import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node'
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { makeEvent } from '@runplane/contracts';
-import { provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { natsCaEnvOf, provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import {
   bucketName,
   BUS_BUCKETS,
@@ -24,6 +24,7 @@ import {
   EventLog,
   inboxPrefixOf,
   liveDeltaSubject,
+  natsTlsOptions,
   natsUserOptions,
   provisionBus,
   runSubject,
@@ -38,6 +39,7 @@ const S = space.stream;
 const stateDir = mkdtempSync(join(tmpdir(), 'rp-downstream-'));
 let nats: SecuredNats;
 let admin: EventLog;
+let tls: ReturnType<typeof natsTlsOptions> = {};
 let consumer: NatsConnection;
 const runId = randomUUID();
 
@@ -63,7 +65,7 @@ const turn = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'm' }, 
 /** A connection as the user of downstream durable `name`, with its own inbox prefix (docs/consumers.md). */
 async function connectAs(name: string): Promise<NatsConnection> {
   const own = nats.users.downstream[name]!;
-  return connect({ servers: nats.url, ...natsUserOptions(own.user, own.password), reconnect: false });
+  return connect({ servers: nats.url, ...natsUserOptions(own.user, own.password), ...tls, reconnect: false });
 }
 
 /** Messages in the Run stream and in every bucket's stream, as the admin sees them. */
@@ -79,9 +81,24 @@ async function storedCounts(): Promise<Record<string, number>> {
 beforeAll(async () => {
   const downstream = [`${DOWNSTREAM_CONSUMER_PREFIX}x`, `${DOWNSTREAM_CONSUMER_PREFIX}y`];
   nats = await startSecuredNats({ stateDir, space, downstream });
-  const env = { NATS_URL: nats.url, RUNPLANE_STREAM: S, RUNPLANE_SUBJECT_PREFIX: space.prefix, RUNPLANE_PARTITIONS: String(space.partitions) };
+  // the server requires TLS (a private CA made for it): every client of this file verifies it
+  tls = natsTlsOptions(nats.url, nats.caFile);
+  const env = {
+    NATS_URL: nats.url,
+    ...natsCaEnvOf(nats),
+    RUNPLANE_STREAM: S,
+    RUNPLANE_SUBJECT_PREFIX: space.prefix,
+    RUNPLANE_PARTITIONS: String(space.partitions),
+  };
   await provisionAsAdmin(env, nats.users, downstream);
-  admin = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'admin', user: nats.users.admin.user, pass: nats.users.admin.password });
+  admin = await EventLog.connect({
+    natsUrl: nats.url,
+    ...space,
+    name: 'admin',
+    user: nats.users.admin.user,
+    pass: nats.users.admin.password,
+    caFile: nats.caFile!,
+  });
   await admin.append(admitted, 0);
   await admin.append(turn, 0);
   // as every client of the user must: replies on its own inbox (docs/consumers.md)
@@ -117,7 +134,7 @@ describe("a downstream durable's user (downstream services)", () => {
     expect((await jsm.direct.getMessage(S, { last_by_subj: runSubject(space, runId, 'runtime') }))?.seq).toBe(got[1]!.seq);
     // it may not delete it (nor may ops): the admin may (docs/consumers.md)
     await expect(jsm.consumers.delete(S, 'downstream-x')).rejects.toThrow(/permission/i);
-    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), reconnect: false });
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
     try {
       await expect((await jetstreamManager(ops)).consumers.delete(S, 'downstream-x')).rejects.toThrow(/permission/i);
     } finally {
@@ -163,7 +180,7 @@ describe("a downstream durable's user (downstream services)", () => {
 
   it("a pull whose reply subject names a bucket's or a service's subject delivers nothing there: the reply is a subject of the consumer's own account (issue 18)", async () => {
     const jsm = await jetstreamManager(consumer);
-    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password) });
+    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password), ...tls });
     try {
       // a service listening on a subject it might be aimed at (publication's live deltas)
       const heard: Msg[] = [];
@@ -228,7 +245,12 @@ describe("a downstream durable's user (downstream services)", () => {
   });
 
   it("receives replies on its own inbox only: `_INBOX.>` and the services' inboxes are refused, and a service's KV get is answered where it cannot read (issue 18)", async () => {
-    const runtime = await connect({ servers: nats.url, ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password), reconnect: false });
+    const runtime = await connect({
+      servers: nats.url,
+      ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password),
+      ...tls,
+      reconnect: false,
+    });
     try {
       const refused = [];
       for (const subject of [
@@ -258,7 +280,7 @@ describe("a downstream durable's user (downstream services)", () => {
 
   it('a client of the user that keeps the default inbox prefix gets a permissions violation on its first request (docs/consumers.md)', async () => {
     const own = nats.users.downstream['downstream-x']!;
-    const plain = await connect({ servers: nats.url, user: own.user, pass: own.password, reconnect: false });
+    const plain = await connect({ servers: nats.url, user: own.user, pass: own.password, ...tls, reconnect: false });
     try {
       await expect(jetstreamManager(plain, { timeout: 2_000 })).rejects.toThrow(/permissions violation/i);
     } finally {
@@ -311,9 +333,16 @@ describe("a downstream durable's user (downstream services)", () => {
 
 describe('the ops user (its own account)', () => {
   it("reads the Run stream through short-lived consumers, and a pull whose reply names a bucket's, a Run or a service's subject stores nothing anywhere", async () => {
-    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), reconnect: false });
-    const opsLog = await EventLog.connect({ natsUrl: nats.url, ...space, name: 'ops', user: nats.users.ops.user, pass: nats.users.ops.password });
-    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password) });
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+    const opsLog = await EventLog.connect({
+      natsUrl: nats.url,
+      ...space,
+      name: 'ops',
+      user: nats.users.ops.user,
+      pass: nats.users.ops.password,
+      caFile: nats.caFile!,
+    });
+    const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password), ...tls });
     try {
       // what timeline, audit and projections rebuild do: read through an ephemeral ack-less consumer
       expect((await opsLog.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);

@@ -248,6 +248,7 @@ export interface RenderedContainer {
   resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
   readinessProbe?: Probe;
   livenessProbe?: Probe;
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean }[];
 }
 
 /** A rendered object, as {@link overlayProblems} reads it (plain JSON; the fields of every kind it looks at). */
@@ -256,7 +257,10 @@ export interface Rendered {
   kind?: string;
   metadata?: { name?: string; labels?: Record<string, string> };
   spec?: {
-    template?: { metadata?: { labels?: Record<string, string> }; spec?: { containers?: RenderedContainer[] } };
+    template?: {
+      metadata?: { labels?: Record<string, string> };
+      spec?: { containers?: RenderedContainer[]; volumes?: { name: string; secret?: { secretName?: string } }[] };
+    };
     /** a Service's selector (labels), a ServiceMonitor's (a label selector) */
     selector?: Selector & Record<string, unknown>;
     ports?: { name?: string; port?: number; targetPort?: string | number }[];
@@ -379,7 +383,8 @@ function ingressPeers(rule: PolicyRule): string[] {
  * Problems of one rendered overlay, one line each (empty: none): every object's kind known, every
  * container with CPU and memory requests and limits (limit at or above request), readiness on
  * `/readyz` and liveness on `/livez` where the service serves them, the Dockerfile exposing every
- * service's port, the images, the provisioning Job, the Secrets, the ServiceMonitor, and the
+ * service's port, the images, the provisioning Job, the Secrets, `NATS_CA_FILE` mounted from the
+ * Secret runplane-nats-ca in every workload that connects to NATS, the ServiceMonitor, and the
  * NetworkPolicy set: a default deny; from outside the namespace only admission and publication
  * (and Prometheus where monitoring is on); egress to DNS, NATS, PostgreSQL (admission, projector)
  * and the model endpoint (runtime) only.
@@ -429,6 +434,19 @@ export function overlayProblems(objects: Rendered[], expect: OverlayExpectations
     const port = (c.ports ?? []).find((p) => p.name === 'http')?.containerPort;
     if (port === undefined || !exposed.includes(port)) say(`${service}: port ${port} is not EXPOSEd by deploy/Dockerfile`);
   }
+
+  // TLS to NATS: every workload that connects verifies the server against the CA of Secret runplane-nats-ca
+  const caFile = config?.NATS_CA_FILE;
+  if (!caFile) say('NATS_CA_FILE is not set: the services would not verify the NATS server (TLS)');
+  else
+    for (const w of workloads) {
+      if (!EGRESS_OF[componentOf(w) ?? '']?.includes('nats')) continue;
+      const c = w.spec?.template?.spec?.containers?.[0];
+      const mount = c?.volumeMounts?.find((m) => caFile.startsWith(`${m.mountPath.replace(/\/$/, '')}/`));
+      const volume = w.spec?.template?.spec?.volumes?.find((v) => v.name === mount?.name);
+      if (volume?.secret?.secretName !== 'runplane-nats-ca')
+        say(`${w.kind} ${w.metadata?.name}: NATS_CA_FILE ${caFile} is not mounted from Secret runplane-nats-ca`);
+    }
 
   const job = workloads.find((w) => w.kind === 'Job' && componentOf(w) === 'provision');
   const jobContainer = job?.spec?.template?.spec?.containers?.[0];

@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
-import { natsUserOptions } from '@runplane/eventlog';
+import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import { clusterNodeSpecs, compareVersions, ensureNatsServerBinary, natsServerVersion, NATS_SERVER_MIN_VERSION } from '@runplane/devstack';
 
 /** The repository root (this file is test/support/nats-server.ts). */
@@ -48,8 +48,11 @@ export interface NatsServerOptions {
   args?: string[];
   /** How long to wait for the server to answer with JetStream (default 15 s). */
   readyTimeoutMs?: number;
-  /** A user the readiness probe connects as, when `config` requires one (libs/devstack natsAuthConfig). */
-  auth?: { user: string; pass: string };
+  /**
+   * A user the readiness probe connects as, when `config` requires one (libs/devstack
+   * natsAuthConfig), and the CA it verifies the server against when `config` requires TLS.
+   */
+  auth?: { user: string; pass: string; caFile?: string };
 }
 
 /** Every started server process that has not exited yet (killed on process exit). */
@@ -103,7 +106,7 @@ export class TestNatsServer {
     private readonly configFile: string | null,
     private readonly extraArgs: string[],
     private readonly readyTimeoutMs: number,
-    private readonly auth: { user: string; pass: string } | null = null,
+    private readonly auth: { user: string; pass: string; caFile?: string } | null = null,
   ) {
     this.url = `nats://127.0.0.1:${port}`;
     this.storeDir = join(baseDir, 'store');
@@ -328,10 +331,20 @@ function allThreadsStopped(pid: number): boolean {
 }
 
 /** The server's version once it answers JetStream API requests at `url`, else null. */
-async function jetStreamVersion(url: string, timeoutMs: number, auth: { user: string; pass: string } | null = null): Promise<string | null> {
+async function jetStreamVersion(
+  url: string,
+  timeoutMs: number,
+  auth: { user: string; pass: string; caFile?: string } | null = null,
+): Promise<string | null> {
   let nc;
   try {
-    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ? natsUserOptions(auth.user, auth.pass) : {}) });
+    nc = await connect({
+      servers: url,
+      timeout: timeoutMs,
+      reconnect: false,
+      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
+      ...natsTlsOptions(url, auth?.caFile),
+    });
   } catch {
     return null;
   }
@@ -525,8 +538,8 @@ export interface NatsClusterTestOptions {
   nodes?: number;
   /** Configuration every node gets (e.g. natsAuthConfig of libs/devstack: the Runplane users). */
   config?: string;
-  /** A user the readiness probe connects as, when `config` requires one. */
-  auth?: { user: string; pass: string };
+  /** A user the readiness probe connects as, when `config` requires one (and the CA, when it requires TLS). */
+  auth?: { user: string; pass: string; caFile?: string };
   /** How long each node may take to answer with JetStream (default 30 s: the cluster elects its meta leader first). */
   readyTimeoutMs?: number;
 }

@@ -9,9 +9,11 @@ import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
 import { RunplaneClient } from '@runplane/client';
 import {
+  createDevNatsTls,
   dropDatabase,
   ensureDatabaseExists,
   natsAuthConfig,
+  natsTlsConfig,
   newNatsUsers,
   repoRoot,
   startStack,
@@ -20,7 +22,7 @@ import {
   type Stack,
 } from '@runplane/devstack';
 import { auditRuns, readForAudit } from '@runplane/audit';
-import { destroyBus, EventLog } from '@runplane/eventlog';
+import { destroyBus, EventLog, natsTlsOptions, type NatsTlsOption } from '@runplane/eventlog';
 import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
 
 export interface TestStack {
@@ -34,6 +36,12 @@ export interface TestStack {
   users: NatsUsers;
   /** The nats-server this file started (null when `opts.nats` supplied the URL). */
   nats: TestNatsServer | null;
+  /**
+   * The TLS connect option of a client of this stack's server (`{ tls: { caFile } }`, the
+   * private CA in `env.NATS_CA_FILE`; nothing with `tls: false`): spread it into a test's own
+   * `connect({ servers: t.env.NATS_URL, ...t.tls })`.
+   */
+  tls: { tls: NatsTlsOption } | Record<string, never>;
   client: RunplaneClient;
   /** Total chat requests the scripted model received. */
   modelRequests(): Promise<number>;
@@ -59,7 +67,7 @@ export interface TestStackOptions {
    * its URL; for a test that restarts its server. Default: a {@link TestNatsServer} of
    * {@link testNatsServerBinary}, stopped with the stack.
    */
-  nats?: (config: string, admin: { user: string; pass: string }) => Promise<string>;
+  nats?: (config: string, admin: { user: string; pass: string; caFile?: string }) => Promise<string>;
   /**
    * The model endpoint (base URL ending in /v1) instead of a scripted model process the stack
    * starts: for a test that stops and restarts its own model server (an outage).
@@ -74,6 +82,12 @@ export interface TestStackOptions {
    * audit clean.
    */
   audit?: 'strict' | 'report' | 'off';
+  /**
+   * The server requires TLS with a certificate of a private CA made for this file (libs/devstack
+   * createDevNatsTls; its `config` then holds the `tls` block, `admin.caFile` the CA) and every
+   * process gets `NATS_CA_FILE` (default true, as `demo` and `up` run).
+   */
+  tls?: boolean;
 }
 
 /**
@@ -85,14 +99,19 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
   const users = newNatsUsers();
   const partitions = Number(envOverrides.RUNPLANE_PARTITIONS ?? 8);
   const space = { stream: `RPT_${tag}`, prefix: `t${tag}`, partitions };
-  const admin = { user: users.admin.user, pass: users.admin.password };
+  const logDir = join(repoRoot(), '.runplane', 'test-logs', tag);
+  const tls = (opts.tls ?? true) ? await createDevNatsTls(join(logDir, 'nats-tls')) : null;
+  const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
+  const config = natsAuthConfig(space, users) + (tls ? `\n${natsTlsConfig(tls)}` : '');
   let nats: TestNatsServer | null = null;
   const natsUrl = opts.nats
-    ? await opts.nats(natsAuthConfig(space, users), admin)
-    : (nats = await TestNatsServer.start({ bin: testNatsServerBinary(), config: natsAuthConfig(space, users), auth: admin })).url;
+    ? await opts.nats(config, admin)
+    : (nats = await TestNatsServer.start({ bin: testNatsServerBinary(), config, auth: admin })).url;
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     NATS_URL: natsUrl,
+    // every service, the admin's provisioning and the test's own log verify the server against the file's CA
+    ...(tls ? { NATS_CA_FILE: tls.caFile } : {}),
     DATABASE_URL: `postgresql://postgres@127.0.0.1:5432/rp_${tag}`,
     RUNPLANE_STREAM: space.stream,
     RUNPLANE_SUBJECT_PREFIX: space.prefix,
@@ -106,6 +125,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
   };
   delete env.NATS_USER;
   delete env.NATS_PASSWORD;
+  if (!tls && !envOverrides.NATS_CA_FILE) delete env.NATS_CA_FILE;
   if (!(await ensureDatabaseExists(env.DATABASE_URL!))) {
     await nats?.cleanup();
     throw new Error('PostgreSQL is not reachable at 127.0.0.1:5432');
@@ -115,7 +135,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
   try {
     stack = await startStack({
       env,
-      logDir: join(repoRoot(), '.runplane', 'test-logs', tag),
+      logDir,
       natsUsers: users,
       ...(opts.modelBaseUrl ? { modelBaseUrl: opts.modelBaseUrl } : {}),
       ...(opts.replicas ? { replicas: opts.replicas } : {}),
@@ -139,6 +159,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     log: adminLog,
     users,
     nats,
+    tls: natsTlsOptions(natsUrl, tls?.caFile),
     get client() {
       return new RunplaneClient(stack.endpoints);
     },

@@ -347,6 +347,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   const reads = readCommands({
     ...dev.natsEnvOf(env.natsUsers, 'ops'),
     NATS_URL: env.env.NATS_URL!,
+    ...(env.env.NATS_CA_FILE ? { NATS_CA_FILE: env.env.NATS_CA_FILE } : {}),
     DATABASE_URL: env.env.DATABASE_URL!,
     RUNPLANE_STREAM: bus.RUNPLANE_STREAM,
     RUNPLANE_SUBJECT_PREFIX: bus.RUNPLANE_SUBJECT_PREFIX,
@@ -360,7 +361,9 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   );
   for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
     const own = dev.downstreamEnvOf(env.natsUsers, name);
-    out(`    NATS_URL=${env.env.NATS_URL} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD} RUNPLANE_CONSUMER_NAME=${name}`);
+    out(
+      `    NATS_URL=${env.env.NATS_URL}${env.env.NATS_CA_FILE ? ` NATS_CA_FILE=${env.env.NATS_CA_FILE}` : ''} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD} RUNPLANE_CONSUMER_NAME=${name}`,
+    );
   }
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
   return new Promise<number>(() => undefined); // until a signal stops everything
@@ -446,6 +449,8 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
         ...process.env,
         ...auth.env,
         NATS_URL: nats.url,
+        // the server requires TLS with a certificate of the private CA made for it: every service verifies it
+        ...dev.natsCaEnvOf(nats),
         ...(nats.cluster ? { RUNPLANE_NATS_REPLICAS: '3' } : {}),
         DATABASE_URL: databaseUrl,
         RUNPLANE_DATA_DIR: data.dir,

@@ -242,7 +242,7 @@ program
   )
   .addHelpText(
     'after',
-    `\nReads NATS_URL, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
+    `\nReads NATS_URL, NATS_CA_FILE, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
       `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
   )
   .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) => run(() => audit(o))());

@@ -9,6 +9,8 @@ import { natsUserName, passwordVariable } from '@runplane/eventlog';
 /** What the reading commands need to find the log (and, for `projections rebuild`, the live projections). */
 export interface ReadEnvironment {
   NATS_URL: string;
+  /** The CA bundle of a server that requires TLS (a local stack's private CA), when there is one. */
+  NATS_CA_FILE?: string;
   /** The ops user's credentials: it may read the Run stream (short-lived consumers) and append nothing. */
   NATS_USER: string;
   NATS_PASSWORD: string;
@@ -32,10 +34,11 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
   const defaults = BusConfig.parse({});
   const vars = (names: (keyof ReadEnvironment)[]) =>
     names
+      .filter((n) => env[n] !== undefined)
       .filter((n) => !(n === 'RUNPLANE_STREAM' || n === 'RUNPLANE_SUBJECT_PREFIX') || env[n] !== defaults[n])
-      .map((n) => `${n}=${shellWord(env[n])}`)
+      .map((n) => `${n}=${shellWord(env[n]!)}`)
       .join(' ');
-  const nats = vars(['NATS_URL', 'NATS_USER', 'NATS_PASSWORD', 'RUNPLANE_STREAM', 'RUNPLANE_SUBJECT_PREFIX']);
+  const nats = vars(['NATS_URL', 'NATS_CA_FILE', 'NATS_USER', 'NATS_PASSWORD', 'RUNPLANE_STREAM', 'RUNPLANE_SUBJECT_PREFIX']);
   return {
     timeline: `${nats} npm run runplane -- timeline <runId>`,
     audit: `${nats} npm run runplane -- audit --all`,

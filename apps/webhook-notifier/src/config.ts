@@ -1,6 +1,6 @@
 /**
  * The notifier's configuration from the environment (besides the bus: `NATS_URL`, `NATS_USER`,
- * `NATS_PASSWORD`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`, read by @runplane/consumer).
+ * `NATS_PASSWORD`, `NATS_CA_FILE`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX`, read by @runplane/consumer).
  */
 import { z } from 'zod';
 import { envInt } from '@runplane/contracts';

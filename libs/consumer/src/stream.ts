@@ -12,6 +12,7 @@ import {
   DEFAULT_PARTITIONS,
   DeliveryFeed,
   MAX_PARTITIONS,
+  natsTlsOptions,
   natsUserOptions,
   PARTITIONS_METADATA_KEY,
   RECONNECT_JITTER_MS,
@@ -31,6 +32,11 @@ export interface RunStreamOptions {
    */
   user?: string;
   password?: string;
+  /**
+   * PEM CA bundle the server's certificate is verified against (`NATS_CA_FILE`); set, the
+   * connection requires TLS (eventlog's `natsTlsOptions`).
+   */
+  caFile?: string;
   /** The Run stream (`RUNPLANE_STREAM`, default `RUNPLANE`). */
   stream: string;
   /** The subject prefix (`RUNPLANE_SUBJECT_PREFIX`, default `rp`): the stream captures `<prefix>.run.>`. */
@@ -40,7 +46,7 @@ export interface RunStreamOptions {
 }
 
 /**
- * {@link RunStreamOptions} from the environment: `NATS_URL`, `NATS_USER`, `NATS_PASSWORD`,
+ * {@link RunStreamOptions} from the environment: `NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_CA_FILE`,
  * `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX` (validated by contracts' `BusConfig`, with its defaults).
  * @throws ZodError naming the variable when a value is invalid.
  */
@@ -51,6 +57,7 @@ export function runStreamOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): R
     stream: bus.RUNPLANE_STREAM,
     prefix: bus.RUNPLANE_SUBJECT_PREFIX,
     ...(bus.NATS_USER ? { user: bus.NATS_USER, password: bus.NATS_PASSWORD ?? '' } : {}),
+    ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
   };
 }
 
@@ -88,6 +95,7 @@ export class RunStream implements ConsumerSource {
    */
   static async open(opts: RunStreamOptions): Promise<RunStream> {
     let nc: NatsConnection;
+    const tls = natsTlsOptions(opts.natsUrl, opts.caFile); // a bad NATS_CA_FILE stops here, named
     try {
       nc = await connect({
         servers: natsServerList(opts.natsUrl),
@@ -97,6 +105,7 @@ export class RunStream implements ConsumerSource {
         reconnectJitter: RECONNECT_JITTER_MS,
         // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (issue 18)
         ...natsUserOptions(opts.user, opts.password),
+        ...tls,
       });
     } catch (e) {
       throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${(e as Error)?.message ?? String(e)}`, {

@@ -42,6 +42,17 @@ export const BusConfig = z.object({
   /** Credentials of this service's NATS user (deploy/nats/accounts.conf), when the server requires them. */
   NATS_USER: z.string().min(1).optional(),
   NATS_PASSWORD: z.string().optional(),
+  /**
+   * PEM CA bundle (a file path) the NATS server's certificate is verified against: set, every
+   * connection requires TLS and refuses a server whose certificate does not chain to it or does
+   * not name the host of `NATS_URL`. Unset or empty: TLS only when the server requires it (or the
+   * URL is `tls://`), verified against the system's CAs. A missing or non-PEM file stops the
+   * process at start-up (libs/eventlog tls.ts).
+   */
+  NATS_CA_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z
     .string()

@@ -21,6 +21,7 @@ import {
   BUS_USERS,
   EventLog,
   natsUserName,
+  natsTlsOptions,
   natsUserOptions,
   provisionBus,
   renderNatsAuthorization,
@@ -29,10 +30,12 @@ import {
 } from '@runplane/eventlog';
 import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
-import { ensureNatsServerBinary, startNatsCluster, type NatsCluster } from './nats-server.js';
+import { ensureNatsServerBinary, startNatsCluster, type NatsCluster, type NatsProbeAuth } from './nats-server.js';
+import { createDevNatsTls, natsTlsConfig } from './tls.js';
 
 export * from './nats-server.js';
 export * from './auth.js';
+export * from './tls.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -58,14 +61,18 @@ export function repoRoot(): string {
   return root;
 }
 
-/** True when a NATS server answers at `url` (one, or a comma-separated list: any of them) within `timeoutMs`. */
-export async function natsReachable(url: string, timeoutMs = 1500, auth?: { user: string; pass: string }): Promise<boolean> {
+/**
+ * True when a NATS server answers at `url` (one, or a comma-separated list: any of them) within
+ * `timeoutMs`, as `auth`'s user when given, verifying a TLS server against `auth.caFile`.
+ */
+export async function natsReachable(url: string, timeoutMs = 1500, auth?: NatsProbeAuth): Promise<boolean> {
   try {
     const nc = await connect({
       servers: natsServerList(url),
       timeout: timeoutMs,
       reconnect: false,
-      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
+      ...natsUserOptions(auth?.user, auth?.pass),
+      ...natsTlsOptions(url, auth?.caFile),
     });
     await nc.close();
     return true;
@@ -212,16 +219,28 @@ export function natsServerBinary(): string {
 /** A nats-server the local stack started with the Runplane users switched on. */
 export interface SecuredNats extends NatsHandle {
   users: NatsUsers;
+  /**
+   * The private CA the server's certificate chains to (createDevNatsTls), when it requires TLS:
+   * every client's `NATS_CA_FILE` ({@link natsCaEnvOf}).
+   */
+  caFile?: string;
   /** The cluster, when {@link startSecuredNatsCluster} started one (`url` then lists every node). */
   cluster?: NatsCluster;
+}
+
+/** `NATS_CA_FILE` for a client of `nats` when it requires TLS, else nothing. */
+export function natsCaEnvOf(nats: Pick<SecuredNats, 'caFile'>): { NATS_CA_FILE: string } | Record<string, never> {
+  return nats.caFile ? { NATS_CA_FILE: nats.caFile } : {};
 }
 
 /**
  * Starts a nats-server of its own (never reconfiguring one that already runs) on a free loopback
  * port, with JetStream storing under `stateDir`/nats (kept between runs) and the Runplane users and
  * permissions of {@link natsAuthConfig} switched on: a connection without a user is refused, each
- * service may publish only the facts it owns (K9). `downstream`: the downstream durable
- * consumers, each with a user of its own (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
+ * service may publish only the facts it owns (K9). With `tls` (the default) the server requires
+ * TLS, with a certificate of a private CA made anew in `stateDir`/nats/tls (createDevNatsTls):
+ * `caFile` is the clients' `NATS_CA_FILE`. `downstream`: the downstream durable consumers, each
+ * with a user of its own (default: eventlog's `DEFAULT_DOWNSTREAM_CONSUMERS`).
  * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
 export async function startSecuredNats(opts: {
@@ -229,35 +248,46 @@ export async function startSecuredNats(opts: {
   space: SubjectSpace;
   users?: NatsUsers;
   downstream?: readonly string[];
+  /** Require TLS (default true). */
+  tls?: boolean;
 }): Promise<SecuredNats> {
   const bin = natsServerBinary();
   const users = opts.users ?? newNatsUsers(opts.downstream);
   const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });
+  const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const config = join(dir, 'server.conf');
-  writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream), { mode: 0o600 });
+  writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
   const child = track(
     spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', join(dir, 'server.log')], {
       stdio: 'ignore',
     }),
   );
   const url = `nats://127.0.0.1:${port}`;
-  const admin = { user: users.admin.user, pass: users.admin.password };
+  const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
   const deadline = Date.now() + 10_000;
   while (!(await natsReachable(url, 500, admin))) {
     if (Date.now() > deadline || child.exitCode !== null)
       throw new Error(`started ${bin} but it did not answer at ${url} (log: ${join(dir, 'server.log')})`);
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { url, child, users, note: `started ${bin} -js on ${url} with the Runplane users (config ${config})`, stop: () => stopChild(child) };
+  return {
+    url,
+    child,
+    users,
+    ...(tls ? { caFile: tls.caFile } : {}),
+    note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})`,
+    stop: () => stopChild(child),
+  };
 }
 
 /**
  * Starts a JetStream cluster of `nodes` (default 3) nats-server processes on loopback ports
  * ({@link startNatsCluster}), each storing under `stateDir`/nats-cluster/<node> (kept between
  * runs; the ports are new each time, the routes follow), with the Runplane users and permissions
- * of {@link natsAuthConfig}. `url` lists every node (the services' `NATS_URL`); create the stream
+ * of {@link natsAuthConfig}, and with `tls` (the default) TLS required on every node's client port
+ * as {@link startSecuredNats}. `url` lists every node (the services' `NATS_URL`); create the stream
  * and buckets with `RUNPLANE_NATS_REPLICAS=3`.
  * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
@@ -266,14 +296,17 @@ export async function startSecuredNatsCluster(opts: {
   space: SubjectSpace;
   users?: NatsUsers;
   nodes?: number;
+  /** Require TLS (default true). */
+  tls?: boolean;
 }): Promise<SecuredNats> {
   const users = opts.users ?? newNatsUsers();
   const dir = join(opts.stateDir, 'nats-cluster');
+  const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const cluster = await startNatsCluster({
     nodes: opts.nodes ?? 3,
     stateDir: dir,
-    config: natsAuthConfig(opts.space, users),
-    auth: { user: users.admin.user, pass: users.admin.password },
+    config: natsAuthConfig(opts.space, users) + (tls ? `\n${natsTlsConfig(tls)}` : ''),
+    auth: { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) },
     root: repoRoot(),
     track,
   });
@@ -282,7 +315,8 @@ export async function startSecuredNatsCluster(opts: {
     child: null,
     cluster,
     users,
-    note: `started a ${cluster.nodes.length}-node JetStream cluster (nats-server ${cluster.server.version}) on ${cluster.url} with the Runplane users (store ${dir})`,
+    ...(tls ? { caFile: tls.caFile } : {}),
+    note: `started a ${cluster.nodes.length}-node JetStream cluster (nats-server ${cluster.server.version}) on ${cluster.url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (store ${dir})`,
     stop: () => cluster.stop(),
   };
 }
@@ -304,6 +338,7 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
     partitions: bus.RUNPLANE_PARTITIONS,
     replicas: bus.RUNPLANE_NATS_REPLICAS,
     ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
+    ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
   });
   try {
     await (downstream ? provisionBus(log, downstream) : provisionBus(log));

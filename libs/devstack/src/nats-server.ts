@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
-import { natsUserOptions } from '@runplane/eventlog';
+import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 
 /** The oldest nats-server Runplane supports (docs/event-log.md, "What the design relies on"). */
 export const NATS_SERVER_MIN_VERSION = '2.12.0';
@@ -96,11 +96,24 @@ export function ensureNatsServerBinary(root: string, env: NodeJS.ProcessEnv = pr
   throw new Error(`No nats-server ${NATS_SERVER_MIN_VERSION} or later could be had${why ? ` (${why})` : ''}: ${HOW_TO_GET_NATS_SERVER}.`);
 }
 
+/** A user a probe connects as (none: no user), and the CA bundle it verifies a TLS server against (`NATS_CA_FILE`). */
+export interface NatsProbeAuth {
+  user?: string;
+  pass?: string;
+  caFile?: string;
+}
+
 /** True when a NATS server answers JetStream API requests at `url` (a cluster: once it has a meta leader). */
-export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: { user: string; pass: string }): Promise<boolean> {
+export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: NatsProbeAuth): Promise<boolean> {
   let nc;
   try {
-    nc = await connect({ servers: url, timeout: timeoutMs, reconnect: false, ...(auth ? natsUserOptions(auth.user, auth.pass) : {}) });
+    nc = await connect({
+      servers: url,
+      timeout: timeoutMs,
+      reconnect: false,
+      ...natsUserOptions(auth?.user, auth?.pass),
+      ...natsTlsOptions(url, auth?.caFile),
+    });
   } catch {
     return false;
   }
@@ -195,8 +208,8 @@ export interface NatsClusterOptions {
   stateDir: string;
   /** Configuration shared by every node (e.g. natsAuthConfig: the Runplane users and permissions). */
   config: string;
-  /** A user the readiness probe connects as when `config` requires one. */
-  auth?: { user: string; pass: string };
+  /** A user the readiness probe connects as when `config` requires one (and the CA when it requires TLS). */
+  auth?: NatsProbeAuth;
   /** The cluster's name (default `runplane`). */
   clusterName?: string;
   /** The binary (default: {@link ensureNatsServerBinary} of `root`). */

@@ -20,6 +20,7 @@ import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, Retry
 import { natsUserOptions } from './inbox.js';
 import { recordAppend } from './log-metrics.js';
 import { injectTraceContext, inSpan, SpanKind } from './tracing.js';
+import { natsTlsOptions } from './tls.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -41,6 +42,11 @@ export interface EventLogOptions {
   /** NATS user and password, when the server requires them. */
   user?: string;
   pass?: string;
+  /**
+   * PEM CA bundle the server's certificate is verified against (`NATS_CA_FILE`): the connection
+   * then requires TLS (tls.ts `natsTlsOptions`). A `tls://` URL requires TLS too.
+   */
+  caFile?: string;
   /**
    * How long an append whose outcome is unknown (publish timed out, NATS restarting) is retried
    * with the same event id before the error propagates, in ms (default 30,000).
@@ -422,6 +428,8 @@ export class EventLog {
   static async connect(opts: EventLogOptions): Promise<EventLog> {
     const create = opts.create ?? true;
     let nc: NatsConnection;
+    // a bad NATS_CA_FILE stops here, naming the setting (not as a TLS error on a later reconnection)
+    const tls = natsTlsOptions(opts.natsUrl, opts.caFile);
     try {
       nc = await connect({
         servers: natsServerList(opts.natsUrl),
@@ -436,6 +444,8 @@ export class EventLog {
         noAsyncTraces: true,
         // replies on the user's own inbox, the only one the broker lets it read
         ...natsUserOptions(opts.user, opts.pass),
+        // the server's certificate verified against NATS_CA_FILE before the password is sent
+        ...tls,
       });
     } catch (e) {
       // every caller (a service's start-up, an auditor's tool) is told which server it could not use
@@ -480,8 +490,8 @@ export class EventLog {
 
   /**
    * Connects with the bus configuration read from `env` (`NATS_URL`, `RUNPLANE_STREAM`,
-   * `RUNPLANE_SUBJECT_PREFIX`, `NATS_USER`/`NATS_PASSWORD`, validated by contracts' `BusConfig`):
-   * how the CLI connects. Services get theirs from the injected configuration ({@link fromConfig}).
+   * `RUNPLANE_SUBJECT_PREFIX`, `NATS_USER`/`NATS_PASSWORD`, `NATS_CA_FILE`, validated by contracts'
+   * `BusConfig`): how the CLI connects. Services get theirs from the injected configuration ({@link fromConfig}).
    * @param name the connection name shown by the NATS server (e.g. the service name).
    * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
    *   {@link connect}: auditors' tools, K11).
@@ -509,6 +519,7 @@ export class EventLog {
       partitions: bus.RUNPLANE_PARTITIONS,
       replicas: bus.RUNPLANE_NATS_REPLICAS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
+      ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
       ...(opts.readOnly ? { create: false } : {}),
     });
   }

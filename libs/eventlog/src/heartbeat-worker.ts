@@ -8,6 +8,7 @@ import { connect } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import type { HeartbeatWorkerData } from './heartbeats.js';
 import { natsUserOptions } from './inbox.js';
+import { natsTlsOptions } from './tls.js';
 
 const data = workerData as HeartbeatWorkerData;
 const nc = await connect({
@@ -21,6 +22,8 @@ const nc = await connect({
   noAsyncTraces: true,
   // replies on the user's own inbox, the only one the broker lets it read (issue 18)
   ...natsUserOptions(data.user, data.pass),
+  // TLS as the main thread's connection (NATS_CA_FILE, checked there first)
+  ...natsTlsOptions(data.natsUrl, data.caFile),
 });
 const kv = await new Kvm(nc).open(data.bucket);
 const body = JSON.stringify(data.value);

@@ -75,6 +75,8 @@ export interface HeartbeatWorkerData {
   natsUrl: string;
   user?: string;
   pass?: string;
+  /** `NATS_CA_FILE` (tls.ts): the worker's connection verifies the server against it. */
+  caFile?: string;
   bucket: string;
   /** The key written (`<service>.<instance>`). */
   key: string;
@@ -99,7 +101,7 @@ export class ProcessHeartbeat {
    * @throws when the worker cannot connect or write within 30 s.
    */
   static async start(
-    connection: { natsUrl: string; user?: string; pass?: string },
+    connection: { natsUrl: string; user?: string; pass?: string; caFile?: string },
     space: { prefix: string },
     writer: { service: string; instance: string },
     ttlMs: number,

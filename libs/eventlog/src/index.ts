@@ -9,6 +9,7 @@ export * from './lease-renewal.js';
 export * from './heartbeats.js';
 export * from './bus.js';
 export * from './inbox.js';
+export * from './tls.js';
 export * from './anomalies.js';
 export * from './conversations.js';
 export * from './quota-reservations.js';

@@ -57,7 +57,11 @@ export class EventLogModule implements OnApplicationShutdown {
             const ownership = await PartitionOwnership.start(
               log,
               serviceName,
-              { natsUrl: bus.NATS_URL, ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}) },
+              {
+                natsUrl: bus.NATS_URL,
+                ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
+                ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
+              },
               bus.RUNPLANE_MEMBER_TTL_MS,
               { log: (f, m) => logger.log(f, m), warn: (f, m) => logger.warn(f, m) },
             );

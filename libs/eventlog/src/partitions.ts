@@ -115,6 +115,8 @@ export interface MembershipConnection {
   natsUrl: string;
   user?: string;
   pass?: string;
+  /** `NATS_CA_FILE`: the worker's connection verifies the server against it (tls.ts). */
+  caFile?: string;
 }
 
 /**
