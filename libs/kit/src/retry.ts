@@ -102,12 +102,53 @@ export type RetryPolicyName = keyof typeof retryPolicies;
 export type RetryHooks = Pick<Options, 'shouldRetry' | 'onFailedAttempt' | 'maxRetryTime' | 'signal' | 'shouldConsumeRetry'>;
 
 /**
+ * What an attempt threw that p-retry would not hand to the caller's predicate: it never retries a
+ * TypeError (unless it looks like a network error), and takes a value that is not an Error of this
+ * realm (a `fetch` error seen from a test's vm context) for a TypeError of its own. Carried through
+ * and unwrapped, so the policy retries exactly what the caller's `shouldRetry` says.
+ */
+class Thrown extends Error {
+  constructor(readonly thrown: unknown) {
+    super(thrown instanceof Error ? thrown.message : String(thrown));
+    this.name = 'Thrown';
+  }
+}
+
+const unwrap = (e: unknown): unknown => (e instanceof Thrown ? e.thrown : e);
+const withError = (c: RetryContext): RetryContext => ({ ...c, error: unwrap(c.error) as Error });
+
+/**
  * Runs `attempt` under the named policy (p-retry): resolves with its first success; rejects with
  * the last error when `shouldRetry` says no, the retries or `maxRetryTime` run out, or with the
- * original error of an {@link AbortError} thrown by `attempt` (never retried).
+ * original error of an {@link AbortError} thrown by `attempt` (never retried). Every error but an
+ * AbortError goes to the hooks as thrown, TypeErrors included.
  * @param attempt called with the attempt number (1, 2, ...).
  */
-export function retry<T>(policy: RetryPolicyName | RetryPolicy, attempt: (attemptNumber: number) => PromiseLike<T> | T, hooks: RetryHooks = {}): Promise<T> {
+export async function retry<T>(
+  policy: RetryPolicyName | RetryPolicy,
+  attempt: (attemptNumber: number) => PromiseLike<T> | T,
+  hooks: RetryHooks = {},
+): Promise<T> {
   const numbers = typeof policy === 'string' ? retryPolicies[policy] : policy;
-  return pRetry(attempt, { ...numbers, ...hooks });
+  const { shouldRetry, onFailedAttempt, shouldConsumeRetry } = hooks;
+  try {
+    return await pRetry(
+      async (n) => {
+        try {
+          return await attempt(n);
+        } catch (e) {
+          throw e instanceof AbortError || (e instanceof Error && !(e instanceof TypeError)) ? e : new Thrown(e);
+        }
+      },
+      {
+        ...numbers,
+        ...hooks,
+        shouldRetry: shouldRetry && ((c) => shouldRetry(withError(c))),
+        onFailedAttempt: onFailedAttempt && ((c) => onFailedAttempt(withError(c))),
+        shouldConsumeRetry: shouldConsumeRetry && ((c) => shouldConsumeRetry(withError(c))),
+      },
+    );
+  } catch (e) {
+    throw unwrap(e);
+  }
 }
