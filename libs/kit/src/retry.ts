@@ -69,6 +69,12 @@ export const retryPolicies = {
    */
   claimRace: { retries: 2, minTimeout: 0 },
   /**
+   * A tool wake that met a claim held by another executor (its dispatch not yet in the log): read
+   * the Run and decide again 5 times, 25, 50, 100, 200, 400 ms apart (about 0.8 s), then hand the
+   * wake back for redelivery.
+   */
+  claimMet: { retries: 5, minTimeout: 25, maxTimeout: 400, factor: 2 },
+  /**
    * Marking a lease fenced while its holder keeps renewing it: 5 attempts, read again at once.
    * Past them the holder stops at its next write anyway (the fence is in the log, K6).
    */
