@@ -74,7 +74,7 @@ export class KvStore<T> {
   }
 
   /** A bucket entry as a record; null for a deleted key or a value the schema refuses. */
-  record(entry: KvEntry): KvRecord<T> | null {
+  toRecord(entry: KvEntry): KvRecord<T> | null {
     const value = this.parseValue(entry);
     return value === null ? null : { key: entry.key, value, revision: entry.revision, writtenAt: entry.created };
   }
@@ -87,7 +87,7 @@ export class KvStore<T> {
   /** The record of `key`, or null when absent, deleted or not a value of the schema. */
   async getRecord(key: string): Promise<KvRecord<T> | null> {
     const entry = await this.kv.get(key);
-    return entry ? this.record(entry) : null;
+    return entry ? this.toRecord(entry) : null;
   }
 
   /** Creates `key` only when it has no value (compare-and-set on absence). @returns its revision. @throws when it exists. */
