@@ -123,7 +123,10 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
         if (entry) this.heartbeats.set(entry.instance, entry);
         else this.heartbeats.delete(instanceOfHeartbeatKey(e.key) ?? e.key);
       },
-      { reopenAfterMs: this.settings.sweepMs, onError: (_what, error) => this.logger.warn({ error: error.message }, 'heartbeat watch failed; watching again') },
+      {
+        reopenAfterMs: this.settings.sweepMs,
+        onError: (_what, error) => this.logger.warn({ error: error.message }, 'heartbeat watch failed; watching again'),
+      },
     );
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));

@@ -234,5 +234,4 @@ export class ClaimStore extends KvStore<ClaimValue> {
       if (found) yield { key, ...found };
     }
   }
-
 }

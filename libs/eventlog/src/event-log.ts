@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { connect, errors as natsErrors, headers as natsHeaders, RequestError, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import { AbortError, BatchNotStored, isTransientNatsError, retry } from '@runplane/kit';
 import {
   AckPolicy,

@@ -217,7 +217,11 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     const started = await retry('startupConnect', () => consumer.start(), {
       shouldRetry: wanted,
       onFailedAttempt: ({ error, attemptNumber }) => {
-        if (wanted()) this.nestLogger.warn({ partition: p, attempt: attemptNumber, err: describeError(error) }, 'could not start a partition consumer yet; retrying');
+        if (wanted())
+          this.nestLogger.warn(
+            { partition: p, attempt: attemptNumber, err: describeError(error) },
+            'could not start a partition consumer yet; retrying',
+          );
       },
     }).then(
       () => true,

@@ -70,7 +70,7 @@ export class KvStore<T> {
 
   /** A bucket entry's value through the schema; null for a deleted key or a value the schema refuses. */
   parseValue(entry: KvEntry): T | null {
-    return kvJson(entry, this.schema) as T | null;
+    return kvJson<z.ZodType<T>>(entry, this.schema);
   }
 
   /** A bucket entry as a record; null for a deleted key or a value the schema refuses. */

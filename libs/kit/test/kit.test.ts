@@ -121,7 +121,14 @@ describe('retry policies', () => {
     for (const name of ['claimRace', 'fenceRace', 'closedConnection'] as const) {
       const calls = { n: 0 };
       const last = new Error(name);
-      expect(await failure(retry(name, failing(calls, () => last)))).toBe(last);
+      expect(
+        await failure(
+          retry(
+            name,
+            failing(calls, () => last),
+          ),
+        ),
+      ).toBe(last);
       expect(calls.n).toBe(retryPolicies[name].retries + 1);
     }
   });
@@ -143,21 +150,40 @@ describe('retry policies', () => {
 
   it('retry exactly what the predicate says: a refused error once, an AbortError once with its original, a TypeError like any other', async () => {
     const refused = { n: 0 };
-    await failure(retry('claimRace', failing(refused, () => new Error('no')), { shouldRetry: () => false }));
+    await failure(
+      retry(
+        'claimRace',
+        failing(refused, () => new Error('no')),
+        { shouldRetry: () => false },
+      ),
+    );
     expect(refused.n).toBe(1);
 
     const aborted = { n: 0 };
     const original = new Error('stop here');
-    expect(await failure(retry('claimRace', failing(aborted, () => new AbortError(original))))).toBe(original);
+    expect(
+      await failure(
+        retry(
+          'claimRace',
+          failing(aborted, () => new AbortError(original)),
+        ),
+      ),
+    ).toBe(original);
     expect(aborted.n).toBe(1);
 
     // p-retry alone never retries a TypeError that is not a network error
     const typed = { n: 0 };
     const typeError = new TypeError('socket gone');
     const seen: unknown[] = [];
-    expect(await failure(retry('claimRace', failing(typed, () => typeError), { shouldRetry: ({ error }) => (seen.push(error), true) }))).toBe(
-      typeError,
-    );
+    expect(
+      await failure(
+        retry(
+          'claimRace',
+          failing(typed, () => typeError),
+          { shouldRetry: ({ error }) => (seen.push(error), true) },
+        ),
+      ),
+    ).toBe(typeError);
     expect(typed.n).toBe(3);
     expect(seen).toEqual([typeError, typeError]);
   });
