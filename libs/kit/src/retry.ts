@@ -85,6 +85,11 @@ export const retryPolicies = {
    */
   staleRead: { retries: 5, minTimeout: 5, maxTimeout: 250, factor: 2.7 },
   /**
+   * A durable consumer whose message stream ended (NATS restarted, the consumer deleted): consume
+   * again 1,000 ms after it ended, then every 1,000 ms until it consumes or is stopping.
+   */
+  consumeAgain: { retries: Number.POSITIVE_INFINITY, minTimeout: 1_000, factor: 1 },
+  /**
    * A KV watch that ended (NATS restarted under it) opened again: 500 ms after it ended, then
    * every 500 ms until it opens or is no longer wanted.
    */
