@@ -247,6 +247,8 @@ describe('deploy/k8s', () => {
       metadata: { name: 'tools-anywhere' },
       spec: { podSelector: { matchLabels: { 'app.kubernetes.io/component': 'tools' } }, policyTypes: ['Egress'], egress: [{}] },
     });
+    // the runtime's model egress open to every address on 443 again (the cloud's metadata, the cluster)
+    byName('NetworkPolicy', 'runplane-egress-model').spec!.egress = [{ ports: [{ protocol: 'TCP', port: 443 }] }];
     // the lifecycle without a memory limit; liveness of the runtime on /readyz (a NATS outage would restart it)
     delete container('runplane-lifecycle').resources!.limits!.memory;
     container('runplane-runtime').livenessProbe!.httpGet!.path = '/readyz';
@@ -263,6 +265,7 @@ describe('deploy/k8s', () => {
       /^prod: no default-deny NetworkPolicy/,
       /^prod: projector: reachable from outside the namespace by monitoring\/prometheus, other namespaces; want monitoring\/prometheus$/,
       /^prod: tools: egress to dns, nats, unknown: to \[\] ports all; want dns, nats$/,
+      /^prod: runtime: egress to dns, nats, unknown: to \[\] ports TCP\/443; want dns, model, nats$/,
       /^prod: Deployment runplane-lifecycle: no memory limit$/,
       /^prod: runtime: livenessProbe on \/readyz, not \/livez$/,
       /^prod: Deployment runplane-recovery: image runplane:0\.1\.0-dev does not match/,

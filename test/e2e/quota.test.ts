@@ -26,6 +26,7 @@ let dir: string;
 let alice: string;
 let bob: string;
 let carol: string;
+let dave: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'rp-quota-'));
@@ -37,7 +38,7 @@ beforeAll(async () => {
     RUNPLANE_MODEL_PRICES: JSON.stringify({ 'runplane-scripted-research': { inputPerMTok: 1, outputPerMTok: 1, currency: 'USD' } }),
     RUNPLANE_QUOTA_COST_MICROS_PER_DAY: String(COST_PER_DAY),
   });
-  [alice, bob, carol] = await Promise.all([auth.mint('alice'), auth.mint('bob'), auth.mint('carol')]);
+  [alice, bob, carol, dave] = await Promise.all([auth.mint('alice'), auth.mint('bob'), auth.mint('carol'), auth.mint('dave')]);
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
@@ -202,6 +203,39 @@ describe('per-principal quotas (RUNPLANE_QUOTA_CONCURRENT_RUNS=1, RUNPLANE_QUOTA
     await projected(bob, String(bobs.body!.runId), 'settled');
     expect(await t.log.readRun(refused)).toEqual([]);
   }, 180_000);
+
+  it('given one concurrent Run allowed, when dave posts 5 new messages at once (faster than the projector follows), then exactly one is admitted and 4 get 429; 4 copies of one message at once are never refused', async () => {
+    const key = `burst-${t.tag}`;
+    await t.setScenario({ steps: [{ hang: true }], then: 'repeat-last' }, key);
+    const conversationId = `conv-burst-${t.tag}`;
+    const messages = admission(`/v1/conversations/${conversationId}/messages`);
+    const message = (id: string) => ({ clientMessageId: id, content: `What does DIA hold? ${key} ${id}` });
+    const runOf = (id: string) => admissionIds(conversationKey(conversationId, 'dave'), id).runId;
+    const before = await refusals('concurrent-runs');
+
+    const ids = ['d1', 'd2', 'd3', 'd4', 'd5'];
+    const burst = await Promise.all(ids.map((id) => post(messages, dave, message(id))));
+    expect(burst.map((r) => r.status).sort()).toEqual([201, 429, 429, 429, 429]);
+    for (const r of burst.filter((r) => r.status === 429)) expect(r.body).toMatchObject({ quota: 'concurrent-runs', limit: 1, used: 1 });
+    const admittedCounts = await Promise.all(
+      ids.map(async (id) => (await t.log.readRun(runOf(id))).filter((e) => e.event.type === 'run.admitted').length),
+    );
+    expect(admittedCounts.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(await refusals('concurrent-runs')).toBe(before + 4);
+    const held = ids[burst.findIndex((r) => r.status === 201)]!;
+    expect(await t.log.readRun(runOf(held))).not.toEqual([]);
+
+    // the slot frees when that Run settles; then 4 copies of one new message at once: one Run, no 429 (K1)
+    expect((await post(admission(`/v1/runs/${runOf(held)}/cancel`), dave, { reason: 'quota test' })).status).toBe(202);
+    await t.waitForSettlement(runOf(held), 30_000);
+    await projected(dave, runOf(held), 'settled');
+    const copies = await Promise.all([1, 2, 3, 4].map(() => post(messages, dave, message('d6'))));
+    expect(copies.map((r) => r.status)).not.toContain(429);
+    expect(copies.map((r) => r.status)).toContain(201);
+    expect((await t.log.readRun(runOf('d6'))).filter((e) => e.event.type === 'run.admitted')).toHaveLength(1);
+    expect((await post(admission(`/v1/runs/${runOf('d6')}/cancel`), dave, { reason: 'quota test' })).status).toBe(202);
+    await t.waitForSettlement(runOf('d6'), 30_000);
+  }, 120_000);
 
   it('given the Runs above settled and projected, then projections rebuilt from the log give the same counts and charges (K11)', async () => {
     const rebuildDb = `rp_${t.tag}_rebuild`;

@@ -56,6 +56,13 @@ async function waitForType(runId: string, type: RunEvent['type']): Promise<Store
   );
 }
 
+/** The value of the series `name` on `service`'s /metrics, with `label` among its labels when given (0 when absent). */
+async function metric(service: 'recovery' | 'lifecycle', name: string, label = ''): Promise<number> {
+  const text = await (await fetch(`${t.stack.services.get(service)!.url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(label));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
 /** Kills a process with `signal` and waits until it is gone. */
 async function killed(name: 'runtime', signal: NodeJS.Signals): Promise<void> {
   const p = t.stack.services.get(name)!;
@@ -88,6 +95,14 @@ describe('a runtime that dies mid-Run (K10)', () => {
     expect(ofType(events, 'lease.granted')).toHaveLength(1);
     // a generous bound: TTL 1.5 s, sweep 0.1 s
     expect(settleMs).toBeLessThan(15_000);
+    // where an SRE sees it (docs/metrics.md): one lease expired and fenced, one Run's duration under `interrupted`
+    // (observed right after the owner's append returns: a moment after the log shows the event)
+    await eventually(async () => ((await metric('recovery', 'runplane_lease_expiries_total')) === 1 ? true : null), 5_000, 'the expiry counted');
+    await eventually(
+      async () => ((await metric('lifecycle', 'runplane_run_duration_seconds_count', 'outcome="interrupted"')) === 1 ? true : null),
+      5_000,
+      'the interrupted Run observed',
+    );
     // a restarted runtime does not resume the Run: no second request to the model for it
     await t.stack.startService('runtime');
     await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));

@@ -228,7 +228,7 @@ export interface Selector {
 export interface PolicyPeer {
   namespaceSelector?: Selector;
   podSelector?: Selector;
-  ipBlock?: { cidr: string };
+  ipBlock?: { cidr: string; except?: string[] };
 }
 
 /** One NetworkPolicy rule (ingress `from` or egress `to`). */
@@ -324,6 +324,21 @@ const EGRESS_OF: Record<string, string[]> = {
   provision: ['dns', 'nats'],
 };
 
+/**
+ * The ranges a public-only egress peer must except: private, shared (CGNAT), loopback and
+ * link-local (the cloud's instance metadata, 169.254.169.254 and fd00:ec2::254, inside fc00::/7).
+ */
+const NOT_PUBLIC: Record<string, string[]> = {
+  '0.0.0.0/0': ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '100.64.0.0/10', '169.254.0.0/16', '127.0.0.0/8'],
+  '::/0': ['fc00::/7', 'fe80::/10', '::1/128'],
+};
+
+/** True when an egress peer reaches only public addresses: an ipBlock of everything that excepts {@link NOT_PUBLIC}. */
+function publicOnly(peer: PolicyPeer): boolean {
+  const must = peer.ipBlock ? NOT_PUBLIC[peer.ipBlock.cidr] : undefined;
+  return !!must && !peer.namespaceSelector && !peer.podSelector && must.every((c) => peer.ipBlock!.except?.includes(c));
+}
+
 /** One NetworkPolicy egress rule named by where it goes, or `unknown: ...`. */
 function egressKind(rule: PolicyRule): string {
   const ports = (rule.ports ?? [])
@@ -337,7 +352,7 @@ function egressKind(rule: PolicyRule): string {
   if (ports === 'TCP/4222' && to.length === 1 && ns(to[0]) === 'nats' && to[0]?.podSelector?.matchLabels?.['app.kubernetes.io/name'] === 'nats')
     return 'nats';
   if (ports === 'TCP/5432' && to.length >= 1) return 'postgresql';
-  if (ports === 'TCP/443') return 'model';
+  if (ports === 'TCP/443' && to.length > 0 && to.every(publicOnly)) return 'model';
   if (
     ports === 'TCP/8090' &&
     to.length === 1 &&

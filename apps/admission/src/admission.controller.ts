@@ -40,7 +40,7 @@ import {
   RunsQuery,
   type RunsPage,
 } from '@runplane/contracts';
-import { AppendConflict, ConversationIndex, EventLog } from '@runplane/eventlog';
+import { AppendConflict, ConversationIndex, EventLog, QuotaReservations } from '@runplane/eventlog';
 import {
   apiError,
   AuthGuard,
@@ -74,7 +74,17 @@ import {
 } from './decide.js';
 import type { RunFacts, WaitFacts } from '@runplane/run-facts';
 import { RunReader, ADMISSION_SETTINGS, type AdmissionSettings } from './run-reader.js';
-import { unlimited } from './quota.js';
+import {
+  countsRuns,
+  liveReservations,
+  quotaRefusal,
+  reservationsToConfirm,
+  unlimited,
+  withReservations,
+  type QuotaLimits,
+  type QuotaUsage,
+  type Reservation,
+} from './quota.js';
 import { BudgetRefused, moneyLimitOf } from './budget.js';
 
 /** The client's money limit as grant limits (`{ maxCost }`, K7), or none. @throws ApiError 400 `invalid_body` naming what cannot be granted. */
@@ -239,11 +249,65 @@ export class AdmissionController {
     private readonly runs: RunReader,
     @Inject(ADMISSION_SETTINGS) private readonly settings: AdmissionSettings,
     private readonly conversations: ConversationIndex,
+    private readonly reservations: QuotaReservations,
   ) {
     this.commands = new RunCommandHandler(log, 'admission', () => new Date(), new RunFolds(log, 1_000));
   }
 
   private readonly commands: RunCommandHandler;
+
+  /**
+   * Reserves a new Run against its principal's count quotas before it is appended (eventlog
+   * `QuotaReservations`): by compare-and-set on the principal's entry, so of parallel admissions
+   * (one replica or several) that read the same usage only one reserves, and the others read its
+   * reservation and count it. Nothing is reserved when the usage with the reservations is already
+   * over a quota (the decider refuses the new Run) or the Run is reserved already.
+   * @returns the usage the decider counts (projections + reservations), and whether this call reserved the Run.
+   * @throws what the KV or the log throws (the request fails; nothing was appended).
+   */
+  private async reserve(
+    principal: string | null,
+    runId: string,
+    limits: QuotaLimits,
+    projected: { usage: QuotaUsage; known: ReadonlySet<string> },
+  ): Promise<{ usage: QuotaUsage; reserved: boolean }> {
+    let usage = projected.usage;
+    const reserved = await this.reservations.change(principal, async (runs) => {
+      const now = new Date();
+      const gone = await this.missingFromLog(reservationsToConfirm(runs, projected.known, now));
+      // this Run's own reservation (a parallel request of the same message made it) is not another Run
+      usage = withReservations(
+        projected.usage,
+        projected.known,
+        runs.filter((r) => r.runId !== runId),
+        gone,
+        now,
+      );
+      if (projected.known.has(runId) || runs.some((r) => r.runId === runId) || quotaRefusal(limits, usage, now)) return null;
+      return [...liveReservations(runs, projected.known, gone, now), { runId, reservedAt: now.toISOString() }];
+    });
+    return { usage, reserved };
+  }
+
+  /** Of `reservations`, the ids of those whose Run has no `run.admitted` in the log (left by a crash or a failed admission). */
+  private async missingFromLog(reservations: readonly Reservation[]): Promise<Set<string>> {
+    const found = await Promise.all(reservations.map(async (r) => ((await this.log.lastOf(r.runId, 'admission')) ? null : r.runId)));
+    return new Set(found.filter((id): id is string => id !== null));
+  }
+
+  /**
+   * Removes this request's reservation when its Run was not admitted (refused, conflicting, or the
+   * append failed). A Run the log shows admitted (a parallel request of the same message appended
+   * it) keeps it. Best effort: a reservation left behind is dropped once found missing from the log.
+   */
+  private async release(principal: string | null, runId: string): Promise<void> {
+    try {
+      if (await this.log.lastOf(runId, 'admission')) return;
+      await this.reservations.change(principal, async (runs) => (runs.some((r) => r.runId === runId) ? runs.filter((r) => r.runId !== runId) : null));
+    } catch {
+      // left for missingFromLog to find
+    }
+  }
 
   /**
    * `POST /v1/conversations/{conversationId}/messages` `{clientMessageId, content,
@@ -273,15 +337,20 @@ export class AdmissionController {
     const key = keyOf(conversationId, principal);
     const ordinaryRunId = admissionIds(key, message.clientMessageId).runId;
     const runId = message.replyTo ? clarificationReplyRunId(key, message.replyTo.clarificationId) : ordinaryRunId;
-    const quotas = this.settings.quotas;
-    const [indexed, continuationParent, replyParent, ordinaryAdmitted, usage] = await Promise.all([
+    const quotas = this.settings.quotas && !unlimited(this.settings.quotas) ? this.settings.quotas : null;
+    // every principal, admins too; with authentication disabled every caller is one principal (Runs without one)
+    const quotaPrincipal = principal.unauthenticated ? null : principal.sub;
+    const [indexed, continuationParent, replyParent, ordinaryAdmitted, projected, admittedBefore] = await Promise.all([
       this.conversations.read(key),
       message.continuationOfRunId ? this.commands.folds.read(message.continuationOfRunId) : null,
       message.replyTo ? this.commands.folds.read(message.replyTo.runId) : null,
       message.replyTo ? this.log.lastOf(ordinaryRunId, 'admission') : null,
-      // every principal, admins too; with authentication disabled every caller is one principal (Runs without one)
-      quotas && !unlimited(quotas) ? this.runs.quotaUsage(principal.unauthenticated ? null : principal.sub, new Date(), quotas) : null,
+      quotas ? this.runs.quotaUsage(quotaPrincipal, new Date(), quotas) : null,
+      quotas && countsRuns(quotas) ? this.log.lastOf(runId, 'admission') : null,
     ]);
+    const reservation =
+      quotas && projected && countsRuns(quotas) && !admittedBefore ? await this.reserve(quotaPrincipal, runId, quotas, projected) : null;
+    const usage = reservation?.usage ?? projected?.usage;
     const byIndex = indexed.runs.find((r) => r.clientMessageId === message.clientMessageId)?.runId ?? null;
     const cmd: PostMessage = {
       type: 'PostMessage',
@@ -302,6 +371,7 @@ export class AdmissionController {
     try {
       result = await this.commands.handle(runId, (facts, now) => decide(facts, cmd, now));
     } catch (e) {
+      if (reservation?.reserved) await this.release(quotaPrincipal, runId);
       if (e instanceof MessageConflict) throw apiError(HttpStatus.CONFLICT, 'message_conflict', e.message, { extensions: { field: e.field } });
       if (e instanceof ParentNotFound || e instanceof ClarificationNotFound) throw apiError(HttpStatus.NOT_FOUND, 'not_found', e.message);
       if (e instanceof ContinuationNotEligible)
@@ -320,6 +390,7 @@ export class AdmissionController {
       throw e;
     }
     const admitted = result.appended.find((s) => s.event.type === 'run.admitted');
+    if (reservation?.reserved && !admitted) await this.release(quotaPrincipal, runId);
     const facts = result.facts;
     const at = admitted ? admitted.event.occurredAt : facts.admitted!.at;
     // after the append (the log is the truth): a crash before this leaves the entry to the next repeat

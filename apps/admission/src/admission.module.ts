@@ -10,7 +10,7 @@ import {
   TestToolNames,
   TestToolsConfig,
 } from '@runplane/contracts';
-import { ConversationIndex, EventLog } from '@runplane/eventlog';
+import { ConversationIndex, EventLog, QuotaReservations } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { AuthModule, HealthModule } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
@@ -24,6 +24,8 @@ import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-rea
     RunReader,
     // the conversation index (K2), opened once the log is connected
     { provide: ConversationIndex, useFactory: (log: EventLog) => ConversationIndex.open(log), inject: [EventLog] },
+    // the quotas' reservations of Runs the projections do not show yet
+    { provide: QuotaReservations, useFactory: (log: EventLog) => QuotaReservations.open(log), inject: [EventLog] },
     {
       provide: ADMISSION_SETTINGS,
       useFactory: (): AdmissionSettings => {

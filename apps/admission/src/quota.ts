@@ -163,3 +163,62 @@ export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date):
   if (refusals.length === 0) return null;
   return refusals.reduce((a, b) => (b.retryAfterSeconds > a.retryAfterSeconds ? b : a));
 }
+
+/**
+ * Ms after which a reservation the projections do not show is checked against the log: a
+ * reservation whose Run has no `run.admitted` by then was left by a crash between reserving and
+ * appending (or an admission that failed before it could remove it), and no longer counts.
+ */
+export const RESERVATION_CONFIRM_AFTER_MS = 30_000;
+
+/** One Run admission reserved against its principal's quotas before appending it (eventlog `QuotaReservation`). */
+export interface Reservation {
+  runId: string;
+  /** ISO-8601 time it was reserved. */
+  reservedAt: string;
+}
+
+/**
+ * The usage the count quotas see: the projections' plus each reservation they do not show yet
+ * (`known`: the ids of the principal's Runs the projections show admitted in the last hour),
+ * counted as an unsettled Run admitted at its reservation time. Reservations older than an hour,
+ * or in `gone` (never reached the log), count nothing. Money is the projections' alone: a Run
+ * the projections do not show yet has been charged nothing (docs/configuration.md, "Quotas").
+ */
+export function withReservations(
+  usage: QuotaUsage,
+  known: ReadonlySet<string>,
+  reservations: readonly Reservation[],
+  gone: ReadonlySet<string>,
+  now: Date,
+): QuotaUsage {
+  const pending = liveReservations(reservations, known, gone, now);
+  if (pending.length === 0) return usage;
+  return {
+    activeRuns: usage.activeRuns + pending.length,
+    admittedInLastHour: [...usage.admittedInLastHour, ...pending.map((r) => r.reservedAt)].sort(),
+    costInLastDay: usage.costInLastDay,
+  };
+}
+
+/**
+ * The reservations to keep: not yet shown by the projections, younger than an hour (the longest
+ * window a reservation counts in), and not found missing from the log (`gone`).
+ */
+export function liveReservations(
+  reservations: readonly Reservation[],
+  known: ReadonlySet<string>,
+  gone: ReadonlySet<string>,
+  now: Date,
+): Reservation[] {
+  const since = now.getTime() - QUOTA_HOUR_MS;
+  return reservations.filter((r) => !known.has(r.runId) && !gone.has(r.runId) && Date.parse(r.reservedAt) > since);
+}
+
+/** The reservations old enough to be checked against the log ({@link RESERVATION_CONFIRM_AFTER_MS}), not yet shown by the projections. */
+export function reservationsToConfirm(reservations: readonly Reservation[], known: ReadonlySet<string>, now: Date): Reservation[] {
+  return reservations.filter((r) => !known.has(r.runId) && now.getTime() - Date.parse(r.reservedAt) >= RESERVATION_CONFIRM_AFTER_MS);
+}
+
+/** Whether `limits` sets a quota that counts Runs (`concurrent-runs`, `runs-per-hour`): only those are reserved before the append. */
+export const countsRuns = (limits: QuotaLimits): boolean => limits.concurrentRuns !== null || limits.runsPerHour !== null;

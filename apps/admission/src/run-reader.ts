@@ -88,11 +88,13 @@ export class RunReader implements OnApplicationShutdown {
 
   /**
    * What the quotas count for `principal` at `now` (null: the Runs admitted without one), from the
-   * projections (the Runs' costs only when `limits` sets `costMicrosPerDay`): they follow the log by the projector's lag, so a Run admitted a moment ago may not
-   * be counted yet (docs/configuration.md, "Quotas").
+   * projections (the Runs' costs only when `limits` sets `costMicrosPerDay`), and the ids of its
+   * Runs they show admitted in the last hour (`known`). They follow the log by the projector's lag,
+   * so a Run admitted a moment ago may not be counted yet: admission adds its own reservations
+   * (`withReservations`, docs/configuration.md, "Quotas").
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
-  async quotaUsage(principal: string | null, now: Date, limits: QuotaLimits): Promise<QuotaUsage> {
+  async quotaUsage(principal: string | null, now: Date, limits: QuotaLimits): Promise<{ usage: QuotaUsage; known: ReadonlySet<string> }> {
     try {
       const orm = await this.connect();
       const { quotaUsageOf, costChargesOf } = await loadProjections();
@@ -100,7 +102,10 @@ export class RunReader implements OnApplicationShutdown {
         quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS)),
         limits.costMicrosPerDay === null ? [] : costChargesOf(orm, principal, new Date(now.getTime() - QUOTA_DAY_MS)),
       ]);
-      return { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges };
+      return {
+        usage: { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges },
+        known: new Set(usage.admittedSinceRunIds),
+      };
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections the quotas count)');
       throw e;

@@ -4,7 +4,18 @@
  * set them (`RUNPLANE_QUOTA_*`: unset is no limit; a bad value names the setting).
  */
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, decide, NO_USAGE, QuotaExceeded, quotaRefusal, type PostMessage, type QuotaLimits } from '@runplane/app-admission';
+import {
+  admissionIds,
+  decide,
+  liveReservations,
+  NO_USAGE,
+  QuotaExceeded,
+  quotaRefusal,
+  reservationsToConfirm,
+  withReservations,
+  type PostMessage,
+  type QuotaLimits,
+} from '@runplane/app-admission';
 import { conversationKey, loadConfig, QuotaConfig } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
@@ -158,6 +169,46 @@ describe('admission decide with quotas', () => {
       .given(prior)
       .when(post({ quota: atLimit, requestId: 'req-2' }), NOW)
       .thenNothing();
+  });
+});
+
+describe('reservations: Runs admitted that the projections do not show yet', () => {
+  const none = new Set<string>();
+  const usage = { activeRuns: 1, admittedInLastHour: [ago(600)], costInLastDay: [] };
+
+  it('given a reservation the projections do not show, when the usage is counted, then it is one more unsettled Run admitted at its reservation', () => {
+    const counted = withReservations(usage, new Set(['r-old']), [{ runId: 'r-new', reservedAt: ago(1) }], none, NOW);
+    expect(counted).toEqual({ activeRuns: 2, admittedInLastHour: [ago(600), ago(1)], costInLastDay: [] });
+    // so one concurrent Run allowed refuses the next while the projector has not applied the reserved one
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), counted, NOW)).toMatchObject({ quota: 'concurrent-runs', used: 2 });
+  });
+
+  it('given reservations the projections show, older than an hour, or missing from the log, then they count nothing and are not kept', () => {
+    const reservations = [
+      { runId: 'shown', reservedAt: ago(5) },
+      { runId: 'old', reservedAt: ago(3_601) },
+      { runId: 'gone', reservedAt: ago(60) },
+      { runId: 'pending', reservedAt: ago(2) },
+    ];
+    expect(withReservations(usage, new Set(['shown']), reservations, new Set(['gone']), NOW)).toEqual({
+      activeRuns: 2,
+      admittedInLastHour: [ago(600), ago(2)],
+      costInLastDay: [],
+    });
+    expect(liveReservations(reservations, new Set(['shown']), new Set(['gone']), NOW).map((r) => r.runId)).toEqual(['pending']);
+  });
+
+  it("given no reservation pending, then the usage is the projections' as it is", () => {
+    expect(withReservations(usage, new Set(['a']), [{ runId: 'a', reservedAt: ago(1) }], none, NOW)).toBe(usage);
+  });
+
+  it('given reservations not shown for 30 s or more, then those (and only those) are checked against the log', () => {
+    const reservations = [
+      { runId: 'young', reservedAt: ago(29) },
+      { runId: 'due', reservedAt: ago(30) },
+      { runId: 'shown', reservedAt: ago(300) },
+    ];
+    expect(reservationsToConfirm(reservations, new Set(['shown']), NOW).map((r) => r.runId)).toEqual(['due']);
   });
 });
 

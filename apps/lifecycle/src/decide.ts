@@ -58,7 +58,7 @@ const FAILURE_REASONS: Record<string, string> = {
   'model-request-limit': 'the Run used its model request budget without an answer',
   'tool-call-limit': 'the Run used all its tool calls without an answer',
   deadline: 'the Run reached its deadline without an answer',
-  'token-limit': 'the Run used its token budget without an answer',
+  'token-limit': 'the Run had no answer when its token or money budget left no room for another model request',
   'no-progress': 'no answer was produced: the model made no progress',
   'context-refused': 'the context of the continuation could not be verified, so nothing was asked of the model',
   'grant-refused': "the Run's grant exceeds what this deployment allows, so nothing was asked of the model",

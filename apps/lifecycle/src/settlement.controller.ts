@@ -4,7 +4,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
 import { passagesInOrder } from '@runplane/run-facts';
-import { RunCommandHandler, settlementsTotal } from '@runplane/service-kit';
+import { runDurationSeconds, RunCommandHandler, settlementsTotal } from '@runplane/service-kit';
 import { decide } from './decide.js';
 
 /**
@@ -48,7 +48,13 @@ export class SettlementController {
       } as const;
       await this.commands.handle(link.parentRunId, (f, now) => decide(f, trigger, now));
     }
-    for (const e of appended) if (e.event.type === 'run.settled') settlementsTotal.inc({ outcome: e.event.data.outcome });
+    for (const e of appended) {
+      if (e.event.type !== 'run.settled') continue;
+      settlementsTotal.inc({ outcome: e.event.data.outcome });
+      // from the facts' own timestamps: the same wall time whichever replica settles, and after a restart
+      if (facts.admitted)
+        runDurationSeconds.labels(e.event.data.outcome).observe((Date.parse(e.event.occurredAt) - Date.parse(facts.admitted.at)) / 1000);
+    }
     if (appended.some((e) => e.event.type === 'run.settled')) this.commands.folds.forget(stored.event.runId);
   }
 }

@@ -465,6 +465,18 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }) }]);
   });
 
+  it('given research stopped token-limit because the money left pays for no request (nothing used), then it settles failed saying the budget left no room, not that tokens were used', () => {
+    const detail = 'money budget: 0 of 1 micro-USD used; the next request (~900 input tokens and at least 256 output tokens) does not fit';
+    const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'token-limit', detail, answerTurn: null }).closed();
+    const [settled] = lifecycle
+      .given(h)
+      .when(wake)
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringContaining(detail) }) }]);
+    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    expect(settled.data.reason).toMatch(/^the Run had no answer when its token or money budget left no room for another model request: money budget/);
+    expect(settled.data.reason).not.toMatch(/used its token budget/);
+  });
+
   it('given a settlement already recorded, then it never settles again', () => {
     const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null }).closed();
     const [first] = lifecycle

@@ -30,7 +30,7 @@ import { ProjectionDatabase } from './projection-database.js';
  */
 export const projectorRunsTotal = new Counter({
   name: 'runplane_projector_runs_total',
-  help: "Runs of a projector flush by how their events were had: deliveries (no read of the log) or read (the Run's log read); issue [9]",
+  help: "Runs of a projector flush by how their events were had: deliveries (no read of the log) or read (the Run's log read)",
   labelNames: ['path'] as const,
   registers: [metricsRegistry],
 });

@@ -3,7 +3,7 @@ import type { Request, Response } from 'express';
 import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, isPublishedOn, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
-import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, type Principal } from '@runplane/service-kit';
+import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, sseObservers, type Principal } from '@runplane/service-kit';
 import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
@@ -165,6 +165,7 @@ export class ObserversController implements BeforeApplicationShutdown {
       if (closed) return;
       closed = true;
       this.open.delete(detach);
+      sseObservers.dec();
       clearInterval(heartbeat);
       cancelExpiry?.();
       sub?.unsubscribe();
@@ -172,6 +173,7 @@ export class ObserversController implements BeforeApplicationShutdown {
       res.end();
     };
     this.open.add(detach);
+    sseObservers.inc();
     req.on('close', () => void detach());
     stop = await this.log.followRun(runId, after + 1, (stored: StoredEvent) => {
       if (closed) return;

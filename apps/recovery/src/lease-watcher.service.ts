@@ -15,7 +15,7 @@ import {
 } from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
 import type { KvWatch } from '@runplane/kit';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { leaseExpiriesTotal, RunCommandHandler } from '@runplane/service-kit';
 import { decide, expiredLease, lostAfterHandover } from './decide.js';
 
 export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
@@ -309,6 +309,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       if (fresh && this.leases.get(entry.runId) === entry) this.leases.set(entry.runId, fresh);
       return;
     }
+    // counted once per lease epoch: only one compare-and-set can fence it
+    if (reason === 'lease-expired') leaseExpiriesTotal.inc();
     this.logger.warn({ runId: entry.runId, epoch: entry.value.epoch, reason }, 'execution lease lost: fencing the Run');
     await this.recordFence(entry, reason, detail);
   }

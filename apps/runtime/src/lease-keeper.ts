@@ -2,6 +2,7 @@ import type { Subscription } from '@nats-io/transport-node';
 import { Logger } from '@nestjs/common';
 import { EventLog, LeaseStore, renewalVerdict, RetryLater, runtimeNudgeSubject, type HeldLease } from '@runplane/eventlog';
 import { handedOverAt, type RunFacts } from '@runplane/run-facts';
+import { leaseRenewalsTotal, runQueueSeconds } from '@runplane/service-kit';
 import { wakeAwaitsRecovery } from './parking.js';
 
 /** What the lease keeper tells the Run executor. */
@@ -110,6 +111,8 @@ export class LeaseKeeper {
       return null; // another instance executes it, or it was released or fenced: never resumed here
     }
     this.held.set(runId, taken);
+    // epoch 1 is created once per Run (acquire): the Run's queue time, admission to its first lease
+    if (taken.epoch === 1 && facts.admitted) runQueueSeconds.observe((Date.now() - Date.parse(facts.admitted.at)) / 1000);
     return taken;
   }
 
@@ -205,10 +208,12 @@ export class LeaseKeeper {
     try {
       const next = await this.leases.renew(lease, this.log.writer);
       if (this.held.get(runId) === lease) this.held.set(runId, next);
+      leaseRenewalsTotal.labels('ok').inc();
       return true;
     } catch (e) {
       const current = await this.leases.get(runId).catch(() => undefined);
       const verdict = renewalVerdict(lease, current, this.log.writer.instance);
+      leaseRenewalsTotal.labels(verdict.kind === 'adopt' ? 'adopted' : verdict.kind).inc();
       if (verdict.kind === 'retry') return false; // NATS unreachable (or restarting): try again next tick
       if (verdict.kind === 'adopt') {
         // Still ours: a renewal buffered or timed out during an outage was stored after all (its

@@ -6,6 +6,7 @@
  */
 import Bottleneck from 'bottleneck';
 import OpenAI from 'openai';
+import { modelRequestSeconds, modelTokensTotal } from '@runplane/service-kit';
 import type { ModelTurnResult } from './decide.js';
 import { TurnAssembler } from './turn-assembly.js';
 
@@ -174,11 +175,31 @@ export class ModelClient {
       },
     });
     return this.limiter.schedule(
-      () => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs),
+      () => this.measured(() => this.request(turnNo, messages, options.noTools ? [] : tools, onDelta, signal, options, deadlineMs), signal),
       deadlineMs,
       late,
       signal,
     );
+  }
+
+  /**
+   * Records a request that was sent (`runplane_model_request_seconds{model, finish}`, and the
+   * reported usage as `runplane_model_tokens_total{model, kind}`): the one place a request is made.
+   * `finish` is the model's finish reason (bounded to the known ones, else `other`), the failure
+   * kind, or `aborted` when the caller's `signal` stopped it.
+   */
+  private async measured(send: () => Promise<ModelTurnResult>, signal: AbortSignal | undefined): Promise<ModelTurnResult> {
+    const startedAt = performance.now();
+    const result = await send();
+    const model = this.opts.model;
+    const finish = signal?.aborted ? 'aborted' : result.ok ? knownFinish(result.turn.finishReason) : result.error.kind;
+    modelRequestSeconds.labels(model, finish).observe((performance.now() - startedAt) / 1000);
+    const usage = result.ok ? result.turn.usage : null;
+    if (usage) {
+      modelTokensTotal.labels(model, 'input').inc(usage.promptTokens);
+      modelTokensTotal.labels(model, 'output').inc(usage.completionTokens);
+    }
+    return result;
   }
 
   private async request(
@@ -228,6 +249,13 @@ export class ModelClient {
       return { ok: false, error };
     }
   }
+}
+
+/** Finish reasons a metric label may carry as they are (OpenAI's); any other is `other`, so a provider cannot grow the series. */
+const KNOWN_FINISH = new Set(['stop', 'tool_calls', 'length', 'content_filter', 'function_call']);
+
+function knownFinish(reason: string): string {
+  return KNOWN_FINISH.has(reason) ? reason : 'other';
 }
 
 /** The `timeout` failure of a request cut by its bound after `elapsedMs`. */

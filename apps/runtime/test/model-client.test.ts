@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { ModelClient } from '@runplane/app-runtime';
 import { startScriptedModel, type ScriptedModel } from '@runplane/app-scripted-model';
+import { modelRequestSeconds, modelTokensTotal } from '@runplane/service-kit';
 
 let model: ScriptedModel;
 beforeAll(async () => {
@@ -140,5 +141,41 @@ describe('the model client (K7)', () => {
       error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) },
     });
     expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
+  });
+
+  it('records each request it sent by model and finish, and the tokens the model reported; an aborted request as aborted, one never sent not at all', async () => {
+    const count = async (finish: string, name = 'metered') =>
+      (await modelRequestSeconds.get()).values.find(
+        (v) => v.metricName === 'runplane_model_request_seconds_count' && v.labels.model === name && v.labels.finish === finish,
+      )?.value ?? 0;
+    const tokens = async (kind: string) =>
+      (await modelTokensTotal.get()).values.find((v) => v.labels.model === 'metered' && v.labels.kind === kind)?.value ?? 0;
+    const metered = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered', timeoutMs: 60_000 });
+    model.setScenario(
+      {
+        steps: [
+          { reply: { content: 'Metered.', usage: { promptTokens: 11, completionTokens: 7 } } },
+          { error: { status: 429, message: 'slow down', retryAfter: 30 } },
+        ],
+      },
+      'metered',
+    );
+    expect(await metered.turn(1, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: true });
+    expect([await count('stop'), await tokens('input'), await tokens('output')]).toEqual([1, 11, 7]);
+    expect(await metered.turn(2, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: false, error: { kind: 'http' } });
+    expect(await count('http')).toBe(1);
+    // the pause outlasts the deadline: never sent, never observed
+    expect(await metered.turn(3, ask('metered'), [], none, undefined, { deadlineAt: new Date(Date.now() + 1_000).toISOString() })).toMatchObject({
+      ok: false,
+      error: { kind: 'not-sent' },
+    });
+    expect(await count('not-sent')).toBe(0);
+    model.setScenario({ steps: [{ reply: { content: 'A.\n\nB.' }, paragraphDelayMs: 1_000 }] }, 'metered-abort');
+    const abort = new AbortController();
+    setTimeout(() => abort.abort(), 300);
+    // another model: the 429 above paused every request to 'metered' (one limiter per model)
+    const other = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered-other', timeoutMs: 60_000 });
+    await other.turn(1, ask('metered-abort'), [], none, abort.signal, {});
+    expect(await count('aborted', 'metered-other')).toBe(1);
   });
 });

@@ -6,7 +6,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import { DrainConfig, loadConfig, ToolsConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
 import { retry, retryPolicies } from '@runplane/kit';
-import { RunCommandHandler, toolClaimMetTotal as claimMetTotal } from '@runplane/service-kit';
+import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
 import { decide, type ToolOutcome } from './decide.js';
@@ -361,11 +361,15 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
   /** Decides an execution's outcome into a receipt or a late observation. */
   private async record(runId: string, toolCallId: string, outcome: ToolOutcome, durationMs: number): Promise<void> {
     const resultBucket = ResultStore.bucketFor(this.log);
-    await this.commands.handle(
+    const { appended } = await this.commands.handle(
       runId,
       (f, now) => decide(f, { type: 'ToolExecuted', toolCallId, outcome, durationMs, resultBucket, executor: this.log.writer.instance }, now),
       { beforeAppend: (events) => this.storeLargeResults(events, outcome) },
     );
+    // the execution this process ran, once its receipt is recorded (not a late observation, not a repeat)
+    for (const { event: e } of appended) {
+      if (e.type === 'tool.call.receipt') toolDurationSeconds.labels(e.data.name, e.data.status).observe(e.data.durationMs / 1000);
+    }
   }
 
   /**

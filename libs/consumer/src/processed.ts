@@ -45,8 +45,21 @@ export class MemoryProcessedStore implements ProcessedStore {
   }
 }
 
+/** How {@link processedOnce} keys "done", and what it tells of a skip. */
+export interface ProcessedOnceOptions<E, M> {
+  /**
+   * The key of "done" (default: the `eventId`, one per fact). Key a Run's settlement by its `runId`
+   * (one settlement per Run, K9): a second `run.settled` with another `eventId` (a forgery by
+   * someone holding the lifecycle's or the admin's credentials, which `runplane audit` names) is
+   * then skipped as well.
+   */
+  key?: (event: E) => string;
+  /** Called for each skipped event (a copy, or another event of the same key), before it is acknowledged. */
+  onSkip?: (event: E, meta: M) => void | Promise<void>;
+}
+
 /**
- * Wraps a handler so that it runs once per `eventId` as far as `store` remembers: an event already
+ * Wraps a handler so that it runs once per `eventId` (or `options.key`) as far as `store` remembers: an event already
  * marked is skipped (and acknowledged), and an event is marked only after its handler returned
  * (a handler that throws is run again on redelivery). Not atomic: a process that dies between the
  * effect and the mark repeats the effect after a restart (at-least-once), so the effect itself
@@ -57,10 +70,13 @@ export class MemoryProcessedStore implements ProcessedStore {
 export function processedOnce<E extends Pick<RunEvent, 'eventId'>, M>(
   store: ProcessedStore,
   handler: (event: E, meta: M) => void | Promise<void>,
+  options: ProcessedOnceOptions<E, M> = {},
 ): (event: E, meta: M) => Promise<void> {
+  const keyOf = options.key ?? ((event: E) => event.eventId);
   return async (event, meta) => {
-    if (await store.has(event.eventId)) return;
+    const key = keyOf(event);
+    if (await store.has(key)) return options.onSkip?.(event, meta);
     await handler(event, meta);
-    await store.add(event.eventId);
+    await store.add(key);
   };
 }

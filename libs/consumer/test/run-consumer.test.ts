@@ -261,10 +261,12 @@ describe('the example of docs/consumers.md', () => {
     expect(code.split('\n').length).toBeLessThanOrEqual(20);
   });
 
-  it('runs: it prints the admission and the settlement of a Run, and stops on SIGINT', async () => {
+  it('runs: it prints the admission and the settlement of a Run, skips a forged second settlement (another eventId), and stops on SIGINT', async () => {
     const runId = `example${tag}`;
     await log.append(admitted(runId), 0);
-    await log.append(settled(runId), 0);
+    const first = await log.append(settled(runId), 0);
+    // as the admin could: a well-formed second run.settled, appended after the first (K9 allows one)
+    await log.append({ ...settled(runId), eventId: randomUUID(), data: { ...settled(runId).data, outcome: 'failed' } }, first.seq);
     const name = `${DOWNSTREAM_CONSUMER_PREFIX}example-${tag}`;
     consumers.push(new RunConsumer(stream, { name }));
     const env: NodeJS.ProcessEnv = {
@@ -283,12 +285,16 @@ describe('the example of docs/consumers.md', () => {
     createInterface({ input: child.stderr }).on('line', (l) => lines.push(`stderr: ${l}`));
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
     await until(
-      () => lines.some((l) => l.startsWith(`settled ${runId}`)),
+      () => lines.some((l) => l.startsWith(`stderr: skipped #`) && l.includes(runId)),
       () => `the example's output (so far: ${lines.join(' | ')})`,
     );
     child.kill('SIGINT');
     expect(await exited).toBe(0);
     const mine = lines.filter((l) => l.includes(runId));
-    expect(mine).toEqual([`admitted ${runId}: hello`, expect.stringMatching(new RegExp(`^settled ${runId} completed \\(seq \\d+, delivery 1\\)$`))]);
+    expect(mine).toEqual([
+      `admitted ${runId}: hello`,
+      `settled ${runId} completed (seq ${first.seq})`,
+      `stderr: skipped #${first.seq + 1} of ${runId}: a copy, or a second settlement (audit it)`,
+    ]);
   });
 });

@@ -134,6 +134,8 @@ export const BUS_BUCKETS = {
   results: { kind: 'obj', writers: ['tools'], readers: ['runtime'] },
   /** The conversation index (K2): each Conversation's admitted Runs and their clientMessageIds, kept by admission. */
   conversations: { kind: 'kv', writers: ['admission'], readers: ['runtime'] },
+  /** Admission's quota reservations: per principal, the Runs admitted that the projections may not show yet. */
+  quotas: { kind: 'kv', writers: ['admission'], readers: [] },
 } as const satisfies Record<string, { kind: 'kv' | 'obj'; writers: readonly BusService[]; readers: readonly BusService[] }>;
 export type BusBucket = keyof typeof BUS_BUCKETS;
 

@@ -4,6 +4,7 @@ import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
+import { deliveryCountsOf, type DeliveryCounts } from './log-metrics.js';
 
 /**
  * What a durable consumer uses of the event log: the connection, the stream's subject space and
@@ -109,6 +110,8 @@ export class DurableConsumer {
   private readonly mine = new Set<Promise<void>>();
   /** Set by {@link stop}. */
   private stopping = false;
+  /** This durable's delivery counts in this process (`runplane_consumer_*` metrics), updated in place on every delivery. */
+  private counts: DeliveryCounts | null = null;
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -238,6 +241,10 @@ export class DurableConsumer {
   }
 
   private schedule(m: JsMsg, ackWaitMs: number): void {
+    const counts = (this.counts ??= deliveryCountsOf(this.durableName));
+    counts.delivered++;
+    if (m.redelivered) counts.redelivered++;
+    counts.pending = m.info.pending;
     let stored: StoredEvent;
     try {
       // the same check as every reader of facts (verifyStored): a valid event that the event log

@@ -18,6 +18,7 @@ import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type Stored
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
+import { recordAppend } from './log-metrics.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -675,7 +676,7 @@ export class EventLog {
       throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
     }
     let attempts = 0;
-    return retry(
+    const appended = retry(
       'transientAppend',
       async () => {
         attempts++;
@@ -712,6 +713,14 @@ export class EventLog {
       },
       { maxRetryTime: this.appendRetryMs, shouldRetry: ({ error }) => isTransientNatsError(error) },
     );
+    try {
+      const result = await appended;
+      recordAppend(event.owner, 'ok');
+      return result;
+    } catch (e) {
+      if (e instanceof AppendConflict) recordAppend(event.owner, 'conflict');
+      throw e;
+    }
   }
 
   /**
@@ -838,7 +847,7 @@ export class EventLog {
 
     let attempts = 0;
     let disabled = false;
-    const stored = await retry(
+    const attempt = retry(
       'transientAppend',
       async (): Promise<AppendResult[] | null> => {
         attempts++;
@@ -903,7 +912,17 @@ export class EventLog {
       },
       { maxRetryTime: this.appendRetryMs, shouldRetry: ({ error }) => isTransientNatsError(error) },
     );
-    if (stored) return done(stored);
+    let stored: AppendResult[] | null;
+    try {
+      stored = await attempt;
+    } catch (e) {
+      if (e instanceof AppendConflict) recordAppend(conflictAt.stamped.owner, 'conflict');
+      throw e;
+    }
+    if (stored) {
+      for (const p of planned) recordAppend(p.stamped.owner, 'ok');
+      return done(stored);
+    }
     if (disabled) {
       this.atomicStream = false;
       if (!this.sequentialReported) {

@@ -11,6 +11,8 @@ export * from './bus.js';
 export * from './inbox.js';
 export * from './anomalies.js';
 export * from './conversations.js';
+export * from './quota-reservations.js';
 export * from './kv-json.js';
 export * from './partitions.js';
 export * from './asyncapi.js';
+export * from './log-metrics.js';

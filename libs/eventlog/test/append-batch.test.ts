@@ -10,6 +10,7 @@ import { makeEvent, type RunEvent } from '@runplane/contracts';
 import { errors as natsErrors, headers } from '@nats-io/transport-node';
 import {
   AppendConflict,
+  appendCounts,
   BATCH_SEQUENCE,
   EXPECTED_LAST_SUBJECT_SEQUENCE,
   EventLog,
@@ -139,6 +140,22 @@ describeEachNatsServer(servers, (server) => {
     ]);
     expect(ok.map((r) => r.stored.subject)).toEqual([runSubject(log.space, runId, 'tools'), runSubject(log.space, runId, 'runtime')]);
     expect(ok.map((r) => r.stored.event.prevSeq)).toEqual([0, t1.seq]);
+  });
+
+  it('counts by owner each event it stores (`ok`, a batch each of its events) and each append refused as a conflict (runplane_appends_total)', async () => {
+    const runId = `rc${tag}`;
+    const runtime = () => ({ ...(appendCounts().get('runtime') ?? { ok: 0, conflict: 0 }) });
+    const before = runtime();
+    await log.append(admitted(runId), 0);
+    const t1 = await log.append(turn(runId, 1), 0);
+    await log.appendBatch([{ event: turn(runId, 2), expectedLastSubjectSeq: t1.seq }, { event: turn(runId, 3) }]);
+    await expect(log.append(turn(runId, 4), t1.seq)).rejects.toBeInstanceOf(AppendConflict);
+    await expect(log.appendBatch([{ event: turn(runId, 5), expectedLastSubjectSeq: t1.seq }, { event: turn(runId, 6) }])).rejects.toBeInstanceOf(
+      AppendConflict,
+    );
+    const after = runtime();
+    expect({ ok: after.ok - before.ok, conflict: after.conflict - before.conflict }).toEqual({ ok: 3, conflict: 2 });
+    expect(appendCounts().get('admission')!.ok).toBeGreaterThanOrEqual(1);
   });
 
   it('stores a decision on two subjects, interleaved, each subject its own chain, one request', async () => {

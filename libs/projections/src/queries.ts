@@ -51,6 +51,8 @@ export interface PrincipalRunUsage {
   activeRuns: number;
   /** When its Runs admitted after `since` were admitted (ISO-8601), oldest first. */
   admittedSince: string[];
+  /** The ids of those Runs, in the same order (admission's quota reservations leave once shown here). */
+  admittedSinceRunIds: string[];
 }
 
 /**
@@ -65,9 +67,9 @@ export async function quotaUsageOf(orm: MikroORM, principal: string | null, sinc
   const own: FilterQuery<RunEntity> = { principal, $not: { clientMessageId: { $like: 'child.%' } } };
   const [activeRuns, recent] = await Promise.all([
     em.count(RunEntity, { $and: [own, { status: { $ne: 'settled' } }] }),
-    em.find(RunEntity, { $and: [own, { admittedAt: { $gt: since } }] }, { fields: ['admittedAt'], orderBy: { admittedAt: 'asc' } }),
+    em.find(RunEntity, { $and: [own, { admittedAt: { $gt: since } }] }, { fields: ['runId', 'admittedAt'], orderBy: { admittedAt: 'asc' } }),
   ]);
-  return { activeRuns, admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()) };
+  return { activeRuns, admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()), admittedSinceRunIds: recent.map((r) => r.runId) };
 }
 
 /** One priced Run in {@link costChargesOf}: when it was admitted, its currency, and the most it costs (micro-units). */

@@ -109,7 +109,11 @@ afterAll(async () => {
 describe('quotaUsageOf', () => {
   it("given alice's three Runs (one settled) and a child Run, then two are active and the child is not counted", async () => {
     const usage = await quotaUsageOf(orm, 'alice', at(-1));
-    expect(usage).toEqual({ activeRuns: 2, admittedSince: [at(0), at(10), at(20)].map((d) => d.toISOString()) });
+    expect(usage).toEqual({
+      activeRuns: 2,
+      admittedSince: [at(0), at(10), at(20)].map((d) => d.toISOString()),
+      admittedSinceRunIds: [id('a0'), id('a1'), id('a2')],
+    });
   });
 
   it('given a window start, then only the Runs admitted after it, oldest first', async () => {
@@ -117,9 +121,10 @@ describe('quotaUsageOf', () => {
   });
 
   it('given another principal, or none (authentication disabled), then only its own Runs', async () => {
-    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(15).toISOString()] });
-    expect(await quotaUsageOf(orm, null, at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(16).toISOString()] });
-    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [] });
+    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(15).toISOString()], admittedSinceRunIds: [id('b1')] });
+    expect((await quotaUsageOf(orm, null, at(-1))).admittedSince).toEqual([at(16).toISOString()]);
+    expect((await quotaUsageOf(orm, null, at(-1))).activeRuns).toBe(1);
+    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [], admittedSinceRunIds: [] });
   });
 });
 

@@ -21,13 +21,21 @@
  *   cost lies between 0 and it). Only the runtime records turns; `principal` is empty without
  *   authentication. One series per principal seen since start: bounded by the deployment's
  *   principals, not by Runs (docs/operations.md, "Metrics", says when to drop the label).
+ * - the SRE's series (docs/metrics.md gives each with its PromQL, deploy/grafana the dashboard):
+ *   `runplane_run_duration_seconds{outcome}` and `runplane_run_queue_seconds` (histograms, from
+ *   event timestamps), `runplane_model_request_seconds{model, finish}` and
+ *   `runplane_model_tokens_total{model, kind}`, `runplane_tool_duration_seconds{tool, status}`,
+ *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`,
+ *   `runplane_consumer_pending{durable}`, `runplane_lease_renewals_total{result}`,
+ *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`.
+ *   Each is recorded at the one place its effect happens; none carries a Run id or a principal.
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
-import { anomalyCounts } from '@runplane/eventlog';
+import { anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
 import { runReads } from './command-handler.js';
-import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /** The process's metrics registry (one service per process). */
 export const metricsRegistry = new Registry();
@@ -84,13 +92,144 @@ export const quotaRefusalsTotal = new Counter({
 
 new Counter({
   name: 'runplane_run_reads_total',
-  help: 'Run facts a decision was taken from, by source: kept (the fold kept from deliveries, no request) or log (read from the event log); issue [9]',
+  help: 'Run facts a decision was taken from, by source: kept (the fold kept from deliveries, no request) or log (read from the event log)',
   labelNames: ['source'] as const,
   registers: [metricsRegistry],
   collect() {
     this.reset();
     this.inc({ source: 'kept' }, runReads.kept);
     this.inc({ source: 'log' }, runReads.log);
+  },
+});
+
+/**
+ * Wall time of settled Runs, seconds, from the `run.admitted` event's `occurredAt` to the
+ * `run.settled` event's, by outcome; observed by the lifecycle once per settlement it appended
+ * (K9: only it settles), so a sum over replicas counts every Run once.
+ */
+export const runDurationSeconds = new Histogram({
+  name: 'runplane_run_duration_seconds',
+  help: 'Run wall time from admission to settlement (event timestamps), seconds, by outcome; observed by the lifecycle once per settlement',
+  labelNames: ['outcome'] as const,
+  buckets: [0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400],
+  registers: [metricsRegistry],
+});
+
+/**
+ * Queue time of Runs, seconds: from `run.admitted`'s `occurredAt` to the moment a runtime took the
+ * Run's first lease (epoch 1, once per Run: the lease can be created only once).
+ */
+export const runQueueSeconds = new Histogram({
+  name: 'runplane_run_queue_seconds',
+  help: "Run queue time from admission to the runtime taking the Run's first lease, seconds",
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+  registers: [metricsRegistry],
+});
+
+/**
+ * Model requests the runtime sent, seconds from sending to the end of the streamed reply, by model
+ * and how it ended (`finish`: the model's finish reason `stop`, `tool_calls`, `length`,
+ * `content_filter`, else `other`; or the failure kind `timeout`, `connection`, `http`,
+ * `invalid-response`). Requests the limiter never sent are not observed.
+ */
+export const modelRequestSeconds = new Histogram({
+  name: 'runplane_model_request_seconds',
+  help: 'Model requests sent, seconds to the end of the streamed reply, by model and finish (finish reason, or failure kind)',
+  labelNames: ['model', 'finish'] as const,
+  buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300],
+  registers: [metricsRegistry],
+});
+
+/** Tokens the model reported for the runtime's requests (its usage chunk), by model and kind (`input`: prompt, `output`: completion). */
+export const modelTokensTotal = new Counter({
+  name: 'runplane_model_tokens_total',
+  help: 'Tokens reported by the model for requests of this process, by model and kind (input, output); requests without usage add none',
+  labelNames: ['model', 'kind'] as const,
+  registers: [metricsRegistry],
+});
+
+/**
+ * Tool executions of this process whose receipt it recorded, seconds (the receipt's `durationMs`:
+ * from the moment a thread began the call), by tool name and receipt status (`succeeded`, `failed`,
+ * `unknown`). Tool names are the deployment's registered tools.
+ */
+export const toolDurationSeconds = new Histogram({
+  name: 'runplane_tool_duration_seconds',
+  help: 'Tool executions recorded with a receipt, seconds (receipt durationMs), by tool and receipt status',
+  labelNames: ['tool', 'status'] as const,
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+  registers: [metricsRegistry],
+});
+
+/**
+ * Renewals of execution leases by the runtime's lease keeper, by result: `ok` renewed, `retry` NATS
+ * did not answer (tried again next tick), `adopted` a renewal stored after all during an outage,
+ * `lost` the lease was fenced or taken (execution of the Run stops, K6).
+ */
+export const leaseRenewalsTotal = new Counter({
+  name: 'runplane_lease_renewals_total',
+  help: 'Execution lease renewals by result: ok, retry (NATS did not answer), adopted (stored after all), lost (fenced or taken)',
+  labelNames: ['result'] as const,
+  registers: [metricsRegistry],
+});
+
+/** Execution leases recovery found expired with their holder gone, and fenced (`lease-expired`, K10). */
+export const leaseExpiriesTotal = new Counter({
+  name: 'runplane_lease_expiries_total',
+  help: 'Execution leases found expired with their holder gone and fenced by recovery (K10)',
+  registers: [metricsRegistry],
+});
+
+/** Observer streams (`GET /v1/runs/{runId}/events`, Server-Sent Events) open on this process now. */
+export const sseObservers = new Gauge({
+  name: 'runplane_sse_observers',
+  help: 'Server-Sent Events observer streams open on this process',
+  registers: [metricsRegistry],
+});
+
+new Counter({
+  name: 'runplane_appends_total',
+  help: 'Appends to the event log by owner and result: ok (events stored) or conflict (an append refused: wrong last sequence, decided elsewhere; K6)',
+  labelNames: ['owner', 'result'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [owner, c] of appendCounts()) {
+      this.inc({ owner, result: 'ok' }, c.ok);
+      this.inc({ owner, result: 'conflict' }, c.conflict);
+    }
+  },
+});
+
+new Counter({
+  name: 'runplane_consumer_deliveries_total',
+  help: 'Messages a durable consumer received in this process (first deliveries and redeliveries), by durable',
+  labelNames: ['durable'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.delivered);
+  },
+});
+
+new Counter({
+  name: 'runplane_consumer_redeliveries_total',
+  help: 'Redeliveries a durable consumer received in this process (after a nak or an expired ack wait), by durable',
+  labelNames: ['durable'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.redelivered);
+  },
+});
+
+new Gauge({
+  name: 'runplane_consumer_pending',
+  help: "A durable consumer's messages not yet delivered (num_pending), as the server said with this process's latest delivery, by durable",
+  labelNames: ['durable'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    for (const [durable, c] of deliveryCounts()) this.set({ durable }, c.pending);
   },
 });
 

@@ -1,0 +1,129 @@
+/**
+ * Admission's quota reservations: per principal, the Runs admission is admitting or has admitted
+ * and the projections may not show yet. A KV bucket `<prefix>_quotas` (key: {@link principalKey}),
+ * written only by admission.
+ *
+ * The quotas count from the projections, which follow the log by the projector's lag, so a burst
+ * of parallel requests (or requests spread over several admission replicas) all read the same
+ * usage and all pass. A new Run is therefore reserved here by compare-and-set BEFORE its
+ * `run.admitted` is appended: two admissions of one principal that read the same entry cannot both
+ * write it, and the loser reads the winner's reservation and counts it. An entry leaves when the
+ * projections show its Run, when it is older than the longest window it can count in (an hour),
+ * or when admission finds it never reached the log (a crash between reserving and appending).
+ *
+ * It is a guard, not the truth: the usage a refusal names is still the log's, through the
+ * projections plus these reservations (docs/configuration.md, "Quotas").
+ */
+import { createHash } from 'node:crypto';
+import { JetStreamApiError } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import pRetry from 'p-retry';
+import { z } from 'zod';
+import { bucketName } from './bus.js';
+import type { EventLog } from './event-log.js';
+
+/** One Run reserved against its principal's quotas. */
+export const QuotaReservation = z.object({
+  runId: z.string(),
+  /** ISO-8601 time admission reserved it (about its `run.admitted.occurredAt`). */
+  reservedAt: z.string(),
+});
+export type QuotaReservation = z.infer<typeof QuotaReservation>;
+
+const EntryValue = z.object({ runs: z.array(QuotaReservation) });
+
+/** A principal's reservations and the entry's revision (0: no entry), to write back by compare-and-set. */
+export interface QuotaReservationsEntry {
+  runs: QuotaReservation[];
+  revision: number;
+}
+
+/** Another admission wrote the principal's entry since it was read: read it again and decide again. */
+export class ReservationConflict extends Error {
+  override readonly name = 'ReservationConflict';
+  constructor(readonly key: string) {
+    super(`another admission changed the quota reservations of ${key}; read them again`);
+  }
+}
+
+/**
+ * The KV key of a principal's entry: `p.` and the base64url sha256 of the principal (a KV key allows
+ * only `[-/_=.a-zA-Z0-9]`, and a principal is any token `sub`), `anonymous` for Runs without one.
+ */
+export const principalKey = (principal: string | null): string =>
+  principal === null ? 'anonymous' : `p.${createHash('sha256').update(principal).digest('base64url')}`;
+
+/** The per-principal reservations (see the file comment). */
+export class QuotaReservations {
+  private constructor(
+    readonly kv: KV,
+    readonly bucket: string,
+  ) {}
+
+  /** Opens (creating if missing and allowed) the bucket of `log`'s subject space. */
+  static async open(log: EventLog): Promise<QuotaReservations> {
+    const bucket = bucketName(log.space, 'quotas');
+    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
+    return new QuotaReservations(kv, bucket);
+  }
+
+  /** The principal's reservations (an unreadable entry reads as none, and is overwritten by the next write). */
+  async read(principal: string | null): Promise<QuotaReservationsEntry> {
+    const entry = await this.kv.get(principalKey(principal));
+    if (!entry || entry.operation !== 'PUT') return { runs: [], revision: entry?.revision ?? 0 };
+    const parsed = EntryValue.safeParse(entry.json());
+    return { runs: parsed.success ? parsed.data.runs : [], revision: entry.revision };
+  }
+
+  /**
+   * Writes the principal's reservations if the entry is still at `revision` (0: absent).
+   * @throws ReservationConflict when another admission wrote it since; NATS errors otherwise.
+   */
+  async write(principal: string | null, runs: readonly QuotaReservation[], revision: number): Promise<void> {
+    const key = principalKey(principal);
+    const value = JSON.stringify({ runs: [...runs] } satisfies z.infer<typeof EntryValue>);
+    try {
+      if (revision === 0) await this.kv.create(key, value);
+      else await this.kv.update(key, value, revision);
+    } catch (e) {
+      if (isRevisionMismatch(e)) throw new ReservationConflict(key);
+      throw e;
+    }
+  }
+
+  /**
+   * Changes the principal's reservations by compare-and-set: `next` sees the current ones and
+   * answers the new list, or null to write nothing. On a conflict (another admission of the same
+   * principal wrote first) the entry is read again and `next` asked again, so what `next` decides
+   * always rests on the reservations as stored.
+   * @returns true when a new list was written.
+   * @throws ReservationConflict after {@link MAX_CHANGE_ATTEMPTS} conflicts; NATS errors; what `next` throws.
+   */
+  change(principal: string | null, next: (runs: readonly QuotaReservation[]) => Promise<QuotaReservation[] | null>): Promise<boolean> {
+    return pRetry(
+      async () => {
+        const entry = await this.read(principal);
+        const runs = await next(entry.runs);
+        if (runs === null) return false;
+        await this.write(principal, runs, entry.revision);
+        return true;
+      },
+      {
+        retries: MAX_CHANGE_ATTEMPTS - 1,
+        minTimeout: 2,
+        maxTimeout: 40,
+        randomize: true,
+        shouldRetry: ({ error }) => error instanceof ReservationConflict,
+      },
+    );
+  }
+}
+
+/** Most compare-and-set attempts of one {@link QuotaReservations.change} (parallel admissions of one principal). */
+const MAX_CHANGE_ATTEMPTS = 30;
+
+/** A KV create of an existing key, or an update at a stale revision (JetStream's `wrong last sequence`, 10071). */
+function isRevisionMismatch(e: unknown): boolean {
+  if (e instanceof JetStreamApiError) return e.code === 10071;
+  return /wrong last sequence/i.test(String((e as Error | null)?.message ?? ''));
+}
