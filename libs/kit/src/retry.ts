@@ -64,6 +64,12 @@ export const retryPolicies = {
    */
   kvCompareAndSet: { retries: 29, minTimeout: 10, maxTimeout: 100, factor: 1.5, randomize: true },
   /**
+   * Parallel admissions of one principal writing its quota reservations by compare-and-set: read
+   * and decide again. 29 retries (30 attempts), 2, 4, 8, ... ms, at most 40, each times a random
+   * factor in [1, 2).
+   */
+  quotaReservation: { retries: 29, minTimeout: 2, maxTimeout: 40, factor: 2, randomize: true },
+  /**
    * A compare-and-set race on a claim or lease whose holder is expected to win quickly or lose
    * (taking a tool call's claim: 3 attempts): read again at once, no wait.
    */
