@@ -32,7 +32,8 @@ const OWNER_SUBJECT: Record<Owner, string> = {
     "The runtime records model turns, streamed paragraphs, tool proposals, waits, child requests and the end of execution here; recovery's fence and park markers close it.",
   tools: "The tools service records dispatches and receipts of tool calls here (K5); recovery's fence marker closes it.",
   publication: 'Publication records committed answer passages and the published answer here.',
-  recovery: 'Recovery recorded lease grants here in older logs, before the runtime recorded its own (its fences stand on the executor subjects they close).',
+  recovery:
+    'Recovery recorded lease grants here in older logs, before the runtime recorded its own (its fences stand on the executor subjects they close).',
   lifecycle: "The lifecycle records the Run's one settlement here (K9), and the settlements of its child Runs.",
 };
 
