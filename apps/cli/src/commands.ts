@@ -3,7 +3,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
-import pRetry from 'p-retry';
+import { retry } from '@runplane/kit/retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog } from '@runplane/eventlog';
@@ -190,7 +190,8 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   return settled;
 
   async function followStream() {
-    await pRetry(
+    await retry(
+      'observerResume',
       async () => {
         const { ended } = await client.streamEvents(runId, {
           lastEventId: last,
@@ -204,9 +205,6 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
         if (!settled && ended === 'server') throw new Error('the event stream ended before the settlement');
       },
       {
-        retries: 10,
-        minTimeout: 500,
-        maxTimeout: 5000,
         shouldRetry: ({ error }) => !permanent(error),
         onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
           if (retriesLeft > 0 && !permanent(error)) {

@@ -6,6 +6,7 @@ import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/comm
 import { Owner, type StoredEvent } from '@runplane/contracts';
 import type { Context, Link } from '@opentelemetry/api';
 import { EventLog, inSpan, linkTo, partitionOf, recordAnomaly, runSubject, traceContext } from '@runplane/eventlog';
+import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import {
   OrphanEventError,
   applyStoredEvents,
@@ -35,9 +36,10 @@ export const projectorRunsTotal = new Counter({
   registers: [metricsRegistry],
 });
 
-/** Delay before retry `attempt` (1-based) of a failed projection step: 100 ms doubling, capped at 5 s. */
+/** Delay before retry `attempt` (1-based) of a failed projection step, the `projectionStep` policy's: 100 ms doubling, capped at 5 s. */
 export function retryDelayMs(attempt: number): number {
-  return Math.min(5_000, 100 * 2 ** Math.max(0, attempt - 1));
+  const { minTimeout, factor, maxTimeout } = retryPolicies.projectionStep;
+  return Math.min(maxTimeout, minTimeout * factor ** Math.max(0, attempt - 1));
 }
 
 /** Most deliveries one flush takes, and most events one transaction applies. */
@@ -94,8 +96,6 @@ export function chainedFrom(checkpoint: RunCheckpoint, deliveries: readonly { tr
   }
   return events;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `fn` over `items`, at most `limit` at a time; settles every item (no early rejection). */
 async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promise<R>): Promise<PromiseSettledResult<R>[]> {
@@ -511,33 +511,35 @@ export class ProjectorService implements BeforeApplicationShutdown {
   }
 
   /** Runs a database step until it succeeds, the application stops, or it fails with an orphan. */
-  private async withRetries<T>(events: () => StoredEvent[], step: () => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      if (this.stopping) throw this.stoppingError(events());
-      try {
-        return await step();
-      } catch (e) {
-        if (e instanceof OrphanEventError) throw e;
-        this.stats.retries++;
-        const delay = retryDelayMs(attempt);
-        const reason = e instanceof Error ? e.message : JSON.stringify(e);
-        const list = events();
-        const runs = [...new Set(list.map((s) => s.event.runId))];
-        this.logger.warn(
-          {
-            runId: runs.length === 1 ? runs[0] : undefined,
-            runs: runs.length,
-            events: list.length,
-            firstSeq: list[0]?.seq,
-            attempt,
-            reason,
-            retryInMs: delay,
-          },
-          'projection step failed; retrying',
-        );
-        await sleep(delay);
-      }
-    }
+  private withRetries<T>(events: () => StoredEvent[], step: () => Promise<T>): Promise<T> {
+    return retry(
+      'projectionStep',
+      () => {
+        if (this.stopping) throw new AbortError(this.stoppingError(events()));
+        return step();
+      },
+      {
+        shouldRetry: ({ error }) => !(error instanceof OrphanEventError),
+        onFailedAttempt: ({ error, attemptNumber }) => {
+          if (error instanceof OrphanEventError) return;
+          this.stats.retries++;
+          const list = events();
+          const runs = [...new Set(list.map((s) => s.event.runId))];
+          this.logger.warn(
+            {
+              runId: runs.length === 1 ? runs[0] : undefined,
+              runs: runs.length,
+              events: list.length,
+              firstSeq: list[0]?.seq,
+              attempt: attemptNumber,
+              reason: error instanceof Error ? error.message : JSON.stringify(error),
+              retryInMs: retryDelayMs(attemptNumber),
+            },
+            'projection step failed; retrying',
+          );
+        },
+      },
+    );
   }
 
   beforeApplicationShutdown(): void {

@@ -1,8 +1,8 @@
 import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import { LeaseStore, PartitionOwnership } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
+import { retry, type KvWatch } from '@runplane/kit';
 import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
@@ -41,7 +41,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private readonly deadlines = new Map<string, DeadlineEntry>();
   /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: no such limit). */
   private readonly progressDue = new Map<string, number>();
-  private watch: QueuedIterator<KvWatchEntry> | null = null;
+  private watch: KvWatch | null = null;
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
   private lastCleanup = Date.now();
@@ -58,8 +58,12 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
-    this.watch = await this.store.kv.watch();
-    void this.keepWatching(this.watch);
+    // follows the bucket for as long as recovery runs; a watch that ends (NATS restarted) is opened again
+    this.watch = await this.store.watch((e) => this.take(e), {
+      reopenAfterMs: this.settings.sweepMs,
+      onError: (what, error) =>
+        this.logger.warn({ error: error.message }, what === 'failed' ? 'deadline watch failed; watching again' : 'could not watch the deadlines yet'),
+    });
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
     }, this.settings.sweepMs);
@@ -76,33 +80,16 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     if (!this.progressDue.has(runId)) this.progressDue.set(runId, firstProgressDue ?? Infinity);
   }
 
-  /** Follows the bucket for as long as recovery runs; a watch that ends (NATS restarted) is opened again. */
-  private async keepWatching(first: QueuedIterator<KvWatchEntry>): Promise<void> {
-    let watch = first;
-    while (!this.stopped) {
-      await this.follow(watch).catch((e: unknown) => this.logger.warn({ error: (e as Error).message }, 'deadline watch failed; watching again'));
-      if (this.stopped) return;
-      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
-      try {
-        watch = await this.store.kv.watch();
-        this.watch = watch;
-      } catch (e) {
-        this.logger.warn({ error: (e as Error).message }, 'could not watch the deadlines yet');
-      }
+  /** Keeps one entry of the bucket: a deadline, or a Run whose deadline is gone (it ended). */
+  private take(e: KvWatchEntry): void {
+    if (e.operation !== 'PUT') {
+      this.forgetRun(e.key);
+      return;
     }
-  }
-
-  private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
-    for await (const e of watch) {
-      if (e.operation !== 'PUT') {
-        this.forgetRun(e.key);
-        continue;
-      }
-      const entry = DeadlineStore.parse(e);
-      // a Run known only from the bucket (recovery restarted) has its no-progress clock read on the next sweep
-      if (entry) this.deadlines.set(entry.runId, entry);
-      else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
-    }
+    const entry = DeadlineStore.parse(e);
+    // a Run known only from the bucket (recovery restarted) has its no-progress clock read on the next sweep
+    if (entry) this.deadlines.set(entry.runId, entry);
+    else this.logger.warn({ key: e.key, revision: e.revision }, 'a deadline entry that is not a deadline value: ignored');
   }
 
   /**
@@ -177,17 +164,11 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
    * writes (K6); this only stops the work sooner. Nothing when no lease is held.
    */
   private async stopHolder(runId: string): Promise<void> {
-    for (let attempt = 0; attempt < 5; attempt++) {
+    await retry('fenceRace', async () => {
       const entry = await this.leases.get(runId).catch(() => null);
       if (entry?.value.state !== 'held') return;
-      try {
-        await this.leases.fence(entry);
-        return;
-      } catch {
-        // renewed meanwhile: read it again
-      }
-    }
-    this.logger.warn({ runId }, 'could not mark the lease fenced (renewed every time); its holder stops at its next write');
+      await this.leases.fence(entry); // throws when renewed meanwhile: read it again
+    }).catch(() => this.logger.warn({ runId }, 'could not mark the lease fenced (renewed every time); its holder stops at its next write'));
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -5,9 +5,11 @@
  * finished or settled), so a restarted recovery still knows every Run it has to stop. The bucket
  * is coordination only: the facts (the admission with its limits, the fence) are in the Run's log.
  */
-import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { z } from 'zod';
-import { kvJson, type EventLog } from '@runplane/eventlog';
+import type { EventLog } from '@runplane/eventlog';
+import { kvJson, KvStore } from '@runplane/kit';
 
 export const DeadlineValue = z.object({ deadlineAt: z.string().datetime() });
 export type DeadlineValue = z.infer<typeof DeadlineValue>;
@@ -18,11 +20,11 @@ export interface DeadlineEntry {
   deadlineAt: string;
 }
 
-export class DeadlineStore {
-  private constructor(
-    readonly kv: KV,
-    readonly bucket: string,
-  ) {}
+/** The deadlines bucket ({@link KvStore}). */
+export class DeadlineStore extends KvStore<DeadlineValue> {
+  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
+    super(nc, kv, bucket, DeadlineValue);
+  }
 
   /** The bucket name for a log's subject space: `<prefix>_deadlines`. */
   static bucketFor(log: Pick<EventLog, 'space'>): string {
@@ -32,8 +34,7 @@ export class DeadlineStore {
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<DeadlineStore> {
     const bucket = DeadlineStore.bucketFor(log);
-    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    return new DeadlineStore(kv, bucket);
+    return new DeadlineStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
   }
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a deadline. */
@@ -44,17 +45,11 @@ export class DeadlineStore {
 
   /** Records a Run's deadline (idempotent: the same value again changes nothing that matters). */
   async record(runId: string, deadlineAt: string): Promise<void> {
-    const value: DeadlineValue = { deadlineAt };
-    await this.kv.put(runId, JSON.stringify(value));
+    await this.put(runId, { deadlineAt });
   }
 
   /** Forgets a Run's deadline (its Run is fenced, finished or settled). */
-  async forget(runId: string): Promise<void> {
-    await this.kv.purge(runId);
-  }
-
-  /** Deletes the bucket: test clean-up only. */
-  async destroy(): Promise<void> {
-    await this.kv.destroy().catch(() => undefined);
+  forget(runId: string): Promise<void> {
+    return this.purge(runId);
   }
 }

@@ -1,5 +1,4 @@
 import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import type { QueuedIterator } from '@nats-io/transport-node';
 import type { KvWatchEntry } from '@nats-io/kv';
 import {
   EventLog,
@@ -15,6 +14,7 @@ import {
   type LeaseEntry,
 } from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
+import type { KvWatch } from '@runplane/kit';
 import { leaseExpiriesTotal, RunCommandHandler } from '@runplane/service-kit';
 import { decide, expiredLease, lostAfterHandover } from './decide.js';
 
@@ -76,10 +76,10 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
    * grow by one string per Run for the life of the process.
    */
   private readonly recorded = new Map<string, Set<string>>();
-  private watch: QueuedIterator<KvWatchEntry> | null = null;
+  private watch: KvWatch | null = null;
   /** The latest heartbeat of every runtime process, by writer instance. */
   private readonly heartbeats = new Map<string, HeartbeatEntry>();
-  private heartbeatWatch: QueuedIterator<KvWatchEntry> | null = null;
+  private heartbeatWatch: KvWatch | null = null;
   /** Expired leases spared as late: the lease revision last logged as late, by Run (logged once each; goes with the lease key). */
   private readonly spared = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
@@ -109,50 +109,27 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
 
   async onApplicationBootstrap(): Promise<void> {
     void this.followStatus();
-    this.watch = await this.store.kv.watch();
-    void this.keepWatching(this.watch);
-    void this.keepWatchingHeartbeats();
+    // both buckets are followed for as long as recovery runs: a watch that ends or fails (NATS
+    // restarted under it) is opened again, so grants and renewals made after a restart are still seen
+    this.watch = await this.store.watch((e) => this.take(e), {
+      reopenAfterMs: this.settings.sweepMs,
+      onError: (what, error) =>
+        this.logger.warn({ error: error.message }, what === 'failed' ? 'lease watch failed; watching again' : 'could not watch the leases yet'),
+    });
+    this.heartbeatWatch = await this.beats.watch(
+      (e) => {
+        const entry = HeartbeatStore.parse(e);
+        if (entry) this.heartbeats.set(entry.instance, entry);
+        else this.heartbeats.delete(instanceOfHeartbeatKey(e.key) ?? e.key);
+      },
+      {
+        reopenAfterMs: this.settings.sweepMs,
+        onError: (_what, error) => this.logger.warn({ error: error.message }, 'heartbeat watch failed; watching again'),
+      },
+    );
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
     }, this.settings.sweepMs);
-  }
-
-  /**
-   * Follows the bucket for as long as recovery runs: a watch that ends or fails (NATS restarted
-   * under it) is opened again, so grants and renewals made after a restart are still seen.
-   */
-  private async keepWatching(first: QueuedIterator<KvWatchEntry>): Promise<void> {
-    let watch = first;
-    while (!this.stopped) {
-      await this.follow(watch).catch((e: unknown) => this.logger.warn({ error: (e as Error).message }, 'lease watch failed; watching again'));
-      if (this.stopped) return;
-      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
-      try {
-        watch = await this.store.kv.watch();
-        this.watch = watch;
-      } catch (e) {
-        this.logger.warn({ error: (e as Error).message }, 'could not watch the leases yet');
-      }
-    }
-  }
-
-  /** Follows the process heartbeats for as long as recovery runs (a watch that ends is opened again). */
-  private async keepWatchingHeartbeats(): Promise<void> {
-    while (!this.stopped) {
-      try {
-        const watch = await this.beats.kv.watch();
-        this.heartbeatWatch = watch;
-        for await (const e of watch) {
-          const entry = HeartbeatStore.parse(e);
-          if (entry) this.heartbeats.set(entry.instance, entry);
-          else this.heartbeats.delete(instanceOfHeartbeatKey(e.key) ?? e.key);
-        }
-      } catch (e) {
-        this.logger.warn({ error: (e as Error).message }, 'heartbeat watch failed; watching again');
-      }
-      if (this.stopped) return;
-      await new Promise((r) => setTimeout(r, this.settings.sweepMs));
-    }
   }
 
   /**
@@ -162,21 +139,19 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
    * nothing under it before it was lost has nothing of its own in the log to close beyond what the
    * fence closes anyway (the fence names the lost epoch and holder from this entry).
    */
-  private async follow(watch: QueuedIterator<KvWatchEntry>): Promise<void> {
-    for await (const e of watch) {
-      if (e.operation !== 'PUT') {
-        this.drop(e.key);
-        continue;
-      }
-      const entry = LeaseStore.parse(e);
-      if (!entry) {
-        this.logger.warn({ key: e.key, revision: e.revision }, 'a lease entry that is not a lease value: ignored');
-        continue;
-      }
-      const known = this.leases.get(entry.runId);
-      if (known && known.revision > entry.revision) continue; // older than what a sweep already read
-      this.leases.set(entry.runId, entry);
+  private take(e: KvWatchEntry): void {
+    if (e.operation !== 'PUT') {
+      this.drop(e.key);
+      return;
     }
+    const entry = LeaseStore.parse(e);
+    if (!entry) {
+      this.logger.warn({ key: e.key, revision: e.revision }, 'a lease entry that is not a lease value: ignored');
+      return;
+    }
+    const known = this.leases.get(entry.runId);
+    if (known && known.revision > entry.revision) return; // older than what a sweep already read
+    this.leases.set(entry.runId, entry);
   }
 
   /** Notes every reconnection: leases get a full TTL from then on. */

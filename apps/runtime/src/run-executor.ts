@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { Logger } from '@nestjs/common';
 import type { RunEvent, StoredEvent, TokenPrice } from '@runplane/contracts';
 import { EventLog, isPermanentAppendError, isTransientNatsError, RetryLater } from '@runplane/eventlog';
+import { retry } from '@runplane/kit';
 import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { modelCostMicrosTotal, RunCommandHandler } from '@runplane/service-kit';
 import { awaitingContext, earlierRunIds, type EarlierRun } from './context.js';
@@ -304,21 +305,25 @@ export class RunExecutor {
    */
   private async recordTurn(runId: string, turn: number, result: ModelTurnResult, epoch: number): Promise<void> {
     // the retry backoff's jitter (K7), drawn once: a decision taken again after a NATS outage backs off as long
-    const retry = { ...(this.settings.retryBackoff ? { retryBackoff: this.settings.retryBackoff } : {}), random: Math.random() };
+    const backoff = { ...(this.settings.retryBackoff ? { retryBackoff: this.settings.retryBackoff } : {}), random: Math.random() };
     const stillHeld = () => this.keeper.holding(runId)?.epoch === epoch;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const { facts, appended } = await this.commands.handle(
-          runId,
-          this.underLease(runId, epoch, (f, now) =>
-            decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...retry }, now),
-          ),
-          { epoch },
-        );
-        countCost(facts.admitted?.principal, facts.turns.find((t) => t.turn === turn)?.request.model, appended);
-        return;
-      } catch (e) {
-        if (isPermanentAppendError(e) && !(!result.ok && result.error.kind === 'unrecordable') && stillHeld()) {
+    const record = async () => {
+      const { facts, appended } = await this.commands.handle(
+        runId,
+        this.underLease(runId, epoch, (f, now) =>
+          decide(f, { type: 'ModelTurnEnded', turn, result, waitTtlMs: this.settings.waitTtlMs, ...backoff }, now),
+        ),
+        { epoch },
+      );
+      countCost(facts.admitted?.principal, facts.turns.find((t) => t.turn === turn)?.request.model, appended);
+    };
+    await retry(
+      'recordOutcome',
+      async () => {
+        try {
+          await record();
+        } catch (e) {
+          if (!(isPermanentAppendError(e) && !(!result.ok && result.error.kind === 'unrecordable') && stillHeld())) throw e;
           this.logger.error(
             { runId, turn, error: (e as Error).message },
             'the outcome of a model turn was refused by the log; recording it as unrecordable',
@@ -327,16 +332,21 @@ export class RunExecutor {
             ok: false,
             error: { kind: 'unrecordable', status: null, message: `the reply of turn ${turn} could not be recorded: ${(e as Error).message}` },
           };
-          continue;
+          await record();
         }
-        if (!isTransientNatsError(e) || this.drainOver || !stillHeld()) throw e;
-        this.logger.warn(
-          { runId, turn, attempt, error: (e as Error).message },
-          'outcome of a model turn not recorded yet (NATS unreachable); retrying',
-        );
-        await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** Math.min(attempt, 5))));
-      }
-    }
+      },
+      {
+        shouldRetry: ({ error }) => isTransientNatsError(error) && !this.drainOver && stillHeld(),
+        onFailedAttempt: ({ error, attemptNumber }) => {
+          if (isTransientNatsError(error) && !this.drainOver && stillHeld()) {
+            this.logger.warn(
+              { runId, turn, attempt: attemptNumber, error: error.message },
+              'outcome of a model turn not recorded yet (NATS unreachable); retrying',
+            );
+          }
+        },
+      },
+    );
   }
 
   /**

@@ -6,15 +6,21 @@
  * claim expired, `update` on the revision read), renewed with `update(key, value, revision)` while
  * the call executes, and deleted once the call has its receipt.
  */
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { RECONNECT_GRACE_MS, type EventLog } from '@runplane/eventlog';
+import { AbortError, KvStore, retry } from '@runplane/kit';
+import { z } from 'zod';
 import type { ToolClaim } from './decide.js';
 
-/** The stored value of a claim. */
-export interface ClaimValue extends ToolClaim {
-  runId: string;
-  toolCallId: string;
-}
+/** The stored value of a claim: the call, its holder instance and its expiry (ISO-8601). */
+export const ClaimValue = z.object({
+  runId: z.string(),
+  toolCallId: z.string(),
+  holder: z.string(),
+  expiresAt: z.string(),
+});
+export type ClaimValue = z.infer<typeof ClaimValue>;
 
 /** Another live executor holds the claim: this worker must not dispatch the call. */
 export class ClaimTaken extends Error {
@@ -41,19 +47,23 @@ export interface HeldClaim {
   revision: number;
 }
 
-export class ClaimStore {
+/** The claims bucket ({@link KvStore}): taken, renewed and removed by compare-and-set. */
+export class ClaimStore extends KvStore<ClaimValue> {
   /** Keys of the claims this process holds for calls it is executing now (taken, not yet released). */
   private readonly mine = new Set<string>();
   /** When this process last (re)connected to NATS: no claim counts as expired before this plus a TTL and the others' reconnect time. */
   private connectedAt = Date.now();
 
   private constructor(
-    private readonly kv: KV,
-    readonly bucket: string,
+    nc: NatsConnection,
+    kv: KV,
+    bucket: string,
     /** This process's instance id (the holder named in its claims). */
     readonly holder: string,
     private readonly ttlMs: number,
-  ) {}
+  ) {
+    super(nc, kv, bucket, ClaimValue);
+  }
 
   /** The bucket name for a log's subject space: `<prefix>_claims`. */
   static bucketFor(log: Pick<EventLog, 'space'>): string {
@@ -63,8 +73,7 @@ export class ClaimStore {
   /** Opens (creating when missing) the claims bucket of `log`'s subject space. */
   static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
     const bucket = ClaimStore.bucketFor(log);
-    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    const store = new ClaimStore(kv, bucket, log.writer.instance, ttlMs);
+    const store = new ClaimStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket, log.writer.instance, ttlMs);
     void (async () => {
       for await (const st of log.nc.status()) if (st.type === 'reconnect') store.connectedAt = Date.now();
     })().catch(() => undefined);
@@ -93,16 +102,14 @@ export class ClaimStore {
     return `${runId}.${toolCallId}`;
   }
 
-  private value(runId: string, toolCallId: string): Uint8Array {
-    const v: ClaimValue = { runId, toolCallId, holder: this.holder, expiresAt: new Date(Date.now() + this.ttlMs).toISOString() };
-    return new TextEncoder().encode(JSON.stringify(v));
+  private value(runId: string, toolCallId: string): ClaimValue {
+    return { runId, toolCallId, holder: this.holder, expiresAt: new Date(Date.now() + this.ttlMs).toISOString() };
   }
 
-  /** The claim stored under `key` and its revision, or null. */
+  /** The claim stored under `key` and its revision, or null (absent, deleted, or not a claim). */
   async read(key: string): Promise<{ claim: ClaimValue; revision: number } | null> {
-    const e = await this.kv.get(key);
-    if (!e || e.operation !== 'PUT' || e.length === 0) return null;
-    return { claim: e.json<ClaimValue>(), revision: e.revision };
+    const found = await this.getRecord(key);
+    return found ? { claim: found.value, revision: found.revision } : null;
   }
 
   /**
@@ -139,7 +146,7 @@ export class ClaimStore {
       return;
     }
     try {
-      await this.kv.delete(key, { previousSeq: revision });
+      await this.delete(key, revision);
     } catch {
       throw new ClaimRenewed(key);
     }
@@ -155,25 +162,30 @@ export class ClaimStore {
     // this process is executing the call already (a second, stale wake decided to dispatch it again):
     // it must neither dispatch it twice nor touch the claim the execution renews
     if (this.mine.has(key)) throw new ClaimTaken(key, this.holder);
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const found = await this.read(key);
+    // a lost create/update race is read and decided again (claimRace: 3 attempts, no wait); a
+    // failed read, or a live holder, ends it at once
+    const raced = new Set<unknown>();
+    const write = async (attempt: Promise<number>) => {
       try {
-        if (!found) {
-          const revision = await this.kv.create(key, this.value(runId, toolCallId));
-          this.mine.add(key);
-          return { key, revision };
-        }
-        const mine = found.claim.holder === this.holder;
-        if (!mine && !this.expired(key, found.claim)) throw new ClaimTaken(key, found.claim.holder);
-        const revision = await this.kv.update(key, this.value(runId, toolCallId), found.revision);
+        const revision = await attempt;
         this.mine.add(key);
         return { key, revision };
       } catch (e) {
-        if (e instanceof ClaimTaken) throw e;
-        // lost a create/update race: read again and decide again
+        raced.add(e);
+        throw e;
       }
-    }
-    throw new ClaimTaken(key, 'a concurrent taker');
+    };
+    return retry('claimRace', async () => {
+      const found = await this.read(key).catch((e: Error) => {
+        throw new AbortError(e);
+      });
+      if (!found) return write(this.create(key, this.value(runId, toolCallId)));
+      const mine = found.claim.holder === this.holder;
+      if (!mine && !this.expired(key, found.claim)) throw new AbortError(new ClaimTaken(key, found.claim.holder));
+      return write(this.update(key, this.value(runId, toolCallId), found.revision));
+    }).catch((e: unknown) => {
+      throw raced.has(e) ? new ClaimTaken(key, 'a concurrent taker') : e;
+    });
   }
 
   /**
@@ -184,12 +196,12 @@ export class ClaimStore {
    */
   async renew(held: HeldClaim, runId: string, toolCallId: string): Promise<HeldClaim | null> {
     try {
-      return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), held.revision) };
+      return { key: held.key, revision: await this.update(held.key, this.value(runId, toolCallId), held.revision) };
     } catch {
       try {
         const found = await this.read(held.key);
         if (!found || found.claim.holder !== this.holder) return null;
-        return { key: held.key, revision: await this.kv.update(held.key, this.value(runId, toolCallId), found.revision) };
+        return { key: held.key, revision: await this.update(held.key, this.value(runId, toolCallId), found.revision) };
       } catch {
         return held;
       }
@@ -204,7 +216,7 @@ export class ClaimStore {
   /** Deletes a claim (its call has its receipt); only the stored revision when given. */
   async release(key: string, revision?: number): Promise<void> {
     try {
-      await this.kv.delete(key, revision === undefined ? {} : { previousSeq: revision });
+      await this.delete(key, revision);
       this.mine.delete(key);
     } catch {
       // a newer revision stands (renewed since): it is not this release's to delete
@@ -221,10 +233,5 @@ export class ClaimStore {
       const found = await this.read(key);
       if (found) yield { key, ...found };
     }
-  }
-
-  /** Removes the bucket (tests). */
-  async destroy(): Promise<void> {
-    await this.kv.destroy();
   }
 }

@@ -6,6 +6,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
@@ -56,9 +57,6 @@ export function toolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConf
   };
 }
 
-/** Pauses before a wake that met a claim reads the Run again, ms (then it is redelivered). */
-export const CLAIM_MET_RETRY_MS = [20, 50, 100, 200, 400] as const;
-
 /** Dispatched calls of a Run that have no receipt yet: the ones whose executor must be looked up. */
 function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
   return [...facts.toolCalls.values()].filter((c) => c.dispatched && !c.receipt);
@@ -73,7 +71,7 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  *   always has had a live claim). A wake that meets a claim held by another executor (which
  *   decided from a read that may not include this wake's proposal) is never dropped: it reads the
  *   Run again after a short pause (the holder's dispatch is then in the log, and only the calls
- *   still undispatched are decided), and past {@link CLAIM_MET_RETRY_MS} it is handed back to the
+ *   still undispatched are decided), and past the `claimMet` retry policy's pauses it is handed back to the
  *   consumer for redelivery ({@link RetryLater}) until the holder's dispatch is appended or its
  *   claim expires and is taken over (issue [8]). It executes exactly the calls whose dispatch it appended itself,
  *   in worker threads, renewing each claim meanwhile, and decides the outcome into a receipt (or,
@@ -164,7 +162,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
    *   executions (proposals appended after its read, whose own wakes may have gone to a peer that
    *   met this wake's claims, or wait behind this one, are dispatched at once);
    * - a claim held by another executor on a call it decided to dispatch is never a reason to stop:
-   *   the Run is read and decided again after each pause of {@link CLAIM_MET_RETRY_MS}.
+   *   the Run is read and decided again after each pause of the `claimMet` policy (@runplane/kit).
    * @param cause what woke it (for the log).
    * @throws RetryLater when the claim is still held after those pauses: the consumer redelivers
    *   the wake (the holder has not appended its dispatch yet, or died before it; its claim expires).
@@ -173,31 +171,41 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     const claims = await this.claims();
     const executions: Promise<void>[] = [];
     let renewed = 0;
-    let met = 0;
     let lookUp = true;
-    try {
-      for (;;) {
-        try {
+    // one decision, read again under the claimMet policy while it meets a claim held by another
+    // executor, at once (and without using up a pause) while a claim it judged expired is renewed
+    const decideOnce = () =>
+      retry(
+        'claimMet',
+        async (attempt) => {
           const dispatched = await this.wakeOnce(runId, claims, lookUp, executions);
-          if (met > 0) this.logger.debug({ runId, cause, retries: met }, 'wake decided after meeting a claim');
-          if (dispatched === 0) break;
-          // decide again: proposals appended after this read are dispatched now, not after these executions
-          lookUp = false;
-          met = 0;
-        } catch (e) {
-          if (e instanceof ClaimRenewed && ++renewed < 3) continue;
-          if (!(e instanceof ClaimTaken)) throw e;
-          const fields = { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder };
-          if (met >= CLAIM_MET_RETRY_MS.length) {
-            claimMetTotal.inc({ outcome: 'redelivered' });
-            this.logger.warn({ ...fields, retries: met }, 'wake met a claim still held; redelivering the wake');
-            throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
-          }
-          claimMetTotal.inc({ outcome: 'retried' });
-          this.logger.debug({ ...fields, retry: met + 1 }, 'wake met a claim; reading the Run again');
-          await sleep(CLAIM_MET_RETRY_MS[met++]);
-        }
-      }
+          if (attempt > 1) this.logger.debug({ runId, cause, attempts: attempt }, 'wake decided after meeting a claim');
+          return dispatched;
+        },
+        {
+          shouldConsumeRetry: ({ error }) => !(error instanceof ClaimRenewed),
+          shouldRetry: ({ error }) => (error instanceof ClaimRenewed ? ++renewed < 3 : error instanceof ClaimTaken),
+          onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+            if (!(error instanceof ClaimTaken) || retriesLeft === 0) return;
+            claimMetTotal.inc({ outcome: 'retried' });
+            this.logger.debug(
+              { runId, cause, claim: error.key, holder: error.holder, self: error.holder === claims.holder, retry: attemptNumber },
+              'wake met a claim; reading the Run again',
+            );
+          },
+        },
+      ).catch((e: unknown) => {
+        if (!(e instanceof ClaimTaken)) throw e;
+        claimMetTotal.inc({ outcome: 'redelivered' });
+        this.logger.warn(
+          { runId, cause, claim: e.key, holder: e.holder, self: e.holder === claims.holder, retries: retryPolicies.claimMet.retries },
+          'wake met a claim still held; redelivering the wake',
+        );
+        throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
+      });
+    try {
+      // decide again after dispatching: proposals appended after this read are dispatched now, not after these executions
+      while ((await decideOnce()) > 0) lookUp = false;
     } finally {
       // the executions this wake started end (with their receipts) before it does, whatever happened after
       await Promise.all(executions);

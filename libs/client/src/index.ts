@@ -3,6 +3,7 @@
  * contracts' zod schemas; errors carry the HTTP status and the server's reason.
  */
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { retry } from '@runplane/kit/retry';
 import {
   AnswerView,
   AnswerWaitResponse,
@@ -136,14 +137,13 @@ export class RunplaneClient {
   private async request(service: 'admission' | 'publication', url: string | URL, init?: RequestInit): Promise<Response> {
     const headers = new Headers(init?.headers);
     if (this.endpoints.token) headers.set('authorization', `Bearer ${this.endpoints.token}`);
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await fetch(url, { ...init, headers });
-      } catch (e) {
-        if (init?.signal?.aborted) throw e;
-        if (attempt === 1 && closedByServer(e)) continue;
-        throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
-      }
+    try {
+      return await retry('closedConnection', () => fetch(url, { ...init, headers }), {
+        shouldRetry: ({ error }) => !init?.signal?.aborted && closedByServer(error),
+      });
+    } catch (e) {
+      if (init?.signal?.aborted) throw e;
+      throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
     }
   }
 

@@ -1,5 +1,6 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerConfig, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import type { StoredEvent } from '@runplane/contracts';
+import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
 import { verifyStored, type EventLog } from './event-log.js';
@@ -162,17 +163,20 @@ export class DurableConsumer {
       } catch (e) {
         if (!ended()) this.logger.error({ durable: this.durableName, err: describeError(e) }, 'consuming failed; starting again');
       }
-      while (!ended()) {
-        this.logger.warn({ durable: this.durableName }, 'the consumer stream ended; consuming again');
-        await new Promise((r) => setTimeout(r, 1_000));
-        if (ended()) return;
-        try {
-          await this.consume(ackWaitMs);
-          return;
-        } catch (e) {
-          this.logger.error({ durable: this.durableName, err: describeError(e) }, 'cannot consume yet; trying again');
-        }
-      }
+      if (ended()) return;
+      this.logger.warn({ durable: this.durableName }, 'the consumer stream ended; consuming again');
+      await new Promise((r) => setTimeout(r, retryPolicies.consumeAgain.minTimeout));
+      await retry(
+        'consumeAgain',
+        () => {
+          if (ended()) throw new AbortError('the consumer is stopping');
+          return this.consume(ackWaitMs);
+        },
+        {
+          onFailedAttempt: ({ error }) =>
+            this.logger.error({ durable: this.durableName, err: describeError(error) }, 'cannot consume yet; trying again'),
+        },
+      ).catch(() => undefined); // stopping
     })();
   }
 

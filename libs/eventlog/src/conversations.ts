@@ -12,7 +12,9 @@
  * entry); meanwhile later Runs' `conversationHistory` does not list it, and a clarification
  * answer admitted in that window cannot be found by its clientMessageId (docs/architecture.md).
  */
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { AbortError, KvStore, retry } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
 import type { EventLog } from './event-log.js';
@@ -31,30 +33,25 @@ const IndexValue = z.object({
   runs: z.array(IndexedRun),
 });
 
-/** Most compare-and-set attempts of one {@link ConversationIndex.add} before it gives up. */
-const MAX_CAS_ATTEMPTS = 30;
+type IndexValue = z.infer<typeof IndexValue>;
 
 /** The per-Conversation list of admitted Runs (see the file comment for its crash window). */
-export class ConversationIndex {
-  private constructor(
-    readonly kv: KV,
-    readonly bucket: string,
-  ) {}
+export class ConversationIndex extends KvStore<IndexValue> {
+  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
+    super(nc, kv, bucket, IndexValue);
+  }
 
   /** Opens (creating if missing and allowed) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<ConversationIndex> {
     const bucket = bucketName(log.space, 'conversations');
-    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    return new ConversationIndex(kv, bucket);
+    return new ConversationIndex(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
   }
 
-  /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry). */
+  /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry; an entry that is not an index reads as empty). */
   async read(conversationId: string): Promise<{ runs: IndexedRun[]; revision: number }> {
-    const entry = await this.kv.get(conversationId);
-    if (!entry || entry.operation !== 'PUT') return { runs: [], revision: entry?.revision ?? 0 };
-    const parsed = IndexValue.safeParse(entry.json());
-    if (!parsed.success) return { runs: [], revision: entry.revision };
-    return { runs: parsed.data.runs, revision: entry.revision };
+    const entry = await this.entry(conversationId);
+    if (!entry) return { runs: [], revision: 0 };
+    return { runs: this.parseValue(entry)?.runs ?? [], revision: entry.revision };
   }
 
   /** The Run a clientMessageId was admitted as in the Conversation, per the index, or null. */
@@ -77,21 +74,19 @@ export class ConversationIndex {
    * Changes the Conversation's entry by compare-and-set, reading it again on a conflict: `next`
    * gives the new value, or the answer when nothing is to be written.
    * @returns true when the new value was written, else what `next` answered.
-   * @throws when the compare-and-set keeps conflicting ({@link MAX_CAS_ATTEMPTS}), or on NATS errors.
+   * @throws when the compare-and-set keeps conflicting (the `kvCompareAndSet` policy: 30 attempts), or on NATS errors.
    */
-  private async change(conversationId: string, next: (current: { runs: IndexedRun[] }) => boolean | z.infer<typeof IndexValue>): Promise<boolean> {
-    for (let attempt = 1; ; attempt++) {
-      const { revision, ...current } = await this.read(conversationId);
+  private change(conversationId: string, next: (current: { runs: IndexedRun[] }) => boolean | IndexValue): Promise<boolean> {
+    return retry('kvCompareAndSet', async () => {
+      // only the compare-and-set is retried: a failed read is NATS's answer, not a race
+      const { revision, ...current } = await this.read(conversationId).catch((e: Error) => {
+        throw new AbortError(e);
+      });
       const value = next(current);
       if (typeof value === 'boolean') return value;
-      try {
-        if (revision === 0) await this.kv.create(conversationId, JSON.stringify(value));
-        else await this.kv.update(conversationId, JSON.stringify(value), revision);
-        return true;
-      } catch (e) {
-        if (attempt >= MAX_CAS_ATTEMPTS) throw e;
-        await new Promise((r) => setTimeout(r, Math.random() * 20 * Math.min(attempt, 5)));
-      }
-    }
+      if (revision === 0) await this.create(conversationId, value);
+      else await this.update(conversationId, value, revision);
+      return true;
+    });
   }
 }

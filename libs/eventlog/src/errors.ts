@@ -130,3 +130,6 @@ export class StreamNotFound extends Error {
     this.name = 'StreamNotFound';
   }
 }
+
+// moved to @runplane/kit (shared by every retry policy); re-exported so imports of the log keep working
+export { isTransientNatsError } from '@runplane/kit';

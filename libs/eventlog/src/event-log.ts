@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { connect, errors as natsErrors, headers as natsHeaders, RequestError, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
-import pRetry, { AbortError } from 'p-retry';
+import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { AbortError, BatchNotStored, isTransientNatsError, retry } from '@runplane/kit';
 import {
   AckPolicy,
   DeliverPolicy,
@@ -109,14 +109,6 @@ export interface CatchUp {
   full: boolean;
 }
 
-/** True for errors after which the outcome of a publish is unknown and the same publish may be retried. */
-export function isTransientNatsError(e: unknown): boolean {
-  if (e instanceof natsErrors.TimeoutError || (e instanceof Error && e.name === 'JetStreamNotEnabled')) return true; // no responders: JetStream restarting
-  if (e instanceof RequestError || e instanceof natsErrors.NoRespondersError || e instanceof natsErrors.ConnectionError) return true;
-  if (e instanceof JetStreamApiError) return e.status === 503 || e.code === 10008;
-  return e instanceof BatchNotStored;
-}
-
 /**
  * How long a client waits between attempts to reconnect to a NATS server that went away, and the
  * most random jitter added: after a NATS restart every service is back within about this much of
@@ -147,14 +139,6 @@ interface BatchReply {
   batch?: string;
   count?: number;
   error?: { code: number; err_code: number; description: string };
-}
-
-/** An atomic batch the server did not store, and a new attempt may (abandoned, too many in flight). */
-class BatchNotStored extends Error {
-  constructor(detail: string) {
-    super(`atomic batch not stored: ${detail}`);
-    this.name = 'BatchNotStored';
-  }
 }
 
 /** One event of a decision for {@link EventLog.appendBatch}. */
@@ -366,8 +350,6 @@ export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; d
   };
 }
 
-/** Pauses before reading a subject again after a stale answer (a stream copy behind), ms. */
-const STALE_READ_RETRY_MS = [5, 20, 50, 100, 250];
 /** Subjects whose stored floor a process keeps (the most recently stored first kept). */
 const STORED_FLOOR_MAX = 50_000;
 
@@ -642,18 +624,20 @@ export class EventLog {
       this.leaderReads ? this.jsm.streams.getMessage(this.space.stream, query) : this.jsm.direct.getMessage(this.space.stream, query);
     const subject = 'last_by_subj' in query ? query.last_by_subj : null;
     const floor = subject === null ? 0 : (this.storedFloor.get(subject) ?? 0);
-    for (let attempt = 0; ; attempt++) {
-      const msg = await get();
-      if (floor === 0 || (msg !== null && msg.seq >= floor)) return msg;
-      // a stale answer: this process already saw a later message of that subject stored
-      if (attempt >= STALE_READ_RETRY_MS.length) {
+    // a stale answer (this process already saw a later message of that subject stored) is read
+    // again under the staleRead policy, then handed back as RetryLater
+    return retry(
+      'staleRead',
+      async () => {
+        const msg = await get();
+        if (floor === 0 || (msg !== null && msg.seq >= floor)) return msg;
         throw new RetryLater(
           `a read of ${subject} answered sequence ${msg?.seq ?? 'none'}, but ${floor} is stored there (a copy of the stream behind)`,
           250,
         );
-      }
-      await new Promise((r) => setTimeout(r, STALE_READ_RETRY_MS[attempt]));
-    }
+      },
+      { shouldRetry: ({ error }) => error instanceof RetryLater },
+    );
   }
 
   /**
@@ -735,7 +719,8 @@ export class EventLog {
     }
     const trace = traceHeaders();
     let attempts = 0;
-    const appended = pRetry(
+    const appended = retry(
+      'transientAppend',
       async () => {
         attempts++;
         let ack;
@@ -773,14 +758,7 @@ export class EventLog {
           ),
         );
       },
-      {
-        retries: 1_000,
-        minTimeout: 100,
-        maxTimeout: 2_000,
-        factor: 2,
-        maxRetryTime: this.appendRetryMs,
-        shouldRetry: ({ error }) => isTransientNatsError(error),
-      },
+      { maxRetryTime: this.appendRetryMs, shouldRetry: ({ error }) => isTransientNatsError(error) },
     );
     try {
       const result = await appended;
@@ -945,7 +923,8 @@ export class EventLog {
 
     let attempts = 0;
     let disabled = false;
-    const attempt = pRetry(
+    const attempt = retry(
+      'transientAppend',
       async (): Promise<AppendResult[] | null> => {
         attempts++;
         const batchId = randomUUID();
@@ -1007,14 +986,7 @@ export class EventLog {
             throw new AbortError(new Error(`atomic batch of ${n} events refused: ${detail}`));
         }
       },
-      {
-        retries: 1_000,
-        minTimeout: 100,
-        maxTimeout: 2_000,
-        factor: 2,
-        maxRetryTime: this.appendRetryMs,
-        shouldRetry: ({ error }) => error instanceof BatchNotStored || isTransientNatsError(error),
-      },
+      { maxRetryTime: this.appendRetryMs, shouldRetry: ({ error }) => isTransientNatsError(error) },
     );
     let stored: AppendResult[] | null;
     try {

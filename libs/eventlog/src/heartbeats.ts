@@ -12,8 +12,9 @@
  */
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
-import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
-import { kvJson } from './kv-json.js';
+import type { KV, KvEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { kvJson, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
 
@@ -45,23 +46,21 @@ export const instanceOfHeartbeatKey = (key: string): string | null => {
 export const heartbeatBucketFor = (space: { prefix: string }): string => `${space.prefix}_heartbeats`;
 
 /** The heartbeats bucket, for readers (recovery) and the beating worker. */
-export class HeartbeatStore {
-  private constructor(readonly kv: KV) {}
+export class HeartbeatStore extends KvStore<HeartbeatValue> {
+  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
+    super(nc, kv, bucket, HeartbeatValue);
+  }
 
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: Pick<EventLog, 'nc' | 'space'>): Promise<HeartbeatStore> {
-    return new HeartbeatStore(await new Kvm(log.nc).create(heartbeatBucketFor(log.space), { history: 1 }));
+    const bucket = heartbeatBucketFor(log.space);
+    return new HeartbeatStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
   }
 
   /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat of its key. */
   static parse(entry: KvEntry): HeartbeatEntry | null {
     const value = kvJson(entry, HeartbeatValue);
     return value && entry.key === heartbeatKey(value) ? { instance: value.instance, value, writtenAt: entry.created } : null;
-  }
-
-  /** Deletes the bucket: test clean-up only. */
-  async destroy(): Promise<void> {
-    await this.kv.destroy().catch(() => undefined);
   }
 }
 

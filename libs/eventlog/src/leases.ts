@@ -10,10 +10,11 @@
  * facts (grant, fence) are events in the Run's log, and the fence is what stops a stale holder's
  * writes (docs/recovery.md).
  */
-import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { kvJson, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
-import { kvJson } from './kv-json.js';
 
 /** A lease's value in the bucket. */
 export const LeaseValue = z.discriminatedUnion('state', [
@@ -68,12 +69,11 @@ export interface HeldLease {
 /** Why a lease could not be taken. */
 export type AcquireRefusal = { held: false; by: LeaseEntry };
 
-/** The leases bucket. */
-export class LeaseStore {
-  private constructor(
-    readonly kv: KV,
-    readonly bucket: string,
-  ) {}
+/** The leases bucket: every write a compare-and-set ({@link KvStore}). */
+export class LeaseStore extends KvStore<LeaseValue> {
+  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
+    super(nc, kv, bucket, LeaseValue);
+  }
 
   /** The bucket name for a log's subject space: `<prefix>_leases`. */
   static bucketFor(log: Pick<EventLog, 'space'>): string {
@@ -83,8 +83,7 @@ export class LeaseStore {
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<LeaseStore> {
     const bucket = LeaseStore.bucketFor(log);
-    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    return new LeaseStore(kv, bucket);
+    return new LeaseStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
   }
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a lease. */
@@ -95,7 +94,7 @@ export class LeaseStore {
 
   /** The Run's lease, or null when there is none. */
   async get(runId: string): Promise<LeaseEntry | null> {
-    const entry = await this.kv.get(runId);
+    const entry = await this.entry(runId);
     return entry ? LeaseStore.parse(entry) : null;
   }
 
@@ -108,7 +107,7 @@ export class LeaseStore {
   async acquire(runId: string, holder: { service: string; instance: string }, ttlMs: number): Promise<HeldLease | AcquireRefusal> {
     const value: LeaseValue = { state: 'held', epoch: 1, holder, ttlMs };
     try {
-      const revision = await this.kv.create(runId, JSON.stringify(value));
+      const revision = await this.create(runId, value);
       return { runId, epoch: 1, revision, ttlMs };
     } catch (e) {
       const existing = await this.get(runId);
@@ -132,7 +131,7 @@ export class LeaseStore {
     const epoch = v.epoch + 1;
     const value: LeaseValue = { state: 'held', epoch, holder, ttlMs };
     try {
-      const revision = await this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+      const revision = await this.update(entry.runId, value, entry.revision);
       return { runId: entry.runId, epoch, revision, ttlMs };
     } catch (e) {
       const now = await this.get(entry.runId);
@@ -154,7 +153,7 @@ export class LeaseStore {
       reason: 'parked',
       ...(wakeBy ? { wakeBy } : {}),
     };
-    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+    return this.update(entry.runId, value, entry.revision);
   }
 
   /**
@@ -164,7 +163,7 @@ export class LeaseStore {
    */
   async handOver(entry: LeaseEntry): Promise<number> {
     const value: LeaseValue = { state: 'released', epoch: entry.value.epoch, holder: entry.value.holder, reason: 'handover' };
-    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+    return this.update(entry.runId, value, entry.revision);
   }
 
   /**
@@ -174,7 +173,7 @@ export class LeaseStore {
    */
   async renew(lease: HeldLease, holder: { service: string; instance: string }): Promise<HeldLease> {
     const value: LeaseValue = { state: 'held', epoch: lease.epoch, holder, ttlMs: lease.ttlMs };
-    const revision = await this.kv.update(lease.runId, JSON.stringify(value), lease.revision);
+    const revision = await this.update(lease.runId, value, lease.revision);
     return { ...lease, revision };
   }
 
@@ -192,7 +191,7 @@ export class LeaseStore {
     wakeBy?: string,
   ): Promise<void> {
     const value: LeaseValue = { state: 'released', epoch: lease.epoch, holder, reason, ...(wakeBy ? { wakeBy } : {}) };
-    await this.kv.update(lease.runId, JSON.stringify(value), lease.revision);
+    await this.update(lease.runId, value, lease.revision);
   }
 
   /**
@@ -202,17 +201,12 @@ export class LeaseStore {
    */
   async fence(entry: LeaseEntry): Promise<number> {
     const value: LeaseValue = { state: 'fenced', epoch: entry.value.epoch, holder: entry.value.holder };
-    return this.kv.update(entry.runId, JSON.stringify(value), entry.revision);
+    return this.update(entry.runId, value, entry.revision);
   }
 
   /** Removes a Run's lease key (recovery's clean-up once the Run needs it no more). */
-  async forget(runId: string): Promise<void> {
-    await this.kv.purge(runId);
-  }
-
-  /** Deletes the bucket: test clean-up only. */
-  async destroy(): Promise<void> {
-    await this.kv.destroy().catch(() => undefined);
+  forget(runId: string): Promise<void> {
+    return this.purge(runId);
   }
 }
 

@@ -6,6 +6,7 @@ import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, 
 import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, configToken, type StoredEvent } from '@runplane/contracts';
+import { retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError } from './consumer.js';
@@ -219,16 +220,24 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       logger,
       this.chains,
     );
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await consumer.start();
-        break;
-      } catch (e) {
-        if (this.closed || !this.ownership.ownsPartition(p)) return;
-        this.nestLogger.warn({ partition: p, attempt, err: describeError(e) }, 'could not start a partition consumer yet; retrying');
-        await new Promise((r) => setTimeout(r, Math.min(5_000, 250 * attempt)));
-      }
-    }
+    const wanted = () => !this.closed && this.ownership.ownsPartition(p);
+    const started = await retry('startupConnect', () => consumer.start(), {
+      shouldRetry: wanted,
+      onFailedAttempt: ({ error, attemptNumber }) => {
+        if (wanted())
+          this.nestLogger.warn(
+            { partition: p, attempt: attemptNumber, err: describeError(error) },
+            'could not start a partition consumer yet; retrying',
+          );
+      },
+    }).then(
+      () => true,
+      (e: unknown) => {
+        if (wanted()) throw e;
+        return false; // no longer this process's partition, or closing
+      },
+    );
+    if (!started) return;
     this.consumers.set(p, consumer);
     // the partition's owner before this change went stale (killed, frozen): its pin is dropped now,
     // not after the priority timeout. A live previous owner, or one that left gracefully, unpins

@@ -15,6 +15,7 @@
  */
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { QueuedIterator } from '@nats-io/transport-node';
+import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import type { EventLog } from './event-log.js';
 import {
   heartbeatBucketFor,
@@ -264,18 +265,17 @@ export class PartitionOwnership {
     }, every);
   }
 
-  /** Watches again after a watch ended (NATS restarted): the members in between are re-read. */
+  /** Watches again after a watch ended (NATS restarted), under the `watchReopen` policy: the members in between are re-read. */
   private async rewatch(): Promise<void> {
-    while (!this.stopped) {
-      await new Promise((r) => setTimeout(r, 500));
-      if (this.stopped) return;
-      try {
-        await this.follow();
-        return;
-      } catch (e) {
-        this.logger.warn({ error: (e as Error).message }, 'could not watch the members yet');
-      }
-    }
+    await new Promise((r) => setTimeout(r, retryPolicies.watchReopen.minTimeout));
+    await retry(
+      'watchReopen',
+      () => {
+        if (this.stopped) throw new AbortError('membership stopped');
+        return this.follow();
+      },
+      { onFailedAttempt: ({ error }) => this.logger.warn({ error: error.message }, 'could not watch the members yet') },
+    ).catch(() => undefined); // stopped
   }
 
   private take(e: KvWatchEntry): void {

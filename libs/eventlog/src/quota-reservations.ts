@@ -16,8 +16,9 @@
  */
 import { createHash } from 'node:crypto';
 import { JetStreamApiError } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
-import pRetry from 'p-retry';
+import type { KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { KvStore, retry } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
 import type { EventLog } from './event-log.js';
@@ -31,6 +32,7 @@ export const QuotaReservation = z.object({
 export type QuotaReservation = z.infer<typeof QuotaReservation>;
 
 const EntryValue = z.object({ runs: z.array(QuotaReservation) });
+type EntryValue = z.infer<typeof EntryValue>;
 
 /** A principal's reservations and the entry's revision (0: no entry), to write back by compare-and-set. */
 export interface QuotaReservationsEntry {
@@ -54,25 +56,22 @@ export const principalKey = (principal: string | null): string =>
   principal === null ? 'anonymous' : `p.${createHash('sha256').update(principal).digest('base64url')}`;
 
 /** The per-principal reservations (see the file comment). */
-export class QuotaReservations {
-  private constructor(
-    readonly kv: KV,
-    readonly bucket: string,
-  ) {}
+export class QuotaReservations extends KvStore<EntryValue> {
+  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
+    super(nc, kv, bucket, EntryValue);
+  }
 
   /** Opens (creating if missing and allowed) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<QuotaReservations> {
     const bucket = bucketName(log.space, 'quotas');
-    const kv = await new Kvm(log.nc).create(bucket, { history: 1 });
-    return new QuotaReservations(kv, bucket);
+    return new QuotaReservations(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
   }
 
   /** The principal's reservations (an unreadable entry reads as none, and is overwritten by the next write). */
   async read(principal: string | null): Promise<QuotaReservationsEntry> {
-    const entry = await this.kv.get(principalKey(principal));
-    if (!entry || entry.operation !== 'PUT') return { runs: [], revision: entry?.revision ?? 0 };
-    const parsed = EntryValue.safeParse(entry.json());
-    return { runs: parsed.success ? parsed.data.runs : [], revision: entry.revision };
+    const entry = await this.entry(principalKey(principal));
+    if (!entry) return { runs: [], revision: 0 };
+    return { runs: this.parseValue(entry)?.runs ?? [], revision: entry.revision };
   }
 
   /**
@@ -81,10 +80,10 @@ export class QuotaReservations {
    */
   async write(principal: string | null, runs: readonly QuotaReservation[], revision: number): Promise<void> {
     const key = principalKey(principal);
-    const value = JSON.stringify({ runs: [...runs] } satisfies z.infer<typeof EntryValue>);
+    const value: EntryValue = { runs: [...runs] };
     try {
-      if (revision === 0) await this.kv.create(key, value);
-      else await this.kv.update(key, value, revision);
+      if (revision === 0) await this.create(key, value);
+      else await this.update(key, value, revision);
     } catch (e) {
       if (isRevisionMismatch(e)) throw new ReservationConflict(key);
       throw e;
@@ -97,10 +96,11 @@ export class QuotaReservations {
    * principal wrote first) the entry is read again and `next` asked again, so what `next` decides
    * always rests on the reservations as stored.
    * @returns true when a new list was written.
-   * @throws ReservationConflict after {@link MAX_CHANGE_ATTEMPTS} conflicts; NATS errors; what `next` throws.
+   * @throws ReservationConflict after the `quotaReservation` policy's 30 attempts; NATS errors; what `next` throws.
    */
   change(principal: string | null, next: (runs: readonly QuotaReservation[]) => Promise<QuotaReservation[] | null>): Promise<boolean> {
-    return pRetry(
+    return retry(
+      'quotaReservation',
       async () => {
         const entry = await this.read(principal);
         const runs = await next(entry.runs);
@@ -108,19 +108,10 @@ export class QuotaReservations {
         await this.write(principal, runs, entry.revision);
         return true;
       },
-      {
-        retries: MAX_CHANGE_ATTEMPTS - 1,
-        minTimeout: 2,
-        maxTimeout: 40,
-        randomize: true,
-        shouldRetry: ({ error }) => error instanceof ReservationConflict,
-      },
+      { shouldRetry: ({ error }) => error instanceof ReservationConflict },
     );
   }
 }
-
-/** Most compare-and-set attempts of one {@link QuotaReservations.change} (parallel admissions of one principal). */
-const MAX_CHANGE_ATTEMPTS = 30;
 
 /** A KV create of an existing key, or an update at a stale revision (JetStream's `wrong last sequence`, 10071). */
 function isRevisionMismatch(e: unknown): boolean {

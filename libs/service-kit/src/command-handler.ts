@@ -5,7 +5,7 @@
  * retry and backoff policy. Side effects (a model call, a tool execution) never run in here: an
  * adapter runs them only for events this handler reports as appended by this call.
  */
-import pRetry, { AbortError } from 'p-retry';
+import { AbortError, retry } from '@runplane/kit';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, runFilter, type BatchItem, type EventLog } from '@runplane/eventlog';
 import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
@@ -249,9 +249,6 @@ export interface CommandOptions {
   onAppended?: (stored: StoredEvent) => void;
 }
 
-/** The retry and backoff policy for conflicts: re-read and decide again, up to 6 times, 10-320 ms apart with jitter. */
-export const CONFLICT_RETRY = { retries: 6, minTimeout: 10, maxTimeout: 320, factor: 2, randomize: true } as const;
-
 /**
  * Reads, folds, decides and appends for one owner. One instance per service.
  */
@@ -278,14 +275,15 @@ export class RunCommandHandler {
    * all or none, where the log uses them; else one by one), each subject's first event
    * conditional on that subject's last sequence (K6).
    * On an {@link AppendConflict} the Run is read again and `decide` called again (it must be pure
-   * and decide only what the facts still lack), under {@link CONFLICT_RETRY}.
+   * and decide only what the facts still lack), under the `appendConflict` policy of @runplane/kit (6 retries, 10-320 ms apart with jitter).
    * @returns the facts decided from and the events stored by this call (empty: nothing to do).
    * @throws AppendConflict when conflicts persist past the policy (the caller's message is then redelivered).
    */
   async handle(runId: string, decide: (facts: RunFacts, now: Date) => RunEvent[], opts: CommandOptions = {}): Promise<CommandResult> {
     const appended: StoredEvent[] = [];
     let attempt = 0;
-    return pRetry(
+    return retry(
+      'appendConflict',
       async () => {
         // after a conflict the kept fold is known to be behind: read the log
         const facts = await this.readThroughOutage(runId, { fresh: attempt++ > 0 });
@@ -313,7 +311,7 @@ export class RunCommandHandler {
         });
         return { facts, appended };
       },
-      { ...CONFLICT_RETRY, shouldRetry: ({ error }) => error instanceof AppendConflict },
+      { shouldRetry: ({ error }) => error instanceof AppendConflict },
     );
   }
 
@@ -325,11 +323,7 @@ export class RunCommandHandler {
    * step in flight and record nothing (issue [3]).
    */
   private readThroughOutage(runId: string, opts: ReadOptions): Promise<RunFacts> {
-    return pRetry(() => this.folds.read(runId, opts), {
-      retries: 1_000,
-      minTimeout: 100,
-      maxTimeout: 1_000,
-      factor: 2,
+    return retry('transientRead', () => this.folds.read(runId, opts), {
       maxRetryTime: READ_RETRY_MS,
       shouldRetry: ({ error }) => isTransientNatsError(error),
     });

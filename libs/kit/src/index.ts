@@ -1,0 +1,3 @@
+export * from './errors.js';
+export * from './retry.js';
+export * from './kv-store.js';
