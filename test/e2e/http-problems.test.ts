@@ -230,7 +230,12 @@ async function spawnService(name: 'admission' | 'publication', env: NodeJS.Proce
     name,
     join(repoRoot(), 'apps', name, 'dist', 'main.js'),
     [],
-    { ...t.env, ...natsEnvOf(t.users, name), ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env },
+    // a key given as undefined is left out (e.g. NATS_CA_FILE for a private nats-server without TLS)
+    Object.fromEntries(
+      Object.entries({ ...t.env, ...natsEnvOf(t.users, name), ADMISSION_PORT: '0', PUBLICATION_PORT: '0', ...env }).filter(
+        ([, v]) => v !== undefined,
+      ),
+    ),
     /ready on (http:\/\/\S+)/,
     log,
   );
@@ -270,7 +275,7 @@ describe('a dependency that is down is a 503 with Retry-After', () => {
     expect(nats.child).not.toBeNull();
     let publication: ManagedProcess | null = null;
     try {
-      publication = await spawnService('publication', { NATS_URL: nats.url }, 'publication-no-nats');
+      publication = await spawnService('publication', { NATS_URL: nats.url, NATS_CA_FILE: undefined }, 'publication-no-nats');
       expect((await fetch(`${publication.url}/healthz`)).status).toBe(200);
       await nats.stop();
       const answer = await problemOf(await fetch(`${publication.url}/v1/runs/some-run/answer`), 503);
