@@ -373,7 +373,8 @@ export const HttpRoutes: readonly HttpRoute[] = [
     method: 'get',
     path: '/metrics',
     operationId: 'metrics',
-    summary: "This service's Prometheus metrics (text exposition format): bus anomalies by kind, settlements by outcome, process metrics",
+    summary:
+      "This service's Prometheus metrics (text exposition format): the Runplane series of docs/metrics.md (Run duration and queue time, model requests and tokens, tool durations, appends, consumer deliveries, leases, SSE observers, anomalies, settlements, quotas, cost) and process metrics",
     description: 'Every series carries the label `service`. See docs/operations.md "Metrics".',
     responses: { 200: { description: 'Prometheus text format 0.0.4', body: { contentType: 'text/plain; version=0.0.4', schema: z.string() } } },
   },
