@@ -1,3 +1,5 @@
+import { statSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Inject, Logger, type OnApplicationShutdown, type OnModuleDestroy, type OnModuleInit, UseFilters } from '@nestjs/common';
@@ -55,6 +57,19 @@ export function toolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConf
     dataDir: cfg.RUNPLANE_DATA_DIR,
     drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
   };
+}
+
+/**
+ * {@link toolsSettings}, with the holdings folder checked at start-up: a `RUNPLANE_DATA_DIR` that is
+ * set but not a directory stops the service before it takes any call (docs/operations.md).
+ * @throws Error `RUNPLANE_DATA_DIR=<path> is not a directory.`
+ */
+export function checkedToolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConfig): ToolsSettings {
+  const settings = toolsSettings(cfg, drain);
+  // checked here with fs alone: the holdings library (exceljs) loads in the tool threads, on first use
+  if (settings.dataDir && !statSync(resolvePath(settings.dataDir), { throwIfNoEntry: false })?.isDirectory())
+    throw new Error(`RUNPLANE_DATA_DIR=${settings.dataDir} is not a directory.`);
+  return settings;
 }
 
 /** Dispatched calls of a Run that have no receipt yet: the ones whose executor must be looked up. */

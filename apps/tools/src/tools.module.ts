@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { EventLogModule } from '@runplane/eventlog/nest';
 import { DrainConfig, ToolsConfig } from '@runplane/contracts';
 import { configToken, HealthModule, provideRunCommandHandler } from '@runplane/service-kit';
-import { DispatchController, TOOLS_SETTINGS, toolsSettings } from './dispatch.controller.js';
+import { checkedToolsSettings, DispatchController, TOOLS_SETTINGS } from './dispatch.controller.js';
 
 /** Wires the tools worker: the event log, its settings and the dispatch controller (tools run in worker threads). */
 @Module({
@@ -10,7 +10,7 @@ import { DispatchController, TOOLS_SETTINGS, toolsSettings } from './dispatch.co
   controllers: [DispatchController],
   providers: [
     provideRunCommandHandler('tools'),
-    { provide: TOOLS_SETTINGS, inject: [configToken(ToolsConfig), configToken(DrainConfig)], useFactory: toolsSettings },
+    { provide: TOOLS_SETTINGS, inject: [configToken(ToolsConfig), configToken(DrainConfig)], useFactory: checkedToolsSettings },
   ],
 })
 export class ToolsModule {}

@@ -9,13 +9,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DrainConfig, ToolsConfig } from '@runplane/contracts';
 import { SAMPLE_DIR } from '@runplane/holdings';
-import { toolsSettings } from '../dist/dispatch.controller.js';
+import { checkedToolsSettings, toolsSettings } from '../dist/dispatch.controller.js';
 import { ToolExecutor } from '../dist/executor.js';
 
 describe('tools: the holdings folder is a setting', () => {
   it('given RUNPLANE_DATA_DIR, then the settings carry it; unset, then empty (the default folder)', () => {
     expect(toolsSettings(ToolsConfig.parse({ RUNPLANE_DATA_DIR: '/data/holdings' }), DrainConfig.parse({})).dataDir).toBe('/data/holdings');
     expect(toolsSettings(ToolsConfig.parse({}), DrainConfig.parse({})).dataDir).toBe('');
+  });
+
+  it('given RUNPLANE_DATA_DIR that is not a directory, then the settings refuse it at start-up, naming the setting; a folder passes', () => {
+    expect(() => checkedToolsSettings(ToolsConfig.parse({ RUNPLANE_DATA_DIR: '/no/such/holdings' }), DrainConfig.parse({}))).toThrow(
+      'RUNPLANE_DATA_DIR=/no/such/holdings is not a directory.',
+    );
+    expect(checkedToolsSettings(ToolsConfig.parse({ RUNPLANE_DATA_DIR: SAMPLE_DIR }), DrainConfig.parse({})).dataDir).toBe(SAMPLE_DIR);
   });
 
   describe('given a folder in the settings and another in the process environment', () => {
