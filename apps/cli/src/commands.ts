@@ -35,6 +35,7 @@ export const ILLUSTRATIVE_QUESTION = 'Compare the holdings of AAA and BBB: verif
 // eslint-disable-next-line no-control-regex -- the point: control characters are what is replaced
 export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
 const out = (line: string) => process.stdout.write(`${terminalSafe(line)}\n`);
+const err = (line: string) => process.stderr.write(`${terminalSafe(line)}\n`);
 
 /**
  * The devstack (local NATS, PostgreSQL, every service as a process), loaded only by the commands
@@ -326,7 +327,22 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   const cleanup = stopOnSignal();
   const env = await prepareEnvironment(opts);
   cleanup.also(() => env.close());
-  const stack = await dev.startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
+  let stack: Awaited<ReturnType<typeof dev.startStack>>;
+  try {
+    stack = await dev.startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
+  } catch (e) {
+    // a service that failed to start: stop what this command started (nats-server too), then fail
+    await dev.stopEverything().catch(() => undefined);
+    await env.close().catch(() => undefined);
+    throw e;
+  }
+  for (const [name, p] of stack.services) {
+    // nothing restarts a service here: say so at once (Runs wait for it; recovery acts on what it held)
+    p.child.once('exit', (code, signal) => {
+      if (!stopping)
+        err(`runplane: ${name} exited (${code ?? signal}); it is not restarted: stop with Ctrl-C and run up again (logs: ${stack.logFile})`);
+    });
+  }
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
@@ -367,6 +383,9 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   return new Promise<number>(() => undefined); // until a signal stops everything
 }
 
+/** True once a signal is stopping everything this command started (their exits are expected then). */
+let stopping = false;
+
 /**
  * From now on, SIGINT or SIGTERM stops every process this CLI started (also while they are still
  * starting), runs the registered clean-ups and exits (130 / 143).
@@ -374,6 +393,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
 function stopOnSignal(): { also(fn: () => Promise<void>): void } {
   const cleanups: (() => Promise<void>)[] = [];
   const interrupt = (signal: NodeJS.Signals) => {
+    stopping = true;
     out(`\n${signal}: stopping every process this command started...`);
     void devstack()
       .then((d) => d.stopEverything())
