@@ -3,6 +3,7 @@
  * release (2.12 or later) cached by scripts/fetch-nats-server.sh, fetched on first use; never the
  * machine's own older server. And a JetStream cluster of such servers on loopback ports.
  */
+import { randomBytes } from 'node:crypto';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -137,12 +138,31 @@ export interface NatsClusterNodeSpec {
   storeDir: string;
 }
 
+/** The user and password every node of a cluster requires of a route (`routePassword`: hex, URL-safe). */
+export interface RouteCredentials {
+  user: string;
+  password: string;
+}
+
+/** Fresh route credentials for one cluster: user `route`, 24 random bytes in hex. */
+export const newRouteCredentials = (): RouteCredentials => ({ user: 'route', password: randomBytes(24).toString('hex') });
+
 /**
  * The configuration file of one node of a loopback JetStream cluster: `config` (e.g. the
  * Runplane users of natsAuthConfig) followed by the node's name, client port, JetStream store and
- * the cluster block with a route to every node (its own route is ignored by the server).
+ * the cluster block with a route to every node (its own route is ignored by the server). With
+ * `routes` credentials a node accepts only routes that present them (another nats-server on the
+ * machine cannot join the cluster and read or write the stream past the client users), and dials
+ * the others with them.
  */
-export function natsClusterNodeConfig(config: string, clusterName: string, node: NatsClusterNodeSpec, all: readonly NatsClusterNodeSpec[]): string {
+export function natsClusterNodeConfig(
+  config: string,
+  clusterName: string,
+  node: NatsClusterNodeSpec,
+  all: readonly NatsClusterNodeSpec[],
+  routes?: RouteCredentials,
+): string {
+  const auth = routes ? `${routes.user}:${routes.password}@` : '';
   return [
     config,
     `server_name: ${node.name}`,
@@ -151,7 +171,8 @@ export function natsClusterNodeConfig(config: string, clusterName: string, node:
     `cluster {`,
     `  name: ${clusterName}`,
     `  listen: 127.0.0.1:${node.clusterPort}`,
-    `  routes: [${all.map((n) => `nats-route://127.0.0.1:${n.clusterPort}`).join(', ')}]`,
+    ...(routes ? [`  authorization { user: ${JSON.stringify(routes.user)}, password: ${JSON.stringify(routes.password)} }`] : []),
+    `  routes: [${all.map((n) => `nats-route://${auth}127.0.0.1:${n.clusterPort}`).join(', ')}]`,
     `}`,
     '',
   ].join('\n');
@@ -197,6 +218,8 @@ export interface NatsCluster {
   nodes: NatsClusterNode[];
   /** The binary and its version. */
   server: NatsServerBinary;
+  /** What a route must present to join (every node requires it). */
+  routes: RouteCredentials;
   /** Stops every node (gracefully). */
   stop(): Promise<void>;
 }
@@ -234,12 +257,14 @@ export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCl
   const clusterName = opts.clusterName ?? 'runplane';
   const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
   const specs = await clusterNodeSpecs(opts.nodes, (name) => join(opts.stateDir, name, 'store'));
+  // routes authenticate: a nats-server of anyone else on the machine cannot join the cluster
+  const routeCredentials = newRouteCredentials();
   const nodes: NatsClusterNode[] = specs.map((spec) => {
     const dir = join(opts.stateDir, spec.name);
     mkdirSync(dir, { recursive: true });
     const configFile = join(dir, 'server.conf');
     const logFile = join(dir, 'server.log');
-    writeFileSync(configFile, natsClusterNodeConfig(opts.config, clusterName, spec, specs), { mode: 0o600 });
+    writeFileSync(configFile, natsClusterNodeConfig(opts.config, clusterName, spec, specs, routeCredentials), { mode: 0o600 });
     const url = `nats://127.0.0.1:${spec.clientPort}`;
     let child: ChildProcess | null = null;
     const exited = (c: ChildProcess) =>
@@ -299,5 +324,5 @@ export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCl
     await stopAll();
     throw e;
   }
-  return { url: nodes.map((n) => n.url).join(','), nodes, server, stop: stopAll };
+  return { url: nodes.map((n) => n.url).join(','), nodes, server, routes: routeCredentials, stop: stopAll };
 }
