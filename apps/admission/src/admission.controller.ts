@@ -241,9 +241,11 @@ export class AdmissionController {
     projected: { usage: QuotaUsage; known: ReadonlySet<string> },
   ): Promise<{ usage: QuotaUsage; reserved: boolean }> {
     let usage = projected.usage;
+    // what the log said of a reservation's Run, kept across compare-and-set retries: read once per call
+    const admittedInLog = new Map<string, Promise<boolean>>();
     const reserved = await this.reservations.change(principal, async (runs) => {
       const now = new Date();
-      const gone = await this.missingFromLog(reservationsToConfirm(runs, projected.known, now));
+      const gone = await this.missingFromLog(reservationsToConfirm(runs, projected.known, now), admittedInLog);
       // this Run's own reservation (a parallel request of the same message made it) is not another Run
       usage = withReservations(
         projected.usage,
@@ -258,10 +260,18 @@ export class AdmissionController {
     return { usage, reserved };
   }
 
-  /** Of `reservations`, the ids of those whose Run has no `run.admitted` in the log (left by a crash or a failed admission). */
-  private async missingFromLog(reservations: readonly Reservation[]): Promise<Set<string>> {
-    const found = await Promise.all(reservations.map(async (r) => ((await this.log.lastOf(r.runId, 'admission')) ? null : r.runId)));
-    return new Set(found.filter((id): id is string => id !== null));
+  /**
+   * Of `reservations`, the ids of those whose Run has no `run.admitted` in the log (left by a crash
+   * or a failed admission); `seen` keeps each Run's answer, so a retry reads the log only for new ones.
+   */
+  private async missingFromLog(reservations: readonly Reservation[], seen: Map<string, Promise<boolean>>): Promise<Set<string>> {
+    const admitted = (runId: string) => {
+      let found = seen.get(runId);
+      if (!found) seen.set(runId, (found = this.log.lastOf(runId, 'admission').then((e) => e !== null)));
+      return found;
+    };
+    const missing = await Promise.all(reservations.map(async (r) => ((await admitted(r.runId)) ? null : r.runId)));
+    return new Set(missing.filter((id): id is string => id !== null));
   }
 
   /**
