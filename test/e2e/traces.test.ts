@@ -101,7 +101,9 @@ describe('traces', () => {
     // the live deltas the runtime publishes while the answer streams (`<prefix>.live.<runId>.delta`)
     const deltaTraceparents: string[] = [];
     const deltas = t.log.nc.subscribe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.live.*.delta`, {
-      callback: (_err, msg) => deltaTraceparents.push(msg?.headers?.get('traceparent') ?? ''),
+      callback: (_err, msg) => {
+        deltaTraceparents.push(msg?.headers?.get('traceparent') ?? '');
+      },
     });
     await t.log.nc.flush();
     const { body } = await t.client.postMessage('conv-traces', { clientMessageId: `traces-${t.tag}`, content: 'What does DIA hold?' });
