@@ -200,7 +200,7 @@ export class LeaseKeeper {
   /**
    * Renews every held lease whose previous renewal is not still waiting on NATS (never two on one
    * revision), all concurrently, and wakes a Run right after its own renewal when it was not woken
-   * within a lease TTL (issue [9]: each tick's wake used to read the Run from the log).
+   * within a lease TTL (no read of the log on the hot path: each tick's wake used to read the Run from the log).
    */
   private renewAll(): void {
     if (this.stopped) return;
