@@ -47,10 +47,10 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
-import { natsTlsOptions } from '@runplane/eventlog';
+import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
-import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
+import { benchSpace, ensurePeerPackages, startModel, startNats } from './bench/infra.js';
 import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
 import { PARKED_DEADLINE_S, runParked } from './bench/parked.js';
 import { measureAudit } from './bench/audit.js';
@@ -137,7 +137,9 @@ let parked = null;
 
 try {
   await pgc.connect();
-  nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'] });
+  // the private server hosts the W1 (and demo) Runplane's subject space; the raw appends and the
+  // read cost use it as its admin user; soak and parked Runplanes get servers of their own
+  nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'], space: benchSpace(tag) });
   cleanups.push(() => nats.stop());
   say(`private ${nats.version} at ${nats.url}`);
 
@@ -161,7 +163,7 @@ try {
       let ownNats = null; // runplane-x3's own 3-node cluster, stopped with it
       try {
         if (sys === 'runplane-x3') {
-          ownNats = await startNats(a['nats-bin'], { cluster: true });
+          ownNats = await startNats(a['nats-bin'], { cluster: true, space: benchSpace(`${tag}x3`) });
           say(`  its own ${ownNats.version} at ${ownNats.url}`);
         }
         handle =
@@ -221,7 +223,9 @@ try {
 
   if (only.has('soak')) {
     say(`\n== soak: W1 on Runplane at ${a.rate} Runs/s for ${a.minutes} minute(s) ==`);
-    const h = await startRunplane({ tag: `${tag}s`, nats, modelUrl: model.url, pg: pgc, logDir: join(logDir, 'soak'), dataDir });
+    const soakNats = await startNats(a['nats-bin'], { space: benchSpace(`${tag}s`) });
+    cleanups.push(() => soakNats.stop());
+    const h = await startRunplane({ tag: `${tag}s`, nats: soakNats, modelUrl: model.url, pg: pgc, logDir: join(logDir, 'soak'), dataDir });
     try {
       const warm = await drive(2, Number(a.warmup), (i) => h.one(`soak-${tag}-warm-${i}`, W1_QUESTION));
       if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
@@ -244,9 +248,11 @@ try {
   if (only.has('parked')) {
     const n = Number(a.parked);
     say(`\n== parked: ${n} Runs waiting for a human on Runplane ==`);
+    const parkedNats = await startNats(a['nats-bin'], { space: benchSpace(`${tag}p`) });
+    cleanups.push(() => parkedNats.stop());
     const h = await startRunplane({
       tag: `${tag}p`,
-      nats,
+      nats: parkedNats,
       modelUrl: model.url,
       pg: pgc,
       logDir: join(logDir, 'parked'),
@@ -288,6 +294,7 @@ try {
     readCost = await readCostLevels({
       natsUrl: nats.url,
       caFile: nats.caFile,
+      admin: nats.admin,
       tag,
       levels: list(a['read-others']).map(Number),
       reads: Number(a.reads),
@@ -394,7 +401,12 @@ async function measureW1(sys, h) {
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
 async function rawAppendCost(n) {
-  const nc = await connect({ servers: nats.url.split(','), name: 'bench-raw', ...natsTlsOptions(nats.url, nats.caFile) });
+  const nc = await connect({
+    servers: nats.url.split(','),
+    name: 'bench-raw',
+    ...natsUserOptions(nats.admin.user, nats.admin.pass),
+    ...natsTlsOptions(nats.url, nats.caFile),
+  });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const stream = `RPB_RAW_${tag}`;

@@ -17,7 +17,7 @@ import { makeEvent } from '@runplane/contracts';
 import { repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
 import { EventLog, runSubject } from '@runplane/eventlog';
 import { SettlementNotification } from '@runplane/app-webhook-notifier';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL } from '../../../test/support/nats-server.js';
 import { admittedEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -144,7 +144,7 @@ async function startNotifier(): Promise<ManagedProcess> {
 
 beforeAll(async () => {
   logStream = createWriteStream(logFile);
-  log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'admin' });
+  log = await EventLog.connect({ ...SHARED_NATS, ...space, name: 'admin' });
   receiver = createServer(receive);
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const address = receiver.address();

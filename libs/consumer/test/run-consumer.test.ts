@@ -23,12 +23,12 @@ import {
   type InvalidMessage,
   type RunStreamOptions,
 } from '@runplane/consumer';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL } from '../../../test/support/nats-server.js';
 import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_DC_${tag}`, prefix: `tdc${tag}` };
-const streamOptions: RunStreamOptions = { natsUrl: SHARED_NATS_URL, ...space };
+const streamOptions: RunStreamOptions = { natsUrl: SHARED_NATS_URL, user: SHARED_NATS.user, password: SHARED_NATS.password, caFile: SHARED_NATS.caFile, ...space };
 const quiet = { warn: () => undefined, error: () => undefined };
 let log: EventLog;
 let stream: RunStream;
@@ -62,7 +62,7 @@ async function pendingOf(c: RunConsumer): Promise<{ pending: number; ackPending:
 }
 
 beforeAll(async () => {
-  log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'admin' });
+  log = await EventLog.connect({ ...SHARED_NATS, ...space, name: 'admin' });
   log.onInvalid = () => undefined;
   stream = await RunStream.open(streamOptions);
 });

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { makeEvent } from '@runplane/contracts';
 import { EventLog, partitionOf } from '@runplane/eventlog';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 // partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
 const current = currentNatsServerBinary();
@@ -25,7 +25,7 @@ let child: ChildProcess | undefined;
 beforeAll(async () => {
   server = await TestNatsServer.start({ bin: current.bin });
   natsUrl = server.url;
-  log = await EventLog.connect({ natsUrl, stream, prefix });
+  log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream, prefix });
 });
 afterAll(async () => {
   if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
