@@ -23,7 +23,7 @@ import {
   type InvalidMessage,
   type RunStreamOptions,
 } from '@runplane/consumer';
-import { SHARED_NATS, SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv } from '../../../test/support/nats-server.js';
 import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -271,13 +271,12 @@ describe('the example of docs/consumers.md', () => {
     consumers.push(new RunConsumer(stream, { name }));
     const env: NodeJS.ProcessEnv = {
       ...process.env,
-      NATS_URL: SHARED_NATS_URL,
+      // the suite's user on the shared server (its CA too): it may read the durable of any name
+      ...suiteNatsEnv(),
       RUNPLANE_STREAM: space.stream,
       RUNPLANE_SUBJECT_PREFIX: space.prefix,
       RUNPLANE_CONSUMER_NAME: name,
     };
-    delete env.NATS_USER;
-    delete env.NATS_PASSWORD;
     const child = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);
     const lines: string[] = [];
