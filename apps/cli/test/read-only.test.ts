@@ -16,7 +16,7 @@ import { JetStreamApiError, jetstreamManager, type JetStreamManager } from '@nat
 import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { BATCH_ID, BATCH_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EventLog, StreamNotFound } from '@runplane/eventlog';
-import { SHARED_NATS, SHARED_NATS_URL, suiteNatsOptions } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv, suiteNatsOptions } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -32,11 +32,12 @@ afterAll(async () => {
   await nc?.close();
 });
 
-/** The CLI with the bus and database settings given (no NATS user: the suite's server has none). */
+/**
+ * The CLI with the bus and database settings given, as the suite's user over TLS (the shared
+ * server's, suiteNatsEnv; `env` may point it elsewhere).
+ */
 function cli(args: string[], env: Record<string, string>) {
-  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...env };
-  delete base.NATS_USER;
-  delete base.NATS_PASSWORD;
+  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...suiteNatsEnv(), ...env };
   return spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env: base, encoding: 'utf8', timeout: 60_000 });
 }
 
