@@ -149,7 +149,8 @@ describe('a service that fails to start (issue [10])', () => {
   it('given NATS unreachable, then the last line names the NATS server it could not reach', async () => {
     const { code, last } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
     expect(code).toBe(1);
-    expect(last).toBe('admission failed to start: cannot connect to NATS at nats://127.0.0.1:1: connection refused');
+    // as the suite's user (NATS_USER of process.env): the line names the user too
+    expect(last).toBe(`admission failed to start: cannot connect to NATS at nats://127.0.0.1:1 as ${SUITE_NATS.user}: connection refused`);
   }, 60_000);
 
   it('given PostgreSQL unreachable, then the projector names the database (password redacted) it could not use', async () => {
