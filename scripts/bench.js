@@ -141,7 +141,7 @@ try {
   // read cost use it as its admin user; soak and parked Runplanes get servers of their own
   nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'], space: benchSpace(tag) });
   cleanups.push(() => nats.stop());
-  say(`private ${nats.version} at ${nats.url}`);
+  say(`private ${nats.version} at ${nats.url} (the Runplane users of ${tag}, TLS required)`);
 
   if (['w1', 'demo', 'soak', 'parked'].some((m) => only.has(m))) {
     model = await startModel(root, join(logDir, 'model.log'));
