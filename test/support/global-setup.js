@@ -67,6 +67,8 @@ export default async function globalSetup() {
   // black-box tests drive the services by hand, without tokens (the services warn that authentication
   // is off); test/e2e/auth.test.ts starts its own stack with authentication on
   process.env.RUNPLANE_AUTH_DISABLED ??= 'true';
-  process.stderr.write(`\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}, user ${SUITE_NATS_USER}, TLS (CA ${tls.caFile})\n`);
+  process.stderr.write(
+    `\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}, user ${SUITE_NATS_USER}, TLS (CA ${tls.caFile})\n`,
+  );
   globalThis.__RUNPLANE_SHARED_NATS__ = { child, watchdog, dir };
 }

@@ -23,7 +23,14 @@ import { connect, type ConnectionOptions, type Msg, type NatsConnection } from '
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
-import { clusterNodeSpecs, compareVersions, ensureNatsServerBinary, natsServerVersion, natsTlsConfig, NATS_SERVER_MIN_VERSION } from '@runplane/devstack';
+import {
+  clusterNodeSpecs,
+  compareVersions,
+  ensureNatsServerBinary,
+  natsServerVersion,
+  natsTlsConfig,
+  NATS_SERVER_MIN_VERSION,
+} from '@runplane/devstack';
 
 /** The repository root (this file is test/support/nats-server.ts). */
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -50,7 +57,9 @@ export const SHARED_NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const SUITE_NATS: { user: string; pass: string; password: string; caFile: string } = (() => {
   const { NATS_USER: user, NATS_PASSWORD: pass, NATS_CA_FILE: caFile } = process.env;
   if (!user || pass === undefined || !caFile)
-    throw new Error('the suite nats-server credentials are not set up: NATS_USER, NATS_PASSWORD and NATS_CA_FILE come from test/support/global-setup.js');
+    throw new Error(
+      'the suite nats-server credentials are not set up: NATS_USER, NATS_PASSWORD and NATS_CA_FILE come from test/support/global-setup.js',
+    );
   return { user, pass, password: pass, caFile };
 })();
 

@@ -28,7 +28,13 @@ import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_DC_${tag}`, prefix: `tdc${tag}` };
-const streamOptions: RunStreamOptions = { natsUrl: SHARED_NATS_URL, user: SHARED_NATS.user, password: SHARED_NATS.password, caFile: SHARED_NATS.caFile, ...space };
+const streamOptions: RunStreamOptions = {
+  natsUrl: SHARED_NATS_URL,
+  user: SHARED_NATS.user,
+  password: SHARED_NATS.password,
+  caFile: SHARED_NATS.caFile,
+  ...space,
+};
 const quiet = { warn: () => undefined, error: () => undefined };
 let log: EventLog;
 let stream: RunStream;

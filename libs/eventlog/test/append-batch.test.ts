@@ -231,7 +231,8 @@ describeEachNatsServer(servers, (server) => {
   it('given a lost acknowledgement retried past the duplicate window (its expectations stale, not its ids), then the stored batch is still recognised as its own', async () => {
     const shortStream = `RPTEST_ABW_${tag}`;
     const short = await EventLog.connect({
-      ...SUITE_NATS, natsUrl: server.url,
+      ...SUITE_NATS,
+      natsUrl: server.url,
       stream: shortStream,
       prefix: `tabw${tag}`,
       name: 'short-window',
@@ -320,7 +321,14 @@ describeEachNatsServer(servers, (server) => {
     const config = runStreamConfig({ stream: plainStream, prefix: plainPrefix, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
     delete (config as { allow_atomic?: boolean }).allow_atomic;
     await log.jsm.streams.add(config);
-    const plain = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: plainStream, prefix: plainPrefix, name: 'plain', atomicBatches: 'always' });
+    const plain = await EventLog.connect({
+      ...SUITE_NATS,
+      natsUrl: server.url,
+      stream: plainStream,
+      prefix: plainPrefix,
+      name: 'plain',
+      atomicBatches: 'always',
+    });
     const said: string[] = [];
     plain.onSequentialBatches = (why) => said.push(why);
     try {

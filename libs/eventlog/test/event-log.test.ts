@@ -170,7 +170,9 @@ describeEachNatsServer(servers, (server) => {
   });
 
   it('refuses to start on a stream that does not capture its subject prefix', async () => {
-    await expect(EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(/do not belong together/);
+    await expect(EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(
+      /do not belong together/,
+    );
   });
 
   it('redelivers a message whose handler failed, then acknowledges it (at-least-once)', async () => {
