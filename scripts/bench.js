@@ -37,7 +37,7 @@
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
 // Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards. Every
-// NATS server runs as deployed: the Runplane users of the system it hosts and TLS (bench/infra.js
+// NATS server runs as deployed: the Runplane users of the system it hosts and TLS (scripts/bench/infra.js
 // startNats); the soak's and the parked Runs' Runplanes get servers of their own.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
