@@ -3,9 +3,10 @@
  * scripts/fetch-nats-server.sh caches (fetched on first use; libs/devstack ensureNatsServerBinary):
  * the suite's shared server (`NATS_URL`, started by test/support/global-setup.js), and servers and
  * 3-node clusters a test starts itself. A started server runs with JetStream on a free loopback
- * port with its own temporary store, and can be stopped, killed, restarted on the same port and
- * store, frozen and thawed: the base for fault-injection tests. The machine's own nats-server
- * (2.9.10) is no longer a target and is never used.
+ * port with its own temporary store, requiring the suite's user and TLS unless given a config of
+ * its own ({@link SUITE_NATS}), and can be stopped, killed, restarted on the same port and store,
+ * frozen and thawed: the base for fault-injection tests. The machine's own nats-server (2.9.10)
+ * is no longer a target and is never used.
  *
  * Started processes never outlive the test process: each is watched by a tiny `sh` that SIGKILLs
  * it and removes its folder when the test process dies in any way (its stdin pipe closes: normal
@@ -106,7 +107,11 @@ export interface NatsServerOptions {
   bin: string;
   /** Port to listen on (default: a free loopback port). */
   port?: number;
-  /** Text of a server config file (passed with `-c`; the command-line flags still win). */
+  /**
+   * Text of a server config file (passed with `-c`; the command-line flags still win). Without
+   * one the server requires the suite's user and TLS ({@link suiteNatsConfig}; connect with
+   * {@link SUITE_NATS}); a config of its own brings its own users (and `auth` for the probe).
+   */
   config?: string;
   /** Extra command-line arguments. */
   args?: string[];
@@ -117,12 +122,6 @@ export interface NatsServerOptions {
    * natsAuthConfig), and the CA it verifies the server against when `config` requires TLS.
    */
   auth?: { user: string; pass: string; caFile?: string };
-  /**
-   * Run with no user and no TLS, as no deployment does: only for a test proving what such a server
-   * lets through (or a client that refuses it). Without it, and without `config`, the server requires
-   * the suite's user and TLS ({@link suiteNatsConfig}); connect with {@link SUITE_NATS}.
-   */
-  open?: boolean;
 }
 
 /** Every started server process that has not exited yet (killed on process exit). */
@@ -197,7 +196,7 @@ export class TestNatsServer {
       dirs.add(baseDir);
       let configFile: string | null = null;
       // without a config of its own, a server requires the suite's user and TLS, as the shared one does
-      const secured = opts.config === undefined && !opts.open;
+      const secured = opts.config === undefined;
       const config = secured ? suiteNatsConfig() : opts.config;
       if (config !== undefined) {
         configFile = join(baseDir, 'server.conf');
