@@ -36,7 +36,9 @@
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]
-// Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards.
+// Everything uses its own NATS server, streams, databases and temp dirs, removed afterwards. Every
+// NATS server runs as deployed: the Runplane users of the system it hosts and TLS (scripts/bench/infra.js
+// startNats); the soak's and the parked Runs' Runplanes get servers of their own.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -47,10 +49,10 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
-import { natsTlsOptions } from '@runplane/eventlog';
+import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
-import { ensurePeerPackages, startModel, startNats } from './bench/infra.js';
+import { benchSpace, ensurePeerPackages, startModel, startNats } from './bench/infra.js';
 import { CpuMeter, cpuTicks, CLK_TCK } from './bench/proc.js';
 import { PARKED_DEADLINE_S, runParked } from './bench/parked.js';
 import { measureAudit } from './bench/audit.js';
@@ -137,9 +139,11 @@ let parked = null;
 
 try {
   await pgc.connect();
-  nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'] });
+  // the private server hosts the W1 (and demo) Runplane's subject space; the raw appends and the
+  // read cost use it as its admin user; soak and parked Runplanes get servers of their own
+  nats = await startNats(a['nats-bin'], { cluster: a['nats-cluster'], space: benchSpace(tag) });
   cleanups.push(() => nats.stop());
-  say(`private ${nats.version} at ${nats.url}`);
+  say(`private ${nats.version} at ${nats.url} (the Runplane users of ${tag}, TLS required)`);
 
   if (['w1', 'demo', 'soak', 'parked'].some((m) => only.has(m))) {
     model = await startModel(root, join(logDir, 'model.log'));
@@ -161,7 +165,7 @@ try {
       let ownNats = null; // runplane-x3's own 3-node cluster, stopped with it
       try {
         if (sys === 'runplane-x3') {
-          ownNats = await startNats(a['nats-bin'], { cluster: true });
+          ownNats = await startNats(a['nats-bin'], { cluster: true, space: benchSpace(`${tag}x3`) });
           say(`  its own ${ownNats.version} at ${ownNats.url}`);
         }
         handle =
@@ -221,7 +225,9 @@ try {
 
   if (only.has('soak')) {
     say(`\n== soak: W1 on Runplane at ${a.rate} Runs/s for ${a.minutes} minute(s) ==`);
-    const h = await startRunplane({ tag: `${tag}s`, nats, modelUrl: model.url, pg: pgc, logDir: join(logDir, 'soak'), dataDir });
+    const soakNats = await startNats(a['nats-bin'], { space: benchSpace(`${tag}s`) });
+    cleanups.push(() => soakNats.stop());
+    const h = await startRunplane({ tag: `${tag}s`, nats: soakNats, modelUrl: model.url, pg: pgc, logDir: join(logDir, 'soak'), dataDir });
     try {
       const warm = await drive(2, Number(a.warmup), (i) => h.one(`soak-${tag}-warm-${i}`, W1_QUESTION));
       if (warm.failures > 0) throw new Error(`warm-up Runs failed: ${warm.errors.join(' | ')}`);
@@ -244,9 +250,11 @@ try {
   if (only.has('parked')) {
     const n = Number(a.parked);
     say(`\n== parked: ${n} Runs waiting for a human on Runplane ==`);
+    const parkedNats = await startNats(a['nats-bin'], { space: benchSpace(`${tag}p`) });
+    cleanups.push(() => parkedNats.stop());
     const h = await startRunplane({
       tag: `${tag}p`,
-      nats,
+      nats: parkedNats,
       modelUrl: model.url,
       pg: pgc,
       logDir: join(logDir, 'parked'),
@@ -288,6 +296,7 @@ try {
     readCost = await readCostLevels({
       natsUrl: nats.url,
       caFile: nats.caFile,
+      admin: nats.admin,
       tag,
       levels: list(a['read-others']).map(Number),
       reads: Number(a.reads),
@@ -394,7 +403,12 @@ async function measureW1(sys, h) {
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
 async function rawAppendCost(n) {
-  const nc = await connect({ servers: nats.url.split(','), name: 'bench-raw', ...natsTlsOptions(nats.url, nats.caFile) });
+  const nc = await connect({
+    servers: nats.url.split(','),
+    name: 'bench-raw',
+    ...natsUserOptions(nats.admin.user, nats.admin.pass),
+    ...natsTlsOptions(nats.url, nats.caFile),
+  });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const stream = `RPB_RAW_${tag}`;

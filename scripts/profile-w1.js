@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startModel, startNats } from './bench/infra.js';
+import { benchSpace, startModel, startNats } from './bench/infra.js';
 import { startRunplane } from './bench/systems.js';
 
 const { values: a } = parseArgs({
@@ -29,7 +29,8 @@ const QUESTION = 'What does DIA hold?';
 const dataDir = process.env.RUNPLANE_DATA_DIR ?? resolve(root, '../shared/data/etf-holdings');
 const logDir = mkdtempSync(join(tmpdir(), 'runplane-profile-'));
 
-const nats = await startNats();
+// the Runplane users of this stack and TLS, as the bench runs it
+const nats = await startNats(undefined, { space: benchSpace(tag) });
 const model = await startModel(root, join(logDir, 'model.log'));
 let h;
 const names = new Map(); // pid -> service name (the profiles are named after the pid)

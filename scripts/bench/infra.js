@@ -6,7 +6,17 @@ import { createWriteStream, existsSync, mkdtempSync, rmSync, writeFileSync } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import getPort from 'get-port';
-import { createDevNatsTls, natsReachable, natsServerBinary, natsTlsConfig, repoRoot, spawnReady, startNatsCluster } from '@runplane/devstack';
+import {
+  createDevNatsTls,
+  natsAuthConfig,
+  natsReachable,
+  natsServerBinary,
+  natsTlsConfig,
+  newNatsUsers,
+  repoRoot,
+  spawnReady,
+  startNatsCluster,
+} from '@runplane/devstack';
 
 /** Waits until `check()` is true, polling every `everyMs`; throws `what` after `timeoutMs`. */
 export async function waitFor(check, what, timeoutMs = 30_000, everyMs = 100) {
@@ -29,29 +39,53 @@ export async function stopProcess(child, graceMs = 10_000) {
 }
 
 /**
+ * The subject space of a Runplane system the bench starts under `tag` (scripts/bench/systems.js
+ * `startRunplane`): stream `RPB_<tag>`, subject prefix `<tag>`, the services' default 8 partitions.
+ * @param {string} tag
+ * @returns {{ stream: string, prefix: string, partitions: number }}
+ */
+export const benchSpace = (tag) => ({ stream: `RPB_${tag}`, prefix: tag, partitions: 8 });
+
+/**
  * Starts a private `nats-server -js` on a free loopback port with a temporary store directory,
- * requiring TLS as a deployment does (a private CA made for it, libs/devstack createDevNatsTls):
- * every client of the bench, Runplane's services and the raw appends alike, connects with
- * `caFile` (`NATS_CA_FILE`).
+ * as a deployment runs it: the Runplane users and permissions of `space` switched on (libs/devstack
+ * natsAuthConfig, fresh passwords; a connection without a user is refused, each service may publish
+ * only the facts it owns, K9) and TLS required (a private CA made for it, libs/devstack
+ * createDevNatsTls). Every client of the bench connects with `caFile` (`NATS_CA_FILE`) and a user:
+ * Runplane's services each as its own (`users`, devstack startStack `natsUsers`), the bench's own
+ * connections (settlement watch, raw appends, read cost) as `admin`, which may do everything in
+ * the services' account, streams of other names included.
  * @param {string} [binary] the nats-server to run (default: the supported release cached by
  *   scripts/fetch-nats-server.sh, fetched on first use: libs/devstack natsServerBinary).
- * @returns {{ url: string, caFile: string, child: import('node:child_process').ChildProcess, version: string, stop(): Promise<void> }}
+ * @param {{ space: { stream: string, prefix: string, partitions: number }, cluster?: boolean }} opts
+ *   `space`: the subject space of the one Runplane system this server hosts ({@link benchSpace});
+ *   `cluster`: a 3-node cluster instead of one server.
+ * @returns {{ url: string, caFile: string, users: import('@runplane/devstack').NatsUsers,
+ *   admin: { user: string, pass: string }, child: { pid: number }, pids(): number[], replicas: number,
+ *   version: string, stop(): Promise<void> }}
  */
-export async function startNats(binary, opts = {}) {
-  if (opts.cluster) return startNatsClusterForBench(binary);
+export async function startNats(binary, opts) {
+  if (!opts?.space) throw new Error('startNats needs the subject space of the Runplane system it hosts (benchSpace(tag))');
+  if (opts.cluster) return startNatsClusterForBench(binary, opts.space);
   const bin = binary ?? natsServerBinary();
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const port = await getPort({ host: '127.0.0.1' });
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-'));
   const tls = await createDevNatsTls(join(dir, 'tls'));
+  const users = newNatsUsers();
+  const admin = { user: users.admin.user, pass: users.admin.password };
   const config = join(dir, 'server.conf');
-  writeFileSync(config, natsTlsConfig(tls));
-  const child = spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store')], { stdio: 'ignore' });
+  writeFileSync(config, `${natsAuthConfig(opts.space, users)}\n${natsTlsConfig(tls)}`, { mode: 0o600 });
+  const child = spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', join(dir, 'server.log')], {
+    stdio: 'ignore',
+  });
   const url = `nats://127.0.0.1:${port}`;
-  await waitFor(() => natsReachable(url, 500, { caFile: tls.caFile }), `nats-server on ${url}`, 15_000);
+  await waitFor(() => natsReachable(url, 500, { ...admin, caFile: tls.caFile }), `nats-server on ${url}`, 15_000);
   return {
     url,
     caFile: tls.caFile,
+    users,
+    admin,
     child,
     pids: () => [child.pid],
     replicas: 1,
@@ -65,24 +99,29 @@ export async function startNats(binary, opts = {}) {
 
 /**
  * A 3-node JetStream cluster on loopback ports (libs/devstack startNatsCluster) in a temporary
- * folder: `url` lists every node; the Runplane stream and buckets are then created at 3 replicas.
+ * folder, with the users of `space` and TLS as {@link startNats}: `url` lists every node; the
+ * Runplane stream and buckets are then created at 3 replicas.
  */
-async function startNatsClusterForBench(binary) {
+async function startNatsClusterForBench(binary, space) {
   const dir = mkdtempSync(join(tmpdir(), 'runplane-bench-nats-cluster-'));
   const bin = binary ?? natsServerBinary();
   const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
   const tls = await createDevNatsTls(join(dir, 'tls'));
+  const users = newNatsUsers();
+  const admin = { user: users.admin.user, pass: users.admin.password };
   const cluster = await startNatsCluster({
     nodes: 3,
     stateDir: dir,
-    config: natsTlsConfig(tls),
-    auth: { caFile: tls.caFile },
+    config: `${natsAuthConfig(space, users)}\n${natsTlsConfig(tls)}`,
+    auth: { ...admin, caFile: tls.caFile },
     root: repoRoot(),
     server: { bin, version: version.replace(/^.*v/, '') },
   });
   return {
     url: cluster.url,
     caFile: tls.caFile,
+    users,
+    admin,
     child: { pid: cluster.nodes[0].pid },
     pids: () => cluster.nodes.map((n) => n.pid).filter(Boolean),
     replicas: 3,

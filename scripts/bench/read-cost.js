@@ -132,9 +132,9 @@ async function publishOthers(log, prefix, count, state, window = 2000) {
  * handler appends (conditional on its subject's last sequence, with read-ahead hints).
  * @returns {Promise<{ others: number, log: EventLog, runId: string, writeS: number }>}
  */
-async function writeLevel({ natsUrl, caFile, tag, others }) {
+async function writeLevel({ natsUrl, caFile, admin, tag, others }) {
   const prefix = `rc${tag}n${others}`;
-  const log = await EventLog.connect({ natsUrl, caFile, stream: `RPB_RC_${tag}_${others}`, prefix, name: 'bench-read-cost' });
+  const log = await EventLog.connect({ natsUrl, caFile, ...admin, stream: `RPB_RC_${tag}_${others}`, prefix, name: 'bench-read-cost' });
   const runId = `run-${tag}`;
   const events = thirtyEventRun(runId);
   const state = { next: 0 };
@@ -166,13 +166,14 @@ async function timedRead(level) {
  * stream), each level on its own stream (deleted afterwards). The levels are read in turn, round
  * after round, so that the machine's noise and the client's warm-up fall on all of them alike;
  * the first read of each level is reported on its own (the server loads the blocks it needs), and
- * `warmup` rounds are not counted.
+ * `warmup` rounds are not counted. `admin` (`{ user, pass }`, infra.js startNats): the user the
+ * streams are written and read as (the server requires one, and TLS verified against `caFile`).
  * @returns {Promise<{ others: number, streamMessages: number, reads: number, firstMs: number, p50: number, p90: number, writeS: number }[]>}
  */
-export async function readCostLevels({ natsUrl, caFile, tag, levels, reads, capMs, warmup = 100 }) {
+export async function readCostLevels({ natsUrl, caFile, admin, tag, levels, reads, capMs, warmup = 100 }) {
   const written = [];
   try {
-    for (const others of levels) written.push(await writeLevel({ natsUrl, caFile, tag, others }));
+    for (const others of levels) written.push(await writeLevel({ natsUrl, caFile, admin, tag, others }));
     const firstMs = [];
     for (const level of written) firstMs.push(await timedRead(level));
     const times = written.map(() => []);

@@ -12,13 +12,15 @@ import { RunplaneClient } from '@runplane/client';
 import { dropDatabase, ensureDatabaseExists, SERVICES, spawnReady, startStack } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 import { pgBackendPids, rssKiB } from './proc.js';
-import { stopProcess, waitFor } from './infra.js';
+import { benchSpace, stopProcess, waitFor } from './infra.js';
 
 const PG = 'postgresql://postgres@127.0.0.1:5432';
 
 /**
  * Starts Runplane: every service as its own process (devstack) on the bench's private NATS, its
  * own stream, subject prefix and projection database, the shared scripted model as its model.
+ * `nats` (infra.js startNats) must have been started for this system's subject space
+ * (`benchSpace(tag)`): each service connects as its own NATS user over TLS, as in a deployment.
  * Settlement is observed by a core-NATS subscription on the lifecycle subjects (no polling).
  * @param {object} o
  * @param {number} [o.replicas] processes per service (default 1; `runplane-x3` passes 3 with a
@@ -31,15 +33,18 @@ const PG = 'postgresql://postgres@127.0.0.1:5432';
  *   admits a Run in its own conversation `id` and resolves with its runId without waiting for it.
  */
 export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1, env: extraEnv = {} }) {
+  const space = benchSpace(tag);
   const env = {
     ...process.env,
     ...extraEnv,
     NATS_URL: nats.url,
-    // the bench's server requires TLS (infra.js startNats): every service verifies it
-    ...(nats.caFile ? { NATS_CA_FILE: nats.caFile } : {}),
+    // the bench's server requires TLS and the Runplane users (infra.js startNats): every service
+    // verifies it and connects as its own user (startStack's natsUsers set NATS_USER/NATS_PASSWORD)
+    NATS_CA_FILE: nats.caFile,
     DATABASE_URL: `${PG}/rp_${tag}`,
-    RUNPLANE_STREAM: `RPB_${tag}`,
-    RUNPLANE_SUBJECT_PREFIX: tag,
+    RUNPLANE_STREAM: space.stream,
+    RUNPLANE_SUBJECT_PREFIX: space.prefix,
+    RUNPLANE_PARTITIONS: String(space.partitions),
     RUNPLANE_DATA_DIR: dataDir,
     RUNPLANE_NATS_REPLICAS: String(nats.replicas ?? 1),
     // the peers serve their API without authentication: so does Runplane here (the JWT check is not measured)
@@ -51,8 +56,11 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
     stream: env.RUNPLANE_STREAM,
     prefix: tag,
     name: 'bench',
+    partitions: space.partitions,
     replicas: nats.replicas ?? 1,
     caFile: nats.caFile,
+    // the settlement watch and the clean-up (stream, object store) are the admin's
+    ...nats.admin,
   });
   const waiters = new Map();
   const early = new Map();
@@ -77,7 +85,7 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
   let stack;
   try {
     const perService = replicas > 1 ? Object.fromEntries(SERVICES.map((n) => [n, replicas])) : undefined;
-    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl, replicas: perService });
+    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl, replicas: perService, natsUsers: nats.users });
   } catch (e) {
     sub.unsubscribe();
     await log.destroyStream();

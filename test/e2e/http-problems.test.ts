@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import getPort from 'get-port';
 import { openApiDocument, ProblemDetails } from '@runplane/contracts';
 import { RunplaneClient, RunplaneHttpError, RunplaneUnreachableError } from '@runplane/client';
-import { ensureNats, natsEnvOf, repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
+import { natsCaEnvOf, natsEnvOf, provisionAsAdmin, repoRoot, spawnReady, startSecuredNats, type ManagedProcess } from '@runplane/devstack';
 import { readFileSync } from 'node:fs';
 import { startTestStack, type TestStack } from '../support/stack.js';
 
@@ -270,12 +270,15 @@ describe('a dependency that is down is a 503 with Retry-After', () => {
 
   it('the answer and the event stream while NATS is unreachable (a private nats-server, stopped)', async () => {
     const stateDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
-    const natsPort = await getPort({ host: '127.0.0.1' });
-    const nats = await ensureNats(`nats://127.0.0.1:${natsPort}`, stateDir);
+    // as a deployment's: the stack's users (publication connects as its own) and TLS of a CA of its own
+    const space = { stream: t.env.RUNPLANE_STREAM!, prefix: t.env.RUNPLANE_SUBJECT_PREFIX!, partitions: Number(t.env.RUNPLANE_PARTITIONS) };
+    const nats = await startSecuredNats({ stateDir, space, users: t.users });
     expect(nats.child).not.toBeNull();
     let publication: ManagedProcess | null = null;
     try {
-      publication = await spawnService('publication', { NATS_URL: nats.url, NATS_CA_FILE: undefined }, 'publication-no-nats');
+      const own = { NATS_URL: nats.url, ...natsCaEnvOf(nats) };
+      await provisionAsAdmin({ ...t.env, ...own }, t.users);
+      publication = await spawnService('publication', own, 'publication-no-nats');
       expect((await fetch(`${publication.url}/healthz`)).status).toBe(200);
       await nats.stop();
       const answer = await problemOf(await fetch(`${publication.url}/v1/runs/some-run/answer`), 503);

@@ -3,9 +3,10 @@
  * scripts/fetch-nats-server.sh caches (fetched on first use; libs/devstack ensureNatsServerBinary):
  * the suite's shared server (`NATS_URL`, started by test/support/global-setup.js), and servers and
  * 3-node clusters a test starts itself. A started server runs with JetStream on a free loopback
- * port with its own temporary store, and can be stopped, killed, restarted on the same port and
- * store, frozen and thawed: the base for fault-injection tests. The machine's own nats-server
- * (2.9.10) is no longer a target and is never used.
+ * port with its own temporary store, requiring the suite's user and TLS unless given a config of
+ * its own ({@link SUITE_NATS}), and can be stopped, killed, restarted on the same port and store,
+ * frozen and thawed: the base for fault-injection tests. The machine's own nats-server (2.9.10)
+ * is no longer a target and is never used.
  *
  * Started processes never outlive the test process: each is watched by a tiny `sh` that SIGKILLs
  * it and removes its folder when the test process dies in any way (its stdin pipe closes: normal
@@ -17,13 +18,20 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, openSync, closeSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { connect, type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
-import { clusterNodeSpecs, compareVersions, ensureNatsServerBinary, natsServerVersion, NATS_SERVER_MIN_VERSION } from '@runplane/devstack';
+import {
+  clusterNodeSpecs,
+  compareVersions,
+  ensureNatsServerBinary,
+  natsServerVersion,
+  natsTlsConfig,
+  NATS_SERVER_MIN_VERSION,
+} from '@runplane/devstack';
 
 /** The repository root (this file is test/support/nats-server.ts). */
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -33,16 +41,77 @@ export const NATS_SERVER_CACHE = join(repoRoot, '.cache', 'nats-server');
 
 /**
  * The suite's shared server (started by test/support/global-setup.js before any test file, which
- * sets `NATS_URL`); tests use their own stream names on it and never stop it.
+ * sets `NATS_URL`); tests use their own stream names on it and never stop it. It refuses a
+ * connection without the suite's user and requires TLS: connect through {@link SHARED_NATS},
+ * {@link suiteNatsOptions} or {@link suiteNatsEnv}, never with the bare URL.
  */
 export const SHARED_NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+
+/**
+ * The suite's NATS user, its password and the CA the servers' certificate chains to (`NATS_USER`,
+ * `NATS_PASSWORD`, `NATS_CA_FILE`, set by test/support/global-setup.js): valid on the shared
+ * server and on every server {@link TestNatsServer} starts without a config of its own, so a
+ * process spawned with `process.env` reaches either. `pass` for `EventLog.connect`, `password`
+ * for consumer's `openRunStream`.
+ * @throws Error at import when global-setup.js did not set them (a test run outside Jest's set-up).
+ */
+export const SUITE_NATS: { user: string; pass: string; password: string; caFile: string } = (() => {
+  const { NATS_USER: user, NATS_PASSWORD: pass, NATS_CA_FILE: caFile } = process.env;
+  if (!user || pass === undefined || !caFile)
+    throw new Error(
+      'the suite nats-server credentials are not set up: NATS_USER, NATS_PASSWORD and NATS_CA_FILE come from test/support/global-setup.js',
+    );
+  return { user, pass, password: pass, caFile };
+})();
+
+/** The shared server as the options of `EventLog.connect` / consumer's `openRunStream`: its URL and {@link SUITE_NATS}. */
+export const SHARED_NATS = { natsUrl: SHARED_NATS_URL, ...SUITE_NATS };
+
+/**
+ * Connect options (`@nats-io/transport-node` `connect`) for `servers` (default the shared server;
+ * any server started with the suite's user): the suite's user with its inbox prefix (eventlog
+ * natsUserOptions) and TLS verified against the suite's CA, plus `extra`.
+ */
+export function suiteNatsOptions<T extends object>(servers: string = SHARED_NATS_URL, extra: T = {} as T): ConnectionOptions & T {
+  return {
+    servers: servers.split(','),
+    ...natsUserOptions(SUITE_NATS.user, SUITE_NATS.pass),
+    ...natsTlsOptions(servers, SUITE_NATS.caFile),
+    ...extra,
+  };
+}
+
+/**
+ * The environment that makes a spawned process (a service, the CLI) use `url` (default the shared
+ * server) as the suite's user: `NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_CA_FILE`.
+ */
+export function suiteNatsEnv(url: string = SHARED_NATS_URL): { NATS_URL: string; NATS_USER: string; NATS_PASSWORD: string; NATS_CA_FILE: string } {
+  return { NATS_URL: url, NATS_USER: SUITE_NATS.user, NATS_PASSWORD: SUITE_NATS.pass, NATS_CA_FILE: SUITE_NATS.caFile };
+}
+
+/**
+ * The nats-server configuration that makes a server require the suite's user and TLS with the
+ * shared server's certificate (made by global-setup.js beside the CA: `server-cert.pem`,
+ * `server-key.pem`; it names 127.0.0.1, so it serves any loopback port).
+ */
+export function suiteNatsConfig(): string {
+  const dir = dirname(SUITE_NATS.caFile);
+  return [
+    `authorization { users: [ { user: ${JSON.stringify(SUITE_NATS.user)}, password: ${JSON.stringify(SUITE_NATS.pass)} } ] }`,
+    natsTlsConfig({ certFile: join(dir, 'server-cert.pem'), keyFile: join(dir, 'server-key.pem') }),
+  ].join('\n');
+}
 
 export interface NatsServerOptions {
   /** Path of the nats-server binary to run. */
   bin: string;
   /** Port to listen on (default: a free loopback port). */
   port?: number;
-  /** Text of a server config file (passed with `-c`; the command-line flags still win). */
+  /**
+   * Text of a server config file (passed with `-c`; the command-line flags still win). Without
+   * one the server requires the suite's user and TLS ({@link suiteNatsConfig}; connect with
+   * {@link SUITE_NATS}); a config of its own brings its own users (and `auth` for the probe).
+   */
   config?: string;
   /** Extra command-line arguments. */
   args?: string[];
@@ -126,12 +195,16 @@ export class TestNatsServer {
       const baseDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
       dirs.add(baseDir);
       let configFile: string | null = null;
-      if (opts.config !== undefined) {
+      // without a config of its own, a server requires the suite's user and TLS, as the shared one does
+      const secured = opts.config === undefined;
+      const config = secured ? suiteNatsConfig() : opts.config;
+      if (config !== undefined) {
         configFile = join(baseDir, 'server.conf');
-        writeFileSync(configFile, opts.config);
+        writeFileSync(configFile, config, { mode: 0o600 });
       }
+      const auth = opts.auth ?? (secured ? SUITE_NATS : null);
       const port = opts.port ?? (await getPort({ host: '127.0.0.1' }));
-      const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000, opts.auth ?? null);
+      const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000, auth);
       try {
         await server.launch();
         return server;
@@ -536,7 +609,10 @@ export interface NatsClusterTestOptions {
   bin?: string;
   /** Number of nodes (default 3). */
   nodes?: number;
-  /** Configuration every node gets (e.g. natsAuthConfig of libs/devstack: the Runplane users). */
+  /**
+   * Configuration every node gets (e.g. natsAuthConfig of libs/devstack: the Runplane users);
+   * default {@link suiteNatsConfig}: the suite's user and TLS, as a lone {@link TestNatsServer}.
+   */
   config?: string;
   /** A user the readiness probe connects as, when `config` requires one (and the CA, when it requires TLS). */
   auth?: { user: string; pass: string; caFile?: string };
@@ -574,7 +650,7 @@ export class TestNatsCluster {
           bin,
           port: spec.clientPort,
           config: [
-            opts.config ?? '',
+            opts.config ?? suiteNatsConfig(),
             `server_name: ${spec.name}`,
             `cluster {`,
             `  name: ${clusterName}`,
@@ -584,7 +660,7 @@ export class TestNatsCluster {
             '',
           ].join('\n'),
           readyTimeoutMs: opts.readyTimeoutMs ?? 30_000,
-          ...(opts.auth ? { auth: opts.auth } : {}),
+          ...(opts.auth ? { auth: opts.auth } : opts.config === undefined ? { auth: SUITE_NATS } : {}),
         }),
       ),
     );

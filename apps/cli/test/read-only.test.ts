@@ -16,7 +16,7 @@ import { JetStreamApiError, jetstreamManager, type JetStreamManager } from '@nat
 import { makeEvent } from '@runplane/contracts';
 import { repoRoot } from '@runplane/devstack';
 import { BATCH_ID, BATCH_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EventLog, StreamNotFound } from '@runplane/eventlog';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv, suiteNatsOptions } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -25,18 +25,19 @@ let nc: NatsConnection;
 let jsm: JetStreamManager;
 
 beforeAll(async () => {
-  nc = await connect({ servers: SHARED_NATS_URL });
+  nc = await connect(suiteNatsOptions());
   jsm = await jetstreamManager(nc);
 });
 afterAll(async () => {
   await nc?.close();
 });
 
-/** The CLI with the bus and database settings given (no NATS user: the suite's server has none). */
+/**
+ * The CLI with the bus and database settings given, as the suite's user over TLS (the shared
+ * server's, suiteNatsEnv; `env` may point it elsewhere).
+ */
 function cli(args: string[], env: Record<string, string>) {
-  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...env };
-  delete base.NATS_USER;
-  delete base.NATS_PASSWORD;
+  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...suiteNatsEnv(), ...env };
   return spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env: base, encoding: 'utf8', timeout: 60_000 });
 }
 
@@ -75,7 +76,7 @@ describe('auditors’ tools open the log read-only (K11)', () => {
     expect(run.stderr).toContain('nothing was created');
     expect(await streamExists(stream)).toBe(false);
     // the library refuses the same way, with its own error class
-    await expect(EventLog.connect({ natsUrl: SHARED_NATS_URL, stream, prefix: `tro${tag}`, create: false })).rejects.toBeInstanceOf(StreamNotFound);
+    await expect(EventLog.connect({ ...SHARED_NATS, stream, prefix: `tro${tag}`, create: false })).rejects.toBeInstanceOf(StreamNotFound);
     expect(await streamExists(stream)).toBe(false);
   });
 
@@ -120,7 +121,7 @@ describe('auditors’ tools open the log read-only (K11)', () => {
     const runId = randomUUID();
     let log: EventLog;
     beforeAll(async () => {
-      log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, stream, prefix, atomicBatches: 'always' });
+      log = await EventLog.connect({ ...SHARED_NATS, stream, prefix, atomicBatches: 'always' });
       const first = await log.append(admitted(runId), 0);
       // one decision of two events on one subject: the second links inside the atomic batch
       await log.appendBatch([{ event: turn(runId, 1), expectedLastSubjectSeq: 0 }, { event: turn(runId, 2) }]);

@@ -19,8 +19,9 @@ import {
 } from '@runplane/projections';
 import { ProjectorService } from '@runplane/app-projector';
 import { appendAll, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
+import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const natsUrl = SHARED_NATS_URL;
 const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const created: string[] = [];
@@ -28,7 +29,7 @@ const logs: EventLog[] = [];
 
 /** A log on a stream of its own (the rebuild below replays the whole stream) and a fresh, migrated database. */
 async function scratch(name: string): Promise<{ log: EventLog; orm: MikroORM; url: string }> {
-  const log = await EventLog.connect({ natsUrl, stream: `RPTEST_CONT_${name}_${tag}`, prefix: `tct${name}${tag}` });
+  const log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_CONT_${name}_${tag}`, prefix: `tct${name}${tag}` });
   logs.push(log);
   const db = `rp_test_continuity_${name}_${tag}`;
   await ensureDatabase(adminUrl, db);
@@ -77,7 +78,7 @@ describe('projector continuity (K11)', () => {
 
     // the projector's own connection, with the interleaving forced: its read of the runtime subject
     // answers first; the two appends land before its read of the publication subject
-    const reader = await EventLog.connect({ natsUrl, stream: log.space.stream, prefix: log.space.prefix });
+    const reader = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: log.space.stream, prefix: log.space.prefix });
     logs.push(reader);
     const direct = reader.jsm.direct;
     const getMessage = direct.getMessage.bind(direct);

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { EventLog } from '@runplane/eventlog';
 import { databaseUrlWith, dropDatabase } from '@runplane/projections';
 import { uniqueTag } from '../../../libs/projections/test/fixtures.js';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 // the projector's partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
 const current = currentNatsServerBinary();
@@ -23,7 +23,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await dropDatabase(adminUrl, db);
-  const log = await EventLog.connect({ natsUrl, stream, prefix });
+  const log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream, prefix });
   await log.destroyStream();
   await log.close();
   await server.cleanup();

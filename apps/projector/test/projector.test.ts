@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { durableNamesOf, EventLog } from '@runplane/eventlog';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 import type { StoredEvent } from '@runplane/contracts';
 import {
   type ApplyResult,
@@ -87,7 +87,7 @@ beforeAll(async () => {
     HOST: '127.0.0.1',
     PROJECTOR_PORT: '0',
   });
-  log = await EventLog.connect({ natsUrl, stream, prefix });
+  log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream, prefix });
   projector = await startProjector({ logLevel: 'error' }); // creates and migrates the database
   orm = await createProjectionOrm({ databaseUrl: liveUrl });
 });
@@ -236,7 +236,7 @@ describe('projector service', () => {
     const good = `good-${tag}`;
     const orphan = `orphan-${tag}`;
     // a stream of its own: the live projector of this suite must not meet the orphan
-    const own = await EventLog.connect({ natsUrl, stream: `${stream}_ORPHAN`, prefix: `${prefix}o` });
+    const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `${stream}_ORPHAN`, prefix: `${prefix}o` });
     const stored = await appendAll(own, interleave(researchRunEvents(good), researchRunEvents(orphan).slice(1, 5)));
     const scratch = await scratchOrm('orphan');
     try {

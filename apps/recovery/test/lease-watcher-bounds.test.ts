@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { LeaseWatcher } from '../src/lease-watcher.service.js';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
@@ -40,7 +40,7 @@ describeEachNatsServer(servers, (server) => {
   let beats: HeartbeatStore;
   let watcher: LeaseWatcher;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_LWB_${tag}`, prefix: `tlwb${tag}` });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_LWB_${tag}`, prefix: `tlwb${tag}` });
     leases = await LeaseStore.open(log);
     beats = await HeartbeatStore.open(log);
     watcher = new LeaseWatcher(log, new RunCommandHandler(log, 'recovery'), leases, beats, { leaseTtlMs: TTL_MS, sweepMs: 100 });

@@ -16,10 +16,10 @@ import { DeadlineStore } from '../src/deadlines.js';
 import { DeadlineWatcher } from '../src/deadline-watcher.service.js';
 import { LeaseWatcher } from '../src/lease-watcher.service.js';
 import { RecoveryModule } from '../src/recovery.module.js';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, suiteNatsEnv } from '../../../test/support/nats-server.js';
 
 const tag = randomBytes(4).toString('hex');
-const env = { NATS_URL: SHARED_NATS_URL, RUNPLANE_STREAM: `RPTEST_WIRING_${tag}`, RUNPLANE_SUBJECT_PREFIX: `twir${tag}` };
+const env = { ...suiteNatsEnv(), RUNPLANE_STREAM: `RPTEST_WIRING_${tag}`, RUNPLANE_SUBJECT_PREFIX: `twir${tag}` };
 
 /** The command handler a class decides through (a private field, read the same way in each). */
 const commandsOf = (o: unknown) => (o as { commands: RunCommandHandler }).commands;
@@ -33,7 +33,7 @@ describe('recovery: one command handler, one fold cache', () => {
   });
   afterAll(async () => {
     await app?.close();
-    const log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, stream: env.RUNPLANE_STREAM, prefix: env.RUNPLANE_SUBJECT_PREFIX });
+    const log = await EventLog.connect({ ...SHARED_NATS, stream: env.RUNPLANE_STREAM, prefix: env.RUNPLANE_SUBJECT_PREFIX });
     for (const store of [await LeaseStore.open(log), await HeartbeatStore.open(log), await DeadlineStore.open(log)]) await store.destroy();
     await log.destroyStream();
     await log.close();

@@ -25,8 +25,9 @@ import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
 import { DispatchController, type ToolsSettings } from '../dist/dispatch.controller.js';
 import { ClaimStore } from '../dist/claims.js';
+import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const natsUrl = SHARED_NATS_URL;
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_CM_${tag}`, prefix: `tcm${tag}` };
 const dir = mkdtempSync(join(tmpdir(), 'rp-claim-met-'));
@@ -49,8 +50,8 @@ let b: DispatchController;
 let consumer: DurableConsumer | null = null;
 
 beforeAll(async () => {
-  logA = await EventLog.connect({ natsUrl, ...space, name: 'tools' });
-  logB = await EventLog.connect({ natsUrl, ...space, name: 'tools' });
+  logA = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
+  logB = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
   a = new DispatchController(logA, new RunCommandHandler(logA, 'tools'), { ...settings, faultDispatchPauseFile: pauseFile });
   b = new DispatchController(logB, new RunCommandHandler(logB, 'tools'), settings);
 });

@@ -17,7 +17,7 @@ import { makeEvent } from '@runplane/contracts';
 import { repoRoot, spawnReady, type ManagedProcess } from '@runplane/devstack';
 import { EventLog, runSubject } from '@runplane/eventlog';
 import { SettlementNotification } from '@runplane/app-webhook-notifier';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, suiteNatsEnv } from '../../../test/support/nats-server.js';
 import { admittedEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -122,7 +122,8 @@ const delivered = (runId: string) => received.some((r) => r.runId === runId && r
 async function startNotifier(): Promise<ManagedProcess> {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
-    NATS_URL: SHARED_NATS_URL,
+    // the suite's user on the shared server, over TLS: it may use the durable of any name
+    ...suiteNatsEnv(),
     RUNPLANE_STREAM: space.stream,
     RUNPLANE_SUBJECT_PREFIX: space.prefix,
     WEBHOOK_URL: receiverUrl,
@@ -135,8 +136,6 @@ async function startNotifier(): Promise<ManagedProcess> {
     // a settlement a killed notifier held comes again after this
     WEBHOOK_ACK_WAIT_MS: '2000',
   };
-  delete env.NATS_USER;
-  delete env.NATS_PASSWORD;
   const p = await spawnReady('webhook-notifier', join(repoRoot(), 'apps/webhook-notifier/dist/main.js'), [], env, /ready on ([\w-]+)/, logStream);
   notifiers.push(p);
   return p;
@@ -144,7 +143,7 @@ async function startNotifier(): Promise<ManagedProcess> {
 
 beforeAll(async () => {
   logStream = createWriteStream(logFile);
-  log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'admin' });
+  log = await EventLog.connect({ ...SHARED_NATS, ...space, name: 'admin' });
   receiver = createServer(receive);
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const address = receiver.address();

@@ -23,12 +23,18 @@ import {
   type InvalidMessage,
   type RunStreamOptions,
 } from '@runplane/consumer';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv } from '../../../test/support/nats-server.js';
 import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_DC_${tag}`, prefix: `tdc${tag}` };
-const streamOptions: RunStreamOptions = { natsUrl: SHARED_NATS_URL, ...space };
+const streamOptions: RunStreamOptions = {
+  natsUrl: SHARED_NATS_URL,
+  user: SHARED_NATS.user,
+  password: SHARED_NATS.password,
+  caFile: SHARED_NATS.caFile,
+  ...space,
+};
 const quiet = { warn: () => undefined, error: () => undefined };
 let log: EventLog;
 let stream: RunStream;
@@ -62,7 +68,7 @@ async function pendingOf(c: RunConsumer): Promise<{ pending: number; ackPending:
 }
 
 beforeAll(async () => {
-  log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'admin' });
+  log = await EventLog.connect({ ...SHARED_NATS, ...space, name: 'admin' });
   log.onInvalid = () => undefined;
   stream = await RunStream.open(streamOptions);
 });
@@ -271,13 +277,12 @@ describe('the example of docs/consumers.md', () => {
     consumers.push(new RunConsumer(stream, { name }));
     const env: NodeJS.ProcessEnv = {
       ...process.env,
-      NATS_URL: SHARED_NATS_URL,
+      // the suite's user on the shared server (its CA too): it may read the durable of any name
+      ...suiteNatsEnv(),
       RUNPLANE_STREAM: space.stream,
       RUNPLANE_SUBJECT_PREFIX: space.prefix,
       RUNPLANE_CONSUMER_NAME: name,
     };
-    delete env.NATS_USER;
-    delete env.NATS_PASSWORD;
     const child = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     children.push(child);
     const lines: string[] = [];

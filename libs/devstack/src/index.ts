@@ -1,5 +1,5 @@
 /**
- * A whole local Runplane: finds (or starts) NATS with JetStream, finds PostgreSQL and creates the
+ * A whole local Runplane: starts NATS with JetStream (the Runplane users and TLS switched on), finds PostgreSQL and creates the
  * database, starts the scripted model server and every service as its own process, and stops them
  * cleanly. Used by `npm run demo` and the end-to-end tests, so both exercise the same processes.
  */
@@ -10,7 +10,6 @@ import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
@@ -81,52 +80,13 @@ export async function natsReachable(url: string, timeoutMs = 1500, auth?: NatsPr
   }
 }
 
-/** True when the NATS server at `url` has JetStream enabled (answers the JetStream API). */
-export async function jetStreamEnabled(url: string): Promise<boolean> {
-  const nc = await connect({ servers: natsServerList(url), timeout: 1500, reconnect: false });
-  try {
-    await jetstreamManager(nc, { timeout: 2000 });
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await nc.close();
-  }
-}
-
+/** A nats-server a local stack uses (SecuredNats: one it started with the Runplane users). */
 export interface NatsHandle {
   url: string;
   /** Set when this process started its own nats-server (stopped by `stop()`). */
   child: ChildProcess | null;
   note: string;
   stop(): Promise<void>;
-}
-
-/**
- * Uses the NATS server at `url` if it answers; otherwise starts the supported nats-server
- * ({@link natsServerBinary}, fetched on first use) with JetStream on a free loopback port with
- * storage under `stateDir`.
- * @throws Error with one line saying how to get nats-server when neither is possible.
- */
-export async function ensureNats(url: string, stateDir: string): Promise<NatsHandle> {
-  if (await natsReachable(url)) {
-    if (!(await jetStreamEnabled(url))) {
-      throw new Error(`NATS at ${url} answers but has no JetStream: restart it with -js, or point NATS_URL at a server with JetStream enabled.`);
-    }
-    return { url, child: null, note: `using NATS at ${url}`, stop: async () => undefined };
-  }
-  const bin = natsServerBinary();
-  const port = await getPort({ host: '127.0.0.1' });
-  const sd = join(stateDir, 'nats');
-  mkdirSync(sd, { recursive: true });
-  const child = track(spawn(bin, ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', sd], { stdio: 'ignore' }));
-  const started = `nats://127.0.0.1:${port}`;
-  const deadline = Date.now() + 10_000;
-  while (!(await natsReachable(started, 500))) {
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`started ${bin} but it did not answer at ${started}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return { url: started, child, note: `no NATS at ${url}: started ${bin} -js on ${started}`, stop: () => stopChild(child) };
 }
 
 /** Suffix of the projection database (and embedded-database folder) used with a NATS this process started. */

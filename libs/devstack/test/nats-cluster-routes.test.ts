@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import { repoRoot, startNatsCluster, type NatsCluster } from '@runplane/devstack';
+import { SUITE_NATS, suiteNatsConfig, suiteNatsOptions } from '../../../test/support/nats-server.js';
 
 let dir: string;
 let cluster: NatsCluster;
@@ -20,7 +21,8 @@ const connections: NatsConnection[] = [];
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'rp-routes-'));
-  cluster = await startNatsCluster({ nodes: 3, stateDir: join(dir, 'cluster'), config: '', root: repoRoot() });
+  // the cluster's client ports require the suite's user and TLS; the rogue servers below are anyone's
+  cluster = await startNatsCluster({ nodes: 3, stateDir: join(dir, 'cluster'), config: suiteNatsConfig(), auth: SUITE_NATS, root: repoRoot() });
 }, 60_000);
 afterAll(async () => {
   await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
@@ -57,7 +59,7 @@ async function rogue(name: string, auth: string): Promise<NatsConnection> {
 
 /** Whether a message published on the rogue reaches a subscriber on n1 within `ms` (polling by republishing). */
 async function reaches(from: NatsConnection, ms: number): Promise<boolean> {
-  const n1 = await connect({ servers: cluster.nodes[0]!.url });
+  const n1 = await connect(suiteNatsOptions(cluster.nodes[0]!.url));
   connections.push(n1);
   const subject = `probe.${Math.random().toString(36).slice(2)}`;
   const sub = n1.subscribe(subject, { max: 1 });

@@ -28,8 +28,8 @@ export function inboxPrefixOf(natsUser: string): string {
 /**
  * The connect options of a connection made as a NATS user: the user, its password and its inbox
  * prefix ({@link inboxPrefixOf}), so the client's replies come where the broker lets the user
- * subscribe. Without a user (a server without authorization: tests, `demo`), nothing: the client
- * default `_INBOX`.
+ * subscribe. Without a user (a server without authorization, which nothing in the project runs
+ * but the tests proving such a client is refused), nothing: the client default `_INBOX`.
  * @throws RangeError as {@link inboxPrefixOf}.
  */
 export function natsUserOptions(

@@ -20,7 +20,7 @@ import {
   type AppendResult,
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const servers = await natsServersUnderTest();
@@ -46,7 +46,7 @@ describeEachNatsServer(servers, (server) => {
   const stream = `RPTEST_AB_${tag}`;
   const prefix = `tab${tag}`;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream, prefix, appendRetryMs: 5_000, atomicBatches: 'always' });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix, appendRetryMs: 5_000, atomicBatches: 'always' });
   });
   afterAll(async () => {
     await log.destroyStream();
@@ -61,7 +61,7 @@ describeEachNatsServer(servers, (server) => {
     expect((await log.jsm.streams.info(stream)).config.allow_atomic).toBe(true);
     expect(log.atomicBatches).toBe(true);
     // by default only on a replicated stream: on one replica the server stages each batch in a file store of its own (slower)
-    const auto = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'auto' });
+    const auto = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix, name: 'auto' });
     try {
       expect(auto.atomicBatches).toBe(false);
     } finally {
@@ -219,7 +219,7 @@ describeEachNatsServer(servers, (server) => {
     const current = [{ event: turn(runId, 1), expectedLastSubjectSeq: results[2]!.seq }, { event: turn(runId, 2) }, { event: turn(runId, 3) }];
     await expect(log.appendBatch(current)).rejects.toMatchObject({ kind: 'decided-elsewhere' });
     // nor by another process, whose retry would not recognise this one's batch as its own
-    const other = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'other', atomicBatches: 'always' });
+    const other = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix, name: 'other', atomicBatches: 'always' });
     try {
       await expect(other.appendBatch(current)).rejects.toBeInstanceOf(AppendConflict);
     } finally {
@@ -231,6 +231,7 @@ describeEachNatsServer(servers, (server) => {
   it('given a lost acknowledgement retried past the duplicate window (its expectations stale, not its ids), then the stored batch is still recognised as its own', async () => {
     const shortStream = `RPTEST_ABW_${tag}`;
     const short = await EventLog.connect({
+      ...SUITE_NATS,
       natsUrl: server.url,
       stream: shortStream,
       prefix: `tabw${tag}`,
@@ -320,7 +321,14 @@ describeEachNatsServer(servers, (server) => {
     const config = runStreamConfig({ stream: plainStream, prefix: plainPrefix, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
     delete (config as { allow_atomic?: boolean }).allow_atomic;
     await log.jsm.streams.add(config);
-    const plain = await EventLog.connect({ natsUrl: server.url, stream: plainStream, prefix: plainPrefix, name: 'plain', atomicBatches: 'always' });
+    const plain = await EventLog.connect({
+      ...SUITE_NATS,
+      natsUrl: server.url,
+      stream: plainStream,
+      prefix: plainPrefix,
+      name: 'plain',
+      atomicBatches: 'always',
+    });
     const said: string[] = [];
     plain.onSequentialBatches = (why) => said.push(why);
     try {

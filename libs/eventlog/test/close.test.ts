@@ -6,7 +6,7 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog } from '@runplane/eventlog';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const current = currentNatsServerBinary();
 const servers: TestNatsServer[] = [];
@@ -18,7 +18,7 @@ async function connected(): Promise<{ server: TestNatsServer; log: EventLog }> {
   const server = await TestNatsServer.start({ bin: current.bin });
   servers.push(server);
   const tag = randomBytes(4).toString('hex');
-  const log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_CLOSE_${tag}`, prefix: `tcl${tag}` });
+  const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_CLOSE_${tag}`, prefix: `tcl${tag}` });
   return { server, log };
 }
 

@@ -15,7 +15,7 @@ import {
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 // every test runs on the machine's nats-server (2.9.10) and on the cached current release
 const servers = await natsServersUnderTest();
@@ -41,7 +41,7 @@ describeEachNatsServer(servers, (server) => {
   let log: EventLog;
   beforeAll(async () => {
     natsUrl = server.url;
-    log = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}` });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}` });
   });
   afterAll(async () => {
     await log.destroyStream();
@@ -62,7 +62,7 @@ describeEachNatsServer(servers, (server) => {
   it('given a delivery this process saw stored on a subject, when a read of that subject answers below it (a copy of the stream behind), then it is read again and never returned: RetryLater (K10, K11)', async () => {
     const runId = `rf${tag}`;
     const first = await log.append(admitted(runId), 0);
-    const reader = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'floor-reader' });
+    const reader = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'floor-reader' });
     try {
       const subject = runSubject(reader.space, runId, 'admission');
       // what a consumer delivered (the floor): reads answer at or above it
@@ -170,7 +170,9 @@ describeEachNatsServer(servers, (server) => {
   });
 
   it('refuses to start on a stream that does not capture its subject prefix', async () => {
-    await expect(EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(/do not belong together/);
+    await expect(EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `other${tag}` })).rejects.toThrow(
+      /do not belong together/,
+    );
   });
 
   it('redelivers a message whose handler failed, then acknowledges it (at-least-once)', async () => {
@@ -255,7 +257,7 @@ describeEachNatsServer(servers, (server) => {
     }
     expect(await log.readRun(runId)).toHaveLength(1);
 
-    const other = await EventLog.connect({ natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'other-writer' });
+    const other = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_EL_${tag}`, prefix: `tel${tag}`, name: 'other-writer' });
     try {
       const t = turnRequested(runId, 1);
       const stored = await other.append(t, 0);

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog, LeaseStore } from '@runplane/eventlog';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
@@ -19,7 +19,7 @@ describeEachNatsServer(servers, (server) => {
   let log: EventLog;
   let leases: LeaseStore;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_LH_${tag}`, prefix: `tlh${tag}` });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_LH_${tag}`, prefix: `tlh${tag}` });
     leases = await LeaseStore.open(log);
   });
   afterAll(async () => {

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { natsServerBinariesUnderTest, nextReconnect, recordServer, TestNatsServer } from '../../../test/support/nats-server.js';
+import { natsServerBinariesUnderTest, nextReconnect, recordServer, suiteNatsOptions, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const WRONG_LAST_SEQUENCE = 10071;
 
@@ -23,7 +23,7 @@ for (const target of natsServerBinariesUnderTest()) {
     it('keeps a stream across SIGKILL and restart on the same store, and still fences a wrong expected sequence', async () => {
       server = await TestNatsServer.start({ bin: target.bin });
       expect(server.version).toBe(target.version);
-      nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+      nc = await connect(suiteNatsOptions(server.url, { maxReconnectAttempts: -1, reconnectTimeWait: 100 }));
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: 'HARNESS', subjects: ['h.>'] });
       const js = jetstream(nc);
@@ -61,7 +61,7 @@ for (const target of natsServerBinariesUnderTest()) {
 
     it('answers nothing while frozen and carries on after thaw', async () => {
       server ??= await TestNatsServer.start({ bin: target.bin });
-      nc ??= await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+      nc ??= await connect(suiteNatsOptions(server.url, { maxReconnectAttempts: -1, reconnectTimeWait: 100 }));
       await server.freeze();
       let pending: Promise<void>;
       try {

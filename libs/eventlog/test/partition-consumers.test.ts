@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { anomalyCounts, DurableConsumer, EventLog, PartitionOwnership, partitionOf, runSubject } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const current = currentNatsServerBinary();
 const d = 'bin' in current ? describe : describe.skip;
@@ -42,8 +42,8 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
   const space = { stream: `RPTEST_PC_${tag}`, prefix: `tpc${tag}` };
 
   async function replica(): Promise<Replica> {
-    const log = await EventLog.connect({ natsUrl: server.url, ...space, partitions: 8, name: 'tools' });
-    const ownership = await PartitionOwnership.start(log, 'tools', { natsUrl: server.url }, TTL);
+    const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...space, partitions: 8, name: 'tools' });
+    const ownership = await PartitionOwnership.start(log, 'tools', { ...SUITE_NATS, natsUrl: server.url }, TTL);
     const transport = new JetStreamEventTransport(log, { service: 'tools', ackWaitMs: 2_000, pinTimeoutMs: 2_000 }, ownership);
     const r: Replica = { log, ownership, transport, handled: [] };
     transport.addHandler(
@@ -71,7 +71,7 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
 
   beforeAll(async () => {
     server = await TestNatsServer.start({ bin: (current as { bin: string }).bin });
-    writer = await EventLog.connect({ natsUrl: server.url, ...space, partitions: 8, name: 'runtime' });
+    writer = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...space, partitions: 8, name: 'runtime' });
   });
   afterAll(async () => {
     for (const r of replicas) {
@@ -106,7 +106,7 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
     const info = await writer.jsm.streams.info(space.stream);
     expect(info.config.metadata?.runplane_partitions).toBe('8');
     const mismatched: number[] = [];
-    const other = await EventLog.connect({ natsUrl: server.url, ...space, partitions: 3, name: 'other' }).then((l) => {
+    const other = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...space, partitions: 3, name: 'other' }).then((l) => {
       mismatched.push(l.space.partitions);
       return l;
     });

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog, principalKey, QuotaReservations, ReservationConflict } from '@runplane/eventlog';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
@@ -15,7 +15,7 @@ describeEachNatsServer(servers, (server) => {
   let log: EventLog;
   let reservations: QuotaReservations;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_QR_${tag}`, prefix: `tqr${tag}` });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_QR_${tag}`, prefix: `tqr${tag}` });
     reservations = await QuotaReservations.open(log);
   });
   afterAll(async () => {

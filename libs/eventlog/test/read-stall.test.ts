@@ -9,7 +9,7 @@ import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const tag = randomBytes(4).toString('hex');
 let server: TestNatsServer;
@@ -17,7 +17,7 @@ let log: EventLog;
 
 beforeAll(async () => {
   server = await TestNatsServer.start({ bin: currentNatsServerBinary().bin });
-  log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_STALL_${tag}`, prefix: `tst${tag}` });
+  log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_STALL_${tag}`, prefix: `tst${tag}` });
 });
 afterAll(async () => {
   server.thaw();

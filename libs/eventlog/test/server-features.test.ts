@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import { AckPolicy, JetStreamApiError, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, suiteNatsOptions } from '../../../test/support/nats-server.js';
 
 const servers = await natsServersUnderTest();
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -18,7 +18,7 @@ describeEachNatsServer(servers, (server) => {
   const stream = `FEAT_${Date.now().toString(36)}`;
 
   beforeAll(async () => {
-    nc = await connect({ servers: server.url });
+    nc = await connect(suiteNatsOptions(server.url));
     jsm = await jetstreamManager(nc);
     await jsm.streams.add({
       name: stream,

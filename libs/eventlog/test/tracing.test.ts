@@ -14,7 +14,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@open
 import { makeEvent } from '@runplane/contracts';
 import { DurableConsumer, EventLog, extractTraceContext, inSpan, injectTraceContext, ownerFilter, tracer } from '@runplane/eventlog';
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
@@ -80,7 +80,7 @@ it('injects the active span as traceparent and extracts it again; writes nothing
 describeEachNatsServer(servers, (server) => {
   let log: EventLog;
   beforeAll(async () => {
-    log = await EventLog.connect({ natsUrl: server.url, stream: `RPTEST_TR_${tag}`, prefix: `ttr${tag}` });
+    log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream: `RPTEST_TR_${tag}`, prefix: `ttr${tag}` });
   });
   afterAll(async () => {
     await log.destroyStream();

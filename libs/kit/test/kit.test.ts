@@ -9,7 +9,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { KV, KvWatchEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import { AbortError, isRevisionMismatch, KvStore, retry, retryPolicies } from '@runplane/kit';
-import { currentNatsServerBinary, nextReconnect, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, nextReconnect, suiteNatsOptions, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const Note = z.object({ n: z.number().int() });
 type Note = z.infer<typeof Note>;
@@ -43,7 +43,7 @@ describe('KvStore on a real nats-server', () => {
   let nc: NatsConnection;
   beforeAll(async () => {
     server = await TestNatsServer.start({ bin: currentNatsServerBinary().bin });
-    nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+    nc = await connect(suiteNatsOptions(server.url, { maxReconnectAttempts: -1, reconnectTimeWait: 100 }));
   });
   afterAll(async () => {
     await nc?.close().catch(() => undefined);

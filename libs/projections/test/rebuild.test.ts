@@ -13,8 +13,9 @@ import {
   rebuildProjections,
 } from '@runplane/projections';
 import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from './fixtures.js';
+import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const natsUrl = SHARED_NATS_URL;
 const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const liveDb = `rp_test_live_${tag}`;
@@ -27,7 +28,7 @@ let live: MikroORM;
 let appended = 0;
 
 beforeAll(async () => {
-  log = await EventLog.connect({ natsUrl, stream: `RPTEST_PROJ_${tag}`, prefix: `tpj${tag}` });
+  log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_PROJ_${tag}`, prefix: `tpj${tag}` });
   await ensureDatabase(adminUrl, liveDb);
   live = await createProjectionOrm({ databaseUrl: liveUrl });
   await migrateUp(live);

@@ -10,8 +10,9 @@ import { AppendConflict, EventLog, runStreamConfig, runSubject } from '@runplane
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
+import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
-const natsUrl = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const natsUrl = SHARED_NATS_URL;
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_CH_${tag}`, prefix: `tch${tag}` };
 let a: EventLog;
@@ -40,8 +41,8 @@ const requestNext = (facts: RunFacts, now: Date): RunEvent[] => {
 
 beforeAll(async () => {
   // atomic batches also on this one-replica stream (by default only on a replicated one)
-  a = await EventLog.connect({ natsUrl, ...space, name: 'writer-a', atomicBatches: 'always' });
-  b = await EventLog.connect({ natsUrl, ...space, name: 'writer-b', atomicBatches: 'always' });
+  a = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-a', atomicBatches: 'always' });
+  b = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-b', atomicBatches: 'always' });
 });
 afterAll(async () => {
   await a.destroyStream();
@@ -214,8 +215,8 @@ describe('RunCommandHandler', () => {
     const config = runStreamConfig({ ...plainSpace, partitions: 8 }, { replicas: 1, duplicateWindowMs: 120_000 });
     delete (config as { allow_atomic?: boolean }).allow_atomic;
     await a.jsm.streams.add(config);
-    const p = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-a', atomicBatches: 'always' });
-    const q = await EventLog.connect({ natsUrl, ...plainSpace, name: 'plain-b' });
+    const p = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...plainSpace, name: 'plain-a', atomicBatches: 'always' });
+    const q = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...plainSpace, name: 'plain-b' });
     p.onSequentialBatches = () => undefined;
     try {
       expect(p.atomicBatches).toBe(false);

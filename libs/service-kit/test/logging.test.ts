@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { makeEvent } from '@runplane/contracts';
 import { EventLog, partitionOf } from '@runplane/eventlog';
-import { currentNatsServerBinary, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
 // partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
 const current = currentNatsServerBinary();
@@ -25,7 +25,7 @@ let child: ChildProcess | undefined;
 beforeAll(async () => {
   server = await TestNatsServer.start({ bin: current.bin });
   natsUrl = server.url;
-  log = await EventLog.connect({ natsUrl, stream, prefix });
+  log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream, prefix });
 });
 afterAll(async () => {
   if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -149,7 +149,8 @@ describe('a service that fails to start', () => {
   it('given NATS unreachable, then the last line names the NATS server it could not reach', async () => {
     const { code, last } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
     expect(code).toBe(1);
-    expect(last).toBe('admission failed to start: cannot connect to NATS at nats://127.0.0.1:1: connection refused');
+    // as the suite's user (NATS_USER of process.env): the line names the user too
+    expect(last).toBe(`admission failed to start: cannot connect to NATS at nats://127.0.0.1:1 as ${SUITE_NATS.user}: connection refused`);
   }, 60_000);
 
   it('given PostgreSQL unreachable, then the projector names the database (password redacted) it could not use', async () => {
