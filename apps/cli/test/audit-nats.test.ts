@@ -13,7 +13,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { repoRoot } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
-import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv, suiteNatsOptions } from '../../../test/support/nats-server.js';
 
 const tag = randomBytes(4).toString('hex');
 let nc: NatsConnection;
@@ -21,7 +21,7 @@ let jsm: JetStreamManager;
 const created: string[] = [];
 
 beforeAll(async () => {
-  nc = await connect({ servers: SHARED_NATS_URL });
+  nc = await connect(suiteNatsOptions());
   jsm = await jetstreamManager(nc);
 });
 afterAll(async () => {
@@ -29,10 +29,10 @@ afterAll(async () => {
   await nc?.close();
 });
 
-/** The built CLI with `env` over this process's environment, `unset` removed (no NATS user: the suite's server has none). */
+/** The built CLI as the suite's NATS user (its TLS CA too), with `env` over this process's environment and `unset` removed. */
 function cli(args: string[], env: Record<string, string>, unset: string[] = []) {
-  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...env };
-  for (const name of ['NATS_USER', 'NATS_PASSWORD', ...unset]) delete base[name];
+  const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...suiteNatsEnv(), ...env };
+  for (const name of unset) delete base[name];
   return spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env: base, encoding: 'utf8', timeout: 60_000 });
 }
 
@@ -49,7 +49,7 @@ describe('runplane audit names the NATS it reads', () => {
   });
 
   it('given NATS_URL unset, when audit runs, then its first line says it reads the default URL because NATS_URL is not set', () => {
-    const run = cli(['audit', '--all'], { RUNPLANE_STREAM: `RPT_AUDIT_DEFAULT_${tag}` }, ['NATS_URL']);
+    const run = cli(['audit', '--all'], { RUNPLANE_STREAM: `RPT_AUDIT_DEFAULT_${tag}` }, ['NATS_URL', 'NATS_USER', 'NATS_PASSWORD', 'NATS_CA_FILE']);
     expect(run.stdout.split('\n')[0]).toBe(
       `reading stream RPT_AUDIT_DEFAULT_${tag} on NATS at nats://127.0.0.1:4222 (NATS_URL is not set: the default)`,
     );
@@ -59,7 +59,7 @@ describe('runplane audit names the NATS it reads', () => {
   it('given a Run stream with no Run, when audit --all runs, then it exits 1 saying nothing was audited (not "0 clean"); with --since an empty window is an honest 0', async () => {
     const stream = `RPT_AUDIT_EMPTY_${tag}`;
     const prefix = `tae${tag}`;
-    const log = await EventLog.connect({ natsUrl: SHARED_NATS_URL, stream, prefix });
+    const log = await EventLog.connect({ ...SHARED_NATS, stream, prefix });
     created.push(stream);
     await log.close();
     const env = { NATS_URL: SHARED_NATS_URL, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix };
