@@ -38,14 +38,21 @@ export class ChildRunsController {
     if (appended.length) this.logger.log({ runId: e.runId, childRunId: e.data.childRunId }, 'child Run admitted');
   }
 
+  /**
+   * A parent settled: each child Run still running is canceled. The settlement lists them
+   * (`pendingChildRunIds`, from the lifecycle's fold of the whole Run), so most settlements (no
+   * child) cost no read of the log; one written before the field existed is read to find them.
+   */
   @EventPattern('run.settled')
   async onSettled(@Payload() stored: StoredEvent): Promise<void> {
-    const parent = await this.commands.folds.read(stored.event.runId);
-    for (const child of pendingChildren(parent)) {
-      const reason = `its parent Run ${parent.runId} settled ${parent.settled?.outcome ?? ''}`.trim();
-      const cmd = { type: 'CancelRun', principal: null, requestedBy: 'runplane', reason, requestId: `parent-settled/${parent.runId}` } as const;
+    const e = stored.event;
+    if (e.type !== 'run.settled') return;
+    const children = e.data.pendingChildRunIds ?? pendingChildren(await this.commands.folds.read(e.runId)).map((c) => c.childRunId);
+    for (const childRunId of children) {
+      const reason = `its parent Run ${e.runId} settled ${e.data.outcome}`;
+      const cmd = { type: 'CancelRun', principal: null, requestedBy: 'runplane', reason, requestId: `parent-settled/${e.runId}` } as const;
       await this.commands
-        .handle(child.childRunId, (f, now) => decide(f, cmd, now))
+        .handle(childRunId, (f, now) => decide(f, cmd, now))
         .catch((err: unknown) => {
           if (!(err instanceof RunAlreadySettled) && !(err instanceof RunNotFound)) throw err; // settled already, or never admitted
         });

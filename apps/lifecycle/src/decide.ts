@@ -42,6 +42,7 @@ import {
 import {
   closedForSettlement,
   passagesInOrder,
+  pendingChildren,
   toolCallsInOrder,
   uncommittedParagraphs,
   unestablishedFacts,
@@ -95,6 +96,8 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
   // recovery's fences: either refuses every stale append), and the text streamed so far is committed
   if (!closedForSettlement(facts) || uncommittedParagraphs(facts).length > 0) return [];
   const passageIds = passagesInOrder(facts).map((p) => p.passageId);
+  // the children still running: admission cancels them from the settlement alone (K10)
+  const pendingChildRunIds = pendingChildren(facts).map((c) => c.childRunId);
   const receipts = toolCallsInOrder(facts)
     .filter((c) => c.receipt)
     .map((c) => ({ toolCallId: c.toolCallId, name: c.name, status: c.receipt!.status }));
@@ -103,7 +106,7 @@ function settle(facts: RunFacts, now: Date): RunEvent[] {
       'run.settled',
       contextFrom(facts.lastEvent!),
       'settlement',
-      { outcome, reason, passageIds, receipts, usage: usageOf(facts), unanswered },
+      { outcome, reason, passageIds, receipts, usage: usageOf(facts), unanswered, pendingChildRunIds },
       now,
     );
   /** A failure: `partial` when text was committed before it (kept, K9), else `failed`. */

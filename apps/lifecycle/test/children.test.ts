@@ -77,6 +77,31 @@ describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)
     lifecycle.given(settled).when(childSettled).thenNothing();
   });
 
+  it('given a parent canceled while its child runs, when its execution is fenced, then the settlement names the child still running, for admission to cancel without reading the parent', () => {
+    const canceledAndFenced = (h: History) => {
+      h.add('run.cancel.requested', 'cancel', { requestedBy: 'u1', reason: 'no longer needed' });
+      for (const fencedSubject of ['runtime', 'tools'] as const)
+        h.add('run.fenced', `fence/1/${fencedSubject}`, {
+          fencedSubject,
+          epoch: 1,
+          holder: { service: 'runtime', instance: 'i-1' },
+          reason: 'canceled',
+          detail: 'the user canceled the Run',
+          uncertain: [],
+        });
+      return h;
+    };
+    lifecycle
+      .given(canceledAndFenced(parent()))
+      .when({ type: 'Wake' })
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [childRunId] }) }]);
+    // a child whose result is recorded is not running any more
+    lifecycle
+      .given(canceledAndFenced(parent().childSettled(childRunId, 's', 'completed')))
+      .when({ type: 'Wake' })
+      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [] }) }]);
+  });
+
   it('a parked parent settles nothing by itself: no finish, no fence, no settlement', () => {
     lifecycle.given(parent()).when({ type: 'Wake' }).thenNothing();
   });
@@ -110,6 +135,7 @@ describe('lifecycle decide: a wait that expired unanswered settles the Run faile
             receipts: [],
             usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
             unanswered: [],
+            pendingChildRunIds: [],
           },
         },
       ]);

@@ -97,6 +97,7 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
             // the failed turn's usage is unknown: not 0 tokens measured
             usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
             unanswered: [{ part: 'the rest of the answer', reason: 'the model request failed: turn 1: stream cut' }],
+            pendingChildRunIds: [],
           },
         },
       ]);
@@ -447,6 +448,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
             receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
             usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10, unknownUsageTurns: 0 },
             unanswered: [],
+            pendingChildRunIds: [],
           },
         },
       ]);
@@ -517,6 +519,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
             // turn 2 was in flight when the runtime was lost: its usage is unknown, not 0 tokens
             usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 1 },
             unanswered: [],
+            pendingChildRunIds: [],
           },
         },
       ]);
@@ -580,6 +583,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
                   'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
               },
             ],
+            pendingChildRunIds: [],
           },
         },
       ]);

@@ -34,6 +34,7 @@ describe('lifecycle decide: a Run fenced no-progress (K7, K9)', () => {
             receipts: [],
             usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
             unanswered: [],
+            pendingChildRunIds: [],
           },
         },
       ]);

@@ -690,6 +690,13 @@ export const RunSettledV1 = z.object({
    * `partial`; absent on settlements written before it existed.
    */
   unanswered: z.array(UnansweredPart).optional(),
+  /**
+   * The child Runs (K10) still running when this Run settled, from the lifecycle's fold of the
+   * whole Run: admission cancels each of them, since nothing would read their result, without
+   * reading the parent's log. Absent on settlements written before it existed (a reader then
+   * reads the Run to find them).
+   */
+  pendingChildRunIds: z.array(Id).optional(),
 });
 
 /**
