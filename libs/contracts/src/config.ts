@@ -53,6 +53,26 @@ export const BusConfig = z.object({
     .string()
     .optional()
     .transform((v) => (v ? v : undefined)),
+  /**
+   * This service's Ed25519 event signing key (a file path, PKCS#8 PEM): set, every event the service
+   * appends carries its signature (`Runplane-Signer`, `Runplane-Key-Id`, `Runplane-Signature`;
+   * libs/eventlog signing.ts). Only a service that owns facts takes one; an unreadable or
+   * non-Ed25519 file stops the process at start-up.
+   */
+  RUNPLANE_SIGNING_KEY_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  /**
+   * The deployment's event signing public keys (a file path, JSON `{ "<owner>": ["<SPKI PEM or raw
+   * base64>", ...] }`, several per owner while a key rotates): set, every reader refuses a message
+   * whose signature is missing, does not verify, or is not its event type's owner's (a forgery
+   * with a stolen NATS password, docs/guarantees.md).
+   */
+  RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z
     .string()
