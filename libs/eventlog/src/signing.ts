@@ -131,11 +131,11 @@ export function parsePublicKeySet(text: string, source = 'public key set'): Publ
   }
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`${source}: not an object { "<owner>": ["<key>", ...] }`);
   const set = new Map<Owner, Map<string, KeyObject>>();
-  for (const [name, keys] of Object.entries(raw)) {
+  for (const [name, keys] of Object.entries(raw as Record<string, unknown>)) {
     const owner = Owner.safeParse(name);
     if (!owner.success) throw new Error(`${source}: "${name}" is not an owner (${Owner.options.join(', ')})`);
-    const list = typeof keys === 'string' ? [keys] : keys;
-    if (!Array.isArray(list) || list.some((k) => typeof k !== 'string')) throw new Error(`${source}: ${name}: not a list of keys`);
+    const list: unknown = typeof keys === 'string' ? [keys] : keys;
+    if (!Array.isArray(list) || list.some((k: unknown) => typeof k !== 'string')) throw new Error(`${source}: ${name}: not a list of keys`);
     const byId = new Map<string, KeyObject>();
     for (const [i, k] of (list as string[]).entries()) {
       let key: KeyObject;

@@ -152,7 +152,10 @@ describeEachNatsServer(servers, (server) => {
     const batch = await runtimeLog.appendBatch([{ event: turn(runId, 2), expectedLastSubjectSeq: t1.seq }, { event: turn(runId, 3) }]);
     const msgs = await Promise.all([a.seq, t1.seq, ...batch.map((b) => b.seq)].map(raw));
     expect(msgs.map((m) => m.header.get(SIGNER_HEADER))).toEqual(['admission', 'runtime', 'runtime', 'runtime']);
-    expect(msgs.map((m) => m.header.get(KEY_ID_HEADER))).toEqual([keyIdOf(admission.publicKey), ...Array(3).fill(keyIdOf(runtime.publicKey))]);
+    expect(msgs.map((m) => m.header.get(KEY_ID_HEADER))).toEqual([
+      keyIdOf(admission.publicKey),
+      ...Array<string>(3).fill(keyIdOf(runtime.publicKey)),
+    ]);
     expect(msgs.every((m) => /^[A-Za-z0-9+/]{86}==$/.test(m.header.get(SIGNATURE_HEADER)))).toBe(true);
     const read = await reader.readRun(runId);
     expect(read.map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested', 'model.turn.requested', 'model.turn.requested']);
