@@ -191,6 +191,36 @@ describeEachNatsServer(servers, (server) => {
     expect(await reader.readRun(runId)).toHaveLength(1);
   });
 
+  it('given the acknowledgement of a signed atomic batch lost, when it is sent again, then it is recognised as its own and every event still verifies', async () => {
+    const runId = `r2b${tag}`;
+    await admissionLog.append(admittedEvent(runId), 0);
+    const request = runtimeLog.nc.request.bind(runtimeLog.nc);
+    const signatures: string[] = [];
+    let calls = 0;
+    runtimeLog.nc.request = async (...args: Parameters<typeof request>) => {
+      // the commits (the reads that recognise the stored batch are requests too)
+      const n = args[0].startsWith(`${prefix}.run.`) ? ++calls : 0;
+      if (n) signatures.push(args[2]?.headers?.get(SIGNATURE_HEADER) ?? '');
+      const reply = await request(...args);
+      if (n === 1) throw new natsErrors.TimeoutError(); // stored, its acknowledgement lost
+      return reply;
+    };
+    let results;
+    try {
+      results = await runtimeLog.appendBatch([{ event: turn(runId, 1), expectedLastSubjectSeq: 0 }, { event: turn(runId, 2) }]);
+    } finally {
+      runtimeLog.nc.request = request;
+    }
+    expect(calls).toBe(2);
+    expect(signatures[1]).toBe(signatures[0]);
+    expect(results.map((r) => r.recovered)).toEqual([true, true]);
+    for (const r of results) {
+      const m = await raw(r.seq);
+      expect(() => verifyStored(m.seq, m.subject, m.data, m.header, reader.space.partitions, reader.signatures)).not.toThrow();
+    }
+    expect(await reader.readRun(runId)).toHaveLength(3);
+  });
+
   it('given a key rotation (two admission keys published), then events signed with either key are accepted', async () => {
     const runId = `r3${tag}`;
     const next = await EventLog.connect({
@@ -280,6 +310,27 @@ describeEachNatsServer(servers, (server) => {
       refused.length = 0;
       expect(await reader.readRun(runId)).toEqual([]);
       expect(refused.map((e) => e.anomaly)).toContain(problem);
+    }
+  });
+
+  it('refuses at start-up a signing key on a process that owns no facts, and public keys without the service’s own key', async () => {
+    const env = { NATS_URL: server.url, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix };
+    await expect(EventLog.fromEnv('projector', { ...env, RUNPLANE_SIGNING_KEY_FILE: admission.file })).rejects.toThrow(
+      /RUNPLANE_SIGNING_KEY_FILE is set for projector, which owns no facts/,
+    );
+    await expect(EventLog.fromEnv('runtime', { ...env, RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: publicKeysFile })).rejects.toThrow(
+      /RUNPLANE_SIGNING_PUBLIC_KEYS_FILE is set but RUNPLANE_SIGNING_KEY_FILE is not/,
+    );
+    const ok = await EventLog.fromEnv('runtime', {
+      ...env,
+      RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: publicKeysFile,
+      RUNPLANE_SIGNING_KEY_FILE: runtime.file,
+    });
+    try {
+      expect([...ok.signers.keys()]).toEqual(['runtime']);
+      expect(ok.signatures?.keyCount).toBe(3);
+    } finally {
+      await ok.close();
     }
   });
 
