@@ -204,7 +204,7 @@ const BATCH_COMMIT = 'Nats-Batch-Commit';
 /**
  * The headers the log stores with each message and its verification ({@link verifyStored})
  * reads: the event id the server de-duplicates by, the subject expectation the server checked,
- * and an atomic batch's id, position and commit mark. What {@link EventLog.readRun} and
+ * an atomic batch's id, position and commit mark, and the writer's signature (signing.ts). What {@link EventLog.readRun} and
  * {@link EventLog.readAll} return with `{ headers: true }` (`runplane timeline --json`), so an
  * auditor sees what the log's own verification saw (K11).
  */
