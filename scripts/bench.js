@@ -530,7 +530,7 @@ function printReport() {
   }
   const goals = goalRows({ results, levels, raw, perEvent });
   if (goals) {
-    say('\n== W1 against the goals of issue [9] (ratio = Runplane / the reference) ==');
+    say('\n== W1 against the cost goals of docs/performance.md (ratio = Runplane / the reference) ==');
     say(formatTable(goals.header, goals.rows));
     if (goals.over.length) say(`Services over ${IDLE_RSS_GOAL_MIB} MiB idle: ${goals.over.join(', ')}`);
   }

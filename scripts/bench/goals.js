@@ -1,4 +1,4 @@
-// Issue [9]'s goals for W1 (docs/performance.md "Goals"), as rows the bench prints under its W1
+// The cost goals for W1 (docs/performance.md "Goals"), as rows the bench prints under its W1
 // table: Runplane's figure, the best peer's (or the raw append's) with its name, the goal, the
 // ratio Runplane / reference and whether the goal is met.
 import { num } from './stats.js';
@@ -93,7 +93,7 @@ export function goalRows({ results, levels, raw, perEvent }) {
     ]);
   } else rows.push(['idle RSS per service, MiB (largest)', 'n/a', peerCell, `<= ${IDLE_RSS_GOAL_MIB} each`, 'n/a', 'n/a']);
 
-  return { header: ['Goal (issue [9]), W1', 'Runplane', 'best peer (which)', 'goal', 'ratio', 'met'], rows, over };
+  return { header: ['Cost goal, W1', 'Runplane', 'best peer (which)', 'goal', 'ratio', 'met'], rows, over };
 }
 
 /** A markdown-style table with the first column left-aligned and the others right-aligned. */

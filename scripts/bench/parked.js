@@ -1,11 +1,11 @@
 // The parked-Runs mode of the bench (`--only parked`): N Runs that each park on a question for a
 // human (`ask_human`, K10: `wait.opened`, the lease released `parked`), and the RSS of the runtime
-// (and of every service) before and after (issue [9]: the runtime grows by at most 50 MiB for
+// (and of every service) before and after (the parked-Runs goal: the runtime grows by at most 50 MiB for
 // 10,000 parked Runs).
 import { writeFileSync } from 'node:fs';
 import { num } from './stats.js';
 
-/** Goal: the runtime's RSS grows by at most this much with the parked Runs (issue [9], for 10,000), MiB. */
+/** Goal: the runtime's RSS grows by at most this much with the parked Runs (docs/performance.md "Parked Runs", for 10,000), MiB. */
 export const PARKED_GROWTH_GOAL_MIB = 50;
 /** The Runs' deadline and wait life in the parked mode, s: long enough that none expires while the bench counts. */
 export const PARKED_DEADLINE_S = 4 * 3600;

@@ -1,7 +1,7 @@
 // The soak mode of the bench (`--only soak`): W1 Runs on Runplane at a steady open-loop rate for a
 // number of minutes, sampled once a minute (RSS of every service process and the nats-server,
 // admission-to-settlement latency of the Runs settled that minute, consumer lag), then the first
-// minutes after warm-up side by side with the last ones (issue [9]: flat within ±20 %).
+// minutes after warm-up side by side with the last ones (docs/performance.md "Soak": flat within ±20 %).
 import { writeFileSync } from 'node:fs';
 import { CONSUMING_SERVICES, durableNamesOf } from '@runplane/eventlog';
 import { formatTable } from './goals.js';

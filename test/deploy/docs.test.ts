@@ -3,7 +3,8 @@
  * README.md, docs/ and the READMEs is read somewhere in the code, every `npm run X` is a script,
  * every `runplane <command> [--flag]` is a command and option of the CLI (its commander program,
  * apps/cli/src/program.ts), every relative link and anchor resolves, and
- * every repository path in backticks exists; no internal issue number is cited. The README keeps to its two fresh-machine commands
+ * every repository path in backticks exists; no internal issue number is cited, in the docs or in
+ * any source comment of apps, libs, scripts, deploy, test. The README keeps to its two fresh-machine commands
  * (the demo and the tests, which .ci/run runs) and under 200 lines. Then the checker itself is
  * shown failing on planted names, so a pass means something.
  */
@@ -12,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { program } from '@runplane/app-cli';
 import { repoRoot } from '@runplane/devstack';
-import { cliCommandsOf, codeText, docsProblems, markdownFiles, type DocsFacts } from '../support/docs-check.js';
+import { cliCommandsOf, codeText, docsProblems, issueCitations, markdownFiles, sourceAndDocFiles, type DocsFacts } from '../support/docs-check.js';
 
 const repo = repoRoot();
 let facts: DocsFacts;
@@ -36,6 +37,12 @@ describe('the docs name only what exists', () => {
     expect(docsProblems(files, facts)).toEqual([]);
   });
 
+  it('no doc and no source file cites an internal issue number: they say what the behaviour is', () => {
+    const files = sourceAndDocFiles(repo);
+    expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['README.md', 'apps/runtime/src/decide.ts', 'test/support/docs-check.ts']));
+    expect(issueCitations(files).map((p) => `${p.file}:${p.line}: ${p.name}`)).toEqual([]);
+  });
+
   it('the README: under 200 lines, with exactly the two fresh-machine commands, the second the one .ci/run runs', () => {
     const readme = readFileSync(join(repo, 'README.md'), 'utf8');
     expect(readme.split('\n').length).toBeLessThan(200);
@@ -57,7 +64,7 @@ describe('the checker fails on what does not exist', () => {
       '`npm run runplane -- frobnicate` and `runplane ask --no-such-flag "q"` and `npm run runplane -- docs no-such-doc`',
       'See [gone](docs/no-such-file.md), [bad anchor](docs/operations.md#no-such-heading) and `apps/no-such-app/src/main.ts`.',
       'Cited as docs/guarantees.md#k99. But `kubectl -n runplane rollout restart` is kubectl, and `runplane ask --no-events` exists.',
-      'Since issue [9] (#16) it is faster; nats-server issue 8274 is not ours.',
+      `Since ${'issue'} [9] (#${16}) it is faster; nats-server issue 8274 is not ours.`,
     ].join('\n');
     const names = docsProblems([{ path: 'README.md', text: planted }], facts).map((p) => `${p.line}:${p.name}`);
     expect(names).toEqual([
@@ -70,8 +77,21 @@ describe('the checker fails on what does not exist', () => {
       '3:docs/operations.md#no-such-heading',
       '3:apps/no-such-app/src/main.ts',
       '4:docs/guarantees.md#k99',
-      '5:issue [9]',
-      '5:(#16)',
+      `5:${'issue'} [9]`,
+      `5:(#${16})`,
     ]);
+  });
+
+  it('reports an internal issue number in a source comment, also where the comment wraps between the word and the number', () => {
+    // (built here, so that this file does not cite them itself)
+    const [issue, per] = ['issue', 'per'];
+    const planted = [
+      `/** Retries wait (K7, ${issue} 14). */`,
+      `// claims are met (${issue}`,
+      `// [8]); see the fix (#${19}), ${per} ${issue} review; nats-server ${issue} 8274 is upstream's`,
+      `const xs = [8]; const first = xs[0]; // a colour '#555' and a sequence (#205) are not issues`,
+    ].join('\n');
+    const found = issueCitations([{ path: 'libs/x/src/a.ts', text: planted }]).map((p) => `${p.line}:${p.name}`);
+    expect(found).toEqual([`1:${issue} 14`, `2:${issue} // [8]`, `3:(#${19})`, `3:${per} ${issue}`]);
   });
 });

@@ -201,7 +201,7 @@ describe('deploy/k8s', () => {
     const base = deployBaseOf(render('prod'));
     const broken: DeployBase = structuredClone(base);
     const deployment = (name: string) => broken.objects.find((o) => o.object.kind === 'Deployment' && o.object.metadata?.name === name)!.object;
-    // the runtime as it was before issue [8]: one pod, Recreate, no spread
+    // the runtime as it was before it scaled out: one pod, Recreate, no spread
     const runtime = deployment('runplane-runtime').spec!;
     runtime.replicas = 1;
     runtime.strategy = { type: 'Recreate' };

@@ -1,5 +1,5 @@
 /**
- * A fuzz test of the HTTP API with `fast-check` (issue [10], "Bad input"), against the real stack
+ * A fuzz test of the HTTP API with `fast-check` (docs/api.md "Errors"), against the real stack
  * with authentication on: a few hundred requests to admission and publication with random
  * methods, paths and path parameters (ids, encodings, invalid percent-escapes, long ones), query
  * strings, headers (`Authorization` with good, expired, wrong-audience, wrong-issuer, other-key,

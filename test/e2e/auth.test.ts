@@ -1,5 +1,5 @@
 /**
- * Authentication and tenancy of the HTTP API (issue [10]), on the real stack with authentication
+ * Authentication and tenancy of the HTTP API (docs/operations.md "Authentication"), on the real stack with authentication
  * on (a development issuer's JWKS file, ES256 tokens, a clock-skew allowance of 1 s): every API
  * route wants a bearer JWT whose signature, issuer, audience and expiry verify (401 with
  * `WWW-Authenticate` and the reason otherwise, nothing appended); conversation ids are per
@@ -67,7 +67,7 @@ const problemOf = (b: Record<string, unknown> | null) => {
   return rest;
 };
 
-describe('authentication: a bearer JWT on every API route (issue [10])', () => {
+describe('authentication: a bearer JWT on every API route', () => {
   it('given no token, a malformed header, an expired token, a wrong audience or issuer, another key: 401 with WWW-Authenticate and the reason; nothing admitted', async () => {
     const conversationId = `conv-${t.tag}-anon`;
     const message = { clientMessageId: 'm1', content: 'What does DIA hold?' };
@@ -114,7 +114,7 @@ describe('authentication: a bearer JWT on every API route (issue [10])', () => {
   });
 });
 
-describe('tenancy: a Conversation and its Runs belong to their creator (issue [10])', () => {
+describe('tenancy: a Conversation and its Runs belong to their creator', () => {
   it("given alice's Run, then bob gets the 404 of an unknown id on every route and appends nothing; alice is recorded from her token, not X-Runplane-User; an admin reads it; reconcile wants the admin scope", async () => {
     const conversationId = `conv-${t.tag}-alice`;
     const posted = await post(
@@ -272,7 +272,7 @@ describe('tenancy: a Conversation and its Runs belong to their creator (issue [1
   });
 });
 
-describe('routes outside /v1 (issue [10])', () => {
+describe('routes outside /v1', () => {
   it('/partitions on admission and publication wants runplane:admin (401 without a token, 403 without the scope); health, metrics and /openapi.json are public', async () => {
     for (const url of [admission('/partitions'), publication('/partitions')]) {
       const none = await get(url, null);
@@ -291,7 +291,7 @@ describe('routes outside /v1 (issue [10])', () => {
   });
 });
 
-describe('an event stream ends when its token expires (issue [10])', () => {
+describe('an event stream ends when its token expires', () => {
   /** Reads an SSE response to its end (or `limitMs`): the text and when it ended. */
   async function readStream(url: string, token: string, limitMs: number): Promise<{ status: number; text: string; endedAt: number | null }> {
     const res = await fetch(url, { headers: bearer(token), signal: AbortSignal.timeout(limitMs) });

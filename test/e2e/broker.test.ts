@@ -163,7 +163,7 @@ describe('authority enforced by the broker (K9)', () => {
     expect(await t.log.readRun(other)).toEqual([]);
   }, 60_000);
 
-  it("lets no user but the admin read another user's replies, while the services' own requests are answered and a Run completes (issue 18)", async () => {
+  it("lets no user but the admin read another user's replies, while the services' own requests are answered and a Run completes", async () => {
     const key = 'inbox-per-user';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 1_000 }]);
     await waitForType(runId, 'model.turn.requested');
@@ -363,7 +363,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
     );
   }, 60_000);
 
-  it('a run.admitted forged by a compromised admission (its NATS password and its signing key), granting 1,000,000 model requests and a 2099 deadline, is never executed: the runtime stops it grant-refused and it settles failed (issue [10])', async () => {
+  it('a run.admitted forged by a compromised admission (its NATS password and its signing key), granting 1,000,000 model requests and a 2099 deadline, is never executed: the runtime stops it grant-refused and it settles failed (the grant ceiling)', async () => {
     const runId = randomUUID();
     const before = await t.modelRequests();
     const forged = makeEvent(

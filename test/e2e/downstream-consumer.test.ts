@@ -178,7 +178,7 @@ describe("a downstream durable's user (downstream services)", () => {
     expect((await admin.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
   });
 
-  it("a pull whose reply subject names a bucket's or a service's subject delivers nothing there: the reply is a subject of the consumer's own account (issue 18)", async () => {
+  it("a pull whose reply subject names a bucket's or a service's subject delivers nothing there: the reply is a subject of the consumer's own account", async () => {
     const jsm = await jetstreamManager(consumer);
     const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password), ...tls });
     try {
@@ -244,7 +244,7 @@ describe("a downstream durable's user (downstream services)", () => {
     expect(await storedCounts()).toEqual(before);
   });
 
-  it("receives replies on its own inbox only: `_INBOX.>` and the services' inboxes are refused, and a service's KV get is answered where it cannot read (issue 18)", async () => {
+  it("receives replies on its own inbox only: `_INBOX.>` and the services' inboxes are refused, and a service's KV get is answered where it cannot read", async () => {
     const runtime = await connect({
       servers: nats.url,
       ...natsUserOptions(nats.users.runtime.user, nats.users.runtime.password),

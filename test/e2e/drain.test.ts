@@ -1,5 +1,5 @@
 /**
- * A rollout keeps Runs running (issue [8], K5, K6, K9, K10): two runtime and two tools replicas.
+ * A rollout keeps Runs running (K5, K6, K9, K10; docs/operations.md "Rollouts keep Runs running"): two runtime and two tools replicas.
  * - A wake (a receipt) delivered to the replica that does not hold the Run's lease reaches the
  *   holder at once (a nudge), not at its next renewal tick: the time from each receipt to the next
  *   `model.turn.requested` is measured over many Runs and printed.

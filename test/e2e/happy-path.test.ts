@@ -1,5 +1,5 @@
 /**
- * Recovery off the happy path (issue [9]), on the real stack: a W1-like Run ("What does DIA
+ * Recovery off the happy path (docs/architecture.md), on the real stack: a W1-like Run ("What does DIA
  * hold?", the scripted research policy: three model turns, two tool calls) that finishes on its
  * own is settled with no fence at all and nothing of recovery in its log; its one `lease.granted`
  * stands on the runtime subject, written by the runtime under that lease in the same decision as
@@ -33,11 +33,11 @@ afterAll(async () => {
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type) as (StoredEvent & { event: Extract<RunEvent, { type: T }> })[];
 
-describe('a Run that finishes on its own is settled without recovery (issue [9])', () => {
+describe('a Run that finishes on its own is settled without recovery', () => {
   it('W1: no run.fenced, nothing written by recovery, one lease.granted on the runtime subject by the runtime in the decision of its first model request; one settlement by the lifecycle, nothing after it', async () => {
     const { body } = await t.client.postMessage('conv-happy', { clientMessageId: `w1-${t.tag}`, content: 'What does DIA hold?' });
     const events = await t.waitForSettlement(body.runId, 60_000);
-    // the projector applied its flushes of this Run from the deliveries alone, without reading the log (issue [9])
+    // the projector applied its flushes of this Run from the deliveries alone, without reading the log
     const metrics = await eventually(
       async () => {
         const text = await (await fetch(`${t.stack.services.get('projector')!.url}/metrics`)).text();

@@ -1,5 +1,5 @@
 /**
- * A retry waits (K7, issue 14), against the real processes, NATS JetStream and PostgreSQL, with the
+ * A retry waits (K7), against the real processes, NATS JetStream and PostgreSQL, with the
  * scripted model as an HTTP server this file stops and starts itself (an outage):
  * - the endpoint killed mid-stream and back 3 s later: the Run retries a few times, each retry
  *   after the backoff recorded on the failure (growing), and settles `completed`, its budget not

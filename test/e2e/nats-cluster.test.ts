@@ -1,5 +1,5 @@
 /**
- * Runplane on a 3-node JetStream cluster, with the faults really injected (issue [8], K5, K6, K10,
+ * Runplane on a 3-node JetStream cluster, with the faults really injected (docs/operations.md "The NATS cluster"; K5, K6, K10,
  * K11): the whole stack runs against three nats-server processes this file starts on loopback
  * (TestNatsCluster), the services are given every node's URL, and the stream, the KV buckets and
  * the object store are created at 3 replicas (`RUNPLANE_NATS_REPLICAS=3`). Then, while Runs
@@ -164,7 +164,7 @@ async function checkRuns(
   return outcomes;
 }
 
-describe('Runplane on a 3-node JetStream cluster (issue [8]; K5, K6, K10, K11)', () => {
+describe('Runplane on a 3-node JetStream cluster (K5, K6, K10, K11)', () => {
   it('creates the Run stream, every KV bucket and the object store with 3 replicas, each with a leader and two current followers; KV reads go to the leader', async () => {
     for (const s of allStreams()) {
       const info = await t.log.jsm.streams.info(s);

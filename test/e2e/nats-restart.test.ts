@@ -1,5 +1,5 @@
 /**
- * NATS restarts with the fault really injected (issue [3], K5, K6, K10): the whole stack runs
+ * NATS restarts with the fault really injected (K5, K6, K10; docs/recovery.md "A NATS restart"): the whole stack runs
  * against a nats-server this file starts itself (its own port and store, so a restart keeps the
  * stream and the buckets), and the server is stopped and started again, about 1.5 s down, at
  * several offsets across a Run: during a slow model turn, right when the turn's outcome is
@@ -165,7 +165,7 @@ describe('a NATS restart of ~1.5 s at several offsets of a Run (K5, K6, K10)', (
   }
 });
 
-describe('health while nats-server is frozen (issue [10]: it answered 200 on /healthz for 40 s)', () => {
+describe('health while nats-server is frozen (it used to answer 200 on /healthz for 40 s)', () => {
   it('given SIGSTOP on nats-server, then every service (the projector too) answers /readyz and /healthz 503 naming NATS within a few seconds while /livez stays 200; after SIGCONT, 200 again', async () => {
     const services = [...t.stack.services.entries()];
     expect(services.map(([name]) => name)).toContain('projector');

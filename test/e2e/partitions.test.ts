@@ -1,5 +1,5 @@
 /**
- * Partitioned ownership of Runs with several replicas of every service (issue [8]): each service's
+ * Partitioned ownership of Runs with several replicas of every service (docs/operations.md "Partitions"): each service's
  * replicas share the stream's partitions (GET /partitions of every replica), one replica per
  * partition, so all the events of one Run that a service reacts to reach one replica in order.
  * (a) 3 replicas of every service: 30 Runs complete, each settles once, no model request or tool

@@ -78,7 +78,7 @@ describe('projection soak (K11)', () => {
       }),
     );
     // the soak is about the projection: a Run fenced on a loaded machine (lease renewals late, a
-    // separate part of issue 14) is projected like any other, but most must have run to the end
+    // separate part of the stress work) is projected like any other, but most must have run to the end
     // (ran to the end = its answer committed; each Run's second call, `list_funds` with an argument it does not take, fails,
     // so a Run that answered settles partial listing that call, K9)
     const answered = settled.filter((events) =>

@@ -1,5 +1,5 @@
 /**
- * kill -9 of each control-plane service other than the runtime mid-Run, then a restart (issue [3],
+ * kill -9 of each control-plane service other than the runtime mid-Run, then a restart (docs/recovery.md,
  * K4, K5, K9, K10, K11): tools during a call, publication with an SSE observer attached, lifecycle
  * before settling, the projector, admission right after a 201, recovery while a lease is held. One
  * test per row; each asserts from the log (and the effect file for tools) that the Run settles

@@ -6,7 +6,7 @@
  * nats-server 2.9.10 (which ignores the wildcard expectation header) and on the current release,
  * each with the whole stack on it.
  *
- * Since issue [9] a Run that finishes on its own closes itself, with no fence: its runtime subject
+ * A Run that finishes on its own closes itself, with no fence: its runtime subject
  * ends in the runtime's own `run.execution.finished` (every runtime append decided from a read
  * before it expects an older sequence and is refused; from a read after it the runtime decides
  * nothing), and every proposed tool call had its receipt then (every tools append decided from a
@@ -119,7 +119,7 @@ for (const server of natsServerBinariesUnderTest())
     });
 
     it('with recovery stopped, a W1 Run still settles, with no fence: every executor append decided from a read before the close is refused after the settlement, and from a read after it the deciders decide nothing', async () => {
-      // recovery is off the happy path (issue [9]): the Run is executed, closes itself and settles without it
+      // recovery is off the happy path: the Run is executed, closes itself and settles without it
       await t.stack.stopService('recovery');
       try {
         const { body } = await t.client.postMessage('conv-closure', { clientMessageId: `held-${t.tag}`, content: 'What does DIA hold?' });
@@ -183,7 +183,7 @@ for (const server of natsServerBinariesUnderTest())
         expect(o.results.tools).toBeInstanceOf(AppendConflict);
         const after = await t.log.readRun(o.runId);
         expect(after.filter((e) => e.seq > o.settled.seq)).toEqual([]);
-        // closed by itself, no fence (issue [9]); from every read taken between the close and the settlement the deciders decide nothing
+        // closed by itself, no fence; from every read taken between the close and the settlement the deciders decide nothing
         expect(ofType(o.events, 'run.fenced')).toEqual([]);
         for (const f of o.closedReads) expect(decidedAfterClose(f)).toEqual([]);
         const ms = (e: StoredEvent) => Date.parse(e.event.occurredAt);
@@ -210,7 +210,7 @@ for (const server of natsServerBinariesUnderTest())
       const events = await t.waitForSettlement(body.runId, 60_000);
       expect(ofType(events, 'tool.call.receipt')[0]!.event.data.status).toBe('unknown');
       const settledSeq = ofType(events, 'run.settled')[0]!.seq;
-      // every call had its receipt (`unknown`) when the runtime finished: the Run closed itself, no fence (issue [9])
+      // every call had its receipt (`unknown`) when the runtime finished: the Run closed itself, no fence
       expect(ofType(events, 'run.fenced')).toEqual([]);
       const lastTools = events.filter((e) => e.subject.startsWith(runSubject(t.log.space, body.runId, 'tools'))).at(-1)!;
       expect(lastTools.event.type).toBe('tool.call.receipt');

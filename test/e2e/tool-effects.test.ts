@@ -36,7 +36,7 @@ beforeAll(async () => {
       RUNPLANE_TOOL_CLAIM_SWEEP_MS: '300',
       RUNPLANE_TOOLS_ACK_WAIT_MS: String(ACK_WAIT_MS),
       RUNPLANE_TOOL_ABANDON_MS: '30000',
-      // all four Runs of the first test may hash to partitions one tools replica owns (issue [8]):
+      // all four Runs of the first test may hash to partitions one tools replica owns (partitioned ownership):
       // a thread for each of their calls, so none waits past the timeout for a free thread and is
       // refused `not_started` (an honest `failed`, but not what this file is about). The threads are
       // started and loaded before a replica is ready (a start-up took 1-5 s beside CPU hogs)

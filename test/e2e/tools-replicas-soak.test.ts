@@ -1,5 +1,5 @@
 /**
- * Every proposed call is dispatched (or denied) whatever the number of tools replicas (issue [8],
+ * Every proposed call is dispatched (or denied) whatever the number of tools replicas (partitioned ownership,
  * K5): a short soak with three tools processes and several runtimes on one stack, Runs admitted at
  * a steady rate, each Run's model proposing several `record_effect` calls per turn at once (two
  * turns of parallel calls), so that the proposals of one turn wake different tools replicas close

@@ -5,7 +5,8 @@
  * is one trace, from admission's POST to the lifecycle's settlement, carried between services by
  * the `traceparent` header of each NATS message: spans of admission, runtime, tools, publication,
  * lifecycle, recovery and projector share its trace id, every span's parent is in the trace, and
- * the model requests carry their token counts.
+ * the model requests carry their token counts. The live deltas of the streamed answer (core NATS
+ * publishes, not stored) carry the Run's `traceparent` too.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:http';
@@ -97,6 +98,14 @@ const SERVICES = ['admission', 'runtime', 'tools', 'publication', 'lifecycle', '
 
 describe('traces', () => {
   it('one Run is one trace from the POST to the settlement, with spans from every service', async () => {
+    // the live deltas the runtime publishes while the answer streams (`<prefix>.live.<runId>.delta`)
+    const deltaTraceparents: string[] = [];
+    const deltas = t.log.nc.subscribe(`${t.env.RUNPLANE_SUBJECT_PREFIX}.live.*.delta`, {
+      callback: (_err, msg) => {
+        deltaTraceparents.push(msg?.headers?.get('traceparent') ?? '');
+      },
+    });
+    await t.log.nc.flush();
     const { body } = await t.client.postMessage('conv-traces', { clientMessageId: `traces-${t.tag}`, content: 'What does DIA hold?' });
     const events = await t.waitForSettlement(body.runId, 60_000);
     expect(events.some((e) => e.event.type === 'run.settled')).toBe(true);
@@ -149,5 +158,9 @@ describe('traces', () => {
       expect(c.attributes['gen_ai.usage.output_tokens']).toEqual(expect.any(Number));
     }
     expect(inTrace.filter((s) => s.name.startsWith('execute_tool '))).toHaveLength(2);
+    // every live delta carries a traceparent of the Run's trace (W3C: 00-<trace id>-<span id>-<flags>)
+    deltas.unsubscribe();
+    expect(deltaTraceparents.length).toBeGreaterThan(0);
+    expect(deltaTraceparents.map((tp) => tp.split('-')[1])).toEqual(deltaTraceparents.map(() => traceId));
   }, 120_000);
 });

@@ -1,5 +1,5 @@
 /**
- * The Run viewer (issue [11]) in a real headless Chromium (Debian's `chromium`, driven by
+ * The Run viewer (docs/operations.md "The Run viewer") in a real headless Chromium (Debian's `chromium`, driven by
  * `playwright-core`) against the real stack with authentication on: the page publication serves at
  * `/viewer/` lists the signed-in principal's Runs from admission (another origin: CORS), follows
  * one Run live to its settlement (passages as they commit, text from the log shown as text),
@@ -12,7 +12,7 @@
  * names) finds no violation on the Run list, a live Run with a question to answer and a settled Run
  * with an unknown tool outcome; the list, a Run and its answer form are used with the
  * keyboard alone (Tab, Enter), every element focused on the way showing a visible focus ring.
- * Issue [18]: a settled Run's clocks stop at the settlement (the text stays the same across
+ * A settled Run's clocks stop at the settlement (the text stays the same across
  * re-renders over real seconds); event names wrap only after their dots (measured from the
  * rendered line boxes of each character); a link's `?admission=` naming another host (a local
  * HTTP server standing in for an attacker) is refused on the page and gets no request, the
@@ -425,7 +425,7 @@ describe('the Run viewer in a real browser', () => {
     expect(page.status).toBe(200);
     expect(page.headers.get('content-type')).toMatch(/^text\/html/);
     expect(page.headers.get('content-security-policy')).toContain("script-src 'self'");
-    // the page may connect to its own origin and to the configured admission only (issue [18]):
+    // the page may connect to its own origin and to the configured admission only (`RUNPLANE_VIEWER_ADMISSION_ORIGINS`):
     // no scheme-wide source (http:, https:), no wildcard
     const admissionOrigins = viewerOrigins(t.stack.endpoints.admission);
     expect(connectSrcOf(page.headers.get('content-security-policy'))).toEqual(["'self'", ...admissionOrigins]);

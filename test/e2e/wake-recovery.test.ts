@@ -1,5 +1,5 @@
 /**
- * An accepted wake is never thrown away (K6, K10; issue [7]): a runtime that dies after recording
+ * An accepted wake is never thrown away (K6, K10; docs/recovery.md "An accepted wake is never thrown away"): a runtime that dies after recording
  * a park (`wait.opened`, `child.run.requested`) and before releasing its lease `parked` leaves the
  * lease `held`; once a human's answer was accepted (202) or a child's settlement recorded, the Run
  * must still continue at the next epoch and the model must receive the answer, never be settled

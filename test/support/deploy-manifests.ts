@@ -1,5 +1,5 @@
 /**
- * Checks a rendered Kubernetes overlay of deploy/k8s (test/support/kustomize.ts renders it) for what issue [8] promises of it: every service a Deployment of at least
+ * Checks a rendered Kubernetes overlay of deploy/k8s (test/support/kustomize.ts renders it) for what docs/operations.md "Scaling" promises of it: every service a Deployment of at least
  * two replicas with a RollingUpdate strategy, a PodDisruptionBudget that selects it and allows one
  * eviction, topology spread over nodes and zones, a termination grace period above the drain bound
  * RUNPLANE_DRAIN_SECONDS, and probes on a path the service serves (contracts `HttpRoutes`) on the
@@ -130,7 +130,7 @@ export function portEnvOf(repo: string, service: HttpService): string | undefine
 }
 
 /**
- * Problems of the base against issue [8]'s deployment promises, one line each naming the service
+ * Problems of the base against the deployment promises of docs/operations.md "Scaling", one line each naming the service
  * (empty: none). `portEnv` gives each service's port variable (see {@link portEnvOf}).
  */
 export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => string | undefined): string[] {

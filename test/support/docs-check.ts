@@ -4,7 +4,9 @@
  * every `runplane <command> [sub] [--flag]` is a command (and option) of the CLI, every relative
  * link and every `docs/x.md#anchor` resolves to a file (and a heading or an `id`), every
  * repository path written in backticks (`apps/...`, `libs/...`, `docs/...`, ...) exists, and no
- * internal issue number is cited (`issue [9]`, `(#15)`).
+ * internal issue number is cited (the word and a number, bracketed or not, or a hash number in
+ * parentheses), in the Markdown or in a source comment
+ * ({@link issueCitations}).
  * Pure over what it is given, so a test can show it failing on a planted name.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -96,6 +98,33 @@ export function cliCommandsOf(program: CommandLike): CliCommands {
   return commands;
 }
 
+// an entry of the project's tracker, also where a comment or a paragraph wraps between the word and
+// the number; four-digit numbers are upstream trackers' (`nats-server issue 8274`)
+const ISSUE_CITATION = /\bissues?(?:\s|\*|\/\/|#)+(?:\[\d+\]|\d{1,3}\b(?!,\d))|\bper issue\b|\bissues show\b|\(#\d{1,2}\)/gi;
+
+/** The files {@link issueCitations} reads: the Markdown of {@link markdownFiles} and the code of {@link codeText}, but the released (frozen) contracts. */
+export function sourceAndDocFiles(repo: string): DocFile[] {
+  const code = CODE_DIRS.flatMap((d) => walk(repo, d, (p) => CODE_FILE.test(p) && !p.startsWith('docs/contract/released/')));
+  return [...markdownFiles(repo), ...code.map((path) => ({ path, text: readFileSync(join(repo, path), 'utf8') }))];
+}
+
+/**
+ * Every citation of an internal issue number in `files` (the word and a number, bracketed or not,
+ * also across a line break; a hash number in parentheses; "per" or "show" beside the word, as in
+ * the checker's own test), in file and line order: a comment or a doc says what the behaviour is or
+ * which doc section tells it, never which issue made it. The line is the citation's first.
+ */
+export function issueCitations(files: readonly DocFile[]): DocProblem[] {
+  return files.flatMap((file) =>
+    [...file.text.matchAll(ISSUE_CITATION)].map((m) => ({
+      file: file.path,
+      line: file.text.slice(0, m.index).split('\n').length,
+      name: m[0].replace(/\s+/g, ' '),
+      problem: 'internal issue number: say what is, without it',
+    })),
+  );
+}
+
 /** GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens. */
 export function slugOf(heading: string): string {
   return heading
@@ -132,7 +161,8 @@ const SETTING = /\bRUNPLANE_[A-Z0-9_]*[A-Z0-9]\b/g;
 const LINK = /!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g;
 const REPO_PATH = /`((?:apps|libs|docs|scripts|deploy|test|migrations|\.ci)\/[^`\s<>*{}|]*)`/g;
 const DOC_ANCHOR = /\b(docs\/[\w./-]+\.md)#([\w-]+)/g;
-// the project's own tracker (`issue [9]`, `issue 9`, `(#15)`, `issues show`): docs say what is, not which issue made it
+// the project's own tracker (the word and a number, bracketed or not; a hash number in parentheses after a
+// bracket): docs say what is, not which tracker entry made it
 const INTERNAL_ISSUE = /\bissues? \[\d+\]|\bissues? \d{1,2}\b|(?<=\] )\(#\d+\)|\bissues show\b/gi;
 
 /** Every name in `files` that does not exist in `facts`, in file and line order. */

@@ -1,5 +1,5 @@
 /**
- * Fault-injection helpers shared by the fault suites (issue [3]): kill a service with SIGKILL,
+ * Fault-injection helpers shared by the fault suites (docs/recovery.md "Tests"): kill a service with SIGKILL,
  * count the executions of the `record_effect` test tool in its file, count the scripted model's
  * requests per key, poll the log through a NATS outage, and check the three outcomes every fault
  * test asserts: each Run settles exactly once, nothing is executed twice, nothing committed is lost.

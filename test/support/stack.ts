@@ -79,7 +79,7 @@ export interface TestStackOptions {
    * starts: for a test that stops and restarts its own model server (an outage).
    */
   modelBaseUrl?: string;
-  /** Replicas per service (default 1 each), e.g. `{ runtime: 3, tools: 3 }` (issue [8]). */
+  /** Replicas per service (default 1 each), e.g. `{ runtime: 3, tools: 3 }` (docs/operations.md "Scaling"). */
   replicas?: Partial<Record<ServiceName, number>>;
   /**
    * The audit of the log when the stack stops (`runplane audit --all`, K11): `strict` fails the

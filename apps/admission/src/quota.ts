@@ -20,10 +20,19 @@ export const QUOTA_HOUR_MS = 3_600_000;
 export const QUOTA_DAY_MS = 86_400_000;
 
 /**
- * Seconds a refusal for `concurrent-runs` tells the client to wait: when a Run of the principal
- * settles is not known in advance, so this is a hint to poll at, not a promise.
+ * Seconds a refusal for `concurrent-runs` tells the client to wait while a counted Run is
+ * executing (or just admitted): when it settles is not known in advance, so this is a hint to poll
+ * at, not a promise.
  */
 export const CONCURRENT_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * Seconds a refusal for `concurrent-runs` tells the client to wait, at most, when every counted
+ * Run is parked waiting for a human (`awaiting_human`, K10): none frees before somebody answers,
+ * which may take hours, so a 5 s poll would only be refused again. It is shorter when a parked
+ * Run's deadline comes sooner (it settles by then at the latest).
+ */
+export const PARKED_RETRY_AFTER_SECONDS = 300;
 
 /** The limits (`RUNPLANE_QUOTA_*`); null: no limit. */
 export interface QuotaLimits {
@@ -63,6 +72,12 @@ export interface QuotaUsage {
    * like the parent's, and carry its principal); empty when `costMicrosPerDay` is not set.
    */
   costInLastDay: readonly QuotaCharge[];
+  /**
+   * Those of its unsettled Runs (of `activeRuns`) parked waiting for a human's answer, each with
+   * its deadline (ISO-8601; null: none): they free a `concurrent-runs` slot only once answered, or
+   * at their deadline. Absent: none known to be waiting.
+   */
+  awaitingHuman?: readonly { deadlineAt: string | null }[];
 }
 
 /** Why a new Run is refused: which quota, its limit, the usage counted, and how long to wait (whole seconds, at least 1). */
@@ -121,12 +136,27 @@ function costRefusal(limit: number, charges: readonly QuotaCharge[], now: Date):
 }
 
 /**
+ * `concurrent-runs`' wait: {@link CONCURRENT_RETRY_AFTER_SECONDS} while any counted Run may be
+ * executing; when every one is parked waiting for a human ({@link QuotaUsage.awaitingHuman}), until
+ * the earliest of their deadlines (they settle by then at the latest), at most
+ * {@link PARKED_RETRY_AFTER_SECONDS} and at least the short hint.
+ */
+function concurrentRetryAfter(usage: QuotaUsage, now: Date): number {
+  const waiting = usage.awaitingHuman ?? [];
+  if (waiting.length === 0 || waiting.length < usage.activeRuns) return CONCURRENT_RETRY_AFTER_SECONDS;
+  const untilDeadline = waiting.map((r) => (r.deadlineAt === null ? Infinity : Date.parse(r.deadlineAt) - now.getTime()));
+  const seconds = Math.min(PARKED_RETRY_AFTER_SECONDS, retryAfter(Math.min(...untilDeadline)));
+  return Math.max(CONCURRENT_RETRY_AFTER_SECONDS, seconds);
+}
+
+/**
  * Whether one more Run may be admitted at `now` under `limits`: null when it may; otherwise the
  * refusal. With several quotas exceeded, the one that frees last is named (its wait is the true
  * one). `runs-per-hour` waits until enough Runs of the window have left it to make room for one
  * (`admittedAt + 1 h` of the Run that has to leave, rounded up to whole seconds); Runs admitted in
  * a burst faster than the projections follow may leave more Runs in the window than the limit,
- * and the wait counts them all. `concurrent-runs` waits {@link CONCURRENT_RETRY_AFTER_SECONDS}.
+ * and the wait counts them all. `concurrent-runs` waits {@link CONCURRENT_RETRY_AFTER_SECONDS}, or
+ * longer when every counted Run waits for a human ({@link concurrentRetryAfter}).
  * `cost-per-day` counts what the Runs admitted in the last 24 h cost at most ({@link QuotaCharge})
  * and waits until enough of it has left the window ({@link costRefusal}).
  */
@@ -137,7 +167,7 @@ export function quotaRefusal(limits: QuotaLimits, usage: QuotaUsage, now: Date):
       quota: 'concurrent-runs',
       limit: limits.concurrentRuns,
       used: usage.activeRuns,
-      retryAfterSeconds: CONCURRENT_RETRY_AFTER_SECONDS,
+      retryAfterSeconds: concurrentRetryAfter(usage, now),
     });
   }
   if (limits.runsPerHour !== null) {
@@ -198,6 +228,8 @@ export function withReservations(
     activeRuns: usage.activeRuns + pending.length,
     admittedInLastHour: [...usage.admittedInLastHour, ...pending.map((r) => r.reservedAt)].sort(),
     costInLastDay: usage.costInLastDay,
+    // a reserved Run is just admitted, not waiting for anybody: it is one of activeRuns but not of these
+    ...(usage.awaitingHuman ? { awaitingHuman: usage.awaitingHuman } : {}),
   };
 }
 

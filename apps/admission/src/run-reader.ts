@@ -103,7 +103,7 @@ export class RunReader implements OnApplicationShutdown {
         limits.costMicrosPerDay === null ? [] : costChargesOf(orm, principal, new Date(now.getTime() - QUOTA_DAY_MS)),
       ]);
       return {
-        usage: { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges },
+        usage: { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges, awaitingHuman: usage.awaitingHuman },
         known: new Set(usage.admittedSinceRunIds),
       };
     } catch (e) {

@@ -29,6 +29,27 @@ describe('quotaRefusal: the rule', () => {
     expect(quotaRefusal(limits(), { activeRuns: 1_000, admittedInLastHour: [ago(1), ago(2)], costInLastDay: [] }, NOW)).toBeNull();
   });
 
+  it('given every counted Run parked waiting for a human, when a 3rd Run is refused for concurrent-runs, then Retry-After is the parked hint (300 s), or sooner at the earliest deadline, never under 5 s', () => {
+    const later = (seconds: number) => new Date(NOW.getTime() + seconds * 1000).toISOString();
+    const parked = (...deadlines: (string | null)[]) => ({
+      activeRuns: deadlines.length,
+      admittedInLastHour: [],
+      costInLastDay: [],
+      awaitingHuman: deadlines.map((deadlineAt) => ({ deadlineAt })),
+    });
+    const wait = (usage: ReturnType<typeof parked>) => quotaRefusal(limits({ concurrentRuns: 2 }), usage, NOW)?.retryAfterSeconds;
+    expect(wait(parked(null, null))).toBe(300); // nobody knows when a human answers
+    expect(wait(parked(later(7_200), null))).toBe(300);
+    expect(wait(parked(later(120.5), later(7_200)))).toBe(121); // the earlier deadline settles one by then at the latest
+    expect(wait(parked(ago(10), null))).toBe(5); // past its deadline: settling any moment
+    // one of the two still executing: it may settle any moment, the short hint
+    expect(wait({ ...parked(null, null), awaitingHuman: [{ deadlineAt: null }] })).toBe(5);
+    // a reservation (admitted, not yet projected) is executing too
+    const reserved = withReservations(parked(null), new Set(), [{ runId: 'r-new', reservedAt: ago(1) }], new Set(), NOW);
+    expect(reserved).toMatchObject({ activeRuns: 2, awaitingHuman: [{ deadlineAt: null }] });
+    expect(quotaRefusal(limits({ concurrentRuns: 2 }), reserved, NOW)?.retryAfterSeconds).toBe(5);
+  });
+
   it('given 2 concurrent Runs allowed, when the principal has 1 or 2 unsettled, then the 2nd is admitted and the 3rd refused with a short hint', () => {
     expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 1, admittedInLastHour: [], costInLastDay: [] }, NOW)).toBeNull();
     expect(quotaRefusal(limits({ concurrentRuns: 2 }), { activeRuns: 2, admittedInLastHour: [], costInLastDay: [] }, NOW)).toEqual({

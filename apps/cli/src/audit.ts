@@ -47,11 +47,18 @@ export const AUDIT_BROKEN_EXIT = 2;
  * Reads what `opts` names from `log` ({@link readForAudit}), audits it ({@link auditRuns}) and
  * writes the report with `write` (text lines, or one JSON document with `json`).
  * @returns 0 when every check held on every audited Run, {@link AUDIT_BROKEN_EXIT} otherwise.
- * @throws Error with a readable reason on bad options or a Run not in the log.
+ * @throws Error with a readable reason on bad options or a Run not in the log; `hooks.onNoRun()`
+ *   when it finds no Run to audit (the caller says what that means, e.g. the wrong server).
  */
-export async function auditLog(log: EventLog, opts: AuditOptions, write: (line: string) => void): Promise<number> {
+export async function auditLog(
+  log: EventLog,
+  opts: AuditOptions,
+  write: (line: string) => void,
+  hooks: { onNoRun?: () => Error } = {},
+): Promise<number> {
   const input = await readForAudit(log, opts);
   const report = auditRuns(input);
+  if (report.summary.runs === 0 && hooks.onNoRun) throw hooks.onNoRun();
   const signatures: SignatureCheck = log.signatures ? { checked: true, keys: log.signatures.keyCount } : { checked: false };
   const projections = opts.projectionsUrl
     ? await compareProjections(opts.all && opts.since === undefined ? { log } : auditedOnly(input), opts.projectionsUrl)

@@ -6,7 +6,7 @@ import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runpl
 import { retry } from '@runplane/kit/retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog } from '@runplane/eventlog';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, StreamNotFound } from '@runplane/eventlog';
 import { findRepoRoot, resolveDataFolder } from '@runplane/holdings';
 import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
 import { auditLog, type AuditOptions } from './audit.js';
@@ -266,13 +266,36 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
 /**
  * Audits one Run (`run`) or every Run (`all`, optionally admitted `since` a time) from the log
  * alone ({@link auditLog}, libs/audit): prints the report, returns 0 when every check held and
- * {@link AUDIT_BROKEN_EXIT} when one is broken.
+ * {@link AUDIT_BROKEN_EXIT} when one is broken. The text report's first line says which stream on
+ * which NATS it read, and whether `NATS_URL` set it or it is the default (a machine's own
+ * nats-server on :4222 is not a Runplane stack's); every error says it too.
+ * @throws Error naming the NATS URL, the stream and the settings to check when the stream is not
+ *   there, or when `--all` (no `--since`) finds no Run in it: nothing was audited, which is not
+ *   "all clean" (exit 1).
  */
 export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { projections?: boolean }): Promise<number> {
   const projectionsUrl = opts.projections ? loadConfig(DatabaseConfig).DATABASE_URL : undefined;
-  const log = await withReadCredentials('audit', process.env, () => openLogReadOnly('runplane-audit'));
+  const { NATS_URL, RUNPLANE_STREAM } = loadConfig(BusConfig);
+  const from = process.env.NATS_URL ? 'from NATS_URL' : 'NATS_URL is not set: the default';
+  const where = `stream ${RUNPLANE_STREAM} on NATS at ${NATS_URL} (${from})`;
+  const settings =
+    "set NATS_URL (and RUNPLANE_STREAM, NATS_USER, NATS_PASSWORD) to the stack's: `runplane up` prints them in its ready audit command; a deployment's are its services' NATS_URL and the ops user of runplane-nats-users";
+  if (!opts.json) out(`reading ${where}`);
+  let log: EventLog;
   try {
-    return await withReadCredentials('audit', process.env, () => auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out));
+    log = await withReadCredentials('audit', process.env, () => openLogReadOnly('runplane-audit'));
+  } catch (e) {
+    if (!(e instanceof StreamNotFound)) throw e;
+    throw new Error(`audit: stream ${RUNPLANE_STREAM} does not exist on NATS at ${NATS_URL} (${from}); nothing was audited (${settings})`, {
+      cause: e,
+    });
+  }
+  try {
+    const empty =
+      opts.all === true && opts.since === undefined ? () => new Error(`audit: ${where} holds no Run; nothing was audited (${settings})`) : null;
+    return await withReadCredentials('audit', process.env, () =>
+      auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out, empty ? { onNoRun: empty } : {}),
+    );
   } finally {
     await log.close();
   }

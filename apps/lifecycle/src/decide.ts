@@ -19,7 +19,7 @@
  * A settlement closes the Run's log to executors, at the log itself: the lifecycle settles only
  * while no executor append decided before it can land after it (`closedForSettlement`): either
  * the execution closed itself (`facts.closesItself`: the runtime subject ends in the runtime's own
- * `run.execution.finished` and every proposed tool call had its receipt then; issue [9]: no fence
+ * `run.execution.finished` and every proposed tool call had its receipt then; recovery is off the happy path: no fence
  * on the happy path), or both executor subjects (`runtime`, `tools`) end in a fence of recovery
  * (`facts.closed`: a lost, canceled, late or stuck holder, or a Run that finished with a tool
  * call in flight, which recovery closes with `settling` fences). In both cases an executor append

@@ -9,7 +9,7 @@ import { decide } from './decide.js';
 /**
  * Reacts to the facts that can complete a Run: the runtime recording that the execution finished
  * (`run.execution.finished`: a Run that finished on its own, every tool call with its receipt,
- * closes itself and settles without a fence, issue [9]), publication committing a passage or the
+ * closes itself and settles without a fence, recovery off the happy path), publication committing a passage or the
  * answer, recovery fencing the execution (a fault, or a finish with a tool call still in flight,
  * closed with `settling` fences): a thin adapter over {@link decide}. Recovery writes its fence on
  * the `tools` subject before the one on the `runtime` subject, so the lifecycle, woken by the

@@ -599,7 +599,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana' }) }]);
   });
 
-  it('given the answer published and the execution closed by itself (the runtime subject ends in its finish, every proposed call receipted), then it settles with no fence at all (issue [9])', () => {
+  it('given the answer published and the execution closed by itself (the runtime subject ends in its finish, every proposed call receipted), then it settles with no fence at all (recovery off the happy path)', () => {
     const h = answered()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });

@@ -27,7 +27,7 @@ import { ProjectionDatabase } from './projection-database.js';
 /**
  * Runs of a flush by how the projector got their events (`GET /metrics`): `deliveries` (applied
  * from the deliveries alone, no read of the log) or `read` (the Run's log read after its
- * checkpoint); issue [9].
+ * checkpoint): no read of the log on the hot path.
  */
 export const projectorRunsTotal = new Counter({
   name: 'runplane_projector_runs_total',
@@ -83,7 +83,7 @@ interface Delivery {
  * reached by following the Run in stream order: a whole-partition consumer delivers a Run's
  * events in stream order, so no event of another subject can be missing before them; after a
  * restart or a failed delivery, redeliveries may come behind later events, and those Runs are
- * read (issue [9]). The database checks the same continuity
+ * read (no read of the log on the hot path). The database checks the same continuity
  * again when it applies them (`applyStoredEvents`), and a hole found there is repaired as before.
  */
 export function chainedFrom(checkpoint: RunCheckpoint, deliveries: readonly { trigger: StoredEvent }[]): StoredEvent[] | null {
@@ -118,7 +118,7 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
  * A Run this process follows (it applied the Run's events in stream order since its partition's
  * consumer started here, or the Run's admission was delivered here) is applied from its
  * deliveries alone when they chain from its checkpoint ({@link chainedFrom}): the happy path reads
- * no log (issue [9]). Otherwise every delivery is a wake-up for its Run, not the only event to
+ * no log (no read of the log on the hot path). Otherwise every delivery is a wake-up for its Run, not the only event to
  * apply: the projector reads the Run's log after its checkpoint and applies every event there in
  * stream order. A redelivery that
  * arrives after later events of its Run (a restart hands back unacknowledged messages ~30 s later,
@@ -288,7 +288,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
     }
     if (byRun.size === 0) return;
 
-    // a Run whose deliveries chain from its checkpoint is applied from them alone (issue [9]: no
+    // a Run whose deliveries chain from its checkpoint is applied from them alone (no
     // read of the log on the hot path); the others' events after their checkpoints are read, in
     // parallel, and a failed read fails its Run only
     let events: StoredEvent[] = [];

@@ -209,7 +209,7 @@ describe('projector service', () => {
     }
   });
 
-  it('given every event of 6 Runs delivered in stream order, then each flush applies them from the deliveries alone (no read of the log), with the rows of applying every event one by one (issue [9])', async () => {
+  it('given every event of 6 Runs delivered in stream order, then each flush applies them from the deliveries alone (no read of the log), with the rows of applying every event one by one (no read of the log on the hot path)', async () => {
     const runIds = Array.from({ length: 6 }, (_, i) => `chain${i}-${tag}`);
     const stored = await appendAll(log, interleave(...runIds.map((r) => researchRunEvents(r))));
     const chained = await scratchOrm('chained');

@@ -125,7 +125,7 @@ describe('configuration', () => {
   });
 });
 
-describe('chainedFrom: applying a followed Run from its deliveries alone (issue [9])', () => {
+describe('chainedFrom: applying a followed Run from its deliveries alone, without reading the log', () => {
   const ctx = { runId: 'r', conversationId: 'c', correlationId: 'm', causationId: null };
   /** A stored event of `owner`'s subject at `seq`, whose back-link on that subject is `prevSeq`. */
   const at = (seq: number, owner: 'admission' | 'runtime' | 'tools', prevSeq: number | undefined): { trigger: StoredEvent } => {

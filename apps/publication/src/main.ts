@@ -12,7 +12,7 @@ main({
   consumer: {},
   // the Run viewer: static files (apps/publication/viewer, beside dist/), no build step; its API
   // calls carry the token the user gives it (the event stream here, same origin; admission by CORS),
-  // to the admission origins configured here only (the page's config.json and its CSP, issue [18])
+  // to the admission origins configured here only (the page's config.json and its CSP: the viewer sends the token nowhere else)
   staticFiles: {
     prefix: '/viewer/',
     dir: fileURLToPath(new URL('../viewer/', import.meta.url)),

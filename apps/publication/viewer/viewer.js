@@ -14,7 +14,7 @@
  * - The admission origins it may call come from publication (`config.json`, beside this file,
  *   from `RUNPLANE_VIEWER_ADMISSION_ORIGINS`): an `?admission=` or a typed URL naming any other
  *   host is refused with a visible message and never called, so a link cannot make the page send
- *   the token elsewhere (issue [18]; the page's Content-Security-Policy `connect-src` lists the
+ *   the token elsewhere (docs/operations.md "The Run viewer"; the page's Content-Security-Policy `connect-src` lists the
  *   same origins, so the browser blocks it too).
  * - Once the settlement is shown, the clocks stop at the settlement time and say so.
  *

@@ -1,7 +1,7 @@
 /**
  * The recovery decider: `decide(facts, trigger, now) -> RunEvent[]`, pure.
  * Recovery records no lease grant: the runtime that takes a lease records `lease.granted` itself,
- * with its first event under it (issue [9]; older logs hold grants recovery recorded, still read).
+ * with its first event under it (recovery is off the happy path; older logs hold grants recovery recorded, still read).
  * Recovery is off a Run's happy path: it appends only when a holder is lost, the Run is canceled,
  * past its deadline, without progress, its wait expired, or it finished with a tool call in flight.
  * - `LeaseLost`: the holder is gone (its lease expired, or it released the lease while stopping
@@ -27,7 +27,7 @@
  * - `ExecutionFinished`: the runtime stopped on its own (`run.execution.finished`). When the
  *   execution closed itself (`facts.closesItself`: the runtime subject ends in that finish and
  *   every proposed tool call had its receipt then), nothing: the lifecycle settles it as it is
- *   (issue [9]: no fence on the happy path; no executor append decided before the settlement can
+ *   (recovery off the happy path: no fence on the happy path; no executor append decided before the settlement can
  *   land after it, K6, K9). Otherwise (a call proposed or dispatched without a receipt when the
  *   runtime stopped, e.g. at its deadline: its receipt may still come), close each executor
  *   subject that is not closed yet with a fence of reason `settling`, naming what is uncertain,

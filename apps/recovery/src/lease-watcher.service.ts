@@ -36,7 +36,7 @@ export interface RecoverySettings {
 /**
  * Watches the execution leases (K6, K10), off the Run's happy path: it appends nothing while a
  * holder renews its lease and finishes (the runtime records its own grant, `lease.granted`, with
- * its first event under the lease: issue [9]; a grant seen in the bucket is only kept in memory,
+ * its first event under the lease, so recovery is off the happy path; a grant seen in the bucket is only kept in memory,
  * to judge its expiry). When a lease
  * expired (its holder crashed or froze) or was released by a stopping runtime with the Run
  * unfinished, it marks the lease fenced in the bucket (compare-and-set: the holder's next renewal
@@ -135,7 +135,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   /**
    * Keeps the latest entry of every lease (what the sweep judges). It records no grant: a grant is
    * the holder's own fact, recorded by the runtime with its first event under the lease (one
-   * decision, no round trip through recovery; issue [9]). A holder that took the lease and wrote
+   * decision, no round trip through recovery). A holder that took the lease and wrote
    * nothing under it before it was lost has nothing of its own in the log to close beyond what the
    * fence closes anyway (the fence names the lost epoch and holder from this entry).
    */

@@ -48,7 +48,7 @@ describe('recovery decide: a lost lease fences the execution (K6, K10)', () => {
     recovery.given(h).when(lost).thenNothing();
   });
 
-  it('recovery records no lease grant: the trigger does not exist any more (the runtime records its own, issue [9])', () => {
+  it('recovery records no lease grant: the trigger does not exist any more (the runtime records its own with its first event)', () => {
     // @ts-expect-error LeaseObserved was removed with recovery's grant recording
     expect(() => decide(new History().admitted().facts, { type: 'LeaseObserved', epoch: 1, holder, ttlMs: 1500 }, new Date())).toThrow(
       /unknown trigger/,
@@ -196,7 +196,7 @@ describe('recovery decide: a deadline passing while nobody executes the Run (K10
   });
 });
 
-describe("recovery decide: the executors' subjects are closed before a settlement unless the execution closed itself (K6, K9, issue [9])", () => {
+describe("recovery decide: the executors' subjects are closed before a settlement unless the execution closed itself (K6, K9; recovery off the happy path)", () => {
   const finishedRun = () =>
     new History()
       .admitted()

@@ -1,5 +1,5 @@
 /**
- * Recovery's lease watcher keeps state per Run only while the Run has a lease key (issue [9]: RSS
+ * Recovery's lease watcher keeps state per Run only while the Run has a lease key (the parked-Runs goal of docs/performance.md: RSS
  * that grew for as long as recovery ran): what it noted about a Run (a late holder spared, a grant
  * or a fence recorded, and the Run's fold) goes when the lease key is removed, on a real nats-server.
  */

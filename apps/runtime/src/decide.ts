@@ -48,7 +48,7 @@ export type RuntimeTrigger =
    * step. `waitTtlMs`: how long a question for a human stays answerable (capped by the deadline);
    * `maxTokensPerRequest`: the most `max_tokens` one request may ask for (what the model accepts);
    * `finalizationLeadMs`: how long before the deadline research stops for finalization (K9);
-   * `ceiling`: the most a grant may hold here (`./grant-ceiling.ts`, issue [10]); `price`: the
+   * `ceiling`: the most a grant may hold here (`./grant-ceiling.ts`, defence in depth against a forged admission); `price`: the
    * configured price of `model` (`RUNPLANE_MODEL_PRICES`), recorded on each request with its money
    * reservation (K7); absent: the model is unpriced.
    */
@@ -93,7 +93,7 @@ export const DEFAULT_WAIT_TTL_MS = 3_600_000;
  * Decides the runtime's events for a trigger.
  * - `Wake`: first, before the Run's first model request, a grant over `ceiling` (a forged or corrupt
  *   admission) stops the Run at once: `run.execution.finished` reason `grant-refused`, naming what
- *   exceeds (issue [10]); so does a grant with a money limit whose model has no configured price (or
+ *   exceeds (a forged or corrupt admission); so does a grant with a money limit whose model has no configured price (or
  *   one in another currency: K7, nothing could charge it). Then nothing while the Run must still record what it carries from earlier Runs
  *   (`context.carried`, decided by `./context.ts` before the first request, K2, K3); then, once
  *   every tool call of the last turn is resolved and before the deadline, the budget
@@ -146,7 +146,7 @@ export function decide(facts: RunFacts, trigger: RuntimeTrigger, now: Date): Run
   if (!facts.admitted || !facts.lastEvent || facts.finished || facts.settled || facts.fenced) return [];
   switch (trigger.type) {
     case 'Wake': {
-      // a grant over the deployment's ceiling was not admitted by its rules (a forgery): never executed (issue [10])
+      // a grant over the deployment's ceiling was not admitted by its rules (a forgery): never executed (docs/guarantees.md "Who may do what")
       const over =
         facts.turns.length === 0
           ? ((trigger.ceiling ? overCeiling(facts, trigger.ceiling) : null) ?? unchargeable(facts, trigger.model, trigger.price))
@@ -394,7 +394,7 @@ export type LeaseGrant = EventData<'lease.granted'>;
 
 /**
  * The events of a decision made under `grant`, with the grant recorded first when the log does
- * not hold it yet (K6, issue [9]): the runtime records its own `lease.granted`, on its own
+ * not hold it yet (K6; recovery is off the happy path): the runtime records its own `lease.granted`, on its own
  * subject, in the same decision (the same append) as its first event under the lease, so the
  * grant costs no extra append and no round trip through recovery. Nothing is added to an empty
  * decision (a holder that wrote nothing has nothing to record), nor when the log already holds

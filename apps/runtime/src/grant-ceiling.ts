@@ -1,5 +1,5 @@
 /**
- * The grant ceiling (issue [10], defence in depth): the most any Run's grant may hold in this
+ * The grant ceiling (defence in depth against a forged admission, docs/guarantees.md "Who may do what"): the most any Run's grant may hold in this
  * deployment (`GrantCeilingConfig`). Admission writes its configured limits into each Run and a
  * child's are carved from its parent's, so a Run over the ceiling was not admitted by this
  * deployment's rules: a forged or corrupt `run.admitted`. The runtime never executes it.

@@ -1,6 +1,16 @@
 import type { Subscription } from '@nats-io/transport-node';
 import { Logger } from '@nestjs/common';
-import { EventLog, LeaseStore, renewalVerdict, RetryLater, runtimeNudgeSubject, type HeldLease } from '@runplane/eventlog';
+import {
+  EventLog,
+  extractTraceContext,
+  LeaseStore,
+  renewalVerdict,
+  RetryLater,
+  runtimeNudgeSubject,
+  traceContext,
+  traceHeaders,
+  type HeldLease,
+} from '@runplane/eventlog';
 import { handedOverAt, type RunFacts } from '@runplane/run-facts';
 import { leaseRenewalsTotal, runQueueSeconds } from '@runplane/service-kit';
 import { wakeAwaitsRecovery } from './parking.js';
@@ -154,10 +164,15 @@ export class LeaseKeeper {
     return Math.max(250, Math.floor(this.ttlMs / 3));
   }
 
-  /** Tells the runtime process `instance` (the holder of the Run's lease) that the Run was woken: best effort, never awaited. */
+  /**
+   * Tells the runtime process `instance` (the holder of the Run's lease) that the Run was woken: best
+   * effort, never awaited. The nudge carries the active trace context (`traceparent`, when tracing
+   * is on), so the holder's wake continues the trace of the event that woke the Run here.
+   */
   private nudge(instance: string, runId: string): void {
     try {
-      this.log.nc.publish(runtimeNudgeSubject(this.log.space, instance), runId);
+      const headers = traceHeaders();
+      this.log.nc.publish(runtimeNudgeSubject(this.log.space, instance), runId, headers ? { headers } : undefined);
     } catch (e) {
       this.logger.warn({ runId, instance, error: (e as Error).message }, 'could not nudge the lease holder (its renewal tick wakes the Run)');
     }
@@ -176,7 +191,8 @@ export class LeaseKeeper {
         const runId = msg.string();
         if (!this.held.has(runId)) return;
         this.lastWake.set(runId, Date.now());
-        this.events?.wake(runId);
+        // the wake continues the trace of the event that woke the Run on the peer (its nudge's traceparent)
+        traceContext.with(extractTraceContext(msg.headers), () => this.events?.wake(runId));
       },
     });
   }
@@ -184,7 +200,7 @@ export class LeaseKeeper {
   /**
    * Renews every held lease whose previous renewal is not still waiting on NATS (never two on one
    * revision), all concurrently, and wakes a Run right after its own renewal when it was not woken
-   * within a lease TTL (issue [9]: each tick's wake used to read the Run from the log).
+   * within a lease TTL (no read of the log on the hot path: each tick's wake used to read the Run from the log).
    */
   private renewAll(): void {
     if (this.stopped) return;

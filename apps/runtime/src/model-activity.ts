@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { EventData, StreamedParagraph } from '@runplane/contracts';
-import { EventLog, liveDeltaSubject, ResultStore } from '@runplane/eventlog';
+import { EventLog, liveDeltaSubject, ResultStore, traceHeaders } from '@runplane/eventlog';
 import type { RunFacts } from '@runplane/run-facts';
 import type { ModelTurnResult } from './decide.js';
 import { finalizationInstruction } from './ledger.js';
@@ -52,6 +52,9 @@ export class ModelActivity {
     if (finalization) messages.push(finalizationInstruction(facts));
     const tools = finalization ? [] : toolDefinitions(facts.admitted!.grant.tools);
     const delta = liveDeltaSubject(this.log.space, runId);
+    // every live delta of the turn carries the Run's trace context (`traceparent`, when tracing is on)
+    const deltaHeaders = traceHeaders();
+    const deltaOpts = deltaHeaders ? { headers: deltaHeaders } : undefined;
     const paragraphs = new ParagraphRecorder(
       record,
       (e) => this.logger.warn({ runId, turn, error: (e as Error).message }, 'a streamed paragraph was not recorded (the turn record keeps its text)'),
@@ -64,7 +67,7 @@ export class ModelActivity {
         messages,
         tools,
         (text) => {
-          this.log.nc.publish(delta, JSON.stringify({ turn, text }));
+          this.log.nc.publish(delta, JSON.stringify({ turn, text }), deltaOpts);
           paragraphs.push(text);
         },
         signal,

@@ -30,7 +30,7 @@ export interface RuntimeSettings {
   faultParkPauseFile?: string;
   /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long a model request in flight may still finish and be recorded; 0 when absent. */
   drainMs?: number;
-  /** The most a Run's grant may hold (`GrantCeilingConfig`): a Run over it is never executed (issue [10]); unchecked when absent. */
+  /** The most a Run's grant may hold (`GrantCeilingConfig`): a Run over it is never executed (a forged or corrupt admission); unchecked when absent. */
   ceiling?: GrantCeiling;
   /** Token prices per model (`RUNPLANE_MODEL_PRICES`, K7); a model absent here is unpriced. */
   prices?: Record<string, TokenPrice>;
@@ -66,7 +66,7 @@ const MAX_TURNS_PER_WAKE = 64;
  * executed only while this replica's {@link LeaseKeeper} holds its lease (K6), one execution at a
  * time per Run whatever woke it (a delivery, the keeper's tick or a nudge). Each step decides from
  * the Run's kept fold (the command handler reads the log only on a conflict or after a partition
- * moved, issue [9]) and appends the decision's events under the lease's epoch, preceded by the
+ * moved: no read of the log on the hot path) and appends the decision's events under the lease's epoch, preceded by the
  * grant when the log does not hold that epoch yet ({@link withGrant}). Once its own
  * `model.turn.requested` was appended, it makes that one request through the {@link ModelActivity}
  * and decides the outcome; a request another writer stored is never made here (K5, K6). A Run
@@ -353,7 +353,7 @@ export class RunExecutor {
    * A decision made under the lease this replica holds at `epoch`: its events are preceded by the
    * grant (`lease.granted`, this replica as holder) when the log does not hold that epoch yet
    * ({@link withGrant}), so the runtime records its own grant with its first event under the
-   * lease, in one decision, and recovery is not on the happy path (K6, issue [9]).
+   * lease, in one decision, and recovery is not on the happy path (K6; docs/architecture.md "Recovery off the happy path").
    */
   private underLease(runId: string, epoch: number, decision: (f: RunFacts, now: Date) => RunEvent[]): (f: RunFacts, now: Date) => RunEvent[] {
     const holder = { service: this.log.writer.service, instance: this.log.writer.instance };

@@ -1,5 +1,5 @@
 /**
- * The grant ceiling (issue [10], defence in depth): a `run.admitted` whose grant exceeds what this
+ * The grant ceiling (defence in depth against a forged admission): a `run.admitted` whose grant exceeds what this
  * deployment allows (forged with admission's credentials: 1,000,000 model requests, a 2099
  * deadline) is never executed: the runtime's first decision stops it, `grant-refused`, naming what
  * exceeds; a grant within the ceiling is executed as before.
@@ -17,7 +17,7 @@ const ADMITTED_AT = Date.parse('2025-12-31T23:00:01.000Z');
 const inSeconds = (s: number) => new Date(ADMITTED_AT + s * 1000).toISOString();
 const refused = { type: 'run.execution.finished', data: { reason: 'grant-refused', detail: expect.any(String), answerTurn: null } } as never;
 
-describe('runtime decide: the grant ceiling (issue [10])', () => {
+describe('runtime decide: the grant ceiling', () => {
   it('given a forged admission with 1,000,000 model requests and a 2099 deadline, when woken, then run.execution.finished grant-refused and no model request', () => {
     runtime
       .given(new History().admitted({ maxModelRequests: 1_000_000, deadlineAt: '2099-12-31T00:00:00.000Z' }))

@@ -1,5 +1,5 @@
 /**
- * The runtime records its own lease grant (K6, issue [9]): `lease.granted` on the runtime subject,
+ * The runtime records its own lease grant (K6; recovery off the happy path): `lease.granted` on the runtime subject,
  * in the same decision as its first event under the lease; nothing of it in an empty decision,
  * none twice, none when the log holds that epoch (also as recovery recorded it in an older log).
  */

@@ -1,5 +1,5 @@
 /**
- * A retry waits (K7, issue 14): a transient failure of a model request (connection, timeout, 429,
+ * A retry waits (K7): a transient failure of a model request (connection, timeout, 429,
  * 5xx) records its backoff on `model.turn.failed` (exponential in the failures in a row, with the
  * adapter's jitter, capped, at least the provider's Retry-After); a wake before it ends requests
  * nothing, one after it requests the retry (a new, charged turn); a retry that would start after

@@ -1,6 +1,6 @@
 /**
  * Given a streamed reply's chunks, when assembled, then the turn is exactly what the model sent
- * (K5, K11): each malformed variant the issue names, plus the well-formed controls.
+ * (K5, K11): each malformed variant of a streamed model turn, plus the well-formed controls.
  */
 import { describe, expect, it } from '@jest/globals';
 import { TurnAssembler, type StreamChunk } from '@runplane/app-runtime';

@@ -25,6 +25,7 @@ import {
   CompareHoldingsResult,
   type FileSelection,
   FundMetadataResult,
+  isParkingTool,
   GetHoldingsResult,
   type HoldingLine,
   type HoldingsSummary,
@@ -59,7 +60,8 @@ import { type Reply, type WireMessage, type WireTool } from './wire.js';
  * unknown and missing calls get their own passage. The last passage lists the parts not answered,
  * in words and as a fenced JSON block ({@link extractUnanswered}).
  */
-export function writeAnswer(question: string, calls: readonly CallRecord[], now: Date = new Date()): string {
+export function writeAnswer(question: string, turnCalls: readonly CallRecord[], now: Date = new Date()): string {
+  const calls = researchCalls(turnCalls);
   const listCall = calls.find((c) => c.name === 'list_funds');
   const funds = succeeded(listCall, ListFundsResult) ?? null;
   const known = funds ? new Set(funds.funds.filter((f) => f.files.length > 0).map((f) => f.fund.toUpperCase())) : null;
@@ -234,6 +236,16 @@ export function writeAnswer(question: string, calls: readonly CallRecord[], now:
 }
 
 /**
+ * The turn's research calls: all but the parking tools' (`ask_human`, `spawn_subagent`,
+ * `ask_clarification`, K10). A question put to a human or a sub-agent is not research: it neither
+ * counts as research done nor, unanswered, as a failed research call (K8: its outcome stops only
+ * itself); the research goes on as if it had not been asked.
+ */
+export function researchCalls(calls: readonly CallRecord[]): CallRecord[] {
+  return calls.filter((c) => !isParkingTool(c.name));
+}
+
+/**
  * The research policy: given a chat request's messages and offered tools, the next reply.
  * Tool calls (finish `tool_calls`) while research remains, else the final answer (finish `stop`).
  * Deterministic and pure given `now` (the clock: `today`, `now`, `current`, `last year` in the
@@ -243,7 +255,7 @@ export function writeAnswer(question: string, calls: readonly CallRecord[], now:
 export function researchPolicy(messages: readonly WireMessage[], tools: readonly WireTool[] | undefined, now: Date = new Date()): Reply {
   const offered = new Set((tools ?? []).map((t) => t.function.name));
   const question = lastQuestion(messages);
-  const calls = currentTurnCalls(messages);
+  const calls = researchCalls(currentTurnCalls(messages));
 
   if (calls.length === 0 && offered.has('list_funds')) {
     return { toolCalls: [{ name: 'list_funds', arguments: {} }], finishReason: 'tool_calls' };

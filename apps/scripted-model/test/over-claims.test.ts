@@ -1,5 +1,5 @@
 /**
- * Issue 19: the scripted research policy says only what the question and the files support.
+ * The scripted research policy says only what the question and the files support.
  * Each case reproduces an over-claim seen before the fix (quoted in its comment).
  */
 import { beforeAll, describe, expect, it } from '@jest/globals';
@@ -14,7 +14,7 @@ const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
   function: { name, description: spec.description, parameters: { type: 'object' } },
 }));
 
-describe('the scripted research policy claims only what the question and the files support (issue 19)', () => {
+describe('the scripted research policy claims only what the question and the files support (docs/fund-research.md "The research policy")', () => {
   let library: HoldingsLibrary;
   beforeAll(() => {
     library = new HoldingsLibrary({ dir: DATA_DIR, dataSet: 'shared' });

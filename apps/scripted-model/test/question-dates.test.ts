@@ -1,5 +1,5 @@
 /**
- * The question's dates after issue 8's review: a bare year after "compared with", quarters,
+ * The question's dates as a fresh-user review of the answers asked: a bare year after "compared with", quarters,
  * relative words against a fixed clock, and date-like phrases that cannot be read (reported, never
  * dropped).
  */

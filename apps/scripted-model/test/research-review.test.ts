@@ -1,5 +1,5 @@
 /**
- * The defects a fresh-user review found in issue 8's answers, each with the reviewer's example on
+ * The defects a fresh-user review found in the research answers, each with the reviewer's example on
  * small files written here (never copies of ../shared data), with the clock fixed:
  * A. a bare year after "compared with"; B. quarters, relative dates and unreadable date phrases;
  * C. a requested date a fund's undated files cannot meet; D. requested dates (`today` included)
@@ -92,7 +92,7 @@ const AAA = {
   'BBB_2025-09-30.csv': invesco('BBB', '09/30/2025', ROWS.slice(1)),
 };
 
-describe('research policy after the fresh-user review of issue 8', () => {
+describe('research policy after the fresh-user review of the research answers', () => {
   it('A: a bare year after "compared with" is a date; the day asked with no file says how far the nearest is', async () => {
     const lib = folder({
       'KKK_2021-10-28.csv': invesco('KKK', '10/28/2021', ROWS),

@@ -1,5 +1,5 @@
 /**
- * Issue 8's answer defects, end to end through the policy and @runplane/holdings on small files
+ * The answer defects of docs/fund-research.md (a wrong figure, a guessed date or security), end to end through the policy and @runplane/holdings on small files
  * written here: dates as people write them, the file used for each fund and why, more than two
  * funds, "top N", fact-sheet facts, the unanswered list, names next to bare exchange codes, long
  * non-security lists summarised, unreadable values labelled.
@@ -84,7 +84,7 @@ async function research(lib: HoldingsLibrary, question: string) {
   throw new Error('no final answer in 5 turns');
 }
 
-describe('research policy: answers that say how they chose (issue 8)', () => {
+describe('research policy: answers that say how they chose', () => {
   const lib = library();
 
   it.each(['Dec 6, 2024', '6 December 2024', '2024-12-06', '12/06/2024'])(

@@ -85,7 +85,7 @@ export class ClaimStore extends KvStore<ClaimValue> {
    * call it is still executing is alive, whatever its stored expiry (its renewals may have been
    * missed while NATS was unreachable). Any other claim expires no earlier than a full TTL, plus
    * the time other clients take to reconnect, after this process's own last reconnection:
-   * renewals missed during a NATS outage are not an expiry (issue [3]).
+   * renewals missed during a NATS outage are not an expiry (docs/tool-effects.md "A live executor's claim").
    */
   judgedExpiry(key: string, claim: ToolClaim): string {
     if (this.mine.has(key) && claim.holder === this.holder) return new Date(Date.now() + this.ttlMs).toISOString();

@@ -237,18 +237,10 @@ function onExecuted(facts: RunFacts, t: Extract<ToolsTrigger, { type: 'ToolExecu
   if (call.receipt || facts.settled) return [];
   const base = { toolCallId: call.toolCallId, name: call.name, durationMs: t.durationMs, ...effectOf(call.name) };
   const o = t.outcome;
-  let data: EventData<'tool.call.receipt'>;
-  if (o.kind === 'returned') {
-    const bytes = Buffer.byteLength(o.json, 'utf8');
-    if (bytes <= INLINE_RESULT_LIMIT) data = { ...base, status: 'succeeded', result: JSON.parse(o.json) as unknown };
-    else {
-      const sha256 = sha256Hex(o.json);
-      data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
-    }
-  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: boundReportedText(o.message) } };
-  else if (o.kind === 'timed-out')
-    data = { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } };
-  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: boundReportedText(o.message) } };
+  const data: EventData<'tool.call.receipt'> =
+    o.kind === 'timed-out'
+      ? { ...base, status: 'unknown', error: { code: 'timeout', message: `no outcome within ${o.timeoutMs} ms; the call is not re-run` } }
+      : { ...base, ...outcomeFields(o, t.resultBucket) };
   return [makeEvent('tool.call.receipt', contextFrom(facts.lastEvent!), call.toolCallId, data, now)];
 }
 
@@ -265,15 +257,28 @@ function lateObservation(
   const o = t.outcome;
   if (o.kind === 'timed-out') return [];
   const base = { toolCallId, name, durationMs: t.durationMs, executor: t.executor ?? 'unknown' };
-  let data: EventData<'tool.call.late_observed'>;
+  const data: EventData<'tool.call.late_observed'> = { ...base, ...outcomeFields(o, t.resultBucket) };
+  return [makeEvent('tool.call.late_observed', contextFrom(facts.lastEvent!), toolCallId, data, now)];
+}
+
+/**
+ * What a receipt and a late observation say of a tool that returned, failed or threw: `succeeded`
+ * with the result inline up to `INLINE_RESULT_LIMIT` bytes of JSON, else with a reference to it in
+ * `resultBucket` (key and sha256 of the JSON, its size in bytes); `failed` with the tool's code
+ * (`tool_error` for a throw) and its message bounded for the log.
+ */
+function outcomeFields(
+  o: Exclude<ToolOutcome, { kind: 'timed-out' }>,
+  resultBucket: string,
+):
+  | { status: 'succeeded'; result: unknown }
+  | { status: 'succeeded'; resultRef: { bucket: string; key: string; sha256: string; bytes: number } }
+  | { status: 'failed'; error: { code: string; message: string } } {
   if (o.kind === 'returned') {
     const bytes = Buffer.byteLength(o.json, 'utf8');
-    if (bytes <= INLINE_RESULT_LIMIT) data = { ...base, status: 'succeeded', result: JSON.parse(o.json) as unknown };
-    else {
-      const sha256 = sha256Hex(o.json);
-      data = { ...base, status: 'succeeded', resultRef: { bucket: t.resultBucket, key: sha256, sha256, bytes } };
-    }
-  } else if (o.kind === 'failed') data = { ...base, status: 'failed', error: { code: o.code, message: boundReportedText(o.message) } };
-  else data = { ...base, status: 'failed', error: { code: 'tool_error', message: boundReportedText(o.message) } };
-  return [makeEvent('tool.call.late_observed', contextFrom(facts.lastEvent!), toolCallId, data, now)];
+    if (bytes <= INLINE_RESULT_LIMIT) return { status: 'succeeded', result: JSON.parse(o.json) as unknown };
+    const sha256 = sha256Hex(o.json);
+    return { status: 'succeeded', resultRef: { bucket: resultBucket, key: sha256, sha256, bytes } };
+  }
+  return { status: 'failed', error: { code: o.kind === 'failed' ? o.code : 'tool_error', message: boundReportedText(o.message) } };
 }

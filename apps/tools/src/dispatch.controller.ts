@@ -88,7 +88,7 @@ function awaitingReceipt(facts: RunFacts): ToolCallFacts[] {
  *   Run again after a short pause (the holder's dispatch is then in the log, and only the calls
  *   still undispatched are decided), and past the `claimMet` retry policy's pauses it is handed back to the
  *   consumer for redelivery ({@link RetryLater}) until the holder's dispatch is appended or its
- *   claim expires and is taken over (issue [8]). It executes exactly the calls whose dispatch it appended itself,
+ *   claim expires and is taken over (no wake lost to a claim). It executes exactly the calls whose dispatch it appended itself,
  *   in worker threads, renewing each claim meanwhile, and decides the outcome into a receipt (or,
  *   after `unknown`, a late observation), then releases the claim.
  */
@@ -172,7 +172,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
    * their timeouts). A call is declared `unknown` for a lost executor only after its expired claim
    * was removed on the very revision the decision read; a claim renewed meanwhile means the
    * executor is alive, and the Wake is decided again on fresh claims.
-   * A wake ends only with a read of the Run that leaves it nothing more to dispatch (issue [8]):
+   * A wake ends only with a read of the Run that leaves it nothing more to dispatch (no wake lost to a claim):
    * - after appending dispatches it reads the Run again and decides again before waiting for the
    *   executions (proposals appended after its read, whose own wakes may have gone to a peer that
    *   met this wake's claims, or wait behind this one, are dispatched at once);

@@ -1,5 +1,5 @@
 /**
- * A tools wake is never lost to a claim (issue [8], K5), against the real JetStream,
+ * A tools wake is never lost to a claim (K5; docs/tool-effects.md "A live executor's claim"), against the real JetStream,
  * deterministically. Two tools workers (DispatchController as built in dist/, each with its own
  * connection, so its own claim holder) and a Run whose turn proposed c1 and c2. Worker A is woken
  * by c1 while it is the only proposal in the log, decides to dispatch it, takes its claim and is

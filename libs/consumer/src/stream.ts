@@ -118,7 +118,7 @@ export class RunStream implements ConsumerSource {
         maxReconnectAttempts: -1,
         reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
         reconnectJitter: RECONNECT_JITTER_MS,
-        // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (issue 18)
+        // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (docs/consumers.md "Credentials and the name prefix")
         ...natsUserOptions(opts.user, opts.password),
         ...tls,
       });

@@ -286,7 +286,7 @@ export const ToolsConfig = z.object({
    * FAULT INJECTION, tests only; empty (off) by default and in production. While the file at this
    * path exists, a tools wake that has taken the claims of the calls it decided to dispatch pauses
    * before appending their `tool.call.dispatched`, so that a test can make a peer's wake meet
-   * those claims (the lost wake-up of issue [8]).
+   * those claims (a wake-up lost to a claim).
    */
   RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE: z.string().default(''),
 });
@@ -395,7 +395,7 @@ export type CorsConfig = z.infer<typeof CorsConfig>;
  * (`/viewer/config.json`) and lists them, beside its own origin, as the only `connect-src` of the
  * page's Content-Security-Policy: a link's `?admission=<url>` naming any other host is refused by
  * the page and blocked by the browser, so the token never leaves for a host the operator did not
- * configure (issue [18]).
+ * configure (docs/operations.md "The Run viewer").
  */
 export const ViewerConfig = z.object({ RUNPLANE_VIEWER_ADMISSION_ORIGINS: originList() });
 export type ViewerConfig = z.infer<typeof ViewerConfig>;
@@ -467,7 +467,7 @@ export type AuthConfig = z.infer<typeof AuthConfig>;
 /**
  * The most any Run's grant may hold, checked by the runtime before it executes a Run: defence in
  * depth against a forged admission (with admission's credentials, a `run.admitted` carrying
- * 1,000,000 model requests and a 2099 deadline was executed: issue [10]). A Run over it stops at
+ * 1,000,000 model requests and a 2099 deadline was executed by a runtime that trusted its grant). A Run over it stops at
  * once, `run.execution.finished` reason `grant-refused`, and settles `failed`. Keep each at or
  * above the matching admission limit (`LimitsConfig`), or every Run is refused.
  */

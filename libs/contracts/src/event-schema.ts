@@ -1,5 +1,5 @@
 /**
- * The machine-readable contract of the Run events for downstream consumers (issue [11]): one JSON
+ * The machine-readable contract of the Run events for downstream consumers (docs/consumers.md): one JSON
  * Schema (2020-12) document, docs/contract/events.schema.json, with a `$defs` entry per event type
  * (the envelope with that type's `type`, `owner`, `schemaVersion` and `data`), `$defs.Envelope`
  * (any event, of a type this contract knows or a newer one) and a `oneOf` over the types. It is

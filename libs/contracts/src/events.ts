@@ -68,7 +68,7 @@ export const TurnCost = z.object({
 export type TurnCost = z.infer<typeof TurnCost>;
 
 // ---- admission --------------------------------------------------------------------------------
-/** Limits a Run executes under (first cut of the K7 budget; the full ledger is issue [4]). */
+/** Limits a Run executes under (first cut of the K7 budget; the full ledger is `BudgetLedger`, docs/guarantees.md K7). */
 export const RunLimits = z.object({
   maxModelRequests: z.number().int().positive(),
   maxToolCalls: z.number().int().nonnegative(),
@@ -320,7 +320,7 @@ export const ExecutionStopReason = z.enum([
   'clarification-requested',
   /** The context a continuation needs could not be built honestly (the parent's request does not match its hash, K3). */
   'context-refused',
-  /** The Run's grant exceeds the deployment's ceiling (`GrantCeilingConfig`): a forged or corrupt admission, never executed (issue [10]). */
+  /** The Run's grant exceeds the deployment's ceiling (`GrantCeilingConfig`): a forged or corrupt admission, never executed (docs/guarantees.md "Who may do what"). */
   'grant-refused',
 ]);
 export type ExecutionStopReason = z.infer<typeof ExecutionStopReason>;
@@ -725,7 +725,7 @@ export const EventCatalog = {
   'answer.published': { owner: 'publication', version: 1, data: AnswerPublishedV1 },
   'run.settled': { owner: 'lifecycle', version: 1, data: RunSettledV1 },
   'run.cancel.requested': { owner: 'admission', version: 1, data: RunCancelRequestedV1 },
-  // the runtime records its own grant (issue [9]); logs written before hold recovery's (formerOwners)
+  // the runtime records its own grant with its first event under the lease; logs written before hold recovery's (formerOwners)
   'lease.granted': { owner: 'runtime', formerOwners: ['recovery'], version: 1, data: LeaseGrantedV1 },
   'run.fenced': { owner: 'recovery', version: 1, data: RunFencedV1 },
   'lease.parked': { owner: 'recovery', version: 1, data: LeaseParkedV1 },
@@ -776,7 +776,7 @@ export type EventData<T extends EventType> = z.infer<(typeof EventCatalog)[T]['d
 export const Writer = z.object({
   service: z.string().min(1).max(64),
   instance: z.string().min(1).max(64),
-  /** Fencing epoch of the lease the event was written under ([3]); absent while leases do not exist. */
+  /** Fencing epoch of the lease the event was written under (K6); absent while leases do not exist. */
   epoch: z.number().int().nonnegative().optional(),
 });
 export type Writer = z.infer<typeof Writer>;
@@ -819,7 +819,7 @@ export const EnvelopeFields = z.object({
    * event carries no `prevSeq` in its body; every reader sees the resolved one.
    */
   prevInBatch: z.number().int().positive().optional(),
-  /** Who appended the event: service, process instance and (with leases, [3]) fencing epoch. Stamped by `EventLog.append`. */
+  /** Who appended the event: service, process instance and (with leases, K6) fencing epoch. Stamped by `EventLog.append`. */
   writer: Writer.optional(),
 });
 

@@ -193,7 +193,7 @@ export const QuotaProblem = ProblemDetails.extend({
   used: z.number().int().min(0).meta({ description: "What the principal's Runs use of it, as the projections counted" }),
   retryAfterSeconds: z.number().int().min(1).meta({
     description:
-      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour; cost-per-day: when enough of the cost has left the sliding 24 h, the earliest, since Runs still running may charge more); for concurrent-runs a hint to poll at, since when a Run settles is not known',
+      'Seconds until a retry may be admitted (runs-per-hour: when enough Runs have left the sliding hour; cost-per-day: when enough of the cost has left the sliding 24 h, the earliest, since Runs still running may charge more); for concurrent-runs a hint to poll at, since when a Run settles is not known (5 s, up to 300 s when every counted Run waits for a human)',
   }),
   currency: z
     .string()

@@ -390,7 +390,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
 
 /**
  * The API routes (`/v1/...`) and admission's and publication's `/partitions` want a bearer JWT
- * (issue [10]); health, metrics and `openapi.json` (a public description) do not.
+ * (docs/api.md "Authentication and routes"); health, metrics and `openapi.json` (a public description) do not.
  */
 const authenticated = (route: HttpRoute) => route.path.startsWith('/v1/') || route.token === true;
 const UNAUTHORIZED = problem(

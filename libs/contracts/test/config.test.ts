@@ -63,7 +63,7 @@ describe('RUNPLANE_CORS_ORIGINS (the Run viewer calls admission from another ori
   });
 });
 
-describe('RUNPLANE_VIEWER_ADMISSION_ORIGINS (the only admission the Run viewer sends the token to, issue [18])', () => {
+describe('RUNPLANE_VIEWER_ADMISSION_ORIGINS (the only admission the Run viewer sends the token to)', () => {
   it('is empty by default and lists exact origins in order (the first the default), trimmed', () => {
     expect(loadConfig(ViewerConfig, {}).RUNPLANE_VIEWER_ADMISSION_ORIGINS).toEqual([]);
     expect(

@@ -1,6 +1,6 @@
 /**
  * Every advertised length limit of the HTTP bodies holds at its edge: one below, at, one above
- * (issue 14, K7/K8). "Characters" are Unicode characters (code points), as JSON Schema's
+ * (docs/event-log.md "Sizes", K7/K8). "Characters" are Unicode characters (code points), as JSON Schema's
  * `maxLength` in docs/openapi.json counts them: a question in an astral script (emoji, rare CJK,
  * each two UTF-16 units) gets the same 20,000 as one in ASCII.
  */

@@ -521,7 +521,7 @@ export interface StackOptions {
   natsUsers?: NatsUsers;
   /**
    * Replicas per service (default 1 each): several processes of one service with the same
-   * environment, for the scale-out tests (issue [8]). The HTTP endpoints are the first replica's.
+   * environment, for the scale-out tests (docs/operations.md "Scaling"). The HTTP endpoints are the first replica's.
    */
   replicas?: Partial<Record<ServiceName, number>>;
 }
@@ -628,7 +628,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
           ...(env.RUNPLANE_CORS_ORIGINS === undefined && publication ? { RUNPLANE_CORS_ORIGINS: viewerOrigins(publication.url).join(',') } : {}),
         };
       }
-      // the viewer may send the token to that admission only (issue [18]), unless set
+      // the viewer may send the token to that admission only (`RUNPLANE_VIEWER_ADMISSION_ORIGINS`), unless set
       if (name === 'publication' && env.RUNPLANE_VIEWER_ADMISSION_ORIGINS === undefined) {
         return { RUNPLANE_VIEWER_ADMISSION_ORIGINS: viewerOrigins(admissionUrl).join(',') };
       }

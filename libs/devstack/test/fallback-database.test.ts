@@ -1,4 +1,4 @@
-/** The demo's fallback NATS gets its own projection database (issue 8). */
+/** The demo's fallback NATS gets its own projection database (docs/fund-research.md "The demo's NATS and database"). */
 import { describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
 import { projectionDatabaseFor } from '../src/index.js';

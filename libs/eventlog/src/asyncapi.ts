@@ -1,5 +1,5 @@
 /**
- * The AsyncAPI 3.0 description of the Run stream for downstream consumers (issue [11]),
+ * The AsyncAPI 3.0 description of the Run stream for downstream consumers (docs/consumers.md),
  * docs/contract/asyncapi.json: the NATS server and the consumer's credentials, one channel per
  * owner subject `<prefix>.run.<runId>.<owner>.<partition>` (subjects.ts) with the event types that
  * stand on it, one message per event type whose payload is that type's JSON Schema

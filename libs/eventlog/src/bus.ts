@@ -11,7 +11,7 @@
  * new event type gets its owner's permission without an edit here. Nobody but the admin may
  * create, change, purge or delete a stream, delete a message, or delete or take over another
  * service's durable consumer. Each user receives replies only on its own inbox
- * ({@link inboxSubscription}): no user reads another's request replies (issue 18).
+ * ({@link inboxSubscription}): no user reads another's request replies (docs/operations.md "NATS users and permissions").
  */
 import { AckPolicy, DeliverPolicy, JetStreamApiError } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
@@ -45,7 +45,7 @@ export const natsUserName = (user: BusUser): string => `runplane-${user}`;
 export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'all'>> = {
   // The owners that decide on the hot path read every subject of their partitions: each of their
   // Runs' events is delivered to them in order, so their folds are kept from the deliveries and a
-  // decision taken on a delivery reads nothing from the log (issue [9], deliveries.ts, RunFolds).
+  // decision taken on a delivery reads nothing from the log (no read on the hot path: deliveries.ts, RunFolds).
   // What each reacts to: the runtime to `run.admitted`, receipts, cancels, answered waits, a child's
   // settlement on its parent (`child.run.settled`, K10) and a draining replica's `run.handed_over`;
   // the tools to proposals; publication to paragraphs and the finished execution; the lifecycle to
@@ -144,7 +144,7 @@ export const bucketName = (space: Pick<SubjectSpace, 'prefix'>, bucket: BusBucke
 
 /**
  * The replies a user may receive: its own inbox, `<inbox prefix>.>` ({@link inboxPrefixOf} of its
- * NATS user name), never `_INBOX.>` nor another user's inbox (issue 18: a reply carries what the
+ * NATS user name), never `_INBOX.>` nor another user's inbox (a reply carries what the
  * request read, e.g. a lease or a tool result).
  */
 export const inboxSubscription = (user: BusUser): string => `${inboxPrefixOf(natsUserName(user))}.>`;

@@ -14,7 +14,7 @@
  */
 import type { KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { AbortError, KvStore, retry } from '@runplane/kit';
+import { KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
 import type { EventLog } from './event-log.js';
@@ -49,9 +49,8 @@ export class ConversationIndex extends KvStore<IndexValue> {
 
   /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry; an entry that is not an index reads as empty). */
   async read(conversationId: string): Promise<{ runs: IndexedRun[]; revision: number }> {
-    const entry = await this.entry(conversationId);
-    if (!entry) return { runs: [], revision: 0 };
-    return { runs: this.parseValue(entry)?.runs ?? [], revision: entry.revision };
+    const { value, revision } = await this.current(conversationId);
+    return { runs: value?.runs ?? [], revision };
   }
 
   /** The Run a clientMessageId was admitted as in the Conversation, per the index, or null. */
@@ -67,26 +66,15 @@ export class ConversationIndex extends KvStore<IndexValue> {
    * @throws when the compare-and-set keeps conflicting, or on NATS errors.
    */
   add(conversationId: string, run: IndexedRun): Promise<boolean> {
-    return this.change(conversationId, ({ runs }) => (runs.some((r) => r.runId === run.runId) ? false : { runs: [...runs, run] }));
-  }
-
-  /**
-   * Changes the Conversation's entry by compare-and-set, reading it again on a conflict: `next`
-   * gives the new value, or the answer when nothing is to be written.
-   * @returns true when the new value was written, else what `next` answered.
-   * @throws when the compare-and-set keeps conflicting (the `kvCompareAndSet` policy: 30 attempts), or on NATS errors.
-   */
-  private change(conversationId: string, next: (current: { runs: IndexedRun[] }) => boolean | IndexValue): Promise<boolean> {
-    return retry('kvCompareAndSet', async () => {
-      // only the compare-and-set is retried: a failed read is NATS's answer, not a race
-      const { revision, ...current } = await this.read(conversationId).catch((e: Error) => {
-        throw new AbortError(e);
-      });
-      const value = next(current);
-      if (typeof value === 'boolean') return value;
-      if (revision === 0) await this.create(conversationId, value);
-      else await this.update(conversationId, value, revision);
-      return true;
-    });
+    // adding is idempotent (a Run already listed is left as it is), so any failed write may be
+    // repeated, a timed-out one included: the next read shows whether it landed
+    return this.compareAndSet(
+      conversationId,
+      (current) => (current?.runs.some((r) => r.runId === run.runId) ? null : { runs: [...(current?.runs ?? []), run] }),
+      {
+        policy: 'kvCompareAndSet',
+        retryOn: () => true,
+      },
+    );
   }
 }

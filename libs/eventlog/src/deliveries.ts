@@ -1,5 +1,5 @@
 /**
- * What a service's partition consumers deliver, told to the folds it keeps (issue [9]: no read of
+ * What a service's partition consumers deliver, told to the folds it keeps (no read of
  * the log on the hot path). A service whose consumers read every subject of their partitions
  * (bus.ts `SERVICE_CONSUMERS` `'all'`) sees each of its Runs' events in stream order, one Run at a
  * time: its folds can be brought up to date from the deliveries alone, and a decision taken while

@@ -1190,8 +1190,18 @@ export class EventLog {
   async getStored(seq: number): Promise<StoredEvent | null> {
     const msg = await this.readMessage({ seq });
     if (!msg) return null;
+    return this.factOrSkipped(msg.seq, msg.subject, msg.data, msg.header);
+  }
+
+  /**
+   * A stored message as the fact it is ({@link verifyStored}), or null when it is not one
+   * (garbled, wrong owner, published around the log): skipped, loudly, through `onInvalid`, so one
+   * bad message cannot block folding, audits or rebuilds.
+   * @throws what `verifyStored` throws other than {@link InvalidStoredEvent}.
+   */
+  private factOrSkipped(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined): StoredEvent | null {
     try {
-      return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures);
+      return verifyStored(seq, subject, data, headers, this.space.partitions, this.signatures);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.onInvalid(e);
@@ -1349,15 +1359,8 @@ export class EventLog {
     const messages = await consumer.consume();
     const done = (async () => {
       for await (const m of messages) {
-        let stored: StoredEvent;
-        try {
-          stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.space.partitions, this.signatures);
-        } catch (e) {
-          if (!(e instanceof InvalidStoredEvent)) throw e;
-          this.onInvalid(e);
-          continue;
-        }
-        await onEvent(stored);
+        const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
+        if (stored) await onEvent(stored);
       }
     })();
     return async () => {
@@ -1439,16 +1442,8 @@ export class EventLog {
           remaining--;
           position = m.seq + 1;
           seen?.(m.subject, m.seq);
-          let stored: StoredEvent;
-          try {
-            stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.space.partitions, this.signatures);
-          } catch (e) {
-            // Not a fact (garbled, wrong owner, published around the log): skip it, loudly, so
-            // one bad message cannot block folding, audits or rebuilds.
-            if (!(e instanceof InvalidStoredEvent)) throw e;
-            this.onInvalid(e);
-            continue;
-          }
+          const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
+          if (!stored) continue;
           if (withHeaders) (stored as StoredEventWithHeaders).headers = storedHeadersOf(m.headers);
           yield stored;
         }

@@ -20,7 +20,7 @@ const nc = await connect({
   name: `${data.value.service}-heartbeat`,
   maxReconnectAttempts: -1,
   noAsyncTraces: true,
-  // replies on the user's own inbox, the only one the broker lets it read (issue 18)
+  // replies on the user's own inbox, the only one the broker lets it read (per-user reply subjects, ./inbox.ts)
   ...natsUserOptions(data.user, data.pass),
   // TLS as the main thread's connection (NATS_CA_FILE, checked there first)
   ...natsTlsOptions(data.natsUrl, data.caFile),

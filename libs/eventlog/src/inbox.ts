@@ -1,5 +1,5 @@
 /**
- * Per-user reply subjects (issue 18). Every request a client makes (JetStream API calls, KV gets
+ * Per-user reply subjects (docs/operations.md "NATS users and permissions"). Every request a client makes (JetStream API calls, KV gets
  * and watches, object store gets, consumer fetches and ordered consumers) is answered on a
  * subject under the connection's inbox prefix. With the client default (`_INBOX`) and a broker
  * that lets every user subscribe `_INBOX.>`, any user could read the replies of every other: the

@@ -15,10 +15,9 @@
  * projections plus these reservations (docs/configuration.md, "Quotas").
  */
 import { createHash } from 'node:crypto';
-import { JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { KvStore, retry } from '@runplane/kit';
+import { isRevisionMismatch, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
 import type { EventLog } from './event-log.js';
@@ -69,9 +68,8 @@ export class QuotaReservations extends KvStore<EntryValue> {
 
   /** The principal's reservations (an unreadable entry reads as none, and is overwritten by the next write). */
   async read(principal: string | null): Promise<QuotaReservationsEntry> {
-    const entry = await this.entry(principalKey(principal));
-    if (!entry) return { runs: [], revision: 0 };
-    return { runs: this.parseValue(entry)?.runs ?? [], revision: entry.revision };
+    const { value, revision } = await this.current(principalKey(principal));
+    return { runs: value?.runs ?? [], revision };
   }
 
   /**
@@ -85,36 +83,32 @@ export class QuotaReservations extends KvStore<EntryValue> {
       if (revision === 0) await this.create(key, value);
       else await this.update(key, value, revision);
     } catch (e) {
-      if (isRevisionMismatch(e)) throw new ReservationConflict(key);
-      throw e;
+      throw isRevisionMismatch(e) ? new ReservationConflict(key) : e;
     }
   }
 
   /**
-   * Changes the principal's reservations by compare-and-set: `next` sees the current ones and
-   * answers the new list, or null to write nothing. On a conflict (another admission of the same
-   * principal wrote first) the entry is read again and `next` asked again, so what `next` decides
-   * always rests on the reservations as stored.
+   * Changes the principal's reservations by compare-and-set ({@link KvStore.compareAndSet}): `next` sees
+   * the current ones and answers the new list, or null to write nothing. Only a lost
+   * compare-and-set (another admission of the same principal wrote first) is retried: the entry is
+   * read again and `next` asked again, so what `next` decides always rests on the reservations as
+   * stored; a write that failed otherwise is not repeated (it may have reserved).
    * @returns true when a new list was written.
    * @throws ReservationConflict after the `quotaReservation` policy's 30 attempts; NATS errors; what `next` throws.
    */
-  change(principal: string | null, next: (runs: readonly QuotaReservation[]) => Promise<QuotaReservation[] | null>): Promise<boolean> {
-    return retry(
-      'quotaReservation',
-      async () => {
-        const entry = await this.read(principal);
-        const runs = await next(entry.runs);
-        if (runs === null) return false;
-        await this.write(principal, runs, entry.revision);
-        return true;
-      },
-      { shouldRetry: ({ error }) => error instanceof ReservationConflict },
-    );
+  async change(principal: string | null, next: (runs: readonly QuotaReservation[]) => Promise<QuotaReservation[] | null>): Promise<boolean> {
+    const key = principalKey(principal);
+    try {
+      return await this.compareAndSet(
+        key,
+        async (current) => {
+          const runs = await next(current?.runs ?? []);
+          return runs === null ? null : { runs };
+        },
+        { policy: 'quotaReservation' },
+      );
+    } catch (e) {
+      throw isRevisionMismatch(e) ? new ReservationConflict(key) : e;
+    }
   }
-}
-
-/** A KV create of an existing key, or an update at a stale revision (JetStream's `wrong last sequence`, 10071). */
-function isRevisionMismatch(e: unknown): boolean {
-  if (e instanceof JetStreamApiError) return e.code === 10071;
-  return /wrong last sequence/i.test(String((e as Error | null)?.message ?? ''));
 }

@@ -1,5 +1,5 @@
 /**
- * One decision, one atomic append (issue [9], docs/event-log.md "One decision, one atomic append"):
+ * One decision, one atomic append (docs/event-log.md "One decision, one atomic append"):
  * `EventLog.appendBatch` stores a decision's events with the server's atomic batch publish, all or
  * none, each on its subject with its back-link verified, and a lost acknowledgement is recognised,
  * never stored twice. On the real JetStream the product starts (2.12.1+).

@@ -65,7 +65,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
       runtime: ['runtime'],
       tools: ['tools'],
       publication: ['publication'],
-      // recovery appends nothing on its own subject any more: the runtime records its own lease grant (issue [9])
+      // recovery appends nothing on its own subject any more: the runtime records its own lease grant with its first event
       recovery: ['runtime', 'tools'],
       lifecycle: ['lifecycle'],
       projector: [],
@@ -97,7 +97,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
 
   it('gives each service one durable per partition, on the subjects of that partition only (every subject for the owners that keep folds from deliveries), and lets it create, pull, ack and unpin only its own', () => {
     expect(durableNamesOf(DEPLOYED_SPACE, 'runtime')).toEqual(Array.from({ length: 8 }, (_, p) => `rp-runtime-p${p}`));
-    // the hot-path owners take every subject of their partitions (their folds are kept from the deliveries: issue [9])
+    // the hot-path owners take every subject of their partitions (their folds are kept from the deliveries, no read on the hot path)
     for (const service of ['runtime', 'tools', 'publication', 'lifecycle', 'recovery'] as const)
       expect(consumerFilters(DEPLOYED_SPACE, service, 3)).toEqual(['rp.run.*.*.3']);
     expect(consumerFilters(DEPLOYED_SPACE, 'admission', 3)).toEqual(['rp.run.*.runtime.3', 'rp.run.*.lifecycle.3']);
@@ -146,7 +146,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     ).toEqual(DEFAULT_DOWNSTREAM_CONSUMERS.map((n) => `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${n}`));
     // no create, update or delete: a request's body may name a deliver subject (docs/consumers.md)
     expect(imports.filter((p) => /\.(CREATE|DELETE)\./.test(p))).toEqual([]);
-    // replies on its own inbox only (issue 18)
+    // replies on its own inbox only (per-user reply subjects)
     expect(subscribe.allow).toEqual(['_INBOX_downstream-1.>']);
     const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
     expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1", accounts: ["${CONSUMERS_ACCOUNT}"], response: stream }`);
@@ -198,7 +198,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(opsBlock).not.toContain('jetstream');
   });
 
-  it("gives each user but the admin replies on its own inbox only, the prefix its connections set: no user may read another's replies (issue 18)", () => {
+  it("gives each user but the admin replies on its own inbox only, the prefix its connections set: no user may read another's replies", () => {
     const perms = busPermissions(DEPLOYED_SPACE);
     for (const user of BUS_USERS) {
       if (user === 'admin') continue;

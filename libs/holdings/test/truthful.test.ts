@@ -1,5 +1,5 @@
 /**
- * Issue 8's defect kinds, each on small files written here (not copies of the issuer files):
+ * The defect kinds of docs/fund-research.md (wrong figures, guessed dates and securities), each on small files written here (not copies of the issuer files):
  * security identity across markets and over time, dates as issuers write them, unreadable values,
  * unknown layouts, and the provenance every result carries. "Before" notes what the code did.
  */

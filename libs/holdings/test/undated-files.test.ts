@@ -1,6 +1,6 @@
 /**
  * Between several files of a fund none of which states a readable date there is no newest: the
- * tools refuse to choose rather than let the dates in the file names decide (issue 8 review, C).
+ * tools refuse to choose rather than let the dates in the file names decide (docs/fund-research.md "Files and layouts").
  */
 import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';

@@ -2,12 +2,13 @@
  * One base for every Runplane KV store (leases, heartbeats, deadlines, claims, the conversation
  * index): a JetStream KV bucket whose values are JSON read through a zod schema, with the
  * compare-and-set writes coordination needs (KV `create`, `update(key, value, revision)`) and a
- * watch that keeps following the bucket across NATS restarts and reconnections.
+ * watch that keeps following the bucket across NATS restarts and reconnections, and one
+ * read-decide-write loop ({@link KvStore.compareAndSet}) for every shared entry written by compare-and-set.
  */
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Kvm, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
 import type { z } from 'zod';
-import { AbortError, retry, type RetryPolicy } from './retry.js';
+import { AbortError, retry, type RetryPolicy, type RetryPolicyName } from './retry.js';
 
 /**
  * The value of a KV bucket entry as `schema` reads it (JSON, zod-checked): null for a deleted or
@@ -32,6 +33,33 @@ export interface KvRecord<T> {
   value: T;
   revision: number;
   writtenAt: Date;
+}
+
+/**
+ * A KV compare-and-set that lost: a `create` of a key that has a value, or an `update` at a revision
+ * that is not the key's any more (JetStream's "wrong last sequence", API code 10071).
+ */
+export function isRevisionMismatch(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  return (e as Error & { code?: unknown }).code === 10071 || /wrong last sequence/i.test(e.message);
+}
+
+/** An entry's value as read for a compare-and-set: null when absent, deleted or not a value of the schema; `revision` 0 when the bucket never had the key. */
+export interface KvCurrent<T> {
+  value: T | null;
+  revision: number;
+}
+
+/** How a {@link KvStore.compareAndSet} retries. */
+export interface KvChangeOptions {
+  /** How many times and how far apart the entry is read and `next` asked again. */
+  policy: RetryPolicyName | RetryPolicy;
+  /**
+   * Which write failures are retried (default {@link isRevisionMismatch}: only a lost
+   * compare-and-set). A store whose `next` is idempotent against what it wrote (the conversation
+   * index) may retry every write failure, a timed-out write included.
+   */
+  retryOn?: (error: Error) => boolean;
 }
 
 /** How a {@link KvStore.watch} keeps going. */
@@ -88,6 +116,43 @@ export class KvStore<T> {
   async getRecord(key: string): Promise<KvRecord<T> | null> {
     const entry = await this.kv.get(key);
     return entry ? this.toRecord(entry) : null;
+  }
+
+  /** The value of `key` and the revision to write it back at (see {@link KvCurrent}). */
+  async current(key: string): Promise<KvCurrent<T>> {
+    const entry = await this.kv.get(key);
+    return entry ? { value: this.parseValue(entry), revision: entry.revision } : { value: null, revision: 0 };
+  }
+
+  /**
+   * Changes `key` by compare-and-set: reads it, asks `next` for the new value given the current
+   * one (null: none), and writes that at the revision read (`create` when the bucket never had
+   * the key). When the write fails and `retryOn` takes the error, the entry is read again and
+   * `next` asked again under `policy`, so what `next` decides always rests on the value as stored.
+   * A failed read and what `next` throws are never retried.
+   * @returns true when a value was written, false when `next` answered null (nothing to write).
+   * @throws the last write error once `policy` is spent or `retryOn` refuses it; NATS errors of the read; what `next` throws.
+   */
+  compareAndSet(key: string, next: (current: T | null) => T | null | Promise<T | null>, options: KvChangeOptions): Promise<boolean> {
+    const retryOn = options.retryOn ?? isRevisionMismatch;
+    return retry(
+      options.policy,
+      async () => {
+        const { value: current, revision } = await this.current(key).catch((e: unknown) => {
+          throw new AbortError(e as Error);
+        });
+        const value = await Promise.resolve()
+          .then(() => next(current))
+          .catch((e: unknown) => {
+            throw new AbortError(e as Error);
+          });
+        if (value === null) return false;
+        if (revision === 0) await this.create(key, value);
+        else await this.update(key, value, revision);
+        return true;
+      },
+      { shouldRetry: ({ error }) => retryOn(error) },
+    );
   }
 
   /** Creates `key` only when it has no value (compare-and-set on absence). @returns its revision. @throws when it exists. */

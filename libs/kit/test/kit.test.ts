@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { KV, KvWatchEntry } from '@nats-io/kv';
 import { z } from 'zod';
-import { AbortError, KvStore, retry, retryPolicies } from '@runplane/kit';
+import { AbortError, isRevisionMismatch, KvStore, retry, retryPolicies } from '@runplane/kit';
 import { currentNatsServerBinary, nextReconnect, TestNatsServer } from '../../../test/support/nats-server.js';
 
 const Note = z.object({ n: z.number().int() });
@@ -48,6 +48,46 @@ describe('KvStore on a real nats-server', () => {
   afterAll(async () => {
     await nc?.close().catch(() => undefined);
     await server?.cleanup();
+  });
+
+  it('compareAndSet: given 8 writers racing on one key, when each adds 1 to what it read, then every add lands once (a lost compare-and-set is read and decided again)', async () => {
+    const store = await NoteStore.open(nc, `kit_change_${process.pid}`);
+    const asked: number[] = [];
+    const written = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        store.compareAndSet('k', (current) => (asked.push(current?.n ?? 0), { n: (current?.n ?? 0) + 1 }), { policy: 'kvCompareAndSet' }),
+      ),
+    );
+    expect(written).toEqual(Array(8).fill(true));
+    expect((await store.current('k')).value).toEqual({ n: 8 });
+    expect(asked.length).toBeGreaterThan(8); // some writers lost a race and were asked again
+    // null from `next`: nothing written, the revision unchanged
+    const before = (await store.current('k')).revision;
+    expect(await store.compareAndSet('k', () => null, { policy: 'kvCompareAndSet' })).toBe(false);
+    expect((await store.current('k')).revision).toBe(before);
+    await store.destroy();
+  });
+
+  it('compareAndSet: what `next` throws and a write failure `retryOn` refuses end it at the first attempt; a lost compare-and-set is what it retries by default', async () => {
+    const store = await NoteStore.open(nc, `kit_change_rules_${process.pid}`);
+    let calls = 0;
+    const boom = new Error('next refused');
+    const thrown = await failure(store.compareAndSet('k', () => (calls++, Promise.reject(boom)), { policy: 'kvCompareAndSet', retryOn: () => true }));
+    expect([thrown, calls]).toEqual([boom, 1]);
+    // a writer that always writes at a stale revision: retried under the policy, then the mismatch is thrown
+    await store.create('s', { n: 1 });
+    const stale = Object.create(store) as NoteStore;
+    stale.update = (key, value) => store.update(key, value, 1_000_000);
+    calls = 0;
+    const lost = await failure(stale.compareAndSet('s', (c) => (calls++, { n: (c?.n ?? 0) + 1 }), { policy: { retries: 2, minTimeout: 0 } }));
+    expect(isRevisionMismatch(lost)).toBe(true);
+    expect(calls).toBe(3);
+    calls = 0;
+    await failure(
+      stale.compareAndSet('s', (c) => (calls++, { n: (c?.n ?? 0) + 1 }), { policy: { retries: 2, minTimeout: 0 }, retryOn: () => false }),
+    );
+    expect(calls).toBe(1);
+    await store.destroy();
   });
 
   it('compare-and-set: create refuses an existing key, update refuses a stale revision (a stale writer), delete too', async () => {

@@ -53,23 +53,32 @@ export interface PrincipalRunUsage {
   admittedSince: string[];
   /** The ids of those Runs, in the same order (admission's quota reservations leave once shown here). */
   admittedSinceRunIds: string[];
+  /** Its unsettled Runs parked waiting for a human's answer (`awaiting_human`), each with its deadline (ISO-8601, null: none). */
+  awaitingHuman: { deadlineAt: string | null }[];
 }
 
 /**
  * The Runs admission's quotas count for one principal (null: the Runs admitted without one, with
  * authentication disabled): how many are not settled, and when those admitted after `since` were
- * admitted. Child Runs (their `clientMessageId` starts with the reserved `child.`) are not counted:
+ * admitted, and which of the unsettled ones wait for a human (with their deadlines: admission's
+ * `concurrent-runs` Retry-After). Child Runs (their `clientMessageId` starts with the reserved `child.`) are not counted:
  * they are charged to their parent's grant. Every column read derives from events, so a rebuild
  * from the log gives the same counts (K11); the counts follow the log by the projector's lag.
  */
 export async function quotaUsageOf(orm: MikroORM, principal: string | null, since: Date): Promise<PrincipalRunUsage> {
   const em = orm.em.fork();
   const own: FilterQuery<RunEntity> = { principal, $not: { clientMessageId: { $like: 'child.%' } } };
-  const [activeRuns, recent] = await Promise.all([
+  const [activeRuns, recent, waiting] = await Promise.all([
     em.count(RunEntity, { $and: [own, { status: { $ne: 'settled' } }] }),
     em.find(RunEntity, { $and: [own, { admittedAt: { $gt: since } }] }, { fields: ['runId', 'admittedAt'], orderBy: { admittedAt: 'asc' } }),
+    em.find(RunEntity, { $and: [own, { status: 'awaiting_human' }] }, { fields: ['runId', 'deadlineAt'] }),
   ]);
-  return { activeRuns, admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()), admittedSinceRunIds: recent.map((r) => r.runId) };
+  return {
+    activeRuns,
+    admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()),
+    admittedSinceRunIds: recent.map((r) => r.runId),
+    awaitingHuman: waiting.map((r) => ({ deadlineAt: r.deadlineAt ? new Date(r.deadlineAt).toISOString() : null })),
+  };
 }
 
 /** One priced Run in {@link costChargesOf}: when it was admitted, its currency, and the most it costs (micro-units). */

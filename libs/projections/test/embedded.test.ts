@@ -1,14 +1,44 @@
 /**
  * The demo's embedded-database fallback: PGlite migrated through MikroORM's PGlite driver and
- * served over the PostgreSQL protocol, used by the same projection code as a real server.
+ * served over the PostgreSQL protocol, used by the same projection code as a real server. PGlite
+ * runs in a process of its own (test/support/embedded-database.mjs, the built library), as in the
+ * demo, where the services reach it over the protocol; inside Jest's module VM its WASM start alone
+ * took about 40 s on a loaded 2-core machine.
  */
 import { describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { History } from '../../../test/support/history.js';
-import { applyStoredEvent, createProjectionOrm, dumpProjectionRows, getRunView, migrateUp, startEmbeddedDatabase } from '@runplane/projections';
+import { applyStoredEvent, createProjectionOrm, dumpProjectionRows, getRunView, migrateUp } from '@runplane/projections';
+
+/** Starts the embedded database in its own process; `close` ends its stdin and waits for it to exit. */
+async function startEmbeddedDatabase(): Promise<{ url: string; migrated: string[]; close(): Promise<void> }> {
+  const child = spawn(process.execPath, [fileURLToPath(new URL('../../../test/support/embedded-database.mjs', import.meta.url))], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const [line] = (await Promise.race([
+    once(createInterface({ input: child.stdout }), 'line'),
+    once(child, 'exit').then(([code]) => {
+      throw new Error(`the embedded database exited (${code}) before it served`);
+    }),
+  ])) as [string];
+  const { url, migrated } = JSON.parse(line) as { url: string; migrated: string[] };
+  return {
+    url,
+    migrated,
+    async close() {
+      const exited = once(child, 'exit');
+      child.stdin.end();
+      await exited;
+    },
+  };
+}
 
 describe('embedded PostgreSQL (PGlite) fallback', () => {
   it('serves a migrated database that the ordinary projection code projects into', async () => {
-    const db = await startEmbeddedDatabase({ dataDir: 'memory://' });
+    const db = await startEmbeddedDatabase();
     try {
       expect(db.migrated.length).toBeGreaterThan(0);
       const orm = await createProjectionOrm({ databaseUrl: db.url, poolMax: 2 });

@@ -2,7 +2,8 @@
  * `quotaUsageOf` over real PostgreSQL: what admission's per-principal quotas count. A principal's
  * Runs not settled, and those admitted after a moment, oldest first; child Runs (reserved
  * `child.` message ids, charged to their parent's grant) and other principals' Runs not counted;
- * null counts the Runs admitted without a principal (authentication disabled). `costChargesOf`:
+ * null counts the Runs admitted without a principal (authentication disabled); those parked on a
+ * question to a human are listed with their deadlines. `costChargesOf`:
  * the priced Runs admitted after a moment with the most each costs (measured plus the unknown
  * upper bound, a turn in flight at its reservation), child Runs included.
  */
@@ -98,6 +99,16 @@ beforeAll(async () => {
     turnRequested(id('c1'), 33),
     turnCompleted(id('c1'), 34),
     turnRequested(id('a2'), 35), // in flight
+    // dave: one Run parked on a question to a human, one executing
+    admitted(id('w1'), 'dave', 40),
+    makeEvent(
+      'wait.opened',
+      ctxOf(id('w1')),
+      'w',
+      { waitId: 'w', toolCallId: 'q', turn: 1, question: 'Which?', expiresAt: at(800).toISOString() },
+      at(41),
+    ),
+    admitted(id('w2'), 'dave', 42),
   ];
   for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
 });
@@ -113,7 +124,14 @@ describe('quotaUsageOf', () => {
       activeRuns: 2,
       admittedSince: [at(0), at(10), at(20)].map((d) => d.toISOString()),
       admittedSinceRunIds: [id('a0'), id('a1'), id('a2')],
+      awaitingHuman: [],
     });
+  });
+
+  it("given dave's Run parked on a question to a human and another executing, then both are active and the parked one is listed with its deadline", async () => {
+    const usage = await quotaUsageOf(orm, 'dave', at(-1));
+    expect(usage.activeRuns).toBe(2);
+    expect(usage.awaitingHuman).toEqual([{ deadlineAt: at(900).toISOString() }]);
   });
 
   it('given a window start, then only the Runs admitted after it, oldest first', async () => {
@@ -121,10 +139,15 @@ describe('quotaUsageOf', () => {
   });
 
   it('given another principal, or none (authentication disabled), then only its own Runs', async () => {
-    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({ activeRuns: 1, admittedSince: [at(15).toISOString()], admittedSinceRunIds: [id('b1')] });
+    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({
+      activeRuns: 1,
+      admittedSince: [at(15).toISOString()],
+      admittedSinceRunIds: [id('b1')],
+      awaitingHuman: [],
+    });
     expect((await quotaUsageOf(orm, null, at(-1))).admittedSince).toEqual([at(16).toISOString()]);
     expect((await quotaUsageOf(orm, null, at(-1))).activeRuns).toBe(1);
-    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [], admittedSinceRunIds: [] });
+    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [], admittedSinceRunIds: [], awaitingHuman: [] });
   });
 });
 

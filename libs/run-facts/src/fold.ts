@@ -77,7 +77,7 @@ export interface RunFacts {
   settled: (EventData<'run.settled'> & { at: string }) | null;
   /**
    * The execution lease grants recorded, in order (K6): by the runtime that took the lease, with
-   * its first event under it; in logs written before issue [9], by recovery.
+   * its first event under it; in older logs, by recovery.
    */
   leases: EventData<'lease.granted'>[];
   /**
@@ -112,7 +112,7 @@ export interface RunFacts {
    */
   closed: { runtime: boolean; tools: boolean };
   /**
-   * True while the execution closed itself, with no fence (issue [9]): the runtime subject's last
+   * True while the execution closed itself, with no fence (recovery off the happy path): the runtime subject's last
    * event is the runtime's own `run.execution.finished` (its decider appends nothing after it, and
    * any runtime append decided from a read before it expects an older sequence of that subject,
    * so the log refuses it: K6), and when it was recorded every proposed tool call had its receipt

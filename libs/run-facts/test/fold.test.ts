@@ -30,7 +30,7 @@ describe('the fold: executor subjects closed before a settlement (K6, K9)', () =
   });
 });
 
-describe('the fold: an execution that closes itself (K6, K9, issue [9])', () => {
+describe('the fold: an execution that closes itself (K6, K9; recovery off the happy path)', () => {
   const withCall = () =>
     new History()
       .admitted()

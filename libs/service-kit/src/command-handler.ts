@@ -47,7 +47,7 @@ export interface ReadOptions {
 }
 
 /**
- * The folds of the Runs a service is working on, kept between wakes (issue [9]: no read of the log
+ * The folds of the Runs a service is working on, kept between wakes (no read of the log
  * on the hot path).
  *
  * - **Kept from deliveries.** A service whose partition consumers take every subject of their
@@ -244,7 +244,7 @@ export interface CommandOptions {
    * together once it is committed; when a decision is appended one event after another (a server
    * or stream without atomic batches), each before the next is appended, also for events of an
    * attempt that later conflicted, and when `handle` then throws (a decision appended in part is
-   * known to the caller, e.g. a dispatch whose claim must not be released: issue [8]).
+   * known to the caller, e.g. a dispatch whose claim must not be released, lest a wake be lost).
    */
   onAppended?: (stored: StoredEvent) => void;
 }
@@ -320,7 +320,7 @@ export class RunCommandHandler {
    * {@link READ_RETRY_MS}. Nothing has been appended by this attempt yet, so a retried read is
    * safe; without it a decision whose trigger was an activity's outcome (a finished model turn, a
    * tool's result) would be dropped by a short outage, and the redelivered wake would find the
-   * step in flight and record nothing (issue [3]).
+   * step in flight and record nothing (docs/recovery.md "A NATS restart").
    */
   private readThroughOutage(runId: string, opts: ReadOptions): Promise<RunFacts> {
     return retry('transientRead', () => this.folds.read(runId, opts), {

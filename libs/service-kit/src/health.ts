@@ -1,5 +1,5 @@
 /**
- * Health of a service through `@nestjs/terminus` (issue [10]): `GET /livez` (the process answers:
+ * Health of a service through `@nestjs/terminus` (docs/operations.md "Health probes"): `GET /livez` (the process answers:
  * for the liveness probe), `GET /readyz` (what it needs answers: a NATS round trip and the Run
  * stream, each within 2 s; for the readiness probe) and `GET /healthz` (the same as `/readyz`,
  * kept for existing probes). A check that fails is 503 `dependency_unavailable` naming it, with

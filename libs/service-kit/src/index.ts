@@ -91,7 +91,7 @@ export interface StartedService {
 /**
  * The logger Nest uses until pino takes over (and for what Nest logs when the application fails
  * to start, before pino exists): JSON lines on stderr, never colours or the `[Nest]` banner, and
- * nothing on stdout (whose only line is the ready line). Issue [10]: a failed start printed ANSI
+ * nothing on stdout (whose only line is the ready line). A failed start used to print ANSI
  * lines on stdout and a coloured stack trace.
  */
 export class StartupLogger extends ConsoleLogger {

@@ -9,10 +9,10 @@
  *   lifecycle appends them, K9), by outcome.
  * - `runplane_run_reads_total{service, source}`: the Run facts decisions were taken from, `kept`
  *   (the fold kept from whole-Run deliveries, no request to the log) or `log` (read from the event
- *   log: outside a delivery, a fold behind, after a conflict): issue [9], RunFolds.
+ *   log: outside a delivery, a fold behind, after a conflict): RunFolds, no read on the hot path.
  * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
- *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (issue [8]).
+ *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (a wake lost to a claim would leave a call undispatched).
  * - `runplane_quota_refusals_total{service, quota}`: new Runs admission refused for a per-principal
  *   quota (429 `quota_exceeded`), by quota (`concurrent-runs`, `runs-per-hour`, `cost-per-day`).
  * - `runplane_model_cost_micros_total{service, principal, model, currency, bound}`: what the model
@@ -70,7 +70,7 @@ export const modelCostMicrosTotal = new Counter({
 /**
  * Tools wakes that met a claim another executor (a peer replica, or an earlier wake of the same
  * process) held on a call they decided to dispatch, by what was done: `retried` in process after a
- * short pause, or `redelivered` through the consumer. Never dropped (issue [8]).
+ * short pause, or `redelivered` through the consumer. Never dropped (a wake lost to a claim would leave a call undispatched).
  */
 export const toolClaimMetTotal = new Counter({
   name: 'runplane_tool_claim_met_total',

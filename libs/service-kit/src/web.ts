@@ -32,7 +32,7 @@ export function enableCorsFor(app: INestApplication, origins: readonly string[])
  * script, so text from a Run's log can never run as code even if it reached the markup), API
  * calls to their own origin and to `connectOrigins` only (the admission origins configured
  * server-side: a page opened from a hostile link cannot send the user's token anywhere else,
- * issue [18]), no framing, no form posts, no `<base>`.
+ * docs/operations.md "The Run viewer"), no framing, no form posts, no `<base>`.
  * @param connectOrigins exact origins (`http(s)://host[:port]`, already validated by the caller's
  *   configuration schema).
  */

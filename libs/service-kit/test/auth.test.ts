@@ -1,5 +1,5 @@
 /**
- * The authenticator's start-up rules (issue [10]): secure by default, a service without a JWKS
+ * The authenticator's start-up rules (docs/operations.md "Authentication"): secure by default, a service without a JWKS
  * refuses to start naming the settings, `RUNPLANE_AUTH_DISABLED=true` lets every caller through
  * as an unauthenticated admin; a JWKS file that is not one is named. Token checks against a real
  * stack: test/e2e/auth.test.ts.

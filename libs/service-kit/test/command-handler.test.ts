@@ -278,7 +278,7 @@ describe('RunCommandHandler', () => {
 });
 
 /**
- * Folds kept from whole-Run deliveries (issue [9]): the consumer tells `log.deliveries` of each
+ * Folds kept from whole-Run deliveries (no read of the log on the hot path): the consumer tells `log.deliveries` of each
  * delivery and runs the handler in its scope, exactly as `DurableConsumer` does for a `wholeRuns`
  * consumer; here the deliveries are the stored events themselves, handed over in stream order.
  */

@@ -105,7 +105,7 @@ describe('service logs (LOG_FORMAT json)', () => {
   });
 });
 
-describe('a service that fails to start (issue [10])', () => {
+describe('a service that fails to start', () => {
   it('prints nothing on stdout, JSON lines on stderr (no colours, no [Nest] banner), and one last line naming why; exit 1', async () => {
     const main = fileURLToPath(new URL('../../../apps/admission/dist/main.js', import.meta.url));
     const env: NodeJS.ProcessEnv = {
