@@ -47,6 +47,8 @@ export interface RunStreamOptions {
    * handed to a handler. A bad file stops {@link RunStream.open}, naming the setting.
    */
   publicKeysFile?: string;
+  /** The first stream sequence whose events must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`, default 1: every one). */
+  signaturesRequiredFromSeq?: number;
   /** The Run stream (`RUNPLANE_STREAM`, default `RUNPLANE`). */
   stream: string;
   /** The subject prefix (`RUNPLANE_SUBJECT_PREFIX`, default `rp`): the stream captures `<prefix>.run.>`. */
@@ -69,6 +71,7 @@ export function runStreamOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): R
     ...(bus.NATS_USER ? { user: bus.NATS_USER, password: bus.NATS_PASSWORD ?? '' } : {}),
     ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
     ...(bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? { publicKeysFile: bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE } : {}),
+    signaturesRequiredFromSeq: bus.RUNPLANE_SIGNING_REQUIRED_FROM_SEQ,
   };
 }
 
@@ -110,7 +113,7 @@ export class RunStream implements ConsumerSource {
     let nc: NatsConnection;
     const tls = natsTlsOptions(opts.natsUrl, opts.caFile); // a bad NATS_CA_FILE stops here, named
     // and so does a bad RUNPLANE_SIGNING_PUBLIC_KEYS_FILE
-    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile)) : null;
+    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
     try {
       nc = await connect({
         servers: natsServerList(opts.natsUrl),

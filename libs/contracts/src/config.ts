@@ -73,6 +73,13 @@ export const BusConfig = z.object({
     .string()
     .optional()
     .transform((v) => (v ? v : undefined)),
+  /**
+   * The first stream sequence whose events must be signed (default 1: every one). A log that holds
+   * events from before signing was switched on sets it to the stream's last sequence plus one at
+   * the switch: an unsigned event below it is still a fact, a signed one is checked as any other
+   * (docs/operations.md "Event signing keys").
+   */
+  RUNPLANE_SIGNING_REQUIRED_FROM_SEQ: envInt(1, 1),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z
     .string()

@@ -3,11 +3,12 @@
  * an Ed25519 key pair per owner made here, each private key in a file of its own (0600) that only
  * its service is given (`RUNPLANE_SIGNING_KEY_FILE`), and the public keys in one file every reader
  * is given (`RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`), as a deployment mounts them from Secrets and a
- * ConfigMap (docs/operations.md "Event signing keys"). Made fresh on every start, never stored in
- * the repository.
+ * ConfigMap (docs/operations.md "Event signing keys"). Kept in the stack's state folder beside its
+ * JetStream store (never in the repository): a store kept between runs keeps its keys, or the
+ * events of earlier runs would no longer verify.
  */
-import { generateKeyPairSync } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Owner } from '@runplane/contracts';
 
@@ -19,19 +20,33 @@ export interface DevSigning {
   keyFiles: Readonly<Record<Owner, string>>;
 }
 
+/** The Ed25519 private key in `file`, or null when there is none (or it is not one). */
+function keptKey(file: string): KeyObject | null {
+  if (!existsSync(file)) return null;
+  try {
+    const key = createPrivateKey(readFileSync(file, 'utf8'));
+    return key.asymmetricKeyType === 'ed25519' ? key : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
- * Makes an Ed25519 key pair per owner and writes `<owner>.key.pem` (0600) and `public-keys.json`
- * into `dir` (created), replacing earlier ones.
+ * Keeps the Ed25519 key of each owner found in `dir` (`<owner>.key.pem`) and makes one for each
+ * owner without a valid one (0600), then writes `public-keys.json` for them, in `dir` (created).
  */
 export function createDevSigning(dir: string): DevSigning {
   mkdirSync(dir, { recursive: true });
   const keyFiles = {} as Record<Owner, string>;
   const publicKeys: Record<string, string[]> = {};
   for (const owner of Owner.options) {
-    const { publicKey, privateKey } = generateKeyPairSync('ed25519');
     keyFiles[owner] = join(dir, `${owner}.key.pem`);
-    writeFileSync(keyFiles[owner], privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600 });
-    publicKeys[owner] = [publicKey.export({ format: 'pem', type: 'spki' }).toString()];
+    let privateKey = keptKey(keyFiles[owner]);
+    if (!privateKey) {
+      privateKey = generateKeyPairSync('ed25519').privateKey;
+      writeFileSync(keyFiles[owner], privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600 });
+    }
+    publicKeys[owner] = [createPublicKey(privateKey).export({ format: 'pem', type: 'spki' }).toString()];
   }
   const publicKeysFile = join(dir, 'public-keys.json');
   writeFileSync(publicKeysFile, `${JSON.stringify(publicKeys, null, 2)}\n`);

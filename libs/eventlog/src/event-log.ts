@@ -62,6 +62,8 @@ export interface EventLogOptions {
    * @throws (at connect) Error naming `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE` on an unreadable or invalid file.
    */
   publicKeysFile?: string;
+  /** The first stream sequence whose events must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`, default 1; signing.ts `SignatureVerifier`). */
+  signaturesRequiredFromSeq?: number;
   /**
    * How long an append whose outcome is unknown (publish timed out, NATS restarting) is retried
    * with the same event id before the error propagates, in ms (default 30,000).
@@ -455,7 +457,7 @@ export class EventLog {
     const tls = natsTlsOptions(opts.natsUrl, opts.caFile);
     // so do bad signing keys (RUNPLANE_SIGNING_KEY_FILE, RUNPLANE_SIGNING_PUBLIC_KEYS_FILE)
     const signers = Object.entries(opts.signingKeyFiles ?? {}).map(([owner, file]) => readSigningKey(owner as Owner, file));
-    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile)) : null;
+    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
     for (const signer of signers) {
       if (signatures && !signatures.keys.get(signer.owner)?.has(signer.keyId))
         throw new Error(
@@ -572,6 +574,7 @@ export class EventLog {
       ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
       ...(bus.RUNPLANE_SIGNING_KEY_FILE && owner.success ? { signingKeyFiles: { [owner.data]: bus.RUNPLANE_SIGNING_KEY_FILE } } : {}),
       ...(bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? { publicKeysFile: bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE } : {}),
+      signaturesRequiredFromSeq: bus.RUNPLANE_SIGNING_REQUIRED_FROM_SEQ,
       ...(opts.readOnly ? { create: false } : {}),
     });
   }

@@ -183,7 +183,14 @@ const VERIFIED_MAX = 20_000;
  */
 export class SignatureVerifier {
   private readonly verified = new Set<string>();
-  constructor(readonly keys: PublicKeySet) {}
+  /**
+   * @param requiredFromSeq the first stream sequence that must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`,
+   *   default 1): an unsigned message below it was stored before signing was switched on and passes.
+   */
+  constructor(
+    readonly keys: PublicKeySet,
+    readonly requiredFromSeq = 1,
+  ) {}
 
   /** Number of public keys held (every owner's). */
   get keyCount(): number {
@@ -208,7 +215,10 @@ export class SignatureVerifier {
     const signer = headers?.get(SIGNER_HEADER) ?? '';
     const keyId = headers?.get(KEY_ID_HEADER) ?? '';
     const signature = headers?.get(SIGNATURE_HEADER) ?? '';
-    if (!signer && !keyId && !signature) return { problem: 'unsigned-event', reason: 'it carries no signature (Runplane-Signature)' };
+    if (!signer && !keyId && !signature) {
+      if (seq < this.requiredFromSeq) return null;
+      return { problem: 'unsigned-event', reason: 'it carries no signature (Runplane-Signature)' };
+    }
     const owner = EventCatalog[event.type].owner;
     const keys = this.keys.get(signer as Owner);
     const key = keys?.get(keyId);

@@ -104,6 +104,20 @@ describe('signing (pure)', () => {
     });
     expect(verifier.check(5, subject, event, payload, { get: () => '' })).toMatchObject({ problem: 'unsigned-event' });
   });
+
+  it('given signatures required from sequence 10 (a log that held events before signing), then an unsigned event below it passes, at or above it is refused, and a signed one below it is still checked', () => {
+    const verifier = new SignatureVerifier(parsePublicKeySet(JSON.stringify({ admission: [spki(admission.publicKey)] })), 10);
+    const signer = readSigningKey('admission', admission.file);
+    const event = admittedEvent('run-2');
+    const subject = 'rp.run.run-2.admission.3';
+    const payload = Buffer.from(JSON.stringify(event));
+    const none = { get: () => '' };
+    expect(verifier.check(9, subject, event, payload, none)).toBeNull();
+    expect(verifier.check(10, subject, event, payload, none)).toMatchObject({ problem: 'unsigned-event' });
+    const h = new Map(signatureHeaders(signer, subject, event.eventId, payload));
+    const tampered = Buffer.from(JSON.stringify({ ...event, eventId: 'x' }));
+    expect(verifier.check(8, subject, event, tampered, { get: (n: string) => h.get(n) ?? '' })).toMatchObject({ problem: 'bad-signature' });
+  });
 });
 
 describeEachNatsServer(servers, (server) => {
