@@ -164,6 +164,17 @@ describe('deploy/k8s', () => {
     );
     expect(refs.length).toBeGreaterThan(8);
     for (const ref of refs) expect(Object.keys((example.find((s) => s.metadata?.name === ref.name)?.stringData as object) ?? {})).toContain(ref.key);
+    // and every Secret and ConfigMap a pod mounts (the NATS CA, each service's signing key, the signing public keys)
+    const volumes = render('prod').flatMap(
+      (o) => (o.spec?.template?.spec?.volumes ?? []) as { secret?: { secretName?: string }; configMap?: { name?: string } }[],
+    );
+    const mounted = [
+      ...volumes.flatMap((v) => (v.secret?.secretName ? [`Secret/${v.secret.secretName}`] : [])),
+      ...volumes.flatMap((v) => (v.configMap?.name ? [`ConfigMap/${v.configMap.name}`] : [])),
+    ];
+    expect(mounted).toContain('Secret/runplane-signing-lifecycle');
+    expect(mounted).toContain('ConfigMap/runplane-signing-public-keys');
+    for (const m of new Set(mounted)) expect(example.map((o) => `${o.kind}/${o.metadata?.name}`)).toContain(m);
   });
 
   it.each(OVERLAYS.map((o) => [o.name, o] as const))(
@@ -262,6 +273,11 @@ describe('deploy/k8s', () => {
       'Deployment',
       'runplane-tools',
     ).spec!.template!.spec!.volumes!.filter((v) => v.name !== 'nats-ca');
+    // the runtime without its signing key's volume, the projector mounting the tools' key, the lifecycle without the public keys
+    const spec = (name: string) => byName('Deployment', name).spec!.template!.spec!;
+    spec('runplane-runtime').volumes = spec('runplane-runtime').volumes!.filter((v) => v.name !== 'signing-key');
+    spec('runplane-projector').volumes!.push({ name: 'stolen', secret: { secretName: 'runplane-signing-tools' } });
+    spec('runplane-lifecycle').volumes = spec('runplane-lifecycle').volumes!.filter((v) => v.name !== 'signing-public-keys');
     objects.push({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'runplane-secrets' }, data: {} });
     objects.splice(
       objects.findIndex((o) => o.kind === 'ServiceMonitor'),
@@ -278,6 +294,9 @@ describe('deploy/k8s', () => {
       /^prod: runtime: livenessProbe on \/readyz, not \/livez$/,
       /^prod: Deployment runplane-recovery: image runplane:0\.1\.0-dev does not match/,
       /^prod: Deployment runplane-tools: NATS_CA_FILE \/etc\/runplane\/nats-ca\/ca\.crt is not mounted from Secret runplane-nats-ca$/,
+      /^prod: Deployment runplane-runtime: RUNPLANE_SIGNING_KEY_FILE \/etc\/runplane\/signing\/signing\.key is not mounted from Secret runplane-signing-runtime$/,
+      /^prod: Deployment runplane-projector: mounts another service's signing key \(Secret runplane-signing-tools\)$/,
+      /^prod: Deployment runplane-lifecycle: RUNPLANE_SIGNING_PUBLIC_KEYS_FILE \S+ is not mounted from ConfigMap runplane-signing-public-keys$/,
       /^prod: renders Secrets runplane-secrets/,
       /^prod: 0 ServiceMonitors, not 1$/,
     ];

@@ -5,15 +5,29 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, spawnSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { makeEvent, sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { ObservedEvent } from '@runplane/client';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
-import { BUS_SERVICES, BUS_USERS, durableNamesOf, inboxPrefixOf, natsUserOptions, partitionOf, runSubject, type BusUser } from '@runplane/eventlog';
+import {
+  BUS_SERVICES,
+  BUS_USERS,
+  durableNamesOf,
+  inboxPrefixOf,
+  keyIdOf,
+  LeaseStore,
+  natsUserOptions,
+  partitionOf,
+  readSigningKey,
+  runSubject,
+  signatureHeaders,
+  type BusUser,
+  type EventSigner,
+} from '@runplane/eventlog';
 import { trySubscribe } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -48,6 +62,29 @@ async function connectAs(user: BusUser): Promise<NatsConnection> {
 }
 
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) => events.filter((e) => e.event.type === type);
+
+/**
+ * Publishes a forged `run.admitted` as the admission user, as a conditional append stores it (the
+ * expectation header the server checks, the back-link in the body), signed by `signer` (none:
+ * unsigned). Returns its stream sequence.
+ */
+async function forgeAdmission(forged: RunEvent, signer: EventSigner | null): Promise<number> {
+  const subject = runSubject(t.log.space, forged.runId, 'admission');
+  const body = JSON.stringify({ ...forged, prevSeq: 0 });
+  let headers: MsgHdrs | undefined;
+  if (signer) {
+    headers = natsHeaders();
+    for (const [name, value] of signatureHeaders(signer, subject, forged.eventId, body)) headers.set(name, value);
+  }
+  const ack = await jetstream(await connectAs('admission')).publish(subject, body, {
+    expect: { lastSubjectSequence: 0 },
+    ...(headers ? { headers } : {}),
+  });
+  return ack.seq;
+}
+
+/** Admission's own signing key, as a compromised admission (its NATS password and its key file) would hold it. */
+const admissionKey = () => readSigningKey('admission', t.users.signing!.keyFiles.admission);
 
 async function ask(key: string, steps?: unknown[]): Promise<string> {
   if (steps) await t.setScenario({ steps }, key);
@@ -191,6 +228,77 @@ describe('authority enforced by the broker (K9)', () => {
   }, 60_000);
 });
 
+describe('events signed per service: a NATS password alone cannot write a fact', () => {
+  it("a run.admitted forged with admission's NATS password but no signing key (unsigned, or signed with a key not published) is never executed and `runplane audit` flags it; a real Run completes and audits clean", async () => {
+    // a real Run first: what admission really admits, copied for the forgeries (the runtime would execute it)
+    const key = 'signed-real';
+    const realRunId = await ask(key, [{ reply: { content: `The answer of ${key}.` } }]);
+    const real = await t.waitForSettlement(realRunId);
+    expect(ofType(real, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'completed' });
+    const admitted = ofType(real, 'run.admitted')[0]!.event;
+    const requests = await t.modelRequests();
+
+    const stranger = generateKeyPairSync('ed25519').privateKey;
+    const wrongKey: EventSigner = { owner: 'admission', keyId: keyIdOf(stranger), key: stranger };
+    const forgeries = [
+      { label: 'unsigned', signer: null, anomaly: 'unsigned-event' },
+      { label: 'wrong-key', signer: wrongKey, anomaly: 'bad-signature' },
+    ] as const;
+    const forged = forgeries.map((f) => {
+      const runId = randomUUID();
+      const event = makeEvent(
+        'run.admitted',
+        { runId, conversationId: `conv-forged-${f.label}-${runId}`, correlationId: runId, causationId: null },
+        'admission',
+        { ...(admitted.data as object), message: { ...(admitted.data as { message: object }).message, messageId: runId } } as never,
+        new Date(),
+      );
+      return { ...f, runId, event };
+    });
+    const seqs: number[] = [];
+    for (const f of forged) seqs.push(await forgeAdmission(f.event, f.signer));
+    await consumersDrained();
+
+    const leases = await LeaseStore.open(t.log);
+    for (const [i, f] of forged.entries()) {
+      // nothing on any subject of the Run but the forgery itself: no lease granted, no execution, no settlement
+      for (const owner of ['runtime', 'recovery', 'lifecycle', 'tools', 'publication'] as const)
+        expect([f.label, owner, await t.log.readMessage({ last_by_subj: runSubject(t.log.space, f.runId, owner) })]).toEqual([f.label, owner, null]);
+      expect(await leases.get(f.runId)).toBeNull();
+      // read as a fact by nobody: the test's reads (which hold the public keys) see no event either
+      expect(await t.log.readRun(f.runId)).toEqual([]);
+      // each consumer that reads admission's subject terminated it as a forgery, naming the reason
+      const lines = serviceLog()
+        .split('\n')
+        .filter((l) => l.includes(`"anomaly":"${f.anomaly}"`) && l.includes(`"seq":${seqs[i]}`) && l.includes('terminating'));
+      expect(lines.length).toBeGreaterThanOrEqual(1);
+      expect(lines.some((l) => l.includes('"durable":"' + `${t.log.space.prefix}-runtime-p${partitionOf(f.runId, t.log.space.partitions)}"`))).toBe(
+        true,
+      );
+    }
+    expect(await t.modelRequests()).toBe(requests);
+
+    // the audit (as the ops user, with the public keys) flags each forgery and exits 2
+    const auditCli = (runId: string) =>
+      spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', '--run', runId], {
+        env: { ...t.env, ...natsEnvOf(t.users, 'ops') },
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+    for (const f of forged) {
+      const r = auditCli(f.runId);
+      process.stdout.write(`audit --run ${f.label}: exit ${r.status}\n${r.stdout}${r.stderr}\n`);
+      expect([f.label, r.status]).toEqual([f.label, 2]);
+      expect(r.stdout).toMatch(/stored-verified/);
+      expect(r.stdout).toContain(f.label === 'unsigned' ? 'carries no signature' : 'has no public key');
+    }
+    const clean = auditCli(realRunId);
+    process.stdout.write(`audit --run real: exit ${clean.status}\n${clean.stdout}${clean.stderr}\n`);
+    expect(clean.status).toBe(0);
+    expect(clean.stdout).toMatch(/signatures: every event checked against \d+ public key/);
+  }, 90_000);
+});
+
 describe('broken and hostile messages never stall anything (K11)', () => {
   it('1,200 undecodable messages on Run subjects are each terminated once and logged; new Runs still complete', async () => {
     const admin = await connectAs('admin');
@@ -255,7 +363,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
     );
   }, 60_000);
 
-  it("a run.admitted forged with admission's own credentials, granting 1,000,000 model requests and a 2099 deadline, is never executed: the runtime stops it grant-refused and it settles failed (the grant ceiling)", async () => {
+  it('a run.admitted forged by a compromised admission (its NATS password and its signing key), granting 1,000,000 model requests and a 2099 deadline, is never executed: the runtime stops it grant-refused and it settles failed (the grant ceiling)', async () => {
     const runId = randomUUID();
     const before = await t.modelRequests();
     const forged = makeEvent(
@@ -269,10 +377,8 @@ describe('broken and hostile messages never stall anything (K11)', () => {
       },
       new Date(),
     );
-    // as a conditional append stores it: the header the server checked, the back-link in the body
-    await jetstream(await connectAs('admission')).publish(runSubject(t.log.space, runId, 'admission'), JSON.stringify({ ...forged, prevSeq: 0 }), {
-      expect: { lastSubjectSequence: 0 },
-    });
+    // as a conditional append stores it, signed with admission's own key: a fact readers attribute to admission
+    await forgeAdmission(forged, admissionKey());
     const events = await t.waitForSettlement(runId, 60_000);
     const finished = ofType(events, 'run.execution.finished').map((e) => e.event.data as { reason: string; detail: string });
     expect(finished).toEqual([
@@ -283,7 +389,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
     expect(await t.modelRequests()).toBe(before);
   });
 
-  it("a run.admitted forged with admission's own credentials, within every count but with a money limit over the deployment's ceiling, is never executed: grant-refused naming the ceiling, settled failed", async () => {
+  it("a run.admitted forged by a compromised admission (password and signing key), within every count but with a money limit over the deployment's ceiling, is never executed: grant-refused naming the ceiling, settled failed", async () => {
     const runId = randomUUID();
     const before = await t.modelRequests();
     const forged = makeEvent(
@@ -307,9 +413,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
       },
       new Date(),
     );
-    await jetstream(await connectAs('admission')).publish(runSubject(t.log.space, runId, 'admission'), JSON.stringify({ ...forged, prevSeq: 0 }), {
-      expect: { lastSubjectSequence: 0 },
-    });
+    await forgeAdmission(forged, admissionKey());
     const events = await t.waitForSettlement(runId, 60_000);
     const finished = ofType(events, 'run.execution.finished').map((e) => e.event.data as { reason: string; detail: string });
     expect(finished).toEqual([

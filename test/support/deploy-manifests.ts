@@ -259,7 +259,10 @@ export interface Rendered {
   spec?: {
     template?: {
       metadata?: { labels?: Record<string, string> };
-      spec?: { containers?: RenderedContainer[]; volumes?: { name: string; secret?: { secretName?: string } }[] };
+      spec?: {
+        containers?: RenderedContainer[];
+        volumes?: { name: string; secret?: { secretName?: string }; configMap?: { name?: string } }[];
+      };
     };
     /** a Service's selector (labels), a ServiceMonitor's (a label selector) */
     selector?: Selector & Record<string, unknown>;
@@ -317,6 +320,9 @@ export interface OverlayExpectations {
 }
 
 /** Each workload's egress, by kind of destination. */
+/** The components that own facts and sign them, each with its own key (libs/contracts `Owner`). */
+const SIGNING_OWNERS = ['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle'];
+
 const EGRESS_OF: Record<string, string[]> = {
   admission: ['dns', 'nats', 'postgresql'],
   publication: ['dns', 'nats'],
@@ -384,7 +390,9 @@ function ingressPeers(rule: PolicyRule): string[] {
  * container with CPU and memory requests and limits (limit at or above request), readiness on
  * `/readyz` and liveness on `/livez` where the service serves them, the Dockerfile exposing every
  * service's port, the images, the provisioning Job, the Secrets, `NATS_CA_FILE` mounted from the
- * Secret runplane-nats-ca in every workload that connects to NATS, the ServiceMonitor, and the
+ * Secret runplane-nats-ca in every workload that connects to NATS, the event signing public keys
+ * (ConfigMap runplane-signing-public-keys) there too and each owner's own signing key (Secret
+ * runplane-signing-<owner>, mounted to it alone), the ServiceMonitor, and the
  * NetworkPolicy set: a default deny; from outside the namespace only admission and publication
  * (and Prometheus where monitoring is on); egress to DNS, NATS, PostgreSQL (admission, projector)
  * and the model endpoint (runtime) only.
@@ -448,6 +456,35 @@ export function overlayProblems(objects: Rendered[], expect: OverlayExpectations
         say(`${w.kind} ${w.metadata?.name}: NATS_CA_FILE ${caFile} is not mounted from Secret runplane-nats-ca`);
     }
 
+  // event signatures: every workload that connects reads the public keys of ConfigMap
+  // runplane-signing-public-keys; each owner signs with its own Secret runplane-signing-<owner>,
+  // which no other workload mounts
+  const publicKeys = config?.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE;
+  const volumeAt = (w: Rendered, file: string) => {
+    const c = w.spec?.template?.spec?.containers?.[0];
+    const mount = c?.volumeMounts?.find((m) => file.startsWith(`${m.mountPath.replace(/\/$/, '')}/`));
+    return w.spec?.template?.spec?.volumes?.find((v) => v.name === mount?.name);
+  };
+  if (!publicKeys) say('RUNPLANE_SIGNING_PUBLIC_KEYS_FILE is not set: no service would check the signatures of events');
+  for (const w of workloads) {
+    const component = componentOf(w) ?? '';
+    if (!EGRESS_OF[component]?.includes('nats')) continue;
+    if (publicKeys && volumeAt(w, publicKeys)?.configMap?.name !== 'runplane-signing-public-keys')
+      say(
+        `${w.kind} ${w.metadata?.name}: RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ${publicKeys} is not mounted from ConfigMap runplane-signing-public-keys`,
+      );
+    const keyFile = w.spec?.template?.spec?.containers?.[0]?.env?.find((e) => e.name === 'RUNPLANE_SIGNING_KEY_FILE')?.value;
+    const own = `runplane-signing-${component}`;
+    if (SIGNING_OWNERS.includes(component)) {
+      if (!keyFile) say(`${w.kind} ${w.metadata?.name}: no RUNPLANE_SIGNING_KEY_FILE: its events would be unsigned and refused`);
+      else if (volumeAt(w, keyFile)?.secret?.secretName !== own)
+        say(`${w.kind} ${w.metadata?.name}: RUNPLANE_SIGNING_KEY_FILE ${keyFile} is not mounted from Secret ${own}`);
+    }
+    for (const v of w.spec?.template?.spec?.volumes ?? [])
+      if (v.secret?.secretName?.startsWith('runplane-signing-') && v.secret.secretName !== own)
+        say(`${w.kind} ${w.metadata?.name}: mounts another service's signing key (Secret ${v.secret.secretName})`);
+  }
+
   const job = workloads.find((w) => w.kind === 'Job' && componentOf(w) === 'provision');
   const jobContainer = job?.spec?.template?.spec?.containers?.[0];
   if (!jobContainer?.args?.includes('apps/cli/dist/provision-main.js')) say('no provisioning Job running apps/cli/dist/provision-main.js');
@@ -465,6 +502,23 @@ export function overlayProblems(objects: Rendered[], expect: OverlayExpectations
           const s = secrets.find((x) => x.metadata?.name === ref.name);
           if (!s || !(ref.key in (s.data ?? {}))) say(`${w.metadata?.name}: Secret ${ref.name} has no key ${ref.key}`);
         }
+  // an overlay that renders its Secrets renders the signing keys and their public keys too, under the file names the settings read
+  if (expect.rendersSecrets)
+    for (const w of workloads) {
+      const env = w.spec?.template?.spec?.containers?.[0]?.env ?? [];
+      for (const [setting, kind] of [
+        ['RUNPLANE_SIGNING_KEY_FILE', 'Secret'],
+        ['RUNPLANE_SIGNING_PUBLIC_KEYS_FILE', 'ConfigMap'],
+      ] as const) {
+        const file = env.find((e) => e.name === setting)?.value ?? (setting === 'RUNPLANE_SIGNING_PUBLIC_KEYS_FILE' ? publicKeys : undefined);
+        if (!file || !EGRESS_OF[componentOf(w) ?? '']?.includes('nats')) continue;
+        const v = volumeAt(w, file);
+        const name = kind === 'Secret' ? v?.secret?.secretName : v?.configMap?.name;
+        const o = objects.find((x) => x.kind === kind && x.metadata?.name === name);
+        const key = file.split('/').pop()!;
+        if (!o || !(key in ((o.data as object) ?? {}))) say(`${w.metadata?.name}: ${kind} ${name} has no key ${key} (${setting})`);
+      }
+    }
 
   const monitors = objects.filter((o) => o.kind === 'ServiceMonitor');
   if (!expect.monitoring && monitors.length) say('has a ServiceMonitor (the CRD may be missing here)');

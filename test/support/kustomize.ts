@@ -9,7 +9,7 @@
  *
  * Supported: `resources` (files and directories), `components` (kind Component), `namespace`,
  * `labels` (`pairs`, `includeTemplates`; not `includeSelectors: true`), `images` (`name`,
- * `newName`, `newTag`), `configMapGenerator` and `secretGenerator` (`envs`, `literals`,
+ * `newName`, `newTag`), `configMapGenerator` and `secretGenerator` (`envs`, `literals`, `files` as `key=path` or `path`,
  * `behavior: create | merge`, `options.disableNameSuffixHash`). Generated names carry no content
  * hash here (kustomize appends `-<10 characters>` unless disabled, and rewrites the references).
  */
@@ -44,6 +44,7 @@ interface Generator {
   behavior?: 'create' | 'merge' | 'replace';
   envs?: string[];
   literals?: string[];
+  files?: string[];
   options?: { disableNameSuffixHash?: boolean };
 }
 
@@ -99,6 +100,12 @@ function generate(dir: string, kind: 'ConfigMap' | 'Secret', generators: Generat
     const data: Record<string, string> = {};
     for (const env of g.envs ?? []) Object.assign(data, parseEnvFile(readFileSync(join(dir, env), 'utf8')));
     Object.assign(data, literalsOf(g.literals));
+    // `key=path` or `path` (the key is then the file's name), the file's content as the value
+    for (const f of g.files ?? []) {
+      const at = f.indexOf('=');
+      const path = at < 0 ? f : f.slice(at + 1);
+      data[at < 0 ? (path.split('/').pop() ?? path) : f.slice(0, at)] = readFileSync(join(dir, path), 'utf8');
+    }
     const encoded = kind === 'Secret' ? Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString('base64')])) : data;
     const behavior = g.behavior ?? 'create';
     const existing = objects.find((o) => o.kind === kind && o.metadata?.name === g.name);

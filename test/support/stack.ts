@@ -30,9 +30,15 @@ export interface TestStack {
   /** The services' common environment (without any user's credentials). */
   env: NodeJS.ProcessEnv;
   stack: Stack;
-  /** The test's own reads and clean-up, connected as the `admin` user. */
+  /**
+   * The test's own reads and clean-up, connected as the `admin` user; it signs what it appends with
+   * the key of each event's owner and refuses unsigned events on reads, as the services do.
+   */
   log: EventLog;
-  /** Every NATS user's credentials (e.g. `natsEnvOf(t.users, 'runtime')` to act as the runtime). */
+  /**
+   * Every NATS user's credentials (e.g. `natsEnvOf(t.users, 'runtime')` to act as the runtime,
+   * with its signing key), and in `signing` the stack's event signing keys (libs/devstack signing.ts).
+   */
   users: NatsUsers;
   /** The nats-server this file started (null when `opts.nats` supplied the URL). */
   nats: TestNatsServer | null;
@@ -140,7 +146,19 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       ...(opts.modelBaseUrl ? { modelBaseUrl: opts.modelBaseUrl } : {}),
       ...(opts.replicas ? { replicas: opts.replicas } : {}),
     });
-    log = await EventLog.connect({ natsUrl, stream: space.stream, prefix: space.prefix, partitions, name: 'e2e-test', ...admin });
+    // the test's own log acts for every owner (its appends are signed with each owner's key, as the
+    // stack's services sign theirs) and reads as the services do: an unsigned event is not a fact
+    const signing = users.signing!;
+    log = await EventLog.connect({
+      natsUrl,
+      stream: space.stream,
+      prefix: space.prefix,
+      partitions,
+      name: 'e2e-test',
+      ...admin,
+      signingKeyFiles: signing.keyFiles,
+      publicKeysFile: signing.publicKeysFile,
+    });
   } catch (e) {
     if (log) {
       await destroyBus(log);

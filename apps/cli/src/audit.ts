@@ -28,6 +28,18 @@ export interface ProjectionCheck {
   differences: string[];
 }
 
+/**
+ * Whether the audit checked events' signatures: with the deployment's public keys
+ * (`RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`) every event must carry a valid signature of its type's
+ * owner, and one that does not (unsigned, a bad signature, the wrong signer) is a violation of
+ * `stored-verified` like any message the log did not append.
+ */
+export interface SignatureCheck {
+  checked: boolean;
+  /** Public keys held (every owner's), when checked. */
+  keys?: number;
+}
+
 /** Exit code of `runplane audit` when a check is broken (0: every check held; 1: the audit could not run). */
 export const AUDIT_BROKEN_EXIT = 2;
 
@@ -47,12 +59,18 @@ export async function auditLog(
   const input = await readForAudit(log, opts);
   const report = auditRuns(input);
   if (report.summary.runs === 0 && hooks.onNoRun) throw hooks.onNoRun();
+  const signatures: SignatureCheck = log.signatures ? { checked: true, keys: log.signatures.keyCount } : { checked: false };
   const projections = opts.projectionsUrl
     ? await compareProjections(opts.all && opts.since === undefined ? { log } : auditedOnly(input), opts.projectionsUrl)
     : null;
-  if (opts.json) write(JSON.stringify(projections ? { ...report, projections } : report));
+  if (opts.json) write(JSON.stringify({ ...report, signatures, ...(projections ? { projections } : {}) }));
   else {
     for (const line of renderAudit(report)) write(line);
+    write(
+      signatures.checked
+        ? `signatures: every event checked against ${signatures.keys} public key(s) (RUNPLANE_SIGNING_PUBLIC_KEYS_FILE): an unsigned, badly signed or wrongly signed event is an unverified message`
+        : 'signatures: not checked (RUNPLANE_SIGNING_PUBLIC_KEYS_FILE is not set)',
+    );
     if (projections) {
       write(
         projections.identical

@@ -399,7 +399,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
     const own = dev.downstreamEnvOf(env.natsUsers, name);
     out(
-      `    NATS_URL=${env.env.NATS_URL}${env.env.NATS_CA_FILE ? ` NATS_CA_FILE=${env.env.NATS_CA_FILE}` : ''} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD} RUNPLANE_CONSUMER_NAME=${name}`,
+      `    NATS_URL=${env.env.NATS_URL}${env.env.NATS_CA_FILE ? ` NATS_CA_FILE=${env.env.NATS_CA_FILE}` : ''} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD}${own.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? ` RUNPLANE_SIGNING_PUBLIC_KEYS_FILE=${own.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE}` : ''} RUNPLANE_CONSUMER_NAME=${name}`,
     );
   }
   out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');

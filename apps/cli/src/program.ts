@@ -243,6 +243,8 @@ program
   .addHelpText(
     'after',
     `\nReads NATS_URL, NATS_CA_FILE, RUNPLANE_STREAM, RUNPLANE_SUBJECT_PREFIX and NATS_USER/NATS_PASSWORD (the ops user can read).\n` +
+      `With RUNPLANE_SIGNING_PUBLIC_KEYS_FILE (the deployment's event signing public keys) every event's signature is checked too:\n` +
+      `an unsigned event, a bad signature or a signer that is not the event type's owner is reported as an unverified message.\n` +
       `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
   )
   .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) => run(() => audit(o))());

@@ -11,6 +11,8 @@ export interface ReadEnvironment {
   NATS_URL: string;
   /** The CA bundle of a server that requires TLS (a local stack's private CA), when there is one. */
   NATS_CA_FILE?: string;
+  /** The deployment's event signing public keys: the reads refuse (and `audit` reports) an event its owner did not sign. */
+  RUNPLANE_SIGNING_PUBLIC_KEYS_FILE?: string;
   /** The ops user's credentials: it may read the Run stream (short-lived consumers) and append nothing. */
   NATS_USER: string;
   NATS_PASSWORD: string;
@@ -38,7 +40,15 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
       .filter((n) => !(n === 'RUNPLANE_STREAM' || n === 'RUNPLANE_SUBJECT_PREFIX') || env[n] !== defaults[n])
       .map((n) => `${n}=${shellWord(env[n]!)}`)
       .join(' ');
-  const nats = vars(['NATS_URL', 'NATS_CA_FILE', 'NATS_USER', 'NATS_PASSWORD', 'RUNPLANE_STREAM', 'RUNPLANE_SUBJECT_PREFIX']);
+  const nats = vars([
+    'NATS_URL',
+    'NATS_CA_FILE',
+    'NATS_USER',
+    'NATS_PASSWORD',
+    'RUNPLANE_SIGNING_PUBLIC_KEYS_FILE',
+    'RUNPLANE_STREAM',
+    'RUNPLANE_SUBJECT_PREFIX',
+  ]);
   return {
     timeline: `${nats} npm run runplane -- timeline <runId>`,
     audit: `${nats} npm run runplane -- audit --all`,

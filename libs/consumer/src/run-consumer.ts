@@ -50,7 +50,11 @@ export type AnyRunEventHandler = (event: RunEvent, meta: EventMeta) => void | Pr
 export interface InvalidMessage {
   seq: number;
   subject: string;
-  /** `invalid-message` (not a Runplane event, or its subject disagrees), `unverified-event` (not appended by the event log: a replay or forgery), `wrong-partition`. */
+  /**
+   * `invalid-message` (not a Runplane event, or its subject disagrees), `unverified-event` (not
+   * appended by the event log: a replay or forgery), `wrong-partition`; with public keys
+   * (`RunStreamOptions.publicKeysFile`) also `unsigned-event`, `bad-signature`, `wrong-signer`.
+   */
   anomaly: AnomalyKind;
   reason: string;
 }

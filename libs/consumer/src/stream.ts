@@ -17,6 +17,8 @@ import {
   PARTITIONS_METADATA_KEY,
   RECONNECT_JITTER_MS,
   RECONNECT_TIME_WAIT_MS,
+  readPublicKeySet,
+  SignatureVerifier,
   type ConsumerSource,
   type SubjectSpace,
 } from '@runplane/eventlog';
@@ -37,6 +39,16 @@ export interface RunStreamOptions {
    * connection requires TLS (eventlog's `natsTlsOptions`).
    */
   caFile?: string;
+  /**
+   * The deployment's event signing public keys (`RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`, JSON
+   * `{ "<owner>": ["<key>", ...] }`, eventlog's signing.ts): set, a message whose signature is
+   * missing, does not verify or is not its event type's owner's is not a fact: terminated and
+   * reported (`onInvalid`, anomaly `unsigned-event`, `bad-signature` or `wrong-signer`), never
+   * handed to a handler. A bad file stops {@link RunStream.open}, naming the setting.
+   */
+  publicKeysFile?: string;
+  /** The first stream sequence whose events must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`, default 1: every one). */
+  signaturesRequiredFromSeq?: number;
   /** The Run stream (`RUNPLANE_STREAM`, default `RUNPLANE`). */
   stream: string;
   /** The subject prefix (`RUNPLANE_SUBJECT_PREFIX`, default `rp`): the stream captures `<prefix>.run.>`. */
@@ -47,7 +59,7 @@ export interface RunStreamOptions {
 
 /**
  * {@link RunStreamOptions} from the environment: `NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_CA_FILE`,
- * `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX` (validated by contracts' `BusConfig`, with its defaults).
+ * `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`, `RUNPLANE_STREAM`, `RUNPLANE_SUBJECT_PREFIX` (validated by contracts' `BusConfig`, with its defaults).
  * @throws ZodError naming the variable when a value is invalid.
  */
 export function runStreamOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): RunStreamOptions {
@@ -58,6 +70,8 @@ export function runStreamOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): R
     prefix: bus.RUNPLANE_SUBJECT_PREFIX,
     ...(bus.NATS_USER ? { user: bus.NATS_USER, password: bus.NATS_PASSWORD ?? '' } : {}),
     ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
+    ...(bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? { publicKeysFile: bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE } : {}),
+    signaturesRequiredFromSeq: bus.RUNPLANE_SIGNING_REQUIRED_FROM_SEQ,
   };
 }
 
@@ -85,6 +99,8 @@ export class RunStream implements ConsumerSource {
     readonly space: SubjectSpace,
     /** The server(s) connected to, for messages. */
     readonly natsUrl: string,
+    /** The signature check of every delivered message, when {@link RunStreamOptions.publicKeysFile} is set. */
+    readonly signatures: SignatureVerifier | null = null,
   ) {}
 
   /**
@@ -96,6 +112,8 @@ export class RunStream implements ConsumerSource {
   static async open(opts: RunStreamOptions): Promise<RunStream> {
     let nc: NatsConnection;
     const tls = natsTlsOptions(opts.natsUrl, opts.caFile); // a bad NATS_CA_FILE stops here, named
+    // and so does a bad RUNPLANE_SIGNING_PUBLIC_KEYS_FILE
+    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
     try {
       nc = await connect({
         servers: natsServerList(opts.natsUrl),
@@ -143,7 +161,7 @@ export class RunStream implements ConsumerSource {
         }
         space.partitions = n;
       }
-      return new RunStream(nc, jetstream(nc), jsm, space, opts.natsUrl);
+      return new RunStream(nc, jetstream(nc), jsm, space, opts.natsUrl, signatures);
     } catch (e) {
       await nc.close().catch(() => undefined);
       throw e;

@@ -5,12 +5,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { repoRoot } from '@runplane/devstack';
+import { createDevSigning, repoRoot } from '@runplane/devstack';
 import type { RunEventOf } from '@runplane/contracts';
-import { EventLog, runSubject } from '@runplane/eventlog';
+import { EventLog, readSigningKey, runSubject } from '@runplane/eventlog';
 import {
   DOWNSTREAM_CONSUMER_PREFIX,
   downstreamConsumerName,
@@ -196,6 +197,58 @@ describe('following Runs', () => {
     expect(handled).not.toContain(wrong.seq);
     const info = await stream.jsm.consumers.info(space.stream, c.name);
     expect(info.num_redelivered).toBe(0);
+  });
+
+  it('with the public keys, reports and terminates an unsigned event and one signed by an owner that may not write it; a signed one is handled', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rp-consumer-signing-'));
+    const signing = createDevSigning(dir);
+    const lifecycle = await EventLog.connect({
+      natsUrl: SHARED_NATS_URL,
+      ...space,
+      name: 'lifecycle',
+      signingKeyFiles: { lifecycle: signing.keyFiles.lifecycle },
+    });
+    // the runtime's key: valid, but a settlement is the lifecycle's to write
+    const runtimeAsLifecycle = await EventLog.connect({ natsUrl: SHARED_NATS_URL, ...space, name: 'runtime-key' });
+    const checked = await RunStream.open({ ...streamOptions, publicKeysFile: signing.publicKeysFile });
+    let mine: RunConsumer | null = null;
+    try {
+      const runtimeKey = readSigningKey('runtime', signing.keyFiles.runtime);
+      runtimeAsLifecycle.signers.set('lifecycle', { ...runtimeKey, owner: 'runtime' });
+      const unsigned = await log.append(settled(`unsigned${tag}`), 0); // the admin's log holds no key
+      const wrongSigner = await runtimeAsLifecycle.append(settled(`wrong-signer${tag}`), 0);
+      const signed = await lifecycle.append(settled(`signed${tag}`), 0);
+      const reports: InvalidMessage[] = [];
+      const handled: number[] = [];
+      const c = new RunConsumer(checked, {
+        name: `${DOWNSTREAM_CONSUMER_PREFIX}signed-${tag}`,
+        logger: quiet,
+        owners: ['lifecycle'],
+        onInvalid: (m) => reports.push(m),
+      }).on('*', (_e, meta) => void handled.push(meta.seq));
+      mine = c;
+      await c.start();
+      await until(() => handled.includes(signed.seq), 'the signed settlement');
+      await until(async () => (await checked.jsm.consumers.info(space.stream, c.name)).num_ack_pending === 0, 'nothing left unacknowledged');
+      expect(reports.filter((r) => [unsigned.seq, wrongSigner.seq].includes(r.seq)).map((r) => [r.seq, r.anomaly])).toEqual([
+        [unsigned.seq, 'unsigned-event'],
+        [wrongSigner.seq, 'wrong-signer'],
+      ]);
+      expect(handled).not.toContain(unsigned.seq);
+      expect(handled).not.toContain(wrongSigner.seq);
+      // a bad key set stops the stream's opening, naming the setting
+      writeFileSync(join(dir, 'broken.json'), '{"judge": []}');
+      await expect(RunStream.open({ ...streamOptions, publicKeysFile: join(dir, 'broken.json') })).rejects.toThrow(
+        /RUNPLANE_SIGNING_PUBLIC_KEYS_FILE=.*broken\.json: "judge" is not an owner/,
+      );
+    } finally {
+      await mine?.stop();
+      await mine?.deleteDurable();
+      await checked.close();
+      await lifecycle.close();
+      await runtimeAsLifecycle.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('resumes after a restart from where it acknowledged: the same name gets only what came after', async () => {

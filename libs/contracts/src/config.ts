@@ -53,6 +53,33 @@ export const BusConfig = z.object({
     .string()
     .optional()
     .transform((v) => (v ? v : undefined)),
+  /**
+   * This service's Ed25519 event signing key (a file path, PKCS#8 PEM): set, every event the service
+   * appends carries its signature (`Runplane-Signer`, `Runplane-Key-Id`, `Runplane-Signature`;
+   * libs/eventlog signing.ts). Only a service that owns facts takes one; an unreadable or
+   * non-Ed25519 file stops the process at start-up.
+   */
+  RUNPLANE_SIGNING_KEY_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  /**
+   * The deployment's event signing public keys (a file path, JSON `{ "<owner>": ["<SPKI PEM or raw
+   * base64>", ...] }`, several per owner while a key rotates): set, every reader refuses a message
+   * whose signature is missing, does not verify, or is not its event type's owner's (a forgery
+   * with a stolen NATS password, docs/guarantees.md).
+   */
+  RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
+  /**
+   * The first stream sequence whose events must be signed (default 1: every one). A log that holds
+   * events from before signing was switched on sets it to the stream's last sequence plus one at
+   * the switch: an unsigned event below it is still a fact, a signed one is checked as any other
+   * (docs/operations.md "Event signing keys").
+   */
+  RUNPLANE_SIGNING_REQUIRED_FROM_SEQ: envInt(1, 1),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z
     .string()

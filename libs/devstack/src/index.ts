@@ -31,10 +31,12 @@ import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
 import { ensureNatsServerBinary, startNatsCluster, type NatsCluster, type NatsProbeAuth } from './nats-server.js';
 import { createDevNatsTls, natsTlsConfig } from './tls.js';
+import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
 
 export * from './nats-server.js';
 export * from './auth.js';
 export * from './tls.js';
+export * from './signing.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -119,7 +121,14 @@ export interface NatsCredentials {
  * of each downstream durable consumer's own user, by the durable's name (`downstream-1`: user
  * `downstream-1`, eventlog's `downstreamUserName`).
  */
-export type NatsUsers = Record<BusUser, NatsCredentials> & { downstream: Readonly<Record<string, NatsCredentials>> };
+export type NatsUsers = Record<BusUser, NatsCredentials> & {
+  downstream: Readonly<Record<string, NatsCredentials>>;
+  /**
+   * The stack's event signing keys, once made ({@link startSecuredNats} or {@link startStack}):
+   * {@link natsEnvOf} and {@link downstreamEnvOf} then add the signing settings of the user.
+   */
+  signing?: DevSigning;
+};
 
 const newPassword = (): string => randomBytes(18).toString('base64url');
 
@@ -135,9 +144,16 @@ export function newNatsUsers(downstream: readonly string[] = DEFAULT_DOWNSTREAM_
   return { ...fixed, downstream: own };
 }
 
-/** The environment variables that make a process connect as `user`. */
-export function natsEnvOf(users: NatsUsers, user: BusUser): { NATS_USER: string; NATS_PASSWORD: string } {
-  return { NATS_USER: users[user].user, NATS_PASSWORD: users[user].password };
+/**
+ * The environment variables that make a process connect as `user`: its NATS user and password,
+ * and when the stack has signing keys ({@link NatsUsers.signing}) the public keys every reader
+ * checks signatures with, plus the user's own private key when it is a service that owns facts.
+ */
+export function natsEnvOf(
+  users: NatsUsers,
+  user: BusUser,
+): { NATS_USER: string; NATS_PASSWORD: string; RUNPLANE_SIGNING_PUBLIC_KEYS_FILE?: string; RUNPLANE_SIGNING_KEY_FILE?: string } {
+  return { NATS_USER: users[user].user, NATS_PASSWORD: users[user].password, ...(users.signing ? signingEnvOf(users.signing, user) : {}) };
 }
 
 /**
@@ -145,10 +161,18 @@ export function natsEnvOf(users: NatsUsers, user: BusUser): { NATS_USER: string;
  * consumer `name` (`NATS_USER`, `NATS_PASSWORD`, and `RUNPLANE_CONSUMER_NAME`, the example's).
  * @throws RangeError when `users` has no user for `name`.
  */
-export function downstreamEnvOf(users: NatsUsers, name: string): { NATS_USER: string; NATS_PASSWORD: string; RUNPLANE_CONSUMER_NAME: string } {
+export function downstreamEnvOf(
+  users: NatsUsers,
+  name: string,
+): { NATS_USER: string; NATS_PASSWORD: string; RUNPLANE_CONSUMER_NAME: string; RUNPLANE_SIGNING_PUBLIC_KEYS_FILE?: string } {
   const own = users.downstream[name];
   if (!own) throw new RangeError(`no NATS user for downstream durable consumer ${name} (has: ${Object.keys(users.downstream).join(', ')})`);
-  return { NATS_USER: own.user, NATS_PASSWORD: own.password, RUNPLANE_CONSUMER_NAME: name };
+  return {
+    NATS_USER: own.user,
+    NATS_PASSWORD: own.password,
+    RUNPLANE_CONSUMER_NAME: name,
+    ...(users.signing ? { RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: users.signing.publicKeysFile } : {}),
+  };
 }
 
 /**
@@ -212,10 +236,12 @@ export async function startSecuredNats(opts: {
   tls?: boolean;
 }): Promise<SecuredNats> {
   const bin = natsServerBinary();
-  const users = opts.users ?? newNatsUsers(opts.downstream);
   const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });
+  // every service signs its events with a key of its own, made anew beside the server's files
+  const given = opts.users ?? newNatsUsers(opts.downstream);
+  const users = { ...given, signing: given.signing ?? createDevSigning(join(dir, 'signing')) };
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const config = join(dir, 'server.conf');
   writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
@@ -259,8 +285,9 @@ export async function startSecuredNatsCluster(opts: {
   /** Require TLS (default true). */
   tls?: boolean;
 }): Promise<SecuredNats> {
-  const users = opts.users ?? newNatsUsers();
   const dir = join(opts.stateDir, 'nats-cluster');
+  const given = opts.users ?? newNatsUsers();
+  const users = { ...given, signing: given.signing ?? createDevSigning(join(dir, 'signing')) };
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const cluster = await startNatsCluster({
     nodes: opts.nodes ?? 3,
@@ -471,6 +498,11 @@ export interface Stack {
   /** Every live replica of each service, in start order (a stopped or exited replica leaves it). */
   replicas: Map<ServiceName, ManagedProcess[]>;
   logFile: string;
+  /**
+   * The event signing keys the services were given (`natsUsers.signing`, else made in
+   * `logDir`/signing): each owner signs with its own, every process checks with the public keys.
+   */
+  signing: DevSigning;
   /** Stops every replica of one service (SIGTERM, then SIGKILL after the grace period). */
   stopService(name: ServiceName): Promise<void>;
   /**
@@ -494,10 +526,17 @@ export function viewerOrigins(url: string): string[] {
   return [u.origin, ...(other ? [`${u.protocol}//${other}${u.port ? `:${u.port}` : ''}`] : [])];
 }
 
-/** Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process. */
+/**
+ * Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process.
+ * Event signing is on: each service gets its owner's private key and every one the public keys
+ * ({@link signingEnvOf}), those of `natsUsers.signing`, else a set made in `logDir`/signing and
+ * recorded in `natsUsers.signing` (so {@link natsEnvOf} gives a test or a CLI command the keys).
+ */
 export async function startStack(opts: StackOptions): Promise<Stack> {
   const root = repoRoot();
   mkdirSync(opts.logDir, { recursive: true });
+  const signing = opts.natsUsers?.signing ?? createDevSigning(join(opts.logDir, 'signing'));
+  if (opts.natsUsers) opts.natsUsers.signing = signing;
   const logFile = join(opts.logDir, 'services.log');
   const log = createWriteStream(logFile, { flags: 'a' });
   const started: ManagedProcess[] = [];
@@ -556,7 +595,13 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       return {};
     };
     const startService = async (name: ServiceName, extra: NodeJS.ProcessEnv = {}) => {
-      const own = { ...env, ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}), ...viewerEnv(name), ...extra };
+      const own = {
+        ...env,
+        ...signingEnvOf(signing, name),
+        ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}),
+        ...viewerEnv(name),
+        ...extra,
+      };
       const n = (replicas.get(name)?.length ?? 0) + 1;
       const label = n === 1 ? name : `${name}#${n}`;
       const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
@@ -585,6 +630,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       services,
       replicas,
       logFile,
+      signing,
       stopService: async (name) => {
         await Promise.all([...(replicas.get(name) ?? [])].map((p) => p.stop()));
       },

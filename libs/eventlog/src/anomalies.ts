@@ -19,7 +19,13 @@ export type AnomalyKind =
   /** A hole in a Run's projection: an event's back-link names one the projection never applied (K11; the projector re-projects the Run). */
   | 'projection-gap'
   /** A message on a partition that is not its Run's (`partitionOf`): not appended by the event log (a forgery). */
-  | 'wrong-partition';
+  | 'wrong-partition'
+  /** With public keys configured: an event without a signature (signing.ts), written by a writer without its owner's key. */
+  | 'unsigned-event'
+  /** With public keys configured: a signature that does not verify, or by a key the set does not hold. */
+  | 'bad-signature'
+  /** With public keys configured: a valid signature of an owner who may not write the event's type. */
+  | 'wrong-signer';
 
 const counts = new Map<AnomalyKind, number>();
 

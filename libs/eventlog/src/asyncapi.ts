@@ -20,6 +20,7 @@ import {
 } from './event-log.js';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX } from './bus.js';
 import { inboxPrefixOf } from './inbox.js';
+import { KEY_ID_HEADER, SIGNATURE_HEADER, SIGNER_HEADER } from './signing.js';
 import { MAX_PARTITIONS, PARTITIONS_METADATA_KEY, type SubjectSpace } from './subjects.js';
 
 /** The AsyncAPI version of the document. */
@@ -75,6 +76,26 @@ function headersSchema(): JsonSchema {
         type: 'string',
         description: 'Never sent by the event log: a message that carries it is not a fact of its subject.',
       },
+      [SIGNER_HEADER]: {
+        type: 'string',
+        enum: [...Owner.options],
+        description:
+          'The owner whose Ed25519 key signed the event (a writer with its key: `RUNPLANE_SIGNING_KEY_FILE`). A reader holding the ' +
+          "deployment's public keys (`RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`) refuses the event unless it is the owner of its type.",
+      },
+      [KEY_ID_HEADER]: {
+        type: 'string',
+        pattern: '^[0-9a-f]{16}$',
+        description:
+          "The signer's key: the first 16 hex digits of the SHA-256 of the raw 32-byte public key (several per owner while a key rotates).",
+      },
+      [SIGNATURE_HEADER]: {
+        type: 'string',
+        contentEncoding: 'base64',
+        description:
+          'Ed25519 signature (base64) over the UTF-8 lines `runplane-event-signature-v1`, the subject, the event id (`Nats-Msg-Id`) and ' +
+          'the lowercase hex SHA-256 of the payload bytes, joined by `\\n` (libs/eventlog signing.ts `signedBytes`).',
+      },
       traceparent: {
         type: 'string',
         pattern: '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$',
@@ -99,7 +120,8 @@ function verificationRule(space: SubjectSpace): string {
     `UTF-8 bytes, modulo the stream's \`${PARTITIONS_METADATA_KEY}\` metadata), and (3) its back-link is verified: a stored ` +
     `\`${EXPECTED_LAST_SUBJECT_SEQUENCE}\` below its own stream sequence (equal to \`prevSeq\` when present, without ` +
     `\`${EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT}\`), or, for a later event of its subject in an atomic batch, \`${BATCH_ID}\` and a ` +
-    `\`${BATCH_SEQUENCE}\` above its \`prevInBatch\`. Anything else on \`${space.prefix}.run.>\` is a forgery or a replay: skip ` +
+    `\`${BATCH_SEQUENCE}\` above its \`prevInBatch\`; where the reader holds the deployment's signing public keys, also (4) its ` +
+    `\`${SIGNATURE_HEADER}\` verifies with the \`${KEY_ID_HEADER}\` key of \`${SIGNER_HEADER}\`, the owner of its type. Anything else on \`${space.prefix}.run.>\` is a forgery or a replay: skip ` +
     'it (libs/eventlog `verifyStored` implements this rule).'
   );
 }

@@ -31,8 +31,10 @@ export class AppendConflict extends Error {
  * A message on a Run subject that is not a fact of the log: not a valid Runplane event (wrong
  * schema, owner or subject; `invalid-message`), an event the log did not append (no verified
  * back-link: a replay or a forgery; `unverified-event`), a message on a partition that is not its
- * Run's (`wrong-partition`), or a copy of an event read earlier
- * (`duplicate-event`). `anomaly` is the kind to count (`runplane_bus_anomalies_total`, K11).
+ * Run's (`wrong-partition`), a copy of an event read earlier
+ * (`duplicate-event`), or, where readers hold the public keys, an event whose signature is missing,
+ * does not verify or is not its type's owner's (`unsigned-event`, `bad-signature`, `wrong-signer`:
+ * signing.ts). `anomaly` is the kind to count (`runplane_bus_anomalies_total`, K11).
  */
 export class InvalidStoredEvent extends Error {
   /** Everything known about why (for a schema failure, the validator's issues as JSON); the message carries the short reason. */
@@ -41,7 +43,10 @@ export class InvalidStoredEvent extends Error {
     readonly seq: number,
     readonly subject: string,
     reason: string,
-    readonly anomaly: Extract<AnomalyKind, 'invalid-message' | 'unverified-event' | 'duplicate-event' | 'wrong-partition'> = 'invalid-message',
+    readonly anomaly: Extract<
+      AnomalyKind,
+      'invalid-message' | 'unverified-event' | 'duplicate-event' | 'wrong-partition' | 'unsigned-event' | 'bad-signature' | 'wrong-signer'
+    > = 'invalid-message',
     detail?: string,
   ) {
     super(`stream message ${seq} on ${subject} is not a valid event: ${reason}`);

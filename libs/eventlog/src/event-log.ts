@@ -14,13 +14,14 @@ import {
   type StoredMsg,
   type StreamInfo,
 } from '@nats-io/jetstream';
-import { BusConfig, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
+import { BusConfig, EventCatalog, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
 import { recordAppend } from './log-metrics.js';
 import { injectTraceContext, inSpan, SpanKind } from './tracing.js';
 import { natsTlsOptions } from './tls.js';
+import { readPublicKeySet, readSigningKey, signatureHeaders, SignatureVerifier, SIGNATURE_HEADERS, type EventSigner } from './signing.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -47,6 +48,22 @@ export interface EventLogOptions {
    * then requires TLS (tls.ts `natsTlsOptions`). A `tls://` URL requires TLS too.
    */
   caFile?: string;
+  /**
+   * Ed25519 private keys (PKCS#8 PEM files) this log signs appends with, by owner
+   * (`RUNPLANE_SIGNING_KEY_FILE` gives a service its own owner's; signing.ts): an event is signed
+   * with the key of the owner its type belongs to, and goes unsigned when this log holds none.
+   * @throws (at connect) Error naming `RUNPLANE_SIGNING_KEY_FILE` on an unreadable or non-Ed25519 file.
+   */
+  signingKeyFiles?: Partial<Record<Owner, string>>;
+  /**
+   * The deployment's public key set (`RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`, JSON `{ "<owner>":
+   * ["<key>", ...] }`, signing.ts): set, every message read is refused as not a fact when its
+   * signature is missing, does not verify, or is not its event type's owner's ({@link verifyStored}).
+   * @throws (at connect) Error naming `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE` on an unreadable or invalid file.
+   */
+  publicKeysFile?: string;
+  /** The first stream sequence whose events must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`, default 1; signing.ts `SignatureVerifier`). */
+  signaturesRequiredFromSeq?: number;
   /**
    * How long an append whose outcome is unknown (publish timed out, NATS restarting) is retried
    * with the same event id before the error propagates, in ms (default 30,000).
@@ -189,7 +206,7 @@ const BATCH_COMMIT = 'Nats-Batch-Commit';
 /**
  * The headers the log stores with each message and its verification ({@link verifyStored})
  * reads: the event id the server de-duplicates by, the subject expectation the server checked,
- * and an atomic batch's id, position and commit mark. What {@link EventLog.readRun} and
+ * an atomic batch's id, position and commit mark, and the writer's signature (signing.ts). What {@link EventLog.readRun} and
  * {@link EventLog.readAll} return with `{ headers: true }` (`runplane timeline --json`), so an
  * auditor sees what the log's own verification saw (K11).
  */
@@ -200,6 +217,7 @@ export const STORED_HEADERS = [
   BATCH_ID,
   BATCH_SEQUENCE,
   BATCH_COMMIT,
+  ...SIGNATURE_HEADERS,
 ] as const;
 
 /** A stored event with the {@link STORED_HEADERS} its message carries (absent ones left out), as `{ headers: true }` reads return it. */
@@ -274,10 +292,20 @@ export interface StoredHeaders {
  * `prevSeq` is resolved here (own sequence minus the distance in the batch) and returned in the
  * event, so every reader sees the same absolute back-link (docs/event-log.md, "One decision, one
  * atomic append").
+ * With `signatures` (the deployment's public keys, signing.ts) the message's signature is checked
+ * last: it must be its event type's owner's, over its subject, event id and payload.
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
- *   {@link decodeStored}), `wrong-partition` or `unverified-event` (no verified back-link).
+ *   {@link decodeStored}), `wrong-partition`, `unverified-event` (no verified back-link), or with
+ *   `signatures` `unsigned-event`, `bad-signature` or `wrong-signer`.
  */
-export function verifyStored(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined, partitions: number): StoredEvent {
+export function verifyStored(
+  seq: number,
+  subject: string,
+  data: Uint8Array,
+  headers: StoredHeaders | undefined,
+  partitions: number,
+  signatures?: SignatureVerifier | null,
+): StoredEvent {
   const stored = decodeStored(seq, subject, data);
   const expected = partitionOf(stored.event.runId, partitions);
   if (subject.slice(subject.lastIndexOf('.') + 1) !== String(expected)) {
@@ -296,6 +324,17 @@ export function verifyStored(seq: number, subject: string, data: Uint8Array, hea
       `event ${stored.event.eventId} (${stored.event.type}) is unverified: not appended by the event log (a replay or a forgery)`,
       'unverified-event',
     );
+  }
+  if (signatures) {
+    const refused = signatures.check(seq, subject, stored.event, data, headers);
+    if (refused) {
+      throw new InvalidStoredEvent(
+        seq,
+        subject,
+        `event ${stored.event.eventId} (${stored.event.type}) is refused: ${refused.reason}`,
+        refused.problem,
+      );
+    }
   }
   if (stored.event.prevInBatch !== undefined) stored.event = { ...stored.event, prevSeq: link };
   return stored;
@@ -364,6 +403,10 @@ export class EventLog {
 
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
+  /** The keys this log signs appends with, by owner (signing.ts; empty: appends go unsigned). */
+  readonly signers = new Map<Owner, EventSigner>();
+  /** The deployment's public keys, when configured: every read refuses a message without its owner's signature ({@link verifyStored}). */
+  signatures: SignatureVerifier | null = null;
   /** What this process's whole-Run partition consumers deliver, for the folds it keeps (deliveries.ts). */
   readonly deliveries = new DeliveryFeed();
   /** True when the stream has more than one replica: reads go to its leader ({@link readMessage}). */
@@ -412,6 +455,15 @@ export class EventLog {
     let nc: NatsConnection;
     // a bad NATS_CA_FILE stops here, naming the setting (not as a TLS error on a later reconnection)
     const tls = natsTlsOptions(opts.natsUrl, opts.caFile);
+    // so do bad signing keys (RUNPLANE_SIGNING_KEY_FILE, RUNPLANE_SIGNING_PUBLIC_KEYS_FILE)
+    const signers = Object.entries(opts.signingKeyFiles ?? {}).map(([owner, file]) => readSigningKey(owner as Owner, file));
+    const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
+    for (const signer of signers) {
+      if (signatures && !signatures.keys.get(signer.owner)?.has(signer.keyId))
+        throw new Error(
+          `RUNPLANE_SIGNING_KEY_FILE=${opts.signingKeyFiles![signer.owner]}: its public key (id ${signer.keyId}) is not among ${signer.owner}'s in RUNPLANE_SIGNING_PUBLIC_KEYS_FILE=${opts.publicKeysFile}: every reader would refuse this service's events (publish the public key first)`,
+        );
+    }
     try {
       nc = await connect({
         servers: natsServerList(opts.natsUrl),
@@ -448,6 +500,8 @@ export class EventLog {
         opts.replicas ?? 1,
         opts.atomicBatches ?? 'auto',
       );
+      for (const signer of signers) log.signers.set(signer.owner, signer);
+      log.signatures = signatures;
       if (create) await log.ensureStream();
       else await log.openStream(opts.natsUrl);
       return log;
@@ -485,13 +539,29 @@ export class EventLog {
 
   /**
    * Connects with a parsed bus configuration (contracts `BusConfig`, as a service receives it by
-   * injection): the one way a service or the CLI connects.
-   * @param name the connection name shown by the NATS server (e.g. the service name).
+   * injection): the one way a service or the CLI connects. A service (`name` an owner) signs its
+   * appends with `RUNPLANE_SIGNING_KEY_FILE`; any process with `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE`
+   * refuses what is not signed by its owner (signing.ts).
+   * @param name the connection name shown by the NATS server (e.g. the service name; an owner's name signs as that owner).
    * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
    *   {@link connect}: auditors' tools, K11).
-   * @throws as {@link connect}.
+   * @throws as {@link connect}; Error naming `RUNPLANE_SIGNING_KEY_FILE` when it is set for a
+   *   process that owns no facts, or missing for an owner whose readers hold public keys.
    */
   static fromConfig(name: string, bus: BusConfig, opts: { readOnly?: boolean } = {}): Promise<EventLog> {
+    const owner = Owner.safeParse(name);
+    if (bus.RUNPLANE_SIGNING_KEY_FILE && !owner.success) {
+      return Promise.reject(
+        new Error(`RUNPLANE_SIGNING_KEY_FILE is set for ${name}, which owns no facts (${Owner.options.join(', ')} sign): unset it for this process`),
+      );
+    }
+    if (owner.success && !opts.readOnly && bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE && !bus.RUNPLANE_SIGNING_KEY_FILE) {
+      return Promise.reject(
+        new Error(
+          `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE is set but RUNPLANE_SIGNING_KEY_FILE is not: every reader would refuse ${name}'s unsigned events (mount ${name}'s signing key)`,
+        ),
+      );
+    }
     return EventLog.connect({
       natsUrl: bus.NATS_URL,
       stream: bus.RUNPLANE_STREAM,
@@ -502,6 +572,9 @@ export class EventLog {
       replicas: bus.RUNPLANE_NATS_REPLICAS,
       ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD } : {}),
       ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
+      ...(bus.RUNPLANE_SIGNING_KEY_FILE && owner.success ? { signingKeyFiles: { [owner.data]: bus.RUNPLANE_SIGNING_KEY_FILE } } : {}),
+      ...(bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? { publicKeysFile: bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE } : {}),
+      signaturesRequiredFromSeq: bus.RUNPLANE_SIGNING_REQUIRED_FROM_SEQ,
       ...(opts.readOnly ? { create: false } : {}),
     });
   }
@@ -664,6 +737,25 @@ export class EventLog {
     await this.jsm.streams.delete(this.space.stream).catch(() => undefined);
   }
 
+  /** The key this log signs `event` with: its type's owner's, when this log holds it. */
+  private signer(event: RunEvent): EventSigner | undefined {
+    return this.signers.get(EventCatalog[event.type].owner);
+  }
+
+  /**
+   * The headers of a single append: the signature of the event's owner (signing.ts) over the
+   * subject, event id and `body`, and the trace context; undefined when this log holds no key for
+   * the owner (the caller then sends the trace headers alone).
+   */
+  private signedHeaders(subject: string, event: RunEvent, body: string): MsgHdrs | undefined {
+    const signer = this.signer(event);
+    if (!signer) return undefined;
+    const h = natsHeaders();
+    for (const [name, value] of signatureHeaders(signer, subject, event.eventId, body)) h.set(name, value);
+    injectTraceContext(h);
+    return h;
+  }
+
   subjectOf(event: RunEvent): string {
     return runSubject(this.space, event.runId, subjectTokenOf(event));
   }
@@ -717,7 +809,8 @@ export class EventLog {
     if (maxPayload && bytes > maxPayload) {
       throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
     }
-    const trace = traceHeaders();
+    // signed once: every retry sends the same bytes with the same signature (de-duplication holds)
+    const headers = this.signedHeaders(subject, event, body) ?? traceHeaders();
     let attempts = 0;
     const appended = retry(
       'transientAppend',
@@ -728,7 +821,7 @@ export class EventLog {
           ack = await this.js.publish(subject, body, {
             msgID: event.eventId,
             expect: { lastSubjectSequence: expectedLastSubjectSeq },
-            ...(trace ? { headers: trace } : {}),
+            ...(headers ? { headers } : {}),
           });
         } catch (e) {
           if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
@@ -902,7 +995,17 @@ export class EventLog {
           `${item.event.type} ${item.event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`,
         );
       }
-      return { subject, stamped, body, prevInBatch: before, expected: before === undefined ? item.expectedLastSubjectSeq! : undefined };
+      // signed once per planned event: a retried batch sends the same bytes and signatures
+      const signer = this.signer(stamped);
+      const signature = signer ? signatureHeaders(signer, subject, stamped.eventId, body) : [];
+      return {
+        subject,
+        stamped,
+        body,
+        signature,
+        prevInBatch: before,
+        expected: before === undefined ? item.expectedLastSubjectSeq! : undefined,
+      };
     });
     const n = planned.length;
     const conflictAt = planned[0]!;
@@ -1010,8 +1113,13 @@ export class EventLog {
   }
 
   /** The headers of the `position`-th message of an atomic batch: batch id and position, the event id, and the subject expectation on a subject's first event. */
-  private batchHeaders(batchId: string, position: number, planned: { stamped: RunEvent; expected: number | undefined }) {
+  private batchHeaders(
+    batchId: string,
+    position: number,
+    planned: { stamped: RunEvent; expected: number | undefined; signature: readonly [string, string][] },
+  ) {
     const h = natsHeaders();
+    for (const [name, value] of planned.signature) h.set(name, value);
     h.set(BATCH_ID, batchId);
     h.set(BATCH_SEQUENCE, String(position));
     h.set('Nats-Msg-Id', planned.stamped.eventId);
@@ -1036,7 +1144,7 @@ export class EventLog {
       if (!m || m.subject !== planned[k]!.subject || m.header?.get(BATCH_SEQUENCE) !== String(k + 1)) return null;
       let stored: StoredEvent;
       try {
-        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions);
+        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions, this.signatures);
       } catch {
         return null;
       }
@@ -1073,7 +1181,7 @@ export class EventLog {
     const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
-      const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
+      const stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures);
       const e = stored.event;
       return e.eventId === eventId && e.prevSeq === prevSeq && e.writer?.instance === this.writer.instance ? stored : null;
     } catch {
@@ -1096,7 +1204,7 @@ export class EventLog {
    */
   private factOrSkipped(seq: number, subject: string, data: Uint8Array, headers: StoredHeaders | undefined): StoredEvent | null {
     try {
-      return verifyStored(seq, subject, data, headers, this.space.partitions);
+      return verifyStored(seq, subject, data, headers, this.space.partitions, this.signatures);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.onInvalid(e);
@@ -1110,7 +1218,7 @@ export class EventLog {
     const msg = await this.readMessage({ last_by_subj: subject });
     if (!msg) return null;
     try {
-      return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions);
+      return verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       // the subject's last message is not a fact (garbage, a forgery): the last event on it is
@@ -1203,7 +1311,7 @@ export class EventLog {
       if (m.subject !== subject) return null;
       let stored: StoredEvent;
       try {
-        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions);
+        stored = verifyStored(m.seq, m.subject, m.data, m.header, this.space.partitions, this.signatures);
       } catch (e) {
         if (!(e instanceof InvalidStoredEvent)) throw e;
         return null; // the scan that follows reads (and reports) it

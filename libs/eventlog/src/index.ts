@@ -10,6 +10,7 @@ export * from './heartbeats.js';
 export * from './bus.js';
 export * from './inbox.js';
 export * from './tls.js';
+export * from './signing.js';
 export * from './anomalies.js';
 export * from './conversations.js';
 export * from './quota-reservations.js';
