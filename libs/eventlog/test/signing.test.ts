@@ -28,7 +28,7 @@ import {
   runSubject,
   verifyStored,
 } from '@runplane/eventlog';
-import { describeEachNatsServer, natsServersUnderTest } from '../../../test/support/nats-server.js';
+import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS, suiteNatsEnv } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
 
 const servers = await natsServersUnderTest();
@@ -131,6 +131,7 @@ describeEachNatsServer(servers, (server) => {
 
   beforeAll(async () => {
     admissionLog = await EventLog.connect({
+      ...SUITE_NATS,
       natsUrl: server.url,
       stream,
       prefix,
@@ -140,6 +141,7 @@ describeEachNatsServer(servers, (server) => {
       appendRetryMs: 5_000,
     });
     runtimeLog = await EventLog.connect({
+      ...SUITE_NATS,
       natsUrl: server.url,
       stream,
       prefix,
@@ -149,7 +151,7 @@ describeEachNatsServer(servers, (server) => {
       appendRetryMs: 5_000,
       atomicBatches: 'always',
     });
-    reader = await EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'reader', publicKeysFile, create: false });
+    reader = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix, name: 'reader', publicKeysFile, create: false });
     reader.onInvalid = (e) => refused.push(e);
   });
   afterAll(async () => {
@@ -238,6 +240,7 @@ describeEachNatsServer(servers, (server) => {
   it('given a key rotation (two admission keys published), then events signed with either key are accepted', async () => {
     const runId = `r3${tag}`;
     const next = await EventLog.connect({
+      ...SUITE_NATS,
       natsUrl: server.url,
       stream,
       prefix,
@@ -328,7 +331,7 @@ describeEachNatsServer(servers, (server) => {
   });
 
   it('refuses at start-up a signing key on a process that owns no facts, and public keys without the service’s own key', async () => {
-    const env = { NATS_URL: server.url, RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix };
+    const env = { ...suiteNatsEnv(server.url), RUNPLANE_STREAM: stream, RUNPLANE_SUBJECT_PREFIX: prefix };
     await expect(EventLog.fromEnv('projector', { ...env, RUNPLANE_SIGNING_KEY_FILE: admission.file })).rejects.toThrow(
       /RUNPLANE_SIGNING_KEY_FILE is set for projector, which owns no facts/,
     );
@@ -350,7 +353,15 @@ describeEachNatsServer(servers, (server) => {
 
   it('refuses at start-up a signing key whose public key is not published, naming both settings', async () => {
     await expect(
-      EventLog.connect({ natsUrl: server.url, stream, prefix, name: 'admission', signingKeyFiles: { admission: stranger.file }, publicKeysFile }),
+      EventLog.connect({
+        ...SUITE_NATS,
+        natsUrl: server.url,
+        stream,
+        prefix,
+        name: 'admission',
+        signingKeyFiles: { admission: stranger.file },
+        publicKeysFile,
+      }),
     ).rejects.toThrow(/RUNPLANE_SIGNING_KEY_FILE=.*stranger\.pem: its public key .* is not among admission's in RUNPLANE_SIGNING_PUBLIC_KEYS_FILE/);
   });
 });
