@@ -80,6 +80,18 @@ export const BusConfig = z.object({
    * (docs/operations.md "Event signing keys").
    */
   RUNPLANE_SIGNING_REQUIRED_FROM_SEQ: envInt(1, 1),
+  /**
+   * Whether a service verifies the signature of every event it reads (default `true`, with
+   * `RUNPLANE_SIGNING_PUBLIC_KEYS_FILE` set). `false`: the service still signs what it appends
+   * and checks its own key against the public keys at start-up, but acts on what the broker's
+   * per-service users let through without verifying signatures (about 10-25 ms of CPU per W1 Run
+   * across the services, docs/performance.md); `runplane audit` and `@runplane/consumer` verify
+   * whatever this says. What that gives up: docs/guarantees.md.
+   */
+  RUNPLANE_SIGNING_VERIFY: z
+    .enum(['true', 'false', ''])
+    .optional()
+    .transform((v) => v !== 'false'),
   /** JetStream stream holding every Run's subjects. */
   RUNPLANE_STREAM: z
     .string()

@@ -65,6 +65,12 @@ export interface EventLogOptions {
   /** The first stream sequence whose events must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`, default 1; signing.ts `SignatureVerifier`). */
   signaturesRequiredFromSeq?: number;
   /**
+   * Verify the signatures of what is read (default true; `RUNPLANE_SIGNING_VERIFY`). False: the
+   * public keys only check this process's own signing key at connect, and reads accept what the
+   * broker stored, signed or not.
+   */
+  verifySignatures?: boolean;
+  /**
    * How long an append whose outcome is unknown (publish timed out, NATS restarting) is retried
    * with the same event id before the error propagates, in ms (default 30,000).
    */
@@ -501,7 +507,7 @@ export class EventLog {
         opts.atomicBatches ?? 'auto',
       );
       for (const signer of signers) log.signers.set(signer.owner, signer);
-      log.signatures = signatures;
+      log.signatures = (opts.verifySignatures ?? true) ? signatures : null;
       if (create) await log.ensureStream();
       else await log.openStream(opts.natsUrl);
       return log;
@@ -575,6 +581,8 @@ export class EventLog {
       ...(bus.RUNPLANE_SIGNING_KEY_FILE && owner.success ? { signingKeyFiles: { [owner.data]: bus.RUNPLANE_SIGNING_KEY_FILE } } : {}),
       ...(bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? { publicKeysFile: bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE } : {}),
       signaturesRequiredFromSeq: bus.RUNPLANE_SIGNING_REQUIRED_FROM_SEQ,
+      // a service may leave verifying to the auditors and downstream consumers; a read-only tool (audit) always verifies
+      verifySignatures: opts.readOnly ? true : bus.RUNPLANE_SIGNING_VERIFY,
       ...(opts.readOnly ? { create: false } : {}),
     });
   }

@@ -351,6 +351,33 @@ describeEachNatsServer(servers, (server) => {
     }
   });
 
+  it('given RUNPLANE_SIGNING_VERIFY=false, a service still signs and checks its own key, but reads an unsigned event as stored; a read-only reader (the audit) refuses it all the same', async () => {
+    const runId = `r5unsigned${tag}`;
+    await publishWith(runId, admittedEvent(runId), 'admission', () => undefined);
+    const env = {
+      ...suiteNatsEnv(server.url),
+      RUNPLANE_STREAM: stream,
+      RUNPLANE_SUBJECT_PREFIX: prefix,
+      RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: publicKeysFile,
+    };
+    const trusting = await EventLog.fromEnv('runtime', { ...env, RUNPLANE_SIGNING_KEY_FILE: runtime.file, RUNPLANE_SIGNING_VERIFY: 'false' });
+    const auditor = await EventLog.fromEnv('ops', { ...env, RUNPLANE_SIGNING_VERIFY: 'false' }, { readOnly: true });
+    try {
+      expect(trusting.signatures).toBeNull();
+      expect([...trusting.signers.keys()]).toEqual(['runtime']);
+      expect((await trusting.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted']);
+      auditor.onInvalid = () => undefined;
+      expect(await auditor.readRun(runId)).toEqual([]);
+    } finally {
+      await trusting.close();
+      await auditor.close();
+    }
+    // its own key is still checked against the public keys at start-up
+    await expect(
+      EventLog.fromEnv('admission', { ...env, RUNPLANE_SIGNING_KEY_FILE: stranger.file, RUNPLANE_SIGNING_VERIFY: 'false' }),
+    ).rejects.toThrow(/is not among admission's in RUNPLANE_SIGNING_PUBLIC_KEYS_FILE/);
+  });
+
   it('refuses at start-up a signing key whose public key is not published, naming both settings', async () => {
     await expect(
       EventLog.connect({
