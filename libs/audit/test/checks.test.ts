@@ -566,6 +566,16 @@ describe('audit K11: the log whole and verified', () => {
       { id: 'subject-chains', seqs: [answerSeq] },
     ]);
   });
+  it('a copy of a stored event, stored again later on its subject (a replay), is reported at the copy', () => {
+    const events = cleanRun().events;
+    const published = events.find((e) => e.event.type === 'answer.published')!;
+    const lastSeq = events[events.length - 1]!.seq;
+    const copy: StoredEvent = { ...published, seq: lastSeq + 1, event: { ...published.event } };
+    const report = auditRuns({ runs: new Map([['run-1', [...events, copy]]]) });
+    expect(broken(report)).toEqual([{ id: 'stored-verified', seqs: [lastSeq + 1] }]);
+    expect(report.runs[0]!.checks.find((c) => c.id === 'stored-verified')!.violations[0]!.message).toMatch(/a copy of event .* stored again/);
+  });
+
   it('a message on the Run that is not a verified event is reported', () => {
     const report = auditRuns({
       runs: new Map([['run-1', cleanRun().events]]),

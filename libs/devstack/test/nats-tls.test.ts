@@ -96,7 +96,7 @@ describe('a local stack with TLS on', () => {
   it("refuses a client whose CA is another one (a server that is not the deployment's is not trusted)", async () => {
     const other = await createDevNatsTls(join(dir, 'other-ca'));
     await expect(EventLog.connect({ natsUrl: nats.url, ...space, name: 'other-ca', ...admin, caFile: other.caFile })).rejects.toThrow(
-      /cannot connect to NATS at .*certificate/i,
+      /cannot connect to NATS at .*certificate.*\(NATS_CA_FILE=.*other-ca.*: set it to the CA that signed the server's certificate\)/i,
     );
   });
 

@@ -488,8 +488,14 @@ export class EventLog {
         ...tls,
       });
     } catch (e) {
-      // every caller (a service's start-up, an auditor's tool) is told which server it could not use
-      throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${String((e as Error)?.message ?? e)}`, {
+      // every caller (a service's start-up, an auditor's tool) is told which server it could not use,
+      // and, when the server's certificate was not trusted, which setting names the CA
+      const message = String((e as Error)?.message ?? e);
+      const untrusted = /certificate|self[- ]signed|unable to verify/i.test(message);
+      const hint = untrusted
+        ? ` (NATS_CA_FILE${opts.caFile ? `=${opts.caFile}` : ' is not set'}: set it to the CA that signed the server's certificate)`
+        : '';
+      throw new Error(`cannot connect to NATS at ${opts.natsUrl}${opts.user ? ` as ${opts.user}` : ''}: ${message}${hint}`, {
         cause: e,
       });
     }

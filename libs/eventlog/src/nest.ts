@@ -33,6 +33,11 @@ export class EventLogModule implements OnApplicationShutdown {
           useFactory: async (bus: BusConfig) => {
             const log = await EventLog.fromConfig(serviceName, bus);
             const logger = new Logger('EventLog');
+            if (bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE && !log.signatures)
+              logger.warn(
+                { setting: 'RUNPLANE_SIGNING_VERIFY' },
+                'signature verification is OFF: this service acts on what the broker stored without verifying its signature (docs/guarantees.md)',
+              );
             log.onInvalid = (e) => {
               const anomaly = e.anomaly;
               logger.warn(
