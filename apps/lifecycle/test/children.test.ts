@@ -78,19 +78,8 @@ describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)
   });
 
   it('given a parent canceled while its child runs, when its execution is fenced, then the settlement names the child still running, for admission to cancel without reading the parent', () => {
-    const canceledAndFenced = (h: History) => {
-      h.add('run.cancel.requested', 'cancel', { requestedBy: 'u1', reason: 'no longer needed' });
-      for (const fencedSubject of ['runtime', 'tools'] as const)
-        h.add('run.fenced', `fence/1/${fencedSubject}`, {
-          fencedSubject,
-          epoch: 1,
-          holder: { service: 'runtime', instance: 'i-1' },
-          reason: 'canceled',
-          detail: 'the user canceled the Run',
-          uncertain: [],
-        });
-      return h;
-    };
+    const canceledAndFenced = (h: History) =>
+      h.add('run.cancel.requested', 'cancel', { requestedBy: 'u1', reason: 'no longer needed' }).fenced('canceled');
     lifecycle
       .given(canceledAndFenced(parent()))
       .when({ type: 'Wake' })
