@@ -66,18 +66,26 @@ export interface PrincipalRunUsage {
  * from the log gives the same counts (K11); the counts follow the log by the projector's lag.
  */
 export async function quotaUsageOf(orm: MikroORM, principal: string | null, since: Date): Promise<PrincipalRunUsage> {
-  const em = orm.em.fork();
+  // One statement, so one snapshot: counted apart, the projector could commit a Run between the
+  // count of unsettled Runs and the list of recent ones, and admission would then take that Run as
+  // shown (dropping its reservation) while it was not counted as running: a burst admitted two
+  // Runs under a concurrent-runs quota of one.
   const own: FilterQuery<RunEntity> = { principal, $not: { clientMessageId: { $like: 'child.%' } } };
-  const [activeRuns, recent, waiting] = await Promise.all([
-    em.count(RunEntity, { $and: [own, { status: { $ne: 'settled' } }] }),
-    em.find(RunEntity, { $and: [own, { admittedAt: { $gt: since } }] }, { fields: ['runId', 'admittedAt'], orderBy: { admittedAt: 'asc' } }),
-    em.find(RunEntity, { $and: [own, { status: 'awaiting_human' }] }, { fields: ['runId', 'deadlineAt'] }),
-  ]);
+  const rows = await orm.em
+    .fork()
+    .find(
+      RunEntity,
+      { $and: [own, { $or: [{ status: { $ne: 'settled' } }, { admittedAt: { $gt: since } }] }] },
+      { fields: ['runId', 'admittedAt', 'status', 'deadlineAt'], orderBy: { admittedAt: 'asc', runId: 'asc' } },
+    );
+  const recent = rows.filter((r) => new Date(r.admittedAt).getTime() > since.getTime());
   return {
-    activeRuns,
+    activeRuns: rows.filter((r) => r.status !== 'settled').length,
     admittedSince: recent.map((r) => new Date(r.admittedAt).toISOString()),
     admittedSinceRunIds: recent.map((r) => r.runId),
-    awaitingHuman: waiting.map((r) => ({ deadlineAt: r.deadlineAt ? new Date(r.deadlineAt).toISOString() : null })),
+    awaitingHuman: rows
+      .filter((r) => r.status === 'awaiting_human')
+      .map((r) => ({ deadlineAt: r.deadlineAt ? new Date(r.deadlineAt).toISOString() : null })),
   };
 }
 

@@ -151,6 +151,41 @@ describe('quotaUsageOf', () => {
   });
 });
 
+describe('quotaUsageOf while the projector writes', () => {
+  it("given erin's Runs projected one by one while her usage is read again and again, then every read counts each of her unsettled Runs it lists as active (one snapshot: admission drops the reservation of a listed Run)", async () => {
+    const total = 120;
+    const writers = 4;
+    let writing = writers;
+    // four writers in parallel, as a projector's batch and other replicas commit
+    const writes = Promise.all(
+      Array.from({ length: writers }, async (_, w) => {
+        try {
+          const events = Array.from({ length: total / writers }, (_, i) => admitted(id(`e${w}-${i}`), 'erin', 100 + i));
+          for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
+        } finally {
+          writing--;
+        }
+      }),
+    );
+    const torn: string[] = [];
+    let reads = 0;
+    const reader = async () => {
+      while (writing > 0) {
+        const usage = await quotaUsageOf(orm, 'erin', at(-1));
+        reads++;
+        // none of erin's Runs settles: each listed one must be one of activeRuns
+        if (usage.activeRuns !== usage.admittedSinceRunIds.length)
+          torn.push(`${usage.activeRuns} active, ${usage.admittedSinceRunIds.length} listed`);
+      }
+    };
+    await Promise.all([reader(), reader(), reader(), reader()]);
+    await writes;
+    expect(reads).toBeGreaterThan(0);
+    expect(torn).toEqual([]);
+    expect((await quotaUsageOf(orm, 'erin', at(-1))).activeRuns).toBe(total);
+  });
+});
+
 describe('costChargesOf', () => {
   it("given alice's priced Runs (a1 measured, its child c1 measured, a2 in flight) and an unpriced one, then each with the most it costs, oldest first", async () => {
     expect(await costChargesOf(orm, 'alice', at(-1))).toEqual([
