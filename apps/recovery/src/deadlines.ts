@@ -5,8 +5,7 @@
  * finished or settled), so a restarted recovery still knows every Run it has to stop. The bucket
  * is coordination only: the facts (the admission with its limits, the fence) are in the Run's log.
  */
-import type { KV, KvEntry } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { KvEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import type { EventLog } from '@runplane/eventlog';
 import { kvJson, KvStore } from '@runplane/kit';
@@ -22,10 +21,6 @@ export interface DeadlineEntry {
 
 /** The deadlines bucket ({@link KvStore}). */
 export class DeadlineStore extends KvStore<DeadlineValue> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, DeadlineValue);
-  }
-
   /** The bucket name for a log's subject space: `<prefix>_deadlines`. */
   static bucketFor(log: Pick<EventLog, 'space'>): string {
     return `${log.space.prefix}_deadlines`;
@@ -33,8 +28,7 @@ export class DeadlineStore extends KvStore<DeadlineValue> {
 
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<DeadlineStore> {
-    const bucket = DeadlineStore.bucketFor(log);
-    return new DeadlineStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
+    return new DeadlineStore(await KvStore.openBucket(log.nc, DeadlineStore.bucketFor(log)), DeadlineValue);
   }
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a deadline. */

@@ -6,10 +6,8 @@
  * claim expired, `update` on the revision read), renewed with `update(key, value, revision)` while
  * the call executes, and deleted once the call has its receipt.
  */
-import type { KV } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { RECONNECT_GRACE_MS, type EventLog } from '@runplane/eventlog';
-import { AbortError, KvStore, retry } from '@runplane/kit';
+import { AbortError, type KvBucket, KvStore, retry } from '@runplane/kit';
 import { z } from 'zod';
 import type { ToolClaim } from './decide.js';
 
@@ -55,14 +53,12 @@ export class ClaimStore extends KvStore<ClaimValue> {
   private connectedAt = Date.now();
 
   private constructor(
-    nc: NatsConnection,
-    kv: KV,
-    bucket: string,
+    at: KvBucket,
     /** This process's instance id (the holder named in its claims). */
     readonly holder: string,
     private readonly ttlMs: number,
   ) {
-    super(nc, kv, bucket, ClaimValue);
+    super(at, ClaimValue);
   }
 
   /** The bucket name for a log's subject space: `<prefix>_claims`. */
@@ -72,8 +68,7 @@ export class ClaimStore extends KvStore<ClaimValue> {
 
   /** Opens (creating when missing) the claims bucket of `log`'s subject space. */
   static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
-    const bucket = ClaimStore.bucketFor(log);
-    const store = new ClaimStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket, log.writer.instance, ttlMs);
+    const store = new ClaimStore(await KvStore.openBucket(log.nc, ClaimStore.bucketFor(log)), log.writer.instance, ttlMs);
     void (async () => {
       for await (const st of log.nc.status()) if (st.type === 'reconnect') store.connectedAt = Date.now();
     })().catch(() => undefined);

@@ -12,8 +12,6 @@
  * entry); meanwhile later Runs' `conversationHistory` does not list it, and a clarification
  * answer admitted in that window cannot be found by its clientMessageId (docs/architecture.md).
  */
-import type { KV } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
@@ -37,14 +35,9 @@ type IndexValue = z.infer<typeof IndexValue>;
 
 /** The per-Conversation list of admitted Runs (see the file comment for its crash window). */
 export class ConversationIndex extends KvStore<IndexValue> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, IndexValue);
-  }
-
   /** Opens (creating if missing and allowed) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<ConversationIndex> {
-    const bucket = bucketName(log.space, 'conversations');
-    return new ConversationIndex(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
+    return new ConversationIndex(await KvStore.openBucket(log.nc, bucketName(log.space, 'conversations')), IndexValue);
   }
 
   /** The Conversation's Runs, oldest first, and the entry's revision (0: no entry; an entry that is not an index reads as empty). */

@@ -12,8 +12,7 @@
  */
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
-import type { KV, KvEntry } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { KvEntry } from '@nats-io/kv';
 import { kvJson, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
@@ -47,14 +46,9 @@ export const heartbeatBucketFor = (space: { prefix: string }): string => `${spac
 
 /** The heartbeats bucket, for readers (recovery) and the beating worker. */
 export class HeartbeatStore extends KvStore<HeartbeatValue> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, HeartbeatValue);
-  }
-
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: Pick<EventLog, 'nc' | 'space'>): Promise<HeartbeatStore> {
-    const bucket = heartbeatBucketFor(log.space);
-    return new HeartbeatStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
+    return new HeartbeatStore(await KvStore.openBucket(log.nc, heartbeatBucketFor(log.space)), HeartbeatValue);
   }
 
   /** Parses a bucket entry; null for a deleted key (a process that stopped) or a value that is not a heartbeat of its key. */

@@ -10,8 +10,7 @@
  * facts (grant, fence) are events in the Run's log, and the fence is what stops a stale holder's
  * writes (docs/recovery.md).
  */
-import type { KV, KvEntry } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { KvEntry } from '@nats-io/kv';
 import { kvJson, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
@@ -71,10 +70,6 @@ export type AcquireRefusal = { held: false; by: LeaseEntry };
 
 /** The leases bucket: every write a compare-and-set ({@link KvStore}). */
 export class LeaseStore extends KvStore<LeaseValue> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, LeaseValue);
-  }
-
   /** The bucket name for a log's subject space: `<prefix>_leases`. */
   static bucketFor(log: Pick<EventLog, 'space'>): string {
     return `${log.space.prefix}_leases`;
@@ -82,8 +77,7 @@ export class LeaseStore extends KvStore<LeaseValue> {
 
   /** Opens (creating if missing) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<LeaseStore> {
-    const bucket = LeaseStore.bucketFor(log);
-    return new LeaseStore(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
+    return new LeaseStore(await KvStore.openBucket(log.nc, LeaseStore.bucketFor(log)), LeaseValue);
   }
 
   /** Parses a bucket entry; null for a deleted key or a value that is not a lease. */

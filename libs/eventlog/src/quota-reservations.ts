@@ -15,8 +15,6 @@
  * projections plus these reservations (docs/configuration.md, "Quotas").
  */
 import { createHash } from 'node:crypto';
-import type { KV } from '@nats-io/kv';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { isRevisionMismatch, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import { bucketName } from './bus.js';
@@ -56,14 +54,9 @@ export const principalKey = (principal: string | null): string =>
 
 /** The per-principal reservations (see the file comment). */
 export class QuotaReservations extends KvStore<EntryValue> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, EntryValue);
-  }
-
   /** Opens (creating if missing and allowed) the bucket of `log`'s subject space. */
   static async open(log: EventLog): Promise<QuotaReservations> {
-    const bucket = bucketName(log.space, 'quotas');
-    return new QuotaReservations(log.nc, await KvStore.openBucket(log.nc, bucket), bucket);
+    return new QuotaReservations(await KvStore.openBucket(log.nc, bucketName(log.space, 'quotas')), EntryValue);
   }
 
   /** The principal's reservations (an unreadable entry reads as none, and is overwritten by the next write). */

@@ -77,6 +77,13 @@ export interface KvWatch {
   stop(): void;
 }
 
+/** An open KV bucket ({@link KvStore.openBucket}): the connection, the bucket's handle and its name. */
+export interface KvBucket {
+  nc: NatsConnection;
+  kv: KV;
+  bucket: string;
+}
+
 /**
  * A KV bucket of JSON values of one zod schema. Subclasses add the store's own operations (a
  * lease's renew, a claim's take) over these; `kv` stays public for what the base does not cover.
@@ -84,16 +91,23 @@ export interface KvWatch {
  * `revision`, or exists for `create`) is a JetStream API error ("wrong last sequence", 10071).
  */
 export class KvStore<T> {
+  readonly nc: NatsConnection;
+  readonly kv: KV;
+  readonly bucket: string;
+
+  /** A store over `at` (from {@link KvStore.openBucket}) whose values `schema` reads. */
   protected constructor(
-    readonly nc: NatsConnection,
-    readonly kv: KV,
-    readonly bucket: string,
+    at: KvBucket,
     readonly schema: z.ZodType<T>,
-  ) {}
+  ) {
+    this.nc = at.nc;
+    this.kv = at.kv;
+    this.bucket = at.bucket;
+  }
 
   /** Opens the bucket `bucket` on `nc`, creating it (history 1) when missing. */
-  static async openBucket(nc: NatsConnection, bucket: string): Promise<KV> {
-    return new Kvm(nc).create(bucket, { history: 1 });
+  static async openBucket(nc: NatsConnection, bucket: string): Promise<KvBucket> {
+    return { nc, kv: await new Kvm(nc).create(bucket, { history: 1 }), bucket };
   }
 
   /** A bucket entry's value through the schema; null for a deleted key or a value the schema refuses. */

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import type { KV, KvWatchEntry } from '@nats-io/kv';
+import type { KvWatchEntry } from '@nats-io/kv';
 import { z } from 'zod';
 import { AbortError, isRevisionMismatch, KvStore, retry, retryPolicies } from '@runplane/kit';
 import { currentNatsServerBinary, nextReconnect, suiteNatsOptions, TestNatsServer } from '../../../test/support/nats-server.js';
@@ -16,11 +16,8 @@ type Note = z.infer<typeof Note>;
 
 /** The smallest store on the base: notes `{n}`. */
 class NoteStore extends KvStore<Note> {
-  private constructor(nc: NatsConnection, kv: KV, bucket: string) {
-    super(nc, kv, bucket, Note);
-  }
   static async open(nc: NatsConnection, bucket: string): Promise<NoteStore> {
-    return new NoteStore(nc, await KvStore.openBucket(nc, bucket), bucket);
+    return new NoteStore(await KvStore.openBucket(nc, bucket), Note);
   }
 }
 
