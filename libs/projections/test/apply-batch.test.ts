@@ -13,9 +13,8 @@ import {
   migrateUp,
   type ApplyResult,
 } from '@runplane/projections';
-import { admittedEvent, at, ctxOf, failingRunEvents, interleave, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
+import { adminUrl, admittedEvent, at, ctxOf, failingRunEvents, interleave, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
 
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const orms: MikroORM[] = [];
 const databases: string[] = [];

@@ -1,40 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import { describe, expect, it } from '@jest/globals';
 import { makeEvent, RunView } from '@runplane/contracts';
-import {
-  OrphanEventError,
-  applyStoredEvent,
-  createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
-  dumpProjectionRows,
-  ensureDatabase,
-  getRunView,
-  migrateUp,
-} from '@runplane/projections';
-import { admittedEvent, at, ctxOf, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
+import { OrphanEventError, applyStoredEvent, dumpProjectionRows, getRunView, migrateUp } from '@runplane/projections';
+import { admittedEvent, at, ctxOf, migratedTestDatabase, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
 
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = `rp_test_apply_${uniqueTag()}`;
-let orm: MikroORM;
-
-beforeAll(async () => {
-  await ensureDatabase(adminUrl, dbName);
-  orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
-  await migrateUp(orm);
-});
-afterAll(async () => {
-  await orm?.close();
-  await dropDatabase(adminUrl, dbName);
-});
+const db = migratedTestDatabase('apply');
 
 describe('migrations', () => {
   it('given a migrated database, when migrating again, then nothing is applied (idempotent start-up)', async () => {
-    expect(await migrateUp(orm)).toEqual([]);
+    expect(await migrateUp(db.orm)).toEqual([]);
   });
 
   it('given the migrated tables, then the entities agree with every column (the schema diff only drops what entities do not declare: FKs, checks, indexes)', async () => {
-    const statements = (await orm.schema.getUpdateSchemaSQL({ wrap: false }))
+    const statements = (await db.orm.schema.getUpdateSchemaSQL({ wrap: false }))
       .split(';')
       .map((s) => s.trim())
       .filter(Boolean);
@@ -46,40 +23,40 @@ describe('applyStoredEvent (K11 idempotency)', () => {
   it('given seq 1,2,2,1 of one Run, then applied, applied, skipped, skipped, and the rows after the skips equal the rows before', async () => {
     const runId = `idem-${uniqueTag()}`;
     const [s1, s2] = storedInOrder(researchRunEvents(runId).slice(0, 2), 1);
-    expect((await applyStoredEvent(orm.em, s1!)).status).toBe('applied');
-    expect((await applyStoredEvent(orm.em, s2!)).status).toBe('applied');
-    const afterTwo = await dumpProjectionRows(orm);
-    const again = await applyStoredEvent(orm.em, s2!);
-    const older = await applyStoredEvent(orm.em, s1!);
+    expect((await applyStoredEvent(db.orm.em, s1!)).status).toBe('applied');
+    expect((await applyStoredEvent(db.orm.em, s2!)).status).toBe('applied');
+    const afterTwo = await dumpProjectionRows(db.orm);
+    const again = await applyStoredEvent(db.orm.em, s2!);
+    const older = await applyStoredEvent(db.orm.em, s1!);
     expect([again.status, older.status]).toEqual(['skipped', 'skipped']);
     expect(again.previousLastSeq).toBe(2);
-    expect(await dumpProjectionRows(orm)).toEqual(afterTwo);
-    expect(await getRunView(orm, runId)).toMatchObject({ status: 'running', modelRequests: 1, lastSeq: 2 });
+    expect(await dumpProjectionRows(db.orm)).toEqual(afterTwo);
+    expect(await getRunView(db.orm, runId)).toMatchObject({ status: 'running', modelRequests: 1, lastSeq: 2 });
   });
 
   it('given a Run past a tool receipt, when the receipt and its dispatch are redelivered, then the counters and the tool call row do not change', async () => {
     const runId = `redeliver-${uniqueTag()}`;
     const stored = storedInOrder(researchRunEvents(runId).slice(0, 9), 100);
-    for (const s of stored) expect((await applyStoredEvent(orm.em, s)).status).toBe('applied');
-    const before = await dumpProjectionRows(orm);
-    for (const s of stored.slice(5, 9)) expect((await applyStoredEvent(orm.em, s)).status).toBe('skipped');
-    expect(await dumpProjectionRows(orm)).toEqual(before);
-    expect(await getRunView(orm, runId)).toMatchObject({ toolCalls: 2, modelRequests: 1, lastSeq: 108 });
+    for (const s of stored) expect((await applyStoredEvent(db.orm.em, s)).status).toBe('applied');
+    const before = await dumpProjectionRows(db.orm);
+    for (const s of stored.slice(5, 9)) expect((await applyStoredEvent(db.orm.em, s)).status).toBe('skipped');
+    expect(await dumpProjectionRows(db.orm)).toEqual(before);
+    expect(await getRunView(db.orm, runId)).toMatchObject({ toolCalls: 2, modelRequests: 1, lastSeq: 108 });
   });
 
   it('given two concurrent deliveries of a Run admission, then exactly one applies', async () => {
     const runId = `race-${uniqueTag()}`;
     const [s1] = storedInOrder([admittedEvent(runId)], 500);
-    const results = await Promise.all([applyStoredEvent(orm.em, s1!), applyStoredEvent(orm.em, s1!), applyStoredEvent(orm.em, s1!)]);
+    const results = await Promise.all([applyStoredEvent(db.orm.em, s1!), applyStoredEvent(db.orm.em, s1!), applyStoredEvent(db.orm.em, s1!)]);
     expect(results.map((r) => r.status).sort()).toEqual(['applied', 'skipped', 'skipped']);
   });
 
   it('given no admission, when another event of the Run arrives, then it is refused and nothing is written', async () => {
     const runId = `orphan-${uniqueTag()}`;
-    const before = await dumpProjectionRows(orm);
+    const before = await dumpProjectionRows(db.orm);
     const event = makeEvent('model.turn.requested', ctxOf(runId), 1, { turn: 1, model: 'm' }, at(1));
-    await expect(applyStoredEvent(orm.em, { seq: 900, subject: `t.run.${runId}.runtime`, event })).rejects.toBeInstanceOf(OrphanEventError);
-    expect(await dumpProjectionRows(orm)).toEqual(before);
+    await expect(applyStoredEvent(db.orm.em, { seq: 900, subject: `t.run.${runId}.runtime`, event })).rejects.toBeInstanceOf(OrphanEventError);
+    expect(await dumpProjectionRows(db.orm)).toEqual(before);
   });
 });
 
@@ -87,8 +64,8 @@ describe('getRunView', () => {
   it('given a fully projected Run, then the view is the contracts RunView of the settled Run', async () => {
     const runId = `view-${uniqueTag()}`;
     const stored = storedInOrder(researchRunEvents(runId), 1000);
-    for (const s of stored) await applyStoredEvent(orm.em, s);
-    const view = await getRunView(orm, runId);
+    for (const s of stored) await applyStoredEvent(db.orm.em, s);
+    const view = await getRunView(db.orm, runId);
     expect(RunView.parse(view)).toEqual({
       runId,
       conversationId: `conv-${runId}`,
@@ -126,7 +103,7 @@ describe('getRunView', () => {
       clarificationId: null,
       lastSeq: 1000 + stored.length - 1,
     });
-    const dump = await dumpProjectionRows(orm);
+    const dump = await dumpProjectionRows(db.orm);
     expect(dump.passages.filter((p) => p.run_id === runId).map((p) => [p.passage_id, p.version])).toEqual([
       ['p0', 2],
       ['p1', 1],
@@ -144,6 +121,6 @@ describe('getRunView', () => {
   });
 
   it('given an unknown Run, then null', async () => {
-    expect(await getRunView(orm, 'nothing-here')).toBeNull();
+    expect(await getRunView(db.orm, 'nothing-here')).toBeNull();
   });
 });

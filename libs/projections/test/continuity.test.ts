@@ -1,20 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import { describe, expect, it } from '@jest/globals';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
-import {
-  applyStoredEvents,
-  completeUpTo,
-  continuityOf,
-  createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
-  dumpProjectionRows,
-  ensureDatabase,
-  getRunView,
-  migrateUp,
-  reprojectRun,
-} from '@runplane/projections';
-import { researchRunEvents, uniqueTag } from './fixtures.js';
+import { applyStoredEvents, completeUpTo, continuityOf, dumpProjectionRows, getRunView, reprojectRun } from '@runplane/projections';
+import { migratedTestDatabase, researchRunEvents } from './fixtures.js';
 
 /** Stored events as the log stamps them: consecutive sequences from `from`, each with its subject's back-link (`prevSeq`). */
 function linked(events: RunEvent[], from = 1): StoredEvent[] {
@@ -91,32 +78,21 @@ describe('completeUpTo (pure)', () => {
 });
 
 describe('applyStoredEvents continuity check and reprojectRun (PostgreSQL)', () => {
-  const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-  const dbName = `rp_test_continuity_${uniqueTag()}`;
-  let orm: MikroORM;
-  beforeAll(async () => {
-    await ensureDatabase(adminUrl, dbName);
-    orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
-    await migrateUp(orm);
-  });
-  afterAll(async () => {
-    await orm?.close();
-    await dropDatabase(adminUrl, dbName);
-  });
+  const db = migratedTestDatabase('continuity');
 
   it("given a batch with two events of one subject's chain after rows an earlier batch wrote (a dispatch and its receipt), then both apply to the stored tool call rows", async () => {
     const a = linked(researchRunEvents('chainA'), 201);
-    expect((await applyStoredEvents(orm.em, a.slice(0, 5))).map((r) => r.status)).toEqual(a.slice(0, 5).map(() => 'applied'));
-    const results = await applyStoredEvents(orm.em, a.slice(5, 9)); // dispatched, receipt, dispatched, receipt (tools)
+    expect((await applyStoredEvents(db.orm.em, a.slice(0, 5))).map((r) => r.status)).toEqual(a.slice(0, 5).map(() => 'applied'));
+    const results = await applyStoredEvents(db.orm.em, a.slice(5, 9)); // dispatched, receipt, dispatched, receipt (tools)
     expect(results.map((r) => r.status)).toEqual(['applied', 'applied', 'applied', 'applied']);
-    expect(await getRunView(orm, 'chainA')).toMatchObject({ toolCalls: 2, lastSeq: a[8]!.seq });
+    expect(await getRunView(db.orm, 'chainA')).toMatchObject({ toolCalls: 2, lastSeq: a[8]!.seq });
   });
 
   it('given a Run whose turn 1 completion is missing from a batch, then it and every later event of the Run are a gap (not applied), another Run of the batch is applied, and the checkpoint stays a stream-order prefix', async () => {
     const a = linked(researchRunEvents('gapA'), 1);
     const b = linked(researchRunEvents('gapB'), 101);
     const batch = [...a.slice(0, 2), ...a.slice(3, 6), ...b.slice(0, 3)];
-    const results = await applyStoredEvents(orm.em, batch);
+    const results = await applyStoredEvents(db.orm.em, batch);
     expect(results.map((r) => [r.runId, r.seq, r.status])).toEqual([
       ['gapA', 1, 'applied'],
       ['gapA', 2, 'applied'],
@@ -128,18 +104,18 @@ describe('applyStoredEvents continuity check and reprojectRun (PostgreSQL)', () 
       ['gapB', 103, 'applied'],
     ]);
     expect(results[2]!.gap).toMatchObject({ runId: 'gapA', kind: 'missing-earlier', expectedPrevSeq: 2, seenPrevSeq: 3 });
-    expect(await getRunView(orm, 'gapA')).toMatchObject({ lastSeq: 2, modelRequests: 1 });
-    expect(await getRunView(orm, 'gapB')).toMatchObject({ lastSeq: 103, promptTokens: 120 });
+    expect(await getRunView(db.orm, 'gapA')).toMatchObject({ lastSeq: 2, modelRequests: 1 });
+    expect(await getRunView(db.orm, 'gapB')).toMatchObject({ lastSeq: 103, promptTokens: 120 });
 
     // the repair: the Run re-projected from its log, twice (idempotent), equals applying it in order
-    await reprojectRun(orm.em, 'gapA', a);
-    const once = await dumpProjectionRows(orm);
-    expect(await reprojectRun(orm.em, 'gapA', a)).toEqual(
+    await reprojectRun(db.orm.em, 'gapA', a);
+    const once = await dumpProjectionRows(db.orm);
+    expect(await reprojectRun(db.orm.em, 'gapA', a)).toEqual(
       a.map((s) => ({ status: 'applied', runId: 'gapA', seq: s.seq, previousLastSeq: expect.any(Number) })),
     );
-    expect(await dumpProjectionRows(orm)).toEqual(once);
-    expect(await getRunView(orm, 'gapA')).toMatchObject({ status: 'settled', lastSeq: a.at(-1)!.seq, promptTokens: 240, unknownUsageTurns: 0 });
+    expect(await dumpProjectionRows(db.orm)).toEqual(once);
+    expect(await getRunView(db.orm, 'gapA')).toMatchObject({ status: 'settled', lastSeq: a.at(-1)!.seq, promptTokens: 240, unknownUsageTurns: 0 });
     // and the redelivered events are now repeats
-    expect((await applyStoredEvents(orm.em, a)).every((r) => r.status === 'skipped')).toBe(true);
+    expect((await applyStoredEvents(db.orm.em, a)).every((r) => r.status === 'skipped')).toBe(true);
   });
 });

@@ -4,10 +4,51 @@
  * subject expectation (K6).
  */
 import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll } from '@jest/globals';
+import type { MikroORM } from '@mikro-orm/postgresql';
 import { makeEvent, sha256Hex, type EventContext, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
+import { createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp } from '@runplane/projections';
 
 export const uniqueTag = (): string => randomBytes(4).toString('hex');
+
+/** The PostgreSQL server the tests make their databases on (`PROJECTIONS_TEST_ADMIN_URL`, trust auth). */
+export const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+
+/** A test's own projection database: its name, its URL, and the ORM open on it (from the first `beforeAll` on). */
+export interface TestDatabase {
+  readonly name: string;
+  readonly url: string;
+  readonly orm: MikroORM;
+}
+
+/**
+ * A migrated projection database `rp_test_<label>_<8 hex>` for the enclosing file or `describe`:
+ * created, opened and migrated in a `beforeAll` (registered here, so it runs before the caller's
+ * own), closed and dropped in an `afterAll`.
+ */
+export function migratedTestDatabase(label: string): TestDatabase {
+  const name = `rp_test_${label}_${uniqueTag()}`;
+  const url = databaseUrlWith(adminUrl, name);
+  let orm: MikroORM | undefined;
+  beforeAll(async () => {
+    await ensureDatabase(adminUrl, name);
+    orm = await createProjectionOrm({ databaseUrl: url });
+    await migrateUp(orm);
+  });
+  afterAll(async () => {
+    await orm?.close();
+    await dropDatabase(adminUrl, name);
+  });
+  return {
+    name,
+    url,
+    get orm(): MikroORM {
+      if (!orm) throw new Error(`the test database ${name} is not open yet (read it inside a hook or test)`);
+      return orm;
+    },
+  };
+}
 
 export const ctxOf = (runId: string, conversationId = `conv-${runId}`): EventContext => ({
   runId,

@@ -2,15 +2,12 @@
  * `listRunViews` over real PostgreSQL: one principal's Runs or every Run, newest admission first
  * (ties by run id), a page at a time after a position (keyset), with `more` when Runs follow.
  */
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import { beforeAll, describe, expect, it } from '@jest/globals';
 import { makeEvent, sha256Hex } from '@runplane/contracts';
-import { applyStoredEvent, createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, listRunViews, migrateUp } from '@runplane/projections';
-import { at, ctxOf, storedInOrder, uniqueTag } from './fixtures.js';
+import { applyStoredEvent, listRunViews } from '@runplane/projections';
+import { at, ctxOf, migratedTestDatabase, storedInOrder, uniqueTag } from './fixtures.js';
 
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = `rp_test_list_${uniqueTag()}`;
-let orm: MikroORM;
+const db = migratedTestDatabase('list');
 
 /** A `run.admitted` of `principal` (none: authentication disabled) at `base + seconds`. */
 function admitted(runId: string, principal: string | null, seconds: number) {
@@ -33,9 +30,6 @@ const tag = uniqueTag();
 const id = (name: string) => `${name}-${tag}`;
 
 beforeAll(async () => {
-  await ensureDatabase(adminUrl, dbName);
-  orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
-  await migrateUp(orm);
   const events = [
     admitted(id('a0'), 'alice', 0),
     admitted(id('a1'), 'alice', 1),
@@ -43,21 +37,17 @@ beforeAll(async () => {
     admitted(id('a2'), 'alice', 2),
     admitted(id('n3'), null, 3),
   ];
-  for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
-});
-afterAll(async () => {
-  await orm?.close();
-  await dropDatabase(adminUrl, dbName);
+  for (const s of storedInOrder(events)) await applyStoredEvent(db.orm.em, s);
 });
 
 const ids = (page: { runs: { runId: string }[] }) => page.runs.map((r) => r.runId);
 
 describe('listRunViews', () => {
   it("given alice's three Runs, then pages of two: newest first, then the rest after the last one, nothing of bob's", async () => {
-    const first = await listRunViews(orm, { principal: 'alice', limit: 2, after: null });
+    const first = await listRunViews(db.orm, { principal: 'alice', limit: 2, after: null });
     expect([ids(first), first.more]).toEqual([[id('a2'), id('a1')], true]);
     const last = first.runs[1]!;
-    const second = await listRunViews(orm, { principal: 'alice', limit: 2, after: { admittedAt: last.admittedAt, runId: last.runId } });
+    const second = await listRunViews(db.orm, { principal: 'alice', limit: 2, after: { admittedAt: last.admittedAt, runId: last.runId } });
     expect([ids(second), second.more]).toEqual([[id('a0')], false]);
     // the contract's RunView: who owns it is not part of it
     expect(first.runs[0]).not.toHaveProperty('principal');
@@ -65,14 +55,14 @@ describe('listRunViews', () => {
   });
 
   it('given no principal (an admin), then every Run, ties at one instant ordered by id descending, and a position between them is kept', async () => {
-    const all = await listRunViews(orm, { principal: null, limit: 100, after: null });
+    const all = await listRunViews(db.orm, { principal: null, limit: 100, after: null });
     const tied = [id('a1'), id('b1')].sort().reverse();
     expect(ids(all)).toEqual([id('n3'), id('a2'), ...tied, id('a0')]);
-    const afterFirstTied = await listRunViews(orm, { principal: null, limit: 100, after: { admittedAt: at(1).toISOString(), runId: tied[0]! } });
+    const afterFirstTied = await listRunViews(db.orm, { principal: null, limit: 100, after: { admittedAt: at(1).toISOString(), runId: tied[0]! } });
     expect(ids(afterFirstTied)).toEqual([tied[1], id('a0')]);
   });
 
   it('given a principal without Runs, then an empty page', async () => {
-    expect(await listRunViews(orm, { principal: 'carol', limit: 10, after: null })).toEqual({ runs: [], more: false });
+    expect(await listRunViews(db.orm, { principal: 'carol', limit: 10, after: null })).toEqual({ runs: [], more: false });
   });
 });

@@ -7,9 +7,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp } from '@runplane/projections';
-import { uniqueTag } from './fixtures.js';
-
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
+import { adminUrl, uniqueTag } from './fixtures.js';
 
 describe('migrateUp from several processes at once', () => {
   it('applies each migration once and lets every replica start', async () => {

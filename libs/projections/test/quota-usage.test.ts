@@ -7,25 +7,13 @@
  * the priced Runs admitted after a moment with the most each costs (measured plus the unknown
  * upper bound, a turn in flight at its reservation), child Runs included.
  */
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { MikroORM } from '@mikro-orm/postgresql';
+import { beforeAll, describe, expect, it } from '@jest/globals';
 import { childClientMessageId, makeEvent, sha256Hex, type EventData } from '@runplane/contracts';
-import {
-  applyStoredEvent,
-  costChargesOf,
-  createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
-  ensureDatabase,
-  migrateUp,
-  quotaUsageOf,
-} from '@runplane/projections';
+import { applyStoredEvent, costChargesOf, quotaUsageOf } from '@runplane/projections';
 import { turnCostOf } from '@runplane/run-facts';
-import { at, ctxOf, storedInOrder, uniqueTag } from './fixtures.js';
+import { at, ctxOf, migratedTestDatabase, storedInOrder, uniqueTag } from './fixtures.js';
 
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = `rp_test_quota_${uniqueTag()}`;
-let orm: MikroORM;
+const db = migratedTestDatabase('quota');
 const tag = uniqueTag();
 const id = (name: string) => `${name}-${tag}`;
 
@@ -83,9 +71,6 @@ function turnCompleted(runId: string, seconds: number) {
 }
 
 beforeAll(async () => {
-  await ensureDatabase(adminUrl, dbName);
-  orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
-  await migrateUp(orm);
   const events = [
     admitted(id('a0'), 'alice', 0),
     admitted(id('a1'), 'alice', 10),
@@ -110,16 +95,12 @@ beforeAll(async () => {
     ),
     admitted(id('w2'), 'dave', 42),
   ];
-  for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
-});
-afterAll(async () => {
-  await orm?.close();
-  await dropDatabase(adminUrl, dbName);
+  for (const s of storedInOrder(events)) await applyStoredEvent(db.orm.em, s);
 });
 
 describe('quotaUsageOf', () => {
   it("given alice's three Runs (one settled) and a child Run, then two are active and the child is not counted", async () => {
-    const usage = await quotaUsageOf(orm, 'alice', at(-1));
+    const usage = await quotaUsageOf(db.orm, 'alice', at(-1));
     expect(usage).toEqual({
       activeRuns: 2,
       admittedSince: [at(0), at(10), at(20)].map((d) => d.toISOString()),
@@ -129,25 +110,25 @@ describe('quotaUsageOf', () => {
   });
 
   it("given dave's Run parked on a question to a human and another executing, then both are active and the parked one is listed with its deadline", async () => {
-    const usage = await quotaUsageOf(orm, 'dave', at(-1));
+    const usage = await quotaUsageOf(db.orm, 'dave', at(-1));
     expect(usage.activeRuns).toBe(2);
     expect(usage.awaitingHuman).toEqual([{ deadlineAt: at(900).toISOString() }]);
   });
 
   it('given a window start, then only the Runs admitted after it, oldest first', async () => {
-    expect((await quotaUsageOf(orm, 'alice', at(10))).admittedSince).toEqual([at(20).toISOString()]);
+    expect((await quotaUsageOf(db.orm, 'alice', at(10))).admittedSince).toEqual([at(20).toISOString()]);
   });
 
   it('given another principal, or none (authentication disabled), then only its own Runs', async () => {
-    expect(await quotaUsageOf(orm, 'bob', at(-1))).toEqual({
+    expect(await quotaUsageOf(db.orm, 'bob', at(-1))).toEqual({
       activeRuns: 1,
       admittedSince: [at(15).toISOString()],
       admittedSinceRunIds: [id('b1')],
       awaitingHuman: [],
     });
-    expect((await quotaUsageOf(orm, null, at(-1))).admittedSince).toEqual([at(16).toISOString()]);
-    expect((await quotaUsageOf(orm, null, at(-1))).activeRuns).toBe(1);
-    expect(await quotaUsageOf(orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [], admittedSinceRunIds: [], awaitingHuman: [] });
+    expect((await quotaUsageOf(db.orm, null, at(-1))).admittedSince).toEqual([at(16).toISOString()]);
+    expect((await quotaUsageOf(db.orm, null, at(-1))).activeRuns).toBe(1);
+    expect(await quotaUsageOf(db.orm, 'carol', at(-1))).toEqual({ activeRuns: 0, admittedSince: [], admittedSinceRunIds: [], awaitingHuman: [] });
   });
 });
 
@@ -161,7 +142,7 @@ describe('quotaUsageOf while the projector writes', () => {
       Array.from({ length: writers }, async (_, w) => {
         try {
           const events = Array.from({ length: total / writers }, (_, i) => admitted(id(`e${w}-${i}`), 'erin', 100 + i));
-          for (const s of storedInOrder(events)) await applyStoredEvent(orm.em, s);
+          for (const s of storedInOrder(events)) await applyStoredEvent(db.orm.em, s);
         } finally {
           writing--;
         }
@@ -171,7 +152,7 @@ describe('quotaUsageOf while the projector writes', () => {
     let reads = 0;
     const reader = async () => {
       while (writing > 0) {
-        const usage = await quotaUsageOf(orm, 'erin', at(-1));
+        const usage = await quotaUsageOf(db.orm, 'erin', at(-1));
         reads++;
         // none of erin's Runs settles: each listed one must be one of activeRuns
         if (usage.activeRuns !== usage.admittedSinceRunIds.length)
@@ -182,13 +163,13 @@ describe('quotaUsageOf while the projector writes', () => {
     await writes;
     expect(reads).toBeGreaterThan(0);
     expect(torn).toEqual([]);
-    expect((await quotaUsageOf(orm, 'erin', at(-1))).activeRuns).toBe(total);
+    expect((await quotaUsageOf(db.orm, 'erin', at(-1))).activeRuns).toBe(total);
   });
 });
 
 describe('costChargesOf', () => {
   it("given alice's priced Runs (a1 measured, its child c1 measured, a2 in flight) and an unpriced one, then each with the most it costs, oldest first", async () => {
-    expect(await costChargesOf(orm, 'alice', at(-1))).toEqual([
+    expect(await costChargesOf(db.orm, 'alice', at(-1))).toEqual([
       { admittedAt: at(10).toISOString(), currency: 'USD', upperMicros: 500 },
       { admittedAt: at(11).toISOString(), currency: 'USD', upperMicros: 500 },
       { admittedAt: at(20).toISOString(), currency: 'USD', upperMicros: 1_500 }, // the reservation, never 0
@@ -196,8 +177,8 @@ describe('costChargesOf', () => {
   });
 
   it('given a window start, then only the Runs admitted after it; another principal without priced Runs has none', async () => {
-    expect((await costChargesOf(orm, 'alice', at(11))).map((c) => c.upperMicros)).toEqual([1_500]);
-    expect(await costChargesOf(orm, 'bob', at(-1))).toEqual([]);
-    expect(await costChargesOf(orm, null, at(-1))).toEqual([]);
+    expect((await costChargesOf(db.orm, 'alice', at(11))).map((c) => c.upperMicros)).toEqual([1_500]);
+    expect(await costChargesOf(db.orm, 'bob', at(-1))).toEqual([]);
+    expect(await costChargesOf(db.orm, null, at(-1))).toEqual([]);
   });
 });

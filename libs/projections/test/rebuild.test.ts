@@ -12,11 +12,10 @@ import {
   migrateUp,
   rebuildProjections,
 } from '@runplane/projections';
-import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from './fixtures.js';
+import { adminUrl, appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from './fixtures.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const natsUrl = SHARED_NATS_URL;
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const liveDb = `rp_test_live_${tag}`;
 const liveUrl = databaseUrlWith(adminUrl, liveDb);

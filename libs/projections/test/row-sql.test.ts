@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import type { EntityMetadata } from '@mikro-orm/core';
-import type { MikroORM } from '@mikro-orm/postgresql';
 import { makeEvent } from '@runplane/contracts';
 import {
   MessageEntity,
@@ -11,35 +10,19 @@ import {
   ToolCallEntity,
   applyStoredEvents,
   createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
   dumpProjectionRows,
-  ensureDatabase,
-  migrateUp,
   withoutNul,
 } from '@runplane/projections';
-import { admittedEvent, at, ctxOf, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
+import { admittedEvent, at, ctxOf, migratedTestDatabase, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
 
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const dbName = `rp_test_rowsql_${uniqueTag()}`;
-let orm: MikroORM;
-
-beforeAll(async () => {
-  await ensureDatabase(adminUrl, dbName);
-  orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
-  await migrateUp(orm);
-});
-afterAll(async () => {
-  await orm?.close();
-  await dropDatabase(adminUrl, dbName);
-});
+const db = migratedTestDatabase('rowsql');
 
 /** The transaction id that last wrote each row of the projection tables, by table and primary key. */
 async function writers(): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   for (const t of Object.values(PROJECTION_COLUMNS)) {
     const key = t.key.map((k) => `"${k}"::text`).join(` || '/' || `);
-    const rows = await orm.em.fork().execute<{ k: string; x: string }[]>(`select ${key} as k, xmin::text as x from "${t.table}"`);
+    const rows = await db.orm.em.fork().execute<{ k: string; x: string }[]>(`select ${key} as k, xmin::text as x from "${t.table}"`);
     for (const r of rows) out[`${t.table}[${r.k}]`] = r.x;
   }
   return out;
@@ -49,7 +32,7 @@ describe('the write path columns (plain SQL, no unit of work)', () => {
   it('given the ORM metadata of the entities, then PROJECTION_COLUMNS names every column of every table, with the same property names', () => {
     const entities = { runs: RunEntity, messages: MessageEntity, passages: PassageEntity, toolCalls: ToolCallEntity, modelTurns: ModelTurnEntity };
     for (const [name, entity] of Object.entries(entities)) {
-      const meta: EntityMetadata = orm.getMetadata().get(entity as never);
+      const meta: EntityMetadata = db.orm.getMetadata().get(entity as never);
       const fromMeta = Object.values(meta.properties)
         .map((p) => [p.name, p.fieldNames[0]])
         .sort();
@@ -64,17 +47,17 @@ describe('the write path columns (plain SQL, no unit of work)', () => {
     const runId = `run-w-${uniqueTag()}`;
     const all = storedInOrder(researchRunEvents(runId), 1);
     const published = all.findIndex((s) => s.event.type === 'answer.published');
-    expect((await applyStoredEvents(orm.em, all.slice(0, published))).every((r) => r.status === 'applied')).toBe(true);
+    expect((await applyStoredEvents(db.orm.em, all.slice(0, published))).every((r) => r.status === 'applied')).toBe(true);
     const before = await writers();
 
     // answer.published touches the Run row only
-    expect((await applyStoredEvents(orm.em, [all[published]!])).map((r) => r.status)).toEqual(['applied']);
+    expect((await applyStoredEvents(db.orm.em, [all[published]!])).map((r) => r.status)).toEqual(['applied']);
     const after = await writers();
     const rewritten = Object.keys(after).filter((k) => after[k] !== before[k]);
     expect(rewritten).toEqual([`runs[${runId}]`]);
 
     // redeliveries: every event skipped, no row written
-    expect((await applyStoredEvents(orm.em, all.slice(0, published + 1))).every((r) => r.status === 'skipped')).toBe(true);
+    expect((await applyStoredEvents(db.orm.em, all.slice(0, published + 1))).every((r) => r.status === 'skipped')).toBe(true);
     expect(await writers()).toEqual(after);
   });
 
@@ -82,10 +65,10 @@ describe('the write path columns (plain SQL, no unit of work)', () => {
     const runId = `run-tz-${uniqueTag()}`;
     const c = ctxOf(runId);
     const t0 = new Date('2026-11-30T23:59:59.987Z');
-    await applyStoredEvents(orm.em, storedInOrder([admittedEvent(runId, 'times', 0)], 1));
+    await applyStoredEvents(db.orm.em, storedInOrder([admittedEvent(runId, 'times', 0)], 1));
     // the next batch reads the Run row back (in sessions whose time zone is not UTC) and writes it again
-    await orm.em.fork().execute(`alter database "${dbName}" set timezone to 'Asia/Kolkata'`);
-    const other = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, dbName) });
+    await db.orm.em.fork().execute(`alter database "${db.name}" set timezone to 'Asia/Kolkata'`);
+    const other = await createProjectionOrm({ databaseUrl: db.url });
     try {
       expect((await other.em.fork().execute<{ TimeZone: string }[]>('show timezone'))[0]!.TimeZone).toBe('Asia/Kolkata');
       const requested = makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'm' }, t0);
@@ -93,9 +76,9 @@ describe('the write path columns (plain SQL, no unit of work)', () => {
       expect(r!.status).toBe('applied');
     } finally {
       await other.close();
-      await orm.em.fork().execute(`alter database "${dbName}" reset timezone`);
+      await db.orm.em.fork().execute(`alter database "${db.name}" reset timezone`);
     }
-    const dump = await dumpProjectionRows(orm);
+    const dump = await dumpProjectionRows(db.orm);
     const run = dump.runs.find((row) => row.run_id === runId)!;
     const turn = dump.model_turns.find((row) => row.run_id === runId)!;
     expect(new Date(String(run.admitted_at)).toISOString()).toBe(at(0).toISOString());
