@@ -148,6 +148,33 @@ export class RunplaneClient {
   }
 
   /**
+   * {@link request}, then the body read as JSON and checked by `schema`.
+   * @returns the HTTP status and the parsed body.
+   * @throws RunplaneHttpError for a status outside 2xx (with the body as sent); a ZodError when a 2xx body is not of `schema`.
+   */
+  private async call<T>(
+    service: 'admission' | 'publication',
+    url: string,
+    schema: { parse(json: unknown): T },
+    init?: RequestInit,
+  ): Promise<{ status: number; body: T }> {
+    const res = await this.request(service, url, init);
+    const json = await readJson(res);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    return { status: res.status, body: schema.parse(json) };
+  }
+
+  /** {@link call} of a GET whose 404 means "none": the parsed body, or null on 404. */
+  private async find<T>(service: 'admission' | 'publication', url: string, schema: { parse(json: unknown): T }): Promise<T | null> {
+    try {
+      return (await this.call(service, url, schema)).body;
+    } catch (e) {
+      if (e instanceof RunplaneHttpError && e.status === 404) return null;
+      throw e;
+    }
+  }
+
+  /**
    * Submits a message: an ordinary one, an explicit Continue (`continuationOfRunId`, K3) or a
    * clarification answer (`replyTo`, K2). Resolves with the status (201 admitted, 200 existing) and the body.
    * @throws RunplaneHttpError for 4xx/5xx (400 invalid body, 404 no such parent or clarification,
@@ -156,14 +183,11 @@ export class RunplaneClient {
    */
   async postMessage(conversationId: string, body: PostMessageBody): Promise<{ status: number; body: PostMessageResponse }> {
     const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages`;
-    const res = await this.request('admission', url, {
+    return this.call('admission', url, PostMessageResponse, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return { status: res.status, body: PostMessageResponse.parse(json) };
   }
 
   /**
@@ -172,14 +196,13 @@ export class RunplaneClient {
    */
   async cancelRun(runId: string, opts: { reason?: string; user?: string } = {}): Promise<CancelRunResponse> {
     const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/cancel`;
-    const res = await this.request('admission', url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
-      body: JSON.stringify(opts.reason ? { reason: opts.reason } : {}),
-    });
-    const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return CancelRunResponse.parse(json);
+    return (
+      await this.call('admission', url, CancelRunResponse, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
+        body: JSON.stringify(opts.reason ? { reason: opts.reason } : {}),
+      })
+    ).body;
   }
 
   /**
@@ -195,52 +218,35 @@ export class RunplaneClient {
     opts: { user?: string } = {},
   ): Promise<{ status: number; body: AnswerWaitResponse }> {
     const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits/${encodeURIComponent(waitId)}`;
-    const res = await this.request('admission', url, {
+    return this.call('admission', url, AnswerWaitResponse, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
       body: JSON.stringify({ answer }),
     });
-    const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return { status: res.status, body: AnswerWaitResponse.parse(json) };
   }
 
   /** A Run's waits, as its log says. @throws RunplaneHttpError 404 (no such Run). */
   async listWaits(runId: string): Promise<WaitsView> {
     const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits`;
-    const res = await this.request('admission', url);
-    const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return WaitsView.parse(json);
+    return (await this.call('admission', url, WaitsView)).body;
   }
 
   /** The Run projection, or null on 404 (unknown or not projected yet). */
   async getRun(runId: string): Promise<RunView | null> {
     const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}`;
-    const res = await this.request('admission', url);
-    const json = await readJson(res);
-    if (res.status === 404) return null;
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return RunView.parse(json);
+    return this.find('admission', url, RunView);
   }
 
   /** What became of a message, by its clientMessageId (K1), or null when none was admitted (404). */
   async getMessage(conversationId: string, clientMessageId: string): Promise<MessageOutcome | null> {
     const url = `${this.endpoints.admission}/v1/conversations/${encodeURIComponent(conversationId)}/messages/${encodeURIComponent(clientMessageId)}`;
-    const res = await this.request('admission', url);
-    const json = await readJson(res);
-    if (res.status === 404) return null;
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return MessageOutcome.parse(json);
+    return this.find('admission', url, MessageOutcome);
   }
 
   /** The Run's committed answer passages. */
   async getAnswer(runId: string): Promise<AnswerView> {
     const url = `${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/answer`;
-    const res = await this.request('publication', url);
-    const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
-    return AnswerView.parse(json);
+    return (await this.call('publication', url, AnswerView)).body;
   }
 
   /**

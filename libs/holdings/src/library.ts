@@ -36,14 +36,23 @@ const MAX_FILE_BYTES = 64 * 1024 * 1024;
  * file (parsed), the ETF overview table, a fund fact sheet, or something else (with the reason).
  * Never throws for a bad file; only an unreadable file becomes `other`.
  */
-export async function inspectFile(path: string, name: string): Promise<Inspection> {
+export function inspectFile(path: string, name: string): Promise<Inspection> {
+  return readAndInspect(path, name, inspectBytes);
+}
+
+/** Reads `path` and hands its bytes to `inspect`; an unreadable file is `other`, with the reason. */
+async function readAndInspect(
+  path: string,
+  name: string,
+  inspect: (bytes: Buffer, path: string, name: string) => Promise<Inspection>,
+): Promise<Inspection> {
   let bytes: Buffer;
   try {
     bytes = await readFile(path);
   } catch (error) {
     return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
   }
-  return inspectBytes(bytes, path, name);
+  return inspect(bytes, path, name);
 }
 
 /**
@@ -54,13 +63,11 @@ const byDigest = new Map<string, Promise<Inspection>>();
 const BY_DIGEST_LIMIT = 256;
 
 /** {@link inspectFile}, answered from the content-digest cache when the same bytes were inspected before. */
-export async function inspectFileCached(path: string, name: string): Promise<Inspection> {
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (error) {
-    return { kind: 'other', name, reason: `unreadable: ${(error as Error).message}` };
-  }
+export function inspectFileCached(path: string, name: string): Promise<Inspection> {
+  return readAndInspect(path, name, inspectBytesCached);
+}
+
+function inspectBytesCached(bytes: Buffer, path: string, name: string): Promise<Inspection> {
   const key = `${sha256Of(bytes)}:${name}`;
   const hit = byDigest.get(key);
   if (hit) return hit;

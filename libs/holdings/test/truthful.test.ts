@@ -5,11 +5,9 @@
  */
 import { describe, it, expect } from '@jest/globals';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { CompareHoldingsResult, GetHoldingsResult, ListFundsResult } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, parseHoldingsCsvText, parseStatedDate, ToolFailure } from '../src/index.js';
+import { libraryOf } from './folder.js';
 
 const ISHARES_HEADER =
   'Ticker,Name,Sector,Asset Class,Market Value,Weight (%),Notional Value,Quantity,Price,Location,Exchange,Currency,FX Rate,Market Currency,Accrual Date';
@@ -32,11 +30,7 @@ const invesco = (fund: string, date: string, rows: [string, string, string, stri
     ...rows.map(([cusip, ticker, weight, name]) => `${fund},${cusip},${ticker} ,"100","1,000.00",${weight},${name},Common Stock,Energy,${date}`),
   ].join('\n');
 
-function folder(files: Record<string, string>): HoldingsLibrary {
-  const dir = mkdtempSync(join(tmpdir(), 'holdings-truth-'));
-  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
-  return new HoldingsLibrary({ dir, dataSet: 'shared' });
-}
+const folder = (files: Record<string, string>): HoldingsLibrary => libraryOf('truth', files);
 
 describe('security identity', () => {
   // An emerging-markets iShares file: HAL (India), BDO (Philippines), PKO (Poland) share tickers with US companies.

@@ -3,10 +3,8 @@
  * tools refuse to choose rather than let the dates in the file names decide (docs/fund-research.md "Files and layouts").
  */
 import { describe, expect, it } from '@jest/globals';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { executeTool, HoldingsLibrary } from '../src/index.js';
+import { libraryOf } from './folder.js';
 
 function ishares(dateLine: string): string {
   return [
@@ -18,11 +16,7 @@ function ishares(dateLine: string): string {
   ].join('\n');
 }
 
-function folder(files: Record<string, string>): HoldingsLibrary {
-  const dir = mkdtempSync(join(tmpdir(), 'holdings-undated-'));
-  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
-  return new HoldingsLibrary({ dir, dataSet: 'shared' });
-}
+const folder = (files: Record<string, string>): HoldingsLibrary => libraryOf('undated', files);
 
 describe('undated files', () => {
   // The same two files under names whose dates are in either order: the outcome must not change.
