@@ -5,7 +5,7 @@
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { BusConfig, natsServerList } from '@runplane/contracts';
+import { BusConfig } from '@runplane/contracts';
 import {
   allRunsFilter,
   closeConnection,
@@ -13,11 +13,9 @@ import {
   DeliveryFeed,
   MAX_PARTITIONS,
   natsTlsOptions,
-  natsUserOptions,
   PARTITIONS_METADATA_KEY,
-  RECONNECT_JITTER_MS,
-  RECONNECT_TIME_WAIT_MS,
   readPublicKeySet,
+  reconnectingNatsOptions,
   SignatureVerifier,
   type ConsumerSource,
   type SubjectSpace,
@@ -115,14 +113,9 @@ export class RunStream implements ConsumerSource {
     // and so does a bad RUNPLANE_SIGNING_PUBLIC_KEYS_FILE
     const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
     try {
+      // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (docs/consumers.md "Credentials and the name prefix")
       nc = await connect({
-        servers: natsServerList(opts.natsUrl),
-        name: opts.connectionName ?? 'runplane-downstream',
-        maxReconnectAttempts: -1,
-        reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
-        reconnectJitter: RECONNECT_JITTER_MS,
-        // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (docs/consumers.md "Credentials and the name prefix")
-        ...natsUserOptions(opts.user, opts.password),
+        ...reconnectingNatsOptions(opts.natsUrl, opts.connectionName ?? 'runplane-downstream', opts.user, opts.password),
         ...tls,
       });
     } catch (e) {

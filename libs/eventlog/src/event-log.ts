@@ -143,6 +143,25 @@ export const RECONNECT_JITTER_MS = 200;
 /** The grace a liveness judge adds after its own reconnection: the others' reconnect wait, jitter and a margin. */
 export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER_MS);
 
+/**
+ * The connect options every Runplane NATS connection shares: the servers of `natsUrl` (a
+ * comma-separated list), the connection's `name` (shown by the server's monitoring), reconnection
+ * for ever at {@link RECONNECT_TIME_WAIT_MS} plus up to {@link RECONNECT_JITTER_MS} of jitter, and
+ * as NATS user `user`, its replies on its own inbox ({@link natsUserOptions}; nothing without a user).
+ * @throws RangeError as {@link natsUserOptions}.
+ */
+export function reconnectingNatsOptions(natsUrl: string, name: string, user: string | undefined, pass: string | undefined) {
+  return {
+    servers: natsServerList(natsUrl),
+    name,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
+    reconnectJitter: RECONNECT_JITTER_MS,
+    // replies on the user's own inbox, the only one the broker lets it read
+    ...natsUserOptions(user, pass),
+  };
+}
+
 const WRONG_LAST_SEQUENCE = 10071;
 /** Atomic batch errors (nats-server errors.json, ADR-50). */
 const WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164; // "wrong last sequence": another write on the subject is in flight (cluster)
@@ -472,18 +491,12 @@ export class EventLog {
     }
     try {
       nc = await connect({
-        servers: natsServerList(opts.natsUrl),
-        name: opts.name ?? 'runplane',
-        maxReconnectAttempts: -1,
-        reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
-        reconnectJitter: RECONNECT_JITTER_MS,
+        ...reconnectingNatsOptions(opts.natsUrl, opts.name ?? 'runplane', opts.user, opts.pass),
         // no Error (with its stack trace) made up front for every request and timed subscription:
         // about 1-2 % of each service's CPU on the hot path (every append, direct get and KV
         // update is a request). A failed request still says what failed; only the caller's async
         // frames are missing from its stack (docs/performance.md)
         noAsyncTraces: true,
-        // replies on the user's own inbox, the only one the broker lets it read
-        ...natsUserOptions(opts.user, opts.pass),
         // the server's certificate verified against NATS_CA_FILE before the password is sent
         ...tls,
       });
