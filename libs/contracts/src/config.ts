@@ -29,6 +29,13 @@ export function natsServerList(natsUrl: string): string[] {
     .filter(Boolean);
 }
 
+/** An optional text setting (a file path, a name): unset and empty both read as undefined. */
+const optionalSetting = () =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined));
+
 export const BusConfig = z.object({
   /**
    * The NATS server, or every node of a JetStream cluster as a comma-separated list
@@ -49,30 +56,21 @@ export const BusConfig = z.object({
    * URL is `tls://`), verified against the system's CAs. A missing or non-PEM file stops the
    * process at start-up (libs/eventlog tls.ts).
    */
-  NATS_CA_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  NATS_CA_FILE: optionalSetting(),
   /**
    * This service's Ed25519 event signing key (a file path, PKCS#8 PEM): set, every event the service
    * appends carries its signature (`Runplane-Signer`, `Runplane-Key-Id`, `Runplane-Signature`;
    * libs/eventlog signing.ts). Only a service that owns facts takes one; an unreadable or
    * non-Ed25519 file stops the process at start-up.
    */
-  RUNPLANE_SIGNING_KEY_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_SIGNING_KEY_FILE: optionalSetting(),
   /**
    * The deployment's event signing public keys (a file path, JSON `{ "<owner>": ["<SPKI PEM or raw
    * base64>", ...] }`, several per owner while a key rotates): set, every reader refuses a message
    * whose signature is missing, does not verify, or is not its event type's owner's (a forgery
    * with a stolen NATS password, docs/guarantees.md).
    */
-  RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_SIGNING_PUBLIC_KEYS_FILE: optionalSetting(),
   /**
    * The first stream sequence whose events must be signed (default 1: every one). A log that holds
    * events from before signing was switched on sets it to the stream's last sequence plus one at
@@ -463,18 +461,9 @@ export const AuthConfig = z.object({
     .url({ protocol: /^https?$/ })
     .optional()
     .or(z.literal('').transform(() => undefined)),
-  RUNPLANE_AUTH_JWKS_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
-  RUNPLANE_AUTH_ISSUER: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
-  RUNPLANE_AUTH_AUDIENCE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  RUNPLANE_AUTH_JWKS_FILE: optionalSetting(),
+  RUNPLANE_AUTH_ISSUER: optionalSetting(),
+  RUNPLANE_AUTH_AUDIENCE: optionalSetting(),
   RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: envInt(30, 0, 120),
   RUNPLANE_AUTH_DISABLED: z
     .enum(['true', 'false', ''])
