@@ -189,3 +189,12 @@ export class History {
     return foldRun(this.runId, this.events);
   }
 }
+
+/** A Run whose one call, `record_effect` `e` of turn 1, was dispatched and came back `unknown` (K5). */
+export const unknownEffectCall = (): History =>
+  new History()
+    .admitted({ tools: ['record_effect'] })
+    .turn(1, { calls: [{ id: 'e', name: 'record_effect' }] })
+    .proposed(1, 'e', 'record_effect')
+    .dispatched('e', 'record_effect')
+    .receipt('e', 'record_effect', 'unknown');

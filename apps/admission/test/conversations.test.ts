@@ -21,19 +21,12 @@ import { clarificationIdOf, sha256Hex, type StoredEvent } from '@runplane/contra
 import { emptyFacts, foldRun, type RunFacts } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
+import { postMessage } from './commands.js';
 
 const admission = spec(decide);
 const CONV = 'conv-1';
-const post = (over: Partial<PostMessage> = {}): PostMessage => ({
-  type: 'PostMessage',
-  conversationId: CONV,
-  clientMessageId: 'client-2',
-  content: 'Now only the past year',
-  grant: { tools: ['list_funds'], model: 'm' },
-  limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
-  requestId: 'req-1',
-  ...over,
-});
+const post = (over: Partial<PostMessage> = {}): PostMessage =>
+  postMessage({ conversationId: CONV, clientMessageId: 'client-2', content: 'Now only the past year', ...over });
 const { runId, messageId } = admissionIds(CONV, 'client-2');
 const ORIGINAL = 'Compare SPY and QQQ over three years';
 

@@ -1,21 +1,13 @@
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, decide, MessageConflict, RunAlreadySettled, RunNotFound, type PostMessage } from '@runplane/app-admission';
+import { admissionIds, decide, MessageConflict, RunAlreadySettled, RunNotFound } from '@runplane/app-admission';
 import { sha256Hex } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';
 import { spec } from '../../../test/support/decider-spec.js';
+import { postMessage } from './commands.js';
 
 const admission = spec(decide);
-const post = (over: Partial<PostMessage> = {}): PostMessage => ({
-  type: 'PostMessage',
-  conversationId: 'conv-1',
-  clientMessageId: 'client-1',
-  content: 'Compare SPY and QQQ',
-  grant: { tools: ['list_funds'], model: 'm' },
-  limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
-  requestId: 'req-1',
-  ...over,
-});
+const post = postMessage;
 const { runId, messageId } = admissionIds('conv-1', 'client-1');
 
 describe('admission decide (K1)', () => {
@@ -77,13 +69,7 @@ describe('admission decide (K1)', () => {
     });
     it('given no such Run, then RunNotFound; given a settled Run, then RunAlreadySettled with its outcome', () => {
       admission.given(new History()).when(cancel).thenThrows(RunNotFound);
-      const settled = new History().admitted().add('run.settled', 'settlement', {
-        outcome: 'completed',
-        reason: 'x',
-        passageIds: [],
-        receipts: [],
-        usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-      });
+      const settled = new History().admitted().settled('completed', 'x');
       admission.given(settled).when(cancel).thenThrows(RunAlreadySettled);
       admission
         .given(settled)

@@ -22,6 +22,7 @@ import {
 } from '@runplane/app-admission';
 import { emptyFacts } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
+import { postMessage } from './commands.js';
 import { History } from '../../../test/support/history.js';
 
 const admission = spec(decide);
@@ -93,17 +94,14 @@ describe('cancel and answer: only the Run owner (or an admin) acts, decided on t
 });
 
 describe('conversation ids are per principal (nothing to squat, nothing leaks)', () => {
-  const post = (principal: string | undefined, over: Partial<PostMessage> = {}): PostMessage => ({
-    type: 'PostMessage',
-    conversationId: 'shared',
-    clientMessageId: 'm1',
-    content: principal === 'alice' ? 'What does DIA hold?' : 'What does QQQ hold?',
-    grant: { tools: ['list_funds'], model: 'm' },
-    limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
-    requestId: 'req-1',
-    ...(principal ? { principal } : {}),
-    ...over,
-  });
+  const post = (principal: string | undefined, over: Partial<PostMessage> = {}): PostMessage =>
+    postMessage({
+      conversationId: 'shared',
+      clientMessageId: 'm1',
+      content: principal === 'alice' ? 'What does DIA hold?' : 'What does QQQ hold?',
+      ...(principal ? { principal } : {}),
+      ...over,
+    });
 
   it('the same conversation id and clientMessageId of two principals are two Runs; without a principal the ids are as before', () => {
     const alice = admissionIds(conversationKey('shared', 'alice'), 'm1').runId;

@@ -19,6 +19,7 @@ import {
 import { conversationKey, loadConfig, QuotaConfig } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
+import { postMessage } from './commands.js';
 
 const NOW = new Date('2026-01-01T12:00:00.000Z');
 const ago = (seconds: number) => new Date(NOW.getTime() - seconds * 1000).toISOString();
@@ -144,17 +145,7 @@ describe('quotaRefusal: cost-per-day', () => {
 
 describe('admission decide with quotas', () => {
   const admission = spec(decide);
-  const post = (over: Partial<PostMessage> = {}): PostMessage => ({
-    type: 'PostMessage',
-    conversationId: 'conv-1',
-    clientMessageId: 'client-1',
-    content: 'Compare SPY and QQQ',
-    grant: { tools: ['list_funds'], model: 'm' },
-    limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineSeconds: 60 },
-    requestId: 'req-1',
-    principal: 'alice',
-    ...over,
-  });
+  const post = (over: Partial<PostMessage> = {}): PostMessage => postMessage({ principal: 'alice', ...over });
   const atLimit = { limits: limits({ concurrentRuns: 1 }), usage: { activeRuns: 1, admittedInLastHour: [ago(30)], costInLastDay: [] } };
 
   it('given no admission, when a new message comes from a principal at its concurrency quota, then QuotaExceeded and nothing is decided', () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { decide, ReconcileConflict, ReconcileNotFound, type ReconcileToolCall } from '@runplane/app-admission';
 import { spec } from '../../../test/support/decider-spec.js';
-import { History } from '../../../test/support/history.js';
+import { History, unknownEffectCall } from '../../../test/support/history.js';
 
 const admission = spec(decide);
 const reconcile = (over: Partial<ReconcileToolCall> = {}): ReconcileToolCall => ({
@@ -13,13 +13,7 @@ const reconcile = (over: Partial<ReconcileToolCall> = {}): ReconcileToolCall => 
   requestId: 'req-1',
   ...over,
 });
-const unknownCall = () =>
-  new History()
-    .admitted({ tools: ['record_effect'] })
-    .turn(1, { calls: [{ id: 'e', name: 'record_effect' }] })
-    .proposed(1, 'e', 'record_effect')
-    .dispatched('e', 'record_effect')
-    .receipt('e', 'record_effect', 'unknown');
+const unknownCall = unknownEffectCall;
 
 describe('admission decide, ReconcileToolCall: an operator reconciles an unknown call (K5)', () => {
   it('given an unknown call, then the reconciliation is recorded with who, outcome and evidence', () => {

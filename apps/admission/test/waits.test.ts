@@ -39,13 +39,7 @@ describe('admission decide, AnswerWait: the wake is accepted once (K10)', () => 
 
   it('a wait that is not pending appends nothing: expired, Run settled, stopped, or being canceled', () => {
     admission.given(parked()).when(answer('q', 'Class A'), new Date('2026-01-01T01:00:00.000Z')).thenThrows(WaitNotPending);
-    const settled = parked().add('run.settled', 'settlement', {
-      outcome: 'failed',
-      reason: 'x',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-    });
+    const settled = parked().settled('failed', 'x');
     admission
       .given(settled)
       .when(answer('q', 'Class A'))

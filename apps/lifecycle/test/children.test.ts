@@ -67,13 +67,7 @@ describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)
       .given(parent())
       .when({ ...childSettled, childRunId: 'other' })
       .thenNothing();
-    const settled = parent().add('run.settled', 'settlement', {
-      outcome: 'canceled',
-      reason: 'x',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-    });
+    const settled = parent().settled('canceled', 'x');
     lifecycle.given(settled).when(childSettled).thenNothing();
   });
 

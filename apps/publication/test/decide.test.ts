@@ -183,13 +183,7 @@ describe('publication decide: passages are committed while the answer streams', 
   it('given a paragraph recorded and the Run settled before publication committed it, then nothing is appended after the settlement', () => {
     const h = streaming()
       .add('model.output.paragraph', '1/0', paragraph(1, 0, 'First.'))
-      .add('run.settled', 'settlement', {
-        outcome: 'interrupted',
-        reason: 'x',
-        passageIds: [],
-        receipts: [],
-        usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-      });
+      .settled('interrupted', 'x');
     publication.given(h).when(wake).thenNothing();
   });
 });

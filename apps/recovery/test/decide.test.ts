@@ -288,13 +288,7 @@ describe("recovery decide: the executors' subjects are closed before a settlemen
       .given(new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }))
       .when(finishedEvent)
       .thenNothing();
-    const settled = finishedInFlight().add('run.settled', 'settlement', {
-      outcome: 'failed',
-      reason: 'x',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-    });
+    const settled = finishedInFlight().settled('failed', 'x');
     recovery.given(settled).when(finishedEvent).thenNothing();
   });
 

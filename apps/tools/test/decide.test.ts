@@ -154,13 +154,7 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
   });
 
   it('given a settled Run, then nothing is dispatched', () => {
-    const h = proposedA().add('run.settled', 'settlement', {
-      outcome: 'failed',
-      reason: 'x',
-      passageIds: [],
-      receipts: [],
-      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-    });
+    const h = proposedA().settled('failed', 'x');
     tools.given(h).when(wake).thenNothing();
   });
 });

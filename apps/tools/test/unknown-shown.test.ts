@@ -6,15 +6,9 @@ import { describe, expect, it } from '@jest/globals';
 import { summarize } from '../../cli/src/render.js';
 import { toolMessageContent } from '@runplane/app-runtime';
 import { ToolMessageContent } from '@runplane/contracts';
-import { History } from '../../../test/support/history.js';
+import { unknownEffectCall } from '../../../test/support/history.js';
 
-const unknownCall = () =>
-  new History()
-    .admitted({ tools: ['record_effect'] })
-    .turn(1, { calls: [{ id: 'e', name: 'record_effect' }] })
-    .proposed(1, 'e', 'record_effect')
-    .dispatched('e', 'record_effect')
-    .receipt('e', 'record_effect', 'unknown');
+const unknownCall = unknownEffectCall;
 const late = { toolCallId: 'e', name: 'record_effect', status: 'succeeded' as const, result: { recorded: 'x' }, durationMs: 4000, executor: 'i-1' };
 const rec = {
   toolCallId: 'e',
