@@ -3,16 +3,12 @@
  * Each case reproduces an over-claim seen before the fix (quoted in its comment).
  */
 import { beforeAll, describe, expect, it } from '@jest/globals';
-import { ToolPack } from '@runplane/contracts';
-import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
-import { extractUnanswered, mentionedFunds, readQuestionDates, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
+import { HoldingsLibrary } from '@runplane/holdings';
+import { extractUnanswered, mentionedFunds, readQuestionDates, type WireMessage } from '../src/index.js';
+import { research as drive } from './drive.js';
 
 const DATA_DIR = '/work/shared/data/etf-holdings';
 const NOW = new Date(Date.UTC(2026, 11, 2, 12));
-const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
-  type: 'function',
-  function: { name, description: spec.description, parameters: { type: 'object' } },
-}));
 
 describe('the scripted research policy claims only what the question and the files support (docs/fund-research.md "The research policy")', () => {
   let library: HoldingsLibrary;
@@ -22,34 +18,11 @@ describe('the scripted research policy claims only what the question and the fil
 
   /** The policy/tool loop on the real data, as the runtime runs it; `narrow` rewrites the messages of the last request (a context cut). */
   async function research(question: string, narrow: (m: WireMessage[]) => WireMessage[] = (m) => m) {
-    const messages: WireMessage[] = [{ role: 'user', content: question }];
-    const calls: { name: string; arguments: unknown }[] = [];
-    for (let i = 0; i < 5; i++) {
-      const reply = researchPolicy(i === 0 ? messages : calls.length > 1 ? narrow(messages) : messages, TOOLS, NOW);
-      if (!reply.toolCalls) return { calls, answer: reply.content ?? '', unanswered: extractUnanswered(reply.content ?? '') };
-      const ids = reply.toolCalls.map((_, j) => `c${i}_${j}`);
-      messages.push({
-        role: 'assistant',
-        content: null,
-        tool_calls: reply.toolCalls.map((c, j) => ({
-          id: ids[j]!,
-          type: 'function',
-          function: { name: c.name, arguments: JSON.stringify(c.arguments) },
-        })),
-      });
-      for (const [j, c] of reply.toolCalls.entries()) {
-        calls.push({ name: c.name, arguments: c.arguments });
-        let content: string;
-        try {
-          content = JSON.stringify({ status: 'succeeded', result: await executeTool(library, c.name, c.arguments) });
-        } catch (e) {
-          if (!(e instanceof ToolFailure)) throw e;
-          content = JSON.stringify({ status: 'failed', error: { code: e.code, message: e.message } });
-        }
-        messages.push({ role: 'tool', tool_call_id: ids[j]!, content });
-      }
-    }
-    throw new Error('the policy did not finish in 5 turns');
+    const { turns, answer } = await drive(library, question, {
+      now: NOW,
+      view: (messages, turnsSoFar) => (turnsSoFar.flat().length > 1 ? narrow(messages) : messages),
+    });
+    return { calls: turns.flat(), answer, unanswered: extractUnanswered(answer) };
   }
 
   it('given "Now also compare QQQ with IVV", then "Now" is not read as a date: the closest files are compared and nothing is listed as approximate', async () => {

@@ -9,14 +9,10 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ToolPack } from '@runplane/contracts';
-import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
-import { APPROXIMATE_AFTER_DAYS, extractUnanswered, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
+import { HoldingsLibrary } from '@runplane/holdings';
+import { APPROXIMATE_AFTER_DAYS, extractUnanswered } from '../src/index.js';
+import { research as drive } from './drive.js';
 
-const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
-  type: 'function',
-  function: { name, description: spec.description, parameters: { type: 'object' } },
-}));
 /** The machine date of the review, fixed. */
 const NOW = new Date(Date.UTC(2026, 10, 30, 9));
 
@@ -48,34 +44,8 @@ function folder(files: Record<string, string>): HoldingsLibrary {
 }
 
 async function research(lib: HoldingsLibrary, question: string, now = NOW) {
-  const messages: WireMessage[] = [{ role: 'user', content: question }];
-  const calls: { name: string; arguments: Record<string, unknown> }[][] = [];
-  for (let t = 0; t < 5; t++) {
-    const reply = researchPolicy(messages, TOOLS, now);
-    if (!reply.toolCalls) return { calls, answer: reply.content ?? '', unanswered: extractUnanswered(reply.content ?? '') ?? [] };
-    calls.push(reply.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments as Record<string, unknown> })));
-    const ids = reply.toolCalls.map((_, i) => `c${t}_${i}`);
-    messages.push({
-      role: 'assistant',
-      content: null,
-      tool_calls: reply.toolCalls.map((c, i) => ({
-        id: ids[i]!,
-        type: 'function',
-        function: { name: c.name, arguments: JSON.stringify(c.arguments) },
-      })),
-    });
-    for (const [i, c] of reply.toolCalls.entries()) {
-      let content: string;
-      try {
-        content = JSON.stringify({ status: 'succeeded', result: await executeTool(lib, c.name, c.arguments) });
-      } catch (e) {
-        if (!(e instanceof ToolFailure)) throw e;
-        content = JSON.stringify({ status: 'failed', error: { code: e.code, message: e.message } });
-      }
-      messages.push({ role: 'tool', tool_call_id: ids[i]!, content });
-    }
-  }
-  throw new Error('no final answer in 5 turns');
+  const { turns, answer } = await drive(lib, question, { now });
+  return { calls: turns, answer, unanswered: extractUnanswered(answer) ?? [] };
 }
 
 /** Sentences of the prose (the closing unanswered passage left out) said more than once. */

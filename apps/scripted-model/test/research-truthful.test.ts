@@ -8,14 +8,9 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ToolPack } from '@runplane/contracts';
-import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
-import { extractUnanswered, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
-
-const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
-  type: 'function',
-  function: { name, description: spec.description, parameters: { type: 'object' } },
-}));
+import { executeTool, HoldingsLibrary } from '@runplane/holdings';
+import { extractUnanswered, researchPolicy, type WireMessage } from '../src/index.js';
+import { PACK_TOOLS, research as drive } from './drive.js';
 
 const HEADER = 'Fund Ticker,Security Identifier,Holding Ticker,Shares/Par Value,MarketValue,Weight,Name,Class of Shares,Sector,Date';
 function invesco(fund: string, date: string, rows: [string, string, string, string][]): string {
@@ -54,34 +49,8 @@ function library(): HoldingsLibrary {
 }
 
 async function research(lib: HoldingsLibrary, question: string) {
-  const messages: WireMessage[] = [{ role: 'user', content: question }];
-  const calls: { name: string; arguments: Record<string, unknown> }[][] = [];
-  for (let t = 0; t < 5; t++) {
-    const reply = researchPolicy(messages, TOOLS);
-    if (!reply.toolCalls) return { calls, answer: reply.content ?? '' };
-    calls.push(reply.toolCalls.map((c) => ({ name: c.name, arguments: c.arguments as Record<string, unknown> })));
-    const ids = reply.toolCalls.map((_, i) => `c${t}_${i}`);
-    messages.push({
-      role: 'assistant',
-      content: null,
-      tool_calls: reply.toolCalls.map((c, i) => ({
-        id: ids[i]!,
-        type: 'function',
-        function: { name: c.name, arguments: JSON.stringify(c.arguments) },
-      })),
-    });
-    for (const [i, c] of reply.toolCalls.entries()) {
-      let content: string;
-      try {
-        content = JSON.stringify({ status: 'succeeded', result: await executeTool(lib, c.name, c.arguments) });
-      } catch (e) {
-        if (!(e instanceof ToolFailure)) throw e;
-        content = JSON.stringify({ status: 'failed', error: { code: e.code, message: e.message } });
-      }
-      messages.push({ role: 'tool', tool_call_id: ids[i]!, content });
-    }
-  }
-  throw new Error('no final answer in 5 turns');
+  const { turns, answer } = await drive(lib, question);
+  return { calls: turns, answer };
 }
 
 describe('research policy: answers that say how they chose', () => {
@@ -163,7 +132,7 @@ describe('research policy: the answer never claims more than the Run read (K9)',
     ];
     const reply = researchPolicy(
       messages,
-      TOOLS.filter((t) => t.function.name === 'get_holdings'),
+      PACK_TOOLS.filter((t) => t.function.name === 'get_holdings'),
     );
     const answer = reply.content ?? '';
     expect(answer).not.toContain('Every part of the question was answered');
@@ -195,7 +164,7 @@ describe('research policy: the answer never claims more than the Run read (K9)',
     const answer =
       researchPolicy(
         messages,
-        TOOLS.filter((t) => t.function.name === 'get_holdings'),
+        PACK_TOOLS.filter((t) => t.function.name === 'get_holdings'),
       ).content ?? '';
     expect(answer).not.toContain('fewer than two');
     expect((extractUnanswered(answer) ?? []).map((u) => u.part)).toContain('the comparison of AAA and BBB');
