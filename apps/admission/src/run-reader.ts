@@ -60,14 +60,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async get(runId: string): Promise<RunView | null> {
-    try {
-      const orm = await this.connect();
-      const { getRunView } = await loadProjections();
-      return await getRunView(orm, runId);
-    } catch (e) {
-      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
-      throw e;
-    }
+    return this.read('the Run projections', (p, orm) => p.getRunView(orm, runId));
   }
 
   /**
@@ -76,14 +69,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async list(q: RunListQuery): Promise<{ runs: RunView[]; more: boolean }> {
-    try {
-      const orm = await this.connect();
-      const { listRunViews } = await loadProjections();
-      return await listRunViews(orm, q);
-    } catch (e) {
-      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections)');
-      throw e;
-    }
+    return this.read('the Run projections', (p, orm) => p.listRunViews(orm, q));
   }
 
   /**
@@ -95,9 +81,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async quotaUsage(principal: string | null, now: Date, limits: QuotaLimits): Promise<{ usage: QuotaUsage; known: ReadonlySet<string> }> {
-    try {
-      const orm = await this.connect();
-      const { quotaUsageOf, costChargesOf } = await loadProjections();
+    return this.read('the Run projections the quotas count', async ({ quotaUsageOf, costChargesOf }, orm) => {
       const [usage, charges] = await Promise.all([
         quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS)),
         limits.costMicrosPerDay === null ? [] : costChargesOf(orm, principal, new Date(now.getTime() - QUOTA_DAY_MS)),
@@ -106,8 +90,19 @@ export class RunReader implements OnApplicationShutdown {
         usage: { activeRuns: usage.activeRuns, admittedInLastHour: usage.admittedSince, costInLastDay: charges, awaitingHuman: usage.awaitingHuman },
         known: new Set(usage.admittedSinceRunIds),
       };
+    });
+  }
+
+  /**
+   * Runs `query` with the projections module and the connected ORM.
+   * @throws 503 `dependency_unavailable` (with `Retry-After`) naming PostgreSQL and `what` when PostgreSQL cannot be reached; anything else `query` throws, as it is.
+   */
+  private async read<T>(what: string, query: (projections: Projections, orm: MikroORM) => Promise<T>): Promise<T> {
+    try {
+      const orm = await this.connect();
+      return await query(await loadProjections(), orm);
     } catch (e) {
-      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable('PostgreSQL (the Run projections the quotas count)');
+      if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable(`PostgreSQL (${what})`);
       throw e;
     }
   }
