@@ -27,6 +27,7 @@ import {
   type EventData,
   type RunLimits,
 } from '@runplane/contracts';
+import { NamedError } from '@runplane/kit/named-error';
 import { unknownTrigger, type RunFacts } from '@runplane/run-facts';
 import { quotaRefusal, type QuotaLimits, type QuotaRefusal, type QuotaUsage } from './quota.js';
 
@@ -126,16 +127,14 @@ export interface AdmitChild {
 export type IneligibleReason = 'running' | 'canceled' | 'failed' | 'interrupted' | 'no-execution' | 'request-mismatch' | 'child-run';
 
 /** The parent is not in this Conversation or does not exist (HTTP 404, the same answer for both: nothing of another Conversation leaks). K3. */
-export class ParentNotFound extends Error {
-  override readonly name = 'ParentNotFound';
+export class ParentNotFound extends NamedError {
   constructor(runId: string, conversationId: string) {
     super(`run ${runId} not found in conversation ${conversationId}`);
   }
 }
 
 /** The parent's log says it cannot be continued (HTTP 409 `continuation_not_eligible`; nothing appended). K3. */
-export class ContinuationNotEligible extends Error {
-  override readonly name = 'ContinuationNotEligible';
+export class ContinuationNotEligible extends NamedError {
   constructor(
     readonly reason: IneligibleReason,
     message: string,
@@ -145,13 +144,10 @@ export class ContinuationNotEligible extends Error {
 }
 
 /** No such clarification in the named Run of this Conversation (HTTP 404). K2. */
-export class ClarificationNotFound extends Error {
-  override readonly name = 'ClarificationNotFound';
-}
+export class ClarificationNotFound extends NamedError {}
 
 /** The clarification was answered by another message (HTTP 409 `clarification_answered`; nothing appended). K2. */
-export class ClarificationAnswered extends Error {
-  override readonly name = 'ClarificationAnswered';
+export class ClarificationAnswered extends NamedError {
   constructor(
     readonly clarificationId: string,
     readonly answeredBy: { runId: string; clientMessageId: string },
@@ -163,13 +159,10 @@ export class ClarificationAnswered extends Error {
 export type AdmissionTrigger = PostMessage | ReconcileToolCall | CancelRun | AnswerWait | AdmitChild;
 
 /** No such wait in the Run (HTTP 404). */
-export class WaitNotFound extends Error {
-  override readonly name = 'WaitNotFound';
-}
+export class WaitNotFound extends NamedError {}
 
 /** The wait cannot be answered any more: expired, or the Run settled, was fenced or canceled (HTTP 409 `wait_not_pending`). */
-export class WaitNotPending extends Error {
-  override readonly name = 'WaitNotPending';
+export class WaitNotPending extends NamedError {
   constructor(
     readonly reason: 'expired' | 'run-settled' | 'run-stopped' | 'run-canceled',
     message: string,
@@ -179,32 +172,23 @@ export class WaitNotPending extends Error {
 }
 
 /** The wait was answered before with another text (HTTP 409 `wait_conflict`; nothing appended). */
-export class WaitConflict extends Error {
-  override readonly name = 'WaitConflict';
-}
+export class WaitConflict extends NamedError {}
 
 /** No such Run (HTTP 404). */
-export class RunNotFound extends Error {
-  override readonly name = 'RunNotFound';
-}
+export class RunNotFound extends NamedError {}
 
 /** The Run is settled already: a cancel changes nothing (HTTP 409 with its outcome). */
-export class RunAlreadySettled extends Error {
-  override readonly name = 'RunAlreadySettled';
+export class RunAlreadySettled extends NamedError {
   constructor(readonly outcome: string) {
     super(`the Run is already settled (${outcome}); a cancel changes nothing`);
   }
 }
 
 /** No such Run, or no such tool call in it (HTTP 404). */
-export class ReconcileNotFound extends Error {
-  override readonly name = 'ReconcileNotFound';
-}
+export class ReconcileNotFound extends NamedError {}
 
 /** The call's receipt is not `unknown`, or it was reconciled differently before (HTTP 409; nothing appended). */
-export class ReconcileConflict extends Error {
-  override readonly name = 'ReconcileConflict';
-}
+export class ReconcileConflict extends NamedError {}
 
 /** What a quota's `used` counts, in words for the 429's `detail`. */
 const QUOTA_USAGE_WORDS: Record<QuotaRefusal['quota'], (currency?: string) => string> = {
@@ -214,8 +198,7 @@ const QUOTA_USAGE_WORDS: Record<QuotaRefusal['quota'], (currency?: string) => st
 };
 
 /** A new Run would exceed a quota of its principal (HTTP 429 `quota_exceeded` with `Retry-After`; nothing appended). */
-export class QuotaExceeded extends Error {
-  override readonly name = 'QuotaExceeded';
+export class QuotaExceeded extends NamedError {
   constructor(readonly refusal: QuotaRefusal) {
     super(
       `quota ${refusal.quota} exceeded: ${refusal.used} of ${refusal.limit} ${QUOTA_USAGE_WORDS[refusal.quota](refusal.currency)}; retry in ${refusal.retryAfterSeconds} s`,
@@ -230,14 +213,13 @@ export type ConflictField = 'content' | 'continuationOfRunId' | 'replyTo';
  * The same `clientMessageId` was already admitted with other content, another Continue parent or
  * another clarification binding (HTTP 409 `message_conflict` naming `field`; nothing is appended). K1.
  */
-export class MessageConflict extends Error {
+export class MessageConflict extends NamedError {
   constructor(
     readonly clientMessageId: string,
     readonly field: ConflictField,
     detail?: string,
   ) {
     super(`clientMessageId "${clientMessageId}" was already admitted in this conversation with different ${field}${detail ? ` (${detail})` : ''}`);
-    this.name = 'MessageConflict';
   }
 }
 
