@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type
 import type { KvWatchEntry } from '@nats-io/kv';
 import { LeaseStore, PartitionOwnership } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
-import { retry, type KvWatch } from '@runplane/kit';
+import { Periodic, retry, type KvWatch } from '@runplane/kit';
 import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
@@ -44,7 +44,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private watch: KvWatch | null = null;
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
-  private lastCleanup = Date.now();
+  private readonly cleanupPass = new Periodic(CLEANUP_EVERY_MS);
   private stopped = false;
 
   constructor(
@@ -107,8 +107,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private async sweep(): Promise<void> {
     if (this.stopped) return;
     const now = Date.now();
-    const cleanup = now - this.lastCleanup >= CLEANUP_EVERY_MS;
-    if (cleanup) this.lastCleanup = now;
+    const cleanup = this.cleanupPass.due(now);
     for (const entry of [...this.deadlines.values()]) {
       if (this.stopped) return;
       if (this.ownership && !this.ownership.owns(entry.runId)) continue;

@@ -14,7 +14,7 @@ import {
   type LeaseEntry,
 } from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
-import type { KvWatch } from '@runplane/kit';
+import { Periodic, type KvWatch } from '@runplane/kit';
 import { leaseExpiriesTotal, RunCommandHandler } from '@runplane/service-kit';
 import { decide, expiredLease, lostAfterHandover } from './decide.js';
 
@@ -89,7 +89,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private stopped = false;
   /** Parked leases whose wait expiry was already decided (`runId/wakeBy`). */
   private readonly expiryDecided = new Set<string>();
-  private lastParkedCleanup = Date.now();
+  private readonly parkedCleanupPass = new Periodic(PARKED_CLEANUP_EVERY_MS);
 
   constructor(
     private readonly log: EventLog,
@@ -165,8 +165,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private async sweep(): Promise<void> {
     if (this.stopped) return;
     const now = Date.now();
-    const cleanup = now - this.lastParkedCleanup >= PARKED_CLEANUP_EVERY_MS;
-    if (cleanup) this.lastParkedCleanup = now;
+    const cleanup = this.parkedCleanupPass.due(now);
     for (const entry of [...this.leases.values()]) {
       const v = entry.value;
       if (!this.mine(entry.runId)) continue;

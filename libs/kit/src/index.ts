@@ -2,3 +2,4 @@ export * from './errors.js';
 export * from './retry.js';
 export * from './kv-store.js';
 export * from './named-error.js';
+export * from './periodic.js';
