@@ -33,6 +33,13 @@ export interface Then {
   thenThrows(error?: Parameters<ReturnType<typeof expect>['toThrow']>[0]): void;
 }
 
+/**
+ * What recovery appends when it fences an execution: `run.fenced` on the tools subject, then on
+ * the runtime subject, each with `data` (everything but the subject). K6.
+ */
+export const bothFenced = (data: Omit<EventData<'run.fenced'>, 'fencedSubject'>) =>
+  (['tools', 'runtime'] as const).map((fencedSubject) => ({ type: 'run.fenced' as const, data: { fencedSubject, ...data } }));
+
 /** Starts a given/when/then specification of `decide`. */
 export function spec<T>(decide: Decider<T>) {
   return {

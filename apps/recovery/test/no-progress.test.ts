@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { decide } from '@runplane/app-recovery';
-import { spec } from '../../../test/support/decider-spec.js';
+import { bothFenced, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
 const recovery = spec(decide);
@@ -18,10 +18,7 @@ const silent = () =>
     .add('lease.granted', 'lease/1', { epoch: 1, holder, ttlMs: 1500 })
     .add('model.turn.requested', 1, { turn: 1, model: 'scripted' });
 const fenced = (detail: string, uncertain: { kind: 'model-turn'; turn: number }[] = [{ kind: 'model-turn', turn: 1 }]) =>
-  (['tools', 'runtime'] as const).map((fencedSubject) => ({
-    type: 'run.fenced' as const,
-    data: { fencedSubject, epoch: 1, holder, reason: 'no-progress' as const, detail, uncertain },
-  }));
+  bothFenced({ epoch: 1, holder, reason: 'no-progress', detail, uncertain });
 
 describe('recovery decide, NoProgress (K7)', () => {
   it('given a Run silent since its admission, when the limit has not passed, then nothing', () => {
@@ -41,17 +38,13 @@ describe('recovery decide, NoProgress (K7)', () => {
       .given(h)
       .when({ type: 'NoProgress' }, at('01:01'))
       .then(
-        (['tools', 'runtime'] as const).map((fencedSubject) => ({
-          type: 'run.fenced' as const,
-          data: {
-            fencedSubject,
-            epoch: 2,
-            holder,
-            reason: 'no-progress' as const,
-            detail: 'no progress for 60 s (limit 60 s): nothing counted as progress since 2025-12-31T23:00:01.000Z',
-            uncertain: [{ kind: 'model-turn' as const, turn: 1 }],
-          },
-        })),
+        bothFenced({
+          epoch: 2,
+          holder,
+          reason: 'no-progress',
+          detail: 'no progress for 60 s (limit 60 s): nothing counted as progress since 2025-12-31T23:00:01.000Z',
+          uncertain: [{ kind: 'model-turn', turn: 1 }],
+        }),
       );
   });
 

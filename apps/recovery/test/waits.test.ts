@@ -1,7 +1,7 @@
 /** Recovery's rules for parked Runs (K6, K10): a parked Run loses nothing when its lease goes; an unanswered wait is fenced at its expiry. */
 import { describe, it } from '@jest/globals';
 import { decide } from '@runplane/app-recovery';
-import { spec } from '../../../test/support/decider-spec.js';
+import { bothFenced, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
 const recovery = spec(decide);
@@ -100,17 +100,13 @@ describe('recovery decide: a parked Run is not an execution to fence (K10)', () 
       .given(h)
       .when({ type: 'LeaseLost', epoch: 2, holder, reason: 'lease-expired', detail: 'expired' })
       .then(
-        (['tools', 'runtime'] as const).map((fencedSubject) => ({
-          type: 'run.fenced' as const,
-          data: {
-            fencedSubject,
-            epoch: 2,
-            holder,
-            reason: 'lease-expired' as const,
-            detail: 'expired',
-            uncertain: [{ kind: 'model-turn' as const, turn: 2 }],
-          },
-        })),
+        bothFenced({
+          epoch: 2,
+          holder,
+          reason: 'lease-expired',
+          detail: 'expired',
+          uncertain: [{ kind: 'model-turn', turn: 2 }],
+        }),
       );
   });
 });
@@ -132,17 +128,13 @@ describe('recovery decide, WaitExpired (K10)', () => {
       .given(h)
       .when({ type: 'WaitExpired' }, new Date('2026-01-01T00:10:01.000Z'))
       .then(
-        (['tools', 'runtime'] as const).map((fencedSubject) => ({
-          type: 'run.fenced' as const,
-          data: {
-            fencedSubject,
-            epoch: 1,
-            holder,
-            reason: 'wait-expired' as const,
-            detail: `wait ${waitId} ("Which?") expired unanswered at 2026-01-01T00:10:00.000Z`,
-            uncertain: [],
-          },
-        })),
+        bothFenced({
+          epoch: 1,
+          holder,
+          reason: 'wait-expired',
+          detail: `wait ${waitId} ("Which?") expired unanswered at 2026-01-01T00:10:00.000Z`,
+          uncertain: [],
+        }),
       );
   });
 });
@@ -159,17 +151,13 @@ describe('recovery decide: a parked Run still has a deadline (K7, K10)', () => {
       .given(h)
       .when({ type: 'DeadlinePassed' }, new Date('2026-01-01T00:05:01.000Z'))
       .then(
-        (['tools', 'runtime'] as const).map((fencedSubject) => ({
-          type: 'run.fenced' as const,
-          data: {
-            fencedSubject,
-            epoch: 1,
-            holder,
-            reason: 'deadline' as const,
-            detail: 'deadline 2026-01-01T00:05:00.000Z passed (the Run was parked awaiting_human)',
-            uncertain: [],
-          },
-        })),
+        bothFenced({
+          epoch: 1,
+          holder,
+          reason: 'deadline',
+          detail: 'deadline 2026-01-01T00:05:00.000Z passed (the Run was parked awaiting_human)',
+          uncertain: [],
+        }),
       );
   });
 });

@@ -15,6 +15,19 @@ const requested = (turn: number) => ({ type: 'model.turn.requested', data: { tur
 const finished = (reason: string, answerTurn: number | null = null) =>
   ({ type: 'run.execution.finished', data: { reason, detail: expect.any(String), answerTurn } }) as never;
 
+/** Turn 1 called `list_funds` (a) and `get_holdings` (b), both proposed, neither dispatched. */
+const twoCallsProposed = () =>
+  new History()
+    .admitted()
+    .turn(1, {
+      calls: [
+        { id: 'a', name: 'list_funds' },
+        { id: 'b', name: 'get_holdings' },
+      ],
+    })
+    .proposed(1, 'a', 'list_funds')
+    .proposed(1, 'b', 'get_holdings');
+
 describe('runtime decide, Wake: the next step comes from the folded log alone', () => {
   it('given nothing admitted, when woken, then nothing', () => {
     runtime.given(new History()).when(wake).thenNothing();
@@ -51,16 +64,7 @@ describe('runtime decide, Wake: the next step comes from the folded log alone', 
   });
 
   it('given proposals without receipts, then it waits; given every receipt (even failed), then it requests the next turn (K8)', () => {
-    const h = new History()
-      .admitted()
-      .turn(1, {
-        calls: [
-          { id: 'a', name: 'list_funds' },
-          { id: 'b', name: 'get_holdings' },
-        ],
-      })
-      .proposed(1, 'a', 'list_funds')
-      .proposed(1, 'b', 'get_holdings');
+    const h = twoCallsProposed();
     h.dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded');
     runtime.given(h).when(wake).thenNothing();
     h.receipt('b', 'get_holdings', 'failed');
@@ -359,16 +363,7 @@ describe('runtime decide, ParagraphsStreamed: text is recorded while the turn st
 
 describe('model view of a Run', () => {
   it('shows receipts as the model should read them: results, failures, and unknown as unknown (K5)', () => {
-    const h = new History()
-      .admitted()
-      .turn(1, {
-        calls: [
-          { id: 'a', name: 'list_funds' },
-          { id: 'b', name: 'get_holdings' },
-        ],
-      })
-      .proposed(1, 'a', 'list_funds')
-      .proposed(1, 'b', 'get_holdings');
+    const h = twoCallsProposed();
     h.dispatched('a', 'list_funds')
       .receipt('a', 'list_funds', 'succeeded', { funds: [] })
       .dispatched('b', 'get_holdings')

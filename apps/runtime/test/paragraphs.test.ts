@@ -66,7 +66,8 @@ describe('ParagraphStream: a paragraph is finished once a blank line follows it'
 });
 
 describe('ParagraphRecorder: records without holding the stream up', () => {
-  it('records one batch at a time, coalescing the paragraphs finished meanwhile, and drops what has not started on close', async () => {
+  /** A recorder whose every recording waits until its gate is opened (`gates`, in order); `batches`: the paragraph indexes of each recording. */
+  const gatedRecorder = () => {
     const batches: number[][] = [];
     const gates: (() => void)[] = [];
     const recorder = new ParagraphRecorder(
@@ -76,6 +77,11 @@ describe('ParagraphRecorder: records without holding the stream up', () => {
       },
       () => undefined,
     );
+    return { batches, gates, recorder };
+  };
+
+  it('records one batch at a time, coalescing the paragraphs finished meanwhile, and drops what has not started on close', async () => {
+    const { batches, gates, recorder } = gatedRecorder();
     recorder.push('A.\n\n');
     recorder.push('B.\n\n');
     recorder.push('C.\n\n');
@@ -92,15 +98,7 @@ describe('ParagraphRecorder: records without holding the stream up', () => {
   });
 
   it('a stream that ended (close with flush) records every paragraph still queued before close returns (K9: a fast reply keeps all its paragraphs)', async () => {
-    const batches: number[][] = [];
-    const gates: (() => void)[] = [];
-    const recorder = new ParagraphRecorder(
-      (ps) => {
-        batches.push(ps.map((p) => p.index));
-        return new Promise<void>((r) => gates.push(r));
-      },
-      () => undefined,
-    );
+    const { batches, gates, recorder } = gatedRecorder();
     for (const p of ['A.\n\n', 'B.\n\n', 'C.\n\n']) recorder.push(p);
     let closed = false;
     const closing = recorder.close({ flush: true }).then(() => (closed = true));

@@ -61,8 +61,9 @@ describe('runtime decide: a question for a human parks the Run (K10)', () => {
     expect(opened).toBeDefined();
   });
 
-  it('given the wait unanswered (its batch receipts in or not), when woken, then nothing: no model request while parked', () => {
-    const h = new History()
+  /** Turn 1 proposed `list_funds` (a) and asked the human "Which class?" (q): the Run is parked on that wait. */
+  const parkedOnQuestion = () =>
+    new History()
       .admitted({ tools: ALL })
       .turn(1, {
         calls: [
@@ -72,6 +73,9 @@ describe('runtime decide: a question for a human parks the Run (K10)', () => {
       })
       .proposed(1, 'a', 'list_funds')
       .waitOpened(1, 'q', 'Which class?');
+
+  it('given the wait unanswered (its batch receipts in or not), when woken, then nothing: no model request while parked', () => {
+    const h = parkedOnQuestion();
     runtime.given(h).when(wake).thenNothing();
     runtime
       .given(h.dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded'))
@@ -80,18 +84,7 @@ describe('runtime decide: a question for a human parks the Run (K10)', () => {
   });
 
   it('given the answer recorded (the wake) and every receipt, when woken, then the next turn is requested; without the receipt, it waits for it', () => {
-    const base = () =>
-      new History()
-        .admitted({ tools: ALL })
-        .turn(1, {
-          calls: [
-            { id: 'a', name: 'list_funds' },
-            { id: 'q', name: 'ask_human', args: '{"question":"Which class?"}' },
-          ],
-        })
-        .proposed(1, 'a', 'list_funds')
-        .waitOpened(1, 'q', 'Which class?')
-        .waitAnswered('q', 'Class A');
+    const base = () => parkedOnQuestion().waitAnswered('q', 'Class A');
     runtime.given(base()).when(wake).thenNothing();
     runtime
       .given(base().dispatched('a', 'list_funds').receipt('a', 'list_funds', 'succeeded'))
