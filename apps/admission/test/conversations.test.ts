@@ -28,6 +28,12 @@ const CONV = 'conv-1';
 const post = (over: Partial<PostMessage> = {}): PostMessage =>
   postMessage({ conversationId: CONV, clientMessageId: 'client-2', content: 'Now only the past year', ...over });
 const { runId, messageId } = admissionIds(CONV, 'client-2');
+/** The message, grant and limits of the `run.admitted` that {@link post} (at {@link NOW}) asks for. */
+const posted = {
+  message: { messageId, clientMessageId: 'client-2', content: 'Now only the past year', contentSha256: sha256Hex('Now only the past year') },
+  grant: { tools: ['list_funds'], model: 'm' },
+  limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
+};
 const ORIGINAL = 'Compare SPY and QQQ over three years';
 
 /** A parent Run of `conv` that ran one model turn and settled as `outcome` (after a fence for `fence`, when given). */
@@ -59,14 +65,7 @@ describe('an ordinary message (K2): a new Run with the conversation history, no 
         {
           type: 'run.admitted',
           data: {
-            message: {
-              messageId,
-              clientMessageId: 'client-2',
-              content: 'Now only the past year',
-              contentSha256: sha256Hex('Now only the past year'),
-            },
-            grant: { tools: ['list_funds'], model: 'm' },
-            limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
+            ...posted,
             conversationHistory: { runIds: ['run-a', 'run-b'] },
           },
         },
@@ -111,14 +110,7 @@ describe('explicit Continue (K3): eligibility from the parent log', () => {
         {
           type: 'run.admitted',
           data: {
-            message: {
-              messageId,
-              clientMessageId: 'client-2',
-              content: 'Now only the past year',
-              contentSha256: sha256Hex('Now only the past year'),
-            },
-            grant: { tools: ['list_funds'], model: 'm' },
-            limits: { maxModelRequests: 4, maxToolCalls: 4, deadlineAt: '2026-01-01T00:01:00.000Z' },
+            ...posted,
             link: { parentRunId: 'parent-1', relation: 'continuation' },
             parentRequestSha256: sha256Hex(ORIGINAL),
             conversationHistory: { runIds: ['parent-1'] },
