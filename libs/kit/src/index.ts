@@ -1,3 +1,4 @@
 export * from './errors.js';
 export * from './retry.js';
 export * from './kv-store.js';
+export * from './memory.js';
