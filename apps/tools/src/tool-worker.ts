@@ -5,7 +5,8 @@
  * own holdings library, whose parsed files are cached by content digest.
  */
 import { appendFile } from 'node:fs/promises';
-import { RecordEffectArgs, TestToolPack } from '@runplane/contracts';
+// the tool packs alone: the rest of the contracts (events, configuration, HTTP) is not needed on a tool thread
+import { RecordEffectArgs, TestToolPack } from '@runplane/contracts/tools';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
 import type { ToolOutcome } from './decide.js';
 import { tryBegin, type StartGate } from './start-gate.js';
