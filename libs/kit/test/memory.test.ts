@@ -6,9 +6,8 @@ import { releaseStartupMemory } from '@runplane/kit/memory';
 
 describe('releaseStartupMemory', () => {
   it('given an object nothing refers to any more, when called, then a full collection ran and the object is gone', async () => {
-    let garbage: number[][] | null = Array.from({ length: 1000 }, (_, i) => [i]);
-    const ref = new WeakRef(garbage);
-    garbage = null;
+    // made and dropped inside the function: only the WeakRef is left
+    const ref = ((): WeakRef<number[][]> => new WeakRef(Array.from({ length: 1000 }, (_, i) => [i])))();
     // a WeakRef keeps its target for the rest of the job that made or read it
     await new Promise((r) => setImmediate(r));
     expect(releaseStartupMemory()).toBe(true);
