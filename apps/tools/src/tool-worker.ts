@@ -5,10 +5,12 @@
  * own holdings library, whose parsed files are cached by content digest.
  */
 import { appendFile } from 'node:fs/promises';
-import { RecordEffectArgs, TestToolPack } from '@runplane/contracts';
+// the tool packs alone: the rest of the contracts (events, configuration, HTTP) is not needed on a tool thread
+import { RecordEffectArgs, TestToolPack } from '@runplane/contracts/tools';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
 import type { ToolOutcome } from './decide.js';
 import { tryBegin, type StartGate } from './start-gate.js';
+import { releaseStartupMemory } from '@runplane/kit/memory';
 
 /** One call to run: the tool, its raw arguments (JSON text), and who asked (recorded by test tools). */
 import type { MessagePort } from 'node:worker_threads';
@@ -54,8 +56,12 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   return TestToolPack.record_effect.result.parse({ recorded: line });
 }
 
-/** Does nothing: run once on each thread at start-up, it resolves when the thread has loaded this module (ToolExecutor.ready). */
+/**
+ * Run once on each thread at start-up, it resolves when the thread has loaded this module
+ * (ToolExecutor.ready); it returns what loading left behind to the OS (kit `releaseStartupMemory`).
+ */
 export function warmUp(): null {
+  releaseStartupMemory();
   return null;
 }
 

@@ -2,7 +2,9 @@
  * {@link executeTool}: the tool-pack boundary. Validates a model's raw arguments with the
  * contract's zod schema, runs the tool on a {@link HoldingsLibrary}, and validates the result.
  */
-import { ToolPack, type ToolName } from '@runplane/contracts';
+// the tool pack alone (not the event catalogue, configuration and HTTP schemas): this module loads
+// in every tool thread
+import { ToolPack, type ToolName } from '@runplane/contracts/tools';
 import { z } from 'zod';
 import { ToolFailure } from './errors.js';
 import type { HoldingsLibrary } from './library.js';

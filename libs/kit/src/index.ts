@@ -3,3 +3,4 @@ export * from './retry.js';
 export * from './kv-store.js';
 export * from './named-error.js';
 export * from './periodic.js';
+export * from './memory.js';
