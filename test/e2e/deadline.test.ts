@@ -33,6 +33,36 @@ afterAll(async () => {
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
 
+/** Resolves at the wall-clock moment `at` (ms since the epoch), at once when it has passed. */
+const sleepUntil = (at: number) => new Promise((r) => setTimeout(r, Math.max(0, at - Date.now())));
+
+/**
+ * The Runs of the two cases that wait for a live runtime's deadline, admitted together on first use
+ * (by the first case, once its runtime is back) so their deadlines run out at the same time as the
+ * first case's last wait (each case checks only its own Run); resolves with the run id and the
+ * moment before its admission, per key.
+ */
+let deadlineRuns: Promise<Record<'held' | 'streaming', { key: string; runId: string; admittedAt: number }>> | null = null;
+function startDeadlineRuns() {
+  deadlineRuns ??= (async () => {
+    const held = `held-${t.tag}`;
+    await t.setScenario({ steps: [{ reply: { content: `the late answer of ${held}` }, delayMs: DEADLINE_SECONDS * 1000 + 3 * LEASE_TTL_MS }] }, held);
+    const streaming = `streaming-${t.tag}`;
+    const paragraphs = Array.from({ length: STREAMED_PARAGRAPHS }, (_, i) => `Paragraph ${i + 1} of ${streaming}.`);
+    // headers at once, then a paragraph a second: 19 s of streaming, well past the 10 s deadline (the client's own timeout covers only the headers)
+    await t.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 1_000 }] }, streaming);
+    const post = async (key: string) => {
+      const admittedAt = Date.now();
+      const { body } = await t.client.postMessage(`conv-deadline-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+      return { key, runId: body.runId, admittedAt };
+    };
+    const [h, s] = await Promise.all([post(held), post(streaming)]);
+    return { held: h, streaming: s };
+  })();
+  return deadlineRuns;
+}
+const STREAMED_PARAGRAPHS = 20;
+
 async function modelRequestsFor(key: string): Promise<number> {
   const res = await fetch(`${t.stack.modelUrl.replace(/\/v1$/, '/_scripted')}/stats`);
   const body = (await res.json()) as { perKey?: Record<string, number> };
@@ -84,13 +114,12 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
       // the entry is forgotten once the Run is fenced
       await eventually(async () => ((await deadlines.get(body.runId))?.operation === 'PUT' ? null : true), 5_000, 'the deadline entry forgotten');
 
-      // a runtime started afterwards receives run.admitted but does not execute the Run
+      // a runtime started afterwards receives run.admitted but does not execute the Run (checked 2 lease
+      // TTLs after its start, while the next Run below runs on it)
       await t.stack.startService('runtime');
-      await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
-      expect(await modelRequestsFor(key)).toBe(0);
-      const after = await t.log.readRun(body.runId);
-      expect(ofType(after, 'model.turn.requested')).toHaveLength(0);
-      expect(ofType(after, 'run.settled')).toHaveLength(1);
+      const runtimeStartedAt = Date.now();
+      // the two cases below admit their Runs now, on this runtime, so their deadlines run out while this case waits for the next Run's
+      startDeadlineRuns().catch(() => {}); // a failure to admit them is reported by those cases
 
       // a Run that completes well within its deadline is not touched, and its entry is forgotten (one scripted
       // turn, no tools: a full research Run took more than the 10 s deadline in CI beside the suite's other workers)
@@ -99,7 +128,15 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
       const next = await t.client.postMessage('conv-deadline', { clientMessageId: nextKey, content: `[${nextKey}] What does DIA hold?` });
       const nextEvents = await t.waitForSettlement(next.body.runId, 60_000);
       expect(ofType(nextEvents, 'run.settled')[0]!.data.outcome).toBe('completed');
-      await new Promise((r) => setTimeout(r, DEADLINE_SECONDS * 1000 + 2 * LEASE_TTL_MS));
+
+      await sleepUntil(runtimeStartedAt + 2 * LEASE_TTL_MS);
+      expect(await modelRequestsFor(key)).toBe(0);
+      const after = await t.log.readRun(body.runId);
+      expect(ofType(after, 'model.turn.requested')).toHaveLength(0);
+      expect(ofType(after, 'run.settled')).toHaveLength(1);
+
+      // past the next Run's own deadline by two lease TTLs (the grace recovery gives, with its 0.1 s sweep): still not fenced
+      await sleepUntil(Date.parse(ofType(nextEvents, 'run.admitted')[0]!.data.limits.deadlineAt) + 2 * LEASE_TTL_MS);
       const nextAfter = await t.log.readRun(next.body.runId);
       expect(ofType(nextAfter, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toHaveLength(0);
       expect((await deadlines.get(next.body.runId))?.operation).not.toBe('PUT'); // purged (or never kept)
@@ -110,9 +147,8 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
   }, 120_000);
 
   it('a Run a live runtime holds is left to it past the deadline: a model turn slower than the deadline ends AT the deadline (K7), is recorded, not fenced away', async () => {
-    const key = `held-${t.tag}`;
-    await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs: DEADLINE_SECONDS * 1000 + 3 * LEASE_TTL_MS }] }, key);
-    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const { key, runId } = (await startDeadlineRuns()).held;
+    const body = { runId };
     const events = await t.waitForSettlement(body.runId, 60_000);
     expect(ofType(events, 'run.fenced').filter((f) => f.data.reason !== 'settling')).toHaveLength(0);
     // the request's timeout was the time left to the deadline, not the model timeout: it failed at the deadline, before the reply came
@@ -130,14 +166,12 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
   }, 90_000);
 
   it('a reply that is still STREAMING at the deadline is cut there (F1, K7): its streamed paragraphs stay, the Run stops deadline and settles partial, never completed, within the deadline plus a few seconds', async () => {
-    const key = `streaming-${t.tag}`;
-    const paragraphs = Array.from({ length: 20 }, (_, i) => `Paragraph ${i + 1} of ${key}.`);
-    // headers at once, then a paragraph a second: 19 s of streaming, well past the 10 s deadline (the client's own timeout covers only the headers)
-    await t.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 1_000 }] }, key);
-    const admittedAt = Date.now();
-    const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    // admitted together with the held Run of the case above, during the first case (a paragraph a second, 20 of them)
+    const { key, runId, admittedAt } = (await startDeadlineRuns()).streaming;
+    const body = { runId };
     const events = await t.waitForSettlement(body.runId, 60_000);
-    const settledMs = Date.now() - admittedAt;
+    // from just before its admission to its settlement as recorded (this case may read it later than it happened)
+    const settledMs = Date.parse(ofType(events, 'run.settled')[0]!.occurredAt) - admittedAt;
     const deadlineAt = Date.parse(ofType(events, 'run.admitted')[0]!.data.limits.deadlineAt);
     const failed = ofType(events, 'model.turn.failed');
     expect(failed).toHaveLength(1);
@@ -146,7 +180,7 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect(ofType(events, 'model.turn.completed')).toHaveLength(0);
     const streamed = ofType(events, 'model.output.paragraph');
     expect(streamed.length).toBeGreaterThanOrEqual(2);
-    expect(streamed.length).toBeLessThan(paragraphs.length);
+    expect(streamed.length).toBeLessThan(STREAMED_PARAGRAPHS);
     expect(ofType(events, 'run.execution.finished')[0]!.data.reason).toBe('deadline');
     expect(ofType(events, 'model.turn.requested')).toHaveLength(1); // nothing new started past the deadline
     const settled = ofType(events, 'run.settled');

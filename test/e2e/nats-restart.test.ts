@@ -173,24 +173,31 @@ describe('health while nats-server is frozen (it used to answer 200 on /healthz 
     for (const [, p] of services) expect(await statusOf(`${p.url}/readyz`)).toBe(200);
     await server.freeze();
     try {
-      const started = Date.now();
-      for (const [name, p] of services) {
-        for (const path of ['/readyz', '/healthz']) {
-          const res = await fetch(`${p.url}${path}`, { signal: AbortSignal.timeout(10_000) });
-          const body = (await res.json()) as { code?: string; detail?: string; nats?: string; checks?: Record<string, { status: string }> };
-          expect({ name, path, status: res.status, code: body.code }).toEqual({ name, path, status: 503, code: 'dependency_unavailable' });
-          expect(body.detail).toMatch(/NATS/);
-          // the projector names each dependency as an extension member (it also checks PostgreSQL)
-          expect(name === 'projector' ? body.nats : body.checks?.nats?.status).toBe('down');
-        }
-        expect({ name, livez: await statusOf(`${p.url}/livez`) }).toEqual({ name, livez: 200 });
+      // every service and path asked at once (each answer waits for its checks' 2 s bound), each answer timed
+      const answers = await Promise.all(
+        services.flatMap(([name, p]) =>
+          ['/readyz', '/healthz'].map(async (path) => {
+            const started = Date.now();
+            const res = await fetch(`${p.url}${path}`, { signal: AbortSignal.timeout(10_000) });
+            const body = (await res.json()) as { code?: string; detail?: string; nats?: string; checks?: Record<string, { status: string }> };
+            return { name, path, res, body, ms: Date.now() - started };
+          }),
+        ),
+      );
+      for (const { name, path, res, body } of answers) {
+        expect({ name, path, status: res.status, code: body.code }).toEqual({ name, path, status: 503, code: 'dependency_unavailable' });
+        expect(body.detail).toMatch(/NATS/);
+        // the projector names each dependency as an extension member (it also checks PostgreSQL)
+        expect(name === 'projector' ? body.nats : body.checks?.nats?.status).toBe('down');
       }
-      // each answer comes within the 2 s check bound (two checks in parallel per request)
-      expect(Date.now() - started).toBeLessThan(services.length * 2 * 4_000);
+      for (const [name, p] of services) expect({ name, livez: await statusOf(`${p.url}/livez`) }).toEqual({ name, livez: 200 });
+      // each answer comes within the 2 s check bound (two checks in parallel per request), with a margin for a loaded machine
+      expect(answers.filter((a) => a.ms >= 4_000).map(({ name, path, ms }) => ({ name, path, ms }))).toEqual([]);
     } finally {
       server.thaw();
     }
-    for (const [name, p] of services)
-      await eventually(async () => ((await statusOf(`${p.url}/readyz`)) === 200 ? true : null), 30_000, `${name} ready again`);
+    await Promise.all(
+      services.map(([name, p]) => eventually(async () => ((await statusOf(`${p.url}/readyz`)) === 200 ? true : null), 30_000, `${name} ready again`)),
+    );
   }, 120_000);
 });

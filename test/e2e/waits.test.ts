@@ -111,7 +111,35 @@ async function parked(runId: string): Promise<StoredEvent[]> {
 const ALL: ServiceName[] = ['runtime', 'tools', 'admission', 'lifecycle', 'recovery', 'publication', 'projector'];
 
 describe('a Run parked on a question for a human (K10)', () => {
+  it('a parked Run survives kill -9 and restart of every service, and is answered afterwards', async () => {
+    const key = `killall-${t.tag}`;
+    await scriptQuestion(key, 'Which year?', 'Answered for the year you named.');
+    const { body } = await t.client.postMessage('conv-waits', { clientMessageId: key, content: `[${key}] What changed?` });
+    const runId = body.runId;
+    const events = await parked(runId);
+    const waitId = ofType(events, 'wait.opened')[0]!.data.waitId;
+    await until(t, runId, (ev) => ofType(ev, 'tool.call.receipt').length === 1, 20_000, 'the receipt of record_effect');
+    const killedAt = Date.now();
+    for (const name of ALL) await kill9(t, name);
+    // all at once: one after the other, under the suite's load, the restarts outlasted the wait's
+    // 25 s life and recovery rightly fenced the Run wait-expired (CI, 2026-12-01)
+    await Promise.all(ALL.map((name) => t.stack.startService(name)));
+    process.stdout.write(`waits: every service killed and restarted in ${Date.now() - killedAt} ms while the Run was parked\n`);
+    await sleep(2 * LEASE_TTL_MS);
+    const between = await t.log.readRun(runId);
+    expect(ofType(between, 'run.fenced')).toHaveLength(0);
+    expect(ofType(between, 'run.settled')).toHaveLength(0);
+    expect(await modelRequestsFor(t, key)).toBe(1);
+    expect((await t.client.answerWait(runId, waitId, '2024')).status).toBe(202);
+    const done = await t.waitForSettlement(runId, 30_000);
+    expect(ofType(done, 'run.settled').map((s) => s.data.outcome)).toEqual(['completed']);
+    expect(await modelRequestsFor(t, key)).toBe(2);
+    expect(effectsOf(effectFile, runId)).toHaveLength(1);
+  }, 180_000);
+
   it('parks holding no lease and asking nothing, is answered once (repeat 200, other answer 409, blank 400, unknown 404), continues at epoch 2 and completes with the answer; the tool of its batch ran once', async () => {
+    // the expiry case's Run (last in the file) parks now and expires while this case and the child-Run cases run
+    startExpiringRun().catch(() => {}); // its failure, if any, is reported by that case
     const key = `ask-${t.tag}`;
     await scriptQuestion(key, 'Which share class do you mean?', 'Using the class you named: done.');
     const { body } = await t.client.postMessage('conv-waits', { clientMessageId: key, content: `[${key}] Compare the share classes` });
@@ -185,56 +213,25 @@ describe('a Run parked on a question for a human (K10)', () => {
     });
     expect(final.outcome).toBe('completed');
   }, 120_000);
+});
 
-  it('a parked Run survives kill -9 and restart of every service, and is answered afterwards', async () => {
-    const key = `killall-${t.tag}`;
-    await scriptQuestion(key, 'Which year?', 'Answered for the year you named.');
-    const { body } = await t.client.postMessage('conv-waits', { clientMessageId: key, content: `[${key}] What changed?` });
-    const runId = body.runId;
-    const events = await parked(runId);
-    const waitId = ofType(events, 'wait.opened')[0]!.data.waitId;
-    await until(t, runId, (ev) => ofType(ev, 'tool.call.receipt').length === 1, 20_000, 'the receipt of record_effect');
-    const killedAt = Date.now();
-    for (const name of ALL) await kill9(t, name);
-    // all at once: one after the other, under the suite's load, the restarts outlasted the wait's
-    // 25 s life and recovery rightly fenced the Run wait-expired (CI, 2026-12-01)
-    await Promise.all(ALL.map((name) => t.stack.startService(name)));
-    process.stdout.write(`waits: every service killed and restarted in ${Date.now() - killedAt} ms while the Run was parked\n`);
-    await sleep(2 * LEASE_TTL_MS);
-    const between = await t.log.readRun(runId);
-    expect(ofType(between, 'run.fenced')).toHaveLength(0);
-    expect(ofType(between, 'run.settled')).toHaveLength(0);
-    expect(await modelRequestsFor(t, key)).toBe(1);
-    expect((await t.client.answerWait(runId, waitId, '2024')).status).toBe(202);
-    const done = await t.waitForSettlement(runId, 30_000);
-    expect(ofType(done, 'run.settled').map((s) => s.data.outcome)).toEqual(['completed']);
-    expect(await modelRequestsFor(t, key)).toBe(2);
-    expect(effectsOf(effectFile, runId)).toHaveLength(1);
-  }, 180_000);
-
-  it('an unanswered wait expires: the Run is fenced wait-expired and settled failed once; a late answer is 409', async () => {
+/**
+ * The Run of the expiry case, admitted and parked on first use: the answered-question case starts
+ * it (after the case that kills every service), and the 25 s of its wait run out while that case
+ * and the child-Run cases run (it holds no lease and shares no key, conversation or tool file line
+ * with them); the expiry case, last in the file, checks it. Resolves with its key, run id and
+ * events up to the park.
+ */
+let expiring: Promise<{ key: string; runId: string; events: StoredEvent[] }> | null = null;
+function startExpiringRun() {
+  expiring ??= (async () => {
     const key = `expire-${t.tag}`;
     await scriptQuestion(key, 'Anyone there?', 'unused');
-    const { body } = await t.client.postMessage('conv-waits', { clientMessageId: key, content: `[${key}] Ask me something` });
-    const runId = body.runId;
-    const events = await parked(runId);
-    const opened = ofType(events, 'wait.opened')[0]!;
-    const done = await t.waitForSettlement(runId, (WAIT_TTL_SECONDS + 20) * 1000);
-    const settled = ofType(done, 'run.settled');
-    expect(settled).toHaveLength(1);
-    expect(settled[0]!.data.outcome).toBe('failed');
-    expect(settled[0]!.data.reason).toMatch(/wait-expired/);
-    expect(ofType(done, 'run.fenced').map((f) => f.data.reason)).toEqual(['wait-expired', 'wait-expired']);
-    const settledAfterExpiry = Date.parse(settled[0]!.occurredAt) - Date.parse(opened.data.expiresAt);
-    expect(settledAfterExpiry).toBeGreaterThanOrEqual(0);
-    process.stdout.write(`waits: expired wait settled ${settledAfterExpiry} ms after its expiry\n`);
-    const late = await httpError(t.client.answerWait(runId, opened.data.waitId, 'too late'));
-    expect(late.status).toBe(409);
-    expect(late.problem?.code).toBe('wait_not_pending');
-    expect(ofType(await t.log.readRun(runId), 'wait.answered')).toHaveLength(0);
-    expect(await modelRequestsFor(t, key)).toBe(1);
-  }, 120_000);
-});
+    const { body } = await t.client.postMessage('conv-waits-expire', { clientMessageId: key, content: `[${key}] Ask me something` });
+    return { key, runId: body.runId, events: await parked(body.runId) };
+  })();
+  return expiring;
+}
 
 /** A parent that spawns a sub-agent on turn 1 and answers on turn 2; the child (its own key) answers on its turn 1. */
 async function scriptChild(parentKey: string, childKey: string, childStep: Record<string, unknown>): Promise<void> {
@@ -348,5 +345,28 @@ describe('a child Run (K7, K10)', () => {
     expect(ofType(childEvents, 'run.settled').map((s) => s.data.outcome)).toEqual(['canceled']);
     expect(ofType(childEvents, 'run.cancel.requested')[0]!.data.reason).toMatch(/parent Run/);
     expect(await modelRequestsFor(t, parentKey)).toBe(1);
+  }, 120_000);
+});
+
+// last: its Run was admitted when the answered-question case began, so its wait ran out while the cases above ran
+describe('a Run parked on a question for a human (K10)', () => {
+  it('an unanswered wait expires: the Run is fenced wait-expired and settled failed once; a late answer is 409', async () => {
+    // admitted when the answered-question case began (startExpiringRun): its wait's 25 s ran out while the cases above ran
+    const { key, runId, events } = await startExpiringRun();
+    const opened = ofType(events, 'wait.opened')[0]!;
+    const done = await t.waitForSettlement(runId, (WAIT_TTL_SECONDS + 20) * 1000);
+    const settled = ofType(done, 'run.settled');
+    expect(settled).toHaveLength(1);
+    expect(settled[0]!.data.outcome).toBe('failed');
+    expect(settled[0]!.data.reason).toMatch(/wait-expired/);
+    expect(ofType(done, 'run.fenced').map((f) => f.data.reason)).toEqual(['wait-expired', 'wait-expired']);
+    const settledAfterExpiry = Date.parse(settled[0]!.occurredAt) - Date.parse(opened.data.expiresAt);
+    expect(settledAfterExpiry).toBeGreaterThanOrEqual(0);
+    process.stdout.write(`waits: expired wait settled ${settledAfterExpiry} ms after its expiry\n`);
+    const late = await httpError(t.client.answerWait(runId, opened.data.waitId, 'too late'));
+    expect(late.status).toBe(409);
+    expect(late.problem?.code).toBe('wait_not_pending');
+    expect(ofType(await t.log.readRun(runId), 'wait.answered')).toHaveLength(0);
+    expect(await modelRequestsFor(t, key)).toBe(1);
   }, 120_000);
 });

@@ -527,7 +527,9 @@ export function viewerOrigins(url: string): string[] {
 }
 
 /**
- * Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process.
+ * Starts the scripted model (unless `modelBaseUrl`) and every service, each as its own process:
+ * all but admission at once, then admission (it needs publication's URL); resolves once every
+ * process printed its ready line.
  * Event signing is on: each service gets its owner's private key and every one the public keys
  * ({@link signingEnvOf}), those of `natsUsers.signing`, else a set made in `logDir`/signing and
  * recorded in `natsUsers.signing` (so {@link natsEnvOf} gives a test or a CLI command the keys).
@@ -620,7 +622,20 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       });
       return p;
     };
-    for (const name of SERVICES) for (let i = 0; i < (opts.replicas?.[name] ?? 1); i++) await startService(name);
+    const startReplicas = async (name: ServiceName) => {
+      for (let i = 0; i < (opts.replicas?.[name] ?? 1); i++) await startService(name);
+    };
+    // every service but admission at once (each one's replicas one after another): they meet only
+    // through NATS and PostgreSQL, provisioned above, so none waits for another to be ready; then
+    // admission, whose CORS origins are publication's URL. Each start waits for its ready line
+    // before anything returns, and a failed one stops the rest (below).
+    const startedAtOnce = await Promise.allSettled(SERVICES.filter((n) => n !== 'admission').map(startReplicas));
+    const failed = startedAtOnce.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    // the stop order stays the reverse of SERVICES (the model server last), whichever was ready first
+    const rank = (p: ManagedProcess) => (p === model ? -1 : SERVICES.indexOf(p.name.split('#')[0] as ServiceName));
+    started.sort((a, b) => rank(a) - rank(b));
+    await startReplicas('admission');
     return {
       get endpoints() {
         return { admission: services.get('admission')!.url, publication: services.get('publication')!.url };
