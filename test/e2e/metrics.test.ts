@@ -2,7 +2,8 @@
  * The SRE's metrics (docs/metrics.md) read from each service's real `/metrics` after one Run with a
  * tool call, on the real JetStream and PostgreSQL: the Run's duration and queue time, its model
  * requests and tokens, the tool's duration by receipt status, appends by owner (equal to the
- * events each owner stored), consumer deliveries, lease renewals and the open SSE observer.
+ * events each owner stored), consumer deliveries, lease renewals, the open SSE observer, and the
+ * Run reads of the services that decide on deliveries (none from the log on a normal Run).
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ObservedEvent } from '@runplane/client';
@@ -104,6 +105,26 @@ describe('metrics an SRE reads, after one Run', () => {
   it('the tools service observed the execution under its tool and receipt status', async () => {
     const text = await scrape('tools');
     expect(total(text, 'runplane_tool_duration_seconds_count', { tool: 'list_funds', status: 'succeeded' })).toBe(1);
+  });
+
+  it('the services that decide on deliveries took every decision on the Run from the folds kept from them: no read of its log', async () => {
+    const counts: Record<string, { kept: number; log: number; proven: number; unproven: number }> = {};
+    for (const service of ['runtime', 'tools', 'publication', 'lifecycle', 'recovery'] as const) {
+      const text = await scrape(service);
+      counts[service] = {
+        kept: total(text, 'runplane_run_reads_total', { source: 'kept' }),
+        log: total(text, 'runplane_run_reads_total', { source: 'log' }),
+        proven: total(text, 'runplane_run_fold_starts_total', { result: 'proven' }),
+        unproven: total(text, 'runplane_run_fold_starts_total', { result: 'unproven' }),
+      };
+    }
+    console.log(`metrics: Run reads per service on one Run: ${JSON.stringify(counts)}`);
+    for (const service of ['tools', 'publication', 'lifecycle'] as const) {
+      // each decided on the Run (the tool call, the passages, the settlement), from its kept fold
+      expect([service, counts[service]!.kept > 0, counts[service]!.log]).toEqual([service, true, 0]);
+      // its fold started at run.admitted, proven the Run's last message by one direct get
+      expect([service, counts[service]!.proven, counts[service]!.unproven]).toEqual([service, 1, 0]);
+    }
   });
 
   it('every owner counted exactly the events it stored as appends, and its consumers counted deliveries', async () => {

@@ -40,6 +40,14 @@ function withLasts(facts: RunFacts, lasts: Partial<Record<Owner, number>>): RunF
 /** Where the Run facts a service decided from came from, counted per process (`GET /metrics`, `runplane_run_reads_total`). */
 export const runReads = { log: 0, kept: 0 };
 
+/**
+ * Folds started at a delivered `run.admitted`, counted per process (`GET /metrics`,
+ * `runplane_run_fold_starts_total`): `proven` (it was still the Run's last message: the fold
+ * started), `unproven` (it was not, a replay or a redelivery, or the one direct get failed: no
+ * fold, the first decision reads the log).
+ */
+export const foldStarts = { proven: 0, unproven: 0 };
+
 /** Options of {@link RunFolds.read}. */
 export interface ReadOptions {
   /** Read the log even when the kept fold would do (after a conflict: the fold is known to be behind). */
@@ -48,23 +56,34 @@ export interface ReadOptions {
 
 /**
  * The folds of the Runs a service is working on, kept between wakes (no read of the log
- * on the hot path).
+ * on the hot path: a Run that runs normally is never read from the log by a service whose
+ * partition consumers take every subject of their Runs).
  *
- * - **Kept from deliveries.** A service whose partition consumers take every subject of their
- *   Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its handler runs
- *   (`EventLog.deliveries`, deliveries.ts): a delivered event that follows on from what the fold
- *   knows of its subject (its `prevSeq`, the back-link the server verified, is the subject's last
- *   known sequence) is folded in (a Run's fold starts at its `run.admitted` when that is still the
- *   Run's last message: one direct get); one that does not (a gap: the partition was elsewhere, a message
- *   that is not a fact, a fold dropped) marks the fold behind.
+ * - **Started at `run.admitted`, proven current.** A service whose partition consumers take every
+ *   subject of their Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its
+ *   handler runs (`EventLog.deliveries`, deliveries.ts). At the delivery of a Run's `run.admitted`
+ *   with `prevSeq` 0 (the first event of a Run: nothing of it precedes it), one direct get of the
+ *   Run's last message (`last_by_subj` `<prefix>.run.<runId>.>`) proves whether it is still the
+ *   Run's last message. When it is, the fold starts from it alone and is exactly the Run as of
+ *   that delivery: every later event of the Run has a higher sequence on one of the Run's subjects,
+ *   all in this consumer's partition, so it is delivered here after it, in stream order. When it is
+ *   not (a consumer that delivers the log again from the start, a new durable or a redelivery after
+ *   a restart, hands out `run.admitted` long after the rest was stored), no fold starts: the first
+ *   decision reads the log. So a replayed old `tool.call.proposed` is never decided from a fold
+ *   that lacks its dispatch and receipt (K5: the tool is not run again; even if it were decided,
+ *   the dispatch's append expecting the stale `tools` subject would be refused, K6).
+ * - **Kept from deliveries.** A delivered event that follows on from what the fold knows of its
+ *   subject (its `prevSeq`, the back-link the server verified, is the subject's last known
+ *   sequence) is folded in; one that does not (a gap: the partition was elsewhere, a message that
+ *   is not a fact, a fold dropped) marks the fold behind, and the next read goes to the log.
  * - **Read while handling a delivery: no request.** Inside a delivery's handler, for that
  *   delivery's Run, a fold that is current and holds the delivered event is the answer: the Run as
  *   of that event, which is what the decision the event triggers is about. Anything it lacks is
  *   delivered next and decided then.
  * - **Otherwise from the log.** A read outside a delivery (an HTTP request, a timer, a watch), of
- *   another Run, of a fold behind, or `fresh` brings the fold up to date from the log by following
- *   each subject's back-links from its last event down to what is known ({@link EventLog.catchUp}:
- *   one direct get per owner subject plus one per new event).
+ *   another Run, of a fold behind or never started, or `fresh` brings the fold up to date from the
+ *   log by following each subject's back-links from its last event down to what is known
+ *   ({@link EventLog.catchUp}: one direct get per owner subject plus one per new event).
  *
  * A kept fold is only a hint: every decision made from it is still checked by the conditional
  * append on the owner's subject (K6), and a conflict makes the caller read the log again
@@ -73,6 +92,8 @@ export interface ReadOptions {
  */
 export class RunFolds {
   private readonly entries = new Map<string, Entry>();
+  /** Partition moves seen: a fold whose proof was under way while one happened is not started. */
+  private moves = 0;
 
   /**
    * @param log the event log to read from (and whose whole-Run deliveries keep the folds).
@@ -99,11 +120,6 @@ export class RunFolds {
       return entry.facts;
     }
     runReads.log++;
-    if (!entry && !opts.fresh && scope?.runId === runId && (await this.admittedIsLast(scope.stored))) {
-      const started = this.fresh(runId, [scope.stored], { admission: scope.seq });
-      this.keep(runId, started);
-      return started.facts;
-    }
     const found = await this.log.catchUp(runId, entry?.lasts ?? {});
     const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
     next.current = true;
@@ -112,16 +128,27 @@ export class RunFolds {
   }
 
   /**
-   * True when `stored` is a Run's `run.admitted` (the first event of a Run: nothing precedes it) and
-   * still the last message of the Run: one direct get of the last message on the Run's subjects
-   * (`last_by_subj` `<prefix>.run.<runId>.>`) instead of a read of every subject. A consumer that
-   * delivers the log again from the start (a new durable) delivers `run.admitted` long after the
-   * rest was stored: then it is not the last, and the Run is read.
+   * Starts a Run's fold at a delivered `run.admitted` (the first event of a Run: `prevSeq` 0) when
+   * one direct get (`last_by_subj` `<prefix>.run.<runId>.>`) says it is still the Run's last
+   * message: then nothing of the Run is stored beyond it, and what is stored later reaches this
+   * consumer after it, in order (see the class). Otherwise, or when the get fails, or the
+   * partition moved meanwhile, nothing starts and the first decision reads the log. Never throws.
    */
-  private async admittedIsLast(stored: StoredEvent): Promise<boolean> {
-    if (stored.event.type !== 'run.admitted' || stored.event.prevSeq !== 0) return false;
-    const last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, stored.event.runId) });
-    return last?.seq === stored.seq;
+  private async startAt(admitted: StoredEvent): Promise<void> {
+    const runId = admitted.event.runId;
+    const moves = this.moves;
+    let last;
+    try {
+      last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, runId) });
+    } catch {
+      last = null;
+    }
+    if (last?.seq !== admitted.seq || moves !== this.moves || this.entries.has(runId)) {
+      foldStarts.unproven++;
+      return;
+    }
+    foldStarts.proven++;
+    this.keep(runId, this.fresh(runId, [admitted], { admission: admitted.seq }));
   }
 
   /** Adds an event this service appended itself (its sequence is known), so the next read need not fetch it. */
@@ -135,14 +162,15 @@ export class RunFolds {
   }
 
   /**
-   * A delivery of a whole-Run consumer (before its handler): folded in when it follows on from
-   * what is known of its subject, ignored when already known, else the fold is marked behind.
-   * A settlement drops the fold (a later wake reads the log).
+   * A delivery of a whole-Run consumer (before its handler): a Run's `run.admitted` without a
+   * fold may start one ({@link startAt}, awaited before the handler); a later event is folded in
+   * when it follows on from what is known of its subject, ignored when already known, else the
+   * fold is marked behind. A settlement drops the fold (a later wake reads the log).
    */
-  private delivered(stored: StoredEvent): void {
+  private delivered(stored: StoredEvent): void | Promise<void> {
     const runId = stored.event.runId;
     const entry = this.entries.get(runId);
-    if (!entry) return;
+    if (!entry) return stored.event.type === 'run.admitted' && stored.event.prevSeq === 0 ? this.startAt(stored) : undefined;
     if (stored.event.type === 'run.settled') {
       this.entries.delete(runId);
       return;
@@ -159,6 +187,7 @@ export class RunFolds {
 
   /** The partition's consumer starts or stops here: folds of its Runs may lack what another process handles. */
   private partitionMoved(partition: number): void {
+    this.moves++;
     const partitions = this.log.space.partitions;
     for (const runId of [...this.entries.keys()]) if (partitionOf(runId, partitions) === partition) this.entries.delete(runId);
   }
