@@ -108,23 +108,23 @@ describe('metrics an SRE reads, after one Run', () => {
   });
 
   it('the services that decide on deliveries took every decision on the Run from the folds kept from them: no read of its log', async () => {
-    const counts: Record<string, { kept: number; log: number; proven: number; unproven: number }> = {};
+    const counts: Record<string, { kept: number; log: number }> = {};
     for (const service of ['runtime', 'tools', 'publication', 'lifecycle', 'recovery'] as const) {
       const text = await scrape(service);
       counts[service] = {
         kept: total(text, 'runplane_run_reads_total', { source: 'kept' }),
         log: total(text, 'runplane_run_reads_total', { source: 'log' }),
-        proven: total(text, 'runplane_run_fold_starts_total', { result: 'proven' }),
-        unproven: total(text, 'runplane_run_fold_starts_total', { result: 'unproven' }),
       };
     }
     console.log(`metrics: Run reads per service on one Run: ${JSON.stringify(counts)}`);
-    for (const service of ['tools', 'publication', 'lifecycle'] as const) {
-      // each decided on the Run (the tool call, the passages, the settlement), from its kept fold
+    // each decided on the Run (the tool call, the passages, the settlement, the closing) from its
+    // fold, started at run.admitted and kept from the deliveries
+    for (const service of ['tools', 'publication', 'lifecycle', 'recovery'] as const)
       expect([service, counts[service]!.kept > 0, counts[service]!.log]).toEqual([service, true, 0]);
-      // its fold started at run.admitted, proven the Run's last message by one direct get
-      expect([service, counts[service]!.proven, counts[service]!.unproven]).toEqual([service, 1, 0]);
-    }
+    // the runtime too, but its lease keeper also wakes a Run not woken within a lease TTL (3 s here,
+    // and the second turn takes 2.5 s) from a timer, outside any delivery: such a wake reads the log,
+    // as often as it decides, depending on timing (not counted here)
+    expect(counts.runtime!.kept).toBeGreaterThan(0);
   });
 
   it('every owner counted exactly the events it stored as appends, and its consumers counted deliveries', async () => {

@@ -2,11 +2,12 @@
  * The tools service decides from the fold it keeps from its deliveries, and a proposal handed out
  * again from the start of the log is not executed twice (K5; libs/service-kit `RunFolds`), against
  * the real JetStream. Worker A (DispatchController as built in dist/) is handed a Run's events in
- * order as its whole-Run consumer would be: its fold starts at `run.admitted` (one direct get proves
- * it the Run's last message) and it dispatches, executes and records the call without reading the
- * Run's log. Worker C, on a connection of its own, is then handed the same events again from
- * `run.admitted` (a new durable consumer replaying the log): nothing proves that fold current, so
- * its first decision reads the log, finds the dispatch and the receipt, and runs nothing.
+ * order as its whole-Run consumer would be: its fold starts at `run.admitted` (one direct get: how
+ * far the Run was then) and it dispatches, executes and records the proposal stored after that
+ * without reading the Run's log. Worker C, on a connection of its own, is then handed the same
+ * events again from `run.admitted` (a new durable consumer replaying the log): the proposal was
+ * stored before C saw the Run begin, so its decision reads the log, finds the dispatch and the
+ * receipt, and runs nothing.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
@@ -16,7 +17,7 @@ import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
-import { foldStarts, RunCommandHandler, runReads } from '@runplane/service-kit';
+import { RunCommandHandler, runReads } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
@@ -96,32 +97,31 @@ describe('tools: a proposal decided from the kept fold, and the same proposal re
       .proposed(1, 'c1', 'record_effect', args);
     const lasts: Partial<Record<Owner, number>> = {};
 
-    // live: A's fold starts at run.admitted, delivered while it is the Run's last message (one
-    // direct get), and is kept from the deliveries that follow
+    // live: the runtime's first turn is stored before run.admitted reaches A (the runtime was
+    // quicker); A's fold starts at run.admitted (one direct get: how far the Run was then) and is
+    // kept from the deliveries that follow; the proposal was stored after that point
     const gets = countDirectGets(logA);
-    const live = { log: runReads.log, proven: foldStarts.proven };
-    const stored: StoredEvent[] = [];
+    const logReads = runReads.log;
+    const stored = await appendAll(logA, h.events.slice(0, -1), lasts);
     try {
-      stored.push(...(await appendAll(logA, h.events.slice(0, 1), lasts)));
-      await deliver(logA, a, stored);
-      const rest = await appendAll(logA, h.events.slice(1), lasts);
-      stored.push(...rest);
-      await deliver(logA, a, rest);
+      await deliver(logA, a, stored.slice(0, 1));
+      const proposal = await appendAll(logA, h.events.slice(-1), lasts);
+      stored.push(...proposal);
+      await deliver(logA, a, stored.slice(1));
     } finally {
       gets.restore();
     }
-    expect(foldStarts.proven - live.proven).toBe(1);
-    expect(runReads.log - live.log).toBe(0);
+    expect(runReads.log - logReads).toBe(0);
     expect(gets.count).toBe(1);
     const afterLive = await logA.readRun(runId);
     expect(afterLive.map((e) => e.event.type).slice(-2)).toEqual(['tool.call.dispatched', 'tool.call.receipt']);
     expect(effectLines(runId)).toHaveLength(1);
 
-    // replayed: run.admitted is no longer the Run's last message, so C starts no fold and reads the log
-    const replay = { log: runReads.log, unproven: foldStarts.unproven };
+    // replayed: every event, the proposal too, was stored before run.admitted reached C, so C's
+    // decision on the proposal reads the log, which holds the dispatch and the receipt
+    const replayReads = runReads.log;
     await deliver(logC, c, stored);
-    expect(foldStarts.unproven - replay.unproven).toBe(1);
-    expect(runReads.log - replay.log).toBeGreaterThan(0);
+    expect(runReads.log - replayReads).toBeGreaterThan(0);
     const afterReplay = await logA.readRun(runId);
     expect(afterReplay.map((e) => e.seq)).toEqual(afterLive.map((e) => e.seq)); // nothing appended
     expect(effectLines(runId)).toHaveLength(1); // executed once

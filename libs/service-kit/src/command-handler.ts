@@ -25,6 +25,13 @@ interface Entry {
    * event's subject). False after a gap: the next read goes to the log.
    */
   current: boolean;
+  /**
+   * For a fold started at a delivered `run.admitted`: the Run's last sequence when it was
+   * delivered (one direct get). A delivery at or below it may be old (a consumer delivering the log
+   * again from the start), so a decision on it reads the log; one above it was stored after this
+   * process saw the Run begin. 0 for a fold read from the log.
+   */
+  liveAfter: number;
 }
 
 /**
@@ -40,14 +47,6 @@ function withLasts(facts: RunFacts, lasts: Partial<Record<Owner, number>>): RunF
 /** Where the Run facts a service decided from came from, counted per process (`GET /metrics`, `runplane_run_reads_total`). */
 export const runReads = { log: 0, kept: 0 };
 
-/**
- * Folds started at a delivered `run.admitted`, counted per process (`GET /metrics`,
- * `runplane_run_fold_starts_total`): `proven` (it was still the Run's last message: the fold
- * started), `unproven` (it was not, a replay or a redelivery, or the one direct get failed: no
- * fold, the first decision reads the log).
- */
-export const foldStarts = { proven: 0, unproven: 0 };
-
 /** Options of {@link RunFolds.read}. */
 export interface ReadOptions {
   /** Read the log even when the kept fold would do (after a conflict: the fold is known to be behind). */
@@ -59,19 +58,25 @@ export interface ReadOptions {
  * on the hot path: a Run that runs normally is never read from the log by a service whose
  * partition consumers take every subject of their Runs).
  *
- * - **Started at `run.admitted`, proven current.** A service whose partition consumers take every
- *   subject of their Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its
- *   handler runs (`EventLog.deliveries`, deliveries.ts). At the delivery of a Run's `run.admitted`
- *   with `prevSeq` 0 (the first event of a Run: nothing of it precedes it), one direct get of the
- *   Run's last message (`last_by_subj` `<prefix>.run.<runId>.>`) proves whether it is still the
- *   Run's last message. When it is, the fold starts from it alone and is exactly the Run as of
- *   that delivery: every later event of the Run has a higher sequence on one of the Run's subjects,
- *   all in this consumer's partition, so it is delivered here after it, in stream order. When it is
- *   not (a consumer that delivers the log again from the start, a new durable or a redelivery after
- *   a restart, hands out `run.admitted` long after the rest was stored), no fold starts: the first
- *   decision reads the log. So a replayed old `tool.call.proposed` is never decided from a fold
- *   that lacks its dispatch and receipt (K5: the tool is not run again; even if it were decided,
- *   the dispatch's append expecting the stale `tools` subject would be refused, K6).
+ * - **Started at `run.admitted`.** A service whose partition consumers take every subject of their
+ *   Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its handler runs
+ *   (`EventLog.deliveries`, deliveries.ts). At the delivery of a Run's `run.admitted` with
+ *   `prevSeq` 0 (the first event of a Run: nothing of it precedes it), the fold starts from it
+ *   alone, and one direct get of the Run's last message (`last_by_subj` `<prefix>.run.<runId>.>`)
+ *   records how far the Run went then (`liveAfter`). Every later event of the Run is on one of its
+ *   subjects, all in this consumer's partition, so it is delivered here after `run.admitted`, in
+ *   stream order, and folded in (below).
+ * - **Proven current, or read.** A decision on a delivery above `liveAfter` is taken from the fold:
+ *   that event was stored after this process saw the Run begin, and the fold holds every event of
+ *   the Run up to it (no gap seen), so it is the Run as of that event, as on any live delivery. A
+ *   decision on a delivery at or below `liveAfter` reads the log: it may be a replay. A consumer
+ *   that delivers the log again from the start (a new durable, a redelivery after a restart) hands
+ *   out `run.admitted` long after the rest was stored; the get then names the Run's real last
+ *   message, every old event (an old `tool.call.proposed` long executed) is at or below it, and
+ *   its decision is taken from the log, which holds the dispatch and the receipt (K5: the tool is
+ *   not run again). Even a decision from a stale fold could not run it again: the dispatch's
+ *   append expects the `tools` subject as that fold knows it, and the log refuses it (K6).
+ *   On a normal Run every event a service decides on comes after the Run's first steps: no read.
  * - **Kept from deliveries.** A delivered event that follows on from what the fold knows of its
  *   subject (its `prevSeq`, the back-link the server verified, is the subject's last known
  *   sequence) is folded in; one that does not (a gap: the partition was elsewhere, a message that
@@ -114,7 +119,13 @@ export class RunFolds {
   async read(runId: string, opts: ReadOptions = {}): Promise<RunFacts> {
     const entry = this.entries.get(runId);
     const scope = this.log.deliveries?.current();
-    if (!opts.fresh && entry?.current && scope?.runId === runId && Object.values(entry.lasts).some((seq) => seq >= scope.seq)) {
+    if (
+      !opts.fresh &&
+      entry?.current &&
+      scope?.runId === runId &&
+      scope.seq > entry.liveAfter &&
+      Object.values(entry.lasts).some((seq) => seq >= scope.seq)
+    ) {
       runReads.kept++;
       this.keep(runId, entry);
       return entry.facts;
@@ -123,16 +134,17 @@ export class RunFolds {
     const found = await this.log.catchUp(runId, entry?.lasts ?? {});
     const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
     next.current = true;
+    next.liveAfter = 0; // read from the log: it holds the Run as of now
     this.keep(runId, next);
     return next.facts;
   }
 
   /**
-   * Starts a Run's fold at a delivered `run.admitted` (the first event of a Run: `prevSeq` 0) when
-   * one direct get (`last_by_subj` `<prefix>.run.<runId>.>`) says it is still the Run's last
-   * message: then nothing of the Run is stored beyond it, and what is stored later reaches this
-   * consumer after it, in order (see the class). Otherwise, or when the get fails, or the
-   * partition moved meanwhile, nothing starts and the first decision reads the log. Never throws.
+   * Starts a Run's fold at a delivered `run.admitted` (the first event of a Run: `prevSeq` 0), with
+   * `liveAfter` the Run's last sequence now (one direct get, `last_by_subj`
+   * `<prefix>.run.<runId>.>`): a decision on a delivery at or below it reads the log (see the class).
+   * When the get fails, or the partition moved meanwhile, nothing starts and the first decision
+   * reads the log. Never throws.
    */
   private async startAt(admitted: StoredEvent): Promise<void> {
     const runId = admitted.event.runId;
@@ -141,14 +153,12 @@ export class RunFolds {
     try {
       last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, runId) });
     } catch {
-      last = null;
-    }
-    if (last?.seq !== admitted.seq || moves !== this.moves || this.entries.has(runId)) {
-      foldStarts.unproven++;
       return;
     }
-    foldStarts.proven++;
-    this.keep(runId, this.fresh(runId, [admitted], { admission: admitted.seq }));
+    if (!last || last.seq < admitted.seq || moves !== this.moves || this.entries.has(runId)) return;
+    // the event is the Run's last message: the fold is the Run as of now, and a decision on run.admitted itself is taken from it
+    const liveAfter = last.seq === admitted.seq ? admitted.seq - 1 : last.seq;
+    this.keep(runId, { ...this.fresh(runId, [admitted], { admission: admitted.seq }), liveAfter });
   }
 
   /** Adds an event this service appended itself (its sequence is known), so the next read need not fetch it. */
@@ -163,7 +173,7 @@ export class RunFolds {
 
   /**
    * A delivery of a whole-Run consumer (before its handler): a Run's `run.admitted` without a
-   * fold may start one ({@link startAt}, awaited before the handler); a later event is folded in
+   * fold starts one ({@link startAt}, awaited before the handler); a later event is folded in
    * when it follows on from what is known of its subject, ignored when already known, else the
    * fold is marked behind. A settlement drops the fold (a later wake reads the log).
    */
@@ -219,6 +229,7 @@ export class RunFolds {
       facts: withLasts(foldRun(runId, events), lasts),
       eventIds: new Set(events.map((e) => e.event.eventId)),
       current: true,
+      liveAfter: 0,
     };
   }
 
@@ -238,11 +249,18 @@ export class RunFolds {
         eventIds.add(e.event.eventId);
         facts = evolve(facts, e);
       }
-      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: withLasts(facts, mergedLasts), eventIds, current: entry.current };
+      return {
+        events: [...entry.events, ...sorted],
+        lasts: mergedLasts,
+        facts: withLasts(facts, mergedLasts),
+        eventIds,
+        current: entry.current,
+        liveAfter: entry.liveAfter,
+      };
     }
     // An event older than the newest known one (subjects are read one by one): fold again in stream order.
     const events = [...entry.events, ...added].sort((a, b) => a.seq - b.seq);
-    return { ...this.fresh(runId, events, mergedLasts), current: entry.current };
+    return { ...this.fresh(runId, events, mergedLasts), current: entry.current, liveAfter: entry.liveAfter };
   }
 
   private keep(runId: string, entry: Entry): void {

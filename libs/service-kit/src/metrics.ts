@@ -10,10 +10,6 @@
  * - `runplane_run_reads_total{service, source}`: the Run facts decisions were taken from, `kept`
  *   (the fold kept from whole-Run deliveries, no request to the log) or `log` (read from the event
  *   log: outside a delivery, a fold behind or never started, after a conflict): RunFolds, no read on the hot path.
- * - `runplane_run_fold_starts_total{service, result}`: folds started at a delivered `run.admitted`
- *   (one direct get each), `proven` (it was still the Run's last message: the fold started) or
- *   `unproven` (it was not, a consumer replaying the log, or the get failed: the first decision
- *   on the Run reads the log). RunFolds.
  * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (a wake lost to a claim would leave a call undispatched).
@@ -38,7 +34,7 @@
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
 import { anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
-import { foldStarts, runReads } from './command-handler.js';
+import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 /** The process's metrics registry (one service per process). */
@@ -103,18 +99,6 @@ new Counter({
     this.reset();
     this.inc({ source: 'kept' }, runReads.kept);
     this.inc({ source: 'log' }, runReads.log);
-  },
-});
-
-new Counter({
-  name: 'runplane_run_fold_starts_total',
-  help: "Folds started at a delivered run.admitted, by result: proven (still the Run's last message, one direct get) or unproven (not the last: a replay; the first decision reads the log)",
-  labelNames: ['result'] as const,
-  registers: [metricsRegistry],
-  collect() {
-    this.reset();
-    this.inc({ result: 'proven' }, foldStarts.proven);
-    this.inc({ result: 'unproven' }, foldStarts.unproven);
   },
 });
 
