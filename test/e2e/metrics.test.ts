@@ -47,7 +47,10 @@ describe('metrics an SRE reads, after one Run', () => {
   beforeAll(async () => {
     await t.setScenario({
       steps: [
-        { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] } },
+        // a model that takes a moment (as a real one does): every service has seen run.admitted before
+        // the proposal is stored, so each decides from the fold it started there (a service whose
+        // run.admitted delivery lags behind the event it decides on reads the log for it instead)
+        { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] }, delayMs: 200 },
         { reply: { content: 'First passage.\n\nSecond passage.' }, delayMs: 2_500, chunkDelayMs: 20 },
       ],
       then: 'error',
