@@ -2,7 +2,8 @@
  * The SRE's metrics (docs/metrics.md) read from each service's real `/metrics` after one Run with a
  * tool call, on the real JetStream and PostgreSQL: the Run's duration and queue time, its model
  * requests and tokens, the tool's duration by receipt status, appends by owner (equal to the
- * events each owner stored), consumer deliveries, lease renewals and the open SSE observer.
+ * events each owner stored), consumer deliveries, lease renewals, the open SSE observer, and the
+ * Run reads of the services that decide on deliveries (none from the log on a normal Run).
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ObservedEvent } from '@runplane/client';
@@ -46,7 +47,10 @@ describe('metrics an SRE reads, after one Run', () => {
   beforeAll(async () => {
     await t.setScenario({
       steps: [
-        { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] } },
+        // a model that takes a moment (as a real one does): every service has seen run.admitted before
+        // the proposal is stored, so each decides from the fold it started there (a service whose
+        // run.admitted delivery lags behind the event it decides on reads the log for it instead)
+        { reply: { toolCalls: [{ name: 'list_funds', arguments: {} }] }, delayMs: 200 },
         { reply: { content: 'First passage.\n\nSecond passage.' }, delayMs: 2_500, chunkDelayMs: 20 },
       ],
       then: 'error',
@@ -104,6 +108,26 @@ describe('metrics an SRE reads, after one Run', () => {
   it('the tools service observed the execution under its tool and receipt status', async () => {
     const text = await scrape('tools');
     expect(total(text, 'runplane_tool_duration_seconds_count', { tool: 'list_funds', status: 'succeeded' })).toBe(1);
+  });
+
+  it('the services that decide on deliveries took every decision on the Run from the folds kept from them: no read of its log', async () => {
+    const counts: Record<string, { kept: number; log: number }> = {};
+    for (const service of ['runtime', 'tools', 'publication', 'lifecycle', 'recovery'] as const) {
+      const text = await scrape(service);
+      counts[service] = {
+        kept: total(text, 'runplane_run_reads_total', { source: 'kept' }),
+        log: total(text, 'runplane_run_reads_total', { source: 'log' }),
+      };
+    }
+    console.log(`metrics: Run reads per service on one Run: ${JSON.stringify(counts)}`);
+    // each decided on the Run (the tool call, the passages, the settlement, the closing) from its
+    // fold, started at run.admitted and kept from the deliveries
+    for (const service of ['tools', 'publication', 'lifecycle', 'recovery'] as const)
+      expect([service, counts[service]!.kept > 0, counts[service]!.log]).toEqual([service, true, 0]);
+    // the runtime too, but its lease keeper also wakes a Run not woken within a lease TTL (3 s here,
+    // and the second turn takes 2.5 s) from a timer, outside any delivery: such a wake reads the log,
+    // as often as it decides, depending on timing (not counted here)
+    expect(counts.runtime!.kept).toBeGreaterThan(0);
   });
 
   it('every owner counted exactly the events it stored as appends, and its consumers counted deliveries', async () => {

@@ -21,8 +21,12 @@ export interface DeliveryScope {
 
 /** Told of every delivery of a whole-Run consumer, in order per Run, before its handler runs. */
 export interface DeliveryObserver {
-  /** A delivered event (also a redelivery, and a copy already known: the observer tells). */
-  delivered(stored: StoredEvent): void;
+  /**
+   * A delivered event (also a redelivery, and a copy already known: the observer tells). A
+   * returned promise is awaited before the handler runs (e.g. one direct get proving a fold
+   * current); it must not reject.
+   */
+  delivered(stored: StoredEvent): void | Promise<void>;
   /**
    * This process starts or stops consuming `partition` (start-up, the partition moved here or
    * away): what it kept of those Runs may lack events another process handles.
@@ -45,9 +49,14 @@ export class DeliveryFeed {
     return () => this.observers.delete(observer);
   }
 
-  /** Tells every observer of a delivery, then runs its handler inside the delivery's scope. */
+  /** Tells every observer of a delivery (and waits for those that answer with a promise), then runs its handler inside the delivery's scope. */
   async handle<T>(stored: StoredEvent, handler: () => Promise<T>): Promise<T> {
-    for (const o of this.observers) o.delivered(stored);
+    let waits: Promise<void>[] | undefined;
+    for (const o of this.observers) {
+      const wait = o.delivered(stored);
+      if (wait) (waits ??= []).push(wait);
+    }
+    if (waits) await Promise.all(waits);
     return this.scope.run({ runId: stored.event.runId, seq: stored.seq, stored }, handler);
   }
 

@@ -25,6 +25,13 @@ interface Entry {
    * event's subject). False after a gap: the next read goes to the log.
    */
   current: boolean;
+  /**
+   * For a fold started at a delivered `run.admitted`: the Run's last sequence when it was
+   * delivered (one direct get). A delivery at or below it may be old (a consumer delivering the log
+   * again from the start), so a decision on it reads the log; one above it was stored after this
+   * process saw the Run begin. 0 for a fold read from the log.
+   */
+  liveAfter: number;
 }
 
 /**
@@ -48,23 +55,40 @@ export interface ReadOptions {
 
 /**
  * The folds of the Runs a service is working on, kept between wakes (no read of the log
- * on the hot path).
+ * on the hot path: a Run that runs normally is never read from the log by a service whose
+ * partition consumers take every subject of their Runs).
  *
- * - **Kept from deliveries.** A service whose partition consumers take every subject of their
+ * - **Started at `run.admitted`.** A service whose partition consumers take every subject of their
  *   Runs (bus.ts `SERVICE_CONSUMERS` `'all'`) is told of each delivery before its handler runs
- *   (`EventLog.deliveries`, deliveries.ts): a delivered event that follows on from what the fold
- *   knows of its subject (its `prevSeq`, the back-link the server verified, is the subject's last
- *   known sequence) is folded in (a Run's fold starts at its `run.admitted` when that is still the
- *   Run's last message: one direct get); one that does not (a gap: the partition was elsewhere, a message
- *   that is not a fact, a fold dropped) marks the fold behind.
+ *   (`EventLog.deliveries`, deliveries.ts). At the delivery of a Run's `run.admitted` with
+ *   `prevSeq` 0 (the first event of a Run: nothing of it precedes it), the fold starts from it
+ *   alone, and one direct get of the Run's last message (`last_by_subj` `<prefix>.run.<runId>.>`)
+ *   records how far the Run went then (`liveAfter`). Every later event of the Run is on one of its
+ *   subjects, all in this consumer's partition, so it is delivered here after `run.admitted`, in
+ *   stream order, and folded in (below).
+ * - **Proven current, or read.** A decision on a delivery above `liveAfter` is taken from the fold:
+ *   that event was stored after this process saw the Run begin, and the fold holds every event of
+ *   the Run up to it (no gap seen), so it is the Run as of that event, as on any live delivery. A
+ *   decision on a delivery at or below `liveAfter` reads the log: it may be a replay. A consumer
+ *   that delivers the log again from the start (a new durable, a redelivery after a restart) hands
+ *   out `run.admitted` long after the rest was stored; the get then names the Run's real last
+ *   message, every old event (an old `tool.call.proposed` long executed) is at or below it, and
+ *   its decision is taken from the log, which holds the dispatch and the receipt (K5: the tool is
+ *   not run again). Even a decision from a stale fold could not run it again: the dispatch's
+ *   append expects the `tools` subject as that fold knows it, and the log refuses it (K6).
+ *   On a normal Run every event a service decides on comes after the Run's first steps: no read.
+ * - **Kept from deliveries.** A delivered event that follows on from what the fold knows of its
+ *   subject (its `prevSeq`, the back-link the server verified, is the subject's last known
+ *   sequence) is folded in; one that does not (a gap: the partition was elsewhere, a message that
+ *   is not a fact, a fold dropped) marks the fold behind, and the next read goes to the log.
  * - **Read while handling a delivery: no request.** Inside a delivery's handler, for that
  *   delivery's Run, a fold that is current and holds the delivered event is the answer: the Run as
  *   of that event, which is what the decision the event triggers is about. Anything it lacks is
  *   delivered next and decided then.
  * - **Otherwise from the log.** A read outside a delivery (an HTTP request, a timer, a watch), of
- *   another Run, of a fold behind, or `fresh` brings the fold up to date from the log by following
- *   each subject's back-links from its last event down to what is known ({@link EventLog.catchUp}:
- *   one direct get per owner subject plus one per new event).
+ *   another Run, of a fold behind or never started, or `fresh` brings the fold up to date from the
+ *   log by following each subject's back-links from its last event down to what is known
+ *   ({@link EventLog.catchUp}: one direct get per owner subject plus one per new event).
  *
  * A kept fold is only a hint: every decision made from it is still checked by the conditional
  * append on the owner's subject (K6), and a conflict makes the caller read the log again
@@ -73,6 +97,8 @@ export interface ReadOptions {
  */
 export class RunFolds {
   private readonly entries = new Map<string, Entry>();
+  /** Partition moves seen: a fold whose proof was under way while one happened is not started. */
+  private moves = 0;
 
   /**
    * @param log the event log to read from (and whose whole-Run deliveries keep the folds).
@@ -93,35 +119,46 @@ export class RunFolds {
   async read(runId: string, opts: ReadOptions = {}): Promise<RunFacts> {
     const entry = this.entries.get(runId);
     const scope = this.log.deliveries?.current();
-    if (!opts.fresh && entry?.current && scope?.runId === runId && Object.values(entry.lasts).some((seq) => seq >= scope.seq)) {
+    if (
+      !opts.fresh &&
+      entry?.current &&
+      scope?.runId === runId &&
+      scope.seq > entry.liveAfter &&
+      Object.values(entry.lasts).some((seq) => seq >= scope.seq)
+    ) {
       runReads.kept++;
       this.keep(runId, entry);
       return entry.facts;
     }
     runReads.log++;
-    if (!entry && !opts.fresh && scope?.runId === runId && (await this.admittedIsLast(scope.stored))) {
-      const started = this.fresh(runId, [scope.stored], { admission: scope.seq });
-      this.keep(runId, started);
-      return started.facts;
-    }
     const found = await this.log.catchUp(runId, entry?.lasts ?? {});
     const next = found.full || !entry ? this.fresh(runId, found.events, found.lasts) : this.merge(runId, entry, found.events, found.lasts);
     next.current = true;
+    next.liveAfter = 0; // read from the log: it holds the Run as of now
     this.keep(runId, next);
     return next.facts;
   }
 
   /**
-   * True when `stored` is a Run's `run.admitted` (the first event of a Run: nothing precedes it) and
-   * still the last message of the Run: one direct get of the last message on the Run's subjects
-   * (`last_by_subj` `<prefix>.run.<runId>.>`) instead of a read of every subject. A consumer that
-   * delivers the log again from the start (a new durable) delivers `run.admitted` long after the
-   * rest was stored: then it is not the last, and the Run is read.
+   * Starts a Run's fold at a delivered `run.admitted` (the first event of a Run: `prevSeq` 0), with
+   * `liveAfter` the Run's last sequence now (one direct get, `last_by_subj`
+   * `<prefix>.run.<runId>.>`): a decision on a delivery at or below it reads the log (see the class).
+   * When the get fails, or the partition moved meanwhile, nothing starts and the first decision
+   * reads the log. Never throws.
    */
-  private async admittedIsLast(stored: StoredEvent): Promise<boolean> {
-    if (stored.event.type !== 'run.admitted' || stored.event.prevSeq !== 0) return false;
-    const last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, stored.event.runId) });
-    return last?.seq === stored.seq;
+  private async startAt(admitted: StoredEvent): Promise<void> {
+    const runId = admitted.event.runId;
+    const moves = this.moves;
+    let last;
+    try {
+      last = await this.log.readMessage({ last_by_subj: runFilter(this.log.space, runId) });
+    } catch {
+      return;
+    }
+    if (!last || last.seq < admitted.seq || moves !== this.moves || this.entries.has(runId)) return;
+    // the event is the Run's last message: the fold is the Run as of now, and a decision on run.admitted itself is taken from it
+    const liveAfter = last.seq === admitted.seq ? admitted.seq - 1 : last.seq;
+    this.keep(runId, { ...this.fresh(runId, [admitted], { admission: admitted.seq }), liveAfter });
   }
 
   /** Adds an event this service appended itself (its sequence is known), so the next read need not fetch it. */
@@ -135,14 +172,15 @@ export class RunFolds {
   }
 
   /**
-   * A delivery of a whole-Run consumer (before its handler): folded in when it follows on from
-   * what is known of its subject, ignored when already known, else the fold is marked behind.
-   * A settlement drops the fold (a later wake reads the log).
+   * A delivery of a whole-Run consumer (before its handler): a Run's `run.admitted` without a
+   * fold starts one ({@link startAt}, awaited before the handler); a later event is folded in
+   * when it follows on from what is known of its subject, ignored when already known, else the
+   * fold is marked behind. A settlement drops the fold (a later wake reads the log).
    */
-  private delivered(stored: StoredEvent): void {
+  private delivered(stored: StoredEvent): void | Promise<void> {
     const runId = stored.event.runId;
     const entry = this.entries.get(runId);
-    if (!entry) return;
+    if (!entry) return stored.event.type === 'run.admitted' && stored.event.prevSeq === 0 ? this.startAt(stored) : undefined;
     if (stored.event.type === 'run.settled') {
       this.entries.delete(runId);
       return;
@@ -159,6 +197,7 @@ export class RunFolds {
 
   /** The partition's consumer starts or stops here: folds of its Runs may lack what another process handles. */
   private partitionMoved(partition: number): void {
+    this.moves++;
     const partitions = this.log.space.partitions;
     for (const runId of [...this.entries.keys()]) if (partitionOf(runId, partitions) === partition) this.entries.delete(runId);
   }
@@ -190,6 +229,7 @@ export class RunFolds {
       facts: withLasts(foldRun(runId, events), lasts),
       eventIds: new Set(events.map((e) => e.event.eventId)),
       current: true,
+      liveAfter: 0,
     };
   }
 
@@ -209,11 +249,18 @@ export class RunFolds {
         eventIds.add(e.event.eventId);
         facts = evolve(facts, e);
       }
-      return { events: [...entry.events, ...sorted], lasts: mergedLasts, facts: withLasts(facts, mergedLasts), eventIds, current: entry.current };
+      return {
+        events: [...entry.events, ...sorted],
+        lasts: mergedLasts,
+        facts: withLasts(facts, mergedLasts),
+        eventIds,
+        current: entry.current,
+        liveAfter: entry.liveAfter,
+      };
     }
     // An event older than the newest known one (subjects are read one by one): fold again in stream order.
     const events = [...entry.events, ...added].sort((a, b) => a.seq - b.seq);
-    return { ...this.fresh(runId, events, mergedLasts), current: entry.current };
+    return { ...this.fresh(runId, events, mergedLasts), current: entry.current, liveAfter: entry.liveAfter };
   }
 
   private keep(runId: string, entry: Entry): void {

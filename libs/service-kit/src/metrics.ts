@@ -9,7 +9,7 @@
  *   lifecycle appends them, K9), by outcome.
  * - `runplane_run_reads_total{service, source}`: the Run facts decisions were taken from, `kept`
  *   (the fold kept from whole-Run deliveries, no request to the log) or `log` (read from the event
- *   log: outside a delivery, a fold behind, after a conflict): RunFolds, no read on the hot path.
+ *   log: outside a delivery, a fold behind or never started, after a conflict): RunFolds, no read on the hot path.
  * - `runplane_tool_claim_met_total{service, outcome}`: tools wakes that met another executor's
  *   claim on a call they decided to dispatch: `retried` (read again in process after a short
  *   pause) or `redelivered` (handed back to the consumer); such a wake is never dropped (a wake lost to a claim would leave a call undispatched).

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
 import { AppendConflict, EventLog, runStreamConfig, runSubject } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { RunCommandHandler, runReads } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
@@ -301,23 +301,75 @@ describe('RunFolds kept from deliveries', () => {
 
   it('given every event of the Run delivered in order, when a decision is taken on a delivery, then it reads nothing from the log and sees the delivered event', async () => {
     const runId = `kept${tag}`;
-    const admitted = (await a.append(admit(runId), 0)).stored;
-    const handler = new RunCommandHandler(a, 'runtime', () => new Date(1_000));
-    const gets = countDirectGets(a);
+    // a connection of its own: the folds of the other tests' handlers on `a` observe its deliveries too
+    const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-own', atomicBatches: 'always' });
+    const admitted = (await own.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(own, 'runtime', () => new Date(1_000));
+    const gets = countDirectGets(own);
     try {
-      const first = await a.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
+      let logReads = runReads.log;
+      const first = await own.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
       expect(first.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
       expect(gets.count).toBe(1); // the fold started at run.admitted, the Run's last message (one get says so)
+      expect(runReads.log - logReads).toBe(0);
       // another writer completes the turn; it is delivered (with the request it follows) in stream order
       const completed = await complete(b, first.facts.lastEvent ? await new RunCommandHandler(b, 'runtime').folds.read(runId) : first.facts, 1);
       gets.reset();
-      await a.deliveries.handle(first.appended[0]!, async () => undefined);
-      const next = await a.deliveries.handle(completed, () => handler.handle(runId, requestNext));
+      logReads = runReads.log;
+      await own.deliveries.handle(first.appended[0]!, async () => undefined);
+      const next = await own.deliveries.handle(completed, () => handler.handle(runId, requestNext));
       expect(next.facts.turns[0]?.completed).not.toBeNull();
       expect(next.appended.map((e) => e.event.type)).toEqual(['model.turn.requested']);
       expect(gets.count).toBe(0);
+      expect(runReads.log - logReads).toBe(0);
     } finally {
       gets.restore();
+      await own.close();
+    }
+  });
+
+  it("given run.admitted delivered while it is the Run's last message to a service that does not decide on it, then its first decision, on a later delivery, reads nothing from the log", async () => {
+    const runId = `first${tag}`;
+    const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-own2', atomicBatches: 'always' });
+    const admitted = (await own.append(admit(runId), 0)).stored;
+    const handler = new RunCommandHandler(own, 'runtime', () => new Date(1_000));
+    const gets = countDirectGets(own);
+    try {
+      await own.deliveries.handle(admitted, async () => undefined); // nothing decided on it
+      expect(gets.count).toBe(1); // the Run's last message: how far the Run was when its fold started
+      const requested = (await b.append(requestNext(await new RunCommandHandler(b, 'runtime').folds.read(runId), new Date(1_000))[0]!, 0)).stored;
+      gets.reset();
+      const logReads = runReads.log;
+      const facts = await own.deliveries.handle(requested, () => handler.folds.read(runId));
+      expect(facts.turns.map((t) => t.turn)).toEqual([1]);
+      expect(runReads.log - logReads).toBe(0);
+      expect(gets.count).toBe(0);
+    } finally {
+      gets.restore();
+      await own.close();
+    }
+  });
+
+  it('given the Run went on before its run.admitted was delivered here (another service was quicker), then a decision on an event stored before that delivery reads the log, and one on an event stored after it is taken from the kept fold', async () => {
+    const runId = `quick${tag}`;
+    const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-own3', atomicBatches: 'always' });
+    try {
+      const admitted = (await own.append(admit(runId), 0)).stored;
+      const other = new RunCommandHandler(b, 'runtime', () => new Date(1_000));
+      const [requested] = (await other.handle(runId, requestNext)).appended; // before run.admitted reaches `own`
+      const handler = new RunCommandHandler(own, 'runtime', () => new Date(1_000));
+      await own.deliveries.handle(admitted, async () => undefined);
+      let logReads = runReads.log;
+      const atRequest = await own.deliveries.handle(requested!, () => handler.folds.read(runId)); // stored before the fold started
+      expect(atRequest.turns.map((t) => t.turn)).toEqual([1]);
+      expect(runReads.log - logReads).toBe(1);
+      const completed = await complete(b, await other.folds.read(runId), 1);
+      logReads = runReads.log;
+      const atCompletion = await own.deliveries.handle(completed, () => handler.folds.read(runId)); // stored after
+      expect(atCompletion.turns[0]?.completed).not.toBeNull();
+      expect(runReads.log - logReads).toBe(0);
+    } finally {
+      await own.close();
     }
   });
 
@@ -382,12 +434,14 @@ describe('RunFolds kept from deliveries', () => {
     expect(requests.map((e) => e.event.type === 'model.turn.requested' && e.event.data.turn)).toEqual([1, 2]);
   });
 
-  it('given run.admitted delivered again after the Run went on (a new consumer replays the log), then no fold is started from it alone: the Run is read from the log', async () => {
+  it('given run.admitted delivered again after the Run went on (a new consumer replays the log), then a decision on it is not taken from the fold started there: the Run is read from the log', async () => {
     const runId = `late${tag}`;
     const admitted = (await a.append(admit(runId), 0)).stored;
     await new RunCommandHandler(b, 'runtime').handle(runId, requestNext); // the Run went on elsewhere
     const handler = new RunCommandHandler(a, 'runtime');
+    const logReads = runReads.log;
     const facts = await a.deliveries.handle(admitted, () => handler.folds.read(runId));
+    expect(runReads.log - logReads).toBe(1);
     expect(facts.turns).toHaveLength(1);
   });
 });
