@@ -105,6 +105,7 @@ async function openViewer({ keyboard = false } = {}): Promise<Page> {
     if (m.type() === 'error') pageErrors.push(m.text());
   });
   await page.goto(`${t.stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(t.stack.endpoints.admission)}`);
+  await connectFormReady(page);
   if (keyboard) {
     await tabTo(page, page.getByLabel('Bearer token'));
     await page.keyboard.type(token);
@@ -115,6 +116,15 @@ async function openViewer({ keyboard = false } = {}): Promise<Page> {
     await page.getByRole('button', { name: 'Connect' }).click();
   }
   return page;
+}
+
+/**
+ * Resolves once the page has loaded its config.json, filled the connection form and wired it
+ * (the form drops `aria-busy`): a token typed before that would be overwritten, and Connect would
+ * submit the form to nowhere.
+ */
+async function connectFormReady(page: Page): Promise<void> {
+  await page.locator('#connect:not([aria-busy])').waitFor({ state: 'attached' });
 }
 
 /** What the focused element shows of its focus: its tag, its text or label, and its outline. */
@@ -709,6 +719,7 @@ describe('the Run viewer in a real browser', () => {
     try {
       // the victim's tab is connected (the token in its sessionStorage) ...
       await page.goto(`${t.stack.endpoints.publication}/viewer/`);
+      await connectFormReady(page);
       await expect(page.getByLabel('Admission URL').inputValue()).resolves.toBe(t.stack.endpoints.admission);
       await page.getByLabel('Bearer token').fill(token);
       const listed = page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`));

@@ -800,6 +800,8 @@ async function init() {
     $('token').value = '';
     notice('The token is forgotten.');
   });
+  // the form is wired and filled: what is typed from now on is kept and submitted here
+  $('connect').removeAttribute('aria-busy');
   $('refresh').addEventListener('click', () => void loadRuns());
   $('more').addEventListener('click', () => void loadRuns({ more: true }));
   window.addEventListener('hashchange', route);
