@@ -128,6 +128,20 @@ async function expectRebuildIdentical(name: string): Promise<void> {
 /** The writer instances of a Run's runtime events. */
 const runtimeWriters = (events: StoredEvent[]) => new Set(events.filter((e) => e.event.owner === 'runtime').map((e) => e.event.writer?.instance));
 
+/**
+ * Whether a Run's tool call was dispatched by the tools replica `killed` and got an `unknown`
+ * receipt: it was executing when that replica was killed, so its outcome is not known and it is not
+ * run again (K5).
+ */
+function unknownOnKilledTools(events: StoredEvent[], killed: string): boolean {
+  const byKilled = new Set(
+    events
+      .filter((e) => e.event.type === 'tool.call.dispatched' && e.event.writer?.instance === killed)
+      .flatMap((e) => (e.event.type === 'tool.call.dispatched' ? [e.event.data.toolCallId] : [])),
+  );
+  return events.some((e) => e.event.type === 'tool.call.receipt' && e.event.data.status === 'unknown' && byKilled.has(e.event.data.toolCallId));
+}
+
 describe('partitioned ownership with several replicas of every service', () => {
   it('(a) with 3 replicas of every service, 30 Runs complete, each settles once, nothing is asked or executed twice, a rebuild is identical', async () => {
     for (const [service, n] of Object.entries(REPLICAS) as [ServiceName, number][]) {
@@ -206,6 +220,7 @@ describe('partitioned ownership with several replicas of every service', () => {
     );
     await sleep(2_000);
     let interrupted = 0;
+    let unknownTools = 0;
     for (const [i, runId] of runIds.entries()) {
       const events = await t.log.readRun(runId);
       const o = outcomeOf(events);
@@ -215,8 +230,13 @@ describe('partitioned ownership with several replicas of every service', () => {
       if (o.outcome === 'interrupted') {
         interrupted++;
         expect({ runId, onVictim }).toEqual({ runId, onVictim: true });
+      } else if (o.outcome === 'partial' && unknownOnKilledTools(events, instances.tools.instance)) {
+        // its tool call was executing on the killed tools replica: the outcome is unknown and the
+        // call is not run again (K5), so the Run truthfully settles partial
+        unknownTools++;
       } else {
-        expect({ runId, outcome: o.outcome }).toEqual({ runId, outcome: 'completed' });
+        const types = events.map((e) => `${e.event.type}${e.event.type === 'tool.call.receipt' ? `:${e.event.data.status}` : ''}`);
+        expect({ runId, outcome: o.outcome, types }).toEqual({ runId, outcome: 'completed', types });
       }
       // nothing asked or executed twice: at most one model request per recorded turn (the killed
       // runtime may have recorded a turn it never sent), exactly one for a completed Run; a tool at most once
@@ -229,7 +249,7 @@ describe('partitioned ownership with several replicas of every service', () => {
     }
     settledAt.sort((a, b) => a - b);
     process.stdout.write(
-      `PARTITIONS | (b) 30 Runs: ${interrupted} interrupted (all on the killed runtime), ${30 - interrupted} completed; last settled ${settledAt.at(-1)} ms after the kills\n`,
+      `PARTITIONS | (b) 30 Runs: ${interrupted} interrupted (all on the killed runtime), ${unknownTools} partial (a tool call in flight on the killed tools replica, outcome unknown), ${30 - interrupted - unknownTools} completed; last settled ${settledAt.at(-1)} ms after the kills\n`,
     );
     expect(interrupted).toBeGreaterThanOrEqual(1);
     await expectRebuildIdentical('rebuild_b');
