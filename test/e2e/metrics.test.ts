@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ObservedEvent } from '@runplane/client';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import { DeadlineStore } from '@runplane/app-recovery';
 import type { ServiceName } from '@runplane/devstack';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -124,6 +125,15 @@ describe('metrics an SRE reads, after one Run', () => {
     // fold, started at run.admitted and kept from the deliveries
     for (const service of ['tools', 'publication', 'lifecycle', 'recovery'] as const)
       expect([service, counts[service]!.kept > 0, counts[service]!.log]).toEqual([service, true, 0]);
+    // recovery forgot the Run's deadline at its settlement: its clean-up pass (every 30 s) will not
+    // read the Run's log to find that it ended
+    const deadlines = await DeadlineStore.open(t.log);
+    const runId = events[0]!.event.runId;
+    await eventually(
+      async () => ((await deadlines.getRecord(runId)) === null ? true : null),
+      10_000,
+      "recovery's deadline entry of the settled Run gone",
+    );
     // the runtime too, but its lease keeper also wakes a Run not woken within a lease TTL (3 s here,
     // and the second turn takes 2.5 s) from a timer, outside any delivery: such a wake reads the log,
     // as often as it decides, depending on timing (not counted here)

@@ -9,7 +9,8 @@ import { decide } from './decide.js';
 /**
  * Recovery's adapter on the admission subjects: fences a Run's execution when its user's cancel
  * intent is recorded (K4, through {@link decide}), and records every admitted Run's deadline
- * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10).
+ * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10), and forgets it
+ * when the Run settles.
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
@@ -28,6 +29,12 @@ export class CancelController {
       deadlineAt,
       noProgressSeconds === undefined ? null : Date.parse(stored.event.occurredAt) + noProgressSeconds * 1000,
     );
+  }
+
+  /** A settled Run's deadline is forgotten at once (no clean-up pass has to read its log to find it ended). */
+  @EventPattern('run.settled')
+  async onSettled(@Payload() stored: StoredEvent): Promise<void> {
+    await this.deadlines.settled(stored.event.runId);
   }
 
   @EventPattern('run.cancel.requested')

@@ -22,7 +22,9 @@ const CLEANUP_EVERY_MS = 30_000;
  * TTL and stops them itself at their deadline (keeping the outcome of a model turn in flight),
  * and a holder that is gone loses its lease to the lease watcher. The decider fences the Run (`run.fenced`, reason `deadline`) unless it
  * finished, is settled or fenced; the lifecycle settles it `failed`. The entry is then forgotten,
- * as is, on a slower pass, every entry whose Run already finished, was fenced or settled.
+ * as is a Run's at its delivered `run.settled` ({@link DeadlineWatcher.settled}) and, on a slower
+ * pass that reads the Run, every entry whose Run already finished, was fenced or settled (one
+ * whose settlement this replica did not see: it was down, or the partition was elsewhere).
  *
  * The same sweep keeps each Run's no-progress clock (K7): it reads a Run when its clock may have
  * run out (first when it is seen, then at its last progress plus `noProgressSeconds`, from the
@@ -78,6 +80,18 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     await this.store.record(runId, deadlineAt);
     this.deadlines.set(runId, { runId, deadlineAt });
     if (!this.progressDue.has(runId)) this.progressDue.set(runId, firstProgressDue ?? Infinity);
+  }
+
+  /**
+   * Forgets a settled Run's deadline (on its `run.settled`): the entry is purged from the bucket
+   * (every replica's watch then forgets it too) and from memory, so the clean-up pass need not
+   * read the Run's log to find that it ended. Idempotent (a redelivery purges nothing more).
+   * @throws NATS errors of the purge (the delivery is retried).
+   */
+  async settled(runId: string): Promise<void> {
+    if (!this.deadlines.has(runId)) return;
+    await this.store.forget(runId);
+    this.forgetRun(runId);
   }
 
   /** Keeps one entry of the bucket: a deadline, or a Run whose deadline is gone (it ended). */
