@@ -446,6 +446,8 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   const root = repoRoot();
   const stateDir = join(root, '.runplane');
   mkdirSync(stateDir, { recursive: true });
+  // one stack per checkout: a second would rewrite the keys and open the store of the running one
+  const releaseState = dev.lockStateDir(stateDir);
   const bus = loadConfig(BusConfig);
   const { DATABASE_URL } = loadConfig(DatabaseConfig);
   const data = resolveDataFolder();
@@ -502,11 +504,13 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
       async close() {
         await embedded?.close();
         await nats.stop();
+        releaseState();
       },
     };
   } catch (e) {
     await embedded?.close();
     await nats.stop();
+    releaseState();
     throw e;
   }
 }

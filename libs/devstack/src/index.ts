@@ -37,6 +37,7 @@ export * from './nats-server.js';
 export * from './auth.js';
 export * from './tls.js';
 export * from './signing.js';
+export * from './state-lock.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
