@@ -21,24 +21,17 @@ import { RunCommandHandler, runReads } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
-import { DispatchController, type ToolsSettings } from '../dist/dispatch.controller.js';
+import { DispatchController } from '../dist/dispatch.controller.js';
 import { ClaimStore } from '../dist/claims.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
+import { recordingWorkerSettings } from './worker-settings.js';
 
 const natsUrl = SHARED_NATS_URL;
 const tag = randomBytes(4).toString('hex');
 const space = { stream: `RPTEST_RP_${tag}`, prefix: `trp${tag}` };
 const dir = mkdtempSync(join(tmpdir(), 'rp-replay-'));
 const effectFile = join(dir, 'effects.log');
-const settings: ToolsSettings = {
-  timeoutMs: 20_000,
-  claimTtlMs: 6_000,
-  sweepMs: 60_000,
-  abandonMs: 0,
-  threads: 1,
-  testTools: ['record_effect'],
-  recordEffectFile: effectFile,
-};
+const settings = recordingWorkerSettings(effectFile);
 
 let logA: EventLog;
 let logC: EventLog;
