@@ -42,7 +42,8 @@ try {
     pg: 'postgresql://postgres@127.0.0.1:5432',
     logDir,
     dataDir,
-    env: { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${out}`.trim() },
+    // as node flags, not NODE_OPTIONS: Node 20 refuses --cpu-prof there
+    nodeFlags: ['--cpu-prof', `--cpu-prof-dir=${out}`],
   });
   for (const [name, ps] of h.stack.replicas) for (const p of ps) names.set(String(p.child.pid), p.name ?? name);
   for (let i = 0; i < 4; i++) await h.one(`${tag}-warm-${i}`, QUESTION);

@@ -28,11 +28,12 @@ const PG = 'postgresql://postgres@127.0.0.1:5432';
  *   RSS count every replica.
  * @param {Record<string, string>} [o.env] environment for the services on top of the bench's own
  *   (e.g. the parked mode's longer Run deadline); the stream, prefix and database stay the bench's.
+ * @param {string[]} [o.nodeFlags] extra `node` flags for every service process (the profile's `--cpu-prof`).
  * @returns the system handle; besides the common shape, `stalled` lists the ids of the Runs that
  *   were admitted but did not settle within the settle timeout (120 s), and `admit(id, question)`
  *   admits a Run in its own conversation `id` and resolves with its runId without waiting for it.
  */
-export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1, env: extraEnv = {} }) {
+export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, replicas = 1, env: extraEnv = {}, nodeFlags = [] }) {
   const space = benchSpace(tag);
   const env = {
     ...process.env,
@@ -85,7 +86,7 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
   let stack;
   try {
     const perService = replicas > 1 ? Object.fromEntries(SERVICES.map((n) => [n, replicas])) : undefined;
-    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl, replicas: perService, natsUsers: nats.users });
+    stack = await startStack({ env, logDir, modelBaseUrl: modelUrl, replicas: perService, natsUsers: nats.users, nodeFlags });
   } catch (e) {
     sub.unsubscribe();
     await log.destroyStream();

@@ -485,6 +485,12 @@ export interface StackOptions {
    * environment, for the scale-out tests (docs/operations.md "Scaling"). The HTTP endpoints are the first replica's.
    */
   replicas?: Partial<Record<ServiceName, number>>;
+  /**
+   * Extra `node` flags for every service process, after {@link SERVICE_NODE_FLAGS}: e.g.
+   * `['--cpu-prof', '--cpu-prof-dir=DIR']` for scripts/profile-w1.js (Node 20 refuses `--cpu-prof`
+   * in `NODE_OPTIONS`).
+   */
+  nodeFlags?: readonly string[];
 }
 
 export interface Stack {
@@ -607,7 +613,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       };
       const n = (replicas.get(name)?.length ?? 0) + 1;
       const label = n === 1 ? name : `${name}#${n}`;
-      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, SERVICE_NODE_FLAGS);
+      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, [
+        ...SERVICE_NODE_FLAGS,
+        ...(opts.nodeFlags ?? []),
+      ]);
       started.push(p);
       const list = replicas.get(name) ?? [];
       list.push(p);
