@@ -32,7 +32,7 @@ export function summarize(e: RunEvent): string {
     case 'passage.committed':
       return `passage ${e.data.index} committed (v${e.data.version}, ${e.data.text.length} chars)`;
     case 'answer.published':
-      return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars${e.data.unanswered?.length ? `, ${e.data.unanswered.length} part(s) unanswered` : ''}`;
+      return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars of passage text (the turn's text less the blank lines between paragraphs and any unanswered block)${e.data.unanswered?.length ? `, ${e.data.unanswered.length} part(s) unanswered` : ''}`;
     case 'run.settled':
       return `SETTLED ${e.data.outcome}: ${e.data.reason}`;
     case 'run.cancel.requested':

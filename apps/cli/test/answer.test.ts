@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { makeEvent, type RunEvent } from '@runplane/contracts';
-import { AnswerAssembly, renderAnswer } from '@runplane/app-cli';
+import { AnswerAssembly, renderAnswer, summarize } from '@runplane/app-cli';
 
 const ctx = { runId: 'r1', conversationId: 'c1', correlationId: 'm1', causationId: null };
 const sha = '0'.repeat(64);
@@ -48,5 +48,14 @@ describe('renderAnswer', () => {
     expect(renderAnswer(['One.', 'Two.'])).toBe('\nAnswer:\n\nOne.\n\nTwo.');
     expect(renderAnswer([])).toBe('\nAnswer: none (no passage was committed)');
     expect(renderAnswer(['One.'], false)).toBe('\nAnswer so far (no settlement seen):\n\nOne.');
+  });
+});
+
+describe('summarize answer.published', () => {
+  it('says its count is of passage text, so a reader does not take it for the model turn count (a fresh user saw 1,572 then 1,510)', () => {
+    const line = summarize(published(['p-2-0', 'p-2-1']));
+    expect(line).toBe(
+      "answer published: 2 passage(s), 1 chars of passage text (the turn's text less the blank lines between paragraphs and any unanswered block)",
+    );
   });
 });

@@ -528,6 +528,10 @@ export const PassageCommittedV1 = z.object({
 });
 export const AnswerPublishedV1 = z.object({
   passageIds: z.array(Id),
+  /**
+   * The sum of the passages' lengths (UTF-16 code units): the answer turn's text less the blank lines
+   * between its paragraphs and its `runplane-unanswered` block, so fewer than the turn's own count.
+   */
   characters: z.number().int().nonnegative(),
   sourceTurn: z.number().int().positive(),
   /**
