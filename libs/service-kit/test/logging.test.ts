@@ -1,7 +1,7 @@
 /**
  * Structured logs of a service started by the shared bootstrap: JSON lines on stderr, the
- * consumer's and the handlers' lines carrying `runId`, `eventType` and `seq` as fields, and a
- * SIGTERM that exits 0 without logging an error.
+ * consumer's and the handlers' lines carrying `runId`, `eventType` and `seq` as fields, a
+ * request's `Authorization` and `Cookie` redacted, and a SIGTERM that exits 0 without logging an error.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -65,6 +65,13 @@ describe('service logs (LOG_FORMAT json)', () => {
     };
 
     await waitFor('the ready line', () => /ready on http/.test(stdout));
+    // a request's credentials never reach the log: its bearer token (replayable until it expires) and cookies
+    const url = /ready on (http\S+)/.exec(stdout)![1]!;
+    await fetch(`${url}/no-such-route`, { headers: { authorization: 'Bearer secret-token-of-a-caller', cookie: 'session=secret-cookie' } });
+    await waitFor('the request line', () => lines().some((l) => (l.req as { url?: string } | undefined)?.url === '/no-such-route'));
+    const request = lines().find((l) => (l.req as { url?: string } | undefined)?.url === '/no-such-route')!;
+    expect((request.req as { headers: Record<string, string> }).headers).toMatchObject({ authorization: '[redacted]', cookie: '[redacted]' });
+    expect(stderr).not.toContain('secret-');
     const runId = `run-${tag}`;
     const { seq } = await log.append(
       makeEvent(
