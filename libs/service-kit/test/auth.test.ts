@@ -10,7 +10,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { AuthConfig } from '@runplane/contracts';
 import { createDevAuth, DEV_AUDIENCE, DEV_ISSUER } from '@runplane/devstack';
 import { ApiError, Authenticator, mayAccess, UNAUTHENTICATED } from '@runplane/service-kit';
@@ -74,6 +74,35 @@ describe('Authenticator.fromConfig', () => {
     expect(mayAccess({ ...p, admin: false }, 'dave')).toBe(false);
     expect(mayAccess({ ...p, admin: false }, undefined)).toBe(false);
   });
+});
+
+describe("a token's sub", () => {
+  let dev: Awaited<ReturnType<typeof createDevAuth>>;
+  let auth: Authenticator;
+  beforeAll(async () => {
+    dev = await createDevAuth(join(dir, 'subs'));
+    auth = Authenticator.fromConfig(AuthConfig.parse(dev.env));
+  });
+
+  it.each([
+    ['a NUL', '\u0000nul'],
+    ['a line break', 'line\nbreak'],
+    ['a C1 control', 'c1\u0085'],
+    ['a bidirectional override', '\u202eevil'],
+    ['a lone surrogate', 'half\ud800'],
+  ])('given %s in it, then 401 naming why (a NUL reached PostgreSQL as the principal: 500)', async (_what, sub) => {
+    const err = (await auth.authenticate(`Bearer ${await dev.mint(sub)}`).catch((e: unknown) => e)) as ApiError;
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err.getStatus()).toBe(401);
+    expect(err.detail).toBe('the token\'s "sub" must be well-formed Unicode without control or bidirectional override characters');
+  });
+
+  it.each(['auth0|64b7f', 'alice@example.com', 'with space', 'a.b*>', 'x/y=z', '日本語ユーザー'])(
+    'given %j, then it is the principal',
+    async (sub) => {
+      await expect(auth.authenticate(`Bearer ${await dev.mint(sub)}`)).resolves.toMatchObject({ sub });
+    },
+  );
 });
 
 describe('Authenticator with a JWKS URL (the identity provider)', () => {
