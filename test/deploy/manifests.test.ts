@@ -289,7 +289,7 @@ describe('deploy/k8s', () => {
       /^prod: no default-deny NetworkPolicy/,
       /^prod: projector: reachable from outside the namespace by monitoring\/prometheus, other namespaces; want monitoring\/prometheus$/,
       /^prod: tools: egress to dns, nats, unknown: to \[\] ports all; want dns, nats$/,
-      /^prod: runtime: egress to dns, nats, unknown: to \[\] ports TCP\/443; want dns, model, nats$/,
+      /^prod: runtime: egress to dns, nats, unknown: to \[\] ports TCP\/443; want dns, nats, public-https$/,
       /^prod: Deployment runplane-lifecycle: no memory limit$/,
       /^prod: runtime: livenessProbe on \/readyz, not \/livez$/,
       /^prod: Deployment runplane-recovery: image runplane:0\.1\.0-dev does not match/,
@@ -302,6 +302,17 @@ describe('deploy/k8s', () => {
     ];
     for (const re of expected) expect(problems.filter((p) => re.test(p))).toHaveLength(1);
     expect(problems).toHaveLength(expected.length);
+    // without egress to the identity provider's JWKS, admission and publication could verify no token
+    expect(
+      overlayProblems(
+        render('prod').filter((o) => !(o.kind === 'NetworkPolicy' && o.metadata?.name === 'runplane-egress-identity-provider')),
+        prod,
+        exposed,
+      ),
+    ).toEqual([
+      'prod: admission: egress to dns, nats, postgresql; want dns, nats, postgresql, public-https',
+      'prod: publication: egress to dns, nats; want dns, nats, public-https',
+    ]);
     // and a Dockerfile without recovery's port
     expect(overlayProblems(render('prod'), prod, [8081, 8082, 8083, 8084, 8085, 8086])).toEqual([
       'prod: recovery: port 8087 is not EXPOSEd by deploy/Dockerfile',

@@ -319,14 +319,18 @@ export interface OverlayExpectations {
   extraComponents: string[];
 }
 
-/** Each workload's egress, by kind of destination. */
 /** The components that own facts and sign them, each with its own key (libs/contracts `Owner`). */
 const SIGNING_OWNERS = ['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle'];
 
+/**
+ * Each workload's egress, by kind of destination. `public-https`: TCP 443 to public addresses only,
+ * the runtime's model endpoint, and the identity provider's JWKS (`RUNPLANE_AUTH_JWKS_URL`) that
+ * admission and publication fetch to verify every token (without it every request fails).
+ */
 const EGRESS_OF: Record<string, string[]> = {
-  admission: ['dns', 'nats', 'postgresql'],
-  publication: ['dns', 'nats'],
-  runtime: ['dns', 'nats', 'model'],
+  admission: ['dns', 'nats', 'postgresql', 'public-https'],
+  publication: ['dns', 'nats', 'public-https'],
+  runtime: ['dns', 'nats', 'public-https'],
   tools: ['dns', 'nats'],
   lifecycle: ['dns', 'nats'],
   recovery: ['dns', 'nats'],
@@ -362,7 +366,7 @@ function egressKind(rule: PolicyRule): string {
   if (ports === 'TCP/4222' && to.length === 1 && ns(to[0]) === 'nats' && to[0]?.podSelector?.matchLabels?.['app.kubernetes.io/name'] === 'nats')
     return 'nats';
   if (ports === 'TCP/5432' && to.length >= 1) return 'postgresql';
-  if (ports === 'TCP/443' && to.length > 0 && to.every(publicOnly)) return 'model';
+  if (ports === 'TCP/443' && to.length > 0 && to.every(publicOnly)) return 'public-https';
   if (
     ports === 'TCP/8090' &&
     to.length === 1 &&
@@ -394,8 +398,9 @@ function ingressPeers(rule: PolicyRule): string[] {
  * (ConfigMap runplane-signing-public-keys) there too and each owner's own signing key (Secret
  * runplane-signing-<owner>, mounted to it alone), the ServiceMonitor, and the
  * NetworkPolicy set: a default deny; from outside the namespace only admission and publication
- * (and Prometheus where monitoring is on); egress to DNS, NATS, PostgreSQL (admission, projector)
- * and the model endpoint (runtime) only.
+ * (and Prometheus where monitoring is on); egress to DNS, NATS, PostgreSQL (admission, projector),
+ * public HTTPS for the model endpoint (runtime) and the identity provider's JWKS (admission,
+ * publication) only.
  */
 export function overlayProblems(objects: Rendered[], expect: OverlayExpectations, exposed: number[]): string[] {
   const problems: string[] = [];

@@ -375,7 +375,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   writeFileSync(join(env.stateDir, 'auth', 'token'), token, { mode: 0o600 });
   writeFileSync(join(env.stateDir, 'auth', 'admin-token'), admin, { mode: 0o600 });
   out(
-    `  auth:     bearer tokens for "${user}" in .runplane/auth/token (the CLI uses it) and for an operator (runplane:admin) in .runplane/auth/admin-token, valid 12 h; curl -H "Authorization: Bearer $(cat .runplane/auth/token)" ...`,
+    `  auth:     bearer tokens for "${user}" in .runplane/auth/token (the CLI uses it) and for an operator (runplane:admin) in .runplane/auth/admin-token, valid 12 h; curl -H "Authorization: Bearer $(cat .runplane/auth/token)" ...; another principal's: npm run runplane --silent -- token --sub <name> [--scope runplane:admin]`,
   );
   out(
     `  viewer:   ${stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(stack.endpoints.admission)} (paste the token of .runplane/auth/token into its form)`,
@@ -573,6 +573,39 @@ export async function status(endpoints: RunplaneEndpoints, runId: string, json: 
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
   return 0;
+}
+
+/** The folder of the local stack's signing key and JWKS (`runplane up`, the demo): `.runplane/auth` of this checkout. */
+export function devAuthDir(): string {
+  return join(repoRoot(), '.runplane', 'auth');
+}
+
+/** The longest a `runplane token` token may live, s (a day: the local stack's own tokens live 12 h). */
+export const MAX_TOKEN_TTL_SECONDS = 86_400;
+
+/**
+ * `runplane token`: a bearer token for the principal `sub` with `scopes`, valid `ttlSeconds`, minted
+ * from the signing key the running local stack generated in `authDir` (default {@link devAuthDir}),
+ * so the services of that stack accept it: a second user to try tenancy with, or an operator.
+ * A deployment's tokens come from its identity provider; this key exists only beside `up` and the demo.
+ * @throws Error naming the setting when `sub` is not 1-200 characters, a scope is empty or holds
+ *   white space, `ttlSeconds` is not a whole number from 1 to {@link MAX_TOKEN_TTL_SECONDS}, or
+ *   there is no signing key in `authDir` (no stack was started from this checkout).
+ */
+export async function mintLocalToken(opts: { sub: string; scopes?: string[]; ttlSeconds?: number; authDir?: string }): Promise<string> {
+  const { sub, scopes = [], ttlSeconds = 3_600 } = opts;
+  if (sub.length === 0 || sub.length > 200)
+    throw new Error(`--sub must be 1 to 200 characters (the services refuse another "sub"); got ${sub.length}`);
+  for (const s of scopes) if (!/^\S+$/.test(s)) throw new Error(`--scope ${JSON.stringify(s)} is not a scope: one word without white space`);
+  if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > MAX_TOKEN_TTL_SECONDS)
+    throw new Error(`--ttl must be a whole number of seconds from 1 to ${MAX_TOKEN_TTL_SECONDS}; got ${ttlSeconds}`);
+  const dir = opts.authDir ?? devAuthDir();
+  const auth = await (await devstack()).openDevAuth(dir);
+  if (!auth)
+    throw new Error(
+      `no signing key in ${dir}: start the local stack first (npm run runplane -- up); a deployment's tokens come from its identity provider`,
+    );
+  return auth.mint(sub, { scopes, ttlSeconds });
 }
 
 /** The token `runplane up` wrote for its user (.runplane/auth/token), or undefined when there is none. */

@@ -15,7 +15,23 @@ import {
   renderNatsAuthorization,
 } from '@runplane/eventlog';
 import { AUDIT_BROKEN_EXIT } from './audit.js';
-import { ask, audit, demo, devToken, postLinked, provision, rebuild, status, terminalSafe, timeline, up, watch } from './commands.js';
+import {
+  ask,
+  audit,
+  demo,
+  devAuthDir,
+  devToken,
+  MAX_TOKEN_TTL_SECONDS,
+  mintLocalToken,
+  postLinked,
+  provision,
+  rebuild,
+  status,
+  terminalSafe,
+  timeline,
+  up,
+  watch,
+} from './commands.js';
 import { exitCodeOf } from './render.js';
 
 /**
@@ -72,6 +88,28 @@ program
   .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
   .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
   .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }))());
+
+program
+  .command('token')
+  .description(
+    'print a bearer token for any principal, minted from the signing key of the local stack (`up`, the demo) in .runplane/auth: a second user, or an operator with --scope runplane:admin',
+  )
+  .requiredOption('--sub <name>', "the principal (the token's sub, 1-200 characters)")
+  .option('--scope <scope>', 'a scope of the token, e.g. runplane:admin (repeat for more)', (v: string, all: string[]) => [...all, v], [] as string[])
+  .option('--ttl <seconds>', `how long it is valid, 1..${MAX_TOKEN_TTL_SECONDS} s`, nonNegative, 3_600)
+  .option('--auth-dir <dir>', 'the folder of the signing key (default: .runplane/auth of this checkout)')
+  .addHelpText(
+    'after',
+    '\nThe token is accepted only by the stack whose key minted it: start `up` first, and mint again after each start.\n' +
+      'Example: curl -H "Authorization: Bearer $(npm run runplane --silent -- token --sub eve)" http://127.0.0.1:8081/v1/runs',
+  )
+  .action((o: { sub: string; scope: string[]; ttl: number; authDir?: string }) =>
+    run(async () => {
+      const token = await mintLocalToken({ sub: o.sub, scopes: o.scope, ttlSeconds: o.ttl, authDir: o.authDir ?? devAuthDir() });
+      process.stdout.write(`${token}\n`);
+      return 0;
+    })(),
+  );
 
 api(
   program

@@ -20,10 +20,14 @@ import {
 import { AuthConfig } from '@runplane/contracts';
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from 'jose';
 import { configToken } from './config.js';
-import { ApiError, apiError } from './problems.js';
+import { ApiError, apiError, dependencyUnavailable } from './problems.js';
 
 /** The signature algorithms a token may use (asymmetric only: a JWKS holds public keys). */
 export const ACCEPTED_ALGORITHMS = ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'];
+
+/** Characters a principal may not hold: C0 and C1 controls, DEL, bidirectional overrides and isolates. */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const UNFIT_IN_SUB = /[\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/;
 
 /** The operator's scope: reconcile an unknown tool outcome, read any Run. */
 export const ADMIN_SCOPE = 'runplane:admin';
@@ -70,6 +74,8 @@ export class Authenticator {
   private constructor(
     private readonly keys: JWTVerifyGetKey | null,
     private readonly cfg: AuthConfig,
+    /** The JWKS URL the keys are fetched from (`RUNPLANE_AUTH_JWKS_URL`); null for a file or with authentication disabled. */
+    private readonly jwksUrl: string | null = null,
   ) {}
 
   /**
@@ -101,7 +107,7 @@ export class Authenticator {
     // a JWKS fetched in the clear can be swapped on the way for one with an attacker's key
     if (url.protocol !== 'https:' && !['localhost', '127.0.0.1', '[::1]'].includes(url.hostname))
       throw new Error(`RUNPLANE_AUTH_JWKS_URL=${cfg.RUNPLANE_AUTH_JWKS_URL} must be https (plain http only on loopback)`);
-    return new Authenticator(createRemoteJWKSet(url), cfg);
+    return new Authenticator(createRemoteJWKSet(url), cfg, url.href);
   }
 
   /** True when authentication is disabled. */
@@ -121,7 +127,9 @@ export class Authenticator {
   /**
    * The principal of a request's `Authorization` header.
    * @throws ApiError 401 (`WWW-Authenticate: Bearer`) when the header is missing or not `Bearer <jwt>`, or the token's
-   *   signature, issuer, audience, expiry or `sub` is not valid, with the reason in the problem body.
+   *   signature, issuer, audience, expiry or `sub` is not valid, with the reason in the problem body; 503
+   *   `dependency_unavailable` naming the URL when the JWKS (`RUNPLANE_AUTH_JWKS_URL`) cannot be fetched or is not
+   *   one: the caller's token was not judged, and an operator must not read it as a wave of bad tokens.
    */
   async authenticate(authorization: string | string[] | undefined): Promise<Principal> {
     if (this.disabled) return UNAUTHENTICATED;
@@ -139,10 +147,18 @@ export class Authenticator {
         requiredClaims: ['exp', 'sub'],
       }));
     } catch (e) {
+      const unavailable = this.jwksUrl === null ? null : jwksUnavailable(e);
+      if (unavailable !== null) {
+        this.logger.warn({ setting: 'RUNPLANE_AUTH_JWKS_URL', url: this.jwksUrl, reason: unavailable }, 'cannot fetch the JWKS: requests get 503');
+        throw dependencyUnavailable(`the JWKS at ${this.jwksUrl}`, unavailable);
+      }
       throw unauthorized(reasonOf(e));
     }
     const sub = payload.sub;
     if (typeof sub !== 'string' || sub.length === 0 || sub.length > 200) throw unauthorized('the token\'s "sub" must be 1 to 200 characters');
+    // the principal is recorded in the log, keyed on, stored in PostgreSQL (which refuses a NUL) and printed
+    if (UNFIT_IN_SUB.test(sub) || !sub.isWellFormed())
+      throw unauthorized('the token\'s "sub" must be well-formed Unicode without control or bidirectional override characters');
     const raw = (payload as { scope?: unknown; scp?: unknown }).scope ?? (payload as { scp?: unknown }).scp;
     const scopes =
       typeof raw === 'string' ? raw.split(' ').filter(Boolean) : Array.isArray(raw) ? raw.filter((s): s is string => typeof s === 'string') : [];
@@ -150,6 +166,24 @@ export class Authenticator {
     const expiresAt = ((payload.exp as number) + this.cfg.RUNPLANE_AUTH_CLOCK_SKEW_SECONDS) * 1000;
     return { sub, scopes, admin: scopes.includes(ADMIN_SCOPE), unauthenticated: false, expiresAt };
   }
+}
+
+/**
+ * Why a remote JWKS could not be had, or null when `e` is about the token: the fetch failed (a
+ * connection refused, a network policy, DNS: not a `jose` error), timed out, answered other than
+ * 200, or served something that is not a JWKS.
+ */
+function jwksUnavailable(e: unknown): string | null {
+  if (!(e instanceof joseErrors.JOSEError)) {
+    // fetch's TypeError may come from another realm (instanceof Error would be false): read its fields
+    const { message, cause } = (e ?? {}) as { message?: unknown; cause?: { code?: unknown; message?: unknown } };
+    const why = typeof cause?.code === 'string' ? cause.code : typeof cause?.message === 'string' ? cause.message : null;
+    return `${typeof message === 'string' ? message : String(e)}${why ? ` (${why})` : ''}`;
+  }
+  if (e instanceof joseErrors.JWKSTimeout) return 'it did not answer in time';
+  if (e instanceof joseErrors.JWKSInvalid) return 'it is not a JSON Web Key Set';
+  if (e.code === 'ERR_JOSE_GENERIC' && /JSON Web Key Set/.test(e.message)) return e.message;
+  return null;
 }
 
 /** Why `jose` refused a token, said for the caller (never the token itself). */

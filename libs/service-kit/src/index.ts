@@ -7,6 +7,7 @@ import 'reflect-metadata';
 import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
+import { inspect } from 'node:util';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
 import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
@@ -89,15 +90,46 @@ export interface StartedService {
   url: string;
 }
 
+/** pino's level number of each Nest log level. */
+const PINO_LEVEL: Record<NestLogLevel, number> = { verbose: 10, debug: 20, log: 30, warn: 40, error: 50, fatal: 60 };
+
+/**
+ * One log line of `service` as pino writes the service's own (docs/operations.md "Logs"): `level`
+ * (pino's number: 30 info, 40 warn, 50 error, 60 fatal), `time` (ms since the epoch), `service`,
+ * `pid`, then `fields` (`msg`, `context`, `err`...), newline-terminated.
+ */
+export function logLine(service: string, level: number, fields: Record<string, unknown>): string {
+  return `${JSON.stringify({ level, time: Date.now(), service, pid: process.pid, ...fields })}\n`;
+}
+
 /**
  * The logger Nest uses until pino takes over (and for what Nest logs when the application fails
- * to start, before pino exists): JSON lines on stderr, never colours or the `[Nest]` banner, and
- * nothing on stdout (whose only line is the ready line). A failed start used to print ANSI
- * lines on stdout and a coloured stack trace.
+ * to start, before pino exists): JSON lines on stderr shaped as pino's ({@link logLine}), so a log
+ * pipeline parses a failed start as it parses a running service; never colours or the `[Nest]`
+ * banner, and nothing on stdout (whose only line is the ready line). A failed start used to print
+ * ANSI lines on stdout and a coloured stack trace.
  */
 export class StartupLogger extends ConsoleLogger {
-  constructor(service: string, logLevels: NestLogLevel[]) {
-    super(service, { json: true, colors: false, logLevels });
+  constructor(
+    private readonly serviceName: string,
+    logLevels: NestLogLevel[],
+  ) {
+    super(serviceName, { json: true, colors: false, logLevels });
+  }
+
+  protected override printAsJson(
+    message: unknown,
+    options: { context: string; logLevel: NestLogLevel; errorStack?: unknown; params?: Record<string, unknown>; error?: Error },
+  ): void {
+    const { error, errorStack, context, params } = options;
+    process.stderr.write(
+      logLine(this.serviceName, PINO_LEVEL[options.logLevel] ?? 30, {
+        ...params,
+        ...(context ? { context } : {}),
+        msg: typeof message === 'string' ? message : inspect(message, { breakLength: Infinity, depth: 4 }),
+        ...(error ? { err: { type: error.name, message: error.message, stack: error.stack } } : errorStack ? { stack: errorStack } : {}),
+      }),
+    );
   }
 
   protected override printMessages(
@@ -286,10 +318,14 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   return app;
 }
 
-/** Process entry helper: runs the service, or prints the start-up error in one line and exits 1. */
+/**
+ * Process entry helper: runs the service, or writes why it could not start as its last log line
+ * (level 60, fatal; `msg` `<name> failed to start: <reason>`, the reason naming the setting or the
+ * URL) and exits 1.
+ */
 export function main(spec: ServiceSpec): void {
   runService(spec).catch((e: unknown) => {
-    process.stderr.write(`${spec.name} failed to start: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.stderr.write(logLine(spec.name, 60, { msg: `${spec.name} failed to start: ${e instanceof Error ? e.message : String(e)}` }));
     process.exit(1);
   });
 }

@@ -18,8 +18,15 @@ export const LogConfig = z.object({
 export type LogLevel = z.infer<typeof LogConfig>['LOG_LEVEL'];
 
 /**
+ * Request headers that carry credentials, never logged: a bearer token can be replayed by anyone
+ * who reads the log until it expires (the local stack's live 12 h).
+ */
+export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie'] as const;
+
+/**
  * The logger module of service `name`: JSON lines on stderr with `service: name`, HTTP requests
- * logged when they complete (except `GET /healthz`, which probes call every few seconds).
+ * logged when they complete (except `GET /healthz`, which probes call every few seconds), their
+ * {@link REDACTED_HEADERS} as `[redacted]`.
  */
 export function serviceLoggerModule(name: string, level: LogLevel): DynamicModule {
   return LoggerModule.forRoot({
@@ -28,6 +35,7 @@ export function serviceLoggerModule(name: string, level: LogLevel): DynamicModul
         level,
         base: { service: name, pid: process.pid },
         autoLogging: { ignore: (req) => req.url === '/healthz' },
+        redact: { paths: [...REDACTED_HEADERS.map((h) => `req.headers["${h}"]`), 'res.headers["set-cookie"]'], censor: '[redacted]' },
       },
       // Synchronous: the last lines before an exit are not lost.
       pino.destination({ dest: 2, sync: true }),

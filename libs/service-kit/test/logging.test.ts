@@ -1,7 +1,7 @@
 /**
  * Structured logs of a service started by the shared bootstrap: JSON lines on stderr, the
- * consumer's and the handlers' lines carrying `runId`, `eventType` and `seq` as fields, and a
- * SIGTERM that exits 0 without logging an error.
+ * consumer's and the handlers' lines carrying `runId`, `eventType` and `seq` as fields, a
+ * request's `Authorization` and `Cookie` redacted, and a SIGTERM that exits 0 without logging an error.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -65,6 +65,13 @@ describe('service logs (LOG_FORMAT json)', () => {
     };
 
     await waitFor('the ready line', () => /ready on http/.test(stdout));
+    // a request's credentials never reach the log: its bearer token (replayable until it expires) and cookies
+    const url = /ready on (http\S+)/.exec(stdout)![1]!;
+    await fetch(`${url}/no-such-route`, { headers: { authorization: 'Bearer secret-token-of-a-caller', cookie: 'session=secret-cookie' } });
+    await waitFor('the request line', () => lines().some((l) => (l.req as { url?: string } | undefined)?.url === '/no-such-route'));
+    const request = lines().find((l) => (l.req as { url?: string } | undefined)?.url === '/no-such-route')!;
+    expect((request.req as { headers: Record<string, string> }).headers).toMatchObject({ authorization: '[redacted]', cookie: '[redacted]' });
+    expect(stderr).not.toContain('secret-');
     const runId = `run-${tag}`;
     const { seq } = await log.append(
       makeEvent(
@@ -106,7 +113,7 @@ describe('service logs (LOG_FORMAT json)', () => {
 });
 
 describe('a service that fails to start', () => {
-  it('prints nothing on stdout, JSON lines on stderr (no colours, no [Nest] banner), and one last line naming why; exit 1', async () => {
+  it('prints nothing on stdout, only JSON lines on stderr shaped as the running service logs them (no colours, no [Nest] banner), the last one naming why; exit 1', async () => {
     const main = fileURLToPath(new URL('../../../apps/admission/dist/main.js', import.meta.url));
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -126,14 +133,22 @@ describe('a service that fails to start', () => {
     expect(stdout).toBe('');
     expect(stderr.includes('\u001b[')).toBe(false); // no ANSI colours
     expect(stderr).not.toContain('[Nest]');
-    const lines = stderr.trim().split('\n');
-    expect(lines.at(-1)).toMatch(
-      /^admission failed to start: authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE/,
-    );
-    for (const line of lines.slice(0, -1)) expect(() => JSON.parse(line) as unknown).not.toThrow();
+    // every line one JSON object as pino writes a running service's: a log pipeline parses them all
+    const lines = stderr
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { level: unknown; time: unknown; service: unknown; pid: unknown; msg: unknown });
+    for (const l of lines)
+      expect(l).toMatchObject({ level: expect.any(Number), time: expect.any(Number), service: 'admission', msg: expect.any(String) });
+    expect(lines.at(-1)).toMatchObject({
+      level: 60,
+      msg: expect.stringMatching(
+        /^admission failed to start: authentication is not configured: set RUNPLANE_AUTH_JWKS_URL or RUNPLANE_AUTH_JWKS_FILE/,
+      ),
+    });
   }, 60_000);
 
-  /** Runs a service's built entry with `env` until it exits; its exit code and last stderr line. */
+  /** Runs a service's built entry with `env` until it exits; its exit code and the `msg` of its last stderr line (a fatal JSON line). */
   async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined }> {
     const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.js`, import.meta.url));
     const proc = spawn(process.execPath, [main], {
@@ -143,8 +158,16 @@ describe('a service that fails to start', () => {
     let stderr = '';
     proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
-    return { code, last: stderr.trim().split('\n').at(-1) };
+    const last = JSON.parse(stderr.trim().split('\n').at(-1)!) as { level: number; service: string; msg: string };
+    expect(last).toMatchObject({ level: 60, service });
+    return { code, last: last.msg };
   }
+
+  it('given an invalid setting, then the one line is JSON too and names the setting (it was the only line, and plain text)', async () => {
+    const { code, last } = await failedStart('admission', { RUNPLANE_QUOTA_RUNS_PER_HOUR: 'lots', ADMISSION_PORT: '0' });
+    expect(code).toBe(1);
+    expect(last).toMatch(/^admission failed to start: Invalid configuration: RUNPLANE_QUOTA_RUNS_PER_HOUR: /);
+  }, 60_000);
 
   it('given NATS unreachable, then the last line names the NATS server it could not reach', async () => {
     const { code, last } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
