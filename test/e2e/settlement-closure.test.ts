@@ -180,7 +180,10 @@ for (const server of natsServerBinariesUnderTest())
       );
       for (const o of outcomes) {
         // the reason rides along so a failure says why the Run did not complete
-        expect({ outcome: o.settled.event.data.outcome, reason: o.settled.event.data.reason }).toEqual({ outcome: 'completed', reason: expect.any(String) });
+        expect({ outcome: o.settled.event.data.outcome, reason: o.settled.event.data.reason }).toEqual({
+          outcome: 'completed',
+          reason: expect.any(String),
+        });
         expect(o.results.runtime).toBeInstanceOf(AppendConflict);
         expect(o.results.tools).toBeInstanceOf(AppendConflict);
         const after = await t.log.readRun(o.runId);
