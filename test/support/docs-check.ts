@@ -140,18 +140,16 @@ export function consumerNamingFiles(repo: string): DocFile[] {
 /** Every durable consumer of a service named in `files` otherwise than the services name theirs (`<prefix>-<service>-p<N>`), in file and line order. */
 export function durableNameProblems(files: readonly DocFile[]): DocProblem[] {
   return files.flatMap((file) =>
-    file.text
-      .split('\n')
-      .flatMap((line, i) =>
-        [...line.matchAll(SERVICE_DURABLE)]
-          .filter(([name]) => !PARTITION_DURABLE.test(name))
-          .map(([name]) => ({
-            file: file.path,
-            line: i + 1,
-            name,
-            problem: "not a consumer the services make: theirs are '<prefix>-<service>-p<N>'",
-          })),
-      ),
+    file.text.split('\n').flatMap((line, i) =>
+      [...line.matchAll(SERVICE_DURABLE)]
+        .filter(([name]) => !PARTITION_DURABLE.test(name))
+        .map(([name]) => ({
+          file: file.path,
+          line: i + 1,
+          name,
+          problem: "not a consumer the services make: theirs are '<prefix>-<service>-p<N>'",
+        })),
+    ),
   );
 }
 
