@@ -4,7 +4,8 @@
  * every `runplane <command> [--flag]` is a command and option of the CLI (its commander program,
  * apps/cli/src/program.ts), every relative link and anchor resolves, and
  * every repository path in backticks exists; no internal issue number is cited, in the docs or in
- * any source comment of apps, libs, scripts, deploy, test. The README keeps to its two fresh-machine commands
+ * any source comment of apps, libs, scripts, deploy, test; every service's durable consumer named in
+ * the docs or in deploy/ is `<prefix>-<service>-p<N>`, as the services make them. The README keeps to its two fresh-machine commands
  * (the demo and the tests, which .ci/run runs) and under 200 lines. Then the checker itself is
  * shown failing on planted names, so a pass means something.
  */
@@ -13,7 +14,17 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { program } from '@runplane/app-cli';
 import { repoRoot } from '@runplane/devstack';
-import { cliCommandsOf, codeText, docsProblems, issueCitations, markdownFiles, sourceAndDocFiles, type DocsFacts } from '../support/docs-check.js';
+import {
+  cliCommandsOf,
+  codeText,
+  consumerNamingFiles,
+  docsProblems,
+  durableNameProblems,
+  issueCitations,
+  markdownFiles,
+  sourceAndDocFiles,
+  type DocsFacts,
+} from '../support/docs-check.js';
 
 const repo = repoRoot();
 let facts: DocsFacts;
@@ -41,6 +52,12 @@ describe('the docs name only what exists', () => {
     const files = sourceAndDocFiles(repo);
     expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['README.md', 'apps/runtime/src/decide.ts', 'test/support/docs-check.ts']));
     expect(issueCitations(files).map((p) => `${p.file}:${p.line}: ${p.name}`)).toEqual([]);
+  });
+
+  it("names each service's durable consumers as the services make them, in the docs and in deploy/'s comments", () => {
+    const files = consumerNamingFiles(repo);
+    expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['docs/operations.md', 'deploy/k8s/base/runtime.yaml']));
+    expect(durableNameProblems(files).map((p) => `${p.file}:${p.line}: ${p.name}`)).toEqual([]);
   });
 
   it('the README: under 200 lines, with exactly the two fresh-machine commands, the second the one .ci/run runs', () => {
@@ -80,6 +97,15 @@ describe('the checker fails on what does not exist', () => {
       `5:${'issue'} [9]`,
       `5:(#${16})`,
     ]);
+  });
+
+  it('reports a durable consumer name the services do not make', () => {
+    const planted = [
+      '# runtime: durable consumer rp-runtime on <prefix>.run.>; rp-recovery-admission fences a cancel',
+      'Consumers `<prefix>-tools-p<N>` (`rp-tools-p3`), and `nats consumer rm RUNPLANE rp-projector-p$n`; `runplane-tools` is a Deployment.',
+    ].join('\n');
+    const found = durableNameProblems([{ path: 'deploy/k8s/base/runtime.yaml', text: planted }]).map((p) => `${p.line}:${p.name}`);
+    expect(found).toEqual(['1:rp-runtime', '1:rp-recovery-admission']);
   });
 
   it('reports an internal issue number in a source comment, also where the comment wraps between the word and the number', () => {

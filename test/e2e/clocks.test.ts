@@ -285,7 +285,7 @@ describe('clocks and budget in the Run projection, the timeline and the CLI (K7)
 });
 
 // last in this file: its 10 s Retry-After pauses this runtime's model limiter for every later Run
-describe('a Run waiting out a rate-limit pause (K7, F4)', () => {
+describe('a Run waiting out a rate-limit pause (K7)', () => {
   it('has no model turn in flight while it waits: fenced no-progress meanwhile, no request is named uncertain and the model receives none', async () => {
     const key = `paused-${t.tag}`;
     // turn 1 is rate-limited for 10 s, longer than the 5 s no-progress limit; the retry would answer
@@ -295,7 +295,7 @@ describe('a Run waiting out a rate-limit pause (K7, F4)', () => {
     ]);
     const events = await t.waitForSettlement(runId, 30_000);
     const settleMs = Date.now() - admittedAt;
-    // the retry was never recorded as requested: the Run waited for the limiter before asking (F4)
+    // the retry was never recorded as requested: the Run waited for the limiter before asking
     expect(ofType(events, 'model.turn.requested')).toHaveLength(1);
     expect(ofType(events, 'model.turn.failed').map((f) => f.data.error.status)).toEqual([429]);
     const fences = ofType(events, 'run.fenced');

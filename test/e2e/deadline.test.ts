@@ -165,7 +165,7 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect(await modelRequestsFor(key)).toBe(1);
   }, 90_000);
 
-  it('a reply that is still STREAMING at the deadline is cut there (F1, K7): its streamed paragraphs stay, the Run stops deadline and settles partial, never completed, within the deadline plus a few seconds', async () => {
+  it('a reply that is still STREAMING at the deadline is cut there (K7): its streamed paragraphs stay, the Run stops deadline and settles partial, never completed, within the deadline plus a few seconds', async () => {
     // admitted together with the held Run of the case above, during the first case (a paragraph a second, 20 of them)
     const { key, runId, admittedAt } = (await startDeadlineRuns()).streaming;
     const body = { runId };
@@ -192,7 +192,7 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
   }, 90_000);
 
   // last in this file: its hour-long Retry-After pauses this runtime's model limiter for every later Run
-  it('a 429 whose Retry-After ends after the deadline (F5, K7): the retry is never made, charges nothing, and the Run settles failed naming the deadline, not the token budget', async () => {
+  it('a 429 whose Retry-After ends after the deadline (K7): the retry is never made, charges nothing, and the Run settles failed naming the deadline, not the token budget', async () => {
     const key = `retry-after-${t.tag}`;
     await t.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 3_600 } }], then: 'repeat-last' }, key);
     const { body } = await t.client.postMessage('conv-deadline', { clientMessageId: key, content: `[${key}] What does DIA hold?` });

@@ -4,18 +4,14 @@
  * -> tools on the real issuer files -> publication -> lifecycle settlement; projections rebuilt.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { repoRoot } from '@runplane/devstack';
 import { ResultStore, runSubject } from '@runplane/eventlog';
 import { extractUnanswered } from '@runplane/app-scripted-model';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
+import { describeWithSharedData } from '../support/shared-data.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
-const SHARED = join(repoRoot(), '..', 'shared', 'data', 'etf-holdings');
-const haveShared = existsSync(SHARED);
 const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
 
 let t: TestStack;
@@ -30,7 +26,7 @@ const types = (events: StoredEvent[]) => events.map((e) => e.event.type);
 const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
   events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
 
-(haveShared ? describe : describe.skip)('default question on the real holdings files (needs ../shared)', () => {
+describeWithSharedData('default question on the real holdings files', (dir) => {
   let runId: string;
   let events: StoredEvent[];
   let answer: string;
@@ -97,7 +93,7 @@ const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
 
   it('answers with the checked figures, recomputed through the product', async () => {
     // The figures as the product computes them (the tools service's library on the same files)...
-    const lib = new HoldingsLibrary({ dir: SHARED, dataSet: 'shared' });
+    const lib = new HoldingsLibrary({ dir, dataSet: 'shared' });
     const closest = await lib.compareHoldings({ fundA: 'SPY', fundB: 'QQQ' });
     expect([closest.a.file, closest.b.file]).toEqual(['SPY_2025-09-30.xlsx', 'QQQ_2025-09-26.csv']);
     // (the policy asks for those two files by date, as the receipt's selection records)

@@ -6,7 +6,8 @@
  * repository path written in backticks (`apps/...`, `libs/...`, `docs/...`, ...) exists, and no
  * internal issue number is cited (the word and a number, bracketed or not, or a hash number in
  * parentheses), in the Markdown or in a source comment
- * ({@link issueCitations}).
+ * ({@link issueCitations}); every durable consumer of a service the docs and deploy/ name is one the
+ * services make ({@link durableNameProblems}).
  * Pure over what it is given, so a test can show it failing on a planted name.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -122,6 +123,33 @@ export function issueCitations(files: readonly DocFile[]): DocProblem[] {
       name: m[0].replace(/\s+/g, ' '),
       problem: 'internal issue number: say what is, without it',
     })),
+  );
+}
+
+// a service's durable consumer as the services name it (`<prefix>-<service>-p<N>`, libs/eventlog/src/nest.ts);
+// any other `rp-<service>...` is a consumer of a layout that is gone
+const SERVICE_DURABLE = /(?<![\w-])(?:rp|<prefix>)-(?:admission|runtime|tools|publication|lifecycle|recovery|projector)(?:-[\w<>$]+)*/g;
+const PARTITION_DURABLE = /-p(?:<N>|\d+|\$\w+)$/;
+
+/** The files {@link durableNameProblems} reads: the Markdown of {@link markdownFiles} and deploy/'s manifests and configuration, whose comments name consumers. */
+export function consumerNamingFiles(repo: string): DocFile[] {
+  const deploy = walk(repo, 'deploy', (p) => CODE_FILE.test(p));
+  return [...markdownFiles(repo), ...deploy.map((path) => ({ path, text: readFileSync(join(repo, path), 'utf8') }))];
+}
+
+/** Every durable consumer of a service named in `files` otherwise than the services name theirs (`<prefix>-<service>-p<N>`), in file and line order. */
+export function durableNameProblems(files: readonly DocFile[]): DocProblem[] {
+  return files.flatMap((file) =>
+    file.text.split('\n').flatMap((line, i) =>
+      [...line.matchAll(SERVICE_DURABLE)]
+        .filter(([name]) => !PARTITION_DURABLE.test(name))
+        .map(([name]) => ({
+          file: file.path,
+          line: i + 1,
+          name,
+          problem: "not a consumer the services make: theirs are '<prefix>-<service>-p<N>'",
+        })),
+    ),
   );
 }
 

@@ -104,6 +104,15 @@ export class History {
     });
   }
 
+  /** Research turn `turn`: one `get_holdings` call (`c<turn>`) proposed, dispatched and succeeded: material to answer from. */
+  researched(turn: number): this {
+    const id = `c${turn}`;
+    return this.turn(turn, { calls: [{ id, name: 'get_holdings' }] })
+      .proposed(turn, id, 'get_holdings')
+      .dispatched(id, 'get_holdings')
+      .receipt(id, 'get_holdings', 'succeeded', { holdings: ['AAPL'] });
+  }
+
   /**
    * Recovery's `settling` fences on the tools and then the runtime subject: the executors' subjects
    * closed before a settlement (K6, K9), as recovery closes a Run that finished with a tool call in

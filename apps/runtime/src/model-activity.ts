@@ -84,7 +84,7 @@ export class ModelActivity {
   }
 
   /**
-   * Waits out the shared limiter's rate-limit pause (F4) within `deadlineAt`, abortable by `signal`.
+   * Waits out the shared limiter's rate-limit pause within `deadlineAt`, abortable by `signal`.
    * @returns true when there was a pause to wait out.
    */
   waitForPause(deadlineAt: string | undefined, signal: AbortSignal): Promise<boolean> {

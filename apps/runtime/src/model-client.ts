@@ -67,8 +67,8 @@ export class ModelRateLimiter {
   }
 
   /**
-   * Waits out the rate-limit pause before a request is recorded as requested (F4: a Run queued
-   * behind a provider's Retry-After has no turn "in flight"). Returns at once when there is no
+   * Waits out the rate-limit pause before a request is recorded as requested: a Run queued
+   * behind a provider's Retry-After has no turn "in flight". Returns at once when there is no
    * pause, when the pause ends after `deadlineMs` (the request will then be `not-sent`), or when
    * `signal` aborts. @returns true when it waited.
    */
@@ -138,7 +138,7 @@ export class ModelClient {
     return this.opts.model;
   }
 
-  /** See {@link ModelRateLimiter.waitForPause}: waits out this model's rate-limit pause (F4), within `deadlineAt`. */
+  /** See {@link ModelRateLimiter.waitForPause}: waits out this model's rate-limit pause, within `deadlineAt`. */
   waitForPause(deadlineAt: string | undefined, signal?: AbortSignal): Promise<boolean> {
     return this.limiter.waitForPause(deadlineAt ? Date.parse(deadlineAt) : Number.POSITIVE_INFINITY, signal);
   }

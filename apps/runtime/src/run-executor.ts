@@ -159,7 +159,7 @@ export class RunExecutor {
     };
     const deadlineAt = (await this.commands.folds.read(runId)).admitted?.limits.deadlineAt;
     for (let i = 0; i < MAX_TURNS_PER_WAKE; i++) {
-      // the provider's rate-limit pause is waited out BEFORE a turn is recorded as requested (F4): a Run
+      // the provider's rate-limit pause is waited out BEFORE a turn is recorded as requested: a Run
       // queued behind a Retry-After has no request "in flight" (a pause ending after the deadline is not
       // waited: the request is then recorded `not-sent`); a draining process starts no request to wait for
       if (!this.stopping && !(await this.waitOutRateLimit(runId, deadlineAt))) return;

@@ -19,13 +19,6 @@ const rateLimited = (h: History, turn: number, extra: Record<string, unknown> = 
   h
     .add('model.turn.requested', turn, { turn, model: 'm', ...extra })
     .add('model.turn.failed', turn, { turn, error: { kind: 'http', status: 429, message: 'slow down', retryAfterMs: 1000 } });
-/** A research turn that called a tool whose result came back: material to answer from. */
-const researched = (h: History, turn: number) =>
-  h
-    .turn(turn, { calls: [{ id: `c${turn}`, name: 'get_holdings' }] })
-    .proposed(turn, `c${turn}`, 'get_holdings')
-    .dispatched(`c${turn}`, 'get_holdings')
-    .receipt(`c${turn}`, 'get_holdings', 'succeeded', { holdings: ['AAPL'] });
 const finishedWith = (reason: string, detail: unknown = expect.any(String)) =>
   ({ type: 'run.execution.finished', data: { reason, detail, answerTurn: null } }) as never;
 
@@ -108,7 +101,7 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
 
   it('given the research output tokens spent and no reserve, when woken, then it stops with token-limit', () => {
     const h = new History().admitted({ limits: { maxOutputTokens: 5 } });
-    researched(h, 1); // 5 completion tokens measured
+    h.researched(1); // 5 completion tokens measured
     runtime
       .given(h)
       .when(wake)
@@ -153,7 +146,7 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
   it('given empty replies interrupted by a turn with a valid tool call, when woken, then the streak restarts: it retries', () => {
     const h = new History().admitted({ maxModelRequests: 10 });
     h.turn(1, { content: '' });
-    researched(h, 2);
+    h.researched(2);
     h.turn(3, { content: '' });
     h.turn(4, { content: '' });
     runtime
@@ -166,7 +159,7 @@ describe('runtime decide: every request is reserved and charged (K7)', () => {
 describe('runtime decide: finalization-only, one way (K7, K9)', () => {
   const spent = () => {
     const h = new History().admitted({ maxModelRequests: 4, limits: { maxOutputTokens: 10_000, ...RESERVE } });
-    for (const t of [1, 2, 3]) researched(h, t);
+    for (const t of [1, 2, 3]) h.researched(t);
     return h;
   };
 
@@ -258,7 +251,7 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
 
   it('given the deadline closer than the finalization lead, material and the reserve, when woken, then finalization starts (deadline) instead of more research', () => {
     const h = new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z', limits: RESERVE });
-    researched(h, 1);
+    h.researched(1);
     const lead = { ...wake, finalizationLeadMs: 60_000 };
     const [started, request] = runtime
       .given(h)
@@ -278,7 +271,7 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
 
   it('given a short Run (2 minutes), when woken, then the lead is at most a quarter of its time: 41 s before the deadline it still researches, 16 s before it finalizes', () => {
     const h = new History().admitted({ deadlineAt: '2025-12-31T23:02:01.000Z', limits: RESERVE }); // admitted 23:00:01
-    researched(h, 1);
+    h.researched(1);
     const lead = { ...wake, finalizationLeadMs: 60_000 };
     runtime
       .given(h)
@@ -301,14 +294,14 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
       .when(lead, at)
       .then([{ type: 'model.turn.requested', data: { turn: 1, model: 'm' } }]);
     runtime
-      .given(researched(new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z' }), 1))
+      .given(new History().admitted({ deadlineAt: '2026-01-01T00:01:00.000Z' }).researched(1))
       .when(lead, at)
       .then([{ type: 'model.turn.requested', data: { turn: 2, model: 'm' } }]);
   });
 
   it('given the output tokens for research spent but the reserve left, when woken, then finalization starts with token-limit', () => {
     const h = new History().admitted({ limits: { maxOutputTokens: 205, ...RESERVE } });
-    researched(h, 1); // 5 measured: 205 - 200 reserve - 5 = 0 left for research
+    h.researched(1); // 5 measured: 205 - 200 reserve - 5 = 0 left for research
     const [started, request] = runtime
       .given(h)
       .when(wake)
@@ -386,7 +379,7 @@ describe('the deadline bounds a model request, and a request never sent costs no
 
   it('given the finalization request cut by the deadline, when it ends, then the Run stops deadline (not model-error)', () => {
     const h = limited();
-    researched(h, 1);
+    h.researched(1);
     h.add('run.finalization.started', 'finalization', {
       reason: 'deadline',
       detail: '5 s left',

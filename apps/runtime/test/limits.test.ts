@@ -25,12 +25,7 @@ const failedTurns = (h: History, n: number) => {
 };
 /** `n` research turns, each a tool call with its result: 5 completion tokens each (History's usage). */
 const researched = (h: History, n: number) => {
-  for (let t = 1; t <= n; t++) {
-    h.turn(t, { calls: [{ id: `c${t}`, name: 'get_holdings' }] })
-      .proposed(t, `c${t}`, 'get_holdings')
-      .dispatched(`c${t}`, 'get_holdings')
-      .receipt(`c${t}`, 'get_holdings', 'succeeded', { holdings: ['AAPL'] });
-  }
+  for (let t = 1; t <= n; t++) h.researched(t);
   return h;
 };
 const requested = (turn: number, extra: Record<string, unknown> = {}) =>

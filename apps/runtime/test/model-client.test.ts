@@ -61,13 +61,13 @@ describe('the model client (K7)', () => {
       error: { kind: 'not-sent', message: expect.stringMatching(/not sent: the rate-limit pause \(\d+ ms\) ends after/) },
     });
     expect(model.stats().perKey['rl-long']).toBe(before);
-    // and the wait before recording a request (F4) does not wait for a pause that ends after the deadline
+    // and the wait before recording a request does not wait for a pause that ends after the deadline
     const started = Date.now();
     expect(await c.waitForPause(new Date(Date.now() + 2_000).toISOString())).toBe(false);
     expect(Date.now() - started).toBeLessThan(200);
   });
 
-  it('waitForPause waits out a short rate-limit pause before a request is recorded (F4)', async () => {
+  it('waitForPause waits out a short rate-limit pause before a request is recorded', async () => {
     model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 1 } }] }, 'rl-wait');
     const c = client();
     await c.turn(1, ask('rl-wait'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
@@ -77,7 +77,7 @@ describe('the model client (K7)', () => {
     expect(await c.waitForPause(undefined)).toBe(false); // no pause left
   });
 
-  it('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first (F1)', async () => {
+  it('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first', async () => {
     const paragraphs = Array.from({ length: 12 }, (_, i) => `Paragraph ${i + 1}.`);
     model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-stream');
     const c = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'scripted', timeoutMs: 1_500 });
@@ -95,7 +95,7 @@ describe('the model client (K7)', () => {
     expect(text).not.toContain('Paragraph 12.');
   });
 
-  it("the same stream is cut at the Run's deadline when that comes first (F1)", async () => {
+  it("the same stream is cut at the Run's deadline when that comes first", async () => {
     const paragraphs = Array.from({ length: 12 }, (_, i) => `Part ${i + 1}.`);
     model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-deadline');
     const started = Date.now();

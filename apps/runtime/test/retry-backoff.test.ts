@@ -27,13 +27,6 @@ const failedTurn = (h: History, turn: number, failuresInARow: number, delayMs: n
   h
     .add('model.turn.requested', turn, { turn, model: 'm', ...(turn > 1 ? { retryOf: turn - 1 } : {}) })
     .add('model.turn.failed', turn, { turn, error: refused, retry: { failuresInARow, delayMs, notBefore: at(notBeforeMs).toISOString() } });
-/** A research turn with a succeeded tool result: material to answer from. */
-const researched = (h: History, turn: number) =>
-  h
-    .turn(turn, { calls: [{ id: `c${turn}`, name: 'get_holdings' }] })
-    .proposed(turn, `c${turn}`, 'get_holdings')
-    .dispatched(`c${turn}`, 'get_holdings')
-    .receipt(`c${turn}`, 'get_holdings', 'succeeded', { holdings: ['AAPL'] });
 
 describe('the backoff is decided with the failure and recorded on it (K7)', () => {
   it('given turn 1 in flight, when its request is refused (connection), then the failure records the backoff: 1 failure, min * (1 + jitter), from the decision clock', () => {
@@ -95,7 +88,8 @@ describe('the backoff is decided with the failure and recorded on it (K7)', () =
   });
 
   it('no backoff is recorded for a failure that is not retried or not transient: the finalization turn, a 401, a malformed reply', () => {
-    const fin = researched(run(), 1)
+    const fin = run()
+      .researched(1)
       .add('run.finalization.started', 'finalization', { reason: 'model-request-limit', detail: 'spent', unfinished: [{ part: 'p', reason: 'r' }] })
       .add('model.turn.requested', 2, { turn: 2, model: 'm', purpose: 'finalization' });
     runtime
@@ -151,7 +145,7 @@ describe('no request before the backoff ends; after it, the retry (K7)', () => {
   });
 
   it('given the research budget spent by failed requests with material and the reserve, when woken in the backoff, then nothing; after it, finalization', () => {
-    const h = researched(run(4), 1);
+    const h = run(4).researched(1);
     failedTurn(h, 2, 1, 1_000, 1_000);
     failedTurn(h, 3, 2, 2_000, 3_000);
     runtime.given(h).when(wake, at(2_000)).thenNothing();

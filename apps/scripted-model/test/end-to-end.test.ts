@@ -1,8 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { ToolPack } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
 import OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
+import { describeWithSharedData } from '../../../test/support/shared-data.js';
 import { startScriptedModel, type ScriptedModel } from '../src/index.js';
 
 /**
@@ -10,10 +11,10 @@ import { startScriptedModel, type ScriptedModel } from '../src/index.js';
  * policy), tool calls are reassembled from deltas and executed on the real files, results go back
  * as ToolMessageContent JSON, until the model stops.
  */
-describe('research policy end to end over streaming HTTP', () => {
+describeWithSharedData('research policy end to end over streaming HTTP', (dir) => {
   let model: ScriptedModel;
   let client: OpenAI;
-  const library = new HoldingsLibrary({ dir: '/work/shared/data/etf-holdings', dataSet: 'shared' });
+  const library = new HoldingsLibrary({ dir, dataSet: 'shared' });
   const tools: ChatCompletionTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
     type: 'function',
     function: { name, description: spec.description, parameters: { type: 'object', properties: {} } },

@@ -2,73 +2,76 @@
  * The scripted research policy says only what the question and the files support.
  * Each case reproduces an over-claim seen before the fix (quoted in its comment).
  */
-import { beforeAll, describe, expect, it } from '@jest/globals';
+import { beforeAll, expect, it } from '@jest/globals';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { extractUnanswered, mentionedFunds, readQuestionDates, type WireMessage } from '../src/index.js';
+import { describeWithSharedData } from '../../../test/support/shared-data.js';
 import { research as drive } from './drive.js';
 
-const DATA_DIR = '/work/shared/data/etf-holdings';
 const NOW = new Date(Date.UTC(2026, 11, 2, 12));
 
-describe('the scripted research policy claims only what the question and the files support (docs/fund-research.md "The research policy")', () => {
-  let library: HoldingsLibrary;
-  beforeAll(() => {
-    library = new HoldingsLibrary({ dir: DATA_DIR, dataSet: 'shared' });
-  });
-
-  /** The policy/tool loop on the real data, as the runtime runs it; `narrow` rewrites the messages of the last request (a context cut). */
-  async function research(question: string, narrow: (m: WireMessage[]) => WireMessage[] = (m) => m) {
-    const { turns, answer } = await drive(library, question, {
-      now: NOW,
-      view: (messages, turnsSoFar) => (turnsSoFar.flat().length > 1 ? narrow(messages) : messages),
+describeWithSharedData(
+  'the scripted research policy claims only what the question and the files support (docs/fund-research.md "The research policy")',
+  (dir) => {
+    let library: HoldingsLibrary;
+    beforeAll(() => {
+      library = new HoldingsLibrary({ dir, dataSet: 'shared' });
     });
-    return { calls: turns.flat(), answer, unanswered: extractUnanswered(answer) };
-  }
 
-  it('given "Now also compare QQQ with IVV", then "Now" is not read as a date: the closest files are compared and nothing is listed as approximate', async () => {
-    // Before: "QQQ as of 2026-12-02 ("Now")" and "IVV as of 2026-12-02 ("Now")" listed as "answered only approximately": partial.
-    expect(readQuestionDates('Now also compare QQQ with IVV', NOW).dates).toEqual([]);
-    expect(readQuestionDates('Now, what does SPY hold?', NOW).dates).toEqual([]);
-    expect(readQuestionDates('OK. Now compare SPY and QQQ', NOW).dates).toEqual([]);
-    // "now" that names the time of the holdings is still the current date
-    expect(readQuestionDates('What does SPY hold now?', NOW).dates.map((d) => d.from)).toEqual(['2026-12-02']);
-    expect(readQuestionDates('Compare SPY as of now with QQQ', NOW).dates.map((d) => d.from)).toEqual(['2026-12-02']);
-    const { answer, unanswered } = await research('Now also compare QQQ with IVV');
-    expect(answer).not.toContain('"Now"');
-    expect(answer).toContain("chosen as the closest dates between the funds' files");
-    expect(unanswered).toEqual([]);
-  });
-
-  it('given no date asked and the list of funds no longer readable when the answer is written (a narrowed context), then no file is said to be "as requested"', async () => {
-    // Before: "SPY as of 2025-11-18 (file SPY_2025-11-18.xlsx, chosen as the file dated 2025-11-18, as requested)":
-    // the date was the policy's own pick, repeated from the tool's selection note.
-    const narrowed = (messages: WireMessage[]) =>
-      messages.map((m) => (m.role === 'tool' && m.tool_call_id === 'c0_0' ? { ...m, content: '[narrowed: the list of funds was left out]' } : m));
-    const { calls, answer } = await research('What does SPY hold?', narrowed);
-    expect(calls).toContainEqual({ name: 'get_holdings', arguments: { fund: 'SPY', asOf: '2025-11-18' } });
-    expect(answer).toContain('SPY as of 2025-11-18 (file SPY_2025-11-18.xlsx');
-    expect(answer).not.toMatch(/as requested|as asked/);
-  });
-
-  it('given upper-case words that are not funds of the data and stand in no fund position, then they are neither researched nor listed as unanswered', async () => {
-    // Before: "holdings of ARK", "holdings of TOP", "holdings of NVDA" listed as "not covered by the data": partial.
-    const known = ['ARKK', 'QQQ', 'IVV', 'SPY'];
-    expect(mentionedFunds('Compare ARK Innovation (ARKK) with QQQ', known)).toEqual(['ARKK', 'QQQ']);
-    expect(mentionedFunds('Compare QQQ with IVV. I want the TOP 10.', known)).toEqual(['QQQ', 'IVV']);
-    expect(mentionedFunds('Compare QQQ with IVV and tell me about NVDA', known)).toEqual(['QQQ', 'IVV']);
-    // a ticker in a fund position is still a fund asked about, covered or not (the tool says it is not covered)
-    expect(mentionedFunds('Compare SPY with XYZQ', known)).toEqual(['SPY', 'XYZQ']);
-    expect(mentionedFunds('What are the holdings of XYZQ?', known)).toEqual(['XYZQ']);
-    expect(mentionedFunds('Compare EEM, ODD and AAA', ['AAA'])).toEqual(['EEM', 'ODD', 'AAA']);
-    expect(mentionedFunds('Compare QQQ and XYZQ holdings', known)).toEqual(['QQQ', 'XYZQ']);
-    for (const q of [
-      'Compare ARK Innovation (ARKK) with QQQ',
-      'Compare QQQ with IVV. I want the TOP 10.',
-      'Compare QQQ with IVV and tell me about NVDA',
-    ]) {
-      const { calls, unanswered } = await research(q);
-      expect(calls.filter((c) => c.name === 'get_holdings')).toHaveLength(2);
-      expect(unanswered).toEqual([]);
+    /** The policy/tool loop on the real data, as the runtime runs it; `narrow` rewrites the messages of the last request (a context cut). */
+    async function research(question: string, narrow: (m: WireMessage[]) => WireMessage[] = (m) => m) {
+      const { turns, answer } = await drive(library, question, {
+        now: NOW,
+        view: (messages, turnsSoFar) => (turnsSoFar.flat().length > 1 ? narrow(messages) : messages),
+      });
+      return { calls: turns.flat(), answer, unanswered: extractUnanswered(answer) };
     }
-  });
-});
+
+    it('given "Now also compare QQQ with IVV", then "Now" is not read as a date: the closest files are compared and nothing is listed as approximate', async () => {
+      // Before: "QQQ as of 2026-12-02 ("Now")" and "IVV as of 2026-12-02 ("Now")" listed as "answered only approximately": partial.
+      expect(readQuestionDates('Now also compare QQQ with IVV', NOW).dates).toEqual([]);
+      expect(readQuestionDates('Now, what does SPY hold?', NOW).dates).toEqual([]);
+      expect(readQuestionDates('OK. Now compare SPY and QQQ', NOW).dates).toEqual([]);
+      // "now" that names the time of the holdings is still the current date
+      expect(readQuestionDates('What does SPY hold now?', NOW).dates.map((d) => d.from)).toEqual(['2026-12-02']);
+      expect(readQuestionDates('Compare SPY as of now with QQQ', NOW).dates.map((d) => d.from)).toEqual(['2026-12-02']);
+      const { answer, unanswered } = await research('Now also compare QQQ with IVV');
+      expect(answer).not.toContain('"Now"');
+      expect(answer).toContain("chosen as the closest dates between the funds' files");
+      expect(unanswered).toEqual([]);
+    });
+
+    it('given no date asked and the list of funds no longer readable when the answer is written (a narrowed context), then no file is said to be "as requested"', async () => {
+      // Before: "SPY as of 2025-11-18 (file SPY_2025-11-18.xlsx, chosen as the file dated 2025-11-18, as requested)":
+      // the date was the policy's own pick, repeated from the tool's selection note.
+      const narrowed = (messages: WireMessage[]) =>
+        messages.map((m) => (m.role === 'tool' && m.tool_call_id === 'c0_0' ? { ...m, content: '[narrowed: the list of funds was left out]' } : m));
+      const { calls, answer } = await research('What does SPY hold?', narrowed);
+      expect(calls).toContainEqual({ name: 'get_holdings', arguments: { fund: 'SPY', asOf: '2025-11-18' } });
+      expect(answer).toContain('SPY as of 2025-11-18 (file SPY_2025-11-18.xlsx');
+      expect(answer).not.toMatch(/as requested|as asked/);
+    });
+
+    it('given upper-case words that are not funds of the data and stand in no fund position, then they are neither researched nor listed as unanswered', async () => {
+      // Before: "holdings of ARK", "holdings of TOP", "holdings of NVDA" listed as "not covered by the data": partial.
+      const known = ['ARKK', 'QQQ', 'IVV', 'SPY'];
+      expect(mentionedFunds('Compare ARK Innovation (ARKK) with QQQ', known)).toEqual(['ARKK', 'QQQ']);
+      expect(mentionedFunds('Compare QQQ with IVV. I want the TOP 10.', known)).toEqual(['QQQ', 'IVV']);
+      expect(mentionedFunds('Compare QQQ with IVV and tell me about NVDA', known)).toEqual(['QQQ', 'IVV']);
+      // a ticker in a fund position is still a fund asked about, covered or not (the tool says it is not covered)
+      expect(mentionedFunds('Compare SPY with XYZQ', known)).toEqual(['SPY', 'XYZQ']);
+      expect(mentionedFunds('What are the holdings of XYZQ?', known)).toEqual(['XYZQ']);
+      expect(mentionedFunds('Compare EEM, ODD and AAA', ['AAA'])).toEqual(['EEM', 'ODD', 'AAA']);
+      expect(mentionedFunds('Compare QQQ and XYZQ holdings', known)).toEqual(['QQQ', 'XYZQ']);
+      for (const q of [
+        'Compare ARK Innovation (ARKK) with QQQ',
+        'Compare QQQ with IVV. I want the TOP 10.',
+        'Compare QQQ with IVV and tell me about NVDA',
+      ]) {
+        const { calls, unanswered } = await research(q);
+        expect(calls.filter((c) => c.name === 'get_holdings')).toHaveLength(2);
+        expect(unanswered).toEqual([]);
+      }
+    });
+  },
+);

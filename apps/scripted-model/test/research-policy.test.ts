@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { ToolPack, type CompareHoldingsResult, type GetHoldingsResult, type ListFundsResult } from '@runplane/contracts';
 import { executeTool, HoldingsLibrary, ToolFailure } from '@runplane/holdings';
+import { describeWithSharedData } from '../../../test/support/shared-data.js';
 import { closestPair, extractUnanswered, mentionedFunds, researchPolicy, type WireMessage, type WireTool } from '../src/index.js';
 
 const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
-const DATA_DIR = '/work/shared/data/etf-holdings';
 
 /** The tool pack as the runtime offers it. */
 const TOOLS: WireTool[] = Object.entries(ToolPack).map(([name, spec]) => ({
@@ -281,10 +281,10 @@ describe('research policy (hand-made tool results following the contract)', () =
 
 // ---- real issuer files through @runplane/holdings ---------------------------------------------
 
-describe('research policy on the real data (@runplane/holdings)', () => {
+describeWithSharedData('research policy on the real data (@runplane/holdings)', (dir) => {
   let library: HoldingsLibrary;
   beforeAll(() => {
-    library = new HoldingsLibrary({ dir: DATA_DIR, dataSet: 'shared' });
+    library = new HoldingsLibrary({ dir, dataSet: 'shared' });
   });
 
   /** Runs the tools like the runtime: a ToolFailure becomes a failed receipt. */

@@ -14,19 +14,18 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
-import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
+import type { Owner, StoredEvent } from '@runplane/contracts';
 import { consumerFilters, DurableConsumer, EventLog, partitionOf, RetryLater } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
 import { History } from '../../../test/support/history.js';
 // the built worker: its tool threads load dist/tool-worker.js
-import { DispatchController } from '../dist/dispatch.controller.js';
+import type { DispatchController } from '../dist/dispatch.controller.js';
 import { ClaimStore } from '../dist/claims.js';
-import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
-import { recordingWorkerSettings } from './worker-settings.js';
+import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { appendAll, effectLines, recordingWorkerSettings, twoWorkers, type TwoWorkers } from './recording-workers.js';
 
 const natsUrl = SHARED_NATS_URL;
 const tag = randomBytes(4).toString('hex');
@@ -40,25 +39,17 @@ let logA: EventLog;
 let logB: EventLog;
 let a: DispatchController;
 let b: DispatchController;
+let workers: TwoWorkers | undefined;
 let consumer: DurableConsumer | null = null;
 
 beforeAll(async () => {
-  logA = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
-  logB = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
-  a = new DispatchController(logA, new RunCommandHandler(logA, 'tools'), { ...settings, faultDispatchPauseFile: pauseFile });
-  b = new DispatchController(logB, new RunCommandHandler(logB, 'tools'), settings);
+  workers = await twoWorkers(natsUrl, space, { ...settings, faultDispatchPauseFile: pauseFile }, settings);
+  ({ logA, logB, a, b } = workers);
 });
 afterAll(async () => {
   rmSync(pauseFile, { force: true });
   await consumer?.stop();
-  await a?.onApplicationShutdown();
-  await b?.onApplicationShutdown();
-  if (logA) {
-    await (await new Kvm(logA.nc).open(ClaimStore.bucketFor(logA))).destroy().catch(() => undefined);
-    await logA.destroyStream();
-    await logA.close();
-  }
-  await logB?.close();
+  await workers?.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -73,24 +64,7 @@ async function until<T>(fn: () => Promise<T | null | undefined> | T | null | und
   }
 }
 
-/** Appends a History's events to the real log in order (each conditional on its subject's last sequence). */
-async function appendAll(log: EventLog, events: StoredEvent[], lasts: Partial<Record<Owner, number>>): Promise<StoredEvent[]> {
-  const out: StoredEvent[] = [];
-  for (const { event } of events) {
-    const token = subjectTokenOf(event);
-    const r = await log.append(event, lasts[token] ?? 0);
-    lasts[token] = r.seq;
-    out.push(r.stored);
-  }
-  return out;
-}
-
-const effectLines = (runId: string) =>
-  existsSync(effectFile)
-    ? readFileSync(effectFile, 'utf8')
-        .split('\n')
-        .filter((l) => l.startsWith(`${runId} `))
-    : [];
+const effectsOf = (runId: string) => effectLines(effectFile, runId);
 
 /** Checks that each of c1 and c2 was dispatched once, got one `succeeded` receipt and was executed once (K5). */
 async function expectEachDispatchedAndExecutedOnce(runId: string): Promise<StoredEvent[]> {
@@ -109,9 +83,9 @@ async function expectEachDispatchedAndExecutedOnce(runId: string): Promise<Store
     'succeeded',
     'succeeded',
   ]);
-  await until(() => effectLines(runId).length >= 2, 10_000, 'the effect lines');
+  await until(() => effectsOf(runId).length >= 2, 10_000, 'the effect lines');
   expect(
-    effectLines(runId)
+    effectsOf(runId)
       .map((l) => l.split(' ')[1])
       .sort(),
   ).toEqual(['c1', 'c2']);

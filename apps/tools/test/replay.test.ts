@@ -11,20 +11,17 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Kvm } from '@nats-io/kv';
-import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
-import { EventLog } from '@runplane/eventlog';
-import { RunCommandHandler, runReads } from '@runplane/service-kit';
+import type { Owner, StoredEvent } from '@runplane/contracts';
+import type { EventLog } from '@runplane/eventlog';
+import { runReads } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { History } from '../../../test/support/history.js';
-// the built worker: its tool threads load dist/tool-worker.js
-import { DispatchController } from '../dist/dispatch.controller.js';
-import { ClaimStore } from '../dist/claims.js';
-import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
-import { recordingWorkerSettings } from './worker-settings.js';
+import type { DispatchController } from '../dist/dispatch.controller.js';
+import { SHARED_NATS_URL } from '../../../test/support/nats-server.js';
+import { appendAll, effectLines, recordingWorkerSettings, twoWorkers, type TwoWorkers } from './recording-workers.js';
 
 const natsUrl = SHARED_NATS_URL;
 const tag = randomBytes(4).toString('hex');
@@ -37,48 +34,23 @@ let logA: EventLog;
 let logC: EventLog;
 let a: DispatchController;
 let c: DispatchController;
+let workers: TwoWorkers | undefined;
 
 beforeAll(async () => {
-  logA = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
-  logC = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'tools' });
-  a = new DispatchController(logA, new RunCommandHandler(logA, 'tools'), settings);
-  c = new DispatchController(logC, new RunCommandHandler(logC, 'tools'), settings);
+  workers = await twoWorkers(natsUrl, space, settings, settings);
+  ({ logA, logB: logC, a, b: c } = workers);
 });
 afterAll(async () => {
-  await a?.onApplicationShutdown();
-  await c?.onApplicationShutdown();
-  if (logA) {
-    await (await new Kvm(logA.nc).open(ClaimStore.bucketFor(logA))).destroy().catch(() => undefined);
-    await logA.destroyStream();
-    await logA.close();
-  }
-  await logC?.close();
+  await workers?.close();
   rmSync(dir, { recursive: true, force: true });
 });
-
-/** Appends a History's events to the real log in order (each conditional on its subject's last sequence). */
-async function appendAll(log: EventLog, events: StoredEvent[], lasts: Partial<Record<Owner, number>>): Promise<StoredEvent[]> {
-  const out: StoredEvent[] = [];
-  for (const { event } of events) {
-    const token = subjectTokenOf(event);
-    const r = await log.append(event, lasts[token] ?? 0);
-    lasts[token] = r.seq;
-    out.push(r.stored);
-  }
-  return out;
-}
 
 /** Hands `events` to a worker in order, as its whole-Run consumer does: each told to its log's folds, the proposals to the worker. */
 async function deliver(log: EventLog, worker: DispatchController, events: StoredEvent[]): Promise<void> {
   for (const s of events) await log.deliveries.handle(s, () => (s.event.type === 'tool.call.proposed' ? worker.onProposed(s) : Promise.resolve()));
 }
 
-const effectLines = (runId: string) =>
-  existsSync(effectFile)
-    ? readFileSync(effectFile, 'utf8')
-        .split('\n')
-        .filter((l) => l.startsWith(`${runId} `))
-    : [];
+const effectsOf = (runId: string) => effectLines(effectFile, runId);
 
 describe('tools: a proposal decided from the kept fold, and the same proposal replayed from the start of the log', () => {
   it('given the Run delivered in order, then the call is dispatched, executed and recorded with no read of the log; given it replayed to a fresh worker, then that worker reads the log and executes nothing (K5)', async () => {
@@ -108,7 +80,7 @@ describe('tools: a proposal decided from the kept fold, and the same proposal re
     expect(gets.count).toBe(1);
     const afterLive = await logA.readRun(runId);
     expect(afterLive.map((e) => e.event.type).slice(-2)).toEqual(['tool.call.dispatched', 'tool.call.receipt']);
-    expect(effectLines(runId)).toHaveLength(1);
+    expect(effectsOf(runId)).toHaveLength(1);
 
     // replayed: every event, the proposal too, was stored before run.admitted reached C, so C's
     // decision on the proposal reads the log, which holds the dispatch and the receipt
@@ -117,6 +89,6 @@ describe('tools: a proposal decided from the kept fold, and the same proposal re
     expect(runReads.log - replayReads).toBeGreaterThan(0);
     const afterReplay = await logA.readRun(runId);
     expect(afterReplay.map((e) => e.seq)).toEqual(afterLive.map((e) => e.seq)); // nothing appended
-    expect(effectLines(runId)).toHaveLength(1); // executed once
+    expect(effectsOf(runId)).toHaveLength(1); // executed once
   }, 60_000);
 });

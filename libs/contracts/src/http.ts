@@ -106,14 +106,19 @@ export const RunLinkView = z
   .nullable()
   .meta({ id: 'RunLinkView' });
 
+/** The ids of an admitted message and its Run, and when it was admitted: the head of every answer about a message. */
+const AdmittedMessage = {
+  conversationId: Id,
+  clientMessageId: z.string(),
+  messageId: Id,
+  runId: Id,
+  admittedAt: z.string().datetime(),
+};
+
 /** 201 (admitted now) or 200 (the same message was already admitted: K1). */
 export const PostMessageResponse = z
   .object({
-    conversationId: Id,
-    clientMessageId: z.string(),
-    messageId: Id,
-    runId: Id,
-    admittedAt: z.string().datetime(),
+    ...AdmittedMessage,
     /** `admitted` for a new admission, `existing` for an idempotent repeat. */
     admission: z.enum(['admitted', 'existing']),
     /** The parent of a Continue (`continuation`) or of a clarification answer (`clarification`); null for an ordinary message. */
@@ -129,11 +134,7 @@ export type PostMessageResponse = z.infer<typeof PostMessageResponse>;
  */
 export const MessageOutcome = z
   .object({
-    conversationId: Id,
-    clientMessageId: z.string(),
-    messageId: Id,
-    runId: Id,
-    admittedAt: z.string().datetime(),
+    ...AdmittedMessage,
     link: RunLinkView,
     /** `admitted` (no model turn yet), `running`, or `settled` (see `outcome`). */
     status: z.enum(['admitted', 'running', 'settled']),
