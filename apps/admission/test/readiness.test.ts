@@ -20,7 +20,7 @@ describe("admission's postgres readiness check", () => {
   });
 
   it('without quotas: says not connected before the first read (connects nothing); once connected, select 1', async () => {
-    const reader = new RunReader({ DATABASE_URL: url } as never);
+    const reader = new RunReader({ DATABASE_URL: url });
     try {
       await expect(admissionPostgresCheck(reader, false).check()).resolves.toEqual({ connected: false });
       await reader.list({ principal: 'nobody', limit: 1 } as never).catch(() => undefined); // the first read connects
@@ -31,8 +31,8 @@ describe("admission's postgres readiness check", () => {
   });
 
   it('with quotas: connects and answers select 1; PostgreSQL unreachable, it rejects (503 naming PostgreSQL)', async () => {
-    const reader = new RunReader({ DATABASE_URL: url } as never);
-    const unreachable = new RunReader({ DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/postgres' } as never);
+    const reader = new RunReader({ DATABASE_URL: url });
+    const unreachable = new RunReader({ DATABASE_URL: 'postgresql://postgres@127.0.0.1:1/postgres' });
     try {
       await expect(admissionPostgresCheck(reader, true).check()).resolves.toEqual({ connected: true });
       await expect(admissionPostgresCheck(unreachable, true).check()).rejects.toThrow();
