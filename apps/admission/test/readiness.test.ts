@@ -8,7 +8,7 @@ import { describe, expect, it } from '@jest/globals';
 import { admissionPostgresCheck, quotasConfigured, RunReader } from '@runplane/app-admission';
 
 const url = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
-const NONE = { RUNPLANE_QUOTA_CONCURRENT_RUNS: undefined, RUNPLANE_QUOTA_RUNS_PER_HOUR: undefined, RUNPLANE_QUOTA_COST_MICROS_PER_DAY: undefined };
+const NONE = { RUNPLANE_QUOTA_CONCURRENT_RUNS: null, RUNPLANE_QUOTA_RUNS_PER_HOUR: null, RUNPLANE_QUOTA_COST_MICROS_PER_DAY: null };
 
 describe("admission's postgres readiness check", () => {
   it('is required only when a quota is configured', () => {
