@@ -5,7 +5,8 @@
  * is one trace, from admission's POST to the lifecycle's settlement, carried between services by
  * the `traceparent` header of each NATS message: spans of admission, runtime, tools, publication,
  * lifecycle, recovery and projector share its trace id, every span's parent is in the trace, and
- * the model requests carry their token counts. The live deltas of the streamed answer (core NATS
+ * the model requests carry their token counts, and admission's SQL read of the quota usage is a
+ * span of the POST. The live deltas of the streamed answer (core NATS
  * publishes, not stored) carry the Run's `traceparent` too.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -87,6 +88,8 @@ beforeAll(async () => {
     OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
     OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,
     OTEL_BSP_SCHEDULE_DELAY: '200',
+    // a quota: admission reads the principal's usage from PostgreSQL before it admits (an SQL span in the POST)
+    RUNPLANE_QUOTA_RUNS_PER_HOUR: '1000',
   });
 }, 120_000);
 afterAll(async () => {
@@ -158,6 +161,12 @@ describe('traces', () => {
       expect(c.attributes['gen_ai.usage.output_tokens']).toEqual(expect.any(Number));
     }
     expect(inTrace.filter((s) => s.name.startsWith('execute_tool '))).toHaveLength(2);
+    // admission's SQL read (the quota usage, from the Run projections) is a client span of the POST
+    const post = roots[0]!;
+    const sql = inTrace.filter((s) => s.service === 'admission' && s.attributes['db.system.name'] === 'postgresql');
+    expect(sql.map((s) => s.name)).toEqual(['select quota usage']);
+    expect(sql[0]!.parentSpanId).toBe(post.spanId);
+    expect(sql[0]!.attributes).toMatchObject({ 'db.operation.name': 'select quota usage', 'db.namespace': expect.any(String) });
     // every live delta carries a traceparent of the Run's trace (W3C: 00-<trace id>-<span id>-<flags>)
     deltas.unsubscribe();
     expect(deltaTraceparents.length).toBeGreaterThan(0);

@@ -13,18 +13,17 @@ import {
 } from '@runplane/contracts';
 import { ConversationIndex, EventLog, QuotaReservations } from '@runplane/eventlog';
 import { EventLogModule } from '@runplane/eventlog/nest';
-import { AuthModule, HealthModule, provideRunCommandHandler } from '@runplane/service-kit';
+import { AuthModule, provideRunCommandHandler } from '@runplane/service-kit';
 import { AdmissionController } from './admission.controller.js';
 import { ChildRunsController } from './child-runs.controller.js';
-import { ADMISSION_SETTINGS, RunReader, type AdmissionSettings } from './run-reader.js';
+import { ADMISSION_SETTINGS, AdmissionHealthModule, RunReaderModule, type AdmissionSettings } from './run-reader.js';
 
 @Module({
-  imports: [EventLogModule.forService('admission'), HealthModule, AuthModule],
+  imports: [EventLogModule.forService('admission'), AdmissionHealthModule, RunReaderModule, AuthModule],
   controllers: [AdmissionController, ChildRunsController],
   providers: [
     // one handler for the HTTP routes and the child-Run adapter; admission keeps at most 1,000 Runs' folds
     provideRunCommandHandler('admission', { foldCapacity: 1_000 }),
-    RunReader,
     // the conversation index (K2), opened once the log is connected
     { provide: ConversationIndex, useFactory: (log: EventLog) => ConversationIndex.open(log), inject: [EventLog] },
     // the quotas' reservations of Runs the projections do not show yet

@@ -1,11 +1,12 @@
-import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { Injectable, Module, type OnApplicationShutdown } from '@nestjs/common';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { z } from 'zod';
 // a type only (erased): the module itself is loaded with the first read, below
 import type { RunListQuery } from '@runplane/projections';
 import type { MoneySettings } from './budget.js';
-import { DatabaseConfig, type RunLimits, type RunView } from '@runplane/contracts';
-import { dependencyUnavailable, InjectConfig, unavailableDependency } from '@runplane/service-kit';
+import { DatabaseConfig, QuotaConfig, type RunLimits, type RunView } from '@runplane/contracts';
+import { inSpan, SpanKind } from '@runplane/eventlog';
+import { configToken, dependencyUnavailable, HealthModule, InjectConfig, unavailableDependency, type ReadinessCheck } from '@runplane/service-kit';
 import { QUOTA_DAY_MS, QUOTA_HOUR_MS, type QuotaLimits, type QuotaUsage } from './quota.js';
 
 export const ADMISSION_SETTINGS = Symbol('ADMISSION_SETTINGS');
@@ -36,6 +37,15 @@ function loadProjections(): Promise<Projections> {
   return projections;
 }
 
+/** The database name in a PostgreSQL URL (`db.namespace` of the read spans); '' when it has none or is not a URL. */
+function databaseOf(url: string): string {
+  try {
+    return decodeURIComponent(new URL(url).pathname.slice(1));
+  } catch {
+    return '';
+  }
+}
+
 /** Reads Run projections from PostgreSQL (reads never append, K11); connects on the first read. */
 @Injectable()
 export class RunReader implements OnApplicationShutdown {
@@ -60,7 +70,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async get(runId: string): Promise<RunView | null> {
-    return this.read('the Run projections', (p, orm) => p.getRunView(orm, runId));
+    return this.read('the Run projections', 'select run', (p, orm) => p.getRunView(orm, runId), { 'runplane.run_id': runId });
   }
 
   /**
@@ -69,7 +79,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async list(q: RunListQuery): Promise<{ runs: RunView[]; more: boolean }> {
-    return this.read('the Run projections', (p, orm) => p.listRunViews(orm, q));
+    return this.read('the Run projections', 'select run list', (p, orm) => p.listRunViews(orm, q));
   }
 
   /**
@@ -81,7 +91,7 @@ export class RunReader implements OnApplicationShutdown {
    * @throws 503 `dependency_unavailable` (with `Retry-After`) when PostgreSQL cannot be reached.
    */
   async quotaUsage(principal: string | null, now: Date, limits: QuotaLimits): Promise<{ usage: QuotaUsage; known: ReadonlySet<string> }> {
-    return this.read('the Run projections the quotas count', async ({ quotaUsageOf, costChargesOf }, orm) => {
+    return this.read('the Run projections the quotas count', 'select quota usage', async ({ quotaUsageOf, costChargesOf }, orm) => {
       const [usage, charges] = await Promise.all([
         quotaUsageOf(orm, principal, new Date(now.getTime() - QUOTA_HOUR_MS)),
         limits.costMicrosPerDay === null ? [] : costChargesOf(orm, principal, new Date(now.getTime() - QUOTA_DAY_MS)),
@@ -94,13 +104,47 @@ export class RunReader implements OnApplicationShutdown {
   }
 
   /**
-   * Runs `query` with the projections module and the connected ORM.
+   * Whether PostgreSQL answers `select 1` (admission's `postgres` readiness check): once connected
+   * (the first Run read, or this check when `connect` is true); before that, `{connected: false}`
+   * without connecting, so that admission loads its database module only when something reads.
+   * @throws when PostgreSQL does not answer.
+   */
+  async ping(connect: boolean): Promise<{ connected: boolean }> {
+    if (!this.orm && !connect) return { connected: false };
+    const orm = await this.connect();
+    await orm.em.fork().execute('select 1');
+    return { connected: true };
+  }
+
+  /**
+   * Runs `query` with the projections module and the connected ORM, in a client span `operation`
+   * (`db.system.name` postgresql, `db.namespace` the database): a POST's quota read and a GET's
+   * Run read show in the request's trace (docs/operations.md#traces).
    * @throws 503 `dependency_unavailable` (with `Retry-After`) naming PostgreSQL and `what` when PostgreSQL cannot be reached; anything else `query` throws, as it is.
    */
-  private async read<T>(what: string, query: (projections: Projections, orm: MikroORM) => Promise<T>): Promise<T> {
+  private async read<T>(
+    what: string,
+    operation: string,
+    query: (projections: Projections, orm: MikroORM) => Promise<T>,
+    attributes: Record<string, string> = {},
+  ): Promise<T> {
     try {
-      const orm = await this.connect();
-      return await query(await loadProjections(), orm);
+      return await inSpan(
+        operation,
+        {
+          kind: SpanKind.CLIENT,
+          attributes: {
+            'db.system.name': 'postgresql',
+            'db.namespace': databaseOf(this.db.DATABASE_URL),
+            'db.operation.name': operation,
+            ...attributes,
+          },
+        },
+        async () => {
+          const orm = await this.connect();
+          return await query(await loadProjections(), orm);
+        },
+      );
     } catch (e) {
       if (unavailableDependency(e) === 'PostgreSQL') throw dependencyUnavailable(`PostgreSQL (${what})`);
       throw e;
@@ -111,3 +155,33 @@ export class RunReader implements OnApplicationShutdown {
     if (this.orm) await (await this.orm).close();
   }
 }
+
+/** Provides the one {@link RunReader} of admission (its routes and its readiness check share it). */
+@Module({ providers: [RunReader], exports: [RunReader] })
+export class RunReaderModule {}
+
+/** Whether any quota is configured (`RUNPLANE_QUOTA_*`): then every admission reads PostgreSQL first. */
+export function quotasConfigured(
+  q: Pick<QuotaConfig, 'RUNPLANE_QUOTA_CONCURRENT_RUNS' | 'RUNPLANE_QUOTA_RUNS_PER_HOUR' | 'RUNPLANE_QUOTA_COST_MICROS_PER_DAY'>,
+): boolean {
+  return q.RUNPLANE_QUOTA_CONCURRENT_RUNS != null || q.RUNPLANE_QUOTA_RUNS_PER_HOUR != null || q.RUNPLANE_QUOTA_COST_MICROS_PER_DAY != null;
+}
+
+/**
+ * Admission's `postgres` readiness check (docs/operations.md, "Health probes"). With a quota
+ * configured every admission reads the quota usage from PostgreSQL, so a replica that cannot
+ * reach it admits nothing: the check is required (503 naming PostgreSQL). Without quotas,
+ * admitting needs NATS only and PostgreSQL serves the Run reads alone: the check is reported in
+ * `details` (`required: false`) and never makes the replica unready, so that a PostgreSQL outage
+ * does not stop admissions; before the first Run read it says `connected: false` without connecting.
+ */
+export function admissionPostgresCheck(reader: Pick<RunReader, 'ping'>, quotas: boolean): ReadinessCheck {
+  return { key: 'postgres', dependency: 'PostgreSQL', required: () => quotas, check: () => reader.ping(quotas) };
+}
+
+/** Admission's health module: the kit's checks and `postgres` ({@link admissionPostgresCheck}). */
+export const AdmissionHealthModule = HealthModule.withChecks({
+  imports: [RunReaderModule],
+  inject: [RunReader, configToken(QuotaConfig)],
+  useFactory: (reader: RunReader, quotas: QuotaConfig) => [admissionPostgresCheck(reader, quotasConfigured(quotas))],
+});

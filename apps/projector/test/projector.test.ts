@@ -101,10 +101,21 @@ afterAll(async () => {
 });
 
 describe('projector service', () => {
-  it('serves GET /healthz with NATS and PostgreSQL up', async () => {
-    const res = await fetch(`${projector!.url}/healthz`);
-    expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
+  it("serves GET /healthz and /readyz (the kit's terminus body) with NATS, the stream, its consumers and PostgreSQL up", async () => {
+    for (const path of ['/healthz', '/readyz']) {
+      const res = await fetch(`${projector!.url}${path}`);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { status: string; details: Record<string, { status: string; durables?: Record<string, unknown> }> };
+      expect(body.status).toBe('ok');
+      expect(Object.fromEntries(Object.entries(body.details).map(([k, v]) => [k, v.status]))).toEqual({
+        nats: 'up',
+        stream: 'up',
+        consumers: 'up',
+        postgres: 'up',
+      });
+      // one replica serves every partition consumer
+      expect(Object.keys(body.details.consumers!.durables!).sort()).toEqual(durableNamesOf(log.space, PROJECTOR_DURABLE).sort());
+    }
   });
 
   it('given two Runs appended to the log, then the durable consumer projects them, and a rebuild from the log is identical (K11)', async () => {
@@ -131,6 +142,38 @@ describe('projector service', () => {
     } finally {
       await rebuilt.close();
     }
+  });
+
+  it('given an operator deletes one of its durable consumers, then /readyz answers 503 naming it; recreated, 200 again and it is pulled from', async () => {
+    // a partition consumer that has delivered something, so that its pulling shows after it is recreated
+    const infos = await Promise.all(durableNamesOf(log.space, PROJECTOR_DURABLE).map((d) => log.jsm.consumers.info(stream, d)));
+    const info = infos.find((i) => i.delivered.stream_seq > 0)!;
+    const durable = info.name;
+    const readyz = async () => {
+      const res = await fetch(`${projector!.url}/readyz`);
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    expect((await readyz()).status).toBe(200);
+    await log.jsm.consumers.delete(stream, durable);
+    const down = await until('/readyz 503 naming the deleted consumer', async () => {
+      const r = await readyz();
+      return r.status === 503 ? r.body : null;
+    });
+    expect(down).toMatchObject({ code: 'dependency_unavailable', detail: `the durable consumer ${durable} is unavailable; retry later` });
+    expect((down.checks as Record<string, Record<string, unknown>>).consumers).toMatchObject({
+      status: 'down',
+      down: [durable],
+      durables: { [durable]: { exists: false, pulling: true, reason: 'not found on the server' } },
+    });
+    // recreated as the service creates it (one CONSUMER.CREATE with its configuration)
+    const reply = await log.nc.request(`$JS.API.CONSUMER.CREATE.${stream}.${durable}`, JSON.stringify({ stream_name: stream, config: info.config }));
+    expect(reply.json<{ error?: unknown }>().error).toBeUndefined();
+    await until('/readyz 200 again', async () => (await readyz()).status === 200);
+    // the client found it again and pulls: the recreated durable redelivers its partition and is acknowledged
+    await until('the recreated consumer delivered and was acknowledged', async () => {
+      const now = await log.jsm.consumers.info(stream, durable);
+      return now.delivered.stream_seq >= info.delivered.stream_seq && now.num_pending === 0 && now.num_ack_pending === 0;
+    });
   });
 
   it('given the consumer is recreated and redelivers the whole log, then every event is skipped and the rows do not change; new events still apply', async () => {

@@ -1,73 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
-import { ApiError } from '@runplane/service-kit';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { chainedFrom, HealthController, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
+import { chainedFrom, postgresCheck, ProjectionDatabase, ProjectorService, loadProjectorConfig, retryDelayMs } from '@runplane/app-projector';
 
-const fakeLog = (closed = false, flush: () => Promise<void> = async () => undefined) =>
-  ({ nc: { isClosed: () => closed, flush } }) as unknown as EventLog;
-const fakeDb = (ping: () => Promise<void>) => ({ ping, orm: {} }) as unknown as ProjectionDatabase;
-
-describe('GET /livez and /readyz', () => {
-  it('given PostgreSQL and NATS both down, then /livez still answers 200 ok (an outage must not restart the pod) and /readyz answers 503', async () => {
-    const health = new HealthController(
-      fakeLog(true),
-      fakeDb(async () => Promise.reject(new Error('ECONNREFUSED'))),
-    );
-    expect(health.livez()).toEqual({ status: 'ok' });
-    const err = (await health.readyz().catch((e: unknown) => e)) as ApiError;
-    expect(err).toBeInstanceOf(ApiError);
-    expect(err.problem()).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'down', postgres: 'down' });
-  });
-
-  it('given both answer, then /readyz answers the same body as /healthz', async () => {
-    const health = new HealthController(
-      fakeLog(),
-      fakeDb(async () => undefined),
-    );
-    await expect(health.readyz()).resolves.toEqual(await health.healthz());
-  });
-});
-
-describe('GET /healthz', () => {
-  it('given NATS and PostgreSQL answer, then 200 ok', async () => {
-    await expect(
-      new HealthController(
-        fakeLog(),
-        fakeDb(async () => undefined),
-      ).healthz(),
-    ).resolves.toEqual({ status: 'ok', nats: 'up', postgres: 'up' });
-  });
-
-  it('given PostgreSQL refuses, then 503 naming postgres down', async () => {
-    const err = await new HealthController(
-      fakeLog(),
-      fakeDb(async () => Promise.reject(new Error('ECONNREFUSED'))),
-    )
-      .healthz()
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ApiError);
-    expect((err as ApiError).getStatus()).toBe(503);
-    expect((err as ApiError).problem('/healthz')).toMatchObject({
-      status: 503,
-      code: 'dependency_unavailable',
-      nats: 'up',
-      postgres: 'down',
-      instance: '/healthz',
-    });
-    expect((err as ApiError).problem().detail).toMatch(/^PostgreSQL is unavailable/);
-    expect((err as ApiError).extras.headers).toEqual({ 'Retry-After': '2' });
-  });
-
-  it('given the NATS connection is closed, then 503 naming nats down', async () => {
-    const err = (await new HealthController(
-      fakeLog(true),
-      fakeDb(async () => undefined),
-    )
-      .healthz()
-      .catch((e: unknown) => e)) as ApiError;
-    expect(err.problem()).toMatchObject({ status: 503, code: 'dependency_unavailable', nats: 'down', postgres: 'up' });
-    expect(err.problem().detail).toMatch(/^NATS is unavailable/);
+describe('the postgres readiness check', () => {
+  it('given select 1 answers, then it is up; given PostgreSQL refuses, then it rejects with the reason (service-kit reports it down, 503 naming PostgreSQL)', async () => {
+    expect(postgresCheck({ ping: async () => undefined })).toMatchObject({ key: 'postgres', dependency: 'PostgreSQL' });
+    await expect(postgresCheck({ ping: async () => undefined }).check()).resolves.toBeUndefined();
+    await expect(postgresCheck({ ping: () => Promise.reject(new Error('ECONNREFUSED')) }).check()).rejects.toThrow('ECONNREFUSED');
+    // required: a projector without PostgreSQL applies nothing
+    expect(postgresCheck({ ping: async () => undefined }).required).toBeUndefined();
   });
 });
 

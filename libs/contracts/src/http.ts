@@ -521,8 +521,23 @@ export type RunEventsQuery = z.infer<typeof RunEventsQuery>;
 /** Headers of `GET /v1/runs/{runId}/events` (the header wins over `?lastEventId=`). */
 export const RunEventsHeaders = z.object({ 'last-event-id': LastEventIdText.optional() });
 
-/** `GET /healthz` of every service but the projector: 200 while its NATS connection is open. */
-export const HealthBody = z.object({ status: z.literal('ok') }).meta({ id: 'Health' });
+/** One check's result in a health body: `up` or `down`, with what the check says (`reason`, `name`, `durables`, `required`...). */
+export const HealthCheckResultBody = z.looseObject({ status: z.enum(['up', 'down']) }).meta({ id: 'HealthCheckResult' });
+
+/**
+ * `GET /livez`, `/readyz` and `/healthz` of every service (`@nestjs/terminus`): `status` and, for
+ * readiness, each check by name (`nats`, `stream`, `consumers`, and `postgres` on the projector and
+ * admission) in `details`, the ones up in `info` and the ones down in `error` (a reported-only
+ * check that is down is in `details` only). A 503 is problem details with the same map in `checks`.
+ */
+export const HealthBody = z
+  .object({
+    status: z.literal('ok'),
+    info: z.record(z.string(), HealthCheckResultBody).optional(),
+    error: z.record(z.string(), HealthCheckResultBody).optional(),
+    details: z.record(z.string(), HealthCheckResultBody).optional(),
+  })
+  .meta({ id: 'Health' });
 
 /** `GET /partitions` of every service: this replica's share of its service's partitions (docs/operations.md). */
 export const PartitionsBody = z
@@ -539,9 +554,3 @@ export const PartitionsBody = z
   })
   .meta({ id: 'Partitions' });
 export type PartitionsBody = z.infer<typeof PartitionsBody>;
-
-/** `GET /healthz` of the projector: NATS and PostgreSQL checked (200 when both are up). */
-export const ProjectorHealthBody = z
-  .object({ status: z.enum(['ok', 'unavailable']), nats: z.enum(['up', 'down']), postgres: z.enum(['up', 'down']) })
-  .meta({ id: 'ProjectorHealth' });
-export type ProjectorHealthBody = z.infer<typeof ProjectorHealthBody>;

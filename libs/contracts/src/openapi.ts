@@ -18,7 +18,6 @@ import {
   PostMessageResponse,
   PROBLEM_CONTENT_TYPE,
   ProblemDetails,
-  ProjectorHealthBody,
   PartitionsBody,
   ReconcileHeaders,
   ReconcileToolCallBody,
@@ -88,6 +87,13 @@ const unavailable = (what: string) =>
 export const OpenApiDocumentBody = z.object({ openapi: z.string(), info: z.object({ title: z.string(), version: z.string() }) }).loose();
 
 /** The registry: every HTTP route of every service. */
+/** What every readiness route checks (docs/operations.md, "Health probes"). */
+const READINESS =
+  'Each check within 2 s: `nats` (a round trip), `stream` (the Run stream answers), `consumers` (every durable consumer this ' +
+  'replica serves exists on the server, looked up at most every 5 s, and is being pulled from), and `postgres` where ' +
+  'PostgreSQL is used: required on the projector, and on admission when a quota is configured (else reported with ' +
+  '`required: false` and never failing readiness).';
+
 export const HttpRoutes: readonly HttpRoute[] = [
   {
     services: ['admission'],
@@ -290,26 +296,27 @@ export const HttpRoutes: readonly HttpRoute[] = [
     },
   },
   {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery'],
+    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
     method: 'get',
     path: '/healthz',
     operationId: 'health',
-    summary: 'Readiness (the same as `/readyz`): a NATS round trip and the Run stream, each within 2 s',
-    description: 'The projector answers the same path with its own shape: see `ProjectorHealth` (it also checks PostgreSQL).',
+    summary: 'Readiness (the same as `/readyz`)',
+    description: READINESS,
     responses: {
-      200: { description: 'NATS and the Run stream answer (`info` and `details` say each check)', body: json(HealthBody) },
-      503: problem('NATS or the stream does not answer within 2 s (`dependency_unavailable`; `checks` gives each result)', RETRY_AFTER),
+      200: { description: 'Ready: every required check up (`info` and `details` say each check)', body: json(HealthBody) },
+      503: problem('A required check is down (`dependency_unavailable` naming it; `checks` gives each result)', RETRY_AFTER),
     },
   },
   {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery'],
+    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
     method: 'get',
     path: '/readyz',
     operationId: 'readiness',
-    summary: 'Readiness probe: a NATS round trip and the Run stream, each within 2 s (`@nestjs/terminus`)',
+    summary: 'Readiness probe (`@nestjs/terminus`): NATS, the Run stream, the durable consumers this replica serves, and PostgreSQL where used',
+    description: READINESS,
     responses: {
-      200: { description: 'Ready: every check up', body: json(HealthBody) },
-      503: problem('NATS or the stream does not answer within 2 s (`dependency_unavailable`; `checks` gives each result)', RETRY_AFTER),
+      200: { description: 'Ready: every required check up (`info` and `details` say each check)', body: json(HealthBody) },
+      503: problem('A required check is down (`dependency_unavailable` naming it; `checks` gives each result)', RETRY_AFTER),
     },
   },
   {
@@ -319,28 +326,6 @@ export const HttpRoutes: readonly HttpRoute[] = [
     operationId: 'liveness',
     summary: 'Liveness probe: 200 while the process answers HTTP (no dependency checked: a NATS or PostgreSQL outage must not restart the pod)',
     responses: { 200: { description: 'Alive', body: json(HealthBody) } },
-  },
-  {
-    services: ['projector'],
-    method: 'get',
-    path: '/healthz',
-    operationId: 'projectorHealth',
-    summary: 'Projector health (the same as its `/readyz`): a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
-    responses: {
-      200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
-      503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
-    },
-  },
-  {
-    services: ['projector'],
-    method: 'get',
-    path: '/readyz',
-    operationId: 'projectorReadiness',
-    summary: 'Projector readiness probe: a NATS round trip and `select 1` on PostgreSQL, each within 2 s',
-    responses: {
-      200: { description: 'NATS and PostgreSQL both answer', body: json(ProjectorHealthBody) },
-      503: problem('NATS or PostgreSQL is down (`dependency_unavailable`; extension members `nats` and `postgres` say which)', RETRY_AFTER),
-    },
   },
   {
     services: ['admission', 'publication'],

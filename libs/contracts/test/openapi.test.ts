@@ -36,7 +36,7 @@ describe('OpenAPI description', () => {
       expect(paths).toEqual(expect.arrayContaining(['/healthz', '/openapi.json']));
       expect(paths).toEqual([...new Set(HttpRoutes.filter((r) => r.services.includes(service)).map((r) => r.path))]);
     }
-    expect(openApiDocument('projector').paths?.['/healthz']?.get?.operationId).toBe('projectorHealth');
+    expect(openApiDocument('projector').paths?.['/healthz']?.get?.operationId).toBe('health');
   });
 
   it('describes the same shapes the services validate with (one zod source)', () => {

@@ -97,6 +97,28 @@ export function redeliveryDelayMs(deliveryCount: number): number {
 }
 
 /**
+ * The durable consumers this process serves now (the partition consumers its transport started
+ * and has not released): what service-kit's readiness check `consumers` looks up on the server
+ * and whose pull loops it checks. One per service application (EventLogModule provides it).
+ */
+export class ServedConsumers {
+  private readonly served = new Set<DurableConsumer>();
+
+  add(consumer: DurableConsumer): void {
+    this.served.add(consumer);
+  }
+
+  delete(consumer: DurableConsumer): void {
+    this.served.delete(consumer);
+  }
+
+  /** The consumers served now, by durable name. */
+  list(): DurableConsumer[] {
+    return [...this.served].sort((a, b) => a.durableName.localeCompare(b.durableName));
+  }
+}
+
+/**
  * A durable pull consumer with explicit ack. Messages of one Run are handled one at a time in
  * delivery order; different Runs proceed concurrently. A handler that throws gets its message
  * redelivered (nak with backoff): handlers must be idempotent (K11), which Runplane's are because
@@ -113,6 +135,8 @@ export class DurableConsumer {
   private stopping = false;
   /** This durable's delivery counts in this process (`runplane_consumer_*` metrics), updated in place on every delivery. */
   private counts: DeliveryCounts | null = null;
+  /** True while the loop of {@link consume} reads the client's stream of messages (see {@link pulling}). */
+  private reading = false;
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -128,6 +152,16 @@ export class DurableConsumer {
 
   get durableName(): string {
     return this.spec.exactName ? this.spec.durable : `${this.log.space.prefix}-${this.spec.durable}`;
+  }
+
+  /**
+   * Whether this consumer pulls now: its loop reads the client's stream of messages (the client
+   * keeps pulling, and keeps looking for a durable that went missing, until it is stopped). False
+   * before {@link start}, after {@link stop} or {@link release}, and while the loop is between a
+   * stream that ended or failed and the next one (logged, retried): readiness reports that.
+   */
+  get pulling(): boolean {
+    return this.reading && !this.stopping && !this.releasing;
   }
 
   /** Creates (or updates) the durable consumer, unless {@link DurableConsumerSpec.bind}, and starts consuming. */
@@ -158,10 +192,13 @@ export class DurableConsumer {
     const messages = this.messages;
     const ended = () => this.stopping || this.releasing;
     this.loop = (async () => {
+      this.reading = true;
       try {
         for await (const m of messages) this.schedule(m, ackWaitMs);
       } catch (e) {
         if (!ended()) this.logger.error({ durable: this.durableName, err: describeError(e) }, 'consuming failed; starting again');
+      } finally {
+        this.reading = false;
       }
       if (ended()) return;
       this.logger.warn({ durable: this.durableName }, 'the consumer stream ended; consuming again');

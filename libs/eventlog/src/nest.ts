@@ -9,7 +9,7 @@ import { BusConfig, configToken, type StoredEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
-import { DurableConsumer, describeError } from './consumer.js';
+import { DurableConsumer, describeError, ServedConsumers } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
 import { inSpan, SpanKind } from './tracing.js';
@@ -54,6 +54,8 @@ export class EventLogModule implements OnApplicationShutdown {
             return log;
           },
         },
+        // the durable consumers this application serves (readiness checks them)
+        { provide: ServedConsumers, useValue: new ServedConsumers() },
         {
           // this process's share of the partitions of its service (libs/eventlog partitions.ts)
           provide: PartitionOwnership,
@@ -76,7 +78,7 @@ export class EventLogModule implements OnApplicationShutdown {
           },
         },
       ],
-      exports: [EventLog, PartitionOwnership],
+      exports: [EventLog, PartitionOwnership, ServedConsumers],
     };
   }
 
@@ -155,6 +157,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     private readonly spec: EventTransportSpec,
     private readonly ownership: PartitionOwnership,
     private readonly logging: EventTransportLogging = {},
+    /** Where the consumers it serves are registered for readiness (service-kit's `consumers` check). */
+    private readonly served: ServedConsumers = new ServedConsumers(),
   ) {
     super();
   }
@@ -244,6 +248,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     );
     if (!started) return;
     this.consumers.set(p, consumer);
+    this.served.add(consumer);
     // the partition's owner before this change went stale (killed, frozen): its pin is dropped now,
     // not after the priority timeout. A live previous owner, or one that left gracefully, unpins
     // itself once its in-flight work is done, so one Run's events stay in order.
@@ -260,6 +265,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     const consumer = this.consumers.get(p);
     if (!consumer) return;
     this.consumers.delete(p);
+    this.served.delete(consumer);
     await consumer.release();
     if (SERVICE_CONSUMERS[this.spec.service] === 'all') this.log.deliveries.partitionMoved(p);
   }

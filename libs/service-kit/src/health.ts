@@ -1,21 +1,34 @@
 /**
  * Health of a service through `@nestjs/terminus` (docs/operations.md "Health probes"): `GET /livez` (the process answers:
- * for the liveness probe), `GET /readyz` (what it needs answers: a NATS round trip and the Run
- * stream, each within 2 s; for the readiness probe) and `GET /healthz` (the same as `/readyz`,
- * kept for existing probes). A check that fails is 503 `dependency_unavailable` naming it, with
- * every check's result in `checks` and `Retry-After`. A connection that is open but whose server
- * is frozen fails the round trip: the service says so within 2 s instead of answering 200.
+ * for the liveness probe), `GET /readyz` (what it needs answers: for the readiness probe) and
+ * `GET /healthz` (the same as `/readyz`, kept for existing probes). Readiness checks, each within 2 s:
+ * - `nats`: a NATS round trip;
+ * - `stream`: the Run stream answers;
+ * - `consumers`: every durable consumer this replica serves (its partition consumers) exists on the
+ *   server and its pull loop runs (the server lookup is cached {@link CONSUMER_LOOKUP_TTL_MS});
+ * - the service's own checks ({@link HealthModule.withChecks}: the projector's `postgres`), each
+ *   required (fails readiness) or reported only (in `details`, never failing it).
+ * A check that fails is 503 `dependency_unavailable` naming it, with every check's result in
+ * `checks` and `Retry-After`. A connection that is open but whose server is frozen fails the
+ * round trip: the service says so within 2 s instead of answering 200.
  */
-import { Controller, Get, Module, ServiceUnavailableException } from '@nestjs/common';
+import { Controller, Get, Inject, Module, Optional, ServiceUnavailableException, type DynamicModule, type ModuleMetadata } from '@nestjs/common';
 import { HealthCheckService, HealthIndicatorService, TerminusModule, type HealthCheckResult, type HealthIndicatorResult } from '@nestjs/terminus';
-import { EventLog } from '@runplane/eventlog';
+import { EventLog, ServedConsumers } from '@runplane/eventlog';
 import { dependencyUnavailable } from './problems.js';
 
 /** How long one readiness check may take, ms. */
 export const HEALTH_CHECK_TIMEOUT_MS = 2_000;
 
+/**
+ * How long the `consumers` check trusts what the server said of a durable consumer, ms: probes
+ * of every replica every few seconds cost at most one `CONSUMER.INFO` request per durable per
+ * 5 s, and a consumer deleted on the server shows within that.
+ */
+export const CONSUMER_LOOKUP_TTL_MS = 5_000;
+
 /** `fn` within {@link HEALTH_CHECK_TIMEOUT_MS}, else an Error saying it did not answer in time. */
-async function withinTimeout<T>(what: string, fn: () => Promise<T>): Promise<T> {
+export async function withinTimeout<T>(what: string, fn: () => Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
     return await Promise.race([
@@ -29,15 +42,50 @@ async function withinTimeout<T>(what: string, fn: () => Promise<T>): Promise<T> 
   }
 }
 
+/**
+ * One more readiness check of a service (beside `nats`, `stream` and `consumers`).
+ * `check` resolves with details to report (it is up) or rejects (it is down, the error's message
+ * the reason); it is given {@link HEALTH_CHECK_TIMEOUT_MS}.
+ */
+export interface ReadinessCheck {
+  /** The key in the body (`postgres`). */
+  key: string;
+  /** How a 503 names it (`PostgreSQL`). */
+  dependency: string;
+  /**
+   * Whether it being down makes the replica unready (default true). When false it is reported in
+   * `details` (`required: false`) and the replica stays ready: what the service does without it
+   * still works. Asked on every probe.
+   */
+  required?: () => boolean;
+  check(): Promise<Record<string, unknown> | void>;
+}
+
+/** The service's own readiness checks ({@link HealthModule.withChecks}). */
+export const READINESS_CHECKS = Symbol('READINESS_CHECKS');
+
 /** The names of the services' dependencies as a problem names them. */
 const DEPENDENCY: Record<string, string> = { nats: 'NATS', stream: 'NATS JetStream' };
 
+/** What the server last said of one durable consumer. */
+interface ConsumerLookup {
+  at: number;
+  /** null: not known (the lookup failed without a "not found"; the nats and stream checks report that). */
+  exists: boolean | null;
+  reason?: string;
+}
+
 @Controller()
 export class HealthController {
+  private readonly lookups = new Map<string, ConsumerLookup>();
+  private readonly inFlight = new Map<string, Promise<ConsumerLookup>>();
+
   constructor(
     private readonly health: HealthCheckService,
     private readonly indicators: HealthIndicatorService,
     private readonly log: EventLog,
+    @Optional() private readonly served?: ServedConsumers,
+    @Optional() @Inject(READINESS_CHECKS) private readonly extra: ReadinessCheck[] = [],
   ) {}
 
   /** `GET /livez`: 200 `{status: "ok"}` while the process answers HTTP. */
@@ -46,7 +94,7 @@ export class HealthController {
     return this.health.check([]);
   }
 
-  /** `GET /readyz`: 200 when NATS answers a round trip and the Run stream answers, each within 2 s; else 503 `dependency_unavailable`. */
+  /** `GET /readyz`: 200 when every required check is up (NATS, the stream, the consumers, the service's own); else 503 `dependency_unavailable`. */
   @Get('readyz')
   readyz(): Promise<HealthCheckResult> {
     return this.ready();
@@ -59,13 +107,45 @@ export class HealthController {
   }
 
   private async ready(): Promise<HealthCheckResult> {
+    const extra = this.extra ?? [];
+    const required = extra.filter((c) => c.required?.() ?? true);
+    const reported = extra.filter((c) => !required.includes(c));
+    // reported-only checks run beside the required ones and join the details, never the errors
+    const reportedResults = Promise.all(reported.map((c) => this.run(c, false)));
     try {
-      return await this.health.check([() => this.nats(), () => this.stream()]);
+      const result = await this.health.check([
+        () => this.nats(),
+        () => this.stream(),
+        () => this.consumers(),
+        ...required.map((c) => () => this.run(c, true)),
+      ]);
+      const more = Object.assign({}, ...(await reportedResults)) as HealthIndicatorResult;
+      return { ...result, info: { ...result.info, ...more }, details: { ...result.details, ...more } };
     } catch (e) {
       if (!(e instanceof ServiceUnavailableException)) throw e;
       const result = e.getResponse() as HealthCheckResult;
-      const down = Object.keys(result.error ?? {});
-      throw dependencyUnavailable(down.map((k) => DEPENDENCY[k] ?? k).join(' and ') || 'a dependency', undefined, { checks: result.details });
+      const more = Object.assign({}, ...(await reportedResults)) as HealthIndicatorResult;
+      const down = Object.entries(result.error ?? {}).map(([k, v]) => this.dependencyOf(k, v as Record<string, unknown>));
+      throw dependencyUnavailable(down.join(' and ') || 'a dependency', undefined, { checks: { ...result.details, ...more } });
+    }
+  }
+
+  private dependencyOf(key: string, result: Record<string, unknown>): string {
+    if (key === 'consumers') {
+      const bad = (result.down as string[] | undefined) ?? [];
+      return `the durable consumer${bad.length === 1 ? '' : 's'} ${bad.join(', ')}`;
+    }
+    return DEPENDENCY[key] ?? this.extra?.find((c) => c.key === key)?.dependency ?? key;
+  }
+
+  private async run(c: ReadinessCheck, required: boolean): Promise<HealthIndicatorResult> {
+    const check = this.indicators.check(c.key);
+    const flag = required ? {} : { required: false };
+    try {
+      const details = await withinTimeout(c.dependency, () => c.check());
+      return check.up({ ...flag, ...(details ?? {}) });
+    } catch (e) {
+      return check.down({ ...flag, reason: (e as Error).message });
     }
   }
 
@@ -89,8 +169,78 @@ export class HealthController {
       return check.down({ name: this.log.space.stream, reason: (e as Error).message });
     }
   }
+
+  /**
+   * Every durable consumer this replica serves: it exists on the server (a `CONSUMER.INFO` at most
+   * every {@link CONSUMER_LOOKUP_TTL_MS} per durable) and its pull loop runs. Down, naming each
+   * durable that is missing (deleted by an operator: the client keeps looking for it and pulls
+   * again once it is recreated) or not pulling. A lookup that fails otherwise (a timeout) keeps
+   * the last answer: NATS being slow is the `nats` and `stream` checks' to report, not a reason
+   * for this one to flap.
+   */
+  private async consumers(): Promise<HealthIndicatorResult> {
+    const check = this.indicators.check('consumers');
+    const consumers = this.served?.list() ?? [];
+    const durables: Record<string, { exists: boolean | null; pulling: boolean; reason?: string }> = {};
+    await Promise.all(
+      consumers.map(async (c) => {
+        const lookup = await this.lookup(c.durableName);
+        durables[c.durableName] = { exists: lookup.exists, pulling: c.pulling, ...(lookup.reason ? { reason: lookup.reason } : {}) };
+      }),
+    );
+    const down = Object.entries(durables)
+      .filter(([, d]) => d.exists === false || !d.pulling)
+      .map(([name]) => name)
+      .sort();
+    // names that are no longer served are forgotten
+    for (const name of this.lookups.keys()) if (!(name in durables)) this.lookups.delete(name);
+    return down.length ? check.down({ durables, down }) : check.up({ durables });
+  }
+
+  private lookup(durable: string): Promise<ConsumerLookup> {
+    const known = this.lookups.get(durable);
+    if (known && Date.now() - known.at < CONSUMER_LOOKUP_TTL_MS) return Promise.resolve(known);
+    let pending = this.inFlight.get(durable);
+    if (!pending) {
+      pending = withinTimeout(`consumer ${durable}`, () => this.log.jsm.consumers.info(this.log.space.stream, durable))
+        .then(
+          (): ConsumerLookup => ({ at: Date.now(), exists: true }),
+          (e: unknown): ConsumerLookup =>
+            (e as { status?: unknown }).status === 404 || /consumer not found/i.test((e as Error).message)
+              ? { at: Date.now(), exists: false, reason: 'not found on the server' }
+              : { at: Date.now(), exists: known?.exists ?? null, reason: `lookup failed: ${(e as Error).message}` },
+        )
+        .then((l) => {
+          this.lookups.set(durable, l);
+          return l;
+        })
+        .finally(() => this.inFlight.delete(durable));
+      this.inFlight.set(durable, pending);
+    }
+    return pending;
+  }
 }
 
-/** `/livez`, `/readyz` and `/healthz` for services whose dependencies are NATS and the Run stream. */
+/**
+ * `/livez`, `/readyz` and `/healthz` for services whose dependencies are NATS, the Run stream and
+ * their durable consumers; {@link HealthModule.withChecks} adds a service's own checks.
+ */
 @Module({ imports: [TerminusModule.forRoot({ logger: false })], controllers: [HealthController] })
-export class HealthModule {}
+export class HealthModule {
+  /**
+   * The health module with the service's own readiness checks (the projector's `postgres`), built
+   * by `useFactory` from what it injects (provided by `imports`).
+   */
+  static withChecks(opts: {
+    imports?: ModuleMetadata['imports'];
+    inject?: (string | symbol | (abstract new (...args: never[]) => unknown))[];
+    useFactory: (...deps: never[]) => ReadinessCheck[];
+  }): DynamicModule {
+    return {
+      module: HealthModule,
+      // Terminus and the controller come from the decorator's metadata
+      imports: opts.imports ?? [],
+      providers: [{ provide: READINESS_CHECKS, inject: opts.inject ?? [], useFactory: opts.useFactory }],
+    };
+  }
+}

@@ -13,7 +13,7 @@ import { z } from 'zod';
 import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
 import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
 import { ADMIN_SCOPE, Authenticator } from './auth.js';
-import { EventLog, PartitionOwnership } from '@runplane/eventlog';
+import { EventLog, PartitionOwnership, ServedConsumers } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
 import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
@@ -218,6 +218,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
         { service: spec.name, ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
         app.get(PartitionOwnership),
         { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
+        app.get(ServedConsumers),
       );
       app.connectMicroservice({ strategy: transport });
       await app.startAllMicroservices();
