@@ -329,6 +329,21 @@ export const DrainConfig = z.object({
 });
 export type DrainConfig = z.infer<typeof DrainConfig>;
 
+/**
+ * The shutdown bound, read by every service: from the first SIGTERM or SIGINT, how long the process
+ * may take to stop (the drain of {@link DrainConfig} included, then closing its consumers and
+ * connections) before it logs what it could not finish and exits anyway (code 1). A NATS server
+ * that is gone or frozen otherwise held a stopping service until its pod was SIGKILLed. Keep it
+ * above `RUNPLANE_DRAIN_SECONDS` (a runtime or tools process refuses to start otherwise) and below
+ * the pod's `terminationGracePeriodSeconds` minus any `preStop` (Kubernetes' default 30, which
+ * this default of 25 fits; deploy/k8s sets 38 against a grace of 45 and a 5 s preStop).
+ */
+export const ShutdownConfig = z.object({
+  /** The shutdown bound, s. */
+  RUNPLANE_SHUTDOWN_GRACE_SECONDS: envInt(25, 1, 3_600),
+});
+export type ShutdownConfig = z.infer<typeof ShutdownConfig>;
+
 /** Human waits (K10), read by the runtime when it opens a wait. */
 export const WaitConfig = z.object({
   /** How long a question for a human stays answerable, s (capped by the Run's deadline). */

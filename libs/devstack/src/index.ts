@@ -398,8 +398,7 @@ export interface ManagedProcess {
   url: string;
   /**
    * SIGTERM, then SIGKILL when it has not exited after `graceMs` (default {@link stopGraceMs} of its
-   * environment, like a pod's termination grace: a draining runtime or tools process needs its
-   * `RUNPLANE_DRAIN_SECONDS` in it).
+   * environment, like a pod's termination grace: above the process's own shutdown bound).
    */
   stop(graceMs?: number): Promise<void>;
 }
@@ -452,13 +451,14 @@ export async function spawnReady(
 }
 
 /**
- * The grace a process gets between SIGTERM and SIGKILL, ms: its drain bound
- * (`RUNPLANE_DRAIN_SECONDS`, 20 s when unset or not a number) plus 5 s to close its consumers and
- * connections, and at least 10 s: like a pod's `terminationGracePeriodSeconds`, longer than the drain.
+ * The grace a process gets between SIGTERM and SIGKILL, ms: its shutdown bound
+ * (`RUNPLANE_SHUTDOWN_GRACE_SECONDS`, 25 s when unset or not a number; a service exits by then
+ * whatever its drain and its connections still wait for) plus 5 s, like a pod's
+ * `terminationGracePeriodSeconds` above it.
  */
 export function stopGraceMs(env: NodeJS.ProcessEnv): number {
-  const drain = Number(env.RUNPLANE_DRAIN_SECONDS || 20);
-  return Math.max(10_000, ((Number.isFinite(drain) ? drain : 20) + 5) * 1000);
+  const grace = Number(env.RUNPLANE_SHUTDOWN_GRACE_SECONDS || 25);
+  return ((Number.isFinite(grace) && grace > 0 ? grace : 25) + 5) * 1000;
 }
 
 export interface StackOptions {
