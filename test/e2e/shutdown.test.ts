@@ -84,10 +84,10 @@ describe('SIGTERM to every service while the NATS server is frozen, a model turn
       }),
     );
     process.stdout.write(`SHUTDOWN | frozen NATS, grace ${GRACE_SECONDS} s | ${exits.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`).join(', ')}\n`);
+    // none held past its bound (then killed by the test), none ended by a signal or a crash
+    const late = exits.filter((e) => e.signal !== null || (e.code !== 0 && e.code !== 1) || e.ms >= (GRACE_SECONDS + 4) * 1000);
+    expect(late.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`)).toEqual([]);
     for (const e of exits) {
-      expect({ name: e.name, signal: e.signal }).toEqual({ name: e.name, signal: null });
-      expect([0, 1]).toContain(e.code);
-      expect(e.ms).toBeLessThan((GRACE_SECONDS + 4) * 1000);
       const last = linesOf(e.name)
         .filter((l) => l.context === 'shutdown')
         .at(-1);
