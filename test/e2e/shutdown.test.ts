@@ -83,7 +83,9 @@ describe('SIGTERM to every service while the NATS server is frozen, a model turn
         return exited.finally(() => clearTimeout(kill));
       }),
     );
-    process.stdout.write(`SHUTDOWN | frozen NATS, grace ${GRACE_SECONDS} s | ${exits.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`).join(', ')}\n`);
+    process.stdout.write(
+      `SHUTDOWN | frozen NATS, grace ${GRACE_SECONDS} s | ${exits.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`).join(', ')}\n`,
+    );
     // none held past its bound (then killed by the test), none ended by a signal or a crash
     const late = exits.filter((e) => e.signal !== null || (e.code !== 0 && e.code !== 1) || e.ms >= (GRACE_SECONDS + 4) * 1000);
     expect(late.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`)).toEqual([]);

@@ -615,8 +615,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     if (!modelUrl) {
       const args = ['--port', opts.fixedPorts ? (opts.env.SCRIPTED_MODEL_PORT ?? '8090') : '0'];
       if (opts.scenarioFile) args.push('--scenario', resolve(opts.scenarioFile));
-      model = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), args, opts.env, /listening on (\S+)/, log, undefined, [], (c) =>
-        spawned.add(c),
+      model = await spawnReady(
+        'scripted-model',
+        join(root, 'apps/scripted-model/dist/main.js'),
+        args,
+        opts.env,
+        /listening on (\S+)/,
+        log,
+        undefined,
+        [],
+        (c) => spawned.add(c),
       );
       started.push(model);
       modelUrl = model.url;
@@ -671,7 +679,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const label = n === 1 ? name : `${name}#${n}`;
       if (failed) throw new Error(`${label} not started: another process of the stack failed to start`);
       const flags = [...SERVICE_NODE_FLAGS, ...(opts.nodeFlags ?? [])];
-      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, flags, (c) => spawned.add(c));
+      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, flags, (c) =>
+        spawned.add(c),
+      );
       started.push(p);
       const list = replicas.get(name) ?? [];
       list.push(p);

@@ -62,7 +62,7 @@ async function startHanging(name: string, graceSeconds: number): Promise<Started
   const lines: Line[] = [];
   const waiters: { match: (l: Line) => boolean; resolve: (l: Line) => void }[] = [];
   let stderr = '';
-  createInterface({ input: proc.stderr! }).on('line', (text) => {
+  createInterface({ input: proc.stderr }).on('line', (text) => {
     stderr += `${text}\n`;
     let l: Line;
     try {
@@ -84,7 +84,7 @@ async function startHanging(name: string, graceSeconds: number): Promise<Started
       void exited.then(() => reject(new Error(`the fixture exited before the awaited line; stderr:\n${stderr}`)));
     });
   const ready = new Promise<void>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on('line', (l) => /ready on http/.test(l) && resolve());
+    createInterface({ input: proc.stdout }).on('line', (l) => /ready on http/.test(l) && resolve());
     void exited.then(() => reject(new Error(`the fixture exited before it was ready; stderr:\n${stderr}`)));
   });
   await ready;
@@ -164,8 +164,10 @@ describe('a drain the shutdown bound would cut', () => {
     proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
     expect(code).toBe(1);
-    expect(stderr.trim().split('\n').at(-1)).toBe(
-      'tools failed to start: Invalid configuration: RUNPLANE_DRAIN_SECONDS (30) must be below RUNPLANE_SHUTDOWN_GRACE_SECONDS (25): the shutdown bound would cut the drain',
-    );
+    expect(JSON.parse(stderr.trim().split('\n').at(-1)!)).toMatchObject({
+      level: 60,
+      service: 'tools',
+      msg: 'tools failed to start: Invalid configuration: RUNPLANE_DRAIN_SECONDS (30) must be below RUNPLANE_SHUTDOWN_GRACE_SECONDS (25): the shutdown bound would cut the drain',
+    });
   }, 60_000);
 });
