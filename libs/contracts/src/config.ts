@@ -319,9 +319,8 @@ export type LeaseConfig = z.infer<typeof LeaseConfig>;
  * replica may finish what it has in flight (a model request and its turn record, a dispatched tool
  * call and its receipt) before it hands its Runs over. Past it, what is still in flight is aborted
  * (the runtime releases those Runs `stopping`: recovery fences them, the lifecycle settles them
- * `interrupted`). Keep it below the pod's `terminationGracePeriodSeconds` (Kubernetes' default
- * 30, which this default of 20 fits; deploy/k8s sets 30 here and 45 there) minus the few seconds
- * the process needs to close its connections.
+ * `interrupted`). Keep it below {@link ShutdownConfig}'s bound (the runtime and tools refuse to
+ * start otherwise), which leaves the few seconds the process needs to close its connections.
  */
 export const DrainConfig = z.object({
   /** The drain bound, s (0: abort at once, as a kill would, but still release honestly). */
