@@ -206,7 +206,7 @@ describe('deploy/k8s', () => {
     runtime.replicas = 1;
     runtime.strategy = { type: 'Recreate' };
     delete runtime.template!.spec!.topologySpreadConstraints;
-    // tools without a budget, a grace period under the drain bound
+    // tools without a budget, a grace period under the shutdown bound (at the drain bound)
     broken.objects = broken.objects.filter((o) => !(o.object.kind === 'PodDisruptionBudget' && o.object.metadata?.name === 'runplane-tools'));
     deployment('runplane-tools').spec!.template!.spec!.terminationGracePeriodSeconds = Number(base.config.RUNPLANE_DRAIN_SECONDS);
     // a probe on a path the projector does not serve, another on the wrong port
@@ -227,7 +227,7 @@ describe('deploy/k8s', () => {
       /^runplane-runtime: no topology spread over kubernetes\.io\/hostname$/,
       /^runplane-runtime: no topology spread over topology\.kubernetes\.io\/zone$/,
       /^runplane-tools: 0 PodDisruptionBudgets select it, not 1$/,
-      /^runplane-tools: terminationGracePeriodSeconds \d+ is not above RUNPLANE_DRAIN_SECONDS \d+$/,
+      /^runplane-tools: terminationGracePeriodSeconds \d+ is not above RUNPLANE_SHUTDOWN_GRACE_SECONDS \d+ plus its 0 s preStop$/,
       /^runplane-projector: readinessProbe path \/health is not a GET route projector serves/,
       /^runplane-projector: livenessProbe port 9999 is not the port the service listens on \(PROJECTOR_PORT=8085\)$/,
       /^runplane-lifecycle: PodDisruptionBudget runplane-lifecycle allows 0 evictions/,

@@ -1,8 +1,9 @@
 /**
  * Checks a rendered Kubernetes overlay of deploy/k8s (test/support/kustomize.ts renders it) for what docs/operations.md "Scaling" promises of it: every service a Deployment of at least
  * two replicas with a RollingUpdate strategy, a PodDisruptionBudget that selects it and allows one
- * eviction, topology spread over nodes and zones, a termination grace period above the drain bound
- * RUNPLANE_DRAIN_SECONDS, and probes on a path the service serves (contracts `HttpRoutes`) on the
+ * eviction, topology spread over nodes and zones, a termination grace period above the shutdown bound
+ * RUNPLANE_SHUTDOWN_GRACE_SECONDS plus the pod's preStop (itself above the drain bound
+ * RUNPLANE_DRAIN_SECONDS), and probes on a path the service serves (contracts `HttpRoutes`) on the
  * port the service listens on. Plain data in, a list of problems out, so that a test can also feed
  * it broken manifests and see each problem named.
  */
@@ -30,6 +31,13 @@ export interface Container {
   startupProbe?: Probe;
   readinessProbe?: Probe;
   livenessProbe?: Probe;
+  lifecycle?: { preStop?: { exec?: { command?: string[] } } };
+}
+
+/** The seconds a container's `preStop` hook sleeps (`sleep N`), 0 without one. */
+export function preStopSeconds(c: Container): number {
+  const command = c.lifecycle?.preStop?.exec?.command ?? [];
+  return command[0] === 'sleep' ? Number(command[1]) || 0 : 0;
 }
 
 /** The pod fields the checks read. */
@@ -138,6 +146,13 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
   const drain = Number(base.config.RUNPLANE_DRAIN_SECONDS);
   if (!Number.isInteger(drain) || drain <= 0)
     problems.push(`config.env: RUNPLANE_DRAIN_SECONDS is not a positive whole number (${base.config.RUNPLANE_DRAIN_SECONDS})`);
+  const shutdown = Number(base.config.RUNPLANE_SHUTDOWN_GRACE_SECONDS);
+  if (!Number.isInteger(shutdown) || shutdown <= 0)
+    problems.push(`config.env: RUNPLANE_SHUTDOWN_GRACE_SECONDS is not a positive whole number (${base.config.RUNPLANE_SHUTDOWN_GRACE_SECONDS})`);
+  else if (!(shutdown > drain))
+    problems.push(
+      `config.env: RUNPLANE_SHUTDOWN_GRACE_SECONDS ${shutdown} is not above RUNPLANE_DRAIN_SECONDS ${drain} (the runtime and tools refuse to start)`,
+    );
   const partitions = Number(base.config.RUNPLANE_PARTITIONS);
   if (!Number.isInteger(partitions) || partitions < 1)
     problems.push(`config.env: RUNPLANE_PARTITIONS is not a positive whole number (${base.config.RUNPLANE_PARTITIONS})`);
@@ -189,11 +204,13 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
     const zone = spread.find((s) => s.topologyKey === 'topology.kubernetes.io/zone');
     if (zone && zone.whenUnsatisfiable !== 'ScheduleAnyway') say('zone spread is not ScheduleAnyway (a cluster in one zone could not schedule)');
 
-    const grace = pod.terminationGracePeriodSeconds;
-    if (typeof grace !== 'number') say('no terminationGracePeriodSeconds (the default 30 s is not tied to the drain bound)');
-    else if (!(grace > drain)) say(`terminationGracePeriodSeconds ${grace} is not above RUNPLANE_DRAIN_SECONDS ${drain}`);
-
     const c = (pod.containers ?? []).find((x) => (x.args ?? []).includes(`apps/${service}/dist/main.js`));
+    // the grace period includes the preStop hook; the process must be out by its own bound before the SIGKILL
+    const grace = pod.terminationGracePeriodSeconds;
+    const preStop = c ? preStopSeconds(c) : 0;
+    if (typeof grace !== 'number') say('no terminationGracePeriodSeconds (the default 30 s is not tied to the shutdown bound)');
+    else if (!(grace > shutdown + preStop))
+      say(`terminationGracePeriodSeconds ${grace} is not above RUNPLANE_SHUTDOWN_GRACE_SECONDS ${shutdown} plus its ${preStop} s preStop`);
     if (!c) {
       say(`no container runs apps/${service}/dist/main.js`);
       continue;

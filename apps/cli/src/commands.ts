@@ -528,6 +528,7 @@ export async function demo(question: string | undefined, opts: { events?: boolea
   const prepared = await prepareEnvironment();
   cleanup.also(() => prepared.close());
   try {
+    // a process that failed to start fails this at once, naming it; the stack stops what it started
     const stack = await dev.startStack({
       env: prepared.env,
       logDir: join(prepared.stateDir, 'logs'),

@@ -49,15 +49,23 @@ const nonNegative = (v: string) => {
   if (v.replace(/^0+(?=\d)/, '').length > 15) throw new InvalidArgumentError('must be a stream sequence of at most 15 digits');
   return Number(v);
 };
-const run = (fn: () => Promise<number | void>) => async () => {
-  try {
-    process.exitCode = (await fn()) ?? 0;
-  } catch (e) {
-    // the reason may quote the server (problem detail and issues): shown, never executed by the terminal
-    process.stderr.write(`runplane: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`);
-    process.exitCode = 1;
-  }
-};
+/**
+ * Runs a command: its exit code, or 1 with its error on stderr. `exit`: the process exits then,
+ * whatever is still open (`demo` and `up`, which stop what they started before they return or
+ * fail: a handle nobody closed must not keep a failed stack's command running).
+ */
+const run =
+  (fn: () => Promise<number | void>, opts: { exit?: boolean } = {}) =>
+  async () => {
+    try {
+      process.exitCode = (await fn()) ?? 0;
+    } catch (e) {
+      // the reason may quote the server (problem detail and issues): shown, never executed by the terminal
+      process.stderr.write(`runplane: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`);
+      process.exitCode = 1;
+    }
+    if (opts.exit) process.exit();
+  };
 
 /** The CLI: every command with its options and arguments; `program.parseAsync(argv)` runs one. */
 export const program = new Command('runplane').description('Runplane: control plane for long-running AI research Runs');
@@ -81,13 +89,13 @@ program
   .argument('[question]', 'the research question (default: the SPY/QQQ comparison)')
   .option(...NO_EVENTS)
   .addHelpText('after', SETTLEMENT_EXIT_CODES)
-  .action((question: string | undefined, o: { events: boolean }) => run(() => demo(question, { events: o.events }))());
+  .action((question: string | undefined, o: { events: boolean }) => run(() => demo(question, { events: o.events }), { exit: true })());
 
 program
   .command('up')
   .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
   .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
-  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }))());
+  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }), { exit: true })());
 
 program
   .command('token')

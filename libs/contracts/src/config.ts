@@ -319,15 +319,29 @@ export type LeaseConfig = z.infer<typeof LeaseConfig>;
  * replica may finish what it has in flight (a model request and its turn record, a dispatched tool
  * call and its receipt) before it hands its Runs over. Past it, what is still in flight is aborted
  * (the runtime releases those Runs `stopping`: recovery fences them, the lifecycle settles them
- * `interrupted`). Keep it below the pod's `terminationGracePeriodSeconds` (Kubernetes' default
- * 30, which this default of 20 fits; deploy/k8s sets 30 here and 45 there) minus the few seconds
- * the process needs to close its connections.
+ * `interrupted`). Keep it below {@link ShutdownConfig}'s bound (the runtime and tools refuse to
+ * start otherwise), which leaves the few seconds the process needs to close its connections.
  */
 export const DrainConfig = z.object({
   /** The drain bound, s (0: abort at once, as a kill would, but still release honestly). */
   RUNPLANE_DRAIN_SECONDS: envInt(20, 0, 3_600),
 });
 export type DrainConfig = z.infer<typeof DrainConfig>;
+
+/**
+ * The shutdown bound, read by every service: from the first SIGTERM or SIGINT, how long the process
+ * may take to stop (the drain of {@link DrainConfig} included, then closing its consumers and
+ * connections) before it logs what it could not finish and exits anyway (code 1). A NATS server
+ * that is gone or frozen otherwise held a stopping service until its pod was SIGKILLed. Keep it
+ * above `RUNPLANE_DRAIN_SECONDS` (a runtime or tools process refuses to start otherwise) and below
+ * the pod's `terminationGracePeriodSeconds` minus any `preStop` (Kubernetes' default 30, which
+ * this default of 25 fits; deploy/k8s sets 38 against a grace of 45 and a 5 s preStop).
+ */
+export const ShutdownConfig = z.object({
+  /** The shutdown bound, s. */
+  RUNPLANE_SHUTDOWN_GRACE_SECONDS: envInt(25, 1, 3_600),
+});
+export type ShutdownConfig = z.infer<typeof ShutdownConfig>;
 
 /** Human waits (K10), read by the runtime when it opens a wait. */
 export const WaitConfig = z.object({

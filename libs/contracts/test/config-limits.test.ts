@@ -18,6 +18,7 @@ import {
   ModelConfig,
   QuotaConfig,
   RecoveryConfig,
+  ShutdownConfig,
   ToolsConfig,
   WaitConfig,
 } from '@runplane/contracts';
@@ -35,6 +36,7 @@ const cases: [string, z.ZodObject, number, number | null][] = [
   ['RUNPLANE_WAIT_TTL_SECONDS', WaitConfig, 1, YEAR_S],
   ['RUNPLANE_LEASE_TTL_MS', LeaseConfig, 300, MAX_TIMER_MS],
   ['RUNPLANE_DRAIN_SECONDS', DrainConfig, 0, 3_600],
+  ['RUNPLANE_SHUTDOWN_GRACE_SECONDS', ShutdownConfig, 1, 3_600],
   ['RUNPLANE_ACK_WAIT_MS', BusConfig, 500, MAX_TIMER_MS],
   ['RUNPLANE_MODEL_TIMEOUT_MS', ModelConfig, 1, MAX_TIMER_MS],
   ['RUNPLANE_MODEL_MAX_TOKENS', ModelConfig, 1, null],

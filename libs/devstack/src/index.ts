@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, readFileSync, statSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -201,6 +201,28 @@ export function natsServerBinary(): string {
   return ensureNatsServerBinary(repoRoot()).bin;
 }
 
+/** How long a nats-server the local stack starts has to answer, ms. */
+export const NATS_READY_TIMEOUT_MS = 10_000;
+
+/** The size of `file` in bytes, 0 when it does not exist. */
+function sizeOf(file: string): number {
+  try {
+    return statSync(file).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** `: <the last non-empty line of file written past byte from>`, or nothing when there is none. */
+function lastLineOf(file: string, from: number): string {
+  try {
+    const last = readFileSync(file).subarray(from).toString('utf8').trim().split('\n').at(-1)?.trim();
+    return last ? `: ${last}` : '';
+  } catch {
+    return '';
+  }
+}
+
 /** A nats-server the local stack started with the Runplane users switched on. */
 export interface SecuredNats extends NatsHandle {
   users: NatsUsers;
@@ -246,17 +268,25 @@ export async function startSecuredNats(opts: {
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const config = join(dir, 'server.conf');
   writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
+  const logFile = join(dir, 'server.log');
+  // the log is kept between runs: only what this start writes explains its failure
+  const logFrom = sizeOf(logFile);
   const child = track(
-    spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', join(dir, 'server.log')], {
+    spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile], {
       stdio: 'ignore',
     }),
   );
   const url = `nats://127.0.0.1:${port}`;
   const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
-  const deadline = Date.now() + 10_000;
+  const deadline = Date.now() + NATS_READY_TIMEOUT_MS;
   while (!(await natsReachable(url, 500, admin))) {
-    if (Date.now() > deadline || child.exitCode !== null)
-      throw new Error(`started ${bin} but it did not answer at ${url} (log: ${join(dir, 'server.log')})`);
+    const exited = child.exitCode !== null || child.signalCode !== null;
+    if (exited || Date.now() > deadline) {
+      // a server that does not answer is stopped before the error: nothing of this start is left running
+      await stopChild(child, 2_000);
+      const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${NATS_READY_TIMEOUT_MS / 1000} s`;
+      throw new Error(`nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   return {
@@ -376,14 +406,21 @@ export async function stopEverything(): Promise<void> {
   await Promise.all([...running].map((c) => stopChild(c)));
 }
 
+/** The pids of every process this module started that has not exited yet (tests check that a failed start left none). */
+export function runningProcesses(): number[] {
+  return [...running].map((c) => c.pid ?? -1);
+}
+
 function track(child: ChildProcess): ChildProcess {
   running.add(child);
   child.once('exit', () => running.delete(child));
+  // a binary that cannot be started emits 'error' (and no 'exit'): the start that awaits it fails on its own
+  child.once('error', () => running.delete(child));
   return child;
 }
 
 async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
+  if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined || !running.has(child)) return;
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   child.kill('SIGTERM');
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
@@ -398,8 +435,7 @@ export interface ManagedProcess {
   url: string;
   /**
    * SIGTERM, then SIGKILL when it has not exited after `graceMs` (default {@link stopGraceMs} of its
-   * environment, like a pod's termination grace: a draining runtime or tools process needs its
-   * `RUNPLANE_DRAIN_SECONDS` in it).
+   * environment, like a pod's termination grace: above the process's own shutdown bound).
    */
   stop(graceMs?: number): Promise<void>;
 }
@@ -414,6 +450,9 @@ export const READY_TIMEOUT_MS = 60_000;
 /**
  * Spawns `node ...nodeFlags <script> ...args` and waits for a stdout line matching `ready` (whose
  * first group is the URL). Every output line goes to `log` (a file stream), never to the terminal.
+ * `onSpawn` gets the process at once (a caller that may have to stop it before it is ready).
+ * @throws Error naming `name` and the last lines it wrote when it exits first or is not ready
+ * within `timeoutMs`; the process is stopped before the error either way.
  */
 export async function spawnReady(
   name: string,
@@ -424,8 +463,10 @@ export async function spawnReady(
   log: WriteStream,
   timeoutMs = READY_TIMEOUT_MS,
   nodeFlags: readonly string[] = [],
+  onSpawn?: (child: ChildProcess) => void,
 ): Promise<ManagedProcess> {
   const child = track(spawn(process.execPath, [...nodeFlags, script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }));
+  onSpawn?.(child);
   const tail: string[] = [];
   const record = (line: string) => {
     log.write(`[${name}] ${line}\n`);
@@ -434,7 +475,12 @@ export async function spawnReady(
   };
   createInterface({ input: child.stderr! }).on('line', record);
   const url = await new Promise<string>((resolveUrl, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} did not become ready within ${timeoutMs} ms:\n${tail.join('\n')}`)), timeoutMs);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      const why = new Error(`${name} did not become ready within ${timeoutMs} ms:\n${tail.join('\n')}`);
+      void stopChild(child, 2_000).then(() => reject(why));
+    }, timeoutMs);
     createInterface({ input: child.stdout! }).on('line', (line) => {
       record(line);
       const m = ready.exec(line);
@@ -445,6 +491,7 @@ export async function spawnReady(
     });
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
+      if (timedOut) return; // stopped for it: the timeout's error says why
       reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.join('\n')}`));
     });
   });
@@ -452,13 +499,14 @@ export async function spawnReady(
 }
 
 /**
- * The grace a process gets between SIGTERM and SIGKILL, ms: its drain bound
- * (`RUNPLANE_DRAIN_SECONDS`, 20 s when unset or not a number) plus 5 s to close its consumers and
- * connections, and at least 10 s: like a pod's `terminationGracePeriodSeconds`, longer than the drain.
+ * The grace a process gets between SIGTERM and SIGKILL, ms: its shutdown bound
+ * (`RUNPLANE_SHUTDOWN_GRACE_SECONDS`, 25 s when unset or not a number; a service exits by then
+ * whatever its drain and its connections still wait for) plus 5 s, like a pod's
+ * `terminationGracePeriodSeconds` above it.
  */
 export function stopGraceMs(env: NodeJS.ProcessEnv): number {
-  const drain = Number(env.RUNPLANE_DRAIN_SECONDS || 20);
-  return Math.max(10_000, ((Number.isFinite(drain) ? drain : 20) + 5) * 1000);
+  const grace = Number(env.RUNPLANE_SHUTDOWN_GRACE_SECONDS || 25);
+  return ((Number.isFinite(grace) && grace > 0 ? grace : 25) + 5) * 1000;
 }
 
 export interface StackOptions {
@@ -552,16 +600,32 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const replicas = new Map<ServiceName, ManagedProcess[]>();
   const services = new Map<ServiceName, ManagedProcess>();
   let model: ManagedProcess | null = null;
+  /** Every process this start spawned, ready or still starting. */
+  const spawned = new Set<ChildProcess>();
+  /** Set when a start failed: nothing more is spawned, and what is still starting is stopped. */
+  let failed = false;
   const stopAll = async () => {
     for (const p of [...started].reverse()) await p.stop();
     await new Promise<void>((r) => log.end(() => r()));
   };
+  /** Stops the processes spawned and not ready yet (they have no stop of their own). */
+  const stopStarting = () => Promise.all([...spawned].filter((c) => !started.some((p) => p.child === c)).map((c) => stopChild(c, 2_000)));
   try {
     let modelUrl = opts.modelBaseUrl;
     if (!modelUrl) {
       const args = ['--port', opts.fixedPorts ? (opts.env.SCRIPTED_MODEL_PORT ?? '8090') : '0'];
       if (opts.scenarioFile) args.push('--scenario', resolve(opts.scenarioFile));
-      model = await spawnReady('scripted-model', join(root, 'apps/scripted-model/dist/main.js'), args, opts.env, /listening on (\S+)/, log);
+      model = await spawnReady(
+        'scripted-model',
+        join(root, 'apps/scripted-model/dist/main.js'),
+        args,
+        opts.env,
+        /listening on (\S+)/,
+        log,
+        undefined,
+        [],
+        (c) => spawned.add(c),
+      );
       started.push(model);
       modelUrl = model.url;
     }
@@ -613,10 +677,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       };
       const n = (replicas.get(name)?.length ?? 0) + 1;
       const label = n === 1 ? name : `${name}#${n}`;
-      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, [
-        ...SERVICE_NODE_FLAGS,
-        ...(opts.nodeFlags ?? []),
-      ]);
+      if (failed) throw new Error(`${label} not started: another process of the stack failed to start`);
+      const flags = [...SERVICE_NODE_FLAGS, ...(opts.nodeFlags ?? [])];
+      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, flags, (c) =>
+        spawned.add(c),
+      );
       started.push(p);
       const list = replicas.get(name) ?? [];
       list.push(p);
@@ -639,9 +704,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     // through NATS and PostgreSQL, provisioned above, so none waits for another to be ready; then
     // admission, whose CORS origins are publication's URL. Each start waits for its ready line
     // before anything returns, and a failed one stops the rest (below).
-    const startedAtOnce = await Promise.allSettled(SERVICES.filter((n) => n !== 'admission').map(startReplicas));
-    const failed = startedAtOnce.find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    // The first failure (a process that exited, or was not ready in time) fails the start at once,
+    // naming that process: the ones still starting are stopped, not waited for (a fresh user's demo
+    // whose service exited waited for every other one, up to a minute each).
+    const starting = SERVICES.filter((n) => n !== 'admission').map(startReplicas);
+    try {
+      await Promise.all(starting);
+    } catch (e) {
+      failed = true;
+      await stopStarting();
+      await Promise.allSettled(starting);
+      throw e;
+    }
     // the stop order stays the reverse of SERVICES (the model server last), whichever was ready first
     const rank = (p: ManagedProcess) => (p === model ? -1 : SERVICES.indexOf(p.name.split('#')[0] as ServiceName));
     started.sort((a, b) => rank(a) - rank(b));
@@ -663,6 +737,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       stop: stopAll,
     };
   } catch (e) {
+    failed = true;
+    await stopStarting();
     await stopAll();
     throw e;
   }

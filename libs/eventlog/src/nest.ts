@@ -151,6 +151,10 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
   private readonly nestLogger = new Logger('JetStreamEventTransport');
   private unsubscribe: (() => void) | null = null;
   private closed = false;
+  /** Set once {@link close} has released every partition consumer. */
+  private released = false;
+  /** The events whose handlers run now (for a stopping process's last log line). */
+  private readonly inFlight = new Set<StoredEvent>();
 
   constructor(
     private readonly log: EventLog,
@@ -313,7 +317,23 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
         },
       );
     const fields = { runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
-    await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
+    this.inFlight.add(stored);
+    try {
+      await (this.logging.inLogContext ? this.logging.inLogContext(fields, run) : run());
+    } finally {
+      this.inFlight.delete(stored);
+    }
+  }
+
+  /**
+   * Where the transport is: `consuming`, `closing` ({@link close} waits for the handlers in
+   * flight) or `closed`; and those handlers, oldest first.
+   */
+  progress(): { state: 'consuming' | 'closing' | 'closed'; handlers: { runId: string; eventType: string; seq: number }[] } {
+    return {
+      state: this.released ? 'closed' : this.closed ? 'closing' : 'consuming',
+      handlers: [...this.inFlight].map((s) => ({ runId: s.event.runId, eventType: s.event.type, seq: s.seq })),
+    };
   }
 
   /**
@@ -326,6 +346,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     this.unsubscribe?.();
     await Promise.all([...this.steps.values()]);
     await Promise.all([this.ownership.stop(), ...[...this.consumers.keys()].map((p) => this.releasePartition(p))]);
+    this.released = true;
   }
 
   on(): void {}

@@ -10,7 +10,18 @@ import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
 import { z } from 'zod';
-import { BusConfig, CorsConfig, envInt, HttpConfig, loadConfig, MAX_REQUEST_BODY_BYTES, type Owner, type PartitionsBody } from '@runplane/contracts';
+import {
+  BusConfig,
+  CorsConfig,
+  DrainConfig,
+  envInt,
+  HttpConfig,
+  loadConfig,
+  MAX_REQUEST_BODY_BYTES,
+  ShutdownConfig,
+  type Owner,
+  type PartitionsBody,
+} from '@runplane/contracts';
 import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
 import { ADMIN_SCOPE, Authenticator } from './auth.js';
 import { EventLog, PartitionOwnership, ServedConsumers } from '@runplane/eventlog';
@@ -21,11 +32,13 @@ import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
 import { releaseStartupMemory } from '@runplane/kit/memory';
+import { shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
 
 export * from './config.js';
 export * from './logging.js';
 export * from './metrics.js';
 export * from './tracing.js';
+export * from './shutdown.js';
 
 export * from './health.js';
 
@@ -80,7 +93,10 @@ export interface ServiceSpec {
 export interface StartServiceOptions {
   /** Overrides `LOG_LEVEL` (tests pass `error` or `silent`). */
   logLevel?: LogLevel;
-  /** On SIGTERM/SIGINT close the app (consumer first, then connections) and exit 0. */
+  /**
+   * On SIGTERM/SIGINT close the app (drain, consumers, then connections) and exit 0, or 1 when that
+   * takes longer than `RUNPLANE_SHUTDOWN_GRACE_SECONDS`; a second signal exits at once (shutdown.ts).
+   */
   shutdownHooks?: boolean;
 }
 
@@ -88,6 +104,8 @@ export interface StartedService {
   app: INestApplication;
   /** The HTTP address actually bound (useful with port 0), e.g. `http://127.0.0.1:8085`. */
   url: string;
+  /** Where a shutdown is: its stage and the event handlers still in flight. */
+  shutdownProgress(): ShutdownProgress;
 }
 
 /** pino's level number of each Nest log level. */
@@ -168,8 +186,17 @@ export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
  * whatever had started is closed again.
  */
 export async function startService(spec: ServiceSpec, opts: StartServiceOptions = {}): Promise<StartedService> {
-  const schemas = [BusConfig, HttpConfig, LogConfig, ...(spec.cors ? [CorsConfig] : []), ...(spec.config ?? [])];
+  const schemas = [BusConfig, HttpConfig, LogConfig, ShutdownConfig, ...(spec.cors ? [CorsConfig] : []), ...(spec.config ?? [])];
   const config = ConfigModule.forRoot(schemas);
+  const { RUNPLANE_SHUTDOWN_GRACE_SECONDS: graceSeconds } = loadConfig(ShutdownConfig);
+  // a drain that the shutdown bound would cut is a configuration error, said before anything starts
+  if (spec.config?.includes(DrainConfig)) {
+    const { RUNPLANE_DRAIN_SECONDS: drain } = loadConfig(DrainConfig);
+    if (drain >= graceSeconds)
+      throw new Error(
+        `Invalid configuration: RUNPLANE_DRAIN_SECONDS (${drain}) must be below RUNPLANE_SHUTDOWN_GRACE_SECONDS (${graceSeconds}): the shutdown bound would cut the drain`,
+      );
+  }
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
@@ -201,7 +228,6 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   const parsers = app as unknown as { useBodyParser(type: 'json' | 'urlencoded', options: Record<string, unknown>): unknown };
   parsers.useBodyParser('json', { limit: MAX_REQUEST_BODY_BYTES });
   parsers.useBodyParser('urlencoded', { limit: MAX_REQUEST_BODY_BYTES, extended: true });
-  if (opts.shutdownHooks) app.enableShutdownHooks([], { useProcessExit: true });
   // before every route and guard: a preflight carries no token
   if (spec.cors) enableCorsFor(app, loadConfig(CorsConfig).RUNPLANE_CORS_ORIGINS);
   if (spec.staticFiles) serveStaticFiles(app, spec.staticFiles.prefix, spec.staticFiles.dir, spec.staticFiles.options?.() ?? {});
@@ -209,11 +235,18 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   serveOpenApi(app, spec.name);
   serveMetrics(app, spec.name);
   servePartitions(app);
+  let transport: JetStreamEventTransport | null = null;
+  const shutdownProgress = (): ShutdownProgress => {
+    const p = transport?.progress() ?? { state: 'consuming', handlers: [] };
+    const stage = p.state === 'consuming' ? 'draining' : p.state === 'closing' ? 'closing consumers' : 'closing connections';
+    return { stage, handlers: p.handlers };
+  };
+  if (opts.shutdownHooks) shutDownOnSignals(app, { graceMs: graceSeconds * 1000, progress: shutdownProgress });
   try {
     if (spec.consumer) {
       const log = app.get(EventLog);
       const pino = await app.resolve(PinoLogger);
-      const transport = new JetStreamEventTransport(
+      transport = new JetStreamEventTransport(
         log,
         { service: spec.name, ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
         app.get(PartitionOwnership),
@@ -235,7 +268,7 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
   const address = server.address();
-  return { app, url: `http://${HOST}:${address.port}` };
+  return { app, url: `http://${HOST}:${address.port}`, shutdownProgress };
 }
 
 /** The request and response of a route served on the HTTP adapter directly (Express under Nest). */
@@ -307,8 +340,10 @@ function answerPartitions(app: INestApplication, res: RawResponse): void {
  * Starts a service as a process: {@link startService} with shutdown hooks, then prints exactly one
  * line `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and
  * the demo wait for it; logs go to stderr), after one full garbage collection that returns the
- * start-up's garbage to the OS (kit `releaseStartupMemory`). SIGTERM/SIGINT shut down gracefully:
- * the consumer stops fetching, in-flight handlers finish, connections drain, the process exits 0.
+ * start-up's garbage to the OS (kit `releaseStartupMemory`). SIGTERM/SIGINT shut down gracefully
+ * within `RUNPLANE_SHUTDOWN_GRACE_SECONDS` (shutdown.ts): the drain, then the consumers stop
+ * fetching and their in-flight handlers finish, connections drain, the process exits 0; past the
+ * bound it logs what it could not finish and exits 1; a second signal exits at once.
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   const { app, url } = await startService(spec, { shutdownHooks: true });
