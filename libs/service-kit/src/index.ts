@@ -174,6 +174,9 @@ function startupLevels(level: LogLevel): NestLogLevel[] {
 @Module({})
 class ServiceRootModule {}
 
+/** How long a client may take to send a whole HTTP request (headers and body), ms; then 408 and the connection closes. */
+export const HTTP_REQUEST_TIMEOUT_MS = 30_000;
+
 /** How long a service keeps an idle kept-alive HTTP connection open, ms (Node's default is 5 s). */
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
@@ -241,7 +244,12 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
     const stage = p.state === 'consuming' ? 'draining' : p.state === 'closing' ? 'closing consumers' : 'closing connections';
     return { stage, handlers: p.handlers };
   };
-  if (opts.shutdownHooks) shutDownOnSignals(app, { graceMs: graceSeconds * 1000, progress: shutdownProgress });
+  if (opts.shutdownHooks)
+    shutDownOnSignals(app, {
+      graceMs: graceSeconds * 1000,
+      progress: shutdownProgress,
+      http: () => app.getHttpServer() as { closeAllConnections(): void },
+    });
   try {
     if (spec.consumer) {
       const log = app.get(EventLog);
@@ -261,7 +269,11 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
     await app.close().catch(() => undefined);
     throw e;
   }
-  const server = app.getHttpServer() as { address(): AddressInfo; keepAliveTimeout: number; headersTimeout: number };
+  const server = app.getHttpServer() as { address(): AddressInfo; keepAliveTimeout: number; headersTimeout: number; requestTimeout: number };
+  // a request must arrive whole within 30 s (Node's default is 300 s): a client that sends a
+  // Content-Length and never the body holds a connection no longer than that (a response, an SSE
+  // stream included, is not bounded by it)
+  server.requestTimeout = HTTP_REQUEST_TIMEOUT_MS;
   // an idle kept-alive connection is closed after a minute, not Node's 5 s: a client (a load
   // balancer, the SDK's undici pool) that reuses one just as a short timeout passes gets "other
   // side closed" (seen in a CI run of test/e2e/broker.test.ts); the headers timeout must exceed it

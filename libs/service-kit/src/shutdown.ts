@@ -37,7 +37,18 @@ export interface BoundedShutdownOptions {
   progress: () => ShutdownProgress;
   /** Ends the process (tests pass their own); default `process.exit`. */
   exit?: (code: number) => void;
+  /**
+   * The service's HTTP server: {@link HTTP_SHUTDOWN_GRACE_MS} after the first signal (or a third of
+   * `graceMs`, if less) every connection still open is closed, so a client that never finishes
+   * sending its request (a slow or hostile body) or a response left open cannot hold the shutdown
+   * to its bound. A cut request was not answered; a client repeats it (K1 makes a repeated message
+   * admit nothing twice).
+   */
+  http?: () => { closeAllConnections(): void };
 }
+
+/** How long HTTP requests in flight may still finish after the first signal, ms. */
+export const HTTP_SHUTDOWN_GRACE_MS = 5_000;
 
 const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGTERM: 143 };
 
@@ -73,6 +84,10 @@ export function shutDownOnSignals(app: INestApplication, opts: BoundedShutdownOp
     first = { signal, at: Date.now() };
     const at = first.at;
     logger.log({ signal, graceSeconds: opts.graceMs / 1000 }, 'stopping: no new work; finishing what is in flight');
+    if (opts.http) {
+      const server = opts.http;
+      setTimeout(() => server().closeAllConnections(), Math.min(HTTP_SHUTDOWN_GRACE_MS, opts.graceMs / 3)).unref();
+    }
     const bound = setTimeout(() => {
       logger.error(
         { signal, graceSeconds: opts.graceMs / 1000, elapsedMs: Date.now() - at, ...unfinished() },

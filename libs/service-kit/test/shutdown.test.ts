@@ -7,6 +7,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { connect } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -150,6 +151,48 @@ describe('SIGTERM while the NATS server is frozen (SIGSTOP) and a handler never 
       msg: expect.stringMatching(/^second signal: exiting at once/),
       handlers: [{ runId: `run-second-${tag}`, eventType: 'run.admitted', seq: 1 }],
     });
+  }, 60_000);
+});
+
+describe('SIGTERM while a client holds a request open (a Content-Length and never the body)', () => {
+  it('closes that connection after the HTTP grace and exits 0 well within the bound (it waited for the bound and exited 1)', async () => {
+    const stream = `RPTEST_SHUT_http_${tag}`;
+    const prefix = `tshhttp${tag}`;
+    const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix });
+    const proc = spawn(process.execPath, [fixture], {
+      env: {
+        ...process.env,
+        NODE_OPTIONS: '',
+        NATS_URL: server.url,
+        RUNPLANE_STREAM: stream,
+        RUNPLANE_SUBJECT_PREFIX: prefix,
+        FIXTURE_PORT: '0',
+        RUNPLANE_SHUTDOWN_GRACE_SECONDS: '20',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child = proc;
+    const exited = new Promise<{ code: number | null; at: number }>((resolve) => proc.once('exit', (code) => resolve({ code, at: Date.now() })));
+    const url = await new Promise<URL>((resolve, reject) => {
+      createInterface({ input: proc.stdout }).on('line', (l) => {
+        const m = /ready on (http\S+)/.exec(l);
+        if (m) resolve(new URL(m[1]!));
+      });
+      void exited.then(() => reject(new Error('the fixture exited before it was ready')));
+    });
+    await log.close();
+    const socket = connect(Number(url.port), url.hostname);
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(Date.now())));
+    socket.on('error', () => undefined);
+    socket.write(`POST /v1/anything HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":1}`);
+    const at = Date.now();
+    proc.kill('SIGTERM');
+    const { code, at: exitedAt } = await exited;
+    process.stdout.write(`SHUTDOWN | a request held open, grace 20 s: exited ${code} after ${exitedAt - at} ms\n`);
+    expect(code).toBe(0);
+    expect(exitedAt - at).toBeLessThan(12_000);
+    expect((await closed) - at).toBeLessThan(12_000);
   }, 60_000);
 });
 
