@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
+import { BusConfig, DatabaseConfig, Id, loadConfig, principalProblem, type RunEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit/retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
@@ -589,14 +589,17 @@ export const MAX_TOKEN_TTL_SECONDS = 86_400;
  * from the signing key the running local stack generated in `authDir` (default {@link devAuthDir}),
  * so the services of that stack accept it: a second user to try tenancy with, or an operator.
  * A deployment's tokens come from its identity provider; this key exists only beside `up` and the demo.
- * @throws Error naming the setting when `sub` is not 1-200 characters, a scope is empty or holds
+ * @throws Error naming the setting when `sub` is not a principal the services accept (contracts
+ *   `principalProblem`: 1-200 characters, no control or bidirectional override), a scope is empty or holds
  *   white space, `ttlSeconds` is not a whole number from 1 to {@link MAX_TOKEN_TTL_SECONDS}, or
  *   there is no signing key in `authDir` (no stack was started from this checkout).
  */
 export async function mintLocalToken(opts: { sub: string; scopes?: string[]; ttlSeconds?: number; authDir?: string }): Promise<string> {
   const { sub, scopes = [], ttlSeconds = 3_600 } = opts;
-  if (sub.length === 0 || sub.length > 200)
-    throw new Error(`--sub must be 1 to 200 characters (the services refuse another "sub"); got ${sub.length}`);
+  const problem = principalProblem(sub);
+  if (problem === 'length') throw new Error(`--sub must be 1 to 200 characters (the services refuse another "sub"); got ${sub.length}`);
+  if (problem === 'characters')
+    throw new Error('--sub must be well-formed Unicode without control or bidirectional override characters (the services refuse another "sub")');
   for (const s of scopes) if (!/^\S+$/.test(s)) throw new Error(`--scope ${JSON.stringify(s)} is not a scope: one word without white space`);
   if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > MAX_TOKEN_TTL_SECONDS)
     throw new Error(`--ttl must be a whole number of seconds from 1 to ${MAX_TOKEN_TTL_SECONDS}; got ${ttlSeconds}`);

@@ -69,6 +69,9 @@ describe('runplane token', () => {
     ['no --sub', [], /required option '--sub <name>'/],
     ['an empty --sub', ['--sub', ''], /--sub must be 1 to 200 characters/],
     ['a --sub of 201 characters', ['--sub', 'x'.repeat(201)], /--sub must be 1 to 200 characters/],
+    // the services refuse such a sub (401): a fresh user minted one with exit 0
+    ['a --sub with a control character', ['--sub', 'ev\u0001e'], /--sub must be well-formed Unicode without control/],
+    ['a --sub with a bidirectional override', ['--sub', 'eve\u202e'], /--sub must be well-formed Unicode without control/],
     ['a --scope with a space', ['--sub', 'eve', '--scope', 'a b'], /--scope "a b" is not a scope/],
     ['--ttl 0', ['--sub', 'eve', '--ttl', '0'], /--ttl must be a whole number of seconds from 1 to 86400/],
     ['--ttl over a day', ['--sub', 'eve', '--ttl', '86401'], /--ttl must be a whole number of seconds from 1 to 86400/],

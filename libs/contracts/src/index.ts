@@ -10,3 +10,4 @@ export * from './unanswered.js';
 export * from './limits.js';
 export * from './event-schema.js';
 export * from './schema-compat.js';
+export * from './principal.js';

@@ -17,17 +17,13 @@ import {
   Module,
   type OnModuleInit,
 } from '@nestjs/common';
-import { AuthConfig } from '@runplane/contracts';
+import { AuthConfig, principalProblem } from '@runplane/contracts';
 import { createLocalJWKSet, createRemoteJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTVerifyGetKey } from 'jose';
 import { configToken } from './config.js';
 import { ApiError, apiError, dependencyUnavailable } from './problems.js';
 
 /** The signature algorithms a token may use (asymmetric only: a JWKS holds public keys). */
 export const ACCEPTED_ALGORITHMS = ['ES256', 'ES384', 'ES512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'EdDSA'];
-
-/** Characters a principal may not hold: C0 and C1 controls, DEL, bidirectional overrides and isolates. */
-// eslint-disable-next-line no-control-regex -- matching control characters is the point
-const UNFIT_IN_SUB = /[\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/;
 
 /** The operator's scope: reconcile an unknown tool outcome, read any Run. */
 export const ADMIN_SCOPE = 'runplane:admin';
@@ -154,11 +150,12 @@ export class Authenticator {
       }
       throw unauthorized(reasonOf(e));
     }
-    const sub = payload.sub;
-    if (typeof sub !== 'string' || sub.length === 0 || sub.length > 200) throw unauthorized('the token\'s "sub" must be 1 to 200 characters');
     // the principal is recorded in the log, keyed on, stored in PostgreSQL (which refuses a NUL) and printed
-    if (UNFIT_IN_SUB.test(sub) || !sub.isWellFormed())
+    const problem = principalProblem(payload.sub);
+    if (problem === 'length') throw unauthorized('the token\'s "sub" must be 1 to 200 characters');
+    if (problem === 'characters')
       throw unauthorized('the token\'s "sub" must be well-formed Unicode without control or bidirectional override characters');
+    const sub = payload.sub!; // a string of 1 to 200 characters (principalProblem said so)
     const raw = (payload as { scope?: unknown; scp?: unknown }).scope ?? (payload as { scp?: unknown }).scp;
     const scopes =
       typeof raw === 'string' ? raw.split(' ').filter(Boolean) : Array.isArray(raw) ? raw.filter((s): s is string => typeof s === 'string') : [];
