@@ -162,6 +162,38 @@ describe('errors are problem details (RFC 9457) on every service', () => {
   );
 });
 
+describe("what Node's HTTP parser refuses is problem details too (its own answer is a bare status line)", () => {
+  /** Sends `raw` on a new connection to `service` and resolves with the whole answer once the server closes it. */
+  const rawAnswer = (service: 'admission' | 'publication', raw: string) =>
+    new Promise<string>((resolve, reject) => {
+      const u = new URL(t.stack.services.get(service)!.url);
+      const socket = connect(Number(u.port), u.hostname, () => socket.write(raw));
+      let text = '';
+      socket.on('data', (d: Buffer) => (text += d.toString('utf8')));
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+    });
+  const problemIn = (answer: string) => {
+    const [head, body] = answer.split('\r\n\r\n');
+    expect(head).toMatch(/content-type: application\/problem\+json/i);
+    const parsed = ProblemDetails.parse(JSON.parse(body!));
+    expect(parsed.type).toBe(`urn:runplane:problem:${parsed.code}`);
+    return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head!)?.[1]), problem: parsed };
+  };
+
+  it('headers over 16 KiB: 431 headers_too_large, on admission and publication', async () => {
+    for (const service of ['admission', 'publication'] as const) {
+      const answer = await rawAnswer(service, `GET /v1/runs/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'a'.repeat(20_000)}\r\n\r\n`);
+      expect(problemIn(answer)).toMatchObject({ status: 431, problem: { status: 431, code: 'headers_too_large' } });
+    }
+  });
+
+  it('a control character in a header: 400 bad_request', async () => {
+    const answer = await rawAnswer('admission', 'GET /v1/runs/x HTTP/1.1\r\nHost: x\r\nX-Thing: a\u0001b\r\n\r\n');
+    expect(problemIn(answer)).toMatchObject({ status: 400, problem: { status: 400, code: 'bad_request' } });
+  });
+});
+
 describe('a client mistake on the event stream is a 400 with a reason', () => {
   it.each([
     ['a repeated lastEventId', '?lastEventId=1&lastEventId=2', {}, 'query.lastEventId'],

@@ -22,7 +22,7 @@ import {
   type Owner,
   type PartitionsBody,
 } from '@runplane/contracts';
-import { apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
+import { answerClientError, apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
 import { ADMIN_SCOPE, Authenticator } from './auth.js';
 import { EventLog, PartitionOwnership, ServedConsumers } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
@@ -274,6 +274,8 @@ export async function startService(spec: ServiceSpec, opts: StartServiceOptions 
   // Content-Length and never the body holds a connection no longer than that (a response, an SSE
   // stream included, is not bounded by it)
   server.requestTimeout = HTTP_REQUEST_TIMEOUT_MS;
+  // what the HTTP parser refuses (headers over 16 KiB, a control character in a header) is a problem too
+  (server as unknown as { on(event: 'clientError', fn: typeof answerClientError): void }).on('clientError', answerClientError);
   // an idle kept-alive connection is closed after a minute, not Node's 5 s: a client (a load
   // balancer, the SDK's undici pool) that reuses one just as a short timeout passes gets "other
   // side closed" (seen in a CI run of test/e2e/broker.test.ts); the headers timeout must exceed it

@@ -328,3 +328,31 @@ export function serveOpenApi(
   const document = openApiDocument(service);
   app.getHttpAdapter().get('/openapi.json', (_req, res) => res.json(document));
 }
+
+/** What Node's HTTP parser refused before any route saw the request, as a problem (status, code, detail). */
+function clientErrorProblem(err: Error & { code?: string }): { status: number; code: string; detail: string } {
+  if (err.code === 'HPE_HEADER_OVERFLOW')
+    return { status: 431, code: 'headers_too_large', detail: 'the request line and headers are larger than the server takes (16 KiB)' };
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return { status: 408, code: 'request_timeout', detail: 'the whole request (headers and body) did not arrive in time' };
+  return { status: 400, code: 'bad_request', detail: `the request is not valid HTTP/1.1 (${err.code ?? 'parse error'})` };
+}
+
+/**
+ * Answers a request Node's HTTP parser refused (the server's `clientError`: headers over 16 KiB, a
+ * control character in a header, a request that did not arrive in time, malformed HTTP) with problem
+ * details like every other error (`application/problem+json`, contracts `ProblemDetails`) and closes
+ * the connection; Node's own answer is a bare status line with no body. A socket that can no longer
+ * be written to (the client reset it) is destroyed.
+ */
+export function answerClientError(err: Error & { code?: string }, socket: { writable: boolean; end(data: string): void; destroy(): void }): void {
+  if (!socket.writable || err.code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  const { status, code, detail } = clientErrorProblem(err);
+  const body = JSON.stringify(problemBody(status, code, detail, undefined));
+  socket.end(
+    `HTTP/1.1 ${status} ${String(HttpStatus[status] ?? 'Error').replace(/_/g, ' ')}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
