@@ -6,7 +6,8 @@
  * a process waited for its handler for ever (a pod held until SIGKILL).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { connect } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
@@ -42,8 +43,8 @@ interface Started {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
 }
 
-/** Starts the fixture on its own stream with `graceSeconds`, appends one event, resolves once its handler runs. */
-async function startHanging(name: string, graceSeconds: number): Promise<Started> {
+/** Spawns the fixture on its own stream (created through the returned log) with the shutdown bound `graceSeconds`. */
+async function spawnFixture(name: string, graceSeconds: number): Promise<{ proc: ChildProcessByStdio<null, Readable, Readable>; log: EventLog }> {
   const stream = `RPTEST_SHUT_${name}_${tag}`;
   const prefix = `tsh${name}${tag}`;
   const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix });
@@ -60,6 +61,12 @@ async function startHanging(name: string, graceSeconds: number): Promise<Started
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child = proc;
+  return { proc, log };
+}
+
+/** Starts the fixture on its own stream with `graceSeconds`, appends one event, resolves once its handler runs. */
+async function startHanging(name: string, graceSeconds: number): Promise<Started> {
+  const { proc, log } = await spawnFixture(name, graceSeconds);
   const lines: Line[] = [];
   const waiters: { match: (l: Line) => boolean; resolve: (l: Line) => void }[] = [];
   let stderr = '';
@@ -156,22 +163,7 @@ describe('SIGTERM while the NATS server is frozen (SIGSTOP) and a handler never 
 
 describe('SIGTERM while a client holds a request open (a Content-Length and never the body)', () => {
   it('closes that connection after the HTTP grace and exits 0 well within the bound (it waited for the bound and exited 1)', async () => {
-    const stream = `RPTEST_SHUT_http_${tag}`;
-    const prefix = `tshhttp${tag}`;
-    const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, stream, prefix });
-    const proc = spawn(process.execPath, [fixture], {
-      env: {
-        ...process.env,
-        NODE_OPTIONS: '',
-        NATS_URL: server.url,
-        RUNPLANE_STREAM: stream,
-        RUNPLANE_SUBJECT_PREFIX: prefix,
-        FIXTURE_PORT: '0',
-        RUNPLANE_SHUTDOWN_GRACE_SECONDS: '20',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child = proc;
+    const { proc, log } = await spawnFixture('http', 20);
     const exited = new Promise<{ code: number | null; at: number }>((resolve) => proc.once('exit', (code) => resolve({ code, at: Date.now() })));
     const url = await new Promise<URL>((resolve, reject) => {
       createInterface({ input: proc.stdout }).on('line', (l) => {
