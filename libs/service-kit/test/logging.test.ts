@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { makeEvent } from '@runplane/contracts';
+import { admittedEvent } from '../../../test/support/events.js';
 import { EventLog, partitionOf } from '@runplane/eventlog';
 import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
@@ -73,20 +73,7 @@ describe('service logs (LOG_FORMAT json)', () => {
     expect((request.req as { headers: Record<string, string> }).headers).toMatchObject({ authorization: '[redacted]', cookie: '[redacted]' });
     expect(stderr).not.toContain('secret-');
     const runId = `run-${tag}`;
-    const { seq } = await log.append(
-      makeEvent(
-        'run.admitted',
-        { runId, conversationId: 'c1', correlationId: 'm1', causationId: null },
-        'admission',
-        {
-          message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-          grant: { tools: ['list_funds'], model: 'm' },
-          limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-        },
-        new Date(),
-      ),
-      0,
-    );
+    const { seq } = await log.append(admittedEvent(runId), 0);
     await waitFor('the handler line', () => stderr.includes('fixture handled an event'));
     const fields = { runId, eventType: 'run.admitted', seq };
     expect(lines().find((l) => l.msg === 'handler failed; redelivering')).toMatchObject({

@@ -12,7 +12,7 @@ import { connect } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { makeEvent } from '@runplane/contracts';
+import { admittedEvent } from '../../../test/support/events.js';
 import { EventLog } from '@runplane/eventlog';
 import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
@@ -97,20 +97,7 @@ async function startHanging(name: string, graceSeconds: number): Promise<Started
   });
   await ready;
   const runId = `run-${name}-${tag}`;
-  await log.append(
-    makeEvent(
-      'run.admitted',
-      { runId, conversationId: 'c1', correlationId: 'm1', causationId: null },
-      'admission',
-      {
-        message: { messageId: 'm1', clientMessageId: 'cm1', content: 'hello', contentSha256: 'a'.repeat(64) },
-        grant: { tools: ['list_funds'], model: 'm' },
-        limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-      },
-      new Date(),
-    ),
-    0,
-  );
+  await log.append(admittedEvent(runId), 0);
   await line((l) => l.msg === 'fixture handler started');
   await log.close();
   return { proc, lines, line, exited };
