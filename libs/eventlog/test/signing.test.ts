@@ -178,6 +178,27 @@ describeEachNatsServer(servers, (server) => {
     expect(refused).toEqual([]);
   });
 
+  it('given a process read back what it appended itself (single and atomic batch), then it verifies none of it again, while another reader verifies each once', async () => {
+    const runId = `rown${tag}`;
+    await admissionLog.append(admittedEvent(runId), 0);
+    const t1 = await runtimeLog.append(turn(runId, 1), 0);
+    await runtimeLog.appendBatch([{ event: turn(runId, 2), expectedLastSubjectSeq: t1.seq }, { event: turn(runId, 3) }]);
+    const own = runtimeLog.signatures!.verifications;
+    const other = reader.signatures!.verifications;
+    expect((await runtimeLog.readRun(runId)).map((e) => e.event.type)).toEqual([
+      'run.admitted',
+      'model.turn.requested',
+      'model.turn.requested',
+      'model.turn.requested',
+    ]);
+    // the runtime verifies only admission's event; the reader all four, once each
+    expect(runtimeLog.signatures!.verifications - own).toBe(1);
+    expect((await reader.readRun(runId)).length).toBe(4);
+    await reader.readRun(runId);
+    expect(reader.signatures!.verifications - other).toBe(4);
+    expect(refused).toEqual([]);
+  });
+
   it('given the acknowledgement of a signed append lost, when it is retried, then the retry sends the same bytes and the stored event still verifies', async () => {
     const runId = `r2${tag}`;
     const js = admissionLog.js;
