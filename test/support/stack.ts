@@ -7,7 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
-import { RunplaneClient } from '@runplane/client';
+import { closedByServer, RunplaneClient } from '@runplane/client';
+import { retry } from '@runplane/kit/retry';
 import {
   createDevNatsTls,
   dropDatabase,
@@ -182,12 +183,12 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       return new RunplaneClient(stack.endpoints);
     },
     async modelRequests() {
-      const res = await fetch(`${modelAdmin}/stats`);
+      const res = await modelAdminFetch(`${modelAdmin}/stats`);
       const body = (await res.json()) as { chatRequests: number };
       return body.chatRequests;
     },
     async setScenario(scenario, key) {
-      const res = await fetch(`${modelAdmin}/scenario${key ? `?key=${encodeURIComponent(key)}` : ''}`, {
+      const res = await modelAdminFetch(`${modelAdmin}/scenario${key ? `?key=${encodeURIComponent(key)}` : ''}`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify(scenario),
@@ -248,6 +249,16 @@ async function auditOnStop(tag: string, log: EventLog, mode: 'report' | 'strict'
       .join('')}\n`,
   );
   if (mode === 'strict' && s.broken > 0) throw new Error(`the audit of ${tag}'s log found ${s.broken} broken run(s):\n${violations.join('\n')}`);
+}
+
+/**
+ * `fetch` to the scripted model's admin routes, tried once more on a new connection when the
+ * server closed the kept-alive one as the request went out ("other side closed": seen once by
+ * test/e2e/audit.test.ts in a full run at load 15-26), as {@link RunplaneClient} does for the services: setting a scenario under a
+ * key and reading the counters are safe to repeat.
+ */
+function modelAdminFetch(url: string, init?: RequestInit): Promise<Response> {
+  return retry('closedConnection', () => fetch(url, init), { shouldRetry: ({ error }) => closedByServer(error) });
 }
 
 /** Polls `fn` until it returns a non-null value or the timeout passes. */

@@ -99,7 +99,7 @@ function networkReason(e: unknown): string {
 }
 
 /** True when `fetch` failed because the server closed or reset the connection (not a refusal, not a timeout). */
-function closedByServer(e: unknown): boolean {
+export function closedByServer(e: unknown): boolean {
   // duck-typed: the errors may come from another realm (a test runner's vm context), where instanceof Error fails
   for (let cur: unknown = e, depth = 0; typeof cur === 'object' && cur !== null && depth < 5; depth++) {
     const { code, cause, errors } = cur as { code?: unknown; cause?: unknown; errors?: unknown[] };
