@@ -837,7 +837,9 @@ export class EventLog {
       throw new AppendRefused(subject, 'size', `${event.type} ${event.eventId} is ${bytes} bytes, over the broker's max_payload of ${maxPayload}`);
     }
     // signed once: every retry sends the same bytes with the same signature (de-duplication holds)
-    const headers = this.signedHeaders(subject, event, body) ?? traceHeaders();
+    const signedHeaders = this.signedHeaders(subject, event, body);
+    const signed = signedHeaders !== undefined;
+    const headers = signedHeaders ?? traceHeaders();
     let attempts = 0;
     const appended = retry(
       'transientAppend',
@@ -863,7 +865,10 @@ export class EventLog {
         }
         const stored: StoredEvent = { seq: ack.seq, subject, event: stamped };
         this.noteStored(subject, ack.seq);
-        if (!ack.duplicate) return { seq: ack.seq, stored, recovered: false };
+        if (!ack.duplicate) {
+          if (signed) this.signatures?.trustOwn(ack.seq, subject);
+          return { seq: ack.seq, stored, recovered: false };
+        }
         const existing = await this.getStored(ack.seq);
         if (attempts > 1 && existing?.event.eventId === event.eventId && existing.event.writer?.instance === this.writer.instance) {
           return { seq: ack.seq, stored: existing, recovered: true };
@@ -1044,8 +1049,10 @@ export class EventLog {
         return { seq, stored: { seq, subject: p.subject, event: { ...p.stamped, prevSeq } }, recovered };
       });
     const done = (results: AppendResult[]): AppendResult[] => {
-      for (const r of results) {
+      for (const [k, r] of results.entries()) {
         this.noteStored(r.stored.subject, r.seq);
+        // stored by this batch's commit (not one found stored before): signed here, so not verified again when delivered
+        if (!r.recovered && planned[k]!.signature.length > 0) this.signatures?.trustOwn(r.seq, r.stored.subject);
         onStored?.(r);
       }
       return results;
