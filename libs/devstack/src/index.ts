@@ -13,6 +13,7 @@ import { connect } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
+import { retry } from '@runplane/kit/retry';
 import {
   DEFAULT_DOWNSTREAM_CONSUMERS,
   downstreamConsumerNames,
@@ -365,12 +366,42 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
   }
 }
 
-/** True when PostgreSQL accepts a connection at `url`. */
-export async function postgresReachable(url: string): Promise<boolean> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
+/**
+ * Why PostgreSQL refused a connection for a passing reason, or null when the reason is lasting (no
+ * server listening, an unknown host, a refused login): a connect timeout on a loaded machine, too
+ * many clients (53300), a server starting or shutting down (57P03).
+ */
+export function passingDatabaseRefusal(e: unknown): string | null {
+  const err = e as { code?: string; message?: string };
+  if (err?.code === '53300') return 'too many clients';
+  if (err?.code === '57P03') return 'the server is starting or stopping';
+  if (/timeout|timed out|Connection terminated unexpectedly/i.test(err?.message ?? '')) return 'the connect timed out';
+  return null;
+}
+
+/**
+ * True when PostgreSQL accepts a connection at `url` within `patienceMs` (default 30,000 ms).
+ * A refusal for a passing reason ({@link passingDatabaseRefusal}) is tried again under the
+ * `databaseBusy` policy: a CI run saw a stack's start call PostgreSQL unreachable while 96 Runs
+ * of another file held the machine, so a 2 s connect timeout alone said "not reachable" of a
+ * server that was there. A server that does not listen answers false at once, so the CLI falls
+ * back to its embedded database without waiting.
+ */
+export async function postgresReachable(url: string, patienceMs = 30_000): Promise<boolean> {
   try {
-    await client.connect();
-    await client.end();
+    await retry(
+      'databaseBusy',
+      async () => {
+        const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
+        client.on('error', () => undefined);
+        try {
+          await client.connect();
+        } finally {
+          await client.end().catch(() => undefined);
+        }
+      },
+      { maxRetryTime: patienceMs, shouldRetry: ({ error }) => passingDatabaseRefusal(error) !== null },
+    );
     return true;
   } catch {
     return false;

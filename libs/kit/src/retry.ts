@@ -106,6 +106,12 @@ export const retryPolicies = {
    */
   closedConnection: { retries: 1, minTimeout: 0 },
   /**
+   * A PostgreSQL connection refused for a passing reason (the connect timed out on a loaded
+   * machine, too many clients, the server still starting): connect again 250, 500, 1,000 ms, then
+   * every 2,000, bounded by the caller's `maxRetryTime`. A server not listening is not retried.
+   */
+  databaseBusy: { retries: 1_000, minTimeout: 250, maxTimeout: 2_000, factor: 2 },
+  /**
    * An observer's event stream that ended before the settlement (K4: a disconnect is not a
    * cancel): resumed from the last event id 10 times, 500, 1,000, 2,000, ... ms, at most 5,000.
    */
