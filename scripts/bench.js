@@ -81,6 +81,7 @@ const { values: a } = parseArgs({
     parked: { type: 'string', default: '2000' },
     'parked-concurrency': { type: 'string', default: '16' },
     'parked-cap-s': { type: 'string', default: '1200' },
+    'parked-heap': { type: 'boolean', default: false },
     'audit-runs': { type: 'string', default: '100000' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
@@ -260,6 +261,8 @@ try {
       logDir: join(logDir, 'parked'),
       dataDir,
       env: { RUNPLANE_RUN_DEADLINE_SECONDS: String(PARKED_DEADLINE_S), RUNPLANE_WAIT_TTL_SECONDS: String(PARKED_DEADLINE_S) },
+      // --parked-heap: every service writes a V8 heap snapshot on SIGUSR2 (before and after the parks)
+      nodeFlags: a['parked-heap'] ? ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${join(logDir, 'parked-heap')}`] : [],
     });
     try {
       // Warm-up W1 Runs first, so that what the first Runs load (the model client, the tools) is in "before".
@@ -273,6 +276,7 @@ try {
         n,
         concurrency: Number(a['parked-concurrency']),
         capS: Number(a['parked-cap-s']),
+        heapDir: a['parked-heap'] ? join(logDir, 'parked-heap') : null,
         say,
         outFile: join(logDir, 'parked.json'),
       });

@@ -2,7 +2,8 @@
 // human (`ask_human`, K10: `wait.opened`, the lease released `parked`), and the RSS of the runtime
 // (and of every service) before and after (the parked-Runs goal: the runtime grows by at most 50 MiB for
 // 10,000 parked Runs).
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { num } from './stats.js';
 
 /** Goal: the runtime's RSS grows by at most this much with the parked Runs (docs/performance.md "Parked Runs", for 10,000), MiB. */
@@ -36,11 +37,14 @@ export function parkScenario() {
  *   it (the Runs parked by then are measured)
  * @param {number} o.quietS seconds without a new event in the stream before "after" is sampled
  * @param {number} o.stallS give up when no Run parks for this long
+ * @param {string|null} [o.heapDir] when set (`--parked-heap`, the services started with
+ *   `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=<heapDir>`), the runtime and recovery each write a
+ *   heap snapshot there before and after the parks (compare them with `node scripts/bench/heap-diff.js`)
  * @param {(s?: string) => void} o.say printer
  * @param {string} o.outFile JSON written there
  * @returns {{ n, parked, settled, admitS, parkS, before, after, runtimeGrowthMiB, goalMet }}
  */
-export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infinity, quietS = 5, stallS = 120, say, outFile }) {
+export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infinity, quietS = 5, stallS = 120, heapDir = null, say, outFile }) {
   const key = `park-${tag}`;
   const admin = modelUrl.replace(/\/v1$/, '/_scripted');
   const bind = await fetch(`${admin}/scenario?key=${encodeURIComponent(key)}`, {
@@ -87,9 +91,33 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
   });
   await h.log.nc.flush();
   const rssMiB = async () => Object.fromEntries((await h.idleRss()).map(([name, k]) => [name, k === null ? null : k / 1024]));
+  /** Has the runtime and recovery each write a heap snapshot into heapDir, named `<label>-<service>.heapsnapshot`. */
+  const snapshots = async (label) => {
+    if (!heapDir) return;
+    mkdirSync(heapDir, { recursive: true });
+    for (const [name, ps] of h.stack.replicas) {
+      if (name !== 'runtime' && name !== 'recovery') continue;
+      const pid = ps[0].child.pid;
+      const known = new Set(readdirSync(heapDir));
+      process.kill(pid, 'SIGUSR2');
+      // V8 writes Heap.<date>.<pid>.<seq>.heapsnapshot; done when its size stops changing
+      let file = null;
+      for (let last = -1, t = Date.now(); Date.now() - t < 300_000; await sleep(1000)) {
+        file ??= readdirSync(heapDir).find((f) => !known.has(f) && f.includes(`.${pid}.`) && f.endsWith('.heapsnapshot')) ?? null;
+        if (!file) continue;
+        const size = statSync(join(heapDir, file)).size;
+        if (size > 0 && size === last) break;
+        last = size;
+      }
+      if (!file) throw new Error(`${name} (pid ${pid}) wrote no heap snapshot into ${heapDir}`);
+      renameSync(join(heapDir, file), join(heapDir, `${label}-${name}.heapsnapshot`));
+      say(`  heap snapshot: ${join(heapDir, `${label}-${name}.heapsnapshot`)}`);
+    }
+  };
   const streamMessages = async () => (await h.log.jsm.streams.info(h.log.space.stream)).state.messages;
 
   try {
+    await snapshots('before');
     const before = await rssMiB();
     const eventsBefore = await streamMessages();
     say(
@@ -162,6 +190,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       count = c;
     }
     const after = await rssMiB();
+    await snapshots('after');
     const admitS = ((admittedAt ?? parkedAt) - t0) / 1000;
     const parkS = (parkedAt - t0) / 1000;
     const growth = (after.runtime ?? NaN) - (before.runtime ?? NaN);

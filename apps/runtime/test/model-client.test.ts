@@ -5,6 +5,7 @@
  * Runs of the process), and `max_tokens` carries the ledger's reservation.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { queryObjects } from 'node:v8';
 import { ModelClient } from '@runplane/app-runtime';
 import { startScriptedModel, type ScriptedModel } from '@runplane/app-scripted-model';
 import { modelRequestSeconds, modelTokensTotal } from '@runplane/service-kit';
@@ -77,6 +78,25 @@ describe('the model client (K7)', () => {
     expect(await c.waitForPause(new Date(Date.now() + 30_000).toISOString())).toBe(true);
     expect(Date.now() - sent).toBeGreaterThanOrEqual(1_000);
     expect(await c.waitForPause(undefined)).toBe(false); // no pause left
+  });
+
+  it('a finished request holds nothing: no timer and no abort signal stays alive until its bound (before: 2 signals per request, for a parked Run until its deadline)', async () => {
+    model.setScenario({ steps: [{ reply: { content: 'Done.' } }], then: 'repeat-last' }, 'held');
+    const c = client();
+    // the Run's own signal lives on (an executor's controller), as does a deadline hours away
+    const run = new AbortController();
+    const deadlineAt = new Date(Date.now() + 4 * 3_600_000).toISOString();
+    await c.turn(1, ask('held'), [], none, run.signal, { deadlineAt }); // what the first request loads is not counted
+    // live signals after full collections (queryObjects collects first), the finalizers of collected ones given their turn in between
+    const live = async () => {
+      queryObjects(AbortSignal, { format: 'count' });
+      await new Promise((r) => setTimeout(r, 10));
+      return queryObjects(AbortSignal, { format: 'count' }) as number;
+    };
+    const before = await live();
+    for (let i = 0; i < 20; i++) expect(await c.turn(1, ask('held'), [], none, run.signal, { deadlineAt })).toMatchObject({ ok: true });
+    expect((await live()) - before).toBeLessThan(10);
+    expect(run.signal.aborted).toBe(false);
   });
 
   it('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first', async () => {
