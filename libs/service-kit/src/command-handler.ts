@@ -8,7 +8,7 @@
 import { AbortError, retry } from '@runplane/kit';
 import { subjectTokenOf, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { AppendConflict, isTransientNatsError, MAX_EARLIER_SEQS, partitionOf, runFilter, type BatchItem, type EventLog } from '@runplane/eventlog';
-import { evolve, foldRun, type RunFacts } from '@runplane/run-facts';
+import { evolve, foldRun, parkedOn, type RunFacts } from '@runplane/run-facts';
 
 interface Entry {
   /** Every known event of the Run, in stream order. */
@@ -93,7 +93,10 @@ export interface ReadOptions {
  * A kept fold is only a hint: every decision made from it is still checked by the conditional
  * append on the owner's subject (K6), and a conflict makes the caller read the log again
  * ({@link RunCommandHandler.handle}). A fold is dropped at the Run's settlement (delivered), when
- * its partition starts here again, and past `capacity` (least recently used first).
+ * the Run parks (K10: waiting on a human or a child, it has nothing to decide until its wake, whose
+ * delivery reads the log once; 10,000 parked Runs would otherwise fill the cache and grow every
+ * service by its folds), when its partition starts here again, and past `capacity` (least
+ * recently used first).
  */
 export class RunFolds {
   private readonly entries = new Map<string, Entry>();
@@ -192,7 +195,7 @@ export class RunFolds {
       entry.current = false;
       return;
     }
-    this.entries.set(runId, this.merge(runId, entry, [stored], { [token]: stored.seq }));
+    this.keep(runId, this.merge(runId, entry, [stored], { [token]: stored.seq }));
   }
 
   /** The partition's consumer starts or stops here: folds of its Runs may lack what another process handles. */
@@ -263,8 +266,10 @@ export class RunFolds {
     return { ...this.fresh(runId, events, mergedLasts), current: entry.current, liveAfter: entry.liveAfter };
   }
 
+  /** Keeps the Run's fold as the most recently used, unless the Run is parked (see the class). */
   private keep(runId: string, entry: Entry): void {
     this.entries.delete(runId);
+    if (parkedOn(entry.facts)) return;
     this.entries.set(runId, entry);
     while (this.entries.size > this.capacity) this.entries.delete(this.entries.keys().next().value!);
   }

@@ -328,6 +328,58 @@ describe('RunFolds kept from deliveries', () => {
     }
   });
 
+  it('given a Run that parks on a question for a human (its wait.opened delivered), then its fold is dropped, and the decision on its wake reads the log once and sees the answer (K10)', async () => {
+    const runId = `park${tag}`;
+    const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-park', atomicBatches: 'always' });
+    const handler = new RunCommandHandler(own, 'runtime', () => new Date(1_000));
+    try {
+      const admitted = (await own.append(admit(runId), 0)).stored;
+      const first = await own.deliveries.handle(admitted, () => handler.handle(runId, requestNext));
+      expect(handler.folds.size).toBe(1);
+      // the turn asks a human: another writer completes it and opens the wait, both delivered here
+      const completed = await complete(b, await new RunCommandHandler(b, 'runtime').folds.read(runId), 1);
+      const afterCompletion = await new RunCommandHandler(b, 'runtime').folds.read(runId);
+      const opened = (
+        await b.append(
+          makeEvent(
+            'wait.opened',
+            contextFrom(afterCompletion.lastEvent!),
+            'w1',
+            { waitId: 'w1', toolCallId: 'c1', turn: 1, question: 'Which share class?', expiresAt: new Date(3_600_000).toISOString() },
+            new Date(2_500),
+          ),
+          afterCompletion.lastSeqByOwner.runtime,
+        )
+      ).stored;
+      await own.deliveries.handle(first.appended[0]!, async () => undefined);
+      await own.deliveries.handle(completed, async () => undefined);
+      expect(handler.folds.size).toBe(1);
+      await own.deliveries.handle(opened, async () => undefined);
+      expect(handler.folds.size).toBe(0); // parked: nothing kept for it (before: kept until 2,000 others pushed it out)
+      // the human answers (admission's subject); its delivery's decision reads the log, once, and is not kept while parked no more
+      const parked = await new RunCommandHandler(b, 'admission').folds.read(runId);
+      const answered = (
+        await b.append(
+          makeEvent(
+            'wait.answered',
+            contextFrom(parked.lastEvent!),
+            'w1-answer',
+            { waitId: 'w1', toolCallId: 'c1', answer: 'The ETF.', answeredBy: 'u', requestId: 'req-1' },
+            new Date(3_000),
+          ),
+          parked.lastSeqByOwner.admission,
+        )
+      ).stored;
+      const logReads = runReads.log;
+      const woken = await own.deliveries.handle(answered, () => handler.folds.read(runId));
+      expect(runReads.log - logReads).toBe(1);
+      expect(woken.waits.get('w1')?.answer).not.toBeNull();
+      expect(handler.folds.size).toBe(1); // no longer parked: kept again
+    } finally {
+      await own.close();
+    }
+  });
+
   it("given run.admitted delivered while it is the Run's last message to a service that does not decide on it, then its first decision, on a later delivery, reads nothing from the log", async () => {
     const runId = `first${tag}`;
     const own = await EventLog.connect({ ...SUITE_NATS, natsUrl, ...space, name: 'writer-own2', atomicBatches: 'always' });
