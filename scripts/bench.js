@@ -82,6 +82,7 @@ const { values: a } = parseArgs({
     'parked-concurrency': { type: 'string', default: '16' },
     'parked-cap-s': { type: 'string', default: '1200' },
     'parked-heap': { type: 'boolean', default: false },
+    'parked-idle-s': { type: 'string', default: '60' },
     'audit-runs': { type: 'string', default: '100000' },
     svg: { type: 'string' },
     'nats-bin': { type: 'string' },
@@ -277,6 +278,7 @@ try {
         concurrency: Number(a['parked-concurrency']),
         capS: Number(a['parked-cap-s']),
         heapDir: a['parked-heap'] ? join(logDir, 'parked-heap') : null,
+        idleS: Number(a['parked-idle-s']),
         say,
         outFile: join(logDir, 'parked.json'),
       });
@@ -324,7 +326,7 @@ if (soak)
   );
 if (parked)
   say(
-    `Parked Runs: ${parked.parked} parked; runtime RSS ${num(parked.before.runtime, 0)} -> ${num(parked.after.runtime, 0)} MiB (${parked.runtimeGrowthMiB >= 0 ? '+' : ''}${num(parked.runtimeGrowthMiB, 1)}; goal <= +50 MiB for 10,000: ${parked.goalMet === null ? 'not judged, fewer than 10,000' : parked.goalMet ? 'met' : 'NOT met'}); admitted in ${num(parked.admitS, 0)} s, all parked after ${num(parked.parkS, 0)} s`,
+    `Parked Runs: ${parked.parked} parked; runtime RSS ${num(parked.before.runtime, 0)} -> ${num(parked.idle.runtime, 0)} MiB ${parked.idleS} s after the parks (${parked.runtimeGrowthMiB >= 0 ? '+' : ''}${num(parked.runtimeGrowthMiB, 1)}; goal <= +50 MiB for 10,000: ${parked.goalMet === null ? 'not judged, fewer than 10,000' : parked.goalMet ? 'met' : 'NOT met'}); admitted in ${num(parked.admitS, 0)} s, all parked after ${num(parked.parkS, 0)} s`,
   );
 // The committed chart (docs/) is rewritten only by a full comparison (all three systems, the default
 // levels); any other run writes its chart beside its logs, unless --svg names a path ('' for none).

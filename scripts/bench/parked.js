@@ -36,6 +36,9 @@ export function parkScenario() {
  * @param {number} [o.capS] no admission starts after this many seconds, and the wait for the parks ends at twice
  *   it (the Runs parked by then are measured)
  * @param {number} o.quietS seconds without a new event in the stream before "after" is sampled
+ * @param {number} [o.idleS] seconds after "after" before "idle" is sampled (default 60): what the
+ *   processes hold with the Runs parked once the admission burst's garbage is collected and given
+ *   back; the goal is judged on it (both are printed)
  * @param {number} o.stallS give up when no Run parks for this long
  * @param {string|null} [o.heapDir] when set (`--parked-heap`, the services started with
  *   `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=<heapDir>`), the runtime and recovery each write a
@@ -44,7 +47,20 @@ export function parkScenario() {
  * @param {string} o.outFile JSON written there
  * @returns {{ n, parked, settled, admitS, parkS, before, after, runtimeGrowthMiB, goalMet }}
  */
-export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infinity, quietS = 5, stallS = 120, heapDir = null, say, outFile }) {
+export async function runParked({
+  h,
+  modelUrl,
+  tag,
+  n,
+  concurrency,
+  capS = Infinity,
+  quietS = 5,
+  idleS = 60,
+  stallS = 120,
+  heapDir = null,
+  say,
+  outFile,
+}) {
   const key = `park-${tag}`;
   const admin = modelUrl.replace(/\/v1$/, '/_scripted');
   const bind = await fetch(`${admin}/scenario?key=${encodeURIComponent(key)}`, {
@@ -91,6 +107,28 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
   });
   await h.log.nc.flush();
   const rssMiB = async () => Object.fromEntries((await h.idleRss()).map(([name, k]) => [name, k === null ? null : k / 1024]));
+  /**
+   * Each service's V8 heap from its `GET /metrics` (prom-client's `nodejs_heap_size_used_bytes` and
+   * `nodejs_heap_size_total_bytes`), MiB: what is live against what the process keeps for it, so an
+   * RSS growth can be told apart from objects kept per parked Run. Null for a service that did not answer.
+   */
+  const heapMiB = async () => {
+    const out = {};
+    for (const [name, ps] of h.stack.replicas) {
+      try {
+        const text = await (await fetch(`${ps[0].url}/metrics`, { signal: globalThis.AbortSignal.timeout(5_000) })).text();
+        const gauge = (metric) => Number(new RegExp(`^${metric}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN) / 1048576;
+        out[name] = { used: gauge('nodejs_heap_size_used_bytes'), total: gauge('nodejs_heap_size_total_bytes') };
+      } catch {
+        out[name] = null;
+      }
+    }
+    return out;
+  };
+  const heapLine = (heap) =>
+    Object.entries(heap)
+      .map(([k, v]) => `${k} ${v ? `${num(v.used, 0)}/${num(v.total, 0)}` : '?'}`)
+      .join(', ');
   /** Has the runtime and recovery each write a heap snapshot into heapDir, named `<label>-<service>.heapsnapshot`. */
   const snapshots = async (label) => {
     if (!heapDir) return;
@@ -119,6 +157,7 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
   try {
     await snapshots('before');
     const before = await rssMiB();
+    const heapBefore = await heapMiB();
     const eventsBefore = await streamMessages();
     say(
       `  RSS before: ${Object.entries(before)
@@ -190,10 +229,16 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       count = c;
     }
     const after = await rssMiB();
+    const heapAfter = await heapMiB();
+    say(`  ${idleS} s idle before the last sample...`);
+    await sleep(idleS * 1000);
+    const idle = await rssMiB();
+    const heapIdle = await heapMiB();
     await snapshots('after');
     const admitS = ((admittedAt ?? parkedAt) - t0) / 1000;
     const parkS = (parkedAt - t0) / 1000;
-    const growth = (after.runtime ?? NaN) - (before.runtime ?? NaN);
+    const growth = (idle.runtime ?? NaN) - (before.runtime ?? NaN);
+    const growthAtQuiet = (after.runtime ?? NaN) - (before.runtime ?? NaN);
     const scaled = (growth * 10_000) / Math.max(1, parkedRuns.size);
     const out = {
       n,
@@ -210,6 +255,12 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
       eventsPerParkedRun: (count - eventsBefore) / Math.max(1, runIds.length),
       before,
       after,
+      idle,
+      idleS,
+      heapBefore,
+      heapAfter,
+      heapIdle,
+      runtimeGrowthAtQuietMiB: growthAtQuiet,
       runtimeGrowthMiB: growth,
       runtimeGrowthPer10kMiB: scaled,
       goalMet: parkedRuns.size >= 10_000 ? growth <= PARKED_GROWTH_GOAL_MIB : null,
@@ -223,12 +274,24 @@ export async function runParked({ h, modelUrl, tag, n, concurrency, capS = Infin
         .join(', ')} MiB`,
     );
     say(
-      `  change:     ${Object.keys(after)
-        .map((k) => `${k} ${(after[k] - before[k] >= 0 ? '+' : '') + num(after[k] - before[k], 0)}`)
-        .join(', ')} MiB`,
+      `  RSS idle:   ${Object.entries(idle)
+        .map(([k, v]) => `${k} ${num(v, 0)}`)
+        .join(', ')} MiB (${idleS} s later)`,
     );
+    say(`  V8 heap used/total before: ${heapLine(heapBefore)} MiB`);
+    say(`  V8 heap used/total after:  ${heapLine(heapAfter)} MiB`);
+    say(`  V8 heap used/total idle:   ${heapLine(heapIdle)} MiB`);
+    for (const [label, at] of [
+      ['change after', after],
+      ['change idle', idle],
+    ])
+      say(
+        `  ${label.padEnd(12)} ${Object.keys(at)
+          .map((k) => `${k} ${(at[k] - before[k] >= 0 ? '+' : '') + num(at[k] - before[k], 0)}`)
+          .join(', ')} MiB`,
+      );
     say(
-      `  runtime RSS ${num(before.runtime, 0)} -> ${num(after.runtime, 0)} MiB: ${growth >= 0 ? '+' : ''}${num(growth, 1)} MiB for ${out.parked} parked Runs${out.parked >= 1000 ? ` (${num(scaled, 0)} MiB per 10,000 if linear)` : ''}; goal <= +${PARKED_GROWTH_GOAL_MIB} MiB for 10,000: ${out.goalMet === null ? `not judged (fewer than 10,000 parked${out.parked >= 1000 ? `; ${scaled <= PARKED_GROWTH_GOAL_MIB ? 'within it' : 'over it'} if linear` : ''})` : out.goalMet ? 'met' : 'NOT met'}`,
+      `  runtime RSS ${num(before.runtime, 0)} -> ${num(idle.runtime, 0)} MiB (${idleS} s idle after the parks; ${growthAtQuiet >= 0 ? '+' : ''}${num(growthAtQuiet, 1)} at ${quietS} s): ${growth >= 0 ? '+' : ''}${num(growth, 1)} MiB for ${out.parked} parked Runs${out.parked >= 1000 ? ` (${num(scaled, 0)} MiB per 10,000 if linear)` : ''}; goal <= +${PARKED_GROWTH_GOAL_MIB} MiB for 10,000: ${out.goalMet === null ? `not judged (fewer than 10,000 parked${out.parked >= 1000 ? `; ${scaled <= PARKED_GROWTH_GOAL_MIB ? 'within it' : 'over it'} if linear` : ''})` : out.goalMet ? 'met' : 'NOT met'}`,
     );
     writeFileSync(outFile, JSON.stringify(out, null, 1));
     say(`  written to ${outFile}`);

@@ -4,13 +4,14 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { StoredEvent } from '@runplane/contracts';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { DeadlineWatcher } from './deadline-watcher.service.js';
+import { LeaseWatcher } from './lease-watcher.service.js';
 import { decide } from './decide.js';
 
 /**
  * Recovery's adapter on the admission subjects: fences a Run's execution when its user's cancel
  * intent is recorded (K4, through {@link decide}), and records every admitted Run's deadline
  * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10), and forgets it
- * when the Run settles.
+ * and the Run's released lease ({@link LeaseWatcher.settled}) when the Run settles.
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
@@ -18,6 +19,7 @@ export class CancelController {
   constructor(
     private readonly commands: RunCommandHandler,
     private readonly deadlines: DeadlineWatcher,
+    private readonly leases: LeaseWatcher,
   ) {}
 
   @EventPattern('run.admitted')
@@ -31,10 +33,11 @@ export class CancelController {
     );
   }
 
-  /** A settled Run's deadline is forgotten at once (no clean-up pass has to read its log to find it ended). */
+  /** A settled Run's deadline and released lease are forgotten at once (no clean-up pass has to read its log to find it ended). */
   @EventPattern('run.settled')
   async onSettled(@Payload() stored: StoredEvent): Promise<void> {
     await this.deadlines.settled(stored.event.runId);
+    await this.leases.settled(stored.event.runId);
   }
 
   @EventPattern('run.cancel.requested')

@@ -24,6 +24,13 @@ export const RECOVERY_HEARTBEATS = Symbol('RECOVERY_HEARTBEATS');
 
 /** How often parked leases are checked against their Runs (to forget those of ended Runs), ms. */
 const PARKED_CLEANUP_EVERY_MS = 30_000;
+/**
+ * Most parked leases one clean-up pass checks (each check reads its Run from the log), taken in
+ * turn: a settled Run's key is forgotten at its settlement ({@link LeaseWatcher.settled}), so the
+ * pass is only the safety net. Checking every one each pass read 10,000 Runs every 30 s with
+ * 10,000 Runs parked, and recovery's RSS rose by 100 MiB while nothing happened.
+ */
+const PARKED_CLEANUP_BATCH = 200;
 
 /** Settings of recovery (contracts' LeaseConfig and RecoveryConfig). */
 export interface RecoverySettings {
@@ -90,6 +97,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   /** Parked leases whose wait expiry was already decided (`runId/wakeBy`). */
   private readonly expiryDecided = new Set<string>();
   private readonly parkedCleanupPass = new Periodic(PARKED_CLEANUP_EVERY_MS);
+  /** Where the next clean-up pass starts among the parked leases (they are checked in turn). */
+  private parkedCleanupCursor = 0;
 
   constructor(
     private readonly log: EventLog,
@@ -165,14 +174,16 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private async sweep(): Promise<void> {
     if (this.stopped) return;
     const now = Date.now();
-    const cleanup = this.parkedCleanupPass.due(now);
-    for (const entry of [...this.leases.values()]) {
+    const entries = [...this.leases.values()];
+    const parked = (e: LeaseEntry) => e.value.state === 'released' && (e.value.reason === 'parked' || e.value.reason === 'handover');
+    const toClean = this.parkedCleanupPass.due(now) ? this.nextCleanupBatch(entries.filter((e) => parked(e) && this.mine(e.runId))) : null;
+    for (const entry of entries) {
       const v = entry.value;
       if (!this.mine(entry.runId)) continue;
       try {
         // parked and handed-over leases are what a wake takes again at the next epoch: never fenced nor forgotten early
-        if (v.state === 'released' && (v.reason === 'parked' || v.reason === 'handover')) {
-          await this.sweepParked(entry, now, cleanup);
+        if (parked(entry)) {
+          await this.sweepParked(entry, now, toClean?.has(entry.runId) ?? false);
           continue;
         }
         if (v.state === 'held') {
@@ -329,6 +340,29 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     const set = this.recorded.get(runId) ?? new Set<string>();
     set.add(what);
     this.recorded.set(runId, set);
+  }
+
+  /** The Runs of the next {@link PARKED_CLEANUP_BATCH} parked leases, in turn from where the last pass stopped. */
+  private nextCleanupBatch(parked: LeaseEntry[]): Set<string> {
+    if (parked.length <= PARKED_CLEANUP_BATCH) return new Set(parked.map((e) => e.runId));
+    const start = this.parkedCleanupCursor % parked.length;
+    this.parkedCleanupCursor = start + PARKED_CLEANUP_BATCH;
+    const batch = parked.slice(start, start + PARKED_CLEANUP_BATCH);
+    if (batch.length < PARKED_CLEANUP_BATCH) batch.push(...parked.slice(0, PARKED_CLEANUP_BATCH - batch.length));
+    return new Set(batch.map((e) => e.runId));
+  }
+
+  /**
+   * A Run settled (its `run.settled` delivered): a lease it left released (parked or handed over,
+   * never woken again) is forgotten now, key and memory, instead of by a clean-up pass that reads
+   * the Run to find it ended. A held lease is left to the sweep. Idempotent.
+   * @throws NATS errors from deleting the key (the delivery is retried).
+   */
+  async settled(runId: string): Promise<void> {
+    const entry = this.leases.get(runId);
+    if (entry?.value.state !== 'released') return;
+    await this.store.forget(runId);
+    this.drop(runId);
   }
 
   /**

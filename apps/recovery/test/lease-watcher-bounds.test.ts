@@ -72,4 +72,22 @@ describeEachNatsServer(servers, (server) => {
     await until(() => sizes(watcher).leases === 0);
     expect(sizes(watcher)).toEqual({ leases: 0, recorded: 0, spared: 0, folds: 0 });
   });
+  it('given Runs parked (their leases released parked), when they settle, then their keys and what the watcher kept of them are gone at once, not at a clean-up pass; a held lease is left to the sweep', async () => {
+    const runs = Array.from({ length: 3 }, (_, i) => `p${i}${tag}`);
+    for (const runId of runs) {
+      const held = await leases.acquire(runId, holder, 60_000);
+      if (!('epoch' in held)) throw new Error('not taken');
+      await leases.release(held, holder, 'parked', new Date(Date.now() + 3_600_000).toISOString());
+    }
+    const heldRun = `h${tag}`;
+    if (!('epoch' in (await leases.acquire(heldRun, holder, 60_000)))) throw new Error('not taken');
+    await until(() => sizes(watcher).leases === runs.length + 1);
+    for (const runId of runs) await watcher.settled(runId);
+    await watcher.settled(heldRun);
+    for (const runId of runs) expect(await leases.get(runId)).toBeNull();
+    expect(await leases.get(heldRun)).not.toBeNull();
+    expect(sizes(watcher).leases).toBe(1);
+    await leases.forget(heldRun);
+    await until(() => sizes(watcher).leases === 0);
+  });
 });
