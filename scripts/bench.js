@@ -26,13 +26,17 @@
 //   parked    (only when asked: --only parked) --parked N Runs (default 2000) that each park on a
 //             question for a human (the scripted model answers their first turn with ask_human),
 //             --parked-concurrency at a time admitted and not yet parked (default 16; none started after
-//             --parked-cap-s, default 1200, and the wait for the parks ends at twice it); RSS of every service before and
-//             after (goal: the runtime grows by at most 50 MiB for 10,000). <logs>/parked.json.
+//             --parked-cap-s, default 1200, and the wait for the parks ends at twice it); RSS and V8 heap of every
+//             service before, 5 s after the last park and --parked-idle-s later (default 60; goal, judged
+//             there: the runtime grows by at most 50 MiB for 10,000). --parked-heap: the runtime and recovery
+//             write heap snapshots before and after (<logs>/parked-heap/; compare them with
+//             `node scripts/bench/heap-diff.js <before> <after>`). <logs>/parked.json.
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate
 //          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
-//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200 --audit-runs 100000
+//          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200 --parked-idle-s 60
+//          --parked-heap --audit-runs 100000
 //          --nats-bin PATH (the nats-server to start; default: the one scripts/fetch-nats-server.sh caches)
 //          --nats-cluster (a 3-node JetStream cluster on loopback instead of one server; Runplane's
 //          stream and buckets at 3 replicas, the CPU of all three nodes counted)]

@@ -14,7 +14,7 @@ import {
   type LeaseEntry,
 } from '@runplane/eventlog';
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
-import { Periodic, type KvWatch } from '@runplane/kit';
+import { InTurn, Periodic, type KvWatch } from '@runplane/kit';
 import { leaseExpiriesTotal, RunCommandHandler } from '@runplane/service-kit';
 import { decide, expiredLease, lostAfterHandover } from './decide.js';
 
@@ -97,8 +97,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   /** Parked leases whose wait expiry was already decided (`runId/wakeBy`). */
   private readonly expiryDecided = new Set<string>();
   private readonly parkedCleanupPass = new Periodic(PARKED_CLEANUP_EVERY_MS);
-  /** Where the next clean-up pass starts among the parked leases (they are checked in turn). */
-  private parkedCleanupCursor = 0;
+  /** The parked leases the next clean-up pass checks: at most {@link PARKED_CLEANUP_BATCH}, in turn. */
+  private readonly parkedCleanupTurn = new InTurn(PARKED_CLEANUP_BATCH);
 
   constructor(
     private readonly log: EventLog,
@@ -176,7 +176,9 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     const now = Date.now();
     const entries = [...this.leases.values()];
     const parked = (e: LeaseEntry) => e.value.state === 'released' && (e.value.reason === 'parked' || e.value.reason === 'handover');
-    const toClean = this.parkedCleanupPass.due(now) ? this.nextCleanupBatch(entries.filter((e) => parked(e) && this.mine(e.runId))) : null;
+    const toClean = this.parkedCleanupPass.due(now)
+      ? new Set(this.parkedCleanupTurn.next(entries.filter((e) => parked(e) && this.mine(e.runId))).map((e) => e.runId))
+      : null;
     for (const entry of entries) {
       const v = entry.value;
       if (!this.mine(entry.runId)) continue;
@@ -340,16 +342,6 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     const set = this.recorded.get(runId) ?? new Set<string>();
     set.add(what);
     this.recorded.set(runId, set);
-  }
-
-  /** The Runs of the next {@link PARKED_CLEANUP_BATCH} parked leases, in turn from where the last pass stopped. */
-  private nextCleanupBatch(parked: LeaseEntry[]): Set<string> {
-    if (parked.length <= PARKED_CLEANUP_BATCH) return new Set(parked.map((e) => e.runId));
-    const start = this.parkedCleanupCursor % parked.length;
-    this.parkedCleanupCursor = start + PARKED_CLEANUP_BATCH;
-    const batch = parked.slice(start, start + PARKED_CLEANUP_BATCH);
-    if (batch.length < PARKED_CLEANUP_BATCH) batch.push(...parked.slice(0, PARKED_CLEANUP_BATCH - batch.length));
-    return new Set(batch.map((e) => e.runId));
   }
 
   /**
