@@ -52,7 +52,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { makeEvent } from '@runplane/contracts';
-import { repoRoot } from '@runplane/devstack';
+import { repoRoot, stopEverything } from '@runplane/devstack';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings';
 import { foldRun } from '@runplane/run-facts';
@@ -142,6 +142,25 @@ let demo = null;
 let readCost;
 let soak = null;
 let parked = null;
+
+// Ctrl-C or a SIGTERM stops everything this bench started before it exits (130): the services and
+// the scripted model (devstack's processes), its NATS servers and their folders, and its databases
+// (`rp_<tag>...`). Without it an interrupted bench left its nats-servers and scripted model running.
+let interrupted = false;
+for (const signal of ['SIGINT', 'SIGTERM'])
+  process.once(signal, () => {
+    if (interrupted) return;
+    interrupted = true;
+    say(`\n${signal}: stopping everything bench ${tag} started...`);
+    void (async () => {
+      await stopEverything().catch(() => undefined);
+      for (const c of [...cleanups].reverse()) await c().catch(() => undefined);
+      const dbs = await pgc.query('SELECT datname FROM pg_database WHERE datname LIKE $1', [`rp\\_${tag}%`]).catch(() => ({ rows: [] }));
+      for (const { datname } of dbs.rows) await pgc.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => undefined);
+      await pgc.end().catch(() => undefined);
+      process.exit(130);
+    })();
+  });
 
 try {
   await pgc.connect();
