@@ -10,8 +10,9 @@ import { decide } from './decide.js';
 /**
  * Recovery's adapter on the admission subjects: fences a Run's execution when its user's cancel
  * intent is recorded (K4, through {@link decide}), and records every admitted Run's deadline
- * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10), and forgets it
- * and the Run's released lease ({@link LeaseWatcher.settled}) when the Run settles.
+ * durably so that the {@link DeadlineWatcher} stops it if nobody else does (K10), re-arms its
+ * no-progress check when a parked Run is woken, and forgets it and the Run's released lease
+ * ({@link LeaseWatcher.settled}) when the Run settles.
  */
 @Controller()
 @UseFilters(PassThroughEventErrors)
@@ -38,6 +39,18 @@ export class CancelController {
   async onSettled(@Payload() stored: StoredEvent): Promise<void> {
     await this.deadlines.settled(stored.event.runId);
     await this.leases.settled(stored.event.runId);
+  }
+
+  /** A parked Run's wake (an answer to its question for a human) re-arms its no-progress check (K7; {@link DeadlineWatcher.woken}). */
+  @EventPattern('wait.answered')
+  onWaitAnswered(@Payload() stored: StoredEvent): void {
+    this.deadlines.woken(stored.event.runId);
+  }
+
+  /** A parked Run's wake (a child it waits for settled) re-arms its no-progress check (K7; {@link DeadlineWatcher.woken}). */
+  @EventPattern('child.run.settled')
+  onChildSettled(@Payload() stored: StoredEvent): void {
+    this.deadlines.woken(stored.event.runId);
   }
 
   @EventPattern('run.cancel.requested')

@@ -1,10 +1,10 @@
 import { Inject, Injectable, Logger, Optional, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { KvWatchEntry } from '@nats-io/kv';
-import { LeaseStore, PartitionOwnership } from '@runplane/eventlog';
+import { LeaseStore, PartitionOwnership, partitionOf } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { InTurn, Periodic, retry, type KvWatch } from '@runplane/kit';
-import { noProgressClock } from '@runplane/run-facts';
 import { decide } from './decide.js';
+import { nextProgressCheck } from './progress-checks.js';
 import { DeadlineStore, type DeadlineEntry } from './deadlines.js';
 import { RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
@@ -38,7 +38,11 @@ const CLEANUP_BATCH = 200;
  * Run's own log) and decides `NoProgress`, which fences it `no-progress` whoever holds its lease
  * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
  * Run costs one read per limit, not one per sweep (a Run this process saw admitted is first read
- * one limit after its admission); a restarted recovery reads every Run once.
+ * one limit after its admission); a restarted recovery reads every Run once. A Run found parked
+ * (on a human or a child, K10) is not read again until its wake is delivered
+ * ({@link DeadlineWatcher.woken}) or its partition comes to this replica again
+ * ({@link nextProgressCheck}): with 10,000 Runs parked for hours, re-reading each once per limit
+ * (300 s by default) was 33 reads a second for nothing.
  *
  * With several recovery replicas each sweeps only the Runs of the partitions it owns
  * ({@link PartitionOwnership.owns}); every replica follows the whole bucket, so a partition that
@@ -48,8 +52,11 @@ const CLEANUP_BATCH = 200;
 export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('recovery');
   private readonly deadlines = new Map<string, DeadlineEntry>();
-  /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: no such limit). */
+  /** When each Run's no-progress clock may run out next (epoch ms; absent: read it on the next sweep; Infinity: nothing to judge until a wake). */
   private readonly progressDue = new Map<string, number>();
+  /** Runs whose wake was delivered since their last no-progress check began (a check that read the log before the wake re-arms at once). */
+  private readonly woke = new Set<string>();
+  private stopFollowingOwnership: (() => void) | null = null;
   private watch: KvWatch | null = null;
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
@@ -75,6 +82,11 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
       onError: (what, error) =>
         this.logger.warn({ error: error.message }, what === 'failed' ? 'deadline watch failed; watching again' : 'could not watch the deadlines yet'),
     });
+    // a partition that comes (back) to this replica may hold parked Runs woken while it was elsewhere
+    this.stopFollowingOwnership =
+      this.ownership?.onChange(({ added }) => {
+        if (added.length) this.recheckParked((runId) => added.includes(partitionOf(runId, this.ownership!.partitionCount)));
+      }) ?? null;
     this.timer = setInterval(() => {
       this.sweeping ??= this.sweep().finally(() => (this.sweeping = null));
     }, this.settings.sweepMs);
@@ -103,6 +115,23 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     this.forgetRun(runId);
   }
 
+  /**
+   * Re-arms a Run's no-progress check at its wake (a delivered `wait.answered` or
+   * `child.run.settled`, which restart its clock, K7): a parked Run is not read until then
+   * ({@link nextProgressCheck}). The next sweep reads it; a check reading it at this moment re-arms
+   * itself. Nothing for a Run this replica does not track.
+   */
+  woken(runId: string): void {
+    if (!this.deadlines.has(runId)) return;
+    this.progressDue.delete(runId);
+    this.woke.add(runId);
+  }
+
+  /** Forgets when the matching Runs with nothing to judge are due, so that the next sweep reads each of them once again. */
+  private recheckParked(matches: (runId: string) => boolean): void {
+    for (const [runId, due] of this.progressDue) if (due === Infinity && matches(runId)) this.progressDue.delete(runId);
+  }
+
   /** Keeps one entry of the bucket: a deadline, or a Run whose deadline is gone (it ended). */
   private take(e: KvWatchEntry): void {
     if (e.operation !== 'PUT') {
@@ -123,6 +152,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private forgetRun(runId: string): void {
     this.deadlines.delete(runId);
     this.progressDue.delete(runId);
+    this.woke.delete(runId);
     this.commands.folds.forget(runId);
   }
 
@@ -158,6 +188,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
 
   /** Decides `NoProgress` for one Run and notes when its clock may run out next (see the class comment). */
   private async checkProgress(runId: string): Promise<void> {
+    this.woke.delete(runId);
     try {
       const { facts, appended } = await this.commands.handle(runId, (f, at) => decide(f, { type: 'NoProgress' }, at));
       if (appended.length) {
@@ -165,16 +196,11 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
         await this.stopHolder(runId);
       }
       const now = Date.now();
-      const clock = noProgressClock(facts, new Date(now));
-      const ended = facts.settled || facts.fenced || facts.finished;
-      // passed but not fenced (a conflict decided nothing): the next sweep tries again; past the
-      // limit but not passed means parked: its wake restarts the clock, so a limit from now at least
-      let due: number;
-      if (ended || !clock || clock.limitMs === null) due = Infinity;
-      else if (clock.passed) due = now;
-      else if (clock.sinceMs >= clock.limitMs) due = now + clock.limitMs;
-      else due = Date.parse(clock.dueAt!);
-      this.progressDue.set(runId, due);
+      // fenced now: nothing more to judge (a conflict that decided nothing is tried again: nextProgressCheck)
+      const due = appended.length ? Infinity : nextProgressCheck(facts, now);
+      // woken while the log was being read (the facts may predate the wake): read it again on the next sweep
+      if (due === Infinity && this.woke.delete(runId) && !(facts.settled || facts.fenced || facts.finished)) return;
+      if (this.deadlines.has(runId)) this.progressDue.set(runId, due);
     } catch (e) {
       this.logger.warn({ runId, error: (e as Error).message }, 'no-progress check failed; retried on the next sweep');
     }
@@ -197,6 +223,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   async onApplicationShutdown(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    this.stopFollowingOwnership?.();
     this.watch?.stop();
     await this.sweeping;
   }
