@@ -31,7 +31,7 @@ import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
-import { releaseStartupMemory } from '@runplane/kit/memory';
+import { IdleMemoryRelease, releaseStartupMemory } from '@runplane/kit/memory';
 import { shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
 
 export * from './config.js';
@@ -354,7 +354,8 @@ function answerPartitions(app: INestApplication, res: RawResponse): void {
  * Starts a service as a process: {@link startService} with shutdown hooks, then prints exactly one
  * line `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and
  * the demo wait for it; logs go to stderr), after one full garbage collection that returns the
- * start-up's garbage to the OS (kit `releaseStartupMemory`). SIGTERM/SIGINT shut down gracefully
+ * start-up's garbage to the OS (kit `releaseStartupMemory`); from then on the heap pages a burst of
+ * work freed go back to the OS once the service is quiet again (kit `IdleMemoryRelease`). SIGTERM/SIGINT shut down gracefully
  * within `RUNPLANE_SHUTDOWN_GRACE_SECONDS` (shutdown.ts): the drain, then the consumers stop
  * fetching and their in-flight handlers finish, connections drain, the process exits 0; past the
  * bound it logs what it could not finish and exits 1; a second signal exits at once.
@@ -364,6 +365,8 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   // what loading the modules and starting Nest left behind goes back to the OS before any work
   // (with the heartbeat thread's own, 17-21 MiB of idle RSS per service; docs/performance.md)
   releaseStartupMemory();
+  // and what a burst of work freed, once the service is quiet again (V8 keeps freed pages resident)
+  new IdleMemoryRelease().start();
   process.stdout.write(`${spec.name} ready on ${url}\n`);
   return app;
 }

@@ -1,0 +1,62 @@
+/**
+ * Giving a quiet service's freed heap pages back (kit memory.ts): the decision, given/when/then,
+ * and on a real Node process a burst of ~200 MiB of objects whose freed pages a regular full
+ * collection leaves resident in V8's page pool, given back by one look of {@link IdleMemoryRelease}.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { decideMemoryRelease, DEFAULT_MEMORY_RELEASE, type MemoryReleaseState } from '@runplane/kit/memory';
+
+const MiB = 2 ** 20;
+const policy = DEFAULT_MEMORY_RELEASE; // 32 MiB, quiet below 5 %
+const given = (state: MemoryReleaseState) => ({
+  when: (committedMiB: number, rssMiB: number, busy: number) =>
+    decideMemoryRelease(state, { committed: committedMiB * MiB, rss: rssMiB * MiB, busy }, policy),
+});
+/** After a start or a collection: 40 MiB committed, 80 MiB resident outside the heap. */
+const settled: MemoryReleaseState = { peakCommitted: 40 * MiB, outsideAfterRelease: 80 * MiB };
+
+describe('decideMemoryRelease', () => {
+  it('given a heap that grew to 180 MiB and fell back to 100, when the service is quiet, then collect', () => {
+    const during = given(settled).when(180, 300, 0.9);
+    expect(during.release).toBe(false); // busy: only the peak is noted
+    expect(during.state.peakCommitted).toBe(180 * MiB);
+    expect(given(during.state).when(100, 300, 0.01).release).toBe(true);
+  });
+  it('given the same fall, when the service is busy, then leave it (the work reuses the pages; the pause would hit requests)', () => {
+    expect(given({ ...settled, peakCommitted: 180 * MiB }).when(100, 300, 0.2).release).toBe(false);
+  });
+  it('given a fall smaller than 32 MiB and no growth outside the heap, then leave it', () => {
+    expect(given({ ...settled, peakCommitted: 60 * MiB }).when(40, 120, 0).release).toBe(false);
+  });
+  it('given a burst between two looks (no peak seen) whose pages stayed resident outside the committed heap, when quiet, then collect', () => {
+    expect(given(settled).when(40, 160, 0).release).toBe(true); // 120 MiB outside, 40 more than after the last collection
+  });
+});
+
+describe('IdleMemoryRelease on a real process', () => {
+  const fixture = fileURLToPath(new URL('./fixtures/heap-burst.mjs', import.meta.url));
+  const run = (...args: string[]) =>
+    JSON.parse(
+      execFileSync(process.execPath, ['--expose-gc', '--max-semi-space-size=4', fixture, ...args], {
+        encoding: 'utf8',
+        env: { ...process.env, NODE_OPTIONS: '' },
+      }),
+    ) as {
+      rssBefore: number;
+      rssAfter: number;
+      committed: number;
+      released: boolean;
+    };
+
+  it('given a burst of ~200 MiB freed by a regular full collection (its pages still resident), when the quiet service is looked at, then the pages go back to the OS', () => {
+    const kept = run();
+    // the regular collection shrank the committed heap but the pages stayed resident
+    expect(kept.rssBefore - kept.committed).toBeGreaterThan(100 * MiB);
+    expect(kept.rssAfter).toBeGreaterThan(kept.rssBefore - 20 * MiB);
+    const given = run('release');
+    expect(given.released).toBe(true);
+    expect(given.rssAfter).toBeLessThan(given.rssBefore - 100 * MiB);
+  });
+});
