@@ -118,6 +118,26 @@ describe('the no-progress limit (K7)', () => {
     expect(timeline.status).toBe(0);
     expect(timeline.stdout).toMatch(/model\.output\.progress .*still streaming \(\d+ chars so far/);
   }, 90_000);
+
+  it('a Run parked on a human has no clock until its wake: answered, it runs again and a model that only sends keep-alive chunks gets it fenced no-progress (recovery re-arms the check at the delivered answer)', async () => {
+    const key = `woken-${t.tag}`;
+    const { runId } = await ask(key, [
+      { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which share class?' } }] } },
+      { rawChunks: [...Array.from({ length: 125 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
+    ]);
+    const opened = await eventually(async () => ofType(await t.log.readRun(runId), 'wait.opened')[0] ?? null, 30_000, 'the question for a human');
+    await eventually(async () => ((await t.client.getRun(runId))?.status === 'awaiting_human' ? true : null), 30_000, 'the Run parked');
+    const answeredAt = Date.now();
+    expect((await t.client.answerWait(runId, opened.data.waitId, 'Class A')).status).toBe(202);
+    const settled = await eventually(async () => ofType(await t.log.readRun(runId), 'run.settled')[0] ?? null, 40_000, 'the settlement');
+    expect(settled.data.outcome).toBe('failed');
+    expect(settled.data.reason).toMatch(/^no-progress: /);
+    const events = await t.log.readRun(runId);
+    expect(ofType(events, 'run.fenced').map((f) => f.data.reason)).toEqual(['no-progress', 'no-progress']);
+    expect(ofType(events, 'model.turn.requested')).toHaveLength(2); // the woken Run asked the model again
+    // within the limit after the answer (the answer is progress) plus the sweep and the settlement
+    expect(Date.parse(settled.occurredAt) - answeredAt).toBeLessThan(NO_PROGRESS_SECONDS * 1000 + 8_000);
+  });
 });
 
 /** One sample of a Prometheus text exposition, or 0 when the series is absent. */

@@ -41,6 +41,18 @@ export class CancelController {
     await this.leases.settled(stored.event.runId);
   }
 
+  /** A Run parked on a question for a human is not read for its no-progress clock until its wake (K7; {@link DeadlineWatcher.parked}). */
+  @EventPattern('wait.opened')
+  onWaitOpened(@Payload() stored: StoredEvent): void {
+    this.deadlines.parked(stored.event.runId);
+  }
+
+  /** A Run parked on a child Run is not read for its no-progress clock until its wake (K7; {@link DeadlineWatcher.parked}). */
+  @EventPattern('child.run.requested')
+  onChildRequested(@Payload() stored: StoredEvent): void {
+    this.deadlines.parked(stored.event.runId);
+  }
+
   /** A parked Run's wake (an answer to its question for a human) re-arms its no-progress check (K7; {@link DeadlineWatcher.woken}). */
   @EventPattern('wait.answered')
   onWaitAnswered(@Payload() stored: StoredEvent): void {

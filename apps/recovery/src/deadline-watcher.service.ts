@@ -38,8 +38,9 @@ const CLEANUP_BATCH = 200;
  * Run's own log) and decides `NoProgress`, which fences it `no-progress` whoever holds its lease
  * (a runtime receiving only keep-alive chunks still renews it: renewals are not progress). So a
  * Run costs one read per limit, not one per sweep (a Run this process saw admitted is first read
- * one limit after its admission); a restarted recovery reads every Run once. A Run found parked
- * (on a human or a child, K10) is not read again until its wake is delivered
+ * one limit after its admission); a restarted recovery reads every Run once. A Run that parks (on
+ * a human or a child, K10) before its first check is not read at all ({@link DeadlineWatcher.parked}),
+ * and one found parked is not read again, until its wake is delivered
  * ({@link DeadlineWatcher.woken}) or its partition comes to this replica again
  * ({@link nextProgressCheck}): with 10,000 Runs parked for hours, re-reading each once per limit
  * (300 s by default) was 33 reads a second for nothing.
@@ -56,6 +57,8 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   private readonly progressDue = new Map<string, number>();
   /** Runs whose wake was delivered since their last no-progress check began (a check that read the log before the wake re-arms at once). */
   private readonly woke = new Set<string>();
+  /** Runs this replica saw admitted and has neither read nor seen woken since: a park delivered for one of them is its first ({@link DeadlineWatcher.parked}). */
+  private readonly unread = new Set<string>();
   private stopFollowingOwnership: (() => void) | null = null;
   private watch: KvWatch | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -100,7 +103,20 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   async record(runId: string, deadlineAt: string, firstProgressDue: number | null = null): Promise<void> {
     await this.store.record(runId, deadlineAt);
     this.deadlines.set(runId, { runId, deadlineAt });
-    if (!this.progressDue.has(runId)) this.progressDue.set(runId, firstProgressDue ?? Infinity);
+    if (!this.progressDue.has(runId)) {
+      this.progressDue.set(runId, firstProgressDue ?? Infinity);
+      this.unread.add(runId);
+    }
+  }
+
+  /**
+   * Notes a Run's first park (a delivered `wait.opened` or `child.run.requested`): a Run parked on
+   * a human or a child has no no-progress clock until its wake, so it is not read at all
+   * ({@link nextProgressCheck}). Only for a Run not read nor woken since its admission was seen: a
+   * park delivered late, after its wake or a check, is left to the check (it reads the Run).
+   */
+  parked(runId: string): void {
+    if (this.unread.delete(runId) && this.deadlines.has(runId)) this.progressDue.set(runId, Infinity);
   }
 
   /**
@@ -122,6 +138,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
    * itself. Nothing for a Run this replica does not track.
    */
   woken(runId: string): void {
+    this.unread.delete(runId);
     if (!this.deadlines.has(runId)) return;
     this.progressDue.delete(runId);
     this.woke.add(runId);
@@ -153,6 +170,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
     this.deadlines.delete(runId);
     this.progressDue.delete(runId);
     this.woke.delete(runId);
+    this.unread.delete(runId);
     this.commands.folds.forget(runId);
   }
 
@@ -189,6 +207,7 @@ export class DeadlineWatcher implements OnApplicationBootstrap, OnApplicationShu
   /** Decides `NoProgress` for one Run and notes when its clock may run out next (see the class comment). */
   private async checkProgress(runId: string): Promise<void> {
     this.woke.delete(runId);
+    this.unread.delete(runId);
     try {
       const { facts, appended } = await this.commands.handle(runId, (f, at) => decide(f, { type: 'NoProgress' }, at));
       if (appended.length) {

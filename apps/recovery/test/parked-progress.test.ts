@@ -157,6 +157,35 @@ describeEachNatsServer(servers, (server) => {
     await w.onApplicationShutdown();
   });
 
+  it('given a Run whose park is delivered before its first check, then it is never read while parked; its wake re-arms the check', async () => {
+    const w = await startWatcher();
+    const runId = `first-${tag}`;
+    const h = parkedRun(runId);
+    await append(h);
+    await w.record(runId, DEADLINE, Date.now() + 500); // first check half a second after "admission"
+    w.parked(runId); // as CancelController does on the delivered wait.opened
+    await sweepsPass(30); // a second and a half: past the first check and the 1 s limit
+    expect(reads.get(runId) ?? 0).toBe(0);
+    await append(h.waitAnswered('q', 'SPY'), h.events.length - 1);
+    w.woken(runId);
+    await until(async () => (await fencedReason(runId)) === 'no-progress');
+    expect(reads.get(runId)).toBe(1);
+    await w.onApplicationShutdown();
+  });
+
+  it('given a park delivered late, after the Run was woken, then it changes nothing: the woken Run is still checked', async () => {
+    const w = await startWatcher();
+    const runId = `late-${tag}`;
+    const h = parkedRun(runId).waitAnswered('q', 'SPY');
+    await append(h);
+    await w.record(runId, DEADLINE, Date.now() + 60_000);
+    w.woken(runId);
+    w.parked(runId); // the wait.opened handled after the wake's
+    await until(async () => (await fencedReason(runId)) === 'no-progress');
+    expect(reads.get(runId)).toBe(1);
+    await w.onApplicationShutdown();
+  });
+
   it('given a wake delivered while the check is reading the log (it read the Run still parked), then the Run is read again at the next sweep', async () => {
     const w = await startWatcher();
     const runId = `race-${tag}`;
