@@ -20,7 +20,7 @@ import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import {

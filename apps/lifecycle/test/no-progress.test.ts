@@ -1,7 +1,7 @@
 /** The lifecycle settles a Run fenced `no-progress` (K7, K9): `failed`, saying no answer was produced, or `partial` when text was committed. */
 import { describe, expect, it } from '@jest/globals';
 import { History } from '../../../test/support/history.js';
-import { lifecycle, settles } from './lifecycle-spec.js';
+import { settles } from './lifecycle-spec.js';
 
 /** Recovery's fence after 60 s of silence, with model turn 1 in flight. */
 const fence = (h: History) =>
