@@ -28,6 +28,20 @@ const post = async (conversationId: string, body: unknown) => {
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 };
 
+/** Binds the scenario of the Run asking `key`: it asks a human "Which fund?" (and parks), then answers in two passages. */
+async function scriptAskWhichFund(key: string): Promise<void> {
+  await t.setScenario(
+    {
+      steps: [
+        { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
+        { reply: { content: 'SPY it is.\n\nDone.' } },
+      ],
+      then: 'error',
+    },
+    key,
+  );
+}
+
 describe('K1 first cut: admission is idempotent by clientMessageId', () => {
   it('same id and text returns the same Run with no new event; other text is a 409 that changes nothing', async () => {
     const first = await t.client.postMessage('conv-k1', { clientMessageId: 'k1-a', content: 'What does SPY hold?' });
@@ -159,16 +173,7 @@ describe('K4 first cut: a disconnect only detaches the observer', () => {
 
   it('a cursor that is not a position of this Run (beyond the end, another Run) is refused with 400 naming it, while the Run is parked and after it settled; a valid cursor replays exactly the rest and the stream ends at the settlement; the CLI says so and exits 1', async () => {
     const key = `k4-cursor-${t.tag}`;
-    await t.setScenario(
-      {
-        steps: [
-          { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
-          { reply: { content: 'SPY it is.\n\nDone.' } },
-        ],
-        then: 'error',
-      },
-      key,
-    );
+    await scriptAskWhichFund(key);
     const other = await t.client.postMessage('conv-k4-cursor', { clientMessageId: `${key}-other`, content: 'hello' });
     const otherEvents = await t.waitForSettlement(other.body.runId);
     const { body } = await t.client.postMessage('conv-k4-cursor', { clientMessageId: key, content: `[${key}] Which fund do you mean?` });
@@ -272,16 +277,7 @@ describe('observers at scale and over time (K4; docs/operations.md: keep-alive e
       return before === (await consumers()) ? before : null;
     }, 30_000);
     const key = `k4-many-${t.tag}`;
-    await t.setScenario(
-      {
-        steps: [
-          { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which fund?' } }] } },
-          { reply: { content: 'SPY it is.\n\nDone.' } },
-        ],
-        then: 'error',
-      },
-      key,
-    );
+    await scriptAskWhichFund(key);
     const { body } = await t.client.postMessage('conv-k4-many', { clientMessageId: key, content: `[${key}] Which fund do you mean?` });
     const runId = body.runId;
     const opened = await eventually(

@@ -16,7 +16,7 @@ import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType,
 import { downstreamEnvOf, natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { foldRun } from '@runplane/run-facts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, scriptParentAndChild, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
 beforeAll(async () => {
@@ -91,22 +91,7 @@ describe('runplane audit (K11)', () => {
     // a child Run spawned by its parent
     const parentKey = `parent-${t.tag}`;
     const childKey = `kid-${t.tag}`;
-    await t.setScenario(
-      {
-        steps: [
-          {
-            reply: {
-              content: '',
-              toolCalls: [{ id: `call_spawn_${parentKey}`, name: 'spawn_subagent', arguments: { question: `[${childKey}] What does DIA hold?` } }],
-            },
-          },
-          { reply: { content: "The parent's answer, from its sub-agent." } },
-        ],
-        then: 'error',
-      },
-      parentKey,
-    );
-    await t.setScenario({ steps: [{ reply: { content: 'DIA holds the 30 Dow stocks.' } }], then: 'error' }, childKey);
+    await scriptParentAndChild(t, parentKey, childKey, { reply: { content: 'DIA holds the 30 Dow stocks.' } });
     runs.parent = (await t.client.postMessage('conv-audit-child', { clientMessageId: parentKey, content: `[${parentKey}] Research DIA` })).body.runId;
     // a cancel while the model is slow
     const cancelKey = `cancel-${t.tag}`;

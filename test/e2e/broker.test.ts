@@ -28,6 +28,8 @@ import {
   type BusUser,
   type EventSigner,
 } from '@runplane/eventlog';
+import { forgedSettlement } from '../support/events.js';
+import { waitForType } from '../support/faults.js';
 import { trySubscribe } from '../support/nats-server.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -93,17 +95,6 @@ async function ask(key: string, steps?: unknown[]): Promise<string> {
   return admitted.body.runId;
 }
 
-async function waitForType(runId: string, type: RunEvent['type']): Promise<StoredEvent[]> {
-  return eventually(
-    async () => {
-      const events = await t.log.readRun(runId);
-      return events.some((e) => e.event.type === type) ? events : null;
-    },
-    30_000,
-    `${type} of ${runId}`,
-  );
-}
-
 /** Every durable consumer of the stack has nothing pending or unacknowledged, and redelivered nothing. */
 async function consumersDrained(): Promise<Record<string, { pending: number; ackPending: number; redelivered: number }>> {
   const names = BUS_SERVICES.flatMap((s) => durableNamesOf(t.log.space, s));
@@ -127,7 +118,7 @@ describe('authority enforced by the broker (K9)', () => {
   it('refuses a settlement published by the runtime user on a live Run; the Run settles once, by the lifecycle', async () => {
     const key = 'k9-forged-settlement';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 2_000 }]);
-    const admitted = (await waitForType(runId, 'model.turn.requested')).find((e) => e.event.type === 'run.admitted')!.event;
+    const admitted = (await waitForType(t, runId, 'model.turn.requested')).find((e) => e.event.type === 'run.admitted')!.event;
     const ctx = { runId, conversationId: admitted.conversationId, correlationId: admitted.eventId, causationId: admitted.eventId };
     const forged = makeEvent(
       'run.settled',
@@ -166,7 +157,7 @@ describe('authority enforced by the broker (K9)', () => {
   it("lets no user but the admin read another user's replies, while the services' own requests are answered and a Run completes", async () => {
     const key = 'inbox-per-user';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 1_000 }]);
-    await waitForType(runId, 'model.turn.requested');
+    await waitForType(t, runId, 'model.turn.requested');
     // while the runtime holds its lease and the services read the log and their buckets
     const seen: unknown[] = [];
     for (const user of BUS_USERS) {
@@ -320,7 +311,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
   it('a foreign message on a live Run’s runtime subject does not break the runtime: it appends after it and the Run completes', async () => {
     const key = 'foreign-on-runtime';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}, despite the foreign message.` }, delayMs: 2_000 }]);
-    await waitForType(runId, 'model.turn.requested');
+    await waitForType(t, runId, 'model.turn.requested');
     const admin = await connectAs('admin');
     await jetstream(admin).publish(runSubject(t.log.space, runId, 'runtime'), 'a foreign message {');
     const events = await t.waitForSettlement(runId, 60_000);
@@ -427,7 +418,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
   it('a settlement forged on the wrong partition of a live Run (with the header a conditional append stores) is terminated by every consumer, counted, and never read', async () => {
     const key = 'wrong-partition';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 2_000 }]);
-    await waitForType(runId, 'model.turn.requested');
+    await waitForType(t, runId, 'model.turn.requested');
     const admitted = (await t.log.readRun(runId)).find((e) => e.event.type === 'run.admitted')!.event;
     const forged = makeEvent(
       'run.settled',
@@ -469,19 +460,7 @@ describe('broken and hostile messages never stall anything (K11)', () => {
 
   it('a forged event of a Run that was never admitted: the projector skips it, and projections rebuild reports it and goes on', async () => {
     const runId = randomUUID();
-    const forged = makeEvent(
-      'run.settled',
-      { runId, conversationId: randomUUID(), correlationId: randomUUID(), causationId: null },
-      'settlement',
-      {
-        outcome: 'completed',
-        reason: 'forged',
-        passageIds: [],
-        receipts: [],
-        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-      },
-      new Date(),
-    );
+    const forged = forgedSettlement({ runId, conversationId: randomUUID(), correlationId: randomUUID(), causationId: null });
     await jetstream(await connectAs('admin')).publish(runSubject(t.log.space, runId, 'lifecycle'), JSON.stringify({ ...forged, prevSeq: 0 }), {
       expect: { lastSubjectSequence: 0 },
     });
@@ -595,7 +574,7 @@ describe('observers (K4)', () => {
     const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
     try {
       const runId = await eventually(async () => /Run (\S+) admitted/.exec(stdout)?.[1] ?? null, 20_000, 'the CLI to admit its Run');
-      await waitForType(runId, 'model.turn.requested');
+      await waitForType(t, runId, 'model.turn.requested');
       await forgeSettlement(runId, 'failed', 'forged-for-the-cli');
       const code = await exited;
       process.stdout.write(`runplane ask with a forged settlement: exit ${code}\n${stdout}${stderr}\n`);
@@ -612,7 +591,7 @@ describe('observers (K4)', () => {
   it("removes an SSE observer's server-side consumer when the observer leaves, not minutes later", async () => {
     const key = 'sse-leaves';
     const runId = await ask(key, [{ reply: { content: `The answer of ${key}.` }, delayMs: 5_000 }]);
-    await waitForType(runId, 'model.turn.requested');
+    await waitForType(t, runId, 'model.turn.requested');
     const consumers = async () => (await t.log.jsm.streams.info(t.log.space.stream)).state.consumer_count;
     const before = await consumers();
     const abort = new AbortController();

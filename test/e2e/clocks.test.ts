@@ -11,7 +11,7 @@ import { connect } from '@nats-io/transport-node';
 import { sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { natsUserOptions, runSubject } from '@runplane/eventlog';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, settledProjection, startTestStack, type TestStack } from '../support/stack.js';
 
 const NO_PROGRESS_SECONDS = 5;
 let t: TestStack;
@@ -268,14 +268,7 @@ describe('clocks and budget in the Run projection, the timeline and the CLI (K7)
       events = await t.waitForSettlement(runId, 30_000);
     }
     expect(ofType(events, 'run.settled')[0]!.data.outcome).toBe('completed');
-    const view = await eventually(
-      async () => {
-        const v = await t.client.getRun(runId);
-        return v?.status === 'settled' ? v : null;
-      },
-      20_000,
-      'the settled projection',
-    );
+    const view = await settledProjection(t, runId);
     const admitted = ofType(events, 'run.admitted')[0]!;
     const firstRequest = ofType(events, 'model.turn.requested')[0]!;
     const finished = ofType(events, 'run.execution.finished')[0]!;

@@ -19,12 +19,12 @@
  * records them; the HTTP side of Continue and replies is admission's.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { admissionIds, makeEvent, sha256Hex, type EventData, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, settledRunOf, startTestStack, type TestStack } from '../support/stack.js';
 
 const MAX_CHARS = 16_000;
 const dir = mkdtempSync(join(tmpdir(), 'rp-context-'));
@@ -41,12 +41,11 @@ beforeAll(async () => {
       RUNPLANE_TOOL_THREADS: '6',
       RUNPLANE_CONTEXT_MAX_CHARS: String(MAX_CHARS),
     },
-    { audit: 'report' },
+    { audit: 'report', removeOnStop: [dir] },
   ); // forges events on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 type Body = { messages: WireMessage[] };
@@ -165,34 +164,27 @@ describe('continuation (K3)', () => {
   let parentEvents: StoredEvent[] = [];
 
   beforeAll(async () => {
-    await t.setScenario(
-      {
-        steps: [
-          {
-            reply: {
-              content: '',
-              toolCalls: [
-                ...[5, 6, 7].flatMap((top) => [
-                  { name: 'get_holdings', arguments: { fund: 'SPY', top } },
-                  { name: 'get_holdings', arguments: { fund: 'QQQ', top } },
-                ]),
-              ],
-            },
+    ({ runId: parentRunId, events: parentEvents } = await settledRunOf(t, 'conv-continue', parentKey, parentRequest, {
+      steps: [
+        {
+          reply: {
+            content: '',
+            toolCalls: [
+              ...[5, 6, 7].flatMap((top) => [
+                { name: 'get_holdings', arguments: { fund: 'SPY', top } },
+                { name: 'get_holdings', arguments: { fund: 'QQQ', top } },
+              ]),
+            ],
           },
-          // succeeded, but with no provenance: never carried
-          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-ok' } }] } },
-          // outlives the tool timeout: unknown
-          { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-effect', sleepMs: 24000 } }] } },
-          { reply: { content: 'SPY and QQQ holdings were read.\n\nThe recording outcome is unknown.' } },
-        ],
-        then: 'error',
-      },
-      parentKey,
-    );
-    const posted = await t.client.postMessage('conv-continue', { clientMessageId: parentKey, content: parentRequest });
-    expect(posted.status).toBe(201);
-    parentRunId = posted.body.runId;
-    parentEvents = await t.waitForSettlement(parentRunId, 60_000);
+        },
+        // succeeded, but with no provenance: never carried
+        { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-ok' } }] } },
+        // outlives the tool timeout: unknown
+        { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: 'ctx-effect', sleepMs: 24000 } }] } },
+        { reply: { content: 'SPY and QQQ holdings were read.\n\nThe recording outcome is unknown.' } },
+      ],
+      then: 'error',
+    }));
     const receipts = ofType(parentEvents, 'tool.call.receipt').map((e) => [e.event.data.name, e.event.data.status]);
     expect(receipts).toEqual([
       ...Array.from({ length: 6 }, () => ['get_holdings', 'succeeded']),

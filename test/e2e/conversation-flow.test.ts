@@ -22,7 +22,7 @@ import { join } from 'node:path';
 import type { WireMessage } from '@runplane/app-scripted-model';
 import { repoRoot } from '@runplane/devstack';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, settledRunOf, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
 beforeAll(async () => {
@@ -179,33 +179,26 @@ describe('Continue and a follow-up in one conversation (K2, K3)', () => {
   let parentEvents: StoredEvent[] = [];
 
   beforeAll(async () => {
-    await t.setScenario(
-      {
-        steps: [
-          {
-            reply: {
-              content: `${preamble}\n\n`,
-              toolCalls: [
-                { name: 'get_holdings', arguments: { fund: 'SPY', top: 5 } },
-                { name: 'get_holdings', arguments: { fund: 'QQQ', top: 5 } },
-              ],
-            },
+    ({ runId: parentRunId, events: parentEvents } = await settledRunOf(t, conv, parentKey, parentRequest, {
+      steps: [
+        {
+          reply: {
+            content: `${preamble}\n\n`,
+            toolCalls: [
+              { name: 'get_holdings', arguments: { fund: 'SPY', top: 5 } },
+              { name: 'get_holdings', arguments: { fund: 'QQQ', top: 5 } },
+            ],
           },
-          { reply: { content: '', toolCalls: [{ name: 'get_holdings', arguments: { fund: 'SPY', top: 8 } }] } },
-          {
-            reply: {
-              content: `${finalText}\n\nNot answered: holdings of VGT.\n\`\`\`json runplane-unanswered\n${JSON.stringify({ unanswered: GAPS })}\n\`\`\``,
-            },
+        },
+        { reply: { content: '', toolCalls: [{ name: 'get_holdings', arguments: { fund: 'SPY', top: 8 } }] } },
+        {
+          reply: {
+            content: `${finalText}\n\nNot answered: holdings of VGT.\n\`\`\`json runplane-unanswered\n${JSON.stringify({ unanswered: GAPS })}\n\`\`\``,
           },
-        ],
-        then: 'error',
-      },
-      parentKey,
-    );
-    const posted = await post(conv, { clientMessageId: parentKey, content: parentRequest });
-    expect(posted.status).toBe(201);
-    parentRunId = posted.body.runId as string;
-    parentEvents = await t.waitForSettlement(parentRunId, 60_000);
+        },
+      ],
+      then: 'error',
+    }));
     expect(ofType(parentEvents, 'run.settled')[0]!.event.data).toMatchObject({ outcome: 'partial', unanswered: GAPS });
     expect(ofType(parentEvents, 'tool.call.receipt').map((e) => [e.event.data.name, e.event.data.status])).toEqual([
       ['get_holdings', 'succeeded'],

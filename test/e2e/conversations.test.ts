@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
@@ -18,6 +18,7 @@ import { admissionIds, clarificationReplyRunId } from '@runplane/app-admission';
 import { clarificationIdOf, makeEvent, sha256Hex, type RunEvent, type RunEventOf, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { natsUserOptions, runSubject } from '@runplane/eventlog';
+import { forgedSettlement } from '../support/events.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-conv-'));
@@ -34,12 +35,11 @@ beforeAll(async () => {
       // no drain: a SIGTERM mid-turn interrupts the Run (the parent "interrupted by lost execution ownership" below)
       RUNPLANE_DRAIN_SECONDS: '0',
     },
-    { audit: 'report' },
+    { audit: 'report', removeOnStop: [dir] },
   ); // forges events on the bus
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
-  rmSync(dir, { recursive: true, force: true });
 });
 
 type Json = Record<string, unknown>;
@@ -557,19 +557,7 @@ async function forgeSettledWithoutTurn(conversationId: string, clientMessageId: 
         now,
       ),
     ),
-    makeEvent(
-      'run.settled',
-      ctx,
-      'settlement',
-      {
-        outcome: 'completed',
-        reason: 'forged',
-        passageIds: [],
-        receipts: [],
-        usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-      },
-      now,
-    ),
+    forgedSettlement(ctx, now),
   ];
   const lasts: Record<string, number> = {};
   for (const e of events) {

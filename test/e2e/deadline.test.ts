@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Kvm } from '@nats-io/kv';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { reportRow } from '../support/faults.js';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, settledProjection, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 // long enough for recovery to be stopped and started again before it passes on a loaded 2-core machine
@@ -212,14 +212,7 @@ describe('a deadline passing while nobody executes the Run (K10)', () => {
     expect(settled[0]!.data.reason).toMatch(/deadline/);
     expect(settled[0]!.data.reason).not.toMatch(/token budget/);
     // the Run projection: one model request, and no request of unknown usage (the one never sent used nothing)
-    const view = await eventually(
-      async () => {
-        const v = await t.client.getRun(body.runId);
-        return v?.status === 'settled' ? v : null;
-      },
-      20_000,
-      'the settled projection',
-    );
+    const view = await settledProjection(t, body.runId);
     expect(view).toMatchObject({ modelRequests: 1, unknownUsageTurns: 1 }); // the 429 reply: usage not reported
   }, 90_000);
 });

@@ -13,7 +13,7 @@ import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node'
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JsMsg } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { makeEvent } from '@runplane/contracts';
-import { natsCaEnvOf, provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { provisionedAdminLog, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import {
   bucketName,
   BUS_BUCKETS,
@@ -83,22 +83,7 @@ beforeAll(async () => {
   nats = await startSecuredNats({ stateDir, space, downstream });
   // the server requires TLS (a private CA made for it): every client of this file verifies it
   tls = natsTlsOptions(nats.url, nats.caFile);
-  const env = {
-    NATS_URL: nats.url,
-    ...natsCaEnvOf(nats),
-    RUNPLANE_STREAM: S,
-    RUNPLANE_SUBJECT_PREFIX: space.prefix,
-    RUNPLANE_PARTITIONS: String(space.partitions),
-  };
-  await provisionAsAdmin(env, nats.users, downstream);
-  admin = await EventLog.connect({
-    natsUrl: nats.url,
-    ...space,
-    name: 'admin',
-    user: nats.users.admin.user,
-    pass: nats.users.admin.password,
-    caFile: nats.caFile!,
-  });
+  admin = await provisionedAdminLog(nats, space, downstream);
   await admin.append(admitted, 0);
   await admin.append(turn, 0);
   // as every client of the user must: replies on its own inbox (docs/consumers.md)

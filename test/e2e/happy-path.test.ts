@@ -9,22 +9,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { runSubject } from '@runplane/eventlog';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, quickRecoveryEnv, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 let t: TestStack;
 
 beforeAll(async () => {
-  t = await startTestStack(
-    'happy',
-    {
-      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-      RUNPLANE_RECOVERY_SWEEP_MS: '100',
-      RUNPLANE_ACK_WAIT_MS: '2000',
-      RUNPLANE_DRAIN_SECONDS: '0',
-    },
-    { audit: 'strict' },
-  );
+  t = await startTestStack('happy', quickRecoveryEnv(LEASE_TTL_MS), { audit: 'strict' });
 }, 120_000);
 afterAll(async () => {
   await t?.stop();

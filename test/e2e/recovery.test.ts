@@ -6,54 +6,24 @@
  * log. Short lease and sweep timings keep the file fast.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { RunEvent, StoredEvent } from '@runplane/contracts';
+import type { StoredEvent } from '@runplane/contracts';
 import { RunplaneHttpError } from '@runplane/client';
-import { lostFacts, reportRow } from '../support/faults.js';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { lostFacts, modelRequestsFor, ofType, reportRow, waitForType } from '../support/faults.js';
+import { eventually, quickRecoveryEnv, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 let t: TestStack;
 
 beforeAll(async () => {
-  t = await startTestStack(
-    'recov',
-    {
-      RUNPLANE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-      RUNPLANE_RECOVERY_SWEEP_MS: '100',
-      RUNPLANE_ACK_WAIT_MS: '2000',
-      // no drain: SIGTERM aborts at once, as past the drain bound (the drain itself: test/e2e/drain.test.ts)
-      RUNPLANE_DRAIN_SECONDS: '0',
-    },
-    { audit: 'strict' },
-  );
+  t = await startTestStack('recov', quickRecoveryEnv(LEASE_TTL_MS), { audit: 'strict' });
 }, 120_000);
 afterAll(async () => {
   await t?.stop();
 });
 
-const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
-  events.filter((e) => e.event.type === type).map((e) => e.event as Extract<RunEvent, { type: T }>);
-
 /** Binds a scenario whose first model request answers only after `delayMs`, then the research policy. */
 async function slowFirstTurn(key: string, delayMs: number): Promise<void> {
   await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs }] }, key);
-}
-
-async function modelRequestsFor(key: string): Promise<number> {
-  const res = await fetch(`${t.stack.modelUrl.replace(/\/v1$/, '/_scripted')}/stats`);
-  const body = (await res.json()) as { perKey?: Record<string, number> };
-  return body.perKey?.[key] ?? 0;
-}
-
-async function waitForType(runId: string, type: RunEvent['type']): Promise<StoredEvent[]> {
-  return eventually(
-    async () => {
-      const events = await t.log.readRun(runId);
-      return events.some((e) => e.event.type === type) ? events : null;
-    },
-    30_000,
-    `${type} of ${runId}`,
-  );
 }
 
 /** The value of the series `name` on `service`'s /metrics, with `label` among its labels when given (0 when absent). */
@@ -76,10 +46,10 @@ describe('a runtime that dies mid-Run (K10)', () => {
     const key = `kill9-${t.tag}`;
     await slowFirstTurn(key, 6_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-    await waitForType(body.runId, 'model.turn.requested');
+    await waitForType(t, body.runId, 'model.turn.requested');
     // mid-turn means the request reached the model: under a loaded suite the kill could otherwise
     // land between the append of model.turn.requested and the HTTP request
-    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
+    await eventually(async () => ((await modelRequestsFor(t, key)) >= 1 ? true : null), 10_000, 'the model request');
     await killed('runtime', 'SIGKILL');
     const killedAt = Date.now();
     const events = await t.waitForSettlement(body.runId, 30_000);
@@ -106,7 +76,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
     // a restarted runtime does not resume the Run: no second request to the model for it
     await t.stack.startService('runtime');
     await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
-    expect(await modelRequestsFor(key)).toBe(1);
+    expect(await modelRequestsFor(t, key)).toBe(1);
     const after = await t.log.readRun(body.runId);
     expect(after.filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
     expect(ofType(after, 'run.settled')).toHaveLength(1);
@@ -114,7 +84,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
       fault: 'runtime kill -9 mid model turn',
       runs: 1,
       settled: '1 x interrupted',
-      duplicates: (await modelRequestsFor(key)) - 1,
+      duplicates: (await modelRequestsFor(t, key)) - 1,
       lost: lostFacts(events, after).length,
       settleMs,
     });
@@ -129,8 +99,8 @@ describe('a runtime that dies mid-Run (K10)', () => {
     const key = `sigterm-${t.tag}`;
     await slowFirstTurn(key, 8_000);
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-    await waitForType(body.runId, 'model.turn.requested');
-    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
+    await waitForType(t, body.runId, 'model.turn.requested');
+    await eventually(async () => ((await modelRequestsFor(t, key)) >= 1 ? true : null), 10_000, 'the model request');
     const stoppedAt = Date.now();
     await t.stack.stopService('runtime');
     const events = await t.waitForSettlement(body.runId, 30_000);
@@ -142,7 +112,7 @@ describe('a runtime that dies mid-Run (K10)', () => {
     const settleMs = Date.now() - stoppedAt;
     await t.stack.startService('runtime');
     await new Promise((r) => setTimeout(r, 2 * LEASE_TTL_MS));
-    expect(await modelRequestsFor(key)).toBe(1);
+    expect(await modelRequestsFor(t, key)).toBe(1);
     const after = await t.log.readRun(body.runId);
     expect(lostFacts(events, after)).toEqual([]);
     reportRow({ fault: 'runtime SIGTERM mid model turn', runs: 1, settled: '1 x interrupted', duplicates: 0, lost: 0, settleMs });
@@ -155,13 +125,13 @@ describe('a frozen holder (K6)', () => {
     await slowFirstTurn(key, 3_000);
     const frozen = t.stack.services.get('runtime')!;
     const { body } = await t.client.postMessage('conv-recovery', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-    const requested = await waitForType(body.runId, 'model.turn.requested');
+    const requested = await waitForType(t, body.runId, 'model.turn.requested');
     const holder = requested.find((e) => e.event.type === 'model.turn.requested')!.event.writer!;
     expect(holder.epoch).toBe(1);
     // mid-turn: the request is on its way to the model (recorded in the log is not enough: under
     // load a freeze right after the record caught the holder before it sent the request, and the
     // fenced holder, thawed, rightly never sent it)
-    await eventually(async () => ((await modelRequestsFor(key)) >= 1 ? true : null), 10_000, 'the model request');
+    await eventually(async () => ((await modelRequestsFor(t, key)) >= 1 ? true : null), 10_000, 'the model request');
     // frozen first (mid-turn: the model answers only after 3 s), then a second runtime process on
     // the same consumers; the other way round, a slow start under load let the turn finish unfrozen
     frozen.child.kill('SIGSTOP');
@@ -190,7 +160,7 @@ describe('a frozen holder (K6)', () => {
     expect(staleWrites).toEqual([]);
     expect(ofType(final, 'model.turn.completed')).toHaveLength(0);
     expect(ofType(final, 'run.settled')).toHaveLength(1);
-    expect(await modelRequestsFor(key)).toBe(1);
+    expect(await modelRequestsFor(t, key)).toBe(1);
     expect(lostFacts(atSettlement, final)).toEqual([]);
     reportRow({
       fault: 'runtime SIGSTOP past its lease, SIGCONT later (2 runtimes)',
@@ -209,7 +179,7 @@ describe('cancel versus disconnect (K4)', () => {
     const key = `cancel-${t.tag}`;
     await slowFirstTurn(key, 10_000);
     const { body } = await t.client.postMessage('conv-cancel', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-    await waitForType(body.runId, 'model.turn.requested');
+    await waitForType(t, body.runId, 'model.turn.requested');
     const asked = Date.now();
     const first = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
     const again = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
@@ -227,7 +197,7 @@ describe('cancel versus disconnect (K4)', () => {
     expect(settleMs).toBeLessThan(8_000); // well before the model's 10 s reply
     reportRow({ fault: 'cancel during a model turn', runs: 1, settled: '1 x canceled', duplicates: 0, lost: 0, settleMs });
     await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
-    expect(await modelRequestsFor(key)).toBe(1);
+    expect(await modelRequestsFor(t, key)).toBe(1);
     expect((await t.log.readRun(body.runId)).filter((e) => e.event.type === 'model.turn.requested')).toHaveLength(1);
   }, 60_000);
 

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, settledProjection, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 let t: TestStack;
@@ -93,14 +93,7 @@ describe('passages committed while the answer streams', () => {
     expect(ofType(events, 'passage.committed')).toHaveLength(1);
     const answer = await t.client.getAnswer(runId);
     expect(answer).toMatchObject({ complete: false, outcome: 'interrupted', text: PARAGRAPHS[0] });
-    const view = await eventually(
-      async () => {
-        const v = await t.client.getRun(runId);
-        return v?.status === 'settled' ? v : null;
-      },
-      20_000,
-      'the settled projection',
-    );
+    const view = await settledProjection(t, runId);
     expect(view).toMatchObject({ outcome: 'interrupted', passages: 1 });
     expect(await projectedPassages(runId)).toEqual([{ index: 0, version: 1, text: PARAGRAPHS[0] }]);
     await t.stack.startService('runtime');

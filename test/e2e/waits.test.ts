@@ -17,7 +17,7 @@ import type { StoredEvent } from '@runplane/contracts';
 import { RunplaneHttpError } from '@runplane/client';
 import type { ServiceName } from '@runplane/devstack';
 import { effectsOf, kill9, modelRequestsFor, ofType, sleep, until, waitForType } from '../support/faults.js';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, scriptParentAndChild, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 const WAIT_TTL_SECONDS = 25;
@@ -233,31 +233,11 @@ function startExpiringRun() {
   return expiring;
 }
 
-/** A parent that spawns a sub-agent on turn 1 and answers on turn 2; the child (its own key) answers on its turn 1. */
-async function scriptChild(parentKey: string, childKey: string, childStep: Record<string, unknown>): Promise<void> {
-  await t.setScenario(
-    {
-      steps: [
-        {
-          reply: {
-            content: '',
-            toolCalls: [{ id: `call_spawn_${parentKey}`, name: 'spawn_subagent', arguments: { question: `[${childKey}] What does DIA hold?` } }],
-          },
-        },
-        { reply: { content: `The parent's answer, from its sub-agent.` } },
-      ],
-      then: 'error',
-    },
-    parentKey,
-  );
-  await t.setScenario({ steps: [childStep], then: 'error' }, childKey);
-}
-
 describe('a child Run (K7, K10)', () => {
   it('is admitted once with a grant carved from its parent, settles, and wakes the parent exactly once with its result', async () => {
     const parentKey = `parent-${t.tag}`;
     const childKey = `kid-${t.tag}`;
-    await scriptChild(parentKey, childKey, { reply: { content: 'DIA holds the 30 Dow stocks.' } });
+    await scriptParentAndChild(t, parentKey, childKey, { reply: { content: 'DIA holds the 30 Dow stocks.' } });
     const { body } = await t.client.postMessage('conv-children', { clientMessageId: parentKey, content: `[${parentKey}] Research DIA` });
     const runId = body.runId;
     const requested = ofType(await waitForType(t, runId, 'child.run.requested'), 'child.run.requested')[0]!;
@@ -300,7 +280,7 @@ describe('a child Run (K7, K10)', () => {
   it('kill -9 of the runtime while the child runs: the child is not spawned again, the parent asks the model nothing until its one wake, then completes', async () => {
     const parentKey = `kparent-${t.tag}`;
     const childKey = `kkid-${t.tag}`;
-    await scriptChild(parentKey, childKey, { reply: { content: 'never delivered' }, delayMs: 8_000 });
+    await scriptParentAndChild(t, parentKey, childKey, { reply: { content: 'never delivered' }, delayMs: 8_000 });
     const { body } = await t.client.postMessage('conv-children', { clientMessageId: parentKey, content: `[${parentKey}] Research DIA` });
     const runId = body.runId;
     const requested = ofType(await waitForType(t, runId, 'child.run.requested'), 'child.run.requested')[0]!;
@@ -333,7 +313,7 @@ describe('a child Run (K7, K10)', () => {
   it('a cancel of the parked parent settles it canceled and cancels the child still running', async () => {
     const parentKey = `cparent-${t.tag}`;
     const childKey = `ckid-${t.tag}`;
-    await scriptChild(parentKey, childKey, { reply: { content: 'too slow' }, delayMs: 20_000 });
+    await scriptParentAndChild(t, parentKey, childKey, { reply: { content: 'too slow' }, delayMs: 20_000 });
     const { body } = await t.client.postMessage('conv-children', { clientMessageId: parentKey, content: `[${parentKey}] Research DIA` });
     const runId = body.runId;
     const childRunId = ofType(await waitForType(t, runId, 'child.run.requested'), 'child.run.requested')[0]!.data.childRunId;

@@ -18,7 +18,7 @@ import { decide as runtimeDecide } from '@runplane/app-runtime';
 import { durableNamesOf, LeaseStore } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit';
 import { kill9, modelRequestsFor, ofType, until, waitForType } from '../support/faults.js';
-import { eventually, startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, scriptParentAndChild, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
 const dir = mkdtempSync(join(tmpdir(), 'rp-wake-'));
@@ -250,22 +250,7 @@ describe('an accepted wake survives the runtime dying between the park and its l
   it("a child's settlement recorded on its parent while the parent's holder is paused before the release, holder killed -9: the parent continues with the child's answer, completed", async () => {
     const parentKey = `c1-${t.tag}`;
     const childKey = `c1kid-${t.tag}`;
-    await t.setScenario(
-      {
-        steps: [
-          {
-            reply: {
-              content: '',
-              toolCalls: [{ id: `call_spawn_${parentKey}`, name: 'spawn_subagent', arguments: { question: `[${childKey}] What does DIA hold?` } }],
-            },
-          },
-          { reply: { content: "The parent's answer, from its sub-agent." } },
-        ],
-        then: 'error',
-      },
-      parentKey,
-    );
-    await t.setScenario({ steps: [{ reply: { content: 'DIA holds the 30 Dow stocks.' } }], then: 'error' }, childKey);
+    await scriptParentAndChild(t, parentKey, childKey, { reply: { content: 'DIA holds the 30 Dow stocks.' } });
     const { runId, events } = await parkedAndPaused(parentKey, 'child.run.requested');
     const childRunId = ofType(events, 'child.run.requested')[0]!.data.childRunId;
     // the child runs on the same (paused only for its parent) runtime and settles: its result is recorded on the parent

@@ -30,3 +30,22 @@ export const settledEvent = (runId: string, tokens = { promptTokens: 1, completi
     { outcome: 'completed', reason: 'answered', passageIds: [], receipts: [], usage: { modelRequests: 1, toolCalls: 0, ...tokens } },
     new Date(),
   );
+
+/**
+ * A `run.settled` `completed` that nobody earned (reason `forged`, nothing used) in `ctx`, at `now`:
+ * what tests of the guards against a forgery append or decide.
+ */
+export const forgedSettlement = (ctx: EventContext, now = new Date()) =>
+  makeEvent(
+    'run.settled',
+    ctx,
+    'settlement',
+    {
+      outcome: 'completed',
+      reason: 'forged',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    },
+    now,
+  );

@@ -168,16 +168,24 @@ export class History {
     return this.add('clarification.requested', clarificationId, { clarificationId, toolCallId, turn, question });
   }
 
-  /** Recovery fenced the executors for `reason` (a fault, a cancel, the deadline). */
-  fenced(reason: 'lease-expired' | 'runtime-stopped' | 'canceled' | 'deadline' | 'wait-expired', epoch = 1): this {
-    for (const fencedSubject of ['tools', 'runtime'] as const) {
+  /**
+   * Recovery fenced the executors for `reason` (a fault, a cancel, the deadline, no progress): on
+   * the tools and then the runtime subject, or only on `more.subjects` (a fence half-written).
+   * The holder is runtime `i-1`, the detail the reason, nothing uncertain, unless `more` says otherwise.
+   */
+  fenced(
+    reason: Exclude<EventData<'run.fenced'>['reason'], 'settling'>,
+    epoch = 1,
+    more: Partial<Pick<EventData<'run.fenced'>, 'holder' | 'detail' | 'uncertain'>> & { subjects?: readonly ('tools' | 'runtime')[] } = {},
+  ): this {
+    for (const fencedSubject of more.subjects ?? (['tools', 'runtime'] as const)) {
       this.add('run.fenced', `${reason}/${fencedSubject}`, {
         fencedSubject,
         epoch,
-        holder: { service: 'runtime', instance: 'i-1' },
+        holder: more.holder === undefined ? { service: 'runtime', instance: 'i-1' } : more.holder,
         reason,
-        detail: reason,
-        uncertain: [],
+        detail: more.detail ?? reason,
+        uncertain: more.uncertain ?? [],
       });
     }
     return this;

@@ -20,14 +20,14 @@ import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect, type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 import {
   clusterNodeSpecs,
   compareVersions,
   ensureNatsServerBinary,
+  jetStreamVersion,
   natsServerVersion,
   natsTlsConfig,
   NATS_SERVER_MIN_VERSION,
@@ -370,7 +370,7 @@ export class TestNatsServer {
       if (this.child !== child) {
         throw new Error(`${this.bin} exited (${child.exitCode ?? child.signalCode}) before answering on ${this.url}:\n${this.logTail()}`);
       }
-      const version = await jetStreamVersion(this.url, 1000, this.auth);
+      const version = await jetStreamVersion(this.url, 1000, this.auth ?? undefined);
       if (version) {
         this.version = version;
         return;
@@ -401,34 +401,6 @@ function allThreadsStopped(pid: number): boolean {
       return true; // the thread is gone
     }
   });
-}
-
-/** The server's version once it answers JetStream API requests at `url`, else null. */
-async function jetStreamVersion(
-  url: string,
-  timeoutMs: number,
-  auth: { user: string; pass: string; caFile?: string } | null = null,
-): Promise<string | null> {
-  let nc;
-  try {
-    nc = await connect({
-      servers: url,
-      timeout: timeoutMs,
-      reconnect: false,
-      ...(auth ? natsUserOptions(auth.user, auth.pass) : {}),
-      ...natsTlsOptions(url, auth?.caFile),
-    });
-  } catch {
-    return null;
-  }
-  try {
-    await jetstreamManager(nc, { timeout: timeoutMs });
-    return nc.info?.version ?? 'unknown';
-  } catch {
-    return null;
-  } finally {
-    await nc.close().catch(() => undefined);
-  }
 }
 
 /**

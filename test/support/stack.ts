@@ -5,6 +5,7 @@
  * isolated by a unique stream, subject prefix and database per test file, all removed afterwards.
  */
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
 import { closedByServer, RunplaneClient } from '@runplane/client';
@@ -60,6 +61,76 @@ export interface TestStack {
 }
 
 /**
+ * The environment of a stack whose Runs lose their runtime on purpose and must recover within
+ * seconds: a lease of `leaseTtlMs`, a recovery sweep every 100 ms, redelivery after 2 s, and no
+ * drain (a SIGTERM aborts at once, as past the drain bound; the drain itself: test/e2e/drain.test.ts).
+ */
+export const quickRecoveryEnv = (leaseTtlMs: number): NodeJS.ProcessEnv => ({
+  RUNPLANE_LEASE_TTL_MS: String(leaseTtlMs),
+  RUNPLANE_RECOVERY_SWEEP_MS: '100',
+  RUNPLANE_ACK_WAIT_MS: '2000',
+  RUNPLANE_DRAIN_SECONDS: '0',
+});
+
+/**
+ * The Run projection of `runId` once it shows the Run settled (projections follow the log), read
+ * through the API every moment for up to `timeoutMs`.
+ */
+export const settledProjection = (t: TestStack, runId: string, timeoutMs = 20_000) =>
+  eventually(
+    async () => {
+      const v = await t.client.getRun(runId);
+      return v?.status === 'settled' ? v : null;
+    },
+    timeoutMs,
+    'the settled projection',
+  );
+
+/**
+ * Binds the scripted model's scenarios of a parent Run (requests naming `parentKey`) that spawns a
+ * sub-agent on turn 1, asking `[childKey] What does DIA hold?`, and answers on turn 2; and of that
+ * child (requests naming `childKey`), whose turn 1 is `childStep`. Any further request of either fails.
+ */
+export async function scriptParentAndChild(t: TestStack, parentKey: string, childKey: string, childStep: Record<string, unknown>): Promise<void> {
+  await t.setScenario(
+    {
+      steps: [
+        {
+          reply: {
+            content: '',
+            toolCalls: [{ id: `call_spawn_${parentKey}`, name: 'spawn_subagent', arguments: { question: `[${childKey}] What does DIA hold?` } }],
+          },
+        },
+        { reply: { content: "The parent's answer, from its sub-agent." } },
+      ],
+      then: 'error',
+    },
+    parentKey,
+  );
+  await t.setScenario({ steps: [childStep], then: 'error' }, childKey);
+}
+
+/**
+ * A Run set up for a test to build on: binds `scenario` to `key`, posts `content` as message `key`
+ * of conversation `conversationId` and waits up to `timeoutMs` for the settlement.
+ * @returns the Run's id and its events, settled.
+ * @throws Error when the message is not admitted as a new Run (201).
+ */
+export async function settledRunOf(
+  t: TestStack,
+  conversationId: string,
+  key: string,
+  content: string,
+  scenario: unknown,
+  timeoutMs = 60_000,
+): Promise<{ runId: string; events: StoredEvent[] }> {
+  await t.setScenario(scenario, key);
+  const posted = await t.client.postMessage(conversationId, { clientMessageId: key, content });
+  if (posted.status !== 201) throw new Error(`message ${key} was answered ${posted.status}, not admitted as a new Run (201)`);
+  return { runId: posted.body.runId, events: await t.waitForSettlement(posted.body.runId, timeoutMs) };
+}
+
+/**
  * The nats-server binary tests start: the supported release (2.12 or later) cached by
  * scripts/fetch-nats-server.sh, fetched on first use (never the machine's older one).
  * @throws Error with one line saying how to get one when it cannot be had.
@@ -95,6 +166,8 @@ export interface TestStackOptions {
    * process gets `NATS_CA_FILE` (default true, as `demo` and `up` run).
    */
   tls?: boolean;
+  /** Folders the file made for its stack (a `record_effect` file's, say), removed once the stack stopped. */
+  removeOnStop?: readonly string[];
 }
 
 /**
@@ -226,6 +299,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
         await adminLog.close();
         await dropDatabase(env.DATABASE_URL!);
         await nats?.cleanup();
+        for (const dir of opts.removeOnStop ?? []) rmSync(dir, { recursive: true, force: true });
       }
     },
   };

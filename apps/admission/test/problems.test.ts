@@ -9,23 +9,9 @@ import { Controller, Module, Post, type ArgumentsHost, type INestApplication } f
 import { NestFactory } from '@nestjs/core';
 import { AppendConflict } from '@runplane/eventlog';
 import { ProblemDetailsFilter, quotaRefusalsTotal } from '@runplane/service-kit';
-import {
-  ADMISSION_PROBLEMS,
-  BudgetRefused,
-  ClarificationAnswered,
-  ClarificationNotFound,
-  ContinuationNotEligible,
-  MessageConflict,
-  ParentNotFound,
-  QuotaExceeded,
-  ReconcileConflict,
-  ReconcileNotFound,
-  RunAlreadySettled,
-  RunNotFound,
-  WaitConflict,
-  WaitNotFound,
-  WaitNotPending,
-} from '@runplane/app-admission';
+import { ADMISSION_PROBLEMS, BudgetRefused, QuotaExceeded } from '@runplane/app-admission';
+// the decider's errors as one namespace: the table below names each error class once, in its row
+import * as errors from '@runplane/app-admission';
 
 interface Answer {
   status: number;
@@ -70,16 +56,16 @@ describe('admission: domain errors as problems (RFC 9457)', () => {
   it.each([
     [
       'MessageConflict',
-      new MessageConflict('m1', 'content'),
+      new errors.MessageConflict('m1', 'content'),
       409,
       'message_conflict',
       'clientMessageId "m1" was already admitted in this conversation with different content',
       { field: 'content' },
     ],
-    ['ParentNotFound', new ParentNotFound('r0', 'c1'), 404, 'not_found', 'run r0 not found in conversation c1', {}],
+    ['ParentNotFound', new errors.ParentNotFound('r0', 'c1'), 404, 'not_found', 'run r0 not found in conversation c1', {}],
     [
       'ClarificationNotFound',
-      new ClarificationNotFound('run r0 of conversation c1 has no clarification q1'),
+      new errors.ClarificationNotFound('run r0 of conversation c1 has no clarification q1'),
       404,
       'not_found',
       'run r0 of conversation c1 has no clarification q1',
@@ -87,7 +73,7 @@ describe('admission: domain errors as problems (RFC 9457)', () => {
     ],
     [
       'ContinuationNotEligible',
-      new ContinuationNotEligible('running', 'run r0 is not settled yet; only a settled Run can be continued'),
+      new errors.ContinuationNotEligible('running', 'run r0 is not settled yet; only a settled Run can be continued'),
       409,
       'continuation_not_eligible',
       'run r0 is not settled yet; only a settled Run can be continued',
@@ -95,35 +81,35 @@ describe('admission: domain errors as problems (RFC 9457)', () => {
     ],
     [
       'ClarificationAnswered',
-      new ClarificationAnswered('q1', { runId: 'r2', clientMessageId: 'm2' }),
+      new errors.ClarificationAnswered('q1', { runId: 'r2', clientMessageId: 'm2' }),
       409,
       'clarification_answered',
       'clarification q1 was already answered by message "m2" (run r2)',
       { answeredBy: { runId: 'r2', clientMessageId: 'm2' } },
     ],
-    ['ReconcileNotFound', new ReconcileNotFound('run r1 has no tool call t1'), 404, 'not_found', 'run r1 has no tool call t1', {}],
+    ['ReconcileNotFound', new errors.ReconcileNotFound('run r1 has no tool call t1'), 404, 'not_found', 'run r1 has no tool call t1', {}],
     [
       'ReconcileConflict',
-      new ReconcileConflict('tool call t1 was already reconciled'),
+      new errors.ReconcileConflict('tool call t1 was already reconciled'),
       409,
       'reconcile_conflict',
       'tool call t1 was already reconciled',
       {},
     ],
-    ['RunNotFound', new RunNotFound('run r1 not found'), 404, 'not_found', 'run r1 not found', {}],
+    ['RunNotFound', new errors.RunNotFound('run r1 not found'), 404, 'not_found', 'run r1 not found', {}],
     [
       'RunAlreadySettled',
-      new RunAlreadySettled('completed'),
+      new errors.RunAlreadySettled('completed'),
       409,
       'run_settled',
       'the Run is already settled (completed); a cancel changes nothing',
       { outcome: 'completed' },
     ],
-    ['WaitNotFound', new WaitNotFound('run r1 has no wait w1'), 404, 'not_found', 'run r1 has no wait w1', {}],
-    ['WaitConflict', new WaitConflict('wait w1 was answered differently'), 409, 'wait_conflict', 'wait w1 was answered differently', {}],
+    ['WaitNotFound', new errors.WaitNotFound('run r1 has no wait w1'), 404, 'not_found', 'run r1 has no wait w1', {}],
+    ['WaitConflict', new errors.WaitConflict('wait w1 was answered differently'), 409, 'wait_conflict', 'wait w1 was answered differently', {}],
     [
       'WaitNotPending',
-      new WaitNotPending('expired', 'wait w1 expired at 2026-01-01T00:00:00.000Z'),
+      new errors.WaitNotPending('expired', 'wait w1 expired at 2026-01-01T00:00:00.000Z'),
       409,
       'wait_not_pending',
       'wait w1 expired at 2026-01-01T00:00:00.000Z',

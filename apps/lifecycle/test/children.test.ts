@@ -1,11 +1,9 @@
 /** The lifecycle's rules for parked Runs (K9, K10): a child's settlement recorded on its parent once; an expired wait settles `failed`. */
 import { describe, expect, it } from '@jest/globals';
 import { admissionIds, CHILD_ANSWER_MAX_BYTES, childClientMessageId, jsonBytes, sha256Hex, type EventData } from '@runplane/contracts';
-import { decide } from '@runplane/app-lifecycle';
-import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
+import { lifecycle, settles } from './lifecycle-spec.js';
 
-const lifecycle = spec(decide);
 const childRunId = admissionIds('conv-1', childClientMessageId('run-1', 's')).runId;
 const parent = () =>
   new History()
@@ -74,15 +72,12 @@ describe('lifecycle decide, ChildSettled: the parent is woken exactly once (K10)
   it('given a parent canceled while its child runs, when its execution is fenced, then the settlement names the child still running, for admission to cancel without reading the parent', () => {
     const canceledAndFenced = (h: History) =>
       h.add('run.cancel.requested', 'cancel', { requestedBy: 'u1', reason: 'no longer needed' }).fenced('canceled');
-    lifecycle
-      .given(canceledAndFenced(parent()))
-      .when({ type: 'Wake' })
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [childRunId] }) }]);
+    settles(canceledAndFenced(parent()), expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [childRunId] }));
     // a child whose result is recorded is not running any more
-    lifecycle
-      .given(canceledAndFenced(parent().childSettled(childRunId, 's', 'completed')))
-      .when({ type: 'Wake' })
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [] }) }]);
+    settles(
+      canceledAndFenced(parent().childSettled(childRunId, 's', 'completed')),
+      expect.objectContaining({ outcome: 'canceled', pendingChildRunIds: [] }),
+    );
   });
 
   it('a parked parent settles nothing by itself: no finish, no fence, no settlement', () => {
@@ -95,32 +90,16 @@ describe('lifecycle decide: a wait that expired unanswered settles the Run faile
     const h = new History()
       .admitted({ tools: ['ask_human'] })
       .turn(1, { calls: [{ id: 'q', name: 'ask_human', args: '{"question":"Which?"}' }] })
-      .waitOpened(1, 'q', 'Which?');
-    for (const fencedSubject of ['runtime', 'tools'] as const)
-      h.add('run.fenced', `fence/1/${fencedSubject}`, {
-        fencedSubject,
-        epoch: 1,
-        holder: { service: 'runtime', instance: 'i-1' },
-        reason: 'wait-expired',
-        detail: 'wait w expired unanswered at 2026-01-01T00:00:00.000Z',
-        uncertain: [],
-      });
-    lifecycle
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([
-        {
-          type: 'run.settled',
-          data: {
-            outcome: 'failed',
-            reason: 'wait-expired: the question for a human was not answered in time: wait w expired unanswered at 2026-01-01T00:00:00.000Z',
-            passageIds: [],
-            receipts: [],
-            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
-            unanswered: [],
-            pendingChildRunIds: [],
-          },
-        },
-      ]);
+      .waitOpened(1, 'q', 'Which?')
+      .fenced('wait-expired', 1, { detail: 'wait w expired unanswered at 2026-01-01T00:00:00.000Z', subjects: ['runtime', 'tools'] });
+    settles(h, {
+      outcome: 'failed',
+      reason: 'wait-expired: the question for a human was not answered in time: wait w expired unanswered at 2026-01-01T00:00:00.000Z',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
+      unanswered: [],
+      pendingChildRunIds: [],
+    });
   });
 });

@@ -1,10 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { decide } from '@runplane/app-lifecycle';
-import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
+import { lifecycle, settles, wake } from './lifecycle-spec.js';
 
-const lifecycle = spec(decide);
-const wake = { type: 'Wake' } as const;
 type FenceData = Parameters<History['add']>[2] & { fencedSubject: 'runtime' | 'tools' };
 /** Recovery's fence, as it writes it: one marker on the tools subject, then one on the runtime subject. */
 const fenced = (h: History, data: Omit<FenceData, 'fencedSubject'>) => {
@@ -50,28 +47,19 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
       { part: 'holdings of XYZ', reason: 'no holdings file' },
       { part: 'top 10 holdings of SPY', reason: 'only 5 came back' },
     ];
-    lifecycle
-      .given(published(answered(), gaps))
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'partial',
-            reason: 'answer committed in 1 passage(s); not answered: holdings of XYZ (no holdings file); top 10 holdings of SPY (only 5 came back)',
-            passageIds: ['p0'],
-            unanswered: gaps,
-          }),
-        },
-      ]);
+    settles(
+      published(answered(), gaps),
+      expect.objectContaining({
+        outcome: 'partial',
+        reason: 'answer committed in 1 passage(s); not answered: holdings of XYZ (no holdings file); top 10 holdings of SPY (only 5 came back)',
+        passageIds: ['p0'],
+        unanswered: gaps,
+      }),
+    );
   });
 
   it('given the answer published with an empty list (or none, as written before the list existed), then it settles completed with an empty list', () => {
-    for (const list of [[], undefined])
-      lifecycle
-        .given(published(answered(), list))
-        .when(wake)
-        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+    for (const list of [[], undefined]) settles(published(answered(), list), expect.objectContaining({ outcome: 'completed', unanswered: [] }));
   });
 
   it('given a model error after a passage was committed, then it settles partial keeping the passage and naming the rest of the answer, not failed', () => {
@@ -83,24 +71,16 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
       .add('model.turn.failed', 1, { turn: 1, error: { kind: 'connection', status: null, message: 'stream cut' } })
       .add('run.execution.finished', 'finished', { reason: 'model-error', detail: 'turn 1: stream cut', answerTurn: null })
       .closed();
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: {
-            outcome: 'partial',
-            reason: 'the model request failed: turn 1: stream cut; the 1 passage(s) committed before it are kept',
-            passageIds: ['p0'],
-            receipts: [],
-            // the failed turn's usage is unknown: not 0 tokens measured
-            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
-            unanswered: [{ part: 'the rest of the answer', reason: 'the model request failed: turn 1: stream cut' }],
-            pendingChildRunIds: [],
-          },
-        },
-      ]);
+    settles(h, {
+      outcome: 'partial',
+      reason: 'the model request failed: turn 1: stream cut; the 1 passage(s) committed before it are kept',
+      passageIds: ['p0'],
+      receipts: [],
+      // the failed turn's usage is unknown: not 0 tokens measured
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
+      unanswered: [{ part: 'the rest of the answer', reason: 'the model request failed: turn 1: stream cut' }],
+      pendingChildRunIds: [],
+    });
   });
 
   it('given a model error before any text was committed, then it settles failed, with nothing unanswered listed', () => {
@@ -110,10 +90,7 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
       .add('model.turn.failed', 1, { turn: 1, error: { kind: 'http', status: 500, message: 'boom' } })
       .add('run.execution.finished', 'finished', { reason: 'model-error', detail: 'turn 1: boom', answerTurn: null })
       .closed();
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', passageIds: [], unanswered: [] }) }]);
+    settles(h, expect.objectContaining({ outcome: 'failed', passageIds: [], unanswered: [] }));
   });
 
   it('given a turn that completed without a usage chunk, then its tokens are unknown, not 0 measured', () => {
@@ -125,36 +102,24 @@ describe('lifecycle decide: an answer that says what it did not answer settles p
       .closed()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 1, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 1, unanswered: [] });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'completed',
-            usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
-          }),
-        },
-      ]);
+    settles(
+      h,
+      expect.objectContaining({
+        outcome: 'completed',
+        usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0, unknownUsageTurns: 1 },
+      }),
+    );
   });
 
   it('given a cancel racing the completion: once the runtime recorded its answer, the cancel does not win; the settlement waits for the answer and follows it, whatever a replica read first (K9)', () => {
     const cancelThenFinished = answered().closed().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
     lifecycle.given(cancelThenFinished).when(wake).thenNothing();
-    lifecycle
-      .given(published(cancelThenFinished))
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+    settles(published(cancelThenFinished), expect.objectContaining({ outcome: 'completed' }));
   });
 
   it('given a cancel after the answer with an unanswered list was published, then the answer wins: partial, never a second settlement', () => {
     const h = published(answered(), [{ part: 'x', reason: 'y' }]).add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
-    const [first] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
-    if (first?.type !== 'run.settled') throw new Error('expected a settlement');
+    const first = settles(h, expect.objectContaining({ outcome: 'partial' }));
     lifecycle
       .given(h.add('run.settled', 'settlement', first.data))
       .when(wake)
@@ -166,11 +131,7 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
   it.each(['failed', 'denied', 'unknown'] as const)(
     'given a call that ended %s and an answer that lists nothing unanswered, then it settles partial listing that result',
     (status) => {
-      const [settled] = lifecycle
-        .given(published(answered(status), []))
-        .when(wake)
-        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
-      if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+      const settled = settles(published(answered(status), []), expect.objectContaining({ outcome: 'partial' }));
       expect(settled.data.unanswered).toEqual([
         { part: 'the result of get_holdings({}) [a]', reason: expect.stringContaining(`get_holdings ${status}`) },
       ]);
@@ -180,21 +141,16 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
 
   it("given the answer's own list and a failed call, then both are listed, the answer's first", () => {
     const gaps = [{ part: 'holdings of XYZ', reason: 'no holdings file' }];
-    lifecycle
-      .given(published(answered('failed'), gaps))
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'partial',
-            unanswered: [
-              gaps[0],
-              { part: 'the result of get_holdings({}) [a]', reason: expect.stringMatching(/^the call failed: failed: get_holdings failed/) },
-            ],
-          }),
-        },
-      ]);
+    settles(
+      published(answered('failed'), gaps),
+      expect.objectContaining({
+        outcome: 'partial',
+        unanswered: [
+          gaps[0],
+          { part: 'the result of get_holdings({}) [a]', reason: expect.stringMatching(/^the call failed: failed: get_holdings failed/) },
+        ],
+      }),
+    );
   });
 
   it("given a failed call whose argument value the answer's own list names, then it is not listed twice", () => {
@@ -207,10 +163,7 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       .turn(2, { content: 'Answer.' })
       .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
     const gaps = [{ part: 'holdings of VGT', reason: 'not covered by the data' }];
-    lifecycle
-      .given(published(h, gaps))
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: gaps }) }]);
+    settles(published(h, gaps), expect.objectContaining({ outcome: 'partial', unanswered: gaps }));
   });
 
   it('given a failed call whose result an identical call obtained (here later; before counts the same), then nothing is listed: completed', () => {
@@ -218,10 +171,7 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       { id: 'a', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'failed' },
       { id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'succeeded' },
     ]);
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+    settles(h, expect.objectContaining({ outcome: 'completed', unanswered: [] }));
   });
 
   it('given the same call failing twice, then its missing result is listed once; given a call denied after an identical call succeeded, then nothing is listed', () => {
@@ -229,20 +179,13 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       { id: 'a', name: 'get_holdings', status: 'failed' },
       { id: 'b', name: 'get_holdings', status: 'failed' },
     ]);
-    const [settled] = lifecycle
-      .given(twice)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
-    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    const settled = settles(twice, expect.objectContaining({ outcome: 'partial' }));
     expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the result of get_holdings({}) [a]']);
     const deniedAfter = callsThenAnswer([
       { id: 'a', name: 'list_funds', status: 'succeeded' },
       { id: 'b', name: 'list_funds', status: 'denied' },
     ]);
-    lifecycle
-      .given(deniedAfter)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+    settles(deniedAfter, expect.objectContaining({ outcome: 'completed', unanswered: [] }));
   });
 
   it('given a failed call and a later success of the same tool with OTHER arguments, then the failed one is still listed', () => {
@@ -250,18 +193,13 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
       { id: 'a', name: 'get_holdings', args: '{"fund":"VGT"}', status: 'failed' },
       { id: 'b', name: 'get_holdings', args: '{"fund":"SPY"}', status: 'succeeded' },
     ]);
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'partial',
-            unanswered: [{ part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: expect.any(String) }],
-          }),
-        },
-      ]);
+    settles(
+      h,
+      expect.objectContaining({
+        outcome: 'partial',
+        unanswered: [{ part: 'the result of get_holdings({"fund":"VGT"}) [a]', reason: expect.any(String) }],
+      }),
+    );
   });
 });
 
@@ -279,10 +217,10 @@ const finalizing = (h: History) =>
 
 describe('lifecycle decide: a reply cut at the length limit and never made whole is listed, whatever the answer claims (K9)', () => {
   it('given turn 1 cut at the length limit and its retry answering whole, then the retry covers it: completed', () => {
-    lifecycle
-      .given(cutThen((h) => h.turn(2, { content: 'Answer.' }, { retryOf: 1 }), 2))
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', unanswered: [] }) }]);
+    settles(
+      cutThen((h) => h.turn(2, { content: 'Answer.' }, { retryOf: 1 }), 2),
+      expect.objectContaining({ outcome: 'completed', unanswered: [] }),
+    );
   });
 
   it('given turn 1 cut, then a whole research turn with tool calls and an answer, then it is covered: completed', () => {
@@ -296,10 +234,7 @@ describe('lifecycle decide: a reply cut at the length limit and never made whole
           .turn(3, { content: 'Answer.' }),
       3,
     );
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+    settles(h, expect.objectContaining({ outcome: 'completed' }));
   });
 
   it('given turn 1 cut and cut again in its retry, then only a finalization answer: both cuts and the finalization ending are listed, partial', () => {
@@ -312,11 +247,7 @@ describe('lifecycle decide: a reply cut at the length limit and never made whole
         ),
       3,
     );
-    const [settled] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
-    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    const settled = settles(h, expect.objectContaining({ outcome: 'partial' }));
     expect(settled.data.unanswered).toEqual([
       {
         part: 'the reply of model turn 1',
@@ -334,20 +265,13 @@ describe('lifecycle decide: a reply cut at the length limit and never made whole
   it("given a cut turn the answer's own list names (model turn 1), then it is not listed twice", () => {
     const own = [{ part: 'the reply of model turn 1', reason: 'cut' }, ...unfinished];
     const h = cutThen((x) => finalizing(x).turn(2, { content: 'Answer.' }, { purpose: 'finalization' }), 2, own);
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: own }) }]);
+    settles(h, expect.objectContaining({ outcome: 'partial', unanswered: own }));
   });
 
   it("given a cut turn whose number only begins another turn's (model turn 10 named, turn 1 cut), then turn 1 is still listed", () => {
     const own = [{ part: 'the reply of model turn 10', reason: 'cut' }, ...unfinished];
     const h = cutThen((x) => finalizing(x).turn(2, { content: 'Answer.' }, { purpose: 'finalization' }), 2, own);
-    const [settled] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial' }) }]);
-    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    const settled = settles(h, expect.objectContaining({ outcome: 'partial' }));
     expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the reply of model turn 10', 'research not finished', 'the reply of model turn 1']);
   });
 });
@@ -362,23 +286,18 @@ describe('lifecycle decide: an answer written in finalization-only is partial, w
     );
 
   it('given a finalization answer published with an empty list (the text claims it is complete), then the unfinished scope the runtime recorded is listed: partial', () => {
-    lifecycle
-      .given(finalAnswer([]))
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'partial',
-            unanswered: [
-              {
-                part: 'research not finished',
-                reason: expect.stringMatching(/^ordinary research stopped .*; the Run answered in finalization-only/),
-              },
-            ],
-          }),
-        },
-      ]);
+    settles(
+      finalAnswer([]),
+      expect.objectContaining({
+        outcome: 'partial',
+        unanswered: [
+          {
+            part: 'research not finished',
+            reason: expect.stringMatching(/^ordinary research stopped .*; the Run answered in finalization-only/),
+          },
+        ],
+      }),
+    );
   });
 
   it("given a finalization answer whose list carries the runtime's unfinished part (as publication writes it), then it is not listed twice", () => {
@@ -386,10 +305,7 @@ describe('lifecycle decide: an answer written in finalization-only is partial, w
       { part: 'holdings of XYZ', reason: 'not reached' },
       { part: 'Research not finished ', reason: 'copied' },
     ];
-    lifecycle
-      .given(finalAnswer(own))
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'partial', unanswered: own }) }]);
+    settles(finalAnswer(own), expect.objectContaining({ outcome: 'partial', unanswered: own }));
   });
 
   it('given the Run moved into finalization-only but its finalization turn was no answer, then it settles failed as before, with no list', () => {
@@ -397,10 +313,7 @@ describe('lifecycle decide: an answer written in finalization-only is partial, w
       .turn(2, { content: '' }, { purpose: 'finalization' })
       .add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'finalization turn 2 returned no text', answerTurn: null })
       .closed();
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', unanswered: [] }) }]);
+    settles(h, expect.objectContaining({ outcome: 'failed', unanswered: [] }));
   });
 });
 
@@ -415,19 +328,14 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .add('passage.committed', 'cut/v1', { passageId: 'pc', index: 0, version: 1, text: 'Cut.', sourceTurn: 1, sha256: 'c'.repeat(64) })
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: expect.objectContaining({
-            outcome: 'completed',
-            reason: 'answer committed in 1 passage(s); 1 earlier committed passage(s) kept, not part of the answer',
-            passageIds: ['pc', 'p0'],
-          }),
-        },
-      ]);
+    settles(
+      h,
+      expect.objectContaining({
+        outcome: 'completed',
+        reason: 'answer committed in 1 passage(s); 1 earlier committed passage(s) kept, not part of the answer',
+        passageIds: ['pc', 'p0'],
+      }),
+    );
   });
 
   it('given the answer published, then it settles completed with passages, receipts and usage', () => {
@@ -435,24 +343,16 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .closed()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
-    const [settled] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: {
-            outcome: 'completed',
-            reason: 'answer committed in 1 passage(s)',
-            passageIds: ['p0'],
-            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
-            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10, unknownUsageTurns: 0 },
-            unanswered: [],
-            pendingChildRunIds: [],
-          },
-        },
-      ]);
-    expect(settled!.owner).toBe('lifecycle');
+    const settled = settles(h, {
+      outcome: 'completed',
+      reason: 'answer committed in 1 passage(s)',
+      passageIds: ['p0'],
+      receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
+      usage: { modelRequests: 2, toolCalls: 1, promptTokens: 20, completionTokens: 10, unknownUsageTurns: 0 },
+      unanswered: [],
+      pendingChildRunIds: [],
+    });
+    expect(settled.owner).toBe('lifecycle');
   });
 
   it('given an empty-output stop, then it settles failed with the reason', () => {
@@ -461,31 +361,20 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .turn(1, { content: '' })
       .add('run.execution.finished', 'finished', { reason: 'empty-output', detail: 'turn 1 returned no text', answerTurn: null })
       .closed();
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }) }]);
+    settles(h, expect.objectContaining({ outcome: 'failed', reason: expect.stringMatching(/empty reply/) }));
   });
 
   it('given research stopped token-limit because the money left pays for no request (nothing used), then it settles failed saying the budget left no room, not that tokens were used', () => {
     const detail = 'money budget: 0 of 1 micro-USD used; the next request (~900 input tokens and at least 256 output tokens) does not fit';
     const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'token-limit', detail, answerTurn: null }).closed();
-    const [settled] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed', reason: expect.stringContaining(detail) }) }]);
-    if (settled?.type !== 'run.settled') throw new Error('expected a settlement');
+    const settled = settles(h, expect.objectContaining({ outcome: 'failed', reason: expect.stringContaining(detail) }));
     expect(settled.data.reason).toMatch(/^the Run had no answer when its token or money budget left no room for another model request: money budget/);
     expect(settled.data.reason).not.toMatch(/used its token budget/);
   });
 
   it('given a settlement already recorded, then it never settles again', () => {
     const h = new History().admitted().add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'x', answerTurn: null }).closed();
-    const [first] = lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
-    if (first?.type !== 'run.settled') throw new Error('expected a settlement');
+    const first = settles(h, expect.objectContaining({ outcome: 'failed' }));
     h.add('run.settled', 'settlement', first.data);
     lifecycle.given(h).when(wake).thenNothing();
   });
@@ -505,24 +394,16 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       detail: 'no renewal',
       uncertain: [{ kind: 'model-turn', turn: 2 }],
     });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'run.settled',
-          data: {
-            outcome: 'interrupted',
-            reason: 'the runtime was lost (its lease expired): no renewal; outcome unknown: model turn 2',
-            passageIds: [],
-            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
-            // turn 2 was in flight when the runtime was lost: its usage is unknown, not 0 tokens
-            usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 1 },
-            unanswered: [],
-            pendingChildRunIds: [],
-          },
-        },
-      ]);
+    settles(h, {
+      outcome: 'interrupted',
+      reason: 'the runtime was lost (its lease expired): no renewal; outcome unknown: model turn 2',
+      passageIds: [],
+      receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
+      // turn 2 was in flight when the runtime was lost: its usage is unknown, not 0 tokens
+      usage: { modelRequests: 2, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 1 },
+      unanswered: [],
+      pendingChildRunIds: [],
+    });
   });
 
   it('given a cancel intent and the execution fenced, then it settles canceled, keeping what was committed (K4); given the answer already published, then completed', () => {
@@ -533,19 +414,13 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
         .add('run.cancel.requested', 'cancel', { requestedBy: 'ana', reason: 'enough' }),
       { epoch: 1, holder: null, reason: 'canceled', detail: 'canceled by ana', uncertain: [] },
     );
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana: enough' }) }]);
+    settles(h, expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana: enough' }));
     const published = answered()
       .closed()
       .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 2, sha256: 'a'.repeat(64) })
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 })
       .add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null });
-    lifecycle
-      .given(published)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed' }) }]);
+    settles(published, expect.objectContaining({ outcome: 'completed' }));
   });
 
   it('given an execution fenced at its deadline after committing a passage, then it settles partial saying the deadline passed (and when) while nobody executed it, keeping passages, receipts and usage (K9)', () => {
@@ -563,30 +438,21 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       detail: 'deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
       uncertain: [],
     });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([
+    settles(h, {
+      outcome: 'partial',
+      reason:
+        'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run); the 1 passage(s) committed before it are kept',
+      passageIds: ['p0'],
+      receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
+      usage: { modelRequests: 1, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
+      unanswered: [
         {
-          type: 'run.settled',
-          data: {
-            outcome: 'partial',
-            reason:
-              'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run); the 1 passage(s) committed before it are kept',
-            passageIds: ['p0'],
-            receipts: [{ toolCallId: 'a', name: 'get_holdings', status: 'succeeded' }],
-            usage: { modelRequests: 1, toolCalls: 1, promptTokens: 10, completionTokens: 5, unknownUsageTurns: 0 },
-            unanswered: [
-              {
-                part: 'the rest of the answer',
-                reason:
-                  'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
-              },
-            ],
-            pendingChildRunIds: [],
-          },
+          part: 'the rest of the answer',
+          reason: 'the deadline passed while nobody executed the Run to its end: deadline 2026-01-01T00:00:10.000Z passed (no runtime took the Run)',
         },
-      ]);
+      ],
+      pendingChildRunIds: [],
+    });
   });
 
   it('given a Run fenced at its deadline after its cancel was requested, then the cancel wins (canceled)', () => {
@@ -597,10 +463,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       detail: 'x',
       uncertain: [],
     });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana' }) }]);
+    settles(h, expect.objectContaining({ outcome: 'canceled', reason: 'canceled by ana' }));
   });
 
   it('given the answer published and the execution closed by itself (the runtime subject ends in its finish, every proposed call receipted), then it settles with no fence at all (recovery off the happy path)', () => {
@@ -609,10 +472,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 2 });
     expect(h.facts.closesItself).toBe(true);
     expect(h.facts.closed).toEqual({ runtime: false, tools: false });
-    lifecycle
-      .given(h)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'completed', passageIds: ['p0'] }) }]);
+    settles(h, expect.objectContaining({ outcome: 'completed', passageIds: ['p0'] }));
     // a stop without an answer (here: the deadline, every call receipted) settles on the finish alone, woken by it
     const stopped = new History()
       .admitted()
@@ -621,10 +481,7 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .dispatched('a', 'get_holdings')
       .receipt('a', 'get_holdings', 'succeeded')
       .add('run.execution.finished', 'finished', { reason: 'deadline', detail: 'deadline passed', answerTurn: null });
-    lifecycle
-      .given(stopped)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+    settles(stopped, expect.objectContaining({ outcome: 'failed' }));
   });
 
   it('given the execution finished with a tool call proposed or dispatched without a receipt, then it waits for both fences of recovery (or only the tools one: waits), whatever comes later on the tools subject', () => {
@@ -652,29 +509,17 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
         uncertain: [],
       });
       lifecycle.given(toolsOnly).when(wake).thenNothing();
-      lifecycle
-        .given(inFlight(dispatched).closed())
-        .when(wake)
-        .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+      settles(inFlight(dispatched).closed(), expect.objectContaining({ outcome: 'failed' }));
     }
   });
 
   it('given a fenced execution (a fault), then the tools subject at rest is not enough: it settles only once both executor subjects end in a fence, as before', () => {
-    const h = new History().admitted().add('model.turn.requested', 1, { turn: 1, model: 'm' }).add('run.fenced', 'fence/1/runtime', {
-      fencedSubject: 'runtime',
-      epoch: 1,
-      holder: null,
-      reason: 'lease-expired',
-      detail: 'x',
-      uncertain: [],
-    });
+    const h = new History()
+      .admitted()
+      .add('model.turn.requested', 1, { turn: 1, model: 'm' })
+      .fenced('lease-expired', 1, { holder: null, detail: 'x', subjects: ['runtime'] });
     lifecycle.given(h).when(wake).thenNothing();
-    lifecycle
-      .given(
-        h.add('run.fenced', 'fence/1/tools', { fencedSubject: 'tools', epoch: 1, holder: null, reason: 'lease-expired', detail: 'x', uncertain: [] }),
-      )
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'interrupted' }) }]);
+    settles(h.fenced('lease-expired', 1, { holder: null, detail: 'x', subjects: ['tools'] }), expect.objectContaining({ outcome: 'interrupted' }));
   });
 
   it('given a tools event after the fence on its subject (a subject reopened), then it waits; a late observation after the fence does not reopen it', () => {
@@ -690,19 +535,17 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       .given(base().receipt('a', 'get_holdings', 'succeeded'))
       .when(wake)
       .thenNothing();
-    lifecycle
-      .given(
-        base().add('tool.call.late_observed', 'a', {
-          toolCallId: 'a',
-          name: 'get_holdings',
-          status: 'succeeded',
-          result: {},
-          durationMs: 1,
-          executor: 'x',
-        }),
-      )
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'failed' }) }]);
+    settles(
+      base().add('tool.call.late_observed', 'a', {
+        toolCallId: 'a',
+        name: 'get_holdings',
+        status: 'succeeded',
+        result: {},
+        durationMs: 1,
+        executor: 'x',
+      }),
+      expect.objectContaining({ outcome: 'failed' }),
+    );
   });
 
   it('given a paragraph streamed but not yet committed as a passage when the execution was fenced, then it waits for publication; once committed, it settles interrupted keeping that passage', () => {
@@ -724,9 +567,6 @@ describe('lifecycle decide: exactly one honest settlement (K9)', () => {
       sourceTurn: 1,
       sha256: 'b'.repeat(64),
     });
-    lifecycle
-      .given(committed)
-      .when(wake)
-      .then([{ type: 'run.settled', data: expect.objectContaining({ outcome: 'interrupted', passageIds: ['p0'] }) }]);
+    settles(committed, expect.objectContaining({ outcome: 'interrupted', passageIds: ['p0'] }));
   });
 });

@@ -7,22 +7,12 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
-import {
-  applyStoredEvents,
-  createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
-  ensureDatabase,
-  getRunView,
-  migrateUp,
-  rebuildProjections,
-} from '@runplane/projections';
+import { applyStoredEvents, dropDatabase, getRunView, rebuildProjections } from '@runplane/projections';
 import { ProjectorService } from '@runplane/app-projector';
-import { appendAll, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
+import { adminUrl, appendAll, openMigratedDatabase, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const natsUrl = SHARED_NATS_URL;
-const adminUrl = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const tag = uniqueTag();
 const created: string[] = [];
 const logs: EventLog[] = [];
@@ -32,11 +22,8 @@ async function scratch(name: string): Promise<{ log: EventLog; orm: MikroORM; ur
   const log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_CONT_${name}_${tag}`, prefix: `tct${name}${tag}` });
   logs.push(log);
   const db = `rp_test_continuity_${name}_${tag}`;
-  await ensureDatabase(adminUrl, db);
-  created.push(db);
-  const url = databaseUrlWith(adminUrl, db);
-  const orm = await createProjectionOrm({ databaseUrl: url });
-  await migrateUp(orm);
+  created.push(db); // dropped after the file, also when opening it failed half-way
+  const { orm, url } = await openMigratedDatabase(db);
   return { log, orm, url };
 }
 

@@ -6,11 +6,10 @@ import { History } from '../../../test/support/history.js';
 
 const publication = spec(decide);
 const wake = { type: 'Wake' } as const;
-const answeredAB = () =>
-  new History()
-    .admitted()
-    .turn(1, { content: 'A.\n\nB.' })
-    .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+/** A Run whose turn 1 replied `content` and which the runtime finished answered in turn 1. */
+const answered = (content: string) =>
+  new History().admitted().turn(1, { content }).add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+const answeredAB = () => answered('A.\n\nB.');
 const passage = (index: number, text: string, turn = 1, version = 1) =>
   ({
     type: 'passage.committed',
@@ -23,6 +22,18 @@ const streaming = (turn = 1) => {
   for (let t = 1; t < turn; t++) h.turn(t, { calls: [{ id: `c${t}`, name: 'list_funds' }] });
   return h.add('model.turn.requested', turn, { turn, model: 'scripted' });
 };
+/** `h` with `texts` streamed as paragraphs 0, 1, ... of turn 1, each committed at once as version 1 of its passage. */
+const streamedAndCommitted = (h: History, ...texts: string[]) => {
+  texts.forEach((text, i) =>
+    h.add('model.output.paragraph', `1/${i}`, paragraph(1, i, text)).add('passage.committed', `1/${i}/v1`, passage(i, text).data),
+  );
+  return h;
+};
+/** `h` with turn 1 ending with the whole `content` (no usage reported) and the runtime's finish: answered in turn 1. */
+const endsAnswering = (h: History, content: string) =>
+  h
+    .add('model.turn.completed', 1, { turn: 1, content, toolCalls: [], finishReason: 'stop', usage: null })
+    .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
 
 describe('publication decide: passages are committed from the answer turn', () => {
   it('splits on blank lines, trims, drops empties', () => {
@@ -54,10 +65,7 @@ describe('publication decide: passages are committed from the answer turn', () =
 
   it('given an answer ending with its unanswered block, then the block is kept out of the passages and its list is on answer.published (K9)', () => {
     const block = '```json runplane-unanswered\n{"unanswered":[{"part":"holdings of XYZ","reason":"no holdings file"}]}\n```';
-    const h = new History()
-      .admitted()
-      .turn(1, { content: `A.\n\nNot answered: holdings of XYZ (no holdings file).\n${block}` })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    const h = answered(`A.\n\nNot answered: holdings of XYZ (no holdings file).\n${block}`);
     publication
       .given(h)
       .when(wake)
@@ -85,10 +93,7 @@ describe('publication decide: passages are committed from the answer turn', () =
 
   it('given an answer with an unreadable unanswered block, then the block stays in the text and the list is empty', () => {
     const text = 'A.\n\n```json runplane-unanswered\n{not json}\n```';
-    const h = new History()
-      .admitted()
-      .turn(1, { content: text })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    const h = answered(text);
     publication
       .given(h)
       .when(wake)
@@ -125,13 +130,7 @@ describe('publication decide: passages are committed while the answer streams', 
   });
 
   it('given two paragraphs streamed and committed and the answer ended with a third, then only the third is committed before answer.published lists all three', () => {
-    const h = streaming()
-      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'One.'))
-      .add('passage.committed', '1/0/v1', passage(0, 'One.').data)
-      .add('model.output.paragraph', '1/1', paragraph(1, 1, 'Two.'))
-      .add('passage.committed', '1/1/v1', passage(1, 'Two.').data)
-      .add('model.turn.completed', 1, { turn: 1, content: 'One.\n\nTwo.\n\nThree.', toolCalls: [], finishReason: 'stop', usage: null })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    const h = endsAnswering(streamedAndCommitted(streaming(), 'One.', 'Two.'), 'One.\n\nTwo.\n\nThree.');
     publication
       .given(h)
       .when(wake)
@@ -145,11 +144,7 @@ describe('publication decide: passages are committed while the answer streams', 
   });
 
   it('given a final text whose paragraph differs from the one committed while streaming, then it is committed as version 2 of that passage, never silently replaced', () => {
-    const h = streaming()
-      .add('model.output.paragraph', '1/0', paragraph(1, 0, 'Draft.'))
-      .add('passage.committed', '1/0/v1', passage(0, 'Draft.').data)
-      .add('model.turn.completed', 1, { turn: 1, content: 'Final.\n\nTwo.', toolCalls: [], finishReason: 'stop', usage: null })
-      .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 1 });
+    const h = endsAnswering(streamedAndCommitted(streaming(), 'Draft.'), 'Final.\n\nTwo.');
     publication
       .given(h)
       .when(wake)

@@ -144,6 +144,19 @@ describe('lifecycle decide: settled completed, the clarification pending (K2)', 
   });
 });
 
+const tools = spec(toolsDecide);
+/** `h` with turn 1 proposing the one call `id` of `name` with `args`, and the tools decider woken on it. */
+const wokenOnProposal = (h: History, id: string, name: string, args: string) =>
+  tools.given(h.turn(1, { calls: [{ id, name, args }] }).proposed(1, id, name, args)).when({ type: 'Wake' });
+/** The tools decider's refusal of call `toolCallId` for `code`: a denied receipt, nothing dispatched. */
+const denied = (toolCallId: string, code: string) =>
+  ({
+    type: 'tool.call.receipt',
+    data: expect.objectContaining({ toolCallId, status: 'denied', error: expect.objectContaining({ code }) }),
+  }) as const;
+/** The tools decider's dispatch of call `toolCallId` of `name`. */
+const dispatched = (toolCallId: string, name: string) => ({ type: 'tool.call.dispatched', data: { toolCallId, name } }) as const;
+
 describe('tools decide: a carried unknown effect is not dispatched again (K3, K5)', () => {
   const carrying = () =>
     new History('child-1').admitted({ tools: ['record_effect'] }).add('context.carried', 'context', {
@@ -157,30 +170,11 @@ describe('tools decide: a carried unknown effect is not dispatched again (K3, K5
     });
 
   it('given a proposal of the same tool with the same arguments (keys in another order), then denied unknown_effect_needs_reconciliation, never dispatched', () => {
-    const h = carrying().turn(1, { calls: [{ id: 'n1', name: 'record_effect', args: '{ "sleepMs": 5, "tag": "x" }' }] });
-    h.proposed(1, 'n1', 'record_effect', '{ "sleepMs": 5, "tag": "x" }');
-    spec(toolsDecide)
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([
-        {
-          type: 'tool.call.receipt',
-          data: expect.objectContaining({
-            toolCallId: 'n1',
-            status: 'denied',
-            error: expect.objectContaining({ code: 'unknown_effect_needs_reconciliation' }),
-          }),
-        },
-      ]);
+    wokenOnProposal(carrying(), 'n1', 'record_effect', '{ "sleepMs": 5, "tag": "x" }').then([denied('n1', 'unknown_effect_needs_reconciliation')]);
   });
 
   it('given a proposal with other arguments, then it is dispatched as usual', () => {
-    const h = carrying().turn(1, { calls: [{ id: 'n2', name: 'record_effect', args: '{"tag":"other"}' }] });
-    h.proposed(1, 'n2', 'record_effect', '{"tag":"other"}');
-    spec(toolsDecide)
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'n2', name: 'record_effect' } }]);
+    wokenOnProposal(carrying(), 'n2', 'record_effect', '{"tag":"other"}').then([dispatched('n2', 'record_effect')]);
   });
 });
 
@@ -207,44 +201,24 @@ describe("tools decide: a continuation never re-runs its parent's completed call
     });
 
   it("given the same read as the parent's carried one, then a succeeded receipt repeating the parent's result, reusedFrom, nothing dispatched", () => {
-    const h = carrying().turn(1, { calls: [{ id: 'n1', name: 'get_holdings', args: '{ "fund": "SPY" }' }] });
-    h.proposed(1, 'n1', 'get_holdings', '{ "fund": "SPY" }');
-    spec(toolsDecide)
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([
-        {
-          type: 'tool.call.receipt',
-          data: expect.objectContaining({
-            toolCallId: 'n1',
-            status: 'succeeded',
-            result: RESULT,
-            reusedFrom: { runId: 'parent-2', toolCallId: 'g1' },
-          }),
-        },
-      ]);
+    wokenOnProposal(carrying(), 'n1', 'get_holdings', '{ "fund": "SPY" }').then([
+      {
+        type: 'tool.call.receipt',
+        data: expect.objectContaining({
+          toolCallId: 'n1',
+          status: 'succeeded',
+          result: RESULT,
+          reusedFrom: { runId: 'parent-2', toolCallId: 'g1' },
+        }),
+      },
+    ]);
   });
 
   it("given the same effect as the parent's completed one (not carried), then denied already_done_in_parent, never dispatched", () => {
-    const h = carrying().turn(1, { calls: [{ id: 'n2', name: 'record_effect', args: '{"tag":"x"}' }] });
-    h.proposed(1, 'n2', 'record_effect', '{"tag":"x"}');
-    spec(toolsDecide)
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([
-        {
-          type: 'tool.call.receipt',
-          data: expect.objectContaining({ toolCallId: 'n2', status: 'denied', error: expect.objectContaining({ code: 'already_done_in_parent' }) }),
-        },
-      ]);
+    wokenOnProposal(carrying(), 'n2', 'record_effect', '{"tag":"x"}').then([denied('n2', 'already_done_in_parent')]);
   });
 
   it('given another read, then it is dispatched as usual', () => {
-    const h = carrying().turn(1, { calls: [{ id: 'n3', name: 'get_holdings', args: '{"fund":"QQQ"}' }] });
-    h.proposed(1, 'n3', 'get_holdings', '{"fund":"QQQ"}');
-    spec(toolsDecide)
-      .given(h)
-      .when({ type: 'Wake' })
-      .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'n3', name: 'get_holdings' } }]);
+    wokenOnProposal(carrying(), 'n3', 'get_holdings', '{"fund":"QQQ"}').then([dispatched('n3', 'get_holdings')]);
   });
 });

@@ -349,14 +349,7 @@ describe('runtime decide, ParagraphsStreamed: text is recorded while the turn st
       .given(inFlight().add('run.cancel.requested', 'cancel', { requestedBy: null, reason: null }))
       .when(streamed(1, p))
       .thenNothing();
-    const fencedRun = inFlight().add('run.fenced', 'fence/1/runtime', {
-      fencedSubject: 'runtime',
-      epoch: 1,
-      holder: null,
-      reason: 'lease-expired',
-      detail: 'x',
-      uncertain: [],
-    });
+    const fencedRun = inFlight().fenced('lease-expired', 1, { holder: null, detail: 'x', subjects: ['runtime'] });
     runtime.given(fencedRun).when(streamed(1, p)).thenNothing();
   });
 });

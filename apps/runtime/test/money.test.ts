@@ -11,7 +11,7 @@ import { describe, expect, it } from '@jest/globals';
 import type { TokenPrice } from '@runplane/contracts';
 import { decide, type ModelTurnResult } from '@runplane/app-runtime';
 import { budgetOf, estimateInputTokens, turnCostOf } from '@runplane/run-facts';
-import { spec } from '../../../test/support/decider-spec.js';
+import { spec, type Expected } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
 const runtime = spec(decide);
@@ -22,16 +22,26 @@ const usd = (micros: number) => ({ maxCost: { micros, currency: 'USD' } });
 const finishedWith = (reason: string, detail: unknown = expect.any(String)) =>
   ({ type: 'run.execution.finished', data: { reason, detail, answerTurn: null } }) as never;
 
-/** A priced request of `turn` reserving `input` tokens of input and `maxTokens` of output at {@link PRICE}. */
+/** The data of a priced request of `turn` reserving `input` tokens of input and `maxTokens` of output at {@link PRICE}. */
+const pricedRequest = (turn: number, input: number, maxTokens: number) => ({
+  turn,
+  model: 'scripted',
+  maxTokens,
+  inputTokensEstimate: input,
+  price: { ...PRICE, reservedMicros: input + 2 * maxTokens },
+});
+
+/** `h` with that priced request of `turn` recorded. */
 function requested(h: History, turn: number, input: number, maxTokens: number): History {
-  return h.add('model.turn.requested', turn, {
-    turn,
-    model: 'scripted',
-    maxTokens,
-    inputTokensEstimate: input,
-    price: { ...PRICE, reservedMicros: input + 2 * maxTokens },
-  });
+  return h.add('model.turn.requested', turn, pricedRequest(turn, input, maxTokens));
 }
+
+/** Wakes the runtime on `h` and asserts that it requests a model turn, and nothing else, with `data`. */
+const requestsOnWake = (h: History, data: Extract<Expected, { type: 'model.turn.requested' }>['data']) =>
+  runtime
+    .given(h)
+    .when(wake)
+    .then([{ type: 'model.turn.requested', data }]);
 
 describe('money reservation before a model request (K7)', () => {
   it('given a money limit, when woken, then turn 1 records the price and reserves input estimate + max_tokens at it, max_tokens capped by the money left', () => {
@@ -39,43 +49,19 @@ describe('money reservation before a model request (K7)', () => {
     const est = estimateInputTokens(h.facts);
     const maxTokens = Math.floor((20_000 - est) / 2); // what the money pays for after the input estimate
     expect(maxTokens).toBeLessThan(16_384);
-    runtime
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'model.turn.requested',
-          data: { turn: 1, model: 'scripted', maxTokens, inputTokensEstimate: est, price: { ...PRICE, reservedMicros: est + 2 * maxTokens } },
-        },
-      ]);
+    requestsOnWake(h, pricedRequest(1, est, maxTokens));
   });
 
   it('given a money limit larger than the worst case, when woken, then max_tokens is the per-request cap and the reservation its worst case', () => {
     const h = new History().admitted({ limits: usd(1_000_000) });
     const est = estimateInputTokens(h.facts);
-    runtime
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'model.turn.requested',
-          data: expect.objectContaining({ maxTokens: 16_384, price: { ...PRICE, reservedMicros: est + 2 * 16_384 } }),
-        },
-      ]);
+    requestsOnWake(h, expect.objectContaining({ maxTokens: 16_384, price: { ...PRICE, reservedMicros: est + 2 * 16_384 } }));
   });
 
   it('given a priced model and no money limit, when woken, then the request still records its price and reservation (cost is measured, not limited)', () => {
     const h = new History().admitted();
     const est = estimateInputTokens(h.facts);
-    runtime
-      .given(h)
-      .when(wake)
-      .then([
-        {
-          type: 'model.turn.requested',
-          data: { turn: 1, model: 'scripted', maxTokens: 16_384, inputTokensEstimate: est, price: { ...PRICE, reservedMicros: est + 2 * 16_384 } },
-        },
-      ]);
+    requestsOnWake(h, pricedRequest(1, est, 16_384));
   });
 });
 

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { APPROXIMATE_AFTER_DAYS, extractUnanswered } from '../src/index.js';
 import { research as drive } from './drive.js';
+import { isharesFile } from '../../../libs/holdings/test/folder.js';
 
 /** The machine date of the review, fixed. */
 const NOW = new Date(Date.UTC(2026, 10, 30, 9));
@@ -26,16 +27,11 @@ const ROWS = [
   ['67066G104', 'NVDA', '20.0', 'NVIDIA Corp'],
   ['023135106', 'AMZN', '10.0', 'Amazon.com Inc'],
 ] as const;
-function ishares(dateLine: string): string {
-  return [
-    'iShares Example ETF',
-    `Fund Holdings as of,"${dateLine}"`,
-    '\u00a0',
-    'Ticker,Name,Sector,Asset Class,Market Value,Weight (%),Notional Value,Quantity,Price,Location,Exchange,Currency,FX Rate,Market Currency,Accrual Date',
-    '"AAPL","APPLE INC","IT","Equity","1.00","60.00","1.00","1.00","1.00","United States","NASDAQ","USD","1.00","USD","-"',
-    '"MSFT","MICROSOFT CORP","IT","Equity","1.00","40.00","1.00","1.00","1.00","United States","NASDAQ","USD","1.00","USD","-"',
-  ].join('\n');
-}
+const ishares = (dateLine: string): string =>
+  isharesFile(dateLine, [
+    ['AAPL', 'APPLE INC', '60.00'],
+    ['MSFT', 'MICROSOFT CORP', '40.00'],
+  ]);
 
 function folder(files: Record<string, string>): HoldingsLibrary {
   const dir = mkdtempSync(join(tmpdir(), 'policy-review-'));

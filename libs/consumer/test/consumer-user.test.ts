@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { natsCaEnvOf, provisionAsAdmin, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { provisionedAdminLog, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import { EventLog, runSubject, type SubjectSpace } from '@runplane/eventlog';
 import { RunConsumer, RunStream, type InvalidMessage, type RunStreamOptions } from '@runplane/consumer';
 import { admittedEvent, settledEvent } from '../../../test/support/events.js';
@@ -40,22 +40,7 @@ async function until(pred: () => boolean | Promise<boolean>, what: string, timeo
 beforeAll(async () => {
   nats = await startSecuredNats({ stateDir, space, downstream: [granted, neighbour] });
   // the stack's server requires TLS: every client verifies it against its private CA (NATS_CA_FILE)
-  const env = {
-    NATS_URL: nats.url,
-    ...natsCaEnvOf(nats),
-    RUNPLANE_STREAM: space.stream,
-    RUNPLANE_SUBJECT_PREFIX: space.prefix,
-    RUNPLANE_PARTITIONS: '8',
-  };
-  await provisionAsAdmin(env, nats.users, [granted, neighbour]);
-  admin = await EventLog.connect({
-    natsUrl: nats.url,
-    ...space,
-    name: 'admin',
-    user: nats.users.admin.user,
-    pass: nats.users.admin.password,
-    caFile: nats.caFile!,
-  });
+  admin = await provisionedAdminLog(nats, space, [granted, neighbour]);
   options = {
     natsUrl: nats.url,
     stream: space.stream,

@@ -82,11 +82,15 @@ const problem = (description: string, headers?: Record<string, string>): RouteRe
 const RETRY_AFTER = { 'Retry-After': 'Seconds to wait before retrying' };
 const unavailable = (what: string) =>
   problem(`${what} is unreachable (\`dependency_unavailable\`); retry after \`Retry-After\` seconds`, RETRY_AFTER);
+/** Answers several routes give, worded once. */
+const BAD_RUN_ID = problem('Bad runId (`bad_request`)');
+const NO_SUCH_RUN = problem("No such Run, or another principal's (`not_found`, the same answer)");
+const NOT_JSON = problem('The body is not JSON (`unsupported_media_type`)');
+const NATS_UNAVAILABLE = unavailable('NATS JetStream');
 
 /** An OpenAPI description is a JSON object whose `openapi` names the version (3.1.x). */
 export const OpenApiDocumentBody = z.object({ openapi: z.string(), info: z.object({ title: z.string(), version: z.string() }) }).loose();
 
-/** The registry: every HTTP route of every service. */
 /** What every readiness route checks (docs/operations.md, "Health probes"). */
 const READINESS =
   'Each check within 2 s: `nats` (a round trip), `stream` (the Run stream answers), `consumers` (every durable consumer this ' +
@@ -94,6 +98,21 @@ const READINESS =
   'PostgreSQL is used: required on the projector, and on admission when a quota is configured (else reported with ' +
   '`required: false` and never failing readiness).';
 
+/** A readiness route (`/healthz`, `/readyz`): every service serves it, checking {@link READINESS}. */
+const readinessRoute = (path: string, operationId: string, summary: string): HttpRoute => ({
+  services: HttpServices,
+  method: 'get',
+  path,
+  operationId,
+  summary,
+  description: READINESS,
+  responses: {
+    200: { description: 'Ready: every required check up (`info` and `details` say each check)', body: json(HealthBody) },
+    503: problem('A required check is down (`dependency_unavailable` naming it; `checks` gives each result)', RETRY_AFTER),
+  },
+});
+
+/** The registry: every HTTP route of every service. */
 export const HttpRoutes: readonly HttpRoute[] = [
   {
     services: ['admission'],
@@ -121,7 +140,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
           'cannot be continued (`continuation_not_eligible`, why in `reason`); the clarification was answered by another message (`clarification_answered`)',
       ),
       413: problem('The body is larger than the server accepts (`payload_too_large`)'),
-      415: problem('The body is not JSON (`unsupported_media_type`)'),
+      415: NOT_JSON,
       429: {
         description:
           'A new Run would exceed a quota of the principal (`quota_exceeded`: which `quota`, its `limit`, what is `used`); nothing was ' +
@@ -146,7 +165,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
       200: { description: 'The message was admitted: its ids, link and Run status, read from the log', body: json(MessageOutcome) },
       400: problem('Bad conversationId or clientMessageId (`bad_request`)'),
       404: problem('No message with this id was admitted in this conversation (`not_found`)'),
-      503: unavailable('NATS JetStream'),
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -175,7 +194,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
     request: { path: RunIdParams },
     responses: {
       200: { description: 'The Run projection (status, outcome, counts, lastSeq)', body: json(RunView) },
-      400: problem('Bad runId (`bad_request`)'),
+      400: BAD_RUN_ID,
       404: problem('No such Run (`not_found`), or admitted but not projected yet (`not_projected_yet`, with `Retry-After: 1`)', RETRY_AFTER),
       503: unavailable('PostgreSQL (projections) or NATS JetStream'),
     },
@@ -198,8 +217,8 @@ export const HttpRoutes: readonly HttpRoute[] = [
       403: problem('The token lacks the `runplane:admin` scope (`forbidden`)'),
       404: problem('No such Run or tool call (`not_found`)'),
       409: problem('The call is not `unknown`, or was reconciled differently (`reconcile_conflict`)'),
-      415: problem('The body is not JSON (`unsupported_media_type`)'),
-      503: unavailable('NATS JetStream'),
+      415: NOT_JSON,
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -216,10 +235,10 @@ export const HttpRoutes: readonly HttpRoute[] = [
     responses: {
       202: { description: 'The cancel intent is recorded (now or before)', body: json(CancelRunResponse) },
       400: problem('Bad runId or body (`bad_request` / `invalid_body`)'),
-      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
+      404: NO_SUCH_RUN,
       409: problem('The Run is already settled (`run_settled`, with its `outcome`)'),
-      415: problem('The body is not JSON (`unsupported_media_type`)'),
-      503: unavailable('NATS JetStream'),
+      415: NOT_JSON,
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -240,8 +259,8 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem('Bad ids or body, a blank answer (`bad_request` / `invalid_body`)'),
       404: problem("No such Run or wait, or another principal's Run (`not_found`)"),
       409: problem('The wait is not pending (`wait_not_pending`: expired, or the Run settled) or was answered differently (`wait_conflict`)'),
-      415: problem('The body is not JSON (`unsupported_media_type`)'),
-      503: unavailable('NATS JetStream'),
+      415: NOT_JSON,
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -253,9 +272,9 @@ export const HttpRoutes: readonly HttpRoute[] = [
     request: { path: RunIdParams },
     responses: {
       200: { description: 'Every wait the Run opened, with its status (`pending`, `answered`, `expired`, `closed`)', body: json(WaitsView) },
-      400: problem('Bad runId (`bad_request`)'),
-      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
-      503: unavailable('NATS JetStream'),
+      400: BAD_RUN_ID,
+      404: NO_SUCH_RUN,
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -277,8 +296,8 @@ export const HttpRoutes: readonly HttpRoute[] = [
       400: problem(
         "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (`beyond-end`, `other-run`, `not-an-event`)",
       ),
-      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
-      503: unavailable('NATS JetStream'),
+      404: NO_SUCH_RUN,
+      503: NATS_UNAVAILABLE,
     },
   },
   {
@@ -290,37 +309,19 @@ export const HttpRoutes: readonly HttpRoute[] = [
     request: { path: RunIdParams },
     responses: {
       200: { description: 'Passages, joined text, `complete` and `outcome`', body: json(AnswerView) },
-      400: problem('Bad runId (`bad_request`)'),
-      404: problem("No such Run, or another principal's (`not_found`, the same answer)"),
-      503: unavailable('NATS JetStream'),
+      400: BAD_RUN_ID,
+      404: NO_SUCH_RUN,
+      503: NATS_UNAVAILABLE,
     },
   },
+  readinessRoute('/healthz', 'health', 'Readiness (the same as `/readyz`)'),
+  readinessRoute(
+    '/readyz',
+    'readiness',
+    'Readiness probe (`@nestjs/terminus`): NATS, the Run stream, the durable consumers this replica serves, and PostgreSQL where used',
+  ),
   {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
-    method: 'get',
-    path: '/healthz',
-    operationId: 'health',
-    summary: 'Readiness (the same as `/readyz`)',
-    description: READINESS,
-    responses: {
-      200: { description: 'Ready: every required check up (`info` and `details` say each check)', body: json(HealthBody) },
-      503: problem('A required check is down (`dependency_unavailable` naming it; `checks` gives each result)', RETRY_AFTER),
-    },
-  },
-  {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
-    method: 'get',
-    path: '/readyz',
-    operationId: 'readiness',
-    summary: 'Readiness probe (`@nestjs/terminus`): NATS, the Run stream, the durable consumers this replica serves, and PostgreSQL where used',
-    description: READINESS,
-    responses: {
-      200: { description: 'Ready: every required check up (`info` and `details` say each check)', body: json(HealthBody) },
-      503: problem('A required check is down (`dependency_unavailable` naming it; `checks` gives each result)', RETRY_AFTER),
-    },
-  },
-  {
-    services: ['admission', 'publication', 'runtime', 'tools', 'lifecycle', 'recovery', 'projector'],
+    services: HttpServices,
     method: 'get',
     path: '/livez',
     operationId: 'liveness',

@@ -367,6 +367,30 @@ export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers 
 }
 
 /**
+ * The bus of `space` on `nats` provisioned as its admin user ({@link provisionAsAdmin}: the Run
+ * stream, the buckets and the `downstream` durables), and the admin's event log on it, open (the
+ * caller closes it): where a test of the users and their permissions starts.
+ */
+export async function provisionedAdminLog(nats: SecuredNats, space: SubjectSpace, downstream: readonly string[]): Promise<EventLog> {
+  const env = {
+    NATS_URL: nats.url,
+    ...natsCaEnvOf(nats),
+    RUNPLANE_STREAM: space.stream,
+    RUNPLANE_SUBJECT_PREFIX: space.prefix,
+    RUNPLANE_PARTITIONS: String(space.partitions),
+  };
+  await provisionAsAdmin(env, nats.users, downstream);
+  return EventLog.connect({
+    natsUrl: nats.url,
+    ...space,
+    name: 'admin',
+    user: nats.users.admin.user,
+    pass: nats.users.admin.password,
+    ...(nats.caFile ? { caFile: nats.caFile } : {}),
+  });
+}
+
+/**
  * Why PostgreSQL refused a connection for a passing reason, or null when the reason is lasting (no
  * server listening, an unknown host, a refused login): a connect timeout on a loaded machine, too
  * many clients (53300), a server starting or shutting down (57P03).

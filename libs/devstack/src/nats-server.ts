@@ -106,6 +106,14 @@ export interface NatsProbeAuth {
 
 /** True when a NATS server answers JetStream API requests at `url` (a cluster: once it has a meta leader). */
 export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: NatsProbeAuth): Promise<boolean> {
+  return (await jetStreamVersion(url, timeoutMs, auth)) !== null;
+}
+
+/**
+ * The version of the NATS server at `url` (from its INFO; `unknown` when it sends none) once it
+ * answers JetStream API requests, else null: nothing answers within `timeoutMs`, or JetStream does not yet.
+ */
+export async function jetStreamVersion(url: string, timeoutMs = 1000, auth?: NatsProbeAuth): Promise<string | null> {
   let nc;
   try {
     nc = await connect({
@@ -116,13 +124,13 @@ export async function jetStreamAnswers(url: string, timeoutMs = 1000, auth?: Nat
       ...natsTlsOptions(url, auth?.caFile),
     });
   } catch {
-    return false;
+    return null;
   }
   try {
     await jetstreamManager(nc, { timeout: timeoutMs });
-    return true;
+    return nc.info?.version ?? 'unknown';
   } catch {
-    return false;
+    return null;
   } finally {
     await nc.close().catch(() => undefined);
   }

@@ -10,3 +10,17 @@ export function libraryOf(label: string, files: Record<string, string>): Holding
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return new HoldingsLibrary({ dir, dataSet: 'shared' });
 }
+
+/** The column line of an iShares holdings file. */
+const ISHARES_COLUMNS =
+  'Ticker,Name,Sector,Asset Class,Market Value,Weight (%),Notional Value,Quantity,Price,Location,Exchange,Currency,FX Rate,Market Currency,Accrual Date';
+
+/**
+ * An iShares holdings file: its title, `Fund Holdings as of` stating `dateLine`, and one equity row
+ * per holding `[ticker, name, weight %]` (the other values fixed and unremarkable).
+ */
+export function isharesFile(dateLine: string, holdings: readonly (readonly [string, string, string])[]): string {
+  const row = ([ticker, name, weight]: readonly [string, string, string]) =>
+    `"${ticker}","${name}","IT","Equity","1.00","${weight}","1.00","1.00","1.00","United States","NASDAQ","USD","1.00","USD","-"`;
+  return ['iShares Example ETF', `Fund Holdings as of,"${dateLine}"`, '\u00a0', ISHARES_COLUMNS, ...holdings.map(row)].join('\n');
+}

@@ -4,17 +4,9 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { executeTool, HoldingsLibrary } from '../src/index.js';
-import { libraryOf } from './folder.js';
+import { isharesFile, libraryOf } from './folder.js';
 
-function ishares(dateLine: string): string {
-  return [
-    'iShares Example ETF',
-    `Fund Holdings as of,"${dateLine}"`,
-    '\u00a0',
-    'Ticker,Name,Sector,Asset Class,Market Value,Weight (%),Notional Value,Quantity,Price,Location,Exchange,Currency,FX Rate,Market Currency,Accrual Date',
-    '"AAPL","APPLE INC","IT","Equity","1.00","100.00","1.00","1.00","1.00","United States","NASDAQ","USD","1.00","USD","-"',
-  ].join('\n');
-}
+const ishares = (dateLine: string): string => isharesFile(dateLine, [['AAPL', 'APPLE INC', '100.00']]);
 
 const folder = (files: Record<string, string>): HoldingsLibrary => libraryOf('undated', files);
 

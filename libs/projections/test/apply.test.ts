@@ -1,7 +1,17 @@
 import { describe, expect, it } from '@jest/globals';
 import { makeEvent, RunView } from '@runplane/contracts';
 import { OrphanEventError, applyStoredEvent, dumpProjectionRows, getRunView, migrateUp } from '@runplane/projections';
-import { admittedEvent, at, ctxOf, migratedTestDatabase, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
+import {
+  admittedEvent,
+  at,
+  ctxOf,
+  migratedTestDatabase,
+  researchRunEvents,
+  researchRunSettled,
+  storedInOrder,
+  uniqueTag,
+  unlimitedBudgetColumns,
+} from './fixtures.js';
 
 const db = migratedTestDatabase('apply');
 
@@ -72,28 +82,13 @@ describe('getRunView', () => {
       messageId: `msg-${runId}`,
       clientMessageId: `client-${runId}`,
       question: 'Compare the holdings of fund A and fund B',
-      status: 'settled',
-      outcome: 'completed',
+      ...researchRunSettled,
       reason: 'answered; compare_holdings failed',
-      modelRequests: 2,
-      promptTokens: 240,
-      completionTokens: 60,
-      unknownUsageTurns: 0,
-      toolCalls: 2,
-      passages: 2,
       admittedAt: '2026-11-30T10:00:00.000Z',
       settledAt: '2026-11-30T10:00:11.000Z',
       maxModelRequests: 8,
       maxToolCalls: 16,
-      maxInputTokens: null,
-      maxOutputTokens: null,
-      maxCostMicros: null,
-      costCurrency: null,
-      costMicros: 0,
-      costUnknownMaxMicros: 0,
-      reserveModelRequests: null,
-      reserveOutputTokens: null,
-      noProgressSeconds: null,
+      ...unlimitedBudgetColumns,
       deadlineAt: '2026-11-30T10:15:00.000Z',
       startedAt: '2026-11-30T10:00:01.000Z',
       queuedMs: 1000,

@@ -12,7 +12,7 @@ import {
   type RunRow,
   type ToolCallRow,
 } from '@runplane/projections';
-import { admittedEvent, at, ctxOf, researchRunEvents, storedInOrder } from './fixtures.js';
+import { admittedEvent, at, columns, ctxOf, researchRunEvents, researchRunSettled, storedInOrder, unlimitedBudgetColumns } from './fixtures.js';
 
 const runId = 'run-unit';
 const c = ctxOf(runId);
@@ -37,36 +37,15 @@ describe('runs rule', () => {
       clientMessageId: `client-${runId}`,
       question: 'Compare the holdings of fund A and fund B',
       status: 'admitted',
-      outcome: null,
-      reason: null,
-      modelRequests: 0,
-      promptTokens: 0,
-      completionTokens: 0,
-      unknownUsageTurns: 0,
-      toolCalls: 0,
-      passages: 0,
+      ...columns(0, 'modelRequests', 'promptTokens', 'completionTokens', 'unknownUsageTurns', 'toolCalls', 'passages'),
+      ...columns(null, 'outcome', 'reason', 'settledAt', 'startedAt', 'queuedMs', 'executionEndedAt', 'executingMs', 'clarificationId', 'principal'),
       admittedAt: '2026-11-30T10:00:00.000Z',
-      settledAt: null,
+      lastProgressAt: '2026-11-30T10:00:00.000Z',
       maxModelRequests: 8,
       maxToolCalls: 16,
-      maxInputTokens: null,
-      maxOutputTokens: null,
-      maxCostMicros: null,
-      costCurrency: null,
-      costMicros: 0,
-      costUnknownMaxMicros: 0,
+      ...unlimitedBudgetColumns,
       costInFlightMicros: 0,
-      reserveModelRequests: null,
-      reserveOutputTokens: null,
-      noProgressSeconds: null,
       deadlineAt: '2026-11-30T10:15:00.000Z',
-      startedAt: null,
-      queuedMs: null,
-      executionEndedAt: null,
-      executingMs: null,
-      lastProgressAt: '2026-11-30T10:00:00.000Z',
-      clarificationId: null,
-      principal: null,
       lastSeq: 7,
     });
   });
@@ -203,17 +182,7 @@ describe('runs rule', () => {
       if (keys.toolCallId) toolCalls.set(keys.toolCallId, evolveToolCall(toolCallBefore, s));
       if (keys.passageId) passages.set(keys.passageId, evolvePassage(passageBefore, s));
     }
-    expect(run).toMatchObject({
-      status: 'settled',
-      outcome: 'completed',
-      modelRequests: 2,
-      promptTokens: 240,
-      completionTokens: 60,
-      unknownUsageTurns: 0,
-      toolCalls: 2,
-      passages: 2,
-      lastSeq: events.length,
-    });
+    expect(run).toMatchObject({ ...researchRunSettled, lastSeq: events.length });
   });
 
   it('given a whole Run, then its clocks come from event times: queue time to the first request, execution time to the finish, the last progress (K7)', () => {
@@ -340,17 +309,20 @@ describe('tool_calls rule', () => {
       name: 'get_holdings',
       argumentsText: '{"fund":"A"}',
       status: 'proposed',
-      errorCode: null,
-      errorMessage: null,
-      resultSha256: null,
       proposedAt: '2026-11-30T10:00:02.000Z',
-      dispatchedAt: null,
-      receiptAt: null,
-      lateStatus: null,
-      lateObservedAt: null,
-      reconciledOutcome: null,
-      reconciledBy: null,
-      reconciledAt: null,
+      ...columns(
+        null,
+        'errorCode',
+        'errorMessage',
+        'resultSha256',
+        'dispatchedAt',
+        'receiptAt',
+        'lateStatus',
+        'lateObservedAt',
+        'reconciledOutcome',
+        'reconciledBy',
+        'reconciledAt',
+      ),
       lastSeq: 5,
     });
   });

@@ -6,9 +6,12 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { makeEvent, sha256Hex, type EventContext, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { makeEvent, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 import { createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp } from '@runplane/projections';
+import { admittedEvent, at, ctxOf, researchRunEvents } from './research-run.js';
+
+export { admittedEvent, at, ctxOf, researchRunEvents };
 
 export const uniqueTag = (): string => randomBytes(4).toString('hex');
 
@@ -23,6 +26,18 @@ export interface TestDatabase {
 }
 
 /**
+ * Creates the projection database `name` on {@link adminUrl} (unless it exists), opens it and
+ * migrates it: its URL and the open ORM. The caller closes the ORM and drops the database.
+ */
+export async function openMigratedDatabase(name: string): Promise<{ url: string; orm: MikroORM }> {
+  await ensureDatabase(adminUrl, name);
+  const url = databaseUrlWith(adminUrl, name);
+  const orm = await createProjectionOrm({ databaseUrl: url });
+  await migrateUp(orm);
+  return { url, orm };
+}
+
+/**
  * A migrated projection database `rp_test_<label>_<8 hex>` for the enclosing file or `describe`:
  * created, opened and migrated in a `beforeAll` (registered here, so it runs before the caller's
  * own), closed and dropped in an `afterAll`.
@@ -32,9 +47,7 @@ export function migratedTestDatabase(label: string): TestDatabase {
   const url = databaseUrlWith(adminUrl, name);
   let orm: MikroORM | undefined;
   beforeAll(async () => {
-    await ensureDatabase(adminUrl, name);
-    orm = await createProjectionOrm({ databaseUrl: url });
-    await migrateUp(orm);
+    ({ orm } = await openMigratedDatabase(name));
   });
   afterAll(async () => {
     await orm?.close();
@@ -50,120 +63,32 @@ export function migratedTestDatabase(label: string): TestDatabase {
   };
 }
 
-export const ctxOf = (runId: string, conversationId = `conv-${runId}`): EventContext => ({
-  runId,
-  conversationId,
-  correlationId: `msg-${runId}`,
-  causationId: null,
-});
-
-/** `base` + `seconds`, as a Date (event times are fixed so rows are predictable). */
-export const at = (seconds: number, base = Date.parse('2026-11-30T10:00:00.000Z')): Date => new Date(base + seconds * 1000);
-
-export function admittedEvent(runId: string, content = 'Compare the holdings of fund A and fund B', t = 0) {
-  return makeEvent(
-    'run.admitted',
-    ctxOf(runId),
-    'admission',
-    {
-      message: { messageId: `msg-${runId}`, clientMessageId: `client-${runId}`, content, contentSha256: sha256Hex(content) },
-      grant: { tools: ['list_funds', 'get_holdings', 'compare_holdings'], model: 'runplane-scripted-research' },
-      limits: { maxModelRequests: 8, maxToolCalls: 16, deadlineAt: at(900).toISOString() },
-    },
-    at(t),
-  );
-}
+/**
+ * `{ [key]: value }` for every key: the columns of an expected row that share one value (every
+ * counter 0, every column not set yet null), so an exact expectation names them by what they are.
+ */
+export const columns = <K extends string, V>(value: V, ...keys: K[]): Record<K, V> =>
+  Object.fromEntries(keys.map((key) => [key, value])) as Record<K, V>;
 
 /**
- * A complete research Run: two model turns, two tool calls (one succeeds by reference, one
- * fails), two passages (one revised), the answer published and the Run settled `completed`.
+ * The budget columns of a Run admitted with only the request and tool-call limits (every fixture
+ * Run here): no token, money or reserve limit, no no-progress limit, nothing spent.
  */
-export function researchRunEvents(runId: string): RunEvent[] {
-  const c = ctxOf(runId);
-  const usage = { promptTokens: 120, completionTokens: 30, totalTokens: 150 };
-  const p0 = 'Fund A holds 42 positions; fund B holds 37.';
-  const p0v2 = 'Fund A holds 42 positions; fund B holds 37 (as of 2026-09-30).';
-  const p1 = 'The holdings of fund B could not be compared: the comparison tool failed.';
-  return [
-    admittedEvent(runId),
-    makeEvent('model.turn.requested', c, 1, { turn: 1, model: 'runplane-scripted-research' }, at(1)),
-    makeEvent(
-      'model.turn.completed',
-      c,
-      1,
-      {
-        turn: 1,
-        content: '',
-        toolCalls: [
-          { toolCallId: 'call_1', name: 'get_holdings', argumentsText: '{"fund":"A"}' },
-          { toolCallId: 'call_2', name: 'compare_holdings', argumentsText: '{"left":"A","right":"B"}' },
-        ],
-        finishReason: 'tool_calls',
-        usage,
-      },
-      at(2),
-    ),
-    makeEvent('tool.call.proposed', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings', argumentsText: '{"fund":"A"}', turn: 1 }, at(2)),
-    makeEvent(
-      'tool.call.proposed',
-      c,
-      'call_2',
-      { toolCallId: 'call_2', name: 'compare_holdings', argumentsText: '{"left":"A","right":"B"}', turn: 1 },
-      at(2),
-    ),
-    makeEvent('tool.call.dispatched', c, 'call_1', { toolCallId: 'call_1', name: 'get_holdings' }, at(3)),
-    makeEvent(
-      'tool.call.receipt',
-      c,
-      'call_1',
-      {
-        toolCallId: 'call_1',
-        name: 'get_holdings',
-        status: 'succeeded',
-        resultRef: { bucket: 'results', key: `${runId}/call_1`, sha256: 'b'.repeat(64), bytes: 2048 },
-        durationMs: 41,
-      },
-      at(4),
-    ),
-    makeEvent('tool.call.dispatched', c, 'call_2', { toolCallId: 'call_2', name: 'compare_holdings' }, at(4)),
-    makeEvent(
-      'tool.call.receipt',
-      c,
-      'call_2',
-      {
-        toolCallId: 'call_2',
-        name: 'compare_holdings',
-        status: 'failed',
-        error: { code: 'source_unavailable', message: 'fund B file missing' },
-        durationMs: 12,
-      },
-      at(5),
-    ),
-    makeEvent('model.turn.requested', c, 2, { turn: 2, model: 'runplane-scripted-research' }, at(6)),
-    makeEvent('model.turn.completed', c, 2, { turn: 2, content: `${p0}\n\n${p1}`, toolCalls: [], finishReason: 'stop', usage }, at(8)),
-    makeEvent('run.execution.finished', c, 'finished', { reason: 'answered', detail: 'turn 2 answered', answerTurn: 2 }, at(8)),
-    makeEvent('passage.committed', c, 'p0/1', { passageId: 'p0', index: 0, version: 1, text: p0, sourceTurn: 2, sha256: sha256Hex(p0) }, at(9)),
-    makeEvent('passage.committed', c, 'p1/1', { passageId: 'p1', index: 1, version: 1, text: p1, sourceTurn: 2, sha256: sha256Hex(p1) }, at(9)),
-    makeEvent('passage.committed', c, 'p0/2', { passageId: 'p0', index: 0, version: 2, text: p0v2, sourceTurn: 2, sha256: sha256Hex(p0v2) }, at(10)),
-    makeEvent('answer.published', c, 'answer', { passageIds: ['p0', 'p1'], characters: p0v2.length + p1.length, sourceTurn: 2 }, at(10)),
-    makeEvent(
-      'run.settled',
-      c,
-      'settled',
-      {
-        outcome: 'completed',
-        reason: 'answered; compare_holdings failed',
-        passageIds: ['p0', 'p1'],
-        receipts: [
-          { toolCallId: 'call_1', name: 'get_holdings', status: 'succeeded' },
-          { toolCallId: 'call_2', name: 'compare_holdings', status: 'failed' },
-        ],
-        usage: { modelRequests: 2, toolCalls: 2, promptTokens: 240, completionTokens: 60 },
-      },
-      at(11),
-    ),
-  ];
-}
+export const unlimitedBudgetColumns = {
+  ...columns(null, 'maxInputTokens', 'maxOutputTokens', 'maxCostMicros', 'costCurrency'),
+  ...columns(0, 'costMicros', 'costUnknownMaxMicros'),
+  ...columns(null, 'reserveModelRequests', 'reserveOutputTokens', 'noProgressSeconds'),
+};
+
+/** What {@link researchRunEvents} settles to, as its Run row and its view hold it: the outcome and the counts. */
+export const researchRunSettled = {
+  status: 'settled',
+  outcome: 'completed',
+  ...columns(2, 'modelRequests', 'toolCalls', 'passages'),
+  promptTokens: 240,
+  completionTokens: 60,
+  unknownUsageTurns: 0,
+} as const;
 
 /** A short failing Run whose tool call id (`call_1`) collides with the research Run's. */
 export function failingRunEvents(runId: string): RunEvent[] {

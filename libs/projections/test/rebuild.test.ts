@@ -9,10 +9,9 @@ import {
   dumpProjectionRows,
   ensureDatabase,
   getRunView,
-  migrateUp,
   rebuildProjections,
 } from '@runplane/projections';
-import { adminUrl, appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from './fixtures.js';
+import { adminUrl, appendAll, failingRunEvents, interleave, openMigratedDatabase, researchRunEvents, uniqueTag } from './fixtures.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const natsUrl = SHARED_NATS_URL;
@@ -28,9 +27,7 @@ let appended = 0;
 
 beforeAll(async () => {
   log = await EventLog.connect({ ...SUITE_NATS, natsUrl, stream: `RPTEST_PROJ_${tag}`, prefix: `tpj${tag}` });
-  await ensureDatabase(adminUrl, liveDb);
-  live = await createProjectionOrm({ databaseUrl: liveUrl });
-  await migrateUp(live);
+  ({ orm: live } = await openMigratedDatabase(liveDb));
   // two concurrent Runs interleaved in one stream; they share the tool call id `call_1`
   const stored = await appendAll(log, interleave(researchRunEvents(research), failingRunEvents(failing)));
   appended = stored.length;

@@ -10,6 +10,7 @@ import { AppendConflict, EventLog, runStreamConfig, runSubject } from '@runplane
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
 import { RunCommandHandler, runReads } from '@runplane/service-kit';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
+import { forgedSettlement } from '../../../test/support/events.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 const natsUrl = SHARED_NATS_URL;
@@ -96,21 +97,7 @@ describe('RunCommandHandler', () => {
   it('refuses a decided event of another owner before appending anything', async () => {
     const runId = `owner${tag}`;
     await a.append(admit(runId), 0);
-    const settle = (facts: RunFacts, now: Date): RunEvent[] => [
-      makeEvent(
-        'run.settled',
-        contextFrom(facts.lastEvent!),
-        'settlement',
-        {
-          outcome: 'completed',
-          reason: 'forged',
-          passageIds: [],
-          receipts: [],
-          usage: { modelRequests: 0, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
-        },
-        now,
-      ),
-    ];
+    const settle = (facts: RunFacts, now: Date): RunEvent[] => [forgedSettlement(contextFrom(facts.lastEvent!), now)];
     await expect(new RunCommandHandler(a, 'runtime').handle(runId, settle)).rejects.toThrow(/runtime may not append run.settled/);
     expect((await a.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted']);
   });
