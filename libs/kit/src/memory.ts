@@ -12,6 +12,7 @@
  * back at about 100 MiB while 183 MiB of heap pages stayed resident. {@link IdleMemoryRelease}
  * runs that collection once the service is quiet again.
  */
+import { readFileSync } from 'node:fs';
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -55,7 +56,11 @@ function releaseMemory(): boolean {
 export interface MemoryReleasePolicy {
   /** How often the service is looked at, ms. */
   everyMs: number;
-  /** Least memory worth a collection, bytes: freed heap pages (peak committed heap minus committed now), or growth of the resident memory outside the committed heap. */
+  /**
+   * Least memory worth a collection, bytes: freed heap pages (peak committed heap minus committed
+   * now), committed heap holding nothing (committed minus used, beyond what the last collection
+   * left), or growth of the resident memory outside the committed heap.
+   */
   minBytes: number;
   /** Most event-loop utilization (0-1) over the last `everyMs` at which the service counts as quiet. */
   maxBusy: number;
@@ -64,9 +69,10 @@ export interface MemoryReleasePolicy {
 /** Every 10 s; 32 MiB at least; quiet below 5 % event-loop utilization. */
 export const DEFAULT_MEMORY_RELEASE: MemoryReleasePolicy = { everyMs: 10_000, minBytes: 32 * 2 ** 20, maxBusy: 0.05 };
 
-/** One look at the process: committed V8 heap and RSS in bytes, event-loop utilization since the last look (0-1). */
+/** One look at the process: committed and used V8 heap and RSS in bytes, event-loop utilization since the last look (0-1). */
 export interface MemorySample {
   committed: number;
+  used: number;
   rss: number;
   busy: number;
 }
@@ -77,14 +83,18 @@ export interface MemoryReleaseState {
   peakCommitted: number;
   /** RSS minus committed heap right after the last collection (or at the start). */
   outsideAfterRelease: number;
+  /** Committed minus used heap right after the last collection (or at the start): what a collection cannot give back. */
+  slackAfterRelease: number;
 }
 
 /**
  * Decides whether to run a memory-reducing collection now (pure): only when the service is quiet
  * (`busy <= maxBusy`), and only when at least `minBytes` can be expected back: the committed heap
- * fell that far below its peak (the freed pages are pooled, still resident), or the resident memory
- * outside the committed heap grew that much since the last collection (pages pooled between two
- * looks). A busy service is left alone: the pages are reused by the work, and the collection's
+ * fell that far below its peak (the freed pages are pooled, still resident), the committed heap
+ * holds that much more unused space than the last collection left (pages a burst filled, now
+ * mostly dead: after 10,000 parked Runs the runtime's heap stayed at 183 MiB committed for 57 used
+ * in one run of two, with no page pooled), or the resident memory outside the committed heap grew
+ * that much since the last collection (pages pooled between two looks). A busy service is left alone: the pages are reused by the work, and the collection's
  * pause (tens to hundreds of ms) would fall on requests.
  * @returns the state to keep (`peakCommitted` raised to the sample) and whether to collect.
  */
@@ -96,8 +106,9 @@ export function decideMemoryRelease(
   const next = { ...state, peakCommitted: Math.max(state.peakCommitted, sample.committed) };
   if (sample.busy > policy.maxBusy) return { state: next, release: false };
   const pooled = next.peakCommitted - sample.committed;
+  const unused = sample.committed - sample.used - state.slackAfterRelease;
   const grownOutside = sample.rss - sample.committed - state.outsideAfterRelease;
-  return { state: next, release: pooled >= policy.minBytes || grownOutside >= policy.minBytes };
+  return { state: next, release: pooled >= policy.minBytes || unused >= policy.minBytes || grownOutside >= policy.minBytes };
 }
 
 /**
@@ -114,8 +125,7 @@ export class IdleMemoryRelease {
   releases = 0;
 
   constructor(private readonly policy: MemoryReleasePolicy = DEFAULT_MEMORY_RELEASE) {
-    const now = IdleMemoryRelease.measure(0);
-    this.state = { peakCommitted: now.committed, outsideAfterRelease: now.rss - now.committed };
+    this.state = IdleMemoryRelease.afresh(IdleMemoryRelease.measure(0));
   }
 
   /** Starts looking every `everyMs`. */
@@ -142,12 +152,39 @@ export class IdleMemoryRelease {
     this.state = state;
     if (!release || !releaseMemory()) return false;
     this.releases++;
-    const after = IdleMemoryRelease.measure(0);
-    this.state = { peakCommitted: after.committed, outsideAfterRelease: after.rss - after.committed };
+    this.state = IdleMemoryRelease.afresh(IdleMemoryRelease.measure(0));
     return true;
   }
 
-  private static measure(busy: number): MemorySample {
-    return { committed: getHeapStatistics().total_heap_size, rss: process.memoryUsage.rss(), busy };
+  private static afresh(now: MemorySample): MemoryReleaseState {
+    return { peakCommitted: now.committed, outsideAfterRelease: now.rss - now.committed, slackAfterRelease: now.committed - now.used };
   }
+
+  private static measure(busy: number): MemorySample {
+    const heap = getHeapStatistics();
+    return { committed: heap.total_heap_size, used: heap.used_heap_size, rss: process.memoryUsage.rss(), busy };
+  }
+}
+
+/** The malloc a process runs with (see {@link allocatorInUse}). */
+export type Allocator = 'jemalloc' | 'system';
+
+/**
+ * Which malloc this process runs with: `jemalloc` when a libjemalloc is mapped into it (preloaded
+ * through `LD_PRELOAD`, as deploy/Dockerfile and the devstack do), else `system` (glibc's; also
+ * where `/proc/self/maps` cannot be read, off Linux). glibc keeps the native memory a burst of
+ * work freed in its brk heap and per-thread arenas; jemalloc gives it back within seconds
+ * (docs/performance.md, parked Runs).
+ * @param maps the text of `/proc/self/maps` (read when not given).
+ */
+export function allocatorInUse(maps?: string): Allocator {
+  let text = maps;
+  if (text === undefined) {
+    try {
+      text = readFileSync('/proc/self/maps', 'utf8');
+    } catch {
+      return 'system';
+    }
+  }
+  return /\/libjemalloc[^/\n]*\.so/.test(text) ? 'jemalloc' : 'system';
 }

@@ -11,11 +11,12 @@ import { decideMemoryRelease, DEFAULT_MEMORY_RELEASE, type MemoryReleaseState } 
 const MiB = 2 ** 20;
 const policy = DEFAULT_MEMORY_RELEASE; // 32 MiB, quiet below 5 %
 const given = (state: MemoryReleaseState) => ({
-  when: (committedMiB: number, rssMiB: number, busy: number) =>
-    decideMemoryRelease(state, { committed: committedMiB * MiB, rss: rssMiB * MiB, busy }, policy),
+  /** `usedMiB` defaults to the committed heap less the 10 MiB the last collection left unused. */
+  when: (committedMiB: number, rssMiB: number, busy: number, usedMiB = committedMiB - 10) =>
+    decideMemoryRelease(state, { committed: committedMiB * MiB, used: usedMiB * MiB, rss: rssMiB * MiB, busy }, policy),
 });
-/** After a start or a collection: 40 MiB committed, 80 MiB resident outside the heap. */
-const settled: MemoryReleaseState = { peakCommitted: 40 * MiB, outsideAfterRelease: 80 * MiB };
+/** After a start or a collection: 40 MiB committed (10 of them unused), 80 MiB resident outside the heap. */
+const settled: MemoryReleaseState = { peakCommitted: 40 * MiB, outsideAfterRelease: 80 * MiB, slackAfterRelease: 10 * MiB };
 
 describe('decideMemoryRelease', () => {
   it('given a heap that grew to 180 MiB and fell back to 100, when the service is quiet, then collect', () => {
@@ -32,6 +33,17 @@ describe('decideMemoryRelease', () => {
   });
   it('given a burst between two looks (no peak seen) whose pages stayed resident outside the committed heap, when quiet, then collect', () => {
     expect(given(settled).when(40, 160, 0).release).toBe(true); // 120 MiB outside, 40 more than after the last collection
+  });
+  it('given a heap still committed at its peak but mostly dead (183 MiB committed, 57 used: nothing pooled yet), when quiet, then collect', () => {
+    const during = given(settled).when(183, 250, 0.9, 170);
+    expect(during.release).toBe(false); // busy
+    expect(given(during.state).when(183, 250, 0.01, 57).release).toBe(true); // nothing pooled, nothing grown outside the heap
+    expect(given(during.state).when(183, 250, 0.2, 57).release).toBe(false); // not while busy
+  });
+  it('given unused committed heap that the last collection could not give back, then leave it (no collection every look of an idle service)', () => {
+    const afterCollection: MemoryReleaseState = { peakCommitted: 100 * MiB, outsideAfterRelease: 80 * MiB, slackAfterRelease: 45 * MiB };
+    expect(given(afterCollection).when(100, 180, 0, 55).release).toBe(false); // 45 MiB unused, as the collection left it
+    expect(given(afterCollection).when(100, 180, 0, 20).release).toBe(true); // 80 unused: 35 more than it left
   });
 });
 
