@@ -33,12 +33,14 @@ import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ens
 import { ensureNatsServerBinary, startNatsCluster, type NatsCluster, type NatsProbeAuth } from './nats-server.js';
 import { createDevNatsTls, natsTlsConfig } from './tls.js';
 import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
+import { serviceAllocatorEnv } from './allocator.js';
 
 export * from './nats-server.js';
 export * from './auth.js';
 export * from './tls.js';
 export * from './signing.js';
 export * from './state-lock.js';
+export * from './allocator.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -725,6 +727,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const startService = async (name: ServiceName, extra: NodeJS.ProcessEnv = {}) => {
       const own = {
         ...env,
+        ...serviceAllocatorEnv(env),
         ...signingEnvOf(signing, name),
         ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}),
         ...viewerEnv(name),

@@ -27,13 +27,15 @@
  *   `runplane_model_tokens_total{model, kind}`, `runplane_tool_duration_seconds{tool, status}`,
  *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`,
  *   `runplane_consumer_pending{durable}`, `runplane_lease_renewals_total{result}`,
- *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`.
+ *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`,
+ *   `runplane_process_allocator_info{allocator}` (jemalloc or system).
  *   Each is recorded at the one place its effect happens; none carries a Run id or a principal.
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
 import { anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
+import { allocatorInUse, type Allocator } from '@runplane/kit/memory';
 import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
@@ -230,6 +232,19 @@ new Gauge({
   registers: [metricsRegistry],
   collect() {
     for (const [durable, c] of deliveryCounts()) this.set({ durable }, c.pending);
+  },
+});
+
+let allocator: Allocator | undefined;
+
+new Gauge({
+  name: 'runplane_process_allocator_info',
+  help: 'The malloc this process runs with (1 for the one in use): jemalloc when preloaded (deploy/Dockerfile, devstack), else system',
+  labelNames: ['allocator'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    allocator ??= allocatorInUse(); // mapped at exec, it does not change
+    this.set({ allocator }, 1);
   },
 });
 
