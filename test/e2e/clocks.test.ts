@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
-import { natsEnvOf, repoRoot } from '@runplane/devstack';
+import { natsEnvOf, repoRoot, serviceAllocatorEnv } from '@runplane/devstack';
 import { natsUserOptions, runSubject } from '@runplane/eventlog';
 import { eventually, settledProjection, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -188,7 +188,11 @@ describe('metrics (K9, K11)', () => {
     const settledAfter = sample(await scrape('lifecycle'), 'runplane_settlements_total', { service: 'lifecycle', outcome: 'completed' });
     expect(settledAfter).toBe(settledBefore + 1);
     // every service labels its own series
-    expect(await scrape('runtime')).toMatch(/process_cpu_seconds_total\{service="runtime"\}/);
+    const runtime = await scrape('runtime');
+    expect(runtime).toMatch(/process_cpu_seconds_total\{service="runtime"\}/);
+    // and says which malloc it runs: jemalloc wherever the stack found one to preload (devstack allocator.ts)
+    const allocator = serviceAllocatorEnv({}).LD_PRELOAD === undefined ? 'system' : 'jemalloc';
+    expect(sample(runtime, 'runplane_process_allocator_info', { service: 'runtime', allocator })).toBe(1);
   }, 60_000);
 });
 
