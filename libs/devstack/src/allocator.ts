@@ -3,8 +3,9 @@
  *
  * glibc's malloc keeps the native memory a burst of work freed: after 10,000 Runs parked the
  * runtime's brk heap had grown from 18 to 41 MiB and its thread arenas from 25 to 39 MiB, and they
- * stayed resident at idle. With jemalloc preloaded the runtime's RSS grew 2 MiB over the same
- * parks (+9 with the options below), and W1's CPU per Run did not change beyond the noise (docs/performance.md, parked Runs).
+ * stayed resident at idle (the runtime +51 to +54 MiB in four runs). With jemalloc preloaded it
+ * grew 1 to 9 MiB over the same parks (four runs), and W1's CPU per Run was glibc's with the
+ * options below (docs/performance.md, parked Runs).
  * {@link SERVICE_MALLOC_CONF}: two arenas instead of four per core (jemalloc's own idle footprint
  * stays near glibc's: 2-4 MiB more per service), and a background thread that returns freed pages
  * after jemalloc's default 10 s even when the process is idle (jemalloc otherwise purges only when
