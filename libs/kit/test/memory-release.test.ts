@@ -62,12 +62,25 @@ describe('IdleMemoryRelease on a real process', () => {
       released: boolean;
     };
 
+  /**
+   * The burst, run until its regular collection left the freed pages resident (what the case is
+   * about): on a loaded machine V8's background unmapper has once given most of them back on its own
+   * (52 MiB left above the heap), and then there is nothing for the release to show. At most 3 tries.
+   */
+  const burstLeftResident = (...args: string[]) => {
+    let sample = run(...args);
+    for (let tries = 1; tries < 3 && sample.rssBefore - sample.committed <= 100 * MiB; tries++) sample = run(...args);
+    return sample;
+  };
+
   it('given a burst of ~200 MiB freed by a regular full collection (its pages still resident), when the quiet service is looked at, then the pages go back to the OS', () => {
-    const kept = run();
-    // the regular collection shrank the committed heap but the pages stayed resident
+    const kept = burstLeftResident();
+    // the regular collection shrank the committed heap but the pages stayed resident, and without
+    // the release they stay
     expect(kept.rssBefore - kept.committed).toBeGreaterThan(100 * MiB);
     expect(kept.rssAfter).toBeGreaterThan(kept.rssBefore - 20 * MiB);
-    const given = run('release');
+    const given = burstLeftResident('release');
+    expect(given.rssBefore - given.committed).toBeGreaterThan(100 * MiB);
     expect(given.released).toBe(true);
     expect(given.rssAfter).toBeLessThan(given.rssBefore - 100 * MiB);
   });
