@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
 import { SERVICES, type ServiceName } from '@runplane/devstack';
 import { lostFacts, outcomeOf, waitForSettled, waitForType } from '../support/faults.js';
-import { startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const GRACE_SECONDS = 10;
 const dir = mkdtempSync(join(tmpdir(), 'rp-shutdown-'));
@@ -90,9 +90,22 @@ describe('SIGTERM to every service while the NATS server is frozen, a model turn
     const late = exits.filter((e) => e.signal !== null || (e.code !== 0 && e.code !== 1) || e.ms >= (GRACE_SECONDS + 4) * 1000);
     expect(late.map((e) => `${e.name} ${e.code ?? e.signal} ${e.ms} ms`)).toEqual([]);
     for (const e of exits) {
-      const last = linesOf(e.name)
-        .filter((l) => l.context === 'shutdown')
-        .at(-1);
+      // the process's last lines reach the stack's log file through its stdout pipe, which may be
+      // drained after its exit is seen (a full run saw the runtime's and tools' final line missing)
+      const last = await eventually(
+        async () => {
+          const line = linesOf(e.name)
+            .filter((l) => l.context === 'shutdown')
+            .at(-1);
+          return line && (line.msg === 'stopped' || /^shutdown bound passed/.test(line.msg)) ? line : null;
+        },
+        5_000,
+        `${e.name}'s last shutdown line`,
+      ).catch(() =>
+        linesOf(e.name)
+          .filter((l) => l.context === 'shutdown')
+          .at(-1),
+      );
       if (e.code === 0) expect(last).toMatchObject({ level: 30, msg: 'stopped' });
       else expect(last).toMatchObject({ level: 50, msg: expect.stringMatching(/^shutdown bound passed/), stage: expect.any(String) });
     }

@@ -47,7 +47,9 @@ async function rogue(name: string, auth: string): Promise<NatsConnection> {
   rogues.push(child);
   for (let i = 0; ; i++) {
     try {
-      const nc = await connect({ servers: `nats://127.0.0.1:${port}`, reconnect: false });
+      // a dial that hangs while the server starts (a full run at load 14 saw one time out after
+      // the client's default 20 s, the whole case's budget) is dropped after 2 s and tried again
+      const nc = await connect({ servers: `nats://127.0.0.1:${port}`, reconnect: false, timeout: 2_000 });
       connections.push(nc);
       return nc;
     } catch (e) {
