@@ -6,9 +6,9 @@ import { retry } from '@runplane/kit/retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, StreamNotFound } from '@runplane/eventlog';
-import { resolveDataFolder } from '@runplane/holdings';
-import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
-import { auditLog, type AuditOptions } from './audit.js';
+import { resolveDataFolder } from '@runplane/holdings/data-folder';
+import type { EmbeddedDatabase } from '@runplane/projections';
+import type { AuditOptions } from './audit.js';
 import { repoRoot } from './local-stack.js';
 import { readCommands, withReadCredentials } from './read-commands.js';
 import {
@@ -38,6 +38,13 @@ const err = (line: string) => process.stderr.write(`${terminalSafe(line)}\n`);
  * `timeline`, `audit`, `projections rebuild` and `provision`.
  */
 const devstack = () => import('@runplane/devstack');
+/**
+ * The projections (MikroORM, PostgreSQL, PGlite) and the audit, loaded only by the commands that
+ * use them (`projections rebuild`, `audit`, `up`, `demo`): `timeline`, `ask`, `watch` and `status`
+ * read the log or the HTTP API and need none of them.
+ */
+const projections = () => import('@runplane/projections');
+const auditing = () => import('./audit.js');
 
 /**
  * How a followed Run is printed. `answer` (`ask`, `continue`, `reply`, `demo`): the protocol
@@ -281,6 +288,7 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
   try {
     const empty =
       opts.all === true && opts.since === undefined ? () => new Error(`audit: ${where} holds no Run; nothing was audited (${settings})`) : null;
+    const { auditLog } = await auditing();
     return await withReadCredentials('audit', process.env, () =>
       auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out, empty ? { onNoRun: empty } : {}),
     );
@@ -302,6 +310,7 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
   const { DATABASE_URL } = loadConfig(DatabaseConfig);
   const log = await withReadCredentials('projections rebuild', process.env, () => openLogReadOnly('runplane-rebuild'));
   try {
+    const { databaseUrlWith, dropDatabase, rebuildProjections } = await projections();
     log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await withReadCredentials('projections rebuild', process.env, () =>
       rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) }),
@@ -457,7 +466,9 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
     if (await dev.ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({
+      embedded = await (
+        await projections()
+      ).startEmbeddedDatabase({
         dataDir: join(
           stateDir,
           nats.cluster ? `pglite${dev.FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${dev.FALLBACK_NATS_SUFFIX}` : 'pglite',
