@@ -1,8 +1,8 @@
 /**
  * The production image (deploy/Dockerfile, target `production`) deletes the scripted model, the
  * devstack and PGlite after the build. What it still runs must not load them: every service's
- * Nest module (all it imports at start), the CLI's commands for the runbook (`timeline`, `audit`,
- * `projections rebuild`) and the provisioning entry. Checked without building the image: one Node
+ * Nest module (all it imports at start), the CLI's program and its commands for the runbook
+ * (`timeline`, `audit`, `projections rebuild`) and the provisioning entry. Checked without building the image: one Node
  * process imports those modules from this checkout's build with a module hook that refuses every
  * path the Dockerfile deletes (read from its `production-files` stage), so a new static import of
  * any of them fails here. Needs `npm run build` first (as every test of the built apps).
@@ -97,6 +97,7 @@ describe('the production image', () => {
       'apps/lifecycle/dist/lifecycle.module.js',
       'apps/recovery/dist/recovery.module.js',
       'apps/projector/dist/app.module.js',
+      'apps/cli/dist/program.js',
       'apps/cli/dist/commands.js',
       'apps/cli/dist/provision.js',
     ];

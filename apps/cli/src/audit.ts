@@ -7,6 +7,7 @@ import { auditRuns, CHECKS, readForAudit, type AuditInput, type AuditReport, typ
 import type { StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 import { databaseUrlWith, dropDatabase, rebuildProjections, redact, type ReplayableLog } from '@runplane/projections';
+import { AUDIT_BROKEN_EXIT } from './render.js';
 
 /** What `runplane audit` was asked: the Runs ({@link AuditSelection}) and the output form. */
 export interface AuditOptions extends AuditSelection {
@@ -39,9 +40,6 @@ export interface SignatureCheck {
   /** Public keys held (every owner's), when checked. */
   keys?: number;
 }
-
-/** Exit code of `runplane audit` when a check is broken (0: every check held; 1: the audit could not run). */
-export const AUDIT_BROKEN_EXIT = 2;
 
 /**
  * Reads what `opts` names from `log` ({@link readForAudit}), audits it ({@link auditRuns}) and

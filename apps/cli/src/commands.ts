@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { BusConfig, DatabaseConfig, Id, loadConfig, principalProblem, type RunEvent } from '@runplane/contracts';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit/retry';
 import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, StreamNotFound } from '@runplane/eventlog';
-import { findRepoRoot, resolveDataFolder } from '@runplane/holdings';
-import { databaseUrlWith, dropDatabase, rebuildProjections, startEmbeddedDatabase, type EmbeddedDatabase } from '@runplane/projections';
-import { auditLog, type AuditOptions } from './audit.js';
+import { resolveDataFolder } from '@runplane/holdings/data-folder';
+import type { EmbeddedDatabase } from '@runplane/projections';
+import type { AuditOptions } from './audit.js';
+import { repoRoot } from './local-stack.js';
 import { readCommands, withReadCredentials } from './read-commands.js';
 import {
   AnswerAssembly,
@@ -20,6 +20,7 @@ import {
   renderSettlement,
   renderStatus,
   stepClocks,
+  terminalSafe,
   timelineLine,
 } from './render.js';
 
@@ -28,12 +29,6 @@ export const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the
 /** The default question on the shipped illustrative sample. */
 export const ILLUSTRATIVE_QUESTION = 'Compare the holdings of AAA and BBB: verify the disclosure date of each file and identify gaps in coverage';
 
-/**
- * Text from the log (model output, tool errors) is shown, never executed by the terminal: control
- * characters (escape sequences), C1 controls and bidirectional overrides print as U+FFFD.
- */
-// eslint-disable-next-line no-control-regex -- the point: control characters are what is replaced
-export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
 const out = (line: string) => process.stdout.write(`${terminalSafe(line)}\n`);
 const err = (line: string) => process.stderr.write(`${terminalSafe(line)}\n`);
 
@@ -43,13 +38,13 @@ const err = (line: string) => process.stderr.write(`${terminalSafe(line)}\n`);
  * `timeline`, `audit`, `projections rebuild` and `provision`.
  */
 const devstack = () => import('@runplane/devstack');
-
-/** The repository root (nx.json), for the files `runplane up` keeps in `.runplane`. @throws outside a checkout. */
-function repoRoot(): string {
-  const root = findRepoRoot(dirname(fileURLToPath(import.meta.url)));
-  if (root === null) throw new Error('cannot find the repository root (nx.json)');
-  return root;
-}
+/**
+ * The projections (MikroORM, PostgreSQL, PGlite) and the audit, loaded only by the commands that
+ * use them (`projections rebuild`, `audit`, `up`, `demo`): `timeline`, `ask`, `watch` and `status`
+ * read the log or the HTTP API and need none of them.
+ */
+const projections = () => import('@runplane/projections');
+const auditing = () => import('./audit.js');
 
 /**
  * How a followed Run is printed. `answer` (`ask`, `continue`, `reply`, `demo`): the protocol
@@ -293,6 +288,7 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
   try {
     const empty =
       opts.all === true && opts.since === undefined ? () => new Error(`audit: ${where} holds no Run; nothing was audited (${settings})`) : null;
+    const { auditLog } = await auditing();
     return await withReadCredentials('audit', process.env, () =>
       auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out, empty ? { onNoRun: empty } : {}),
     );
@@ -314,6 +310,7 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
   const { DATABASE_URL } = loadConfig(DatabaseConfig);
   const log = await withReadCredentials('projections rebuild', process.env, () => openLogReadOnly('runplane-rebuild'));
   try {
+    const { databaseUrlWith, dropDatabase, rebuildProjections } = await projections();
     log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await withReadCredentials('projections rebuild', process.env, () =>
       rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) }),
@@ -469,7 +466,9 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
     if (await dev.ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
-      embedded = await startEmbeddedDatabase({
+      embedded = await (
+        await projections()
+      ).startEmbeddedDatabase({
         dataDir: join(
           stateDir,
           nats.cluster ? `pglite${dev.FALLBACK_NATS_SUFFIX}_cluster` : nats.child ? `pglite${dev.FALLBACK_NATS_SUFFIX}` : 'pglite',
@@ -574,49 +573,4 @@ export async function status(endpoints: RunplaneEndpoints, runId: string, json: 
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
   return 0;
-}
-
-/** The folder of the local stack's signing key and JWKS (`runplane up`, the demo): `.runplane/auth` of this checkout. */
-export function devAuthDir(): string {
-  return join(repoRoot(), '.runplane', 'auth');
-}
-
-/** The longest a `runplane token` token may live, s (a day: the local stack's own tokens live 12 h). */
-export const MAX_TOKEN_TTL_SECONDS = 86_400;
-
-/**
- * `runplane token`: a bearer token for the principal `sub` with `scopes`, valid `ttlSeconds`, minted
- * from the signing key the running local stack generated in `authDir` (default {@link devAuthDir}),
- * so the services of that stack accept it: a second user to try tenancy with, or an operator.
- * A deployment's tokens come from its identity provider; this key exists only beside `up` and the demo.
- * @throws Error naming the setting when `sub` is not a principal the services accept (contracts
- *   `principalProblem`: 1-200 characters, no control or bidirectional override), a scope is empty or holds
- *   white space, `ttlSeconds` is not a whole number from 1 to {@link MAX_TOKEN_TTL_SECONDS}, or
- *   there is no signing key in `authDir` (no stack was started from this checkout).
- */
-export async function mintLocalToken(opts: { sub: string; scopes?: string[]; ttlSeconds?: number; authDir?: string }): Promise<string> {
-  const { sub, scopes = [], ttlSeconds = 3_600 } = opts;
-  const problem = principalProblem(sub);
-  if (problem === 'length') throw new Error(`--sub must be 1 to 200 characters (the services refuse another "sub"); got ${sub.length}`);
-  if (problem === 'characters')
-    throw new Error('--sub must be well-formed Unicode without control or bidirectional override characters (the services refuse another "sub")');
-  for (const s of scopes) if (!/^\S+$/.test(s)) throw new Error(`--scope ${JSON.stringify(s)} is not a scope: one word without white space`);
-  if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1 || ttlSeconds > MAX_TOKEN_TTL_SECONDS)
-    throw new Error(`--ttl must be a whole number of seconds from 1 to ${MAX_TOKEN_TTL_SECONDS}; got ${ttlSeconds}`);
-  const dir = opts.authDir ?? devAuthDir();
-  const auth = await (await devstack()).openDevAuth(dir);
-  if (!auth)
-    throw new Error(
-      `no signing key in ${dir}: start the local stack first (npm run runplane -- up); a deployment's tokens come from its identity provider`,
-    );
-  return auth.mint(sub, { scopes, ttlSeconds });
-}
-
-/** The token `runplane up` wrote for its user (.runplane/auth/token), or undefined when there is none. */
-export function devToken(): string | undefined {
-  try {
-    return readFileSync(join(repoRoot(), '.runplane', 'auth', 'token'), 'utf8').trim() || undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -4,35 +4,21 @@
  * (test/deploy/docs.test.ts).
  */
 import { Command, InvalidArgumentError } from 'commander';
-import { RunplaneClient } from '@runplane/client';
-import { renderEventCatalog, renderEventsJsonSchema, renderOpenApi } from '@runplane/contracts';
-import {
-  DEFAULT_DOWNSTREAM_CONSUMERS,
-  DEPLOYED_SPACE,
-  DOWNSTREAM_CONSUMER_PREFIX,
-  downstreamConsumerNames,
-  renderAsyncApi,
-  renderNatsAuthorization,
-} from '@runplane/eventlog';
-import { AUDIT_BROKEN_EXIT } from './audit.js';
-import {
-  ask,
-  audit,
-  demo,
-  devAuthDir,
-  devToken,
-  MAX_TOKEN_TTL_SECONDS,
-  mintLocalToken,
-  postLinked,
-  provision,
-  rebuild,
-  status,
-  terminalSafe,
-  timeline,
-  up,
-  watch,
-} from './commands.js';
-import { exitCodeOf } from './render.js';
+import type { RunplaneEndpoints } from '@runplane/client';
+import type { postLinked } from './commands.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, downstreamConsumerNames } from '@runplane/eventlog/downstream';
+import { devAuthDir, devToken, MAX_TOKEN_TTL_SECONDS, mintLocalToken } from './local-stack.js';
+import { AUDIT_BROKEN_EXIT, exitCodeOf, terminalSafe } from './render.js';
+
+/**
+ * The commands' implementations (and through them NATS, PostgreSQL, the projections, the HTTP
+ * client and the zod contracts), loaded by the command that runs: `runplane token`, `--help` and a
+ * mistyped option load none of them.
+ */
+const commands = () => import('./commands.js');
+const contracts = () => import('@runplane/contracts');
+const eventlog = () => import('@runplane/eventlog');
+const client = async (endpoints: RunplaneEndpoints) => new (await import('@runplane/client')).RunplaneClient(endpoints);
 
 /**
  * The services' base URLs and the bearer token: `--token`, else `RUNPLANE_TOKEN`, else the token
@@ -89,13 +75,15 @@ program
   .argument('[question]', 'the research question (default: the SPY/QQQ comparison)')
   .option(...NO_EVENTS)
   .addHelpText('after', SETTLEMENT_EXIT_CODES)
-  .action((question: string | undefined, o: { events: boolean }) => run(() => demo(question, { events: o.events }), { exit: true })());
+  .action((question: string | undefined, o: { events: boolean }) =>
+    run(async () => (await commands()).demo(question, { events: o.events }), { exit: true })(),
+  );
 
 program
   .command('up')
   .description('start NATS, every service and the scripted model on their configured ports; run until Ctrl-C')
   .option('--cluster', 'run NATS as a 3-node JetStream cluster on loopback ports (stream and buckets at 3 replicas)')
-  .action((o: { cluster?: boolean }) => run(() => up({ cluster: o.cluster === true }), { exit: true })());
+  .action((o: { cluster?: boolean }) => run(async () => (await commands()).up({ cluster: o.cluster === true }), { exit: true })());
 
 program
   .command('token')
@@ -129,7 +117,7 @@ api(
   .option(...NO_EVENTS)
   .addHelpText('after', SETTLEMENT_EXIT_CODES)
   .action((question: string, o: { admission: string; publication: string; conversation?: string; events: boolean }) =>
-    run(async () => exitCodeOf(await ask(endpoints(o), question, o.conversation, { mode: 'answer', events: o.events })))(),
+    run(async () => exitCodeOf(await (await commands()).ask(endpoints(o), question, o.conversation, { mode: 'answer', events: o.events })))(),
   );
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
@@ -137,7 +125,7 @@ api(program.command('watch').description("follow a Run's events until it settles
   .action((runId: string, o: { admission: string; publication: string; lastEventId: number }) =>
     run(async () => {
       // the server ends at once (204) when the cursor is at or after the settlement: say so, not nothing
-      if (!(await watch(endpoints(o), runId, o.lastEventId)))
+      if (!(await (await commands()).watch(endpoints(o), runId, o.lastEventId)))
         process.stderr.write(`no events after --last-event-id ${o.lastEventId}: run ${runId} settled at or before it\n`);
       return 0;
     })(),
@@ -147,7 +135,8 @@ api(program.command('cancel').description('ask to cancel a Run (it settles `canc
   .option('--reason <text>', 'why (kept with the cancel intent)')
   .action((runId: string, o: { admission: string; publication: string; reason?: string }) =>
     run(async () => {
-      const r = await new RunplaneClient(endpoints(o)).cancelRun(runId, {
+      const api = await client(endpoints(o));
+      const r = await api.cancelRun(runId, {
         ...(o.reason ? { reason: o.reason } : {}),
         user: process.env.USER ?? 'cli',
       });
@@ -165,7 +154,8 @@ api(
     .argument('<text>'),
 ).action((runId: string, waitId: string, text: string, o: { admission: string; publication: string }) =>
   run(async () => {
-    const r = await new RunplaneClient(endpoints(o)).answerWait(runId, waitId, text, { user: process.env.USER ?? 'cli' });
+    const api = await client(endpoints(o));
+    const r = await api.answerWait(runId, waitId, text, { user: process.env.USER ?? 'cli' });
     process.stdout.write(
       r.body.recording === 'recorded'
         ? `answer accepted for wait ${waitId} of run ${runId}; watch it continue with: runplane watch ${runId}\n`
@@ -183,7 +173,7 @@ api(
 )
   .option('--json', 'the Run view as JSON (GET /v1/runs/{runId})')
   .action((runId: string, o: { admission: string; publication: string; json?: boolean }) =>
-    run(() => status(endpoints(o), runId, Boolean(o.json)))(),
+    run(async () => (await commands()).status(endpoints(o), runId, Boolean(o.json)))(),
   );
 type LinkedOptions = { admission: string; publication: string; conversation?: string; messageId?: string; follow: boolean; events: boolean };
 const linked = (c: Command) =>
@@ -204,6 +194,7 @@ linked(
     .argument('<text>'),
 ).action((runId: string, text: string, o: LinkedOptions) =>
   run(async () => {
+    const { postLinked } = await commands();
     const e = await postLinked(endpoints(o), { kind: 'continue', parentRunId: runId }, text, {
       ...(o.conversation ? { conversationId: o.conversation } : {}),
       ...(o.messageId ? { clientMessageId: o.messageId } : {}),
@@ -224,6 +215,7 @@ linked(
     .argument('<text>'),
 ).action((runId: string, clarificationId: string, text: string, o: LinkedOptions) =>
   run(async () => {
+    const { postLinked } = await commands();
     const e = await postLinked(endpoints(o), { kind: 'reply', runId, clarificationId }, text, {
       ...(o.conversation ? { conversationId: o.conversation } : {}),
       ...(o.messageId ? { clientMessageId: o.messageId } : {}),
@@ -241,7 +233,7 @@ program
   )
   .argument('<runId>')
   .option('--json', 'one JSON object per event: seq, subject, event and the stored headers the log verifies (headers)')
-  .action((runId: string, o: { json?: boolean }) => run(() => timeline(runId, Boolean(o.json)))());
+  .action((runId: string, o: { json?: boolean }) => run(async () => (await commands()).timeline(runId, Boolean(o.json)))());
 
 program
   .command('provision')
@@ -253,8 +245,8 @@ program
     `comma-separated downstream durable consumer names to create as pull consumers, the same as given to docs nats-auth (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
   )
   .action((o: { downstream?: string }) =>
-    run(() =>
-      provision(
+    run(async () =>
+      (await commands()).provision(
         process.env,
         undefined,
         o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS,
@@ -271,7 +263,7 @@ program
   )
   .option('--database <name>', 'name of the fresh database (default: <live>_rebuild_<timestamp>)')
   .option('--keep', 'keep the fresh database even when it is identical')
-  .action((o: { database?: string; keep?: boolean }) => run(() => rebuild(o.database, Boolean(o.keep)))());
+  .action((o: { database?: string; keep?: boolean }) => run(async () => (await commands()).rebuild(o.database, Boolean(o.keep)))());
 
 program
   .command('audit')
@@ -293,20 +285,22 @@ program
       `an unsigned event, a bad signature or a signer that is not the event type's owner is reported as an unverified message.\n` +
       `Exit codes: 0 every check held; ${AUDIT_BROKEN_EXIT} a check is broken (each violation names the event); 1 the audit could not run.`,
   )
-  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) => run(() => audit(o))());
+  .action((o: { run?: string; all?: boolean; since?: string; json?: boolean; projections?: boolean }) =>
+    run(async () => (await commands()).audit(o))(),
+  );
 
 const docs = program.command('docs').description('generated documentation');
 docs
   .command('event-catalog')
   .description('print the event catalogue generated from the zod schemas (docs/event-catalog.md)')
-  .action(() => {
-    process.stdout.write(renderEventCatalog());
+  .action(async () => {
+    process.stdout.write((await contracts()).renderEventCatalog());
   });
 docs
   .command('openapi')
   .description('print the OpenAPI 3.1 description of every HTTP endpoint, generated from the zod schemas (docs/openapi.json)')
-  .action(() => {
-    process.stdout.write(renderOpenApi());
+  .action(async () => {
+    process.stdout.write((await contracts()).renderOpenApi());
   });
 docs
   .command('nats-auth')
@@ -320,6 +314,7 @@ docs
   .action((o: { downstream?: string }) =>
     run(async () => {
       const downstream = o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS;
+      const { DEPLOYED_SPACE, renderNatsAuthorization } = await eventlog();
       process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env', downstream));
       return 0;
     })(),
@@ -327,12 +322,13 @@ docs
 docs
   .command('event-schema')
   .description('print the JSON Schema (2020-12) of every event type, generated from the zod schemas (docs/contract/events.schema.json)')
-  .action(() => {
-    process.stdout.write(renderEventsJsonSchema());
+  .action(async () => {
+    process.stdout.write((await contracts()).renderEventsJsonSchema());
   });
 docs
   .command('asyncapi')
   .description('print the AsyncAPI 3.0 description of the Run stream for stream RUNPLANE, prefix rp (docs/contract/asyncapi.json)')
-  .action(() => {
+  .action(async () => {
+    const { DEPLOYED_SPACE, renderAsyncApi } = await eventlog();
     process.stdout.write(renderAsyncApi(DEPLOYED_SPACE));
   });

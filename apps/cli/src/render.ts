@@ -4,6 +4,13 @@
  */
 import type { EventData, RunEvent, RunView, SizeCut, StoredEvent } from '@runplane/contracts';
 
+/**
+ * Text from the log (model output, tool errors) is shown, never executed by the terminal: control
+ * characters (escape sequences), C1 controls and bidirectional overrides print as U+FFFD.
+ */
+// eslint-disable-next-line no-control-regex -- the point: control characters are what is replaced
+export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
+
 /** One-line summary of an event for timelines and progress output. */
 export function summarize(e: RunEvent): string {
   switch (e.type) {
@@ -151,6 +158,9 @@ export function tokensText(u: EventData<'run.settled'>['usage']): string {
  * they tell outcomes apart for scripts (K9). The one list for people: docs/cli.md "Exit codes".
  */
 export const EXIT_CODES = { completed: 0, failed: 1, partial: 3 } as const;
+
+/** Exit code of `runplane audit` when a check is broken (0: every check held; 1: the audit could not run). */
+export const AUDIT_BROKEN_EXIT = 2;
 
 /**
  * The exit code for a settlement: 0 `completed`; 3 `partial` (an answer that lists what it did

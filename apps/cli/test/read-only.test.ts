@@ -8,13 +8,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import getPort from 'get-port';
 import pg from 'pg';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { makeEvent } from '@runplane/contracts';
-import { repoRoot } from '@runplane/devstack';
 import { BATCH_ID, BATCH_SEQUENCE, EXPECTED_LAST_SUBJECT_SEQUENCE, EventLog, StreamNotFound } from '@runplane/eventlog';
 import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv, suiteNatsOptions } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
@@ -38,7 +37,11 @@ afterAll(async () => {
  */
 function cli(args: string[], env: Record<string, string>) {
   const base: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', ...suiteNatsEnv(), ...env };
-  return spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), ...args], { env: base, encoding: 'utf8', timeout: 60_000 });
+  return spawnSync(process.execPath, [fileURLToPath(new URL('../dist/main.js', import.meta.url)), ...args], {
+    env: base,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
 }
 
 async function streamExists(name: string): Promise<boolean> {

@@ -8,9 +8,10 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { AuthConfig } from '@runplane/contracts';
-import { createDevAuth, repoRoot, type DevAuth } from '@runplane/devstack';
+import { createDevAuth, type DevAuth } from '@runplane/devstack/auth';
 import { Authenticator } from '@runplane/service-kit';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-token-'));
@@ -24,9 +25,10 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+/** The built CLI (apps/cli/dist/main.js). */
+const CLI = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 /** The built CLI's `token` command with `args`. */
-const token = (...args: string[]) =>
-  spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'token', ...args], { encoding: 'utf8', timeout: 60_000 });
+const token = (...args: string[]) => spawnSync(process.execPath, [CLI, 'token', ...args], { encoding: 'utf8', timeout: 60_000 });
 
 describe('runplane token', () => {
   it('given the local stack key, then it prints one token the services accept as that principal, without the admin scope', async () => {

@@ -204,7 +204,7 @@ export function natsServerBinary(): string {
   return ensureNatsServerBinary(repoRoot()).bin;
 }
 
-/** How long a nats-server the local stack starts has to answer, ms. */
+/** How long a nats-server the local stack starts has to answer by default, ms ({@link startSecuredNats} `readyTimeoutMs`). */
 export const NATS_READY_TIMEOUT_MS = 10_000;
 
 /** The size of `file` in bytes, 0 when it does not exist. */
@@ -260,6 +260,8 @@ export async function startSecuredNats(opts: {
   downstream?: readonly string[];
   /** Require TLS (default true). */
   tls?: boolean;
+  /** How long the server has to answer, ms (default {@link NATS_READY_TIMEOUT_MS}); then it is stopped and the start fails. */
+  readyTimeoutMs?: number;
 }): Promise<SecuredNats> {
   const bin = natsServerBinary();
   const port = await getPort({ host: '127.0.0.1' });
@@ -281,13 +283,14 @@ export async function startSecuredNats(opts: {
   );
   const url = `nats://127.0.0.1:${port}`;
   const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
-  const deadline = Date.now() + NATS_READY_TIMEOUT_MS;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? NATS_READY_TIMEOUT_MS;
+  const deadline = Date.now() + readyTimeoutMs;
   while (!(await natsReachable(url, 500, admin))) {
     const exited = child.exitCode !== null || child.signalCode !== null;
     if (exited || Date.now() > deadline) {
       // a server that does not answer is stopped before the error: nothing of this start is left running
       await stopChild(child, 2_000);
-      const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${NATS_READY_TIMEOUT_MS / 1000} s`;
+      const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${readyTimeoutMs / 1000} s`;
       throw new Error(`nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`);
     }
     await new Promise((r) => setTimeout(r, 100));
