@@ -16,6 +16,7 @@ import {
   rebuildProjections,
 } from '@runplane/projections';
 import { PROJECTOR_DURABLE, ProjectorService, startProjector, type StartedProjector } from '@runplane/app-projector';
+import { HealthController } from '@runplane/service-kit';
 import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
 
 // the projector's partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
@@ -149,6 +150,9 @@ describe('projector service', () => {
     const infos = await Promise.all(durableNamesOf(log.space, PROJECTOR_DURABLE).map((d) => log.jsm.consumers.info(stream, d)));
     const info = infos.find((i) => i.delivered.stream_seq > 0)!;
     const durable = info.name;
+    // what the server says of a consumer is trusted 5 s in production: 200 ms here, so the deletion
+    // and the recreation each show within a fraction of a second, not after 5 s
+    projector!.app.get(HealthController).consumerLookupTtlMs = 200;
     const readyz = async () => {
       const res = await fetch(`${projector!.url}/readyz`);
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
