@@ -7,8 +7,6 @@ import {
   type ApplyResult,
   applyStoredEvent,
   createProjectionOrm,
-  ensureDatabase,
-  migrateUp,
   databaseUrlWith,
   dropDatabase,
   dumpProjectionRows,
@@ -16,7 +14,15 @@ import {
   rebuildProjections,
 } from '@runplane/projections';
 import { PROJECTOR_DURABLE, ProjectorService, startProjector, type StartedProjector } from '@runplane/app-projector';
-import { appendAll, failingRunEvents, interleave, researchRunEvents, uniqueTag } from '../../../libs/projections/test/fixtures.js';
+import { HealthController } from '@runplane/service-kit';
+import {
+  appendAll,
+  copyOfMigratedDatabase,
+  failingRunEvents,
+  interleave,
+  researchRunEvents,
+  uniqueTag,
+} from '../../../libs/projections/test/fixtures.js';
 
 // the projector's partition consumers need the current server (multi-filter 2.10, pinned priority groups 2.11)
 const current = currentNatsServerBinary();
@@ -49,14 +55,11 @@ async function caughtUp(): Promise<boolean> {
   return infos.every((info) => info !== null && info.num_pending === 0 && info.num_ack_pending === 0);
 }
 
-/** A fresh, migrated projection database (dropped after the suite). */
+/** A fresh, migrated projection database (dropped after the suite): a copy of the file's migrated template. */
 async function scratchOrm(name: string): Promise<MikroORM> {
   const db = `rp_test_projector_${name}_${tag}`;
-  await ensureDatabase(adminUrl, db);
   created.push(db);
-  const scratch = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, db) });
-  await migrateUp(scratch);
-  return scratch;
+  return (await copyOfMigratedDatabase(db)).orm;
 }
 
 /** A ProjectorService over `scratch` that counts the transactions it opens. */
@@ -94,7 +97,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await projector?.app.close();
   await orm?.close();
-  for (const db of [liveDb, ...created]) await dropDatabase(adminUrl, db);
+  // together: each drop waits for a checkpoint, which the drops made at once share
+  await Promise.all([liveDb, ...created].map((db) => dropDatabase(adminUrl, db)));
   await log?.destroyStream();
   await log?.close();
   await server?.cleanup();
@@ -149,6 +153,9 @@ describe('projector service', () => {
     const infos = await Promise.all(durableNamesOf(log.space, PROJECTOR_DURABLE).map((d) => log.jsm.consumers.info(stream, d)));
     const info = infos.find((i) => i.delivered.stream_seq > 0)!;
     const durable = info.name;
+    // what the server says of a consumer is trusted 5 s in production: 200 ms here, so the deletion
+    // and the recreation each show within a fraction of a second, not after 5 s
+    projector!.app.get(HealthController).consumerLookupTtlMs = 200;
     const readyz = async () => {
       const res = await fetch(`${projector!.url}/readyz`);
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
@@ -195,12 +202,8 @@ describe('projector service', () => {
   it('given a Run whose later event arrives before an earlier one (a redelivery after restart), then the catch-up applies every event in order and nothing is lost (K11)', async () => {
     const runId = `ooo-${tag}`;
     const stored = await appendAll(log, researchRunEvents(runId));
-    const scratchDb = `rp_test_projector_ooo_${tag}`;
-    await ensureDatabase(adminUrl, scratchDb);
-    created.push(scratchDb);
-    const scratch = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, scratchDb) });
+    const scratch = await scratchOrm('ooo');
     try {
-      await migrateUp(scratch);
       const service = new ProjectorService({ orm: scratch } as never, log);
       const last = stored[stored.length - 1]!;
       const middle = stored[Math.floor(stored.length / 2)]!;

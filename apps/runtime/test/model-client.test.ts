@@ -5,7 +5,8 @@
  * Runs of the process), and `max_tokens` carries the ledger's reservation.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { queryObjects } from 'node:v8';
+import { queryObjects, setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { ModelClient } from '@runplane/app-runtime';
 import { startScriptedModel, type ScriptedModel } from '@runplane/app-scripted-model';
 import { modelRequestSeconds, modelTokensTotal } from '@runplane/service-kit';
@@ -22,8 +23,18 @@ const client = () => new ModelClient({ baseURL: model.url, apiKey: 'k', model: '
 const ask = (key: string) => [{ role: 'user' as const, content: `[${key}] What does SPY hold?` }];
 const none = () => undefined;
 
+/** V8's full garbage collection: `gc` of a context made once the flag exposing it is set (this worker runs without `--expose-gc`). */
+function fullGc(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
+
+// Every test but the one counting live AbortSignals (of the whole process) has a scenario key, a
+// client and a model name of its own, and mostly waits on timers (deadlines, Retry-After, streamed
+// paragraphs): those run together (Jest's concurrent tests of a block run as one unit, before the
+// next test), the signal count alone after them.
 describe('the model client (K7)', () => {
-  it('a hanging model request ends at the deadline, not at the 60 s model timeout', async () => {
+  it.concurrent('a hanging model request ends at the deadline, not at the 60 s model timeout', async () => {
     model.setScenario({ steps: [{ hang: true }] }, 'hang');
     const started = Date.now();
     const result = await client().turn(1, ask('hang'), [], none, undefined, { deadlineAt: new Date(Date.now() + 800).toISOString() });
@@ -34,7 +45,7 @@ describe('the model client (K7)', () => {
     expect(took).toBeLessThan(5_000);
   });
 
-  it("a 429 with Retry-After: 1 is recorded and delays the next request to the model, another Run's included", async () => {
+  it.concurrent("a 429 with Retry-After: 1 is recorded and delays the next request to the model, another Run's included", async () => {
     model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 1 } }] }, 'rl-a');
     model.setScenario({ steps: [{ reply: { content: 'B.' } }] }, 'rl-b');
     const shared = client();
@@ -46,11 +57,12 @@ describe('the model client (K7)', () => {
     const a = arrivals.find((x) => x.key === 'rl-a')!.at;
     const b = arrivals.find((x) => x.key === 'rl-b')!.at;
     expect(b - a).toBeGreaterThanOrEqual(950);
-    const body = model.stats().bodies.at(-1) as { max_tokens?: number };
+    // its own request's body (the other tests' requests arrive at the same model meanwhile)
+    const body = model.stats().bodies.find((b) => JSON.stringify(b).includes('[rl-b]')) as { max_tokens?: number };
     expect(body.max_tokens).toBe(123);
   });
 
-  it('a pause that would end after the deadline: the request is not sent at all', async () => {
+  it.concurrent('a pause that would end after the deadline: the request is not sent at all', async () => {
     model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 30 } }, { reply: { content: 'never' } }] }, 'rl-long');
     const c = client();
     await c.turn(1, ask('rl-long'), [], none, undefined, { deadlineAt: new Date(Date.now() + 60_000).toISOString() });
@@ -68,7 +80,7 @@ describe('the model client (K7)', () => {
     expect(Date.now() - started).toBeLessThan(200);
   });
 
-  it('waitForPause waits out a short rate-limit pause before a request is recorded', async () => {
+  it.concurrent('waitForPause waits out a short rate-limit pause before a request is recorded', async () => {
     model.setScenario({ steps: [{ error: { status: 429, message: 'slow down', retryAfter: 1 } }] }, 'rl-wait');
     const c = client();
     // the 1 s pause starts when the 429 arrives, after this: the wait cannot end sooner than 1 s from here
@@ -87,9 +99,11 @@ describe('the model client (K7)', () => {
     const run = new AbortController();
     const deadlineAt = new Date(Date.now() + 4 * 3_600_000).toISOString();
     await c.turn(1, ask('held'), [], none, run.signal, { deadlineAt }); // what the first request loads is not counted
-    // live signals after full collections (queryObjects collects first), the finalizers of collected ones given their turn in between
+    // live signals after full collections (queryObjects collects all it can first), the finalizers of
+    // collected ones given their turn in between; the first collection is a plain full GC (about 0.1 s
+    // in this worker), not a second queryObjects (1 to 1.8 s each: it walks the whole heap)
     const live = async () => {
-      queryObjects(AbortSignal, { format: 'count' });
+      fullGc();
       await new Promise((r) => setTimeout(r, 10));
       return queryObjects(AbortSignal, { format: 'count' });
     };
@@ -99,7 +113,7 @@ describe('the model client (K7)', () => {
     expect(run.signal.aborted).toBe(false);
   });
 
-  it('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first', async () => {
+  it.concurrent('a reply that streams longer than the model timeout is cut at the timeout, its streamed text delivered first', async () => {
     const paragraphs = Array.from({ length: 12 }, (_, i) => `Paragraph ${i + 1}.`);
     model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-stream');
     const c = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'scripted', timeoutMs: 1_500 });
@@ -117,7 +131,7 @@ describe('the model client (K7)', () => {
     expect(text).not.toContain('Paragraph 12.');
   });
 
-  it("the same stream is cut at the Run's deadline when that comes first", async () => {
+  it.concurrent("the same stream is cut at the Run's deadline when that comes first", async () => {
     const paragraphs = Array.from({ length: 12 }, (_, i) => `Part ${i + 1}.`);
     model.setScenario({ steps: [{ reply: { content: paragraphs.join('\n\n') }, paragraphDelayMs: 400 }] }, 'slow-deadline');
     const started = Date.now();
@@ -127,7 +141,7 @@ describe('the model client (K7)', () => {
     expect(took).toBeLessThan(2_200);
   });
 
-  it('an abort by the caller (process stopping, lease lost) is not reported as a timeout', async () => {
+  it.concurrent('an abort by the caller (process stopping, lease lost) is not reported as a timeout', async () => {
     model.setScenario({ steps: [{ reply: { content: 'A.\n\nB.\n\nC.' }, paragraphDelayMs: 1_000 }] }, 'caller-abort');
     const abort = new AbortController();
     setTimeout(() => abort.abort(), 300);
@@ -137,67 +151,73 @@ describe('the model client (K7)', () => {
     expect(abort.signal.aborted).toBe(true);
   });
 
-  it('an endpoint killed mid-stream is a connection failure (retried after a backoff, K7), not a malformed reply; then a refused connection is one too', async () => {
-    const own = await startScriptedModel({ port: 0, scenario: { steps: [{ reply: { content: 'One.\n\nTwo.' }, paragraphDelayMs: 60_000 }] } });
-    const c = new ModelClient({ baseURL: own.url, apiKey: 'k', model: 'scripted', timeoutMs: 60_000 });
-    let streamed = '';
-    const kill: { done?: Promise<void> } = {};
-    const result = await c.turn(
-      1,
-      ask('killed'),
-      [],
-      (text) => {
-        streamed += text;
-        kill.done ??= own.close(); // the endpoint dies once the first paragraph arrived
-      },
-      undefined,
-      { deadlineAt: new Date(Date.now() + 30_000).toISOString() },
-    );
-    await kill.done;
-    expect(streamed).toBe('One.\n\n');
-    expect(result).toMatchObject({ ok: false, error: { kind: 'connection', status: null, message: expect.stringMatching(/cut by the network/) } });
-    const refused = await c.turn(2, ask('killed'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
-    // refused: the request never reached the provider (no output tokens are charged for it, K7)
-    expect(refused).toMatchObject({
-      ok: false,
-      error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) },
-    });
-    expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
-  });
+  it.concurrent(
+    'an endpoint killed mid-stream is a connection failure (retried after a backoff, K7), not a malformed reply; then a refused connection is one too',
+    async () => {
+      const own = await startScriptedModel({ port: 0, scenario: { steps: [{ reply: { content: 'One.\n\nTwo.' }, paragraphDelayMs: 60_000 }] } });
+      const c = new ModelClient({ baseURL: own.url, apiKey: 'k', model: 'scripted', timeoutMs: 60_000 });
+      let streamed = '';
+      const kill: { done?: Promise<void> } = {};
+      const result = await c.turn(
+        1,
+        ask('killed'),
+        [],
+        (text) => {
+          streamed += text;
+          kill.done ??= own.close(); // the endpoint dies once the first paragraph arrived
+        },
+        undefined,
+        { deadlineAt: new Date(Date.now() + 30_000).toISOString() },
+      );
+      await kill.done;
+      expect(streamed).toBe('One.\n\n');
+      expect(result).toMatchObject({ ok: false, error: { kind: 'connection', status: null, message: expect.stringMatching(/cut by the network/) } });
+      const refused = await c.turn(2, ask('killed'), [], none, undefined, { deadlineAt: new Date(Date.now() + 30_000).toISOString() });
+      // refused: the request never reached the provider (no output tokens are charged for it, K7)
+      expect(refused).toMatchObject({
+        ok: false,
+        error: { kind: 'connection', status: null, refused: true, message: expect.stringMatching(/ECONNREFUSED/) },
+      });
+      expect(result.ok ? null : result.error.refused).toBeUndefined(); // the cut stream may have generated: not refused
+    },
+  );
 
-  it('records each request it sent by model and finish, and the tokens the model reported; an aborted request as aborted, one never sent not at all', async () => {
-    const count = async (finish: string, name = 'metered') =>
-      (await modelRequestSeconds.get()).values.find(
-        (v) => v.metricName === 'runplane_model_request_seconds_count' && v.labels.model === name && v.labels.finish === finish,
-      )?.value ?? 0;
-    const tokens = async (kind: string) =>
-      (await modelTokensTotal.get()).values.find((v) => v.labels.model === 'metered' && v.labels.kind === kind)?.value ?? 0;
-    const metered = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered', timeoutMs: 60_000 });
-    model.setScenario(
-      {
-        steps: [
-          { reply: { content: 'Metered.', usage: { promptTokens: 11, completionTokens: 7 } } },
-          { error: { status: 429, message: 'slow down', retryAfter: 30 } },
-        ],
-      },
-      'metered',
-    );
-    expect(await metered.turn(1, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: true });
-    expect([await count('stop'), await tokens('input'), await tokens('output')]).toEqual([1, 11, 7]);
-    expect(await metered.turn(2, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: false, error: { kind: 'http' } });
-    expect(await count('http')).toBe(1);
-    // the pause outlasts the deadline: never sent, never observed
-    expect(await metered.turn(3, ask('metered'), [], none, undefined, { deadlineAt: new Date(Date.now() + 1_000).toISOString() })).toMatchObject({
-      ok: false,
-      error: { kind: 'not-sent' },
-    });
-    expect(await count('not-sent')).toBe(0);
-    model.setScenario({ steps: [{ reply: { content: 'A.\n\nB.' }, paragraphDelayMs: 1_000 }] }, 'metered-abort');
-    const abort = new AbortController();
-    setTimeout(() => abort.abort(), 300);
-    // another model: the 429 above paused every request to 'metered' (one limiter per model)
-    const other = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered-other', timeoutMs: 60_000 });
-    await other.turn(1, ask('metered-abort'), [], none, abort.signal, {});
-    expect(await count('aborted', 'metered-other')).toBe(1);
-  });
+  it.concurrent(
+    'records each request it sent by model and finish, and the tokens the model reported; an aborted request as aborted, one never sent not at all',
+    async () => {
+      const count = async (finish: string, name = 'metered') =>
+        (await modelRequestSeconds.get()).values.find(
+          (v) => v.metricName === 'runplane_model_request_seconds_count' && v.labels.model === name && v.labels.finish === finish,
+        )?.value ?? 0;
+      const tokens = async (kind: string) =>
+        (await modelTokensTotal.get()).values.find((v) => v.labels.model === 'metered' && v.labels.kind === kind)?.value ?? 0;
+      const metered = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered', timeoutMs: 60_000 });
+      model.setScenario(
+        {
+          steps: [
+            { reply: { content: 'Metered.', usage: { promptTokens: 11, completionTokens: 7 } } },
+            { error: { status: 429, message: 'slow down', retryAfter: 30 } },
+          ],
+        },
+        'metered',
+      );
+      expect(await metered.turn(1, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: true });
+      expect([await count('stop'), await tokens('input'), await tokens('output')]).toEqual([1, 11, 7]);
+      expect(await metered.turn(2, ask('metered'), [], none, undefined, {})).toMatchObject({ ok: false, error: { kind: 'http' } });
+      expect(await count('http')).toBe(1);
+      // the pause outlasts the deadline: never sent, never observed
+      expect(await metered.turn(3, ask('metered'), [], none, undefined, { deadlineAt: new Date(Date.now() + 1_000).toISOString() })).toMatchObject({
+        ok: false,
+        error: { kind: 'not-sent' },
+      });
+      expect(await count('not-sent')).toBe(0);
+      model.setScenario({ steps: [{ reply: { content: 'A.\n\nB.' }, paragraphDelayMs: 1_000 }] }, 'metered-abort');
+      const abort = new AbortController();
+      setTimeout(() => abort.abort(), 300);
+      // another model: the 429 above paused every request to 'metered' (one limiter per model)
+      const other = new ModelClient({ baseURL: model.url, apiKey: 'k', model: 'metered-other', timeoutMs: 60_000 });
+      await other.turn(1, ask('metered-abort'), [], none, abort.signal, {});
+      expect(await count('aborted', 'metered-other')).toBe(1);
+    },
+  );
 });

@@ -250,10 +250,19 @@ export interface StoredEventWithHeaders extends StoredEvent {
   headers: Partial<Record<(typeof STORED_HEADERS)[number], string>>;
 }
 
-/** Whether a read returns each event's {@link STORED_HEADERS} (off on the services' reads: nothing is copied there). */
+/** How a read goes: whether it returns each event's {@link STORED_HEADERS} (off on the services' reads: nothing is copied there), and its fetches' expiry. */
 export interface ReadOptions {
   headers?: boolean;
+  /**
+   * How long each fetch of the read waits for its batch, ms (default {@link READ_FETCH_EXPIRES_MS};
+   * at least 1000, the client's floor). A test of a frozen server passes a short one to freeze it
+   * for less time and still outlast a fetch.
+   */
+  fetchExpiresMs?: number;
 }
+
+/** How long each fetch of a whole-log read ({@link EventLog.readAll}) waits for its batch, ms. */
+export const READ_FETCH_EXPIRES_MS = 5_000;
 
 /** The {@link STORED_HEADERS} of a message that carries them (none: `{}`). */
 export function storedHeadersOf(headers: StoredHeaders | undefined): StoredEventWithHeaders['headers'] {
@@ -1431,7 +1440,7 @@ export class EventLog {
   readAll(opts: ReadOptions & { headers: true }): AsyncGenerator<StoredEventWithHeaders>;
   readAll(opts?: ReadOptions): AsyncGenerator<StoredEvent>;
   readAll(opts: ReadOptions = {}): AsyncGenerator<StoredEvent> {
-    return this.snapshot(allRunsFilter(this.space), 1, 512, undefined, opts.headers === true);
+    return this.snapshot(allRunsFilter(this.space), 1, 512, undefined, opts.headers === true, opts.fetchExpiresMs);
   }
 
   /**
@@ -1445,6 +1454,7 @@ export class EventLog {
     batchSize = 512,
     seen?: (subject: string, seq: number) => void,
     withHeaders = false,
+    fetchExpiresMs = READ_FETCH_EXPIRES_MS,
   ): AsyncGenerator<StoredEvent> {
     const open = (from: number) =>
       this.jsm.consumers.add(this.space.stream, {
@@ -1465,7 +1475,7 @@ export class EventLog {
         const messages: JsMsg[] = [];
         let stalled = false;
         try {
-          const batch = await consumer.fetch({ max_messages: Math.min(remaining, batchSize), expires: 5000 });
+          const batch = await consumer.fetch({ max_messages: Math.min(remaining, batchSize), expires: fetchExpiresMs });
           for await (const m of batch) messages.push(m);
         } catch (e) {
           // a server too loaded to send the fetch's idle heartbeats in time (two missed: "heartbeats

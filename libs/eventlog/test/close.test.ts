@@ -22,33 +22,47 @@ async function connected(): Promise<{ server: TestNatsServer; log: EventLog }> {
   return { server, log };
 }
 
+// each test has a server of its own, and the two bounded closes each wait out CLOSE_DRAIN_MS (3 s):
+// run together, the file waits it out once
 describe('EventLog.close() (graceful shutdown)', () => {
-  it('given the server is gone (the client reconnecting), then close() still closes the connection within its bound', async () => {
-    const { server, log } = await connected();
-    await server.kill();
-    const started = Date.now();
-    await log.close();
-    expect(log.nc.isClosed()).toBe(true);
-    expect(Date.now() - started).toBeLessThan(10_000);
-  }, 30_000);
-
-  it('given the server is frozen (SIGSTOP), then close() still closes the connection within its bound', async () => {
-    const { server, log } = await connected();
-    await server.freeze();
-    try {
+  it.concurrent(
+    'given the server is gone (the client reconnecting), then close() still closes the connection within its bound',
+    async () => {
+      const { server, log } = await connected();
+      await server.kill();
       const started = Date.now();
       await log.close();
       expect(log.nc.isClosed()).toBe(true);
       expect(Date.now() - started).toBeLessThan(10_000);
-    } finally {
-      server.thaw();
-    }
-  }, 30_000);
+    },
+    30_000,
+  );
 
-  it('given the server answers, then close() drains and closes the connection, the server still running', async () => {
-    const { server, log } = await connected();
-    await log.close();
-    expect(log.nc.isClosed()).toBe(true);
-    expect(server.running).toBe(true);
-  }, 30_000);
+  it.concurrent(
+    'given the server is frozen (SIGSTOP), then close() still closes the connection within its bound',
+    async () => {
+      const { server, log } = await connected();
+      await server.freeze();
+      try {
+        const started = Date.now();
+        await log.close();
+        expect(log.nc.isClosed()).toBe(true);
+        expect(Date.now() - started).toBeLessThan(10_000);
+      } finally {
+        server.thaw();
+      }
+    },
+    30_000,
+  );
+
+  it.concurrent(
+    'given the server answers, then close() drains and closes the connection, the server still running',
+    async () => {
+      const { server, log } = await connected();
+      await log.close();
+      expect(log.nc.isClosed()).toBe(true);
+      expect(server.running).toBe(true);
+    },
+    30_000,
+  );
 });

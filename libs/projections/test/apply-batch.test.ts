@@ -1,38 +1,37 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
+import { OrphanEventError, applyStoredEvent, applyStoredEvents, dropDatabase, dumpProjectionRows, type ApplyResult } from '@runplane/projections';
 import {
-  OrphanEventError,
-  applyStoredEvent,
-  applyStoredEvents,
-  createProjectionOrm,
-  databaseUrlWith,
-  dropDatabase,
-  dumpProjectionRows,
-  ensureDatabase,
-  migrateUp,
-  type ApplyResult,
-} from '@runplane/projections';
-import { adminUrl, admittedEvent, at, ctxOf, failingRunEvents, interleave, researchRunEvents, storedInOrder, uniqueTag } from './fixtures.js';
+  adminUrl,
+  admittedEvent,
+  at,
+  copyOfMigratedDatabase,
+  ctxOf,
+  failingRunEvents,
+  interleave,
+  researchRunEvents,
+  storedInOrder,
+  uniqueTag,
+} from './fixtures.js';
 
 const tag = uniqueTag();
 const orms: MikroORM[] = [];
 const databases: string[] = [];
 
-/** A fresh, migrated projection database of its own (rows of equal Runs can then be compared whole). */
+/** A fresh, migrated projection database of its own (rows of equal Runs can then be compared whole): a copy of the file's migrated template. */
 async function freshOrm(name: string): Promise<MikroORM> {
   const db = `rp_test_batch_${tag}_${name}`;
-  await ensureDatabase(adminUrl, db);
-  databases.push(db);
-  const orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, db) });
+  databases.push(db); // dropped after the file, also when making it failed half-way
+  const { orm } = await copyOfMigratedDatabase(db);
   orms.push(orm);
-  await migrateUp(orm);
   return orm;
 }
 
 afterAll(async () => {
-  for (const orm of orms) await orm.close();
-  for (const db of databases) await dropDatabase(adminUrl, db);
+  await Promise.all(orms.map((orm) => orm.close()));
+  // together: each drop waits for a checkpoint, which the drops made at once share
+  await Promise.all(databases.map((db) => dropDatabase(adminUrl, db)));
 });
 
 /** Deterministic pseudo-random numbers in [0, 1) (mulberry32), so a failing split can be replayed. */

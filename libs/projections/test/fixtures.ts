@@ -6,9 +6,10 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll } from '@jest/globals';
 import type { MikroORM } from '@mikro-orm/postgresql';
+import pg from 'pg';
 import { makeEvent, type Owner, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp } from '@runplane/projections';
+import { assertDatabaseName, createProjectionOrm, databaseUrlWith, dropDatabase, ensureDatabase, migrateUp } from '@runplane/projections';
 import { admittedEvent, at, ctxOf, researchRunEvents } from './research-run.js';
 
 export { admittedEvent, at, ctxOf, researchRunEvents };
@@ -35,6 +36,46 @@ export async function openMigratedDatabase(name: string): Promise<{ url: string;
   const orm = await createProjectionOrm({ databaseUrl: url });
   await migrateUp(orm);
   return { url, orm };
+}
+
+/** The migrated database {@link copyOfMigratedDatabase} copies, one per test file (made on first use). */
+const templateName = `rp_test_template_${uniqueTag()}`;
+let template: Promise<void> | undefined;
+afterAll(async () => {
+  if (!template) return;
+  await template.catch(() => undefined);
+  await dropDatabase(adminUrl, templateName);
+});
+
+/**
+ * Creates the projection database `name` on {@link adminUrl} as a copy of a database this test
+ * file migrated once (`CREATE DATABASE ... TEMPLATE`), and opens it: its URL and the open ORM. A
+ * copy took 20 to 100 ms, against 250 to 500 ms to create a database and run every migration on
+ * it, so a file that makes many scratch databases migrates once. The caller closes the ORM and
+ * drops the database; the template goes after the file.
+ * @throws when the server refuses (a database `name` that exists already included).
+ */
+export async function copyOfMigratedDatabase(name: string): Promise<{ url: string; orm: MikroORM }> {
+  assertDatabaseName(name);
+  template ??= (async () => {
+    await ensureDatabase(adminUrl, templateName);
+    const orm = await createProjectionOrm({ databaseUrl: databaseUrlWith(adminUrl, templateName), poolMax: 1 });
+    try {
+      await migrateUp(orm);
+    } finally {
+      await orm.close(); // a template is copied only while no session is connected to it
+    }
+  })();
+  await template;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    await admin.query(`create database "${name}" template "${templateName}"`);
+  } finally {
+    await admin.end();
+  }
+  const url = databaseUrlWith(adminUrl, name);
+  return { url, orm: await createProjectionOrm({ databaseUrl: url }) };
 }
 
 /**

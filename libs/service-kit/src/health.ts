@@ -79,6 +79,12 @@ interface ConsumerLookup {
 export class HealthController {
   private readonly lookups = new Map<string, ConsumerLookup>();
   private readonly inFlight = new Map<string, Promise<ConsumerLookup>>();
+  /**
+   * How long this controller trusts what the server said of a durable consumer, ms
+   * ({@link CONSUMER_LOOKUP_TTL_MS} unless changed: a test that deletes a consumer shortens it to
+   * see the deletion, and the recreation, without waiting out 5 s each).
+   */
+  consumerLookupTtlMs = CONSUMER_LOOKUP_TTL_MS;
 
   constructor(
     private readonly health: HealthCheckService,
@@ -172,7 +178,7 @@ export class HealthController {
 
   /**
    * Every durable consumer this replica serves: it exists on the server (a `CONSUMER.INFO` at most
-   * every {@link CONSUMER_LOOKUP_TTL_MS} per durable) and its pull loop runs. Down, naming each
+   * every {@link consumerLookupTtlMs} per durable) and its pull loop runs. Down, naming each
    * durable that is missing (deleted by an operator: the client keeps looking for it and pulls
    * again once it is recreated) or not pulling. A lookup that fails otherwise (a timeout) keeps
    * the last answer: NATS being slow is the `nats` and `stream` checks' to report, not a reason
@@ -199,7 +205,7 @@ export class HealthController {
 
   private lookup(durable: string): Promise<ConsumerLookup> {
     const known = this.lookups.get(durable);
-    if (known && Date.now() - known.at < CONSUMER_LOOKUP_TTL_MS) return Promise.resolve(known);
+    if (known && Date.now() - known.at < this.consumerLookupTtlMs) return Promise.resolve(known);
     let pending = this.inFlight.get(durable);
     if (!pending) {
       pending = withinTimeout(`consumer ${durable}`, () => this.log.jsm.consumers.info(this.log.space.stream, durable))
