@@ -50,6 +50,15 @@ export interface BoundedShutdownOptions {
 /** How long HTTP requests in flight may still finish after the first signal, ms. */
 export const HTTP_SHUTDOWN_GRACE_MS = 5_000;
 
+/**
+ * The HTTP grace under a shutdown bound of `graceMs` (ms): {@link HTTP_SHUTDOWN_GRACE_MS}, or a
+ * third of the bound when that is less, so that closing the connections leaves the rest of the
+ * bound for the app's own close.
+ */
+export function httpShutdownGraceMs(graceMs: number): number {
+  return Math.min(HTTP_SHUTDOWN_GRACE_MS, graceMs / 3);
+}
+
 const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGTERM: 143 };
 
 /**
@@ -86,7 +95,7 @@ export function shutDownOnSignals(app: INestApplication, opts: BoundedShutdownOp
     logger.log({ signal, graceSeconds: opts.graceMs / 1000 }, 'stopping: no new work; finishing what is in flight');
     if (opts.http) {
       const server = opts.http;
-      setTimeout(() => server().closeAllConnections(), Math.min(HTTP_SHUTDOWN_GRACE_MS, opts.graceMs / 3)).unref();
+      setTimeout(() => server().closeAllConnections(), httpShutdownGraceMs(opts.graceMs)).unref();
     }
     const bound = setTimeout(() => {
       logger.error(
