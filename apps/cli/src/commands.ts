@@ -242,7 +242,7 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
   try {
     const events = await withReadCredentials('timeline', process.env, () => log.readRun(runId, 1, { headers: true }));
     if (events.length === 0) {
-      process.stderr.write(`no events for run ${runId} in stream ${log.space.stream}\n`);
+      process.stderr.write(`runplane: no events for run ${runId} in stream ${log.space.stream}\n`);
       return 1;
     }
     const steps = stepClocks(events);
@@ -568,7 +568,7 @@ function redactUrl(url: string): string {
 export async function status(endpoints: RunplaneEndpoints, runId: string, json: boolean): Promise<number> {
   const view = await new RunplaneClient(endpoints).getRun(runId);
   if (!view) {
-    process.stderr.write(`no projection for run ${runId} (unknown, or not projected yet)\n`);
+    process.stderr.write(`runplane: no projection for run ${runId} (unknown, or not projected yet)\n`);
     return 1;
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
