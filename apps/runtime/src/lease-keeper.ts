@@ -37,14 +37,25 @@ export interface LeaseKeeperEvents {
  *   at a time, all concurrently: one slow round trip never delays another lease), and wakes a Run
  *   not woken within a lease TTL (the safety net for a wake that reached another replica and whose
  *   nudge was lost). A renewal that finds the lease changed reports it {@link LeaseKeeperEvents.lost}.
- *   A renewal that fails because NATS is unreachable is retried on the next tick.
+ *   A renewal that fails because NATS is unreachable is retried on the next tick; when the
+ *   connection comes back every held lease is renewed at once, without waiting for a renewal the
+ *   outage left unanswered (K10: a NATS restart is not an expiry).
  */
 export class LeaseKeeper {
   private readonly logger = new Logger('runtime');
   /** Leases this replica holds, by Run. */
   private readonly held = new Map<string, HeldLease>();
-  /** Runs whose lease renewal is waiting on NATS (one renewal per lease at a time). */
-  private readonly renewing = new Set<string>();
+  /**
+   * Renewals waiting on NATS, by Run: the renewal's token and when it started (ms since the epoch).
+   * One per lease at a time, unless it has waited a whole tick or NATS reconnected since: a request
+   * written just before a NATS restart gets no answer and would hold the lease's renewals back until
+   * the client's request timeout (5 s), past the TTL and past recovery's reconnection grace.
+   */
+  private readonly renewing = new Map<string, { token: number; since: number }>();
+  /** The token of the latest renewal started. */
+  private renewals = 0;
+  /** Renewals and wakes run every tick, ms: a third of the TTL (at least 100 ms). */
+  private readonly tickMs: number;
   /** When each held Run was last woken (a delivery, a nudge, a tick), ms since the epoch. */
   private readonly lastWake = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
@@ -65,7 +76,9 @@ export class LeaseKeeper {
     private readonly leases: LeaseStore,
     readonly ttlMs: number,
   ) {
-    this.timer = setInterval(() => this.renewAll(), Math.max(100, Math.floor(ttlMs / 3)));
+    this.tickMs = Math.max(100, Math.floor(ttlMs / 3));
+    this.timer = setInterval(() => this.renewAll(false), this.tickMs);
+    void this.followReconnections();
   }
 
   /** Starts telling `events` about wakes and lost leases, and follows this replica's nudge subject. */
@@ -198,15 +211,23 @@ export class LeaseKeeper {
   }
 
   /**
-   * Renews every held lease whose previous renewal is not still waiting on NATS (never two on one
-   * revision), all concurrently, and wakes a Run right after its own renewal when it was not woken
-   * within a lease TTL (no read of the log on the hot path: each tick's wake used to read the Run from the log).
+   * Renews every held lease, all concurrently, and wakes a Run right after its own renewal when it
+   * was not woken within a lease TTL (no read of the log on the hot path: each tick's wake used to
+   * read the Run from the log). A lease whose previous renewal is still waiting on NATS is skipped
+   * unless that renewal has waited a whole tick or `reconnected` is true (K10: a NATS restart is
+   * not an expiry, so the holder renews as soon as NATS answers again): the one left waiting can
+   * no longer change what is held, since a renewal only replaces the exact lease it renewed, and
+   * whichever of the two lands first, the other's compare-and-set fails and adopts it
+   * ({@link renewalVerdict}).
    */
-  private renewAll(): void {
+  private renewAll(reconnected: boolean): void {
     if (this.stopped) return;
+    const now = Date.now();
     for (const [runId, lease] of this.held) {
-      if (this.renewing.has(runId)) continue;
-      this.renewing.add(runId);
+      const waiting = this.renewing.get(runId);
+      if (waiting && !reconnected && now - waiting.since < this.tickMs) continue;
+      const token = ++this.renewals;
+      this.renewing.set(runId, { token, since: now });
       void this.renewOne(runId, lease)
         .then((renewed) => {
           if (!renewed || this.quiet) return;
@@ -214,7 +235,23 @@ export class LeaseKeeper {
           this.lastWake.set(runId, Date.now());
           this.events?.wake(runId);
         })
-        .finally(() => this.renewing.delete(runId));
+        .finally(() => {
+          if (this.renewing.get(runId)?.token === token) this.renewing.delete(runId);
+        });
+    }
+  }
+
+  /** Renews every held lease at once whenever the NATS connection is back (see {@link renewAll}). */
+  private async followReconnections(): Promise<void> {
+    try {
+      for await (const s of this.log.nc.status()) {
+        if (this.stopped) return;
+        if (s.type !== 'reconnect') continue;
+        this.logger.log({ leases: this.held.size }, 'NATS connection back: renewing every held lease now');
+        this.renewAll(true);
+      }
+    } catch {
+      // the connection closed: nothing left to renew on it
     }
   }
 
@@ -231,10 +268,12 @@ export class LeaseKeeper {
       const verdict = renewalVerdict(lease, current, this.log.writer.instance);
       leaseRenewalsTotal.labels(verdict.kind === 'adopt' ? 'adopted' : verdict.kind).inc();
       if (verdict.kind === 'retry') return false; // NATS unreachable (or restarting): try again next tick
+      // superseded meanwhile (a later renewal landed, or the lease was released): what is held now is not this lease's to judge
+      if (this.held.get(runId) !== lease) return false;
       if (verdict.kind === 'adopt') {
         // Still ours: a renewal buffered or timed out during an outage was stored after all (its
         // revision moved on). Adopt the stored revision; only positive evidence is a loss.
-        if (this.held.get(runId) === lease) this.held.set(runId, { ...lease, revision: verdict.revision });
+        this.held.set(runId, { ...lease, revision: verdict.revision });
         return false;
       }
       this.logger.warn(
