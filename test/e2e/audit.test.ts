@@ -380,7 +380,7 @@ describe('runplane audit (K11)', () => {
     }
   }, 120_000);
 
-  it('refuses unclear requests with a reason and exit 1: neither --run nor --all, a bad run id, a bad time, a Run not in the log', () => {
+  it('refuses unclear requests with a reason and exit 1: neither --run nor --all, both, a bad run id, a bad time, a Run not in the log', () => {
     const cli = (...args: string[]) =>
       spawnSync(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'audit', ...args], {
         env: { ...t.env, ...natsEnvOf(t.users, 'ops') },
@@ -389,6 +389,7 @@ describe('runplane audit (K11)', () => {
       });
     const cases: [string[], RegExp][] = [
       [[], /name one Run \(--run <id>\) or every Run \(--all\)/],
+      [['--run', randomUUID(), '--all'], /--run names one Run and --all every Run: give one of them, not both/],
       [['--run', 'a.b'], /not a run id: "a\.b"/],
       [['--all', '--since', 'yesterday-ish'], /--since: not a time/],
       [['--run', 'no-such-run'], /no events for run no-such-run in stream/],

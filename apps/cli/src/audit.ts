@@ -9,6 +9,9 @@ import type { EventLog } from '@runplane/eventlog';
 import { databaseUrlWith, dropDatabase, rebuildProjections, redact, type ReplayableLog } from '@runplane/projections';
 import { AUDIT_BROKEN_EXIT } from './render.js';
 
+/** The check of an audit's selection, before anything connects (libs/audit). */
+export { checkAuditSelection } from '@runplane/audit';
+
 /** What `runplane audit` was asked: the Runs ({@link AuditSelection}) and the output form. */
 export interface AuditOptions extends AuditSelection {
   json?: boolean;

@@ -269,6 +269,9 @@ export async function timeline(runId: string, json: boolean): Promise<number> {
  *   "all clean" (exit 1).
  */
 export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { projections?: boolean }): Promise<number> {
+  const { auditLog, checkAuditSelection } = await auditing();
+  // a bad selection (--run with --all, a bad id or time) is refused before anything connects
+  checkAuditSelection(opts);
   const projectionsUrl = opts.projections ? loadConfig(DatabaseConfig).DATABASE_URL : undefined;
   const { NATS_URL, RUNPLANE_STREAM } = loadConfig(BusConfig);
   const from = process.env.NATS_URL ? 'from NATS_URL' : 'NATS_URL is not set: the default';
@@ -288,7 +291,6 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
   try {
     const empty =
       opts.all === true && opts.since === undefined ? () => new Error(`audit: ${where} holds no Run; nothing was audited (${settings})`) : null;
-    const { auditLog } = await auditing();
     return await withReadCredentials('audit', process.env, () =>
       auditLog(log, { ...opts, ...(projectionsUrl ? { projectionsUrl } : {}) }, out, empty ? { onNoRun: empty } : {}),
     );

@@ -13,6 +13,8 @@ import {
   downstreamPasswordVariable,
   downstreamUserName,
   EventLog,
+  natsUserName,
+  passwordVariable,
   provisionBus,
   type BusBucket,
 } from '@runplane/eventlog';
@@ -28,7 +30,7 @@ import {
  * (its own name) and the variable holding that user's password in the deployed nats-server
  * (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_<N>`: the password is the deployment's, never known here). Idempotent: a second run creates nothing. Returns 0.
  * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
- *   may not create streams.
+ *   may not create streams (then naming the admin user it needs, {@link notAdmin}).
  */
 export async function provision(
   env: NodeJS.ProcessEnv = process.env,
@@ -36,9 +38,18 @@ export async function provision(
   downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS,
 ): Promise<number> {
   const bus = loadConfig(BusConfig, env);
-  const log = await EventLog.fromEnv('runplane-provision', env);
+  let log: EventLog;
   try {
-    await provisionBus(log, downstream);
+    log = await EventLog.fromEnv('runplane-provision', env);
+  } catch (e) {
+    throw notAdmin(e, env);
+  }
+  try {
+    try {
+      await provisionBus(log, downstream);
+    } catch (e) {
+      throw notAdmin(e, env);
+    }
     const names = [
       bus.RUNPLANE_STREAM,
       ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
@@ -55,4 +66,23 @@ export async function provision(
     await log.close();
   }
   return 0;
+}
+
+/**
+ * A NATS permissions violation during provisioning, told as what it is: only the admin user may
+ * create streams, buckets and durable consumers (docs/operations.md "NATS users and permissions").
+ * @returns an Error naming the admin user and its password variable, with NATS's own message; any
+ *   other error unchanged (a thrown non-Error as an Error of its text).
+ */
+export function notAdmin(e: unknown, env: NodeJS.ProcessEnv): Error {
+  const text = String((e as Error)?.message ?? e);
+  if (!/permissions violation/i.test(text)) return e instanceof Error ? e : new Error(text);
+  const admin = natsUserName('admin');
+  const user = env.NATS_USER ? `user ${env.NATS_USER}` : 'a connection without NATS_USER';
+  return new Error(
+    `only the NATS admin user may create the stream, buckets and durable consumers, not ${user}: ` +
+      `run it with NATS_USER=${admin} and its password in NATS_PASSWORD (${passwordVariable('admin')} of the Secret runplane-nats; ` +
+      `\`runplane up\` provisions the local stack itself) (NATS said: ${text})`,
+    { cause: e },
+  );
 }

@@ -238,11 +238,14 @@ export function stepClocks(events: readonly StoredEvent[]): Map<number, string> 
 
 /**
  * One timeline line: sequence, time, time since the previous event (`+1.2 s`), owner, type,
- * summary and, for a step's end, its clock ({@link stepClocks}).
+ * summary and, for a step's end, its clock ({@link stepClocks}). Each service stamps its events
+ * with its own clock, so a later event may be stamped earlier than the one before it: its gap is
+ * shown negative (`-3 ms`), as recorded, never rounded to `+0 ms`.
  */
 export function timelineLine(stored: StoredEvent, previousAt: string | null, step: string | undefined): string {
   const e = stored.event;
-  const gap = previousAt === null ? '' : `+${durationText(Math.max(0, Date.parse(e.occurredAt) - Date.parse(previousAt)))}`;
+  const ms = previousAt === null ? 0 : Date.parse(e.occurredAt) - Date.parse(previousAt);
+  const gap = previousAt === null ? '' : `${ms < 0 ? '-' : '+'}${durationText(Math.abs(ms))}`;
   return `${String(stored.seq).padStart(6)}  ${e.occurredAt}  ${gap.padStart(12)}  ${e.owner.padEnd(11)} ${e.type.padEnd(22)} ${summarize(e)}${step ? `  [${step}]` : ''}`;
 }
 

@@ -1,7 +1,7 @@
 /** The CLI's views of clocks and budget (K7, K9): unknown usage is marked, never shown as 0; step clocks from event times. */
 import { describe, expect, it } from '@jest/globals';
 import { makeEvent, type RunEvent, type RunView, type StoredEvent } from '@runplane/contracts';
-import { durationText, exitCodeOf, renderStatus, stepClocks, summarize } from '@runplane/app-cli';
+import { durationText, exitCodeOf, renderStatus, stepClocks, summarize, timelineLine } from '@runplane/app-cli';
 
 const view = (over: Partial<RunView> = {}): RunView => ({
   runId: 'r1',
@@ -116,6 +116,18 @@ describe('timeline step clocks', () => {
       [5, 'ran 1 min 04 s'],
     ]);
     expect(durationText(2 * 3600_000 + 3 * 60_000)).toBe('2 h 03 min');
+  });
+
+  it("given an event stamped earlier than the one before it (another service's clock), then its gap is shown negative, not +0 ms", () => {
+    const ctx = { runId: 'r1', conversationId: 'c1', correlationId: 'm1', causationId: null };
+    const at = (iso: string) => new Date(iso);
+    const line = (event: RunEvent, previousAt: string | null) =>
+      timelineLine({ seq: 7, subject: `rp.run.r1.${event.owner}`, event }, previousAt, undefined);
+    const requested = makeEvent('model.turn.requested', ctx, 1, { turn: 1, model: 'm' }, at('2026-01-01T00:00:00.997Z'));
+    expect(line(requested, '2026-01-01T00:00:01.000Z')).toContain('  -3 ms  ');
+    expect(line(requested, '2026-01-01T00:00:00.000Z')).toContain('  +997 ms  ');
+    expect(line(requested, '2026-01-01T00:00:00.997Z')).toContain('  +0 ms  ');
+    expect(line(requested, null)).not.toMatch(/Z\s+[+-]/);
   });
 });
 

@@ -22,6 +22,28 @@ export interface AuditSelection {
 }
 
 /**
+ * Checks what an audit was asked to read, before anything is read (pure: the CLI calls it before
+ * it connects, so a bad selection is refused without NATS).
+ * @returns the `since` time (epoch ms), or null without one.
+ * @throws Error with a readable reason: neither or both of `run` / `all`, `since` with `run`, a
+ *   bad run id, a `since` that is not a time.
+ */
+export function checkAuditSelection(selection: AuditSelection): number | null {
+  if (!selection.run && !selection.all) throw new Error('name one Run (--run <id>) or every Run (--all)');
+  if (selection.run && selection.all) throw new Error('--run names one Run and --all every Run: give one of them, not both');
+  // --since picks Runs of the whole log by admission time; a named Run is audited whole, whenever admitted
+  if (selection.run && selection.since !== undefined)
+    throw new Error('--since selects Runs of --all by admission time; --run audits the named Run whole: give --run or --all --since, not both');
+  if (selection.run) {
+    const valid = Id.safeParse(selection.run);
+    if (!valid.success) throw new Error(`not a run id: "${selection.run}" (${valid.error.issues[0]?.message})`);
+  }
+  const since = selection.since === undefined ? null : Date.parse(selection.since);
+  if (since !== null && Number.isNaN(since)) throw new Error(`--since: not a time: "${selection.since}" (ISO-8601, e.g. 2026-12-01T00:00:00Z)`);
+  return since;
+}
+
+/**
  * Reads the Runs `selection` names from `log` into an {@link AuditInput}: with `run`, that Run by a
  * filtered scan of its subjects (every stored message, so that missing or unverified ones are
  * seen) plus its parent and the children it requested (read for the link checks, not audited);
@@ -32,16 +54,7 @@ export interface AuditSelection {
  *   bad run id or time, a Run with nothing in the log.
  */
 export async function readForAudit(log: EventLog, selection: AuditSelection): Promise<AuditInput> {
-  if (Boolean(selection.run) === Boolean(selection.all)) throw new Error('name one Run (--run <id>) or every Run (--all)');
-  // --since picks Runs of the whole log by admission time; a named Run is audited whole, whenever admitted
-  if (selection.run && selection.since !== undefined)
-    throw new Error('--since selects Runs of --all by admission time; --run audits the named Run whole: give --run or --all --since, not both');
-  if (selection.run) {
-    const valid = Id.safeParse(selection.run);
-    if (!valid.success) throw new Error(`not a run id: "${selection.run}" (${valid.error.issues[0]?.message})`);
-  }
-  const since = selection.since === undefined ? null : Date.parse(selection.since);
-  if (since !== null && Number.isNaN(since)) throw new Error(`--since: not a time: "${selection.since}" (ISO-8601, e.g. 2026-12-01T00:00:00Z)`);
+  const since = checkAuditSelection(selection);
 
   const anomalies: StoredAnomaly[] = [];
   const previous = log.onInvalid;

@@ -1,0 +1,64 @@
+/**
+ * `runplane provision` (docs/cli.md, docs/operations.md "NATS users and permissions") on a
+ * nats-server with the Runplane users and permissions: as the admin it creates the stream, every
+ * bucket and the downstream durables, and a second run creates nothing; as the ops user it is
+ * refused with a reason that names the admin user it needs, and creates nothing.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { natsCaEnvOf, natsEnvOf, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { EventLog, StreamNotFound } from '@runplane/eventlog';
+import { provision } from '../dist/provision.js';
+
+const tag = randomBytes(4).toString('hex');
+const space = { stream: `RPTEST_PROV_${tag}`, prefix: `tprov${tag}`, partitions: 8 };
+const stateDir = mkdtempSync(join(tmpdir(), 'rp-provision-'));
+let nats: SecuredNats;
+
+beforeAll(async () => {
+  nats = await startSecuredNats({ stateDir, space, downstream: ['downstream-1'] });
+}, 60_000);
+afterAll(async () => {
+  await nats?.stop();
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+const envAs = (user: 'admin' | 'ops') => ({
+  NATS_URL: nats.url,
+  ...natsCaEnvOf(nats),
+  ...natsEnvOf(nats.users, user),
+  RUNPLANE_STREAM: space.stream,
+  RUNPLANE_SUBJECT_PREFIX: space.prefix,
+});
+
+describe('runplane provision', () => {
+  it('given the ops user, then it is refused with a reason naming the admin user, and nothing is created', async () => {
+    const lines: string[] = [];
+    const refused = await provision(envAs('ops'), (l) => lines.push(l), ['downstream-1']).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(refused?.message).toMatch(
+      /^only the NATS admin user may create the stream, buckets and durable consumers, not user runplane-ops: run it with NATS_USER=runplane-admin and its password in NATS_PASSWORD \(RUNPLANE_NATS_PASSWORD_ADMIN of the Secret runplane-nats;/,
+    );
+    expect(refused?.message).toMatch(/NATS said: .*permissions violation/i);
+    expect(lines).toEqual([]);
+    // the admin finds no stream: nothing was created
+    const { user, password: pass } = nats.users.admin;
+    const opened = await EventLog.connect({ natsUrl: nats.url, user, pass, caFile: nats.caFile, ...space, create: false }).catch((e: unknown) => e);
+    expect(opened).toBeInstanceOf(StreamNotFound);
+  }, 60_000);
+
+  it('given the admin user, then it creates the stream, the buckets and the durable, and a second run changes nothing', async () => {
+    const first: string[] = [];
+    expect(await provision(envAs('admin'), (l) => first.push(l), ['downstream-1'])).toBe(0);
+    expect(first[0]).toMatch(new RegExp(`^${space.stream}: 1 replica\\(s\\)`));
+    expect(first.at(-1)).toMatch(/^downstream durable downstream-1: NATS user /);
+    const second: string[] = [];
+    expect(await provision(envAs('admin'), (l) => second.push(l), ['downstream-1'])).toBe(0);
+    expect(second).toEqual(first);
+  }, 60_000);
+});
