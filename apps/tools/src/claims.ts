@@ -51,6 +51,8 @@ export class ClaimStore extends KvStore<ClaimValue> {
   private readonly mine = new Set<string>();
   /** When this process last (re)connected to NATS: no claim counts as expired before this plus a TTL and the others' reconnect time. */
   private connectedAt = Date.now();
+  /** Told of every reconnection to NATS ({@link onReconnect}). */
+  private readonly reconnectListeners = new Set<() => void>();
 
   private constructor(
     at: KvBucket,
@@ -70,9 +72,19 @@ export class ClaimStore extends KvStore<ClaimValue> {
   static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
     const store = new ClaimStore(await KvStore.openBucket(log.nc, ClaimStore.bucketFor(log)), log.writer.instance, ttlMs);
     void (async () => {
-      for await (const st of log.nc.status()) if (st.type === 'reconnect') store.connectedAt = Date.now();
+      for await (const st of log.nc.status()) {
+        if (st.type !== 'reconnect') continue;
+        store.connectedAt = Date.now();
+        for (const listener of store.reconnectListeners) listener();
+      }
     })().catch(() => undefined);
     return store;
+  }
+
+  /** Calls `listener` on every reconnection of this store's connection to NATS. @returns what stops it. */
+  onReconnect(listener: () => void): () => void {
+    this.reconnectListeners.add(listener);
+    return () => this.reconnectListeners.delete(listener);
   }
 
   /**

@@ -314,27 +314,59 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     return dispatchedIds.size;
   }
 
-  /** Executes one dispatched call under its claim, renewing the claim until the outcome is recorded. */
+  /**
+   * Executes one dispatched call under its claim, renewing the claim until the outcome is recorded
+   * (K5). One renewal at a time, unless it has waited a whole interval or NATS reconnected since:
+   * a renewal written just before a NATS restart gets no answer and would hold the claim's
+   * renewals back for the client's request timeout (5 s), past a short TTL's grace, and a peer's
+   * sweep would record the call `unknown` while it still runs. A renewal that lands never undoes a
+   * newer one (the higher revision stands), and only the renewal of the claim as held now may find
+   * it lost.
+   */
   private async executeClaimed(runId: string, call: ToolCallFacts, claim: HeldClaim, claims: ClaimStore): Promise<void> {
     let current: HeldClaim | null = claim;
     const renewEvery = Math.max(50, Math.floor(this.settings.claimTtlMs / 3));
-    let renewing = Promise.resolve();
+    const inFlight = new Set<Promise<void>>();
+    /** The latest renewal started and when, while it waits on NATS. */
+    let waiting: { token: number; since: number } | null = null;
+    let tokens = 0;
     let renewedAt = Date.now();
-    const renewal = setInterval(() => {
-      renewing = renewing.then(async () => {
-        if (!current) return;
-        const gapMs = Date.now() - renewedAt;
-        // a renewal this late means this process was starved or NATS was slow: the claim may have expired meanwhile
-        if (gapMs > this.settings.claimTtlMs / 2)
-          this.logger.warn({ runId, toolCallId: call.toolCallId, gapMs, claimTtlMs: this.settings.claimTtlMs }, 'claim renewal late');
-        current = await claims.renew(current, runId, call.toolCallId);
-        renewedAt = Date.now();
-        if (!current) this.logger.warn({ runId, toolCallId: call.toolCallId }, 'lost the claim of a running tool call');
-      });
-    }, renewEvery);
+    const renew = (reconnected: boolean) => {
+      if (!current) return;
+      if (waiting && !reconnected && Date.now() - waiting.since < renewEvery) return;
+      const gapMs = Date.now() - renewedAt;
+      // a renewal this late means this process was starved or NATS was slow: the claim may have expired meanwhile
+      if (gapMs > this.settings.claimTtlMs / 2)
+        this.logger.warn({ runId, toolCallId: call.toolCallId, gapMs, claimTtlMs: this.settings.claimTtlMs }, 'claim renewal late');
+      const from = current;
+      const token = ++tokens;
+      waiting = { token, since: Date.now() };
+      const done: Promise<void> = claims
+        .renew(from, runId, call.toolCallId)
+        .then((next) => {
+          renewedAt = Date.now();
+          if (!current) return; // lost already
+          if (next && next.revision >= current.revision) current = next;
+          else if (!next && current === from) {
+            current = null;
+            this.logger.warn({ runId, toolCallId: call.toolCallId }, 'lost the claim of a running tool call');
+          }
+        })
+        .catch((e: unknown) =>
+          this.logger.warn({ runId, toolCallId: call.toolCallId, err: (e as Error).message }, 'claim renewal failed; renewed again next interval'),
+        )
+        .finally(() => {
+          inFlight.delete(done);
+          if (waiting?.token === token) waiting = null;
+        });
+      inFlight.add(done);
+    };
+    const renewal = setInterval(() => renew(false), renewEvery);
+    const stopFollowing = claims.onReconnect(() => renew(true));
     const stopRenewing = async () => {
       clearInterval(renewal);
-      await renewing;
+      stopFollowing();
+      while (inFlight.size > 0) await Promise.all([...inFlight]);
     };
     try {
       const { outcome, durationMs, late } = await this.executor.run({
