@@ -16,6 +16,7 @@ import { LeaseKeeper } from '@runplane/app-runtime';
 import { emptyFacts } from '@runplane/run-facts';
 import { EventLog, LeaseStore, type HeldLease } from '@runplane/eventlog';
 import { currentNatsServerBinary, nextReconnect, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
+import { waitFor } from '../../../test/support/wait.js';
 
 const tag = randomBytes(4).toString('hex');
 /** Renewed every 2 s: the test waits for one renewal to be in flight, and the next tick is far enough to tell apart. */
@@ -38,20 +39,6 @@ afterAll(async () => {
   await server?.cleanup();
 });
 
-async function until<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 describe('the lease keeper across a NATS restart (K6, K10)', () => {
   it('given a renewal in flight when nats-server is killed, when it is started again, then the lease is renewed at once, while that renewal is still unanswered, and still held', async () => {
     /** Every renewal the keeper started, and whether NATS answered it (either way). */
@@ -70,11 +57,11 @@ describe('the lease keeper across a NATS restart (K6, K10)', () => {
     expect(taken?.epoch).toBe(1);
 
     // a renewal that NATS answered: the keeper renews on its own
-    await until('a first renewal answered', () => renewals.some((r) => r.answered));
+    await waitFor('a first renewal answered', () => renewals.some((r) => r.answered));
     // FAULT: frozen, so that the next renewal is written to the server and never answered; then killed
     await server.freeze();
     const frozenAt = Date.now();
-    const stale = await until('a renewal in flight on the frozen server', () => renewals.find((r) => r.startedAt >= frozenAt));
+    const stale = await waitFor('a renewal in flight on the frozen server', () => renewals.find((r) => r.startedAt >= frozenAt));
     const revisionBefore = keeper.holding(runId)!.revision;
     await server.kill();
     const reconnected = nextReconnect(log.nc, 30_000);
@@ -82,15 +69,15 @@ describe('the lease keeper across a NATS restart (K6, K10)', () => {
     await reconnected;
 
     // renewed in the bucket, by this holder, at this epoch, while the stale renewal still waits for its answer
-    const renewed = await until('the lease renewed after the restart', async () => {
+    const renewed = await waitFor('the lease renewed after the restart', async () => {
       const e = await leases.get(runId).catch(() => null);
       return e && e.revision > revisionBefore ? e : null;
     });
     expect(stale.answered).toBe(false);
     expect(renewed.value).toMatchObject({ state: 'held', epoch: 1, holder: { instance: log.writer.instance } });
     // the stale renewal, once it times out, neither loses the lease nor undoes the newer revision
-    await until('the stale renewal answered (timed out)', () => stale.answered, 15_000);
-    await until('the keeper holding the renewed revision', () => (keeper!.holding(runId)?.revision ?? 0) >= renewed.revision);
+    await waitFor('the stale renewal answered (timed out)', () => stale.answered, 15_000);
+    await waitFor('the keeper holding the renewed revision', () => (keeper!.holding(runId)?.revision ?? 0) >= renewed.revision);
     expect(lost).toEqual([]);
     expect(keeper.heldRuns()).toEqual([runId]);
     expect((await leases.get(runId))?.value.state).toBe('held');

@@ -21,6 +21,7 @@ import type { Owner } from '@runplane/contracts';
 import { ClaimStore, type HeldClaim } from '../dist/claims.js';
 import { History } from '../../../test/support/history.js';
 import { currentNatsServerBinary, nextReconnect, TestNatsServer } from '../../../test/support/nats-server.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { appendAll, effectLines, recordingWorkerSettings, twoWorkers, type TwoWorkers } from './recording-workers.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -42,20 +43,6 @@ afterAll(async () => {
   await server?.cleanup();
   rmSync(dir, { recursive: true, force: true });
 });
-
-async function until<T>(
-  what: string,
-  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 describe("a running call's claim across a NATS restart (K5, K10)", () => {
   it('given a claim renewal in flight when nats-server is killed, when it is started again, then the claim is renewed at once, while that renewal is still unanswered; the call succeeds, executed once', async () => {
@@ -85,19 +72,19 @@ describe("a running call's claim across a NATS restart (K5, K10)", () => {
       const key = ClaimStore.keyOf(runId, 'c1');
       const entry = async () => (await store.kv.get(key).catch(() => null)) ?? null;
 
-      await until('a first claim renewal answered', () => renewals.some((r) => r.answered));
-      const before = await until('the claim as renewed', entry);
+      await waitFor('a first claim renewal answered', () => renewals.some((r) => r.answered));
+      const before = await waitFor('the claim as renewed', entry);
       // FAULT: frozen, so that the next renewal is written to the server and never answered; then killed
       await server.freeze();
       const frozenAt = Date.now();
-      const stale = await until('a claim renewal in flight on the frozen server', () => renewals.find((r) => r.startedAt >= frozenAt));
+      const stale = await waitFor('a claim renewal in flight on the frozen server', () => renewals.find((r) => r.startedAt >= frozenAt));
       await server.kill();
       const reconnected = nextReconnect(logA.nc, 30_000);
       await server.restart();
       await reconnected;
 
       // another renewal, started after the freeze, answered and stored while the stale one still waits for its answer
-      await until('the claim renewed after the restart', async () => {
+      await waitFor('the claim renewed after the restart', async () => {
         const e = await entry();
         const renewedSince = renewals.some((r) => r !== stale && r.startedAt >= frozenAt && r.answered);
         return renewedSince && e?.operation === 'PUT' && e.revision > before.revision;
@@ -105,7 +92,7 @@ describe("a running call's claim across a NATS restart (K5, K10)", () => {
       expect(stale.answered).toBe(false);
 
       // the call runs to its end: one receipt, succeeded, executed once, and its claim removed
-      const events = await until(
+      const events = await waitFor(
         'the receipt of c1',
         async () => {
           const all = await logA.readRun(runId);
@@ -116,7 +103,7 @@ describe("a running call's claim across a NATS restart (K5, K10)", () => {
       const receipts = events.filter((e) => e.event.type === 'tool.call.receipt').map((e) => (e.event.data as { status: string }).status);
       expect(receipts).toEqual(['succeeded']);
       expect(effectLines(effectFile, runId)).toHaveLength(1);
-      await until('the claim removed', async () => {
+      await waitFor('the claim removed', async () => {
         const e = await entry();
         return !e || e.operation !== 'PUT';
       });
