@@ -141,20 +141,38 @@ export class LeaseKeeper {
 
   /**
    * Gives the Run's lease up (if held), with the reason recovery reads (`parked` with the wait's
-   * expiry `wakeBy`, `handover`, `stopping`, `finished`). @returns true when released.
+   * expiry `wakeBy`, `handover`, `stopping`, `finished`). A renewal of this holder that landed
+   * just before (a renewal is never coordinated with the release) moved the lease's revision: the
+   * release reads it again and releases that revision (up to 3 times). Only positive evidence of
+   * another writer (fenced, taken, another epoch) keeps it from releasing, as for a renewal (K6);
+   * left held, the lease would hold a parked Run's wake back until recovery marks it parked after
+   * its expiry, and its no-progress limit could run out meanwhile.
+   * @returns true when released (also when a release whose answer was lost was stored after all).
    */
   async release(runId: string, reason: 'finished' | 'stopping' | 'parked' | 'handover', wakeBy?: string): Promise<boolean> {
     const lease = this.held.get(runId);
     if (!lease) return false;
     this.held.delete(runId);
     this.lastWake.delete(runId);
-    return this.leases.release(lease, this.log.writer, reason, wakeBy).then(
-      () => true,
-      (e: unknown) => {
+    const instance = this.log.writer.instance;
+    let at = lease;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.leases.release(at, this.log.writer, reason, wakeBy);
+        return true;
+      } catch (e) {
+        const current = await this.leases.get(runId).catch(() => undefined);
+        const v = current?.value;
+        if (v?.state === 'released' && v.epoch === lease.epoch && v.holder.instance === instance && v.reason === reason) return true;
+        const verdict = renewalVerdict(at, current, instance);
+        if (verdict.kind === 'adopt' && attempt < 3) {
+          at = { ...at, revision: verdict.revision };
+          continue;
+        }
         this.logger.warn({ runId, reason, error: (e as Error).message }, 'could not release the lease (fenced or changed meanwhile)');
         return false;
-      },
-    );
+      }
+    }
   }
 
   /** A draining replica: leases are still renewed (a model request still finishing), but nothing is woken and no nudge is followed. */

@@ -82,4 +82,28 @@ describe('the lease keeper across a NATS restart (K6, K10)', () => {
     expect(keeper.heldRuns()).toEqual([runId]);
     expect((await leases.get(runId))?.value.state).toBe('held');
   }, 60_000);
+
+  it('given a renewal of this holder that landed just before the release, when the Run parks, then the lease is released parked (not left held for recovery); given a fence meanwhile, then it is not released', async () => {
+    // renewed every 20 s: nothing but the test moves the lease here
+    const quiet = new LeaseKeeper(log, leases, 60_000);
+    quiet.bind({ wake: () => undefined, lost: () => undefined });
+    try {
+      const raced = `run-raced-${tag}`;
+      const held = await quiet.take(raced, emptyFacts(raced));
+      // the renewal's answer never reached the keeper: the bucket's revision moved on, the keeper's did not
+      await leases.renew(held!, log.writer);
+      const wakeBy = new Date(Date.now() + 60_000).toISOString();
+      expect(await quiet.release(raced, 'parked', wakeBy)).toBe(true);
+      expect((await leases.get(raced))?.value).toMatchObject({ state: 'released', reason: 'parked', epoch: 1, wakeBy });
+      expect(quiet.holding(raced)).toBeUndefined();
+
+      const fenced = `run-fenced-${tag}`;
+      await quiet.take(fenced, emptyFacts(fenced));
+      await leases.fence((await leases.get(fenced))!);
+      expect(await quiet.release(fenced, 'parked', wakeBy)).toBe(false);
+      expect((await leases.get(fenced))?.value.state).toBe('fenced');
+    } finally {
+      quiet.stop();
+    }
+  }, 30_000);
 });
