@@ -69,19 +69,23 @@ export async function provision(
 }
 
 /**
- * A NATS permissions violation during provisioning, told as what it is: only the admin user may
- * create streams, buckets and durable consumers (docs/operations.md "NATS users and permissions").
+ * A NATS permissions or authorization violation during provisioning, told as what it is: only the
+ * admin user may create streams, buckets and durable consumers (docs/operations.md "NATS users and
+ * permissions"), and a connection without a user, or with a wrong password, is refused outright.
  * @returns an Error naming the admin user and its password variable, with NATS's own message; any
  *   other error unchanged (a thrown non-Error as an Error of its text).
  */
 export function notAdmin(e: unknown, env: NodeJS.ProcessEnv): Error {
   const text = String((e as Error)?.message ?? e);
-  if (!/permissions violation/i.test(text)) return e instanceof Error ? e : new Error(text);
+  const denied = /permissions violation/i.test(text);
+  if (!denied && !/authorization violation/i.test(text)) return e instanceof Error ? e : new Error(text);
   const admin = natsUserName('admin');
   const user = env.NATS_USER ? `user ${env.NATS_USER}` : 'a connection without NATS_USER';
+  const why = denied
+    ? `only the NATS admin user may create the stream, buckets and durable consumers, not ${user}`
+    : `NATS refused ${user} (no user, or a wrong password); provisioning needs the NATS admin user`;
   return new Error(
-    `only the NATS admin user may create the stream, buckets and durable consumers, not ${user}: ` +
-      `run it with NATS_USER=${admin} and its password in NATS_PASSWORD (${passwordVariable('admin')} of the Secret runplane-nats; ` +
+    `${why}: run it with NATS_USER=${admin} and its password in NATS_PASSWORD (${passwordVariable('admin')} of the Secret runplane-nats; ` +
       `\`runplane up\` provisions the local stack itself) (NATS said: ${text})`,
     { cause: e },
   );

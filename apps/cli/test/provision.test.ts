@@ -52,6 +52,23 @@ describe('runplane provision', () => {
     expect(opened).toBeInstanceOf(StreamNotFound);
   }, 60_000);
 
+  it('given no NATS user, or the admin user with a wrong password, then it is refused with a reason naming the admin user it needs', async () => {
+    const { NATS_USER: _user, NATS_PASSWORD: _pass, ...anonymous } = envAs('admin');
+    for (const [env, who] of [
+      [anonymous, 'a connection without NATS_USER'],
+      [{ ...envAs('admin'), NATS_PASSWORD: 'not-the-password' }, 'user runplane-admin'],
+    ] as const) {
+      const refused = await provision(env, () => undefined, ['downstream-1']).then(
+        () => null,
+        (e: unknown) => e as Error,
+      );
+      expect(refused?.message).toContain(
+        `NATS refused ${who} (no user, or a wrong password); provisioning needs the NATS admin user: run it with NATS_USER=runplane-admin`,
+      );
+      expect(refused?.message).toMatch(/NATS said: .*authorization violation/i);
+    }
+  }, 60_000);
+
   it('given the admin user, then it creates the stream, the buckets and the durable, and a second run changes nothing', async () => {
     const first: string[] = [];
     expect(await provision(envAs('admin'), (l) => first.push(l), ['downstream-1'])).toBe(0);

@@ -3,7 +3,7 @@ import type { StoredEvent } from '@runplane/contracts';
 import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
-import { verifyStored, type EventLog } from './event-log.js';
+import { CONSUME_EXPIRES_MS, verifyStored, type EventLog } from './event-log.js';
 import { deliveryCountsOf, type DeliveryCounts } from './log-metrics.js';
 import { extractTraceContext, traceContext } from './tracing.js';
 
@@ -80,16 +80,6 @@ export function describeError(e: unknown): string {
     return String(e);
   }
 }
-
-/**
- * How long one pull request of a durable consumer waits, ms. The client's idle heartbeat is half
- * of it, and after a consumer leader change on a JetStream cluster (a node lost or restarted: the
- * server answers the pull with 409 "Leadership Change") the client pulls again only after two
- * missed heartbeats: with the client's default (30 s) a consumer paused up to 33-39 s after a
- * rolling restart of a 3-node cluster; with 5 s, up to 11 s (docs/operations.md, "JetStream
- * cluster"). The price: an idle consumer renews its pull every 5 s instead of every 30 s.
- */
-export const CONSUME_EXPIRES_MS = 5_000;
 
 /** Redelivery delay after a failed handler: exponential from 250 ms, capped at 15 s. */
 export function redeliveryDelayMs(deliveryCount: number): number {
