@@ -12,6 +12,7 @@ import {
   type HeldLease,
 } from '@runplane/eventlog';
 import { handedOverAt, type RunFacts } from '@runplane/run-facts';
+import { RenewalSlots } from '@runplane/kit';
 import { leaseRenewalsTotal, runQueueSeconds } from '@runplane/service-kit';
 import { wakeAwaitsRecovery } from './parking.js';
 
@@ -45,15 +46,8 @@ export class LeaseKeeper {
   private readonly logger = new Logger('runtime');
   /** Leases this replica holds, by Run. */
   private readonly held = new Map<string, HeldLease>();
-  /**
-   * Renewals waiting on NATS, by Run: the renewal's token and when it started (ms since the epoch).
-   * One per lease at a time, unless it has waited a whole tick or NATS reconnected since: a request
-   * written just before a NATS restart gets no answer and would hold the lease's renewals back until
-   * the client's request timeout (5 s), past the TTL and past recovery's reconnection grace.
-   */
-  private readonly renewing = new Map<string, { token: number; since: number }>();
-  /** The token of the latest renewal started. */
-  private renewals = 0;
+  /** One renewal per lease at a time, unless it waited a whole tick or NATS reconnected ({@link RenewalSlots}). */
+  private readonly renewing: RenewalSlots<string>;
   /** Renewals and wakes run every tick, ms: a third of the TTL (at least 100 ms). */
   private readonly tickMs: number;
   /** When each held Run was last woken (a delivery, a nudge, a tick), ms since the epoch. */
@@ -77,6 +71,7 @@ export class LeaseKeeper {
     readonly ttlMs: number,
   ) {
     this.tickMs = Math.max(100, Math.floor(ttlMs / 3));
+    this.renewing = new RenewalSlots(this.tickMs);
     this.timer = setInterval(() => this.renewAll(false), this.tickMs);
     void this.followReconnections();
   }
@@ -242,10 +237,8 @@ export class LeaseKeeper {
     if (this.stopped) return;
     const now = Date.now();
     for (const [runId, lease] of this.held) {
-      const waiting = this.renewing.get(runId);
-      if (waiting && !reconnected && now - waiting.since < this.tickMs) continue;
-      const token = ++this.renewals;
-      this.renewing.set(runId, { token, since: now });
+      const answered = this.renewing.begin(runId, reconnected, now);
+      if (!answered) continue;
       void this.renewOne(runId, lease)
         .then((renewed) => {
           if (!renewed || this.quiet) return;
@@ -253,9 +246,7 @@ export class LeaseKeeper {
           this.lastWake.set(runId, Date.now());
           this.events?.wake(runId);
         })
-        .finally(() => {
-          if (this.renewing.get(runId)?.token === token) this.renewing.delete(runId);
-        });
+        .finally(answered);
     }
   }
 

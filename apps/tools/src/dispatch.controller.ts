@@ -8,7 +8,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
-import { retry, retryPolicies } from '@runplane/kit';
+import { RenewalSlots, retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
 import { ClaimRenewed, ClaimStore, ClaimTaken, type HeldClaim } from './claims.js';
@@ -327,20 +327,17 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     let current: HeldClaim | null = claim;
     const renewEvery = Math.max(50, Math.floor(this.settings.claimTtlMs / 3));
     const inFlight = new Set<Promise<void>>();
-    /** The latest renewal started and when, while it waits on NATS. */
-    let waiting: { token: number; since: number } | null = null;
-    let tokens = 0;
+    const slot = new RenewalSlots<string>(renewEvery);
     let renewedAt = Date.now();
     const renew = (reconnected: boolean) => {
       if (!current) return;
-      if (waiting && !reconnected && Date.now() - waiting.since < renewEvery) return;
+      const answered = slot.begin(claim.key, reconnected);
+      if (!answered) return;
       const gapMs = Date.now() - renewedAt;
       // a renewal this late means this process was starved or NATS was slow: the claim may have expired meanwhile
       if (gapMs > this.settings.claimTtlMs / 2)
         this.logger.warn({ runId, toolCallId: call.toolCallId, gapMs, claimTtlMs: this.settings.claimTtlMs }, 'claim renewal late');
       const from = current;
-      const token = ++tokens;
-      waiting = { token, since: Date.now() };
       const done: Promise<void> = claims
         .renew(from, runId, call.toolCallId)
         .then((next) => {
@@ -357,7 +354,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
         )
         .finally(() => {
           inFlight.delete(done);
-          if (waiting?.token === token) waiting = null;
+          answered();
         });
       inFlight.add(done);
     };

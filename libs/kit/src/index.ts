@@ -4,3 +4,4 @@ export * from './kv-store.js';
 export * from './named-error.js';
 export * from './periodic.js';
 export * from './memory.js';
+export * from './renewal-slots.js';
