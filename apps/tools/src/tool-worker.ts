@@ -4,6 +4,7 @@
  * worker's event loop stays free to enforce timeouts and renew claims (K5). Each thread keeps its
  * own holdings library, whose parsed files are cached by content digest.
  */
+import { existsSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
 // the tool packs alone: the rest of the contracts (events, configuration, HTTP) is not needed on a tool thread
 import { RecordEffectArgs, TestToolPack } from '@runplane/contracts/tools';
@@ -42,6 +43,12 @@ function burn(ms: number): void {
   }
 }
 
+/** Waits until `path` exists, checked every 50 ms, for at most `ms` milliseconds. */
+async function waitForFile(path: string, ms: number): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until && !existsSync(path)) await new Promise((r) => setTimeout(r, Math.min(50, until - Date.now())));
+}
+
 async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> {
   const parsed = RecordEffectArgs.safeParse(rawArgs ?? {});
   if (!parsed.success) throw new ToolFailure('bad_arguments', `Bad arguments for record_effect: ${parsed.error.message}`);
@@ -50,7 +57,7 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   const line = `${task.runId} ${task.toolCallId} ${args.tag}`;
   await appendFile(task.recordEffectFile, `${line}\n`);
   if (args.burnMs) burn(args.burnMs);
-  if (args.sleepMs) await new Promise((r) => setTimeout(r, args.sleepMs));
+  if (args.sleepMs) await (args.untilFile ? waitForFile(args.untilFile, args.sleepMs) : new Promise((r) => setTimeout(r, args.sleepMs)));
   if (args.hang) await new Promise(() => undefined);
   if (args.fail) return Promise.reject(Object.assign(new Error('record_effect was told to fail'), { code: 'injected_failure' }));
   return TestToolPack.record_effect.result.parse({ recorded: line });

@@ -14,7 +14,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Owner } from '@runplane/contracts';
@@ -59,7 +59,9 @@ describe("a running call's claim across a NATS restart (K5, K10)", () => {
     };
     try {
       const runId = `cr${tag}`;
-      const args = JSON.stringify({ tag: 'c1', sleepMs: 14_000 });
+      // runs until the test has seen what it waits for (the file), at most 18 s (under the worker's 20 s call timeout)
+      const done = join(dir, 'c1.done');
+      const args = JSON.stringify({ tag: 'c1', sleepMs: 18_000, untilFile: done });
       const h = new History(runId, `conv-${runId}`)
         .admitted({ tools: ['record_effect'] })
         .turn(1, { calls: [{ id: 'c1', name: 'record_effect', args }] })
@@ -90,6 +92,7 @@ describe("a running call's claim across a NATS restart (K5, K10)", () => {
         return renewedSince && e?.operation === 'PUT' && e.revision > before.revision;
       });
       expect(stale.answered).toBe(false);
+      writeFileSync(done, '');
 
       // the call runs to its end: one receipt, succeeded, executed once, and its claim removed
       const events = await waitFor(

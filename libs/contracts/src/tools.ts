@@ -238,6 +238,8 @@ export const RecordEffectArgs = z
     tag: z.string().max(200).default(''),
     /** Wall time to wait after recording, ms. */
     sleepMs: z.number().int().min(0).max(600_000).optional(),
+    /** With `sleepMs`: stop waiting as soon as this file exists (checked every 50 ms), so a test ends the call when it has seen what it waits for. */
+    untilFile: z.string().min(1).max(4096).optional(),
     /** CPU time to burn (a busy loop, blocking its thread) after recording, ms. */
     burnMs: z.number().int().min(0).max(600_000).optional(),
     /** Fail (`injected_failure`) after recording. */
