@@ -23,15 +23,16 @@ import { fileURLToPath } from 'node:url';
 import { type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
+// the package's parts, not its index: the index loads the whole local stack (PostgreSQL, projections)
 import {
   clusterNodeSpecs,
   compareVersions,
   ensureNatsServerBinary,
   jetStreamVersion,
   natsServerVersion,
-  natsTlsConfig,
   NATS_SERVER_MIN_VERSION,
-} from '@runplane/devstack';
+} from '@runplane/devstack/nats-server';
+import { natsTlsConfig } from '@runplane/devstack/tls';
 
 /** The repository root (this file is test/support/nats-server.ts). */
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));

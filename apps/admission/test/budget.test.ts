@@ -1,6 +1,6 @@
 /** A client's money limit (K7): granted only when this deployment can charge it (a price in its currency, within the ceiling). */
 import { describe, expect, it } from '@jest/globals';
-import { BudgetRefused, moneyLimitOf } from '@runplane/app-admission';
+import { BudgetRefused, moneyLimitOf } from '../src/budget.js';
 
 const price = { currency: 'USD', inputMicrosPerMTok: 3_000_000, outputMicrosPerMTok: 15_000_000 };
 

@@ -16,7 +16,7 @@ import {
   MessageConflict,
   ParentNotFound,
   type PostMessage,
-} from '@runplane/app-admission';
+} from '../src/decide.js';
 import { clarificationIdOf, sha256Hex, type StoredEvent } from '@runplane/contracts';
 import { emptyFacts, foldRun, type RunFacts } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';

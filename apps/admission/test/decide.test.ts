@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { admissionIds, decide, MessageConflict, RunAlreadySettled, RunNotFound } from '@runplane/app-admission';
+import { admissionIds, decide, MessageConflict, RunAlreadySettled, RunNotFound } from '../src/decide.js';
 import { sha256Hex } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
 import { History } from '../../../test/support/history.js';

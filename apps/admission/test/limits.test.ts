@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { waitIdOf } from '@runplane/contracts';
-import { decide, WaitNotPending } from '@runplane/app-admission';
+import { decide, WaitNotPending } from '../src/decide.js';
 import { userOf } from '../src/admission.controller.js';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

@@ -19,7 +19,7 @@ import {
   type AnswerWait,
   type CancelRun,
   type PostMessage,
-} from '@runplane/app-admission';
+} from '../src/decide.js';
 import { emptyFacts } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { postMessage } from './commands.js';

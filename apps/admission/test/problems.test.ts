@@ -9,7 +9,9 @@ import { Controller, Module, Post, type ArgumentsHost, type INestApplication } f
 import { NestFactory } from '@nestjs/core';
 import { AppendConflict } from '@runplane/eventlog';
 import { ProblemDetailsFilter, quotaRefusalsTotal } from '@runplane/service-kit';
-import { ADMISSION_PROBLEMS, BudgetRefused, QuotaExceeded } from '@runplane/app-admission';
+import { ADMISSION_PROBLEMS } from '../src/problems.js';
+import { BudgetRefused } from '../src/budget.js';
+import { QuotaExceeded } from '../src/decide.js';
 // the decider's errors as one namespace: the table below names each error class once, in its row
 import * as errors from '@runplane/app-admission';
 

@@ -4,18 +4,8 @@
  * set them (`RUNPLANE_QUOTA_*`: unset is no limit; a bad value names the setting).
  */
 import { describe, expect, it } from '@jest/globals';
-import {
-  admissionIds,
-  decide,
-  liveReservations,
-  NO_USAGE,
-  QuotaExceeded,
-  quotaRefusal,
-  reservationsToConfirm,
-  withReservations,
-  type PostMessage,
-  type QuotaLimits,
-} from '@runplane/app-admission';
+import { admissionIds, decide, QuotaExceeded, type PostMessage } from '../src/decide.js';
+import { liveReservations, NO_USAGE, quotaRefusal, reservationsToConfirm, withReservations, type QuotaLimits } from '../src/quota.js';
 import { conversationKey, loadConfig, QuotaConfig } from '@runplane/contracts';
 import { emptyFacts } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';

@@ -5,7 +5,7 @@
  * PostgreSQL of the suite (127.0.0.1:5432) and a port where none listens.
  */
 import { describe, expect, it } from '@jest/globals';
-import { admissionPostgresCheck, quotasConfigured, RunReader } from '@runplane/app-admission';
+import { admissionPostgresCheck, quotasConfigured, RunReader } from '../src/run-reader.js';
 
 const url = process.env.PROJECTIONS_TEST_ADMIN_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 const NONE = { RUNPLANE_QUOTA_CONCURRENT_RUNS: null, RUNPLANE_QUOTA_RUNS_PER_HOUR: null, RUNPLANE_QUOTA_COST_MICROS_PER_DAY: null };

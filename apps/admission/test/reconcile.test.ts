@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { decide, ReconcileConflict, ReconcileNotFound, type ReconcileToolCall } from '@runplane/app-admission';
+import { decide, ReconcileConflict, ReconcileNotFound, type ReconcileToolCall } from '../src/decide.js';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History, unknownEffectCall } from '../../../test/support/history.js';
 

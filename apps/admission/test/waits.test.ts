@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { admissionIds, childClientMessageId, PostMessageBody, waitIdOf } from '@runplane/contracts';
-import { decide, RunNotFound, WaitConflict, WaitNotFound, WaitNotPending } from '@runplane/app-admission';
+import { decide, RunNotFound, WaitConflict, WaitNotFound, WaitNotPending } from '../src/decide.js';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { RunCommandHandler } from '@runplane/service-kit/command-handler';
 import { LeaseWatcher } from '../src/lease-watcher.service.js';
 import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { EventLog, LeaseStore, partitionOf, type OwnershipChange, type PartitionOwnership } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { RunCommandHandler } from '@runplane/service-kit/command-handler';
 import { foldRun } from '@runplane/run-facts';
 import { nextProgressCheck } from '@runplane/app-recovery';
 import { subjectTokenOf, type Owner } from '@runplane/contracts';

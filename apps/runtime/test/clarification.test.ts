@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { clarificationIdOf, effectKey, sha256Hex } from '@runplane/contracts';
-import { decide, type ModelTurnResult } from '@runplane/app-runtime';
+import { decide, type ModelTurnResult } from '../src/decide.js';
 import { decide as publicationDecide, passageIdFor } from '@runplane/app-publication';
 import { decide as lifecycleDecide } from '@runplane/app-lifecycle';
 import { decide as toolsDecide } from '@runplane/app-tools';

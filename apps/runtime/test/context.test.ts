@@ -4,7 +4,9 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { BROKER_MAX_PAYLOAD_BYTES, CARRIED_MAX_CHARS, effectKey, sha256Hex, type EventData } from '@runplane/contracts';
-import { buildMessages, carryContext, decide, type EarlierRun } from '@runplane/app-runtime';
+import { buildMessages } from '../src/messages.js';
+import { carryContext, type EarlierRun } from '../src/context.js';
+import { decide } from '../src/decide.js';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
 import { foldRun, type RunFacts } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { buildMessages, decide, toolDefinitions, type ModelTurnResult } from '@runplane/app-runtime';
+import { buildMessages, toolDefinitions } from '../src/messages.js';
+import { decide, type ModelTurnResult } from '../src/decide.js';
 import { sha256Hex } from '@runplane/contracts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

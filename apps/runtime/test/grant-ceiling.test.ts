@@ -5,7 +5,8 @@
  * exceeds; a grant within the ceiling is executed as before.
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide, overCeiling, type GrantCeiling } from '@runplane/app-runtime';
+import { decide } from '../src/decide.js';
+import { overCeiling, type GrantCeiling } from '../src/grant-ceiling.js';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 

@@ -4,7 +4,7 @@
  * is the wake the next holder takes the Run with at the next epoch.
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide } from '@runplane/app-runtime';
+import { decide } from '../src/decide.js';
 import { epochSuperseded, handedOverAt } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { subjectTokenOf, type RunEvent } from '@runplane/contracts';
-import { decide, withGrant } from '@runplane/app-runtime';
+import { decide, withGrant } from '../src/decide.js';
 import { History } from '../../../test/support/history.js';
 
 const holder = { service: 'runtime', instance: 'i-1' };

@@ -12,7 +12,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { LeaseKeeper } from '@runplane/app-runtime';
+import { LeaseKeeper } from '../src/lease-keeper.js';
 import { emptyFacts } from '@runplane/run-facts';
 import { EventLog, LeaseStore, type HeldLease } from '@runplane/eventlog';
 import { currentNatsServerBinary, nextReconnect, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';

@@ -6,7 +6,10 @@
  * grant carves tokens out of what research has left. Also the shared limiter and `Retry-After`.
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide, MAX_FRUITLESS_TURNS, ModelRateLimiter, planCalls, retryAfterMs, type ModelTurnResult } from '@runplane/app-runtime';
+import { decide, type ModelTurnResult } from '../src/decide.js';
+import { MAX_FRUITLESS_TURNS } from '../src/ledger.js';
+import { ModelRateLimiter, retryAfterMs } from '../src/model-client.js';
+import { planCalls } from '../src/parking.js';
 import { budgetOf, estimateInputTokens } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

@@ -5,7 +5,8 @@
  * (the deadline recorded at admission) and `RUNPLANE_WAIT_TTL_SECONDS` (capped by the deadline).
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide, ModelRateLimiter } from '@runplane/app-runtime';
+import { decide } from '../src/decide.js';
+import { ModelRateLimiter } from '../src/model-client.js';
 import { estimateInputTokens } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

@@ -9,7 +9,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import type { TokenPrice } from '@runplane/contracts';
-import { decide, type ModelTurnResult } from '@runplane/app-runtime';
+import { decide, type ModelTurnResult } from '../src/decide.js';
 import { budgetOf, estimateInputTokens, turnCostOf } from '@runplane/run-facts';
 import { spec, type Expected } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

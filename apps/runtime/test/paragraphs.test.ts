@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { ParagraphStream, sha256Hex, splitPassages } from '@runplane/contracts';
-import { ParagraphRecorder, progressIntervalMs } from '@runplane/app-runtime';
+import { ParagraphRecorder, progressIntervalMs } from '../src/paragraphs.js';
 
 /** The reference: the passages of the text up to its last complete blank-line separator (every one of them is finished). */
 function finishedPassages(text: string): string[] {

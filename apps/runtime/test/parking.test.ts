@@ -6,7 +6,9 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { admissionIds, childClientMessageId, waitIdOf } from '@runplane/contracts';
-import { buildMessages, decide, toolDefinitions, wakeAwaitsRecovery, type ModelTurnResult } from '@runplane/app-runtime';
+import { buildMessages, toolDefinitions } from '../src/messages.js';
+import { decide, type ModelTurnResult } from '../src/decide.js';
+import { wakeAwaitsRecovery } from '../src/parking.js';
 import { epochSuperseded } from '@runplane/run-facts';
 import { NOW, spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

@@ -6,7 +6,8 @@
  * the deadline is not made and the Run stops with the reason; a stop is never delayed.
  */
 import { describe, expect, it } from '@jest/globals';
-import { decide, retryDelayMs, retryWaitMs, type ModelTurnResult } from '@runplane/app-runtime';
+import { decide, type ModelTurnResult } from '../src/decide.js';
+import { retryDelayMs, retryWaitMs } from '../src/ledger.js';
 import { budgetOf } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

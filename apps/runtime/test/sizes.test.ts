@@ -17,7 +17,10 @@ import {
   type EventData,
   type RunEvent,
 } from '@runplane/contracts';
-import { boundTurn, buildMessages, decide, sizeOf, type ModelTurnResult } from '@runplane/app-runtime';
+import { boundTurn } from '../src/sizes.js';
+import { buildMessages } from '../src/messages.js';
+import { decide, type ModelTurnResult } from '../src/decide.js';
+import { sizeOf } from '../src/context.js';
 import { toolPairingError, type WireMessage } from '@runplane/app-scripted-model';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';

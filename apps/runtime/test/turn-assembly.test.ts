@@ -3,7 +3,7 @@
  * (K5, K11): each malformed variant of a streamed model turn, plus the well-formed controls.
  */
 import { describe, expect, it } from '@jest/globals';
-import { TurnAssembler, type StreamChunk } from '@runplane/app-runtime';
+import { TurnAssembler, type StreamChunk } from '../src/turn-assembly.js';
 
 type Delta = NonNullable<NonNullable<StreamChunk['choices']>[number]['delta']>;
 const c = (delta: Delta, finish: string | null = null): StreamChunk => ({ choices: [{ delta, finish_reason: finish }] });

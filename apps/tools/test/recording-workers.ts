@@ -7,7 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { Kvm } from '@nats-io/kv';
 import { subjectTokenOf, type Owner, type StoredEvent } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
-import { RunCommandHandler } from '@runplane/service-kit';
+import { RunCommandHandler } from '@runplane/service-kit/command-handler';
 import { DispatchController, type ToolsSettings } from '../dist/dispatch.controller.js';
 import { ClaimStore } from '../dist/claims.js';
 import { SUITE_NATS } from '../../../test/support/nats-server.js';

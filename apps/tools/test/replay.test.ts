@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Owner, StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { runReads } from '@runplane/service-kit';
+import { runReads } from '@runplane/service-kit/command-handler';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { History } from '../../../test/support/history.js';
 import type { DispatchController } from '../dist/dispatch.controller.js';

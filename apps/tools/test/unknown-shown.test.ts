@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { summarize } from '../../cli/src/render.js';
-import { toolMessageContent } from '@runplane/app-runtime';
+import { toolMessageContent } from '../../runtime/src/messages.js';
 import { ToolMessageContent } from '@runplane/contracts';
 import { unknownEffectCall } from '../../../test/support/history.js';
 

@@ -8,9 +8,16 @@
 import { webcrypto } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-// @peculiar/x509's dependency injection (tsyringe) needs the Reflect metadata polyfill loaded first
-import 'reflect-metadata';
-import * as x509 from '@peculiar/x509';
+
+/**
+ * @peculiar/x509, loaded on the first certificate made: it is the heaviest module of this package,
+ * and what reads a configuration (natsTlsConfig, the test suite's servers) needs none of it. Its
+ * dependency injection (tsyringe) needs the Reflect metadata polyfill loaded first.
+ */
+async function loadX509(): Promise<typeof import('@peculiar/x509')> {
+  await import('reflect-metadata');
+  return import('@peculiar/x509');
+}
 
 /** The files a TLS-enabled local nats-server and its clients use. */
 export interface DevNatsTls {
@@ -39,6 +46,7 @@ const DAY_MS = 24 * 3600 * 1000;
  * (0600) into `dir` (created), replacing earlier ones.
  */
 export async function createDevNatsTls(dir: string, opts: { days?: number } = {}): Promise<DevNatsTls> {
+  const x509 = await loadX509();
   const crypto = webcrypto;
   // Node's webcrypto is the WebCrypto the library expects (its DOM type is not in this build's lib)
   x509.cryptoProvider.set(crypto as never);

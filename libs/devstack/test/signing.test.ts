@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Owner } from '@runplane/contracts';
-import { createDevSigning, signingEnvOf } from '@runplane/devstack';
+import { createDevSigning, signingEnvOf } from '../src/signing.js';
 import { readPublicKeySet, readSigningKey } from '@runplane/eventlog';
 
 describe('createDevSigning', () => {

@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { lockStateDir, StackAlreadyRunning } from '@runplane/devstack';
+import { lockStateDir, StackAlreadyRunning } from '../src/state-lock.js';
 
 const dirs: string[] = [];
 const stateDir = () => {

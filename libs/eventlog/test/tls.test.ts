@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createDevNatsTls } from '@runplane/devstack';
+import { createDevNatsTls } from '@runplane/devstack/tls';
 import { checkNatsCaFile, natsTlsOptions, natsUrlRequiresTls } from '@runplane/eventlog';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-tlsopt-'));

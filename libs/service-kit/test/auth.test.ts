@@ -12,8 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { AuthConfig } from '@runplane/contracts';
-import { createDevAuth, DEV_AUDIENCE, DEV_ISSUER } from '@runplane/devstack';
-import { ApiError, Authenticator, mayAccess, UNAUTHENTICATED } from '@runplane/service-kit';
+import { createDevAuth, DEV_AUDIENCE, DEV_ISSUER } from '@runplane/devstack/auth';
+import { ApiError } from '../src/problems.js';
+import { Authenticator, mayAccess, UNAUTHENTICATED } from '../src/auth.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-authn-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

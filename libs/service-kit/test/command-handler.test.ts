@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { contextFrom, makeEvent, sha256Hex, type RunEvent } from '@runplane/contracts';
 import { AppendConflict, EventLog, runStreamConfig, runSubject } from '@runplane/eventlog';
 import { lastTurn, type RunFacts } from '@runplane/run-facts';
-import { RunCommandHandler, runReads } from '@runplane/service-kit';
+import { RunCommandHandler, runReads } from '../src/command-handler.js';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
 import { forgedSettlement } from '../../../test/support/events.js';
 import { SHARED_NATS_URL, SUITE_NATS } from '../../../test/support/nats-server.js';

@@ -10,7 +10,8 @@ import { describe, expect, it } from '@jest/globals';
 import { Global, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { EventLog, ServedConsumers, type DurableConsumer } from '@runplane/eventlog';
-import { ApiError, CONSUMER_LOOKUP_TTL_MS, HealthController, HealthModule, type ReadinessCheck } from '@runplane/service-kit';
+import { ApiError } from '../src/problems.js';
+import { CONSUMER_LOOKUP_TTL_MS, HealthController, HealthModule, type ReadinessCheck } from '../src/health.js';
 
 interface Fakes {
   lookups: string[];

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { z } from 'zod';
 import { ProblemDetails } from '@runplane/contracts';
-import { apiError, badRequestFromZod, dependencyUnavailable, unavailableDependency } from '@runplane/service-kit';
+import { apiError, badRequestFromZod, dependencyUnavailable, unavailableDependency } from '../src/problems.js';
 
 describe('apiError', () => {
   it('builds problem details with type, title, status, detail, instance, code and issues', () => {

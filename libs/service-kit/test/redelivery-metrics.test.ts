@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { DurableConsumer, EventLog, ownerFilter } from '@runplane/eventlog';
-import { metricsRegistry } from '@runplane/service-kit';
+import { metricsRegistry } from '../src/metrics.js';
 import { SHARED_NATS } from '../../../test/support/nats-server.js';
 
 const tag = randomBytes(4).toString('hex');

@@ -5,7 +5,7 @@
  * keeps the default bound's side checked.
  */
 import { describe, expect, it } from '@jest/globals';
-import { HTTP_SHUTDOWN_GRACE_MS, httpShutdownGraceMs } from '@runplane/service-kit';
+import { HTTP_SHUTDOWN_GRACE_MS, httpShutdownGraceMs } from '../src/shutdown.js';
 
 describe('the HTTP grace of a shutdown', () => {
   it('given the default bound (25 s) or any of 15 s or more, then connections get the full 5 s', () => {

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { trace } from '@opentelemetry/api';
-import { startTracing, stopTracing, tracingRequested } from '@runplane/service-kit';
+import { startTracing, stopTracing, tracingRequested } from '../src/tracing.js';
 
 describe('tracingRequested', () => {
   it.each([
