@@ -48,8 +48,6 @@ export class LeaseKeeper {
   private readonly held = new Map<string, HeldLease>();
   /** One renewal per lease at a time, unless it waited a whole tick or NATS reconnected ({@link RenewalSlots}). */
   private readonly renewing: RenewalSlots<string>;
-  /** Renewals and wakes run every tick, ms: a third of the TTL (at least 100 ms). */
-  private readonly tickMs: number;
   /** When each held Run was last woken (a delivery, a nudge, a tick), ms since the epoch. */
   private readonly lastWake = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
@@ -70,9 +68,10 @@ export class LeaseKeeper {
     private readonly leases: LeaseStore,
     readonly ttlMs: number,
   ) {
-    this.tickMs = Math.max(100, Math.floor(ttlMs / 3));
-    this.renewing = new RenewalSlots(this.tickMs);
-    this.timer = setInterval(() => this.renewAll(false), this.tickMs);
+    // renewals and wakes run every tick: a third of the TTL (at least 100 ms)
+    const tickMs = Math.max(100, Math.floor(ttlMs / 3));
+    this.renewing = new RenewalSlots(tickMs);
+    this.timer = setInterval(() => this.renewAll(false), tickMs);
     void this.followReconnections();
   }
 
