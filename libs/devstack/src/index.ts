@@ -216,14 +216,19 @@ function sizeOf(file: string): number {
   }
 }
 
-/** `: <the last non-empty line of file written past byte from>`, or nothing when there is none. */
-function lastLineOf(file: string, from: number): string {
+/** What was written to `file` past byte `from` ('' when it cannot be read). */
+function textSince(file: string, from: number): string {
   try {
-    const last = readFileSync(file).subarray(from).toString('utf8').trim().split('\n').at(-1)?.trim();
-    return last ? `: ${last}` : '';
+    return readFileSync(file).subarray(from).toString('utf8');
   } catch {
     return '';
   }
+}
+
+/** `: <the last non-empty line of file written past byte from>`, or nothing when there is none. */
+function lastLineOf(file: string, from: number): string {
+  const last = textSince(file, from).trim().split('\n').at(-1)?.trim();
+  return last ? `: ${last}` : '';
 }
 
 /** A nats-server the local stack started with the Runplane users switched on. */
@@ -262,9 +267,10 @@ export async function startSecuredNats(opts: {
   tls?: boolean;
   /** How long the server has to answer, ms (default {@link NATS_READY_TIMEOUT_MS}); then it is stopped and the start fails. */
   readyTimeoutMs?: number;
+  /** The port to try first (default: a free one); a port another process holds is given up for a free one. */
+  port?: number;
 }): Promise<SecuredNats> {
   const bin = natsServerBinary();
-  const port = await getPort({ host: '127.0.0.1' });
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });
   // every service signs its events with a key of its own, made anew beside the server's files
@@ -274,36 +280,50 @@ export async function startSecuredNats(opts: {
   const config = join(dir, 'server.conf');
   writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
   const logFile = join(dir, 'server.log');
-  // the log is kept between runs: only what this start writes explains its failure
-  const logFrom = sizeOf(logFile);
-  const child = track(
-    spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile], {
-      stdio: 'ignore',
-    }),
-  );
-  const url = `nats://127.0.0.1:${port}`;
   const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
   const readyTimeoutMs = opts.readyTimeoutMs ?? NATS_READY_TIMEOUT_MS;
-  const deadline = Date.now() + readyTimeoutMs;
-  while (!(await natsReachable(url, 500, admin))) {
-    const exited = child.exitCode !== null || child.signalCode !== null;
-    if (exited || Date.now() > deadline) {
-      // a server that does not answer is stopped before the error: nothing of this start is left running
-      await stopChild(child, 2_000);
-      const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${readyTimeoutMs / 1000} s`;
-      throw new Error(`nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`);
+  // a free port can be taken by another process between the look and the server's bind (tests
+  // and stacks start side by side): the server then exits saying so, and the start takes another
+  for (let attempt = 1; ; attempt++) {
+    const port = attempt === 1 && opts.port !== undefined ? opts.port : await getPort({ host: '127.0.0.1' });
+    // the log is kept between runs: only what this start writes explains its failure
+    const logFrom = sizeOf(logFile);
+    const child = track(
+      spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile], {
+        stdio: 'ignore',
+      }),
+    );
+    const url = `nats://127.0.0.1:${port}`;
+    const deadline = Date.now() + readyTimeoutMs;
+    let failure: string | null = null;
+    let portTaken = false;
+    while (!(await natsReachable(url, 500, admin))) {
+      const exited = child.exitCode !== null || child.signalCode !== null;
+      if (exited || Date.now() > deadline) {
+        // a server that does not answer is stopped before the error: nothing of this start is left running
+        await stopChild(child, 2_000);
+        const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${readyTimeoutMs / 1000} s`;
+        failure = `nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`;
+        portTaken = exited && /address already in use/i.test(textSince(logFile, logFrom));
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
     }
-    await new Promise((r) => setTimeout(r, 100));
+    if (failure === null)
+      return {
+        url,
+        child,
+        users,
+        ...(tls ? { caFile: tls.caFile } : {}),
+        note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})`,
+        stop: () => stopChild(child),
+      };
+    if (!portTaken || attempt >= PORT_ATTEMPTS) throw new Error(failure);
   }
-  return {
-    url,
-    child,
-    users,
-    ...(tls ? { caFile: tls.caFile } : {}),
-    note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})`,
-    stop: () => stopChild(child),
-  };
 }
+
+/** How many ports {@link startSecuredNats} tries when the one it chose was taken before its server could bind it. */
+const PORT_ATTEMPTS = 3;
 
 /**
  * Starts a JetStream cluster of `nodes` (default 3) nats-server processes on loopback ports

@@ -1,6 +1,7 @@
 /**
  * A local stack that cannot start fails at once and leaves nothing running (what `npm run demo`
- * and `runplane up` stand on): a nats-server that does not answer is stopped and named; a service
+ * and `runplane up` stand on): a nats-server that does not answer is stopped and named (one whose
+ * port another process took first is started on another port); a service
  * that exits at start-up fails the start naming it, without waiting for the others, and the
  * processes still starting (here a projector waiting for a PostgreSQL that never answers) are
  * stopped. Before, the nats-server and the hanging projector were left running, so the demo never
@@ -69,6 +70,30 @@ describe('a nats-server that does not answer', () => {
     expect(Date.now() - at).toBeLessThan(11_000);
     expect(alive(Number(readFileSync(pidFile, 'utf8')))).toBe(false);
     expect(runningProcesses()).toEqual([]);
+  }, 60_000);
+});
+
+describe('a nats-server port another process took first', () => {
+  it('starts the server on another port, the clash in its log (a free port can be taken between the look and the bind)', async () => {
+    // the port the start looks at first is held by another process, as when a test beside it took it
+    const holder = createServer((s) => s.destroy());
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+    const taken = (holder.address() as { port: number }).port;
+    const stateDir = join(dir, 'clash');
+    try {
+      const nats = await startSecuredNats({ stateDir, space: { stream: `RPTEST_CLASH_${tag}`, prefix: `tcl${tag}`, partitions: 1 }, port: taken });
+      try {
+        expect(nats.url).toMatch(/^nats:\/\/127\.0\.0\.1:\d+$/);
+        expect(new URL(nats.url).port).not.toBe(String(taken));
+        expect(nats.child.exitCode).toBeNull();
+        // the first attempt did meet the held port
+        expect(readFileSync(join(stateDir, 'nats', 'server.log'), 'utf8')).toMatch(new RegExp(`${taken}.*address already in use`));
+      } finally {
+        await nats.stop();
+      }
+    } finally {
+      await new Promise((r) => holder.close(r));
+    }
   }, 60_000);
 });
 
