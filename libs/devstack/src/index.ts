@@ -34,6 +34,7 @@ import { ensureNatsServerBinary, startNatsCluster, type NatsCluster, type NatsPr
 import { createDevNatsTls, natsTlsConfig } from './tls.js';
 import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
 import { serviceAllocatorEnv } from './allocator.js';
+import { compileCacheEnv } from './compile-cache.js';
 
 export * from './nats-server.js';
 export * from './auth.js';
@@ -41,6 +42,7 @@ export * from './tls.js';
 export * from './signing.js';
 export * from './state-lock.js';
 export * from './allocator.js';
+export * from './compile-cache.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -699,7 +701,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         'scripted-model',
         join(root, 'apps/scripted-model/dist/main.js'),
         args,
-        opts.env,
+        { ...opts.env, ...compileCacheEnv(opts.env) },
         /listening on (\S+)/,
         log,
         undefined,
@@ -751,6 +753,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const own = {
         ...env,
         ...serviceAllocatorEnv(env),
+        ...compileCacheEnv(env),
         ...signingEnvOf(signing, name),
         ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}),
         ...viewerEnv(name),
