@@ -31,6 +31,8 @@ import {
   jetStreamVersion,
   natsServerVersion,
   NATS_SERVER_MIN_VERSION,
+  PORT_ATTEMPTS,
+  portTakenIn,
 } from '@runplane/devstack/nats-server';
 import { natsTlsConfig } from '@runplane/devstack/tls';
 
@@ -191,7 +193,7 @@ export class TestNatsServer {
   static async start(opts: NatsServerOptions): Promise<TestNatsServer> {
     if (!existsSync(opts.bin)) throw new Error(`nats-server binary ${opts.bin} does not exist`);
     ensureExitHook();
-    const attempts = opts.port ? 1 : 3;
+    const attempts = opts.port ? 1 : PORT_ATTEMPTS;
     for (let attempt = 1; ; attempt++) {
       const baseDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
       dirs.add(baseDir);
@@ -211,7 +213,7 @@ export class TestNatsServer {
         return server;
       } catch (e) {
         await server.cleanup();
-        const clash = /address already in use/i.test(String((e as Error).message));
+        const clash = portTakenIn(String((e as Error).message));
         if (!clash || attempt >= attempts) throw e;
       }
     }
@@ -613,6 +615,18 @@ export class TestNatsCluster {
    * @throws Error with the node's log tail when a node exits or does not answer in time.
    */
   static async start(opts: NatsClusterTestOptions = {}): Promise<TestNatsCluster> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await TestNatsCluster.startOnce(opts);
+      } catch (e) {
+        // a port chosen for a node was taken before it could bind it: the whole cluster on new ports
+        if (!portTakenIn(String((e as Error).message)) || attempt >= PORT_ATTEMPTS) throw e;
+      }
+    }
+  }
+
+  /** One attempt of {@link start}, on new free ports; every node started is cleaned up when one fails. */
+  private static async startOnce(opts: NatsClusterTestOptions): Promise<TestNatsCluster> {
     const bin = opts.bin ?? currentNatsServerBinary().bin;
     const specs = await clusterNodeSpecs(opts.nodes ?? 3, () => '');
     const clusterName = `rpt${Math.random().toString(36).slice(2, 8)}`;

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, readFileSync, statSync, writeFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -30,7 +30,17 @@ import {
 } from '@runplane/eventlog';
 import { findRepoRoot } from '@runplane/holdings';
 import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ensureDatabase } from '@runplane/projections';
-import { ensureNatsServerBinary, startNatsCluster, type NatsCluster, type NatsProbeAuth } from './nats-server.js';
+import {
+  ensureNatsServerBinary,
+  lastLineOf,
+  PORT_ATTEMPTS,
+  portTakenIn,
+  sizeOf,
+  startNatsCluster,
+  textSince,
+  type NatsCluster,
+  type NatsProbeAuth,
+} from './nats-server.js';
 import { createDevNatsTls, natsTlsConfig } from './tls.js';
 import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
 import { serviceAllocatorEnv } from './allocator.js';
@@ -209,30 +219,6 @@ export function natsServerBinary(): string {
 /** How long a nats-server the local stack starts has to answer by default, ms ({@link startSecuredNats} `readyTimeoutMs`). */
 export const NATS_READY_TIMEOUT_MS = 10_000;
 
-/** The size of `file` in bytes, 0 when it does not exist. */
-function sizeOf(file: string): number {
-  try {
-    return statSync(file).size;
-  } catch {
-    return 0;
-  }
-}
-
-/** What was written to `file` past byte `from` ('' when it cannot be read). */
-function textSince(file: string, from: number): string {
-  try {
-    return readFileSync(file).subarray(from).toString('utf8');
-  } catch {
-    return '';
-  }
-}
-
-/** `: <the last non-empty line of file written past byte from>`, or nothing when there is none. */
-function lastLineOf(file: string, from: number): string {
-  const last = textSince(file, from).trim().split('\n').at(-1)?.trim();
-  return last ? `: ${last}` : '';
-}
-
 /** A nats-server the local stack started with the Runplane users switched on. */
 export interface SecuredNats extends NatsHandle {
   users: NatsUsers;
@@ -306,7 +292,7 @@ export async function startSecuredNats(opts: {
         await stopChild(child, 2_000);
         const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${readyTimeoutMs / 1000} s`;
         failure = `nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`;
-        portTaken = exited && /address already in use/i.test(textSince(logFile, logFrom));
+        portTaken = exited && portTakenIn(textSince(logFile, logFrom));
         break;
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -323,9 +309,6 @@ export async function startSecuredNats(opts: {
     if (!portTaken || attempt >= PORT_ATTEMPTS) throw new Error(failure);
   }
 }
-
-/** How many ports {@link startSecuredNats} tries when the one it chose was taken before its server could bind it. */
-const PORT_ATTEMPTS = 3;
 
 /**
  * Starts a JetStream cluster of `nodes` (default 3) nats-server processes on loopback ports

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -17,6 +17,46 @@ export const NATS_SERVER_MIN_VERSION = '2.12.0';
 
 /** One line saying how to get a supported nats-server, for errors. */
 export const HOW_TO_GET_NATS_SERVER = `run scripts/fetch-nats-server.sh (it caches nats-server 2.12+ from Debian's packages in .cache/nats-server), or set RUNPLANE_NATS_SERVER_BIN to a nats-server ${NATS_SERVER_MIN_VERSION} or later (release binaries: https://github.com/nats-io/nats-server/releases)`;
+
+/**
+ * How many sets of free ports a start tries ({@link startNatsCluster}, the devstack's
+ * `startSecuredNats`, the tests' servers): a free port can be taken by another process between the
+ * look and the server's bind when tests and stacks start side by side.
+ */
+export const PORT_ATTEMPTS = 3;
+
+/**
+ * True when what a nats-server wrote (its log since this start, or an error quoting it) says a port
+ * it was to listen on, client or cluster, was taken: the one failure a start on other free ports
+ * cures.
+ */
+export function portTakenIn(serverOutput: string): boolean {
+  return /address already in use/i.test(serverOutput);
+}
+
+/** The size of `file` in bytes, 0 when it does not exist (where a start's own part of a kept log begins). */
+export function sizeOf(file: string): number {
+  try {
+    return statSync(file).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** What was written to `file` past byte `from` ('' when it cannot be read). */
+export function textSince(file: string, from: number): string {
+  try {
+    return readFileSync(file).subarray(from).toString('utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** `: <the last non-empty line of file written past byte from>`, or nothing when there is none. */
+export function lastLineOf(file: string, from: number): string {
+  const last = textSince(file, from).trim().split('\n').at(-1)?.trim();
+  return last ? `: ${last}` : '';
+}
 
 /** `nats-server --version` of a binary ("2.15.1"), or null when it does not run. */
 export function natsServerVersion(bin: string): string | null {
@@ -207,6 +247,8 @@ export async function clusterNodeSpecs(n: number, dirOf: (name: string) => strin
 export interface NatsClusterNode extends NatsClusterNodeSpec {
   /** `nats://127.0.0.1:<clientPort>` (the same across restarts). */
   url: string;
+  /** The node's log file, `<stateDir>/<name>/server.log` (appended to across starts and runs). */
+  logFile: string;
   /** The running process id, or null while stopped. */
   readonly pid: number | null;
   /** Stops the node gracefully (SIGTERM; SIGKILL after 10 s) and waits for it to exit. */
@@ -251,86 +293,119 @@ export interface NatsClusterOptions {
   track?: (child: ChildProcess) => ChildProcess;
   /** How long to wait for the cluster to answer JetStream requests, ms (default 30 s). */
   readyTimeoutMs?: number;
+  /**
+   * The ports of the first attempt, two per node in order (client and cluster port of `n1`, then
+   * `n2`, ...); default free ones. A port another process holds is given up for free ones.
+   */
+  ports?: readonly number[];
 }
 
 /**
  * Starts `nodes` nats-server processes forming one JetStream cluster on loopback (distinct store
  * folders, client and cluster ports, a common cluster name, routes to each other, the same
  * `config` on each), and resolves once every node answers JetStream API requests (the cluster
- * has elected its meta leader).
- * @throws Error with the node's log file when a node exits or the cluster is not ready in time.
+ * has elected its meta leader). When a node exits because a port chosen for it was taken
+ * meanwhile ({@link portTakenIn} of what it logged this start), every node is stopped and the
+ * cluster starts again on new free ports, up to {@link PORT_ATTEMPTS} times.
+ * @throws Error with the node's log file when a node exits for another reason or the cluster is
+ *   not ready in time; the nodes started are stopped first.
  */
 export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCluster> {
   const server = opts.server ?? ensureNatsServerBinary(opts.root);
   const clusterName = opts.clusterName ?? 'runplane';
   const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
-  const specs = await clusterNodeSpecs(opts.nodes, (name) => join(opts.stateDir, name, 'store'));
   // routes authenticate: a nats-server of anyone else on the machine cannot join the cluster
   const routeCredentials = newRouteCredentials();
-  const nodes: NatsClusterNode[] = specs.map((spec) => {
-    const dir = join(opts.stateDir, spec.name);
-    mkdirSync(dir, { recursive: true });
-    const configFile = join(dir, 'server.conf');
-    const logFile = join(dir, 'server.log');
-    writeFileSync(configFile, natsClusterNodeConfig(opts.config, clusterName, spec, specs, routeCredentials), { mode: 0o600 });
-    const url = `nats://127.0.0.1:${spec.clientPort}`;
-    let child: ChildProcess | null = null;
-    const exited = (c: ChildProcess) =>
-      c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once('exit', () => r()));
-    const node: NatsClusterNode = {
-      ...spec,
-      url,
-      get pid() {
-        return child?.pid ?? null;
-      },
-      async stop() {
-        const c = child;
-        if (!c) return;
-        const done = exited(c);
-        c.kill('SIGTERM');
-        const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
-        await done;
-        clearTimeout(timer);
-      },
-      async kill() {
-        const c = child;
-        if (!c) return;
-        const done = exited(c);
-        c.kill('SIGKILL');
-        await done;
-      },
-      async start() {
-        if (child) throw new Error(`node ${spec.name} (${url}) is already running`);
-        const c = spawn(server.bin, ['-c', configFile, '-l', logFile], { stdio: 'ignore' });
-        opts.track?.(c);
-        child = c;
-        c.once('exit', () => {
-          if (child === c) child = null;
-        });
-        const deadline = Date.now() + readyTimeoutMs;
-        while (!(await jetStreamAnswers(url, 1000, opts.auth))) {
-          if (child !== c) throw new Error(`nats-server ${spec.name} exited before answering on ${url} (log: ${logFile})`);
-          if (Date.now() > deadline)
-            throw new Error(`nats-server ${spec.name} did not answer JetStream requests on ${url} within ${readyTimeoutMs} ms (log: ${logFile})`);
-          await new Promise((r) => setTimeout(r, 200));
-        }
-      },
-      async restart() {
-        await node.stop();
-        await node.start();
-      },
+  const storeOf = (name: string) => join(opts.stateDir, name, 'store');
+  for (let attempt = 1; ; attempt++) {
+    const specs = attempt === 1 && opts.ports ? givenNodeSpecs(opts.nodes, opts.ports, storeOf) : await clusterNodeSpecs(opts.nodes, storeOf);
+    const nodes = specs.map((spec) => clusterNode(spec, specs, { ...opts, server, clusterName, readyTimeoutMs, routeCredentials }));
+    const stopAll = async () => {
+      await Promise.all(nodes.map((n) => n.stop()));
     };
-    return node;
-  });
-  const stopAll = async () => {
-    await Promise.all(nodes.map((n) => n.stop()));
-  };
-  try {
-    // all at once: a node alone has no JetStream meta leader, so none answers before a majority runs
-    await Promise.all(nodes.map((n) => n.start()));
-  } catch (e) {
-    await stopAll();
-    throw e;
+    // what each node's kept log held before this start: only what it writes now explains a failure
+    const logFrom = nodes.map((n) => sizeOf(n.logFile));
+    try {
+      // all at once: a node alone has no JetStream meta leader, so none answers before a majority runs
+      await Promise.all(nodes.map((n) => n.start()));
+      return { url: nodes.map((n) => n.url).join(','), nodes, server, routes: routeCredentials, stop: stopAll };
+    } catch (e) {
+      await stopAll();
+      const portTaken = nodes.some((n, i) => portTakenIn(textSince(n.logFile, logFrom[i]!)));
+      if (!portTaken || attempt >= PORT_ATTEMPTS) throw e;
+    }
   }
-  return { url: nodes.map((n) => n.url).join(','), nodes, server, routes: routeCredentials, stop: stopAll };
+}
+
+/** The specs of `n` nodes on the given ports: client and cluster port of `n1`, then of `n2`, ... */
+function givenNodeSpecs(n: number, ports: readonly number[], storeOf: (name: string) => string): NatsClusterNodeSpec[] {
+  if (ports.length !== 2 * n) throw new Error(`${n} nodes need ${2 * n} ports (a client and a cluster port each), not ${ports.length}`);
+  return Array.from({ length: n }, (_, i) => ({
+    name: `n${i + 1}`,
+    clientPort: ports[2 * i]!,
+    clusterPort: ports[2 * i + 1]!,
+    storeDir: storeOf(`n${i + 1}`),
+  }));
+}
+
+/** One node of {@link startNatsCluster}: its config and log written under `<stateDir>/<name>`, not started. */
+function clusterNode(
+  spec: NatsClusterNodeSpec,
+  all: readonly NatsClusterNodeSpec[],
+  opts: NatsClusterOptions & { server: NatsServerBinary; clusterName: string; readyTimeoutMs: number; routeCredentials: RouteCredentials },
+): NatsClusterNode {
+  const dir = join(opts.stateDir, spec.name);
+  mkdirSync(dir, { recursive: true });
+  const configFile = join(dir, 'server.conf');
+  const logFile = join(dir, 'server.log');
+  writeFileSync(configFile, natsClusterNodeConfig(opts.config, opts.clusterName, spec, all, opts.routeCredentials), { mode: 0o600 });
+  const url = `nats://127.0.0.1:${spec.clientPort}`;
+  let child: ChildProcess | null = null;
+  const exited = (c: ChildProcess) =>
+    c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise<void>((r) => c.once('exit', () => r()));
+  const node: NatsClusterNode = {
+    ...spec,
+    url,
+    logFile,
+    get pid() {
+      return child?.pid ?? null;
+    },
+    async stop() {
+      const c = child;
+      if (!c) return;
+      const done = exited(c);
+      c.kill('SIGTERM');
+      const timer = setTimeout(() => c.kill('SIGKILL'), 10_000);
+      await done;
+      clearTimeout(timer);
+    },
+    async kill() {
+      const c = child;
+      if (!c) return;
+      const done = exited(c);
+      c.kill('SIGKILL');
+      await done;
+    },
+    async start() {
+      if (child) throw new Error(`node ${spec.name} (${url}) is already running`);
+      const c = spawn(opts.server.bin, ['-c', configFile, '-l', logFile], { stdio: 'ignore' });
+      opts.track?.(c);
+      child = c;
+      c.once('exit', () => {
+        if (child === c) child = null;
+      });
+      const deadline = Date.now() + opts.readyTimeoutMs;
+      while (!(await jetStreamAnswers(url, 1000, opts.auth))) {
+        if (child !== c) throw new Error(`nats-server ${spec.name} exited before answering on ${url}${lastLineOf(logFile, 0)} (log: ${logFile})`);
+        if (Date.now() > deadline)
+          throw new Error(`nats-server ${spec.name} did not answer JetStream requests on ${url} within ${opts.readyTimeoutMs} ms (log: ${logFile})`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    },
+    async restart() {
+      await node.stop();
+      await node.start();
+    },
+  };
+  return node;
 }

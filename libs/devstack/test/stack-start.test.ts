@@ -13,9 +13,10 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { runningProcesses, startSecuredNats, startStack } from '@runplane/devstack';
+import getPort from 'get-port';
+import { repoRoot, runningProcesses, startNatsCluster, startSecuredNats, startStack } from '@runplane/devstack';
 import { destroyBus, EventLog } from '@runplane/eventlog';
-import { SHARED_NATS } from '../../../test/support/nats-server.js';
+import { SHARED_NATS, SUITE_NATS, suiteNatsConfig } from '../../../test/support/nats-server.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-stack-start-'));
 const tag = randomBytes(4).toString('hex');
@@ -95,6 +96,41 @@ describe('a nats-server port another process took first', () => {
       await new Promise((r) => holder.close(r));
     }
   }, 60_000);
+
+  it('starts a whole cluster on other ports when a cluster port chosen for one node was taken', async () => {
+    const holder = createServer((s) => s.destroy());
+    await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+    const taken = (holder.address() as { port: number }).port;
+    const free: number[] = [];
+    while (free.length < 5) {
+      const p = await getPort({ host: '127.0.0.1' });
+      if (p !== taken && !free.includes(p)) free.push(p);
+    }
+    // n2's cluster (route) port is the held one
+    const ports = [free[0]!, free[1]!, free[2]!, taken, free[3]!, free[4]!];
+    try {
+      const cluster = await startNatsCluster({
+        nodes: 3,
+        stateDir: join(dir, 'cluster-clash'),
+        config: suiteNatsConfig(),
+        auth: SUITE_NATS,
+        root: repoRoot(),
+        ports,
+      });
+      try {
+        // it resolved: every node answers JetStream requests, so the cluster has its meta leader
+        expect(cluster.nodes).toHaveLength(3);
+        expect(cluster.nodes.flatMap((n) => [n.clientPort, n.clusterPort])).not.toContain(taken);
+        expect(cluster.nodes.every((n) => n.pid !== null)).toBe(true);
+        // the first attempt did meet the held port, on n2
+        expect(readFileSync(cluster.nodes[1]!.logFile, 'utf8')).toMatch(new RegExp(`${taken}.*address already in use`));
+      } finally {
+        await cluster.stop();
+      }
+    } finally {
+      await new Promise((r) => holder.close(r));
+    }
+  }, 90_000);
 });
 
 describe('a stack whose service exits at start-up while another one hangs', () => {
