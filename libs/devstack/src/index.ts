@@ -478,10 +478,56 @@ export function runningProcesses(): number[] {
 
 function track(child: ChildProcess): ChildProcess {
   running.add(child);
-  child.once('exit', () => running.delete(child));
+  const watchdog = child.pid === undefined ? null : outliveGuard(child.pid);
+  child.once('exit', () => {
+    running.delete(child);
+    // the process is gone: retire its guard before it could signal a pid given to another process
+    watchdog?.kill('SIGKILL');
+  });
   // a binary that cannot be started emits 'error' (and no 'exit'): the start that awaits it fails on its own
-  child.once('error', () => running.delete(child));
+  child.once('error', () => {
+    running.delete(child);
+    watchdog?.kill('SIGKILL');
+  });
   return child;
+}
+
+/**
+ * How long a process of a stack whose starter died has after SIGTERM before its guard sends
+ * SIGKILL, in tenths of a second (5 s).
+ */
+const ORPHAN_GRACE_TENTHS = 50;
+
+/**
+ * A guard that stops process `pid` when this process dies in any way, kill -9 included (no exit
+ * handler of ours runs then): a `sh` whose stdin is a pipe from this process sees it close, then
+ * sends SIGTERM, and SIGKILL after {@link ORPHAN_GRACE_TENTHS} if the process still runs. Without
+ * it a killed `runplane up`, demo or test left its nats-server and services running, and the next
+ * `up` took over the state folder's lock from the dead process and started a second nats-server
+ * on the store the first still held. The guard never keeps this process alive (unref'd) and is
+ * killed once its process exits. Null when `sh` cannot be started (the stack still runs, unguarded).
+ */
+function outliveGuard(pid: number): ChildProcess | null {
+  try {
+    const guard = spawn(
+      'sh',
+      [
+        '-c',
+        'read _ || { kill -TERM "$1" 2>/dev/null; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$1" 2>/dev/null; }',
+        'sh',
+        String(pid),
+        String(ORPHAN_GRACE_TENTHS),
+      ],
+      { stdio: ['pipe', 'ignore', 'ignore'] },
+    );
+    guard.on('error', () => undefined);
+    guard.stdin?.on('error', () => undefined);
+    guard.unref();
+    (guard.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+    return guard;
+  } catch {
+    return null;
+  }
 }
 
 async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {

@@ -1,0 +1,84 @@
+/**
+ * A local stack's processes do not outlive the process that started them, however it dies: a
+ * starter killed with SIGKILL (no exit handler runs) leaves neither its nats-server nor a service
+ * running. Each started process has a guard that sees its starter go and sends SIGTERM, then
+ * SIGKILL after 5 s to one that ignores it. Before, a killed `runplane up` left its nats-server on
+ * the state folder's store, and the next `up` started a second server on the same store.
+ */
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { randomBytes } from 'node:crypto';
+import { repoRoot } from '../src/index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'rp-orphans-'));
+const tag = randomBytes(4).toString('hex');
+/** What the starter started: killed here if the check failed and they still run. */
+const started: number[] = [];
+afterAll(() => {
+  for (const pid of started.filter(running)) process.kill(pid, 'SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Whether `pid` runs (a zombie waiting for its reaper has stopped running). */
+function running(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+async function goneWithin(pid: number, ms: number): Promise<number | null> {
+  const at = Date.now();
+  while (running(pid)) {
+    if (Date.now() - at > ms) return null;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return Date.now() - at;
+}
+
+describe('a starter killed with SIGKILL', () => {
+  it('takes its nats-server (SIGTERM) and a service that ignores SIGTERM (SIGKILL after the grace) with it', async () => {
+    const stubborn = join(dir, 'stubborn.mjs');
+    writeFileSync(stubborn, "process.on('SIGTERM', () => {}); console.log('ready on http://127.0.0.1:1'); setInterval(() => {}, 1000);\n");
+    const starter = join(dir, 'starter.mjs');
+    const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
+    writeFileSync(
+      starter,
+      [
+        `import { createWriteStream } from 'node:fs';`,
+        `import { spawnReady, startSecuredNats } from ${JSON.stringify(devstack)};`,
+        `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(join(dir, 'state'))}, space: { stream: 'RPTEST_ORPHAN_${tag}', prefix: 'torph${tag}', partitions: 1 } });`,
+        `const service = await spawnReady('stubborn', ${JSON.stringify(stubborn)}, [], process.env, /ready on (\\S+)/, createWriteStream(${JSON.stringify(join(dir, 'stubborn.log'))}));`,
+        `console.log(JSON.stringify({ nats: nats.child.pid, service: service.child.pid }));`,
+        `setInterval(() => {}, 1000);`,
+      ].join('\n'),
+    );
+    const child = spawn(process.execPath, [starter], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'] });
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child.stdout }).once('line', resolve);
+      child.once('exit', (code) => reject(new Error(`the starter exited (${code}) before starting its processes`)));
+    });
+    const pids = JSON.parse(line) as { nats: number; service: number };
+    started.push(pids.nats, pids.service);
+    expect(running(pids.nats)).toBe(true);
+    expect(running(pids.service)).toBe(true);
+
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+    const natsGone = await goneWithin(pids.nats, 15_000);
+    const serviceGone = await goneWithin(pids.service, 15_000);
+    process.stdout.write(
+      `ORPHANS | after the starter's SIGKILL: nats-server gone in ${natsGone} ms, a service ignoring SIGTERM in ${serviceGone} ms\n`,
+    );
+    expect(natsGone).not.toBeNull();
+    expect(serviceGone).not.toBeNull();
+    // SIGTERM came first: the one that ignores it lasted the grace out, then SIGKILL
+    expect(serviceGone!).toBeGreaterThanOrEqual(4_000);
+  }, 60_000);
+});
