@@ -652,10 +652,12 @@ export class TestNatsCluster {
       ),
     );
     const nodes = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-    const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) {
+    const failures = started.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failures.length > 0) {
       await Promise.all(nodes.map((n) => n.cleanup()));
-      throw failed.reason;
+      // a node whose port was taken is the failure to report (the others may only have lost their
+      // peer): {@link start} tries the cluster again on new ports for it
+      throw (failures.find((f) => portTakenIn(String((f.reason as Error).message))) ?? failures[0]!).reason;
     }
     return new TestNatsCluster(
       nodes,

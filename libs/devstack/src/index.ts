@@ -33,11 +33,13 @@ import { databaseNameOf, databaseUrlWith, dropDatabase as dropNamedDatabase, ens
 import {
   ensureNatsServerBinary,
   lastLineOf,
+  natsPidFile,
   PORT_ATTEMPTS,
   portTakenIn,
   sizeOf,
   startNatsCluster,
   textSince,
+  waitForStoreReleased,
   type NatsCluster,
   type NatsProbeAuth,
 } from './nats-server.js';
@@ -261,6 +263,9 @@ export async function startSecuredNats(opts: {
   const bin = natsServerBinary();
   const dir = join(opts.stateDir, 'nats');
   mkdirSync(dir, { recursive: true });
+  // a server of an earlier start (its starter killed, its guard stopping it) must leave the store first
+  const pidFile = natsPidFile(dir);
+  await waitForStoreReleased(pidFile, join(dir, 'store'));
   // every service signs its events with a key of its own, made anew beside the server's files
   const given = opts.users ?? newNatsUsers(opts.downstream);
   const users = { ...given, signing: given.signing ?? createDevSigning(join(dir, 'signing')) };
@@ -277,7 +282,7 @@ export async function startSecuredNats(opts: {
     // the log is kept between runs: only what this start writes explains its failure
     const logFrom = sizeOf(logFile);
     const child = track(
-      spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile], {
+      spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile, '-P', pidFile], {
         stdio: 'ignore',
       }),
     );
@@ -513,7 +518,7 @@ function outliveGuard(pid: number): ChildProcess | null {
       'sh',
       [
         '-c',
-        'read _ || { kill -TERM "$1" 2>/dev/null; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$1" 2>/dev/null; }',
+        'read _ || { kill -TERM "$1" 2>/dev/null; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; [ "$i" -ge "$2" ] && kill -KILL "$1" 2>/dev/null; }',
         'sh',
         String(pid),
         String(ORPHAN_GRACE_TENTHS),

@@ -34,6 +34,48 @@ export function portTakenIn(serverOutput: string): boolean {
   return /address already in use/i.test(serverOutput);
 }
 
+/**
+ * How long a start waits for a nats-server of an earlier start to leave a kept store, ms: a server
+ * whose starter died is stopped by its guard (SIGTERM, SIGKILL 5 s later; libs/devstack index.ts).
+ */
+export const STORE_RELEASE_TIMEOUT_MS = 15_000;
+
+/** The pid file a nats-server started on the store of `dir` writes (`-P`), beside that store. */
+export function natsPidFile(dir: string): string {
+  return join(dir, 'nats-server.pid');
+}
+
+/**
+ * Resolves once no nats-server started with `-P pidFile` runs any more: a store that survives its
+ * starter (the demo's and `up`'s `.runplane/nats/store`) must never be opened by a second server
+ * while the first still holds it (seen: a `kill -9` of `up`, then `up` again at once, started the
+ * new server while the old one was still shutting down, and it found the store's state outdated).
+ * The pid file's process is that server only while its command line names the pid file (a pid
+ * can be given to another process); none, a process gone or a zombie is a free store. Reads
+ * `/proc` (Linux); elsewhere it does not wait.
+ * @param what the store, for the error.
+ * @throws Error naming the process and the store when it still runs after `timeoutMs`.
+ */
+export async function waitForStoreReleased(pidFile: string, what: string, timeoutMs = STORE_RELEASE_TIMEOUT_MS): Promise<void> {
+  const holder = (): number | null => {
+    try {
+      const pid = Number.parseInt(readFileSync(pidFile, 'utf8').trim(), 10);
+      if (!Number.isInteger(pid) || pid <= 0) return null;
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(pidFile) ? pid : null;
+    } catch {
+      return null;
+    }
+  };
+  const deadline = Date.now() + timeoutMs;
+  for (let pid = holder(); pid !== null; pid = holder()) {
+    if (Date.now() > deadline)
+      throw new Error(
+        `nats-server ${pid} of an earlier start still runs on ${what} after ${timeoutMs / 1000} s: stop it (kill ${pid}) and start again`,
+      );
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** The size of `file` in bytes, 0 when it does not exist (where a start's own part of a kept log begins). */
 export function sizeOf(file: string): number {
   try {
@@ -358,6 +400,7 @@ function clusterNode(
   mkdirSync(dir, { recursive: true });
   const configFile = join(dir, 'server.conf');
   const logFile = join(dir, 'server.log');
+  const pidFile = natsPidFile(dir);
   writeFileSync(configFile, natsClusterNodeConfig(opts.config, opts.clusterName, spec, all, opts.routeCredentials), { mode: 0o600 });
   const url = `nats://127.0.0.1:${spec.clientPort}`;
   let child: ChildProcess | null = null;
@@ -388,7 +431,8 @@ function clusterNode(
     },
     async start() {
       if (child) throw new Error(`node ${spec.name} (${url}) is already running`);
-      const c = spawn(opts.server.bin, ['-c', configFile, '-l', logFile], { stdio: 'ignore' });
+      await waitForStoreReleased(pidFile, spec.storeDir);
+      const c = spawn(opts.server.bin, ['-c', configFile, '-l', logFile, '-P', pidFile], { stdio: 'ignore' });
       opts.track?.(c);
       child = c;
       c.once('exit', () => {

@@ -3,7 +3,9 @@
  * starter killed with SIGKILL (no exit handler runs) leaves neither its nats-server nor a service
  * running. Each started process has a guard that sees its starter go and sends SIGTERM, then
  * SIGKILL after 5 s to one that ignores it. Before, a killed `runplane up` left its nats-server on
- * the state folder's store, and the next `up` started a second server on the same store.
+ * the state folder's store, and the next `up` started a second server on the same store. A start on
+ * a kept store also waits until the server of an earlier start has left it (the guard's stop takes
+ * up to 5 s): never two servers on one store.
  */
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
@@ -12,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { randomBytes } from 'node:crypto';
-import { repoRoot } from '../src/index.js';
+import { repoRoot, startSecuredNats } from '../src/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-orphans-'));
 const tag = randomBytes(4).toString('hex');
@@ -22,6 +24,24 @@ afterAll(() => {
   for (const pid of started.filter(running)) process.kill(pid, 'SIGKILL');
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** Runs `lines` (ES module text) as a starter process; resolves with it and the JSON its first stdout line holds. */
+async function starter(name: string, lines: string[]): Promise<{ child: ReturnType<typeof spawn>; said: Record<string, number> }> {
+  const file = join(dir, `${name}.mjs`);
+  writeFileSync(file, lines.join('\n'));
+  const child = spawn(process.execPath, [file], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: child.stdout }).once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`the starter ${name} exited (${code}) before saying what it started`)));
+  });
+  return { child, said: JSON.parse(line) as Record<string, number> };
+}
+
+async function killStarter(child: ReturnType<typeof spawn>): Promise<void> {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+}
 
 /** Whether `pid` runs (a zombie waiting for its reaper has stopped running). */
 function running(pid: number): boolean {
@@ -45,34 +65,22 @@ describe('a starter killed with SIGKILL', () => {
   it('takes its nats-server (SIGTERM) and a service that ignores SIGTERM (SIGKILL after the grace) with it', async () => {
     const stubborn = join(dir, 'stubborn.mjs');
     writeFileSync(stubborn, "process.on('SIGTERM', () => {}); console.log('ready on http://127.0.0.1:1'); setInterval(() => {}, 1000);\n");
-    const starter = join(dir, 'starter.mjs');
     const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
-    writeFileSync(
-      starter,
-      [
-        `import { createWriteStream } from 'node:fs';`,
-        `import { spawnReady, startSecuredNats } from ${JSON.stringify(devstack)};`,
-        `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(join(dir, 'state'))}, space: { stream: 'RPTEST_ORPHAN_${tag}', prefix: 'torph${tag}', partitions: 1 } });`,
-        `const service = await spawnReady('stubborn', ${JSON.stringify(stubborn)}, [], process.env, /ready on (\\S+)/, createWriteStream(${JSON.stringify(join(dir, 'stubborn.log'))}));`,
-        `console.log(JSON.stringify({ nats: nats.child.pid, service: service.child.pid }));`,
-        `setInterval(() => {}, 1000);`,
-      ].join('\n'),
-    );
-    const child = spawn(process.execPath, [starter], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'] });
-    const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout }).once('line', resolve);
-      child.once('exit', (code) => reject(new Error(`the starter exited (${code}) before starting its processes`)));
-    });
-    const pids = JSON.parse(line) as { nats: number; service: number };
-    started.push(pids.nats, pids.service);
-    expect(running(pids.nats)).toBe(true);
-    expect(running(pids.service)).toBe(true);
+    const { child, said: pids } = await starter('starter', [
+      `import { createWriteStream } from 'node:fs';`,
+      `import { spawnReady, startSecuredNats } from ${JSON.stringify(devstack)};`,
+      `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(join(dir, 'state'))}, space: { stream: 'RPTEST_ORPHAN_${tag}', prefix: 'torph${tag}', partitions: 1 } });`,
+      `const service = await spawnReady('stubborn', ${JSON.stringify(stubborn)}, [], process.env, /ready on (\\S+)/, createWriteStream(${JSON.stringify(join(dir, 'stubborn.log'))}));`,
+      `console.log(JSON.stringify({ nats: nats.child.pid, service: service.child.pid }));`,
+      `setInterval(() => {}, 1000);`,
+    ]);
+    started.push(pids.nats!, pids.service!);
+    expect(running(pids.nats!)).toBe(true);
+    expect(running(pids.service!)).toBe(true);
 
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGKILL');
-    await exited;
-    const natsGone = await goneWithin(pids.nats, 15_000);
-    const serviceGone = await goneWithin(pids.service, 15_000);
+    await killStarter(child);
+    const natsGone = await goneWithin(pids.nats!, 15_000);
+    const serviceGone = await goneWithin(pids.service!, 15_000);
     process.stdout.write(
       `ORPHANS | after the starter's SIGKILL: nats-server gone in ${natsGone} ms, a service ignoring SIGTERM in ${serviceGone} ms\n`,
     );
@@ -80,5 +88,33 @@ describe('a starter killed with SIGKILL', () => {
     expect(serviceGone).not.toBeNull();
     // SIGTERM came first: the one that ignores it lasted the grace out, then SIGKILL
     expect(serviceGone!).toBeGreaterThanOrEqual(4_000);
+  }, 60_000);
+
+  it('a new start on the same kept store waits until the old server has left it: never two servers on one store', async () => {
+    const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
+    const stateDir = join(dir, 'kept');
+    const space = { stream: `RPTEST_KEPT_${tag}`, prefix: `tkept${tag}`, partitions: 1 };
+    const { child, said } = await starter('kept', [
+      `import { startSecuredNats } from ${JSON.stringify(devstack)};`,
+      `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(stateDir)}, space: ${JSON.stringify(space)} });`,
+      `console.log(JSON.stringify({ nats: nats.child.pid }));`,
+      `setInterval(() => {}, 1000);`,
+    ]);
+    const old = said.nats!;
+    started.push(old);
+    // the old server cannot act on its guard's SIGTERM (stopped): it holds the store until the SIGKILL 5 s later
+    process.kill(old, 'SIGSTOP');
+    await killStarter(child);
+    const at = Date.now();
+    const nats = await startSecuredNats({ stateDir, space });
+    try {
+      const waited = Date.now() - at;
+      process.stdout.write(`ORPHANS | a start on the kept store waited ${waited} ms for the old server to leave it\n`);
+      expect(running(old)).toBe(false);
+      expect(nats.child?.pid).not.toBe(old);
+      expect(waited).toBeGreaterThanOrEqual(4_000);
+    } finally {
+      await nats.stop();
+    }
   }, 60_000);
 });
