@@ -408,24 +408,31 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
 /** True once a signal is stopping everything this command started (their exits are expected then). */
 let stopping = false;
 
+/** The exit code after each signal that stops the processes this CLI started (128 + the signal's number). */
+const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 };
+
 /**
- * From now on, SIGINT or SIGTERM stops every process this CLI started (also while they are still
- * starting), runs the registered clean-ups and exits (130 / 143).
+ * From now on, SIGINT, SIGTERM or SIGHUP (the terminal closed) stops every process this CLI started
+ * (also while they are still starting), runs the registered clean-ups and exits (130 / 143 / 129).
+ * Without SIGHUP, a closed terminal killed the CLI and left its nats-server running (nats-server
+ * takes SIGHUP as "reload the configuration").
  */
 function stopOnSignal(): { also(fn: () => Promise<void>): void } {
   const cleanups: (() => Promise<void>)[] = [];
   const interrupt = (signal: NodeJS.Signals) => {
     stopping = true;
-    out(`\n${signal}: stopping every process this command started...`);
+    // after a hangup there is no terminal to tell
+    if (signal !== 'SIGHUP') out(`\n${signal}: stopping every process this command started...`);
     void devstack()
       .then((d) => d.stopEverything())
       .then(async () => {
         for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
       })
-      .finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+      .finally(() => process.exit(SIGNAL_EXIT_CODES[signal] ?? 1));
   };
   process.once('SIGINT', interrupt);
   process.once('SIGTERM', interrupt);
+  process.once('SIGHUP', interrupt);
   return { also: (fn) => void cleanups.push(fn) };
 }
 

@@ -509,8 +509,11 @@ const ORPHAN_GRACE_TENTHS = 50;
  * sends SIGTERM, and SIGKILL after {@link ORPHAN_GRACE_TENTHS} if the process still runs. Without
  * it a killed `runplane up`, demo or test left its nats-server and services running, and the next
  * `up` took over the state folder's lock from the dead process and started a second nats-server
- * on the store the first still held. The guard never keeps this process alive (unref'd) and is
- * killed once its process exits. Null when `sh` cannot be started (the stack still runs, unguarded).
+ * on the store the first still held. The guard ignores SIGHUP, SIGINT and SIGQUIT, which a closed
+ * terminal or a Ctrl-C sends to the whole process group (a hangup killed the guards with the CLI and
+ * left the nats-server, which takes SIGHUP as a reload, running). It never keeps this process alive
+ * (unref'd) and is killed once its process exits. Null when `sh` cannot be started (the stack
+ * still runs, unguarded).
  */
 function outliveGuard(pid: number): ChildProcess | null {
   try {
@@ -518,7 +521,7 @@ function outliveGuard(pid: number): ChildProcess | null {
       'sh',
       [
         '-c',
-        'read _ || { kill -TERM "$1" 2>/dev/null; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; [ "$i" -ge "$2" ] && kill -KILL "$1" 2>/dev/null; }',
+        'trap "" HUP INT QUIT; read _ || { kill -TERM "$1" 2>/dev/null; i=0; while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$2" ]; do sleep 0.1; i=$((i+1)); done; [ "$i" -ge "$2" ] && kill -KILL "$1" 2>/dev/null; }',
         'sh',
         String(pid),
         String(ORPHAN_GRACE_TENTHS),

@@ -25,11 +25,11 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Runs `lines` (ES module text) as a starter process; resolves with it and the JSON its first stdout line holds. */
-async function starter(name: string, lines: string[]): Promise<{ child: ReturnType<typeof spawn>; said: Record<string, number> }> {
+/** Runs `lines` (ES module text) as a starter process (`detached`: in a process group of its own); resolves with it and the JSON its first stdout line holds. */
+async function starter(name: string, lines: string[], detached = false): Promise<{ child: ReturnType<typeof spawn>; said: Record<string, number> }> {
   const file = join(dir, `${name}.mjs`);
   writeFileSync(file, lines.join('\n'));
-  const child = spawn(process.execPath, [file], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [file], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'], detached });
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`the starter ${name} exited (${code}) before saying what it started`)));
@@ -116,5 +116,27 @@ describe('a starter killed with SIGKILL', () => {
     } finally {
       await nats.stop();
     }
+  }, 60_000);
+
+  it('a hangup of the whole process group (a closed terminal) kills the starter, and its guards still stop its nats-server', async () => {
+    const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
+    const space = { stream: `RPTEST_HUP_${tag}`, prefix: `thup${tag}`, partitions: 1 };
+    const { child, said } = await starter(
+      'hangup',
+      [
+        `import { startSecuredNats } from ${JSON.stringify(devstack)};`,
+        `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(join(dir, 'hup'))}, space: ${JSON.stringify(space)} });`,
+        `console.log(JSON.stringify({ nats: nats.child.pid }));`,
+        `setInterval(() => {}, 1000);`,
+      ],
+      true,
+    );
+    started.push(said.nats!);
+    const exited = new Promise((r) => child.once('exit', r));
+    process.kill(-child.pid!, 'SIGHUP'); // the starter, its nats-server and the guards: one process group
+    await exited;
+    const gone = await goneWithin(said.nats!, 15_000);
+    process.stdout.write(`ORPHANS | after a hangup of the group: nats-server gone in ${gone} ms\n`);
+    expect(gone).not.toBeNull();
   }, 60_000);
 });
