@@ -2,14 +2,16 @@
  * One stack per state folder (`lockStateDir`): the demo and `up` take `.runplane/stack.pid`; a
  * second stack from the same checkout is refused while the first lives (it would rewrite the
  * keys and open the running store with a second nats-server); a lock left by a killed process is
- * taken over.
+ * taken over; starters racing for it at the same moment never both hold it.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from '@jest/globals';
+import { repoRoot } from '../src/index.js';
 import { lockStateDir, StackAlreadyRunning } from '../src/state-lock.js';
 
 const dirs: string[] = [];
@@ -61,4 +63,45 @@ describe('lockStateDir', () => {
     expect(readFileSync(join(dir, 'stack.pid'), 'utf8').trim()).toBe(String(process.pid));
     release();
   });
+
+  it('given starters racing at the same moment, with or without a stale lock, then exactly one holds it each time', async () => {
+    const script = join(stateDir(), 'starter.mjs');
+    const lock = join(repoRoot(), 'libs', 'devstack', 'dist', 'state-lock.js');
+    writeFileSync(
+      script,
+      [
+        `import { existsSync } from 'node:fs';`,
+        `import { lockStateDir } from ${JSON.stringify(lock)};`,
+        `const [dir, go] = process.argv.slice(2);`,
+        `console.log('ready');`,
+        `while (!existsSync(go)) {}`,
+        `try { lockStateDir(dir); console.log('held'); } catch (e) { console.log(e.name === 'StackAlreadyRunning' ? 'refused' : 'error ' + e.message); }`,
+        `setTimeout(() => process.exit(0), 300);`,
+      ].join('\n'),
+    );
+    const gone = spawn(process.execPath, ['-e', '0'], { stdio: 'ignore' });
+    await once(gone, 'exit');
+    const results: string[][] = [];
+    for (let round = 0; round < 10; round++) {
+      const dir = stateDir();
+      if (round % 2 === 0) writeFileSync(join(dir, 'stack.pid'), `${gone.pid}\n`); // left by a killed stack
+      const go = join(dir, 'go');
+      const starters = Array.from({ length: 5 }, () => spawn(process.execPath, [script, dir, go], { stdio: ['ignore', 'pipe', 'inherit'] }));
+      const lines = starters.map((c) => {
+        const said: string[] = [];
+        createInterface({ input: c.stdout }).on('line', (l) => said.push(l));
+        return said;
+      });
+      const ready = () => lines.every((l) => l.includes('ready'));
+      while (!ready()) await new Promise((r) => setTimeout(r, 10));
+      writeFileSync(go, '');
+      await Promise.all(starters.map((c) => once(c, 'exit')));
+      results.push(lines.map((l) => l.filter((x) => x !== 'ready').join(' ')));
+    }
+    process.stdout.write(`STATE-LOCK | racing starters, per round: ${results.map((r) => r.filter((x) => x === 'held').length).join(' ')}\n`);
+    for (const round of results) {
+      expect(round.filter((x) => x === 'held')).toHaveLength(1);
+      expect(round.filter((x) => x !== 'held' && x !== 'refused')).toEqual([]);
+    }
+  }, 60_000);
 });
