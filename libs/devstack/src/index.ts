@@ -13,6 +13,7 @@ import { connect } from '@nats-io/transport-node';
 import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
+import { isTransientNatsError } from '@runplane/kit';
 import { retry } from '@runplane/kit/retry';
 import {
   DEFAULT_DOWNSTREAM_CONSUMERS,
@@ -355,30 +356,43 @@ export async function startSecuredNatsCluster(opts: {
   };
 }
 
+/** How long {@link provisionAsAdmin} repeats a provisioning that failed for a passing NATS reason, ms. */
+export const BUS_PROVISIONING_PATIENCE_MS = 60_000;
+
 /**
  * Creates the Run stream, the buckets and the downstream durable consumers (libs/eventlog
  * `provisionBus`; `downstream` as given to {@link startSecuredNats}, default eventlog's
  * `DEFAULT_DOWNSTREAM_CONSUMERS`) as the admin user, before any service starts: the services' users
- * may not create them.
+ * may not create them. A passing NATS failure (a timeout while a cluster elects the stream's leader,
+ * no responders, a 503) is tried again for up to {@link BUS_PROVISIONING_PATIENCE_MS}.
  */
 export async function provisionAsAdmin(env: NodeJS.ProcessEnv, users: NatsUsers | null, downstream?: readonly string[]): Promise<void> {
   const bus = BusConfig.parse({ ...env, ...(users ? natsEnvOf(users, 'admin') : {}) });
-  const log = await EventLog.connect({
-    natsUrl: bus.NATS_URL,
-    stream: bus.RUNPLANE_STREAM,
-    prefix: bus.RUNPLANE_SUBJECT_PREFIX,
-    name: 'runplane-provision',
-    duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
-    partitions: bus.RUNPLANE_PARTITIONS,
-    replicas: bus.RUNPLANE_NATS_REPLICAS,
-    ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
-    ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
-  });
-  try {
-    await (downstream ? provisionBus(log, downstream) : provisionBus(log));
-  } finally {
-    await log.close();
-  }
+  // a cluster answers JetStream requests before it has elected every stream's leader: the first
+  // request about an existing stream (the connect's, or the provisioning's) can time out, so the
+  // whole (idempotent) set-up is repeated on a new connection
+  await retry(
+    'busProvisioning',
+    async () => {
+      const log = await EventLog.connect({
+        natsUrl: bus.NATS_URL,
+        stream: bus.RUNPLANE_STREAM,
+        prefix: bus.RUNPLANE_SUBJECT_PREFIX,
+        name: 'runplane-provision',
+        duplicateWindowMs: bus.RUNPLANE_DUPLICATE_WINDOW_MS,
+        partitions: bus.RUNPLANE_PARTITIONS,
+        replicas: bus.RUNPLANE_NATS_REPLICAS,
+        ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
+        ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
+      });
+      try {
+        await (downstream ? provisionBus(log, downstream) : provisionBus(log));
+      } finally {
+        await log.close();
+      }
+    },
+    { maxRetryTime: BUS_PROVISIONING_PATIENCE_MS, shouldRetry: ({ error }) => isTransientNatsError(error) },
+  );
 }
 
 /**

@@ -116,6 +116,13 @@ export const retryPolicies = {
    * cancel): resumed from the last event id 10 times, 500, 1,000, 2,000, ... ms, at most 5,000.
    */
   observerResume: { retries: 10, minTimeout: 500, maxTimeout: 5_000, factor: 2 },
+  /**
+   * The admin's provisioning of the bus (every step creates only what is missing, so it is safe to
+   * repeat) on a cluster that answers JetStream requests but has not elected the Run stream's leader
+   * yet (a restarted cluster's first `streams.info` timed out): again after 250, 500, 1,000 ms, then
+   * every 2,000, bounded by the caller's `maxRetryTime`.
+   */
+  busProvisioning: { retries: 1_000, minTimeout: 250, maxTimeout: 2_000, factor: 2 },
 } as const satisfies Record<string, RetryPolicy>;
 
 /** The name of a policy of {@link retryPolicies}. */
