@@ -3,6 +3,8 @@
  * with a small HTTP surface (at least `GET /healthz` for Kubernetes probes) and, when it reacts to
  * events, a microservice transport over its own durable JetStream consumer.
  */
+// first: what @nestjs/common builds while it loads is deferred until used (locale-data.ts)
+import { restoreDateTimeFormat } from './locale-data.js';
 import 'reflect-metadata';
 import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -362,6 +364,8 @@ function answerPartitions(app: INestApplication, res: RawResponse): void {
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   const { app, url } = await startService(spec, { shutdownHooks: true });
+  // every module is loaded: formatters made from now on are built at once, as usual (locale-data.ts)
+  restoreDateTimeFormat();
   // what loading the modules and starting Nest left behind goes back to the OS before any work
   // (with the heartbeat thread's own, 17-21 MiB of idle RSS per service; docs/performance.md)
   releaseStartupMemory();
