@@ -70,11 +70,13 @@ describe('lockStateDir', () => {
     writeFileSync(
       script,
       [
-        `import { existsSync } from 'node:fs';`,
+        `import { readFileSync } from 'node:fs';`,
         `import { lockStateDir } from ${JSON.stringify(lock)};`,
-        `const [dir, go] = process.argv.slice(2);`,
+        `const [dir] = process.argv.slice(2);`,
         `console.log('ready');`,
-        `while (!existsSync(go)) {}`,
+        // blocked in a read of stdin until the test closes every starter's stdin at once (no CPU
+        // spent waiting: five starters spinning on two cores made this file cost 11 s of CPU)
+        `readFileSync(0);`,
         `try { lockStateDir(dir); console.log('held'); } catch (e) { console.log(e.name === 'StackAlreadyRunning' ? 'refused' : 'error ' + e.message); }`,
         `setTimeout(() => process.exit(0), 300);`,
       ].join('\n'),
@@ -85,8 +87,7 @@ describe('lockStateDir', () => {
     for (let round = 0; round < 10; round++) {
       const dir = stateDir();
       if (round % 2 === 0) writeFileSync(join(dir, 'stack.pid'), `${gone.pid}\n`); // left by a killed stack
-      const go = join(dir, 'go');
-      const starters = Array.from({ length: 5 }, () => spawn(process.execPath, [script, dir, go], { stdio: ['ignore', 'pipe', 'inherit'] }));
+      const starters = Array.from({ length: 5 }, () => spawn(process.execPath, [script, dir], { stdio: ['pipe', 'pipe', 'inherit'] }));
       const lines = starters.map((c) => {
         const said: string[] = [];
         createInterface({ input: c.stdout }).on('line', (l) => said.push(l));
@@ -94,7 +95,7 @@ describe('lockStateDir', () => {
       });
       const ready = () => lines.every((l) => l.includes('ready'));
       while (!ready()) await new Promise((r) => setTimeout(r, 10));
-      writeFileSync(go, '');
+      for (const c of starters) c.stdin.end();
       await Promise.all(starters.map((c) => once(c, 'exit')));
       results.push(lines.map((l) => l.filter((x) => x !== 'ready').join(' ')));
     }
