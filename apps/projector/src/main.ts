@@ -5,7 +5,7 @@
  * line to stderr and exits 1.
  */
 // first, before anything loads @nestjs/common: ICU's locale data stays unmapped until used (service-kit locale-data.ts)
-import '@runplane/service-kit/locale-data';
+import '@runplane/service-kit/defer-locale-data';
 import { main } from '@runplane/service-kit';
 import { projectorService } from './app.js';
 

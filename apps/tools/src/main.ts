@@ -1,5 +1,5 @@
 // first, before anything loads @nestjs/common: ICU's locale data stays unmapped until used (service-kit locale-data.ts)
-import '@runplane/service-kit/locale-data';
+import '@runplane/service-kit/defer-locale-data';
 import { DrainConfig, loadConfig, ToolsConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { ToolsModule } from './tools.module.js';

@@ -75,7 +75,7 @@ describe('lockStateDir', () => {
         `const [dir] = process.argv.slice(2);`,
         `console.log('ready');`,
         // blocked in a read of stdin until the test closes every starter's stdin at once (no CPU
-        // spent waiting: five starters spinning on two cores made this file cost 11 s of CPU)
+        // spent waiting: five starters spinning on two cores made this file cost 12-14 s of CPU, against 10 s now)
         `readFileSync(0);`,
         `try { lockStateDir(dir); console.log('held'); } catch (e) { console.log(e.name === 'StackAlreadyRunning' ? 'refused' : 'error ' + e.message); }`,
         `setTimeout(() => process.exit(0), 300);`,

@@ -3,8 +3,6 @@
  * with a small HTTP surface (at least `GET /healthz` for Kubernetes probes) and, when it reacts to
  * events, a microservice transport over its own durable JetStream consumer.
  */
-// first: what @nestjs/common builds while it loads is deferred until used (locale-data.ts)
-import { restoreDateTimeFormat } from './locale-data.js';
 import 'reflect-metadata';
 import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -35,6 +33,7 @@ import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
 import { IdleMemoryRelease, releaseStartupMemory } from '@runplane/kit/memory';
 import { shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
+import { restoreDateTimeFormat } from './locale-data.js';
 
 export * from './config.js';
 export * from './logging.js';
@@ -186,11 +185,24 @@ export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
  * Starts a service in this process: validates its configuration (every schema, before anything
  * connects), provides each schema's parsed value for injection ({@link ConfigModule}), logs JSON
  * through pino (`LOG_LEVEL`), starts the optional durable consumer (each handler runs in a log
- * context carrying the event's `runId`, `eventType` and `seq`) and the HTTP listener.
+ * context carrying the event's `runId`, `eventType` and `seq`) and the HTTP listener. Whether it
+ * starts or throws, `Intl.DateTimeFormat` is the original afterwards (a service's `main.ts` defers
+ * it while the modules load: locale-data.ts).
  * @throws on invalid configuration or when a dependency (NATS, PostgreSQL) cannot be reached;
  * whatever had started is closed again.
  */
 export async function startService(spec: ServiceSpec, opts: StartServiceOptions = {}): Promise<StartedService> {
+  try {
+    return await bootService(spec, opts);
+  } finally {
+    // the modules are loaded and Nest is up (or the start failed): formatters made from now on are
+    // built at once, as usual (a main.ts deferred them while it loaded: locale-data.ts)
+    restoreDateTimeFormat();
+  }
+}
+
+/** {@link startService} without the restore of `Intl.DateTimeFormat`. */
+async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promise<StartedService> {
   const schemas = [BusConfig, HttpConfig, LogConfig, ShutdownConfig, ...(spec.cors ? [CorsConfig] : []), ...(spec.config ?? [])];
   const config = ConfigModule.forRoot(schemas);
   const { RUNPLANE_SHUTDOWN_GRACE_SECONDS: graceSeconds } = loadConfig(ShutdownConfig);
@@ -364,8 +376,6 @@ function answerPartitions(app: INestApplication, res: RawResponse): void {
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
   const { app, url } = await startService(spec, { shutdownHooks: true });
-  // every module is loaded: formatters made from now on are built at once, as usual (locale-data.ts)
-  restoreDateTimeFormat();
   // what loading the modules and starting Nest left behind goes back to the OS before any work
   // (with the heartbeat thread's own, 17-21 MiB of idle RSS per service; docs/performance.md)
   releaseStartupMemory();

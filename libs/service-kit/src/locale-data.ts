@@ -1,29 +1,42 @@
 /**
- * Keeps ICU's locale data out of an idle service. `@nestjs/common` builds an
- * `Intl.DateTimeFormat` when its module is evaluated (its console logger's timestamp format), and
- * building one maps the default locale's calendar and time zone data of the `node` binary: 6.6 MiB
- * of file pages and 1.8 MiB of heap in every process, for a formatter a Runplane service never
- * uses (its logs are pino's JSON with epoch milliseconds, and {@link StartupLogger} prints JSON
- * too). Measured in docs/performance.md ("Idle RSS").
+ * Keeps ICU's locale data out of an idle service. `@nestjs/common` builds two
+ * `Intl.DateTimeFormat`s when its modules are evaluated (its console logger's and its logger's
+ * timestamp formats), and building one maps the default locale's calendar and time zone data of
+ * the `node` binary: 6.6 MiB of file pages and 1.8 MiB of heap in a process, for formatters a
+ * Runplane service never uses (its logs are pino's JSON with epoch milliseconds, and
+ * {@link StartupLogger} prints JSON too). Measured in docs/performance.md ("ICU's locale data left
+ * unmapped").
  *
- * Evaluating this module replaces `Intl.DateTimeFormat` with {@link DeferredDateTimeFormat}, whose
- * instances build the real formatter on their first use, with the same arguments, and answer
- * exactly as it does; {@link restoreDateTimeFormat} puts the original back. Import it before
- * anything that imports `@nestjs/common` (the first line of each service's `main.ts`);
- * service-kit's `runService` restores the original once every module is loaded, so only formatters
- * made while the modules load are deferred.
+ * {@link deferDateTimeFormat} replaces `Intl.DateTimeFormat` with a constructor of
+ * {@link DeferredDateTimeFormat}s, which build the real formatter on their first use, with the same
+ * arguments, and answer as it does; {@link restoreDateTimeFormat} puts the original back. A
+ * service's `main.ts` imports `@runplane/service-kit/defer-locale-data` (which calls the first)
+ * before anything that imports `@nestjs/common`, and `startService` calls the second when it
+ * returns or throws, so only what is made while the modules load and the service starts is
+ * deferred. This module itself changes nothing when imported.
  */
-const EagerDateTimeFormat = Intl.DateTimeFormat;
+
+/** Where the original constructor waits while deferred (a global, so every copy of this module agrees). */
+const EAGER = Symbol.for('runplane.service-kit.eagerDateTimeFormat');
+type Stash = { [EAGER]?: typeof Intl.DateTimeFormat };
+
+/** The original `Intl.DateTimeFormat`, deferred or not. */
+function eagerDateTimeFormat(): typeof Intl.DateTimeFormat {
+  return (globalThis as Stash)[EAGER] ?? Intl.DateTimeFormat;
+}
 
 /**
  * An `Intl.DateTimeFormat` that builds the real one (with the constructor's arguments) on its
  * first use: `format`, `formatToParts`, `formatRange`, `formatRangeToParts` and
- * `resolvedOptions` answer as the real formatter does. Invalid arguments (an unknown locale tag,
- * say) throw their `RangeError` at that first use instead of at construction.
+ * `resolvedOptions` answer as the real formatter does. Differences: invalid arguments (an unknown
+ * locale tag, say) throw their `RangeError` at that first use instead of at construction, the
+ * default time zone is read then too, and it is not an `instanceof Intl.DateTimeFormat`.
  */
 export class DeferredDateTimeFormat {
   #real: Intl.DateTimeFormat | null = null;
+  #format: Intl.DateTimeFormat['format'] | null = null;
   readonly #args: ConstructorParameters<typeof Intl.DateTimeFormat>;
+  readonly #Eager = eagerDateTimeFormat();
 
   constructor(...args: ConstructorParameters<typeof Intl.DateTimeFormat>) {
     this.#args = args;
@@ -31,13 +44,12 @@ export class DeferredDateTimeFormat {
 
   /** The real formatter, built on the first call. */
   get real(): Intl.DateTimeFormat {
-    return (this.#real ??= new EagerDateTimeFormat(...this.#args));
+    return (this.#real ??= new this.#Eager(...this.#args));
   }
 
-  /** As the real `format` getter: a function bound to the formatter. */
+  /** As the real `format` getter: the same function, bound to the formatter, on every read. */
   get format(): Intl.DateTimeFormat['format'] {
-    const real = this.real;
-    return (date?: Date | number) => real.format(date);
+    return (this.#format ??= (date?: Date | number) => this.real.format(date));
   }
 
   formatToParts(date?: Date | number): Intl.DateTimeFormatPart[] {
@@ -56,29 +68,39 @@ export class DeferredDateTimeFormat {
     return this.real.resolvedOptions();
   }
 
-  static supportedLocalesOf(...args: Parameters<typeof Intl.DateTimeFormat.supportedLocalesOf>): string[] {
-    return EagerDateTimeFormat.supportedLocalesOf(...args);
+  get [Symbol.toStringTag](): string {
+    return 'Intl.DateTimeFormat';
   }
 }
 
 /**
- * `Intl.DateTimeFormat` while the modules load: callable with or without `new`, as the original
- * is, and building a {@link DeferredDateTimeFormat}.
+ * `Intl.DateTimeFormat` while deferred: callable with or without `new`, as the original is,
+ * building a {@link DeferredDateTimeFormat}; `supportedLocalesOf` is the original's.
  */
 function deferredConstructor(...args: ConstructorParameters<typeof Intl.DateTimeFormat>): DeferredDateTimeFormat {
   return new DeferredDateTimeFormat(...args);
 }
 deferredConstructor.supportedLocalesOf = (...args: Parameters<typeof Intl.DateTimeFormat.supportedLocalesOf>) =>
-  EagerDateTimeFormat.supportedLocalesOf(...args);
+  eagerDateTimeFormat().supportedLocalesOf(...args);
 
-Intl.DateTimeFormat = deferredConstructor as unknown as typeof Intl.DateTimeFormat;
+/** Defers every `Intl.DateTimeFormat` made from now on until its first use (see the module). Idempotent. */
+export function deferDateTimeFormat(): void {
+  const stash = globalThis as Stash;
+  if (stash[EAGER]) return;
+  stash[EAGER] = Intl.DateTimeFormat;
+  Intl.DateTimeFormat = deferredConstructor as unknown as typeof Intl.DateTimeFormat;
+}
 
 /** Puts the original `Intl.DateTimeFormat` back (formatters already made stay deferred). Idempotent. */
 export function restoreDateTimeFormat(): void {
-  Intl.DateTimeFormat = EagerDateTimeFormat;
+  const stash = globalThis as Stash;
+  const eager = stash[EAGER];
+  if (!eager) return;
+  Intl.DateTimeFormat = eager;
+  delete stash[EAGER];
 }
 
-/** Whether `Intl.DateTimeFormat` is still the deferring one (for tests). */
+/** Whether `Intl.DateTimeFormat` is deferred now. */
 export function dateTimeFormatDeferred(): boolean {
-  return Intl.DateTimeFormat !== EagerDateTimeFormat;
+  return (globalThis as Stash)[EAGER] !== undefined;
 }
