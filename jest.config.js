@@ -29,6 +29,8 @@ export default {
   // the suite's shared nats-server (the supported release; sets NATS_URL for every test file)
   globalSetup: '<rootDir>/test/support/global-setup.js',
   globalTeardown: '<rootDir>/test/support/global-teardown.js',
+  // the longest files first, also in a fresh clone (test/support/test-costs.json)
+  testSequencer: '<rootDir>/test/support/sequencer.js',
   maxWorkers: 2,
   testTimeout: 120000,
 };
