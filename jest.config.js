@@ -1,7 +1,9 @@
 /**
- * One root Jest run over every project (STACK-NOTES: one process with 2 workers beats one per
- * project on 2 cores). TypeScript goes through @swc/jest as native ESM (Nest 12 is ESM-only), so
- * `npm test` sets NODE_OPTIONS=--experimental-vm-modules.
+ * One root configuration over every project (STACK-NOTES: one Jest process beats one per project on
+ * 2 cores). `npm test` (scripts/test.sh) runs it twice, the projects' own tests with 6 workers and
+ * then the rest with 3; `maxWorkers` below is what a bare `npx jest` (and `npm test -- <args>`)
+ * uses. TypeScript goes through @swc/jest as native ESM (Nest 12 is ESM-only), so the scripts set
+ * NODE_OPTIONS=--experimental-vm-modules.
  */
 export default {
   testEnvironment: 'node',

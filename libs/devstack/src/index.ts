@@ -48,6 +48,7 @@ import { createDevNatsTls, natsTlsConfig } from './tls.js';
 import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
 import { serviceAllocatorEnv } from './allocator.js';
 import { compileCacheEnv } from './compile-cache.js';
+import { freePortOutsideEphemeral } from './ports.js';
 
 export * from './nats-server.js';
 export * from './auth.js';
@@ -56,6 +57,7 @@ export * from './signing.js';
 export * from './state-lock.js';
 export * from './allocator.js';
 export * from './compile-cache.js';
+export * from './ports.js';
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -780,9 +782,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     await provisionAsAdmin(env, opts.natsUsers ?? null);
     // admission's address is fixed before anything starts (publication, which starts first, tells
     // the Run viewer the only admission it may call): the configured port, or one free port kept
-    // for admission's first live process (a restart while none is alive gets it again)
+    // for admission's first live process (a restart while none is alive gets it again), below the
+    // ephemeral range so that no outgoing connection takes it before admission binds it (ports.ts)
     const host = env.HOST ?? '127.0.0.1';
-    const admissionPort = opts.fixedPorts ? (env.ADMISSION_PORT ?? '8081') : String(await getPort({ host }));
+    const admissionPort = opts.fixedPorts ? (env.ADMISSION_PORT ?? '8081') : String(await freePortOutsideEphemeral(host));
     const admissionUrl = `http://${host.includes(':') ? `[${host}]` : host}:${admissionPort}`;
     const viewerEnv = (name: ServiceName): NodeJS.ProcessEnv => {
       // admission answers CORS for the Run viewer publication serves (its origin is known once it
