@@ -21,7 +21,6 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ConnectionOptions, type Msg, type NatsConnection } from '@nats-io/transport-node';
-import getPort from 'get-port';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 // the package's parts, not its index: the index loads the whole local stack (PostgreSQL, projections)
 import {
@@ -34,6 +33,7 @@ import {
   PORT_ATTEMPTS,
   portTakenIn,
 } from '@runplane/devstack/nats-server';
+import { freePortOutsideEphemeral } from '@runplane/devstack/ports';
 import { natsTlsConfig } from '@runplane/devstack/tls';
 
 /** The repository root (this file is test/support/nats-server.ts). */
@@ -206,7 +206,8 @@ export class TestNatsServer {
         writeFileSync(configFile, config, { mode: 0o600 });
       }
       const auth = opts.auth ?? (secured ? SUITE_NATS : null);
-      const port = opts.port ?? (await getPort({ host: '127.0.0.1' }));
+      // below the ephemeral range: a restart on the same port must find it free (devstack ports.ts)
+      const port = opts.port ?? (await freePortOutsideEphemeral('127.0.0.1'));
       const server = new TestNatsServer(opts.bin, port, baseDir, configFile, opts.args ?? [], opts.readyTimeoutMs ?? 15_000, auth);
       try {
         await server.launch();

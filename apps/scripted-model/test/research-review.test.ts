@@ -5,14 +5,20 @@
  * C. a requested date a fund's undated files cannot meet; D. requested dates (`today` included)
  * met only by far-away files; E. reasons said once; and exact unreadable-weight sentences.
  */
-import { describe, expect, it } from '@jest/globals';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { describe, expect, it, afterAll } from '@jest/globals';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { APPROXIMATE_AFTER_DAYS, extractUnanswered } from '../src/index.js';
 import { research as drive } from './drive.js';
 import { isharesFile } from '../../../libs/holdings/test/folder.js';
+
+/** Folders this file made in the temporary directory: removed when it ends. */
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
 
 /** The machine date of the review, fixed. */
 const NOW = new Date(Date.UTC(2026, 10, 30, 9));
@@ -35,6 +41,7 @@ const ishares = (dateLine: string): string =>
 
 function folder(files: Record<string, string>): HoldingsLibrary {
   const dir = mkdtempSync(join(tmpdir(), 'policy-review-'));
+  made.push(dir);
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return new HoldingsLibrary({ dir, dataSet: 'shared' });
 }

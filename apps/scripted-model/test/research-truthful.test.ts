@@ -4,13 +4,19 @@
  * funds, "top N", fact-sheet facts, the unanswered list, names next to bare exchange codes, long
  * non-security lists summarised, unreadable values labelled.
  */
-import { describe, expect, it } from '@jest/globals';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { describe, expect, it, afterAll } from '@jest/globals';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { executeTool, HoldingsLibrary } from '@runplane/holdings';
 import { extractUnanswered, researchPolicy, type WireMessage } from '../src/index.js';
 import { PACK_TOOLS, research as drive } from './drive.js';
+
+/** Folders this file made in the temporary directory: removed when it ends. */
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
 
 const HEADER = 'Fund Ticker,Security Identifier,Holding Ticker,Shares/Par Value,MarketValue,Weight,Name,Class of Shares,Sector,Date';
 function invesco(fund: string, date: string, rows: [string, string, string, string][]): string {
@@ -36,6 +42,7 @@ const ISH = [
 
 function library(): HoldingsLibrary {
   const dir = mkdtempSync(join(tmpdir(), 'policy-truth-'));
+  made.push(dir);
   writeFileSync(join(dir, 'AAA_2024-12-06.csv'), invesco('AAA', '12/06/2024', ROWS));
   writeFileSync(join(dir, 'AAA_2025-09-26.csv'), invesco('AAA', '09/26/2025', ROWS.slice(0, 3)));
   writeFileSync(join(dir, 'BBB_2024-12-20.csv'), invesco('BBB', '12/20/2024', ROWS.slice(1)));

@@ -1,11 +1,17 @@
-import { afterEach, describe, expect, it } from '@jest/globals';
+import { afterEach, describe, expect, it, afterAll } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError } from 'openai';
 import { loadScenarioFile, parseScenario, startScriptedModel, type ScenarioInput, type ScriptedModel } from '../src/index.js';
+
+/** Folders this file made in the temporary directory: removed when it ends. */
+const made: string[] = [];
+afterAll(async () => {
+  await Promise.all(made.map((dir) => rm(dir, { recursive: true, force: true })));
+});
 
 const user = [{ role: 'user' as const, content: 'hello' }];
 let model: ScriptedModel | undefined;
@@ -408,6 +414,7 @@ describe('scripted model over HTTP through the openai client', () => {
 describe('scenario files', () => {
   async function fileWith(text: string): Promise<string> {
     const dir = await mkdtemp(join(tmpdir(), 'scripted-model-'));
+    made.push(dir);
     const path = join(dir, 'scenario.json');
     await writeFile(path, text);
     return path;
@@ -466,6 +473,7 @@ describe('CLI (dist/main.js)', () => {
 
   it('exits 2 with a clear message for a bad scenario file', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'scripted-model-'));
+    made.push(dir);
     const path = join(dir, 'bad.json');
     await writeFile(path, JSON.stringify({ steps: [{ wait: 5 }] }));
     const child = spawn(process.execPath, [main, '--scenario', path], { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import getPort from 'get-port';
+import { freePortOutsideEphemeral } from './ports.js';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 
 /** The oldest nats-server Runplane supports (docs/event-log.md, "What the design relies on"). */
@@ -268,12 +268,15 @@ export function natsClusterNodeConfig(
   ].join('\n');
 }
 
-/** Free loopback ports for `n` nodes (a client and a cluster port each). */
+/**
+ * Free loopback ports for `n` nodes (a client and a cluster port each), below the ephemeral range:
+ * a node killed and started again on its ports must find them free (ports.ts).
+ */
 export async function clusterNodeSpecs(n: number, dirOf: (name: string) => string): Promise<NatsClusterNodeSpec[]> {
   const taken = new Set<number>();
   const port = async () => {
     for (;;) {
-      const p = await getPort({ host: '127.0.0.1' });
+      const p = await freePortOutsideEphemeral('127.0.0.1');
       if (!taken.has(p)) {
         taken.add(p);
         return p;

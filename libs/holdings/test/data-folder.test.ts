@@ -1,8 +1,14 @@
-import { describe, it, expect } from '@jest/globals';
-import { copyFileSync, mkdtempSync, existsSync } from 'node:fs';
+import { describe, it, expect, afterAll } from '@jest/globals';
+import { copyFileSync, mkdtempSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findRepoRoot, HoldingsLibrary, resolveDataFolder, SAMPLE_DIR, sharedDataDir, ToolFailure } from '../src/index.js';
+
+/** Folders this file made in the temporary directory: removed when it ends. */
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
 
 describe('resolveDataFolder', () => {
   it('finds the repo root by nx.json and the sample next to the sources', () => {
@@ -14,6 +20,7 @@ describe('resolveDataFolder', () => {
 
   it('uses RUNPLANE_DATA_DIR when set: shared unless it is the sample', () => {
     const dir = mkdtempSync(join(tmpdir(), 'holdings-'));
+    made.push(dir);
     expect(resolveDataFolder({ RUNPLANE_DATA_DIR: dir })).toEqual({ dir, dataSet: 'shared' });
     expect(resolveDataFolder({ RUNPLANE_DATA_DIR: SAMPLE_DIR }).dataSet).toBe('illustrative');
     expect(() => resolveDataFolder({ RUNPLANE_DATA_DIR: join(dir, 'missing') })).toThrow(/not a directory/);
@@ -27,6 +34,7 @@ describe('resolveDataFolder', () => {
 
   it('reports an empty folder as no funds, and an unreadable one as a typed failure', async () => {
     const empty = mkdtempSync(join(tmpdir(), 'holdings-empty-'));
+    made.push(empty);
     await expect(new HoldingsLibrary({ dir: empty, dataSet: 'shared' }).listFunds()).resolves.toEqual({
       dataSet: 'shared',
       funds: [],
@@ -40,6 +48,7 @@ describe('resolveDataFolder', () => {
 
   it('recognises holdings files by content, not by extension', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'holdings-sniff-'));
+    made.push(dir);
     copyFileSync(join(SAMPLE_DIR, 'ILLUSTRATIVE-BBB_2025-01-30.csv'), join(dir, 'export.txt'));
     copyFileSync(join(SAMPLE_DIR, 'README.md'), join(dir, 'notes.csv'));
     const listed = await new HoldingsLibrary({ dir, dataSet: 'shared' }).listFunds();
