@@ -1,12 +1,20 @@
 /** Test fixture: a holdings library over a fresh temporary folder holding the given files. */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { afterAll } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HoldingsLibrary } from '../src/index.js';
 
-/** A `shared` holdings library over a new folder `<tmp>/holdings-<label>-XXXXXX` with `files` (name: text) in it. */
+/** Folders made by {@link libraryOf} in the test file that imports this: removed when it ends. */
+const made: string[] = [];
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A `shared` holdings library over a new folder `<tmp>/holdings-<label>-XXXXXX` with `files` (name: text) in it (removed when the test file ends). */
 export function libraryOf(label: string, files: Record<string, string>): HoldingsLibrary {
   const dir = mkdtempSync(join(tmpdir(), `holdings-${label}-`));
+  made.push(dir);
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
   return new HoldingsLibrary({ dir, dataSet: 'shared' });
 }
