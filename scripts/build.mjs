@@ -9,11 +9,14 @@
 //     the new one, never a missing or half-written one.
 // When every project's tsbuildinfo is newer than all of its inputs (see `upToDate`), it exits without
 // loading TypeScript (about 5 s of a `npm run runplane -- <command>` on a busy 2-core machine).
-// Exit code 1 with the diagnostics on stderr when a project does not compile.
+// Then it makes the services' bundles that are out of date (scripts/bundle-services.mjs: each service
+// runs from one file, apps/<service>/dist/main.bundle.js), under the same two properties.
+// Exit code 1 with the diagnostics on stderr when a project does not compile or a bundle cannot be made.
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import module from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { bundlesUpToDate, makeBundles } from './bundle-services.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -103,7 +106,22 @@ const force = args.includes('--force');
 const verbose = args.includes('--verbose');
 const chosen = args.filter((arg) => !arg.startsWith('--')).map((dir) => join(resolve(dir), 'tsconfig.json'));
 const configs = chosen.length > 0 ? chosen : projects();
-if (!force && upToDate(configs)) process.exit(0);
+/** Makes the bundles that are out of date (all with --force); exit code 1 with esbuild's messages when one cannot be made. */
+async function bundle() {
+  try {
+    // --force on chosen projects leaves the bundles to their up-to-date check
+    const made = await makeBundles(writeIfChanged, force && chosen.length === 0);
+    if (verbose && made.length > 0) process.stdout.write(`bundled: ${made.join(', ')}\n`);
+  } catch (error) {
+    process.stderr.write(`build: a service bundle could not be made: ${error.message}\n`);
+    process.exit(1);
+  }
+}
+
+if (!force && upToDate(configs)) {
+  if (!bundlesUpToDate()) await bundle();
+  process.exit(0);
+}
 
 // Node's compile cache makes loading TypeScript's 9 MB compiler much cheaper from the second run on.
 module.enableCompileCache?.();
@@ -127,3 +145,4 @@ if (exitStatus !== ts.ExitStatus.Success) {
   process.stderr.write('build: TypeScript reported errors (above)\n');
   process.exit(1);
 }
+await bundle();

@@ -6,11 +6,14 @@
  *   - the quick path (every project's buildinfo newer than its inputs): checked on every project;
  *   - the compiler's emit: one small project (migrations) rebuilt with --force, so TypeScript emits
  *     every file again; each text equals the one on disk, so none may be rewritten.
+ * The services' bundles (scripts/bundle-services.mjs, apps/<service>/dist/main.bundle.js) are
+ * dist/ files too: an input of a bundle touched (a newer time, the same text) makes the build bundle
+ * again, and the bundle, whose text is the same, stays as it is; the next build bundles nothing.
  * Needs `npm run build` first (as every test of the built apps).
  */
 import { describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { repoRoot } from '@runplane/devstack';
@@ -62,5 +65,28 @@ describe('npm run build with nothing changed', () => {
     expect([...before.keys()].some((file) => file.endsWith('index.js'))).toBe(true);
     await build('migrations', '--force');
     expect(snapshot(['migrations'])).toEqual(before);
+  }, 120_000);
+
+  it('an input of a bundle touched: bundled again, the bundle left as it is, then up to date', async () => {
+    const out = 'apps/lifecycle/dist/main.bundle.js';
+    const record = () => JSON.parse(readFileSync(join(repo, `${out}.inputs.json`), 'utf8')) as { newest: number; inputs: string[] };
+    // the bundle's own code and a library's: both are inputs
+    expect(record().inputs).toEqual(expect.arrayContaining(['apps/lifecycle/dist/decide.js', 'libs/eventlog/dist/event-log.js']));
+    const { bundleUpToDate } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { bundleUpToDate: (out: string) => boolean };
+    await build();
+    expect(bundleUpToDate(out)).toBe(true);
+    const before = snapshot(['apps/lifecycle']);
+    const later = new Date(Math.ceil(record().newest) + 2_000);
+    utimesSync(join(repo, 'apps/lifecycle/dist/decide.js'), later, later);
+    expect(bundleUpToDate(out)).toBe(false);
+    await build();
+    expect(bundleUpToDate(out)).toBe(true);
+    expect(record().newest).toBeGreaterThanOrEqual(later.getTime());
+    const after = snapshot(['apps/lifecycle']);
+    const changed = [...after.keys()].filter((file) => after.get(file) !== before.get(file)).map((file) => file.slice(repo.length + 1));
+    // only the touched input and the bundle's record of its inputs
+    expect(changed.sort()).toEqual(['apps/lifecycle/dist/decide.js', `${out}.inputs.json`]);
+    await build();
+    expect(snapshot(['apps/lifecycle'])).toEqual(after);
   }, 120_000);
 });

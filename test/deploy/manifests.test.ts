@@ -12,7 +12,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { repoRoot } from '@runplane/devstack';
@@ -191,6 +191,19 @@ describe('deploy/k8s', () => {
     const args = (overlay: string) => render(overlay).flatMap((o) => (o.spec?.template?.spec?.containers ?? []).flatMap((c) => c.args ?? []));
     expect(args('prod').filter((a) => /scripted-model|devstack|pglite/i.test(a))).toEqual([]);
     expect(args('dev')).toContain('apps/scripted-model/dist/main.js');
+  });
+
+  it('every container and the Dockerfile run a file the build makes: each service its bundle', () => {
+    const files = (overlay: string) =>
+      render(overlay).flatMap((o) =>
+        (o.spec?.template?.spec?.containers ?? []).flatMap((c) => (c.args?.[0] === 'node' && c.args[1] ? [c.args[1]] : [])),
+      );
+    // which file each service runs is deployProblems' check (above); here: that the file exists
+    const run = [...new Set([...files('prod'), ...files('dev')])];
+    expect(run.length).toBeGreaterThanOrEqual(8);
+    expect(run.filter((f) => !existsSync(join(repo, f)))).toEqual([]);
+    const cmd = /^CMD \["node", "([^"]+)"\]/m.exec(readFileSync(join(repo, 'deploy', 'Dockerfile'), 'utf8'))?.[1];
+    expect(cmd).toBe('apps/admission/dist/main.bundle.js');
   });
 
   it('deploy/Dockerfile exposes every service port (recovery 8087 included)', () => {

@@ -204,7 +204,7 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
     const zone = spread.find((s) => s.topologyKey === 'topology.kubernetes.io/zone');
     if (zone && zone.whenUnsatisfiable !== 'ScheduleAnyway') say('zone spread is not ScheduleAnyway (a cluster in one zone could not schedule)');
 
-    const c = (pod.containers ?? []).find((x) => (x.args ?? []).includes(`apps/${service}/dist/main.js`));
+    const c = (pod.containers ?? []).find((x) => (x.args ?? []).includes(`apps/${service}/dist/main.bundle.js`));
     // the grace period includes the preStop hook; the process must be out by its own bound before the SIGKILL
     const grace = pod.terminationGracePeriodSeconds;
     const preStop = c ? preStopSeconds(c) : 0;
@@ -212,7 +212,7 @@ export function deployProblems(base: DeployBase, portEnv: (s: HttpService) => st
     else if (!(grace > shutdown + preStop))
       say(`terminationGracePeriodSeconds ${grace} is not above RUNPLANE_SHUTDOWN_GRACE_SECONDS ${shutdown} plus its ${preStop} s preStop`);
     if (!c) {
-      say(`no container runs apps/${service}/dist/main.js`);
+      say(`no container runs apps/${service}/dist/main.bundle.js`);
       continue;
     }
     const variable = portEnv(service);

@@ -15,6 +15,7 @@
  * starting if there is one, leaving the free thread idle: beside a loaded CI (2 cores) a start-up
  * outlasted a 2.5 s timeout and the call was refused `not_started`.
  */
+import { existsSync } from 'node:fs';
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { SpanStatusCode } from '@opentelemetry/api';
@@ -22,6 +23,14 @@ import { inSpan } from '@runplane/eventlog';
 import type { ToolOutcome } from './decide.js';
 import { newStartGate, tryRefuse } from './start-gate.js';
 import type { ToolTask } from './tool-worker.js';
+
+/**
+ * The tool threads' script: `tool-worker.bundle.js` beside this module (or beside the tools
+ * service's bundle) when the build made it (scripts/bundle-services.mjs), else `tool-worker.js`.
+ */
+const TOOL_WORKER =
+  ['./tool-worker.bundle.js', './tool-worker.js'].map((file) => new URL(file, import.meta.url)).find((url) => existsSync(url)) ??
+  new URL('./tool-worker.js', import.meta.url);
 
 export type FinalOutcome = Exclude<ToolOutcome, { kind: 'timed-out' }>;
 
@@ -56,7 +65,8 @@ export class ToolExecutor {
   constructor(private readonly opts: { threads: number; timeoutMs: number; abandonMs: number }) {
     // a call a thread cannot take now waits in piscina's queue; its timeout starts when a thread begins it
     this.pool = new Piscina({
-      filename: new URL('./tool-worker.js', import.meta.url).href,
+      // the worker's bundle when the build made it (scripts/bundle-services.mjs), else its module
+      filename: TOOL_WORKER.href,
       minThreads: opts.threads,
       maxThreads: opts.threads,
       loadBalancer: this.startedIdleThread,

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -58,6 +58,17 @@ export * from './state-lock.js';
 export * from './allocator.js';
 export * from './compile-cache.js';
 export * from './ports.js';
+
+/**
+ * The file a service process runs: its bundle, `apps/<service>/dist/main.bundle.js`, which
+ * `npm run build` makes (scripts/bundle-services.mjs; deploy/k8s starts the same file).
+ * @throws Error naming the file and `npm run build` when it is missing.
+ */
+export function serviceEntry(root: string, service: string): string {
+  const file = join(root, `apps/${service}/dist/main.bundle.js`);
+  if (!existsSync(file)) throw new Error(`${file} is missing: run \`npm run build\` (it bundles every service)`);
+  return file;
+}
 
 /**
  * Node flags every service process starts with (the same value as `NODE_OPTIONS` in
@@ -817,9 +828,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const label = n === 1 ? name : `${name}#${n}`;
       if (failed) throw new Error(`${label} not started: another process of the stack failed to start`);
       const flags = [...SERVICE_NODE_FLAGS, ...(opts.nodeFlags ?? [])];
-      const p = await spawnReady(label, join(root, `apps/${name}/dist/main.js`), [], own, /ready on (\S+)/, log, undefined, flags, (c) =>
-        spawned.add(c),
-      );
+      const p = await spawnReady(label, serviceEntry(root, name), [], own, /ready on (\S+)/, log, undefined, flags, (c) => spawned.add(c));
       started.push(p);
       const list = replicas.get(name) ?? [];
       list.push(p);

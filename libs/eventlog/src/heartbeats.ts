@@ -106,10 +106,13 @@ export class ProcessHeartbeat {
       value: { service: writer.service, instance: writer.instance, ttlMs },
       everyMs: Math.max(50, Math.floor(ttlMs / 3)),
     };
-    // beside this module once built; from the sources (tests run them through a transform that
-    // worker threads do not get) the built worker is used
-    const here = new URL('./heartbeat-worker.js', import.meta.url);
-    const worker = new Worker(existsSync(here) ? here : new URL('../dist/heartbeat-worker.js', import.meta.url), { workerData: data });
+    // in a service's bundle (scripts/bundle-services.mjs), the worker's own bundle beside it; beside
+    // this module once built; from the sources (tests run them through a transform that worker
+    // threads do not get) the built worker
+    const script = ['./heartbeat-worker.bundle.js', './heartbeat-worker.js', '../dist/heartbeat-worker.js']
+      .map((file) => new URL(file, import.meta.url))
+      .find((url) => existsSync(url))!;
+    const worker = new Worker(script, { workerData: data });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
       worker.once('message', (m: { beat?: boolean }) => {

@@ -17,8 +17,14 @@ export interface DataFolder {
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** The shipped sample folder `libs/holdings/sample/` (this module lives in `src/` or `dist/`). */
-export const SAMPLE_DIR = resolve(here, '..', 'sample');
+/**
+ * The shipped sample folder `libs/holdings/sample/`: beside this module's folder (`src/` or
+ * `dist/`), or, in a service's bundle (scripts/bundle-services.mjs, where this code runs from
+ * `apps/<service>/dist/`), the installed package's.
+ */
+export const SAMPLE_DIR = existsSync(resolve(here, '..', 'sample'))
+  ? resolve(here, '..', 'sample')
+  : resolve(dirname(fileURLToPath(import.meta.resolve('@runplane/holdings'))), '..', 'sample');
 
 /**
  * The repository root: the nearest ancestor of `start` (default: this module's folder) that holds

@@ -1,0 +1,167 @@
+// The services' bundles, made by `npm run build` after TypeScript (scripts/build.mjs): each service
+// runs from one file, apps/<service>/dist/main.bundle.js, made with esbuild from its compiled
+// dist/main.js and everything it imports (the workspace libraries and most of node_modules).
+//
+// Why: a service's module graph is about 2,200 files. Loading them one by one (resolving each
+// specifier: stat, package.json reads, realpath; then reading and translating the file) was about
+// half of a service's start-up CPU; one file cuts a stack's start-up by about a fifth
+// (docs/performance.md, "Start-up"). The worker threads a service starts load bundles too:
+// `heartbeat-worker.bundle.js` beside every service's main bundle (libs/eventlog heartbeats.ts looks
+// for it there first) and the tools' `tool-worker.bundle.js` (apps/tools executor.ts).
+//
+// What stays outside a bundle (`EXTERNAL`, loaded from node_modules at run time): packages that
+// find files next to their own code (piscina starts its worker from its own folder), that
+// load drivers by name (MikroORM, pg's optional pg-native) or are big and only loaded by some
+// commands (PGlite, ExcelJS), and the optional packages Nest and Terminus ask for by name and are
+// not installed (their `require` fails as it does without a bundle and they go without). A package
+// that imports Nest itself (nestjs-pino) must stay inside: outside, it would load a second copy of
+// Nest from node_modules, whose classes, the keys of Nest's dependency injection, are not the
+// bundle's, and the service would not start ("Nest can't resolve dependencies of the LoggerModule").
+//
+// The two properties of scripts/build.mjs hold for bundles too: a bundle whose inputs did not change
+// is not made again and not rewritten (each bundle's inputs and their newest time are recorded beside
+// it in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
+// it, so a service starting meanwhile loads the old bundle or the new one, never half of one.
+import { readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** The services that run from a bundle (deploy/k8s and devstack start `apps/<name>/dist/main.bundle.js`). */
+export const BUNDLED_SERVICES = ['admission', 'runtime', 'tools', 'publication', 'recovery', 'lifecycle', 'projector'];
+
+/** Packages left out of every bundle (see the header). */
+export const EXTERNAL = [
+  '@mikro-orm/*',
+  '@electric-sql/*',
+  'pg',
+  'pg-native',
+  'piscina',
+  'exceljs',
+  // optional packages of Nest (microservices transports, websockets, validation) and Terminus (ORMs)
+  '@nestjs/websockets',
+  '@nestjs/websockets/*',
+  '@nestjs/platform-socket.io',
+  '@grpc/*',
+  'kafkajs',
+  'mqtt',
+  'amqplib',
+  'amqp-connection-manager',
+  'ioredis',
+  'nats',
+  '@fastify/*',
+  'class-transformer',
+  'class-transformer/*',
+  'class-validator',
+  'cache-manager',
+  '@nestjs/typeorm',
+  '@nestjs/sequelize',
+  '@nestjs/mongoose',
+  '@mikro-orm/nestjs',
+  'typeorm',
+  'sequelize',
+  'mongoose',
+  '@prisma/client',
+];
+
+/**
+ * Workspace packages a service imports only when first needed (`import()`), left out of its bundle
+ * and loaded from their own `dist/` then: inside, the packages they import from `node_modules`
+ * (which an ES module bundle imports at its top) would load at start-up. Admission reads the
+ * projections (MikroORM and its PostgreSQL driver) only to answer some reads: bundled, they cost
+ * it about 20 MiB of idle RSS.
+ */
+const LAZY = { admission: ['@runplane/projections'] };
+
+/**
+ * A bundle's first line: CommonJS code inside an ES module bundle still calls `require` (Node
+ * built-ins, the external packages), so the bundle defines it for its own location.
+ */
+const BANNER = "import { createRequire as __runplaneCreateRequire } from 'node:module'; const require = __runplaneCreateRequire(import.meta.url);";
+
+/** Every bundle `npm run build` makes: `{ entry, out }`, paths relative to the repository root. */
+export function bundles() {
+  const list = [];
+  for (const name of BUNDLED_SERVICES) {
+    const dist = `apps/${name}/dist`;
+    list.push({ entry: `${dist}/main.js`, out: `${dist}/main.bundle.js`, lazy: LAZY[name] });
+    list.push({ entry: 'libs/eventlog/dist/heartbeat-worker.js', out: `${dist}/heartbeat-worker.bundle.js` });
+  }
+  list.push({ entry: 'apps/tools/dist/tool-worker.js', out: 'apps/tools/dist/tool-worker.bundle.js' });
+  return list;
+}
+
+/** mtime in ms, +Infinity when the file is missing (so a missing input is never older than its bundle). */
+function mtimeOf(file) {
+  return statSync(file, { throwIfNoEntry: false })?.mtimeMs ?? Number.POSITIVE_INFINITY;
+}
+
+/**
+ * The inputs whose change makes a bundle stale: the workspace files it was made from, the installed
+ * packages (npm rewrites node_modules/.package-lock.json on every install) and this file.
+ */
+function watched(workspaceInputs) {
+  return [...workspaceInputs, 'node_modules/.package-lock.json', 'scripts/bundle-services.mjs'];
+}
+
+/** True when `out` exists and its recorded inputs are all still there and none is newer than recorded. */
+export function bundleUpToDate(out) {
+  let record;
+  try {
+    record = JSON.parse(readFileSync(join(root, `${out}.inputs.json`), 'utf8'));
+    statSync(join(root, out));
+  } catch {
+    return false;
+  }
+  if (!Array.isArray(record.inputs) || typeof record.newest !== 'number') return false;
+  return watched(record.inputs).every((file) => mtimeOf(join(root, file)) <= record.newest);
+}
+
+/** True when every bundle is up to date ({@link bundleUpToDate}). */
+export function bundlesUpToDate() {
+  return bundles().every(({ out }) => bundleUpToDate(out));
+}
+
+/**
+ * Makes every bundle that is not up to date, writing each output with `write(file, text)` (the
+ * build's write-if-changed-by-rename), and its inputs record beside it.
+ * @param force make every bundle again, up to date or not.
+ * @returns the bundles made.
+ * @throws Error with esbuild's messages when an entry cannot be bundled.
+ */
+export async function makeBundles(write, force = false) {
+  const stale = bundles().filter(({ out }) => force || !bundleUpToDate(out));
+  if (stale.length === 0) return [];
+  const esbuild = await import('esbuild');
+  for (const { entry, out, lazy } of stale) {
+    const result = await esbuild.build({
+      absWorkingDir: root,
+      entryPoints: [entry],
+      outfile: out,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node24',
+      external: [...EXTERNAL, ...(lazy ?? [])],
+      banner: { js: BANNER },
+      // `keepNames`: Nest's dependency injection and the logs use class and function names
+      keepNames: true,
+      metafile: true,
+      write: false,
+      logLevel: 'error',
+    });
+    for (const file of result.outputFiles) write(file.path, file.text);
+    const inputs = Object.keys(result.metafile.inputs)
+      .filter((file) => !file.includes('node_modules/'))
+      .map((file) => relative(root, resolve(root, file)))
+      .sort();
+    const newest = Math.max(
+      ...watched(inputs)
+        .map((file) => mtimeOf(join(root, file)))
+        .filter(Number.isFinite),
+    );
+    write(join(root, `${out}.inputs.json`), `${JSON.stringify({ esbuild: esbuild.version, newest, inputs }, null, 1)}\n`);
+  }
+  return stale.map(({ out }) => out);
+}
