@@ -4,7 +4,7 @@
 //
 // Why: a service's module graph is about 2,200 files. Loading them one by one (resolving each
 // specifier: stat, package.json reads, realpath; then reading and translating the file) was about
-// half of a service's start-up CPU; one file cuts a stack's start-up by about a fifth
+// half of a service's start-up CPU; one file cuts a stack's start-up CPU by about 30 %
 // (docs/performance.md, "Start-up"). The worker threads a service starts load bundles too:
 // `heartbeat-worker.bundle.js` beside every service's main bundle (libs/eventlog heartbeats.ts looks
 // for it there first) and the tools' `tool-worker.bundle.js` (apps/tools executor.ts).
@@ -19,8 +19,8 @@
 // bundle's, and the service would not start ("Nest can't resolve dependencies of the LoggerModule").
 //
 // The two properties of scripts/build.mjs hold for bundles too: a bundle whose inputs did not change
-// is not made again and not rewritten (each bundle's inputs and their newest time are recorded beside
-// it in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
+// is not made again and not rewritten (each bundle's inputs and their mtimes are recorded beside it
+// in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
 // it, so a service starting meanwhile loads the old bundle or the new one, never half of one.
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -75,6 +75,13 @@ export const EXTERNAL = [
 const LAZY = { admission: ['@runplane/projections'] };
 
 /**
+ * Packages every service imports only when first needed: the OpenTelemetry SDK, loaded when
+ * tracing is switched on (libs/service-kit tracing.ts); bundled, the gRPC client it imports loaded
+ * at every start-up (about 6-8 MiB of idle RSS per service).
+ */
+const LAZY_EVERYWHERE = ['@opentelemetry/sdk-node'];
+
+/**
  * A bundle's first line: CommonJS code inside an ES module bundle still calls `require` (Node
  * built-ins, the external packages), so the bundle defines it for its own location.
  */
@@ -92,20 +99,32 @@ export function bundles() {
   return list;
 }
 
-/** mtime in ms, +Infinity when the file is missing (so a missing input is never older than its bundle). */
+/** mtime in ms, or null when the file is missing. */
 function mtimeOf(file) {
-  return statSync(file, { throwIfNoEntry: false })?.mtimeMs ?? Number.POSITIVE_INFINITY;
+  return statSync(join(root, file), { throwIfNoEntry: false })?.mtimeMs ?? null;
 }
 
 /**
- * The inputs whose change makes a bundle stale: the workspace files it was made from, the installed
- * packages (npm rewrites node_modules/.package-lock.json on every install) and this file.
+ * The files whose change makes a bundle stale: the workspace files it was made from, the
+ * `package.json` of each workspace they belong to (its `exports` and `imports` steer the bundling),
+ * the installed packages (npm rewrites node_modules/.package-lock.json on every install; a hand edit
+ * inside node_modules is not seen: `npm run build -- --force` bundles again) and this file.
  */
 function watched(workspaceInputs) {
-  return [...workspaceInputs, 'node_modules/.package-lock.json', 'scripts/bundle-services.mjs'];
+  const manifests = new Set();
+  for (const file of workspaceInputs) {
+    const [top, name] = file.split('/');
+    if ((top === 'apps' || top === 'libs') && name) manifests.add(`${top}/${name}/package.json`);
+    else if (top === 'migrations') manifests.add('migrations/package.json');
+  }
+  return [...workspaceInputs, ...[...manifests].sort(), 'node_modules/.package-lock.json', 'scripts/bundle-services.mjs'];
 }
 
-/** True when `out` exists and its recorded inputs are all still there and none is newer than recorded. */
+/**
+ * True when `out` exists and each file its record lists (`<out>.inputs.json`: every watched file
+ * with its mtime when the bundle was made) still has exactly that mtime: a newer one (an edit) and
+ * an older one (a file put back from a copy or a cache) both make it stale.
+ */
 export function bundleUpToDate(out) {
   let record;
   try {
@@ -114,8 +133,9 @@ export function bundleUpToDate(out) {
   } catch {
     return false;
   }
-  if (!Array.isArray(record.inputs) || typeof record.newest !== 'number') return false;
-  return watched(record.inputs).every((file) => mtimeOf(join(root, file)) <= record.newest);
+  const times = record?.inputs;
+  if (!times || typeof times !== 'object' || Array.isArray(times) || Object.keys(times).length === 0) return false;
+  return Object.entries(times).every(([file, mtime]) => typeof mtime === 'number' && mtimeOf(file) === mtime);
 }
 
 /** True when every bundle is up to date ({@link bundleUpToDate}). */
@@ -135,33 +155,42 @@ export async function makeBundles(write, force = false) {
   if (stale.length === 0) return [];
   const esbuild = await import('esbuild');
   for (const { entry, out, lazy } of stale) {
-    const result = await esbuild.build({
-      absWorkingDir: root,
-      entryPoints: [entry],
-      outfile: out,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node24',
-      external: [...EXTERNAL, ...(lazy ?? [])],
-      banner: { js: BANNER },
-      // `keepNames`: Nest's dependency injection and the logs use class and function names
-      keepNames: true,
-      metafile: true,
-      write: false,
-      logLevel: 'error',
-    });
+    const started = Date.now();
+    let result;
+    try {
+      result = await esbuild.build({
+        absWorkingDir: root,
+        entryPoints: [entry],
+        outfile: out,
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        target: 'node24',
+        external: [...EXTERNAL, ...LAZY_EVERYWHERE, ...(lazy ?? [])],
+        banner: { js: BANNER },
+        // `keepNames`: Nest's dependency injection and the logs use class and function names
+        keepNames: true,
+        metafile: true,
+        write: false,
+        logLevel: 'silent',
+      });
+    } catch (error) {
+      const messages = (error.errors ?? []).map((m) => `${m.location ? `${m.location.file}:${m.location.line}: ` : ''}${m.text}`);
+      throw new Error(`${out} from ${entry}: ${messages.length > 0 ? messages.join('; ') : error.message}`, { cause: error });
+    }
     for (const file of result.outputFiles) write(file.path, file.text);
     const inputs = Object.keys(result.metafile.inputs)
       .filter((file) => !file.includes('node_modules/'))
-      .map((file) => relative(root, resolve(root, file)))
-      .sort();
-    const newest = Math.max(
-      ...watched(inputs)
-        .map((file) => mtimeOf(join(root, file)))
-        .filter(Number.isFinite),
-    );
-    write(join(root, `${out}.inputs.json`), `${JSON.stringify({ esbuild: esbuild.version, newest, inputs }, null, 1)}\n`);
+      .map((file) => relative(root, resolve(root, file)));
+    // each watched file's mtime; one changed while esbuild was reading (at or after `started`, with
+    // a margin for the file system's coarser clock) may be in the bundle as it was before: it is
+    // recorded as 0, so the next build bundles again
+    const times = {};
+    for (const file of watched(inputs).sort()) {
+      const mtime = mtimeOf(file);
+      if (mtime !== null) times[file] = mtime >= started - 50 ? 0 : mtime;
+    }
+    write(join(root, `${out}.inputs.json`), `${JSON.stringify({ esbuild: esbuild.version, inputs: times }, null, 1)}\n`);
   }
   return stale.map(({ out }) => out);
 }

@@ -7,8 +7,9 @@
  *   - the compiler's emit: one small project (migrations) rebuilt with --force, so TypeScript emits
  *     every file again; each text equals the one on disk, so none may be rewritten.
  * The services' bundles (scripts/bundle-services.mjs, apps/<service>/dist/main.bundle.js) are
- * dist/ files too: an input of a bundle touched (a newer time, the same text) makes the build bundle
- * again, and the bundle, whose text is the same, stays as it is; the next build bundles nothing.
+ * dist/ files too: an input of a bundle touched (a newer or an older time, the same text) makes the
+ * build bundle again, and the bundle, whose text is the same, stays as it is; the next build bundles
+ * nothing.
  * Needs `npm run build` first (as every test of the built apps).
  */
 import { describe, expect, it } from '@jest/globals';
@@ -16,7 +17,7 @@ import { execFile } from 'node:child_process';
 import { readdirSync, readFileSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { repoRoot } from '@runplane/devstack';
+import { repoRoot, serviceEntry, SERVICES } from '@runplane/devstack';
 
 const repo = repoRoot();
 const run = promisify(execFile);
@@ -69,24 +70,36 @@ describe('npm run build with nothing changed', () => {
 
   it('an input of a bundle touched: bundled again, the bundle left as it is, then up to date', async () => {
     const out = 'apps/lifecycle/dist/main.bundle.js';
-    const record = () => JSON.parse(readFileSync(join(repo, `${out}.inputs.json`), 'utf8')) as { newest: number; inputs: string[] };
-    // the bundle's own code and a library's: both are inputs
-    expect(record().inputs).toEqual(expect.arrayContaining(['apps/lifecycle/dist/decide.js', 'libs/eventlog/dist/event-log.js']));
+    const record = () => JSON.parse(readFileSync(join(repo, `${out}.inputs.json`), 'utf8')) as { inputs: Record<string, number> };
     const { bundleUpToDate } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { bundleUpToDate: (out: string) => boolean };
     await build();
     expect(bundleUpToDate(out)).toBe(true);
+    // the bundle's own code, a library's and their package.json files are inputs
+    const input = 'apps/lifecycle/dist/decide.js';
+    expect(Object.keys(record().inputs)).toEqual(
+      expect.arrayContaining([input, 'libs/eventlog/dist/event-log.js', 'apps/lifecycle/package.json', 'libs/eventlog/package.json']),
+    );
+    const recorded = record().inputs[input]!;
     const before = snapshot(['apps/lifecycle']);
-    const later = new Date(Math.ceil(record().newest) + 2_000);
-    utimesSync(join(repo, 'apps/lifecycle/dist/decide.js'), later, later);
-    expect(bundleUpToDate(out)).toBe(false);
-    await build();
-    expect(bundleUpToDate(out)).toBe(true);
-    expect(record().newest).toBeGreaterThanOrEqual(later.getTime());
+    // newer (an edit), then older than recorded (a file put back from a copy): both are stale
+    for (const time of [recorded + 1, recorded - 60_000]) {
+      utimesSync(join(repo, input), new Date(time), new Date(time));
+      expect(bundleUpToDate(out)).toBe(false);
+      await build();
+      expect(bundleUpToDate(out)).toBe(true);
+      expect(record().inputs[input]).toBe(statSync(join(repo, input)).mtimeMs);
+    }
     const after = snapshot(['apps/lifecycle']);
     const changed = [...after.keys()].filter((file) => after.get(file) !== before.get(file)).map((file) => file.slice(repo.length + 1));
     // only the touched input and the bundle's record of its inputs
-    expect(changed.sort()).toEqual(['apps/lifecycle/dist/decide.js', `${out}.inputs.json`]);
+    expect(changed.sort()).toEqual([input, `${out}.inputs.json`]);
     await build();
     expect(snapshot(['apps/lifecycle'])).toEqual(after);
   }, 120_000);
+
+  it('bundles every service the local stack starts, and the stack starts the bundles', async () => {
+    const { BUNDLED_SERVICES } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { BUNDLED_SERVICES: string[] };
+    expect([...BUNDLED_SERVICES].sort()).toEqual([...SERVICES].sort());
+    for (const name of SERVICES) expect(serviceEntry(repo, name)).toBe(join(repo, 'apps', name, 'dist', 'main.bundle.js'));
+  });
 });

@@ -13,7 +13,16 @@ import { join } from 'node:path';
 import getPort from 'get-port';
 import { openApiDocument, ProblemDetails } from '@runplane/contracts';
 import { RunplaneClient, RunplaneHttpError, RunplaneUnreachableError } from '@runplane/client';
-import { natsCaEnvOf, natsEnvOf, provisionAsAdmin, repoRoot, spawnReady, startSecuredNats, type ManagedProcess } from '@runplane/devstack';
+import {
+  natsCaEnvOf,
+  natsEnvOf,
+  provisionAsAdmin,
+  repoRoot,
+  serviceEntry,
+  spawnReady,
+  startSecuredNats,
+  type ManagedProcess,
+} from '@runplane/devstack';
 import { readFileSync } from 'node:fs';
 import { startTestStack, type TestStack } from '../support/stack.js';
 
@@ -259,7 +268,7 @@ async function spawnService(name: 'admission' | 'publication', env: NodeJS.Proce
   const log = createWriteStream(join(repoRoot(), '.runplane', 'test-logs', t.tag, `${logName}.log`));
   return spawnReady(
     name,
-    join(repoRoot(), 'apps', name, 'dist', 'main.js'),
+    serviceEntry(repoRoot(), name),
     [],
     // a key given as undefined is left out (e.g. NATS_CA_FILE for a private nats-server without TLS)
     Object.fromEntries(

@@ -15,7 +15,6 @@
  * starting if there is one, leaving the free thread idle: beside a loaded CI (2 cores) a start-up
  * outlasted a 2.5 s timeout and the call was refused `not_started`.
  */
-import { existsSync } from 'node:fs';
 import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { SpanStatusCode } from '@opentelemetry/api';
@@ -25,12 +24,11 @@ import { newStartGate, tryRefuse } from './start-gate.js';
 import type { ToolTask } from './tool-worker.js';
 
 /**
- * The tool threads' script: `tool-worker.bundle.js` beside this module (or beside the tools
- * service's bundle) when the build made it (scripts/bundle-services.mjs), else `tool-worker.js`.
+ * The tool threads' script: `tool-worker.bundle.js` when this code runs from the tools service's
+ * bundle (scripts/bundle-services.mjs), else `tool-worker.js` beside this module: the threads run
+ * code of the same build as the service.
  */
-const TOOL_WORKER =
-  ['./tool-worker.bundle.js', './tool-worker.js'].map((file) => new URL(file, import.meta.url)).find((url) => existsSync(url)) ??
-  new URL('./tool-worker.js', import.meta.url);
+const TOOL_WORKER = new URL(import.meta.url.endsWith('.bundle.js') ? './tool-worker.bundle.js' : './tool-worker.js', import.meta.url);
 
 export type FinalOutcome = Exclude<ToolOutcome, { kind: 'timed-out' }>;
 

@@ -17,6 +17,22 @@ import { kvJson, KvStore } from '@runplane/kit';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
 
+/**
+ * The heartbeat worker's script: in a service's bundle (scripts/bundle-services.mjs, this code
+ * running from `apps/<service>/dist/main.bundle.js`) the worker's own bundle beside it; else the
+ * built worker beside this module, or, from the sources (tests run them through a transform that
+ * worker threads do not get), the built one in `../dist`.
+ * @throws Error naming the files looked for when none exists (a build is missing).
+ */
+function heartbeatWorkerScript(): URL {
+  const candidates = import.meta.url.endsWith('.bundle.js')
+    ? ['./heartbeat-worker.bundle.js']
+    : ['./heartbeat-worker.js', '../dist/heartbeat-worker.js'];
+  const urls = candidates.map((file) => new URL(file, import.meta.url));
+  const found = urls.find((url) => existsSync(url));
+  if (!found) throw new Error(`no heartbeat worker script (${urls.map((u) => u.pathname).join(', ')}): run \`npm run build\``);
+  return found;
+}
 /** A heartbeat's value: who beats, and how long one beat vouches for the process (ms). */
 export const HeartbeatValue = z.object({
   service: z.string(),
@@ -106,13 +122,7 @@ export class ProcessHeartbeat {
       value: { service: writer.service, instance: writer.instance, ttlMs },
       everyMs: Math.max(50, Math.floor(ttlMs / 3)),
     };
-    // in a service's bundle (scripts/bundle-services.mjs), the worker's own bundle beside it; beside
-    // this module once built; from the sources (tests run them through a transform that worker
-    // threads do not get) the built worker
-    const script = ['./heartbeat-worker.bundle.js', './heartbeat-worker.js', '../dist/heartbeat-worker.js']
-      .map((file) => new URL(file, import.meta.url))
-      .find((url) => existsSync(url))!;
-    const worker = new Worker(script, { workerData: data });
+    const worker = new Worker(heartbeatWorkerScript(), { workerData: data });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
       worker.once('message', (m: { beat?: boolean }) => {

@@ -20,11 +20,11 @@ const here = dirname(fileURLToPath(import.meta.url));
 /**
  * The shipped sample folder `libs/holdings/sample/`: beside this module's folder (`src/` or
  * `dist/`), or, in a service's bundle (scripts/bundle-services.mjs, where this code runs from
- * `apps/<service>/dist/`), the installed package's.
+ * `apps/<service>/dist/*.bundle.js`), the installed package's.
  */
-export const SAMPLE_DIR = existsSync(resolve(here, '..', 'sample'))
-  ? resolve(here, '..', 'sample')
-  : resolve(dirname(fileURLToPath(import.meta.resolve('@runplane/holdings'))), '..', 'sample');
+export const SAMPLE_DIR = import.meta.url.endsWith('.bundle.js')
+  ? resolve(dirname(fileURLToPath(import.meta.resolve('@runplane/holdings'))), '..', 'sample')
+  : resolve(here, '..', 'sample');
 
 /**
  * The repository root: the nearest ancestor of `start` (default: this module's folder) that holds
