@@ -8,6 +8,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import type { ServiceName } from '@runplane/devstack';
+import { changedSince, RUN_WAKE_FALLBACK_MS, runMark } from './run-wake.js';
 import type { TestStack } from './stack.js';
 
 export const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
@@ -39,18 +40,23 @@ async function tryRead(t: TestStack, runId: string): Promise<StoredEvent[] | nul
   }
 }
 
-/** Polls the log (through outages) until `pred` holds for the Run's events; resolves with them. */
+/**
+ * Reads the Run's events until `pred` holds for them, and resolves with them: again each time a
+ * message is stored on one of its subjects, and at least every second (through outages:
+ * test/support/run-wake.ts).
+ */
 export async function until(t: TestStack, runId: string, pred: (events: StoredEvent[]) => boolean, timeoutMs: number, what: string) {
   const deadline = Date.now() + timeoutMs;
   let last: StoredEvent[] = [];
   for (;;) {
+    const mark = runMark(t.log, runId);
     const events = await tryRead(t, runId);
     if (events) {
       last = events;
       if (pred(events)) return events;
     }
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} of ${runId}; events: ${last.map((e) => e.event.type).join(', ')}`);
-    await sleep(100);
+    await changedSince(t.log, runId, mark, Math.min(RUN_WAKE_FALLBACK_MS, Math.max(10, deadline - Date.now())));
   }
 }
 

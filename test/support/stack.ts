@@ -26,6 +26,7 @@ import {
 import { auditRuns, readForAudit } from '@runplane/audit';
 import { destroyBus, EventLog, natsTlsOptions, type NatsTlsOption } from '@runplane/eventlog';
 import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
+import { changedSince, RUN_WAKE_FALLBACK_MS, runMark } from './run-wake.js';
 
 export interface TestStack {
   tag: string;
@@ -55,7 +56,10 @@ export interface TestStack {
   modelRequests(): Promise<number>;
   /** Replaces the scripted model's scenario (and resets its counters), or binds one to `key` (requests whose text contains the key). */
   setScenario(scenario: unknown, key?: string): Promise<void>;
-  /** Resolves with the Run's events once it has a settlement (polling the log). */
+  /**
+   * Resolves with the Run's events once it has a settlement: reads the log again each time a message
+   * is stored on one of the Run's subjects, and at least every second (test/support/run-wake.ts).
+   */
   waitForSettlement(runId: string, timeoutMs?: number): Promise<StoredEvent[]>;
   stop(): Promise<void>;
 }
@@ -273,6 +277,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
       for (;;) {
         let events: StoredEvent[] = [];
         let readError: unknown = null;
+        const mark = runMark(adminLog, runId);
         try {
           events = await adminLog.readRun(runId);
         } catch (e) {
@@ -286,7 +291,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
             `run ${runId} did not settle within ${timeoutMs} ms; events: ${events.map((e) => e.event.type).join(', ')}${readError ? `; last read failed: ${readError instanceof Error ? readError.message : JSON.stringify(readError)}` : ''}`,
           );
         }
-        await new Promise((r) => setTimeout(r, 150));
+        await changedSince(adminLog, runId, mark, Math.min(RUN_WAKE_FALLBACK_MS, Math.max(10, deadline - Date.now())));
       }
     },
     async stop() {

@@ -1,0 +1,92 @@
+/**
+ * What a test's wait on a Run's events wakes on: a message stored on one of the Run's subjects.
+ * One core NATS subscription per event log (`<prefix>.run.>`, the test's admin connection) counts
+ * the messages of each Run; a wait reads the Run, and reads it again only when the count moved
+ * (or after a fallback interval: a message published while the connection was down, during a NATS
+ * restart, reaches no subscription). Reading every Run of a test every 100-150 ms instead cost the
+ * test worker and the nats-server a read of every event per poll (each subject's chain walked back
+ * by direct gets), dozens of times a second per Run.
+ */
+import type { Subscription } from '@nats-io/nats-core';
+import type { EventLog } from '@runplane/eventlog';
+
+/** The longest a wait goes without reading the Run again, when nothing was seen on its subjects, ms. */
+export const RUN_WAKE_FALLBACK_MS = 1_000;
+
+/**
+ * How long a woken wait lets the server store what woke it before reading, ms: a subscriber may get
+ * a message before the stream has stored it (the stream is another subscriber of the subject).
+ */
+const STORE_SETTLE_MS = 25;
+
+interface Watch {
+  sub: Subscription;
+  /** Messages seen per Run id. */
+  counts: Map<string, number>;
+  /** Waiters per Run id, resolved at its next message. */
+  waiters: Map<string, Set<() => void>>;
+}
+
+const watches = new WeakMap<EventLog, Watch>();
+
+/** The watch of `log`'s Run subjects, subscribed on first use. */
+function watchOf(log: EventLog): Watch {
+  let w = watches.get(log);
+  if (w && !w.sub.isClosed()) return w;
+  const sub = log.nc.subscribe(`${log.space.prefix}.run.>`);
+  const watch: Watch = { sub, counts: new Map(), waiters: new Map() };
+  // `<prefix>.run.<runId>.<owner>.<partition>`: the prefix has no dots (devstack subject spaces)
+  const runToken = log.space.prefix.split('.').length + 1;
+  void (async () => {
+    for await (const m of sub) {
+      const runId = m.subject.split('.')[runToken];
+      if (runId === undefined) continue;
+      watch.counts.set(runId, (watch.counts.get(runId) ?? 0) + 1);
+      const ws = watch.waiters.get(runId);
+      if (ws) {
+        watch.waiters.delete(runId);
+        for (const wake of ws) wake();
+      }
+    }
+  })().catch(() => undefined); // closed with the connection
+  watches.set(log, watch);
+  w = watch;
+  return w;
+}
+
+/**
+ * How many messages of `runId` the watch has seen so far: take it before reading the Run, and pass
+ * it to {@link changedSince} after, so that a message stored during the read is not missed.
+ */
+export function runMark(log: EventLog, runId: string): number {
+  try {
+    return watchOf(log).counts.get(runId) ?? 0;
+  } catch {
+    return -1; // the connection is closed or reconnecting: the waits fall back to their interval
+  }
+}
+
+/**
+ * Resolves when a message of `runId` has been seen since `mark` ({@link runMark}) (at once if one
+ * already was), {@link STORE_SETTLE_MS} after it, or after `fallbackMs` at the latest.
+ */
+export function changedSince(log: EventLog, runId: string, mark: number, fallbackMs = RUN_WAKE_FALLBACK_MS): Promise<void> {
+  let watch: Watch;
+  try {
+    watch = watchOf(log);
+  } catch {
+    return new Promise((r) => setTimeout(r, Math.min(fallbackMs, 100)));
+  }
+  if (mark < 0 || (watch.counts.get(runId) ?? 0) !== mark) return new Promise((r) => setTimeout(r, STORE_SETTLE_MS));
+  return new Promise((resolve) => {
+    const set = watch.waiters.get(runId) ?? new Set<() => void>();
+    const wake = () => {
+      clearTimeout(timer);
+      set.delete(wake);
+      setTimeout(resolve, STORE_SETTLE_MS);
+    };
+    const timer = setTimeout(wake, fallbackMs);
+    set.add(wake);
+    watch.waiters.set(runId, set);
+  });
+}
