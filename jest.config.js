@@ -5,6 +5,22 @@
  * uses. TypeScript goes through @swc/jest as native ESM (Nest 12 is ESM-only), so the scripts set
  * NODE_OPTIONS=--experimental-vm-modules.
  */
+/**
+ * The test files of each set, under `<rootDir>` (a pattern on the absolute path, as
+ * `--testPathPatterns` takes, would also match a clone under, say, `/srv/apps/x/test/`):
+ * `RUNPLANE_TEST_SET=unit` the projects' own tests (`npm run test:unit`), `e2e` every other file
+ * (`npm run test:e2e`), unset every file.
+ */
+const TEST_SETS = {
+  unit: ['<rootDir>/apps/*/test/**/*.test.ts', '<rootDir>/libs/*/test/**/*.test.ts'],
+  e2e: ['<rootDir>/test/**/*.test.ts'],
+  all: ['<rootDir>/apps/*/test/**/*.test.ts', '<rootDir>/libs/*/test/**/*.test.ts', '<rootDir>/test/**/*.test.ts'],
+};
+
+function unknownTestSet(name) {
+  throw new Error(`RUNPLANE_TEST_SET=${name} is not a test set: unit, e2e or all (or unset)`);
+}
+
 export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
@@ -27,7 +43,7 @@ export default {
     '^@runplane/([^/]+)/([^/]+)$': '<rootDir>/libs/$1/src/$2.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
-  testMatch: ['<rootDir>/apps/*/test/**/*.test.ts', '<rootDir>/libs/*/test/**/*.test.ts', '<rootDir>/test/**/*.test.ts'],
+  testMatch: TEST_SETS[process.env.RUNPLANE_TEST_SET ?? 'all'] ?? unknownTestSet(process.env.RUNPLANE_TEST_SET),
   // the suite's shared nats-server (the supported release; sets NATS_URL for every test file)
   globalSetup: '<rootDir>/test/support/global-setup.js',
   globalTeardown: '<rootDir>/test/support/global-teardown.js',
