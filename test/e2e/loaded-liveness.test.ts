@@ -22,10 +22,17 @@ import { startTestStack, type TestStack } from '../support/stack.js';
 const LEASE_TTL_MS = 15_000;
 const SWEEP_MS = 1_000;
 /**
- * The core the stack and the hogs are pinned to, or null (no `taskset`, or one core): then they run
- * unpinned over every core.
+ * The core the stack and the hogs are pinned to: the first of the cores this process may run on
+ * (`taskset -pc`), or null (no `taskset`, or fewer than two cores allowed): then they run unpinned
+ * over every core.
  */
-const PINNED_CORE = availableParallelism() >= 2 && spawnSync('taskset', ['-p', String(process.pid)]).status === 0 ? '0' : null;
+const PINNED_CORE = ((): string | null => {
+  if (availableParallelism() < 2) return null;
+  const r = spawnSync('taskset', ['-pc', String(process.pid)], { encoding: 'utf8' });
+  // "pid 123's current affinity list: 0,1" (or ranges: "0-3,6")
+  const first = r.status === 0 ? /affinity list:\s*(\d+)/.exec(r.stdout)?.[1] : undefined;
+  return first ?? null;
+})();
 /**
  * Spinning processes: 16 over this 2-core machine gave a load of 25-30 (8 were not enough on a
  * quiet machine to make the old renewals late); pinned to one core, 8 load it as much.

@@ -1,5 +1,6 @@
 /**
- * What a test's wait on a Run's events wakes on: a message stored on one of the Run's subjects.
+ * What a test's wait on a Run's events wakes on: a message published on one of the Run's subjects
+ * (an append; one the stream refused only costs an extra read).
  * One core NATS subscription per event log (`<prefix>.run.>`, the test's admin connection) counts
  * the messages of each Run; a wait reads the Run, and reads it again only when the count moved
  * (or after a fallback interval: a message published while the connection was down, during a NATS
@@ -48,7 +49,14 @@ function watchOf(log: EventLog): Watch {
         for (const wake of ws) wake();
       }
     }
-  })().catch(() => undefined); // closed with the connection
+  })().catch((e: unknown) => {
+    // the connection closed, or the server refused the subscription (the admin user may subscribe
+    // to everything: libs/eventlog bus.ts): the waits read every second; say why, once per watch
+    if (!log.nc.isClosed())
+      process.stderr.write(
+        `run-wake: the watch of ${log.space.prefix}.run.> ended (${e instanceof Error ? e.message : String(e)}); waits read every ${RUN_WAKE_FALLBACK_MS} ms\n`,
+      );
+  });
   watches.set(log, watch);
   w = watch;
   return w;
@@ -62,7 +70,7 @@ export function runMark(log: EventLog, runId: string): number {
   try {
     return watchOf(log).counts.get(runId) ?? 0;
   } catch {
-    return -1; // the connection is closed or reconnecting: the waits fall back to their interval
+    return -1; // the connection is closed or draining (a reconnecting one still subscribes): the waits fall back to their interval
   }
 }
 
