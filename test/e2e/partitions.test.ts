@@ -127,6 +127,14 @@ async function expectRebuildIdentical(name: string): Promise<void> {
 
 /** The writer instances of a Run's runtime events. */
 const runtimeWriters = (events: StoredEvent[]) => new Set(events.filter((e) => e.event.owner === 'runtime').map((e) => e.event.writer?.instance));
+/**
+ * True when the runtime `instance` executed the Run: it wrote on the Run's runtime subject, or a
+ * fence names it as the lease's holder (a runtime takes the lease in the bucket first and records
+ * `lease.granted` with its first decision: one killed in between held the Run with nothing written).
+ */
+const executedBy = (events: StoredEvent[], instance: string) =>
+  runtimeWriters(events).has(instance) ||
+  events.some((e) => e.event.type === 'run.fenced' && e.event.data.fencedSubject === 'runtime' && e.event.data.holder?.instance === instance);
 
 /**
  * Whether a Run's tool call was dispatched by the tools replica `killed` and got an `unknown`
@@ -226,10 +234,17 @@ describe('partitioned ownership with several replicas of every service', () => {
       const o = outcomeOf(events);
       expect(o.settlements).toBe(1);
       expect(o.duplicateEventIds).toEqual([]);
-      const onVictim = runtimeWriters(events).has(instances.runtime.instance);
+      const onVictim = executedBy(events, instances.runtime.instance);
       if (o.outcome === 'interrupted') {
         interrupted++;
-        expect({ runId, onVictim }).toEqual({ runId, onVictim: true });
+        // the Run's events and any fence's holder say, on a failure, who held it
+        const held = events.map((e) => (e.event.type === 'run.fenced' ? `run.fenced:${e.event.data.holder?.instance ?? 'none'}` : e.event.type));
+        expect({ runId, onVictim, victim: instances.runtime.instance, held }).toEqual({
+          runId,
+          onVictim: true,
+          victim: instances.runtime.instance,
+          held,
+        });
       } else if (o.outcome === 'partial' && unknownOnKilledTools(events, instances.tools.instance)) {
         // its tool call was executing on the killed tools replica: the outcome is unknown and the
         // call is not run again (K5), so the Run truthfully settles partial
