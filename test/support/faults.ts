@@ -42,7 +42,7 @@ async function tryRead(t: TestStack, runId: string): Promise<StoredEvent[] | nul
 
 /**
  * Reads the Run's events until `pred` holds for them, and resolves with them: again each time a
- * message is stored on one of its subjects, and at least every second (through outages:
+ * message is published on one of its subjects, and at least every second (through outages:
  * test/support/run-wake.ts).
  */
 export async function until(t: TestStack, runId: string, pred: (events: StoredEvent[]) => boolean, timeoutMs: number, what: string) {

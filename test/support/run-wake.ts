@@ -4,7 +4,8 @@
  * One core NATS subscription per event log (`<prefix>.run.>`, the test's admin connection) counts
  * the messages of each Run; a wait reads the Run, and reads it again only when the count moved
  * (or after a fallback interval: a message published while the connection was down, during a NATS
- * restart, reaches no subscription). Reading every Run of a test every 100-150 ms instead cost the
+ * restart, reaches no subscription). Without a watch (a closed connection, a refused subscription)
+ * the waits poll every 100 ms, as they did before. Reading every Run of a test every 100-150 ms instead cost the
  * test worker and the nats-server a read of every event per poll (each subject's chain walked back
  * by direct gets), dozens of times a second per Run.
  */
@@ -20,8 +21,13 @@ export const RUN_WAKE_FALLBACK_MS = 1_000;
  */
 const STORE_SETTLE_MS = 25;
 
+/** How often a wait reads the Run when there is no watch to wake it (the connection closed or the subscription ended), ms. */
+const POLL_MS = 100;
+
 interface Watch {
   sub: Subscription;
+  /** Set when the subscription ended (the connection closed, or the server refused it): the waits poll. */
+  ended: boolean;
   /** Messages seen per Run id. */
   counts: Map<string, number>;
   /** Waiters per Run id, resolved at its next message. */
@@ -30,12 +36,15 @@ interface Watch {
 
 const watches = new WeakMap<EventLog, Watch>();
 
-/** The watch of `log`'s Run subjects, subscribed on first use. */
+/**
+ * The watch of `log`'s Run subjects, subscribed on first use. One that ended is kept, not made
+ * again: its waits poll every {@link POLL_MS} (as before the watch) instead of subscribing anew.
+ */
 function watchOf(log: EventLog): Watch {
-  let w = watches.get(log);
-  if (w && !w.sub.isClosed()) return w;
+  const known = watches.get(log);
+  if (known) return known;
   const sub = log.nc.subscribe(`${log.space.prefix}.run.>`);
-  const watch: Watch = { sub, counts: new Map(), waiters: new Map() };
+  const watch: Watch = { sub, ended: false, counts: new Map(), waiters: new Map() };
   // `<prefix>.run.<runId>.<owner>.<partition>`: the prefix has no dots (devstack subject spaces)
   const runToken = log.space.prefix.split('.').length + 1;
   void (async () => {
@@ -49,17 +58,22 @@ function watchOf(log: EventLog): Watch {
         for (const wake of ws) wake();
       }
     }
-  })().catch((e: unknown) => {
-    // the connection closed, or the server refused the subscription (the admin user may subscribe
-    // to everything: libs/eventlog bus.ts): the waits read every second; say why, once per watch
-    if (!log.nc.isClosed())
-      process.stderr.write(
-        `run-wake: the watch of ${log.space.prefix}.run.> ended (${e instanceof Error ? e.message : String(e)}); waits read every ${RUN_WAKE_FALLBACK_MS} ms\n`,
-      );
-  });
+  })()
+    .catch((e: unknown) => {
+      // the server refused the subscription (the admin user may subscribe to everything:
+      // libs/eventlog bus.ts): say why, once per log
+      if (!log.nc.isClosed())
+        process.stderr.write(
+          `run-wake: the watch of ${log.space.prefix}.run.> ended (${e instanceof Error ? e.message : String(e)}); waits poll every ${POLL_MS} ms\n`,
+        );
+    })
+    .finally(() => {
+      watch.ended = true;
+      for (const ws of watch.waiters.values()) for (const wake of ws) wake();
+      watch.waiters.clear();
+    });
   watches.set(log, watch);
-  w = watch;
-  return w;
+  return watch;
 }
 
 /**
@@ -68,9 +82,10 @@ function watchOf(log: EventLog): Watch {
  */
 export function runMark(log: EventLog, runId: string): number {
   try {
-    return watchOf(log).counts.get(runId) ?? 0;
+    const watch = watchOf(log);
+    return watch.ended ? -1 : (watch.counts.get(runId) ?? 0);
   } catch {
-    return -1; // the connection is closed or draining (a reconnecting one still subscribes): the waits fall back to their interval
+    return -1; // the connection is closed or draining (a reconnecting one still subscribes): the waits poll
   }
 }
 
@@ -83,9 +98,10 @@ export function changedSince(log: EventLog, runId: string, mark: number, fallbac
   try {
     watch = watchOf(log);
   } catch {
-    return new Promise((r) => setTimeout(r, Math.min(fallbackMs, 100)));
+    return new Promise((r) => setTimeout(r, Math.min(fallbackMs, POLL_MS)));
   }
-  if (mark < 0 || (watch.counts.get(runId) ?? 0) !== mark) return new Promise((r) => setTimeout(r, STORE_SETTLE_MS));
+  if (mark < 0 || watch.ended) return new Promise((r) => setTimeout(r, Math.min(fallbackMs, POLL_MS)));
+  if ((watch.counts.get(runId) ?? 0) !== mark) return new Promise((r) => setTimeout(r, STORE_SETTLE_MS));
   return new Promise((resolve) => {
     const set = watch.waiters.get(runId) ?? new Set<() => void>();
     const wake = () => {

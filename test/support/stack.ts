@@ -58,7 +58,7 @@ export interface TestStack {
   setScenario(scenario: unknown, key?: string): Promise<void>;
   /**
    * Resolves with the Run's events once it has a settlement: reads the log again each time a message
-   * is stored on one of the Run's subjects, and at least every second (test/support/run-wake.ts).
+   * is published on one of the Run's subjects, and at least every second (test/support/run-wake.ts).
    */
   waitForSettlement(runId: string, timeoutMs?: number): Promise<StoredEvent[]>;
   stop(): Promise<void>;
