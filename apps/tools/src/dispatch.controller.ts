@@ -1,4 +1,4 @@
-import { statSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -8,6 +8,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { unsafeStoreFolder } from '@runplane/holdings/inspection-store';
 import { RenewalSlots, retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
@@ -35,6 +36,8 @@ export interface ToolsSettings {
   recordEffectFile: string;
   /** The holdings folder the research tools read (`RUNPLANE_DATA_DIR`; empty or absent: the default folder). */
   dataDir?: string;
+  /** Where the tool threads keep data-file inspections for each other (`RUNPLANE_TOOLS_INSPECTION_CACHE_DIR`; empty: nowhere). */
+  inspectionCacheDir?: string;
   /** FAULT INJECTION, tests only (`RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE`): while this file exists, a wake pauses between taking its claims and appending its dispatches. */
   faultDispatchPauseFile?: string;
   /** The drain bound on SIGTERM, ms (`RUNPLANE_DRAIN_SECONDS`): how long dispatched calls may still run and be recorded. */
@@ -55,20 +58,34 @@ export function toolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConf
     recordEffectFile: cfg.RUNPLANE_RECORD_EFFECT_FILE,
     ...(cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE ? { faultDispatchPauseFile: cfg.RUNPLANE_FAULT_TOOLS_DISPATCH_PAUSE_FILE } : {}),
     dataDir: cfg.RUNPLANE_DATA_DIR,
+    inspectionCacheDir: cfg.RUNPLANE_TOOLS_INSPECTION_CACHE_DIR,
     drainMs: drain.RUNPLANE_DRAIN_SECONDS * 1000,
   };
 }
 
 /**
  * {@link toolsSettings}, with the holdings folder checked at start-up: a `RUNPLANE_DATA_DIR` that is
- * set but not a directory stops the service before it takes any call (docs/operations.md).
- * @throws Error `RUNPLANE_DATA_DIR=<path> is not a directory.`
+ * set but not a directory stops the service before it takes any call (docs/operations.md). So does
+ * a `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR` that cannot be made or that another user owns or may use
+ * (it is created with mode 0700 when missing): whoever writes it decides what the tools answer.
+ * @throws Error `RUNPLANE_DATA_DIR=<path> is not a directory.`, or
+ *   `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR=<path> cannot be used: <why>.`
  */
 export function checkedToolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConfig): ToolsSettings {
   const settings = toolsSettings(cfg, drain);
   // checked here with fs alone: the holdings library (exceljs) loads in the tool threads, on first use
   if (settings.dataDir && !statSync(resolvePath(settings.dataDir), { throwIfNoEntry: false })?.isDirectory())
     throw new Error(`RUNPLANE_DATA_DIR=${settings.dataDir} is not a directory.`);
+  if (settings.inspectionCacheDir) {
+    let unsafe: string | null;
+    try {
+      mkdirSync(settings.inspectionCacheDir, { recursive: true, mode: 0o700 });
+      unsafe = unsafeStoreFolder(settings.inspectionCacheDir);
+    } catch (e) {
+      unsafe = (e as Error).message;
+    }
+    if (unsafe) throw new Error(`RUNPLANE_TOOLS_INSPECTION_CACHE_DIR=${settings.inspectionCacheDir} cannot be used: ${unsafe}.`);
+  }
   return settings;
 }
 
@@ -374,6 +391,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
         testTools: this.settings.testTools,
         recordEffectFile: this.settings.recordEffectFile,
         dataDir: this.settings.dataDir ?? '',
+        inspectionCacheDir: this.settings.inspectionCacheDir ?? '',
       });
       if (outcome.kind === 'crashed')
         this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');

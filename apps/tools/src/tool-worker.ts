@@ -2,13 +2,16 @@
  * The activity, in a worker thread (piscina): runs one tool call and returns how it ended. Tool
  * work (parsing a large issuer file, a CPU-bound test tool) blocks only this thread, so the tools
  * worker's event loop stays free to enforce timeouts and renew claims (K5). Each thread keeps its
- * own holdings library, whose parsed files are cached by content digest.
+ * own holdings library, whose parsed files are cached by content digest, and, when
+ * `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR` is set, kept on disk for the other threads and processes
+ * (holdings `InspectionStore`).
  */
 import { existsSync } from 'node:fs';
 import { appendFile } from 'node:fs/promises';
 // the tool packs alone: the rest of the contracts (events, configuration, HTTP) is not needed on a tool thread
 import { RecordEffectArgs, TestToolPack } from '@runplane/contracts/tools';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
+import { InspectionStore } from '@runplane/holdings/inspection-store';
 import type { ToolOutcome } from './decide.js';
 import { tryBegin, type StartGate } from './start-gate.js';
 import { releaseStartupMemory } from '@runplane/kit/memory';
@@ -27,6 +30,8 @@ export interface ToolTask {
   recordEffectFile: string;
   /** The holdings folder (`RUNPLANE_DATA_DIR`; empty: the default folder, holdings `resolveDataFolder`). */
   dataDir: string;
+  /** Where inspections of the data files are kept for other threads and processes (`RUNPLANE_TOOLS_INSPECTION_CACHE_DIR`; empty or absent: nowhere). */
+  inspectionCacheDir?: string;
   /** Told `started` the moment this thread begins the call (the timeout counts from then, not from the queue). */
   startedPort?: MessagePort;
   /** Passed only when the call may be refused while it waits for a thread: begun only if it was not. */
@@ -87,7 +92,8 @@ export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutco
       if (!task.testTools.includes(task.name)) throw new ToolFailure('unknown_tool', `Tool ${task.name} is not enabled on this worker.`);
       result = await recordEffect(task, args);
     } else {
-      library ??= new HoldingsLibrary(resolveDataFolder({ RUNPLANE_DATA_DIR: task.dataDir }));
+      // a store refused here (the folder changed since start-up checked it) is off: this thread parses
+      library ??= new HoldingsLibrary(resolveDataFolder({ RUNPLANE_DATA_DIR: task.dataDir }), InspectionStore.open(task.inspectionCacheDir ?? ''));
       result = await executeTool(library, task.name, args);
     }
     return { kind: 'returned', json: JSON.stringify(result) };

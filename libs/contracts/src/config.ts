@@ -300,6 +300,13 @@ export const ToolsConfig = z.object({
    */
   RUNPLANE_DATA_DIR: z.string().default(''),
   /**
+   * Folder where the tool threads keep what each data file turned out to be (holdings
+   * `InspectionStore`), so that another thread or process reading the same files does not parse
+   * them again; empty (the default): each thread parses for itself. It must be this user's own
+   * folder, mode 0700 (created so when missing): start-up refuses one that others may write.
+   */
+  RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: z.string().default(''),
+  /**
    * FAULT INJECTION, tests only; empty (off) by default and in production. While the file at this
    * path exists, a tools wake that has taken the claims of the calls it decided to dispatch pauses
    * before appending their `tool.call.dispatched`, so that a test can make a peer's wake meet

@@ -48,6 +48,7 @@ import { createDevNatsTls, natsTlsConfig } from './tls.js';
 import { createDevSigning, signingEnvOf, type DevSigning } from './signing.js';
 import { serviceAllocatorEnv } from './allocator.js';
 import { compileCacheEnv } from './compile-cache.js';
+import { inspectionCacheEnv } from './inspection-cache.js';
 import { freePortOutsideEphemeral } from './ports.js';
 
 export * from './nats-server.js';
@@ -57,6 +58,7 @@ export * from './signing.js';
 export * from './state-lock.js';
 export * from './allocator.js';
 export * from './compile-cache.js';
+export * from './inspection-cache.js';
 export * from './ports.js';
 
 /**
@@ -819,6 +821,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         ...env,
         ...serviceAllocatorEnv(env),
         ...compileCacheEnv(env),
+        ...(name === 'tools' ? inspectionCacheEnv(env) : {}),
         ...signingEnvOf(signing, name),
         ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}),
         ...viewerEnv(name),

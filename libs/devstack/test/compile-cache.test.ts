@@ -1,7 +1,8 @@
 /**
  * The processes a local stack starts reuse Node's module compile cache (`compileCacheEnv`): a
  * process given that environment really has the cache on, in Node's default folder, and the
- * caller's own choice (a folder, or `NODE_DISABLE_COMPILE_CACHE`) wins.
+ * caller's own choice (a folder, or `NODE_DISABLE_COMPILE_CACHE`) wins. Likewise the tools'
+ * data-file inspections (`inspectionCacheEnv`): one folder per OS user, unless the caller chose.
  */
 import { describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
@@ -9,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { compileCacheDir, compileCacheEnv } from '../src/compile-cache.js';
+import { inspectionCacheDir, inspectionCacheEnv } from '../src/inspection-cache.js';
 
 const run = promisify(execFile);
 
@@ -40,5 +42,18 @@ describe('a process started with that environment', () => {
 
   it('without it, runs with the cache off', async () => {
     expect(await cacheDirOf(base)).toBe('off');
+  });
+});
+
+describe('inspectionCacheEnv', () => {
+  it("given an environment without a choice, names this user's folder under the OS temporary folder", () => {
+    const dir = join(tmpdir(), `runplane-inspection-cache-${process.getuid!()}`);
+    expect(inspectionCacheEnv({})).toEqual({ RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: dir });
+    expect(inspectionCacheDir()).toBe(dir);
+  });
+
+  it("given RUNPLANE_TOOLS_INSPECTION_CACHE_DIR already set (a folder, or empty: off), the caller's choice wins", () => {
+    expect(inspectionCacheEnv({ RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: '/var/cache/other' })).toEqual({});
+    expect(inspectionCacheEnv({ RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: '' })).toEqual({});
   });
 });

@@ -16,6 +16,7 @@ import type {
 import { compareFiles, holdingsResult, provenanceOf, TOP_HOLDINGS } from './compare.js';
 import type { DataFolder, DataSet } from './data-folder.js';
 import { ToolFailure } from './errors.js';
+import type { InspectionStore } from './inspection-store.js';
 import { isOverviewTable, parseFactSheet, parseOverviewTable, type FactSheet, type OverviewTable } from './facts.js';
 import { isZip, parseHoldingsCsvText, parseSsgaWorkbook, sha256Of, sniffCsvFormat } from './parse.js';
 import type { ParsedHoldingsFile } from './types.js';
@@ -62,16 +63,27 @@ async function readAndInspect(
 const byDigest = new Map<string, Promise<Inspection>>();
 const BY_DIGEST_LIMIT = 256;
 
-/** {@link inspectFile}, answered from the content-digest cache when the same bytes were inspected before. */
-export function inspectFileCached(path: string, name: string): Promise<Inspection> {
-  return readAndInspect(path, name, inspectBytesCached);
+/**
+ * {@link inspectFile}, answered from the content-digest cache when the same bytes were inspected
+ * before, else from `store` (inspections kept on disk by another thread or process), else parsed
+ * and kept in both.
+ */
+export function inspectFileCached(path: string, name: string, store: InspectionStore | null = null): Promise<Inspection> {
+  return readAndInspect(path, name, (bytes) => inspectBytesCached(bytes, path, name, store));
 }
 
-function inspectBytesCached(bytes: Buffer, path: string, name: string): Promise<Inspection> {
-  const key = `${sha256Of(bytes)}:${name}`;
+function inspectBytesCached(bytes: Buffer, path: string, name: string, store: InspectionStore | null): Promise<Inspection> {
+  const sha256 = sha256Of(bytes);
+  const key = `${sha256}:${name}`;
   const hit = byDigest.get(key);
   if (hit) return hit;
-  const inspection = inspectBytes(bytes, path, name);
+  const kept = store?.get(sha256, path, name);
+  const inspection = kept
+    ? Promise.resolve(kept)
+    : inspectBytes(bytes, path, name).then((parsed) => {
+        store?.put(sha256, path, name, parsed);
+        return parsed;
+      });
   byDigest.set(key, inspection);
   while (byDigest.size > BY_DIGEST_LIMIT) byDigest.delete(byDigest.keys().next().value!);
   return inspection;
@@ -184,7 +196,14 @@ export class HoldingsLibrary {
   readonly dataSet: DataSet;
   private readonly cache = new Map<string, { stamp: string; inspection: Promise<Inspection> }>();
 
-  constructor(folder: DataFolder) {
+  /**
+   * @param store where inspections are kept on disk for other threads and processes
+   *   ({@link InspectionStore}); null: parsed in this thread (once per content, kept in memory).
+   */
+  constructor(
+    folder: DataFolder,
+    private readonly store: InspectionStore | null = null,
+  ) {
     this.dir = folder.dir;
     this.dataSet = folder.dataSet;
   }
@@ -221,7 +240,7 @@ export class HoldingsLibrary {
     const stamp = `${info.size}:${info.mtimeMs}`;
     const cached = this.cache.get(path);
     if (cached && cached.stamp === stamp) return cached.inspection;
-    const inspection = inspectFileCached(path, name);
+    const inspection = inspectFileCached(path, name, this.store);
     this.cache.set(path, { stamp, inspection });
     return inspection;
   }
