@@ -4,9 +4,12 @@
  * -> tools on the real issuer files -> publication -> lifecycle settlement; projections rebuilt.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { ResultStore, runSubject } from '@runplane/eventlog';
 import { extractUnanswered } from '@runplane/app-scripted-model';
+import { inspectionCacheDir } from '@runplane/devstack';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
 import { describeWithSharedData } from '../support/shared-data.js';
@@ -15,7 +18,9 @@ import { eventually, startTestStack, type TestStack } from '../support/stack.js'
 const DEFAULT_QUESTION = 'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage';
 
 let t: TestStack;
+let startedAt: number;
 beforeAll(async () => {
+  startedAt = Date.now();
   t = await startTestStack('main');
 }, 120_000);
 afterAll(async () => {
@@ -38,6 +43,15 @@ describeWithSharedData('default question on the real holdings files', (dir) => {
     events = await t.waitForSettlement(runId, 90_000);
     answer = (await t.client.getAnswer(runId)).text;
   }, 120_000);
+
+  it("keeps what each data file turned out to be in the stack's inspection folder, for the next tool thread (RUNPLANE_TOOLS_INSPECTION_CACHE_DIR)", () => {
+    const folder = process.env.RUNPLANE_TOOLS_INSPECTION_CACHE_DIR || inspectionCacheDir();
+    // the version folder of the tools' code, marked used when a thread opened it for this Run
+    // (another checkout's stacks may have opened their own version meanwhile)
+    const opened = readdirSync(folder).filter((v) => statSync(join(folder, v)).mtimeMs >= startedAt - 1000);
+    const kept = opened.map((v) => readdirSync(join(folder, v)).filter((f) => !f.endsWith('.partial')).length);
+    expect(Math.max(0, ...kept)).toBeGreaterThanOrEqual(readdirSync(dir).filter((f) => !f.startsWith('.')).length);
+  });
 
   it('settles completed exactly once, by the lifecycle', () => {
     const settlements = events.filter((e) => e.event.type === 'run.settled');

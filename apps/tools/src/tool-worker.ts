@@ -11,7 +11,7 @@ import { appendFile } from 'node:fs/promises';
 // the tool packs alone: the rest of the contracts (events, configuration, HTTP) is not needed on a tool thread
 import { RecordEffectArgs, TestToolPack } from '@runplane/contracts/tools';
 import { executeTool, HoldingsLibrary, resolveDataFolder, ToolFailure } from '@runplane/holdings';
-import { InspectionStore } from '@runplane/holdings/inspection-store';
+import { holdingsCodeVersion, InspectionStore } from '@runplane/holdings/inspection-store';
 import type { ToolOutcome } from './decide.js';
 import { tryBegin, type StartGate } from './start-gate.js';
 import { releaseStartupMemory } from '@runplane/kit/memory';
@@ -39,6 +39,10 @@ export interface ToolTask {
 }
 
 let library: HoldingsLibrary | null = null;
+
+// the version of the parsing code this thread loaded, taken now: a build that replaces the files
+// before this thread's first call cannot lend its version to this code (holdings InspectionStore)
+holdingsCodeVersion();
 
 /** Busy-waits `ms` milliseconds: blocks the thread, as a CPU-bound parse does. */
 function burn(ms: number): void {

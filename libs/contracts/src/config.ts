@@ -303,7 +303,8 @@ export const ToolsConfig = z.object({
    * Folder where the tool threads keep what each data file turned out to be (holdings
    * `InspectionStore`), so that another thread or process reading the same files does not parse
    * them again; empty (the default): each thread parses for itself. It must be this user's own
-   * folder, mode 0700 (created so when missing): start-up refuses one that others may write.
+   * folder, mode 0700 (created so when missing), no symbolic link, under folders no one else may
+   * write unless sticky: start-up refuses anything else (holdings `unsafeStoreFolder`).
    */
   RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: z.string().default(''),
   /**

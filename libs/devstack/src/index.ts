@@ -821,7 +821,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         ...env,
         ...serviceAllocatorEnv(env),
         ...compileCacheEnv(env),
-        ...(name === 'tools' ? inspectionCacheEnv(env) : {}),
+        ...(name === 'tools' ? inspectionCacheEnv(env, (reason) => log.write(`[devstack] ${reason}\n`)) : {}),
         ...signingEnvOf(signing, name),
         ...(opts.natsUsers ? natsEnvOf(opts.natsUsers, name) : {}),
         ...viewerEnv(name),

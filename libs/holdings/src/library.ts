@@ -80,8 +80,9 @@ function inspectBytesCached(bytes: Buffer, path: string, name: string, store: In
   const kept = store?.get(sha256, path, name);
   const inspection = kept
     ? Promise.resolve(kept)
-    : inspectBytes(bytes, path, name).then((parsed) => {
-        store?.put(sha256, path, name, parsed);
+    : inspectBytesOnce(bytes, path, name).then(({ inspection: parsed, lasting }) => {
+        // an unexpected error (exceljs not loading, a bug) may not happen again: not kept for others
+        if (lasting) store?.put(sha256, path, name, parsed);
         return parsed;
       });
   byDigest.set(key, inspection);
@@ -90,19 +91,28 @@ function inspectBytesCached(bytes: Buffer, path: string, name: string, store: In
 }
 
 async function inspectBytes(bytes: Buffer, path: string, name: string): Promise<Inspection> {
+  return (await inspectBytesOnce(bytes, path, name)).inspection;
+}
+
+/**
+ * What the bytes are, and whether that holds for as long as the bytes and the code do (`lasting`):
+ * false when an unexpected error (not the parsers' own `ToolFailure`) made the file `other`.
+ */
+async function inspectBytesOnce(bytes: Buffer, path: string, name: string): Promise<{ inspection: Inspection; lasting: boolean }> {
   const sha256 = sha256Of(bytes);
   try {
-    if (isZip(bytes)) return { kind: 'holdings', name, parsed: await parseSsgaWorkbook(bytes, path) };
+    if (isZip(bytes)) return { inspection: { kind: 'holdings', name, parsed: await parseSsgaWorkbook(bytes, path) }, lasting: true };
     const text = bytes.toString('utf8');
-    if (sniffCsvFormat(text) !== null) return { kind: 'holdings', name, parsed: parseHoldingsCsvText(text, path, sha256) };
-    if (isOverviewTable(text)) return { kind: 'overview', name, sha256, table: parseOverviewTable(text) };
+    if (sniffCsvFormat(text) !== null)
+      return { inspection: { kind: 'holdings', name, parsed: parseHoldingsCsvText(text, path, sha256) }, lasting: true };
+    if (isOverviewTable(text)) return { inspection: { kind: 'overview', name, sha256, table: parseOverviewTable(text) }, lasting: true };
     const sheet = parseFactSheet(text);
-    if (sheet) return { kind: 'factsheet', name, sha256, sheet };
+    if (sheet) return { inspection: { kind: 'factsheet', name, sha256, sheet }, lasting: true };
     // Not a known kind: the csv parser's reason says which holdings columns are missing.
     parseHoldingsCsvText(text, path, sha256);
-    return { kind: 'other', name, reason: 'not a holdings file, overview table or fact sheet' };
+    return { inspection: { kind: 'other', name, reason: 'not a holdings file, overview table or fact sheet' }, lasting: true };
   } catch (error) {
-    return { kind: 'other', name, reason: (error as Error).message };
+    return { inspection: { kind: 'other', name, reason: (error as Error).message }, lasting: error instanceof ToolFailure };
   }
 }
 

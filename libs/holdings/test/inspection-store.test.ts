@@ -5,11 +5,13 @@
  * folder someone else may write.
  */
 import { afterAll, describe, expect, it } from '@jest/globals';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  codeVersionOf,
   HoldingsLibrary,
   holdingsCodeVersion,
   inspectFile,
@@ -120,7 +122,7 @@ describe('InspectionStore', () => {
     expect(seen!.kind).toBe('holdings');
   });
 
-  it('given entries of another code version, then they are not read, and only the three most recently used other versions are kept', async () => {
+  it('given entries of another code version, then they are not read, and only the three most recently opened other versions are kept', async () => {
     const dir = tempDir('versions');
     const path = '/data/x.csv';
     const kept: Inspection = { kind: 'other', name: 'x.csv', reason: 'old code' };
@@ -152,8 +154,75 @@ describe('InspectionStore', () => {
     expect(listed.funds.map((f) => f.fund)).toEqual(['AAA', 'BBB']);
   });
 
-  it('names the code by a sha256 that stays the same within a thread', () => {
+  it('given a folder owned by another user, or below a folder others may write that is not sticky, or named through a symbolic link with a trailing slash, then it is refused', () => {
+    const own = tempDir('owner');
+    expect(unsafeStoreFolder(own)).toBeNull();
+    expect(unsafeStoreFolder(own, process.getuid!() + 1)).toContain(`it is owned by uid ${process.getuid!()}, not this process's`);
+    const open = tempDir('parent');
+    chmodSync(open, 0o777);
+    mkdirSync(join(open, 'store'), { mode: 0o700 });
+    expect(unsafeStoreFolder(join(open, 'store'))).toContain('others may rename it');
+    chmodSync(open, 0o1777); // sticky, as /tmp: no one but the owner may rename what is in it
+    expect(unsafeStoreFolder(join(open, 'store'))).toBeNull();
+    const link = join(tempDir('link'), 'store');
+    symlinkSync(tempDir('target'), link);
+    expect(unsafeStoreFolder(`${link}/`)).toContain('symbolic link');
+  });
+
+  it('given an entry with one byte changed, an entry of other bytes put in its place, a wrong shape, or a FIFO, then none is read (nothing blocks)', async () => {
+    const data = tempDir('damaged');
+    const name = 'IVV_2025-01-31.csv';
+    const path = join(data, name);
+    writeFileSync(path, uniqueFile('damaged'));
+    const sha = sha256Of(await readFile(path));
+    const good = await inspectFile(path, name);
+    const dir = tempDir('store');
+    const store = InspectionStore.open(dir, '7'.repeat(64))!;
+    const folder = join(dir, '7'.repeat(64));
+    const entryOf = () => readdirSync(folder).find((f) => !f.endsWith('.partial'))!;
+    store.put(sha, path, name, good);
+    expect(store.get(sha, path, name)).toEqual(good);
+    const bytes = readFileSync(join(folder, entryOf()));
+    bytes.writeUInt8(bytes.readUInt8(bytes.length - 5) ^ 0x01, bytes.length - 5);
+    writeFileSync(join(folder, entryOf()), bytes);
+    expect(store.get(sha, path, name)).toBeNull();
+    // the entry of another file's bytes, saved under this file's key (a checksum that holds)
+    const other = { ...good, parsed: { ...(good as Extract<Inspection, { kind: 'holdings' }>).parsed, sha256: 'e'.repeat(64) } } as Inspection;
+    store.put(sha, path, name, other);
+    expect(store.get(sha, path, name)).toBeNull();
+    store.put(sha, path, name, { kind: 'holdings', name } as unknown as Inspection);
+    expect(store.get(sha, path, name)).toBeNull();
+    const entry = join(folder, entryOf());
+    rmSync(entry);
+    execFileSync('mkfifo', [entry]);
+    expect(store.get(sha, path, name)).toBeNull();
+  });
+
+  it('given the same bytes and name in two folders, then each has its own entry (its path is part of what it says)', async () => {
+    const dir = tempDir('store');
+    const store = InspectionStore.open(dir, '8'.repeat(64))!;
+    const text = uniqueFile('two-paths');
+    for (const label of ['one', 'two']) {
+      const data = tempDir(label);
+      writeFileSync(join(data, 'IVV_2025-01-31.csv'), text);
+      store.put(
+        sha256Of(Buffer.from(text)),
+        join(data, 'IVV_2025-01-31.csv'),
+        'IVV_2025-01-31.csv',
+        await inspectFile(join(data, 'IVV_2025-01-31.csv'), 'IVV_2025-01-31.csv'),
+      );
+    }
+    expect(readdirSync(join(dir, '8'.repeat(64)))).toHaveLength(2);
+  });
+
+  it("names the code by a sha256 of its files' contents and the parsers' versions, taken when the module loaded", () => {
     expect(holdingsCodeVersion()).toMatch(/^[0-9a-f]{64}$/);
     expect(holdingsCodeVersion()).toBe(holdingsCodeVersion());
+    const code = join(tempDir('code'), 'parse.js');
+    writeFileSync(code, 'export const x = 1;');
+    const before = codeVersionOf([code]);
+    expect(codeVersionOf([code])).toBe(before);
+    writeFileSync(code, 'export const x = 2;');
+    expect(codeVersionOf([code])).not.toBe(before);
   });
 });
