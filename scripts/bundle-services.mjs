@@ -22,6 +22,7 @@
 // is not made again and not rewritten (each bundle's inputs and their mtimes are recorded beside it
 // in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
 // it, so a service starting meanwhile loads the old bundle or the new one, never half of one.
+import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -86,6 +87,21 @@ const LAZY_EVERYWHERE = ['@opentelemetry/sdk-node'];
  * built-ins, the external packages), so the bundle defines it for its own location.
  */
 const BANNER = "import { createRequire as __runplaneCreateRequire } from 'node:module'; const require = __runplaneCreateRequire(import.meta.url);";
+
+/**
+ * What esbuild puts where the code names `__RUNPLANE_CODE_VERSION__` (libs/holdings
+ * inspection-store.ts), replaced in the output by the sha256 of the bundle's own text (with this
+ * placeholder in it): the bundle knows the version of the code it is, whatever happens to the file
+ * on disk after it was loaded. 64 characters, like the hash.
+ */
+export const CODE_VERSION_PLACEHOLDER = 'runplane-code-version-placeholder-'.padEnd(64, '0');
+
+/** `text` with {@link CODE_VERSION_PLACEHOLDER} replaced by the sha256 (hex) of `text`. */
+function withCodeVersion(text) {
+  if (!text.includes(CODE_VERSION_PLACEHOLDER)) return text;
+  const version = createHash('sha256').update(text).digest('hex');
+  return text.replaceAll(CODE_VERSION_PLACEHOLDER, version);
+}
 
 /** Every bundle `npm run build` makes: `{ entry, out }`, paths relative to the repository root. */
 export function bundles() {
@@ -168,6 +184,7 @@ export async function makeBundles(write, force = false) {
         target: 'node24',
         external: [...EXTERNAL, ...LAZY_EVERYWHERE, ...(lazy ?? [])],
         banner: { js: BANNER },
+        define: { __RUNPLANE_CODE_VERSION__: JSON.stringify(CODE_VERSION_PLACEHOLDER) },
         // `keepNames`: Nest's dependency injection and the logs use class and function names
         keepNames: true,
         metafile: true,
@@ -178,7 +195,7 @@ export async function makeBundles(write, force = false) {
       const messages = (error.errors ?? []).map((m) => `${m.location ? `${m.location.file}:${m.location.line}: ` : ''}${m.text}`);
       throw new Error(`${out} from ${entry}: ${messages.length > 0 ? messages.join('; ') : error.message}`, { cause: error });
     }
-    for (const file of result.outputFiles) write(file.path, file.text);
+    for (const file of result.outputFiles) write(file.path, withCodeVersion(file.text));
     const inputs = Object.keys(result.metafile.inputs)
       .filter((file) => !file.includes('node_modules/'))
       .map((file) => relative(root, resolve(root, file)));

@@ -14,6 +14,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -96,6 +97,15 @@ describe('npm run build with nothing changed', () => {
     await build();
     expect(snapshot(['apps/lifecycle'])).toEqual(after);
   }, 120_000);
+
+  it("puts into the tools' thread bundle the sha256 of its own text as its code version (holdings InspectionStore)", async () => {
+    const { CODE_VERSION_PLACEHOLDER } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { CODE_VERSION_PLACEHOLDER: string };
+    const text = readFileSync(join(repo, 'apps/tools/dist/tool-worker.bundle.js'), 'utf8');
+    expect(text).not.toContain(CODE_VERSION_PLACEHOLDER);
+    const version = /function builtVersion\(\) \{\n\s*return [^"]*"([0-9a-f]{64})"/.exec(text)?.[1];
+    expect(version).toBeDefined();
+    expect(createHash('sha256').update(text.replaceAll(version!, CODE_VERSION_PLACEHOLDER)).digest('hex')).toBe(version);
+  });
 
   it('bundles every service the local stack starts, and the stack starts the bundles', async () => {
     const { BUNDLED_SERVICES } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { BUNDLED_SERVICES: string[] };

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { EventCatalog, type EventType, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { ResultStore, runSubject } from '@runplane/eventlog';
 import { extractUnanswered } from '@runplane/app-scripted-model';
-import { inspectionCacheDir } from '@runplane/devstack';
+import { inspectionCacheEnv } from '@runplane/devstack';
 import { HoldingsLibrary } from '@runplane/holdings';
 import { createProjectionOrm, getRunView, rebuildProjections } from '@runplane/projections';
 import { describeWithSharedData } from '../support/shared-data.js';
@@ -44,10 +44,14 @@ describeWithSharedData('default question on the real holdings files', (dir) => {
     answer = (await t.client.getAnswer(runId)).text;
   }, 120_000);
 
-  it("keeps what each data file turned out to be in the stack's inspection folder, for the next tool thread (RUNPLANE_TOOLS_INSPECTION_CACHE_DIR)", () => {
-    const folder = process.env.RUNPLANE_TOOLS_INSPECTION_CACHE_DIR || inspectionCacheDir();
+  // the folder the stack's tools were given (devstack inspectionCacheEnv), unless the run turned it
+  // off (RUNPLANE_TOOLS_INSPECTION_CACHE_DIR empty) or the default is not private here: then skipped, visibly
+  const folder = inspectionCacheEnv(process.env).RUNPLANE_TOOLS_INSPECTION_CACHE_DIR ?? process.env.RUNPLANE_TOOLS_INSPECTION_CACHE_DIR ?? '';
+  const itWithStore = folder ? it : it.skip;
+  itWithStore("opens the stack's inspection folder, which then holds an entry for every data file (RUNPLANE_TOOLS_INSPECTION_CACHE_DIR)", () => {
     // the version folder of the tools' code, marked used when a thread opened it for this Run
-    // (another checkout's stacks may have opened their own version meanwhile)
+    // (another checkout's stacks may have opened their own version meanwhile); its entries may
+    // have been written by an earlier stack: this stack then read them
     const opened = readdirSync(folder).filter((v) => statSync(join(folder, v)).mtimeMs >= startedAt - 1000);
     const kept = opened.map((v) => readdirSync(join(folder, v)).filter((f) => !f.endsWith('.partial')).length);
     expect(Math.max(0, ...kept)).toBeGreaterThanOrEqual(readdirSync(dir).filter((f) => !f.startsWith('.')).length);

@@ -66,8 +66,10 @@ export function toolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: DrainConf
 /**
  * {@link toolsSettings}, with the holdings folder checked at start-up: a `RUNPLANE_DATA_DIR` that is
  * set but not a directory stops the service before it takes any call (docs/operations.md). So does
- * a `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR` that cannot be made or that another user owns or may use
- * (it is created with mode 0700 when missing): whoever writes it decides what the tools answer.
+ * a `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR` that cannot be made (it is created with mode 0700 when
+ * missing) or that is not private (holdings `unsafeStoreFolder`: a symbolic link, another user's,
+ * open to others, or movable by others through a folder above it): whoever writes it decides what
+ * the tools answer.
  * @throws Error `RUNPLANE_DATA_DIR=<path> is not a directory.`, or
  *   `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR=<path> cannot be used: <why>.`
  */

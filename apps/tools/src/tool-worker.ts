@@ -40,6 +40,16 @@ export interface ToolTask {
 
 let library: HoldingsLibrary | null = null;
 
+/**
+ * Says on stderr, as a warning line in the service's log format, why this thread keeps no
+ * inspections on disk (the thread has no logger of its own).
+ */
+function storeRefused(reason: string): void {
+  process.stderr.write(
+    `${JSON.stringify({ level: 40, time: Date.now(), service: 'tools', context: 'tool-thread', msg: `parsing the data files itself: ${reason}` })}\n`,
+  );
+}
+
 // the version of the parsing code this thread loaded, taken now: a build that replaces the files
 // before this thread's first call cannot lend its version to this code (holdings InspectionStore)
 holdingsCodeVersion();
@@ -96,8 +106,12 @@ export default async function runTool(task: ToolTask): Promise<Exclude<ToolOutco
       if (!task.testTools.includes(task.name)) throw new ToolFailure('unknown_tool', `Tool ${task.name} is not enabled on this worker.`);
       result = await recordEffect(task, args);
     } else {
-      // a store refused here (the folder changed since start-up checked it) is off: this thread parses
-      library ??= new HoldingsLibrary(resolveDataFolder({ RUNPLANE_DATA_DIR: task.dataDir }), InspectionStore.open(task.inspectionCacheDir ?? ''));
+      // a store refused here (the folder changed since start-up checked it, or the code on disk
+      // since this thread loaded it) is off: this thread parses, and says why once
+      library ??= new HoldingsLibrary(
+        resolveDataFolder({ RUNPLANE_DATA_DIR: task.dataDir }),
+        InspectionStore.open(task.inspectionCacheDir ?? '', undefined, storeRefused),
+      );
       result = await executeTool(library, task.name, args);
     }
     return { kind: 'returned', json: JSON.stringify(result) };

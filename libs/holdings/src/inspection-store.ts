@@ -32,6 +32,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
@@ -55,12 +56,22 @@ const MAGIC = Buffer.from('rp-inspection-1\n');
 const PARSER_PACKAGES = ['exceljs', 'csv-parse', 'chrono-node'];
 
 /**
- * The files whose contents version an inspection: the service bundle this code runs from (every
- * parser but exceljs is in it), else this library's own modules (`dist/*.js`, or `src/*.ts` under Jest).
+ * In a service's bundle: the sha256 of the bundle's own text, put there by the build
+ * (scripts/bundle-services.mjs); not defined anywhere else.
+ */
+declare const __RUNPLANE_CODE_VERSION__: string | undefined;
+
+/** The version the build put into this bundle, or null when this code does not run from a bundle. */
+function builtVersion(): string | null {
+  return typeof __RUNPLANE_CODE_VERSION__ === 'string' ? __RUNPLANE_CODE_VERSION__ : null;
+}
+
+/**
+ * The files whose contents version an inspection outside a bundle: this library's own modules
+ * (`dist/*.js`, or `src/*.ts` under Jest).
  */
 function codeFiles(): string[] {
   const self = fileURLToPath(import.meta.url);
-  if (self.endsWith('.bundle.js')) return [self];
   return readdirSync(dirname(self))
     .filter((f) => /\.(js|ts)$/.test(f) && !f.endsWith('.d.ts'))
     .sort()
@@ -102,15 +113,23 @@ export function codeVersionOf(files: readonly string[]): string {
 let loadedVersion: string | null | undefined;
 
 /**
- * The version of the parsing code this thread runs ({@link codeVersionOf} its files), taken at the
- * first call and kept: call it as the code loads (the tool threads' module does, at its top level;
- * about 2-3 ms), so that a build that replaces the files later cannot lend its version to code
- * loaded before it. Null when the files could not be read (the store is then off).
+ * The version of the parsing code this thread runs. In a service's bundle, the one the build put
+ * into it: the sha256 of the bundle's text, plus the versions of exceljs (loaded from node_modules)
+ * and Node, exact whatever happens to the file later. Elsewhere (the libraries' `dist/` under
+ * tests, `src/` under Jest) {@link codeVersionOf} the library's files, taken at the first call and
+ * kept: call it as the code loads (the tool threads' module does, at its top level; 2-6 ms), and a
+ * build that lands while the thread loads can still lend its version to older code. Null when the
+ * files could not be read (the store is then off).
  */
 export function holdingsCodeVersion(): string | null {
   if (loadedVersion === undefined) {
     try {
-      loadedVersion = codeVersionOf(codeFiles());
+      const built = builtVersion();
+      loadedVersion = built
+        ? createHash('sha256')
+            .update(`${built}\0exceljs ${packageVersion('exceljs')}\0node ${process.version}`)
+            .digest('hex')
+        : codeVersionOf(codeFiles());
     } catch {
       loadedVersion = null;
     }
@@ -120,8 +139,10 @@ export function holdingsCodeVersion(): string | null {
 
 /**
  * Why a folder cannot hold inspections, or null when it can (see the module comment): it is a real
- * directory (no symbolic link) owned by `uid` with no permission for anyone else, and every folder
- * above it is owned by root or `uid` and writable by no one else unless sticky.
+ * directory (no symbolic link) owned by `uid` with no permission for anyone else, and no one else
+ * can move it: every folder above it, as named and as the symbolic links among them resolve, is
+ * owned by root or `uid` and writable by no one else unless sticky, and each such link is root's
+ * or `uid`'s (`/var` linked to `/private/var`, a linked home or `~/.cache`, pass).
  * @param uid the user that must own it (default: this process's).
  */
 export function unsafeStoreFolder(dir: string, uid: number | undefined = process.getuid?.()): string | null {
@@ -131,14 +152,22 @@ export function unsafeStoreFolder(dir: string, uid: number | undefined = process
   if (!info.isDirectory()) return 'it is not a directory (or is a symbolic link)';
   if (uid !== undefined && info.uid !== uid) return `it is owned by uid ${info.uid}, not this process's (${uid})`;
   if ((info.mode & 0o077) !== 0) return `others may use it (mode ${(info.mode & 0o777).toString(8)}; 700 is needed)`;
-  for (let parent = dirname(path); ; parent = dirname(parent)) {
-    const up = lstatSync(parent);
-    if (up.isSymbolicLink()) return `${parent} above it is a symbolic link`;
-    if (uid !== undefined && up.uid !== 0 && up.uid !== uid) return `${parent} above it is owned by uid ${up.uid}`;
-    if ((up.mode & 0o022) !== 0 && (up.mode & 0o1000) === 0)
-      return `others may rename it: ${parent} above it is writable by others and not sticky (mode ${(up.mode & 0o7777).toString(8)})`;
-    if (dirname(parent) === parent) return null;
-  }
+  const byOther = (owner: number) => uid !== undefined && owner !== 0 && owner !== uid;
+  const unsafeAbove = (folder: string, follow: boolean): string | null => {
+    for (let parent = folder; ; parent = dirname(parent)) {
+      const up = lstatSync(parent);
+      if (up.isSymbolicLink()) {
+        if (byOther(up.uid)) return `${parent} above it is a symbolic link owned by uid ${up.uid}`;
+      } else {
+        if (byOther(up.uid)) return `${parent} above it is owned by uid ${up.uid}`;
+        if ((up.mode & 0o022) !== 0 && (up.mode & 0o1000) === 0)
+          return `others may rename it: ${parent} above it is writable by others and not sticky (mode ${(up.mode & 0o7777).toString(8)})`;
+      }
+      if (dirname(parent) === parent) return follow ? unsafeAbove(realpathSync(folder), false) : null;
+    }
+  };
+  // the folders as named (where the links are), then the real ones the links lead to
+  return unsafeAbove(dirname(path), true);
 }
 
 /** Whether `value` has the shape of an inspection of bytes `sha256` named `name` (what a read entry must be). */
@@ -189,8 +218,9 @@ export class InspectionStore {
     if (!dir) return null;
     try {
       const loaded = version ?? holdingsCodeVersion();
-      if (loaded === null) return refuse(onRefused, `${dir}: the version of the parsing code is unknown`);
-      if (version === undefined && codeVersionOf(codeFiles()) !== loaded)
+      if (loaded === null || !/^[0-9a-f]{64}$/.test(loaded)) return refuse(onRefused, `${dir}: the version of the parsing code is unknown`);
+      // outside a bundle, the files this thread loaded may have been rebuilt since
+      if (version === undefined && builtVersion() === null && codeVersionOf(codeFiles()) !== loaded)
         return refuse(onRefused, `${dir}: the parsing code on disk changed since this thread loaded it (a new build)`);
       const current = loaded;
       mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -264,7 +294,11 @@ export class InspectionStore {
 }
 
 function refuse(onRefused: ((reason: string) => void) | undefined, reason: string): null {
-  onRefused?.(reason);
+  try {
+    onRefused?.(reason);
+  } catch {
+    // the caller's report failed: the store is off all the same
+  }
   return null;
 }
 

@@ -167,6 +167,16 @@ describe('InspectionStore', () => {
     const link = join(tempDir('link'), 'store');
     symlinkSync(tempDir('target'), link);
     expect(unsafeStoreFolder(`${link}/`)).toContain('symbolic link');
+    // a linked folder above it is followed: this user's link to a private folder passes, a link to
+    // an open, non-sticky folder does not
+    const home = join(tempDir('home'), 'cache');
+    symlinkSync(own, home);
+    mkdirSync(join(home, 'store'), { mode: 0o700 });
+    expect(unsafeStoreFolder(join(home, 'store'))).toBeNull();
+    const openLink = join(tempDir('home'), 'open');
+    chmodSync(open, 0o777);
+    symlinkSync(open, openLink);
+    expect(unsafeStoreFolder(join(openLink, 'store'))).toContain(`others may rename it: ${open} above it is writable by others and not sticky`);
   });
 
   it('given an entry with one byte changed, an entry of other bytes put in its place, a wrong shape, or a FIFO, then none is read (nothing blocks)', async () => {
