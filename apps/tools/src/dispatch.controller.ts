@@ -1,4 +1,4 @@
-import { mkdirSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { resolve as resolvePath } from 'node:path';
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -8,7 +8,7 @@ import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
 import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
-import { unsafeStoreFolder } from '@runplane/holdings/inspection-store';
+import { privateStoreFolder } from '@runplane/holdings/inspection-store';
 import { RenewalSlots, retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
 import type { RunFacts, ToolCallFacts } from '@runplane/run-facts';
@@ -78,16 +78,8 @@ export function checkedToolsSettings(cfg: z.infer<typeof ToolsConfig>, drain: Dr
   // checked here with fs alone: the holdings library (exceljs) loads in the tool threads, on first use
   if (settings.dataDir && !statSync(resolvePath(settings.dataDir), { throwIfNoEntry: false })?.isDirectory())
     throw new Error(`RUNPLANE_DATA_DIR=${settings.dataDir} is not a directory.`);
-  if (settings.inspectionCacheDir) {
-    let unsafe: string | null;
-    try {
-      mkdirSync(settings.inspectionCacheDir, { recursive: true, mode: 0o700 });
-      unsafe = unsafeStoreFolder(settings.inspectionCacheDir);
-    } catch (e) {
-      unsafe = (e as Error).message;
-    }
-    if (unsafe) throw new Error(`RUNPLANE_TOOLS_INSPECTION_CACHE_DIR=${settings.inspectionCacheDir} cannot be used: ${unsafe}.`);
-  }
+  const unsafe = settings.inspectionCacheDir ? privateStoreFolder(settings.inspectionCacheDir) : null;
+  if (unsafe) throw new Error(`RUNPLANE_TOOLS_INSPECTION_CACHE_DIR=${settings.inspectionCacheDir} cannot be used: ${unsafe}.`);
   return settings;
 }
 

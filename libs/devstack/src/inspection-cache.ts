@@ -5,10 +5,9 @@
  * earlier thread parsed (40-60 ms) instead of parsing the data folder again (1.1-1.7 s of CPU for
  * the shared issuer files); the test suite starts about fifty stacks.
  */
-import { mkdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { unsafeStoreFolder } from '@runplane/holdings/inspection-store';
+import { privateStoreFolder } from '@runplane/holdings/inspection-store';
 
 /** The folder of {@link inspectionCacheEnv}: `$XDG_CACHE_HOME/runplane/inspections`, else `~/.cache/runplane/inspections`. */
 export function inspectionCacheDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -19,7 +18,7 @@ export function inspectionCacheDir(env: NodeJS.ProcessEnv = process.env): string
  * The environment that gives a stack's tools process {@link inspectionCacheDir} (made, mode 0700,
  * when missing), or `{}` when `env` already sets `RUNPLANE_TOOLS_INSPECTION_CACHE_DIR` (the
  * caller's wins; empty turns it off). When that folder cannot be made or is not private (holdings
- * `unsafeStoreFolder`), it is off (`''`): the stack starts, its threads parse for themselves, and
+ * `privateStoreFolder`), it is off (`''`): the stack starts, its threads parse for themselves, and
  * `onRefused` gets why.
  * @param env the environment the process would otherwise get.
  */
@@ -29,13 +28,7 @@ export function inspectionCacheEnv(
 ): { RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: string } | Record<string, never> {
   if (env.RUNPLANE_TOOLS_INSPECTION_CACHE_DIR !== undefined) return {};
   const dir = inspectionCacheDir(env);
-  let unsafe: string | null;
-  try {
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    unsafe = unsafeStoreFolder(dir);
-  } catch (e) {
-    unsafe = (e as Error).message;
-  }
+  const unsafe = privateStoreFolder(dir);
   if (unsafe) {
     onRefused(`the tools' inspection folder ${dir} is off: ${unsafe}`);
     return { RUNPLANE_TOOLS_INSPECTION_CACHE_DIR: '' };

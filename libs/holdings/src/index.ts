@@ -8,7 +8,7 @@
  */
 export { ToolFailure, isToolFailure, type ToolFailureCode } from './errors.js';
 export { resolveDataFolder, findRepoRoot, sharedDataDir, SAMPLE_DIR, type DataFolder, type DataSet } from './data-folder.js';
-export { InspectionStore, codeVersionOf, holdingsCodeVersion, unsafeStoreFolder } from './inspection-store.js';
+export { InspectionStore, codeVersionOf, holdingsCodeVersion, privateStoreFolder, unsafeStoreFolder } from './inspection-store.js';
 export { HoldingsLibrary, inspectFile, pickPair, type CompareHoldingsInput, type GetHoldingsInput, type Inspection } from './library.js';
 export { executeTool, isToolName } from './tools.js';
 export {

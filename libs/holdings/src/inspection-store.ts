@@ -170,6 +170,20 @@ export function unsafeStoreFolder(dir: string, uid: number | undefined = process
   return unsafeAbove(dirname(path), true);
 }
 
+/**
+ * Makes `dir` (mode 0700) when it is missing, then says why it cannot hold inspections
+ * ({@link unsafeStoreFolder}), or null when it can; a folder that cannot be made gives the reason
+ * of the failure. Never throws.
+ */
+export function privateStoreFolder(dir: string): string | null {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return unsafeStoreFolder(dir);
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
 /** Whether `value` has the shape of an inspection of bytes `sha256` named `name` (what a read entry must be). */
 function isInspectionOf(value: unknown, sha256: string, name: string): value is Inspection {
   if (typeof value !== 'object' || value === null) return false;
@@ -222,10 +236,9 @@ export class InspectionStore {
       // outside a bundle, the files this thread loaded may have been rebuilt since
       if (version === undefined && builtVersion() === null && codeVersionOf(codeFiles()) !== loaded)
         return refuse(onRefused, `${dir}: the parsing code on disk changed since this thread loaded it (a new build)`);
-      const current = loaded;
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const unsafe = unsafeStoreFolder(dir);
+      const unsafe = privateStoreFolder(dir);
       if (unsafe) return refuse(onRefused, `${dir} cannot hold inspections: ${unsafe}`);
+      const current = loaded;
       const folder = join(resolve(dir), current);
       mkdirSync(folder, { recursive: true, mode: 0o700 });
       const now = new Date();
