@@ -23,6 +23,7 @@
 // in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
 // it, so a service starting meanwhile loads the old bundle or the new one, never half of one.
 import { createHash } from 'node:crypto';
+import { builtinModules } from 'node:module';
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -102,6 +103,34 @@ function withCodeVersion(text) {
   const version = createHash('sha256').update(text).digest('hex');
   return text.replaceAll(CODE_VERSION_PLACEHOLDER, version);
 }
+
+/** Node's built-in modules, with and without the `node:` scheme. */
+const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
+
+/**
+ * An esbuild plugin: every `import ... from '<built-in>'` statement in the bundled code loads the
+ * built-in through `require` (the banner's), as the bundled CommonJS packages already do, instead
+ * of an ES module import. Node builds an ES module facade of a built-in by reading every export,
+ * which runs the lazy getters: `node:http`'s loads Node's whole internal undici (fetch) in a service
+ * that never fetches. Measured on the lifecycle's bundle (loading and evaluating it, then exiting on
+ * a bad setting; 8 starts each, alternated): about 50 ms of CPU less per process start, of about
+ * 500 (docs/performance.md, "Start-up"). A dynamic `import()` of a built-in is left as it is.
+ */
+const builtinsByRequire = {
+  name: 'builtins-by-require',
+  setup(build) {
+    build.onResolve({ filter: /^[a-z0-9_:/]+$/ }, (args) => {
+      if (!BUILTINS.has(args.path)) return undefined;
+      if (args.kind === 'require-call' || args.namespace === 'builtin-by-require') return { path: args.path, external: true };
+      if (args.kind !== 'import-statement') return undefined;
+      return { path: args.path, namespace: 'builtin-by-require' };
+    });
+    build.onLoad({ filter: /.*/, namespace: 'builtin-by-require' }, (args) => ({
+      contents: `module.exports = require(${JSON.stringify(args.path)});`,
+      loader: 'js',
+    }));
+  },
+};
 
 /** Every bundle `npm run build` makes: `{ entry, out }`, paths relative to the repository root. */
 export function bundles() {
@@ -184,6 +213,7 @@ export async function makeBundles(write, force = false) {
         target: 'node24',
         external: [...EXTERNAL, ...LAZY_EVERYWHERE, ...(lazy ?? [])],
         banner: { js: BANNER },
+        plugins: [builtinsByRequire],
         define: { __RUNPLANE_CODE_VERSION__: JSON.stringify(CODE_VERSION_PLACEHOLDER) },
         // `keepNames`: Nest's dependency injection and the logs use class and function names
         keepNames: true,

@@ -319,14 +319,15 @@ export class ProblemDetailsFilter implements ExceptionFilter {
 
 /**
  * Serves `GET /openapi.json` on `app`: the OpenAPI 3.1 description of `service`'s routes,
- * generated from the contracts' route registry. Call before `listen`.
+ * generated from the contracts' route registry on the first request (start-up does not pay for it). Call before `listen`.
  */
 export function serveOpenApi(
   app: { getHttpAdapter(): { get(path: string, handler: (req: unknown, res: { json(body: unknown): void }) => void): unknown } },
   service: HttpService,
 ): void {
-  const document = openApiDocument(service);
-  app.getHttpAdapter().get('/openapi.json', (_req, res) => res.json(document));
+  // built on the first request, not at start-up (every process of a stack would pay for it)
+  let document: ReturnType<typeof openApiDocument> | undefined;
+  app.getHttpAdapter().get('/openapi.json', (_req, res) => res.json((document ??= openApiDocument(service))));
 }
 
 /** What Node's HTTP parser refused before any route saw the request, as a problem (status, code, detail). */
