@@ -108,6 +108,23 @@ function withCodeVersion(text) {
   return text.replaceAll(CODE_VERSION_PLACEHOLDER, version);
 }
 
+/**
+ * `text` with every character outside ASCII written as a `\uXXXX` escape. esbuild escapes them in
+ * strings and identifiers but not in the comments it keeps or in regular expression literals, and
+ * one such character makes Node decode the whole bundle into a two-byte string: about 15 ms more
+ * CPU per process start for the lifecycle's 5.4 MB bundle (alternated, 16 starts each, with the
+ * compile cache on). In a comment an escape is only text; in a regular expression it matches the
+ * same character (a pair of surrogate escapes is one code point under the `u` flag, two code units
+ * without it, as the literal was).
+ * @throws Error when the text holds U+2028 or U+2029: in a comment the literal ends the line and an
+ *   escape would not, so the rewrite could change the code.
+ */
+function asciiOnly(text, out) {
+  if (/[\u2028\u2029]/.test(text))
+    throw new Error(`${out}: a line or paragraph separator (U+2028, U+2029) in the bundle's text: write it as an escape in the source`);
+  return text.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 /** Node's built-in modules, with and without the `node:` scheme. */
 const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
 
@@ -229,7 +246,7 @@ export async function makeBundles(write, force = false) {
       const messages = (error.errors ?? []).map((m) => `${m.location ? `${m.location.file}:${m.location.line}: ` : ''}${m.text}`);
       throw new Error(`${out} from ${entry}: ${messages.length > 0 ? messages.join('; ') : error.message}`, { cause: error });
     }
-    for (const file of result.outputFiles) write(file.path, withCodeVersion(file.text));
+    for (const file of result.outputFiles) write(file.path, withCodeVersion(asciiOnly(file.text, out)));
     const inputs = Object.keys(result.metafile.inputs)
       .filter((file) => !file.includes('node_modules/'))
       .map((file) => relative(root, resolve(root, file)));

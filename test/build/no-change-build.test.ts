@@ -107,6 +107,19 @@ describe('npm run build with nothing changed', () => {
     expect(createHash('sha256').update(text.replaceAll(version!, CODE_VERSION_PLACEHOLDER)).digest('hex')).toBe(version);
   });
 
+  it("writes every bundle in ASCII and loads Node's built-ins through require, not ES module imports (the two start-up costs avoided)", async () => {
+    const { bundles } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { bundles: () => { out: string }[] };
+    const { builtinModules } = await import('node:module');
+    const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
+    for (const { out } of bundles()) {
+      const bytes = readFileSync(join(repo, out));
+      expect({ out, nonAscii: bytes.findIndex((b) => b > 0x7f) }).toEqual({ out, nonAscii: -1 });
+      const imported = [...bytes.toString('latin1').matchAll(/^import [^\n]*? from ["']([^"']+)["'];/gm)].map((m) => m[1]!);
+      // the banner's own `node:module`, which makes the `require` they go through
+      expect({ out, builtins: imported.filter((m) => builtins.has(m)) }).toEqual({ out, builtins: ['node:module'] });
+    }
+  });
+
   it('bundles every service the local stack starts, and the stack starts the bundles', async () => {
     const { BUNDLED_SERVICES } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { BUNDLED_SERVICES: string[] };
     expect([...BUNDLED_SERVICES].sort()).toEqual([...SERVICES].sort());
