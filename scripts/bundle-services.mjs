@@ -125,6 +125,28 @@ function asciiOnly(text, out) {
   return text.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
+/**
+ * Packages that a bundled dependency imports at its top but that no Runplane service ever calls,
+ * replaced in every bundle by a function that throws naming the package: `multer`, which
+ * `@nestjs/platform-express` imports for its file-upload interceptors (no Runplane route takes a
+ * file), with its own copies of type-is, mime-types and mime-db, about 30 ms of each process's
+ * start (docs/performance.md, "Start-up").
+ */
+export const NEVER_CALLED = ['multer'];
+
+/** The esbuild plugin that puts {@link NEVER_CALLED}'s stand-ins in place of those packages. */
+const neverCalled = {
+  name: 'never-called',
+  setup(build) {
+    const filter = new RegExp(`^(${NEVER_CALLED.map((p) => p.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')).join('|')})$`);
+    build.onResolve({ filter }, (args) => ({ path: args.path, namespace: 'never-called' }));
+    build.onLoad({ filter: /.*/, namespace: 'never-called' }, (args) => ({
+      contents: `module.exports = function neverCalled() { throw new Error(${JSON.stringify(`${args.path} is not part of the Runplane service bundles (scripts/bundle-services.mjs NEVER_CALLED)`)}); };`,
+      loader: 'js',
+    }));
+  },
+};
+
 /** Node's built-in modules, with and without the `node:` scheme. */
 const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
 
@@ -234,7 +256,7 @@ export async function makeBundles(write, force = false) {
         target: 'node24',
         external: [...EXTERNAL, ...LAZY_EVERYWHERE, ...(lazy ?? [])],
         banner: { js: BANNER },
-        plugins: [builtinsByRequire],
+        plugins: [builtinsByRequire, neverCalled],
         define: { __RUNPLANE_CODE_VERSION__: JSON.stringify(CODE_VERSION_PLACEHOLDER) },
         // `keepNames`: Nest's dependency injection and the logs use class and function names
         keepNames: true,

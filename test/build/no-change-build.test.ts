@@ -107,8 +107,12 @@ describe('npm run build with nothing changed', () => {
     expect(createHash('sha256').update(text.replaceAll(version!, CODE_VERSION_PLACEHOLDER)).digest('hex')).toBe(version);
   });
 
-  it("writes every bundle in ASCII and loads Node's built-ins through require, not ES module imports (the two start-up costs avoided)", async () => {
-    const { bundles } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { bundles: () => { out: string }[] };
+  it("writes every bundle in ASCII, loads Node's built-ins through require, not ES module imports, and leaves out the packages no service calls (the start-up costs avoided)", async () => {
+    const { bundles, NEVER_CALLED } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as {
+      bundles: () => { out: string }[];
+      NEVER_CALLED: string[];
+    };
+    expect(NEVER_CALLED).toContain('multer');
     const { builtinModules } = await import('node:module');
     const builtins = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
     for (const { out } of bundles()) {
@@ -117,6 +121,7 @@ describe('npm run build with nothing changed', () => {
       const imported = [...bytes.toString('latin1').matchAll(/^import [^\n]*? from ["']([^"']+)["'];/gm)].map((m) => m[1]!);
       // the banner's own `node:module`, which makes the `require` they go through
       expect({ out, builtins: imported.filter((m) => builtins.has(m)) }).toEqual({ out, builtins: ['node:module'] });
+      for (const pkg of NEVER_CALLED) expect({ out, pkg, bundled: bytes.includes(`// node_modules/${pkg}/`) }).toEqual({ out, pkg, bundled: false });
     }
   });
 
