@@ -23,6 +23,7 @@
 // in `<bundle>.inputs.json`), and a changed bundle is written beside its target and renamed over
 // it, so a service starting meanwhile loads the old bundle or the new one, never half of one.
 import { createHash } from 'node:crypto';
+import { tokenizer } from 'acorn';
 import { builtinModules } from 'node:module';
 import { readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -39,6 +40,9 @@ export const EXTERNAL = [
   // as code, and its optional extensions (seeder, entity generator) it looks up with
   // `import.meta.resolve` and goes without. Loading it from node_modules made the projector's
   // bundle take 770-1,125 ms of CPU to load, against 566-793 bundled (docs/performance.md, "Start-up").
+  // `pg` stays outside by name, so the bundled driver uses the top-level `pg` (8.23.1 today), as the
+  // projections' own queries do, not the copy @mikro-orm/postgresql pins in its own node_modules
+  // (8.23.0), which MikroORM loaded from node_modules (admission's reads, the CLI) still uses.
   '@mikro-orm/pglite',
   '@electric-sql/*',
   'pg',
@@ -109,19 +113,37 @@ function withCodeVersion(text) {
 }
 
 /**
- * `text` with every character outside ASCII written as a `\uXXXX` escape. esbuild escapes them in
- * strings and identifiers but not in the comments it keeps or in regular expression literals, and
- * one such character makes Node decode the whole bundle into a two-byte string: about 15 ms more
- * CPU per process start for the lifecycle's 5.4 MB bundle (alternated, 16 starts each, with the
- * compile cache on). In a comment an escape is only text; in a regular expression it matches the
- * same character (a pair of surrogate escapes is one code point under the `u` flag, two code units
- * without it, as the literal was).
- * @throws Error when the text holds U+2028 or U+2029: in a comment the literal ends the line and an
- *   escape would not, so the rewrite could change the code.
+ * `text` with every character outside ASCII written as a `\uXXXX` escape (one per UTF-16 code
+ * unit). esbuild escapes them in strings and identifiers but not in the comments it keeps, in
+ * regular expression literals or in tagged templates, and one such character makes Node decode the
+ * whole bundle into a two-byte string: about 15 ms more CPU per process start for the lifecycle's
+ * 5.4 MB bundle (alternated, 16 starts each, with the compile cache on) and a source string twice
+ * the size that V8 keeps. An escape is only text in a comment, and in a regular expression it
+ * matches the same character (a pair of surrogate escapes is one code point under the `u` flag, two
+ * code units without it, as the literal was). Where it would not mean the same, the bundle is
+ * refused instead: the text is tokenized (acorn) to find those places.
+ * @throws Error naming the bundle and the offset when a character outside ASCII stands in a template
+ *   (its raw text, which a tag reads, would change), right after a backslash outside a comment (an
+ *   identity escape would become a backslash and `u` text), or is U+2028 or U+2029 (in a comment the
+ *   literal ends the line and an escape would not).
  */
-function asciiOnly(text, out) {
-  if (/[\u2028\u2029]/.test(text))
-    throw new Error(`${out}: a line or paragraph separator (U+2028, U+2029) in the bundle's text: write it as an escape in the source`);
+export function asciiOnly(text, out) {
+  if (!/[\u0080-\uffff]/.test(text)) return text;
+  const refuse = (at, why) => {
+    throw new Error(
+      `${out}: a character outside ASCII at offset ${at} ${why}: write it as an escape in the source, or keep the package out of the bundle`,
+    );
+  };
+  const lineBreak = /[\u2028\u2029]/.exec(text);
+  if (lineBreak) refuse(lineBreak.index, 'is a line or paragraph separator (U+2028, U+2029)');
+  for (const token of tokenizer(text, { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true })) {
+    const source = text.slice(token.start, token.end);
+    const at = source.search(/[\u0080-\uffff]/);
+    if (at < 0) continue;
+    if (token.type.label === 'template' || token.type.label === 'invalidTemplate') refuse(token.start + at, 'is in a template literal');
+    const escaped = /\\[\u0080-\uffff]/.exec(source);
+    if (escaped) refuse(token.start + escaped.index, 'follows a backslash');
+  }
   return text.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 

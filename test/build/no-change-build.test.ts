@@ -125,6 +125,22 @@ describe('npm run build with nothing changed', () => {
     }
   });
 
+  it('rewrites a bundle to ASCII only where an escape means the same, and refuses it elsewhere', async () => {
+    const { asciiOnly } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { asciiOnly: (text: string, out: string) => string };
+    // a comment and a regular expression: escaped, and the expression still matches what it matched
+    const text = asciiOnly('// a — dash\nexport const re = /(µs|ms)/u;\nexport const astral = /😀/u;\n', 'x.js');
+    expect(text).toBe('// a \\u2014 dash\nexport const re = /(\\u00b5s|ms)/u;\nexport const astral = /\\ud83d\\ude00/u;\n');
+    const dataUrl = (code: string) => `data:text/javascript,${encodeURIComponent(code)}`;
+    const escaped = (await import(dataUrl(text))) as { re: RegExp; astral: RegExp };
+    expect([escaped.re.test('5µs'), escaped.astral.test('😀'), escaped.astral.test('\ud83d')]).toEqual([true, true, false]);
+    // where an escape would change the code: refused, naming the bundle
+    expect(() => asciiOnly('export const s = String.raw`é`;', 'b.js')).toThrow(/b\.js: .*template literal/);
+    expect(() => asciiOnly("export const s = '\\é';", 'b.js')).toThrow(/follows a backslash/);
+    expect(() => asciiOnly('export const re = /\\é/;', 'b.js')).toThrow(/follows a backslash/);
+    expect(() => asciiOnly('// a\u2028b\n', 'b.js')).toThrow(/U\+2028/);
+    expect(asciiOnly('export const plain = 1;', 'c.js')).toBe('export const plain = 1;');
+  });
+
   it('bundles every service the local stack starts, and the stack starts the bundles', async () => {
     const { BUNDLED_SERVICES } = (await import(join(repo, 'scripts/bundle-services.mjs'))) as { BUNDLED_SERVICES: string[] };
     expect([...BUNDLED_SERVICES].sort()).toEqual([...SERVICES].sort());
