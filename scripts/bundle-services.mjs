@@ -179,7 +179,10 @@ const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
  * which runs the lazy getters: `node:http`'s loads Node's whole internal undici (fetch) in a service
  * that never fetches. Measured on the lifecycle's bundle (loading and evaluating it, then exiting on
  * a bad setting; 8 starts each, alternated): about 50 ms of CPU less per process start, of about
- * 500 (docs/performance.md, "Start-up"). A dynamic `import()` of a built-in is left as it is.
+ * 500 (docs/performance.md, "Start-up"). A dynamic `import()` of a built-in is left as it is. Two things
+ * differ from an ES module import, neither used by any bundle: a named import of a name the built-in
+ * lacks is `undefined` instead of a link error, and an entry file's `export * from` a built-in would
+ * export nothing.
  */
 const builtinsByRequire = {
   name: 'builtins-by-require',
