@@ -101,7 +101,7 @@ describe('service logs (LOG_FORMAT json)', () => {
 
 describe('a service that fails to start', () => {
   it('prints nothing on stdout, only JSON lines on stderr shaped as the running service logs them (no colours, no [Nest] banner), the last one naming why; exit 1', async () => {
-    const main = fileURLToPath(new URL('../../../apps/admission/dist/main.js', import.meta.url));
+    const main = fileURLToPath(new URL('../../../apps/admission/dist/main.bundle.js', import.meta.url));
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       NATS_URL: natsUrl,
@@ -135,9 +135,9 @@ describe('a service that fails to start', () => {
     });
   }, 60_000);
 
-  /** Runs a service's built entry with `env` until it exits; its exit code and the `msg` of its last stderr line (a fatal JSON line). */
+  /** Runs a service's bundle (what a deployment runs) with `env` until it exits; its exit code and the `msg` of its last stderr line (a fatal JSON line). */
   async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined }> {
-    const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.js`, import.meta.url));
+    const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.bundle.js`, import.meta.url));
     const proc = spawn(process.execPath, [main], {
       env: { ...process.env, RUNPLANE_AUTH_DISABLED: 'true', ...env },
       stdio: ['ignore', 'ignore', 'pipe'],

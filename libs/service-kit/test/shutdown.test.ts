@@ -184,7 +184,7 @@ describe('SIGTERM while a client holds a request open (a Content-Length and neve
 
 describe('a drain the shutdown bound would cut', () => {
   it('stops start-up in one line naming both settings (tools, RUNPLANE_DRAIN_SECONDS 30 >= RUNPLANE_SHUTDOWN_GRACE_SECONDS 25)', async () => {
-    const main = fileURLToPath(new URL('../../../apps/tools/dist/main.js', import.meta.url));
+    const main = fileURLToPath(new URL('../../../apps/tools/dist/main.bundle.js', import.meta.url));
     const proc = spawn(process.execPath, [main], {
       env: { ...process.env, NATS_URL: server.url, TOOLS_PORT: '0', RUNPLANE_DRAIN_SECONDS: '30', RUNPLANE_SHUTDOWN_GRACE_SECONDS: '25' },
       stdio: ['ignore', 'ignore', 'pipe'],
