@@ -16,6 +16,7 @@ import { contextFrom, makeEvent, subjectTokenOf, type EventData, type EventType,
 import { downstreamEnvOf, natsEnvOf, repoRoot } from '@runplane/devstack';
 import { runSubject } from '@runplane/eventlog';
 import { foldRun } from '@runplane/run-facts';
+import { waitForType } from '../support/faults.js';
 import { eventually, scriptParentAndChild, startTestStack, type TestStack } from '../support/stack.js';
 
 let t: TestStack;
@@ -100,7 +101,7 @@ describe('runplane audit (K11)', () => {
       await t.client.postMessage('conv-audit-cancel', { clientMessageId: cancelKey, content: `[${cancelKey}] What does DIA hold?` })
     ).body.runId;
 
-    const waitOpened = await eventually(async () => ofType(await t.log.readRun(runs.wait), 'wait.opened')[0] ?? null, 30_000, 'the wait opened');
+    const waitOpened = ofType(await waitForType(t, runs.wait, 'wait.opened', 30_000), 'wait.opened')[0]!;
     await eventually(
       async () => (ofType(await t.log.readRun(runs.canceled), 'model.turn.requested').length ? true : null),
       30_000,

@@ -11,6 +11,7 @@ import { connect } from '@nats-io/transport-node';
 import { sha256Hex, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import { natsEnvOf, repoRoot, serviceAllocatorEnv } from '@runplane/devstack';
 import { natsUserOptions, runSubject } from '@runplane/eventlog';
+import { waitForType } from '../support/faults.js';
 import { eventually, settledProjection, startTestStack, type TestStack } from '../support/stack.js';
 
 const NO_PROGRESS_SECONDS = 5;
@@ -125,11 +126,11 @@ describe('the no-progress limit (K7)', () => {
       { reply: { content: '', toolCalls: [{ id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Which share class?' } }] } },
       { rawChunks: [...Array.from({ length: 125 }, () => ({ delta: { content: '' } })), { finishReason: 'stop' }], chunkDelayMs: 200 },
     ]);
-    const opened = await eventually(async () => ofType(await t.log.readRun(runId), 'wait.opened')[0] ?? null, 30_000, 'the question for a human');
+    const opened = ofType(await waitForType(t, runId, 'wait.opened', 30_000), 'wait.opened')[0]!;
     await eventually(async () => ((await t.client.getRun(runId))?.status === 'awaiting_human' ? true : null), 30_000, 'the Run parked');
     const answeredAt = Date.now();
     expect((await t.client.answerWait(runId, opened.data.waitId, 'Class A')).status).toBe(202);
-    const settled = await eventually(async () => ofType(await t.log.readRun(runId), 'run.settled')[0] ?? null, 40_000, 'the settlement');
+    const settled = ofType(await waitForType(t, runId, 'run.settled', 40_000), 'run.settled')[0]!;
     expect(settled.data.outcome).toBe('failed');
     expect(settled.data.reason).toMatch(/^no-progress: /);
     const events = await t.log.readRun(runId);

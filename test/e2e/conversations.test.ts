@@ -19,6 +19,7 @@ import { clarificationIdOf, makeEvent, sha256Hex, type RunEvent, type RunEventOf
 import { natsEnvOf, repoRoot } from '@runplane/devstack';
 import { natsUserOptions, runSubject } from '@runplane/eventlog';
 import { forgedSettlement } from '../support/events.js';
+import { waitForType } from '../support/faults.js';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-conv-'));
@@ -64,14 +65,7 @@ async function getMessage(conversationId: string, clientMessageId: string): Prom
 const admittedOf = async (runId: string) => ofType(await t.log.readRun(runId), 'run.admitted')[0]!;
 
 async function waitFor(runId: string, type: RunEvent['type'], timeoutMs = 30_000): Promise<StoredEvent[]> {
-  return eventually(
-    async () => {
-      const events = await t.log.readRun(runId);
-      return events.some((e) => e.event.type === type) ? events : null;
-    },
-    timeoutMs,
-    `${type} of ${runId}`,
-  );
+  return waitForType(t, runId, type, timeoutMs);
 }
 
 async function modelRequestsFor(key: string): Promise<number> {

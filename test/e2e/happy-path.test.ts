@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import { runSubject } from '@runplane/eventlog';
+import { waitForType } from '../support/faults.js';
 import { eventually, quickRecoveryEnv, startTestStack, type TestStack } from '../support/stack.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -84,7 +85,7 @@ describe('a Run that finishes on its own is settled without recovery', () => {
     const key = `killed-${t.tag}`;
     await t.setScenario({ steps: [{ reply: { content: `the late answer of ${key}` }, delayMs: 20_000 }] }, key);
     const { body } = await t.client.postMessage('conv-happy', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
-    await eventually(async () => ofType(await t.log.readRun(body.runId), 'model.turn.requested')[0] ?? null, 30_000, 'the first model request');
+    await waitForType(t, body.runId, 'model.turn.requested', 30_000);
     const runtime = t.stack.services.get('runtime')!;
     const exited = new Promise((r) => runtime.child.once('exit', r));
     runtime.child.kill('SIGKILL');

@@ -8,7 +8,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import type { RunEvent, StoredEvent } from '@runplane/contracts';
 import type { ServiceName } from '@runplane/devstack';
-import { changedSince, RUN_WAKE_FALLBACK_MS, runMark } from './run-wake.js';
+import { changedSince, RUN_WAKE_FALLBACK_MS, runMark, runReader } from './run-wake.js';
 import type { TestStack } from './stack.js';
 
 export const ofType = <T extends RunEvent['type']>(events: StoredEvent[], type: T) =>
@@ -32,9 +32,9 @@ export async function modelRequestsFor(t: TestStack, key: string): Promise<numbe
 }
 
 /** The Run's events, or null while the log cannot be read (NATS restarting). */
-async function tryRead(t: TestStack, runId: string): Promise<StoredEvent[] | null> {
+async function tryRead(reader: ReturnType<typeof runReader>): Promise<StoredEvent[] | null> {
   try {
-    return await t.log.readRun(runId);
+    return await reader.read();
   } catch {
     return null;
   }
@@ -43,14 +43,15 @@ async function tryRead(t: TestStack, runId: string): Promise<StoredEvent[] | nul
 /**
  * Reads the Run's events until `pred` holds for them, and resolves with them: again each time a
  * message is published on one of its subjects, and at least every second (through outages:
- * test/support/run-wake.ts).
+ * test/support/run-wake.ts), each time only the events stored since the last read (`runReader`).
  */
 export async function until(t: TestStack, runId: string, pred: (events: StoredEvent[]) => boolean, timeoutMs: number, what: string) {
   const deadline = Date.now() + timeoutMs;
   let last: StoredEvent[] = [];
+  const reader = runReader(t.log, runId);
   for (;;) {
     const mark = runMark(t.log, runId);
-    const events = await tryRead(t, runId);
+    const events = await tryRead(reader);
     if (events) {
       last = events;
       if (pred(events)) return events;

@@ -10,6 +10,7 @@
  * by direct gets), dozens of times a second per Run.
  */
 import type { Subscription } from '@nats-io/nats-core';
+import type { StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 
 /** The longest a wait goes without reading the Run again, when nothing was seen on its subjects, ms. */
@@ -113,4 +114,27 @@ export function changedSince(log: EventLog, runId: string, mark: number, fallbac
     set.add(wake);
     watch.waiters.set(runId, set);
   });
+}
+
+/**
+ * The events of `runId` as one wait reads them again and again: the first `read()` reads the Run
+ * whole, each later one only the events stored since (`EventLog.catchUp` from the last sequence of
+ * each owner's subject), so a wait over a Run of n events costs one read of each, not n reads of
+ * all of them (decoded, validated and their links checked each time, and a direct get each on the
+ * server). When the back-links cannot be followed (a forged or purged message), `catchUp` reads
+ * the Run whole and that replaces what was held. One reader per wait: a wait starts from a full
+ * read, so nothing one test did to the stream earlier is carried over.
+ * @throws what `catchUp` throws (NATS unreachable, a read timing out); the events held stay as they were.
+ */
+export function runReader(log: EventLog, runId: string): { read(): Promise<StoredEvent[]> } {
+  let events: StoredEvent[] = [];
+  let known: Awaited<ReturnType<EventLog['catchUp']>>['lasts'] | null = null;
+  return {
+    async read() {
+      const got = await log.catchUp(runId, known ?? {});
+      events = got.full || known === null ? got.events : [...events, ...got.events].sort((a, b) => a.seq - b.seq);
+      known = got.lasts;
+      return events;
+    },
+  };
 }

@@ -26,7 +26,7 @@ import {
 import { auditRuns, readForAudit } from '@runplane/audit';
 import { destroyBus, EventLog, natsTlsOptions, type NatsTlsOption } from '@runplane/eventlog';
 import { currentNatsServerBinary, TestNatsServer } from './nats-server.js';
-import { changedSince, RUN_WAKE_FALLBACK_MS, runMark } from './run-wake.js';
+import { changedSince, RUN_WAKE_FALLBACK_MS, runMark, runReader } from './run-wake.js';
 
 export interface TestStack {
   tag: string;
@@ -58,7 +58,8 @@ export interface TestStack {
   setScenario(scenario: unknown, key?: string): Promise<void>;
   /**
    * Resolves with the Run's events once it has a settlement: reads the log again each time a message
-   * is published on one of the Run's subjects, and at least every second (test/support/run-wake.ts).
+   * is published on one of the Run's subjects, and at least every second, each time only the events
+   * stored since the last read (test/support/run-wake.ts, `runReader`).
    */
   waitForSettlement(runId: string, timeoutMs?: number): Promise<StoredEvent[]>;
   stop(): Promise<void>;
@@ -274,12 +275,13 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     },
     async waitForSettlement(runId, timeoutMs = 60_000) {
       const deadline = Date.now() + timeoutMs;
+      const reader = runReader(adminLog, runId);
+      let events: StoredEvent[] = [];
       for (;;) {
-        let events: StoredEvent[] = [];
         let readError: unknown = null;
         const mark = runMark(adminLog, runId);
         try {
-          events = await adminLog.readRun(runId);
+          events = await reader.read();
         } catch (e) {
           // a read timing out on a loaded machine (dozens of Runs polled at once, seen in CI) is
           // the test's own poll failing, not the Run: poll again until the deadline
