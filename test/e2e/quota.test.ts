@@ -48,9 +48,22 @@ afterAll(async () => {
 const admission = (path: string) => `${t.stack.endpoints.admission}${path}`;
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
+/**
+ * POSTs `body` as the token's principal. A 503 (a dependency unavailable: seen once for the first
+ * message, its append timing out on NATS while `loaded-liveness` loaded the machine) is sent again
+ * after its `Retry-After`, at most three times, as a client should: every POST here repeats safely
+ * (a message by its clientMessageId, K1; a cancel).
+ */
 async function post(url: string, token: string, body: unknown) {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...bearer(token) }, body: JSON.stringify(body) });
-  return { status: res.status, headers: res.headers, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+  for (let attempt = 1; ; attempt++) {
+    const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...bearer(token) }, body: JSON.stringify(body) });
+    if (res.status === 503 && attempt <= 3) {
+      await res.arrayBuffer();
+      await new Promise((r) => setTimeout(r, Math.min(Number(res.headers.get('retry-after')) || 1, 5) * 1_000));
+      continue;
+    }
+    return { status: res.status, headers: res.headers, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+  }
 }
 async function getJson(url: string, token: string) {
   const res = await fetch(url, { headers: bearer(token) });
