@@ -49,20 +49,19 @@ const admission = (path: string) => `${t.stack.endpoints.admission}${path}`;
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
 /**
- * POSTs `body` as the token's principal. A 503 (a dependency unavailable: seen once for the first
+ * POSTs `body` as the token's principal. A 503 `dependency_unavailable` (seen once for the first
  * message, its append timing out on NATS while `loaded-liveness` loaded the machine) is sent again
- * after its `Retry-After`, at most three times, as a client should: every POST here repeats safely
- * (a message by its clientMessageId, K1; a cancel).
+ * after its `Retry-After`, at most three times and with a line saying so, as a client should: every
+ * POST here repeats safely (a message by its clientMessageId, K1; a cancel). Any other 503
+ * (`admission_contended`, say) is returned as it is: the test sees it.
  */
 async function post(url: string, token: string, body: unknown) {
   for (let attempt = 1; ; attempt++) {
     const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...bearer(token) }, body: JSON.stringify(body) });
-    if (res.status === 503 && attempt <= 3) {
-      await res.arrayBuffer();
-      await new Promise((r) => setTimeout(r, Math.min(Number(res.headers.get('retry-after')) || 1, 5) * 1_000));
-      continue;
-    }
-    return { status: res.status, headers: res.headers, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+    const answer = { status: res.status, headers: res.headers, body: (await res.json().catch(() => null)) as Record<string, unknown> | null };
+    if (answer.status !== 503 || answer.body?.code !== 'dependency_unavailable' || attempt > 3) return answer;
+    process.stdout.write(`quota: ${url} answered 503 dependency_unavailable (${String(answer.body.detail)}); sending it again\n`);
+    await new Promise((r) => setTimeout(r, Math.min(Number(res.headers.get('retry-after')) || 1, 5) * 1_000));
   }
 }
 async function getJson(url: string, token: string) {

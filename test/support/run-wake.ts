@@ -121,7 +121,7 @@ export function changedSince(log: EventLog, runId: string, mark: number, fallbac
  * whole, each later one only the events stored since (`EventLog.catchUp` from the last sequence of
  * each owner's subject), so a wait over a Run of n events costs one read of each, not n reads of
  * all of them (decoded, validated and their links checked each time, and a direct get each on the
- * server). When the back-links cannot be followed (a forged or purged message), `catchUp` reads
+ * server). When the back-links cannot be followed (a forged or garbage message on a Run subject), `catchUp` reads
  * the Run whole and that replaces what was held. One reader per wait: a wait starts from a full
  * read, so nothing one test did to the stream earlier is carried over.
  * @throws what `catchUp` throws (NATS unreachable, a read timing out); the events held stay as they were.

@@ -15,8 +15,10 @@ const tag = uniqueTag();
 const stream = `RPTEST_PROJMAIN_${tag}`;
 const prefix = `tpm${tag}`;
 const db = `rp_test_projmain_${tag}`;
-// the bundle a deployment runs (scripts/bundle-services.mjs): a third of the CPU of dist/main.js to start
-const entry = fileURLToPath(new URL('../dist/main.bundle.js', import.meta.url));
+// tsc's output, not the bundle (which every end-to-end stack starts): the one test that runs a service
+// as `node dist/main.js` (the package's `start`, docs/operations.md), its heartbeat worker found beside
+// the module rather than beside a bundle
+const entry = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 
 beforeAll(async () => {
   server = await TestNatsServer.start({ bin: current.bin });
@@ -30,7 +32,7 @@ afterAll(async () => {
   await server.cleanup();
 });
 
-describe('process entry (dist/main.bundle.js, as deployed)', () => {
+describe('process entry (dist/main.js, built by tsc -b)', () => {
   it('prints "projector ready", serves /healthz, and exits 0 on SIGTERM', async () => {
     const child = spawn(process.execPath, [entry], {
       env: {
