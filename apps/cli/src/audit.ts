@@ -6,7 +6,7 @@
 import { auditRuns, CHECKS, readForAudit, type AuditInput, type AuditReport, type AuditSelection } from '@runplane/audit';
 import type { StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
-import { databaseUrlWith, dropDatabase, rebuildProjections, redact, type ReplayableLog } from '@runplane/projections';
+import type { ReplayableLog } from '@runplane/projections';
 import { AUDIT_BROKEN_EXIT } from './render.js';
 
 /** The check of an audit's selection, before anything connects (libs/audit). */
@@ -105,6 +105,8 @@ function auditedOnly(input: AuditInput): { log: ReplayableLog; runIds: ReadonlyS
  * @throws Error naming the database server when the live database cannot be read.
  */
 async function compareProjections(source: { log: ReplayableLog; runIds?: ReadonlySet<string> }, databaseUrl: string): Promise<ProjectionCheck> {
+  // loaded only for --projections: MikroORM and its driver are most of an audit's start-up otherwise
+  const { databaseUrlWith, dropDatabase, rebuildProjections, redact } = await import('@runplane/projections');
   let result;
   try {
     result = await rebuildProjections({ log: source.log, databaseUrl, ...(source.runIds ? { runIds: source.runIds } : {}) });
