@@ -420,6 +420,13 @@ async function measureW1(sys, h) {
     say(
       `  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${stalls ? `, ${stalls} NOT SETTLED` : ''}${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
     );
+    if (h.kindOf) {
+      // where the CPU of this level went, per process kind (replicas and backends summed), ms per Run
+      const perKind = new Map();
+      for (const [pid, ms] of meter.lastByPid) perKind.set(h.kindOf(pid), (perKind.get(h.kindOf(pid)) ?? 0) + ms);
+      const parts = [...perKind].sort((x, y) => y[1] - x[1]).map(([k, ms]) => `${k} ${num(ms / Math.max(1, r.latencies.length), 1)}`);
+      say(`    CPU ms per Run by process: ${parts.join(', ')}`);
+    }
   }
   let eventsPerRun;
   if (isRunplane(sys)) {

@@ -54,14 +54,17 @@ export class CpuMeter {
     for (const pid of await this.pids()) this.start.set(pid, (await cpuTicks(pid)) ?? 0);
   }
 
-  /** CPU milliseconds used by the processes since `begin()`. */
+  /** CPU milliseconds used by the processes since `begin()`; each process's share in `lastByPid`. */
   async end() {
     const pids = new Set([...this.start.keys(), ...(await this.pids())]);
     let ticks = 0;
+    /** @type {Map<number, number>} CPU ms per process of the last interval */
+    this.lastByPid = new Map();
     for (const pid of pids) {
       const now = await cpuTicks(pid);
       if (now === null) continue;
       ticks += now - (this.start.get(pid) ?? 0);
+      this.lastByPid.set(pid, ((now - (this.start.get(pid) ?? 0)) * 1000) / CLK_TCK);
     }
     return (ticks * 1000) / CLK_TCK;
   }
