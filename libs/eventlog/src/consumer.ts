@@ -52,7 +52,28 @@ export interface DurableConsumerSpec {
    * in the delivery's scope (the folds of the service decide from it without reading: deliveries.ts).
    */
   wholeRuns?: boolean;
+  /**
+   * The event types the handler acts on, when it ignores the rest (a consumer that keeps no folds:
+   * not {@link wholeRuns}). A delivery whose payload names another type is acknowledged at once,
+   * neither decoded, validated nor its signature checked: nothing in this process reads it, and the
+   * services that do (every whole-partition consumer) check it, and terminate and count it when it
+   * is not a fact. A payload that names no type goes the whole way (and is terminated).
+   */
+  handles?: (type: string) => boolean;
 }
+
+/** The `type` a message's payload names (the event type of a Runplane event), or null when it is not a JSON object with a string `type`. */
+export function payloadTypeOf(data: Uint8Array): string | null {
+  try {
+    const body: unknown = JSON.parse(textDecoder.decode(data));
+    const type = typeof body === 'object' && body !== null ? (body as { type?: unknown }).type : undefined;
+    return typeof type === 'string' ? type : null;
+  } catch {
+    return null;
+  }
+}
+
+const textDecoder = new TextDecoder();
 
 /** How a message reached its handler: the server's delivery count (1 on the first delivery, more after a nak or an expired ack wait). */
 export interface DeliveryInfo {
@@ -273,6 +294,14 @@ export class DurableConsumer {
     counts.delivered++;
     if (m.redelivered) counts.redelivered++;
     counts.pending = m.info.pending;
+    if (this.spec.handles && !this.spec.wholeRuns) {
+      const type = payloadTypeOf(m.data);
+      if (type !== null && !this.spec.handles(type)) {
+        counts.ignored++;
+        m.ack();
+        return;
+      }
+    }
     let stored: StoredEvent;
     try {
       // the same check as every reader of facts (verifyStored): a valid event that the event log

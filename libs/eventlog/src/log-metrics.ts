@@ -19,6 +19,8 @@ export interface DeliveryCounts {
   delivered: number;
   /** Of them, redeliveries (the server's delivery count above 1: a nak, an expired ack wait). */
   redelivered: number;
+  /** Of them, messages acknowledged unread: an event type the handler does not act on (`DurableConsumerSpec.handles`). */
+  ignored: number;
   /** Messages of the consumer not yet delivered, as the server said with the latest delivery (`num_pending`). */
   pending: number;
 }
@@ -41,7 +43,7 @@ export function appendCounts(): ReadonlyMap<string, Readonly<AppendCounts>> {
 /** The record of `durable`'s deliveries in this process, made on first use; the consumer updates it in place. */
 export function deliveryCountsOf(durable: string): DeliveryCounts {
   let c = deliveries.get(durable);
-  if (!c) deliveries.set(durable, (c = { delivered: 0, redelivered: 0, pending: 0 }));
+  if (!c) deliveries.set(durable, (c = { delivered: 0, redelivered: 0, ignored: 0, pending: 0 }));
   return c;
 }
 

@@ -228,6 +228,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
         ...(this.spec.ackWaitMs ? { ackWaitMs: this.spec.ackWaitMs } : {}),
         pinned: { group: PARTITION_GROUP, timeoutMs: pinTimeoutMs, pullExpiresMs: Math.max(1_000, Math.floor(pinTimeoutMs / 2.5)) },
         wholeRuns,
+        // a consumer that keeps no folds hands its handlers only their types: the rest is acknowledged unread
+        ...(wholeRuns ? {} : { handles: (type: string) => this.handlerOf(type) !== null }),
       },
       (stored) => this.dispatch(stored),
       logger,

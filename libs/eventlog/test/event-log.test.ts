@@ -6,6 +6,7 @@ import {
   AppendConflict,
   AppendRefused,
   DurableConsumer,
+  deliveryCounts,
   EventLog,
   isPermanentAppendError,
   ownerFilter,
@@ -196,6 +197,51 @@ describeEachNatsServer(servers, (server) => {
     await consumer.stop();
     expect(seen.length).toBe(2);
     expect(seen[0]).toBe(seen[1]);
+  });
+
+  it('given a consumer that keeps no folds and handles only run.admitted, when another type, garbage and a forged run.admitted arrive, then the other type is acknowledged unread, the garbage and the forgery are terminated, and only the genuine event is handled', async () => {
+    const runId = `rign${tag}`;
+    const genuine = await log.append(admitted(runId), 0);
+    await log.append(turnRequested(runId, 1), 0); // a runtime event admission would not act on
+    await log.js.publish(runSubject(log.space, runId, 'runtime'), 'not json at all');
+    // a copy published around the log: no checked expectation, so not a fact whatever its type
+    await log.js.publish(
+      runSubject(log.space, runId, 'admission'),
+      JSON.stringify({ ...admitted(runId), eventId: '00000000-0000-4000-8000-00000000000a' }),
+    );
+    const handled: string[] = [];
+    const invalid: string[] = [];
+    const consumer = new DurableConsumer(
+      log,
+      {
+        durable: 'handles-some',
+        filter: [ownerFilter(log.space, 'admission'), ownerFilter(log.space, 'runtime')],
+        handles: (type) => type === 'run.admitted',
+        onInvalid: (e) => invalid.push(e.anomaly),
+      },
+      async (s: StoredEvent) => {
+        if (s.event.runId === runId) handled.push(`${s.event.type}#${s.seq}`);
+      },
+      { warn: () => undefined, error: () => undefined },
+    );
+    await consumer.start();
+    try {
+      // every message of the Run acknowledged or terminated: nothing pending, nothing waiting for an ack
+      const deadline = Date.now() + 10_000;
+      let info = await log.jsm.consumers.info(log.space.stream, consumer.durableName);
+      while ((info.num_pending > 0 || info.num_ack_pending > 0 || invalid.length < 2) && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+        info = await log.jsm.consumers.info(log.space.stream, consumer.durableName);
+      }
+      expect(info.num_pending).toBe(0);
+      expect(info.num_ack_pending).toBe(0);
+      expect(handled).toEqual([`run.admitted#${genuine.seq}`]);
+      expect(invalid.sort()).toEqual(['invalid-message', 'unverified-event']);
+      expect(deliveryCounts().get(consumer.durableName)?.ignored).toBeGreaterThanOrEqual(1);
+    } finally {
+      await consumer.stop();
+      await log.jsm.consumers.delete(log.space.stream, consumer.durableName).catch(() => undefined);
+    }
   });
 
   it('stamps every appended event with its back-link (prevSeq) and writer', async () => {
