@@ -11,9 +11,12 @@
 // Jest loads it before any transform applies. It also turns on Node's compile cache for the
 // workers and every process they start (NODE_COMPILE_CACHE, libs/devstack compile-cache.ts).
 // A watchdog shell kills the server and removes its folder when this Jest process dies in any way.
+// The test nats-servers (this one and those test/support/nats-server.ts starts) keep their stores
+// in RUNPLANE_TEST_NATS_DIR, set here to /dev/shm when that is a tmpfs with room to spare
+// ({@link testNatsDir}).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, statfsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,10 +26,34 @@ import { compileCacheEnv, createDevNatsTls, ensureNatsServerBinary, jetStreamAns
 /** The suite-wide NATS user of the shared server (every permission; not one of the Runplane users). */
 export const SUITE_NATS_USER = 'runplane-suite';
 
+/** Bytes a RAM-backed folder must have free to hold the suite's nats-server stores (a few hundred MB at most at once). */
+const TMPFS_MIN_FREE = 2 * 2 ** 30;
+const TMPFS_MAGIC = 0x01021994;
+
+/**
+ * Where the test nats-servers keep their stores: RUNPLANE_TEST_NATS_DIR when set, else `/dev/shm`
+ * when it is a tmpfs with at least 2 GiB free, else the system's temporary folder. Each active
+ * durable consumer rewrites its state file up to 10 times a second (a new file renamed over the
+ * old): on this machine's ext4 that was about a third of a server's CPU, and of the suite's
+ * services' stacks ~3 % of their CPU (docs/development.md). Only the tests' servers: the bench and
+ * the demo keep theirs on disk, as a deployment does.
+ */
+function testNatsDir() {
+  if (process.env.RUNPLANE_TEST_NATS_DIR) return process.env.RUNPLANE_TEST_NATS_DIR;
+  try {
+    const fs = statfsSync('/dev/shm');
+    if (fs.type === TMPFS_MAGIC && fs.bavail * fs.bsize >= TMPFS_MIN_FREE) return '/dev/shm';
+  } catch {
+    // no /dev/shm here
+  }
+  return tmpdir();
+}
+
 export default async function globalSetup() {
   const root = fileURLToPath(new URL('../..', import.meta.url));
   const { bin, version } = ensureNatsServerBinary(root);
-  const dir = mkdtempSync(join(tmpdir(), 'rp-nats-shared-'));
+  process.env.RUNPLANE_TEST_NATS_DIR = testNatsDir();
+  const dir = mkdtempSync(join(process.env.RUNPLANE_TEST_NATS_DIR, 'rp-nats-shared-'));
   const port = await getPort({ host: '127.0.0.1' });
   const tls = await createDevNatsTls(join(dir, 'tls'));
   const password = randomBytes(18).toString('base64url');
@@ -72,7 +99,7 @@ export default async function globalSetup() {
   // before it (libs/devstack compile-cache.ts): about an eighth of a stack's start-up CPU
   Object.assign(process.env, compileCacheEnv(process.env));
   process.stderr.write(
-    `\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}, user ${SUITE_NATS_USER}, TLS (CA ${tls.caFile})\n`,
+    `\nshared test nats-server ${version} (${bin.replace(root, '')}) on ${url}, user ${SUITE_NATS_USER}, TLS (CA ${tls.caFile}); test nats-servers store in ${process.env.RUNPLANE_TEST_NATS_DIR}\n`,
   );
   globalThis.__RUNPLANE_SHARED_NATS__ = { child, watchdog, dir };
 }

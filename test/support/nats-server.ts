@@ -195,7 +195,8 @@ export class TestNatsServer {
     ensureExitHook();
     const attempts = opts.port ? 1 : PORT_ATTEMPTS;
     for (let attempt = 1; ; attempt++) {
-      const baseDir = mkdtempSync(join(tmpdir(), 'rp-nats-'));
+      // RUNPLANE_TEST_NATS_DIR: a RAM-backed folder when the suite's global set-up found one
+      const baseDir = mkdtempSync(join(process.env.RUNPLANE_TEST_NATS_DIR ?? tmpdir(), 'rp-nats-'));
       dirs.add(baseDir);
       let configFile: string | null = null;
       // without a config of its own, a server requires the suite's user and TLS, as the shared one does
