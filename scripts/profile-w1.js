@@ -13,6 +13,16 @@ import { parseArgs } from 'node:util';
 import { benchSpace, startModel, startNats } from './bench/infra.js';
 import { startRunplane } from './bench/systems.js';
 
+// the services run on this process's Node (libs/devstack spawns process.execPath): profile the
+// supported one, not a machine's older `node` (whose AsyncLocalStorage and crypto differ)
+const NODE_MAJOR = Number(process.versions.node.split('.')[0]);
+if (NODE_MAJOR < 24) {
+  console.error(
+    `node ${process.versions.node} would run the services: profile them on the supported Node 24 (npm run profile -- [options], or node_modules/.bin/node scripts/profile-w1.js)`,
+  );
+  process.exit(2);
+}
+
 const { values: a } = parseArgs({
   options: {
     runs: { type: 'string', default: '96' },
