@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
-import { anomalyCounts, DurableConsumer, EventLog, PartitionOwnership, partitionOf, runSubject } from '@runplane/eventlog';
+import { anomalyCounts, deliveryCounts, DurableConsumer, EventLog, PartitionOwnership, partitionOf, runSubject } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
 
@@ -225,5 +225,54 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
     // the consumer that read it acknowledged nothing else: its partition is the wrong one
     const info = await writer.jsm.consumers.info(space.stream, `${space.prefix}-tools-p${wrong}`);
     expect(info.num_ack_pending).toBe(0);
+  });
+  it("admission's transport (no folds) acknowledges the catalogue's types it does not handle unread, hands it the ones it does, and takes a type outside the catalogue the whole way: terminated, never looked up", async () => {
+    // a stream of its own: no earlier Run to deliver first
+    const own = { stream: `RPTEST_PCA_${tag}`, prefix: `tpca${tag}` };
+    const runtime = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...own, partitions: 8, name: 'runtime' });
+    const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...own, partitions: 8, name: 'admission' });
+    const ownership = await PartitionOwnership.start(log, 'admission', { ...SUITE_NATS, natsUrl: server.url }, TTL);
+    const transport = new JetStreamEventTransport(log, { service: 'admission', ackWaitMs: 2_000, pinTimeoutMs: 2_000 }, ownership);
+    const handled: string[] = [];
+    transport.addHandler(
+      'model.turn.requested',
+      async (stored: StoredEvent) => {
+        handled.push(stored.event.runId);
+      },
+      true,
+    );
+    await new Promise<void>(
+      (resolve, reject) => void transport.listen((e?: unknown) => (e ? reject(e instanceof Error ? e : new Error(JSON.stringify(e))) : resolve())),
+    );
+    try {
+      // admission's deliveries in this process (its durables of this stream)
+      const mine = () => [...deliveryCounts()].filter(([durable]) => durable.startsWith(`${own.prefix}-admission-`)).map(([, c]) => c);
+      const counts = () => ({ delivered: mine().reduce((n, c) => n + c.delivered, 0), ignored: mine().reduce((n, c) => n + c.ignored, 0) });
+      const runId = `radm${tag}`;
+      const before = counts();
+      const invalidBefore = anomalyCounts()['invalid-message'] ?? 0;
+      const first = await runtime.append(turn(runId, 1), 0);
+      // a catalogue type admission has no handler for here (its real ones: child.run.requested, run.settled)
+      await runtime.append(
+        makeEvent('run.execution.finished', ctx(runId), 'finished', { reason: 'model-error', detail: 'HTTP 500', answerTurn: null }, new Date()),
+        first.seq,
+      );
+      // a forgery naming a type outside the catalogue (a long one: a lookup kept per type would keep it)
+      await runtime.js.publish(runSubject(runtime.space, runId, 'runtime'), JSON.stringify({ ...turn(runId, 3), type: `x${'y'.repeat(10_000)}` }));
+      await until(() => counts().delivered - before.delivered >= 3 && handled.length === 1, 10_000, 'the three deliveries');
+      expect(handled).toEqual([runId]);
+      // of the three, one handled, one acknowledged unread, and the forgery neither: terminated as not a fact
+      expect(counts().delivered - before.delivered).toBe(3);
+      expect(counts().ignored - before.ignored).toBe(1);
+      expect(anomalyCounts()['invalid-message'] ?? 0).toBeGreaterThan(invalidBefore);
+      const info = await runtime.jsm.consumers.info(own.stream, `${own.prefix}-admission-p${partitionOf(runId, 8)}`);
+      expect(info.num_ack_pending).toBe(0);
+      expect(info.num_redelivered).toBe(0);
+    } finally {
+      await transport.close().catch(() => undefined);
+      await log.close();
+      await runtime.destroyStream();
+      await runtime.close();
+    }
   });
 });

@@ -25,7 +25,7 @@
  *   `runplane_run_duration_seconds{outcome}` and `runplane_run_queue_seconds` (histograms, from
  *   event timestamps), `runplane_model_request_seconds{model, finish}` and
  *   `runplane_model_tokens_total{model, kind}`, `runplane_tool_duration_seconds{tool, status}`,
- *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`,
+ *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`, `runplane_consumer_ignored_total{durable}`,
  *   `runplane_consumer_pending{durable}`, `runplane_lease_renewals_total{result}`,
  *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`,
  *   `runplane_process_allocator_info{allocator}` (jemalloc or system).
@@ -222,6 +222,17 @@ new Counter({
   collect() {
     this.reset();
     for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.redelivered);
+  },
+});
+
+new Counter({
+  name: 'runplane_consumer_ignored_total',
+  help: 'Messages a durable consumer acknowledged unread in this process (an event type its service does not act on), by durable',
+  labelNames: ['durable'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.ignored);
   },
 });
 
