@@ -145,8 +145,11 @@ export async function startRunplane({ tag, nats, modelUrl, pg, logDir, dataDir, 
       return runId;
     },
     pids: async () => [...all().map(([, p]) => p.child.pid), ...nats.pids(), ...(await pgBackendPids(pg, [db]))],
-    /** The kind of a counted process: a service's name, `nats-server`, or `postgres` for any other (a backend). */
-    kindOf: (pid) => all().find(([, p]) => p.child.pid === pid)?.[0] ?? (nats.pids().includes(pid) ? 'nats-server' : 'postgres'),
+    /** The kind of a counted process: a service's name (every replica's: `runtime#2` is `runtime`), `nats-server`, or `postgres` for any other (a backend). */
+    kindOf: (pid) =>
+      all()
+        .find(([, p]) => p.child.pid === pid)?.[0]
+        ?.replace(/#\d+$/, '') ?? (nats.pids().includes(pid) ? 'nats-server' : 'postgres'),
     includes: `the ${processCount} service processes (${replicas} per service), the ${nats.replicas === 3 ? '3-node nats-server cluster (stream and buckets at R3)' : "bench's private nats-server"}, the PostgreSQL backends of its projection database`,
     async idleRss() {
       const out = [];

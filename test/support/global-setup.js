@@ -16,7 +16,7 @@
 // ({@link testNatsDir}).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, statfsSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,10 +49,33 @@ function testNatsDir() {
   return tmpdir();
 }
 
+/** Hours after which a test nats-server's folder left in a RAM-backed folder counts as abandoned. */
+const ABANDONED_AFTER_H = 12;
+
+/**
+ * Removes the test nats-server folders (`rp-nats-*`) older than {@link ABANDONED_AFTER_H} hours
+ * from `dir` when it is `/dev/shm`: a run whose processes were all killed at once (its watchdogs
+ * too) leaves its stores there, in memory until the next boot. No suite runs that long.
+ */
+function sweepAbandoned(dir) {
+  if (dir !== '/dev/shm') return;
+  const cutoff = Date.now() - ABANDONED_AFTER_H * 3600_000;
+  for (const name of readdirSync(dir)) {
+    if (!/^rp-nats-(shared-)?[A-Za-z0-9]{6}$/.test(name)) continue;
+    const path = join(dir, name);
+    try {
+      if (statSync(path).mtimeMs < cutoff) rmSync(path, { recursive: true, force: true });
+    } catch {
+      // gone meanwhile, or not ours
+    }
+  }
+}
+
 export default async function globalSetup() {
   const root = fileURLToPath(new URL('../..', import.meta.url));
   const { bin, version } = ensureNatsServerBinary(root);
   process.env.RUNPLANE_TEST_NATS_DIR = testNatsDir();
+  sweepAbandoned(process.env.RUNPLANE_TEST_NATS_DIR);
   const dir = mkdtempSync(join(process.env.RUNPLANE_TEST_NATS_DIR, 'rp-nats-shared-'));
   const port = await getPort({ host: '127.0.0.1' });
   const tls = await createDevNatsTls(join(dir, 'tls'));

@@ -9,7 +9,7 @@ import { DeadlineStore } from './deadlines.js';
 import { DeadlineWatcher, RECOVERY_DEADLINES } from './deadline-watcher.service.js';
 import { LeaseWatcher, RECOVERY_HEARTBEATS, RECOVERY_LEASES, RECOVERY_SETTINGS, type RecoverySettings } from './lease-watcher.service.js';
 
-/** Wires recovery: the event log, the lease, heartbeat and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers, its adapters on the admission and runtime subjects. */
+/** Wires recovery: the event log, the lease, heartbeat and deadline buckets, its settings (LeaseConfig, RecoveryConfig), the lease and deadline watchers, its adapters on the events of its partitions (cancels, admissions, finished executions). */
 @Module({
   imports: [EventLogModule.forService('recovery'), HealthModule],
   controllers: [CancelController, ClosingController],
