@@ -203,38 +203,35 @@ new Counter({
   },
 });
 
-new Counter({
-  name: 'runplane_consumer_deliveries_total',
-  help: 'Messages a durable consumer received in this process (first deliveries and redeliveries), by durable',
-  labelNames: ['durable'] as const,
-  registers: [metricsRegistry],
-  collect() {
-    this.reset();
-    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.delivered);
-  },
-});
+/** A counter per durable of one of the consumers' delivery counts (eventlog `DeliveryCounts`), read at scrape time. */
+function deliveryCounter(name: string, help: string, count: 'delivered' | 'redelivered' | 'ignored'): void {
+  new Counter({
+    name,
+    help,
+    labelNames: ['durable'] as const,
+    registers: [metricsRegistry],
+    collect() {
+      this.reset();
+      for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c[count]);
+    },
+  });
+}
 
-new Counter({
-  name: 'runplane_consumer_redeliveries_total',
-  help: 'Redeliveries a durable consumer received in this process (after a nak or an expired ack wait), by durable',
-  labelNames: ['durable'] as const,
-  registers: [metricsRegistry],
-  collect() {
-    this.reset();
-    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.redelivered);
-  },
-});
-
-new Counter({
-  name: 'runplane_consumer_ignored_total',
-  help: 'Messages a durable consumer acknowledged unread in this process (an event type its service does not act on), by durable',
-  labelNames: ['durable'] as const,
-  registers: [metricsRegistry],
-  collect() {
-    this.reset();
-    for (const [durable, c] of deliveryCounts()) this.inc({ durable }, c.ignored);
-  },
-});
+deliveryCounter(
+  'runplane_consumer_deliveries_total',
+  'Messages a durable consumer received in this process (first deliveries and redeliveries), by durable',
+  'delivered',
+);
+deliveryCounter(
+  'runplane_consumer_redeliveries_total',
+  'Redeliveries a durable consumer received in this process (after a nak or an expired ack wait), by durable',
+  'redelivered',
+);
+deliveryCounter(
+  'runplane_consumer_ignored_total',
+  'Messages a durable consumer acknowledged unread in this process (an event type its service does not act on), by durable',
+  'ignored',
+);
 
 new Gauge({
   name: 'runplane_consumer_pending',
