@@ -10,6 +10,7 @@ import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { anomalyCounts, deliveryCounts, DurableConsumer, EventLog, PartitionOwnership, partitionOf, runSubject } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { currentNatsServerBinary, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
+import { waitFor } from '../../../test/support/wait.js';
 
 const current = currentNatsServerBinary();
 const d = 'bin' in current ? describe : describe.skip;
@@ -265,9 +266,10 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
       expect(counts().delivered - before.delivered).toBe(3);
       expect(counts().ignored - before.ignored).toBe(1);
       expect(anomalyCounts()['invalid-message'] ?? 0).toBeGreaterThan(invalidBefore);
-      const info = await runtime.jsm.consumers.info(own.stream, `${own.prefix}-admission-p${partitionOf(runId, 8)}`);
-      expect(info.num_ack_pending).toBe(0);
-      expect(info.num_redelivered).toBe(0);
+      // the acknowledgements travel without a reply: wait until the server has all three
+      const durable = `${own.prefix}-admission-p${partitionOf(runId, 8)}`;
+      await waitFor('no delivery left pending', async () => (await runtime.jsm.consumers.info(own.stream, durable)).num_ack_pending === 0, 5_000);
+      expect((await runtime.jsm.consumers.info(own.stream, durable)).num_redelivered).toBe(0);
     } finally {
       await transport.close().catch(() => undefined);
       await log.close();
