@@ -60,6 +60,15 @@ export interface DurableConsumerSpec {
    * is not a fact. A payload that names no type goes the whole way (and is terminated).
    */
   handles?: (type: string) => boolean;
+  /**
+   * True: each message's handler starts as the message arrives, in arrival order, without waiting
+   * for the handlers of the Run's earlier messages to finish; each message is still acknowledged
+   * only when its own handler resolves. For a handler that queues what it gets and writes it in
+   * batches (the projector: several events of one Run in one transaction), which must then accept
+   * a Run's events out of order after a failure (its continuity check reads the Run again).
+   * Default false: a Run's messages are handled one at a time, in delivery order.
+   */
+  onArrival?: boolean;
 }
 
 /** The `type` a message's payload names (the event type of a Runplane event), or null when it is not a JSON object with a string `type`. */
@@ -315,6 +324,12 @@ export class DurableConsumer {
     }
     // the handler's reads of this Run must include this event (a stream copy behind is read again)
     this.log.noteStored(m.subject, m.seq);
+    if (this.spec.onArrival) {
+      const now = this.process(m, stored, ackWaitMs);
+      this.mine.add(now);
+      void now.finally(() => this.mine.delete(now));
+      return;
+    }
     const key = stored.event.runId;
     const prev = this.chains.get(key) ?? Promise.resolve();
     const next = prev.then(() => this.process(m, stored, ackWaitMs));
@@ -363,7 +378,7 @@ export class DurableConsumer {
     this.stopping = true;
     await this.messages?.close();
     await this.loop?.catch(() => undefined);
-    await Promise.allSettled([...this.chains.values()]);
+    await Promise.allSettled([...this.chains.values(), ...this.mine]);
   }
 
   /**

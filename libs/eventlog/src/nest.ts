@@ -129,6 +129,12 @@ export interface EventTransportSpec {
    * `pinTimeoutMs / 2.5` to keep its pin.
    */
   pinTimeoutMs?: number;
+  /**
+   * Handlers start as their messages arrive, not after the Run's earlier ones finished
+   * (consumer.ts {@link DurableConsumerSpec.onArrival}): for a service that batches what it gets
+   * (the projector). Default false.
+   */
+  onArrival?: boolean;
 }
 
 /** The priority group every partition consumer pins its one client in. */
@@ -231,6 +237,7 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
         ...(this.spec.ackWaitMs ? { ackWaitMs: this.spec.ackWaitMs } : {}),
         pinned: { group: PARTITION_GROUP, timeoutMs: pinTimeoutMs, pullExpiresMs: Math.max(1_000, Math.floor(pinTimeoutMs / 2.5)) },
         wholeRuns,
+        ...(this.spec.onArrival ? { onArrival: true } : {}),
         // a consumer that keeps no folds hands its handlers only their types: the rest of the
         // catalogue's is acknowledged unread; a type outside it (only a forgery names one) goes the
         // whole way and is terminated, and is never looked up (the lookups are cached per type)

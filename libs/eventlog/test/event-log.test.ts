@@ -16,6 +16,7 @@ import {
   type InvalidStoredEvent,
 } from '@runplane/eventlog';
 import { countDirectGets } from '../../../test/support/direct-gets.js';
+import { waitFor } from '../../../test/support/wait.js';
 import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
 
 // every test runs on the machine's nats-server (2.9.10) and on the cached current release
@@ -246,6 +247,50 @@ describeEachNatsServer(servers, (server) => {
       await log.jsm.consumers.delete(log.space.stream, consumer.durableName).catch(() => undefined);
     }
   });
+
+  it.each([
+    { onArrival: true, second: 'starts while the first still runs', pendingWhileHeld: 1 },
+    { onArrival: false, second: 'waits for the first (the default)', pendingWhileHeld: 2 },
+  ])(
+    "given a Run's first handler held, with onArrival $onArrival, then the second $second, and each message is acknowledged only when its own handler resolves",
+    async ({ onArrival, pendingWhileHeld }) => {
+      const runId = `rarr${onArrival}${tag}`;
+      const first = await log.append(admitted(runId), 0);
+      const second = await log.append(turnRequested(runId, 1), 0);
+      const started: number[] = [];
+      let releaseFirst!: () => void;
+      const firstHeld = new Promise<void>((r) => (releaseFirst = r));
+      const consumer = new DurableConsumer(
+        log,
+        { durable: `on-arrival-${onArrival}`, filter: [ownerFilter(log.space, 'admission'), ownerFilter(log.space, 'runtime')], onArrival },
+        async (s: StoredEvent) => {
+          if (s.event.runId !== runId) return;
+          started.push(s.seq);
+          if (s.seq === first.seq) await firstHeld;
+        },
+        { warn: () => undefined, error: () => undefined },
+      );
+      await consumer.start();
+      try {
+        const info = () => log.jsm.consumers.info(log.space.stream, consumer.durableName);
+        // the stream's other Runs are handled at once: only this Run's two stay unacknowledged while the first is held
+        await waitFor('the held Run alone unacknowledged', async () => {
+          const i = await info();
+          return i.num_pending === 0 && i.num_ack_pending === (onArrival ? 1 : 2) && started.includes(first.seq);
+        });
+        expect((await info()).num_ack_pending).toBe(pendingWhileHeld);
+        expect(started).toEqual(onArrival ? [first.seq, second.seq] : [first.seq]);
+        releaseFirst();
+        await waitFor('both acknowledged', async () => (await info()).num_ack_pending === 0);
+        expect(started).toEqual([first.seq, second.seq]);
+        expect((await info()).num_redelivered).toBe(0);
+      } finally {
+        releaseFirst();
+        await consumer.stop();
+        await log.jsm.consumers.delete(log.space.stream, consumer.durableName).catch(() => undefined);
+      }
+    },
+  );
 
   it('stamps every appended event with its back-link (prevSeq) and writer', async () => {
     const runId = `r6${tag}`;

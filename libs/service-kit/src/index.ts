@@ -65,6 +65,8 @@ export interface ServiceSpec {
   consumer?: {
     /** The consumers' ack wait, ms, read after the configuration is validated (default `RUNPLANE_ACK_WAIT_MS`). */
     ackWaitMs?: () => number;
+    /** Its handlers start as their messages arrive, in arrival order (eventlog nest.ts `EventTransportSpec.onArrival`): a service that batches them. */
+    onArrival?: boolean;
   };
   /**
    * Keep each request's raw body (`req.rawBody`, a Buffer) beside the parsed one, for a route that
@@ -270,7 +272,11 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
       const pino = await app.resolve(PinoLogger);
       transport = new JetStreamEventTransport(
         log,
-        { service: spec.name, ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS },
+        {
+          service: spec.name,
+          ackWaitMs: spec.consumer.ackWaitMs?.() ?? loadConfig(BusConfig).RUNPLANE_ACK_WAIT_MS,
+          ...(spec.consumer.onArrival ? { onArrival: true } : {}),
+        },
         app.get(PartitionOwnership),
         { inLogContext: (fields, handle) => pino.runInContext(handle, { bindings: fields }) },
         app.get(ServedConsumers),
