@@ -19,7 +19,8 @@ export const projectorService: ServiceSpec = {
   portEnv: 'PROJECTOR_PORT',
   defaultPort: 8085,
   config: [ProjectorConfig],
-  consumer: {},
+  // handlers take deliveries as they arrive (several events of one Run in one flush, see ProjectorService)
+  consumer: { onArrival: true },
 };
 
 /**

@@ -12,6 +12,12 @@ export const ProjectorConfig = BusConfig.extend(DatabaseConfig.shape)
     PROJECTOR_PORT: envInt(8085, 0, 65535),
     /** Create the projection database if it is missing (via the server's `postgres` database). */
     PROJECTOR_ENSURE_DATABASE: z.enum(['true', 'false']).default('true'),
+    /**
+     * Longest a delivery waits for others to share its flush (one transaction), ms (0 = flush at
+     * once). Under load flushes follow each other and are full anyway; a quiet projector would
+     * otherwise write one transaction per event, since a Run's events arrive a few ms apart.
+     */
+    PROJECTOR_BATCH_LINGER_MS: envInt(50, 0, 1000),
   });
 export type ProjectorConfig = z.infer<typeof ProjectorConfig>;
 

@@ -2,7 +2,7 @@
  * Applies stored events to the projections, in each Run's stream order, exactly once (K11), in
  * batches: one PostgreSQL transaction for the deliveries of many Runs.
  */
-import { Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type BeforeApplicationShutdown } from '@nestjs/common';
 import { Owner, type StoredEvent } from '@runplane/contracts';
 import type { Context, Link } from '@opentelemetry/api';
 import { EventLog, inSpan, linkTo, partitionOf, recordAnomaly, runSubject, traceContext } from '@runplane/eventlog';
@@ -42,6 +42,9 @@ export function retryDelayMs(attempt: number): number {
   return Math.min(maxTimeout, minTimeout * factor ** Math.max(0, attempt - 1));
 }
 
+/** Injection token of the projector's batch linger, ms (`PROJECTOR_BATCH_LINGER_MS`): see {@link ProjectorService}. */
+export const PROJECTOR_BATCH_LINGER = Symbol('PROJECTOR_BATCH_LINGER');
+
 /** Most deliveries one flush takes, and most events one transaction applies. */
 export const MAX_BATCH = 500;
 /** Runs whose log one flush reads at the same time. */
@@ -69,6 +72,8 @@ function tracesOf(batch: readonly Delivery[], chunk: readonly StoredEvent[]): { 
 /** A queued delivery: settled once its Run's events up to (at least) the trigger are applied. */
 interface Delivery {
   trigger: StoredEvent;
+  /** When it was queued (`performance.now()`, ms): a flush waits until its oldest delivery has lingered. */
+  queuedAt: number;
   resolve: (results: ApplyResult[]) => void;
   reject: (e: unknown) => void;
   /** The trace context of the delivery's handler: the flush's SQL span joins the Run's trace. */
@@ -145,7 +150,11 @@ async function settleAll<T, R>(items: T[], limit: number, fn: (item: T) => Promi
  * Runs), applies them all with one `applyStoredEvents` (one transaction per {@link MAX_BATCH}
  * events), then settles every delivery of the flush; the consumer acknowledges a message only
  * after that. Deliveries that arrive during a flush form the next one, so the batch grows with
- * the load and a lone delivery is applied at once.
+ * the load. A batch shorter than {@link MAX_BATCH} waits until its oldest delivery has been queued
+ * for the linger (`PROJECTOR_BATCH_LINGER_MS`, default 50): the partition consumers hand the
+ * projector each delivery as it arrives, not after the Run's previous one was acknowledged
+ * (`onArrival`), so a quiet projector writes a Run's events that arrive a few ms apart in one
+ * transaction instead of one each.
  *
  * Why the projector retries in-process instead of letting the message redeliver: a failing
  * transaction (database down, serialization error) is retried here with backoff, holding the
@@ -178,9 +187,14 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private queue: Delivery[] = [];
   private draining = false;
 
+  /**
+   * @param lingerMs longest a delivery waits for others to share its flush, ms
+   *   (`PROJECTOR_BATCH_LINGER_MS`; 0, the default here, flushes at once)
+   */
   constructor(
     private readonly db: ProjectionDatabase,
     private readonly log: EventLog,
+    @Optional() @Inject(PROJECTOR_BATCH_LINGER) private readonly lingerMs: number = 0,
   ) {
     // a partition's consumer starting or stopping here: another replica may have applied its Runs meanwhile
     log.deliveries?.observe({
@@ -207,7 +221,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
     if (skipped) return skipped;
     if (this.stopping) throw this.stoppingError([trigger]);
     return new Promise<ApplyResult[]>((resolve, reject) => {
-      this.queue.push({ trigger, resolve, reject, trace: traceContext.active() });
+      this.queue.push({ trigger, queuedAt: performance.now(), resolve, reject, trace: traceContext.active() });
       if (!this.draining) {
         this.draining = true;
         // the deliveries of the current consumer iteration join the first flush
@@ -220,6 +234,10 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private async drain(): Promise<void> {
     try {
       while (this.queue.length > 0) {
+        // a short batch waits for its oldest delivery to have lingered: the next events of its
+        // Runs (a few ms apart) join it instead of a transaction each
+        const wait = this.queue.length < MAX_BATCH ? this.queue[0]!.queuedAt + this.lingerMs - performance.now() : 0;
+        if (wait > 0 && !this.stopping) await new Promise((r) => setTimeout(r, wait));
         const batch = this.queue.splice(0, MAX_BATCH);
         try {
           await this.flush(batch);

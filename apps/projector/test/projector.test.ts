@@ -62,8 +62,8 @@ async function scratchOrm(name: string): Promise<MikroORM> {
   return (await copyOfMigratedDatabase(db)).orm;
 }
 
-/** A ProjectorService over `scratch` that counts the transactions it opens. */
-function countingService(scratch: MikroORM, from = log): { service: ProjectorService; transactions: () => number } {
+/** A ProjectorService over `scratch` (with `lingerMs`, default 0) that counts the transactions it opens. */
+function countingService(scratch: MikroORM, from = log, lingerMs = 0): { service: ProjectorService; transactions: () => number } {
   let transactions = 0;
   const em = {
     fork: () => {
@@ -76,7 +76,7 @@ function countingService(scratch: MikroORM, from = log): { service: ProjectorSer
       return fork;
     },
   };
-  return { service: new ProjectorService({ orm: { em } } as never, from), transactions: () => transactions };
+  return { service: new ProjectorService({ orm: { em } } as never, from, lingerMs), transactions: () => transactions };
 }
 
 beforeAll(async () => {
@@ -277,6 +277,37 @@ describe('projector service', () => {
       await oneByOne.close();
     }
   });
+
+  it.each([
+    { lingerMs: 1_000, expected: 'one transaction' },
+    { lingerMs: 0, expected: 'a transaction each' },
+  ])(
+    "given a Run's events delivered one by one a few ms apart (a quiet projector, its consumers handing each over as it arrives), with a linger of $lingerMs ms, then $expected, with the rows of applying every event one by one",
+    async ({ lingerMs }) => {
+      const runId = `linger${lingerMs}-${tag}`;
+      const stored = await appendAll(log, researchRunEvents(runId));
+      const lingered = await scratchOrm(`linger${lingerMs}`);
+      const oneByOne = await scratchOrm(`lingerref${lingerMs}`);
+      try {
+        const { service, transactions } = countingService(lingered, log, lingerMs);
+        const done: Promise<ApplyResult[]>[] = [];
+        for (const s of stored) {
+          done.push(service.catchUp(s));
+          // (without a linger, each one's flush finishes before the next arrives)
+          await (lingerMs > 0 ? new Promise((r) => setTimeout(r, 5)) : done.at(-1));
+        }
+        const results = (await Promise.all(done)).flat();
+        expect(results.filter((r) => r.status === 'applied').map((r) => r.seq)).toEqual(stored.map((s) => s.seq));
+        expect(transactions()).toBe(lingerMs > 0 ? 1 : stored.length);
+        expect(service.stats).toMatchObject({ applied: stored.length, reads: 0, gaps: 0, retries: 0 });
+        for (const s of stored) await applyStoredEvent(oneByOne.em, s);
+        expect(await dumpProjectionRows(lingered)).toEqual(await dumpProjectionRows(oneByOne));
+      } finally {
+        await lingered.close();
+        await oneByOne.close();
+      }
+    },
+  );
 
   it("given a batch with a Run whose admission is missing from the log, then that Run's delivery is skipped as an anomaly (never redelivered) and the other Run is applied", async () => {
     const good = `good-${tag}`;
