@@ -1,5 +1,5 @@
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerConfig, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
-import type { StoredEvent } from '@runplane/contracts';
+import { EventTypes, type EventType, type StoredEvent } from '@runplane/contracts';
 import { AbortError, retry, retryPolicies } from '@runplane/kit';
 import { recordAnomaly, type AnomalyKind } from './anomalies.js';
 import { AppendConflict, InvalidStoredEvent, RetryLater } from './errors.js';
@@ -57,9 +57,10 @@ export interface DurableConsumerSpec {
    * not {@link wholeRuns}). A delivery whose payload names another type is acknowledged at once,
    * neither decoded, validated nor its signature checked: nothing in this process reads it, and the
    * services that do (every whole-partition consumer) check it, and terminate and count it when it
-   * is not a fact. A payload that names no type goes the whole way (and is terminated).
+   * is not a fact. A payload that names no type of the catalogue goes the whole way (and is
+   * terminated): `handles` is asked only about the catalogue's types ({@link payloadTypeOf}).
    */
-  handles?: (type: string) => boolean;
+  handles?: (type: EventType) => boolean;
   /**
    * True: each message's handler starts as the message arrives, in arrival order, without waiting
    * for the handlers of the Run's earlier messages to finish; each message is still acknowledged
@@ -71,12 +72,20 @@ export interface DurableConsumerSpec {
   onArrival?: boolean;
 }
 
-/** The `type` a message's payload names (the event type of a Runplane event), or null when it is not a JSON object with a string `type`. */
-export function payloadTypeOf(data: Uint8Array): string | null {
+/** Every event type of the catalogue: the only types {@link payloadTypeOf} names. */
+const CATALOGUE_TYPES: ReadonlySet<string> = new Set(EventTypes);
+
+/**
+ * The catalogue's event type a message's payload names, or null when it is not a JSON object
+ * whose `type` is one of the catalogue's. Only a forgery names another type: it then goes the
+ * whole way (decoded, refused, terminated), and a {@link DurableConsumerSpec.handles} never sees
+ * it (so a lookup cached per type cannot be made to keep attacker-chosen strings).
+ */
+export function payloadTypeOf(data: Uint8Array): EventType | null {
   try {
     const body: unknown = JSON.parse(textDecoder.decode(data));
     const type = typeof body === 'object' && body !== null ? (body as { type?: unknown }).type : undefined;
-    return typeof type === 'string' ? type : null;
+    return typeof type === 'string' && CATALOGUE_TYPES.has(type) ? (type as EventType) : null;
   } catch {
     return null;
   }

@@ -5,7 +5,7 @@
 import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, type RpcExceptionFilter } from '@nestjs/common';
 import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
-import { BusConfig, configToken, EventTypes, type StoredEvent } from '@runplane/contracts';
+import { BusConfig, configToken, type EventType, type StoredEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
@@ -13,9 +13,6 @@ import { DurableConsumer, describeError, ServedConsumers } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
 import { inSpan, SpanKind } from './tracing.js';
-
-/** Every event type of the catalogue: the only types a transport looks up a handler for before an event is decoded. */
-const CATALOGUE_TYPES: ReadonlySet<string> = new Set(EventTypes);
 
 /**
  * Provides one connected {@link EventLog}, configured from the injected `BusConfig` (contracts
@@ -240,8 +237,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
         ...(this.spec.onArrival ? { onArrival: true } : {}),
         // a consumer that keeps no folds hands its handlers only their types: the rest of the
         // catalogue's is acknowledged unread; a type outside it (only a forgery names one) goes the
-        // whole way and is terminated, and is never looked up (the lookups are cached per type)
-        ...(wholeRuns ? {} : { handles: (type: string) => !CATALOGUE_TYPES.has(type) || this.handlerOf(type) !== null }),
+        // whole way and is terminated, and is never looked up (consumer.ts payloadTypeOf)
+        ...(wholeRuns ? {} : { handles: (type: EventType) => this.handlerOf(type) !== null }),
       },
       (stored) => this.dispatch(stored),
       logger,

@@ -11,6 +11,7 @@ import {
   isPermanentAppendError,
   ownerFilter,
   partitionOf,
+  payloadTypeOf,
   RetryLater,
   runSubject,
   type InvalidStoredEvent,
@@ -198,6 +199,16 @@ describeEachNatsServer(servers, (server) => {
     await consumer.stop();
     expect(seen.length).toBe(2);
     expect(seen[0]).toBe(seen[1]);
+  });
+
+  it("reads a payload's type for handles only when the catalogue has it: any other string, a non-string and garbage name none (they go the whole way)", () => {
+    const bytes = (v: unknown) => new TextEncoder().encode(typeof v === 'string' ? v : JSON.stringify(v));
+    expect(payloadTypeOf(bytes({ type: 'run.admitted', data: {} }))).toBe('run.admitted');
+    expect(payloadTypeOf(bytes({ type: `x${'y'.repeat(1_000)}` }))).toBeNull();
+    expect(payloadTypeOf(bytes({ type: 'constructor' }))).toBeNull();
+    expect(payloadTypeOf(bytes({ type: 42 }))).toBeNull();
+    expect(payloadTypeOf(bytes(['run.admitted']))).toBeNull();
+    expect(payloadTypeOf(bytes('not json'))).toBeNull();
   });
 
   it('given a consumer that keeps no folds and handles only run.admitted, when another type, garbage and a forged run.admitted arrive, then the other type is acknowledged unread, the garbage and the forgery are terminated, and only the genuine event is handled', async () => {
