@@ -18,6 +18,17 @@ export const ProjectorConfig = BusConfig.extend(DatabaseConfig.shape)
      * otherwise write one transaction per event, since a Run's events arrive a few ms apart.
      */
     PROJECTOR_BATCH_LINGER_MS: envInt(50, 0, 1000),
+  })
+  .superRefine((v, ctx) => {
+    // a delivery waits the linger, then its flush, before it is acknowledged: well inside the ack
+    // wait, or the server sends it again while it is still queued here
+    if (v.PROJECTOR_BATCH_LINGER_MS * 2 >= v.RUNPLANE_ACK_WAIT_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['PROJECTOR_BATCH_LINGER_MS'],
+        message: `must be less than half of RUNPLANE_ACK_WAIT_MS (${v.RUNPLANE_ACK_WAIT_MS}): a delivery waits this long before its flush, and unacknowledged past the ack wait it is sent again`,
+      });
+    }
   });
 export type ProjectorConfig = z.infer<typeof ProjectorConfig>;
 

@@ -186,6 +186,8 @@ export class ProjectorService implements BeforeApplicationShutdown {
   private readonly inOrder = new Set<string>();
   private queue: Delivery[] = [];
   private draining = false;
+  /** Ends the linger of the flush about to start (a full queue, or the application stopping): set while it waits. */
+  private wake: (() => void) | null = null;
 
   /**
    * @param lingerMs longest a delivery waits for others to share its flush, ms
@@ -222,6 +224,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
     if (this.stopping) throw this.stoppingError([trigger]);
     return new Promise<ApplyResult[]>((resolve, reject) => {
       this.queue.push({ trigger, queuedAt: performance.now(), resolve, reject, trace: traceContext.active() });
+      if (this.queue.length >= MAX_BATCH) this.wake?.(); // a full batch does not wait
       if (!this.draining) {
         this.draining = true;
         // the deliveries of the current consumer iteration join the first flush
@@ -237,7 +240,7 @@ export class ProjectorService implements BeforeApplicationShutdown {
         // a short batch waits for its oldest delivery to have lingered: the next events of its
         // Runs (a few ms apart) join it instead of a transaction each
         const wait = this.queue.length < MAX_BATCH ? this.queue[0]!.queuedAt + this.lingerMs - performance.now() : 0;
-        if (wait > 0 && !this.stopping) await new Promise((r) => setTimeout(r, wait));
+        if (wait > 0 && !this.stopping) await this.linger(wait);
         const batch = this.queue.splice(0, MAX_BATCH);
         try {
           await this.flush(batch);
@@ -248,6 +251,19 @@ export class ProjectorService implements BeforeApplicationShutdown {
     } finally {
       this.draining = false;
     }
+  }
+
+  /** Waits `ms`, or less when {@link wake} is called meanwhile. */
+  private linger(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wake = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wake = done;
+    });
   }
 
   private skipIfSeen(trigger: StoredEvent): ApplyResult[] | null {
@@ -562,5 +578,6 @@ export class ProjectorService implements BeforeApplicationShutdown {
 
   beforeApplicationShutdown(): void {
     this.stopping = true;
+    this.wake?.(); // a flush waiting out its linger goes now (and fails fast: its deliveries redeliver)
   }
 }

@@ -13,7 +13,14 @@ import {
   getRunView,
   rebuildProjections,
 } from '@runplane/projections';
-import { PROJECTOR_DURABLE, ProjectorService, startProjector, type StartedProjector } from '@runplane/app-projector';
+import {
+  MAX_BATCH,
+  PROJECTOR_BATCH_LINGER,
+  PROJECTOR_DURABLE,
+  ProjectorService,
+  startProjector,
+  type StartedProjector,
+} from '@runplane/app-projector';
 import { HealthController } from '@runplane/service-kit';
 import {
   appendAll,
@@ -146,6 +153,21 @@ describe('projector service', () => {
     } finally {
       await rebuilt.close();
     }
+  });
+
+  it("given a Run's events appended one by one a few ms apart, then the running projector applies them in a few flushes, not one per event (its consumers hand deliveries over as they arrive; the linger is PROJECTOR_BATCH_LINGER_MS's 50)", async () => {
+    expect(projector!.app.get(PROJECTOR_BATCH_LINGER)).toBe(50);
+    const service = projector!.app.get(ProjectorService);
+    // one count per Run per flush: applied from its deliveries, or from a read of its log
+    const flushesOfRuns = () => service.stats.fromDeliveries + service.stats.reads;
+    await until('the consumer caught up', caughtUp);
+    const before = flushesOfRuns();
+    const runId = `quiet-${tag}`;
+    const stored = await appendAll(log, researchRunEvents(runId), { gapMs: 5 });
+    await until('the Run projected', async () => (await getRunView(orm!, runId))?.lastSeq === stored.at(-1)!.seq);
+    // with the per-Run chain each event would wait out its own linger: one flush each
+    expect(flushesOfRuns() - before).toBeLessThanOrEqual(Math.floor(stored.length / 2));
+    expect(flushesOfRuns() - before).toBeGreaterThanOrEqual(1);
   });
 
   it('given an operator deletes one of its durable consumers, then /readyz answers 503 naming it; recreated, 200 again and it is pulled from', async () => {
@@ -308,6 +330,33 @@ describe('projector service', () => {
       }
     },
   );
+
+  it('given a flush waiting out a long linger, then a full batch goes at once, and so does the flush when the application stops (its deliveries fail fast and redeliver, nothing written)', async () => {
+    const full = await appendAll(log, researchRunEvents(`full-${tag}`));
+    const stopped = await appendAll(log, researchRunEvents(`stop-${tag}`).slice(0, 2));
+    const scratch = await scratchOrm('wake');
+    try {
+      const { service, transactions } = countingService(scratch, log, 60_000);
+      // MAX_BATCH deliveries (the Run's events, and repeats of them, as a redelivering consumer hands them over)
+      const started = Date.now();
+      const first = service.catchUp(full[0]!);
+      await new Promise((r) => setTimeout(r, 50)); // its flush lingering
+      const results = await Promise.all([first, ...Array.from({ length: MAX_BATCH - 1 }, (_, i) => service.catchUp(full[(i + 1) % full.length]!))]);
+      expect(Date.now() - started).toBeLessThan(30_000);
+      expect(results.flat().filter((r) => r.status === 'applied')).toHaveLength(full.length);
+      expect(transactions()).toBe(1);
+
+      const stopping = Date.now();
+      const pending = stopped.map((s) => service.catchUp(s));
+      await new Promise((r) => setTimeout(r, 50)); // lingering
+      service.beforeApplicationShutdown();
+      for (const p of pending) await expect(p).rejects.toThrow(/projector stopping/);
+      expect(Date.now() - stopping).toBeLessThan(30_000);
+      expect(transactions()).toBe(1);
+    } finally {
+      await scratch.close();
+    }
+  });
 
   it("given a batch with a Run whose admission is missing from the log, then that Run's delivery is skipped as an anomaly (never redelivered) and the other Run is applied", async () => {
     const good = `good-${tag}`;

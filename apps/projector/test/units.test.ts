@@ -65,6 +65,15 @@ describe('configuration', () => {
     expect(loadProjectorConfig({})).toMatchObject({ PROJECTOR_PORT: 8085, HOST: '127.0.0.1', NATS_URL: 'nats://127.0.0.1:4222' });
     expect(() => loadProjectorConfig({ PROJECTOR_PORT: 'eighty' })).toThrow(/Invalid configuration: PROJECTOR_PORT/);
   });
+  it('given a batch linger of half the ack wait or more, then it refuses to start, naming both (a delivery would be sent again while it waits); below it, or 0, it starts', () => {
+    expect(loadProjectorConfig({}).PROJECTOR_BATCH_LINGER_MS).toBe(50);
+    expect(() => loadProjectorConfig({ PROJECTOR_BATCH_LINGER_MS: '300', RUNPLANE_ACK_WAIT_MS: '600' })).toThrow(
+      /PROJECTOR_BATCH_LINGER_MS: must be less than half of RUNPLANE_ACK_WAIT_MS \(600\)/,
+    );
+    expect(loadProjectorConfig({ PROJECTOR_BATCH_LINGER_MS: '299', RUNPLANE_ACK_WAIT_MS: '600' }).PROJECTOR_BATCH_LINGER_MS).toBe(299);
+    expect(loadProjectorConfig({ PROJECTOR_BATCH_LINGER_MS: '0', RUNPLANE_ACK_WAIT_MS: '500' }).PROJECTOR_BATCH_LINGER_MS).toBe(0);
+    expect(() => loadProjectorConfig({ PROJECTOR_BATCH_LINGER_MS: '1001' })).toThrow(/PROJECTOR_BATCH_LINGER_MS/);
+  });
 });
 
 describe('chainedFrom: applying a followed Run from its deliveries alone, without reading the log', () => {

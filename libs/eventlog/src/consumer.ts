@@ -67,6 +67,8 @@ export interface DurableConsumerSpec {
    * only when its own handler resolves. For a handler that queues what it gets and writes it in
    * batches (the projector: several events of one Run in one transaction), which must then accept
    * a Run's events out of order after a failure (its continuity check reads the Run again).
+   * Only for a service that keeps no folds (service-kit `RunFolds`): a fold told of a Run's next
+   * delivery while the previous one is still handled reads the log instead.
    * Default false: a Run's messages are handled one at a time, in delivery order.
    */
   onArrival?: boolean;
@@ -149,7 +151,8 @@ export class ServedConsumers {
 
 /**
  * A durable pull consumer with explicit ack. Messages of one Run are handled one at a time in
- * delivery order; different Runs proceed concurrently. A handler that throws gets its message
+ * delivery order (unless {@link DurableConsumerSpec.onArrival}: then each as it arrives); different
+ * Runs proceed concurrently. A handler that throws gets its message
  * redelivered (nak with backoff): handlers must be idempotent (K11), which Runplane's are because
  * each decides from the Run's folded log, not from the message alone.
  */

@@ -147,7 +147,8 @@ export const PARTITION_GROUP = 'owner';
  * Each stored event is routed by its `type` to the `@EventPattern(type)` handler (`@Payload()` is
  * the {@link StoredEvent}); events without a handler are acknowledged and skipped. A handler that
  * throws makes the message redeliver (see DurableConsumer). One Run's events are handled one at a
- * time, in order: they are all in one partition.
+ * time, in order: they are all in one partition (with {@link EventTransportSpec.onArrival}, each as
+ * it arrives, in order).
  */
 export class JetStreamEventTransport extends Server implements CustomTransportStrategy {
   private readonly consumers = new Map<number, DurableConsumer>();

@@ -194,7 +194,7 @@ export function interleave(...runs: RunEvent[][]): RunEvent[] {
  * Appends events in order, each expecting the last sequence of its own owner subject (K6).
  * Returns the stored events as the log assigned them.
  */
-export async function appendAll(log: EventLog, events: RunEvent[]): Promise<StoredEvent[]> {
+export async function appendAll(log: EventLog, events: RunEvent[], opts: { gapMs?: number } = {}): Promise<StoredEvent[]> {
   const last = new Map<string, number>();
   const out: StoredEvent[] = [];
   for (const event of events) {
@@ -202,6 +202,7 @@ export async function appendAll(log: EventLog, events: RunEvent[]): Promise<Stor
     const { seq, stored } = await log.append(event, last.get(key) ?? 0);
     last.set(key, seq);
     out.push(stored); // as a reader sees it: with its back-link (`prevSeq`) and writer
+    if (opts.gapMs) await new Promise((r) => setTimeout(r, opts.gapMs));
   }
   return out;
 }
