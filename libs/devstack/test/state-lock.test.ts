@@ -67,38 +67,49 @@ describe('lockStateDir', () => {
   it('given starters racing at the same moment, with or without a stale lock, then exactly one holds it each time', async () => {
     const script = join(stateDir(), 'starter.mjs');
     const lock = join(repoRoot(), 'libs', 'devstack', 'dist', 'state-lock.js');
+    // five starter processes race for a fresh folder each round (a process start costs about
+    // 50 ms of CPU: five for the ten rounds, not fifty)
     writeFileSync(
       script,
       [
-        `import { readFileSync } from 'node:fs';`,
+        `import { readSync } from 'node:fs';`,
         `import { lockStateDir } from ${JSON.stringify(lock)};`,
-        `const [dir] = process.argv.slice(2);`,
+        `const dirs = process.argv.slice(2);`,
+        `const go = Buffer.alloc(1);`,
         `console.log('ready');`,
-        // blocked in a read of stdin until the test closes every starter's stdin at once (no CPU
-        // spent waiting: five starters spinning on two cores made this file cost 12-14 s of CPU, against 10 s now)
-        `readFileSync(0);`,
-        `try { lockStateDir(dir); console.log('held'); } catch (e) { console.log(e.name === 'StackAlreadyRunning' ? 'refused' : 'error ' + e.message); }`,
+        `for (const dir of dirs) {`,
+        // blocked in a read of stdin (no CPU spent waiting) until the test writes a byte to every starter at once
+        `  readSync(0, go, 0, 1, null);`,
+        `  try { lockStateDir(dir); console.log('held'); } catch (e) { console.log(e.name === 'StackAlreadyRunning' ? 'refused' : 'error ' + e.message); }`,
+        `}`,
         `setTimeout(() => process.exit(0), 300);`,
       ].join('\n'),
     );
     const gone = spawn(process.execPath, ['-e', '0'], { stdio: 'ignore' });
     await once(gone, 'exit');
-    const results: string[][] = [];
-    for (let round = 0; round < 10; round++) {
+    const rounds = Array.from({ length: 10 }, (_, round) => {
       const dir = stateDir();
       if (round % 2 === 0) writeFileSync(join(dir, 'stack.pid'), `${gone.pid}\n`); // left by a killed stack
-      const starters = Array.from({ length: 5 }, () => spawn(process.execPath, [script, dir], { stdio: ['pipe', 'pipe', 'inherit'] }));
-      const lines = starters.map((c) => {
-        const said: string[] = [];
-        createInterface({ input: c.stdout }).on('line', (l) => said.push(l));
-        return said;
-      });
-      const ready = () => lines.every((l) => l.includes('ready'));
-      while (!ready()) await new Promise((r) => setTimeout(r, 10));
-      for (const c of starters) c.stdin.end();
-      await Promise.all(starters.map((c) => once(c, 'exit')));
-      results.push(lines.map((l) => l.filter((x) => x !== 'ready').join(' ')));
+      return dir;
+    });
+    const starters = Array.from({ length: 5 }, () => spawn(process.execPath, [script, ...rounds], { stdio: ['pipe', 'pipe', 'inherit'] }));
+    const lines = starters.map((c) => {
+      const said: string[] = [];
+      createInterface({ input: c.stdout }).on('line', (l) => said.push(l));
+      return said;
+    });
+    const said = async (n: number) => {
+      while (!lines.every((l) => l.length >= n)) await new Promise((r) => setTimeout(r, 10));
+    };
+    await said(1); // every starter ready
+    const results: string[][] = [];
+    for (let round = 0; round < rounds.length; round++) {
+      for (const c of starters) c.stdin.write('g');
+      await said(round + 2);
+      results.push(lines.map((l) => l[round + 1]!));
     }
+    for (const c of starters) c.stdin.end();
+    await Promise.all(starters.map((c) => once(c, 'exit')));
     process.stdout.write(`STATE-LOCK | racing starters, per round: ${results.map((r) => r.filter((x) => x === 'held').length).join(' ')}\n`);
     for (const round of results) {
       expect(round.filter((x) => x === 'held')).toHaveLength(1);
