@@ -152,9 +152,9 @@ export class ServedConsumers {
 /**
  * A durable pull consumer with explicit ack. Messages of one Run are handled one at a time in
  * delivery order (unless {@link DurableConsumerSpec.onArrival}: then each as it arrives); different
- * Runs proceed concurrently. A handler that throws gets its message
- * redelivered (nak with backoff): handlers must be idempotent (K11), which Runplane's are because
- * each decides from the Run's folded log, not from the message alone.
+ * Runs proceed concurrently. A handler that throws gets its message redelivered (nak with
+ * backoff): handlers must be idempotent (K11), which Runplane's are because each decides from the
+ * Run's folded log, not from the message alone.
  */
 export class DurableConsumer {
   private messages: ConsumerMessages | null = null;

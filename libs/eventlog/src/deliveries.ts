@@ -1,10 +1,11 @@
 /**
  * What a service's partition consumers deliver, told to the folds it keeps (no read of
  * the log on the hot path). A service whose consumers read every subject of their partitions
- * (bus.ts `SERVICE_CONSUMERS` `'all'`) sees each of its Runs' events in stream order, one event of a
- * Run at a time (unless its consumers take them on arrival, as the projector's do: it keeps no folds): its folds can be brought up to date from the deliveries alone, and a decision taken while
- * handling a delivery need not read the Run again. Everything else (an HTTP request, a timer, a
- * watch) still reads the Run from the log.
+ * (bus.ts `SERVICE_CONSUMERS` `'all'`) sees each of its Runs' events in stream order, one event of
+ * a Run at a time (unless its consumers take them on arrival, as the projector's do: it keeps no
+ * folds): its folds can be brought up to date from the deliveries alone, and a decision taken
+ * while handling a delivery need not read the Run again. Everything else (an HTTP request, a
+ * timer, a watch) still reads the Run from the log.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { StoredEvent } from '@runplane/contracts';
