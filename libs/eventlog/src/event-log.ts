@@ -440,6 +440,17 @@ export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; d
 const STORED_FLOOR_MAX = 50_000;
 
 /**
+ * Whether a failure to open the log says the server has no JetStream: the JetStream API has no
+ * responder (`no responders: '$JS.API.INFO'`), or says JetStream is not enabled. Only these
+ * phrases: a bare "503" also matched the URL of a server on a port such as 45503, which turned
+ * "stream ... does not exist on NATS at nats://127.0.0.1:45503" into this error.
+ * @param text the failure's message.
+ */
+export function isJetStreamMissing(text: string): boolean {
+  return /no responders|jetstream (is )?not enabled/i.test(text);
+}
+
+/**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
@@ -555,7 +566,7 @@ export class EventLog {
     } catch (e) {
       await nc.close().catch(() => undefined);
       const text = String((e as Error)?.message ?? e);
-      if (/no responders|jetstream (is )?not enabled|503/i.test(text)) {
+      if (isJetStreamMissing(text)) {
         throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`, { cause: e });
       }
       // a user's permissions name the deployment's stream: any other name is refused before the server looks it up

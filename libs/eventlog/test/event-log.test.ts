@@ -8,6 +8,7 @@ import {
   DurableConsumer,
   deliveryCounts,
   EventLog,
+  isJetStreamMissing,
   isPermanentAppendError,
   ownerFilter,
   partitionOf,
@@ -199,6 +200,14 @@ describeEachNatsServer(servers, (server) => {
     await consumer.stop();
     expect(seen.length).toBe(2);
     expect(seen[0]).toBe(seen[1]);
+  });
+
+  it('takes a failure to open the log as a server without JetStream only when the JetStream API has no responder or says so, not when a port such as 45503 is in the message', () => {
+    expect(isJetStreamMissing("no responders: '$JS.API.INFO'")).toBe(true);
+    expect(isJetStreamMissing('jetstream is not enabled')).toBe(true);
+    expect(isJetStreamMissing('JetStream not enabled for account')).toBe(true);
+    expect(isJetStreamMissing('stream RPT_X does not exist on NATS at nats://127.0.0.1:45503: nothing was created')).toBe(false);
+    expect(isJetStreamMissing('TIMEOUT')).toBe(false);
   });
 
   it("reads a payload's type for handles only when the catalogue has it: any other string, a non-string and garbage name none (they go the whole way)", () => {
