@@ -188,7 +188,14 @@ export class AckCoalescer {
     const held = this.held;
     this.held = [];
     if (held.length > 1) this.coalesced += held.length - 1;
-    for (const m of held) m.ack();
+    for (const m of held) {
+      try {
+        m.ack();
+      } catch {
+        // one acknowledgement that cannot be sent does not hold back the others: its message is
+        // redelivered after the ack wait, as if this process had died before sending it
+      }
+    }
   }
 }
 
