@@ -149,6 +149,59 @@ export class ServedConsumers {
   }
 }
 
+/** How long, ms, a finished delivery's acknowledgement may wait for others to go out with it ({@link AckCoalescer}). */
+export const ACK_COALESCE_MS = 5;
+
+/**
+ * Sends the acknowledgements of finished deliveries together: {@link later} holds a message's
+ * `ack()` for at most `windowMs` (one timer for every consumer of the process), then
+ * {@link flush} sends all held ones in the same turn, which the NATS client writes to its socket
+ * as one write (it flushes its outbound buffer once per microtask). At low load each delivery's
+ * acknowledgement was a write (and a TLS record) of its own: about 24 per service per W1 Run,
+ * most of a service's writes (docs/performance.md, "What TLS and the acknowledgements cost a
+ * Run"). A message is acknowledged only after its handler resolved, as before; a process that
+ * dies holding some sees them redelivered, as it would dying between a handler and its ack
+ * (handlers are idempotent, K11).
+ */
+export class AckCoalescer {
+  private held: JsMsg[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  /** Writes saved so far: acknowledgements sent in a batch beyond its first. */
+  coalesced = 0;
+
+  constructor(private readonly windowMs = ACK_COALESCE_MS) {}
+
+  /** Acknowledges `m` within `windowMs` (at once when the window is 0). */
+  later(m: JsMsg): void {
+    if (this.windowMs <= 0) {
+      m.ack();
+      return;
+    }
+    this.held.push(m);
+    this.timer ??= setTimeout(() => this.flush(), this.windowMs);
+  }
+
+  /** Acknowledges every held message now (a consumer's stop or release calls it before it returns). */
+  flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const held = this.held;
+    this.held = [];
+    if (held.length > 1) this.coalesced += held.length - 1;
+    for (const m of held) {
+      try {
+        m.ack();
+      } catch {
+        // one acknowledgement that cannot be sent does not hold back the others: its message is
+        // redelivered after the ack wait, as if this process had died before sending it
+      }
+    }
+  }
+}
+
+/** The process's {@link AckCoalescer}, shared by every {@link DurableConsumer}. */
+export const acks = new AckCoalescer();
+
 /**
  * A durable pull consumer with explicit ack. Messages of one Run are handled one at a time in
  * delivery order (unless {@link DurableConsumerSpec.onArrival}: then each as it arrives); different
@@ -319,7 +372,7 @@ export class DurableConsumer {
       const type = payloadTypeOf(m.data);
       if (type !== null && !this.spec.handles(type)) {
         counts.ignored++;
-        m.ack();
+        acks.later(m);
         return;
       }
     }
@@ -367,7 +420,7 @@ export class DurableConsumer {
         if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
         else await this.handler(stored, delivery);
       });
-      m.ack();
+      acks.later(m);
     } catch (e) {
       const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);
       const fields = { durable: this.durableName, runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
@@ -391,6 +444,7 @@ export class DurableConsumer {
     await this.messages?.close();
     await this.loop?.catch(() => undefined);
     await Promise.allSettled([...this.chains.values(), ...this.mine]);
+    acks.flush();
   }
 
   /**
@@ -405,6 +459,8 @@ export class DurableConsumer {
     await this.messages?.close().catch(() => undefined);
     await this.loop?.catch(() => undefined);
     await Promise.allSettled([...this.mine]);
+    // what finished here is acknowledged before the next owner is let in (no redelivery to it)
+    acks.flush();
     if (this.spec.pinned) await this.unpin();
   }
 

@@ -26,7 +26,7 @@
  *   event timestamps), `runplane_model_request_seconds{model, finish}` and
  *   `runplane_model_tokens_total{model, kind}`, `runplane_tool_duration_seconds{tool, status}`,
  *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`, `runplane_consumer_ignored_total{durable}`,
- *   `runplane_consumer_pending{durable}`, `runplane_lease_renewals_total{result}`,
+ *   `runplane_consumer_pending{durable}`, `runplane_consumer_acks_coalesced_total`, `runplane_lease_renewals_total{result}`,
  *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`,
  *   `runplane_process_allocator_info{allocator}` (jemalloc or system).
  *   Each is recorded at the one place its effect happens; none carries a Run id or a principal.
@@ -34,7 +34,7 @@
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
-import { anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
+import { acks, anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
 import { allocatorInUse, type Allocator } from '@runplane/kit/memory';
 import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -240,6 +240,16 @@ new Gauge({
   registers: [metricsRegistry],
   collect() {
     for (const [durable, c] of deliveryCounts()) this.set({ durable }, c.pending);
+  },
+});
+
+new Counter({
+  name: 'runplane_consumer_acks_coalesced_total',
+  help: 'Acknowledgements this process sent in the same write as an earlier one of their batch (eventlog AckCoalescer): the writes the 5 ms window saved',
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    this.inc(acks.coalesced);
   },
 });
 

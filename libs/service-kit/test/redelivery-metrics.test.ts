@@ -87,4 +87,33 @@ describe('the consumer redelivery metric', () => {
     expect(info.delivered.consumer_seq).toBeGreaterThanOrEqual(2);
     expect(info.delivered.stream_seq).toBe(stored.seq);
   });
+
+  it('counts the acknowledgements that went out in the same write as an earlier one (runplane_consumer_acks_coalesced_total)', async () => {
+    const coalesced = async () => {
+      const line = (await metricsRegistry.metrics()).split('\n').find((l) => l.startsWith('runplane_consumer_acks_coalesced_total '));
+      return line ? Number(line.split(' ').at(-1)) : NaN;
+    };
+    const before = await coalesced();
+    expect(before).toBeGreaterThanOrEqual(0);
+    // ten Runs stored before the consumer starts: one pull brings them all, their handlers finish
+    // within the 5 ms window, and their acknowledgements go out together
+    for (let i = 0; i < 10; i++) await log.append(admitted(`r${tag}-many${i}`), 0);
+    let handled = 0;
+    const consumer = new DurableConsumer(
+      log,
+      { durable: 'many', filter: ownerFilter(log.space, 'admission') },
+      async (s: StoredEvent) => {
+        if (s.event.runId.includes('-many')) handled++;
+      },
+      { warn: () => undefined, error: () => undefined },
+    );
+    await consumer.start();
+    try {
+      await until(() => handled >= 10, 'the ten deliveries at their handler');
+      await until(async () => (await log.jsm.consumers.info(log.space.stream, consumer.durableName)).num_ack_pending === 0, 'every acknowledgement');
+    } finally {
+      await consumer.stop();
+    }
+    expect(await coalesced()).toBeGreaterThan(before);
+  });
 });
