@@ -166,7 +166,7 @@ export const ACK_COALESCE_MS = 5;
 export class AckCoalescer {
   private held: JsMsg[] = [];
   private timer: NodeJS.Timeout | null = null;
-  /** Writes saved so far: acknowledgements sent in a batch beyond its first. */
+  /** Acknowledgements handed to the client in a batch beyond its first (one write when connected; lost with the rest while disconnected). */
   coalesced = 0;
 
   constructor(private readonly windowMs = ACK_COALESCE_MS) {}
@@ -192,8 +192,9 @@ export class AckCoalescer {
       try {
         m.ack();
       } catch {
-        // one acknowledgement that cannot be sent does not hold back the others: its message is
-        // redelivered after the ack wait, as if this process had died before sending it
+        // should the client throw for one (it does not today: while disconnected it buffers the
+        // acknowledgement and drops it at the reconnection), the others still go; a lost
+        // acknowledgement's message is redelivered after the ack wait, as before this window
       }
     }
   }
@@ -270,12 +271,20 @@ export class DurableConsumer {
    */
   private async consume(ackWaitMs: number): Promise<void> {
     const pinned = this.spec.pinned;
+    const ended = () => this.stopping || this.releasing;
+    // a stop or release may come while either request is under way (consuming again during a NATS
+    // outage can take seconds): then nothing is consumed, or the new stream is closed at once, so
+    // no stopped or released consumer keeps pulling behind its caller's back
     const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
-    this.messages = await consumer.consume(
+    if (ended()) return;
+    const messages = await consumer.consume(
       pinned ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs } : { max_messages: 100, expires: CONSUME_EXPIRES_MS },
     );
-    const messages = this.messages;
-    const ended = () => this.stopping || this.releasing;
+    if (ended()) {
+      await messages.close().catch(() => undefined);
+      return;
+    }
+    this.messages = messages;
     this.loop = (async () => {
       this.reading = true;
       try {
@@ -441,8 +450,7 @@ export class DurableConsumer {
   /** Stops fetching, waits for in-flight handlers, leaves the durable consumer in place. */
   async stop(): Promise<void> {
     this.stopping = true;
-    await this.messages?.close();
-    await this.loop?.catch(() => undefined);
+    await this.endConsuming();
     await Promise.allSettled([...this.chains.values(), ...this.mine]);
     acks.flush();
   }
@@ -456,12 +464,25 @@ export class DurableConsumer {
    */
   async release(): Promise<void> {
     this.releasing = true;
-    await this.messages?.close().catch(() => undefined);
-    await this.loop?.catch(() => undefined);
+    await this.endConsuming();
     await Promise.allSettled([...this.mine]);
     // what finished here is acknowledged before the next owner is let in (no redelivery to it)
     acks.flush();
     if (this.spec.pinned) await this.unpin();
+  }
+
+  /**
+   * Closes the stream of messages and waits for its loop, again for as long as the loop had started
+   * consuming anew meanwhile (the stream ended on its own just before a stop or release).
+   */
+  private async endConsuming(): Promise<void> {
+    for (;;) {
+      const messages = this.messages;
+      const loop = this.loop;
+      await messages?.close().catch(() => undefined);
+      await loop?.catch(() => undefined);
+      if (this.messages === messages && this.loop === loop) return;
+    }
   }
 
   /** Unpins whatever client the server has pinned (this one, or a dead one); false when the server refused. */
