@@ -50,7 +50,7 @@ function heldSource(): { source: ConsumerSource; entered: Promise<void>; open: (
       return log.js.consumers.get(...a);
     },
   };
-  const js = new Proxy(log.js, { get: (t, p) => (p === 'consumers' ? consumers : Reflect.get(t, p)) });
+  const js = new Proxy(log.js, { get: (t, p): unknown => (p === 'consumers' ? consumers : Reflect.get(t, p)) });
   const source = {
     nc: log.nc,
     js,
