@@ -48,6 +48,9 @@ export const EXTERNAL = [
   'pg',
   'pg-native',
   'piscina',
+  // a native addon (libsodium, the readers' signature checks: libs/eventlog ed25519.ts), loaded
+  // from node_modules with its prebuilt binary
+  'sodium-native',
   'exceljs',
   // optional packages of Nest (microservices transports, websockets, validation) and Terminus (ORMs)
   '@nestjs/websockets',

@@ -6,7 +6,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parsePublicKeySet, readSigningKey, signatureHeaders, SignatureVerifier } from '@runplane/eventlog';
+import { ed25519Backend, parsePublicKeySet, readSigningKey, signatureHeaders, SignatureVerifier } from '@runplane/eventlog';
 
 const bytes = Number(process.argv[2] ?? 2000);
 const n = Number(process.argv[3] ?? 5000);
@@ -35,6 +35,7 @@ const time = (what, fn) => {
   process.stdout.write(`${what}: ${cpuUs.toFixed(1)} µs CPU per event (${wallUs.toFixed(1)} µs wall; ${n} events of ${payload.length} bytes)\n`);
 };
 const headers = headersOf();
+process.stdout.write(`signatures checked through ${ed25519Backend}\n`);
 time('sign (one append)', () => signatureHeaders(signer, subject, event.eventId, payload));
 // a new verifier per message (a new sequence number each time): nothing remembered, every check verifies
 let fresh = new SignatureVerifier(keys);

@@ -11,6 +11,7 @@ export * from './bus.js';
 export * from './inbox.js';
 export * from './tls.js';
 export * from './signing.js';
+export * from './ed25519.js';
 export * from './anomalies.js';
 export * from './conversations.js';
 export * from './quota-reservations.js';

@@ -5,7 +5,7 @@
  * On the real JetStream the product starts.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { generateKeyPairSync, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { makeEvent, type Owner } from '@runplane/contracts';
 import { errors as natsErrors, headers as natsHeaders } from '@nats-io/transport-node';
 import {
+  ed25519Backend,
   EventLog,
   EXPECTED_LAST_SUBJECT_SEQUENCE,
   InvalidStoredEvent,
@@ -26,6 +27,7 @@ import {
   SignatureVerifier,
   SIGNER_HEADER,
   runSubject,
+  verifyEd25519,
   verifyStored,
 } from '@runplane/eventlog';
 import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS, suiteNatsEnv } from '../../../test/support/nats-server.js';
@@ -63,6 +65,30 @@ const turn = (runId: string, n: number) => makeEvent('model.turn.requested', tes
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('signing (pure)', () => {
+  it('checks signatures through libsodium here, and accepts and refuses exactly what node:crypto does', () => {
+    // the readers' fast path must really be the one running (a fallback would cost twice the CPU)
+    expect(ed25519Backend).toBe('libsodium');
+    const a = generateKeyPairSync('ed25519');
+    const b = generateKeyPairSync('ed25519');
+    const message = Buffer.from('runplane-event-signature-v1\nsubject\nevent id\ndigest');
+    const good = nodeSign(null, message, a.privateKey);
+    const flipped = (buf: Buffer, i: number) => Buffer.from(buf.map((x, j) => (j === i ? x ^ 1 : x)));
+    const cases: [string, KeyObject, Buffer, Buffer][] = [
+      ['good', a.publicKey, message, good],
+      ['another key', b.publicKey, message, good],
+      ['a changed message', a.publicKey, flipped(message, 3), good],
+      ['a changed R', a.publicKey, message, flipped(good, 5)],
+      ['a changed S', a.publicKey, message, flipped(good, 40)],
+      ['zeros', a.publicKey, message, Buffer.alloc(64)],
+      ['random bytes', a.publicKey, message, randomBytes(64)],
+    ];
+    for (const [what, key, m, sig] of cases) expect([what, verifyEd25519(key, m, sig)]).toEqual([what, nodeVerify(null, m, key, sig)]);
+    expect(verifyEd25519(a.publicKey, message, good)).toBe(true);
+    // a signature of the wrong length (a forged header) is refused, not an error
+    for (const sig of [Buffer.alloc(0), good.subarray(0, 63), Buffer.concat([good, Buffer.alloc(1)])])
+      expect(verifyEd25519(a.publicKey, message, sig)).toBe(false);
+  });
+
   it('the key id is the first 16 hex digits of the SHA-256 of the raw public key, the same from the private and the public key', () => {
     const signer = readSigningKey('admission', admission.file);
     expect(signer.keyId).toMatch(/^[0-9a-f]{16}$/);
