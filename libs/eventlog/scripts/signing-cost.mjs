@@ -1,12 +1,21 @@
 // The CPU cost of event signatures (libs/eventlog signing.ts), per event: one sign (an append),
 // one full check (a delivery: SHA-256 of the payload and an Ed25519 verify) and one remembered
-// check (a later read of the same message), in CPU time. Run after `npm run build`:
+// check (a later read of a verified message), and the Ed25519 check alone through libsodium (what the
+// readers use) and through node:crypto (their fallback), in CPU time. Run after `npm run build`:
 //   node libs/eventlog/scripts/signing-cost.mjs [payload bytes, default 2000] [iterations, default 5000]
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, verify } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ed25519Backend, parsePublicKeySet, readSigningKey, signatureHeaders, SignatureVerifier } from '@runplane/eventlog';
+import {
+  ed25519Backend,
+  parsePublicKeySet,
+  readSigningKey,
+  signatureHeaders,
+  SignatureVerifier,
+  signedBytes,
+  verifyEd25519,
+} from '@runplane/eventlog';
 
 const bytes = Number(process.argv[2] ?? 2000);
 const n = Number(process.argv[3] ?? 5000);
@@ -46,3 +55,12 @@ time('verify (one delivery)', (i) => {
 const remembered = new SignatureVerifier(keys);
 remembered.check(1, subject, event, payload, headers);
 time('check again (a later read of a verified message)', () => remembered.check(1, subject, event, payload, headers));
+// the Ed25519 check alone, through what the readers use and through node:crypto (their fallback), on the same bytes
+const signed = signedBytes(subject, event.eventId, payload);
+const signature = Buffer.from(headers.get('Runplane-Signature'), 'base64');
+time(`Ed25519 check alone (${ed25519Backend})`, () => {
+  if (!verifyEd25519(publicKey, signed, signature)) throw new Error('refused');
+});
+time('Ed25519 check alone (node:crypto, the fallback)', () => {
+  if (!verify(null, signed, publicKey, signature)) throw new Error('refused');
+});

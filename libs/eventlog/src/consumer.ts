@@ -472,8 +472,9 @@ export class DurableConsumer {
   }
 
   /**
-   * Closes the stream of messages and waits for its loop, again for as long as the loop had started
-   * consuming anew meanwhile (the stream ended on its own just before a stop or release).
+   * Closes the stream of messages and waits for its loop. The loop may be starting a new stream when
+   * this is called (its last one ended on its own): `consume()` then starts nothing once the stop
+   * or release is set, so the loop ends with no new stream; the re-check below is only a guard.
    */
   private async endConsuming(): Promise<void> {
     for (;;) {

@@ -2,11 +2,11 @@
  * Ed25519 signature checks for the readers of the log (signing.ts `SignatureVerifier`), through
  * libsodium (`sodium-native`, `crypto_sign_verify_detached`) when it loads, else through
  * `node:crypto`. Every service checks each event of its partitions once (about 120 checks per W1
- * Run over the seven services), and `node:crypto`'s one-shot `verify` (OpenSSL 3) costs 110-125 µs
- * of CPU each on the 2-core machine against libsodium's 50-56 (`node
- * libs/eventlog/scripts/signing-cost.mjs`, docs/performance.md). Both check the same RFC 8032
- * signatures of the keys the deployment holds: a signature either accepts, the other accepts.
- * Signing stays with `node:crypto` (once per append, not once per reader).
+ * Run over the seven services), and `node:crypto`'s one-shot `verify` (OpenSSL 3) costs about twice
+ * libsodium's CPU per check (`node libs/eventlog/scripts/signing-cost.mjs` times both;
+ * docs/performance.md). Both check RFC 8032 signatures: what the log's signers make, both accept;
+ * libsodium also refuses small-order and non-canonical points that OpenSSL may take, so it is never
+ * looser. Signing stays with `node:crypto` (once per append, not once per reader).
  */
 import { verify, type KeyObject } from 'node:crypto';
 import { createRequire } from 'node:module';
@@ -16,17 +16,25 @@ interface Sodium {
   crypto_sign_verify_detached(signature: Buffer, message: Buffer, publicKey: Buffer): boolean;
 }
 
-/** libsodium through sodium-native, or null when it cannot be loaded (a platform without its prebuilt addon). */
+/** Why libsodium could not be loaded, when it could not (a platform without its prebuilt addon: musl, say). */
+let unavailable: string | null = null;
+
+/** libsodium through sodium-native, or null when it cannot be loaded. */
 function loadSodium(): Sodium | null {
   try {
     const sodium = createRequire(import.meta.url)('sodium-native') as Sodium;
-    return typeof sodium.crypto_sign_verify_detached === 'function' ? sodium : null;
-  } catch {
-    return null;
+    if (typeof sodium.crypto_sign_verify_detached === 'function') return sodium;
+    unavailable = 'sodium-native has no crypto_sign_verify_detached';
+  } catch (e) {
+    unavailable = (e as Error).message;
   }
+  return null;
 }
 
 const sodium = loadSodium();
+
+/** Why signatures are checked through `node:crypto` in this process (the addon's load error), or null when through libsodium. */
+export const ed25519Fallback: string | null = unavailable;
 
 /** What checks signatures in this process: `libsodium` (sodium-native) or `node:crypto` (its fallback). */
 export const ed25519Backend: 'libsodium' | 'node:crypto' = sodium ? 'libsodium' : 'node:crypto';

@@ -22,6 +22,7 @@ import { recordAppend } from './log-metrics.js';
 import { injectTraceContext, inSpan, SpanKind } from './tracing.js';
 import { natsTlsOptions } from './tls.js';
 import { readPublicKeySet, readSigningKey, signatureHeaders, SignatureVerifier, SIGNATURE_HEADERS, type EventSigner } from './signing.js';
+import { ed25519Fallback } from './ed25519.js';
 import {
   allRunsFilter,
   DEFAULT_PARTITIONS,
@@ -455,6 +456,9 @@ export function isJetStreamMissing(text: string): boolean {
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
  */
+/** Whether this process said that it checks signatures through node:crypto ({@link EventLog.connect}). */
+let fallbackSaid = false;
+
 export class EventLog {
   /** Called for every stored message that is not a valid event while reading (default: a warning on stderr). */
   onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: skipping ${e.message}\n`);
@@ -516,6 +520,13 @@ export class EventLog {
     // so do bad signing keys (RUNPLANE_SIGNING_KEY_FILE, RUNPLANE_SIGNING_PUBLIC_KEYS_FILE)
     const signers = Object.entries(opts.signingKeyFiles ?? {}).map(([owner, file]) => readSigningKey(owner as Owner, file));
     const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
+    // the slower path is said, once per process, where an operator sees it
+    if (signatures && ed25519Fallback !== null && !fallbackSaid) {
+      fallbackSaid = true;
+      process.stderr.write(
+        `runplane event log: event signatures are checked through node:crypto, at about twice the CPU: libsodium (sodium-native) did not load: ${ed25519Fallback}\n`,
+      );
+    }
     for (const signer of signers) {
       if (signatures && !signatures.keys.get(signer.owner)?.has(signer.keyId))
         throw new Error(

@@ -185,7 +185,7 @@ const VERIFIED_MAX = 20_000;
  */
 export class SignatureVerifier {
   private readonly verified = new Set<string>();
-  /** Ed25519 verifications done (each 50-60 µs of CPU through libsodium, 110-125 through node:crypto: ed25519.ts): the figure the own-append rule ({@link trustOwn}) lowers. */
+  /** Ed25519 verifications done (each about 50-60 µs of CPU through libsodium, about twice that through node:crypto: ed25519.ts): the figure the own-append rule ({@link trustOwn}) lowers. */
   verifications = 0;
   /**
    * @param requiredFromSeq the first stream sequence that must be signed (`RUNPLANE_SIGNING_REQUIRED_FROM_SEQ`,

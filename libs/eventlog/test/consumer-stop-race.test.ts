@@ -2,8 +2,8 @@
  * A durable consumer stopped or released while it is consuming again (the client ended its stream
  * of messages, and the request that starts a new one is slow, as during a NATS outage) does not
  * come back to life behind its caller: no handler runs after `stop()` returned, and a released
- * consumer pulls nothing (before the fix, the released one handed one new message back 2,000 times
- * a second, and the stopped one handled a message after `stop()`). Against the suite's real nats-server.
+ * consumer pulls nothing (before the fix, the released one handed one new message back over a
+ * thousand times a second, and the stopped one handled a message after `stop()`). Against the suite's real nats-server.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';

@@ -6,9 +6,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { generateKeyPairSync, sign as nodeSign, verify as nodeVerify, type KeyObject } from 'node:crypto';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type Owner } from '@runplane/contracts';
 import { errors as natsErrors, headers as natsHeaders } from '@nats-io/transport-node';
@@ -32,6 +35,7 @@ import {
 } from '@runplane/eventlog';
 import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS, suiteNatsEnv } from '../../../test/support/nats-server.js';
 import { admittedEvent, testContext } from '../../../test/support/events.js';
+import { repoRoot } from '@runplane/devstack';
 
 const servers = await natsServersUnderTest();
 const tag = randomBytes(4).toString('hex');
@@ -87,6 +91,39 @@ describe('signing (pure)', () => {
     // a signature of the wrong length (a forged header) is refused, not an error
     for (const sig of [Buffer.alloc(0), good.subarray(0, 63), Buffer.concat([good, Buffer.alloc(1)])])
       expect(verifyEd25519(a.publicKey, message, sig)).toBe(false);
+  });
+
+  it('given a process where libsodium cannot load, then it checks through node:crypto with the same answers and says why', async () => {
+    // the built library (npm run build) in a process whose module resolution refuses sodium-native
+    const fallbackDir = mkdtempSync(join(tmpdir(), 'rp-ed25519-fallback-'));
+    try {
+      // synchronous hooks (node:module registerHooks) see require() as well as import
+      writeFileSync(
+        join(fallbackDir, 'main.mjs'),
+        `import { registerHooks } from 'node:module';
+import { generateKeyPairSync, sign } from 'node:crypto';
+registerHooks({
+  resolve(specifier, context, next) {
+    if (specifier === 'sodium-native') throw new Error('sodium-native refused by the test');
+    return next(specifier, context);
+  },
+});
+const { ed25519Backend, ed25519Fallback, verifyEd25519 } = await import(${JSON.stringify(pathToFileURL(join(repoRoot(), 'libs/eventlog/dist/ed25519.js')).href)});
+const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+const m = Buffer.from('m');
+const good = sign(null, m, privateKey);
+console.log(JSON.stringify({ ed25519Backend, ed25519Fallback, good: verifyEd25519(publicKey, m, good), bad: verifyEd25519(publicKey, Buffer.from('n'), good) }));`,
+      );
+      const { stdout } = await promisify(execFile)(process.execPath, [join(fallbackDir, 'main.mjs')]);
+      expect(JSON.parse(stdout.trim())).toEqual({
+        ed25519Backend: 'node:crypto',
+        ed25519Fallback: expect.stringContaining('refused by the test'),
+        good: true,
+        bad: false,
+      });
+    } finally {
+      rmSync(fallbackDir, { recursive: true, force: true });
+    }
   });
 
   it('the key id is the first 16 hex digits of the SHA-256 of the raw public key, the same from the private and the public key', () => {
