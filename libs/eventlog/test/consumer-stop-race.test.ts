@@ -7,29 +7,17 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { makeEvent, type StoredEvent } from '@runplane/contracts';
+import type { StoredEvent } from '@runplane/contracts';
 import { DurableConsumer, EventLog, ownerFilter, type ConsumerSource } from '../src/index.js';
 import { SHARED_NATS } from '../../../test/support/nats-server.js';
 import { waitFor } from '../../../test/support/wait.js';
+import { admittedEvent as admitted } from '../../../test/support/events.js';
 
 const tag = randomBytes(4).toString('hex');
 let log: EventLog;
 const quiet = { warn: () => undefined, error: () => undefined };
 /** How long a stopped consumer is watched for a delivery it must not get, ms. */
 const WATCH_MS = 700;
-
-const admitted = (runId: string) =>
-  makeEvent(
-    'run.admitted',
-    { runId, conversationId: `c-${runId}`, correlationId: 'm1', causationId: null },
-    'admission',
-    {
-      message: { messageId: 'm1', clientMessageId: 'cm1', content: 'q', contentSha256: 'a'.repeat(64) },
-      grant: { tools: ['list_funds'], model: 'm' },
-      limits: { maxModelRequests: 2, maxToolCalls: 2, deadlineAt: new Date(Date.now() + 60_000).toISOString() },
-    },
-    new Date(),
-  );
 
 /**
  * The log as a consumer sees it, with its second and later `js.consumers.get` held until `open()`
