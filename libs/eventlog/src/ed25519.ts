@@ -8,7 +8,7 @@
  * libsodium also refuses small-order and non-canonical points that OpenSSL may take, so it is never
  * looser. Signing stays with `node:crypto` (once per append, not once per reader).
  */
-import { verify, type KeyObject } from 'node:crypto';
+import { createPublicKey, verify, type KeyObject } from 'node:crypto';
 import { createRequire } from 'node:module';
 
 /** The one libsodium function used. */
@@ -45,11 +45,17 @@ const SIGNATURE_BYTES = 64;
 /** The raw 32 public key bytes of each key checked with, kept per KeyObject. */
 const rawKeys = new WeakMap<KeyObject, Buffer>();
 
+/** Raw 32-byte Ed25519 public key of `key` (a public or private KeyObject). */
+export function rawPublicKey(key: KeyObject): Buffer {
+  const pub = key.type === 'private' ? createPublicKey(key) : key;
+  const der = pub.export({ format: 'der', type: 'spki' });
+  return der.subarray(der.length - 32);
+}
+
 function rawKeyOf(key: KeyObject): Buffer {
   let raw = rawKeys.get(key);
   if (!raw) {
-    const der = key.export({ format: 'der', type: 'spki' });
-    raw = der.subarray(der.length - 32);
+    raw = rawPublicKey(key);
     rawKeys.set(key, raw);
   }
   return raw;

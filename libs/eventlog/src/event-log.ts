@@ -451,14 +451,14 @@ export function isJetStreamMissing(text: string): boolean {
   return /no responders|jetstream (is )?not enabled/i.test(text);
 }
 
+/** Whether this process said that it checks signatures through node:crypto ({@link EventLog.connect}). */
+let fallbackSaid = false;
+
 /**
  * The event log: one JetStream stream holding every Run's subjects (see subjects.ts).
  * Appends are conditional on the last sequence of the writer's own subject (fencing, K6) and carry
  * the event id as `Nats-Msg-Id` (de-duplication, K11). Reads never append.
  */
-/** Whether this process said that it checks signatures through node:crypto ({@link EventLog.connect}). */
-let fallbackSaid = false;
-
 export class EventLog {
   /** Called for every stored message that is not a valid event while reading (default: a warning on stderr). */
   onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: skipping ${e.message}\n`);

@@ -16,7 +16,7 @@
 import { createHash, createPrivateKey, createPublicKey, sign, type KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { EventCatalog, Owner, type RunEvent } from '@runplane/contracts';
-import { verifyEd25519 } from './ed25519.js';
+import { rawPublicKey, verifyEd25519 } from './ed25519.js';
 
 export const SIGNER_HEADER = 'Runplane-Signer';
 export const KEY_ID_HEADER = 'Runplane-Key-Id';
@@ -27,13 +27,6 @@ export const SIGNATURE_HEADERS = [SIGNER_HEADER, KEY_ID_HEADER, SIGNATURE_HEADER
 /** DER prefix of an Ed25519 SubjectPublicKeyInfo (RFC 8410): followed by the 32 raw key bytes. */
 const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 const DOMAIN = 'runplane-event-signature-v1';
-
-/** Raw 32-byte Ed25519 public key of `key` (a public or private KeyObject). */
-export function rawPublicKey(key: KeyObject): Buffer {
-  const pub = key.type === 'private' ? createPublicKey(key) : key;
-  const der = pub.export({ format: 'der', type: 'spki' });
-  return der.subarray(der.length - 32);
-}
 
 /** The key id of a public key: the first 16 hex digits of the SHA-256 of its raw 32 bytes. */
 export function keyIdOf(key: KeyObject): string {

@@ -245,7 +245,7 @@ new Gauge({
 
 new Counter({
   name: 'runplane_consumer_acks_coalesced_total',
-  help: 'Acknowledgements this process sent in the same write as an earlier one of their batch (eventlog AckCoalescer): the writes the 5 ms window saved',
+  help: 'Acknowledgements this process handed to the NATS client together with an earlier one of their batch (eventlog AckCoalescer; one write while connected): the writes the 5 ms window saved',
   registers: [metricsRegistry],
   collect() {
     this.reset();
