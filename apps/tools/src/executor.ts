@@ -21,7 +21,8 @@ import { SpanStatusCode } from '@opentelemetry/api';
 import { inSpan } from '@runplane/eventlog';
 import type { ToolOutcome } from './decide.js';
 import { newStartGate, tryRefuse } from './start-gate.js';
-import type { ToolTask } from './tool-worker.js';
+import { startupCollectionOn } from '@runplane/kit/memory';
+import type { ToolTask, WarmUp } from './tool-worker.js';
 
 /**
  * The tool threads' script: `tool-worker.bundle.js` when this code runs from the tools service's
@@ -71,7 +72,9 @@ export class ToolExecutor {
     });
     this.pool.on('workerCreate', (w: { id: number }) => this.started.add(w.id));
     this.pool.on('workerDestroy', (w: { id: number }) => this.started.delete(w.id));
-    this.ready = Promise.all(Array.from({ length: opts.threads }, () => this.pool.run(null, { name: 'warmUp' }))).then(() => undefined);
+    this.ready = Promise.all(
+      Array.from({ length: opts.threads }, () => this.pool.run({ startupCollection: startupCollectionOn() } satisfies WarmUp, { name: 'warmUp' })),
+    ).then(() => undefined);
     this.ready.catch(() => undefined); // awaited by every call and by the service's start-up, which fails on it
   }
 

@@ -82,12 +82,18 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   return TestToolPack.record_effect.result.parse({ recorded: line });
 }
 
+/** What a thread's warm-up is told: whether to run its start-up collection (its process's `RUNPLANE_STARTUP_COLLECTION`). */
+export interface WarmUp {
+  startupCollection: boolean;
+}
+
 /**
  * Run once on each thread at start-up, it resolves when the thread has loaded this module
- * (ToolExecutor.ready); it returns what loading left behind to the OS (kit `releaseStartupMemory`).
+ * (ToolExecutor.ready); it returns what loading left behind to the OS (kit `releaseStartupMemory`)
+ * unless the process was started with `RUNPLANE_STARTUP_COLLECTION=false`.
  */
-export function warmUp(): null {
-  releaseStartupMemory();
+export function warmUp(task: WarmUp | null): null {
+  releaseStartupMemory(task?.startupCollection ?? true);
   return null;
 }
 

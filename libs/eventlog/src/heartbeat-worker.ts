@@ -46,8 +46,9 @@ async function beat(): Promise<void> {
 }
 
 await beat();
-// what connecting left behind goes back to the OS (a few MiB of this thread's isolate; kit memory.ts)
-releaseStartupMemory();
+// what connecting left behind goes back to the OS (a few MiB of this thread's isolate; kit memory.ts),
+// unless the process was started with RUNPLANE_STARTUP_COLLECTION=false
+releaseStartupMemory(data.startupCollection);
 const timer = setInterval(() => void beat(), data.everyMs);
 parentPort!.on('message', (m) => {
   if (m !== 'stop') return;

@@ -14,6 +14,7 @@ import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import type { KvEntry } from '@nats-io/kv';
 import { kvJson, KvStore } from '@runplane/kit';
+import { startupCollectionOn } from '@runplane/kit/memory';
 import { z } from 'zod';
 import type { EventLog } from './event-log.js';
 
@@ -92,6 +93,8 @@ export interface HeartbeatWorkerData {
   value: HeartbeatValue;
   /** How often it beats, ms. */
   everyMs: number;
+  /** Whether the worker runs its start-up collection (its process's `RUNPLANE_STARTUP_COLLECTION`; kit memory.ts). */
+  startupCollection: boolean;
 }
 
 /**
@@ -121,6 +124,7 @@ export class ProcessHeartbeat {
       key: heartbeatKey(writer),
       value: { service: writer.service, instance: writer.instance, ttlMs },
       everyMs: Math.max(50, Math.floor(ttlMs / 3)),
+      startupCollection: startupCollectionOn(),
     };
     const worker = new Worker(heartbeatWorkerScript(), { workerData: data });
     await new Promise<void>((resolve, reject) => {

@@ -22,6 +22,26 @@ type GcFunction = (options?: { type?: 'major' | 'minor'; execution?: 'sync' | 'a
 
 let gc: GcFunction | null | undefined;
 
+/** Whether this process runs its start-up collections ({@link setStartupCollection}). */
+let startupCollection = true;
+
+/**
+ * Turns this process's start-up collections on or off: service-kit sets it from
+ * `RUNPLANE_STARTUP_COLLECTION` before the service starts (default on). Off, {@link releaseStartupMemory}
+ * does nothing on this thread, and the worker threads started afterwards are told the same through
+ * their start-up data ({@link startupCollectionOn}). For stacks that start often and live briefly
+ * (the test suites): the collections cost about 2 s of CPU per stack of seven services, and a
+ * short-lived process does not need its idle RSS back (docs/performance.md).
+ */
+export function setStartupCollection(on: boolean): void {
+  startupCollection = on;
+}
+
+/** Whether this process runs start-up collections: what a worker thread it starts is told (`workerData`). */
+export function startupCollectionOn(): boolean {
+  return startupCollection;
+}
+
 /**
  * Runs one full garbage collection that also shrinks the heap and releases the freed pages to the
  * OS (V8's last-resort collection; about 50-100 ms of this thread, once). Call it when a process or
@@ -29,10 +49,12 @@ let gc: GcFunction | null | undefined;
  * Without access to V8's `gc` (setting `--expose-gc` throws) it does nothing. It sets the V8 flag
  * at run time (`v8.setFlagsFromString`, which Node's documentation asks to use with care): the
  * project's Node 24 allows it, and kit's memory.test.ts checks that the collection runs there.
- * @returns whether a collection ran.
+ * @param on whether to collect: this thread's setting ({@link setStartupCollection}) unless a worker
+ *   thread passes what its process told it.
+ * @returns whether a collection ran (false when `on` is false).
  */
-export function releaseStartupMemory(): boolean {
-  return releaseMemory();
+export function releaseStartupMemory(on: boolean = startupCollection): boolean {
+  return on ? releaseMemory() : false;
 }
 
 /** V8's last-resort collection (see {@link releaseStartupMemory}); false when `gc` is out of reach. */

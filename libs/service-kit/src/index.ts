@@ -18,6 +18,7 @@ import {
   HttpConfig,
   loadConfig,
   MAX_REQUEST_BODY_BYTES,
+  MemoryConfig,
   ShutdownConfig,
   type Owner,
   type PartitionsBody,
@@ -31,7 +32,7 @@ import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
-import { IdleMemoryRelease, releaseStartupMemory } from '@runplane/kit/memory';
+import { IdleMemoryRelease, releaseStartupMemory, setStartupCollection } from '@runplane/kit/memory';
 import { shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
 import { restoreDateTimeFormat } from './locale-data.js';
 
@@ -374,16 +375,20 @@ function answerPartitions(app: INestApplication, res: RawResponse): void {
  * Starts a service as a process: {@link startService} with shutdown hooks, then prints exactly one
  * line `<name> ready on http://<host>:<port>` to stdout once it serves (process supervisors and
  * the demo wait for it; logs go to stderr), after one full garbage collection that returns the
- * start-up's garbage to the OS (kit `releaseStartupMemory`); from then on the heap pages a burst of
+ * start-up's garbage to the OS (kit `releaseStartupMemory`; skipped, in this thread and the worker
+ * threads, with `RUNPLANE_STARTUP_COLLECTION=false`: contracts `MemoryConfig`); from then on the heap pages a burst of
  * work freed go back to the OS once the service is quiet again (kit `IdleMemoryRelease`). SIGTERM/SIGINT shut down gracefully
  * within `RUNPLANE_SHUTDOWN_GRACE_SECONDS` (shutdown.ts): the drain, then the consumers stop
  * fetching and their in-flight handlers finish, connections drain, the process exits 0; past the
  * bound it logs what it could not finish and exits 1; a second signal exits at once.
  */
 export async function runService(spec: ServiceSpec): Promise<INestApplication> {
+  // before anything starts: the worker threads started on the way are told the same
+  setStartupCollection(loadConfig(MemoryConfig).RUNPLANE_STARTUP_COLLECTION);
   const { app, url } = await startService(spec, { shutdownHooks: true });
   // what loading the modules and starting Nest left behind goes back to the OS before any work
-  // (with the heartbeat thread's own, 17-21 MiB of idle RSS per service; docs/performance.md)
+  // (with the heartbeat thread's own, 17-21 MiB of idle RSS per service; docs/performance.md);
+  // nothing when `RUNPLANE_STARTUP_COLLECTION=false`
   releaseStartupMemory();
   // and what a burst of work freed, once the service is quiet again (V8 keeps freed pages resident)
   new IdleMemoryRelease().start();
