@@ -4,7 +4,7 @@
  * (K7: the runtime's decider, each retry a new charged turn after the backoff recorded on the
  * failure). Errors are classified for the `model.turn.failed` fact.
  */
-import Bottleneck from 'bottleneck';
+import PQueue from 'p-queue';
 import OpenAI from 'openai';
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import { inSpan, SpanKind, traceContext } from '@runplane/eventlog';
@@ -42,18 +42,21 @@ export interface TurnOptions {
 
 /**
  * One limiter per model for every Run of this runtime process (K7): a provider's rate limit is
- * shared, so concurrency and request rate are limited here (`bottleneck`), and a 429 (or 503) with
+ * shared, so concurrency and request rate are limited here (`p-queue`: at most `maxConcurrent`
+ * requests at once, and with `minIntervalMs` at most one start in any such period, a sliding
+ * window; a request with room starts at once, without a timer), and a 429 (or 503) with
  * `Retry-After` pauses every Run's next request to that model until then, not only the Run that
  * got it. Never waits past a request's deadline: such a request is not sent (a `not-sent` failure:
  * the provider received nothing, so nothing is charged, K7).
  */
 export class ModelRateLimiter {
-  private readonly limiter: Bottleneck;
+  private readonly queue: PQueue;
   /** Epoch ms before which no request to this model starts (a provider's Retry-After). */
   private pausedUntil = 0;
 
   constructor(opts: { maxConcurrent?: number; minIntervalMs?: number } = {}) {
-    this.limiter = new Bottleneck({ maxConcurrent: opts.maxConcurrent ?? 8, minTime: opts.minIntervalMs ?? 0 });
+    const interval = opts.minIntervalMs ?? 0;
+    this.queue = new PQueue({ concurrency: opts.maxConcurrent ?? 8, ...(interval > 0 ? { interval, intervalCap: 1, strict: true } : {}) });
   }
 
   /** Every request waits at least until `untilMs` (epoch ms) before it starts. */
@@ -88,7 +91,7 @@ export class ModelRateLimiter {
    */
   schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
     if (Date.now() >= deadlineMs) return Promise.resolve(onLate(0));
-    return this.limiter.schedule(async () => {
+    return this.queue.add(async () => {
       for (;;) {
         const wait = this.pausedUntil - Date.now();
         if (wait <= 0) break;

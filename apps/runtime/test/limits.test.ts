@@ -4,7 +4,7 @@
  * `RUNPLANE_MAX_OUTPUT_TOKENS`, `RUNPLANE_MAX_INPUT_TOKENS`, `RUNPLANE_RUN_DEADLINE_SECONDS`
  * (the deadline recorded at admission) and `RUNPLANE_WAIT_TTL_SECONDS` (capped by the deadline).
  */
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { decide } from '../src/decide.js';
 import { ModelRateLimiter } from '../src/model-client.js';
 import { estimateInputTokens } from '@runplane/run-facts';
@@ -170,6 +170,29 @@ describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the 
     for (const release of gates.splice(0)) release();
     expect(await Promise.all(results)).toEqual([1, 2, 3]);
     expect(most).toBe(2);
+  });
+
+  it('given room under the limits, a request starts without waiting for any timer to fire', async () => {
+    // every timer of the process held: a limiter that schedules its starts through timers (as
+    // bottleneck did, about 5 ms per request) would never start the job here
+    jest.useFakeTimers();
+    try {
+      const limiter = new ModelRateLimiter({ maxConcurrent: 2 });
+      let started = false;
+      const result = limiter.schedule(
+        async () => {
+          started = true;
+          return 'sent';
+        },
+        Date.now() + 60_000,
+        () => 'late',
+      );
+      for (let k = 0; k < 20 && !started; k++) await Promise.resolve();
+      expect(started).toBe(true);
+      expect(await result).toBe('sent');
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('given a minimum interval, two request starts are at least that far apart', async () => {
