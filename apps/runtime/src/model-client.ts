@@ -5,6 +5,7 @@
  * failure). Errors are classified for the `model.turn.failed` fact.
  */
 import PQueue from 'p-queue';
+import { MAX_TIMER_MS } from '@runplane/contracts';
 import OpenAI from 'openai';
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import { inSpan, SpanKind, traceContext } from '@runplane/eventlog';
@@ -46,8 +47,9 @@ export interface TurnOptions {
  * requests at once, and with `minIntervalMs` at most one start in any such period, a sliding
  * window; a request with room starts at once, without a timer), and a 429 (or 503) with
  * `Retry-After` pauses every Run's next request to that model until then, not only the Run that
- * got it. Never waits past a request's deadline: such a request is not sent (a `not-sent` failure:
- * the provider received nothing, so nothing is charged, K7).
+ * got it. Never waits past a request's deadline, in the queue (every slot busy) or in a pause:
+ * such a request is not sent (a `not-sent` failure: the provider received nothing, so nothing is
+ * charged, K7). A request whose caller aborts while it waits leaves the queue at once, unsent.
  */
 export class ModelRateLimiter {
   private readonly queue: PQueue;
@@ -86,29 +88,61 @@ export class ModelRateLimiter {
   }
 
   /**
-   * Runs `job` under the limiter, after any pause. `deadlineMs` (epoch ms): when the pause or the
-   * queue would end after it, `job` is not run and `onLate` answers instead.
+   * Runs `job` under the limiter, after any pause. `deadlineMs` (epoch ms): when the queue or the
+   * pause would end after it, `job` is not run and `onLate` answers instead (with the pause left,
+   * ms, or 0): a request waiting for a slot leaves the queue when its deadline passes, and at once
+   * when `signal` aborts.
    */
   schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
-    if (Date.now() >= deadlineMs) return Promise.resolve(onLate(0));
-    return this.queue.add(async () => {
-      for (;;) {
-        const wait = this.pausedUntil - Date.now();
-        if (wait <= 0) break;
-        if (Date.now() + wait >= deadlineMs) return onLate(wait);
-        await sleep(wait, signal);
-        if (signal?.aborted) return onLate(0);
-      }
-      if (Date.now() >= deadlineMs) return onLate(0);
-      return job();
-    });
+    if (Date.now() >= deadlineMs || signal?.aborted) return Promise.resolve(onLate(0));
+    // while queued: its deadline or its caller's abort takes the request out of the queue; once it
+    // has started, neither aborts it here (the queue would answer for a request still running)
+    const queued = new AbortController();
+    const giveUp = () => queued.abort();
+    const left = deadlineMs - Date.now();
+    // (a deadline past what a timer can hold is past every queue: no timer)
+    const timer = left <= MAX_TIMER_MS ? setTimeout(giveUp, left) : undefined;
+    timer?.unref();
+    signal?.addEventListener('abort', giveUp, { once: true });
+    const started = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', giveUp);
+    };
+    return this.queue
+      .add(
+        async () => {
+          started();
+          for (;;) {
+            const wait = this.pausedUntil - Date.now();
+            if (wait <= 0) break;
+            if (Date.now() + wait >= deadlineMs) return onLate(wait);
+            await sleep(wait, signal);
+            if (signal?.aborted) return onLate(0);
+          }
+          if (Date.now() >= deadlineMs || signal?.aborted) return onLate(0);
+          return job();
+        },
+        { signal: queued.signal },
+      )
+      .catch((e: unknown) => {
+        started();
+        if (queued.signal.aborted && e === queued.signal.reason) return onLate(0);
+        throw e;
+      });
   }
 }
 
+/** Resolves after `ms`, or at once when `signal` aborts (before or during); leaves no listener behind. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
   });
 }
 
@@ -179,7 +213,7 @@ export class ModelClient {
         message: waitMs > 0 ? `not sent: the rate-limit pause (${waitMs} ms) ends after the Run's deadline` : "not sent: the Run's deadline passed",
       },
     });
-    // the limiter runs the request later, from its own queue: in the trace of the turn that asked for it
+    // a request that waits for a slot or a pause runs later, from the limiter's queue: in the trace of the turn that asked for it
     const parent = traceContext.active();
     return this.limiter.schedule(
       () =>

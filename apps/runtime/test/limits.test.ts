@@ -4,7 +4,7 @@
  * `RUNPLANE_MAX_OUTPUT_TOKENS`, `RUNPLANE_MAX_INPUT_TOKENS`, `RUNPLANE_RUN_DEADLINE_SECONDS`
  * (the deadline recorded at admission) and `RUNPLANE_WAIT_TTL_SECONDS` (capped by the deadline).
  */
-import { describe, expect, it, jest } from '@jest/globals';
+import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { decide } from '../src/decide.js';
 import { ModelRateLimiter } from '../src/model-client.js';
 import { estimateInputTokens } from '@runplane/run-facts';
@@ -139,6 +139,10 @@ describe("RUNPLANE_WAIT_TTL_SECONDS: a question stays answerable for the TTL, ne
 });
 
 describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the shared limiter at its edges', () => {
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
   it('given a concurrency of 2, the first 2 requests run at once and the 3rd starts only when one ends', async () => {
     const limiter = new ModelRateLimiter({ maxConcurrent: 2 });
     const gates: (() => void)[] = [];
@@ -173,26 +177,81 @@ describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the 
   });
 
   it('given room under the limits, a request starts without waiting for any timer to fire', async () => {
-    // every timer of the process held: a limiter that schedules its starts through timers (as
-    // bottleneck did, about 5 ms per request) would never start the job here
-    jest.useFakeTimers();
-    try {
-      const limiter = new ModelRateLimiter({ maxConcurrent: 2 });
-      let started = false;
+    // every timer of the process held (promise jobs still run): a limiter that schedules its starts
+    // through timers (as bottleneck did, about 5 ms per request) would never start the jobs here
+    jest.useFakeTimers({ doNotFake: ['queueMicrotask', 'nextTick'] });
+    for (const limiter of [new ModelRateLimiter({ maxConcurrent: 2 }), new ModelRateLimiter({ maxConcurrent: 2, minIntervalMs: 200 })]) {
+      let started = 0;
       const result = limiter.schedule(
         async () => {
-          started = true;
+          started++;
           return 'sent';
         },
         Date.now() + 60_000,
         () => 'late',
       );
-      for (let k = 0; k < 20 && !started; k++) await Promise.resolve();
-      expect(started).toBe(true);
+      for (let k = 0; k < 20 && started === 0; k++) await Promise.resolve();
+      expect(started).toBe(1);
       expect(await result).toBe('sent');
-    } finally {
-      jest.useRealTimers();
     }
+  });
+
+  it('given every slot busy, a request whose deadline passes in the queue is answered late then, unsent, not when a slot frees', async () => {
+    const limiter = new ModelRateLimiter({ maxConcurrent: 1 });
+    let release!: () => void;
+    const busy = limiter.schedule(
+      () => new Promise<string>((resolve) => (release = () => resolve('first'))),
+      Date.now() + 60_000,
+      () => 'late',
+    );
+    let sent = false;
+    const queued = limiter.schedule(
+      async () => {
+        sent = true;
+        return 'sent';
+      },
+      Date.now() + 100,
+      () => 'late',
+    );
+    // answered while the first request still holds the only slot
+    expect(await queued).toBe('late');
+    release();
+    expect(await busy).toBe('first');
+    expect(sent).toBe(false);
+  });
+
+  it('given every slot busy, a request whose caller aborts while it waits is answered at once, unsent', async () => {
+    const limiter = new ModelRateLimiter({ maxConcurrent: 1 });
+    let release!: () => void;
+    const busy = limiter.schedule(
+      () => new Promise<string>((resolve) => (release = () => resolve('first'))),
+      Date.now() + 60_000,
+      () => 'late',
+    );
+    const abort = new AbortController();
+    let sent = false;
+    const queued = limiter.schedule(
+      async () => {
+        sent = true;
+        return 'sent';
+      },
+      Date.now() + 60_000,
+      () => 'late',
+      abort.signal,
+    );
+    abort.abort();
+    expect(await queued).toBe('late');
+    release();
+    expect(await busy).toBe('first');
+    // the slot it would have taken is free for the next request, which runs
+    expect(
+      await limiter.schedule(
+        async () => 'next',
+        Date.now() + 60_000,
+        () => 'late',
+      ),
+    ).toBe('next');
+    expect(sent).toBe(false);
   });
 
   it('given a minimum interval, two request starts are at least that far apart', async () => {
