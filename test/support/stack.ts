@@ -229,7 +229,7 @@ export async function startTestStack(name: string, envOverrides: NodeJS.ProcessE
     RUNPLANE_MODEL_RETRY_MIN_MS: '100',
     RUNPLANE_MODEL_RETRY_MAX_MS: '1000',
     // a test's stack lives a minute or less: its idle RSS is not worth the start-up collections'
-    // CPU (about 1.7 s per stack, some 50 stacks a suite; docs/performance.md)
+    // CPU (about 1.6 s per stack, some 50 stacks a suite; docs/performance.md)
     RUNPLANE_STARTUP_COLLECTION: 'false',
     ...envOverrides,
   };

@@ -19,9 +19,9 @@ import { MessageChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { inSpan } from '@runplane/eventlog';
+import { startupCollectionOn } from '@runplane/kit/memory';
 import type { ToolOutcome } from './decide.js';
 import { newStartGate, tryRefuse } from './start-gate.js';
-import { startupCollectionOn } from '@runplane/kit/memory';
 import type { ToolTask, WarmUp } from './tool-worker.js';
 
 /**
@@ -52,6 +52,11 @@ export class ToolExecutor {
    * replaced, and takes calls only once the replacement has started.
    */
   readonly ready: Promise<void>;
+  /**
+   * Whether each thread's warm-up ran its start-up collection (all false when the process was
+   * started with `RUNPLANE_STARTUP_COLLECTION=false`); settles with {@link ready}.
+   */
+  readonly startupCollections: Promise<boolean[]>;
   /** Ids of the threads that have started (piscina's `workerCreate`) and not been stopped since. */
   private readonly started = new Set<number>();
   /**
@@ -72,10 +77,15 @@ export class ToolExecutor {
     });
     this.pool.on('workerCreate', (w: { id: number }) => this.started.add(w.id));
     this.pool.on('workerDestroy', (w: { id: number }) => this.started.delete(w.id));
-    this.ready = Promise.all(
-      Array.from({ length: opts.threads }, () => this.pool.run({ startupCollection: startupCollectionOn() } satisfies WarmUp, { name: 'warmUp' })),
-    ).then(() => undefined);
+    this.startupCollections = Promise.all(
+      Array.from(
+        { length: opts.threads },
+        () => this.pool.run({ startupCollection: startupCollectionOn() } satisfies WarmUp, { name: 'warmUp' }) as Promise<boolean>,
+      ),
+    );
+    this.ready = this.startupCollections.then(() => undefined);
     this.ready.catch(() => undefined); // awaited by every call and by the service's start-up, which fails on it
+    this.startupCollections.catch(() => undefined);
   }
 
   /**

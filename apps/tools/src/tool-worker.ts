@@ -82,7 +82,7 @@ async function recordEffect(task: ToolTask, rawArgs: unknown): Promise<unknown> 
   return TestToolPack.record_effect.result.parse({ recorded: line });
 }
 
-/** What a thread's warm-up is told: whether to run its start-up collection (its process's `RUNPLANE_STARTUP_COLLECTION`). */
+/** What a thread's warm-up is told: whether to run its start-up collection (its process's `RUNPLANE_STARTUP_COLLECTION`; a warm-up told nothing, `null`, collects). */
 export interface WarmUp {
   startupCollection: boolean;
 }
@@ -91,10 +91,10 @@ export interface WarmUp {
  * Run once on each thread at start-up, it resolves when the thread has loaded this module
  * (ToolExecutor.ready); it returns what loading left behind to the OS (kit `releaseStartupMemory`)
  * unless the process was started with `RUNPLANE_STARTUP_COLLECTION=false`.
+ * @returns whether the collection ran.
  */
-export function warmUp(task: WarmUp | null): null {
-  releaseStartupMemory(task?.startupCollection ?? true);
-  return null;
+export function warmUp(task: WarmUp | null): boolean {
+  return releaseStartupMemory(task?.startupCollection ?? true);
 }
 
 /** Runs `task`; never throws: every ending is an outcome. */

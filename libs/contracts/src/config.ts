@@ -355,7 +355,7 @@ export type ShutdownConfig = z.infer<typeof ShutdownConfig>;
  * Memory, read by every service when it starts. `RUNPLANE_STARTUP_COLLECTION` (default `true`):
  * once started, each thread of the process (the main one, the heartbeat worker, the tools' threads)
  * runs one full collection that returns its start-up garbage to the OS, 17-21 MiB of idle RSS per
- * service. `false` skips them, saving about 2 s of CPU per start of seven services: for stacks that
+ * service. `false` skips them, saving about 1.6 s of CPU per start of seven services: for stacks that
  * start often and live briefly (the test suites), not for a deployment (docs/performance.md).
  */
 export const MemoryConfig = z.object({

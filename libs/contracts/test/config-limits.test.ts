@@ -15,7 +15,6 @@ import {
   LimitsConfig,
   loadConfig,
   MAX_TIMER_MS,
-  MemoryConfig,
   ModelConfig,
   QuotaConfig,
   RecoveryConfig,
@@ -91,18 +90,5 @@ describe('the final-output reserve is kept out of the limits, never all of them'
   });
   it('the defaults (8 requests, 1 kept; 64000 tokens, 4000 kept) are accepted', () => {
     expect(limits({})).toMatchObject({ RUNPLANE_FINAL_RESERVE_MODEL_REQUESTS: 1, RUNPLANE_FINAL_RESERVE_OUTPUT_TOKENS: 4_000 });
-  });
-});
-
-describe('the start-up collection: on unless set to false, anything else refused naming the variable', () => {
-  const collect = (env: Record<string, string>) => loadConfig(MemoryConfig, env).RUNPLANE_STARTUP_COLLECTION;
-  it('unset, empty or true: on; false: off', () => {
-    expect(collect({})).toBe(true);
-    expect(collect({ RUNPLANE_STARTUP_COLLECTION: '' })).toBe(true);
-    expect(collect({ RUNPLANE_STARTUP_COLLECTION: 'true' })).toBe(true);
-    expect(collect({ RUNPLANE_STARTUP_COLLECTION: 'false' })).toBe(false);
-  });
-  it('another value is refused, naming the variable', () => {
-    expect(() => collect({ RUNPLANE_STARTUP_COLLECTION: 'off' })).toThrow(/Invalid configuration: RUNPLANE_STARTUP_COLLECTION/);
   });
 });

@@ -1,5 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
-import { AdmissionPort, BusConfig, CorsConfig, LimitsConfig, ToolsConfig, ViewerConfig, loadConfig, natsServerList } from '@runplane/contracts';
+import {
+  AdmissionPort,
+  BusConfig,
+  CorsConfig,
+  LimitsConfig,
+  MemoryConfig,
+  ToolsConfig,
+  ViewerConfig,
+  loadConfig,
+  natsServerList,
+} from '@runplane/contracts';
 
 describe('configuration from the environment (zod, validated at start-up)', () => {
   it('uses the documented defaults when variables are unset or empty', () => {
@@ -85,5 +95,18 @@ describe('RUNPLANE_VIEWER_ADMISSION_ORIGINS (the only admission the Run viewer s
         /RUNPLANE_VIEWER_ADMISSION_ORIGINS.*must be an origin/,
       );
     }
+  });
+});
+
+describe('RUNPLANE_STARTUP_COLLECTION: on unless set to false, anything else refused naming the variable', () => {
+  const collect = (env: Record<string, string>) => loadConfig(MemoryConfig, env).RUNPLANE_STARTUP_COLLECTION;
+  it('unset, empty or true: on; false: off', () => {
+    expect(collect({})).toBe(true);
+    expect(collect({ RUNPLANE_STARTUP_COLLECTION: '' })).toBe(true);
+    expect(collect({ RUNPLANE_STARTUP_COLLECTION: 'true' })).toBe(true);
+    expect(collect({ RUNPLANE_STARTUP_COLLECTION: 'false' })).toBe(false);
+  });
+  it('another value is refused, naming the variable', () => {
+    expect(() => collect({ RUNPLANE_STARTUP_COLLECTION: 'off' })).toThrow(/Invalid configuration: RUNPLANE_STARTUP_COLLECTION/);
   });
 });

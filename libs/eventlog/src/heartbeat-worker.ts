@@ -48,7 +48,7 @@ async function beat(): Promise<void> {
 await beat();
 // what connecting left behind goes back to the OS (a few MiB of this thread's isolate; kit memory.ts),
 // unless the process was started with RUNPLANE_STARTUP_COLLECTION=false
-releaseStartupMemory(data.startupCollection);
+parentPort!.postMessage({ collected: releaseStartupMemory(data.startupCollection) });
 const timer = setInterval(() => void beat(), data.everyMs);
 parentPort!.on('message', (m) => {
   if (m !== 'stop') return;

@@ -104,7 +104,15 @@ export interface HeartbeatWorkerData {
  * vouches for nothing any more.
  */
 export class ProcessHeartbeat {
-  private constructor(private readonly worker: Worker) {}
+  private constructor(
+    private readonly worker: Worker,
+    /**
+     * Whether the worker ran its start-up collection (false when its process was started with
+     * `RUNPLANE_STARTUP_COLLECTION=false`); settles once it has run or been skipped, after the
+     * first beat was tried.
+     */
+    readonly startupCollection: Promise<boolean>,
+  ) {}
 
   /**
    * Starts beating for `writer` with the given connection settings.
@@ -127,18 +135,31 @@ export class ProcessHeartbeat {
       startupCollection: startupCollectionOn(),
     };
     const worker = new Worker(heartbeatWorkerScript(), { workerData: data });
+    // the worker says `{ beat: true }` after its first beat written and `{ collected }` after its
+    // start-up collection, in either order (a first beat that NATS did not take is written later)
+    const startupCollection = new Promise<boolean>((resolve) => {
+      const onCollected = (m: { collected?: boolean }) => {
+        if (m.collected === undefined) return;
+        worker.off('message', onCollected);
+        resolve(m.collected);
+      };
+      worker.on('message', onCollected);
+    });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
-      worker.once('message', (m: { beat?: boolean }) => {
+      const onBeat = (m: { beat?: boolean }) => {
+        if (!m.beat) return;
         clearTimeout(timer);
-        if (m.beat) resolve();
-      });
+        worker.off('message', onBeat);
+        resolve();
+      };
+      worker.on('message', onBeat);
       worker.once('error', (e: unknown) => {
         clearTimeout(timer);
         reject(e instanceof Error ? e : new Error(String(e)));
       });
     });
-    return new ProcessHeartbeat(worker);
+    return new ProcessHeartbeat(worker, startupCollection);
   }
 
   /** Stops beating and deletes this process's key (within 5 s; the worker is terminated after). */

@@ -30,7 +30,7 @@ let startupCollection = true;
  * `RUNPLANE_STARTUP_COLLECTION` before the service starts (default on). Off, {@link releaseStartupMemory}
  * does nothing on this thread, and the worker threads started afterwards are told the same through
  * their start-up data ({@link startupCollectionOn}). For stacks that start often and live briefly
- * (the test suites): the collections cost about 2 s of CPU per stack of seven services, and a
+ * (the test suites): the collections cost about 1.6 s of CPU per stack of seven services, and a
  * short-lived process does not need its idle RSS back (docs/performance.md).
  */
 export function setStartupCollection(on: boolean): void {
