@@ -1,6 +1,7 @@
 export * from './decide.js';
 export * from './messages.js';
-export { classify, ModelClient, ModelRateLimiter, retryAfterMs, type ModelClientOptions, type TurnOptions } from './model-client.js';
+export { classify, ModelClient, type ModelClientOptions, type TurnOptions } from './model-client.js';
+export { ModelRateLimiter, retryAfterMs } from './model-limiter.js';
 export * from './ledger.js';
 export { runToolCallId, TurnAssembler, type StreamChunk } from './turn-assembly.js';
 export * from './paragraphs.js';

@@ -8,7 +8,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { decide, type ModelTurnResult } from '../src/decide.js';
 import { MAX_FRUITLESS_TURNS } from '../src/ledger.js';
-import { ModelRateLimiter, retryAfterMs } from '../src/model-client.js';
+import { ModelRateLimiter, retryAfterMs } from '../src/model-limiter.js';
 import { planCalls } from '../src/parking.js';
 import { budgetOf, estimateInputTokens } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';

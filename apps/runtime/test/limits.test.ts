@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { decide } from '../src/decide.js';
-import { ModelRateLimiter } from '../src/model-client.js';
+import { ModelRateLimiter } from '../src/model-limiter.js';
 import { estimateInputTokens } from '@runplane/run-facts';
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
