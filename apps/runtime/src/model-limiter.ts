@@ -59,10 +59,31 @@ export class ModelRateLimiter {
    * Runs `job` under the limiter, after any pause. `deadlineMs` (epoch ms): when the queue or the
    * pause would end after it, `job` is not run and `onLate` answers instead (with the pause left,
    * ms, or 0): a request waiting for a slot leaves the queue when its deadline passes, and at once
-   * when `signal` aborts.
+   * when `signal` aborts. A pause is waited out holding no slot, and the request then queues again:
+   * the requests a pause held start spaced by the interval, not together when it ends.
    */
-  schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
-    if (Date.now() >= deadlineMs || signal?.aborted) return Promise.resolve(onLate(0));
+  async schedule<T>(job: () => Promise<T>, deadlineMs: number, onLate: (waitMs: number) => T, signal?: AbortSignal): Promise<T> {
+    for (;;) {
+      if (Date.now() >= deadlineMs || signal?.aborted) return onLate(0);
+      const wait = this.pausedUntil - Date.now();
+      if (wait > 0) {
+        if (Date.now() + wait >= deadlineMs) return onLate(wait);
+        await sleep(wait, signal);
+        continue;
+      }
+      const outcome = await this.whenStarted(job, deadlineMs, signal);
+      if (outcome === LEFT_QUEUE) return onLate(0);
+      if (outcome !== PAUSED) return outcome.value;
+      // a pause began while it waited for its slot: wait it out outside the queue
+    }
+  }
+
+  /**
+   * Queues `job` for a slot; once it has one, runs it unless a pause began meanwhile.
+   * @returns `{ value }` of the job, {@link PAUSED} (not run: a pause began), or {@link LEFT_QUEUE}
+   *   (not run: its deadline passed, or `signal` aborted, while it waited for a slot).
+   */
+  private whenStarted<T>(job: () => Promise<T>, deadlineMs: number, signal?: AbortSignal): Promise<{ value: T } | typeof PAUSED | typeof LEFT_QUEUE> {
     // while queued: its deadline or its caller's abort takes the request out of the queue; once it
     // has started, neither aborts it here (the queue would answer for a request still running)
     const queued = new AbortController();
@@ -78,27 +99,26 @@ export class ModelRateLimiter {
     };
     return this.queue
       .add(
-        async () => {
+        async (): Promise<{ value: T } | typeof PAUSED | typeof LEFT_QUEUE> => {
           started();
-          for (;;) {
-            const wait = this.pausedUntil - Date.now();
-            if (wait <= 0) break;
-            if (Date.now() + wait >= deadlineMs) return onLate(wait);
-            await sleep(wait, signal);
-            if (signal?.aborted) return onLate(0);
-          }
-          if (Date.now() >= deadlineMs || signal?.aborted) return onLate(0);
-          return job();
+          if (this.pausedUntil > Date.now()) return PAUSED;
+          if (Date.now() >= deadlineMs || signal?.aborted) return LEFT_QUEUE;
+          return { value: await job() };
         },
         { signal: queued.signal },
       )
       .catch((e: unknown) => {
         started();
-        if (queued.signal.aborted && e === queued.signal.reason) return onLate(0);
+        if (queued.signal.aborted && e === queued.signal.reason) return LEFT_QUEUE;
         throw e;
       });
   }
 }
+
+/** What {@link ModelRateLimiter} makes of a request that had a slot while a pause was on: not run. */
+const PAUSED = Symbol('paused');
+/** What {@link ModelRateLimiter} makes of a request whose deadline or abort came while it waited for a slot: not run. */
+const LEFT_QUEUE = Symbol('left the queue');
 
 /** Resolves after `ms`, or at once when `signal` aborts (before or during); leaves no listener behind. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -254,6 +254,26 @@ describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the 
     expect(sent).toBe(false);
   });
 
+  it('given a minimum interval and a pause, the requests the pause held start that far apart when it ends, not together', async () => {
+    const limiter = new ModelRateLimiter({ maxConcurrent: 3, minIntervalMs: 100 });
+    limiter.pauseUntil(Date.now() + 300);
+    const starts: number[] = [];
+    const far = Date.now() + 60_000;
+    await Promise.all(
+      [1, 2, 3, 4].map(() =>
+        limiter.schedule(
+          async () => starts.push(Date.now()),
+          far,
+          () => -1,
+        ),
+      ),
+    );
+    starts.sort((a, b) => a - b);
+    expect(starts).toHaveLength(4);
+    // (a timer may fire a millisecond early)
+    for (let k = 1; k < starts.length; k++) expect(starts[k]! - starts[k - 1]!).toBeGreaterThanOrEqual(95);
+  });
+
   it('given a minimum interval, two request starts are at least that far apart', async () => {
     const limiter = new ModelRateLimiter({ maxConcurrent: 8, minIntervalMs: 200 });
     const scheduledAt = Date.now();
