@@ -196,7 +196,11 @@ describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the 
     }
   });
 
-  it('given every slot busy, a request whose deadline passes in the queue is answered late then, unsent, not when a slot frees', async () => {
+  /**
+   * A limiter of one slot, held by a first request until `release()`, and a second request
+   * scheduled behind it (its deadline and signal as given); `sent` says whether the second ran.
+   */
+  const behindBusySlot = (deadlineMs: number, signal?: AbortSignal) => {
     const limiter = new ModelRateLimiter({ maxConcurrent: 1 });
     let release!: () => void;
     const busy = limiter.schedule(
@@ -204,54 +208,44 @@ describe('RUNPLANE_MODEL_MAX_CONCURRENT and RUNPLANE_MODEL_MIN_INTERVAL_MS: the 
       Date.now() + 60_000,
       () => 'late',
     );
-    let sent = false;
-    const queued = limiter.schedule(
+    const second = { limiter, busy, release: () => release(), sent: false, queued: Promise.resolve('') };
+    second.queued = limiter.schedule(
       async () => {
-        sent = true;
+        second.sent = true;
         return 'sent';
       },
-      Date.now() + 100,
+      deadlineMs,
       () => 'late',
+      signal,
     );
+    return second;
+  };
+
+  it('given every slot busy, a request whose deadline passes in the queue is answered late then, unsent, not when a slot frees', async () => {
+    const t = behindBusySlot(Date.now() + 100);
     // answered while the first request still holds the only slot
-    expect(await queued).toBe('late');
-    release();
-    expect(await busy).toBe('first');
-    expect(sent).toBe(false);
+    expect(await t.queued).toBe('late');
+    t.release();
+    expect(await t.busy).toBe('first');
+    expect(t.sent).toBe(false);
   });
 
   it('given every slot busy, a request whose caller aborts while it waits is answered at once, unsent', async () => {
-    const limiter = new ModelRateLimiter({ maxConcurrent: 1 });
-    let release!: () => void;
-    const busy = limiter.schedule(
-      () => new Promise<string>((resolve) => (release = () => resolve('first'))),
-      Date.now() + 60_000,
-      () => 'late',
-    );
     const abort = new AbortController();
-    let sent = false;
-    const queued = limiter.schedule(
-      async () => {
-        sent = true;
-        return 'sent';
-      },
-      Date.now() + 60_000,
-      () => 'late',
-      abort.signal,
-    );
+    const t = behindBusySlot(Date.now() + 60_000, abort.signal);
     abort.abort();
-    expect(await queued).toBe('late');
-    release();
-    expect(await busy).toBe('first');
+    expect(await t.queued).toBe('late');
+    t.release();
+    expect(await t.busy).toBe('first');
     // the slot it would have taken is free for the next request, which runs
     expect(
-      await limiter.schedule(
+      await t.limiter.schedule(
         async () => 'next',
         Date.now() + 60_000,
         () => 'late',
       ),
     ).toBe('next');
-    expect(sent).toBe(false);
+    expect(t.sent).toBe(false);
   });
 
   it('given a minimum interval and a pause, the requests the pause held start that far apart when it ends, not together', async () => {
