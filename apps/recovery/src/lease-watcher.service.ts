@@ -9,7 +9,7 @@ import {
   LeaseStore,
   leaseExpiresAt,
   isTransientNatsError,
-  RECONNECT_GRACE_MS,
+  ConnectionGrace,
   type HeartbeatEntry,
   type LeaseEntry,
 } from '@runplane/eventlog';
@@ -91,8 +91,8 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly spared = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private sweeping: Promise<void> | null = null;
-  /** When recovery last (re)connected to NATS: no lease expires before this plus a TTL. */
-  private connectedAt = Date.now();
+  /** Recovery's own connection to NATS: no lease expires while it is down, nor before a TTL plus the grace after it is back (K10). */
+  private readonly grace = new ConnectionGrace();
   private stopped = false;
   /** Parked leases whose wait expiry was already decided (`runId/wakeBy`). */
   private readonly expiryDecided = new Set<string>();
@@ -117,7 +117,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    void this.followStatus();
+    this.grace.follow(this.log.nc);
     // both buckets are followed for as long as recovery runs: a watch that ends or fails (NATS
     // restarted under it) is opened again, so grants and renewals made after a restart are still seen
     this.watch = await this.store.watch((e) => this.take(e), {
@@ -163,13 +163,6 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     this.leases.set(entry.runId, entry);
   }
 
-  /** Notes every reconnection: leases get a full TTL from then on. */
-  private async followStatus(): Promise<void> {
-    for await (const s of this.log.nc.status()) {
-      if (s.type === 'reconnect') this.connectedAt = Date.now();
-    }
-  }
-
   /** Compares every lease with the clock and acts on the lost ones. */
   private async sweep(): Promise<void> {
     if (this.stopped) return;
@@ -189,9 +182,10 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           continue;
         }
         if (v.state === 'held') {
-          // after recovery's own reconnection the holder gets a full TTL plus the time every other
-          // client may take to reconnect: renewals missed while NATS was unreachable are not an expiry
-          const expiresAt = Math.max(leaseExpiresAt(entry), this.connectedAt + RECONNECT_GRACE_MS + v.ttlMs);
+          // while recovery's own connection is down nothing expires, and after it is back the holder
+          // gets a full TTL plus the time every other client may take to reconnect: renewals
+          // recovery could not hear are not missed renewals (ConnectionGrace)
+          const expiresAt = Math.max(leaseExpiresAt(entry), this.grace.judgeFrom(v.ttlMs));
           const beat = this.heartbeats.get(v.holder.instance);
           const verdict = expiredLease(
             { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
@@ -227,7 +221,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
         // holders' renewals went unanswered too, so the reconnection grace counts from now, not
         // from the TCP reconnection (seen: a restarted server that took 8 s under load to answer
         // JetStream requests, past the grace, and a live holder fenced)
-        if (isTransientNatsError(e)) this.connectedAt = Date.now();
+        if (isTransientNatsError(e)) this.grace.unanswered();
         this.logger.warn({ runId: entry.runId, error: (e as Error).message }, 'lease sweep step failed; retried on the next sweep');
       }
     }

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore } from '@runplane/eventlog';
+import { EventLog, HeartbeatStore, heartbeatKey, LeaseStore, type ConnectionGrace } from '@runplane/eventlog';
 import { RunCommandHandler } from '@runplane/service-kit/command-handler';
 import { LeaseWatcher } from '../src/lease-watcher.service.js';
 import { describeEachNatsServer, natsServersUnderTest, SUITE_NATS } from '../../../test/support/nats-server.js';
@@ -45,7 +45,7 @@ describeEachNatsServer(servers, (server) => {
     beats = await HeartbeatStore.open(log);
     watcher = new LeaseWatcher(log, new RunCommandHandler(log, 'recovery'), leases, beats, { leaseTtlMs: TTL_MS, sweepMs: 100 });
     // no reconnection grace: the leases of this test expire on their own TTL
-    (watcher as unknown as { connectedAt: number }).connectedAt = 0;
+    (watcher as unknown as { grace: ConnectionGrace }).grace.reconnected(0);
     await watcher.onApplicationBootstrap();
   });
   afterAll(async () => {

@@ -6,10 +6,13 @@
  * claim expired, `update` on the revision read), renewed with `update(key, value, revision)` while
  * the call executes, and deleted once the call has its receipt.
  */
-import { RECONNECT_GRACE_MS, type EventLog } from '@runplane/eventlog';
+import { ConnectionGrace, type EventLog } from '@runplane/eventlog';
 import { AbortError, type KvBucket, KvStore, retry } from '@runplane/kit';
 import { z } from 'zod';
 import type { ToolClaim } from './decide.js';
+
+/** The expiry {@link ClaimStore.judgedExpiry} gives every claim while this process's connection to NATS is down. */
+const FAR_FUTURE = '9999-12-31T23:59:59.999Z';
 
 /** The stored value of a claim: the call, its holder instance and its expiry (ISO-8601). */
 export const ClaimValue = z.object({
@@ -49,8 +52,8 @@ export interface HeldClaim {
 export class ClaimStore extends KvStore<ClaimValue> {
   /** Keys of the claims this process holds for calls it is executing now (taken, not yet released). */
   private readonly mine = new Set<string>();
-  /** When this process last (re)connected to NATS: no claim counts as expired before this plus a TTL and the others' reconnect time. */
-  private connectedAt = Date.now();
+  /** This process's connection to NATS: no claim counts as expired while it is down, nor before a TTL and the others' reconnect time after it is back. */
+  private readonly grace = new ConnectionGrace();
   /** Told of every reconnection to NATS ({@link onReconnect}). */
   private readonly reconnectListeners = new Set<() => void>();
 
@@ -71,13 +74,9 @@ export class ClaimStore extends KvStore<ClaimValue> {
   /** Opens (creating when missing) the claims bucket of `log`'s subject space. */
   static async open(log: EventLog, ttlMs: number): Promise<ClaimStore> {
     const store = new ClaimStore(await KvStore.openBucket(log.nc, ClaimStore.bucketFor(log)), log.writer.instance, ttlMs);
-    void (async () => {
-      for await (const st of log.nc.status()) {
-        if (st.type !== 'reconnect') continue;
-        store.connectedAt = Date.now();
-        for (const listener of store.reconnectListeners) listener();
-      }
-    })().catch(() => undefined);
+    store.grace.follow(log.nc, () => {
+      for (const listener of store.reconnectListeners) listener();
+    });
     return store;
   }
 
@@ -90,13 +89,15 @@ export class ClaimStore extends KvStore<ClaimValue> {
   /**
    * The expiry a reader should judge a stored claim by. A claim this very process holds for a
    * call it is still executing is alive, whatever its stored expiry (its renewals may have been
-   * missed while NATS was unreachable). Any other claim expires no earlier than a full TTL, plus
-   * the time other clients take to reconnect, after this process's own last reconnection:
-   * renewals missed during a NATS outage are not an expiry (docs/tool-effects.md "A live executor's claim").
+   * missed while NATS was unreachable). Any other claim does not expire while this process's own
+   * connection is down, and expires no earlier than a full TTL, plus the time other clients take to
+   * reconnect, after its last reconnection (ConnectionGrace): renewals missed during a NATS outage
+   * are not an expiry (docs/tool-effects.md "A live executor's claim").
    */
   judgedExpiry(key: string, claim: ToolClaim): string {
     if (this.mine.has(key) && claim.holder === this.holder) return new Date(Date.now() + this.ttlMs).toISOString();
-    const graceUntil = this.connectedAt + RECONNECT_GRACE_MS + this.ttlMs;
+    const graceUntil = this.grace.judgeFrom(this.ttlMs);
+    if (!Number.isFinite(graceUntil)) return FAR_FUTURE; // this process cannot hear renewals now: nothing expires
     return Date.parse(claim.expiresAt) >= graceUntil ? claim.expiresAt : new Date(graceUntil).toISOString();
   }
 

@@ -5,6 +5,7 @@ export * from './consumer.js';
 export * from './deliveries.js';
 export * from './result-store.js';
 export * from './leases.js';
+export * from './connection-grace.js';
 export * from './lease-renewal.js';
 export * from './heartbeats.js';
 export * from './bus.js';
