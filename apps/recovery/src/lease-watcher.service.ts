@@ -16,7 +16,7 @@ import {
 import { parkedAtLastTurn, parkedOn, unansweredWaits } from '@runplane/run-facts';
 import { InTurn, Periodic, type KvWatch } from '@runplane/kit';
 import { leaseExpiriesTotal, RunCommandHandler } from '@runplane/service-kit';
-import { decide, expiredLease, lostAfterHandover } from './decide.js';
+import { decide, expiredLease, lostAfterHandover, type ExpiredLeaseVerdict } from './decide.js';
 
 export const RECOVERY_SETTINGS = Symbol('RECOVERY_SETTINGS');
 export const RECOVERY_LEASES = Symbol('RECOVERY_LEASES');
@@ -182,19 +182,7 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           continue;
         }
         if (v.state === 'held') {
-          // while recovery's own connection is down nothing expires, and after it is back the holder
-          // gets a full TTL plus the time every other client may take to reconnect: renewals
-          // recovery could not hear are not missed renewals (ConnectionGrace)
-          const expiresAt = Math.max(leaseExpiresAt(entry), this.grace.judgeFrom(v.ttlMs));
-          const beat = this.heartbeats.get(v.holder.instance);
-          const verdict = expiredLease(
-            { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
-            // a beat vouches for the holder for at least one lease TTL here, whatever the
-            // (shorter) membership TTL it was written with: on a loaded machine a holder is not
-            // judged gone for a few late beats (K10: late is not gone)
-            beat ? { freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs) } : null,
-            now,
-          );
+          const verdict = this.verdictOn(entry, now);
           if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);
           else if (verdict.kind === 'late' && this.spared.get(entry.runId) !== entry.revision) {
             this.spared.set(entry.runId, entry.revision);
@@ -301,13 +289,38 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
     return true;
   }
 
+  /**
+   * What a held lease's expiry means now ({@link expiredLease}). While recovery's own connection
+   * is down nothing expires, and after it is back the holder gets a full TTL plus the time every
+   * other client may take to reconnect: renewals recovery could not hear are not missed renewals
+   * (ConnectionGrace, K10).
+   */
+  private verdictOn(entry: LeaseEntry, now: number): ExpiredLeaseVerdict {
+    const v = entry.value;
+    if (v.state !== 'held') return { kind: 'held' };
+    const expiresAt = Math.max(leaseExpiresAt(entry), this.grace.judgeFrom(v.ttlMs));
+    const beat = this.heartbeats.get(v.holder.instance);
+    return expiredLease(
+      { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
+      // a beat vouches for the holder for at least one lease TTL here, whatever the
+      // (shorter) membership TTL it was written with: on a loaded machine a holder is not
+      // judged gone for a few late beats (K10: late is not gone)
+      beat ? { freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs) } : null,
+      now,
+    );
+  }
+
   /** Marks the lease fenced (compare-and-set), then fences the Run in the log (a parked Run's lease is marked parked, a handed-over one handed over, instead). */
   private async fence(entry: LeaseEntry, reason: 'lease-expired' | 'runtime-stopped', detail: string): Promise<void> {
     if (await this.handedOverInstead(entry)) return;
     if (await this.parkedInstead(entry, reason, detail)) return;
+    // the reads above may have waited through a NATS outage (the command handler retries them):
+    // an expiry is judged again, on the connection as it is now, before the compare-and-set
+    if (reason === 'lease-expired' && this.verdictOn(entry, Date.now()).kind !== 'gone') return;
     try {
       await this.store.fence(entry);
-    } catch {
+    } catch (e) {
+      if (isTransientNatsError(e)) this.grace.unanswered();
       // the holder renewed or released it meanwhile: take the stored entry (the watch may have
       // missed it across a NATS restart) so the next sweep judges the current one
       const fresh = await this.store.get(entry.runId).catch(() => undefined);

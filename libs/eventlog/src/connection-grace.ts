@@ -6,10 +6,11 @@ import { RECONNECT_GRACE_MS } from './event-log.js';
  * execution leases and the tools judge other executors' claims by the renewals they have seen;
  * renewals sent while the judge itself could not hear them are not missed renewals:
  * - while the judge's connection is down (from the client's `disconnect` status to its
- *   `reconnect`), nothing expires: a verdict taken then would rest on a stale view, and what the
- *   judge wrote on it (a fence) would sit in the client's buffer and land on reconnection, possibly
- *   before the live holder's own renewal (seen: a lease fenced 1.2 s into a 1.8 s NATS restart,
- *   its runtime alive and reconnecting a second later);
+ *   `reconnect`), nothing expires: a verdict taken then rests on a stale view, and acted on once
+ *   the judge's connection is back (its reads are retried through the outage) it can land before
+ *   the live holder, reconnecting a moment later, renews (seen: a 1.2 s lease fenced during a
+ *   1.8 s NATS restart, its runtime alive and back a second later). A judge also judges again
+ *   right before it acts (recovery's sweep does);
  * - after a reconnection, or a request NATS did not answer ({@link unanswered}), a holder that
  *   renews every `ttlMs` gets a full TTL plus {@link RECONNECT_GRACE_MS} (the others' reconnect
  *   wait and jitter, with a margin) before it may be judged expired.
@@ -34,7 +35,11 @@ export class ConnectionGrace {
         if (s.type === 'disconnect') this.disconnected();
         else if (s.type === 'reconnect') {
           this.reconnected();
-          onReconnect?.();
+          try {
+            onReconnect?.();
+          } catch {
+            // the listener's own failure: the grace keeps following the connection
+          }
         }
       }
     })().catch(() => undefined); // the connection closed
