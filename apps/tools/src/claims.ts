@@ -144,11 +144,14 @@ export class ClaimStore extends KvStore<ClaimValue> {
   /**
    * Removes an expired claim before its call is declared unknown, only if it is still the
    * revision that was read (compare-and-set): a holder that renewed meanwhile is alive, and its
-   * call is not declared unknown on a stale reading.
-   * @throws ClaimRenewed when the claim changed since it was read.
+   * call is not declared unknown on a stale reading. The claim as it was read (`seen`) is judged
+   * again first, on this process's connection as it is now: a decision whose reads waited through a
+   * NATS outage must give the holder the grace after the reconnection too (ConnectionGrace, K5, K10).
+   * @throws ClaimRenewed when the claim changed since it was read, or is no longer judged expired.
    */
-  async seize(runId: string, toolCallId: string, revision: number): Promise<void> {
+  async seize(runId: string, toolCallId: string, revision: number, seen: ToolClaim | null = null): Promise<void> {
     const key = ClaimStore.keyOf(runId, toolCallId);
+    if (seen && !this.expired(key, seen)) throw new ClaimRenewed(key);
     if (revision === 0) {
       if (await this.read(key)) throw new ClaimRenewed(key); // it appeared since: an executor took it
       return;

@@ -294,7 +294,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
             if (e.type === 'tool.call.dispatched' && !held.has(e.data.toolCallId))
               held.set(e.data.toolCallId, await claims.take(runId, e.data.toolCallId));
             if (e.type === 'tool.call.receipt' && e.data.status === 'unknown' && e.data.error?.code === 'executor_lost') {
-              await claims.seize(runId, e.data.toolCallId, revisions[e.data.toolCallId] ?? 0);
+              await claims.seize(runId, e.data.toolCallId, revisions[e.data.toolCallId] ?? 0, looked[e.data.toolCallId] ?? null);
             }
           }
           if (held.size > 0) await this.faultPauseBeforeDispatch(runId);
