@@ -235,12 +235,9 @@ export class ClaimStore extends KvStore<ClaimValue> {
     }
   }
 
-  /** Every claim in the bucket (keys of deleted claims skipped). */
+  /** Every claim in the bucket (keys of deleted claims skipped), without a consumer ({@link KvStore.keys}). */
   async *all(): AsyncGenerator<{ key: string; claim: ClaimValue; revision: number }> {
-    const keys = await this.kv.keys();
-    const list: string[] = [];
-    for await (const k of keys) list.push(k);
-    for (const key of list) {
+    for (const key of await this.keys()) {
       const found = await this.read(key);
       if (found) yield { key, ...found };
     }
