@@ -211,6 +211,7 @@ describe('runplane audit (K11)', () => {
       DATABASE_URL: t.env.DATABASE_URL!,
       RUNPLANE_STREAM: t.env.RUNPLANE_STREAM!,
       RUNPLANE_SUBJECT_PREFIX: t.env.RUNPLANE_SUBJECT_PREFIX!,
+      RUNPLANE_PARTITIONS: t.env.RUNPLANE_PARTITIONS!,
     });
     const shell = (line: string) =>
       spawnSync('bash', ['-c', line.replace('npm run runplane --', `node ${CLI()}`).replace('<runId>', runs.research)], {

@@ -38,6 +38,8 @@ beforeAll(async () => {
       RUNPLANE_MODEL_MAX_CONCURRENT: '64',
       RUNPLANE_TOOL_TIMEOUT_MS: '20000',
       RUNPLANE_TOOL_THREADS: '16',
+      // two replicas of each: as deployed, each owns some of 8 partitions and hands them over when it drains
+      RUNPLANE_PARTITIONS: '8',
     },
     { replicas: { runtime: 2, tools: 2 } },
   );

@@ -38,7 +38,8 @@ let t: TestStack;
 beforeAll(async () => {
   t = await startTestStack(
     'toolsoak',
-    { RUNPLANE_TEST_TOOLS: 'record_effect', RUNPLANE_RECORD_EFFECT_FILE: effectFile },
+    // as deployed, 8 partitions: each of the replicas owns some of them
+    { RUNPLANE_TEST_TOOLS: 'record_effect', RUNPLANE_RECORD_EFFECT_FILE: effectFile, RUNPLANE_PARTITIONS: '8' },
     { replicas: { tools: TOOLS, runtime: RUNTIMES } },
   );
 }, 180_000);

@@ -198,13 +198,24 @@ export interface TestStackOptions {
 }
 
 /**
+ * The partitions of a test stack's log unless the file sets `RUNPLANE_PARTITIONS`: 2, where a
+ * deployment has 8 (`deploy/k8s/base/config.env`). Every service keeps a consumer and its pull loop
+ * per partition, so on the 2-core machine a stack of 8 took about 5.6 s of CPU to start and 83 ms/s
+ * idle (services and nats-server), one of 2 about 4.3 s and 56 ms/s: with some 50 stacks, three at
+ * a time, about 130 CPU seconds of the end-to-end suite. Two still put Runs on more than one
+ * partition (a Run's partition is a hash of its id); the files whose replicas must each own some
+ * partitions set 8 (`drain`, `tools-replicas-soak`), `partitions` sets its own count.
+ */
+export const TEST_PARTITIONS = 2;
+
+/**
  * Starts the stack for one test file. `envOverrides` set service configuration (short lease TTLs,
  * ack waits) for fault tests.
  */
 export async function startTestStack(name: string, envOverrides: NodeJS.ProcessEnv = {}, opts: TestStackOptions = {}): Promise<TestStack> {
   const tag = `${name}${randomBytes(3).toString('hex')}`.toLowerCase();
   const users = newNatsUsers();
-  const partitions = Number(envOverrides.RUNPLANE_PARTITIONS ?? 8);
+  const partitions = Number(envOverrides.RUNPLANE_PARTITIONS ?? TEST_PARTITIONS);
   const space = { stream: `RPT_${tag}`, prefix: `t${tag}`, partitions };
   const logDir = join(repoRoot(), '.runplane', 'test-logs', tag);
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(logDir, 'nats-tls')) : null;

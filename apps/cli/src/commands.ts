@@ -387,6 +387,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
     DATABASE_URL: env.env.DATABASE_URL!,
     RUNPLANE_STREAM: bus.RUNPLANE_STREAM,
     RUNPLANE_SUBJECT_PREFIX: bus.RUNPLANE_SUBJECT_PREFIX,
+    RUNPLANE_PARTITIONS: String(bus.RUNPLANE_PARTITIONS),
   });
   out(`  reads (as the ops user; each line runs as printed, from this checkout):`);
   out(`    ${reads.timeline}`);

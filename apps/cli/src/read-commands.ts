@@ -20,6 +20,11 @@ export interface ReadEnvironment {
   DATABASE_URL: string;
   RUNPLANE_STREAM: string;
   RUNPLANE_SUBJECT_PREFIX: string;
+  /**
+   * The stream's partition count (a decimal string), when known: printed only when it is not the
+   * default the CLI assumes, where a read would otherwise warn that its count differs from the stream's.
+   */
+  RUNPLANE_PARTITIONS?: string;
 }
 
 /** `value` as one shell word: as is when it is plain, else single-quoted. */
@@ -28,8 +33,8 @@ export function shellWord(value: string): string {
 }
 
 /**
- * The three read commands, each a complete shell line: the NATS variables (the stream and subject
- * prefix only when they are not the defaults, which the CLI assumes), `DATABASE_URL` for the
+ * The three read commands, each a complete shell line: the NATS variables (the stream, subject
+ * prefix and partition count only when they are not the defaults, which the CLI assumes), `DATABASE_URL` for the
  * rebuild, then `npm run runplane -- ...`. `<runId>` is the one thing to fill in.
  */
 export function readCommands(env: ReadEnvironment): { timeline: string; audit: string; rebuild: string } {
@@ -37,7 +42,7 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
   const vars = (names: (keyof ReadEnvironment)[]) =>
     names
       .filter((n) => env[n] !== undefined)
-      .filter((n) => !(n === 'RUNPLANE_STREAM' || n === 'RUNPLANE_SUBJECT_PREFIX') || env[n] !== defaults[n])
+      .filter((n) => !(n === 'RUNPLANE_STREAM' || n === 'RUNPLANE_SUBJECT_PREFIX' || n === 'RUNPLANE_PARTITIONS') || env[n] !== String(defaults[n]))
       .map((n) => `${n}=${shellWord(env[n]!)}`)
       .join(' ');
   const nats = vars([
@@ -48,6 +53,7 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
     'RUNPLANE_SIGNING_PUBLIC_KEYS_FILE',
     'RUNPLANE_STREAM',
     'RUNPLANE_SUBJECT_PREFIX',
+    'RUNPLANE_PARTITIONS',
   ]);
   return {
     timeline: `${nats} npm run runplane -- timeline <runId>`,

@@ -43,6 +43,10 @@ describe('the read commands `runplane up` prints', () => {
     const c = readCommands({ ...env, RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
     expect(variablesOf(c.audit)).toMatchObject({ RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
   });
+  it('names the partition count when it is not the default 8 (a read with another count warns that it differs from the stream)', () => {
+    expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '8' }).timeline)).not.toHaveProperty('RUNPLANE_PARTITIONS');
+    expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '2' }).timeline)).toMatchObject({ RUNPLANE_PARTITIONS: '2' });
+  });
   it('quotes only what the shell would split or expand', () => {
     expect(shellWord('nats://127.0.0.1:4222')).toBe('nats://127.0.0.1:4222');
     expect(shellWord("it's $HOME")).toBe(`'it'\\''s $HOME'`);
