@@ -22,7 +22,7 @@ function unknownTestSet(name) {
 }
 
 export default {
-  testEnvironment: 'node',
+  testEnvironment: '<rootDir>/test/support/code-cache-environment.js',
   extensionsToTreatAsEsm: ['.ts'],
   transform: {
     '^.+\\.ts$': [
