@@ -62,6 +62,9 @@ describe('a runtime that dies mid-Run (K10)', () => {
     const fences = ofType(events, 'run.fenced');
     expect(fences.map((f) => f.data.fencedSubject).sort()).toEqual(['runtime', 'tools']);
     expect(fences[0]!.data.uncertain).toEqual([{ kind: 'model-turn', turn: 1 }]);
+    // what an auditor reads: the killed process is not said to be still beating (its last beat,
+    // 3 s fresh, may outlast the lease's grace: the detail then says since when it has been silent)
+    for (const f of fences) expect(f.data.detail).toMatch(/heartbeat is stale since|has not beaten since/);
     expect(ofType(events, 'lease.granted')).toHaveLength(1);
     // a generous bound: TTL 1.5 s, sweep 0.1 s
     expect(settleMs).toBeLessThan(15_000);

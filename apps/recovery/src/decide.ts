@@ -96,6 +96,17 @@ export interface ExpiringLease {
   expiresAt: number;
 }
 
+/**
+ * A lease holder's process heartbeat as the sweep sees it (epoch ms): until when it vouches for the
+ * process (`freshUntil`), and, when known, when its last beat was written (`lastAt`) and how often
+ * the process beats (`everyMs`), which only the wording of a `gone` verdict uses.
+ */
+export interface HolderHeartbeat {
+  freshUntil: number;
+  lastAt?: number;
+  everyMs?: number;
+}
+
 /** The verdict of {@link expiredLease}. */
 export type ExpiredLeaseVerdict = { kind: 'held' } | { kind: 'late'; fenceBy: number } | { kind: 'gone'; detail: string };
 
@@ -108,18 +119,29 @@ export type ExpiredLeaseVerdict = { kind: 'held' } | { kind: 'late'; fenceBy: nu
  *   one more lease TTL after the expiry, however fresh the heartbeat (a process whose main loop is
  *   stuck does not keep its Runs for ever);
  * - `gone`: expired and the heartbeat is missing or stale (the process was killed, crashed or
- *   stopped), or the grace of one TTL has run out: fence (`detail` says which).
+ *   stopped), or the grace of one TTL has run out: fence (`detail` says which, and, after the
+ *   grace, whether the process still beat or its last beat, older than two beat intervals, was
+ *   merely still within its TTL).
  * A killed holder is therefore fenced no later than `TTL` after its last renewal or beat, as
  * before heartbeats existed: its heartbeat, written every third of the TTL, stops with it.
  * @param heartbeat until when the holder's heartbeat vouches for it (epoch ms), or null when it has none.
  * @param now epoch ms.
  */
-export function expiredLease(lease: ExpiringLease, heartbeat: { freshUntil: number } | null, now: number): ExpiredLeaseVerdict {
+export function expiredLease(lease: ExpiringLease, heartbeat: HolderHeartbeat | null, now: number): ExpiredLeaseVerdict {
   if (now <= lease.expiresAt) return { kind: 'held' };
   const fenceBy = lease.expiresAt + lease.ttlMs;
   const expired = `lease epoch ${lease.epoch} of ${lease.holder.instance} expired at ${new Date(lease.expiresAt).toISOString()} without a renewal`;
   if (heartbeat && now <= heartbeat.freshUntil) {
     if (now <= fenceBy) return { kind: 'late', fenceBy };
+    // the verdict is the same either way; the detail, which auditors read in `run.fenced`, says
+    // whether the process was still beating (stuck) or had fallen silent with its last beat still
+    // within its TTL (killed, stopped or cut off: two beats or more missed)
+    const { lastAt, everyMs } = heartbeat;
+    if (lastAt !== undefined && everyMs !== undefined && now - lastAt > 2 * everyMs)
+      return {
+        kind: 'gone',
+        detail: `${expired}; its process has not beaten since ${new Date(lastAt).toISOString()} (${now - lastAt} ms; it beats every ${everyMs} ms) and renewed nothing for one more TTL (${lease.ttlMs} ms): stopped, killed or cut off`,
+      };
     return { kind: 'gone', detail: `${expired}; its process still beats but renewed nothing for one more TTL (${lease.ttlMs} ms): stuck` };
   }
   const why = heartbeat ? `its process heartbeat is stale since ${new Date(heartbeat.freshUntil).toISOString()}` : 'its process has no heartbeat';

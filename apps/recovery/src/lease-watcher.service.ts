@@ -3,6 +3,7 @@ import type { KvWatchEntry } from '@nats-io/kv';
 import {
   EventLog,
   HeartbeatStore,
+  heartbeatEveryMs,
   heartbeatFreshUntil,
   instanceOfHeartbeatKey,
   PartitionOwnership,
@@ -305,7 +306,13 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
       // a beat vouches for the holder for at least one lease TTL here, whatever the
       // (shorter) membership TTL it was written with: on a loaded machine a holder is not
       // judged gone for a few late beats (K10: late is not gone)
-      beat ? { freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs) } : null,
+      beat
+        ? {
+            freshUntil: Math.max(heartbeatFreshUntil(beat), beat.writtenAt.getTime() + v.ttlMs),
+            lastAt: beat.writtenAt.getTime(),
+            everyMs: heartbeatEveryMs(beat.value.ttlMs),
+          }
+        : null,
       now,
     );
   }

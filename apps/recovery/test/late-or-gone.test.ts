@@ -4,14 +4,14 @@
  * at its lease's expiry, as before heartbeats existed.
  */
 import { describe, expect, it } from '@jest/globals';
-import { expiredLease, type ExpiringLease } from '@runplane/app-recovery';
+import { expiredLease, type ExpiringLease, type HolderHeartbeat } from '@runplane/app-recovery';
 
 const TTL = 15_000;
 const EXPIRES = Date.parse('2026-01-01T00:00:15.000Z');
 const lease: ExpiringLease = { epoch: 3, holder: { service: 'runtime', instance: 'i-1' }, ttlMs: TTL, expiresAt: EXPIRES };
 
 /** given the lease (expiring at EXPIRES) and the holder's heartbeat, when the sweep runs at `now`: the verdict. */
-const given = (heartbeat: { freshUntil: number } | null) => ({
+const given = (heartbeat: HolderHeartbeat | null) => ({
   when: (now: number) => ({ verdict: () => expiredLease(lease, heartbeat, now) }),
 });
 
@@ -44,6 +44,26 @@ describe('recovery: an expired lease is late while its holder beats, gone when i
       .verdict();
     expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('renewed nothing for one more TTL') });
     expect(v.kind === 'gone' && v.detail).toContain('without a renewal');
+  });
+
+  it('given a heartbeat still within its TTL whose process beats on, when the lease expired more than one TTL ago, then the detail says it still beats: stuck', () => {
+    const now = EXPIRES + TTL + 1;
+    const v = given({ freshUntil: now + 20_000, lastAt: now - 4_000, everyMs: 3_000 })
+      .when(now)
+      .verdict();
+    expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('still beats but renewed nothing for one more TTL') });
+  });
+
+  it('given a heartbeat still within its TTL but silent for more than two beats (a killed process), when the lease expired more than one TTL ago, then the detail says when it last beat, not that it still beats', () => {
+    const now = EXPIRES + TTL + 1;
+    const v = given({ freshUntil: now + 20_000, lastAt: now - 6_001, everyMs: 3_000 })
+      .when(now)
+      .verdict();
+    expect(v.kind).toBe('gone');
+    const detail = v.kind === 'gone' ? v.detail : '';
+    expect(detail).toContain(`has not beaten since ${new Date(now - 6_001).toISOString()} (6001 ms; it beats every 3000 ms)`);
+    expect(detail).toContain('stopped, killed or cut off');
+    expect(detail).not.toContain('still beats');
   });
 
   it('given a stale heartbeat (the process was killed: it stopped beating), when the lease expired, then gone at once', () => {

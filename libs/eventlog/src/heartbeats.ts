@@ -75,6 +75,11 @@ export class HeartbeatStore extends KvStore<HeartbeatValue> {
   }
 }
 
+/** How often a process beats, ms: a third of its heartbeat's TTL (`ttlMs`), at least 50 ms. */
+export function heartbeatEveryMs(ttlMs: number): number {
+  return Math.max(50, Math.floor(ttlMs / 3));
+}
+
 /** Until when a heartbeat vouches for its process: the server time of its last write plus its TTL, ms since the epoch. */
 export function heartbeatFreshUntil(entry: HeartbeatEntry): number {
   return entry.writtenAt.getTime() + entry.value.ttlMs;
@@ -131,7 +136,7 @@ export class ProcessHeartbeat {
       bucket: heartbeatBucketFor(space),
       key: heartbeatKey(writer),
       value: { service: writer.service, instance: writer.instance, ttlMs },
-      everyMs: Math.max(50, Math.floor(ttlMs / 3)),
+      everyMs: heartbeatEveryMs(ttlMs),
       startupCollection: startupCollectionOn(),
     };
     const worker = new Worker(heartbeatWorkerScript(), { workerData: data });
