@@ -387,7 +387,8 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
     DATABASE_URL: env.env.DATABASE_URL!,
     RUNPLANE_STREAM: bus.RUNPLANE_STREAM,
     RUNPLANE_SUBJECT_PREFIX: bus.RUNPLANE_SUBJECT_PREFIX,
-    RUNPLANE_PARTITIONS: String(bus.RUNPLANE_PARTITIONS),
+    // the stack's count (the kept stream's, when it differs from RUNPLANE_PARTITIONS), not the configured one
+    RUNPLANE_PARTITIONS: env.env.RUNPLANE_PARTITIONS ?? String(bus.RUNPLANE_PARTITIONS),
   });
   out(`  reads (as the ops user; each line runs as printed, from this checkout):`);
   out(`    ${reads.timeline}`);
@@ -504,6 +505,8 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
         // the server requires TLS with a certificate of the private CA made for it: every service verifies it
         ...dev.natsCaEnvOf(nats),
         ...(nats.cluster ? { RUNPLANE_NATS_REPLICAS: '3' } : {}),
+        // the kept stream's partition count when it differs from the configured one (the stream wins)
+        ...(nats.partitions !== undefined ? { RUNPLANE_PARTITIONS: String(nats.partitions) } : {}),
         DATABASE_URL: databaseUrl,
         RUNPLANE_DATA_DIR: data.dir,
       },

@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import getPort from 'get-port';
 import pg from 'pg';
 import { BusConfig, natsServerList } from '@runplane/contracts';
@@ -24,6 +25,7 @@ import {
   natsUserName,
   natsTlsOptions,
   natsUserOptions,
+  PARTITIONS_METADATA_KEY,
   provisionBus,
   renderNatsAuthorization,
   type BusUser,
@@ -247,6 +249,37 @@ export interface SecuredNats extends NatsHandle {
   caFile?: string;
   /** The cluster, when {@link startSecuredNatsCluster} started one (`url` then lists every node). */
   cluster?: NatsCluster;
+  /**
+   * The partition count the server's permissions were written for: the kept stream's when its store
+   * holds the Run stream already (the stream wins, as every service's event log takes it), else the
+   * one asked for. Set by {@link startSecuredNats}.
+   */
+  partitions?: number;
+}
+
+/**
+ * The partition count a Run stream was created with (its `runplane_partitions` metadata), or null
+ * when the stream does not exist yet or says nothing (an older stream), read as `auth` (the admin).
+ */
+export async function storedPartitionCount(url: string, auth: NatsProbeAuth, stream: string): Promise<number | null> {
+  const nc = await connect({
+    servers: natsServerList(url),
+    timeout: 5_000,
+    reconnect: false,
+    ...natsUserOptions(auth.user, auth.pass),
+    ...natsTlsOptions(url, auth.caFile),
+  });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 5_000 });
+    const info = await jsm.streams.info(stream).catch((e: unknown) => {
+      if (/stream not found/i.test(String((e as Error)?.message))) return null;
+      throw e;
+    });
+    const stored = info?.config.metadata?.[PARTITIONS_METADATA_KEY];
+    return stored !== undefined && /^\d+$/.test(stored) ? Number(stored) : null;
+  } finally {
+    await nc.close();
+  }
 }
 
 /** `NATS_CA_FILE` for a client of `nats` when it requires TLS, else nothing. */
@@ -287,7 +320,11 @@ export async function startSecuredNats(opts: {
   const users = { ...given, signing: given.signing ?? createDevSigning(join(dir, 'signing')) };
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
   const config = join(dir, 'server.conf');
-  writeFileSync(config, natsAuthConfig(opts.space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
+  let space = opts.space;
+  let adopted = '';
+  const writeConfig = () =>
+    writeFileSync(config, natsAuthConfig(space, users, opts.downstream) + (tls ? `\n${natsTlsConfig(tls)}` : ''), { mode: 0o600 });
+  writeConfig();
   const logFile = join(dir, 'server.log');
   const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
   const readyTimeoutMs = opts.readyTimeoutMs ?? NATS_READY_TIMEOUT_MS;
@@ -318,15 +355,30 @@ export async function startSecuredNats(opts: {
       }
       await new Promise((r) => setTimeout(r, 100));
     }
-    if (failure === null)
+    if (failure === null) {
+      // a store kept from an earlier start may hold the Run stream with another partition count:
+      // every service takes the stream's (event-log.ts adoptPartitions), so the permissions must
+      // name its partitions, not the ones asked for (else the consumers of the others are refused
+      // and the services never get ready): the server starts again with the stream's count
+      const stored = await storedPartitionCount(url, admin, space.stream).catch(() => null);
+      if (stored !== null && stored !== space.partitions) {
+        await stopChild(child);
+        adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
+        space = { ...space, partitions: stored };
+        writeConfig();
+        attempt--;
+        continue;
+      }
       return {
         url,
         child,
         users,
         ...(tls ? { caFile: tls.caFile } : {}),
-        note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})`,
+        partitions: space.partitions,
+        note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})${adopted}`,
         stop: () => stopChild(child),
       };
+    }
     if (!portTaken || attempt >= PORT_ATTEMPTS) throw new Error(failure);
   }
 }
