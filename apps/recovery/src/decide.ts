@@ -120,8 +120,8 @@ export type ExpiredLeaseVerdict = { kind: 'held' } | { kind: 'late'; fenceBy: nu
  *   stuck does not keep its Runs for ever);
  * - `gone`: expired and the heartbeat is missing or stale (the process was killed, crashed or
  *   stopped), or the grace of one TTL has run out: fence (`detail` says which, and, after the
- *   grace, whether the process still beat or its last beat, older than two beat intervals, was
- *   merely still within its TTL).
+ *   grace, when the process last beat: a beat missed means stopped, killed or cut off; a recent
+ *   one, stuck or stopped since, never more than the sweep saw).
  * A killed holder is therefore fenced no later than `TTL` after its last renewal or beat, as
  * before heartbeats existed: its heartbeat, written every third of the TTL, stops with it.
  * @param heartbeat until when the holder's heartbeat vouches for it (epoch ms), or null when it has none.
@@ -134,15 +134,22 @@ export function expiredLease(lease: ExpiringLease, heartbeat: HolderHeartbeat | 
   if (heartbeat && now <= heartbeat.freshUntil) {
     if (now <= fenceBy) return { kind: 'late', fenceBy };
     // the verdict is the same either way; the detail, which auditors read in `run.fenced`, says
-    // whether the process was still beating (stuck) or had fallen silent with its last beat still
-    // within its TTL (killed, stopped or cut off: two beats or more missed)
+    // what the sweep saw and concludes no more than that: a process that missed a beat (silent for
+    // over one and a half intervals) stopped, was killed or was cut off; one whose last beat is
+    // recent may be stuck, or may have died since that beat (a lease TTL short beside the member
+    // TTL fences a killed holder before its next beat is due)
     const { lastAt, everyMs } = heartbeat;
-    if (lastAt !== undefined && everyMs !== undefined && now - lastAt > 2 * everyMs)
+    const more = `renewed nothing for one more TTL (${lease.ttlMs} ms)`;
+    if (lastAt === undefined || everyMs === undefined)
       return {
         kind: 'gone',
-        detail: `${expired}; its process has not beaten since ${new Date(lastAt).toISOString()} (${now - lastAt} ms; it beats every ${everyMs} ms) and renewed nothing for one more TTL (${lease.ttlMs} ms): stopped, killed or cut off`,
+        detail: `${expired}; its process heartbeat is still within its TTL but it ${more}: stuck, or stopped since its last beat`,
       };
-    return { kind: 'gone', detail: `${expired}; its process still beats but renewed nothing for one more TTL (${lease.ttlMs} ms): stuck` };
+    const silentMs = now - lastAt;
+    const beat = `${new Date(lastAt).toISOString()} (${silentMs} ms before; it beats every ${everyMs} ms)`;
+    if (silentMs > 1.5 * everyMs)
+      return { kind: 'gone', detail: `${expired}; its process has not beaten since ${beat} and ${more}: stopped, killed or cut off` };
+    return { kind: 'gone', detail: `${expired}; its process last beat at ${beat} but ${more}: stuck, or stopped since that beat` };
   }
   const why = heartbeat ? `its process heartbeat is stale since ${new Date(heartbeat.freshUntil).toISOString()}` : 'its process has no heartbeat';
   return { kind: 'gone', detail: `${expired}; ${why}` };

@@ -38,30 +38,34 @@ describe('recovery: an expired lease is late while its holder beats, gone when i
     ).toEqual({ kind: 'late', fenceBy: EXPIRES + TTL });
   });
 
-  it('given a fresh heartbeat, when the lease expired more than one TTL ago, then gone: a process that beats but renews nothing is stuck', () => {
+  it('given a fresh heartbeat, when the lease expired more than one TTL ago, then gone: stuck, or stopped since its last beat', () => {
     const v = given({ freshUntil: EXPIRES + 3 * TTL })
       .when(EXPIRES + TTL + 1)
       .verdict();
     expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('renewed nothing for one more TTL') });
     expect(v.kind === 'gone' && v.detail).toContain('without a renewal');
+    expect(v.kind === 'gone' && v.detail).toContain('stuck, or stopped since its last beat');
   });
 
-  it('given a heartbeat still within its TTL whose process beats on, when the lease expired more than one TTL ago, then the detail says it still beats: stuck', () => {
+  it('given a heartbeat still within its TTL whose last beat is recent, when the lease expired more than one TTL ago, then the detail gives the beat and says stuck or stopped since, not that it still beats', () => {
     const now = EXPIRES + TTL + 1;
     const v = given({ freshUntil: now + 20_000, lastAt: now - 4_000, everyMs: 3_000 })
       .when(now)
       .verdict();
-    expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('still beats but renewed nothing for one more TTL') });
+    const detail = v.kind === 'gone' ? v.detail : '';
+    expect(detail).toContain(`last beat at ${new Date(now - 4_000).toISOString()} (4000 ms before; it beats every 3000 ms)`);
+    expect(detail).toContain('stuck, or stopped since that beat');
+    expect(detail).not.toContain('still beats');
   });
 
-  it('given a heartbeat still within its TTL but silent for more than two beats (a killed process), when the lease expired more than one TTL ago, then the detail says when it last beat, not that it still beats', () => {
+  it('given a heartbeat still within its TTL but silent for over one and a half beat intervals (a killed process), when the lease expired more than one TTL ago, then the detail says it has not beaten since', () => {
     const now = EXPIRES + TTL + 1;
-    const v = given({ freshUntil: now + 20_000, lastAt: now - 6_001, everyMs: 3_000 })
+    const v = given({ freshUntil: now + 20_000, lastAt: now - 4_501, everyMs: 3_000 })
       .when(now)
       .verdict();
     expect(v.kind).toBe('gone');
     const detail = v.kind === 'gone' ? v.detail : '';
-    expect(detail).toContain(`has not beaten since ${new Date(now - 6_001).toISOString()} (6001 ms; it beats every 3000 ms)`);
+    expect(detail).toContain(`has not beaten since ${new Date(now - 4_501).toISOString()} (4501 ms before; it beats every 3000 ms)`);
     expect(detail).toContain('stopped, killed or cut off');
     expect(detail).not.toContain('still beats');
   });
