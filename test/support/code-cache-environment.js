@@ -15,12 +15,19 @@
  * outside the tests' contexts, replaces those two exports with wrappers that pass the cached data of
  * an identical source, or make it on first sight. The cache lives in the worker's memory, keyed by
  * the module's file and checked against its whole source text; nothing is written to disk.
- * `RUNPLANE_TEST_CODE_CACHE=0` turns it off.
+ * `RUNPLANE_TEST_CODE_CACHE=0` turns it off; it is off under a Node older than 24.
  */
 import vm from 'node:vm';
 import { TestEnvironment } from 'jest-environment-node';
 
 const PATCHED = Symbol.for('runplane.test.codeCache');
+
+/**
+ * Node 24 or later (what the npm scripts run on): under Node 20 a module compiled from a cache loses
+ * its dynamic `import()` callback ("A dynamic import callback was not specified", seen when Jest was
+ * started with the machine's Node 20), so there the environment does nothing.
+ */
+const SUPPORTED_NODE = Number(process.versions.node.split('.')[0]) >= 24;
 
 /** `{ source, data }` by file (or identifier) and kind, for the modules this worker compiled. */
 const cache = new Map();
@@ -36,7 +43,7 @@ function cachedFor(key, source) {
 
 /** Replaces `vm.SourceTextModule` and `vm.compileFunction` with their caching wrappers, once per worker. */
 function patchVm() {
-  if (vm[PATCHED] || process.env.RUNPLANE_TEST_CODE_CACHE === '0') return;
+  if (vm[PATCHED] || process.env.RUNPLANE_TEST_CODE_CACHE === '0' || !SUPPORTED_NODE) return;
   const { SourceTextModule, compileFunction } = vm;
   if (typeof SourceTextModule === 'function') {
     /** `new vm.SourceTextModule(source, options)`, with the cached data of an identical source. */
