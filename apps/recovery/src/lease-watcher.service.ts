@@ -187,9 +187,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
           if (verdict.kind === 'gone') await this.fence(entry, 'lease-expired', verdict.detail);
           else if (verdict.kind === 'late' && this.spared.get(entry.runId) !== entry.revision) {
             this.spared.set(entry.runId, entry.revision);
+            const lastBeat = this.heartbeats.get(v.holder.instance)?.writtenAt.toISOString() ?? null;
+            // what the sweep knows is that the last beat is within its TTL, not that the process is alive now
             this.logger.warn(
-              { runId: entry.runId, epoch: v.epoch, holder: v.holder.instance, fenceBy: new Date(verdict.fenceBy).toISOString() },
-              'lease expired but its holder process still beats: late, not gone; not fenced yet',
+              { runId: entry.runId, epoch: v.epoch, holder: v.holder.instance, lastBeat, fenceBy: new Date(verdict.fenceBy).toISOString() },
+              "lease expired but its holder's last heartbeat is within its TTL: late, not gone; not fenced yet",
             );
           }
         } else if (v.state === 'released' && v.reason === 'stopping') {
