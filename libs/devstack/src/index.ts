@@ -252,7 +252,7 @@ export interface SecuredNats extends NatsHandle {
   /**
    * The partition count the server's permissions were written for: the kept stream's when its store
    * holds the Run stream already (the stream wins, as every service's event log takes it), else the
-   * one asked for. Set by {@link startSecuredNats}.
+   * one asked for. Set by {@link startSecuredNats} and {@link startSecuredNatsCluster}.
    */
   partitions?: number;
 }
@@ -389,7 +389,8 @@ export async function startSecuredNats(opts: {
  * runs; the ports are new each time, the routes follow), with the Runplane users and permissions
  * of {@link natsAuthConfig}, and with `tls` (the default) TLS required on every node's client port
  * as {@link startSecuredNats}. `url` lists every node (the services' `NATS_URL`); create the stream
- * and buckets with `RUNPLANE_NATS_REPLICAS=3`.
+ * and buckets with `RUNPLANE_NATS_REPLICAS=3`. A kept store whose Run stream has another partition
+ * count than `space` asks for decides it (`partitions`, said in `note`), as in {@link startSecuredNats}.
  * @throws Error with one line saying how to get nats-server when it cannot be had.
  */
 export async function startSecuredNatsCluster(opts: {
@@ -404,23 +405,52 @@ export async function startSecuredNatsCluster(opts: {
   const given = opts.users ?? newNatsUsers();
   const users = { ...given, signing: given.signing ?? createDevSigning(join(dir, 'signing')) };
   const tls = (opts.tls ?? true) ? await createDevNatsTls(join(dir, 'tls')) : null;
-  const cluster = await startNatsCluster({
-    nodes: opts.nodes ?? 3,
-    stateDir: dir,
-    config: natsAuthConfig(opts.space, users) + (tls ? `\n${natsTlsConfig(tls)}` : ''),
-    auth: { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) },
-    root: repoRoot(),
-    track,
-  });
+  const auth = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
+  let space = opts.space;
+  const start = () =>
+    startNatsCluster({
+      nodes: opts.nodes ?? 3,
+      stateDir: dir,
+      config: natsAuthConfig(space, users) + (tls ? `\n${natsTlsConfig(tls)}` : ''),
+      auth,
+      root: repoRoot(),
+      track,
+    });
+  let cluster = await start();
+  // as startSecuredNats: a kept store's Run stream decides the partition count the permissions
+  // name (every service takes the stream's); the cluster starts again with it when it differs
+  let adopted = '';
+  const stored = await storedPartitionCountOfCluster(cluster.url, auth, space.stream);
+  if (stored !== null && stored !== space.partitions) {
+    await cluster.stop();
+    adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
+    space = { ...space, partitions: stored };
+    cluster = await start();
+  }
+  const started = cluster;
   return {
-    url: cluster.url,
+    url: started.url,
     child: null,
-    cluster,
+    cluster: started,
     users,
     ...(tls ? { caFile: tls.caFile } : {}),
-    note: `started a ${cluster.nodes.length}-node JetStream cluster (nats-server ${cluster.server.version}) on ${cluster.url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (store ${dir})`,
-    stop: () => cluster.stop(),
+    partitions: space.partitions,
+    note: `started a ${started.nodes.length}-node JetStream cluster (nats-server ${started.server.version}) on ${started.url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (store ${dir})${adopted}`,
+    stop: () => started.stop(),
   };
+}
+
+/**
+ * {@link storedPartitionCount} on a cluster just started: its JetStream answers once the nodes
+ * have elected a meta leader (and the stream's leader), so a passing failure (a timeout, no
+ * responders, a 503) is tried again for up to {@link BUS_PROVISIONING_PATIENCE_MS}.
+ * @returns the stream's partition count, or null when it does not exist or says none.
+ */
+async function storedPartitionCountOfCluster(url: string, auth: NatsProbeAuth, stream: string): Promise<number | null> {
+  return retry('busProvisioning', () => storedPartitionCount(url, auth, stream), {
+    maxRetryTime: BUS_PROVISIONING_PATIENCE_MS,
+    shouldRetry: ({ error }) => isTransientNatsError(error),
+  });
 }
 
 /** How long {@link provisionAsAdmin} repeats a provisioning that failed for a passing NATS reason, ms. */

@@ -4,14 +4,15 @@
  * every service's event log does (the stream wins): the server's permissions name the stream's
  * partitions, so each service may create its consumers on all of them. Before, they named the
  * configured count: with fewer, the services' consumers of the other partitions were refused
- * (Permissions Violation) and `up` failed after 60 s with an empty reason.
+ * (Permissions Violation) and `up` failed after 60 s with an empty reason. The same holds for a
+ * kept cluster store (`up --cluster`).
  */
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startSecuredNats, storedPartitionCount, type SecuredNats } from '@runplane/devstack';
+import { startSecuredNats, startSecuredNatsCluster, storedPartitionCount, type SecuredNats } from '@runplane/devstack';
 import { EventLog } from '@runplane/eventlog';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-kept-parts-'));
@@ -24,8 +25,8 @@ afterAll(async () => {
 });
 
 const adminOf = (n: SecuredNats) => ({ user: n.users.admin.user, pass: n.users.admin.password, ...(n.caFile ? { caFile: n.caFile } : {}) });
-const durablesInConfig = () =>
-  [...readFileSync(join(dir, 'nats', 'server.conf'), 'utf8').matchAll(new RegExp(`${space.prefix}-runtime-p(\\d+)`, 'g'))].map((m) => Number(m[1]));
+const durablesInConfig = (config = join(dir, 'nats', 'server.conf')) =>
+  [...readFileSync(config, 'utf8').matchAll(new RegExp(`${space.prefix}-runtime-p(\\d+)`, 'g'))].map((m) => Number(m[1]));
 
 describe("a kept store's Run stream decides the partition count", () => {
   it('given a store whose stream has 4 partitions, when started again asking for 2 (or 8), then the permissions name its 4 and the start says so', async () => {
@@ -63,4 +64,23 @@ describe("a kept store's Run stream decides the partition count", () => {
     expect(fresh.note).not.toContain('kept stream');
     expect(await storedPartitionCount(fresh.url, adminOf(fresh), `${space.stream}_FRESH`)).toBeNull();
   }, 60_000);
+
+  it('given a cluster store whose stream has 4 partitions (up --cluster), when started again asking for 2, then the permissions of every node name its 4 and the start says so', async () => {
+    const clusterDir = join(dir, 'cluster');
+    const first = await startSecuredNatsCluster({ stateDir: clusterDir, space });
+    started.push(first);
+    expect(first.partitions).toBe(4);
+    const log = await EventLog.connect({ natsUrl: first.url, ...space, replicas: 3, name: 'kept-parts-test', ...adminOf(first) });
+    await log.ensureStream();
+    await log.close();
+    await first.stop();
+    started.pop();
+
+    const again = await startSecuredNatsCluster({ stateDir: clusterDir, space: { ...space, partitions: 2 } });
+    started.push(again);
+    expect(again.partitions).toBe(4);
+    expect(again.note).toContain(`the kept stream ${space.stream} has 4 partitions, used instead of the 2 configured`);
+    for (const node of again.cluster!.nodes)
+      expect(Math.max(...durablesInConfig(join(clusterDir, 'nats-cluster', node.name, 'server.conf')))).toBe(3);
+  }, 180_000);
 });
