@@ -5,7 +5,8 @@
  * the object store are created at 3 replicas (`RUNPLANE_NATS_REPLICAS=3`). Then, while Runs
  * execute (each a model turn, a tool call, a model turn): one node is killed with SIGKILL (the
  * stream's leader, the worst node to lose); every node is restarted in turn (a rolling restart);
- * the stream's leader is moved (`$JS.API.STREAM.LEADER.STEPDOWN`). Each Run must settle exactly
+ * the stream's leader is moved (`$JS.API.STREAM.LEADER.STEPDOWN`); the node the runtime is on hangs
+ * (SIGSTOP: its connections stay open, so only the clients' pings can tell). Each Run must settle exactly
  * once, each tool run once and the model asked exactly as often as its script says, and every fact
  * committed before the fault must still be in the log after it. Times are printed (FAULT-MATRIX).
  */
@@ -17,7 +18,7 @@ import type { StoredEvent } from '@runplane/contracts';
 import { bucketName, BUS_BUCKETS } from '@runplane/eventlog';
 import { effectsOf, lostFacts, modelRequestsFor, outcomeOf, reportRow, sleep, until, waitForSettled, waitForType } from '../support/faults.js';
 import { recordServer, TestNatsCluster } from '../support/nats-server.js';
-import { startTestStack, type TestStack } from '../support/stack.js';
+import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rp-natscluster-'));
 const effectFile = join(dir, 'effects.log');
@@ -239,4 +240,49 @@ describe('Runplane on a 3-node JetStream cluster (K5, K6, K10, K11)', () => {
     // a leader change is not a loss: nothing is interrupted
     expect(outcomes).toEqual({ '1xcompleted': runs.length });
   }, 180_000);
+
+  it('a node that hangs with its connections open (SIGSTOP of the node the runtime is on): every service leaves it within seconds, and the Runs admitted meanwhile complete once', async () => {
+    await allCurrent();
+    const services = [...t.stack.services.entries()];
+    /** The node a service's connection is on, as its readiness check reports it (200 or 503). */
+    const nodeOf = async (url: string): Promise<string | null> => {
+      const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(10_000) });
+      const body = (await res.json()) as { details?: { nats?: { server?: string } }; checks?: { nats?: { server?: string } } };
+      return res.ok ? (body.details?.nats?.server ?? null) : null;
+    };
+    const before = new Map(await Promise.all(services.map(async ([name, p]) => [name, await nodeOf(p.url)] as const)));
+    const victimName = before.get('runtime')!;
+    expect(cluster.names).toContain(victimName);
+    const victim = cluster.byName(victimName);
+    const onVictim = [...before].filter(([, node]) => node === victimName).map(([name]) => name);
+    const faultAt = Date.now();
+    await victim.freeze();
+    try {
+      const runs = await admitRuns('freeze', 6, 200, 200);
+      // every service answers ready again, from another node
+      const moved = new Map<string, number>();
+      const left = await eventually(
+        async () => {
+          const now = await Promise.all(services.map(async ([name, p]) => [name, await nodeOf(p.url).catch(() => null)] as const));
+          for (const [name, node] of now) if (node !== null && node !== victimName && !moved.has(name)) moved.set(name, Date.now() - faultAt);
+          return now.every(([, node]) => node !== null && node !== victimName) ? Date.now() - faultAt : null;
+        },
+        60_000,
+        `every service on a node other than the frozen ${victimName}`,
+      );
+      process.stdout.write(
+        `CLUSTER | SIGSTOP of ${victimName} (the runtime's node; the services on it: ${onVictim.join(', ')}): every service ready on another node ${left} ms after (${[...moved].map(([n, ms]) => `${n} ${ms} ms`).join(', ')})\n`,
+      );
+      const outcomes = await checkRuns(
+        `NATS node ${victimName} frozen (SIGSTOP, connections left open), cluster of 3`,
+        runs,
+        runs.map(() => []),
+        faultAt,
+      );
+      expect(outcomes).toEqual({ '1xcompleted': runs.length });
+    } finally {
+      victim.thaw();
+    }
+    await allCurrent();
+  }, 240_000);
 });

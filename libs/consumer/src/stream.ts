@@ -3,12 +3,13 @@
  * never creates, changes or appends anything (K11: reads never append), so it works with the
  * broker's `consumer` user, which may only read the stream and use its own durable consumers.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { BusConfig } from '@runplane/contracts';
 import {
   allRunsFilter,
   closeConnection,
+  connectPatiently,
   DEFAULT_PARTITIONS,
   DeliveryFeed,
   MAX_PARTITIONS,
@@ -114,7 +115,7 @@ export class RunStream implements ConsumerSource {
     const signatures = opts.publicKeysFile ? new SignatureVerifier(readPublicKeySet(opts.publicKeysFile), opts.signaturesRequiredFromSeq) : null;
     try {
       // replies on the user's own inbox (`_INBOX_<user>`), the only one the broker lets it read (docs/consumers.md "Credentials and the name prefix")
-      nc = await connect({
+      nc = await connectPatiently({
         ...reconnectingNatsOptions(opts.natsUrl, opts.connectionName ?? 'runplane-downstream', opts.user, opts.password),
         ...tls,
       });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { AbortError, BatchNotStored, isTransientNatsError, retry } from '@runplane/kit';
 import {
   AckPolicy,
@@ -18,6 +18,7 @@ import { BusConfig, EventCatalog, natsServerList, Owner, RunEvent, subjectTokenO
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
+import { connectPatiently, STALE_CONNECTION_OPTIONS } from './stale-connection.js';
 import { recordAppend } from './log-metrics.js';
 import { injectTraceContext, inSpan, SpanKind } from './tracing.js';
 import { natsTlsOptions } from './tls.js';
@@ -160,8 +161,8 @@ export const RECONNECT_GRACE_MS = 2 * (RECONNECT_TIME_WAIT_MS + RECONNECT_JITTER
 /**
  * The connect options every Runplane NATS connection shares: the servers of `natsUrl` (a
  * comma-separated list), the connection's `name` (shown by the server's monitoring), reconnection
- * for ever at {@link RECONNECT_TIME_WAIT_MS} plus up to {@link RECONNECT_JITTER_MS} of jitter, and
- * as NATS user `user`, its replies on its own inbox ({@link natsUserOptions}; nothing without a user).
+ * for ever at {@link RECONNECT_TIME_WAIT_MS} plus up to {@link RECONNECT_JITTER_MS} of jitter, a
+ * hung server left within seconds ({@link STALE_CONNECTION_OPTIONS}), and as NATS user `user`, its replies on its own inbox ({@link natsUserOptions}; nothing without a user).
  * @throws RangeError as {@link natsUserOptions}.
  */
 export function reconnectingNatsOptions(natsUrl: string, name: string, user: string | undefined, pass: string | undefined) {
@@ -171,6 +172,9 @@ export function reconnectingNatsOptions(natsUrl: string, name: string, user: str
     maxReconnectAttempts: -1,
     reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
     reconnectJitter: RECONNECT_JITTER_MS,
+    // a server that hangs with the connection open (frozen, a VM paused) is left for another node
+    // within seconds rather than the client's default of 4-6 minutes
+    ...STALE_CONNECTION_OPTIONS,
     // replies on the user's own inbox, the only one the broker lets it read
     ...natsUserOptions(user, pass),
   };
@@ -534,7 +538,8 @@ export class EventLog {
         );
     }
     try {
-      nc = await connect({
+      // each attempt bounded at 5 s, a slow first connection given more of them (stale-connection.ts)
+      nc = await connectPatiently({
         ...reconnectingNatsOptions(opts.natsUrl, opts.name ?? 'runplane', opts.user, opts.pass),
         // no Error (with its stack trace) made up front for every request and timed subscription:
         // about 1-2 % of each service's CPU on the hot path (every append, direct get and KV

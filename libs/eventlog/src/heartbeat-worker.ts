@@ -4,15 +4,15 @@
  * deletes the key and exits. Nothing else runs on this thread.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { connect } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import { releaseStartupMemory } from '@runplane/kit/memory';
 import type { HeartbeatWorkerData } from './heartbeats.js';
 import { natsUserOptions } from './inbox.js';
 import { natsTlsOptions } from './tls.js';
+import { connectPatiently, STALE_CONNECTION_OPTIONS } from './stale-connection.js';
 
 const data = workerData as HeartbeatWorkerData;
-const nc = await connect({
+const nc = await connectPatiently({
   // one server, or every node of a cluster comma-separated (NATS_URL, contracts' natsServerList)
   servers: data.natsUrl
     .split(',')
@@ -20,6 +20,9 @@ const nc = await connect({
     .filter(Boolean),
   name: `${data.value.service}-heartbeat`,
   maxReconnectAttempts: -1,
+  // a hung server (frozen, its connection open) left within seconds, each connection attempt
+  // bounded at 5 s (a first one tried again), as the main thread's (stale-connection.ts)
+  ...STALE_CONNECTION_OPTIONS,
   noAsyncTraces: true,
   // replies on the user's own inbox, the only one the broker lets it read (per-user reply subjects, ./inbox.ts)
   ...natsUserOptions(data.user, data.pass),

@@ -10,6 +10,7 @@ export * from './lease-renewal.js';
 export * from './heartbeats.js';
 export * from './bus.js';
 export * from './inbox.js';
+export * from './stale-connection.js';
 export * from './tls.js';
 export * from './signing.js';
 export * from './ed25519.js';

@@ -123,6 +123,13 @@ export const retryPolicies = {
    * every 2,000, bounded by the caller's `maxRetryTime`.
    */
   busProvisioning: { retries: 1_000, minTimeout: 250, maxTimeout: 2_000, factor: 2 },
+  /**
+   * A first connection to NATS whose attempt timed out (each attempt is bounded at 5 s so that a
+   * reconnection leaves a hung server quickly: eventlog stale-connection.ts): three more attempts
+   * at once, so a start-up on a loaded machine is as patient as with the client's own 20 s bound.
+   * A refusal (no server listening, bad credentials, an untrusted certificate) is not retried.
+   */
+  firstNatsConnect: { retries: 3, minTimeout: 0 },
 } as const satisfies Record<string, RetryPolicy>;
 
 /** The name of a policy of {@link retryPolicies}. */

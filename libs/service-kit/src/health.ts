@@ -2,7 +2,7 @@
  * Health of a service through `@nestjs/terminus` (docs/operations.md "Health probes"): `GET /livez` (the process answers:
  * for the liveness probe), `GET /readyz` (what it needs answers: for the readiness probe) and
  * `GET /healthz` (the same as `/readyz`, kept for existing probes). Readiness checks, each within 2 s:
- * - `nats`: a NATS round trip;
+ * - `nats`: a NATS round trip (`server`: the `server_name` of the node the connection is on);
  * - `stream`: the Run stream answers;
  * - `consumers`: every durable consumer this replica serves (its partition consumers) exists on the
  *   server and its pull loop runs (the server lookup is cached {@link CONSUMER_LOOKUP_TTL_MS});
@@ -155,14 +155,16 @@ export class HealthController {
     }
   }
 
+  /** The `nats` check: a round trip, reporting the server (its `server_name`) the connection is on, so an operator sees which node of a cluster each replica uses. */
   private async nats(): Promise<HealthIndicatorResult> {
     const check = this.indicators.check('nats');
+    const server = (): Record<string, string> => (this.log.nc.info?.server_name ? { server: this.log.nc.info.server_name } : {});
     try {
       if (this.log.nc.isClosed()) throw new Error('the connection is closed');
       await withinTimeout('NATS', () => this.log.nc.flush());
-      return check.up();
+      return check.up(server());
     } catch (e) {
-      return check.down({ reason: (e as Error).message });
+      return check.down({ ...server(), reason: (e as Error).message });
     }
   }
 
