@@ -1,7 +1,7 @@
 /**
  * Tool effects (K5) against the real processes, NATS JetStream and PostgreSQL, with the faults
- * really injected: two tools processes on one consumer whose ack wait is shorter than the tool's
- * run time (redelivery), kill -9 of the tools processes during a call, a call outliving its
+ * really injected: two tools processes, one per partition, whose consumers' ack wait is shorter
+ * than the tool's run time (redelivery; both processes execute calls), kill -9 of the tools processes during a call, a call outliving its
  * timeout (late observation), a tool burning the CPU past its timeout, and an operator's
  * reconciliation. `record_effect` (granted only here, RUNPLANE_TEST_TOOLS) records each execution
  * as a line in a file, so executions are counted where the effect happens.
@@ -12,8 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kvm } from '@nats-io/kv';
 import pg from 'pg';
-import type { RunEvent, StoredEvent } from '@runplane/contracts';
-import { durableNamesOf, runSubject } from '@runplane/eventlog';
+import { admissionIds, type RunEvent, type StoredEvent } from '@runplane/contracts';
+import { durableNamesOf, partitionOf, runSubject } from '@runplane/eventlog';
 import type { ManagedProcess } from '@runplane/devstack';
 import { eventually, startTestStack, type TestStack } from '../support/stack.js';
 
@@ -45,8 +45,8 @@ beforeAll(async () => {
     { audit: 'strict' },
   );
   toolsProcesses.push(t.stack.services.get('tools')!);
-  // a second tools process on the same durable consumer. The consumer's heartbeat (every >= 1 s)
-  // is slower than the 500 ms ack wait, so every proposal whose tool runs longer is redelivered.
+  // a second tools process: the two share the partitions, one each. A consumer's heartbeat (every
+  // >= 1 s) is slower than the 500 ms ack wait, so every proposal whose tool runs longer is redelivered.
   toolsProcesses.push(await t.stack.startService('tools'));
 }, 120_000);
 afterAll(async () => {
@@ -100,6 +100,13 @@ async function scriptEffect(key: string, args: Record<string, unknown>): Promise
   if (!res.ok) throw new Error(`scenario rejected: ${res.status} ${await res.text()}`);
 }
 
+/** The partition consumers a tools process serves now, as its readiness check lists them (`details.consumers.durables`). */
+async function consumersServedBy(url: string): Promise<string[]> {
+  const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(10_000) });
+  const body = (await res.json()) as { details?: { consumers?: { durables?: Record<string, unknown> } } };
+  return Object.keys(body.details?.consumers?.durables ?? {});
+}
+
 async function ask(key: string, args: Record<string, unknown>): Promise<string> {
   await scriptEffect(key, args);
   const admitted = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] record the effect` });
@@ -110,7 +117,20 @@ async function ask(key: string, args: Record<string, unknown>): Promise<string> 
 describe('a live executor keeps its claim: redelivery never runs a tool twice nor declares it unknown (K5)', () => {
   it('with two tools processes and an ack wait shorter than the run time, each tool runs once with one dispatch and its real receipt', async () => {
     const keys = ['k5-redeliver-a', 'k5-redeliver-b', 'k5-redeliver-c', 'k5-redeliver-d'];
+    // the Runs fall on both partitions, and each process owns one of them before they are asked:
+    // both processes execute some of the calls (the second joined after the first took every partition)
+    const partitions = Number(t.env.RUNPLANE_PARTITIONS);
+    expect(new Set(keys.map((k) => partitionOf(admissionIds(`conv-${k}`, k).runId, partitions))).size).toBe(2);
+    await eventually(
+      async () => {
+        const served = await Promise.all(toolsProcesses.map((p) => consumersServedBy(p.url)));
+        return served.every((d) => d.length === 1) && new Set(served.flat()).size === 2 ? true : null;
+      },
+      30_000,
+      'each tools process serving one partition',
+    );
     const runIds = await Promise.all(keys.map((k) => ask(k, { sleepMs: 1800 })));
+    const executors = new Set<string>();
     for (const runId of runIds) {
       const events = await t.waitForSettlement(runId, 60_000);
       withToolTrace(runId, events, () => {
@@ -121,7 +141,10 @@ describe('a live executor keeps its claim: redelivery never runs a tool twice no
         expect(effectsOf(runId)).toHaveLength(1);
       });
       expect(ofType(events, 'run.settled')).toHaveLength(1);
+      for (const receipt of ofType(events, 'tool.call.receipt')) executors.add(receipt.event.writer?.instance ?? '(none)');
     }
+    // both processes executed calls (each receipt names the process that ran the tool)
+    expect(executors.size).toBe(2);
     // the fault was really there: every delivery beyond the first of a message is a redelivery
     // (the consumer's delivered sequence counts every delivery; these Runs are the only ones so far)
     // (the tools' partition consumers, together)
