@@ -33,7 +33,7 @@
 //             `node scripts/bench/heap-diff.js <before> <after>`). <logs>/parked.json.
 //
 // Usage: npm run bench [-- --only w1,demo,read-cost,soak,parked --systems runplane,runplane-x3,dbos,restate
-//          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --demo-runs 16 --demo-concurrency 8
+//          --concurrency 1,8,64 --runs 16,64,192 --warmup 4 --repeat 1 --demo-runs 16 --demo-concurrency 8
 //          --read-others 0,100000,1000000 --reads 200 --read-cap-s 120 --raw-appends 4000
 //          --minutes 30 --rate 2 --parked 2000 --parked-concurrency 16 --parked-cap-s 1200 --parked-idle-s 60
 //          --parked-heap --audit-runs 100000
@@ -63,7 +63,7 @@ import { measureAudit } from './bench/audit.js';
 import { readCostLevels } from './bench/read-cost.js';
 import { runSoak } from './bench/soak.js';
 import { formatTable, goalRows, IDLE_RSS_GOAL_MIB } from './bench/goals.js';
-import { drive, num, pct, ratio } from './bench/stats.js';
+import { combineRepeats, drive, num, pct, ratio } from './bench/stats.js';
 import { runsPerSecondSvg } from './bench/svg.js';
 import { startDbos, startRestate, startRunplane } from './bench/systems.js';
 
@@ -74,6 +74,7 @@ const { values: a } = parseArgs({
     concurrency: { type: 'string', default: '1,8,64' },
     runs: { type: 'string', default: '16,64,192' },
     warmup: { type: 'string', default: '4' },
+    repeat: { type: 'string', default: '1' },
     'demo-runs': { type: 'string', default: '16' },
     'demo-concurrency': { type: 'string', default: '8' },
     'read-others': { type: 'string', default: '0,100000,1000000' },
@@ -114,6 +115,11 @@ const systemsWanted = list(a.systems).map((s) => s.toLowerCase());
 const levels = list(a.concurrency).map(Number);
 const runsPer = list(a.runs).map(Number);
 if (runsPer.length !== levels.length) throw new Error(`--runs needs one count per --concurrency level (${levels.length})`);
+// --repeat N: each W1 level is driven N times in a row on the same stack; the table gives each
+// figure's median over the N, and a line after it the spread (the machine's own spread between two
+// runs of the same code is often larger than a change measured: docs/performance.md)
+const repeats = Number(a.repeat);
+if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeat must be a whole number of at least 1 (got ${a.repeat})`);
 const W1_QUESTION = 'What does DIA hold?';
 const DEMO_QUESTION = 'Compare the holdings of SPY and QQQ';
 
@@ -399,34 +405,38 @@ async function measureW1(sys, h) {
   const meter = new CpuMeter(h.pids);
   const out = [];
   for (const [i, c] of levels.entries()) {
-    await meter.begin();
-    const stalledBefore = h.stalled?.length;
-    const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${k}`, W1_QUESTION));
-    const cpuMs = await meter.end();
-    const stalls = h.stalled ? h.stalled.length - stalledBefore : undefined;
-    totalRuns += runsPer[i];
-    const row = {
-      c,
-      runs: runsPer[i],
-      runsPerS: r.runsPerS,
-      p50: pct(r.latencies, 50),
-      p99: pct(r.latencies, 99),
-      cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length),
-      failures: r.failures,
-      stalls,
-      stalledIds: h.stalled ? h.stalled.slice(stalledBefore) : [],
-    };
-    out.push(row);
-    say(
-      `  c=${String(c).padStart(2)}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${stalls ? `, ${stalls} NOT SETTLED` : ''}${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
-    );
-    if (h.kindOf) {
-      // where the CPU of this level went, per process kind (replicas and backends summed), ms per Run
-      const perKind = new Map();
-      for (const [pid, ms] of meter.lastByPid) perKind.set(h.kindOf(pid), (perKind.get(h.kindOf(pid)) ?? 0) + ms);
-      const parts = [...perKind].sort((x, y) => y[1] - x[1]).map(([k, ms]) => `${k} ${num(ms / Math.max(1, r.latencies.length), 1)}`);
-      say(`    CPU ms per Run by process: ${parts.join(', ')}`);
+    const reps = [];
+    for (let rep = 1; rep <= repeats; rep++) {
+      await meter.begin();
+      const stalledBefore = h.stalled?.length;
+      const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${rep > 1 ? `r${rep}-` : ''}${k}`, W1_QUESTION));
+      const cpuMs = await meter.end();
+      const stalls = h.stalled ? h.stalled.length - stalledBefore : undefined;
+      totalRuns += runsPer[i];
+      const row = {
+        c,
+        runs: runsPer[i],
+        runsPerS: r.runsPerS,
+        p50: pct(r.latencies, 50),
+        p99: pct(r.latencies, 99),
+        cpuMsPerRun: cpuMs / Math.max(1, r.latencies.length),
+        failures: r.failures,
+        stalls,
+        stalledIds: h.stalled ? h.stalled.slice(stalledBefore) : [],
+      };
+      reps.push(row);
+      say(
+        `  c=${String(c).padStart(2)}${repeats > 1 ? ` (${rep}/${repeats})` : ''}: ${r.latencies.length}/${runsPer[i]} Runs in ${num(r.wallMs / 1000, 1)} s = ${num(r.runsPerS, 2)} Runs/s, p50 ${num(row.p50, 0)} ms, p99 ${num(row.p99, 0)} ms, CPU ${num(row.cpuMsPerRun, 1)} ms/Run${stalls ? `, ${stalls} NOT SETTLED` : ''}${r.failures ? `, ${r.failures} FAILED (${r.errors.join(' | ')})` : ''}`,
+      );
+      if (h.kindOf) {
+        // where the CPU of this level went, per process kind (replicas and backends summed), ms per Run
+        const perKind = new Map();
+        for (const [pid, ms] of meter.lastByPid) perKind.set(h.kindOf(pid), (perKind.get(h.kindOf(pid)) ?? 0) + ms);
+        const parts = [...perKind].sort((x, y) => y[1] - x[1]).map(([k, ms]) => `${k} ${num(ms / Math.max(1, r.latencies.length), 1)}`);
+        say(`    CPU ms per Run by process: ${parts.join(', ')}`);
+      }
     }
+    out.push(repeats > 1 ? combineRepeats(reps) : reps[0]);
   }
   let eventsPerRun;
   if (isRunplane(sys)) {
@@ -548,6 +558,16 @@ function printReport() {
   say(line(header));
   say('|' + widths.map((w, j) => (j === 0 ? '-'.repeat(w + 2) : '-'.repeat(w + 1) + ':')).join('|') + '|');
   for (const r of rows) say(line(r));
+  if (repeats > 1) {
+    // each figure above is the median of --repeat runs of its level: what each run measured
+    const each = (xs, k, digits) => xs.map((x) => num(x[k], digits)).join(', ');
+    for (const s of names)
+      for (const l of results[s]?.levels ?? [])
+        if (l.repeats)
+          say(
+            `${label(s)} c=${l.c}, ${l.repeats.length} repeats (medians above): Runs/s ${each(l.repeats, 'runsPerS', 2)}; CPU ms per Run ${each(l.repeats, 'cpuMsPerRun', 1)}; p50 ms ${each(l.repeats, 'p50', 0)}`,
+          );
+  }
   for (const s of names) {
     const r = results[s];
     if (r?.skipped) say(`${label(s)}: ${r.skipped}`);
