@@ -6,16 +6,16 @@ import { retry } from '@runplane/kit/retry';
  * frozen, its VM paused: nothing closes the socket, so nothing else says it is gone), for another
  * node of a cluster:
  * - `pingInterval`, `maxPingOut`: it sends a PING every 2 s and, when 2 are still unanswered at the
- *   next, drops the connection as stale (6-8 s after the server stopped answering). A pong is read
+ *   next, drops the connection as stale (4-6 s after the server stopped answering). A pong is read
  *   by the event loop that runs the timer, so a busy loop delays both alike and is not taken for a
  *   stale server.
  * - `timeout`: a connection attempt (TCP, the server's INFO, TLS, CONNECT and its PONG) gives up
  *   after 5 s. The client tries the server it just left first, and a frozen server's kernel still
  *   accepts the TCP connection, so with the client's default of 20 s that one attempt cost 20 s.
- * So a hung node is left after about 11-13 s, below a lease's default TTL (15 s), where the
- * client's defaults (a PING every 2 minutes, then 20 s) took 4-6 minutes and every Run of the
- * partitions whose service sat on that node stalled meanwhile (test/e2e/nats-cluster.test.ts
- * freezes the runtime's node with SIGSTOP). Every connection of the services uses it (the event
+ * So a hung node is left after about 5-12 s (7.1-11.2 s measured), below a lease's default TTL
+ * (15 s), where the client's defaults (a PING every 2 minutes, then 20 s) took 4-6 minutes and
+ * every Run of the partitions whose service sat on that node stalled meanwhile
+ * (test/e2e/nats-cluster.test.ts freezes the runtime's node with SIGSTOP). Every connection of the services uses it (the event
  * log's, the heartbeat worker's, a downstream consumer's).
  */
 export const STALE_CONNECTION_OPTIONS = { pingInterval: 2_000, maxPingOut: 2, timeout: 5_000 } as const;
