@@ -255,6 +255,39 @@ describe('Runplane on a 3-node JetStream cluster (K5, K6, K10, K11)', () => {
     expect(cluster.names).toContain(victimName);
     const victim = cluster.byName(victimName);
     const onVictim = [...before].filter(([, node]) => node === victimName).map(([name]) => name);
+    // Runs in flight through the fault (their answer 10 s away), each watched by an observer's event
+    // stream (SSE, publication): a stream's ordered consumer lives on one node, a third of them on
+    // the one that hangs (a new user's trial saw such streams silent until the thaw)
+    const watched = await admitRuns('frzwatch', 6, 200, 10_000);
+    const streamed = new Map<string, number>(); // Run id -> when its stream delivered run.settled
+    const abort = new AbortController();
+    const resumed: string[] = [];
+    // each stream followed as a client does (the CLI's `observerResume`): one the server ends or that
+    // fails before the settlement is opened again after the last event it delivered
+    const streams = watched.map(async (r) => {
+      let last = 0;
+      while (!abort.signal.aborted && !streamed.has(r.runId)) {
+        try {
+          const { ended } = await t.client.streamEvents(r.runId, {
+            lastEventId: last,
+            signal: abort.signal,
+            onEvent: (e) => {
+              last = e.seq;
+              if (e.event.type === 'run.settled') streamed.set(r.runId, Date.now());
+            },
+          });
+          if (ended === 'complete') return;
+        } catch {
+          // a stream that failed (publication's NATS connection moving) is resumed like one ended
+        }
+        if (!streamed.has(r.runId) && !abort.signal.aborted) {
+          resumed.push(r.runId);
+          await sleep(500);
+        }
+      }
+    });
+    await Promise.all(watched.map((r) => waitForType(t, r.runId, 'model.turn.requested', 30_000)));
+    const watchedBefore = await readAll(watched);
     const faultAt = Date.now();
     await victim.freeze();
     try {
@@ -280,9 +313,33 @@ describe('Runplane on a 3-node JetStream cluster (K5, K6, K10, K11)', () => {
         faultAt,
       );
       expect(outcomes).toEqual({ '1xcompleted': runs.length });
+      // the Runs in flight through the fault completed too, each once, nothing lost
+      expect(await checkRuns(`NATS node ${victimName} frozen, Runs in flight`, watched, watchedBefore, faultAt)).toEqual({
+        '1xcompleted': watched.length,
+      });
+      // every observer's stream delivered its Run's settlement while the node still hangs, within
+      // 20 s of the settlement (its own time in the log)
+      const settledAt = new Map(
+        (await readAll(watched)).map((events, i) => [
+          watched[i]!.runId,
+          Date.parse(events.find((e) => e.event.type === 'run.settled')!.event.occurredAt),
+        ]),
+      );
+      await eventually(
+        async () => (watched.every((r) => streamed.has(r.runId)) ? true : null),
+        45_000,
+        'every observed stream delivering run.settled',
+      );
+      const lags = watched.map((r) => streamed.get(r.runId)! - settledAt.get(r.runId)!);
+      process.stdout.write(
+        `CLUSTER | SIGSTOP of ${victimName}: observers' streams delivered run.settled ${lags.join(', ')} ms after each settlement (streams resumed: ${resumed.length})\n`,
+      );
+      expect(lags.filter((ms) => ms > 20_000)).toEqual([]);
     } finally {
+      abort.abort();
+      await Promise.all(streams);
       victim.thaw();
     }
     await allCurrent();
-  }, 240_000);
+  }, 300_000);
 });

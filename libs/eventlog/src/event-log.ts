@@ -148,6 +148,21 @@ export interface CatchUp {
 export const CONSUME_EXPIRES_MS = 5_000;
 
 /**
+ * How long an observer's follow ({@link EventLog.followRun}) may hear nothing from its ordered
+ * consumer (no message, no idle heartbeat, no answer to a pull) before it drops that consumer and
+ * starts a new one where it left off, ms: three idle heartbeats (each half of
+ * {@link CONSUME_EXPIRES_MS}) and a margin. A consumer whose node hangs is so left within about
+ * 8-10 s, where the NATS client waited for the node for as long as it hung.
+ */
+export const FOLLOW_SILENCE_MS = 8_000;
+
+/** How often a follow looks at how long its consumer has been silent, ms. */
+export const FOLLOW_WATCH_EVERY_MS = 1_000;
+
+/** How long a follow waits between two tries to make its new consumer, ms (while NATS is unreachable). */
+export const FOLLOW_RESTART_WAIT_MS = 1_000;
+
+/**
  * How long a client waits between attempts to reconnect to a NATS server that went away, and the
  * most random jitter added: after a NATS restart every service is back within about this much of
  * the others, so a judge of liveness (recovery's lease sweep, the tools' claim sweep) gives a
@@ -1433,28 +1448,96 @@ export class EventLog {
 
   /**
    * Follows one Run live from `fromSeq` (inclusive) with an ordered consumer: stored events
-   * first, then new ones as they are appended. Messages that are not facts (not events, or events
-   * the log did not append: {@link verifyStored}) are skipped, reported through `onInvalid`, and
-   * the follow goes on. Returns a stop function, which also deletes the consumer.
+   * first, then new ones as they are appended, each once and in stream order. Messages that are
+   * not facts (not events, or events the log did not append: {@link verifyStored}) are skipped,
+   * reported through `onInvalid`, and the follow goes on. Returns a stop function, which also
+   * deletes the consumer.
+   *
+   * An ordered consumer is one server's (not replicated). When its server stops answering but
+   * keeps the connection open (a node of a cluster frozen, its VM paused), the NATS client only
+   * asks that server again and again whether the consumer still exists, and the follow waits for
+   * as long as the node hangs (a new user's trial: SSE streams silent 60-90 s, until the thaw,
+   * while their Runs settled). So when the consumer has been silent for {@link FOLLOW_SILENCE_MS}
+   * (no message, no idle heartbeat), the follow drops it and starts a new one at the sequence after
+   * the last message it handled, on whichever node the stream's leader places it; it tries again
+   * every {@link FOLLOW_RESTART_WAIT_MS} while no consumer can be made (NATS unreachable).
+   * @throws what creating the first consumer throws (no stream, NATS unreachable).
    */
   async followRun(runId: string, fromSeq: number, onEvent: (e: StoredEvent) => void | Promise<void>): Promise<() => Promise<void>> {
-    const consumer = await this.js.consumers.get(this.space.stream, {
-      filter_subjects: runFilter(this.space, runId),
-      ...(fromSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: fromSeq } : { deliver_policy: DeliverPolicy.All }),
-    });
-    // pulls expire after CONSUME_EXPIRES_MS: a follow whose consumer the server lost (a restart) is recreated within seconds
-    const messages = await consumer.consume({ expires: CONSUME_EXPIRES_MS });
+    const open = async (from: number) => {
+      const consumer = await this.js.consumers.get(this.space.stream, {
+        filter_subjects: runFilter(this.space, runId),
+        ...(from > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from } : { deliver_policy: DeliverPolicy.All }),
+      });
+      // pulls expire after CONSUME_EXPIRES_MS: a follow whose consumer the server lost (a restart) is recreated within seconds
+      return { consumer, messages: await consumer.consume({ expires: CONSUME_EXPIRES_MS }) };
+    };
+    let current = await open(fromSeq);
+    let next = fromSeq;
+    let stopped = false;
+    let restartWait: ReturnType<typeof setTimeout> | null = null;
+    let wake: (() => void) | null = null;
     const done = (async () => {
-      for await (const m of messages) {
-        const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
-        if (stored) await onEvent(stored);
+      for (;;) {
+        const { consumer, messages } = current;
+        // a watchdog on the consumer's signs of life (messages, idle heartbeats, answers to pulls):
+        // the client's own missed-heartbeat notice stops after a reconnection whose consumer check
+        // cannot be answered (its node hangs), so silence is timed here
+        let stale = false;
+        let lastLife = Date.now();
+        void (async () => {
+          for await (const s of messages.status())
+            if (s.type === 'heartbeat' || s.type === 'discard' || s.type === 'flow_control') lastLife = Date.now();
+        })().catch(() => undefined);
+        const watchdog = setInterval(() => {
+          if (Date.now() - lastLife <= FOLLOW_SILENCE_MS) return;
+          stale = true;
+          messages.stop();
+        }, FOLLOW_WATCH_EVERY_MS);
+        watchdog.unref();
+        try {
+          for await (const m of messages) {
+            lastLife = Date.now();
+            next = m.seq + 1;
+            const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
+            if (stored) await onEvent(stored);
+          }
+        } catch {
+          // the iterator ended in an error (the consumer or the connection went): a new consumer below, unless stopped
+          stale = true;
+        } finally {
+          clearInterval(watchdog);
+        }
+        if (stopped || !stale) return;
+        // not awaited: the old consumer's server may hang; an ordered consumer goes with its inactivity anyway
+        void consumer.delete().catch(() => undefined);
+        for (;;) {
+          if (stopped) return;
+          try {
+            current = await open(next);
+            break;
+          } catch {
+            await new Promise<void>((r) => {
+              wake = r;
+              restartWait = setTimeout(r, FOLLOW_RESTART_WAIT_MS);
+            });
+          }
+        }
+        if (stopped) {
+          await current.messages.close().catch(() => undefined);
+          await current.consumer.delete().catch(() => undefined);
+          return;
+        }
       }
     })();
     return async () => {
-      await messages.close();
+      stopped = true;
+      if (restartWait) clearTimeout(restartWait);
+      wake?.();
+      await current.messages.close();
       await done.catch(() => undefined);
       // the server-side consumer goes with its observer, not after its inactivity threshold (5 minutes)
-      await consumer.delete().catch(() => undefined);
+      await current.consumer.delete().catch(() => undefined);
     };
   }
 

@@ -8,13 +8,18 @@
  * Given a Run followed from its first event on a nats-server of this file's own, when the server is
  * killed (SIGKILL) and started again on the same store and an event is appended after it answers,
  * then the follow delivers it within 20 s, after the ones before, each once.
+ *
+ * And on a 3-node cluster, when the node that holds the follow's consumer hangs (SIGSTOP: its
+ * connections stay open, so the client only asks it again and again whether the consumer still
+ * exists), then an event appended meanwhile is delivered within 20 s while the node is still frozen
+ * (a new user's trial saw SSE streams silent until the thaw, 60-90 s).
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { subjectTokenOf, type Owner } from '@runplane/contracts';
 import { EventLog } from '@runplane/eventlog';
 import { History } from '../../../test/support/history.js';
-import { currentNatsServerBinary, nextReconnect, SUITE_NATS, TestNatsServer } from '../../../test/support/nats-server.js';
+import { currentNatsServerBinary, nextReconnect, SUITE_NATS, TestNatsCluster, TestNatsServer } from '../../../test/support/nats-server.js';
 import { waitFor } from '../../../test/support/wait.js';
 
 const tag = randomBytes(4).toString('hex');
@@ -63,4 +68,48 @@ describe("a Run's live follow across a nats-server crash (K4)", () => {
       await stop();
     }
   }, 90_000);
+
+  it('given a followed Run on a 3-node cluster, when the node holding the follow hangs (SIGSTOP), then an event appended meanwhile is delivered within 20 s while it is still frozen, after the ones before, each once', async () => {
+    const cluster = await TestNatsCluster.start();
+    const clog = await EventLog.connect({ natsUrl: cluster.url, ...SUITE_NATS, stream: `RPTEST_FRC_${tag}`, prefix: `tfrc${tag}`, replicas: 3 });
+    const runId = `frc${tag}`;
+    const h = new History(runId, `conv-${runId}`).admitted().turn(1, { content: 'first' }).turn(2, { content: 'second' });
+    const lasts: Partial<Record<Owner, number>> = {};
+    const append = async (i: number) => {
+      const event = h.events[i]!.event;
+      const token = subjectTokenOf(event);
+      const r = await clog.append(event, lasts[token] ?? 0);
+      lasts[token] = r.seq;
+      return r.seq;
+    };
+    const followed: number[] = [];
+    let stop: (() => Promise<void>) | null = null;
+    let frozen: TestNatsServer | null = null;
+    try {
+      const before = [await append(0), await append(1)];
+      stop = await clog.followRun(runId, 1, (e) => void followed.push(e.seq));
+      await waitFor('the events stored before the fault', () => followed.length >= before.length);
+      // the node the follow's (one-replica) consumer lives on
+      const infos = await clog.jsm.consumers.list(clog.space.stream).next();
+      const holder = infos.find((i) => (i.config.filter_subjects ?? [i.config.filter_subject]).some((f) => f?.includes(runId)))?.cluster?.leader;
+      expect(cluster.names).toContain(holder);
+      frozen = cluster.byName(holder!);
+      // FAULT: the node hangs with its connections open
+      await frozen.freeze();
+      const frozenAt = Date.now();
+      const rest: number[] = [];
+      for (let i = 2; i < h.events.length; i++)
+        rest.push(await waitFor('an append while the node hangs', () => append(i).catch(() => null), 30_000, 200));
+      await waitFor('the events appended while the node hangs, delivered', () => rest.every((s) => followed.includes(s)), 30_000);
+      const tookMs = Date.now() - frozenAt;
+      process.stdout.write(`FOLLOW | node ${holder} frozen: the events appended meanwhile delivered ${tookMs} ms after the freeze\n`);
+      expect(tookMs).toBeLessThan(20_000);
+      expect(followed).toEqual([...before, ...rest]);
+    } finally {
+      frozen?.thaw();
+      await stop?.();
+      await clog.close().catch(() => undefined);
+      await cluster.cleanup();
+    }
+  }, 120_000);
 });
