@@ -50,6 +50,8 @@ export class EventLogModule implements OnApplicationShutdown {
                 { configured, stream: log.space.stream, partitions: stream },
                 'RUNPLANE_PARTITIONS differs from the partition count the stream was created with: the stream wins',
               );
+            // where an operator sees that this process left its NATS server and where it is now
+            void logConnectionChanges(log.nc.status(), logger);
             EventLogModule.instance = log;
             return log;
           },
@@ -89,6 +91,34 @@ export class EventLogModule implements OnApplicationShutdown {
     EventLogModule.ownership = null;
     await EventLogModule.instance?.close();
     EventLogModule.instance = null;
+  }
+}
+
+/** A NATS client's status change, as `NatsConnection.status()` yields them (only what is logged is read). */
+export interface ConnectionStatus {
+  type: string;
+  server?: string;
+}
+
+/**
+ * Logs the changes of a service's NATS connection an operator needs to see (pino-style fields,
+ * then a constant message): `staleConnection` (the server stopped answering pings while the
+ * connection stayed open: a hung node, left for another; stale-connection.ts), `disconnect` (with
+ * the server left) and `reconnect` (with the server now used). The client's other notices (each
+ * reconnection attempt, pings, server updates) are not logged. Resolves when the connection closes.
+ */
+export async function logConnectionChanges(
+  statuses: AsyncIterable<ConnectionStatus>,
+  logger: { warn(fields: object, message: string): void; log(fields: object, message: string): void },
+): Promise<void> {
+  try {
+    for await (const s of statuses) {
+      if (s.type === 'staleConnection') logger.warn({}, 'the NATS server stopped answering pings: leaving it (a stale connection)');
+      else if (s.type === 'disconnect') logger.warn({ server: s.server }, 'NATS connection lost: reconnecting');
+      else if (s.type === 'reconnect') logger.log({ server: s.server }, 'NATS connection back');
+    }
+  } catch {
+    // the status stream of a closed connection: nothing more to log
   }
 }
 
