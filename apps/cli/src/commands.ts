@@ -67,9 +67,31 @@ export async function ask(
   view: FollowView = ANSWER_VIEW,
 ): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
-  const { status, body } = await client.postMessage(conversationId, { clientMessageId: randomUUID(), content: question });
+  const { status, body } = await postPatiently(client, conversationId, { clientMessageId: randomUUID(), content: question });
   out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId})`);
   return follow(client, body.runId, 0, view);
+}
+
+/**
+ * Posts a message, and when admission answers 503 `dependency_unavailable` (NATS was slow to take
+ * the append: restarting, or a hung node of the cluster being left) posts the same message again
+ * after 2 s (its `Retry-After`), up to five more times, with a line on stderr each time: the same
+ * `clientMessageId` is admitted at most once (K1), so a repeat is safe. Any other answer is the
+ * caller's. @throws RunplaneHttpError of the last attempt.
+ */
+export async function postPatiently(
+  client: Pick<RunplaneClient, 'postMessage'>,
+  conversationId: string,
+  body: Parameters<RunplaneClient['postMessage']>[1],
+): ReturnType<RunplaneClient['postMessage']> {
+  const unavailable = (e: unknown) => e instanceof RunplaneHttpError && e.status === 503 && e.code === 'dependency_unavailable';
+  return retry('admissionUnavailable', () => client.postMessage(conversationId, body), {
+    shouldRetry: ({ error }) => unavailable(error),
+    onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+      if (retriesLeft > 0 && unavailable(error))
+        process.stderr.write(`  (${error.message}; sending message ${body.clientMessageId} again in 2 s, attempt ${attemptNumber + 1})\n`);
+    },
+  });
 }
 
 /** What `continue` and `reply` post on top of the text: the Continue parent (K3) or the clarification answered (K2). */
@@ -101,7 +123,7 @@ export async function postLinked(
   };
   let res;
   try {
-    res = await client.postMessage(conversationId, body);
+    res = await postPatiently(client, conversationId, body);
   } catch (e) {
     throw new Error(refusalOf(e, link), { cause: e });
   }

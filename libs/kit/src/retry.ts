@@ -130,6 +130,12 @@ export const retryPolicies = {
    * A refusal (no server listening, bad credentials, an untrusted certificate) is not retried.
    */
   firstNatsConnect: { retries: 3, minTimeout: 0 },
+  /**
+   * A message admission answered 503 `dependency_unavailable` (its append timed out: NATS restarting,
+   * a node of the cluster hung and being left): the same message (the same `clientMessageId`, so
+   * it is admitted at most once, K1) again every 2 s, admission's `Retry-After`, five more times.
+   */
+  admissionUnavailable: { retries: 5, minTimeout: 2_000, factor: 1 },
 } as const satisfies Record<string, RetryPolicy>;
 
 /** The name of a policy of {@link retryPolicies}. */
