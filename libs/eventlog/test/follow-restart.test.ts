@@ -35,18 +35,30 @@ afterAll(async () => {
   await server?.cleanup();
 });
 
+/** The events of the Run {@link appenderOf} appends: run.admitted and two model turns of two events each. */
+const RUN_EVENTS = 5;
+
+/**
+ * Appends the i-th event of a three-turn Run's history (admitted, two model turns), each on its
+ * subject after the one before (the log's conditional append).
+ * @returns the stored sequence.
+ */
+function appenderOf(target: EventLog, runId: string): (i: number) => Promise<number> {
+  const h = new History(runId, `conv-${runId}`).admitted().turn(1, { content: 'first' }).turn(2, { content: 'second' });
+  const lasts: Partial<Record<Owner, number>> = {};
+  return async (i) => {
+    const event = h.events[i]!.event;
+    const token = subjectTokenOf(event);
+    const r = await target.append(event, lasts[token] ?? 0);
+    lasts[token] = r.seq;
+    return r.seq;
+  };
+}
+
 describe("a Run's live follow across a nats-server crash (K4)", () => {
   it('given a followed Run, when nats-server is killed and started again, then an event appended after the restart is delivered within 20 s, in order, each event once', async () => {
     const runId = `fr${tag}`;
-    const h = new History(runId, `conv-${runId}`).admitted().turn(1, { content: 'first' }).turn(2, { content: 'second' });
-    const lasts: Partial<Record<Owner, number>> = {};
-    const append = async (i: number) => {
-      const event = h.events[i]!.event;
-      const token = subjectTokenOf(event);
-      const r = await log.append(event, lasts[token] ?? 0);
-      lasts[token] = r.seq;
-      return r.seq;
-    };
+    const append = appenderOf(log, runId);
     const before = [await append(0), await append(1)];
     const followed: number[] = [];
     const stop = await log.followRun(runId, 1, (e) => void followed.push(e.seq));
@@ -58,8 +70,7 @@ describe("a Run's live follow across a nats-server crash (K4)", () => {
       await server.restart();
       await reconnected;
       const rest: number[] = [];
-      for (let i = 2; i < h.events.length; i++)
-        rest.push(await waitFor('an append after the restart', () => append(i).catch(() => null), 20_000, 200));
+      for (let i = 2; i < RUN_EVENTS; i++) rest.push(await waitFor('an append after the restart', () => append(i).catch(() => null), 20_000, 200));
       const backAt = Date.now();
       await waitFor('the events appended after the restart, delivered', () => rest.every((s) => followed.includes(s)), 20_000);
       expect(Date.now() - backAt).toBeLessThan(20_000);
@@ -73,15 +84,7 @@ describe("a Run's live follow across a nats-server crash (K4)", () => {
     const cluster = await TestNatsCluster.start();
     const clog = await EventLog.connect({ natsUrl: cluster.url, ...SUITE_NATS, stream: `RPTEST_FRC_${tag}`, prefix: `tfrc${tag}`, replicas: 3 });
     const runId = `frc${tag}`;
-    const h = new History(runId, `conv-${runId}`).admitted().turn(1, { content: 'first' }).turn(2, { content: 'second' });
-    const lasts: Partial<Record<Owner, number>> = {};
-    const append = async (i: number) => {
-      const event = h.events[i]!.event;
-      const token = subjectTokenOf(event);
-      const r = await clog.append(event, lasts[token] ?? 0);
-      lasts[token] = r.seq;
-      return r.seq;
-    };
+    const append = appenderOf(clog, runId);
     const followed: number[] = [];
     let stop: (() => Promise<void>) | null = null;
     let frozen: TestNatsServer | null = null;
@@ -98,8 +101,7 @@ describe("a Run's live follow across a nats-server crash (K4)", () => {
       await frozen.freeze();
       const frozenAt = Date.now();
       const rest: number[] = [];
-      for (let i = 2; i < h.events.length; i++)
-        rest.push(await waitFor('an append while the node hangs', () => append(i).catch(() => null), 30_000, 200));
+      for (let i = 2; i < RUN_EVENTS; i++) rest.push(await waitFor('an append while the node hangs', () => append(i).catch(() => null), 30_000, 200));
       await waitFor('the events appended while the node hangs, delivered', () => rest.every((s) => followed.includes(s)), 30_000);
       const tookMs = Date.now() - frozenAt;
       process.stdout.write(`FOLLOW | node ${holder} frozen: the events appended meanwhile delivered ${tookMs} ms after the freeze\n`);
