@@ -151,8 +151,8 @@ export const CONSUME_EXPIRES_MS = 5_000;
  * How long an observer's follow ({@link EventLog.followRun}) may hear nothing from its ordered
  * consumer (no message, no idle heartbeat, no answer to a pull) before it drops that consumer and
  * starts a new one where it left off, ms: three idle heartbeats (each half of
- * {@link CONSUME_EXPIRES_MS}) and a margin. A consumer whose node hangs is so left within about
- * 8-10 s, where the NATS client waited for the node for as long as it hung.
+ * {@link CONSUME_EXPIRES_MS}) and a margin. A follow whose consumer's node hangs so moves on
+ * within about 8-16 s (7.5-15.7 s measured), where the NATS client waited for as long as it hung.
  */
 export const FOLLOW_SILENCE_MS = 8_000;
 
@@ -1495,12 +1495,21 @@ export class EventLog {
           messages.stop();
         }, FOLLOW_WATCH_EVERY_MS);
         watchdog.unref();
+        // a handler's error ends the follow (as it always did); only the consumer's own end starts a new one
+        let handlerFailed: { error: unknown } | null = null;
         try {
           for await (const m of messages) {
             lastLife = Date.now();
-            next = m.seq + 1;
             const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
-            if (stored) await onEvent(stored);
+            if (stored) {
+              try {
+                await onEvent(stored);
+              } catch (error) {
+                handlerFailed = { error };
+                break;
+              }
+            }
+            next = m.seq + 1;
           }
         } catch {
           // the iterator ended in an error (the consumer or the connection went): a new consumer below, unless stopped
@@ -1508,6 +1517,7 @@ export class EventLog {
         } finally {
           clearInterval(watchdog);
         }
+        if (handlerFailed) throw handlerFailed.error;
         if (stopped || !stale) return;
         // not awaited: the old consumer's server may hang; an ordered consumer goes with its inactivity anyway
         void consumer.delete().catch(() => undefined);
