@@ -12,7 +12,7 @@ import { retry } from '@runplane/kit/retry';
  * - `timeout`: a connection attempt (TCP, the server's INFO, TLS, CONNECT and its PONG) gives up
  *   after 5 s. The client tries the server it just left first, and a frozen server's kernel still
  *   accepts the TCP connection, so with the client's default of 20 s that one attempt cost 20 s.
- * So a hung node is left after about 5-12 s (7.1-11.2 s measured), below a lease's default TTL
+ * So a hung node is left after about 5-15 s (7.1-14.4 s measured), below a lease's default TTL
  * (15 s), where the client's defaults (a PING every 2 minutes, then 20 s) took 4-6 minutes and
  * every Run of the partitions whose service sat on that node stalled meanwhile
  * (test/e2e/nats-cluster.test.ts freezes the runtime's node with SIGSTOP). Every connection of the services uses it (the event
