@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { StoredEvent } from '@runplane/contracts';
-import { closedByServer, RunplaneClient, RunplaneHttpError } from '@runplane/client';
+import { closedByServer, postMessagePatiently, RunplaneClient } from '@runplane/client';
 import { retry } from '@runplane/kit/retry';
 import {
   createDevNatsTls,
@@ -32,21 +32,15 @@ import { changedSince, RUN_WAKE_FALLBACK_MS, runMark, runReader } from './run-wa
  * The stack's client (`t.client`), a test's own: a message answered 503 `dependency_unavailable`
  * (admission's append timed out on NATS while the suite loaded the machine: seen for the first
  * message of `quota` and of `traces` in full runs) is sent again 2 s later (admission's
- * `Retry-After`), at most three times, with a line saying so, as a client should: a message repeats safely
- * by its clientMessageId (K1). Any other answer, another 503 included, is the test's to see; the
+ * `Retry-After`), at most five times, with a line saying so, as the CLI does (`postMessagePatiently`
+ * of @runplane/client): a message repeats safely by its clientMessageId (K1). Any other answer, another 503 included, is the test's to see; the
  * files that check a 503 use `fetch` or a client of their own.
  */
 class PatientClient extends RunplaneClient {
-  override async postMessage(...args: Parameters<RunplaneClient['postMessage']>): ReturnType<RunplaneClient['postMessage']> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await super.postMessage(...args);
-      } catch (e) {
-        if (!(e instanceof RunplaneHttpError && e.status === 503 && e.code === 'dependency_unavailable') || attempt > 3) throw e;
-        process.stdout.write(`test client: ${e.message}; sending the message again\n`);
-        await new Promise((r) => setTimeout(r, 2_000));
-      }
-    }
+  override async postMessage(...[conversationId, body]: Parameters<RunplaneClient['postMessage']>): ReturnType<RunplaneClient['postMessage']> {
+    return postMessagePatiently({ postMessage: (c, b) => super.postMessage(c, b) }, conversationId, body, (e) =>
+      process.stdout.write(`test client: ${e.message}; sending the message again\n`),
+    );
   }
 }
 

@@ -3,7 +3,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit/retry';
-import { RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
+import { postMessagePatiently, RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, EventLog, StreamNotFound } from '@runplane/eventlog';
 import { resolveDataFolder } from '@runplane/holdings/data-folder';
@@ -75,23 +75,17 @@ export async function ask(
 /**
  * Posts a message, and when admission answers 503 `dependency_unavailable` (NATS was slow to take
  * the append: restarting, or a hung node of the cluster being left) posts the same message again
- * after 2 s (its `Retry-After`), up to five more times, with a line on stderr each time: the same
- * `clientMessageId` is admitted at most once (K1), so a repeat is safe. Any other answer is the
- * caller's. @throws RunplaneHttpError of the last attempt.
+ * after 2 s, up to five more times (`postMessagePatiently` of @runplane/client; safe by K1), with a
+ * line on stderr each time. Any other answer is the caller's. @throws RunplaneHttpError of the last attempt.
  */
 export async function postPatiently(
   client: Pick<RunplaneClient, 'postMessage'>,
   conversationId: string,
   body: Parameters<RunplaneClient['postMessage']>[1],
 ): ReturnType<RunplaneClient['postMessage']> {
-  const unavailable = (e: unknown) => e instanceof RunplaneHttpError && e.status === 503 && e.code === 'dependency_unavailable';
-  return retry('admissionUnavailable', () => client.postMessage(conversationId, body), {
-    shouldRetry: ({ error }) => unavailable(error),
-    onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-      if (retriesLeft > 0 && unavailable(error))
-        process.stderr.write(`  (${error.message}; sending message ${body.clientMessageId} again in 2 s, attempt ${attemptNumber + 1})\n`);
-    },
-  });
+  return postMessagePatiently(client, conversationId, body, (error, attempt) =>
+    process.stderr.write(`  (${error.message}; sending message ${body.clientMessageId} again in 2 s, attempt ${attempt})\n`),
+  );
 }
 
 /** What `continue` and `reply` post on top of the text: the Continue parent (K3) or the clarification answered (K2). */

@@ -308,3 +308,32 @@ export class RunplaneClient {
     return { lastEventId: last, ended: opts.signal?.aborted ? 'aborted' : 'server' };
   }
 }
+
+/** Admission's answer when NATS was slow to take the append (restarting, a hung cluster node being left): worth the same message again. */
+export function isAdmissionUnavailable(e: unknown): e is RunplaneHttpError {
+  return e instanceof RunplaneHttpError && e.status === 503 && e.code === 'dependency_unavailable';
+}
+
+/**
+ * Posts a message with `client.postMessage`, and when admission answers 503
+ * `dependency_unavailable` ({@link isAdmissionUnavailable}) posts the same message again after 2 s
+ * (its `Retry-After`), up to five more times (kit policy `admissionUnavailable`), calling
+ * `onRepeat(error, attempt)` before each repeat (`attempt` 2..6). The same `clientMessageId` is
+ * admitted at most once (K1), so a repeat is safe. Any other answer is the caller's.
+ * Used by the CLI's `ask`, `continue` and `reply` and by the tests' client.
+ * @returns the status (201 admitted, 200 existing) and body of the attempt that was answered.
+ * @throws RunplaneHttpError of the last attempt, or whatever else `postMessage` threw.
+ */
+export async function postMessagePatiently(
+  client: Pick<RunplaneClient, 'postMessage'>,
+  conversationId: string,
+  body: PostMessageBody,
+  onRepeat: (error: RunplaneHttpError, attempt: number) => void = () => {},
+): ReturnType<RunplaneClient['postMessage']> {
+  return retry('admissionUnavailable', () => client.postMessage(conversationId, body), {
+    shouldRetry: ({ error }) => isAdmissionUnavailable(error),
+    onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+      if (retriesLeft > 0 && isAdmissionUnavailable(error)) onRepeat(error, attemptNumber + 1);
+    },
+  });
+}
