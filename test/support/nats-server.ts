@@ -30,7 +30,8 @@ import {
   jetStreamVersion,
   natsServerVersion,
   NATS_SERVER_MIN_VERSION,
-  PORT_ATTEMPTS,
+  PortTaken,
+  startOnFreePorts,
   portTakenIn,
 } from '@runplane/devstack/nats-server';
 import { freePortOutsideEphemeral } from '@runplane/devstack/ports';
@@ -193,8 +194,7 @@ export class TestNatsServer {
   static async start(opts: NatsServerOptions): Promise<TestNatsServer> {
     if (!existsSync(opts.bin)) throw new Error(`nats-server binary ${opts.bin} does not exist`);
     ensureExitHook();
-    const attempts = opts.port ? 1 : PORT_ATTEMPTS;
-    for (let attempt = 1; ; attempt++) {
+    return startOnFreePorts(async () => {
       // RUNPLANE_TEST_NATS_DIR: a RAM-backed folder when the suite's global set-up found one
       const baseDir = mkdtempSync(join(process.env.RUNPLANE_TEST_NATS_DIR ?? tmpdir(), 'rp-nats-'));
       dirs.add(baseDir);
@@ -215,10 +215,10 @@ export class TestNatsServer {
         return server;
       } catch (e) {
         await server.cleanup();
-        const clash = portTakenIn(String((e as Error).message));
-        if (!clash || attempt >= attempts) throw e;
+        // a port given by the caller is not exchanged for another
+        throw !opts.port && portTakenIn(String((e as Error).message)) ? new PortTaken(e) : e;
       }
-    }
+    });
   }
 
   /** The running process id, or null when stopped. */
@@ -617,14 +617,12 @@ export class TestNatsCluster {
    * @throws Error with the node's log tail when a node exits or does not answer in time.
    */
   static async start(opts: NatsClusterTestOptions = {}): Promise<TestNatsCluster> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await TestNatsCluster.startOnce(opts);
-      } catch (e) {
-        // a port chosen for a node was taken before it could bind it: the whole cluster on new ports
-        if (!portTakenIn(String((e as Error).message)) || attempt >= PORT_ATTEMPTS) throw e;
-      }
-    }
+    // a port chosen for a node was taken before it could bind it: the whole cluster on new ports
+    return startOnFreePorts(() =>
+      TestNatsCluster.startOnce(opts).catch((e: unknown) => {
+        throw portTakenIn(String((e as Error).message)) ? new PortTaken(e) : e;
+      }),
+    );
   }
 
   /** One attempt of {@link start}, on new free ports; every node started is cleaned up when one fails. */

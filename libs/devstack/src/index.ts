@@ -37,10 +37,11 @@ import {
   ensureNatsServerBinary,
   lastLineOf,
   natsPidFile,
-  PORT_ATTEMPTS,
   portTakenIn,
+  PortTaken,
   sizeOf,
   startNatsCluster,
+  startOnFreePorts,
   textSince,
   waitForStoreReleased,
   type NatsCluster,
@@ -328,10 +329,11 @@ export async function startSecuredNats(opts: {
   const logFile = join(dir, 'server.log');
   const admin = { user: users.admin.user, pass: users.admin.password, ...(tls ? { caFile: tls.caFile } : {}) };
   const readyTimeoutMs = opts.readyTimeoutMs ?? NATS_READY_TIMEOUT_MS;
-  // a free port can be taken by another process between the look and the server's bind (tests
-  // and stacks start side by side): the server then exits saying so, and the start takes another
-  for (let attempt = 1; ; attempt++) {
-    const port = attempt === 1 && opts.port !== undefined ? opts.port : await getPort({ host: '127.0.0.1' });
+  /**
+   * Starts the server on `port` and waits until it answers; resolves with the process, or rejects
+   * with a readable reason ({@link PortTaken} when the port was taken) once it stopped it again.
+   */
+  const launch = async (port: number): Promise<{ child: ChildProcess; url: string }> => {
     // the log is kept between runs: only what this start writes explains its failure
     const logFrom = sizeOf(logFile);
     const child = track(
@@ -341,46 +343,46 @@ export async function startSecuredNats(opts: {
     );
     const url = `nats://127.0.0.1:${port}`;
     const deadline = Date.now() + readyTimeoutMs;
-    let failure: string | null = null;
-    let portTaken = false;
     while (!(await natsReachable(url, 500, admin))) {
       const exited = child.exitCode !== null || child.signalCode !== null;
       if (exited || Date.now() > deadline) {
         // a server that does not answer is stopped before the error: nothing of this start is left running
         await stopChild(child, 2_000);
         const how = exited ? `exited (${child.exitCode ?? child.signalCode})` : `did not answer within ${readyTimeoutMs / 1000} s`;
-        failure = `nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`;
-        portTaken = exited && portTakenIn(textSince(logFile, logFrom));
-        break;
+        const failure = new Error(`nats-server failed to start: ${bin} ${how} at ${url}${lastLineOf(logFile, logFrom)} (log: ${logFile})`);
+        throw exited && portTakenIn(textSince(logFile, logFrom)) ? new PortTaken(failure) : failure;
       }
       await new Promise((r) => setTimeout(r, 100));
     }
-    if (failure === null) {
-      // a store kept from an earlier start may hold the Run stream with another partition count:
-      // every service takes the stream's (event-log.ts adoptPartitions), so the permissions must
-      // name its partitions, not the ones asked for (else the consumers of the others are refused
-      // and the services never get ready): the server starts again with the stream's count
-      const stored = await storedPartitionCount(url, admin, space.stream).catch(() => null);
-      if (stored !== null && stored !== space.partitions) {
-        await stopChild(child);
-        adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
-        space = { ...space, partitions: stored };
-        writeConfig();
-        attempt--;
-        continue;
-      }
-      return {
-        url,
-        child,
-        users,
-        ...(tls ? { caFile: tls.caFile } : {}),
-        partitions: space.partitions,
-        note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})${adopted}`,
-        stop: () => stopChild(child),
-      };
+    return { child, url };
+  };
+  // a free port can be taken by another process between the look and the server's bind (tests
+  // and stacks start side by side): the server then exits saying so, and the start takes another
+  return startOnFreePorts(async (attempt) => {
+    const port = attempt === 1 && opts.port !== undefined ? opts.port : await getPort({ host: '127.0.0.1' });
+    let { child, url } = await launch(port);
+    // a store kept from an earlier start may hold the Run stream with another partition count:
+    // every service takes the stream's (event-log.ts adoptPartitions), so the permissions must
+    // name its partitions, not the ones asked for (else the consumers of the others are refused
+    // and the services never get ready): the server starts again, on the same port, with the stream's count
+    const stored = await storedPartitionCount(url, admin, space.stream).catch(() => null);
+    if (stored !== null && stored !== space.partitions) {
+      await stopChild(child);
+      adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
+      space = { ...space, partitions: stored };
+      writeConfig();
+      ({ child, url } = await launch(port));
     }
-    if (!portTaken || attempt >= PORT_ATTEMPTS) throw new Error(failure);
-  }
+    return {
+      url,
+      child,
+      users,
+      ...(tls ? { caFile: tls.caFile } : {}),
+      partitions: space.partitions,
+      note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})${adopted}`,
+      stop: () => stopChild(child),
+    };
+  });
 }
 
 /**

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
+import { retry, retryPolicies } from '@runplane/kit/retry';
 import { freePortOutsideEphemeral } from './ports.js';
 import { natsTlsOptions, natsUserOptions } from '@runplane/eventlog';
 
@@ -21,9 +22,24 @@ export const HOW_TO_GET_NATS_SERVER = `run scripts/fetch-nats-server.sh (it cach
 /**
  * How many sets of free ports a start tries ({@link startNatsCluster}, the devstack's
  * `startSecuredNats`, the tests' servers): a free port can be taken by another process between the
- * look and the server's bind when tests and stacks start side by side.
+ * look and the server's bind when tests and stacks start side by side (kit policy `portTaken`).
  */
-export const PORT_ATTEMPTS = 3;
+export const PORT_ATTEMPTS = retryPolicies.portTaken.retries + 1;
+
+/**
+ * Runs `start` (given the attempt number, 1 to {@link PORT_ATTEMPTS}) and, while it fails with a
+ * {@link PortTaken} (a port it chose was taken meanwhile), runs it again at once (kit policy
+ * `portTaken`): each attempt must pick new free ports and leave nothing of its failure running.
+ * @returns what the first successful attempt returned.
+ * @throws the error of the last attempt (a PortTaken's `cause`), or of the first that failed for another reason.
+ */
+export async function startOnFreePorts<T>(start: (attempt: number) => Promise<T>): Promise<T> {
+  try {
+    return await retry('portTaken', start, { shouldRetry: ({ error }) => error instanceof PortTaken });
+  } catch (e) {
+    throw e instanceof PortTaken ? e.cause : e;
+  }
+}
 
 /**
  * True when what a nats-server wrote (its log since this start, or an error quoting it) says a port
@@ -32,6 +48,18 @@ export const PORT_ATTEMPTS = 3;
  */
 export function portTakenIn(serverOutput: string): boolean {
   return /address already in use/i.test(serverOutput);
+}
+
+/**
+ * A start's failure that {@link startOnFreePorts} cures by another attempt: a port was taken
+ * ({@link portTakenIn} of what the server logged). `cause` is the start's own error, the one a
+ * caller sees after the last attempt.
+ */
+export class PortTaken extends Error {
+  constructor(override readonly cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause));
+    this.name = 'PortTaken';
+  }
 }
 
 /**
@@ -362,7 +390,7 @@ export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCl
   // routes authenticate: a nats-server of anyone else on the machine cannot join the cluster
   const routeCredentials = newRouteCredentials();
   const storeOf = (name: string) => join(opts.stateDir, name, 'store');
-  for (let attempt = 1; ; attempt++) {
+  return startOnFreePorts(async (attempt) => {
     const specs = attempt === 1 && opts.ports ? givenNodeSpecs(opts.nodes, opts.ports, storeOf) : await clusterNodeSpecs(opts.nodes, storeOf);
     const nodes = specs.map((spec) => clusterNode(spec, specs, { ...opts, server, clusterName, readyTimeoutMs, routeCredentials }));
     const stopAll = async () => {
@@ -376,10 +404,9 @@ export async function startNatsCluster(opts: NatsClusterOptions): Promise<NatsCl
       return { url: nodes.map((n) => n.url).join(','), nodes, server, routes: routeCredentials, stop: stopAll };
     } catch (e) {
       await stopAll();
-      const portTaken = nodes.some((n, i) => portTakenIn(textSince(n.logFile, logFrom[i]!)));
-      if (!portTaken || attempt >= PORT_ATTEMPTS) throw e;
+      throw nodes.some((n, i) => portTakenIn(textSince(n.logFile, logFrom[i]!))) ? new PortTaken(e) : e;
     }
-  }
+  });
 }
 
 /** The specs of `n` nodes on the given ports: client and cluster port of `n1`, then of `n2`, ... */

@@ -136,6 +136,12 @@ export const retryPolicies = {
    * it is admitted at most once, K1) again every 2 s, admission's `Retry-After`, five more times.
    */
   admissionUnavailable: { retries: 5, minTimeout: 2_000, factor: 1 },
+  /**
+   * A nats-server start whose free port was taken by another process between the look and the
+   * server's bind (tests and stacks start side by side): the whole start again on new free ports,
+   * at once, twice more (3 sets of ports in all).
+   */
+  portTaken: { retries: 2, minTimeout: 0 },
 } as const satisfies Record<string, RetryPolicy>;
 
 /** The name of a policy of {@link retryPolicies}. */
