@@ -20,10 +20,7 @@ export interface ReadEnvironment {
   DATABASE_URL: string;
   RUNPLANE_STREAM: string;
   RUNPLANE_SUBJECT_PREFIX: string;
-  /**
-   * The stream's partition count (a decimal string), when known: printed only when it is not the
-   * default the CLI assumes, where a read would otherwise warn that its count differs from the stream's.
-   */
+  /** The stream's partition count (a decimal string), when known (a read with another count warns that it differs from the stream's). */
   RUNPLANE_PARTITIONS?: string;
 }
 
@@ -33,16 +30,15 @@ export function shellWord(value: string): string {
 }
 
 /**
- * The three read commands, each a complete shell line: the NATS variables (the stream, subject
- * prefix and partition count only when they are not the defaults, which the CLI assumes), `DATABASE_URL` for the
- * rebuild, then `npm run runplane -- ...`. `<runId>` is the one thing to fill in.
+ * The three read commands, each a complete shell line: the NATS variables, the stream, subject
+ * prefix and partition count (also when they are the defaults: a value exported in the shell the
+ * line is pasted into must not take their place), `DATABASE_URL` for the rebuild, then
+ * `npm run runplane -- ...`. `<runId>` is the one thing to fill in.
  */
 export function readCommands(env: ReadEnvironment): { timeline: string; audit: string; rebuild: string } {
-  const defaults = BusConfig.parse({});
   const vars = (names: (keyof ReadEnvironment)[]) =>
     names
       .filter((n) => env[n] !== undefined)
-      .filter((n) => !(n === 'RUNPLANE_STREAM' || n === 'RUNPLANE_SUBJECT_PREFIX' || n === 'RUNPLANE_PARTITIONS') || env[n] !== String(defaults[n]))
       .map((n) => `${n}=${shellWord(env[n]!)}`)
       .join(' ');
   const nats = vars([

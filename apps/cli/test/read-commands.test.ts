@@ -16,9 +16,12 @@ const env = {
   RUNPLANE_SUBJECT_PREFIX: 'rp',
 };
 
-/** The variables a printed line sets, as a shell with nothing else in its environment sees them. */
-function variablesOf(line: string): Record<string, string> {
-  const r = spawnSync('bash', ['-c', `${line.replace(/ npm run runplane -- .*$/, '')} env`], { env: {}, encoding: 'utf8' });
+/**
+ * The variables a printed line sets, as a shell sees them with nothing else in its environment, or
+ * with what `shell` exports (a user's own settings in the terminal the line is pasted into).
+ */
+function variablesOf(line: string, shell: Record<string, string> = {}): Record<string, string> {
+  const r = spawnSync('bash', ['-c', `${line.replace(/ npm run runplane -- .*$/, '')} env`], { env: shell, encoding: 'utf8' });
   expect(r.status).toBe(0);
   return Object.fromEntries(
     r.stdout
@@ -31,7 +34,13 @@ function variablesOf(line: string): Record<string, string> {
 describe('the read commands `runplane up` prints', () => {
   it('each sets what its command needs, exactly as given: the rebuild the DATABASE_URL too', () => {
     const c = readCommands(env);
-    const nats = { NATS_URL: env.NATS_URL, NATS_USER: env.NATS_USER, NATS_PASSWORD: env.NATS_PASSWORD };
+    const nats = {
+      NATS_URL: env.NATS_URL,
+      NATS_USER: env.NATS_USER,
+      NATS_PASSWORD: env.NATS_PASSWORD,
+      RUNPLANE_STREAM: env.RUNPLANE_STREAM,
+      RUNPLANE_SUBJECT_PREFIX: env.RUNPLANE_SUBJECT_PREFIX,
+    };
     expect(variablesOf(c.timeline)).toEqual(nats);
     expect(variablesOf(c.audit)).toEqual(nats);
     expect(variablesOf(c.rebuild)).toEqual({ ...nats, DATABASE_URL: env.DATABASE_URL });
@@ -39,13 +48,21 @@ describe('the read commands `runplane up` prints', () => {
     expect(c.audit).toMatch(/ npm run runplane -- audit --all$/);
     expect(c.rebuild).toMatch(/ npm run runplane -- projections rebuild$/);
   });
-  it('names the stream and prefix when they are not the defaults the CLI assumes', () => {
+  it('names the stream and prefix, the defaults too', () => {
     const c = readCommands({ ...env, RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
     expect(variablesOf(c.audit)).toMatchObject({ RUNPLANE_STREAM: 'OTHER', RUNPLANE_SUBJECT_PREFIX: 'ot' });
   });
-  it('names the partition count when it is not the default 8 (a read with another count warns that it differs from the stream)', () => {
-    expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '8' }).timeline)).not.toHaveProperty('RUNPLANE_PARTITIONS');
+  it('names the partition count, the default 8 too (a read with another count warns that it differs from the stream)', () => {
+    expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '8' }).timeline)).toMatchObject({ RUNPLANE_PARTITIONS: '8' });
     expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '2' }).timeline)).toMatchObject({ RUNPLANE_PARTITIONS: '2' });
+  });
+  it('given a shell that exports other stream settings, when a line is pasted into it, then the values of the stack are used', () => {
+    const shell = { RUNPLANE_PARTITIONS: '2', RUNPLANE_STREAM: 'MINE', RUNPLANE_SUBJECT_PREFIX: 'me' };
+    expect(variablesOf(readCommands({ ...env, RUNPLANE_PARTITIONS: '8' }).audit, shell)).toMatchObject({
+      RUNPLANE_PARTITIONS: '8',
+      RUNPLANE_STREAM: 'RUNPLANE',
+      RUNPLANE_SUBJECT_PREFIX: 'rp',
+    });
   });
   it('quotes only what the shell would split or expand', () => {
     expect(shellWord('nats://127.0.0.1:4222')).toBe('nats://127.0.0.1:4222');
