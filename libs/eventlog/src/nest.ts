@@ -51,7 +51,7 @@ export class EventLogModule implements OnApplicationShutdown {
                 'RUNPLANE_PARTITIONS differs from the partition count the stream was created with: the stream wins',
               );
             // where an operator sees that this process left its NATS server and where it is now
-            void logConnectionChanges(log.nc.status(), logger);
+            void logConnectionChanges(log.nc.status(), logger, () => log.nc.info?.server_name);
             EventLogModule.instance = log;
             return log;
           },
@@ -104,18 +104,27 @@ export interface ConnectionStatus {
  * Logs the changes of a service's NATS connection an operator needs to see (pino-style fields,
  * then a constant message): `staleConnection` (the server stopped answering pings while the
  * connection stayed open: a hung node, left for another; stale-connection.ts), `disconnect` (with
- * the server left) and `reconnect` (with the server now used). The client's other notices (each
- * reconnection attempt, pings, server updates) are not logged. Resolves when the connection closes.
+ * the server left) and `reconnect` (with the server now used). Each names the server by address
+ * (`server`, host:port) and, where `nodeName` tells it (the connected server's `server_name`, as
+ * the `nats` readiness check reports it), by name (`node`): for a disconnection the node left, the
+ * last one known. The client's other notices (each reconnection attempt, pings, server updates) are
+ * not logged. Resolves when the connection closes.
  */
 export async function logConnectionChanges(
   statuses: AsyncIterable<ConnectionStatus>,
   logger: { warn(fields: object, message: string): void; log(fields: object, message: string): void },
+  nodeName: () => string | undefined = () => undefined,
 ): Promise<void> {
+  let node = nodeName();
+  const named = (n: string | undefined) => (n ? { node: n } : {});
   try {
     for await (const s of statuses) {
-      if (s.type === 'staleConnection') logger.warn({}, 'the NATS server stopped answering pings: leaving it (a stale connection)');
-      else if (s.type === 'disconnect') logger.warn({ server: s.server }, 'NATS connection lost: reconnecting');
-      else if (s.type === 'reconnect') logger.log({ server: s.server }, 'NATS connection back');
+      if (s.type === 'staleConnection') logger.warn({ ...named(node) }, 'the NATS server stopped answering pings: leaving it (a stale connection)');
+      else if (s.type === 'disconnect') logger.warn({ server: s.server, ...named(node) }, 'NATS connection lost: reconnecting');
+      else if (s.type === 'reconnect') {
+        node = nodeName();
+        logger.log({ server: s.server, ...named(node) }, 'NATS connection back');
+      }
     }
   } catch {
     // the status stream of a closed connection: nothing more to log

@@ -1,13 +1,19 @@
 /**
  * What a service logs of its NATS connection (nest.ts `logConnectionChanges`): an operator sees a
  * stale connection (a hung server left), a disconnection with the server left, and the reconnection
- * with the server now used; the client's other notices are not logged.
+ * with the server now used, each by address and by node name (as `/readyz` names it); the
+ * client's other notices are not logged. (Against a real cluster, a client whose node n3 was
+ * stopped logged `{server: <n3's address>, node: 'n3'}` lost, then `node: 'n1'` back.)
  */
 import { describe, expect, it } from '@jest/globals';
 import { logConnectionChanges, type ConnectionStatus } from '../src/nest.js';
 
-async function* statuses(list: ConnectionStatus[]): AsyncIterable<ConnectionStatus> {
-  for (const s of list) yield s;
+/** The statuses in order; a status's `then` runs once it was handed over (the client moving to another node meanwhile). */
+async function* statuses(list: (ConnectionStatus & { then?: () => void })[]): AsyncIterable<ConnectionStatus> {
+  for (const { then, ...s } of list) {
+    yield s;
+    then?.();
+  }
 }
 
 describe('logConnectionChanges', () => {
@@ -17,23 +23,38 @@ describe('logConnectionChanges', () => {
       warn: (fields: object, message: string) => void lines.push({ level: 'warn', fields, message }),
       log: (fields: object, message: string) => void lines.push({ level: 'log', fields, message }),
     };
+    let connectedTo = 'n3';
     await logConnectionChanges(
       statuses([
         { type: 'ping' },
         { type: 'staleConnection' },
         { type: 'disconnect', server: '127.0.0.1:4301' },
         { type: 'reconnecting' },
-        { type: 'reconnecting' },
+        { type: 'reconnecting', then: () => (connectedTo = 'n1') },
         { type: 'reconnect', server: '127.0.0.1:4302' },
         { type: 'update' },
       ]),
       logger,
+      () => connectedTo,
     );
     expect(lines).toEqual([
-      { level: 'warn', fields: {}, message: 'the NATS server stopped answering pings: leaving it (a stale connection)' },
-      { level: 'warn', fields: { server: '127.0.0.1:4301' }, message: 'NATS connection lost: reconnecting' },
-      { level: 'log', fields: { server: '127.0.0.1:4302' }, message: 'NATS connection back' },
+      { level: 'warn', fields: { node: 'n3' }, message: 'the NATS server stopped answering pings: leaving it (a stale connection)' },
+      { level: 'warn', fields: { server: '127.0.0.1:4301', node: 'n3' }, message: 'NATS connection lost: reconnecting' },
+      { level: 'log', fields: { server: '127.0.0.1:4302', node: 'n1' }, message: 'NATS connection back' },
     ]);
+  });
+
+  it('given a server that does not tell its name, then the lines name the address only', async () => {
+    const lines: object[] = [];
+    const logger = { warn: (fields: object) => void lines.push(fields), log: (fields: object) => void lines.push(fields) };
+    await logConnectionChanges(
+      statuses([
+        { type: 'disconnect', server: '127.0.0.1:4301' },
+        { type: 'reconnect', server: '127.0.0.1:4301' },
+      ]),
+      logger,
+    );
+    expect(lines).toEqual([{ server: '127.0.0.1:4301' }, { server: '127.0.0.1:4301' }]);
   });
 
   it('given a status stream that fails (a closed connection), then it resolves without throwing', async () => {
