@@ -490,6 +490,10 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
     // The NATS started here has its own log, so its projections go to a database of their own.
     // the cluster's store is a log of its own too: a database of its own
     let databaseUrl = dev.projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
+    // a store put in place of the kept one starts a new log: the database of the old one goes (K11)
+    if (await dev.forgetProjectionsOfAnotherLog(nats, databaseUrl, DATABASE_URL)) {
+      out(`  database: dropped ${redactUrl(databaseUrl)}: it held the projections of a log no longer in the store (a new store starts with no Run)`);
+    }
     if (await dev.ensureDatabaseExists(databaseUrl)) {
       out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {

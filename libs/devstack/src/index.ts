@@ -256,13 +256,21 @@ export interface SecuredNats extends NatsHandle {
    * one asked for. Set by {@link startSecuredNats} and {@link startSecuredNatsCluster}.
    */
   partitions?: number;
+  /**
+   * True when the store held no Run stream when the server started (a new store, or one put in
+   * place of the kept one): a log with no Run yet, whose projections any earlier database of the
+   * same state folder cannot be ({@link forgetProjectionsOfAnotherLog}). False for a kept stream;
+   * unset when the start could not tell. Set by {@link startSecuredNats} and {@link startSecuredNatsCluster}.
+   */
+  newLog?: boolean;
 }
 
 /**
- * The partition count a Run stream was created with (its `runplane_partitions` metadata), or null
- * when the stream does not exist yet or says nothing (an older stream), read as `auth` (the admin).
+ * What a server's store holds of the Run stream `stream`, read as `auth` (the admin): null when
+ * the stream does not exist (a new store, or one that never held it), else its partition count
+ * (its `runplane_partitions` metadata; null when it says none: an older stream).
  */
-export async function storedPartitionCount(url: string, auth: NatsProbeAuth, stream: string): Promise<number | null> {
+export async function storedStream(url: string, auth: NatsProbeAuth, stream: string): Promise<{ partitions: number | null } | null> {
   const nc = await connect({
     servers: natsServerList(url),
     timeout: 5_000,
@@ -276,11 +284,20 @@ export async function storedPartitionCount(url: string, auth: NatsProbeAuth, str
       if (/stream not found/i.test(String((e as Error)?.message))) return null;
       throw e;
     });
-    const stored = info?.config.metadata?.[PARTITIONS_METADATA_KEY];
-    return stored !== undefined && /^\d+$/.test(stored) ? Number(stored) : null;
+    if (!info) return null;
+    const stored = info.config.metadata?.[PARTITIONS_METADATA_KEY];
+    return { partitions: stored !== undefined && /^\d+$/.test(stored) ? Number(stored) : null };
   } finally {
     await nc.close();
   }
+}
+
+/**
+ * The partition count a Run stream was created with (its `runplane_partitions` metadata), or null
+ * when the stream does not exist yet or says nothing (an older stream), read as `auth` (the admin).
+ */
+export async function storedPartitionCount(url: string, auth: NatsProbeAuth, stream: string): Promise<number | null> {
+  return (await storedStream(url, auth, stream))?.partitions ?? null;
 }
 
 /** `NATS_CA_FILE` for a client of `nats` when it requires TLS, else nothing. */
@@ -365,7 +382,8 @@ export async function startSecuredNats(opts: {
     // every service takes the stream's (event-log.ts adoptPartitions), so the permissions must
     // name its partitions, not the ones asked for (else the consumers of the others are refused
     // and the services never get ready): the server starts again, on the same port, with the stream's count
-    const stored = await storedPartitionCount(url, admin, space.stream).catch(() => null);
+    const kept = await storedStream(url, admin, space.stream).catch(() => undefined);
+    const stored = kept?.partitions ?? null;
     if (stored !== null && stored !== space.partitions) {
       await stopChild(child);
       adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
@@ -379,6 +397,7 @@ export async function startSecuredNats(opts: {
       users,
       ...(tls ? { caFile: tls.caFile } : {}),
       partitions: space.partitions,
+      newLog: kept === null,
       note: `started ${bin} -js on ${url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (config ${config})${adopted}`,
       stop: () => stopChild(child),
     };
@@ -422,7 +441,8 @@ export async function startSecuredNatsCluster(opts: {
   // as startSecuredNats: a kept store's Run stream decides the partition count the permissions
   // name (every service takes the stream's); the cluster starts again with it when it differs
   let adopted = '';
-  const stored = await storedPartitionCountOfCluster(cluster.url, auth, space.stream);
+  const kept = await storedStreamOfCluster(cluster.url, auth, space.stream);
+  const stored = kept?.partitions ?? null;
   if (stored !== null && stored !== space.partitions) {
     await cluster.stop();
     adopted = `; the kept stream ${space.stream} has ${stored} partitions, used instead of the ${space.partitions} configured (RUNPLANE_PARTITIONS)`;
@@ -437,19 +457,19 @@ export async function startSecuredNatsCluster(opts: {
     users,
     ...(tls ? { caFile: tls.caFile } : {}),
     partitions: space.partitions,
+    newLog: kept === null,
     note: `started a ${started.nodes.length}-node JetStream cluster (nats-server ${started.server.version}) on ${started.url} with the Runplane users${tls ? `, TLS required (CA ${tls.caFile})` : ''} (store ${dir})${adopted}`,
     stop: () => started.stop(),
   };
 }
 
 /**
- * {@link storedPartitionCount} on a cluster just started: its JetStream answers once the nodes
- * have elected a meta leader (and the stream's leader), so a passing failure (a timeout, no
- * responders, a 503) is tried again for up to {@link BUS_PROVISIONING_PATIENCE_MS}.
- * @returns the stream's partition count, or null when it does not exist or says none.
+ * {@link storedStream} on a cluster just started: its JetStream answers once the nodes have
+ * elected a meta leader (and the stream's leader), so a passing failure (a timeout, no responders,
+ * a 503) is tried again for up to {@link BUS_PROVISIONING_PATIENCE_MS}.
  */
-async function storedPartitionCountOfCluster(url: string, auth: NatsProbeAuth, stream: string): Promise<number | null> {
-  return retry('busProvisioning', () => storedPartitionCount(url, auth, stream), {
+async function storedStreamOfCluster(url: string, auth: NatsProbeAuth, stream: string): Promise<{ partitions: number | null } | null> {
+  return retry('busProvisioning', () => storedStream(url, auth, stream), {
     maxRetryTime: BUS_PROVISIONING_PATIENCE_MS,
     shouldRetry: ({ error }) => isTransientNatsError(error),
   });
@@ -573,9 +593,23 @@ export async function ensureDatabaseExists(databaseUrl: string): Promise<boolean
   return true;
 }
 
-/** Drops the database named in `databaseUrl` (test clean-up), terminating its connections first. */
-export async function dropDatabase(databaseUrl: string): Promise<void> {
-  await dropNamedDatabase(databaseUrlWith(databaseUrl, 'postgres'), databaseNameOf(databaseUrl));
+/** Drops the database named in `databaseUrl` (test clean-up), terminating its connections first; true when there was one. */
+export async function dropDatabase(databaseUrl: string): Promise<boolean> {
+  return dropNamedDatabase(databaseUrlWith(databaseUrl, 'postgres'), databaseNameOf(databaseUrl));
+}
+
+/**
+ * Drops the stack's own projection database (`databaseUrl`, {@link projectionDatabaseFor}) when
+ * its NATS holds a new log (`nats.newLog`: the state folder's store was replaced, the database
+ * stayed): its Runs are not in this log, and the projector would refuse it (K11; apps/projector
+ * projection-source.ts). Never the configured database itself (`configuredUrl`), and nothing when
+ * PostgreSQL is not reachable.
+ * @returns true when a database was dropped (the caller says so; ensureDatabaseExists creates it anew).
+ */
+export async function forgetProjectionsOfAnotherLog(nats: Pick<SecuredNats, 'newLog'>, databaseUrl: string, configuredUrl: string): Promise<boolean> {
+  if (nats.newLog !== true || databaseNameOf(databaseUrl) === databaseNameOf(configuredUrl)) return false;
+  if (!(await postgresReachable(databaseUrlWith(databaseUrl, 'postgres'), 5_000))) return false;
+  return dropDatabase(databaseUrl);
 }
 
 /** Every process this module started and that has not exited yet. */

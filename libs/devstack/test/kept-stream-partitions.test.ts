@@ -33,6 +33,7 @@ describe("a kept store's Run stream decides the partition count", () => {
     const first = await startSecuredNats({ stateDir: dir, space });
     started.push(first);
     expect(first.partitions).toBe(4);
+    expect(first.newLog).toBe(true);
     const log = await EventLog.connect({ natsUrl: first.url, ...space, name: 'kept-parts-test', ...adminOf(first) });
     await log.ensureStream();
     await log.close();
@@ -44,6 +45,7 @@ describe("a kept store's Run stream decides the partition count", () => {
       const again = await startSecuredNats({ stateDir: dir, space: { ...space, partitions: asked } });
       started.push(again);
       expect(again.partitions).toBe(4);
+      expect(again.newLog).toBe(false);
       expect(again.note).toContain(`the kept stream ${space.stream} has 4 partitions, used instead of the ${asked} configured`);
       expect(Math.max(...durablesInConfig())).toBe(3);
       // the services' view agrees: a log connected with the asked count takes the stream's
@@ -61,6 +63,7 @@ describe("a kept store's Run stream decides the partition count", () => {
     const fresh = await startSecuredNats({ stateDir: join(dir, 'fresh'), space: { ...space, stream: `${space.stream}_FRESH`, partitions: 2 } });
     started.push(fresh);
     expect(fresh.partitions).toBe(2);
+    expect(fresh.newLog).toBe(true);
     expect(fresh.note).not.toContain('kept stream');
     expect(await storedPartitionCount(fresh.url, adminOf(fresh), `${space.stream}_FRESH`)).toBeNull();
   }, 60_000);
@@ -76,9 +79,11 @@ describe("a kept store's Run stream decides the partition count", () => {
     await first.stop();
     started.pop();
 
+    expect(first.newLog).toBe(true);
     const again = await startSecuredNatsCluster({ stateDir: clusterDir, space: { ...space, partitions: 2 } });
     started.push(again);
     expect(again.partitions).toBe(4);
+    expect(again.newLog).toBe(false);
     expect(again.note).toContain(`the kept stream ${space.stream} has 4 partitions, used instead of the 2 configured`);
     for (const node of again.cluster!.nodes)
       expect(Math.max(...durablesInConfig(join(clusterDir, 'nats-cluster', node.name, 'server.conf')))).toBe(3);

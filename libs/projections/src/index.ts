@@ -2,7 +2,7 @@
  * PostgreSQL projections of the Run log (K11): tables `runs`, `messages`, `passages`, `model_turns`,
  * `tool_calls`, derived from events only. Pure view rules (`evolve*`), the idempotent adapter
  * (`applyStoredEvent`), reads (`getRunView`, `dumpProjectionRows`) and the rebuild check
- * (`rebuildProjections`).
+ * (`rebuildProjections`), and whether a database was built from a given log (`projectionsFromAnotherLog`).
  */
 export * from './rows.js';
 export * from './evolve.js';
@@ -15,3 +15,4 @@ export * from './database.js';
 export * from './rebuild.js';
 export * from './embedded.js';
 export * from './row-sql.js';
+export * from './source.js';
