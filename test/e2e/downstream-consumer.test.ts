@@ -308,6 +308,37 @@ describe("a downstream durable's user (downstream services)", () => {
     }
   });
 
+  it("a pull whose reply names another downstream's durable plants no pull on it: each downstream user has an account of its own", async () => {
+    const other = await connectAs('downstream-y');
+    try {
+      const waitingOnY = async () => (await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting;
+      const before = await waitingOnY();
+      // each delivery of downstream-x's own pull, and its closing status, goes to the reply: with both
+      // users in one account that reply was downstream-y's next subject, imported, so every delivery
+      // became a pull request on downstream-y whose messages then went to downstream-x's ack subjects
+      consumer.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 20, expires: 2_000_000_000 }), {
+        reply: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+      });
+      await consumer.flush();
+      // no pull appears on downstream-y (with a shared account 2 and more did within milliseconds): watched for 1 s
+      for (const until = Date.now() + 1_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100)))
+        expect(await waitingOnY()).toBe(before);
+      // and downstream-y's own user gets both events, each for the first time
+      const got: JsMsg[] = [];
+      const y = await jetstream(other).consumers.get(S, 'downstream-y');
+      for await (const m of await y.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+      expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
+        [1, 1],
+        [2, 1],
+      ]);
+      for (const m of got) expect(await m.ackAck()).toBe(true);
+    } finally {
+      await other.close();
+      await reset('downstream-x');
+      await reset('downstream-y');
+    }
+  });
+
   it('is in the deployed configuration with the default names, each its own user', () => {
     for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
       expect(downstreamPermissions(space, name).publish.allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
@@ -317,6 +348,28 @@ describe("a downstream durable's user (downstream services)", () => {
 });
 
 describe('the ops user (its own account)', () => {
+  it("a pull whose reply names a downstream's durable plants no pull on it", async () => {
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+    try {
+      const jsm = await jetstreamManager(ops);
+      // acknowledged explicitly: each delivery then carries an ack subject as its reply, as a planted pull would need
+      const info = await jsm.consumers.add(S, { filter_subject: `${space.prefix}.run.>`, ack_policy: AckPolicy.Explicit, mem_storage: true });
+      try {
+        const before = (await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting;
+        ops.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.${info.name}`, JSON.stringify({ batch: 20, expires: 2_000_000_000 }), {
+          reply: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+        });
+        await ops.flush();
+        for (const until = Date.now() + 1_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100)))
+          expect((await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting).toBe(before);
+      } finally {
+        await jsm.consumers.delete(S, info.name);
+      }
+    } finally {
+      await ops.close();
+    }
+  });
+
   it("reads the Run stream through short-lived consumers, and a pull whose reply names a bucket's, a Run or a service's subject stores nothing anywhere", async () => {
     const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
     const opsLog = await EventLog.connect({

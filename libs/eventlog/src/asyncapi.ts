@@ -152,11 +152,13 @@ export function asyncApiDocument(space: SubjectSpace = DEPLOYED_SPACE): JsonSche
       action: 'receive',
       channel: { $ref: `#/channels/${owner}` },
       title: `Follow the ${owner} subjects`,
-      summary: `Receive the events on the ${owner} subjects of every Run (filter \`${space.prefix}.run.*.${owner}.*\`).`,
+      summary: `Receive the events on the ${owner} subjects of every Run (\`${space.prefix}.run.*.${owner}.*\`).`,
       description:
-        `Create a durable pull consumer on stream \`${space.stream}\` named \`${DOWNSTREAM_CONSUMER_PREFIX}<name>\`, one of the names the ` +
-        `consumer role is granted (default ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}) with filter \`${space.prefix}.run.*.${owner}.*\` (or several owners' filters on one consumer), ` +
-        'explicit ack, deliver policy `all` (or from a stream sequence). Delivery is at least once: de-duplicate by `eventId`. ' +
+        `Connect as the NATS user of your own durable and use that durable pull consumer on stream \`${space.stream}\`, ` +
+        `\`${DOWNSTREAM_CONSUMER_PREFIX}<name>\` (default names ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}), which the admin provisions: ` +
+        `it delivers every Run subject (\`${space.prefix}.run.>\`) from the stream's first event, explicit ack; a downstream user may not ` +
+        `create, change or delete a consumer, so keep the messages on \`${space.prefix}.run.*.${owner}.*\` and acknowledge the rest ` +
+        '(docs/consumers.md). Delivery is at least once: de-duplicate by `eventId`. ' +
         `Verify each message before using it. ${verificationRule(space)}`,
       messages: types.map((t) => ({ $ref: `#/channels/${owner}/messages/${t}` })),
     };

@@ -158,21 +158,29 @@ const streamReadApi = (space: SubjectSpace): string[] => [
 
 /**
  * The NATS accounts: the services and `admin` share {@link SERVICES_ACCOUNT}, which holds the Run
- * stream and the buckets; each downstream user ({@link downstreamUserName}) is in
- * {@link CONSUMERS_ACCOUNT} and `ops` in {@link OPS_ACCOUNT}, neither with JetStream of its own:
- * they reach the Run stream only through the imports of {@link consumerImports} and
+ * stream and the buckets; each downstream user ({@link downstreamUserName}) has an account of its
+ * own ({@link downstreamAccountOf}) and `ops` is in {@link OPS_ACCOUNT}, none with JetStream of its
+ * own: they reach the Run stream only through the imports of {@link consumerImports} and
  * {@link opsImports}. A subject lives in one account: what a client of those accounts names as a
  * reply (or publishes) stays in its account, so a pull's deliveries (and any API answer) can never
  * land on a service's subject or in a bucket (docs/consumers.md). Within one account nats-server
- * checks no permission on a request's reply subject: that is why ops is not in the services' account.
+ * checks no permission on a request's reply subject: that is why ops is not in the services'
+ * account, and why no two downstream users share one (a pull whose reply named another's next
+ * subject, imported into a shared account, turned each delivery into a pull on the other's
+ * durable, whose messages then went to the first one's ack subjects: a stalled consumer).
  */
 export const SERVICES_ACCOUNT = 'RUNPLANE';
-/** The downstream consumers' account ({@link SERVICES_ACCOUNT}). */
-export const CONSUMERS_ACCOUNT = 'CONSUMERS';
 /** The ops user's account ({@link SERVICES_ACCOUNT}): reads of the Run stream only. */
 export const OPS_ACCOUNT = 'OPS';
-/** The account a Runplane user belongs to (downstream users: {@link CONSUMERS_ACCOUNT}). */
+/** The account a Runplane user belongs to (a downstream user's: {@link downstreamAccountOf}). */
 export const accountOf = (user: BusUser): string => (user === 'ops' ? OPS_ACCOUNT : SERVICES_ACCOUNT);
+
+/**
+ * The account of one downstream user, alone in it ({@link SERVICES_ACCOUNT}): its name in upper
+ * case, `-` as `_` (`downstream-1`: `DOWNSTREAM_1`), as its password variable ({@link downstreamPasswordVariable}).
+ * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
+ */
+export const downstreamAccountOf = (name: string): string => downstreamUserName(name).toUpperCase().replaceAll('-', '_');
 
 /**
  * The NATS user of one downstream durable consumer: its name itself (`downstream-1`). Each has its
@@ -213,22 +221,19 @@ function durableImports(space: SubjectSpace, name: string): ConsumerImport[] {
 
 /**
  * What a durable pull consumer of the Run stream needs, and nothing more: the JetStream account
- * info and the stream's info and single-message gets (reads), and for each name in `downstream`
- * the consumer's info, next (`stream` responses) and its acknowledgements
- * (`$JS.ACK.<stream>.<name>.>`, also the "working" heartbeat). Replies come back to the requester's
- * own account. No consumer create, update or delete: the admin provisions the durables
- * ({@link provisionBus}). A create or update request may name a `deliver_subject` (a push
- * consumer), which nats-server delivers to in the stream's account, and may set an
- * `inactive_threshold` that lets the server remove the durable, after which the name could be
- * created again as a push consumer; no permission can look into a request's body. No stream admin,
- * no other consumer, no bucket, no Run subject. Which user may use which durable is each user's
- * permissions ({@link downstreamPermissions}).
- * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
+ * info and the stream's info and single-message gets (reads), and the durable `name`'s info, next
+ * (`stream` responses) and its acknowledgements (`$JS.ACK.<stream>.<name>.>`, also the "working"
+ * heartbeat): what the account of that downstream user ({@link downstreamAccountOf}) imports, and
+ * nothing of another durable. Replies come back to the requester's own account. No consumer
+ * create, update or delete: the admin provisions the durables ({@link provisionBus}). A create or
+ * update request may name a `deliver_subject` (a push consumer), which nats-server delivers to in
+ * the stream's account, and may set an `inactive_threshold` that lets the server remove the
+ * durable, after which the name could be created again as a push consumer; no permission can look
+ * into a request's body. No stream admin, no other consumer, no bucket, no Run subject.
+ * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
  */
-export function consumerImports(space: SubjectSpace, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): ConsumerImport[] {
-  const imports = streamReadApi(space).map(one);
-  for (const name of downstreamConsumerNames(downstream)) imports.push(...durableImports(space, name));
-  return imports;
+export function consumerImports(space: SubjectSpace, name: string): ConsumerImport[] {
+  return [...streamReadApi(space).map(one), ...durableImports(space, downstreamUserName(name))];
 }
 
 /**
@@ -250,12 +255,13 @@ export function opsImports(space: SubjectSpace): ConsumerImport[] {
 }
 
 /**
- * The permissions of one downstream user ({@link downstreamUserName}), in {@link CONSUMERS_ACCOUNT}:
- * it may publish only the stream reads and its own durable's info, next and acks (a subset of
- * {@link consumerImports}), and receive replies on its own inbox (`_INBOX_<name>.>`,
- * {@link inboxPrefixOf}). Another downstream user's durable is refused to it (a permissions
- * violation), so no downstream service can move another's position. Its account holds nothing
- * else, so whatever it names as a reply is a subject of its own account.
+ * The permissions of one downstream user ({@link downstreamUserName}), alone in its account
+ * ({@link downstreamAccountOf}): it may publish only the stream reads and its own durable's info,
+ * next and acks (what {@link consumerImports} imports), and receive replies on its own inbox
+ * (`_INBOX_<name>.>`, {@link inboxPrefixOf}). Another downstream user's durable is refused to it (a
+ * permissions violation), and is not imported into its account, so no downstream service can move
+ * another's position, not even through a reply subject. Its account holds nothing else, so
+ * whatever it names as a reply is a subject of its own account.
  * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
  */
 export function downstreamPermissions(space: SubjectSpace, name: string): UserPermissions {
@@ -355,10 +361,10 @@ export type NatsPasswords = Record<BusUser, string> & { downstream: Readonly<Rec
 
 /**
  * Renders the nats-server `accounts` block for a subject space: {@link SERVICES_ACCOUNT} (JetStream
- * on) with the services and `admin`, exporting only the subjects of {@link consumerImports} to
- * {@link CONSUMERS_ACCOUNT} and of {@link opsImports} to {@link OPS_ACCOUNT}; {@link CONSUMERS_ACCOUNT}
- * (no JetStream) with one user per name of `downstream` ({@link downstreamPermissions}), and
- * {@link OPS_ACCOUNT} (no JetStream) with `ops`, each importing them. The fixed users have their
+ * on) with the services and `admin`, exporting only the subjects of {@link consumerImports} to each
+ * downstream account and of {@link opsImports} to {@link OPS_ACCOUNT}; one account per name of
+ * `downstream` ({@link downstreamAccountOf}, no JetStream) with its one user
+ * ({@link downstreamPermissions}), and {@link OPS_ACCOUNT} (no JetStream) with `ops`, each importing them. The fixed users have their
  * {@link busPermissions}. `passwords` gives each user's password, or `'env'` to reference
  * `$RUNPLANE_NATS_PASSWORD_<USER>` ({@link passwordVariable}, {@link downstreamPasswordVariable};
  * resolved by nats-server from its environment: the deployed file holds no secret). A connection
@@ -397,7 +403,10 @@ export function renderNatsAuthorization(
   };
   // one export per subject, to every account importing it
   const exports = new Map<string, { response: ConsumerImport['response']; accounts: string[] }>();
-  const imports: Record<string, ConsumerImport[]> = { [CONSUMERS_ACCOUNT]: consumerImports(space, names), [OPS_ACCOUNT]: opsImports(space) };
+  const imports: Record<string, ConsumerImport[]> = {
+    ...Object.fromEntries(names.map((n) => [downstreamAccountOf(n), consumerImports(space, n)])),
+    [OPS_ACCOUNT]: opsImports(space),
+  };
   for (const [account, list] of Object.entries(imports))
     for (const i of list) {
       const e = exports.get(i.subject) ?? { response: i.response, accounts: [] };
@@ -414,10 +423,10 @@ export function renderNatsAuthorization(
     `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
     `#   npm run runplane -- docs nats-auth > deploy/nats/accounts.conf`,
     `# Do not edit by hand; a test fails when this file is stale.`,
-    `# ${SERVICES_ACCOUNT}: the services and admin (the Run stream and the buckets). ${CONSUMERS_ACCOUNT}: one user per`,
-    `# downstream durable consumer, each allowed only its own; ${OPS_ACCOUNT}: the ops user's reads. Neither has`,
-    `# JetStream of its own: they reach the Run stream only through the imports below, and every reply`,
-    `# or delivery they ask for stays in their own account.`,
+    `# ${SERVICES_ACCOUNT}: the services and admin (the Run stream and the buckets). One account per downstream`,
+    `# durable consumer (DOWNSTREAM_...), its one user allowed only its own durable; ${OPS_ACCOUNT}: the ops user's`,
+    `# reads. None has JetStream of its own: they reach the Run stream only through the imports below, and`,
+    `# every reply or delivery they ask for stays in their own account.`,
     `accounts {`,
     `  ${SERVICES_ACCOUNT} {`,
     `    jetstream: enabled`,
@@ -430,14 +439,16 @@ export function renderNatsAuthorization(
     exportLines.join('\n'),
     `    ]`,
     `  }`,
-    `  ${CONSUMERS_ACCOUNT} {`,
-    `    users = [`,
-    names.map(downstreamUser).join('\n'),
-    `    ]`,
-    `    imports = [`,
-    imports[CONSUMERS_ACCOUNT]!.map(importOf).join('\n'),
-    `    ]`,
-    `  }`,
+    ...names.flatMap((n) => [
+      `  ${downstreamAccountOf(n)} {`,
+      `    users = [`,
+      downstreamUser(n),
+      `    ]`,
+      `    imports = [`,
+      imports[downstreamAccountOf(n)]!.map(importOf).join('\n'),
+      `    ]`,
+      `  }`,
+    ]),
     `  ${OPS_ACCOUNT} {`,
     `    users = [`,
     user('ops'),

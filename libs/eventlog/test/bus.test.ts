@@ -10,7 +10,7 @@ import {
   busPermissions,
   consumerFilters,
   consumerImports,
-  CONSUMERS_ACCOUNT,
+  downstreamAccountOf,
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DEPLOYED_SPACE,
   downstreamConsumerNames,
@@ -118,7 +118,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(perms.tools.publish.allow).not.toContain('$KV.rp_heartbeats.>');
   });
 
-  it("gives each downstream durable a user of its own in the consumers' account: it reads the stream and uses its own durable, nothing else", () => {
+  it('gives each downstream durable a user of its own, alone in an account of its own: it reads the stream and uses its own durable, nothing else', () => {
     expect(DEFAULT_DOWNSTREAM_CONSUMERS).toEqual(['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4']);
     const { publish, subscribe } = downstreamPermissions(DEPLOYED_SPACE, 'downstream-1');
     expect(downstreamUserName('downstream-1')).toBe('downstream-1');
@@ -135,21 +135,35 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     ]);
     // another downstream's durable is not among them: one downstream service cannot move another's position
     expect(publish.allow.filter((p) => /downstream-[234]/.test(p))).toEqual([]);
-    // every subject it may publish is imported by its account
-    const imports = consumerImports(DEPLOYED_SPACE).map((i) => i.subject);
-    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
-      for (const subject of downstreamPermissions(DEPLOYED_SPACE, name).publish.allow) expect(imports).toContain(subject);
-    expect(
-      consumerImports(DEPLOYED_SPACE)
-        .filter((i) => i.response === 'stream')
-        .map((i) => i.subject),
-    ).toEqual(DEFAULT_DOWNSTREAM_CONSUMERS.map((n) => `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${n}`));
+    // every subject it may publish is imported by its account, and nothing of another durable
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
+      const own = consumerImports(DEPLOYED_SPACE, name).map((i) => i.subject);
+      expect(own).toEqual(downstreamPermissions(DEPLOYED_SPACE, name).publish.allow);
+      expect(own.filter((p) => /downstream-/.test(p) && !p.includes(`.${name}`))).toEqual([]);
+      expect(
+        consumerImports(DEPLOYED_SPACE, name)
+          .filter((i) => i.response === 'stream')
+          .map((i) => i.subject),
+      ).toEqual([`$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${name}`]);
+    }
+    const imports = consumerImports(DEPLOYED_SPACE, 'downstream-1').map((i) => i.subject);
     // no create, update or delete: a request's body may name a deliver subject (docs/consumers.md)
     expect(imports.filter((p) => /\.(CREATE|DELETE)\./.test(p))).toEqual([]);
     // replies on its own inbox only (per-user reply subjects)
     expect(subscribe.allow).toEqual(['_INBOX_downstream-1.>']);
     const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
-    expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1", accounts: ["${CONSUMERS_ACCOUNT}"], response: stream }`);
+    // one account per downstream user, alone in it, importing only its own durable
+    expect(downstreamAccountOf('downstream-1')).toBe('DOWNSTREAM_1');
+    expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.downstream-1", accounts: ["DOWNSTREAM_1"], response: stream }`);
+    for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
+      const block = conf.slice(
+        conf.indexOf(`  ${downstreamAccountOf(name)} {`),
+        conf.indexOf('\n  }', conf.indexOf(`  ${downstreamAccountOf(name)} {`)),
+      );
+      expect(block.match(/user: "[^"]+"/g)).toEqual([`user: "${name}"`]);
+      expect(block.match(/downstream-[A-Za-z0-9_-]+/g)!.every((n) => n === name)).toBe(true);
+      expect(block).not.toContain('jetstream');
+    }
     expect(conf).toContain(`{ service: { account: "${SERVICES_ACCOUNT}", subject: "$JS.ACK.RUNPLANE.downstream-1.>" } }`);
     for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
       expect(conf).toContain(`user: "${name}"\n          password: $${downstreamPasswordVariable(name)}`);
@@ -192,7 +206,9 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     ).toEqual([]);
     const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
     expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.*", accounts: ["${OPS_ACCOUNT}"], response: stream }`);
-    expect(conf).toContain(`{ service: "$JS.API.STREAM.INFO.RUNPLANE", accounts: ["${CONSUMERS_ACCOUNT}", "${OPS_ACCOUNT}"] }`);
+    expect(conf).toContain(
+      `{ service: "$JS.API.STREAM.INFO.RUNPLANE", accounts: [${[...DEFAULT_DOWNSTREAM_CONSUMERS.map(downstreamAccountOf), OPS_ACCOUNT].map((a) => `"${a}"`).join(', ')}] }`,
+    );
     const opsBlock = conf.slice(conf.indexOf(`  ${OPS_ACCOUNT} {`));
     expect(opsBlock).toContain('user: "runplane-ops"');
     expect(opsBlock).not.toContain('jetstream');
