@@ -6,6 +6,8 @@
 import 'reflect-metadata';
 import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { Logger as PinoNestLogger, PinoLogger } from 'nestjs-pino';
@@ -102,6 +104,8 @@ export interface StartServiceOptions {
    * takes longer than `RUNPLANE_SHUTDOWN_GRACE_SECONDS`; a second signal exits at once (shutdown.ts).
    */
   shutdownHooks?: boolean;
+  /** How long a client may take to send a whole request, ms (default {@link HTTP_REQUEST_TIMEOUT_MS}; tests shorten it). */
+  httpRequestTimeoutMs?: number;
 }
 
 export interface StartedService {
@@ -185,6 +189,25 @@ export const HTTP_REQUEST_TIMEOUT_MS = 30_000;
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
 /**
+ * How often the HTTP server looks for requests past {@link HTTP_REQUEST_TIMEOUT_MS}, ms. Node's
+ * default is 30 s, so a 30 s bound answered 408 after 39-71 s (a trial measured it); every second,
+ * it answers within 31 s.
+ */
+export const HTTP_TIMEOUT_CHECK_MS = 1_000;
+
+/**
+ * Express under Nest on a Node HTTP server made with {@link HTTP_TIMEOUT_CHECK_MS}: the check
+ * interval can only be given when the server is made, which Nest's own adapter does without options.
+ * The options this adapter does not handle (https, Nest's connection tracking) go to Nest's own.
+ */
+class TimelyExpressAdapter extends ExpressAdapter {
+  override initHttpServer(options: Parameters<ExpressAdapter['initHttpServer']>[0]): void {
+    if (options?.httpsOptions || options?.forceCloseConnections || options?.return503OnClosing) return super.initHttpServer(options);
+    this.httpServer = createServer({ connectionsCheckingInterval: HTTP_TIMEOUT_CHECK_MS }, this.getInstance());
+  }
+}
+
+/**
  * Starts a service in this process: validates its configuration (every schema, before anything
  * connects), provides each schema's parsed value for injection ({@link ConfigModule}), logs JSON
  * through pino (`LOG_LEVEL`), starts the optional durable consumer (each handler runs in a log
@@ -230,6 +253,7 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
         imports: [config, serviceLoggerModule(spec.name, level), spec.module],
         providers: tracing ? [TracingShutdown] : [],
       },
+      new TimelyExpressAdapter(),
       {
         abortOnError: false,
         bufferLogs: true,
@@ -293,15 +317,18 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
   const server = app.getHttpServer() as { address(): AddressInfo; keepAliveTimeout: number; headersTimeout: number; requestTimeout: number };
   // a request must arrive whole within 30 s (Node's default is 300 s): a client that sends a
   // Content-Length and never the body holds a connection no longer than that (a response, an SSE
-  // stream included, is not bounded by it)
-  server.requestTimeout = HTTP_REQUEST_TIMEOUT_MS;
+  // stream included, is not bounded by it). The headers' bound may not exceed it: above it, Node
+  // applied neither to a request whose body never came (a trial's answered after 71 s, a test's never)
+  const requestTimeoutMs = opts.httpRequestTimeoutMs ?? HTTP_REQUEST_TIMEOUT_MS;
+  server.requestTimeout = requestTimeoutMs;
+  server.headersTimeout = requestTimeoutMs;
   // what the HTTP parser refuses (headers over 16 KiB, a control character in a header) is a problem too
   (server as unknown as { on(event: 'clientError', fn: typeof answerClientError): void }).on('clientError', answerClientError);
   // an idle kept-alive connection is closed after a minute, not Node's 5 s: a client (a load
   // balancer, the SDK's undici pool) that reuses one just as a short timeout passes gets "other
-  // side closed" (seen in a CI run of test/e2e/broker.test.ts); the headers timeout must exceed it
+  // side closed" (seen in a CI run of test/e2e/broker.test.ts). Node times a request's headers from
+  // its first byte, not from the connection's last response, so this idle bound may exceed them.
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
-  server.headersTimeout = KEEP_ALIVE_TIMEOUT_MS + 1_000;
   const address = server.address();
   return { app, url: `http://${HOST}:${address.port}`, shutdownProgress };
 }
