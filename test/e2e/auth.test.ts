@@ -396,12 +396,16 @@ describe('GET /v1/runs: the list of Runs a principal sees (the Run viewer)', () 
     expect(admitted).toEqual([...admitted].sort((a, b) => b - a));
   });
 
-  it('refuses a limit outside 1..100, a repeated limit and a cursor it did not give (400, the reason in issues); no token is 401', async () => {
+  it('refuses a limit outside 1..100, a repeated or bracketed limit or cursor and a cursor it did not give (400, the reason in issues); no token is 401', async () => {
     for (const query of [
       'limit=0',
       'limit=101',
       'limit=abc',
       'limit=1&limit=2',
+      // a bracketed form of a known parameter (an array or an object to qs-minded clients): not left out silently
+      'limit[]=2',
+      'limit[x]=3',
+      'cursor[]=x',
       'cursor=not-a-cursor',
       `cursor=${Buffer.from('{"runId":"x"}').toString('base64url')}`,
     ]) {

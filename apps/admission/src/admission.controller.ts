@@ -48,6 +48,7 @@ import {
   CurrentPrincipal,
   mayAccess,
   parseJsonBody,
+  parseQuery,
   RunCommandHandler,
   type Principal,
 } from '@runplane/service-kit';
@@ -548,10 +549,9 @@ export class AdmissionController {
    */
   @Get('runs')
   async listRuns(@Query() query: unknown, @CurrentPrincipal() principal: Principal): Promise<RunsPage> {
-    const parsed = RunsQuery.safeParse(query ?? {});
-    if (!parsed.success) throw badRequestFromZod('query', parsed.error);
-    const limit = parsed.data.limit ?? RUNS_PAGE_DEFAULT;
-    const after = parsed.data.cursor ? decodeRunsCursor(parsed.data.cursor) : null;
+    const parsed = parseQuery(RunsQuery, query);
+    const limit = parsed.limit ?? RUNS_PAGE_DEFAULT;
+    const after = parsed.cursor ? decodeRunsCursor(parsed.cursor) : null;
     const { runs, more } = await this.runs.list({ principal: principal.admin ? null : principal.sub, limit, after });
     return { runs, nextCursor: more && runs.length > 0 ? encodeRunsCursor(runs[runs.length - 1]!) : null };
   }

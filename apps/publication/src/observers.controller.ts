@@ -3,7 +3,7 @@ import type { Request, Response } from 'express';
 import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, isPublishedOn, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
-import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, sseObservers, type Principal } from '@runplane/service-kit';
+import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, parseQuery, sseObservers, type Principal } from '@runplane/service-kit';
 import { judgeCursor, runIdOfSubject } from './cursor.js';
 
 const HEARTBEAT_MS = 15_000;
@@ -54,9 +54,7 @@ export function parseLastEventId(raw: string | undefined, what = 'Last-Event-ID'
  * @throws 400 `bad_request` with every reason in `issues`.
  */
 export function parseEventsQuery(query: unknown): RunEventsQuery {
-  const parsed = RunEventsQuery.safeParse(query ?? {});
-  if (!parsed.success) throw badRequestFromZod('query', parsed.error);
-  return parsed.data;
+  return parseQuery(RunEventsQuery, query);
 }
 
 /**

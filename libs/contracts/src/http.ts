@@ -301,7 +301,7 @@ export type RunView = z.infer<typeof RunView>;
 /**
  * Query of `GET /v1/runs`: `limit` Runs per page (1..100, default 50) and the `cursor` of the
  * next page (opaque: the `nextCursor` of the previous page). Unknown parameters are ignored; a
- * repeated one is refused (400).
+ * repeated one, or one in a bracketed form (`limit[]=2`), is refused (400; service-kit `parseQuery`).
  */
 export const RunsQuery = z.object({
   limit: z
@@ -510,7 +510,8 @@ export const ConversationIdParams = z.object({ conversationId: Id.meta({ descrip
 
 /**
  * Query of `GET /v1/runs/{runId}/events`. Each parameter at most once: a repeated one (an array
- * here) is refused with 400, as is an unknown value; unknown parameters are ignored.
+ * here) or a bracketed one (`deltas[]=true`) is refused with 400, as is an unknown value; unknown
+ * parameters are ignored (service-kit `parseQuery`).
  */
 export const RunEventsQuery = z.object({
   lastEventId: LastEventIdText.optional(),

@@ -64,6 +64,26 @@ export function badRequestFromZod(what: string, error: z.ZodError): ApiError {
 }
 
 /**
+ * Validates a request's query with its zod object schema (contracts `RunsQuery`, `RunEventsQuery`):
+ * the one place an endpoint turns a bad query into its answer. Unknown parameters are ignored, but
+ * a known one in a bracketed form (`limit[]=2`, `limit[x]=3`: what a client writes for an array or
+ * an object) is refused: the client meant that parameter, which would otherwise be silently left out.
+ * @throws 400 `bad_request` with every reason in `issues` (paths `query.<name>`).
+ */
+export function parseQuery<S extends z.ZodObject>(schema: S, query: unknown): z.infer<S> {
+  const given = query && typeof query === 'object' ? (query as Record<string, unknown>) : {};
+  const known = new Set(Object.keys(schema.shape));
+  const bracketed = Object.keys(given).filter((key) => known.has(key.split('[')[0]!) && key.includes('['));
+  if (bracketed.length > 0) {
+    const issues = bracketed.map((key) => ({ path: `query.${key}`, message: `${key.split('[')[0]} takes one plain value: ${key} is not accepted` }));
+    throw apiError(HttpStatus.BAD_REQUEST, 'bad_request', issues.map((i) => `${i.path}: ${i.message}`).join('; '), { issues });
+  }
+  const parsed = schema.safeParse(given);
+  if (!parsed.success) throw badRequestFromZod('query', parsed.error);
+  return parsed.data;
+}
+
+/**
  * Validates a JSON request body with its zod schema: the one place an endpoint turns a bad body
  * into its answer.
  * @param what how the body is named in the error ("the message body").

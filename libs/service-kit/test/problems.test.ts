@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { z } from 'zod';
-import { ProblemDetails } from '@runplane/contracts';
-import { apiError, badRequestFromZod, dependencyUnavailable, unavailableDependency } from '../src/problems.js';
+import { ProblemDetails, RunEventsQuery, RunsQuery } from '@runplane/contracts';
+import { apiError, ApiError, badRequestFromZod, dependencyUnavailable, parseQuery, unavailableDependency } from '../src/problems.js';
 
 describe('apiError', () => {
   it('builds problem details with type, title, status, detail, instance, code and issues', () => {
@@ -46,5 +46,44 @@ describe('unavailableDependency', () => {
   it('leaves anything else to be a 500', () => {
     expect(unavailableDependency(new TypeError('x is undefined'))).toBeNull();
     expect(unavailableDependency('not an error')).toBeNull();
+  });
+});
+
+describe('parseQuery', () => {
+  /** The 400 a query gets: its issues' paths and messages. */
+  const refusal = (schema: Parameters<typeof parseQuery>[0], query: unknown) => {
+    try {
+      parseQuery(schema, query);
+    } catch (e) {
+      expect(e).toBeInstanceOf(ApiError);
+      return { status: (e as ApiError).getStatus(), code: (e as ApiError).code, issues: (e as ApiError).extras.issues };
+    }
+    throw new Error('accepted');
+  };
+
+  it('given known parameters, then their parsed values; an unknown parameter is ignored', () => {
+    expect(parseQuery(RunsQuery, { limit: '20', cursor: 'abc', utm_source: 'x' })).toEqual({ limit: 20, cursor: 'abc' });
+    expect(parseQuery(RunsQuery, undefined)).toEqual({});
+    expect(parseQuery(RunEventsQuery, { deltas: 'true' })).toEqual({ deltas: 'true' });
+  });
+
+  it('given a known parameter in a bracketed form (limit[]=2, limit[x]=3), then 400 naming it, where it was left out before', () => {
+    expect(refusal(RunsQuery, { 'limit[]': '2', 'cursor[x]': 'y', other: '1' })).toEqual({
+      status: 400,
+      code: 'bad_request',
+      issues: [
+        { path: 'query.limit[]', message: 'limit takes one plain value: limit[] is not accepted' },
+        { path: 'query.cursor[x]', message: 'cursor takes one plain value: cursor[x] is not accepted' },
+      ],
+    });
+    expect(refusal(RunEventsQuery, { 'deltas[]': 'true' }).issues).toEqual([
+      { path: 'query.deltas[]', message: 'deltas takes one plain value: deltas[] is not accepted' },
+    ]);
+    // an unknown parameter in brackets is unknown: ignored
+    expect(parseQuery(RunsQuery, { 'filter[status]': 'x' })).toEqual({});
+  });
+
+  it('given a repeated parameter (an array), then 400 with the zod reason', () => {
+    expect(refusal(RunsQuery, { limit: ['1', '2'] }).issues).toEqual([expect.objectContaining({ path: 'query.limit' })]);
   });
 });
