@@ -64,7 +64,8 @@ describe('a runtime that dies mid-Run (K10)', () => {
     expect(fences[0]!.data.uncertain).toEqual([{ kind: 'model-turn', turn: 1 }]);
     // what an auditor reads: the killed process is not said to be still beating (its last beat,
     // 3 s fresh, may outlast the lease's grace: the detail then says since when it has been silent)
-    for (const f of fences) expect(f.data.detail).toMatch(/heartbeat is stale since|has not beaten since|stopped since that beat/);
+    for (const f of fences)
+      expect(f.data.detail).toMatch(/heartbeat is stale since|heartbeat stale since|has not beaten since|stopped since that beat/);
     for (const f of fences) expect(f.data.detail).not.toMatch(/still beats/);
     expect(ofType(events, 'lease.granted')).toHaveLength(1);
     // a generous bound: TTL 1.5 s, sweep 0.1 s

@@ -411,7 +411,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`    ${reads.audit}`);
   out(`    ${reads.rebuild}`);
   out(
-    `  consumers: downstream services, NATS account CONSUMERS: each provisioned durable pull consumer of stream ${bus.RUNPLANE_STREAM} has its own user, allowed only that durable (docs/consumers.md):`,
+    `  consumers: downstream services: each provisioned durable pull consumer of stream ${bus.RUNPLANE_STREAM} has its own user, alone in a NATS account of its own and allowed only that durable (docs/consumers.md):`,
   );
   for (const name of DEFAULT_DOWNSTREAM_CONSUMERS) {
     const own = dev.downstreamEnvOf(env.natsUsers, name);
@@ -419,8 +419,17 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
       `    NATS_URL=${env.env.NATS_URL}${env.env.NATS_CA_FILE ? ` NATS_CA_FILE=${env.env.NATS_CA_FILE}` : ''} NATS_USER=${own.NATS_USER} NATS_PASSWORD=${own.NATS_PASSWORD}${own.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE ? ` RUNPLANE_SIGNING_PUBLIC_KEYS_FILE=${own.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE}` : ''} RUNPLANE_CONSUMER_NAME=${name}`,
     );
   }
-  out('Running. In another terminal: npm run runplane -- ask "Compare the holdings of SPY and QQQ". Ctrl-C stops everything.');
+  out(`Running. In another terminal: ${askHint(stack.endpoints)}. Ctrl-C stops everything.`);
   return new Promise<number>(() => undefined); // until a signal stops everything
+}
+
+/**
+ * The `ask` line `up` prints, naming the stack's admission and publication (`--admission`,
+ * `--publication`): without them `ask` goes to 127.0.0.1:8081 and 8082 or to what the terminal's
+ * `RUNPLANE_ADMISSION_URL` and `RUNPLANE_PUBLICATION_URL` say, which may be another stack.
+ */
+export function askHint(endpoints: { admission: string; publication: string }): string {
+  return `npm run runplane -- ask --admission ${endpoints.admission} --publication ${endpoints.publication} "Compare the holdings of SPY and QQQ"`;
 }
 
 /** True once a signal is stopping everything this command started (their exits are expected then). */

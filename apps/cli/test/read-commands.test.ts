@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { spawnSync } from 'node:child_process';
-import { readCommands, shellWord, withReadCredentials } from '@runplane/app-cli';
+import { askHint, readCommands, shellWord, withReadCredentials } from '@runplane/app-cli';
 
 const env = {
   NATS_URL: 'nats://127.0.0.1:4222',
@@ -84,5 +84,13 @@ describe('a read refused by the broker', () => {
     const other = new Error('cannot connect to NATS at nats://10.0.0.9:4222');
     await expect(withReadCredentials('timeline', bus, () => Promise.reject(other))).rejects.toBe(other);
     await expect(withReadCredentials('timeline', bus, () => Promise.resolve(7))).resolves.toBe(7);
+  });
+});
+
+describe('the ask line `runplane up` prints last', () => {
+  it("names the stack's admission and publication, so a terminal's own defaults cannot send it to another stack", () => {
+    expect(askHint({ admission: 'http://127.0.0.1:18081', publication: 'http://127.0.0.1:18082' })).toBe(
+      'npm run runplane -- ask --admission http://127.0.0.1:18081 --publication http://127.0.0.1:18082 "Compare the holdings of SPY and QQQ"',
+    );
   });
 });

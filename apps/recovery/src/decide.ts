@@ -151,7 +151,14 @@ export function expiredLease(lease: ExpiringLease, heartbeat: HolderHeartbeat | 
       return { kind: 'gone', detail: `${expired}; its process has not beaten since ${beat} and ${more}: stopped, killed or cut off` };
     return { kind: 'gone', detail: `${expired}; its process last beat at ${beat} but ${more}: stuck, or stopped since that beat` };
   }
-  const why = heartbeat ? `its process heartbeat is stale since ${new Date(heartbeat.freshUntil).toISOString()}` : 'its process has no heartbeat';
+  // the last beat first, when known: "stale since" alone (the beat's time plus its TTL) read as if
+  // the process had lived until then (a trial's kill -9 at 18:06:25.9, "stale since 18:06:40.458")
+  const stale = `stale since ${new Date(heartbeat?.freshUntil ?? 0).toISOString()}`;
+  const why = !heartbeat
+    ? 'its process has no heartbeat'
+    : heartbeat.lastAt !== undefined
+      ? `its process last beat at ${new Date(heartbeat.lastAt).toISOString()} (its heartbeat ${stale})`
+      : `its process heartbeat is ${stale}`;
   return { kind: 'gone', detail: `${expired}; ${why}` };
 }
 

@@ -77,6 +77,18 @@ describe('recovery: an expired lease is late while its holder beats, gone when i
     expect(v).toEqual({ kind: 'gone', detail: expect.stringContaining('heartbeat is stale since 2026-01-01T00:00:14.000Z') });
   });
 
+  it('given a stale heartbeat whose last beat is known, when the lease expired, then the detail names the last beat first, not only when it went stale', () => {
+    const v = given({ freshUntil: EXPIRES - 1_000, lastAt: EXPIRES - 16_000, everyMs: 5_000 })
+      .when(EXPIRES + 1)
+      .verdict();
+    expect(v).toEqual({
+      kind: 'gone',
+      detail: expect.stringContaining(
+        `its process last beat at ${new Date(EXPIRES - 16_000).toISOString()} (its heartbeat stale since ${new Date(EXPIRES - 1_000).toISOString()})`,
+      ),
+    });
+  });
+
   it('given no heartbeat at all (a stopped process deleted it, or an older runtime), when the lease expired, then gone at once', () => {
     expect(
       given(null)
