@@ -97,6 +97,9 @@ describe('clarification through the API and the CLI (K2)', () => {
       return v?.status === 'settled' && v.clarificationId ? v : null;
     });
     expect(view.clarificationId).toBe(clarificationId);
+    // the CLI shows the question with the command that answers it
+    const watched = await cli(['watch', askRunId]);
+    expect(watched.out).toContain(`runplane reply ${askRunId} ${clarificationId} "<text>"`);
 
     // the reply, through the CLI: 201, a new Run linked `clarification`
     const replyKey = 'flow-clar-reply';

@@ -184,12 +184,19 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   let settled: RunEvent | null = null;
   const answer = new AnswerAssembly();
   const permanent = (e: unknown) => e instanceof RunplaneHttpError && e.status < 500;
+  // the clarification the Run asked, if any: its reply command follows the settlement (K2)
+  let clarification: Extract<RunEvent, { type: 'clarification.requested' }> | null = null;
   const show = (event: RunEvent, seq: number) => {
     if (view.mode === 'live') return out(renderLive(event, seq));
     answer.add(event);
+    if (event.type === 'clarification.requested') clarification = event;
     if (event.type === 'run.settled') {
       out(renderAnswer(answer.texts()));
       out(renderSettlement(event));
+      if (clarification)
+        out(
+          `  clarification ${clarification.data.clarificationId}: reply with: runplane reply ${runId} ${clarification.data.clarificationId} "<text>"`,
+        );
     } else if (view.events) {
       out(renderProtocol(event, seq));
     }

@@ -32,7 +32,8 @@ export function shellWord(value: string): string {
 /**
  * The three read commands, each a complete shell line: the NATS variables, the stream, subject
  * prefix and partition count (also when they are the defaults: a value exported in the shell the
- * line is pasted into must not take their place), `DATABASE_URL` for the rebuild, then
+ * line is pasted into must not take their place), `DATABASE_URL` for the rebuild and the audit
+ * (whose `--projections` compares the live projections), then
  * `npm run runplane -- ...`. `<runId>` is the one thing to fill in.
  */
 export function readCommands(env: ReadEnvironment): { timeline: string; audit: string; rebuild: string } {
@@ -53,7 +54,8 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
   ]);
   return {
     timeline: `${nats} npm run runplane -- timeline <runId>`,
-    audit: `${nats} npm run runplane -- audit --all`,
+    // with the live projections' database too, so that `--projections` added to it compares them
+    audit: `${nats} ${vars(['DATABASE_URL'])} npm run runplane -- audit --all`,
     rebuild: `${nats} ${vars(['DATABASE_URL'])} npm run runplane -- projections rebuild`,
   };
 }

@@ -69,7 +69,7 @@ export function summarize(e: RunEvent): string {
     case 'child.run.settled':
       return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
     case 'clarification.requested':
-      return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"`;
+      return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"; answer with: runplane reply ${e.runId} ${e.data.clarificationId} "<text>"`;
     case 'context.carried':
       return `CONTEXT carried ${e.data.items.length} item(s) from ${[...e.data.historyRunIds, ...(e.data.parentRunId ? [e.data.parentRunId] : [])].join(', ') || 'no earlier Run'} (${e.data.dropped.length} dropped, ${e.data.unknownEffects.length} unknown effect(s))`;
   }

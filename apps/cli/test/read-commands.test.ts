@@ -42,7 +42,7 @@ describe('the read commands `runplane up` prints', () => {
       RUNPLANE_SUBJECT_PREFIX: env.RUNPLANE_SUBJECT_PREFIX,
     };
     expect(variablesOf(c.timeline)).toEqual(nats);
-    expect(variablesOf(c.audit)).toEqual(nats);
+    expect(variablesOf(c.audit)).toEqual({ ...nats, DATABASE_URL: env.DATABASE_URL });
     expect(variablesOf(c.rebuild)).toEqual({ ...nats, DATABASE_URL: env.DATABASE_URL });
     expect(c.timeline).toMatch(/ npm run runplane -- timeline <runId>$/);
     expect(c.audit).toMatch(/ npm run runplane -- audit --all$/);
