@@ -137,6 +137,15 @@ export class RunStream implements ConsumerSource {
               },
             );
           }
+          // a downstream user may read the deployment's stream only: another name is refused by the
+          // broker before it could say the stream does not exist
+          const message = String((e as Error)?.message);
+          if (/permissions violation/i.test(message) && message.includes(`STREAM.INFO.${opts.stream}"`)) {
+            throw new RunStreamUnavailable(
+              `stream ${opts.stream} is not one ${opts.user ?? 'this user'} may read on NATS at ${opts.natsUrl} (the broker refused its info: no such stream for this user; check RUNPLANE_STREAM)`,
+              { cause: e },
+            );
+          }
           throw new Error(`reading stream ${opts.stream} on NATS at ${opts.natsUrl}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
         },
       );

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { provisionedAdminLog, startSecuredNats, type SecuredNats } from '@runplane/devstack';
 import { EventLog, runSubject, type SubjectSpace } from '@runplane/eventlog';
-import { RunConsumer, RunStream, type InvalidMessage, type RunStreamOptions } from '@runplane/consumer';
+import { RunConsumer, RunStream, RunStreamUnavailable, type InvalidMessage, type RunStreamOptions } from '@runplane/consumer';
 import { admittedEvent, settledEvent } from '../../../test/support/events.js';
 
 const tag = randomBytes(3).toString('hex');
@@ -108,9 +108,12 @@ it("is refused a downstream name the deployment does not grant and another downs
   } finally {
     await stream.close();
   }
-  // the user may read its own stream only: another name is refused by the broker, and the error says where
-  await expect(RunStream.open({ ...options, stream: `RPT_CU_MISSING_${tag}` })).rejects.toThrow(
-    new RegExp(`reading stream RPT_CU_MISSING_${tag} on NATS at ${nats.url}: Permissions Violation`),
+  // the user may read its own stream only: another name is refused by the broker, and the error is the
+  // documented RunStreamUnavailable, saying where (docs/consumers.md)
+  const missing = RunStream.open({ ...options, stream: `RPT_CU_MISSING_${tag}` });
+  await expect(missing).rejects.toBeInstanceOf(RunStreamUnavailable);
+  await expect(missing).rejects.toThrow(
+    new RegExp(`stream RPT_CU_MISSING_${tag} is not one .* may read on NATS at ${nats.url} .*check RUNPLANE_STREAM`),
   );
   await expect(admin.jsm.streams.info(`RPT_CU_MISSING_${tag}`)).rejects.toThrow(/not found/i);
 });
