@@ -2,6 +2,7 @@
  * The conversation as the scripted research policy reads it: the last question and the tool calls made since it, each with its outcome. Pure.
  */
 import { ToolMessageContent } from '@runplane/contracts';
+import { followUp } from './question.js';
 import { type WireMessage, contentText } from './wire.js';
 
 /** How one tool call of the current turn ended, as the tool message reports it. */
@@ -27,6 +28,40 @@ export function lastQuestion(messages: readonly WireMessage[]): string {
     if (m?.role === 'user') return contentText(m.content);
   }
   return '';
+}
+
+/**
+ * The request this Run follows up, when the runtime carried one: a continuation's original request
+ * (`[continuation, historical] ... Its original request (...; quoted): "..."`) or a clarification's
+ * (`[clarification, historical] The original request (quoted): "..."`), as the runtime's context
+ * messages quote it (JSON string). Null when there is none or it cannot be read.
+ */
+export function earlierRequest(messages: readonly WireMessage[]): string | null {
+  for (const m of messages) {
+    if (m.role !== 'system') continue;
+    const text = contentText(m.content);
+    const quoted = /^\[(?:continuation|clarification), historical\][^"]*original request[^"]*?: ("(?:[^"\\]|\\.)*")/.exec(text)?.[1];
+    if (!quoted) continue;
+    try {
+      const request: unknown = JSON.parse(quoted);
+      if (typeof request === 'string' && request.trim()) return request;
+    } catch {
+      // not a quote the runtime wrote: not a request to follow up
+    }
+  }
+  return null;
+}
+
+/**
+ * The request the current turn answers: the last user message, read together with the request it
+ * follows up when it points back at it or names no fund (question.ts {@link followUp}): `please
+ * finish` after an interrupted Run is that Run's request again, `Now compare it with QQQ` compares
+ * QQQ with the funds asked before. A message of its own (`What does IVV hold?`) stands alone.
+ */
+export function currentRequest(messages: readonly WireMessage[]): string {
+  const current = lastQuestion(messages);
+  const earlier = earlierRequest(messages);
+  return earlier === null ? current : followUp(current, earlier);
 }
 
 export function parseArgs(s: string): Record<string, unknown> {

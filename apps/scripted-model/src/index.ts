@@ -23,8 +23,8 @@ export {
   type ScenarioInput,
 } from './scenario.js';
 export { researchPolicy, writeAnswer } from './research-policy.js';
-export { currentTurnCalls, lastQuestion, type CallOutcome, type CallRecord } from './conversation.js';
-export { mentionedFunds, mentionedDates, STOP_WORDS, topN } from './question.js';
+export { currentRequest, currentTurnCalls, earlierRequest, lastQuestion, type CallOutcome, type CallRecord } from './conversation.js';
+export { followUp, mentionedFunds, mentionedDates, STOP_WORDS, topN } from './question.js';
 export { closestPair, chooseFiles, APPROXIMATE_AFTER_DAYS, type Subject } from './file-choice.js';
 export { planResearch, questionPlan, MAX_COMPARED_FUNDS } from './plan.js';
 export { readQuestionDates, questionDates, isoDay, type QuestionDate, type UnreadableDate } from './question-dates.js';

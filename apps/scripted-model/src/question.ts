@@ -96,3 +96,18 @@ export function topN(question: string): number | null {
   const n = NUMBER_WORDS[word] ?? Number(word);
   return n >= 1 && n <= 500 ? n : null;
 }
+
+/** Words by which a follow-up points back at what was asked before (`compare it with QQQ`, `them too`, `the same for IVV`). */
+const BACK_REFERENCE = /\b(?:it|its|them|they|those|these|both|same|also|too|again|previous|earlier)\b/i;
+
+/**
+ * A follow-up message read with the request it follows up (a continuation's or a clarification's
+ * original request): the message alone when it names a fund and points back at nothing (a new
+ * question), else the message and the earlier request together, one line each, so that the funds,
+ * dates and asks of both count (`please finish`; `Now compare it with QQQ`; `Annualized`, a
+ * clarification's answer).
+ */
+export function followUp(current: string, earlier: string): string {
+  if (mentionedFunds(current).length > 0 && !BACK_REFERENCE.test(withoutDatePhrases(current))) return current;
+  return `${current}\n${earlier}`;
+}

@@ -3,7 +3,8 @@
  * questions with the tool pack of `@runplane/contracts`. It is a pure function of the request's
  * messages and tools; every figure in its answer is read from the tool results in the messages.
  *
- * Plan for one user question (only messages after the last user message count):
+ * Plan for one user question (only messages after the last user message count; a follow-up is read
+ * with the request it continues, `./conversation.ts` `currentRequest`):
  * 1. nothing called yet: call `list_funds` (when offered);
  * 2. then, in one turn, `get_holdings` for every fund the question mentions (covered or not; with
  *    `top` when it asks for a "top N"), `compare_holdings` for every pair of covered funds (up to
@@ -48,7 +49,7 @@ import {
   succeeded,
   unreadableDatesSentence,
 } from './answer-text.js';
-import { currentTurnCalls, lastQuestion, type CallRecord } from './conversation.js';
+import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
@@ -254,7 +255,7 @@ export function researchCalls(calls: readonly CallRecord[]): CallRecord[] {
  */
 export function researchPolicy(messages: readonly WireMessage[], tools: readonly WireTool[] | undefined, now: Date = new Date()): Reply {
   const offered = new Set((tools ?? []).map((t) => t.function.name));
-  const question = lastQuestion(messages);
+  const question = currentRequest(messages);
   const calls = researchCalls(currentTurnCalls(messages));
 
   if (calls.length === 0 && offered.has('list_funds')) {

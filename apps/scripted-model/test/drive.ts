@@ -21,6 +21,8 @@ export interface ResearchOptions {
   now?: Date;
   /** The messages each request shows the policy, given all of them and the calls of the turns so far (default: all; a context cut narrows them). */
   view?: (messages: WireMessage[], turns: PolicyCall[][]) => WireMessage[];
+  /** Messages before the question: what the runtime carries from earlier Runs (its labelled system messages). */
+  context?: WireMessage[];
 }
 
 /**
@@ -35,7 +37,7 @@ export async function research(
   question: string,
   opts: ResearchOptions = {},
 ): Promise<{ turns: PolicyCall[][]; answer: string }> {
-  const messages: WireMessage[] = [{ role: 'user', content: question }];
+  const messages: WireMessage[] = [...(opts.context ?? []), { role: 'user', content: question }];
   const turns: PolicyCall[][] = [];
   for (let t = 0; t < 5; t++) {
     const reply = researchPolicy(opts.view ? opts.view(messages, turns) : messages, PACK_TOOLS, opts.now);
