@@ -176,8 +176,9 @@ export const OPS_ACCOUNT = 'OPS';
 export const accountOf = (user: BusUser): string => (user === 'ops' ? OPS_ACCOUNT : SERVICES_ACCOUNT);
 
 /**
- * The account of one downstream user, alone in it ({@link SERVICES_ACCOUNT}): its name in upper
- * case, `-` as `_` (`downstream-1`: `DOWNSTREAM_1`), as its password variable ({@link downstreamPasswordVariable}).
+ * The account of one downstream user, alone in it (no JetStream of its own; it imports its durable
+ * from {@link SERVICES_ACCOUNT}): its name in upper case, `-` as `_` (`downstream-1`:
+ * `DOWNSTREAM_1`), as its password variable ({@link downstreamPasswordVariable}).
  * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
  */
 export const downstreamAccountOf = (name: string): string => downstreamUserName(name).toUpperCase().replaceAll('-', '_');
