@@ -20,6 +20,7 @@ import {
   type BusBucket,
   DEFAULT_DOWNSTREAM_CONSUMERS,
   DOWNSTREAM_CONSUMER_PREFIX,
+  DOWNSTREAM_PRIORITY_GROUP,
   downstreamPermissions,
   EventLog,
   inboxPrefixOf,
@@ -68,6 +69,21 @@ async function connectAs(name: string): Promise<NatsConnection> {
   return connect({ servers: nats.url, ...natsUserOptions(own.user, own.password), ...tls, reconnect: false });
 }
 
+/**
+ * The durable `name`'s own user (`nc`) pulls both stored events, each delivered for the first
+ * time (nothing took them before), and acknowledges them.
+ */
+async function expectBothEventsFirstTime(nc: NatsConnection, name: string): Promise<void> {
+  const got: JsMsg[] = [];
+  const c = await jetstream(nc).consumers.get(S, name);
+  for await (const m of await c.fetch({ max_messages: 2, expires: 5_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
+  expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
+    [1, 1],
+    [2, 1],
+  ]);
+  for (const m of got) expect(await m.ackAck()).toBe(true);
+}
+
 /** Messages in the Run stream and in every bucket's stream, as the admin sees them. */
 async function storedCounts(): Promise<Record<string, number>> {
   const counts: Record<string, number> = { [S]: (await admin.jsm.streams.info(S)).state.messages };
@@ -107,9 +123,16 @@ describe("a downstream durable's user (downstream services)", () => {
       `${space.prefix}.run.>`,
       DeliverPolicy.All,
     ]);
+    // in the downstream priority group: a pull that does not name it is refused
+    expect([provisioned.priority_groups, provisioned.priority_policy]).toEqual([[DOWNSTREAM_PRIORITY_GROUP], 'overflow']);
+    await expect(
+      consumer
+        .request(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 1, no_wait: true }), { timeout: 2_000 })
+        .then((m) => m.headers?.description),
+    ).resolves.toMatch(/priority group missing/i);
     const c = await jetstream(consumer).consumers.get(S, 'downstream-x');
     const got: JsMsg[] = [];
-    for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+    for await (const m of await c.fetch({ max_messages: 2, expires: 5_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
     // each message checked as the log's readers check it (docs/event-log.md "For downstream consumers")
     const events = got.map((m) => verifyStored(m.seq, m.subject, m.data, m.headers, space.partitions).event);
     expect(events.map((e) => e.eventId)).toEqual([admitted.eventId, turn.eventId]);
@@ -181,12 +204,13 @@ describe("a downstream durable's user (downstream services)", () => {
         `${inboxPrefixOf(nats.users.runtime.user)}.x`,
       ];
       // the hole as it was: with the services' account, the server wrote the two events into KV_<prefix>_conversations
-      for (const reply of targets) consumer.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 2 }), { reply });
+      for (const reply of targets)
+        consumer.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 2, group: DOWNSTREAM_PRIORITY_GROUP }), { reply });
       await consumer.flush();
       // then a pull on its own inbox gets both events, delivered for the first time: no pull above took them
       const got: JsMsg[] = [];
       const c = await jetstream(consumer).consumers.get(S, 'downstream-x');
-      for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+      for await (const m of await c.fetch({ max_messages: 2, expires: 5_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
       expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
         [1, 1],
         [2, 1],
@@ -279,7 +303,7 @@ describe("a downstream durable's user (downstream services)", () => {
       // downstream-y's own user pulls both events and leaves them unacknowledged for now
       const y = await jetstream(other).consumers.get(S, 'downstream-y');
       const got: JsMsg[] = [];
-      for await (const m of await y.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
+      for await (const m of await y.fetch({ max_messages: 2, expires: 5_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
       expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
         [1, 1],
         [2, 1],
@@ -316,25 +340,53 @@ describe("a downstream durable's user (downstream services)", () => {
       // each delivery of downstream-x's own pull, and its closing status, goes to the reply: with both
       // users in one account that reply was downstream-y's next subject, imported, so every delivery
       // became a pull request on downstream-y whose messages then went to downstream-x's ack subjects
-      consumer.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`, JSON.stringify({ batch: 20, expires: 2_000_000_000 }), {
-        reply: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
-      });
+      consumer.publish(
+        `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-x`,
+        JSON.stringify({ batch: 20, expires: 2_000_000_000, group: DOWNSTREAM_PRIORITY_GROUP }),
+        {
+          reply: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+        },
+      );
       await consumer.flush();
       // no pull appears on downstream-y (with a shared account 2 and more did within milliseconds): watched for 1 s
       for (const until = Date.now() + 1_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100)))
         expect(await waitingOnY()).toBe(before);
       // and downstream-y's own user gets both events, each for the first time
-      const got: JsMsg[] = [];
-      const y = await jetstream(other).consumers.get(S, 'downstream-y');
-      for await (const m of await y.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
-      expect(got.map((m) => [m.seq, m.info.deliveryCount])).toEqual([
-        [1, 1],
-        [2, 1],
-      ]);
-      for (const m of got) expect(await m.ackAck()).toBe(true);
+      await expectBothEventsFirstTime(other, 'downstream-y');
     } finally {
       await other.close();
       await reset('downstream-x');
+      await reset('downstream-y');
+    }
+  });
+
+  it('a durable provisioned before the priority group gets it at the next provisioning, its position kept', async () => {
+    const other = await connectAs('downstream-y');
+    try {
+      // as an older Runplane provisioned it: no group; its user read and acknowledged the first event
+      await admin.jsm.consumers.delete(S, 'downstream-y');
+      await admin.jsm.consumers.add(S, {
+        durable_name: 'downstream-y',
+        filter_subject: `${space.prefix}.run.>`,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+      });
+      const y = await jetstream(other).consumers.get(S, 'downstream-y');
+      for await (const m of await y.fetch({ max_messages: 1, expires: 5_000 })) expect(await m.ackAck()).toBe(true);
+      await provisionBus(admin, ['downstream-y']);
+      const info = await admin.jsm.consumers.info(S, 'downstream-y');
+      expect([info.config.priority_groups, info.config.priority_policy, info.ack_floor.stream_seq]).toEqual([
+        [DOWNSTREAM_PRIORITY_GROUP],
+        'overflow',
+        1,
+      ]);
+      // the next pull (naming the group) gets the second event, not the first again
+      const got: JsMsg[] = [];
+      for await (const m of await y.fetch({ max_messages: 2, expires: 2_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
+      expect(got.map((m) => m.seq)).toEqual([2]);
+      for (const m of got) expect(await m.ackAck()).toBe(true);
+    } finally {
+      await other.close();
       await reset('downstream-y');
     }
   });
@@ -348,6 +400,47 @@ describe("a downstream durable's user (downstream services)", () => {
 });
 
 describe('the ops user (its own account)', () => {
+  it("a push consumer it aims at a downstream durable's next subject takes none of that durable's events: its pulls name no priority group", async () => {
+    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+    const other = await connectAs('downstream-y');
+    try {
+      // a create's body is seen by no permission: the server creates and binds it (JetStream listens there)
+      const push = JSON.parse(
+        (
+          await ops.request(
+            `$JS.API.CONSUMER.CREATE.${S}`,
+            JSON.stringify({
+              stream_name: S,
+              config: {
+                deliver_subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+                ack_policy: 'explicit',
+                filter_subject: `${space.prefix}.run.>`,
+              },
+            }),
+            { timeout: 5_000 },
+          )
+        ).string(),
+      ) as { name: string };
+      try {
+        // the push consumer delivers both events there (each a pull with no group: refused, which acknowledges it)
+        const deadline = Date.now() + 5_000;
+        while ((await admin.jsm.consumers.info(S, push.name)).ack_floor.stream_seq < 2 && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 50));
+        expect((await admin.jsm.consumers.info(S, push.name)).ack_floor.stream_seq).toBe(2);
+        // downstream-y was not touched, and its own user gets both events, each for the first time
+        const info = await admin.jsm.consumers.info(S, 'downstream-y');
+        expect([info.delivered.stream_seq, info.num_ack_pending, info.num_waiting]).toEqual([0, 0, 0]);
+        await expectBothEventsFirstTime(other, 'downstream-y');
+      } finally {
+        await admin.jsm.consumers.delete(S, push.name);
+      }
+    } finally {
+      await other.close();
+      await ops.close();
+      await reset('downstream-y');
+    }
+  });
+
   it("a pull whose reply names a downstream's durable plants no pull on it", async () => {
     const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
     try {

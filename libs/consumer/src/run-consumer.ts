@@ -10,6 +10,7 @@ import type { EventType, Owner, RunEvent, RunEventOf, StoredEvent } from '@runpl
 import {
   allRunsFilter,
   downstreamConsumerNames,
+  DOWNSTREAM_PRIORITY_GROUP,
   DurableConsumer,
   ownerFilter,
   type ConsumerLogger,
@@ -161,7 +162,8 @@ export class RunConsumer {
           exactName: true,
           filter,
           ackWaitMs: bind?.ackWaitMs ?? this.opts.ackWaitMs ?? 30_000,
-          ...(bind ? { bind: true } : {}),
+          // a provisioned durable is in the downstream priority group: every pull names it
+          ...(bind ? { bind: true, group: DOWNSTREAM_PRIORITY_GROUP } : {}),
           ...(onInvalid
             ? { onInvalid: (e: InvalidStoredEvent) => onInvalid({ seq: e.seq, subject: e.subject, anomaly: e.anomaly, reason: e.message }) }
             : {}),

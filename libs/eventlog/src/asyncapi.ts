@@ -18,7 +18,7 @@ import {
   EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
   MAX_EARLIER_SEQS,
 } from './event-log.js';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX } from './bus.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, DOWNSTREAM_PRIORITY_GROUP } from './bus.js';
 import { inboxPrefixOf } from './inbox.js';
 import { KEY_ID_HEADER, SIGNATURE_HEADER, SIGNER_HEADER } from './signing.js';
 import { MAX_PARTITIONS, PARTITIONS_METADATA_KEY, type SubjectSpace } from './subjects.js';
@@ -156,7 +156,8 @@ export function asyncApiDocument(space: SubjectSpace = DEPLOYED_SPACE): JsonSche
       description:
         `Connect as the NATS user of your own durable and use that durable pull consumer on stream \`${space.stream}\`, ` +
         `\`${DOWNSTREAM_CONSUMER_PREFIX}<name>\` (default names ${DEFAULT_DOWNSTREAM_CONSUMERS.join(', ')}), which the admin provisions: ` +
-        `it delivers every Run subject (\`${space.prefix}.run.>\`) from the stream's first event, explicit ack; a downstream user may not ` +
+        `it delivers every Run subject (\`${space.prefix}.run.>\`) from the stream's first event, explicit ack, and every pull must name ` +
+        `its priority group \`${DOWNSTREAM_PRIORITY_GROUP}\` (a pull that does not is refused); a downstream user may not ` +
         `create, change or delete a consumer, so keep the messages on \`${space.prefix}.run.*.${owner}.*\` and acknowledge the rest ` +
         '(docs/consumers.md). Delivery is at least once: de-duplicate by `eventId`. ' +
         `Verify each message before using it. ${verificationRule(space)}`,

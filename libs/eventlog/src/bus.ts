@@ -18,11 +18,11 @@ import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
 import type { EventLog } from './event-log.js';
-import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, downstreamConsumerNames } from './downstream.js';
+import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, DOWNSTREAM_PRIORITY_GROUP, downstreamConsumerNames } from './downstream.js';
 import { inboxPrefixOf } from './inbox.js';
 import { allRunsFilter, ownerFilter, partitionFilter, runtimeNudgeFilter, type SubjectSpace } from './subjects.js';
 
-export { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, downstreamConsumerNames };
+export { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, DOWNSTREAM_PRIORITY_GROUP, downstreamConsumerNames };
 
 /** The subject space of the deployment (deploy/nats, deploy/k8s/base/config.env): stream `RUNPLANE`, prefix `rp`, 8 partitions. */
 export const DEPLOYED_SPACE: SubjectSpace = { stream: 'RUNPLANE', prefix: 'rp', partitions: 8 };
@@ -471,8 +471,9 @@ export function renderNatsAuthorization(
  * The services then only open them (a bucket's `create` reads the existing one's info first).
  * Also creates each downstream durable consumer of `downstream` (default
  * {@link DEFAULT_DOWNSTREAM_CONSUMERS}) when missing, as a pull consumer of every Run subject from
- * the first event, 30 s ack wait: the consumer account may use it but not create, change or delete
- * it.
+ * the first event, 30 s ack wait, in the priority group {@link DOWNSTREAM_PRIORITY_GROUP} (an
+ * existing one without it gets it, keeping its position): the consumer account may use it but not
+ * create, change or delete it.
  * @param log a log connected as a user allowed to create streams (`admin`).
  * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
  */
@@ -488,6 +489,7 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
         throw e;
       },
     );
+    const group = { priority_groups: [DOWNSTREAM_PRIORITY_GROUP], priority_policy: 'overflow' as const };
     if (!exists)
       await log.jsm.consumers.add(log.space.stream, {
         durable_name: name,
@@ -496,7 +498,11 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
         deliver_policy: DeliverPolicy.All,
         ack_wait: 30_000 * 1_000_000,
         max_ack_pending: 1000,
+        ...group,
       });
+    // one provisioned before the group: the group added, its position kept (its pulls must name it now)
+    else if (!(await log.jsm.consumers.info(log.space.stream, name)).config.priority_groups?.includes(DOWNSTREAM_PRIORITY_GROUP))
+      await log.jsm.consumers.update(log.space.stream, name, group);
   }
   // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
   await log.enableAtomicBatches();

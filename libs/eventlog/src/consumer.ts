@@ -47,6 +47,12 @@ export interface DurableConsumerSpec {
    */
   pinned?: { group: string; timeoutMs: number; pullExpiresMs: number };
   /**
+   * The priority group every pull names, for a durable provisioned in one with the overflow policy
+   * (a downstream durable, downstream.ts `DOWNSTREAM_PRIORITY_GROUP`); with {@link bind} only (this
+   * consumer neither creates nor changes such a durable).
+   */
+  group?: string;
+  /**
    * True when the filter takes every subject of the Runs it delivers (a whole partition): each
    * delivery is then told to the log's {@link EventLog.deliveries} before its handler, which runs
    * in the delivery's scope (the folds of the service decide from it without reading: deliveries.ts).
@@ -278,7 +284,9 @@ export class DurableConsumer {
     const consumer = await this.log.js.consumers.get(this.log.space.stream, this.durableName);
     if (ended()) return;
     const messages = await consumer.consume(
-      pinned ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs } : { max_messages: 100, expires: CONSUME_EXPIRES_MS },
+      pinned
+        ? { max_messages: 100, group: pinned.group, expires: pinned.pullExpiresMs }
+        : { max_messages: 100, expires: CONSUME_EXPIRES_MS, ...(this.spec.group ? { group: this.spec.group } : {}) },
     );
     if (ended()) {
       await messages.close().catch(() => undefined);

@@ -20,6 +20,15 @@ export const DOWNSTREAM_CONSUMER_PREFIX = 'downstream-';
 export const DEFAULT_DOWNSTREAM_CONSUMERS: readonly string[] = ['downstream-1', 'downstream-2', 'downstream-3', 'downstream-4'];
 
 /**
+ * The priority group every downstream durable is provisioned with (policy `overflow`, nats-server
+ * 2.11+): each pull must name it (`"group": "downstream"`), and a pull that does not is refused
+ * (`bad request - priority group missing`). A push consumer that anyone able to create consumers
+ * (the ops user) aims at a durable's next subject turns each event it delivers into a pull with no
+ * group: refused, so it can no longer take the durable's messages (docs/consumers.md).
+ */
+export const DOWNSTREAM_PRIORITY_GROUP = 'downstream';
+
+/**
  * Checks the names of downstream durable consumers: each starts with
  * {@link DOWNSTREAM_CONSUMER_PREFIX}, followed by 1-64 of `A-Z a-z 0-9 _ -` (a JetStream consumer
  * name is one subject token: no `.`, `*`, `>` or white space).
