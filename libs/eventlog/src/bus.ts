@@ -482,15 +482,12 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
   // the consumer account may not create its durables (consumerImports): they are created here,
   // pull consumers (no deliver subject) from the first event (docs/consumers.md)
   for (const name of downstreamConsumerNames(downstream)) {
-    const exists = await log.jsm.consumers.info(log.space.stream, name).then(
-      () => true,
-      (e: unknown) => {
-        if (e instanceof JetStreamApiError && e.status === 404) return false;
-        throw e;
-      },
-    );
+    const existing = await log.jsm.consumers.info(log.space.stream, name).catch((e: unknown) => {
+      if (e instanceof JetStreamApiError && e.status === 404) return null;
+      throw e;
+    });
     const group = { priority_groups: [DOWNSTREAM_PRIORITY_GROUP], priority_policy: 'overflow' as const };
-    if (!exists)
+    if (!existing)
       await log.jsm.consumers.add(log.space.stream, {
         durable_name: name,
         filter_subject: allRunsFilter(log.space),
@@ -501,8 +498,7 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
         ...group,
       });
     // one provisioned before the group: the group added, its position kept (its pulls must name it now)
-    else if (!(await log.jsm.consumers.info(log.space.stream, name)).config.priority_groups?.includes(DOWNSTREAM_PRIORITY_GROUP))
-      await log.jsm.consumers.update(log.space.stream, name, group);
+    else if (!existing.config.priority_groups?.includes(DOWNSTREAM_PRIORITY_GROUP)) await log.jsm.consumers.update(log.space.stream, name, group);
   }
   // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
   await log.enableAtomicBatches();
