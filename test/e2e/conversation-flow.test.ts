@@ -100,6 +100,20 @@ describe('clarification through the API and the CLI (K2)', () => {
     // the CLI shows the question with the command that answers it
     const watched = await cli(['watch', askRunId]);
     expect(watched.out).toContain(`runplane reply ${askRunId} ${clarificationId} "<text>"`);
+    // and `ask` prints the answer (the question), the settlement, then that command, exiting 0 (completed)
+    const cliKey = 'flow-clar-ask-cli';
+    await t.setScenario(
+      { steps: [{ reply: { content: '', toolCalls: [{ name: 'ask_clarification', arguments: { question } }] } }], then: 'error' },
+      cliKey,
+    );
+    const askedCli = await cli(['ask', `[${cliKey}] Compare the returns of SPY and QQQ`, '--conversation', `${conv}-cli`]);
+    expect(askedCli.status).toBe(0);
+    const cliRunId = printedRunId(askedCli.out);
+    const cliClarificationId = ofType(await t.waitForSettlement(cliRunId), 'clarification.requested')[0]!.event.data.clarificationId;
+    const hint = `reply with: runplane reply ${cliRunId} ${cliClarificationId} "<text>"`;
+    expect(askedCli.out).toContain(hint);
+    expect(askedCli.out.indexOf(hint)).toBeGreaterThan(askedCli.out.indexOf(question));
+    expect(askedCli.out.indexOf(hint)).toBeGreaterThan(askedCli.out.indexOf('completed'));
 
     // the reply, through the CLI: 201, a new Run linked `clarification`
     const replyKey = 'flow-clar-reply';
