@@ -63,6 +63,16 @@ describe('assignPartitions (rendezvous hashing with bounded load)', () => {
     expect(partitionsOf(8, ['a'], 'b')).toEqual([]);
   });
 
+  it('gives the same assignment in every version: replicas of two releases side by side in a rollout must agree on who owns what', () => {
+    // computed once and kept: a change here makes two versions' replicas disagree, so a partition neither
+    // claims waits unconsumed until the rollout ends (one both claim is pinned to one of them by the server)
+    expect([...assignPartitions(8, ['runtime-7f3a2c', 'runtime-b81d0e', 'runtime-é9'])]).toEqual([
+      ['runtime-7f3a2c', [0, 1, 7]],
+      ['runtime-b81d0e', [2, 4]],
+      ['runtime-é9', [3, 5, 6]],
+    ]);
+  });
+
   it("given a member leaving, all its partitions move and the others' mostly stay (measured: under one extra move on average)", () => {
     const extra: number[] = [];
     for (let seed = 1; seed <= 200; seed++) {
