@@ -400,71 +400,48 @@ describe("a downstream durable's user (downstream services)", () => {
 });
 
 describe('the ops user (its own account)', () => {
-  it("a push consumer it aims at a downstream durable's next subject takes none of that durable's events: its pulls name no priority group", async () => {
-    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+  const opsConnection = () =>
+    connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+
+  it("may make no consumer of any kind: a push consumer aimed at a downstream durable's next subject, a pull consumer, a durable are refused, and the durable is untouched", async () => {
+    const before = (await admin.jsm.consumers.list(S).next()).map((c) => c.name).sort();
     const other = await connectAs('downstream-y');
     try {
-      // a create's body is seen by no permission: the server creates and binds it (JetStream listens there)
-      const push = JSON.parse(
-        (
-          await ops.request(
-            `$JS.API.CONSUMER.CREATE.${S}`,
-            JSON.stringify({
-              stream_name: S,
-              config: {
-                deliver_subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
-                ack_policy: 'explicit',
-                filter_subject: `${space.prefix}.run.>`,
-              },
-            }),
-            { timeout: 5_000 },
-          )
-        ).string(),
-      ) as { name: string };
-      try {
-        // the push consumer delivers both events there (each a pull with no group: refused, which acknowledges it)
-        const deadline = Date.now() + 5_000;
-        while ((await admin.jsm.consumers.info(S, push.name)).ack_floor.stream_seq < 2 && Date.now() < deadline)
-          await new Promise((r) => setTimeout(r, 50));
-        expect((await admin.jsm.consumers.info(S, push.name)).ack_floor.stream_seq).toBe(2);
-        // downstream-y was not touched, and its own user gets both events, each for the first time
-        const info = await admin.jsm.consumers.info(S, 'downstream-y');
-        expect([info.delivered.stream_seq, info.num_ack_pending, info.num_waiting]).toEqual([0, 0, 0]);
-        await expectBothEventsFirstTime(other, 'downstream-y');
-      } finally {
-        await admin.jsm.consumers.delete(S, push.name);
+      const push = {
+        deliver_subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+        ack_policy: 'explicit',
+        filter_subject: `${space.prefix}.run.>`,
+      };
+      const pull = { ack_policy: 'none', filter_subject: `${space.prefix}.run.>`, mem_storage: true };
+      const creates: [string, object][] = [
+        [`$JS.API.CONSUMER.CREATE.${S}`, push],
+        [`$JS.API.CONSUMER.CREATE.${S}`, pull],
+        [`$JS.API.CONSUMER.CREATE.${S}.ops-durable`, { ...pull, name: 'ops-durable', durable_name: 'ops-durable' }],
+        [`$JS.API.CONSUMER.CREATE.${S}.ops-push.${space.prefix}.run.>`, { ...push, name: 'ops-push' }],
+        [`$JS.API.CONSUMER.DURABLE.CREATE.${S}.ops-durable`, { ...pull, durable_name: 'ops-durable' }],
+      ];
+      for (const [subject, config] of creates) {
+        // each on a connection of its own: a permissions violation may close the one it happened on
+        const ops = await opsConnection();
+        try {
+          await expect(ops.request(subject, JSON.stringify({ stream_name: S, config }), { timeout: 5_000 })).rejects.toThrow(/permission/i);
+        } finally {
+          await ops.close().catch(() => undefined);
+        }
       }
+      expect((await admin.jsm.consumers.list(S).next()).map((c) => c.name).sort()).toEqual(before);
+      // downstream-y was not touched, and its own user gets both events, each for the first time
+      const info = await admin.jsm.consumers.info(S, 'downstream-y');
+      expect([info.delivered.stream_seq, info.num_ack_pending, info.num_waiting]).toEqual([0, 0, 0]);
+      await expectBothEventsFirstTime(other, 'downstream-y');
     } finally {
       await other.close();
-      await ops.close();
       await reset('downstream-y');
     }
   });
 
-  it("a pull whose reply names a downstream's durable plants no pull on it", async () => {
-    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
-    try {
-      const jsm = await jetstreamManager(ops);
-      // acknowledged explicitly: each delivery then carries an ack subject as its reply, as a planted pull would need
-      const info = await jsm.consumers.add(S, { filter_subject: `${space.prefix}.run.>`, ack_policy: AckPolicy.Explicit, mem_storage: true });
-      try {
-        const before = (await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting;
-        ops.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.${info.name}`, JSON.stringify({ batch: 20, expires: 2_000_000_000 }), {
-          reply: `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
-        });
-        await ops.flush();
-        for (const until = Date.now() + 1_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100)))
-          expect((await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting).toBe(before);
-      } finally {
-        await jsm.consumers.delete(S, info.name);
-      }
-    } finally {
-      await ops.close();
-    }
-  });
-
-  it("reads the Run stream through short-lived consumers, and a pull whose reply names a bucket's, a Run or a service's subject stores nothing anywhere", async () => {
-    const ops = await connect({ servers: nats.url, ...natsUserOptions(nats.users.ops.user, nats.users.ops.password), ...tls, reconnect: false });
+  it("reads the Run stream with batched direct gets, and a read whose reply names a bucket's, a Run or a service's subject, or a durable's next subject, stores and plants nothing", async () => {
+    const ops = await opsConnection();
     const opsLog = await EventLog.connect({
       natsUrl: nats.url,
       ...space,
@@ -475,57 +452,37 @@ describe('the ops user (its own account)', () => {
     });
     const observer = await connect({ servers: nats.url, ...natsUserOptions(nats.users.publication.user, nats.users.publication.password), ...tls });
     try {
-      // what timeline, audit and projections rebuild do: read through an ephemeral ack-less consumer
+      // what timeline, audit and projections rebuild do: direct gets, one and batched (no consumer)
       expect((await opsLog.readRun(runId)).map((e) => e.event.eventId)).toEqual([admitted.eventId, turn.eventId]);
+      const whole: string[] = [];
+      for await (const e of opsLog.readRunWhole(runId)) whole.push(e.event.eventId);
+      const all: string[] = [];
+      for await (const e of opsLog.readAll()) all.push(e.event.eventId);
+      expect([whole, all]).toEqual([
+        [admitted.eventId, turn.eventId],
+        [admitted.eventId, turn.eventId],
+      ]);
       const heard: Msg[] = [];
       observer.subscribe(liveDeltaSubject(space, runId), { callback: (_e, m) => void heard.push(m) });
       await observer.flush();
       const before = await storedCounts();
-      const jsm = await jetstreamManager(ops);
-      const info = await jsm.consumers.add(S, {
-        filter_subject: `${space.prefix}.run.>`,
-        ack_policy: AckPolicy.None,
-        inactive_threshold: 60_000_000_000,
-        mem_storage: true,
-      });
-      try {
-        const targets = [
-          ...Object.entries(BUS_BUCKETS).map(([b, spec]) =>
-            spec.kind === 'kv' ? `$KV.${bucketName(space, b as BusBucket)}.x` : `$O.${bucketName(space, b as BusBucket)}.M.x`,
-          ),
-          liveDeltaSubject(space, runId),
-          runSubject(space, runId, 'lifecycle'),
-          `${inboxPrefixOf(nats.users.runtime.user)}.x`,
-        ];
-        // the hole as it was: ops in the services' account, the server stored the events in every bucket's stream
-        for (const reply of targets) ops.publish(`$JS.API.CONSUMER.MSG.NEXT.${S}.${info.name}`, JSON.stringify({ batch: 2 }), { reply });
-        await ops.flush();
-        // a pull on its own inbox then gets both events: no pull above delivered them (an ack-less consumer sends each once)
-        const got: JsMsg[] = [];
-        const c = await jetstream(ops).consumers.get(S, info.name);
-        for await (const m of await c.fetch({ max_messages: 2, expires: 5_000 })) got.push(m);
-        expect(got.map((m) => m.seq)).toEqual([1, 2]);
-      } finally {
-        await jsm.consumers.delete(S, info.name);
-      }
-      // a push consumer aimed at a bucket (a create's body names its deliver subject, which no permission
-      // sees): the server created it, but finds no one listening on that subject and delivers nothing
-      const target = `$KV.${bucketName(space, 'conversations')}.x`;
-      const push = JSON.parse(
-        (
-          await ops.request(
-            `$JS.API.CONSUMER.CREATE.${S}`,
-            JSON.stringify({ stream_name: S, config: { deliver_subject: target, ack_policy: 'none', filter_subject: `${space.prefix}.run.>` } }),
-            { timeout: 5_000 },
-          )
-        ).string(),
-      ) as { name?: string; push_bound?: boolean; error?: unknown };
-      if (push.name) {
-        const pushInfo = await admin.jsm.consumers.info(S, push.name);
-        expect([pushInfo.push_bound ?? false, pushInfo.delivered.stream_seq]).toEqual([false, 0]);
-        await jsm.consumers.delete(S, push.name);
-      }
+      const waiting = (await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting;
+      const targets = [
+        ...Object.entries(BUS_BUCKETS).map(([b, spec]) =>
+          spec.kind === 'kv' ? `$KV.${bucketName(space, b as BusBucket)}.x` : `$O.${bucketName(space, b as BusBucket)}.M.x`,
+        ),
+        liveDeltaSubject(space, runId),
+        runSubject(space, runId, 'lifecycle'),
+        `${inboxPrefixOf(nats.users.runtime.user)}.x`,
+        `$JS.API.CONSUMER.MSG.NEXT.${S}.downstream-y`,
+      ];
+      // the answers go back into the ops account, where no such subject leads anywhere
+      for (const reply of targets)
+        ops.publish(`$JS.API.DIRECT.GET.${S}`, JSON.stringify({ seq: 1, batch: 2, next_by_subj: `${space.prefix}.run.>` }), { reply });
+      await ops.flush();
       await observer.flush();
+      for (const until = Date.now() + 1_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100)))
+        expect((await admin.jsm.consumers.info(S, 'downstream-y')).num_waiting).toBe(waiting);
       expect(await storedCounts()).toEqual(before);
       expect(heard).toEqual([]);
       // nor may it reach a bucket or a Run subject itself, nor a downstream's or a service's durable

@@ -1,7 +1,7 @@
 /**
  * `runplane audit`: reads Runs from the log (never the projections) and checks the guarantees
- * from their events alone (libs/audit, K11). Reads only: it creates nothing it keeps (the scans'
- * ephemeral consumers go with them) and appends nothing.
+ * from their events alone (libs/audit, K11). Reads only: direct gets (batched for a scan), no
+ * consumer; it creates and appends nothing.
  */
 import { auditRuns, CHECKS, readForAudit, type AuditInput, type AuditReport, type AuditSelection } from '@runplane/audit';
 import type { StoredEvent } from '@runplane/contracts';

@@ -13,7 +13,7 @@ export interface ReadEnvironment {
   NATS_CA_FILE?: string;
   /** The deployment's event signing public keys: the reads refuse (and `audit` reports) an event its owner did not sign. */
   RUNPLANE_SIGNING_PUBLIC_KEYS_FILE?: string;
-  /** The ops user's credentials: it may read the Run stream (short-lived consumers) and append nothing. */
+  /** The ops user's credentials: it may read the Run stream (direct gets) and nothing else. */
   NATS_USER: string;
   NATS_PASSWORD: string;
   /** The live projection database `projections rebuild` compares with (its user must be allowed to create databases). */
@@ -62,9 +62,9 @@ export function readCommands(env: ReadEnvironment): { timeline: string; audit: s
 
 /**
  * Runs a read of the log (`command`: `timeline`, `audit`, `projections rebuild`) and, when the NATS
- * server refuses the user an operation it needs (a "Permissions Violation": a service's or the
- * downstream consumer's credentials, which may not create the short-lived consumers a read
- * makes), says which server refused whom and which credentials the command needs: the ops user's.
+ * server refuses the user an operation it needs (a "Permissions Violation": credentials not allowed
+ * the Run stream's reads), says which server refused whom and which credentials the command needs:
+ * the ops user's.
  * Any other error passes through unchanged.
  * @throws Error naming the server, the user and the ops user's password variable.
  */

@@ -1,7 +1,7 @@
 /**
  * Reading what an audit needs from the log: one Run (with the Runs its links name) or every Run,
- * with the messages the log could not verify. Reads only (K11): the scans' ephemeral consumers go
- * with them; nothing is appended or created.
+ * with the messages the log could not verify. Reads only (K11): direct gets (batched for a scan);
+ * nothing is appended or created.
  */
 import { Id, type StoredEvent } from '@runplane/contracts';
 import { parseRunSubject, type EventLog, type InvalidStoredEvent } from '@runplane/eventlog';

@@ -210,6 +210,9 @@ export interface ConsumerImport {
 
 const one = (subject: string): ConsumerImport => ({ subject, response: 'singleton' });
 
+/** A stream read's import: a direct get answers a batch (`batch`, `multi_last`) with several messages, the rest with one. */
+const readImport = (subject: string): ConsumerImport => (subject.startsWith('$JS.API.DIRECT.GET.') ? { subject, response: 'stream' } : one(subject));
+
 /** What one downstream durable needs beyond the stream reads: its info, next (`stream` responses) and acks. */
 function durableImports(space: SubjectSpace, name: string): ConsumerImport[] {
   const S = space.stream;
@@ -234,25 +237,18 @@ function durableImports(space: SubjectSpace, name: string): ConsumerImport[] {
  * @throws RangeError when `name` is no downstream name ({@link downstreamConsumerNames}).
  */
 export function consumerImports(space: SubjectSpace, name: string): ConsumerImport[] {
-  return [...streamReadApi(space).map(one), ...durableImports(space, downstreamUserName(name))];
+  return [...streamReadApi(space).map(readImport), ...durableImports(space, downstreamUserName(name))];
 }
 
 /**
- * What the ops user's reads need (`timeline`, `audit`, `projections rebuild`: short-lived
- * ack-less pull consumers, EventLog's snapshot): the stream reads, the create of a consumer
- * without a name in the subject, and any consumer's info, next (`stream` responses) and delete.
- * The durables of the services and of downstream services are refused to ops by its permissions
- * ({@link busPermissions}). Every answer and delivery goes back into {@link OPS_ACCOUNT}.
+ * What the ops user's reads need (`timeline`, `audit`, `projections rebuild`): the stream reads
+ * and nothing else. A whole-log read is a series of batched direct gets (EventLog's snapshot), so
+ * ops makes no consumer of any kind: it cannot make one that delivers the stream to a subject of
+ * its choosing (another user's inbox, a durable's next-message subject). Every answer goes back
+ * into {@link OPS_ACCOUNT}.
  */
 export function opsImports(space: SubjectSpace): ConsumerImport[] {
-  const S = space.stream;
-  return [
-    ...streamReadApi(space).map(one),
-    one(`$JS.API.CONSUMER.CREATE.${S}`),
-    one(`$JS.API.CONSUMER.INFO.${S}.*`),
-    { subject: `$JS.API.CONSUMER.MSG.NEXT.${S}.*`, response: 'stream' },
-    one(`$JS.API.CONSUMER.DELETE.${S}.*`),
-  ];
+  return streamReadApi(space).map(readImport);
 }
 
 /**
@@ -301,15 +297,17 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
     if (user === 'runtime') publish.push(runtimeNudgeFilter(space));
     if (user === 'runtime') subscribe.push(runtimeNudgeFilter(space));
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
-    // reading the log: stream info, direct gets, short-lived consumers (snapshots, observers);
-    // ops: exactly its imports (opsImports)
-    publish.push(
-      ...streamReadApi(space),
-      `$JS.API.CONSUMER.CREATE.${S}`,
-      `$JS.API.CONSUMER.INFO.${S}.*`,
-      `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
-      `$JS.API.CONSUMER.DELETE.${S}.*`,
-    );
+    // reading the log: stream info and direct gets (whole-log reads are batched direct gets: no
+    // consumer); the services also short-lived consumers (observers); ops exactly its imports
+    // (opsImports), which make no consumer of any kind
+    publish.push(...streamReadApi(space));
+    if (user !== 'ops')
+      publish.push(
+        `$JS.API.CONSUMER.CREATE.${S}`,
+        `$JS.API.CONSUMER.INFO.${S}.*`,
+        `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
+        `$JS.API.CONSUMER.DELETE.${S}.*`,
+      );
     // observers follow one Run with an ordered consumer (generated name, filter in the subject)
     if (user === 'publication') publish.push(`$JS.API.CONSUMER.CREATE.${S}.*.${space.prefix}.run.*.>`);
     // its partition consumers (created with several filters: the request names no filter), their

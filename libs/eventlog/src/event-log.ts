@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { createInbox, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { AbortError, BatchNotStored, isTransientNatsError, retry } from '@runplane/kit';
 import {
-  AckPolicy,
   DeliverPolicy,
   JetStreamApiError,
   jetstream,
@@ -283,19 +282,35 @@ export interface StoredEventWithHeaders extends StoredEvent {
   headers: Partial<Record<(typeof STORED_HEADERS)[number], string>>;
 }
 
-/** How a read goes: whether it returns each event's {@link STORED_HEADERS} (off on the services' reads: nothing is copied there), and its fetches' expiry. */
+/** How a read goes: whether it returns each event's {@link STORED_HEADERS} (off on the services' reads: nothing is copied there), and how long a batch may stall. */
 export interface ReadOptions {
   headers?: boolean;
   /**
-   * How long each fetch of the read waits for its batch, ms (default {@link READ_FETCH_EXPIRES_MS};
-   * at least 1000, the client's floor). A test of a frozen server passes a short one to freeze it
-   * for less time and still outlast a fetch.
+   * How long a batch of the read may go without a message before it is asked again, ms (default
+   * {@link READ_FETCH_EXPIRES_MS}). A test of a frozen server passes a short one to freeze it for
+   * less time and still outlast it.
    */
   fetchExpiresMs?: number;
 }
 
-/** How long each fetch of a whole-log read ({@link EventLog.readAll}) waits for its batch, ms. */
+/** How long a batch of a whole-log read ({@link EventLog.readAll}) may go without a message before it is asked again, ms. */
 export const READ_FETCH_EXPIRES_MS = 5_000;
+
+/** Tries in a row in which a read gets no further before it gives up (each waits a little longer: 0.1 s, 0.2 s, ...). */
+export const READ_STALLS = 8;
+
+/** A batched direct get that stopped arriving (a server frozen or gone): what did arrive, so the read goes on from there. */
+class DirectBatchStalled extends Error {
+  constructor(
+    filter: string,
+    seq: number,
+    idleMs: number,
+    readonly received: Msg[],
+  ) {
+    super(`reading ${filter} from sequence ${seq}: nothing arrived for ${idleMs} ms after ${received.length} messages`);
+    this.name = 'DirectBatchStalled';
+  }
+}
 
 /** The {@link STORED_HEADERS} of a message that carries them (none: `{}`). */
 export function storedHeadersOf(headers: StoredHeaders | undefined): StoredEventWithHeaders['headers'] {
@@ -1578,9 +1593,16 @@ export class EventLog {
   }
 
   /**
-   * Reads the events matching `filter` from `fromSeq` as of the moment of the call: an ephemeral
-   * pull consumer snapshots the pending count, then exactly that many are fetched in batches.
-   * Reads never append (K11).
+   * Reads the events matching `filter` from `fromSeq` as of the moment of the call, in stream order,
+   * with batched direct gets (`$JS.API.DIRECT.GET.<stream>` with `batch` and `next_by_subj`,
+   * nats-server 2.11+): no consumer is made, so a reader needs no right to make one (the ops user
+   * has none: bus.ts `opsImports`). "Now" is the last message matching the filter, asked before
+   * the first batch ({@link readMessage}: of the leader on a replicated stream); the read ends at
+   * it. A batch that ends short of it (a replica a little behind answered it) is asked again from
+   * the next sequence, and one that stops arriving for `idleMs` (a server frozen or gone) too,
+   * from the sequence after the last message received, a few times each. Reads never append (K11).
+   * @throws Error when no batch gets further for {@link READ_STALLS} tries in a row (the read
+   *   would otherwise wait for ever), and what the first read throws (no stream, NATS unreachable).
    */
   private async *snapshot(
     filter: string,
@@ -1588,57 +1610,83 @@ export class EventLog {
     batchSize = 512,
     seen?: (subject: string, seq: number) => void,
     withHeaders = false,
-    fetchExpiresMs = READ_FETCH_EXPIRES_MS,
+    idleMs = READ_FETCH_EXPIRES_MS,
   ): AsyncGenerator<StoredEvent> {
-    const open = (from: number) =>
-      this.jsm.consumers.add(this.space.stream, {
-        filter_subject: filter,
-        ack_policy: AckPolicy.None,
-        ...(from > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from } : { deliver_policy: DeliverPolicy.All }),
-        inactive_threshold: 60 * 1_000_000_000,
-        mem_storage: true,
-      });
-    let info = await open(fromSeq);
-    try {
-      let remaining = info.num_pending;
-      let consumer = await this.js.consumers.get(this.space.stream, info.name);
-      let stalls = 0;
-      /** The sequence after the last message read (where a new consumer starts after a stall). */
-      let position = fromSeq;
-      while (remaining > 0) {
-        const messages: JsMsg[] = [];
-        let stalled = false;
-        try {
-          const batch = await consumer.fetch({ max_messages: Math.min(remaining, batchSize), expires: fetchExpiresMs });
-          for await (const m of batch) messages.push(m);
-        } catch (e) {
-          // a server too loaded to send the fetch's idle heartbeats in time (two missed: "heartbeats
-          // missed", seen in CI beside 16 CPU hogs): what the batch delivered is kept, and the rest
-          // is read by a new consumer from the next sequence (an ack-less consumer does not deliver
-          // again what it sent into a stopped fetch); a few times, then the error stands
-          if (!(e instanceof Error && e.message.includes('heartbeats missed')) || ++stalls > 5) throw e;
-          stalled = true;
-        }
-        for (const m of messages) {
-          remaining--;
-          position = m.seq + 1;
-          seen?.(m.subject, m.seq);
-          const stored = this.factOrSkipped(m.seq, m.subject, m.data, m.headers);
-          if (!stored) continue;
-          if (withHeaders) (stored as StoredEventWithHeaders).headers = storedHeadersOf(m.headers);
-          yield stored;
-        }
-        if (stalled) {
-          await this.jsm.consumers.delete(this.space.stream, info.name).catch(() => undefined);
-          info = await open(position);
-          consumer = await this.js.consumers.get(this.space.stream, info.name);
-          continue;
-        }
-        if (messages.length === 0) throw new Error(`reading ${filter}: the stream returned no messages with ${remaining} pending`);
+    const last = await this.readMessage({ last_by_subj: filter });
+    if (!last || last.seq < fromSeq) return;
+    /** The sequence after the last message read (where the next batch starts). */
+    let position = fromSeq;
+    let stalls = 0;
+    while (position <= last.seq) {
+      let messages: Msg[];
+      try {
+        messages = await this.directBatch(filter, position, batchSize, idleMs);
+      } catch (e) {
+        if (!(e instanceof DirectBatchStalled) && !isTransientNatsError(e)) throw e;
+        if (e instanceof DirectBatchStalled) messages = e.received;
+        else messages = [];
       }
-    } finally {
-      await this.jsm.consumers.delete(this.space.stream, info.name).catch(() => undefined);
+      let got = 0;
+      for (const m of messages) {
+        const seq = Number(m.headers!.get('Nats-Sequence'));
+        if (seq > last.seq) break;
+        const subject = m.headers!.get('Nats-Subject');
+        got++;
+        position = seq + 1;
+        seen?.(subject, seq);
+        const stored = this.factOrSkipped(seq, subject, m.data, m.headers);
+        if (!stored) continue;
+        if (withHeaders) (stored as StoredEventWithHeaders).headers = storedHeadersOf(m.headers);
+        yield stored;
+      }
+      if (got > 0) {
+        stalls = 0;
+        continue;
+      }
+      if (++stalls > READ_STALLS)
+        throw new Error(`reading ${filter}: no message at or after sequence ${position} in ${READ_STALLS} tries, but ${last.seq} is stored`);
+      await new Promise((r) => setTimeout(r, 100 * stalls));
     }
+  }
+
+  /**
+   * One batched direct get: up to `batch` stored messages matching `filter` from sequence `seq`,
+   * in stream order, each with its own headers and the server's (`Nats-Sequence`, `Nats-Subject`).
+   * Resolves when the server ends the batch (status 204) or has none (404).
+   * @throws DirectBatchStalled (with what arrived) when nothing arrives for `idleMs`; an Error for
+   *   any other status (a permission refused arrives as the connection's error).
+   */
+  private directBatch(filter: string, seq: number, batch: number, idleMs: number): Promise<Msg[]> {
+    return new Promise((resolve, reject) => {
+      const received: Msg[] = [];
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const finish = (error?: Error) => {
+        clearTimeout(timer);
+        sub.unsubscribe();
+        if (error) reject(error);
+        else resolve(received);
+      };
+      const arm = () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => finish(new DirectBatchStalled(filter, seq, idleMs, received)), idleMs);
+      };
+      // the connection's own inbox prefix (the user's: natsUserOptions), as the client's requests use
+      const prefix = (this.nc as NatsConnection & { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
+      const sub = this.nc.subscribe(createInbox(prefix), {
+        callback: (err, msg) => {
+          if (err) return finish(err);
+          const h = msg.headers;
+          if (h && msg.data.length === 0 && h.code >= 200 && !h.get('Nats-Sequence')) {
+            if (h.code === 204 || h.code === 404) return finish();
+            return finish(new Error(`reading ${filter} from sequence ${seq}: ${h.code} ${h.description}`));
+          }
+          received.push(msg);
+          arm();
+        },
+      });
+      arm();
+      this.nc.publish(`$JS.API.DIRECT.GET.${this.space.stream}`, JSON.stringify({ seq, batch, next_by_subj: filter }), { reply: sub.getSubject() });
+    });
   }
 
   /**

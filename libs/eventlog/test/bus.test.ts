@@ -144,7 +144,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
         consumerImports(DEPLOYED_SPACE, name)
           .filter((i) => i.response === 'stream')
           .map((i) => i.subject),
-      ).toEqual([`$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${name}`]);
+      ).toEqual(['$JS.API.DIRECT.GET.RUNPLANE', '$JS.API.DIRECT.GET.RUNPLANE.rp.run.>', `$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.${name}`]);
     }
     const imports = consumerImports(DEPLOYED_SPACE, 'downstream-1').map((i) => i.subject);
     // no create, update or delete: a request's body may name a deliver subject (docs/consumers.md)
@@ -194,7 +194,7 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(() => downstreamConsumerNames(['downstream-*'])).toThrow(RangeError);
   });
 
-  it("puts ops alone in its own account, importing only the Run stream's reads: no bucket, no Run subject, and its replies stay in its account", () => {
+  it("puts ops alone in its own account, importing only the Run stream's reads: no consumer, no bucket, no Run subject, and its replies stay in its account", () => {
     expect(accountOf('ops')).toBe(OPS_ACCOUNT);
     expect(BUS_USERS.filter((u) => accountOf(u) !== SERVICES_ACCOUNT)).toEqual(['ops']);
     const imports = opsImports(DEPLOYED_SPACE).map((i) => i.subject);
@@ -204,8 +204,13 @@ describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
     expect(
       imports.filter((p) => p.startsWith('rp.') || p.startsWith('$KV') || p.startsWith('$O') || p.includes('KV_') || p.includes('OBJ_')),
     ).toEqual([]);
+    // no consumer of any kind (whole-log reads are batched direct gets, answered as a stream of messages)
+    expect(imports.filter((p) => p.includes('CONSUMER'))).toEqual([]);
     const conf = renderNatsAuthorization(DEPLOYED_SPACE, 'env');
-    expect(conf).toContain(`{ service: "$JS.API.CONSUMER.MSG.NEXT.RUNPLANE.*", accounts: ["${OPS_ACCOUNT}"], response: stream }`);
+    expect(conf).not.toContain(`accounts: ["${OPS_ACCOUNT}"]`);
+    expect(conf).toContain(
+      `{ service: "$JS.API.DIRECT.GET.RUNPLANE", accounts: [${[...DEFAULT_DOWNSTREAM_CONSUMERS.map(downstreamAccountOf), OPS_ACCOUNT].map((a) => `"${a}"`).join(', ')}], response: stream }`,
+    );
     expect(conf).toContain(
       `{ service: "$JS.API.STREAM.INFO.RUNPLANE", accounts: [${[...DEFAULT_DOWNSTREAM_CONSUMERS.map(downstreamAccountOf), OPS_ACCOUNT].map((a) => `"${a}"`).join(', ')}] }`,
     );
