@@ -22,6 +22,7 @@ import {
   DOWNSTREAM_CONSUMER_PREFIX,
   DOWNSTREAM_PRIORITY_GROUP,
   downstreamPermissions,
+  durableNameOf,
   EventLog,
   inboxPrefixOf,
   liveDeltaSubject,
@@ -396,6 +397,45 @@ describe("a downstream durable's user (downstream services)", () => {
       expect(downstreamPermissions(space, name).publish.allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);
     expect(DEFAULT_DOWNSTREAM_CONSUMERS.every((n) => n.startsWith(DOWNSTREAM_CONSUMER_PREFIX))).toBe(true);
     expect(Object.keys(nats.users.downstream)).toEqual(['downstream-x', 'downstream-y']);
+  });
+});
+
+describe("a service's user", () => {
+  it("may not send a create that names no consumer in its subject: its body could update a downstream's or another service's durable", async () => {
+    const lifecycleDurable = durableNameOf(space, 'lifecycle', 0);
+    await admin.jsm.consumers.add(S, { durable_name: lifecycleDurable, ack_policy: AckPolicy.Explicit, filter_subject: `${space.prefix}.run.*.*.0` });
+    try {
+      const configs = async () =>
+        (await Promise.all(['downstream-y', lifecycleDurable].map((d) => admin.jsm.consumers.info(S, d)))).map((i) => i.config);
+      const before = await configs();
+      for (const user of ['admission', 'runtime', 'publication'] as const)
+        for (const target of ['downstream-y', lifecycleDurable]) {
+          // a trial's update, as a service: filtered to nothing, one message in flight, expiring when idle
+          const config = {
+            name: target,
+            ack_policy: 'explicit',
+            filter_subject: `${space.prefix}.run.*.nothing.*`,
+            max_ack_pending: 1,
+            inactive_threshold: 5e9,
+          };
+          const nc = await connect({
+            servers: nats.url,
+            ...natsUserOptions(nats.users[user].user, nats.users[user].password),
+            ...tls,
+            reconnect: false,
+          });
+          try {
+            await expect(
+              nc.request(`$JS.API.CONSUMER.CREATE.${S}`, JSON.stringify({ stream_name: S, action: 'update', config }), { timeout: 5_000 }),
+            ).rejects.toThrow(/permission/i);
+          } finally {
+            await nc.close().catch(() => undefined);
+          }
+        }
+      expect(await configs()).toEqual(before);
+    } finally {
+      await admin.jsm.consumers.delete(S, lifecycleDurable);
+    }
   });
 });
 

@@ -298,24 +298,26 @@ export function busPermissions(space: SubjectSpace, downstream: readonly string[
     if (user === 'runtime') subscribe.push(runtimeNudgeFilter(space));
     if (user === 'publication') subscribe.push(`${space.prefix}.live.*.delta`);
     // reading the log: stream info and direct gets (whole-log reads are batched direct gets: no
-    // consumer); the services also short-lived consumers (observers); ops exactly its imports
-    // (opsImports), which make no consumer of any kind
+    // consumer); ops exactly its imports (opsImports), which make no consumer of any kind. Nobody
+    // but the admin may send a create that names no consumer in its subject
+    // (`$JS.API.CONSUMER.CREATE.<stream>`): its body may name any consumer, a downstream's durable
+    // or another service's, and the server updates that one (a trial filtered one to nothing)
     publish.push(...streamReadApi(space));
-    if (user !== 'ops')
+    // observers follow one Run with an ordered consumer (generated name, filter in the subject)
+    if (user === 'publication')
       publish.push(
-        `$JS.API.CONSUMER.CREATE.${S}`,
+        `$JS.API.CONSUMER.CREATE.${S}.*.${space.prefix}.run.*.>`,
         `$JS.API.CONSUMER.INFO.${S}.*`,
         `$JS.API.CONSUMER.MSG.NEXT.${S}.*`,
         `$JS.API.CONSUMER.DELETE.${S}.*`,
       );
-    // observers follow one Run with an ordered consumer (generated name, filter in the subject)
-    if (user === 'publication') publish.push(`$JS.API.CONSUMER.CREATE.${S}.*.${space.prefix}.run.*.>`);
     // its partition consumers (created with several filters: the request names no filter), their
-    // acks, and handing a partition's pin over (priority groups: nats-server 2.11+)
+    // info, pulls and acks, and handing a partition's pin over (priority groups: nats-server 2.11+)
     for (const d of own)
       publish.push(
         `$JS.API.CONSUMER.CREATE.${S}.${d}`,
         `$JS.API.CONSUMER.CREATE.${S}.${d}.>`,
+        ...(user === 'publication' ? [] : [`$JS.API.CONSUMER.INFO.${S}.${d}`, `$JS.API.CONSUMER.MSG.NEXT.${S}.${d}`]),
         `$JS.API.CONSUMER.UNPIN.${S}.${d}`,
         `$JS.ACK.${S}.${d}.>`,
       );
