@@ -392,6 +392,57 @@ describe("a downstream durable's user (downstream services)", () => {
     }
   });
 
+  it('a durable changed by hand (filtered to nothing, no longer durable, no group, expiring when idle) is put back by the next provisioning from its acknowledged position, and a second provisioning changes nothing', async () => {
+    const other = await connectAs('downstream-y');
+    try {
+      const y = await jetstream(other).consumers.get(S, 'downstream-y');
+      for await (const m of await y.fetch({ max_messages: 1, expires: 5_000, group: DOWNSTREAM_PRIORITY_GROUP })) expect(await m.ackAck()).toBe(true);
+      // a trial's tamper, as the admin may still do: a create whose body names the durable
+      const tampered = await admin.nc.request(
+        `$JS.API.CONSUMER.CREATE.${S}`,
+        JSON.stringify({
+          stream_name: S,
+          action: 'update',
+          config: {
+            name: 'downstream-y',
+            ack_policy: 'explicit',
+            deliver_policy: 'all',
+            filter_subject: `${space.prefix}.run.*.nothing.*`,
+            ack_wait: 30e9,
+            max_ack_pending: 1000,
+            inactive_threshold: 3_600e9,
+          },
+        }),
+      );
+      expect(tampered.json<{ config: { filter_subject: string } }>().config.filter_subject).toBe(`${space.prefix}.run.*.nothing.*`);
+      const report = await provisionBus(admin, ['downstream-y']);
+      expect(report).toEqual({
+        created: [],
+        // no longer durable, it kept an inactive threshold through the update: made again after its acknowledged first event
+        repaired: [
+          { name: 'downstream-y', differed: ['durable_name', 'filter', 'inactive_threshold', 'priority_groups', 'made again from sequence 2'] },
+        ],
+      });
+      const info = await admin.jsm.consumers.info(S, 'downstream-y');
+      expect([
+        info.config.durable_name,
+        info.config.filter_subject,
+        info.config.inactive_threshold ?? 0,
+        info.config.priority_groups,
+        info.ack_floor.stream_seq,
+      ]).toEqual(['downstream-y', `${space.prefix}.run.>`, 0, [DOWNSTREAM_PRIORITY_GROUP], 1]);
+      expect(await provisionBus(admin, ['downstream-y'])).toEqual({ created: [], repaired: [] });
+      // the next pull gets the second event, not the first again
+      const got: JsMsg[] = [];
+      for await (const m of await y.fetch({ max_messages: 2, expires: 2_000, group: DOWNSTREAM_PRIORITY_GROUP })) got.push(m);
+      expect(got.map((m) => m.seq)).toEqual([2]);
+      for (const m of got) expect(await m.ackAck()).toBe(true);
+    } finally {
+      await other.close();
+      await reset('downstream-y');
+    }
+  });
+
   it('is in the deployed configuration with the default names, each its own user', () => {
     for (const name of DEFAULT_DOWNSTREAM_CONSUMERS)
       expect(downstreamPermissions(space, name).publish.allow).toContain(`$JS.API.CONSUMER.MSG.NEXT.${S}.${name}`);

@@ -238,7 +238,7 @@ program
 program
   .command('provision')
   .description(
-    'create the Run stream, the KV buckets, the object store and the downstream durable consumers when missing, with RUNPLANE_NATS_REPLICAS copies (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
+    'create the Run stream, the KV buckets, the object store and the downstream durable consumers when missing, with RUNPLANE_NATS_REPLICAS copies, and put back a downstream durable whose configuration was changed (run as the admin NATS user: NATS_USER, NATS_PASSWORD)',
   )
   .option(
     '--downstream <names>',

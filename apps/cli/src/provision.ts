@@ -17,6 +17,7 @@ import {
   passwordVariable,
   provisionBus,
   type BusBucket,
+  type ProvisionReport,
 } from '@runplane/eventlog';
 
 /**
@@ -28,7 +29,9 @@ import {
  * (as pull consumers; the names given to `docs nats-auth --downstream`). Writes one line per stream to `out`: its name,
  * replicas and leader; then one line per downstream durable: the NATS user that alone may use it
  * (its own name) and the variable holding that user's password in the deployed nats-server
- * (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_<N>`: the password is the deployment's, never known here). Idempotent: a second run creates nothing. Returns 0.
+ * (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_<N>`: the password is the deployment's, never known here),
+ * and whether it was created now or put back to its provisioned configuration (what differed).
+ * Idempotent: a second run creates and changes nothing. Returns 0.
  * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
  *   may not create streams (then naming the admin user it needs, {@link notAdmin}).
  */
@@ -45,8 +48,9 @@ export async function provision(
     throw notAdmin(e, env);
   }
   try {
+    let report: ProvisionReport;
     try {
-      await provisionBus(log, downstream);
+      report = await provisionBus(log, downstream);
     } catch (e) {
       throw notAdmin(e, env);
     }
@@ -58,10 +62,14 @@ export async function provision(
       const info = await log.jsm.streams.info(name);
       out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
     }
-    for (const name of downstream)
+    for (const name of downstream) {
+      const repaired = report.repaired.find((r) => r.name === name);
       out(
-        `downstream durable ${name}: NATS user ${downstreamUserName(name)}, password $${downstreamPasswordVariable(name)} (its own; docs/consumers.md)`,
+        `downstream durable ${name}: NATS user ${downstreamUserName(name)}, password $${downstreamPasswordVariable(name)} (its own; docs/consumers.md)` +
+          (report.created.includes(name) ? '; created' : '') +
+          (repaired ? `; put back to its provisioned configuration (${repaired.differed.join(', ')} differed), its position kept` : ''),
       );
+    }
   } finally {
     await log.close();
   }

@@ -13,7 +13,7 @@
  * service's durable consumer. Each user receives replies only on its own inbox
  * ({@link inboxSubscription}): no user reads another's request replies (docs/operations.md "NATS users and permissions").
  */
-import { AckPolicy, DeliverPolicy, JetStreamApiError } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerConfig } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { Objm } from '@nats-io/obj';
 import { EventCatalog, EventTypes, Owner, subjectTokensOfType } from '@runplane/contracts';
@@ -463,6 +463,53 @@ export function renderNatsAuthorization(
   ].join('\n');
 }
 
+/** What {@link provisionBus} did to the downstream durables. */
+export interface ProvisionReport {
+  /** The durables it created (missing before). */
+  created: string[];
+  /**
+   * The durables it put back to their provisioned configuration, each with what differed (a
+   * durable provisioned before the priority group, or one changed by hand): their position kept.
+   */
+  repaired: { name: string; differed: string[] }[];
+}
+
+/** The configuration of a provisioned downstream durable (docs/consumers.md "Provisioning"). */
+function downstreamDurableConfig(space: SubjectSpace, name: string) {
+  return {
+    name,
+    durable_name: name,
+    filter_subject: allRunsFilter(space),
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: 30_000 * 1_000_000,
+    max_ack_pending: 1000,
+    // none: a durable kept however long its downstream service is away (said explicitly, so an
+    // update clears one set by hand: the server would otherwise keep one)
+    inactive_threshold: 0,
+    priority_groups: [DOWNSTREAM_PRIORITY_GROUP],
+    priority_policy: 'overflow' as const,
+  };
+}
+
+/**
+ * What of an existing downstream durable's configuration differs from the provisioned one
+ * ({@link downstreamDurableConfig}), by field; empty when nothing does.
+ */
+export function downstreamDurableDrift(have: Partial<ConsumerConfig>, want: ReturnType<typeof downstreamDurableConfig>): string[] {
+  const differed: string[] = [];
+  if (have.durable_name !== want.durable_name) differed.push('durable_name');
+  if (have.filter_subject !== want.filter_subject || (have.filter_subjects?.length ?? 0) > 0) differed.push('filter');
+  if (have.deliver_subject) differed.push('deliver_subject');
+  if (have.ack_policy !== want.ack_policy) differed.push('ack_policy');
+  if (have.ack_wait !== want.ack_wait) differed.push('ack_wait');
+  if (have.max_ack_pending !== want.max_ack_pending) differed.push('max_ack_pending');
+  if ((have.inactive_threshold ?? 0) > 0) differed.push('inactive_threshold');
+  if (have.priority_groups?.length !== 1 || have.priority_groups[0] !== DOWNSTREAM_PRIORITY_GROUP || have.priority_policy !== want.priority_policy)
+    differed.push('priority_groups');
+  return differed;
+}
+
 /**
  * Creates what the services may not create themselves (the admin's set-up, before any service
  * starts): the Run stream (atomic batches allowed on an existing one that lacks them,
@@ -471,14 +518,20 @@ export function renderNatsAuthorization(
  * The services then only open them (a bucket's `create` reads the existing one's info first).
  * Also creates each downstream durable consumer of `downstream` (default
  * {@link DEFAULT_DOWNSTREAM_CONSUMERS}) when missing, as a pull consumer of every Run subject from
- * the first event, 30 s ack wait, in the priority group {@link DOWNSTREAM_PRIORITY_GROUP} (an
- * existing one without it gets it, keeping its position): the consumer account may use it but not
- * create, change or delete it.
+ * the first event, 30 s ack wait, in the priority group {@link DOWNSTREAM_PRIORITY_GROUP}: the
+ * consumer account may use it but not create, change or delete it. An existing one whose
+ * configuration differs from that (provisioned before the priority group, or changed by hand: a
+ * filter that takes nothing, an inactive threshold that deletes it) is updated back to it in place,
+ * its position kept.
  * @param log a log connected as a user allowed to create streams (`admin`).
- * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}).
+ * @returns the durables created and repaired.
+ * @throws RangeError when a downstream name is not one ({@link downstreamConsumerNames}); Error
+ *   naming the durable and what differs when the server refuses to put it back (a push consumer,
+ *   another ack policy): the admin deletes it (its position is lost) and provisions again.
  */
-export async function provisionBus(log: EventLog, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Promise<void> {
+export async function provisionBus(log: EventLog, downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS): Promise<ProvisionReport> {
   await log.ensureStream();
+  const report: ProvisionReport = { created: [], repaired: [] };
   // the consumer account may not create its durables (consumerImports): they are created here,
   // pull consumers (no deliver subject) from the first event (docs/consumers.md)
   for (const name of downstreamConsumerNames(downstream)) {
@@ -486,19 +539,41 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
       if (e instanceof JetStreamApiError && e.status === 404) return null;
       throw e;
     });
-    const group = { priority_groups: [DOWNSTREAM_PRIORITY_GROUP], priority_policy: 'overflow' as const };
-    if (!existing)
-      await log.jsm.consumers.add(log.space.stream, {
-        durable_name: name,
-        filter_subject: allRunsFilter(log.space),
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        ack_wait: 30_000 * 1_000_000,
-        max_ack_pending: 1000,
-        ...group,
-      });
-    // one provisioned before the group: the group added, its position kept (its pulls must name it now)
-    else if (!existing.config.priority_groups?.includes(DOWNSTREAM_PRIORITY_GROUP)) await log.jsm.consumers.update(log.space.stream, name, group);
+    const want = downstreamDurableConfig(log.space, name);
+    const differed = existing ? downstreamDurableDrift(existing.config, want) : [];
+    if (existing && differed.length === 0) continue;
+    // one create-or-update request naming the durable (a create that names none could change another)
+    const reply = await log.nc.request(
+      `$JS.API.CONSUMER.CREATE.${log.space.stream}.${name}`,
+      JSON.stringify({ stream_name: log.space.stream, ...(existing ? { action: 'update' } : {}), config: want }),
+      { timeout: 10_000 },
+    );
+    const body = reply.json<{ error?: { description: string; err_code: number }; config?: Partial<ConsumerConfig> }>();
+    if (body.error)
+      throw new Error(
+        `downstream durable ${name} differs from its provisioned configuration (${differed.join(', ')}) and the server refuses to put it back: ` +
+          `${body.error.description} (${body.error.err_code}). Delete it as the admin (its position is lost) and provision again`,
+      );
+    if (!existing) {
+      report.created.push(name);
+      continue;
+    }
+    // a consumer that stopped being durable keeps the inactive threshold the server gave it (it
+    // would be deleted after seconds without a pull): made again, from the sequence after its
+    // acknowledged floor (what was delivered and not acknowledged after it comes again)
+    if (downstreamDurableDrift(body.config ?? {}, want).length > 0) {
+      const from = existing.ack_floor.stream_seq + 1;
+      await log.jsm.consumers.delete(log.space.stream, name);
+      const again = await log.nc.request(
+        `$JS.API.CONSUMER.CREATE.${log.space.stream}.${name}`,
+        JSON.stringify({ stream_name: log.space.stream, config: { ...want, deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from } }),
+        { timeout: 10_000 },
+      );
+      const error = again.json<{ error?: { description: string } }>().error;
+      if (error) throw new Error(`downstream durable ${name} could not be made again from sequence ${from}: ${error.description}`);
+      differed.push(`made again from sequence ${from}`);
+    }
+    report.repaired.push({ name, differed });
   }
   // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
   await log.enableAtomicBatches();
@@ -512,6 +587,7 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
       await kvm.create(bucketName(log.space, bucket), { history: 1, replicas: log.replicas, ...(log.replicas > 1 ? { allow_direct: false } : {}) });
     else await objm.create(bucketName(log.space, bucket), { replicas: log.replicas });
   }
+  return report;
 }
 
 /** Deletes the Run stream and every bucket of a subject space (test and demo clean-up). */

@@ -22,9 +22,10 @@ export const DEFAULT_DOWNSTREAM_CONSUMERS: readonly string[] = ['downstream-1', 
 /**
  * The priority group every downstream durable is provisioned with (policy `overflow`, nats-server
  * 2.11+): each pull must name it (`"group": "downstream"`), and a pull that does not is refused
- * (`bad request - priority group missing`). A push consumer that anyone able to create consumers
- * (the ops user) aims at a durable's next subject turns each event it delivers into a pull with no
- * group: refused, so it can no longer take the durable's messages (docs/consumers.md).
+ * (nats-server: `Bad Request - Priority Group missing`). A push consumer that a user able to create
+ * consumers (the publication's observers; ops before its reads became direct gets) aims at a
+ * durable's next subject turns each event it delivers into a pull with no group: refused, so it
+ * cannot take the durable's messages (docs/consumers.md).
  */
 export const DOWNSTREAM_PRIORITY_GROUP = 'downstream';
 
