@@ -158,6 +158,38 @@ describe('a live executor keeps its claim: redelivery never runs a tool twice no
   }, 90_000);
 });
 
+describe('the calls of one turn (K5)', () => {
+  it("are all dispatched before the first one's receipt, and run at once: three 1.5 s calls take one call's time, not three", async () => {
+    const key = 'k5-one-turn';
+    const admin = t.stack.modelUrl.replace(/\/v1$/, '/_scripted');
+    const calls = ['a', 'b', 'c'].map((tag) => ({ name: 'record_effect', arguments: { tag: `${key}-${tag}`, sleepMs: 1500 } }));
+    const scenario = {
+      steps: [{ reply: { content: '', toolCalls: calls } }, { reply: { content: `Recorded the three effects for ${key}.` } }],
+      then: 'error',
+    };
+    const res = await fetch(`${admin}/scenario?key=${key}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(scenario),
+    });
+    expect(res.ok).toBe(true);
+    const admitted = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] record three effects` });
+    const events = await t.waitForSettlement(admitted.body.runId, 60_000);
+    withToolTrace(admitted.body.runId, events, () => {
+      const dispatched = ofType(events, 'tool.call.dispatched');
+      const receipts = ofType(events, 'tool.call.receipt');
+      expect([dispatched.length, receipts.map((r) => r.event.data.status)]).toEqual([3, ['succeeded', 'succeeded', 'succeeded']]);
+      // every dispatch before the first receipt (one after another, each would follow the previous receipt)
+      expect(Math.max(...dispatched.map((d) => d.seq))).toBeLessThan(Math.min(...receipts.map((r) => r.seq)));
+      // and the three ran side by side: the last receipt within two calls' time of the first dispatch
+      const first = Math.min(...dispatched.map((d) => Date.parse(d.event.occurredAt)));
+      const last = Math.max(...receipts.map((r) => Date.parse(r.event.occurredAt)));
+      expect(last - first).toBeLessThan(3_000);
+      expect(effectsOf(admitted.body.runId)).toHaveLength(3);
+    });
+  }, 90_000);
+});
+
 describe('kill -9 of the tools processes during a call (K5)', () => {
   it('after the claim expires the call gets unknown, is never re-run, and the Run goes on', async () => {
     const key = 'k5-kill';

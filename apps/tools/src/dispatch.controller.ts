@@ -198,15 +198,17 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     const executions: Promise<void>[] = [];
     let renewed = 0;
     let lookUp = true;
+    /** Read the Run from the log for the next decision (see wakeOnce's `fresh`). */
+    let fresh = false;
     // one decision, read again under the claimMet policy while it meets a claim held by another
     // executor, at once (and without using up a pause) while a claim it judged expired is renewed
     const decideOnce = () =>
       retry(
         'claimMet',
         async (attempt) => {
-          const dispatched = await this.wakeOnce(runId, claims, lookUp, executions);
+          const decided = await this.wakeOnce(runId, claims, lookUp, executions, fresh);
           if (attempt > 1) this.logger.debug({ runId, cause, attempts: attempt }, 'wake decided after meeting a claim');
-          return dispatched;
+          return decided;
         },
         {
           shouldConsumeRetry: ({ error }) => !(error instanceof ClaimRenewed),
@@ -230,8 +232,15 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
         throw new RetryLater(`the claim ${e.key} is held by ${e.holder}`, Math.max(250, Math.floor(this.settings.claimTtlMs / 6)));
       });
     try {
-      // decide again after dispatching: proposals appended after this read are dispatched now, not after these executions
-      while ((await decideOnce()) > 0) lookUp = false;
+      // decide again after dispatching: proposals appended after this read are dispatched now, not
+      // after these executions; read from the log when the turn's other proposals may not have been
+      // delivered yet (the fold kept from deliveries is the Run as of the delivered proposal)
+      for (;;) {
+        const { dispatched, behind } = await decideOnce();
+        if (dispatched === 0) break;
+        lookUp = false;
+        fresh = behind;
+      }
     } finally {
       // the executions this wake started end (with their receipts) before it does, whatever happened after
       await Promise.all(executions);
@@ -245,13 +254,24 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
    * anything executes. The executions of the dispatches it appended are started and pushed onto
    * `executions` (not awaited), also when the decision was appended only in part before it failed:
    * a dispatch in the log is always executed by the worker that appended it, never left claimless.
-   * @returns how many dispatches this call appended.
+   * `fresh`: the Run is read from the log, not taken from the fold kept from deliveries. Inside a
+   * proposal's delivery that fold is the Run as of that proposal: the turn's later proposals,
+   * appended with it in one decision, are delivered after this wake, which would then wait for its
+   * executions before they are dispatched (a trial's three 3 s calls ran one after another).
+   * @returns how many dispatches this call appended, and whether a turn it dispatched for asked for
+   *   calls the facts hold no proposal of yet (`behind`: the next decision should read the log).
    * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch (the
    *   claims it took for dispatches it did not append are released); any error of the decision.
    */
-  private async wakeOnce(runId: string, claims: ClaimStore, lookUp: boolean, executions: Promise<void>[]): Promise<number> {
+  private async wakeOnce(
+    runId: string,
+    claims: ClaimStore,
+    lookUp: boolean,
+    executions: Promise<void>[],
+    fresh: boolean,
+  ): Promise<{ dispatched: number; behind: boolean }> {
     // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
-    const before = await this.commands.folds.read(runId);
+    const before = await this.commands.folds.read(runId, { fresh });
     const { claims: looked, revisions } = await claims.lookup(runId, lookUp ? awaitingReceipt(before).map((c) => c.toolCallId) : []);
     const held = new Map<string, HeldClaim>();
     const stored: StoredEvent[] = [];
@@ -322,7 +342,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     // claims taken for dispatches that were not appended after all: released now, not after the executions
     for (const [id, h] of held) if (!dispatchedIds.has(id)) await claims.release(h.key, h.revision);
     execute(facts, appended);
-    return dispatchedIds.size;
+    return { dispatched: dispatchedIds.size, behind: proposalsBehind(facts, dispatchedIds) };
   }
 
   /**
@@ -467,4 +487,16 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
       await this.results.put(outcome.json);
     }
   }
+}
+
+/**
+ * Whether a turn of the calls in `dispatched` asked the model for calls the facts hold no
+ * proposal of: the runtime appends a turn's proposals together, after its `model.turn.completed`,
+ * so those were stored with the one being handled and are delivered after it. (A call the runtime
+ * parks on instead, a wait, a child Run or a clarification, has no proposal: a turn with one is
+ * read from the log once more, which finds nothing new.)
+ */
+export function proposalsBehind(facts: RunFacts, dispatched: ReadonlySet<string>): boolean {
+  const turns = new Set([...dispatched].map((id) => facts.toolCalls.get(id)?.turn));
+  return facts.turns.some((t) => turns.has(t.turn) && (t.completed?.toolCalls ?? []).some((c) => !facts.toolCalls.has(c.toolCallId)));
 }
