@@ -99,21 +99,27 @@ describe('clarification through the API and the CLI (K2)', () => {
     expect(view.clarificationId).toBe(clarificationId);
     // the CLI shows the question with the command that answers it
     const watched = await cli(['watch', askRunId]);
-    expect(watched.out).toContain(`runplane reply ${askRunId} ${clarificationId} "<text>"`);
+    // pasteable: from the checkout, against this stack's services (`runplane` is no command on the PATH)
+    const services = `--admission ${t.stack.endpoints.admission} --publication ${t.stack.endpoints.publication}`;
+    expect(watched.out).toContain(`npm run runplane -- reply ${services} ${askRunId} ${clarificationId} "<text>"`);
     // and `ask` prints the answer (the question), the settlement, then that command, exiting 0 (completed)
     const cliKey = 'flow-clar-ask-cli';
     await t.setScenario(
       { steps: [{ reply: { content: '', toolCalls: [{ name: 'ask_clarification', arguments: { question } }] } }], then: 'error' },
       cliKey,
     );
-    const askedCli = await cli(['ask', `[${cliKey}] Compare the returns of SPY and QQQ`, '--conversation', `${conv}-cli`]);
+    const askedCli = await cli(['ask', `[${cliKey}] Compare the returns of SPY and QQQ`, '--conversation', `${conv}-cli`, '--message-id', cliKey]);
     expect(askedCli.status).toBe(0);
     const cliRunId = printedRunId(askedCli.out);
     const cliClarificationId = ofType(await t.waitForSettlement(cliRunId), 'clarification.requested')[0]!.event.data.clarificationId;
-    const hint = `reply with: runplane reply ${cliRunId} ${cliClarificationId} "<text>"`;
+    const hint = `reply with: npm run runplane -- reply ${services} ${cliRunId} ${cliClarificationId} "<text>"`;
     expect(askedCli.out).toContain(hint);
     expect(askedCli.out.indexOf(hint)).toBeGreaterThan(askedCli.out.indexOf(question));
     expect(askedCli.out.indexOf(hint)).toBeGreaterThan(askedCli.out.indexOf('completed'));
+    // asked again with the same conversation and message id: nothing new admitted, the same Run followed (K1)
+    const again = await cli(['ask', `[${cliKey}] Compare the returns of SPY and QQQ`, '--conversation', `${conv}-cli`, '--message-id', cliKey]);
+    expect([again.status, printedRunId(again.out)]).toEqual([0, cliRunId]);
+    expect(again.out).toContain(`Run ${cliRunId} already admitted (conversation ${conv}-cli, message ${cliKey})`);
 
     // the reply, through the CLI: 201, a new Run linked `clarification`
     const replyKey = 'flow-clar-reply';

@@ -15,6 +15,7 @@ import {
   AnswerAssembly,
   exitCodeOf,
   renderAnswer,
+  commandFor,
   renderLive,
   renderProtocol,
   renderSettlement,
@@ -57,7 +58,9 @@ const ANSWER_VIEW: FollowView = { mode: 'answer', events: true };
 
 /**
  * Admits `question` as a new Message and follows the Run until it settles: the protocol lines
- * (`view.events`), then the answer's passages together, then the settlement. Returns the
+ * (`view.events`), then the answer's passages together, then the settlement. The message id
+ * (`clientMessageId`, default a new UUID) is printed with the admission: asking again with the same
+ * conversation and message id admits nothing new and follows the same Run (K1). Returns the
  * settlement event, or null when none was seen (see {@link exitCodeOf}).
  */
 export async function ask(
@@ -65,10 +68,11 @@ export async function ask(
   question: string,
   conversationId = `cli-${randomUUID()}`,
   view: FollowView = ANSWER_VIEW,
+  clientMessageId: string = randomUUID(),
 ): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
-  const { status, body } = await postPatiently(client, conversationId, { clientMessageId: randomUUID(), content: question });
-  out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId})`);
+  const { status, body } = await postPatiently(client, conversationId, { clientMessageId, content: question });
+  out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId}, message ${clientMessageId})`);
   return follow(client, body.runId, 0, view);
 }
 
@@ -96,7 +100,8 @@ export type LinkedMessage = { kind: 'continue'; parentRunId: string } | { kind: 
  * Run's conversation (read from its projection unless `conversationId` is given), prints what was
  * admitted and follows the new Run until it settles. The message id defaults to a new UUID: pass
  * the same `clientMessageId` to retry safely (K1). 404 and 409 answers are explained in words.
- * @returns the new Run's settlement, or null; throws an Error with a readable reason when refused.
+ * @returns the new Run's settlement, or null; throws an Error with a readable reason when refused,
+ *   and the client's error when the named Run cannot be looked up (admission unreachable, 401).
  */
 export async function postLinked(
   endpoints: RunplaneEndpoints,
@@ -106,7 +111,9 @@ export async function postLinked(
 ): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
   const namedRunId = link.kind === 'continue' ? link.parentRunId : link.runId;
-  const conversationId = opts.conversationId ?? (await client.getRun(namedRunId).catch(() => null))?.conversationId;
+  // a Run the projection does not show is not found (null); a refusal (401) or an admission that
+  // cannot be reached is said as what it is, not as "not found"
+  const conversationId = opts.conversationId ?? (await client.getRun(namedRunId))?.conversationId;
   if (!conversationId) throw new Error(`run ${namedRunId} not found (or not projected yet); give its conversation with --conversation`);
   const body = {
     clientMessageId: opts.clientMessageId ?? randomUUID(),
@@ -186,8 +193,10 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   const permanent = (e: unknown) => e instanceof RunplaneHttpError && e.status < 500;
   // the clarification the Run asked, if any: its reply command follows the settlement (K2)
   let clarification: Extract<RunEvent, { type: 'clarification.requested' }> | null = null;
+  // the commands it prints name the services it follows, so they work when pasted
+  const hint = commandFor(client.endpoints);
   const show = (event: RunEvent, seq: number) => {
-    if (view.mode === 'live') return out(renderLive(event, seq));
+    if (view.mode === 'live') return out(renderLive(event, seq, hint));
     answer.add(event);
     if (event.type === 'clarification.requested') clarification = event;
     if (event.type === 'run.settled') {
@@ -195,10 +204,10 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
       out(renderSettlement(event));
       if (clarification)
         out(
-          `  clarification ${clarification.data.clarificationId}: reply with: runplane reply ${runId} ${clarification.data.clarificationId} "<text>"`,
+          `  clarification ${clarification.data.clarificationId}: reply with: ${hint('reply', `${runId} ${clarification.data.clarificationId} "<text>"`)}`,
         );
     } else if (view.events) {
-      out(renderProtocol(event, seq));
+      out(renderProtocol(event, seq, hint));
     }
   };
   try {
@@ -436,7 +445,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
  * `RUNPLANE_ADMISSION_URL` and `RUNPLANE_PUBLICATION_URL` say, which may be another stack.
  */
 export function askHint(endpoints: { admission: string; publication: string }): string {
-  return `npm run runplane -- ask --admission ${endpoints.admission} --publication ${endpoints.publication} "Compare the holdings of SPY and QQQ"`;
+  return commandFor(endpoints)('ask', '"Compare the holdings of SPY and QQQ"');
 }
 
 /** True once a signal is stopping everything this command started (their exits are expected then). */

@@ -8,7 +8,7 @@ import type { RunplaneEndpoints } from '@runplane/client';
 import type { postLinked } from './commands.js';
 import { DEFAULT_DOWNSTREAM_CONSUMERS, DOWNSTREAM_CONSUMER_PREFIX, downstreamConsumerNames } from '@runplane/eventlog/downstream';
 import { devAuthDir, devToken, MAX_TOKEN_TTL_SECONDS, mintLocalToken } from './local-stack.js';
-import { AUDIT_BROKEN_EXIT, exitCodeOf, terminalSafe } from './render.js';
+import { AUDIT_BROKEN_EXIT, commandFor, exitCodeOf, terminalSafe } from './render.js';
 
 /**
  * The commands' implementations (and through them NATS, PostgreSQL, the projections, the HTTP
@@ -114,10 +114,16 @@ api(
     .argument('<question>'),
 )
   .option('--conversation <id>', 'conversation id (default: a new one)')
+  .option(
+    '--message-id <id>',
+    'clientMessageId of this message (default: a new one); ask again with the same --conversation and --message-id to retry safely',
+  )
   .option(...NO_EVENTS)
   .addHelpText('after', SETTLEMENT_EXIT_CODES)
-  .action((question: string, o: { admission: string; publication: string; conversation?: string; events: boolean }) =>
-    run(async () => exitCodeOf(await (await commands()).ask(endpoints(o), question, o.conversation, { mode: 'answer', events: o.events })))(),
+  .action((question: string, o: { admission: string; publication: string; conversation?: string; messageId?: string; events: boolean }) =>
+    run(async () =>
+      exitCodeOf(await (await commands()).ask(endpoints(o), question, o.conversation, { mode: 'answer', events: o.events }, o.messageId)),
+    )(),
   );
 
 api(program.command('watch').description("follow a Run's events until it settles").argument('<runId>'))
@@ -140,7 +146,9 @@ api(program.command('cancel').description('ask to cancel a Run (it settles `canc
         ...(o.reason ? { reason: o.reason } : {}),
         user: process.env.USER ?? 'cli',
       });
-      process.stdout.write(`cancel requested for run ${r.runId} at ${r.requestedAt}; watch it settle with: runplane watch ${r.runId}\n`);
+      process.stdout.write(
+        `cancel requested for run ${r.runId} at ${r.requestedAt}; watch it settle with: ${commandFor(endpoints(o))('watch', r.runId)}\n`,
+      );
       return 0;
     })(),
   );

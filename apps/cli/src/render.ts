@@ -12,7 +12,7 @@ import type { EventData, RunEvent, RunView, SizeCut, StoredEvent } from '@runpla
 export const terminalSafe = (text: string): string => text.replace(/[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]/g, '\uFFFD');
 
 /** One-line summary of an event for timelines and progress output. */
-export function summarize(e: RunEvent): string {
+export function summarize(e: RunEvent, hint: CommandHint = localCommand): string {
   switch (e.type) {
     case 'run.admitted':
       return `admitted message ${e.data.message.clientMessageId}: "${e.data.message.content.slice(0, 80)}"${e.data.link ? ` (${e.data.link.relation} of ${e.data.link.parentRunId})` : ''}`;
@@ -61,7 +61,7 @@ export function summarize(e: RunEvent): string {
       return `reconciled by ${e.data.operator}: ${e.data.name} [${e.data.toolCallId}] ${e.data.outcome} (evidence: ${e.data.evidence.slice(0, 120)})`;
     // waits and child Runs (K10)
     case 'wait.opened':
-      return `WAIT opened ${e.data.waitId}: "${e.data.question.slice(0, 120)}" (expires ${e.data.expiresAt}); answer with: runplane answer ${e.runId} ${e.data.waitId} "<text>"`;
+      return `WAIT opened ${e.data.waitId}: "${e.data.question.slice(0, 120)}" (expires ${e.data.expiresAt}); answer with: ${hint('answer', `${e.runId} ${e.data.waitId} "<text>"`)}`;
     case 'wait.answered':
       return `WAIT answered ${e.data.waitId} by ${e.data.answeredBy ?? 'the user'}: "${e.data.answer.slice(0, 120)}"`;
     case 'child.run.requested':
@@ -69,7 +69,7 @@ export function summarize(e: RunEvent): string {
     case 'child.run.settled':
       return `CHILD settled ${e.data.childRunId}: ${e.data.outcome} (${e.data.answer.length} chars of answer)`;
     case 'clarification.requested':
-      return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"; answer with: runplane reply ${e.runId} ${e.data.clarificationId} "<text>"`;
+      return `CLARIFICATION ${e.data.clarificationId}: "${e.data.question.slice(0, 120)}"; answer with: ${hint('reply', `${e.runId} ${e.data.clarificationId} "<text>"`)}`;
     case 'context.carried':
       return `CONTEXT carried ${e.data.items.length} item(s) from ${[...e.data.historyRunIds, ...(e.data.parentRunId ? [e.data.parentRunId] : [])].join(', ') || 'no earlier Run'} (${e.data.dropped.length} dropped, ${e.data.unknownEffects.length} unknown effect(s))`;
   }
@@ -79,16 +79,35 @@ export function summarize(e: RunEvent): string {
  * Renders an event for `watch`: one protocol line per fact, a committed passage in full where it
  * was committed (between the other facts), the settlement as a block ({@link renderSettlement}).
  */
-export function renderLive(e: RunEvent, seq: number): string {
+export function renderLive(e: RunEvent, seq: number, hint: CommandHint = localCommand): string {
   if (e.type === 'passage.committed') return `\n${e.data.text}`;
   if (e.type === 'run.settled') return renderSettlement(e);
-  return renderProtocol(e, seq);
+  return renderProtocol(e, seq, hint);
 }
 
 /** One protocol line of a Run followed live: `  #<seq> [<owner>] <summary>` ({@link summarize}). */
-export function renderProtocol(e: RunEvent, seq: number): string {
-  return `  #${seq} [${e.owner}] ${summarize(e)}`;
+export function renderProtocol(e: RunEvent, seq: number, hint: CommandHint = localCommand): string {
+  return `  #${seq} [${e.owner}] ${summarize(e, hint)}`;
 }
+
+/**
+ * How a printed hint names a CLI command (`command`, then `rest`: its arguments), so that it can
+ * be pasted as it is: `runplane` is no command on the PATH of a checkout.
+ */
+export type CommandHint = (command: string, rest: string) => string;
+
+/** The command run from the checkout, against the default endpoints: `npm run runplane -- <command> <rest>`. */
+export const localCommand: CommandHint = (command, rest) => `npm run runplane -- ${command} ${rest}`;
+
+/**
+ * The command run from the checkout against these services (`--admission`, `--publication`), as
+ * `up`'s last line prints its `ask`: a hint pasted in another terminal talks to this stack, not to
+ * whatever answers on the default ports.
+ */
+export const commandFor =
+  (endpoints: { admission: string; publication: string }): CommandHint =>
+  (command, rest) =>
+    `npm run runplane -- ${command} --admission ${endpoints.admission} --publication ${endpoints.publication} ${rest}`;
 
 /**
  * The answer of a Run as an observer assembles it from the events it is shown, the way

@@ -76,3 +76,24 @@ describe('postPatiently', () => {
     }
   });
 });
+
+describe('continue and reply when the named Run cannot be looked up', () => {
+  it('say that admission refused the token or cannot be reached, not that the Run was not found', async () => {
+    const { postLinked } = await import('@runplane/app-cli');
+    // an admission that answers every GET 401 (a token of another stack's key)
+    server = createServer((_req, res) => {
+      res.writeHead(401, { 'content-type': 'application/problem+json' });
+      res.end(JSON.stringify(problem(401, 'unauthorized')));
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', () => r()));
+    const address = server.address();
+    if (!address || typeof address === 'string') throw new Error('no port');
+    const link = { kind: 'continue' as const, parentRunId: '6d06baa4-0f5c-4a8e-9f6b-1c2d3e4f5a6b' };
+    const refused = postLinked({ admission: `http://127.0.0.1:${address.port}`, publication: 'http://127.0.0.1:1' }, link, 'and QQQ?');
+    await expect(refused).rejects.toThrow(/401/);
+    await expect(refused).rejects.not.toThrow(/not found/);
+    // nothing listens on port 1
+    const unreachable = postLinked({ admission: 'http://127.0.0.1:1', publication: 'http://127.0.0.1:1' }, link, 'and QQQ?');
+    await expect(unreachable).rejects.toThrow(/cannot reach admission at http:\/\/127\.0\.0\.1:1/);
+  });
+});
