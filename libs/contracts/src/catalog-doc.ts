@@ -67,7 +67,7 @@ export function renderEventCatalog(): string {
     '| `type` | one of the types below |',
     '| `schemaVersion` | the event schema version of this type (additive changes keep it; see the rule above) |',
     '| `runId`, `conversationId` | the Run and its Conversation |',
-    '| `owner` | the only service allowed to record this type (also the last subject token) |',
+    '| `owner` | the only service allowed to record this type; also the owner token of its subject (`<prefix>.run.<runId>.<owner>.<partition>`), except for `run.fenced`, which recovery records on the subject of the executor it fences (`runtime` or `tools`) |',
     '| `occurredAt` | ISO-8601 UTC time the owner recorded it |',
     '| `causationId` | the event (or HTTP request) that caused it |',
     '| `correlationId` | the admitted Message id: the same for every event of the Run |',

@@ -495,7 +495,7 @@ let fallbackSaid = false;
  */
 export class EventLog {
   /** Called for every stored message that is not a valid event while reading (default: a warning on stderr). */
-  onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: skipping ${e.message}\n`);
+  onInvalid: (e: InvalidStoredEvent) => void = (e) => process.stderr.write(`runplane event log: ${e.message}; skipped (not a fact)\n`);
 
   /** Stamped on every event this log appends: the service and this process's instance id. */
   readonly writer: Writer;
