@@ -424,8 +424,10 @@ export class DurableConsumer {
   }
 
   private async process(m: JsMsg, stored: StoredEvent, ackWaitMs: number): Promise<void> {
-    if (this.releasing) {
-      // received but not started: handed back at once, for the partition's next owner
+    if (this.releasing || this.stopping) {
+      // received but not started: handed back at once, for the partition's next owner (released)
+      // or the next process (stopped); a stop waits only for the handlers already running, not for
+      // every message pulled behind them (a trial's slow handlers kept a stop going for 32 s)
       m.nak();
       return;
     }
@@ -455,7 +457,11 @@ export class DurableConsumer {
     }
   }
 
-  /** Stops fetching, waits for in-flight handlers, leaves the durable consumer in place. */
+  /**
+   * Stops fetching, waits for the handlers already running (and acknowledges what they finished),
+   * hands back (nak) what was received but not started, and leaves the durable consumer in place:
+   * the next process that consumes it gets those again.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     await this.endConsuming();

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import type { StoredEvent } from '@runplane/contracts';
+import { makeEvent, type StoredEvent } from '@runplane/contracts';
 import { DurableConsumer, EventLog, ownerFilter, type ConsumerSource } from '../src/index.js';
 import { SHARED_NATS } from '../../../test/support/nats-server.js';
 import { waitFor } from '../../../test/support/wait.js';
@@ -101,4 +101,39 @@ describe('a consumer stopped or released while it consumes again', () => {
       expect(after.num_waiting).toBe(0); // no pull request of this process left on the server
     },
   );
+});
+
+describe("a consumer stopped while a Run's messages wait behind a slow handler", () => {
+  it('given stop() while the first of ten runs, then only the handlers running finish here: the rest are handed back, and the next consumer handles each once', async () => {
+    const runId = `r${tag}-slow`;
+    const ctx = { runId, conversationId: 'c1', correlationId: 'm1', causationId: null };
+    let last = 0;
+    for (let turn = 1; turn <= 10; turn++)
+      last = (await log.append(makeEvent('model.turn.requested', ctx, turn, { turn, model: 'm' }, new Date()), last)).seq;
+    const handled: number[] = [];
+    const slow = async (s: StoredEvent) => {
+      handled.push(s.seq);
+      await new Promise((r) => setTimeout(r, 400));
+    };
+    const spec = { durable: 'slow-stop', filter: ownerFilter(log.space, 'runtime') };
+    const first = new DurableConsumer(log, spec, slow, quiet);
+    await first.start();
+    await waitFor('the first handler running', () => handled.length >= 1, 10_000);
+    const started = Date.now();
+    await first.stop();
+    const stopMs = Date.now() - started;
+    const handledHere = handled.length;
+    // ten handlers one after another would take 4 s: the stop waited for the one (or two) already running
+    expect([handledHere <= 2, stopMs < 2_000]).toEqual([true, true]);
+    const second = new DurableConsumer(log, spec, slow, quiet);
+    await second.start();
+    try {
+      await waitFor('every message handled', () => new Set(handled).size === 10, 20_000);
+      await new Promise((r) => setTimeout(r, 500));
+      // each once: what the first finished was acknowledged, what it handed back came to the second
+      expect([...handled].sort((a, b) => a - b)).toEqual([...new Set(handled)].sort((a, b) => a - b));
+    } finally {
+      await second.stop();
+    }
+  });
 });
