@@ -26,8 +26,11 @@ const client = async (endpoints: RunplaneEndpoints) => new (await import('@runpl
  * (services with authentication disabled).
  */
 const endpoints = (o: { admission: string; publication: string; token?: string }) => {
-  const token = o.token ?? process.env.RUNPLANE_TOKEN ?? devToken();
-  return { admission: o.admission, publication: o.publication, ...(token ? { token } : {}) };
+  const given = o.token ?? process.env.RUNPLANE_TOKEN;
+  const token = given ?? devToken();
+  // the local stack's token is read again on a 401: an `ask` that outlives its `up` (stopped and
+  // started again, as a service that exited asks for) goes on with the new stack's token
+  return { admission: o.admission, publication: o.publication, ...(token ? { token } : {}), ...(given ? {} : { refreshToken: devToken }) };
 };
 const nonNegative = (v: string) => {
   if (!/^\d+$/.test(v)) throw new InvalidArgumentError('must be a non-negative integer');

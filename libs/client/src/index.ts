@@ -24,6 +24,13 @@ export interface RunplaneEndpoints {
   publication: string;
   /** The bearer token (a JWT the deployment's issuer signed) sent with every request; none when the services run with authentication disabled. */
   token?: string;
+  /**
+   * Where a newer token may be had when the services answer 401 (a local stack started again signs
+   * with a new key: the CLI reads `.runplane/auth/token` again). A request answered 401 is sent
+   * once more when this returns a token other than the one it carried, which every later request
+   * then carries.
+   */
+  refreshToken?: () => string | undefined;
 }
 
 /**
@@ -125,7 +132,12 @@ async function readJson(res: Response): Promise<unknown> {
 }
 
 export class RunplaneClient {
-  constructor(readonly endpoints: RunplaneEndpoints) {}
+  /** The token requests carry now ({@link RunplaneEndpoints.token}, or the newer one `refreshToken` gave after a 401). */
+  private token: string | undefined;
+
+  constructor(readonly endpoints: RunplaneEndpoints) {
+    this.token = endpoints.token;
+  }
 
   /**
    * `fetch` that turns a network failure into {@link RunplaneUnreachableError} (service, URL,
@@ -135,16 +147,25 @@ export class RunplaneClient {
    * their ids, K1, K10).
    */
   private async request(service: 'admission' | 'publication', url: string | URL, init?: RequestInit): Promise<Response> {
-    const headers = new Headers(init?.headers);
-    if (this.endpoints.token) headers.set('authorization', `Bearer ${this.endpoints.token}`);
-    try {
-      return await retry('closedConnection', () => fetch(url, { ...init, headers }), {
-        shouldRetry: ({ error }) => !init?.signal?.aborted && closedByServer(error),
-      });
-    } catch (e) {
-      if (init?.signal?.aborted) throw e;
-      throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
-    }
+    const send = async (token: string | undefined) => {
+      const headers = new Headers(init?.headers);
+      if (token) headers.set('authorization', `Bearer ${token}`);
+      try {
+        return await retry('closedConnection', () => fetch(url, { ...init, headers }), {
+          shouldRetry: ({ error }) => !init?.signal?.aborted && closedByServer(error),
+        });
+      } catch (e) {
+        if (init?.signal?.aborted) throw e;
+        throw new RunplaneUnreachableError(service, String(url), networkReason(e), { cause: e });
+      }
+    };
+    const res = await send(this.token);
+    if (res.status !== 401 || !this.endpoints.refreshToken) return res;
+    const fresh = this.endpoints.refreshToken();
+    if (!fresh || fresh === this.token) return res;
+    await res.body?.cancel().catch(() => undefined);
+    this.token = fresh;
+    return send(fresh);
   }
 
   /**
