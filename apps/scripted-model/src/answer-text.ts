@@ -233,12 +233,12 @@ export function unreadableCommon(c: CompareHoldingsResult): { a: number; b: numb
 export function overlapPassage(nameA: string, nameB: string, c: CompareHoldingsResult): string {
   const by = Object.entries(c.matchedBy)
     .filter(([, n]) => n > 0)
-    .map(([k, n]) => `${k === 'ticker' ? 'ticker on the same market' : k === 'name' ? 'company name' : k.toUpperCase()} ${n}`);
+    .map(([k, n]) => `${n} by ${k === 'ticker' ? 'ticker on the same market' : k === 'name' ? 'company name' : k.toUpperCase()}`);
   // A figure that leaves out unreadable weights is a lower bound and says so ("at least").
   const missing = unreadableCommon(c);
   const atLeast = (lower: boolean) => (lower ? 'at least ' : '');
   const sentences = [
-    `Overlap of ${nameA} and ${nameB}: ${c.commonCount} securities in common${by.length > 0 ? ` (matched by ${by.join(', ')})` : ''}. ` +
+    `Overlap of ${nameA} and ${nameB}: ${c.commonCount} securities in common${by.length > 0 ? ` (matched: ${by.join(', ')})` : ''}. ` +
       `The standard overlap (the smaller weight summed over common holdings) is ${atLeast(c.commonWithUnreadableWeight > 0)}${pct1(c.standardOverlap)}; ` +
       `${atLeast(missing.b > 0)}${pct1(c.weightOfBHeldInA)} of ${nameB}'s weight is held in ${nameA}; ${atLeast(missing.a > 0)}${pct1(c.weightOfAHeldInB)} of ${nameA}'s weight is held in ${nameB}.`,
   ];
