@@ -169,7 +169,7 @@ api(
     const r = await api.answerWait(runId, waitId, text, { user: process.env.USER ?? 'cli' });
     process.stdout.write(
       r.body.recording === 'recorded'
-        ? `answer accepted for wait ${waitId} of run ${runId}; watch it continue with: runplane watch ${runId}\n`
+        ? `answer accepted for wait ${waitId} of run ${runId}; watch it continue with: ${commandFor(endpoints(o))('watch', runId)}\n`
         : `this answer was already recorded at ${r.body.answeredAt}; nothing changed\n`,
     );
     return 0;

@@ -56,7 +56,7 @@ export function summarize(e: RunEvent, hint: CommandHint = localCommand): string
     }
     // tool effects (K5)
     case 'tool.call.late_observed':
-      return `late observation after unknown: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (the recorded outcome stays unknown)`;
+      return `late observation: ${e.data.name} [${e.data.toolCallId}] ${e.data.status}${e.data.error ? ` (${e.data.error.code}: ${e.data.error.message})` : ''} (after its unknown receipt, or after the Run's fence or settlement: what the Run recorded does not change)`;
     case 'tool.call.reconciled':
       return `reconciled by ${e.data.operator}: ${e.data.name} [${e.data.toolCallId}] ${e.data.outcome} (evidence: ${e.data.evidence.slice(0, 120)})`;
     // waits and child Runs (K10)

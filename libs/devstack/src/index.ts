@@ -356,8 +356,11 @@ export async function startSecuredNats(opts: {
     const child = track(
       spawn(bin, ['-c', config, '-a', '127.0.0.1', '-p', String(port), '-js', '-sd', join(dir, 'store'), '-l', logFile, '-P', pidFile], {
         stdio: 'ignore',
+        // a process group of its own: a Ctrl-C stops it after the services (stopEverything)
+        detached: true,
       }),
     );
+    stopping.set(child, { graceMs: 10_000, serves: true });
     const url = `nats://127.0.0.1:${port}`;
     const deadline = Date.now() + readyTimeoutMs;
     while (!(await natsReachable(url, 500, admin))) {
@@ -616,11 +619,25 @@ export async function forgetProjectionsOfAnotherLog(nats: Pick<SecuredNats, 'new
 const running = new Set<ChildProcess>();
 
 /**
- * Stops every process this module started (services, scripted model, nats-server), e.g. from a
- * signal handler while a stack is still starting.
+ * How each process this module started is stopped by {@link stopEverything}: its grace between
+ * SIGTERM and SIGKILL (a service's {@link stopGraceMs}), and whether it serves the others (the
+ * nats-server and the scripted model: stopped once the services have exited, so a draining
+ * runtime or tools process can still hand its Runs over and finish its model call).
+ */
+const stopping = new WeakMap<ChildProcess, { graceMs: number; serves: boolean }>();
+
+/**
+ * Stops every process this module started, e.g. from a signal handler while a stack is still
+ * starting: the services first, each with its own grace (a runtime or tools process drains and
+ * hands its Runs over, docs/recovery.md), then what they use (scripted model, nats-server). Each
+ * process runs in a process group of its own (`detached`), so a Ctrl-C in the terminal reaches the
+ * CLI alone, which stops them with one SIGTERM each: a second signal would make a service exit at
+ * once, its drain unfinished (a trial's `up`, 5 of 5 stops).
  */
 export async function stopEverything(): Promise<void> {
-  await Promise.all([...running].map((c) => stopChild(c)));
+  const serves = (c: ChildProcess) => stopping.get(c)?.serves === true;
+  await Promise.all([...running].filter((c) => !serves(c)).map((c) => stopChild(c, stopping.get(c)?.graceMs)));
+  await Promise.all([...running].map((c) => stopChild(c, stopping.get(c)?.graceMs)));
 }
 
 /** The pids of every process this module started that has not exited yet (tests check that a failed start left none). */
@@ -731,7 +748,9 @@ export async function spawnReady(
   nodeFlags: readonly string[] = [],
   onSpawn?: (child: ChildProcess) => void,
 ): Promise<ManagedProcess> {
-  const child = track(spawn(process.execPath, [...nodeFlags, script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }));
+  // a process group of its own: a terminal's Ctrl-C goes to the CLI, which stops it once (stopEverything)
+  const child = track(spawn(process.execPath, [...nodeFlags, script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
+  stopping.set(child, { graceMs: stopGraceMs(env), serves: name === 'scripted-model' });
   onSpawn?.(child);
   const tail: string[] = [];
   const record = (line: string) => {

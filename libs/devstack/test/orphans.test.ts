@@ -118,6 +118,46 @@ describe('a starter killed with SIGKILL', () => {
     }
   }, 60_000);
 
+  it("a Ctrl-C of the whole process group reaches the starter alone: a service gets one SIGTERM (stopEverything's), never the terminal's SIGINT", async () => {
+    const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
+    const signals = join(dir, 'signals.log');
+    const service = join(dir, 'counting.mjs');
+    // a service that writes down every signal it gets and exits 300 ms after a SIGTERM (a short drain)
+    writeFileSync(
+      service,
+      [
+        `import { appendFileSync } from 'node:fs';`,
+        `for (const s of ['SIGINT', 'SIGTERM']) process.on(s, () => { appendFileSync(${JSON.stringify(signals)}, s + ' ' + Date.now() + '\\n'); if (s === 'SIGTERM') setTimeout(() => process.exit(0), 300); });`,
+        `console.log('ready on http://127.0.0.1:1'); setInterval(() => {}, 1000);`,
+      ].join('\n'),
+    );
+    const space = { stream: `RPTEST_INT_${tag}`, prefix: `tint${tag}`, partitions: 1 };
+    const { child, said } = await starter(
+      'interrupt',
+      [
+        `import { createWriteStream } from 'node:fs';`,
+        `import { spawnReady, startSecuredNats, stopEverything } from ${JSON.stringify(devstack)};`,
+        `const nats = await startSecuredNats({ stateDir: ${JSON.stringify(join(dir, 'int'))}, space: ${JSON.stringify(space)} });`,
+        `const s = await spawnReady('counting', ${JSON.stringify(service)}, [], process.env, /ready on (\\S+)/, createWriteStream(${JSON.stringify(join(dir, 'counting.log'))}));`,
+        `process.once('SIGINT', () => void stopEverything().then(() => process.exit(130)));`,
+        `console.log(JSON.stringify({ nats: nats.child.pid, service: s.child.pid }));`,
+        `setInterval(() => {}, 1000);`,
+      ],
+      true,
+    );
+    started.push(said.nats!, said.service!);
+    const exited = new Promise((r) => child.once('exit', r));
+    process.kill(-child.pid!, 'SIGINT'); // a Ctrl-C: the terminal's foreground process group
+    await exited;
+    const natsGone = await goneWithin(said.nats!, 15_000);
+    expect(natsGone).not.toBeNull();
+    const got = readFileSync(signals, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(' ')[0]);
+    expect(got).toEqual(['SIGTERM']);
+  }, 60_000);
+
   it('a hangup of the whole process group (a closed terminal) kills the starter, and its guards still stop its nats-server', async () => {
     const devstack = join(repoRoot(), 'libs', 'devstack', 'dist', 'index.js');
     const space = { stream: `RPTEST_HUP_${tag}`, prefix: `thup${tag}`, partitions: 1 };
