@@ -1628,9 +1628,13 @@ export class EventLog {
       }
       let got = 0;
       for (const m of messages) {
-        const seq = Number(m.headers!.get('Nats-Sequence'));
+        // the server's own headers come after the stored message's, which a publisher may have
+        // given the same names (a trial's `Nats-Sequence: 5` sent the read back to 5 for ever)
+        const seq = Number(m.headers!.last('Nats-Sequence'));
+        if (!Number.isSafeInteger(seq) || seq < position)
+          throw new Error(`reading ${filter}: an answer from sequence ${position} names sequence ${m.headers!.last('Nats-Sequence')}`);
         if (seq > last.seq) break;
-        const subject = m.headers!.get('Nats-Subject');
+        const subject = m.headers!.last('Nats-Subject');
         got++;
         position = seq + 1;
         seen?.(subject, seq);
@@ -1676,7 +1680,7 @@ export class EventLog {
         callback: (err, msg) => {
           if (err) return finish(err);
           const h = msg.headers;
-          if (h && msg.data.length === 0 && h.code >= 200 && !h.get('Nats-Sequence')) {
+          if (h && msg.data.length === 0 && h.code >= 200 && !h.last('Nats-Sequence')) {
             if (h.code === 204 || h.code === 404) return finish();
             return finish(new Error(`reading ${filter} from sequence ${seq}: ${h.code} ${h.description}`));
           }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
-import { errors as natsErrors } from '@nats-io/transport-node';
+import { errors as natsErrors, headers as natsHeaders } from '@nats-io/transport-node';
 import {
   AppendConflict,
   AppendRefused,
@@ -150,6 +150,34 @@ describeEachNatsServer(servers, (server) => {
     }
     expect(reported).toHaveLength(1);
     expect(reported[0]).toMatch(/not JSON/);
+  });
+
+  it("reads a Run whose foreign message names another sequence and subject in headers of its own: the server's position and subject stand, and the read ends", async () => {
+    const runId = `r5h${tag}`;
+    const first = await log.append(admitted(runId), 0);
+    const tools = runSubject(log.space, runId, 'tools');
+    // a trial's message: its own `Nats-Sequence` sent the whole-Run scan back to the start for ever
+    const h = natsHeaders();
+    h.set('Nats-Sequence', String(first.seq));
+    h.set('Nats-Subject', runSubject(log.space, runId, 'lifecycle'));
+    const planted = await log.js.publish(tools, 'garbage with headers of the server', { headers: h });
+    await log.append(turnRequested(runId, 1), 0);
+    const reported: string[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e.message);
+    try {
+      // the tools subject's last message is not a fact: the Run is scanned whole
+      expect((await log.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
+      const whole: string[] = [];
+      for await (const e of log.readRunWhole(runId)) whole.push(e.event.type);
+      expect(whole).toEqual(['run.admitted', 'model.turn.requested']);
+    } finally {
+      log.onInvalid = previous;
+    }
+    expect(reported).toEqual([
+      expect.stringMatching(new RegExp(`^stream message ${planted.seq} on ${tools.replace(/\./g, '\\.')} is not a valid event`)),
+      expect.stringMatching(new RegExp(`^stream message ${planted.seq} on ${tools.replace(/\./g, '\\.')} is not a valid event`)),
+    ]);
   });
 
   it("names a stored event that fails the schema by its paths in one short line, keeping the validator's issues in `detail`", async () => {
