@@ -237,8 +237,11 @@ export function stepClocks(events: readonly StoredEvent[]): Map<number, string> 
         break;
       }
       case 'tool.call.receipt': {
+        // the tool's own run time (from when a thread began it), and the time since its dispatch
+        // when a wait for a free thread made that longer
         const d = since(dispatched.get(e.data.toolCallId), e.occurredAt);
-        if (d) text = `ran ${d}`;
+        const ran = durationText(e.data.durationMs);
+        if (d) text = d === ran ? `ran ${ran}` : `ran ${ran}, ${d} after its dispatch`;
         break;
       }
       case 'wait.opened':

@@ -107,13 +107,20 @@ describe('timeline step clocks', () => {
       ),
       makeEvent('tool.call.proposed', ctx, 'c', { toolCallId: 'c', name: 'list_funds', argumentsText: '{}', turn: 1 }, t(1500)),
       makeEvent('tool.call.dispatched', ctx, 'c', { toolCallId: 'c', name: 'list_funds' }, t(1600)),
-      makeEvent('tool.call.receipt', ctx, 'c', { toolCallId: 'c', name: 'list_funds', status: 'succeeded', result: [], durationMs: 1 }, t(65_600)),
+      // it ran 4 s on its thread, after a minute waiting for a free one
+      makeEvent(
+        'tool.call.receipt',
+        ctx,
+        'c',
+        { toolCallId: 'c', name: 'list_funds', status: 'succeeded', result: [], durationMs: 4_000 },
+        t(65_600),
+      ),
     ];
     const stored: StoredEvent[] = events.map((event, i) => ({ seq: i + 1, subject: `rp.run.r1.${event.owner}`, event }));
     expect([...stepClocks(stored)]).toEqual([
       [2, 'turn took 1.5 s'],
       [4, '100 ms after its proposal'],
-      [5, 'ran 1 min 04 s'],
+      [5, 'ran 4.0 s, 1 min 04 s after its dispatch'],
     ]);
     expect(durationText(2 * 3600_000 + 3 * 60_000)).toBe('2 h 03 min');
   });

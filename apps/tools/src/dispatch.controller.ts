@@ -234,12 +234,24 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     try {
       // decide again after dispatching: proposals appended after this read are dispatched now, not
       // after these executions; read from the log when the turn's other proposals may not have been
-      // delivered yet (the fold kept from deliveries is the Run as of the delivered proposal)
+      // delivered yet (the fold kept from deliveries is the Run as of the delivered proposal), and,
+      // on a single-replica stream, whose runtime appends a decision's events one after another,
+      // when they are not even stored yet: a few times more, 25 to 200 ms apart
+      const turns = new Set<number>();
+      let waits = 0;
       for (;;) {
-        const { dispatched, behind } = await decideOnce();
-        if (dispatched === 0) break;
-        lookUp = false;
-        fresh = behind;
+        const { dispatched, facts } = await decideOnce();
+        for (const id of dispatched) turns.add(facts.toolCalls.get(id)!.turn);
+        const behind = proposalsBehind(facts, turns);
+        if (dispatched.size > 0) {
+          lookUp = false;
+          fresh = behind;
+          waits = 0;
+          continue;
+        }
+        if (!behind || ++waits > PROPOSAL_WAITS) break;
+        await new Promise((r) => setTimeout(r, 25 * 2 ** (waits - 1)));
+        fresh = true;
       }
     } finally {
       // the executions this wake started end (with their receipts) before it does, whatever happened after
@@ -258,8 +270,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
    * proposal's delivery that fold is the Run as of that proposal: the turn's later proposals,
    * appended with it in one decision, are delivered after this wake, which would then wait for its
    * executions before they are dispatched (a trial's three 3 s calls ran one after another).
-   * @returns how many dispatches this call appended, and whether a turn it dispatched for asked for
-   *   calls the facts hold no proposal of yet (`behind`: the next decision should read the log).
+   * @returns the calls whose dispatches this call appended, and the facts it decided from.
    * @throws ClaimTaken when another executor holds the claim of a call it decided to dispatch (the
    *   claims it took for dispatches it did not append are released); any error of the decision.
    */
@@ -269,7 +280,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     lookUp: boolean,
     executions: Promise<void>[],
     fresh: boolean,
-  ): Promise<{ dispatched: number; behind: boolean }> {
+  ): Promise<{ dispatched: Set<string>; facts: RunFacts }> {
     // Facts first, then claims: a dispatch seen in these facts had its claim taken before it was appended.
     const before = await this.commands.folds.read(runId, { fresh });
     const { claims: looked, revisions } = await claims.lookup(runId, lookUp ? awaitingReceipt(before).map((c) => c.toolCallId) : []);
@@ -342,7 +353,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
     // claims taken for dispatches that were not appended after all: released now, not after the executions
     for (const [id, h] of held) if (!dispatchedIds.has(id)) await claims.release(h.key, h.revision);
     execute(facts, appended);
-    return { dispatched: dispatchedIds.size, behind: proposalsBehind(facts, dispatchedIds) };
+    return { dispatched: dispatchedIds, facts };
   }
 
   /**
@@ -489,14 +500,20 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
   }
 }
 
+/** How many more times a wake reads the Run for a turn's proposals not stored yet (25, 50, 100, 200 ms apart). */
+export const PROPOSAL_WAITS = 4;
+
 /**
- * Whether a turn of the calls in `dispatched` asked the model for calls the facts hold no
- * proposal of: the runtime appends a turn's proposals together, after its `model.turn.completed`,
- * so those were stored with the one being handled and are delivered after it. (A call the runtime
- * parks on instead, a wait, a child Run or a clarification, has no proposal: a turn with one is
- * read from the log once more, which finds nothing new.)
+ * Whether one of `turns` asked the model for calls the facts hold nothing of: no proposal, and no
+ * wait, child Run or clarification the runtime records instead of one. The runtime records a
+ * turn's calls in the decision that completes it, after its `model.turn.completed`: stored with the
+ * proposal being handled, or just after it, and delivered after it.
  */
-export function proposalsBehind(facts: RunFacts, dispatched: ReadonlySet<string>): boolean {
-  const turns = new Set([...dispatched].map((id) => facts.toolCalls.get(id)?.turn));
-  return facts.turns.some((t) => turns.has(t.turn) && (t.completed?.toolCalls ?? []).some((c) => !facts.toolCalls.has(c.toolCallId)));
+export function proposalsBehind(facts: RunFacts, turns: ReadonlySet<number>): boolean {
+  const recorded = (id: string) =>
+    facts.toolCalls.has(id) ||
+    [...facts.waits.values()].some((w) => w.toolCallId === id) ||
+    [...facts.children.values()].some((c) => c.toolCallId === id) ||
+    [...facts.clarifications.values()].some((c) => c.toolCallId === id);
+  return facts.turns.some((t) => turns.has(t.turn) && (t.completed?.toolCalls ?? []).some((c) => !recorded(c.toolCallId)));
 }

@@ -43,7 +43,7 @@ describe('the CLI timeline', () => {
   it('shows late observations and reconciliations as their own lines', () => {
     const h = unknownCall().add('tool.call.late_observed', 'e', late).add('tool.call.reconciled', 'e', rec);
     const lines = h.events.map((s) => summarize(s.event));
-    expect(lines).toContainEqual(expect.stringMatching(/^late observation after unknown: record_effect \[e\] succeeded .*stays unknown/));
+    expect(lines).toContainEqual(expect.stringMatching(/^late observation: record_effect \[e\] succeeded .*what the Run recorded does not change/));
     expect(lines).toContainEqual(expect.stringMatching(/^reconciled by ops-ada: record_effect \[e\] not_executed \(evidence: no row/));
   });
 });
