@@ -190,6 +190,8 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   let last = lastEventId;
   let settled: RunEvent | null = null;
   const answer = new AnswerAssembly();
+  // any 4xx is final: a 401 was already sent again with a newer token when there was one (a local
+  // stack started again writes its token before its services verify with the new key: client refreshToken)
   const permanent = (e: unknown) => e instanceof RunplaneHttpError && e.status < 500;
   // the clarification the Run asked, if any: its reply command follows the settlement (K2)
   let clarification: Extract<RunEvent, { type: 'clarification.requested' }> | null = null;
@@ -381,6 +383,13 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   const cleanup = stopOnSignal();
   const env = await prepareEnvironment(opts);
   cleanup.also(() => env.close());
+  // the tokens first, with the signing key the services will verify: a CLI still following a Run
+  // of the previous `up` reads the new token on its first 401 (client refreshToken)
+  const user = process.env.USER || 'dev';
+  const token = await env.auth.mint(user, { ttlSeconds: 12 * 3600 });
+  const admin = await env.auth.mint('operator', { scopes: ['runplane:admin'], ttlSeconds: 12 * 3600 });
+  writeFileSync(join(env.stateDir, 'auth', 'token'), token, { mode: 0o600 });
+  writeFileSync(join(env.stateDir, 'auth', 'admin-token'), admin, { mode: 0o600 });
   let stack: Awaited<ReturnType<typeof dev.startStack>>;
   try {
     stack = await dev.startStack({ env: env.env, logDir: join(env.stateDir, 'logs'), fixedPorts: true, natsUsers: env.natsUsers, ...env.model });
@@ -400,11 +409,6 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
-  const user = process.env.USER || 'dev';
-  const token = await env.auth.mint(user, { ttlSeconds: 12 * 3600 });
-  const admin = await env.auth.mint('operator', { scopes: ['runplane:admin'], ttlSeconds: 12 * 3600 });
-  writeFileSync(join(env.stateDir, 'auth', 'token'), token, { mode: 0o600 });
-  writeFileSync(join(env.stateDir, 'auth', 'admin-token'), admin, { mode: 0o600 });
   out(
     `  auth:     bearer tokens for "${user}" in .runplane/auth/token (the CLI uses it) and for an operator (runplane:admin) in .runplane/auth/admin-token, valid 12 h; curl -H "Authorization: Bearer $(cat .runplane/auth/token)" ...; another principal's: npm run runplane --silent -- token --sub <name> [--scope runplane:admin]`,
   );

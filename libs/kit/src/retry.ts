@@ -113,9 +113,11 @@ export const retryPolicies = {
   databaseBusy: { retries: 1_000, minTimeout: 250, maxTimeout: 2_000, factor: 2 },
   /**
    * An observer's event stream that ended before the settlement (K4: a disconnect is not a
-   * cancel): resumed from the last event id 10 times, 500, 1,000, 2,000, ... ms, at most 5,000.
+   * cancel): resumed from the last event id 30 times, 500, 1,000, 2,000, ... ms, at most 5,000:
+   * about two and a half minutes, longer than a local stack takes to be stopped and started again
+   * (`up`: 36-49 s on a loaded 2-core machine, where 10 times, about 35 s, fell short).
    */
-  observerResume: { retries: 10, minTimeout: 500, maxTimeout: 5_000, factor: 2 },
+  observerResume: { retries: 30, minTimeout: 500, maxTimeout: 5_000, factor: 2 },
   /**
    * The admin's provisioning of the bus (every step creates only what is missing, so it is safe to
    * repeat) on a cluster that answers JetStream requests but has not elected the Run stream's leader
