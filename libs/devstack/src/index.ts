@@ -438,7 +438,11 @@ export async function startSecuredNatsCluster(opts: {
       config: natsAuthConfig(space, users) + (tls ? `\n${natsTlsConfig(tls)}` : ''),
       auth,
       root: repoRoot(),
-      track,
+      // a node serves the services: stopped after them (stopEverything)
+      track: (child) => {
+        stopping.set(child, { graceMs: 10_000, serves: true });
+        return track(child);
+      },
     });
   let cluster = await start();
   // as startSecuredNats: a kept store's Run stream decides the partition count the permissions

@@ -462,7 +462,8 @@ function clusterNode(
     async start() {
       if (child) throw new Error(`node ${spec.name} (${url}) is already running`);
       await waitForStoreReleased(pidFile, spec.storeDir);
-      const c = spawn(opts.server.bin, ['-c', configFile, '-l', logFile, '-P', pidFile], { stdio: 'ignore' });
+      // a process group of its own: a terminal's Ctrl-C goes to the CLI, which stops it after the services
+      const c = spawn(opts.server.bin, ['-c', configFile, '-l', logFile, '-P', pidFile], { stdio: 'ignore', detached: true });
       opts.track?.(c);
       child = c;
       c.once('exit', () => {
