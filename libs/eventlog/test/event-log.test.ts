@@ -135,19 +135,27 @@ describeEachNatsServer(servers, (server) => {
     expect(await log.readRun(`nothing${tag}`)).toEqual([]);
   });
 
+  /** Runs `read` with the log's invalid messages collected: their messages, in order. */
+  const invalidReported = async (read: () => Promise<void>): Promise<string[]> => {
+    const reported: string[] = [];
+    const previous = log.onInvalid;
+    log.onInvalid = (e) => reported.push(e.message);
+    try {
+      await read();
+    } finally {
+      log.onInvalid = previous;
+    }
+    return reported;
+  };
+
   it("skips and reports a stored message that is not a valid event, so one bad message cannot block a Run's readers (K11)", async () => {
     const runId = `r5${tag}`;
     await log.append(admitted(runId), 0);
     await log.js.publish(runSubject(log.space, runId, 'tools'), 'not json at all');
     await log.append(turnRequested(runId, 1), 0);
-    const reported: string[] = [];
-    const previous = log.onInvalid;
-    log.onInvalid = (e) => reported.push(e.message);
-    try {
+    const reported = await invalidReported(async () => {
       expect((await log.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
-    } finally {
-      log.onInvalid = previous;
-    }
+    });
     expect(reported).toHaveLength(1);
     expect(reported[0]).toMatch(/not JSON/);
   });
@@ -162,18 +170,13 @@ describeEachNatsServer(servers, (server) => {
     h.set('Nats-Subject', runSubject(log.space, runId, 'lifecycle'));
     const planted = await log.js.publish(tools, 'garbage with headers of the server', { headers: h });
     await log.append(turnRequested(runId, 1), 0);
-    const reported: string[] = [];
-    const previous = log.onInvalid;
-    log.onInvalid = (e) => reported.push(e.message);
-    try {
+    const reported = await invalidReported(async () => {
       // the tools subject's last message is not a fact: the Run is scanned whole
       expect((await log.readRun(runId)).map((e) => e.event.type)).toEqual(['run.admitted', 'model.turn.requested']);
       const whole: string[] = [];
       for await (const e of log.readRunWhole(runId)) whole.push(e.event.type);
       expect(whole).toEqual(['run.admitted', 'model.turn.requested']);
-    } finally {
-      log.onInvalid = previous;
-    }
+    });
     expect(reported).toEqual([
       expect.stringMatching(new RegExp(`^stream message ${planted.seq} on ${tools.replace(/\./g, '\\.')} is not a valid event`)),
       expect.stringMatching(new RegExp(`^stream message ${planted.seq} on ${tools.replace(/\./g, '\\.')} is not a valid event`)),
