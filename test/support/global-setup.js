@@ -95,9 +95,15 @@ export default async function globalSetup() {
     stdio: 'ignore',
   });
   child.unref();
-  const watchdog = spawn('sh', ['-c', 'read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), dir], {
-    stdio: ['pipe', 'ignore', 'ignore'],
-  });
+  // when this process dies in any way (its stdin pipe closes), the watchdog SIGKILLs the server and
+  // removes its folder; it ignores the terminal's signals (a Ctrl-C reaches the whole process group)
+  const watchdog = spawn(
+    'sh',
+    ['-c', 'trap "" HUP INT QUIT; read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), dir],
+    {
+      stdio: ['pipe', 'ignore', 'ignore'],
+    },
+  );
   watchdog.on('error', () => undefined);
   watchdog.unref();
   watchdog.stdin.unref?.();

@@ -347,11 +347,16 @@ export class TestNatsServer {
     let spawnError: Error | null = null;
     child.once('error', (e) => (spawnError = e));
     // when this process dies in any way (its stdin pipe closes), the watchdog SIGKILLs the server
-    // and removes its folder; under Jest it is the only exit guarantee (see onExit)
+    // and removes its folder; under Jest it is the only exit guarantee (see onExit). It ignores the
+    // terminal's signals: a Ctrl-C reaches the whole process group, and it must outlive them to clean up
     const watchdog = child.pid
-      ? spawn('sh', ['-c', 'read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), this.baseDir], {
-          stdio: ['pipe', 'ignore', 'ignore'],
-        })
+      ? spawn(
+          'sh',
+          ['-c', 'trap "" HUP INT QUIT; read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), this.baseDir],
+          {
+            stdio: ['pipe', 'ignore', 'ignore'],
+          },
+        )
       : null;
     if (watchdog) {
       watchdog.on('error', () => undefined);
