@@ -17,11 +17,18 @@ const run = new globalThis.AbortController();
 const deadlineAt = new Date(Date.now() + 4 * 3_600_000).toISOString();
 const turn = () => client.turn(1, ask, [], () => undefined, run.signal, { deadlineAt });
 await turn(); // what the first request loads is not counted
-// live signals after a full collection, the finalizers of collected ones given their turn
+// live signals after full collections, the finalizers of collected ones given their turn: repeated
+// while the count still falls (a loaded machine ran the finalizers late: 19 counted once in CI)
 const live = async () => {
-  globalThis.gc();
-  await new Promise((r) => setTimeout(r, 10));
-  return queryObjects(globalThis.AbortSignal, { format: 'count' });
+  let count = Infinity;
+  for (let round = 0; round < 10; round++) {
+    globalThis.gc();
+    await new Promise((r) => setTimeout(r, 20));
+    const now = queryObjects(globalThis.AbortSignal, { format: 'count' });
+    if (now >= count) return now;
+    count = now;
+  }
+  return count;
 };
 const before = await live();
 let ok = 0;

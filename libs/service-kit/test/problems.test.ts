@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { JetStreamApiError } from '@nats-io/jetstream';
 import { z } from 'zod';
 import { ProblemDetails, RunEventsQuery, RunsQuery } from '@runplane/contracts';
 import { apiError, ApiError, badRequestFromZod, dependencyUnavailable, parseQuery, unavailableDependency } from '../src/problems.js';
@@ -41,6 +42,14 @@ describe('unavailableDependency', () => {
     class ClosedConnectionError extends Error {}
     expect(unavailableDependency(new TimeoutError('timeout'))).toBe('NATS');
     expect(unavailableDependency(new Error('read failed', { cause: new ClosedConnectionError('closed') }))).toBe('NATS');
+  });
+
+  it('recognises a JetStream request the server answered 503 (a cluster without a leader), not its other refusals', () => {
+    const unavailable = new JetStreamApiError({ code: 503, err_code: 10008, description: 'JetStream system temporarily unavailable' });
+    expect(unavailableDependency(unavailable)).toBe('NATS');
+    expect(unavailableDependency(new Error('conversation read failed', { cause: unavailable }))).toBe('NATS');
+    expect(unavailableDependency(new JetStreamApiError({ code: 404, err_code: 10037, description: 'no message found' }))).toBeNull();
+    expect(unavailableDependency(new JetStreamApiError({ code: 400, err_code: 10071, description: 'wrong last sequence: 3' }))).toBeNull();
   });
 
   it('leaves anything else to be a 500', () => {
