@@ -5,6 +5,7 @@
  */
 import { Catch, HttpException, Logger, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import type { z } from 'zod';
+import { isTransientNatsError } from '@runplane/kit';
 import {
   openApiDocument,
   PROBLEM_CONTENT_TYPE,
@@ -176,27 +177,18 @@ const NATS_UNAVAILABLE = new Set([
 ]);
 
 /**
- * Whether `e` is a JetStream API error the server answered with status 503 ("JetStream system
- * temporarily unavailable": a cluster without a leader for the stream or bucket, during a node's
- * outage or a leader election). `@nats-io/jetstream`'s `JetStreamApiError` (and its subclasses)
- * carries the API's `code` as `status` and the whole answer behind `apiError()`.
- */
-function jetStreamUnavailable(e: Error): boolean {
-  const api = e as Error & { status?: unknown; apiError?: unknown };
-  return typeof api.apiError === 'function' && api.status === 503;
-}
-
-/**
  * Which dependency an unexpected error says is unreachable: `PostgreSQL` for a refused/reset
  * database connection (also inside MikroORM's wrappers), `NATS` for a closed, draining, timed-out
- * or unanswered NATS request, or a JetStream request the server answered 503 (temporarily
- * unavailable, e.g. a cluster electing a leader); null for anything else (a bug: 500). Follows
- * `cause` and `AggregateError.errors`.
+ * or unanswered NATS request, and for every error after which the event log retries a NATS request
+ * (`isTransientNatsError` of `@runplane/kit`: a lost connection, a JetStream 503 such as "JetStream
+ * system temporarily unavailable" while a cluster elects a leader, an atomic batch not stored) once
+ * its retries are spent; null for anything else (a bug: 500). Follows `cause` and
+ * `AggregateError.errors`.
  */
 export function unavailableDependency(error: unknown, depth = 0): string | null {
   if (!(error instanceof Error) || depth > 5) return null;
   const e = error as Error & { code?: unknown; errors?: unknown[] };
-  if (NATS_UNAVAILABLE.has(e.name) || NATS_UNAVAILABLE.has(e.constructor.name) || jetStreamUnavailable(e)) return 'NATS';
+  if (NATS_UNAVAILABLE.has(e.name) || NATS_UNAVAILABLE.has(e.constructor.name) || isTransientNatsError(e)) return 'NATS';
   if (typeof e.code === 'string' && CONNECTION_CODES.has(e.code)) return /nats/i.test(e.stack ?? '') ? 'NATS' : 'PostgreSQL';
   if (/Connection terminated|connection (?:is )?closed|too many clients/i.test(e.message) && /pg|postgres|mikro/i.test(e.stack ?? ''))
     return 'PostgreSQL';

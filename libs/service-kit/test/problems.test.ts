@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { z } from 'zod';
+import { BatchNotStored } from '@runplane/kit';
 import { ProblemDetails, RunEventsQuery, RunsQuery } from '@runplane/contracts';
 import { apiError, ApiError, badRequestFromZod, dependencyUnavailable, parseQuery, unavailableDependency } from '../src/problems.js';
 
@@ -48,6 +49,8 @@ describe('unavailableDependency', () => {
     const unavailable = new JetStreamApiError({ code: 503, err_code: 10008, description: 'JetStream system temporarily unavailable' });
     expect(unavailableDependency(unavailable)).toBe('NATS');
     expect(unavailableDependency(new Error('conversation read failed', { cause: unavailable }))).toBe('NATS');
+    // an atomic batch the server did not store (a 503 answer to its commit), once the append's retries are spent
+    expect(unavailableDependency(new BatchNotStored('JetStream system temporarily unavailable'))).toBe('NATS');
     expect(unavailableDependency(new JetStreamApiError({ code: 404, err_code: 10037, description: 'no message found' }))).toBeNull();
     expect(unavailableDependency(new JetStreamApiError({ code: 400, err_code: 10071, description: 'wrong last sequence: 3' }))).toBeNull();
   });
