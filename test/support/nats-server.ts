@@ -170,6 +170,9 @@ export class TestNatsServer {
 
   private child: ChildProcess | null = null;
   private watchdog: ChildProcess | null = null;
+  /** While the server is down between a kill and a new start: removes its folder when this process dies. */
+  private folderWatchdog: ChildProcess | null = null;
+  private cleanedUp = false;
   private frozen = false;
 
   private constructor(
@@ -300,9 +303,12 @@ export class TestNatsServer {
 
   /** Kills the process if it still runs and removes its store, config and log. Idempotent. */
   async cleanup(): Promise<void> {
+    this.cleanedUp = true;
     await this.kill();
     rmSync(this.baseDir, { recursive: true, force: true });
     dirs.delete(this.baseDir);
+    this.folderWatchdog?.kill('SIGKILL');
+    this.folderWatchdog = null;
   }
 
   /** The last `lines` lines of the server log (for error messages). */
@@ -347,31 +353,23 @@ export class TestNatsServer {
     let spawnError: Error | null = null;
     child.once('error', (e) => (spawnError = e));
     // when this process dies in any way (its stdin pipe closes), the watchdog SIGKILLs the server
-    // and removes its folder; under Jest it is the only exit guarantee (see onExit). It ignores the
-    // terminal's signals: a Ctrl-C reaches the whole process group, and it must outlive them to clean up
+    // and removes its folder; under Jest it is the only exit guarantee (see onExit)
+    this.folderWatchdog?.kill('SIGKILL');
+    this.folderWatchdog = null;
     const watchdog = child.pid
-      ? spawn(
-          'sh',
-          ['-c', 'trap "" HUP INT QUIT; read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), this.baseDir],
-          {
-            stdio: ['pipe', 'ignore', 'ignore'],
-          },
-        )
+      ? outlivingShell('read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', [String(child.pid), this.baseDir])
       : null;
-    if (watchdog) {
-      watchdog.on('error', () => undefined);
-      watchdog.stdin?.on('error', () => undefined);
-      watchdog.unref();
-      (watchdog.stdin as unknown as { unref?: () => void } | null)?.unref?.();
-    }
     this.watchdog = watchdog;
     child.once('exit', () => {
       live.delete(child);
       if (this.child === child) this.child = null;
       this.frozen = false;
-      // the server is gone: retire its watchdog without letting it signal anything
+      // the server is gone: retire its watchdog without letting it signal anything, and until the
+      // server is started again (a test that killed it) or cleaned up, keep one that only removes
+      // the folder when this process dies (a Ctrl-C while a test has the server down)
       if (this.watchdog === watchdog) this.watchdog = null;
       watchdog?.kill('SIGKILL');
+      if (!this.cleanedUp && this.child === null) this.folderWatchdog = outlivingShell('read _ || rm -rf "$1"', [this.baseDir]);
     });
 
     const deadline = Date.now() + this.readyTimeoutMs;
@@ -392,6 +390,21 @@ export class TestNatsServer {
       await new Promise((r) => setTimeout(r, 100));
     }
   }
+}
+
+/**
+ * `sh -c 'trap "" HUP INT QUIT; <script>' sh <args>` with its stdin a pipe from this process: the
+ * script's `read _` returns when this process dies in any way (kill -9 included), and the shell
+ * ignores the terminal's signals (a Ctrl-C reaches the whole process group) so that it outlives
+ * them to act. Unreferenced: it never keeps this process alive.
+ */
+function outlivingShell(script: string, args: string[]): ChildProcess {
+  const shell = spawn('sh', ['-c', `trap "" HUP INT QUIT; ${script}`, 'sh', ...args], { stdio: ['pipe', 'ignore', 'ignore'] });
+  shell.on('error', () => undefined);
+  shell.stdin?.on('error', () => undefined);
+  shell.unref();
+  (shell.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+  return shell;
 }
 
 /** True when every thread of `pid` is stopped (state T in /proc; true where /proc is missing). */
