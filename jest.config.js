@@ -1,7 +1,7 @@
 /**
  * One root configuration over every project (STACK-NOTES: one Jest process beats one per project on
- * 2 cores). `npm test` (scripts/test.sh) runs it twice side by side, the projects' own tests with 2
- * workers and the rest with 4; `maxWorkers` below is what a bare `npx jest` (and `npm test -- <args>`)
+ * 2 cores). `npm test` (scripts/test.sh) runs it twice, the projects' own tests with 6 workers and
+ * then the rest with 3; `maxWorkers` below is what a bare `npx jest` (and `npm test -- <args>`)
  * uses. TypeScript goes through @swc/jest as native ESM (Nest 12 is ESM-only), so the scripts set
  * NODE_OPTIONS=--experimental-vm-modules.
  */
