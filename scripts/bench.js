@@ -66,6 +66,7 @@ import { formatTable, goalRows, IDLE_RSS_GOAL_MIB } from './bench/goals.js';
 import { combineRepeats, drive, num, pct, ratio } from './bench/stats.js';
 import { runsPerSecondSvg } from './bench/svg.js';
 import { startDbos, startRestate, startRunplane } from './bench/systems.js';
+import { readTimeline } from './bench/timeline.js';
 
 const { values: a } = parseArgs({
   options: {
@@ -129,6 +130,8 @@ const logDir = join(root, '.runplane', 'bench-logs', tag);
 mkdirSync(logDir, { recursive: true });
 const dataDir = resolveDataFolder(process.env).dir;
 const say = (s = '') => process.stdout.write(`${s}\n`);
+/** A share (0..1) as a right-aligned whole percentage, e.g. ` 31 %`. */
+const pct100 = (x) => `${String(Math.round(x * 100)).padStart(3)} %`;
 const started = Date.now();
 
 say(
@@ -404,12 +407,16 @@ async function measureW1(sys, h) {
   }
   const meter = new CpuMeter(h.pids);
   const out = [];
+  let timeline;
   for (const [i, c] of levels.entries()) {
     const reps = [];
     for (let rep = 1; rep <= repeats; rep++) {
       await meter.begin();
       const stalledBefore = h.stalled?.length;
-      const r = await drive(c, runsPer[i], (k) => h.one(`w1-${tag}-${sys}-c${c}-${rep > 1 ? `r${rep}-` : ''}${k}`, W1_QUESTION));
+      const runIds = [];
+      const r = await drive(c, runsPer[i], (k) =>
+        h.one(`w1-${tag}-${sys}-c${c}-${rep > 1 ? `r${rep}-` : ''}${k}`, W1_QUESTION).then((id) => runIds.push(id)),
+      );
       const cpuMs = await meter.end();
       const stalls = h.stalled ? h.stalled.length - stalledBefore : undefined;
       totalRuns += runsPer[i];
@@ -435,6 +442,16 @@ async function measureW1(sys, h) {
         const parts = [...perKind].sort((x, y) => y[1] - x[1]).map(([k, ms]) => `${k} ${num(ms / Math.max(1, r.latencies.length), 1)}`);
         say(`    CPU ms per Run by process: ${parts.join(', ')}`);
       }
+      if (isRunplane(sys) && c === 1 && rep === 1 && runIds.length > 0) {
+        // read after the meter stopped: one direct get per event
+        const t = await readTimeline(h.log, runIds);
+        timeline = t;
+        say(
+          `    where a c=1 Run's time goes (the server's stored times of ${runIds.length} Runs; median span first to last event ${num(t.spanMs, 1)} ms), largest share first:`,
+        );
+        for (const row of t.rows.slice(0, 12))
+          say(`      ${pct100(row.share)}  ${row.from} -> ${row.to}: ${num(row.perRun, 1)} per Run, median ${num(row.medianMs, 1)} ms`);
+      }
     }
     out.push(repeats > 1 ? combineRepeats(reps) : reps[0]);
   }
@@ -444,7 +461,7 @@ async function measureW1(sys, h) {
     eventsPerRun = info.state.messages / totalRuns;
     say(`  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs)`);
   }
-  return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape };
+  return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape, timeline };
 }
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
