@@ -73,7 +73,8 @@ describe('the model client (K7)', () => {
     // and the wait before recording a request does not wait for a pause that ends after the deadline
     const started = Date.now();
     expect(await c.waitForPause(new Date(Date.now() + 2_000).toISOString())).toBe(false);
-    expect(Date.now() - started).toBeLessThan(200);
+    // at once: a wait would last until the deadline (2 s) at least; 1 s leaves a loaded machine room
+    expect(Date.now() - started).toBeLessThan(1_000);
   });
 
   it.concurrent('waitForPause waits out a short rate-limit pause before a request is recorded', async () => {
