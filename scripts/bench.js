@@ -67,8 +67,15 @@ import { combineRepeats, drive, num, pct, ratio } from './bench/stats.js';
 import { runsPerSecondSvg } from './bench/svg.js';
 import { startDbos, startRestate, startRunplane } from './bench/systems.js';
 import { readTimeline } from './bench/timeline.js';
+import { benchArgProblems } from './bench/args.js';
 
-const { values: a } = parseArgs({
+/** Says what is wrong with the command line, and exits 2 before anything starts. */
+function usageError(lines) {
+  process.stderr.write(`${lines.map((l) => `bench: ${l}`).join('\n')}\n(npm run bench -- --help lists the options)\n`);
+  process.exit(2);
+}
+
+const { values: a } = parseArgsOrExit({
   options: {
     only: { type: 'string', default: 'w1,demo,read-cost' },
     systems: { type: 'string', default: 'runplane,runplane-x3,dbos,restate' },
@@ -96,6 +103,14 @@ const { values: a } = parseArgs({
     help: { type: 'boolean', default: false },
   },
 });
+/** `parseArgs`, whose refusals (an unknown option, a value missing) are said as usage errors, not thrown. */
+function parseArgsOrExit(config) {
+  try {
+    return parseArgs(config);
+  } catch (e) {
+    return usageError([e instanceof Error ? e.message : String(e)]);
+  }
+}
 if (a.help) {
   process.stdout.write(
     (await import('node:fs'))
@@ -106,6 +121,8 @@ if (a.help) {
   );
   process.exit(0);
 }
+const problems = benchArgProblems(a);
+if (problems.length > 0) usageError(problems);
 const list = (s) =>
   s
     .split(',')
@@ -115,12 +132,10 @@ const only = new Set(list(a.only));
 const systemsWanted = list(a.systems).map((s) => s.toLowerCase());
 const levels = list(a.concurrency).map(Number);
 const runsPer = list(a.runs).map(Number);
-if (runsPer.length !== levels.length) throw new Error(`--runs needs one count per --concurrency level (${levels.length})`);
 // --repeat N: each W1 level is driven N times in a row on the same stack; the table gives each
 // figure's median over the N, and a line after it the spread (the machine's own spread between two
 // runs of the same code is often larger than a change measured: docs/performance.md)
 const repeats = Number(a.repeat);
-if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--repeat must be a whole number of at least 1 (got ${a.repeat})`);
 const W1_QUESTION = 'What does DIA hold?';
 const DEMO_QUESTION = 'Compare the holdings of SPY and QQQ';
 
@@ -131,6 +146,8 @@ mkdirSync(logDir, { recursive: true });
 const dataDir = resolveDataFolder(process.env).dir;
 const say = (s = '') => process.stdout.write(`${s}\n`);
 /** A share (0..1) as a right-aligned whole percentage, e.g. ` 31 %`. */
+/** How many pairs of event types the c=1 timeline prints (the rest are summed on one line). */
+const TIMELINE_ROWS = 12;
 const pct100 = (x) => `${String(Math.round(x * 100)).padStart(3)} %`;
 const started = Date.now();
 
@@ -446,11 +463,19 @@ async function measureW1(sys, h) {
         // read after the meter stopped: one direct get per event
         const t = await readTimeline(h.log, runIds);
         timeline = t;
+        const timelineFile = join(logDir, `${sys}-c1-timeline.json`);
+        writeFileSync(timelineFile, `${JSON.stringify(t, null, 2)}\n`);
         say(
           `    where a c=1 Run's time goes (the server's stored times of ${runIds.length} Runs; median span first to last event ${num(t.spanMs, 1)} ms), largest share first:`,
         );
-        for (const row of t.rows.slice(0, 12))
+        const shown = t.rows.slice(0, TIMELINE_ROWS);
+        for (const row of shown)
           say(`      ${pct100(row.share)}  ${row.from} -> ${row.to}: ${num(row.perRun, 1)} per Run, median ${num(row.medianMs, 1)} ms`);
+        const rest = t.rows.slice(TIMELINE_ROWS);
+        if (rest.length > 0)
+          say(
+            `      ${pct100(rest.reduce((sum, row) => sum + row.share, 0))}  the other ${rest.length} pairs of event types (all of them: ${timelineFile})`,
+          );
       }
     }
     out.push(repeats > 1 ? combineRepeats(reps) : reps[0]);
