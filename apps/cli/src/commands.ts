@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BusConfig, DatabaseConfig, Id, loadConfig, type RunEvent } from '@runplane/contracts';
+import { BusConfig, DatabaseConfig, Id, loadConfig, MessageContent, type RunEvent } from '@runplane/contracts';
 import { retry } from '@runplane/kit/retry';
 import { postMessagePatiently, RunplaneClient, RunplaneHttpError, type RunplaneEndpoints } from '@runplane/client';
 import type { DevAuth, NatsUsers } from '@runplane/devstack';
@@ -582,8 +582,13 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
  * followed as `ask` follows it (the protocol lines unless `opts.events` is false, then the
  * answer's passages together, then the settlement), everything stopped. Returns `ask`'s exit code
  * ({@link exitCodeOf}: 0 completed, 3 partial, 1 otherwise).
+ * @throws Error before anything starts when `question` is one admission would refuse
+ *   (`MessageContent`: blank, invisible, or over its size limit).
  */
 export async function demo(question: string | undefined, opts: { events?: boolean } = {}): Promise<number> {
+  // a question admission would refuse is refused before the stack starts, by the same rule
+  const asked = question === undefined ? null : MessageContent.safeParse(question);
+  if (asked && !asked.success) throw new Error(`the question: ${asked.error.issues.map((i) => i.message).join('; ')} (nothing was started)`);
   const dev = await devstack();
   const cleanup = stopOnSignal();
   const prepared = await prepareEnvironment();
