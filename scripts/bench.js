@@ -145,9 +145,9 @@ const logDir = join(root, '.runplane', 'bench-logs', tag);
 mkdirSync(logDir, { recursive: true });
 const dataDir = resolveDataFolder(process.env).dir;
 const say = (s = '') => process.stdout.write(`${s}\n`);
-/** A share (0..1) as a right-aligned whole percentage, e.g. ` 31 %`. */
 /** How many pairs of event types the c=1 timeline prints (the rest are summed on one line). */
 const TIMELINE_ROWS = 12;
+/** A share (0..1) as a right-aligned whole percentage, e.g. ` 31 %`. */
 const pct100 = (x) => `${String(Math.round(x * 100)).padStart(3)} %`;
 const started = Date.now();
 
@@ -424,7 +424,6 @@ async function measureW1(sys, h) {
   }
   const meter = new CpuMeter(h.pids);
   const out = [];
-  let timeline;
   for (const [i, c] of levels.entries()) {
     const reps = [];
     for (let rep = 1; rep <= repeats; rep++) {
@@ -462,7 +461,6 @@ async function measureW1(sys, h) {
       if (isRunplane(sys) && c === 1 && rep === 1 && runIds.length > 0) {
         // read after the meter stopped: one direct get per event
         const t = await readTimeline(h.log, runIds);
-        timeline = t;
         const timelineFile = join(logDir, `${sys}-c1-timeline.json`);
         writeFileSync(timelineFile, `${JSON.stringify(t, null, 2)}\n`);
         say(
@@ -486,7 +484,7 @@ async function measureW1(sys, h) {
     eventsPerRun = info.state.messages / totalRuns;
     say(`  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs)`);
   }
-  return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape, timeline };
+  return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape };
 }
 
 /** CPU and wall time of raw conditional appends on the same private nats-server, 8 writers in parallel. */
