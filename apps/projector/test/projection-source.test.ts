@@ -3,7 +3,9 @@
  * projection-source.ts): against a real nats-server and PostgreSQL, a database that projected a Run
  * of stream A is given to a projector of stream B, first younger than A (no message at the Run's
  * last sequence), then with another Run's event there; the start fails naming the Run and the
- * sequence, and nothing of B is projected into it. The projector of A itself starts on it again.
+ * sequence, and nothing of B is projected into it: the check runs before the projector consumes
+ * anything (no consumer of B's exists after a refused start; a CI-like loaded run once projected
+ * two of B's Runs when the consumers started first). The projector of A itself starts on it again.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
@@ -22,6 +24,13 @@ const b = { stream: `RPTEST_PSB_${tag}`, prefix: `tpsb${tag}` };
 let server: TestNatsServer;
 let logA: EventLog;
 let logB: EventLog;
+
+/** The names of the consumers on `log`'s stream. */
+async function consumersOf(log: EventLog): Promise<string[]> {
+  const names: string[] = [];
+  for await (const c of log.jsm.consumers.list(log.space.stream)) names.push(c.name);
+  return names;
+}
 
 /** Starts a projector of `space`'s log on the test's database (created and migrated on first use). */
 function projectorOf(space: { stream: string; prefix: string }): Promise<StartedProjector> {
@@ -83,6 +92,9 @@ describe('a projection database and the log it was built from', () => {
       ),
     );
     expect(await projectedRuns()).toEqual([runOfA]);
+    // refused before it consumed anything: it made no consumer on B (it would project B's events
+    // into this database until its start failed)
+    expect(await consumersOf(logB)).toEqual([]);
   });
 
   it('given log B grown past that sequence with another Run, when its projector starts on the database, then it fails naming the other Run', async () => {
@@ -92,6 +104,7 @@ describe('a projection database and the log it was built from', () => {
       new RegExp(`holds Runs of another log: .* but stream ${b.stream} has an event of Run ${runOfB} there`),
     );
     expect(await projectedRuns()).toEqual([runOfA]);
+    expect(await consumersOf(logB)).toEqual([]);
   });
 
   it('given the log the database was built from, when its projector starts again, then it starts', async () => {

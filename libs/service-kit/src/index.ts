@@ -210,8 +210,10 @@ class TimelyExpressAdapter extends ExpressAdapter {
 /**
  * Starts a service in this process: validates its configuration (every schema, before anything
  * connects), provides each schema's parsed value for injection ({@link ConfigModule}), logs JSON
- * through pino (`LOG_LEVEL`), starts the optional durable consumer (each handler runs in a log
- * context carrying the event's `runId`, `eventType` and `seq`) and the HTTP listener. Whether it
+ * through pino (`LOG_LEVEL`), runs the modules' start-up hooks (`onModuleInit`,
+ * `onApplicationBootstrap`: a hook that throws stops the start before any event is consumed), then
+ * starts the optional durable consumer (each handler runs in a log context carrying the event's
+ * `runId`, `eventType` and `seq`) and the HTTP listener. Whether it
  * starts or throws, `Intl.DateTimeFormat` is the original afterwards (a service's `main.ts` defers
  * it while the modules load: locale-data.ts).
  * @throws on invalid configuration or when a dependency (NATS, PostgreSQL) cannot be reached;
@@ -292,6 +294,11 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
       http: () => app.getHttpServer() as { closeAllConnections(): void },
     });
   try {
+    // the modules' start-up hooks (a projector's check that its database is this log's, the tool
+    // threads, recovery's watches) run before any consumer takes an event: Nest runs them only in
+    // init, which listen() would call after the consumers had started (a loaded test run saw a
+    // refused projector apply another log's events into its database before its check failed)
+    await app.init();
     if (spec.consumer) {
       const log = app.get(EventLog);
       const pino = await app.resolve(PinoLogger);
