@@ -763,11 +763,13 @@ export async function spawnReady(
     if (tail.length > 20) tail.shift();
   };
   createInterface({ input: child.stderr! }).on('line', record);
+  // what it wrote last, or that it wrote nothing (a start stopped by Ctrl-C printed a bare colon)
+  const lastWords = () => (tail.length > 0 ? `:\n${tail.join('\n')}` : ' (it wrote nothing)');
   const url = await new Promise<string>((resolveUrl, reject) => {
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      const why = new Error(`${name} did not become ready within ${timeoutMs} ms:\n${tail.join('\n')}`);
+      const why = new Error(`${name} did not become ready within ${timeoutMs} ms${lastWords()}`);
       void stopChild(child, 2_000).then(() => reject(why));
     }, timeoutMs);
     createInterface({ input: child.stdout! }).on('line', (line) => {
@@ -781,7 +783,7 @@ export async function spawnReady(
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
       if (timedOut) return; // stopped for it: the timeout's error says why
-      reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.join('\n')}`));
+      reject(new Error(`${name} exited (${code ?? signal}) before it was ready${lastWords()}`));
     });
   });
   return { name, child, url, stop: (graceMs?: number) => stopChild(child, graceMs ?? stopGraceMs(env)) };
