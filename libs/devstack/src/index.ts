@@ -677,9 +677,10 @@ const ORPHAN_GRACE_TENTHS = 50;
  * sends SIGTERM, and SIGKILL after {@link ORPHAN_GRACE_TENTHS} if the process still runs. Without
  * it a killed `runplane up`, demo or test left its nats-server and services running, and the next
  * `up` took over the state folder's lock from the dead process and started a second nats-server
- * on the store the first still held. The guard ignores SIGHUP, SIGINT and SIGQUIT, which a closed
- * terminal or a Ctrl-C sends to the whole process group (a hangup killed the guards with the CLI and
- * left the nats-server, which takes SIGHUP as a reload, running). It never keeps this process alive
+ * on the store the first still held. The guard runs in a session of its own and also ignores SIGHUP,
+ * SIGINT and SIGQUIT, so what a closed terminal or a Ctrl-C sends to the whole process group never
+ * stops it (a hangup killed the guards with the CLI and left the nats-server, which takes SIGHUP as
+ * a reload, running). It never keeps this process alive
  * (unref'd) and is killed once its process exits. Null when `sh` cannot be started (the stack
  * still runs, unguarded).
  */
@@ -694,7 +695,10 @@ function outliveGuard(pid: number): ChildProcess | null {
         String(pid),
         String(ORPHAN_GRACE_TENTHS),
       ],
-      { stdio: ['pipe', 'ignore', 'ignore'] },
+      // a session of its own: a signal sent to this process's group (a closed terminal's SIGHUP, a
+      // Ctrl-C) never reaches it, not even before its `trap` has run (a CI run's hangup of a starter's
+      // group came while its guard was still starting, killed it, and left the nats-server running)
+      { stdio: ['pipe', 'ignore', 'ignore'], detached: true },
     );
     guard.on('error', () => undefined);
     guard.stdin?.on('error', () => undefined);

@@ -9,7 +9,7 @@
  */
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -30,6 +30,7 @@ async function starter(name: string, lines: string[], detached = false): Promise
   const file = join(dir, `${name}.mjs`);
   writeFileSync(file, lines.join('\n'));
   const child = spawn(process.execPath, [file], { cwd: repoRoot(), stdio: ['ignore', 'pipe', 'inherit'], detached });
+  if (child.pid) started.push(child.pid); // a check that failed before killing it leaves no starter behind
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`the starter ${name} exited (${code}) before saying what it started`)));
@@ -50,6 +51,25 @@ function running(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** The `sh` guards `parent` started (its children running `sh`), each with its process group id (from /proc). */
+function guardsOf(parent: number): { pid: number; pgrp: number }[] {
+  const guards: { pid: number; pgrp: number }[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // pid (comm) state ppid pgrp ...
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const [, ppid, pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (comm === 'sh' && Number(ppid) === parent) guards.push({ pid: Number(entry), pgrp: Number(pgrp) });
+  }
+  return guards;
 }
 
 async function goneWithin(pid: number, ms: number): Promise<number | null> {
@@ -172,8 +192,14 @@ describe('a starter killed with SIGKILL', () => {
       true,
     );
     started.push(said.nats!);
+    // the nats-server's guard is outside the starter's process group: the hangup cannot reach it,
+    // even before its shell has set its trap (in a CI run the guard died with the group and left
+    // the nats-server running)
+    const guards = guardsOf(child.pid!);
+    expect(guards.length).toBeGreaterThan(0);
+    expect(guards.filter((g) => g.pgrp === child.pid)).toEqual([]);
     const exited = new Promise((r) => child.once('exit', r));
-    process.kill(-child.pid!, 'SIGHUP'); // the starter, its nats-server and the guards: one process group
+    process.kill(-child.pid!, 'SIGHUP'); // the starter and its nats-server: one process group
     await exited;
     const gone = await goneWithin(said.nats!, 15_000);
     process.stdout.write(`ORPHANS | after a hangup of the group: nats-server gone in ${gone} ms\n`);
