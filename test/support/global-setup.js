@@ -100,9 +100,8 @@ export default async function globalSetup() {
   const watchdog = spawn(
     'sh',
     ['-c', 'trap "" HUP INT QUIT; read _ || { kill -KILL "$1" 2>/dev/null; sleep 0.2; rm -rf "$2"; }', 'sh', String(child.pid), dir],
-    {
-      stdio: ['pipe', 'ignore', 'ignore'],
-    },
+    // a session of its own: the group's signals never reach it, not even before its trap is set
+    { stdio: ['pipe', 'ignore', 'ignore'], detached: true },
   );
   watchdog.on('error', () => undefined);
   watchdog.unref();

@@ -395,11 +395,12 @@ export class TestNatsServer {
 /**
  * `sh -c 'trap "" HUP INT QUIT; <script>' sh <args>` with its stdin a pipe from this process: the
  * script's `read _` returns when this process dies in any way (kill -9 included), and the shell
- * ignores the terminal's signals (a Ctrl-C reaches the whole process group) so that it outlives
- * them to act. Unreferenced: it never keeps this process alive.
+ * runs in a session of its own and ignores the terminal's signals (a Ctrl-C reaches the whole
+ * process group) so that it outlives them to act. Unreferenced: it never keeps this process alive.
  */
 function outlivingShell(script: string, args: string[]): ChildProcess {
-  const shell = spawn('sh', ['-c', `trap "" HUP INT QUIT; ${script}`, 'sh', ...args], { stdio: ['pipe', 'ignore', 'ignore'] });
+  // a session of its own: the group's signals never reach it, not even before its trap is set
+  const shell = spawn('sh', ['-c', `trap "" HUP INT QUIT; ${script}`, 'sh', ...args], { stdio: ['pipe', 'ignore', 'ignore'], detached: true });
   shell.on('error', () => undefined);
   shell.stdin?.on('error', () => undefined);
   shell.unref();
