@@ -97,6 +97,19 @@ export function topN(question: string): number | null {
   return n >= 1 && n <= 500 ? n : null;
 }
 
+/**
+ * Words by which a question asks for the smallest holdings (`the 5 smallest holdings`, `bottom
+ * 10`, `lowest weights`): the holdings tool returns the largest by weight only, so such a part is
+ * listed as unanswered, never answered with the largest.
+ */
+export const SMALLEST_WORDS = /\b(smallest|lowest|bottom|least|tiniest)\b/i;
+
+/**
+ * Words by which a question that names no fund asks what the data covers (`Which funds do you
+ * have?`, `list the ETFs`, `what data is there`): the list of funds answers it whole.
+ */
+export const COVERAGE_WORDS = /\b(funds?|etfs?|data|files?|tickers?|covers?|covered|coverage|available)\b/i;
+
 /** Words by which a follow-up points back at what was asked before (`compare it with QQQ`, `them too`, `the same for IVV`). */
 const BACK_REFERENCE = /\b(?:it|its|them|they|those|these|both|same|also|too|again|previous|earlier)\b/i;
 

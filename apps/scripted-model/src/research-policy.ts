@@ -51,6 +51,7 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
+import { COVERAGE_WORDS, SMALLEST_WORDS } from './question.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
 
@@ -121,6 +122,10 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
         );
       }
       passages.push('Name one or more fund tickers to get their holdings, the verified disclosure dates and a comparison.');
+      // a question about something else (`What is the capital of France?`) is not answered by the
+      // list of funds: it is listed as unanswered, never settled as answered (K9)
+      if (plan.mentioned.length === 0 && !COVERAGE_WORDS.test(question))
+        unanswered.push({ part: 'the question', reason: 'it names no fund in the data; only the funds the data covers were listed' });
       if (plan.mentioned.length > 0)
         for (const f of plan.mentioned) unanswered.push({ part: `research on ${f}`, reason: 'the holdings tools were not available' });
     } else if (calls.length === 0) {
@@ -205,6 +210,12 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
       }
     }
   }
+
+  // the holdings tool returns the largest holdings only: smallest ones asked for are not answered
+  // by them (a trial's "5 smallest holdings of DIA" was answered with its largest, as complete)
+  if (SMALLEST_WORDS.test(question))
+    for (const s of summaries.values())
+      unanswered.push({ part: `the smallest holdings of ${s.summary.fund}`, reason: 'only the largest holdings by weight are read' });
 
   for (const c of okCompares) {
     passages.push(overlapPassage(nameOf(c.a), nameOf(c.b), c));

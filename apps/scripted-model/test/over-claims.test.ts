@@ -73,5 +73,29 @@ describeWithSharedData(
         expect(unanswered).toEqual([]);
       }
     });
+
+    it('given a question about something else than the data, when the answer lists the funds, then the question is listed as unanswered; a question about the data itself is answered by that list', async () => {
+      // Before: "What is the capital of France?" got the list of funds and "Every part of the question was answered.": completed.
+      const offTopic = await research('What is the capital of France?');
+      expect(offTopic.calls.map((c) => c.name)).toEqual(['list_funds']);
+      expect(offTopic.answer).not.toContain('Every part of the question was answered');
+      expect(offTopic.unanswered).toEqual([
+        { part: 'the question', reason: 'it names no fund in the data; only the funds the data covers were listed' },
+      ]);
+      for (const q of ['Which funds does the data cover?', 'List the ETFs you have files for']) {
+        const { answer, unanswered } = await research(q);
+        expect(answer).toContain('The question names no fund ticker');
+        expect(unanswered).toEqual([]);
+      }
+    });
+
+    it('given a question asking for the smallest holdings, when the tool returns the largest, then the smallest are listed as unanswered for each fund read', async () => {
+      // Before: "What are the 5 smallest holdings of DIA by weight?" was answered with DIA's largest, "Every part of the question was answered.": completed.
+      const { answer, unanswered } = await research('What are the 5 smallest holdings of DIA by weight?');
+      expect(answer).not.toContain('Every part of the question was answered');
+      expect(unanswered).toEqual([{ part: 'the smallest holdings of DIA', reason: 'only the largest holdings by weight are read' }]);
+      // the largest asked for are answered as before
+      expect((await research('What are the 5 largest holdings of DIA?')).unanswered).toEqual([]);
+    });
   },
 );
