@@ -31,8 +31,10 @@ import {
  * (its own name) and the variable holding that user's password in the deployed nats-server
  * (`RUNPLANE_NATS_PASSWORD_DOWNSTREAM_<N>`: the password is the deployment's, never known here),
  * and whether it was created now or put back to its provisioned configuration (what differed).
- * Idempotent: a second run creates and changes nothing. Returns 0.
- * @throws when the configuration is invalid (naming the setting), NATS is unreachable or the user
+ * The first line names the stream and the server. Idempotent: a second run creates and changes
+ * nothing. Returns 0.
+ * @throws when `NATS_URL` is not set (before anything connects: it never provisions the default
+ *   server), the configuration is invalid (naming the setting), NATS is unreachable or the user
  *   may not create streams (then naming the admin user it needs, {@link notAdmin}).
  */
 export async function provision(
@@ -41,6 +43,13 @@ export async function provision(
   downstream: readonly string[] = DEFAULT_DOWNSTREAM_CONSUMERS,
 ): Promise<number> {
   const bus = loadConfig(BusConfig, env);
+  // it creates streams and buckets: never on a server it was not told (a trial's bare `provision`
+  // filled the machine's unrelated NATS on the default port and never said where)
+  if (!env.NATS_URL?.trim())
+    throw new Error(
+      `NATS_URL is not set: name the NATS server to provision (it creates the stream, buckets and durable consumers there and never takes the default ${bus.NATS_URL}); \`runplane up\` provisions the local stack itself`,
+    );
+  out(`provisioning stream ${bus.RUNPLANE_STREAM} on NATS at ${bus.NATS_URL}`);
   let log: EventLog;
   try {
     log = await EventLog.fromEnv('runplane-provision', env);

@@ -35,6 +35,19 @@ const envAs = (user: 'admin' | 'ops') => ({
 });
 
 describe('runplane provision', () => {
+  it('given no NATS_URL, then it is refused before anything connects, naming the setting: it never provisions the default server', async () => {
+    const { NATS_URL: _url, ...unnamed } = envAs('admin');
+    const lines: string[] = [];
+    const refused = await provision(unnamed, (l) => lines.push(l), ['downstream-1']).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(refused?.message).toMatch(
+      /^NATS_URL is not set: name the NATS server to provision .* never takes the default nats:\/\/127\.0\.0\.1:4222\)/,
+    );
+    expect(lines).toEqual([]);
+  });
+
   it('given the ops user, then it is refused with a reason naming the admin user, and nothing is created', async () => {
     const lines: string[] = [];
     const refused = await provision(envAs('ops'), (l) => lines.push(l), ['downstream-1']).then(
@@ -45,7 +58,7 @@ describe('runplane provision', () => {
       /^only the NATS admin user may create the stream, buckets and durable consumers, not user runplane-ops: run it with NATS_USER=runplane-admin and its password in NATS_PASSWORD \(RUNPLANE_NATS_PASSWORD_ADMIN of the Secret runplane-nats;/,
     );
     expect(refused?.message).toMatch(/NATS said: .*permissions violation/i);
-    expect(lines).toEqual([]);
+    expect(lines).toEqual([`provisioning stream ${space.stream} on NATS at ${nats.url}`]);
     // the admin finds no stream: nothing was created
     const { user, password: pass } = nats.users.admin;
     const opened = await EventLog.connect({ natsUrl: nats.url, user, pass, caFile: nats.caFile, ...space, create: false }).catch((e: unknown) => e);
@@ -72,7 +85,8 @@ describe('runplane provision', () => {
   it('given the admin user, then it creates the stream, the buckets and the durable, and a second run changes nothing', async () => {
     const first: string[] = [];
     expect(await provision(envAs('admin'), (l) => first.push(l), ['downstream-1'])).toBe(0);
-    expect(first[0]).toMatch(new RegExp(`^${space.stream}: 1 replica\\(s\\)`));
+    expect(first[0]).toBe(`provisioning stream ${space.stream} on NATS at ${nats.url}`);
+    expect(first[1]).toMatch(new RegExp(`^${space.stream}: 1 replica\\(s\\)`));
     expect(first.at(-1)).toMatch(/^downstream durable downstream-1: NATS user /);
     const second: string[] = [];
     expect(await provision(envAs('admin'), (l) => second.push(l), ['downstream-1'])).toBe(0);
