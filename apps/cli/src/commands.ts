@@ -237,7 +237,10 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
       {
         shouldRetry: ({ error }) => !permanent(error),
         onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-          if (retriesLeft > 0 && !permanent(error)) {
+          // while a signal stops the services this command started, their streams end: the resumes
+          // go on quietly until the signal's exit (130, 143) ends the command (a trial's Ctrl-C
+          // mid-Run printed three resume attempts against the stopping publication)
+          if (retriesLeft > 0 && !permanent(error) && !stopping) {
             process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
           }
         },
@@ -474,6 +477,8 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
       .then((d) => d.stopEverything())
       .then(async () => {
         for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
+        if (signal !== 'SIGHUP')
+          out('Stopped. A Run still in flight stays unsettled in the log until the stack runs again (its recovery takes it up then).');
       })
       .finally(() => process.exit(SIGNAL_EXIT_CODES[signal] ?? 1));
   };
