@@ -179,10 +179,14 @@ export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEve
   }
 }
 
+/** Tries of an event stream whose publication never answered before the observer gives up (about 1.5 s of backoff). */
+const UNREACHED_OBSERVER_ATTEMPTS = 3;
+
 /**
  * Prints a Run's events from after `lastEventId` until the server ends the stream (settled), as
  * `view` says ({@link FollowView}). A dropped connection is resumed from the last event seen
- * (`Last-Event-ID`), with backoff: a disconnect is not a cancel (K4), for the observer either.
+ * (`Last-Event-ID`), with backoff: a disconnect is not a cancel (K4), for the observer either. A
+ * stream that never opened is given up after {@link UNREACHED_OBSERVER_ATTEMPTS} tries.
  * Returns the settlement, if seen; when none is seen, the `answer` view still prints the passages
  * it has, headed as not settled, before the error propagates.
  */
@@ -220,29 +224,41 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
   return settled;
 
   async function followStream() {
+    // whether publication ever answered: a stream that never opened (nothing runs there) is given
+    // up after a few tries, not after the half hour of resumes a dropped one gets (a trial's
+    // `watch` with no stack running printed 30 resume lines over 2 min 18 s before failing)
+    let reached = false;
+    // publication answering at all (a 503 while it stops) counts as reached
+    const resumes = ({ error, attemptNumber }: { error: Error; attemptNumber: number }) =>
+      !permanent(error) && (reached || error instanceof RunplaneHttpError || attemptNumber < UNREACHED_OBSERVER_ATTEMPTS);
     await retry(
       'observerResume',
       async () => {
         const { ended } = await client.streamEvents(runId, {
           lastEventId: last,
+          onOpen: () => (reached = true),
           onEvent: ({ seq, event }) => {
             last = seq;
             show(event, seq);
             if (event.type === 'run.settled') settled = event;
           },
         });
+        reached = true;
         // a stream the server ended before the settlement (e.g. publication restarting) is resumed
         if (!settled && ended === 'server') throw new Error('the event stream ended before the settlement');
       },
       {
-        shouldRetry: ({ error }) => !permanent(error),
-        onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+        shouldRetry: resumes,
+        onFailedAttempt: (c) => {
           // while a signal stops the services this command started, their streams end: the resumes
           // go on quietly until the signal's exit (130, 143) ends the command (a trial's Ctrl-C
           // mid-Run printed three resume attempts against the stopping publication)
-          if (retriesLeft > 0 && !permanent(error) && !stopping) {
-            process.stderr.write(`  (observer connection lost: ${error.message}; resuming after #${last}, attempt ${attemptNumber + 1})\n`);
-          }
+          if (c.retriesLeft === 0 || !resumes(c) || stopping) return;
+          process.stderr.write(
+            reached
+              ? `  (observer connection lost: ${c.error.message}; resuming after #${last}, attempt ${c.attemptNumber + 1})\n`
+              : `  (${c.error.message}; trying again, attempt ${c.attemptNumber + 1} of ${UNREACHED_OBSERVER_ATTEMPTS})\n`,
+          );
         },
       },
     );

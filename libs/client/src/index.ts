@@ -291,6 +291,8 @@ export class RunplaneClient {
       deltas?: boolean;
       onEvent: (e: ObservedEvent) => void;
       onDelta?: (d: { turn: number; text: string }) => void;
+      /** Called once publication has answered and the stream is open (before its first event). */
+      onOpen?: () => void;
     },
   ): Promise<{ lastEventId: number; ended: 'server' | 'complete' | 'aborted' }> {
     const url = new URL(`${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/events`);
@@ -307,6 +309,7 @@ export class RunplaneClient {
     }
     if (res.status === 204) return { lastEventId: last, ended: 'complete' }; // the settlement is already behind Last-Event-ID
     if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res), String(url));
+    opts.onOpen?.();
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {
         if (opts.signal?.aborted) return; // detached: what arrives after the disconnect is not seen
