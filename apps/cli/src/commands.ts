@@ -651,12 +651,15 @@ function redactUrl(url: string): string {
 /**
  * Prints a Run's projection (`GET /v1/runs/{runId}` of admission): status, budget used against
  * its limits (unknown usage marked, K7, K9) and its clocks. Returns 0, or 1 when the Run is
- * unknown or not projected yet.
+ * unknown, not projected yet or another user's (admission answers all three alike).
  */
 export async function status(endpoints: RunplaneEndpoints, runId: string, json: boolean): Promise<number> {
   const view = await new RunplaneClient(endpoints).getRun(runId);
   if (!view) {
-    process.stderr.write(`runplane: no projection for run ${runId} (unknown, or not projected yet)\n`);
+    // admission answers another user's Run as it answers an unknown one (nothing of it leaks): say so
+    process.stderr.write(
+      `runplane: no projection for run ${runId} visible to this user (unknown, not projected yet, or another user's Run: an admin token, --scope runplane:admin, sees every Run)\n`,
+    );
     return 1;
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
