@@ -614,6 +614,7 @@ export async function demo(question: string | undefined, opts: { events?: boolea
   const cleanup = stopOnSignal();
   const prepared = await prepareEnvironment();
   cleanup.also(() => prepared.close());
+  let started = false;
   try {
     // a process that failed to start fails this at once, naming it; the stack stops what it started
     const stack = await dev.startStack({
@@ -626,6 +627,7 @@ export async function demo(question: string | undefined, opts: { events?: boolea
     out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
     out(`  logs:     ${stack.logFile}`);
     out('');
+    started = true;
     try {
       const q = question ?? (prepared.dataSet === 'illustrative' ? ILLUSTRATIVE_QUESTION : DEFAULT_QUESTION);
       out(`Question: ${q}`);
@@ -634,10 +636,12 @@ export async function demo(question: string | undefined, opts: { events?: boolea
       return exitCodeOf(settled);
     } finally {
       await stack.stop();
-      out('\nAll services stopped.');
     }
   } finally {
     await prepared.close();
+    // said once everything is down, the nats-server included (a trial saw it printed while the
+    // nats-server still ran for another 1.6 s)
+    if (started) out('\nAll services stopped.');
   }
 }
 
