@@ -474,6 +474,11 @@ export function askHint(endpoints: { admission: string; publication: string }): 
 /** True once a signal is stopping everything this command started (their exits are expected then). */
 let stopping = false;
 
+/** True once SIGINT, SIGTERM or SIGHUP is stopping what this command started: it exits on its own (130 / 143 / 129). */
+export function stoppingOnSignal(): boolean {
+  return stopping;
+}
+
 /** The exit code after each signal that stops the processes this CLI started (128 + the signal's number). */
 const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGHUP: 129, SIGINT: 130, SIGTERM: 143 };
 

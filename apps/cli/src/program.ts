@@ -49,6 +49,10 @@ const run =
     try {
       process.exitCode = (await fn()) ?? 0;
     } catch (e) {
+      // a failure caused by a signal's stop (a service stopped while it started, a stream ended) is
+      // not reported: the signal's own lines say what happens, and it exits 130 / 143 (a trial's
+      // Ctrl-C during a demo's start ended with "publication exited (SIGTERM) before it was ready")
+      if ((await commands()).stoppingOnSignal()) return;
       // the reason may quote the server (problem detail and issues): shown, never executed by the terminal
       process.stderr.write(`runplane: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`);
       process.exitCode = 1;
