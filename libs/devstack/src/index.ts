@@ -768,7 +768,7 @@ export async function spawnReady(
   };
   createInterface({ input: child.stderr! }).on('line', record);
   // what it wrote last, or that it wrote nothing (a start stopped by Ctrl-C printed a bare colon)
-  const lastWords = () => (tail.length > 0 ? `:\n${tail.join('\n')}` : ' (it wrote nothing)');
+  const lastWords = () => (tail.length > 0 ? `:\n${telling(tail).join('\n')}` : ' (it wrote nothing)');
   const url = await new Promise<string>((resolveUrl, reject) => {
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -791,6 +791,31 @@ export async function spawnReady(
     });
   });
   return { name, child, url, stop: (graceMs?: number) => stopChild(child, graceMs ?? stopGraceMs(env)) };
+}
+
+/** pino's level from which a log line says why a start failed (50 error, 60 fatal). */
+const ERROR_LEVEL = 50;
+
+/**
+ * The lines of a process's last output that say why it failed: when some are JSON log lines
+ * (pino) of level error or fatal, only their messages (`tools failed to start: listen EADDRINUSE
+ * ...`); else every line as written. A trial's port clash printed 20 raw JSON lines, among them
+ * "Nest application successfully started" just before the one that said why.
+ */
+export function telling(lines: readonly string[]): string[] {
+  const errors: string[] = [];
+  for (const line of lines) {
+    let entry: unknown;
+    try {
+      entry = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const e = entry as { level?: unknown; msg?: unknown; err?: { message?: unknown } };
+    if (typeof e?.level === 'number' && e.level >= ERROR_LEVEL && typeof e.msg === 'string')
+      errors.push(typeof e.err?.message === 'string' && !e.msg.includes(e.err.message) ? `${e.msg}: ${e.err.message}` : e.msg);
+  }
+  return errors.length > 0 ? errors : [...lines];
 }
 
 /**

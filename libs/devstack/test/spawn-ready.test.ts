@@ -38,6 +38,20 @@ describe('a process that ends before its ready line', () => {
     expect(child?.signalCode).toBe('SIGTERM');
   });
 
+  it('given one that logs JSON lines, one of them an error, then the error gives only the messages of the error lines', async () => {
+    const logging = script(
+      'logging.mjs',
+      [
+        `console.log(JSON.stringify({ level: 30, msg: 'Nest application successfully started' }));`,
+        `console.error(JSON.stringify({ level: 60, msg: 'tools failed to start: listen EADDRINUSE: address already in use 127.0.0.1:8084' }));`,
+        'process.exitCode = 1;',
+      ].join('\n'),
+    );
+    await expect(spawnReady('tools', logging, [], process.env, /ready on (\S+)/, log)).rejects.toThrow(
+      /^tools exited \(1\) before it was ready:\ntools failed to start: listen EADDRINUSE: address already in use 127\.0\.0\.1:8084$/,
+    );
+  });
+
   it('given one that writes a reason and exits 3, then the error ends with its lines', async () => {
     const failing = script('failing.mjs', "console.error('failing to start: no database');\nprocess.exitCode = 3;\n");
     await expect(spawnReady('failing', failing, [], process.env, /ready on (\S+)/, log)).rejects.toThrow(
