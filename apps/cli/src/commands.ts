@@ -191,6 +191,7 @@ const UNREACHED_OBSERVER_ATTEMPTS = 3;
  * it has, headed as not settled, before the error propagates.
  */
 async function follow(client: RunplaneClient, runId: string, lastEventId: number, view: FollowView): Promise<RunEvent | null> {
+  following = runId;
   let last = lastEventId;
   let settled: RunEvent | null = null;
   const answer = new AnswerAssembly();
@@ -240,7 +241,10 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
           onEvent: ({ seq, event }) => {
             last = seq;
             show(event, seq);
-            if (event.type === 'run.settled') settled = event;
+            if (event.type === 'run.settled') {
+              settled = event;
+              following = null;
+            }
           },
         });
         reached = true;
@@ -474,6 +478,9 @@ export function askHint(endpoints: { admission: string; publication: string }): 
 /** True once a signal is stopping everything this command started (their exits are expected then). */
 let stopping = false;
 
+/** The Run this command follows and has not seen settled yet, if any (named when a signal stops it). */
+let following: string | null = null;
+
 /** True once SIGINT, SIGTERM or SIGHUP is stopping what this command started: it exits on its own (130 / 143 / 129). */
 export function stoppingOnSignal(): boolean {
   return stopping;
@@ -499,7 +506,11 @@ function stopOnSignal(): { also(fn: () => Promise<void>): void } {
       .then(async () => {
         for (const fn of cleanups.reverse()) await fn().catch(() => undefined);
         if (signal !== 'SIGHUP')
-          out('Stopped. A Run still in flight stays unsettled in the log until the stack runs again (its recovery takes it up then).');
+          out(
+            following
+              ? `Stopped. Run ${following} stays unsettled in the log until the stack runs again (its recovery takes it up then).`
+              : 'Stopped.',
+          );
       })
       .finally(() => process.exit(SIGNAL_EXIT_CODES[signal] ?? 1));
   };
