@@ -52,6 +52,31 @@ export function mentionedFunds(question: string, knownFunds: Iterable<string> = 
   return out;
 }
 
+/** True when the word at `i` is followed by `in` and a fund (`NVDA in SPY`, `NVDA in the SPY`). */
+function inAFund(words: readonly string[], i: number, isFund: (word: string) => boolean): boolean {
+  if (words[i + 1]?.toLowerCase() !== 'in') return false;
+  const after = words[i + 2]?.toLowerCase() === 'the' ? words[i + 3] : words[i + 2];
+  return after !== undefined && isFund(after);
+}
+
+/**
+ * Securities the question asks about inside a fund of the data (`What is the weight of NVDA in
+ * SPY?`: `[{ security: 'NVDA', fund: 'SPY' }]`): an upper-case token of 1-5 letters, not a
+ * {@link STOP_WORDS} word nor a known fund, followed by `in` and a known fund.
+ */
+export function askedSecurities(question: string, knownFunds: Iterable<string>): { security: string; fund: string }[] {
+  const known = new Set([...knownFunds].map((f) => f.toUpperCase()));
+  const words = [...withoutDatePhrases(question).matchAll(/[A-Za-z][A-Za-z&]*|[,(]/g)].map((m) => m[0]);
+  const out: { security: string; fund: string }[] = [];
+  words.forEach((raw, i) => {
+    if (!/^[A-Z]{1,5}$/.test(raw) || STOP_WORDS.has(raw) || known.has(raw)) return;
+    if (!inAFund(words, i, (w) => known.has(w.toUpperCase()))) return;
+    const fund = (words[i + 2]?.toLowerCase() === 'the' ? words[i + 3] : words[i + 2])!.toUpperCase();
+    if (!out.some((o) => o.security === raw && o.fund === fund)) out.push({ security: raw, fund });
+  });
+  return out;
+}
+
 /** Words that join funds named together (`SPY and QQQ`, `SPY vs QQQ`, `EEM, ODD`). */
 export const JOINERS = new Set(['and', 'or', 'with', 'vs', 'versus', 'against', 'to', ',', '(']);
 
@@ -68,6 +93,8 @@ export const TRAILS = new Set(['holdings', 'holding', 'fund', 'funds', 'etf', 'e
  */
 export function inFundPosition(words: readonly string[], i: number, isFund: (word: string) => boolean): boolean {
   const next = words[i + 1];
+  // a security inside a fund (`the weight of NVDA in SPY`): not a fund itself
+  if (inAFund(words, i, isFund)) return false;
   if (next && /^[A-Z][a-z]/.test(next) && !TRAILS.has(next.toLowerCase())) return false;
   if (next && TRAILS.has(next.toLowerCase())) return true;
   let j = i - 1;

@@ -51,7 +51,7 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import { COVERAGE_WORDS, SMALLEST_WORDS } from './question.js';
+import { askedSecurities, COVERAGE_WORDS, SMALLEST_WORDS } from './question.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
 
@@ -216,6 +216,19 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
   if (SMALLEST_WORDS.test(question))
     for (const s of summaries.values())
       unanswered.push({ part: `the smallest holdings of ${s.summary.fund}`, reason: 'only the largest holdings by weight are read' });
+
+  // a security asked about inside a fund (`the weight of XOM in SPY`) is answered only when it is
+  // among the holdings read; else it is listed, never passed over as answered
+  for (const { security, fund } of askedSecurities(question, known ?? [])) {
+    const read = [...summaries.values()].filter((s) => s.summary.fund.toUpperCase() === fund);
+    const found = read.flatMap((s) => s.top.filter((l) => l.ticker?.toUpperCase() === security).map((line) => ({ line, file: s.summary.file })));
+    const weighed = found.filter((f) => f.line.weight !== null);
+    if (weighed.length > 0)
+      passages.push(
+        weighed.map((f) => `${security} (${f.line.name}) is ${f.line.weight!.toFixed(2)}% of ${fund} in ${f.file}, as the file states it.`).join(' '),
+      );
+    else unanswered.push({ part: `the weight of ${security} in ${fund}`, reason: `${security} is not among the largest holdings read` });
+  }
 
   for (const c of okCompares) {
     passages.push(overlapPassage(nameOf(c.a), nameOf(c.b), c));

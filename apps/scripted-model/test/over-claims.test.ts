@@ -4,7 +4,7 @@
  */
 import { beforeAll, expect, it } from '@jest/globals';
 import { HoldingsLibrary } from '@runplane/holdings';
-import { extractUnanswered, mentionedFunds, readQuestionDates, type WireMessage } from '../src/index.js';
+import { askedSecurities, extractUnanswered, mentionedFunds, readQuestionDates, type WireMessage } from '../src/index.js';
 import { describeWithSharedData } from '../../../test/support/shared-data.js';
 import { research as drive } from './drive.js';
 
@@ -96,6 +96,23 @@ describeWithSharedData(
       expect(unanswered).toEqual([{ part: 'the smallest holdings of DIA', reason: 'only the largest holdings by weight are read' }]);
       // the largest asked for are answered as before
       expect((await research('What are the 5 largest holdings of DIA?')).unanswered).toEqual([]);
+    });
+
+    it('given a security asked about inside a fund, then it is not taken for a fund, and its weight is listed as unanswered unless it is among the holdings read', async () => {
+      // Before: "What is the weight of AAPL in QQQ on 2025-09-26?" took AAPL for a fund ("fewer than two of QQQ, AAPL are covered").
+      const known = ['SPY', 'QQQ', 'IVV'];
+      expect(mentionedFunds('What is the weight of AAPL in QQQ on 2025-09-26?', known)).toEqual(['QQQ']);
+      expect(askedSecurities('What is the weight of AAPL in QQQ on 2025-09-26?', known)).toEqual([{ security: 'AAPL', fund: 'QQQ' }]);
+      expect(askedSecurities('Tell me the weight of MSFT in the QQQ.', known)).toEqual([{ security: 'MSFT', fund: 'QQQ' }]);
+      // NVDA is among SPY's largest holdings: answered
+      const nvda = await research('What is the weight of NVDA in SPY?');
+      expect(nvda.calls.filter((c) => c.name === 'get_holdings').map((c) => c.arguments)).toEqual([expect.objectContaining({ fund: 'SPY' })]);
+      expect(nvda.answer).toMatch(/NVDA \(NVIDIA CORP\) is 7\.83% of SPY in SPY_2025-11-18\.xlsx, as the file states it\./i);
+      expect(nvda.unanswered).toEqual([]);
+      // a security the tool did not return (a small holding): listed, not passed over
+      const small = await research('What is the weight of ZZZZ in SPY?');
+      expect(small.answer).not.toMatch(/ZZZZ .* is [\d.]+% of SPY/);
+      expect(small.unanswered).toEqual([{ part: 'the weight of ZZZZ in SPY', reason: 'ZZZZ is not among the largest holdings read' }]);
     });
   },
 );
