@@ -762,7 +762,8 @@ export async function spawnReady(
   onSpawn?.(child);
   const tail: string[] = [];
   const record = (line: string) => {
-    log.write(`[${name}] ${line}\n`);
+    // a line read after the stack's log was closed (a process's last words at a stop) is kept in the tail only
+    if (!log.writableEnded) log.write(`[${name}] ${line}\n`);
     tail.push(line);
     if (tail.length > 20) tail.shift();
   };
@@ -787,10 +788,26 @@ export async function spawnReady(
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
       if (timedOut) return; // stopped for it: the timeout's error says why
-      reject(new Error(`${name} exited (${code ?? signal}) before it was ready${lastWords()}`));
+      // 'exit' can come before the last of its output is read (a CI run's error said "it wrote
+      // nothing" of a process whose reason was still in the pipe): its lines first, within a bound
+      void outputRead(child, OUTPUT_DRAIN_MS).then(() => reject(new Error(`${name} exited (${code ?? signal}) before it was ready${lastWords()}`)));
     });
   });
   return { name, child, url, stop: (graceMs?: number) => stopChild(child, graceMs ?? stopGraceMs(env)) };
+}
+
+/** How long an exited process's output may still be read before its start's error is made, ms. */
+const OUTPUT_DRAIN_MS = 1_000;
+
+/** Resolves when `child`'s stdout and stderr have ended (every line read), or after `boundMs`. */
+function outputRead(child: ChildProcess, boundMs: number): Promise<void> {
+  const ended = (s: NodeJS.ReadableStream | null) =>
+    !s || (s as unknown as { readableEnded: boolean }).readableEnded
+      ? Promise.resolve()
+      : new Promise<void>((r) => (s.once('end', r), s.once('close', r)));
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((r) => (timer = setTimeout(r, boundMs)));
+  return Promise.race([Promise.all([ended(child.stdout), ended(child.stderr)]).then(() => undefined), bound]).finally(() => clearTimeout(timer));
 }
 
 /** pino's level from which a log line says why a start failed (50 error, 60 fatal). */
