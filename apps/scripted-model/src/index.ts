@@ -24,7 +24,7 @@ export {
 } from './scenario.js';
 export { researchPolicy, writeAnswer } from './research-policy.js';
 export { currentRequest, currentTurnCalls, earlierRequest, lastQuestion, type CallOutcome, type CallRecord } from './conversation.js';
-export { askedSecurities, followUp, mentionedFunds, mentionedDates, STOP_WORDS, topN } from './question.js';
+export { askedSecurities, asksOutsideTheData, followUp, mentionedFunds, mentionedDates, questionParts, STOP_WORDS, topN } from './question.js';
 export { closestPair, chooseFiles, APPROXIMATE_AFTER_DAYS, type Subject } from './file-choice.js';
 export { planResearch, questionPlan, MAX_COMPARED_FUNDS } from './plan.js';
 export { readQuestionDates, questionDates, isoDay, type QuestionDate, type UnreadableDate } from './question-dates.js';

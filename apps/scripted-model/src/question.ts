@@ -115,10 +115,13 @@ export const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|latest|newest)\b
 
 export const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };
 
-/** The N of "top N" / "N largest" in the question (1-500), or `null`. */
+/** The N of "top N" / "N largest" / "Nth largest" in the question (1-500), or `null`. */
 export function topN(question: string): number | null {
-  const m = /\btop[- ](\d{1,3}|five|ten|fifteen|twenty|three)\b|\b(\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\b/i.exec(question);
-  const word = (m?.[1] ?? m?.[2])?.toLowerCase();
+  const m =
+    /\btop[- ](\d{1,3}|five|ten|fifteen|twenty|three)\b|\b(\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\b|\b(\d{1,3})(?:st|nd|rd|th) (?:largest|biggest|heaviest)\b/i.exec(
+      question,
+    );
+  const word = (m?.[1] ?? m?.[2] ?? m?.[3])?.toLowerCase();
   if (!word) return null;
   const n = NUMBER_WORDS[word] ?? Number(word);
   return n >= 1 && n <= 500 ? n : null;
@@ -130,6 +133,41 @@ export function topN(question: string): number | null {
  * listed as unanswered, never answered with the largest.
  */
 export const SMALLEST_WORDS = /\b(smallest|lowest|bottom|least|tiniest)\b/i;
+
+/** Words by which a question asks for holdings by rank or size (`its 10th largest position`). */
+const RANK_WORDS = /\b(largest|biggest|heaviest|positions?)\b/i;
+
+/** Words by which a question asks for sectors or industries, which the holdings tool does not return. */
+export const SECTOR_WORDS = /\b(sectors?|industr(?:y|ies))\b/i;
+
+/** Words by which a question asks for advice (`Should I buy SPY or QQQ?`), which research on holdings files does not give. */
+export const ADVICE_WORDS = /\b(should I|should we|buy|sell|recommend(?:ation)?s?|invest in|worth investing)\b/i;
+
+/**
+ * The parts of a question, split at `?`, `!`, `;`, a sentence's end, and at an `and` that starts a
+ * new ask (`... and who manages it`, `... and tell me ...`), trimmed, without empty ones.
+ */
+export function questionParts(question: string): string[] {
+  return question
+    .split(/[?!;]|\.\s|,?\s+and\s+(?=(?:who|what|when|where|why|how|which|tell|give|show|list|is|are|was|were|does|do|did|can)\b)/i)
+    .map((p) => p.trim().replace(/[.,:]+$/, ''))
+    .filter((p) => p.length > 0);
+}
+
+/**
+ * True when a part of a question asks for nothing the research policy reads: it names no fund, no
+ * ticker-like word, none of the holdings, fund-fact, coverage, sector or advice words, and no date
+ * (`who manages it`, `tell me tomorrow's weather in Paris`).
+ */
+export function asksOutsideTheData(part: string, knownFunds: Iterable<string>): boolean {
+  if (part.split(/\s+/).length < 2) return false;
+  if (mentionedFunds(part, knownFunds).length > 0) return false;
+  // a ticker-like word (a security: `tell me about NVDA`) may be answered by the holdings read
+  if ((part.match(/\b[A-Z]{2,5}\b/g) ?? []).some((w) => !STOP_WORDS.has(w))) return false;
+  if ([HOLDINGS_WORDS, METADATA_WORDS, COVERAGE_WORDS, SECTOR_WORDS, ADVICE_WORDS, SMALLEST_WORDS, RANK_WORDS].some((w) => w.test(part)))
+    return false;
+  return readQuestionDates(part).dates.length === 0;
+}
 
 /**
  * Words by which a question that names no fund asks what the data covers (`Which funds do you

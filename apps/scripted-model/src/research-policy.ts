@@ -51,7 +51,7 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import { askedSecurities, COVERAGE_WORDS, SMALLEST_WORDS } from './question.js';
+import { ADVICE_WORDS, askedSecurities, asksOutsideTheData, COVERAGE_WORDS, questionParts, SECTOR_WORDS, SMALLEST_WORDS } from './question.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
 
@@ -216,6 +216,16 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
   if (SMALLEST_WORDS.test(question))
     for (const s of summaries.values())
       unanswered.push({ part: `the smallest holdings of ${s.summary.fund}`, reason: 'only the largest holdings by weight are read' });
+
+  // what the research cannot give is listed, never passed over as answered (K9): sectors (the tool
+  // returns none), advice, and a part of the question about nothing the data holds (a trial saw
+  // "... and who manages it", "... and tell me tomorrow's weather in Paris" settle completed)
+  const fundsRead = [...new Set([...summaries.values()].map((s) => s.summary.fund))];
+  const which = fundsRead.length > 0 ? fundsRead.join(' and ') : plan.covered.join(' and ');
+  if (SECTOR_WORDS.test(question)) unanswered.push({ part: `the sector breakdown of ${which}`, reason: 'the holdings tool returns no sectors' });
+  if (ADVICE_WORDS.test(question)) unanswered.push({ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' });
+  for (const part of questionParts(question))
+    if (asksOutsideTheData(part, known ?? plan.mentioned)) unanswered.push({ part: `"${part}"`, reason: 'nothing in the data answers it' });
 
   // a security asked about inside a fund (`the weight of XOM in SPY`) is answered only when it is
   // among the holdings read; else it is listed, never passed over as answered

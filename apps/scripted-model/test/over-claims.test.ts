@@ -4,7 +4,16 @@
  */
 import { beforeAll, expect, it } from '@jest/globals';
 import { HoldingsLibrary } from '@runplane/holdings';
-import { askedSecurities, extractUnanswered, mentionedFunds, readQuestionDates, type WireMessage } from '../src/index.js';
+import {
+  askedSecurities,
+  asksOutsideTheData,
+  extractUnanswered,
+  mentionedFunds,
+  questionParts,
+  readQuestionDates,
+  topN,
+  type WireMessage,
+} from '../src/index.js';
 import { describeWithSharedData } from '../../../test/support/shared-data.js';
 import { research as drive } from './drive.js';
 
@@ -96,6 +105,38 @@ describeWithSharedData(
       expect(unanswered).toEqual([{ part: 'the smallest holdings of DIA', reason: 'only the largest holdings by weight are read' }]);
       // the largest asked for are answered as before
       expect((await research('What are the 5 largest holdings of DIA?')).unanswered).toEqual([]);
+    });
+
+    it.each([
+      ['What is the expense ratio of SPY and who manages it?', [{ part: '"who manages it"', reason: 'nothing in the data answers it' }]],
+      ['What is the expense ratio of SPY and when was it launched?', [{ part: '"when was it launched"', reason: 'nothing in the data answers it' }]],
+      [
+        "Compare the holdings of SPY and QQQ and tell me tomorrow's weather in Paris",
+        [{ part: `"tell me tomorrow's weather in Paris"`, reason: 'nothing in the data answers it' }],
+      ],
+      ['What is the sector breakdown of QQQ?', [{ part: 'the sector breakdown of QQQ', reason: 'the holdings tool returns no sectors' }]],
+      ['Should I buy SPY or QQQ?', [{ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' }]],
+    ])('given "%s", when part of it is nothing the data answers, then that part is listed as not answered', async (question, expected) => {
+      // Before (a trial): each settled completed with "Every part of the question was answered."
+      const { answer, unanswered } = await research(question);
+      expect(answer).not.toContain('Every part of the question was answered');
+      expect(unanswered).toEqual(expected);
+    });
+
+    it('given "the 10th largest position", then ten holdings are read and shown, and nothing is listed', async () => {
+      // Before (a trial): only the top 5 were read and the answer claimed every part answered.
+      expect(topN('How many holdings does ARKK have, and what is its 10th largest position?')).toBe(10);
+      const { calls, unanswered } = await research('How many holdings does ARKK have, and what is its 10th largest position?');
+      expect(calls).toContainEqual({ name: 'get_holdings', arguments: expect.objectContaining({ fund: 'ARKK', top: 10 }) });
+      expect(unanswered).toEqual([]);
+    });
+
+    it('given a question of one part about the data, then no part of it is listed', async () => {
+      for (const q of [
+        'Compare the holdings of SPY and QQQ: verify the disclosure date of each file and identify gaps in coverage',
+        'What does QQQ hold now?',
+      ])
+        expect(questionParts(q).filter((p) => asksOutsideTheData(p, ['SPY', 'QQQ']))).toEqual([]);
     });
 
     it('given a security asked about inside a fund, then it is not taken for a fund, and its weight is listed as unanswered unless it is among the holdings read', async () => {
