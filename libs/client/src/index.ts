@@ -116,6 +116,16 @@ export function closedByServer(e: unknown): boolean {
   return false;
 }
 
+/**
+ * A Run id as one path segment (percent-encoded).
+ * @throws Error when it is empty: `/v1/runs/` is the list of Runs, never a Run (a trial's
+ *   `status ''` got the list and printed a 295-line validation error of it).
+ */
+function runSegment(runId: string): string {
+  if (runId.length === 0) throw new Error('the Run id is empty: give the id of a Run');
+  return encodeURIComponent(runId);
+}
+
 /** One event received over SSE: its stream sequence (the SSE id) and the validated event. */
 export interface ObservedEvent {
   seq: number;
@@ -216,7 +226,7 @@ export class RunplaneClient {
    * @throws RunplaneHttpError 404 (no such Run), 409 `run_settled` (its `outcome` in the problem body).
    */
   async cancelRun(runId: string, opts: { reason?: string; user?: string } = {}): Promise<CancelRunResponse> {
-    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/cancel`;
+    const url = `${this.endpoints.admission}/v1/runs/${runSegment(runId)}/cancel`;
     return (
       await this.call('admission', url, CancelRunResponse, {
         method: 'POST',
@@ -238,7 +248,7 @@ export class RunplaneClient {
     answer: string,
     opts: { user?: string } = {},
   ): Promise<{ status: number; body: AnswerWaitResponse }> {
-    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits/${encodeURIComponent(waitId)}`;
+    const url = `${this.endpoints.admission}/v1/runs/${runSegment(runId)}/waits/${encodeURIComponent(waitId)}`;
     return this.call('admission', url, AnswerWaitResponse, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(opts.user ? { 'x-runplane-user': opts.user } : {}) },
@@ -248,13 +258,13 @@ export class RunplaneClient {
 
   /** A Run's waits, as its log says. @throws RunplaneHttpError 404 (no such Run). */
   async listWaits(runId: string): Promise<WaitsView> {
-    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}/waits`;
+    const url = `${this.endpoints.admission}/v1/runs/${runSegment(runId)}/waits`;
     return (await this.call('admission', url, WaitsView)).body;
   }
 
   /** The Run projection, or null on 404 (unknown or not projected yet). */
   async getRun(runId: string): Promise<RunView | null> {
-    const url = `${this.endpoints.admission}/v1/runs/${encodeURIComponent(runId)}`;
+    const url = `${this.endpoints.admission}/v1/runs/${runSegment(runId)}`;
     return this.find('admission', url, RunView);
   }
 
@@ -266,7 +276,7 @@ export class RunplaneClient {
 
   /** The Run's committed answer passages. */
   async getAnswer(runId: string): Promise<AnswerView> {
-    const url = `${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/answer`;
+    const url = `${this.endpoints.publication}/v1/runs/${runSegment(runId)}/answer`;
     return (await this.call('publication', url, AnswerView)).body;
   }
 
@@ -295,7 +305,7 @@ export class RunplaneClient {
       onOpen?: () => void;
     },
   ): Promise<{ lastEventId: number; ended: 'server' | 'complete' | 'aborted' }> {
-    const url = new URL(`${this.endpoints.publication}/v1/runs/${encodeURIComponent(runId)}/events`);
+    const url = new URL(`${this.endpoints.publication}/v1/runs/${runSegment(runId)}/events`);
     if (opts.deltas) url.searchParams.set('deltas', 'true');
     const headers: Record<string, string> = { accept: 'text/event-stream' };
     if (opts.lastEventId) headers['last-event-id'] = String(opts.lastEventId);

@@ -53,3 +53,12 @@ describe('a connection closed by the server', () => {
     expect(s.connections()).toBe(2);
   });
 });
+
+describe('a Run id that is empty', () => {
+  it('given an empty Run id, when any Run call is made, then it is refused before any request (never the list of Runs at /v1/runs/)', async () => {
+    // nothing listens here: a request would fail with a connection error, not this one
+    const client = new RunplaneClient({ admission: 'http://127.0.0.1:9', publication: 'http://127.0.0.1:9' });
+    for (const call of [() => client.getRun(''), () => client.getAnswer(''), () => client.streamEvents('', { onEvent: () => undefined })])
+      await expect(call()).rejects.toThrow('the Run id is empty: give the id of a Run');
+  });
+});
