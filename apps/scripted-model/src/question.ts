@@ -141,7 +141,15 @@ const RANK_WORDS = /\b(largest|biggest|heaviest|positions?)\b/i;
 export const SECTOR_WORDS = /\b(sectors?|industr(?:y|ies))\b/i;
 
 /** Words by which a question asks for advice (`Should I buy SPY or QQQ?`), which research on holdings files does not give. */
-export const ADVICE_WORDS = /\b(should I|should we|buy|sell|recommend(?:ation)?s?|invest in|worth investing)\b/i;
+export const ADVICE_WORDS = /\b(should I|should we|buy|sell|recommend(?:ation)?s?|invest in|worth investing|(?:good|better|best|bad) investment)\b/i;
+
+/**
+ * Words by which a part of a question asks for what holdings files do not hold: performance,
+ * returns, prices, news, the manager, the launch, risk, forecasts (`How has QQQ performed?`, `...
+ * and who manages SPY`). Such a part is listed as not answered even when it names a fund.
+ */
+export const OUTSIDE_THE_DATA_WORDS =
+  /\b(perform(?:ed|ance|s)?|returns?|price history|prices?|news|headlines|manag(?:e|es|ed|er|ers|ing)|launch(?:ed|es)?|risk(?:s|y)?|volatil\w*|forecasts?|predict\w*|outlook|weather)\b/i;
 
 /**
  * The parts of a question, split at `?`, `!`, `;`, a sentence's end, and at an `and` that starts a
@@ -155,11 +163,13 @@ export function questionParts(question: string): string[] {
 }
 
 /**
- * True when a part of a question asks for nothing the research policy reads: it names no fund, no
- * ticker-like word, none of the holdings, fund-fact, coverage, sector or advice words, and no date
- * (`who manages it`, `tell me tomorrow's weather in Paris`).
+ * True when a part of a question asks for what holdings files do not hold
+ * ({@link OUTSIDE_THE_DATA_WORDS}: `how has QQQ performed`), or for nothing the research policy
+ * reads: it names no fund, no ticker-like word, none of the holdings, fund-fact, coverage, sector
+ * or advice words, and no date (`tell me tomorrow's weather in Paris`).
  */
 export function asksOutsideTheData(part: string, knownFunds: Iterable<string>): boolean {
+  if (OUTSIDE_THE_DATA_WORDS.test(part) && !ADVICE_WORDS.test(part)) return true;
   if (part.split(/\s+/).length < 2) return false;
   if (mentionedFunds(part, knownFunds).length > 0) return false;
   // a ticker-like word (a security: `tell me about NVDA`) may be answered by the holdings read

@@ -51,7 +51,16 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import { ADVICE_WORDS, askedSecurities, asksOutsideTheData, COVERAGE_WORDS, questionParts, SECTOR_WORDS, SMALLEST_WORDS } from './question.js';
+import {
+  ADVICE_WORDS,
+  askedSecurities,
+  asksOutsideTheData,
+  COVERAGE_WORDS,
+  OUTSIDE_THE_DATA_WORDS,
+  questionParts,
+  SECTOR_WORDS,
+  SMALLEST_WORDS,
+} from './question.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
 
@@ -224,8 +233,16 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
   const which = fundsRead.length > 0 ? fundsRead.join(' and ') : plan.covered.join(' and ');
   if (SECTOR_WORDS.test(question)) unanswered.push({ part: `the sector breakdown of ${which}`, reason: 'the holdings tool returns no sectors' });
   if (ADVICE_WORDS.test(question)) unanswered.push({ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' });
-  for (const part of questionParts(question))
-    if (asksOutsideTheData(part, known ?? plan.mentioned)) unanswered.push({ part: `"${part}"`, reason: 'nothing in the data answers it' });
+  for (const part of questionParts(question)) {
+    // within a part, the pieces between commas that ask for what the files do not hold
+    // (`Top 5 holdings of ARKK, its return last year`: `its return last year`)
+    const pieces = part
+      .split(/,\s*(?:and\s+)?/)
+      .map((p) => p.trim())
+      .filter((p) => p.length > 0 && OUTSIDE_THE_DATA_WORDS.test(p) && !ADVICE_WORDS.test(p));
+    for (const piece of pieces.length > 0 || !asksOutsideTheData(part, known ?? plan.mentioned) ? pieces : [part])
+      unanswered.push({ part: `"${piece}"`, reason: 'nothing in the data answers it' });
+  }
 
   // a security asked about inside a fund (`the weight of XOM in SPY`) is answered only when it is
   // among the holdings read; else it is listed, never passed over as answered

@@ -116,6 +116,14 @@ describeWithSharedData(
       ],
       ['What is the sector breakdown of QQQ?', [{ part: 'the sector breakdown of QQQ', reason: 'the holdings tool returns no sectors' }]],
       ['Should I buy SPY or QQQ?', [{ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' }]],
+      // a third trial's
+      ['Is SPY a good investment?', [{ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' }]],
+      ['How has QQQ performed?', [{ part: '"How has QQQ performed"', reason: 'nothing in the data answers it' }]],
+      ['Who manages ARKK?', [{ part: '"Who manages ARKK"', reason: 'nothing in the data answers it' }]],
+      [
+        'What is the largest holding of SPY, and what is the latest news about SPY?',
+        [{ part: '"what is the latest news about SPY"', reason: 'nothing in the data answers it' }],
+      ],
     ])('given "%s", when part of it is nothing the data answers, then that part is listed as not answered', async (question, expected) => {
       // Before (a trial): each settled completed with "Every part of the question was answered."
       const { answer, unanswered } = await research(question);
@@ -129,6 +137,17 @@ describeWithSharedData(
       const { calls, unanswered } = await research('How many holdings does ARKK have, and what is its 10th largest position?');
       expect(calls).toContainEqual({ name: 'get_holdings', arguments: expect.objectContaining({ fund: 'ARKK', top: 10 }) });
       expect(unanswered).toEqual([]);
+    });
+
+    it('given a part with what the files do not hold between commas, then that piece is listed, not the answered rest', async () => {
+      const { unanswered } = await research('What are the top 5 holdings of ARKK, its return last year, and when was it launched?');
+      expect(unanswered).toEqual(
+        expect.arrayContaining([
+          { part: '"its return last year"', reason: 'nothing in the data answers it' },
+          { part: '"when was it launched"', reason: 'nothing in the data answers it' },
+        ]),
+      );
+      expect(unanswered?.some((u) => /top 5/i.test(u.part))).toBe(false);
     });
 
     it('given a question of one part about the data, then no part of it is listed', async () => {
