@@ -18,8 +18,9 @@
  * It is a test double, split by concern: `./conversation.ts` (the question and the calls made),
  * `./question.ts` (funds, top N, what is asked), `./question-dates.ts` (the dates named),
  * `./file-choice.ts` (which file stands for each fund), `./plan.ts` (the plan and its calls),
- * `./answer-text.ts` (the wording of figures and failures), `./unanswered-list.ts` (the parts not
- * answered and the closing block). It claims only what the question and the files support: the
+ * `./answer-text.ts` (the wording of figures and failures), `./research-limits.ts` (what the
+ * research cannot give: sectors, advice, what holdings files do not hold), `./unanswered-list.ts`
+ * (the parts not answered and the closing block). It claims only what the question and the files support: the
  * reason a file was chosen is its own, never the tool's "as requested" for a date it picked itself.
  */
 import {
@@ -51,16 +52,8 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import {
-  ADVICE_WORDS,
-  askedSecurities,
-  asksOutsideTheData,
-  COVERAGE_WORDS,
-  OUTSIDE_THE_DATA_WORDS,
-  questionParts,
-  SECTOR_WORDS,
-  SMALLEST_WORDS,
-} from './question.js';
+import { askedSecurities, COVERAGE_WORDS } from './question.js';
+import { beyondTheResearch } from './research-limits.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
 
@@ -220,29 +213,9 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
     }
   }
 
-  // the holdings tool returns the largest holdings only: smallest ones asked for are not answered
-  // by them (a trial's "5 smallest holdings of DIA" was answered with its largest, as complete)
-  if (SMALLEST_WORDS.test(question))
-    for (const s of summaries.values())
-      unanswered.push({ part: `the smallest holdings of ${s.summary.fund}`, reason: 'only the largest holdings by weight are read' });
-
-  // what the research cannot give is listed, never passed over as answered (K9): sectors (the tool
-  // returns none), advice, and a part of the question about nothing the data holds (a trial saw
-  // "... and who manages it", "... and tell me tomorrow's weather in Paris" settle completed)
+  // what the research cannot give is listed, never passed over as answered (K9)
   const fundsRead = [...new Set([...summaries.values()].map((s) => s.summary.fund))];
-  const which = fundsRead.length > 0 ? fundsRead.join(' and ') : plan.covered.join(' and ');
-  if (SECTOR_WORDS.test(question)) unanswered.push({ part: `the sector breakdown of ${which}`, reason: 'the holdings tool returns no sectors' });
-  if (ADVICE_WORDS.test(question)) unanswered.push({ part: 'a recommendation', reason: 'the research reads holdings files; it gives no advice' });
-  for (const part of questionParts(question)) {
-    // within a part, the pieces between commas that ask for what the files do not hold
-    // (`Top 5 holdings of ARKK, its return last year`: `its return last year`)
-    const pieces = part
-      .split(/,\s*(?:and\s+)?/)
-      .map((p) => p.trim())
-      .filter((p) => p.length > 0 && OUTSIDE_THE_DATA_WORDS.test(p) && !ADVICE_WORDS.test(p));
-    for (const piece of pieces.length > 0 || !asksOutsideTheData(part, known ?? plan.mentioned) ? pieces : [part])
-      unanswered.push({ part: `"${piece}"`, reason: 'nothing in the data answers it' });
-  }
+  unanswered.push(...beyondTheResearch(question, fundsRead, plan.covered, known ?? plan.mentioned));
 
   // a security asked about inside a fund (`the weight of XOM in SPY`) is answered only when it is
   // among the holdings read; else it is listed, never passed over as answered
