@@ -17,6 +17,8 @@
  * the module's file and checked against its whole source text; nothing is written to disk.
  * `RUNPLANE_TEST_CODE_CACHE=0` turns it off; it is off under a Node older than 24.
  */
+import { appendFileSync, readFileSync } from 'node:fs';
+import { relative } from 'node:path';
 import vm from 'node:vm';
 import { TestEnvironment } from 'jest-environment-node';
 
@@ -91,4 +93,60 @@ function patchVm() {
 
 patchVm();
 
-export default TestEnvironment;
+/**
+ * This process's CPU so far from `/proc/self/stat`, ms: its own (`utime + stime`) and that of the
+ * children it has reaped (`cutime + cstime`); null where there is no `/proc`.
+ */
+function processCpuMs() {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    // the fields after the command name, which is in parentheses and may hold spaces
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
+    const tickMs = 1000 / CLOCK_TICKS_PER_S;
+    return { own: (f[11] + f[12]) * tickMs, children: (f[13] + f[14]) * tickMs };
+  } catch {
+    return null;
+  }
+}
+
+/** Linux's `USER_HZ`, what `/proc/<pid>/stat` counts CPU time in (100 on every Linux this runs on). */
+const CLOCK_TICKS_PER_S = 100;
+
+/**
+ * With `RUNPLANE_TEST_CPU_FILE` set, each test file appends one JSON line to that file once it is
+ * done: `{ file, ownMs, childrenMs, wallMs }`, the Jest worker's CPU from the file's set-up to its
+ * tear-down, the CPU of the child processes it reaped meanwhile (the services, nats-servers and CLI
+ * runs the file started and waited for), and its wall time; `scripts/test-cpu.js` sums them up.
+ * What a file costs the machine, where `test-costs.json` holds what it took on the clock.
+ */
+class RunplaneTestEnvironment extends TestEnvironment {
+  constructor(config, context) {
+    super(config, context);
+    this.cpuFile = process.env.RUNPLANE_TEST_CPU_FILE || null;
+    this.testPath = context.testPath;
+  }
+
+  async setup() {
+    if (this.cpuFile) this.cpuAtSetup = { cpu: processCpuMs(), at: Date.now() };
+    await super.setup();
+  }
+
+  async teardown() {
+    await super.teardown();
+    const start = this.cpuAtSetup;
+    const end = this.cpuFile ? processCpuMs() : null;
+    if (!start?.cpu || !end) return;
+    const line = {
+      file: relative(process.cwd(), this.testPath),
+      ownMs: Math.round(end.own - start.cpu.own),
+      childrenMs: Math.round(end.children - start.cpu.children),
+      wallMs: Date.now() - start.at,
+    };
+    appendFileSync(this.cpuFile, `${JSON.stringify(line)}\n`);
+  }
+}
+
+export default RunplaneTestEnvironment;
