@@ -16,11 +16,12 @@
 // ({@link testNatsDir}).
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, rmSync, statfsSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, statfsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import getPort from 'get-port';
+import { ABANDONED_AFTER_H, dropAbandonedDatabases, removeAbandonedFolders } from './abandoned.js';
 import { compileCacheEnv, createDevNatsTls, ensureNatsServerBinary, jetStreamAnswers, natsTlsConfig } from '@runplane/devstack';
 
 /** The suite-wide NATS user of the shared server (every permission; not one of the Runplane users). */
@@ -49,25 +50,19 @@ function testNatsDir() {
   return tmpdir();
 }
 
-/** Hours after which a test nats-server's folder left in a RAM-backed folder counts as abandoned. */
-const ABANDONED_AFTER_H = 12;
-
 /**
- * Removes the test nats-server folders (`rp-nats-*`) older than {@link ABANDONED_AFTER_H} hours
- * from `dir` when it is `/dev/shm`: a run whose processes were all killed at once (its watchdogs
- * too) leaves its stores there, in memory until the next boot. No suite runs that long.
+ * Drops the test databases and removes the test folders (the nats-servers' stores among them) that
+ * a run killed at once left over 12 hours ago (test/support/abandoned.js), and says so when there
+ * were any: every later run on the machine would otherwise see them, and a store in `/dev/shm` stays
+ * in memory until the next boot.
  */
-function sweepAbandoned(dir) {
-  if (dir !== '/dev/shm') return;
-  const cutoff = Date.now() - ABANDONED_AFTER_H * 3600_000;
-  for (const name of readdirSync(dir)) {
-    if (!/^rp-nats-(shared-)?[A-Za-z0-9]{6}$/.test(name)) continue;
-    const path = join(dir, name);
-    try {
-      if (statSync(path).mtimeMs < cutoff) rmSync(path, { recursive: true, force: true });
-    } catch {
-      // gone meanwhile, or not ours
-    }
+async function sweepAbandoned(natsDir) {
+  const folders = [...new Set([tmpdir(), natsDir])].flatMap((dir) => removeAbandonedFolders(dir));
+  const databases = await dropAbandonedDatabases('postgresql://postgres@127.0.0.1:5432/postgres');
+  if (folders.length + databases.length > 0) {
+    process.stderr.write(
+      `\nremoved what test runs killed over ${ABANDONED_AFTER_H} h ago left behind: ${databases.length} database(s), ${folders.length} folder(s)\n`,
+    );
   }
 }
 
@@ -75,7 +70,7 @@ export default async function globalSetup() {
   const root = fileURLToPath(new URL('../..', import.meta.url));
   const { bin, version } = ensureNatsServerBinary(root);
   process.env.RUNPLANE_TEST_NATS_DIR = testNatsDir();
-  sweepAbandoned(process.env.RUNPLANE_TEST_NATS_DIR);
+  await sweepAbandoned(process.env.RUNPLANE_TEST_NATS_DIR);
   const dir = mkdtempSync(join(process.env.RUNPLANE_TEST_NATS_DIR, 'rp-nats-shared-'));
   const port = await getPort({ host: '127.0.0.1' });
   const tls = await createDevNatsTls(join(dir, 'tls'));
