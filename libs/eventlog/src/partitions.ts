@@ -232,9 +232,14 @@ export class PartitionOwnership {
     // 0 on the last of them): the first map is computed from all of them
     await new Promise<void>((resolve) => {
       let done = false;
+      // an empty bucket sends nothing: our own beat is in it already, so this only bounds a stall
+      // (cleared once the replay is in: a pending timer kept a stopped process, or a test's Jest
+      // worker, alive for up to 2 s after the start)
+      const stall = setTimeout(() => finish(), 2_000);
       const finish = () => {
         if (!done) {
           done = true;
+          clearTimeout(stall);
           resolve();
         }
       };
@@ -251,8 +256,6 @@ export class PartitionOwnership {
         finish();
         if (!this.stopped) void this.rewatch();
       })();
-      // an empty bucket sends nothing: our own beat is in it already, so this only bounds a stall
-      setTimeout(finish, 2_000);
     });
     this.recompute();
     const every = Math.max(100, Math.floor(this.ttlMs / 3));
