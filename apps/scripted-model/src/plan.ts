@@ -13,7 +13,7 @@ import {
   requestedDates,
 } from './file-choice.js';
 import { type QuestionDate, isoDay, readQuestionDates } from './question-dates.js';
-import { CHANGE_WORDS, HOLDINGS_WORDS, METADATA_WORDS, mentionedFunds, topN } from './question.js';
+import { askedSecurities, CHANGE_WORDS, HOLDINGS_WORDS, MAX_TOP, METADATA_WORDS, mentionedFunds, topN } from './question.js';
 import { type ReplyToolCall } from './wire.js';
 
 /** Most funds compared pairwise in one answer; further funds get holdings but no comparison (listed as unanswered). */
@@ -134,7 +134,10 @@ export function planResearch(question: string, funds: ListFundsResult | null, of
   const plan = questionPlan(question, funds, now);
   if (plan.mentioned.length === 0) return [];
   const calls: ReplyToolCall[] = [];
-  const top = plan.top !== null ? { top: plan.top } : {};
+  // a security asked about inside a fund (`Does SPY hold JPM?`) is looked for in the whole list,
+  // so that its absence is an answer too; the answer still shows the usual few largest
+  const fetchTop = plan.top ?? (askedSecurities(question, plan.covered).length > 0 ? MAX_TOP : null);
+  const top = fetchTop !== null ? { top: fetchTop } : {};
   if (offered.has('get_holdings') && plan.wantsHoldings) {
     for (const s of plan.subjects) calls.push({ name: 'get_holdings', arguments: { fund: s.fund, ...(s.asOf ? { asOf: s.asOf } : {}), ...top } });
     for (const fund of plan.uncovered) calls.push({ name: 'get_holdings', arguments: { fund } });

@@ -54,25 +54,41 @@ export function mentionedFunds(question: string, knownFunds: Iterable<string> = 
 
 /** True when the word at `i` is followed by `in` and a fund (`NVDA in SPY`, `NVDA in the SPY`). */
 function inAFund(words: readonly string[], i: number, isFund: (word: string) => boolean): boolean {
-  if (words[i + 1]?.toLowerCase() !== 'in') return false;
-  const after = words[i + 2]?.toLowerCase() === 'the' ? words[i + 3] : words[i + 2];
-  return after !== undefined && isFund(after);
+  return heldBy(words, i, isFund) !== null;
+}
+
+/** Verbs by which a question asks whether a fund holds a security (`Does SPY hold JPM?`). */
+const HOLD_VERBS = new Set(['hold', 'holds', 'own', 'owns', 'include', 'includes', 'contain', 'contains', 'have', 'has']);
+
+/**
+ * The fund the word at `i` is asked about as a holding of, or null: `JPM in SPY` (`in the SPY`),
+ * `SPY holds JPM` / `Does SPY hold any JPM`, `shares of AAPL does SPY hold`, `JPM held by SPY`.
+ */
+function heldBy(words: readonly string[], i: number, isFund: (word: string) => boolean): string | null {
+  const lower = (k: number) => words[k]?.toLowerCase();
+  const fund = (k: number) => (words[k] !== undefined && isFund(words[k]) ? words[k] : null);
+  if (lower(i + 1) === 'in') return fund(lower(i + 2) === 'the' ? i + 3 : i + 2);
+  if (lower(i + 1) === 'held' && lower(i + 2) === 'by') return fund(lower(i + 3) === 'the' ? i + 4 : i + 3);
+  const verbAt = lower(i - 1) === 'any' ? i - 2 : i - 1;
+  if (HOLD_VERBS.has(lower(verbAt) ?? '')) return fund(verbAt - 1);
+  if (['does', 'do', 'did'].includes(lower(i + 1) ?? '') && HOLD_VERBS.has(lower(i + 3) ?? '')) return fund(i + 2);
+  return null;
 }
 
 /**
  * Securities the question asks about inside a fund of the data (`What is the weight of NVDA in
- * SPY?`: `[{ security: 'NVDA', fund: 'SPY' }]`): an upper-case token of 1-5 letters, not a
- * {@link STOP_WORDS} word nor a known fund, followed by `in` and a known fund.
+ * SPY?`, `Does SPY hold JPM?`, `How many shares of AAPL does SPY hold?`: `[{ security: 'NVDA', fund:
+ * 'SPY' }]`): an upper-case token of 1-5 letters (`BRK.B` too), not a {@link STOP_WORDS} word nor a
+ * known fund, that a known fund is said to hold ({@link heldBy}).
  */
 export function askedSecurities(question: string, knownFunds: Iterable<string>): { security: string; fund: string }[] {
   const known = new Set([...knownFunds].map((f) => f.toUpperCase()));
-  const words = [...withoutDatePhrases(question).matchAll(/[A-Za-z][A-Za-z&]*|[,(]/g)].map((m) => m[0]);
+  const words = [...withoutDatePhrases(question).matchAll(/[A-Za-z][A-Za-z&]*(?:\.[A-Z]\b)?|[,(]/g)].map((m) => m[0]);
   const out: { security: string; fund: string }[] = [];
   words.forEach((raw, i) => {
-    if (!/^[A-Z]{1,5}$/.test(raw) || STOP_WORDS.has(raw) || known.has(raw)) return;
-    if (!inAFund(words, i, (w) => known.has(w.toUpperCase()))) return;
-    const fund = (words[i + 2]?.toLowerCase() === 'the' ? words[i + 3] : words[i + 2])!.toUpperCase();
-    if (!out.some((o) => o.security === raw && o.fund === fund)) out.push({ security: raw, fund });
+    if (!/^[A-Z]{1,5}(?:\.[A-Z])?$/.test(raw) || STOP_WORDS.has(raw) || known.has(raw)) return;
+    const fund = heldBy(words, i, (w) => known.has(w.toUpperCase()))?.toUpperCase();
+    if (fund && !out.some((o) => o.security === raw && o.fund === fund)) out.push({ security: raw, fund });
   });
   return out;
 }
@@ -115,16 +131,32 @@ export const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|latest|newest)\b
 
 export const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };
 
-/** The N of "top N" / "N largest" / "Nth largest" in the question (1-500), or `null`. */
+/** The most holdings one `get_holdings` call returns (libs/contracts tools.ts, `top`). */
+export const MAX_TOP = 500;
+
+/** Words for a fund's holdings as a list (`all 30 holdings`, `every constituent`). */
+const LIST_WORDS = '(?:holdings|positions|stocks|constituents|components|companies|securities|names)';
+
+/**
+ * The N of "top N" / "N largest" / "Nth largest" / "all N holdings" / "the N holdings" in the
+ * question (1-500), {@link MAX_TOP} for the whole list ("all holdings", "every holding", "the full
+ * list"), or `null`.
+ */
 export function topN(question: string): number | null {
-  const m =
-    /\btop[- ](\d{1,3}|five|ten|fifteen|twenty|three)\b|\b(\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\b|\b(\d{1,3})(?:st|nd|rd|th) (?:largest|biggest|heaviest)\b/i.exec(
-      question,
-    );
-  const word = (m?.[1] ?? m?.[2] ?? m?.[3])?.toLowerCase();
-  if (!word) return null;
+  const m = new RegExp(
+    `\\btop[- ](\\d{1,3}|five|ten|fifteen|twenty|three)\\b|\\b(\\d{1,3}|five|ten|twenty) (?:largest|biggest|heaviest)\\b|\\b(\\d{1,3})(?:st|nd|rd|th) (?:largest|biggest|heaviest)\\b|\\b(?:all|the|its|their) (\\d{1,3}|five|ten|fifteen|twenty|three) ${LIST_WORDS}\\b`,
+    'i',
+  ).exec(question);
+  const word = (m?.[1] ?? m?.[2] ?? m?.[3] ?? m?.[4])?.toLowerCase();
+  if (!word)
+    return new RegExp(
+      `\\b(?:all (?:of )?(?:the |its |their )?${LIST_WORDS}|every (?:holding|position|constituent|component|stock)|(?:full|complete|whole|entire) (?:list|holdings))\\b`,
+      'i',
+    ).test(question)
+      ? MAX_TOP
+      : null;
   const n = NUMBER_WORDS[word] ?? Number(word);
-  return n >= 1 && n <= 500 ? n : null;
+  return n >= 1 && n <= MAX_TOP ? n : null;
 }
 
 /**
@@ -136,6 +168,9 @@ export const SMALLEST_WORDS = /\b(smallest|lowest|bottom|least|tiniest)\b/i;
 
 /** Words by which a question asks for holdings by rank or size (`its 10th largest position`). */
 const RANK_WORDS = /\b(largest|biggest|heaviest|positions?)\b/i;
+
+/** Words by which a question asks how many shares a fund holds, which the holdings tool does not return. */
+export const SHARE_COUNT_WORDS = /\b(how many shares|number of shares|share counts?|shares held)\b/i;
 
 /** Words by which a question asks for sectors or industries, which the holdings tool does not return. */
 export const SECTOR_WORDS = /\b(sectors?|industr(?:y|ies))\b/i;

@@ -52,7 +52,7 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import { askedSecurities, COVERAGE_WORDS } from './question.js';
+import { askedSecurities, COVERAGE_WORDS, MAX_TOP, SHARE_COUNT_WORDS } from './question.js';
 import { beyondTheResearch } from './research-limits.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
@@ -209,6 +209,12 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
     for (const s of summaries.values()) {
       if (s.top.length > 0 && s.top.length < plan.top && s.summary.securityCount > s.top.length) {
         unanswered.push({ part: `top ${plan.top} holdings of ${s.summary.fund}`, reason: `only ${s.top.length} came back` });
+      } else if (plan.top === MAX_TOP && s.summary.securityCount > s.top.length) {
+        // the whole list asked for ("all holdings") of a fund of more than one call returns
+        unanswered.push({
+          part: `all ${s.summary.securityCount} holdings of ${s.summary.fund}`,
+          reason: `one holdings call returns at most ${MAX_TOP}; ${s.top.length} came back`,
+        });
       }
     }
   }
@@ -223,11 +229,22 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
     const read = [...summaries.values()].filter((s) => s.summary.fund.toUpperCase() === fund);
     const found = read.flatMap((s) => s.top.filter((l) => l.ticker?.toUpperCase() === security).map((line) => ({ line, file: s.summary.file })));
     const weighed = found.filter((f) => f.line.weight !== null);
+    // every line of the file read: a security not among them is not held (as of that file)
+    const whole = read.filter((s) => s.top.length > 0 && s.top.length >= s.summary.securityCount);
     if (weighed.length > 0)
       passages.push(
         weighed.map((f) => `${security} (${f.line.name}) is ${f.line.weight!.toFixed(2)}% of ${fund} in ${f.file}, as the file states it.`).join(' '),
       );
+    else if (found.length === 0 && whole.length > 0)
+      passages.push(
+        whole
+          .map((s) => `${fund} does not hold ${security}: it is not among the ${s.summary.securityCount} holdings in ${s.summary.file}.`)
+          .join(' '),
+      );
     else unanswered.push({ part: `the weight of ${security} in ${fund}`, reason: `${security} is not among the largest holdings read` });
+    // the holdings files give weights, not share counts (the holdings tool returns no shares)
+    if (SHARE_COUNT_WORDS.test(question))
+      unanswered.push({ part: `the number of shares of ${security} in ${fund}`, reason: 'the holdings tool returns weights, not share counts' });
   }
 
   for (const c of okCompares) {

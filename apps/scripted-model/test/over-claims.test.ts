@@ -174,5 +174,50 @@ describeWithSharedData(
       expect(small.answer).not.toMatch(/ZZZZ .* is [\d.]+% of SPY/);
       expect(small.unanswered).toEqual([{ part: 'the weight of ZZZZ in SPY', reason: 'ZZZZ is not among the largest holdings read' }]);
     });
+
+    it('given a question whether a fund holds a security, then the whole list is read: its weight when held, that it is not held when the whole list was read', async () => {
+      // Before: "Does SPY hold JPM?" answered with SPY's five largest and "Every part of the question was answered."
+      const known = ['SPY', 'QQQ', 'DIA'];
+      expect(askedSecurities('Does SPY hold JPM?', known)).toEqual([{ security: 'JPM', fund: 'SPY' }]);
+      expect(askedSecurities('Does SPY hold BRK.B, and at what weight?', known)).toEqual([{ security: 'BRK.B', fund: 'SPY' }]);
+      expect(askedSecurities('Is TSLA held by the QQQ?', known)).toEqual([{ security: 'TSLA', fund: 'QQQ' }]);
+      expect(askedSecurities('Does DIA own any INTC?', known)).toEqual([{ security: 'INTC', fund: 'DIA' }]);
+      const jpm = await research('Does SPY hold JPM?');
+      expect(jpm.calls.filter((c) => c.name === 'get_holdings').map((c) => c.arguments)).toEqual([
+        expect.objectContaining({ fund: 'SPY', top: 500 }),
+      ]);
+      expect(jpm.answer).toContain('JPM (JPMORGAN CHASE + CO) is 1.46% of SPY in SPY_2025-11-18.xlsx, as the file states it.');
+      expect(jpm.unanswered).toEqual([]);
+      const brk = await research('Does SPY hold BRK.B, and at what weight?');
+      expect(brk.answer).toContain('BRK.B (BERKSHIRE HATHAWAY INC CL B) is 1.64% of SPY');
+      expect(brk.unanswered).toEqual([]);
+      // DIA's 30 holdings are all read: a security not among them is not held
+      const tsla = await research('Does DIA hold TSLA?');
+      expect(tsla.answer).toContain('DIA does not hold TSLA: it is not among the 30 holdings in DIA_2024-02-14.xlsx.');
+      expect(tsla.unanswered).toEqual([]);
+    });
+
+    it('given "how many shares of AAPL does SPY hold", then AAPL is no fund, and the share count is listed as unanswered', async () => {
+      // Before: AAPL taken for a fund ("holdings of AAPL (not covered by the data)"), the share count neither given nor listed.
+      expect(mentionedFunds('How many shares of AAPL does SPY hold?', ['SPY', 'QQQ'])).toEqual(['SPY']);
+      const r = await research('How many shares of AAPL does SPY hold?');
+      expect(r.answer).not.toMatch(/holdings of AAPL|No comparison/);
+      expect(r.answer).toContain('AAPL (APPLE INC) is 7.02% of SPY');
+      expect(r.unanswered).toEqual([{ part: 'the number of shares of AAPL in SPY', reason: 'the holdings tool returns weights, not share counts' }]);
+    });
+
+    it('given "all 30 holdings" or "all the holdings", then every holding is read and shown, and a list longer than one call returns is listed', async () => {
+      // Before: "List all 30 holdings of DIA with their weights" answered with DIA's five largest, as complete.
+      expect(topN('List all 30 holdings of DIA with their weights')).toBe(30);
+      expect(topN('What are all the holdings of DIA?')).toBe(500);
+      expect(topN('Give me the full list of QQQ')).toBe(500);
+      expect(topN('What does DIA hold?')).toBeNull();
+      const dia = await research('List all 30 holdings of DIA with their weights');
+      expect(dia.answer).toMatch(/Top 30 holdings: UNH 8\.86%, (?:[A-Z]+ [\d.]+%, ){28}WBA 0\.37%\./);
+      expect(dia.unanswered).toEqual([]);
+      // SPY has 503: one call returns 500 of them
+      const spy = await research('What are all the holdings of SPY?');
+      expect(spy.unanswered).toEqual([{ part: 'all 503 holdings of SPY', reason: 'one holdings call returns at most 500; 500 came back' }]);
+    });
   },
 );
