@@ -13,7 +13,7 @@ import {
   requestedDates,
 } from './file-choice.js';
 import { type QuestionDate, isoDay, readQuestionDates } from './question-dates.js';
-import { askedSecurities, CHANGE_WORDS, HOLDINGS_WORDS, MAX_TOP, METADATA_WORDS, mentionedFunds, topN } from './question.js';
+import { askedSecurities, CHANGE_WORDS, fundIntents, HOLDINGS_WORDS, MAX_TOP, METADATA_WORDS, mentionedFunds, topN } from './question.js';
 import { type ReplyToolCall } from './wire.js';
 
 /** Most funds compared pairwise in one answer; further funds get holdings but no comparison (listed as unanswered). */
@@ -31,9 +31,14 @@ export const MAX_COMPARED_FUNDS = 4;
 export function questionPlan(question: string, funds: ListFundsResult | null, now: Date = new Date()) {
   const filesByFund = new Map<string, HoldingsFileInfo[]>((funds?.funds ?? []).map((f) => [f.fund.toUpperCase(), f.files]));
   const mentioned = mentionedFunds(question, filesByFund.keys());
-  const covered = funds ? mentioned.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : mentioned;
-  const wantsFacts = METADATA_WORDS.test(question);
-  const wantsHoldings = !wantsFacts || HOLDINGS_WORDS.test(question);
+  // each fund is researched for what its part of the question asks (`the expense ratio of VTI and
+  // the weight of TSLA in QQQ`: VTI's facts, QQQ's holdings), never for what was not asked of it
+  const intents = fundIntents(question, mentioned, filesByFund.keys());
+  const holdingsAsked = mentioned.filter((f) => intents.holdings.has(f));
+  const factsAsked = mentioned.filter((f) => intents.facts.has(f));
+  const covered = funds ? holdingsAsked.filter((f) => (filesByFund.get(f)?.length ?? 0) > 0) : holdingsAsked;
+  const wantsFacts = METADATA_WORDS.test(question) && factsAsked.length > 0;
+  const wantsHoldings = (!METADATA_WORDS.test(question) || HOLDINGS_WORDS.test(question)) && (holdingsAsked.length > 0 || mentioned.length === 0);
   const unplanned: UnansweredPart[] = [];
   const { dates, unreadable } = readQuestionDates(question, now);
   for (const u of unreadable) unplanned.push({ part: `the date "${u.text}"`, reason: u.reason });
@@ -87,9 +92,10 @@ export function questionPlan(question: string, funds: ListFundsResult | null, no
       }
     }
   }
-  const uncovered = mentioned.filter((f) => !covered.includes(f));
+  const uncovered = holdingsAsked.filter((f) => !covered.includes(f));
   return {
     mentioned,
+    factsAsked,
     covered,
     uncovered,
     subjects,
@@ -152,7 +158,7 @@ export function planResearch(question: string, funds: ListFundsResult | null, of
     }
   }
   if (plan.wantsFacts && offered.has('fund_metadata')) {
-    for (const fund of plan.mentioned) calls.push({ name: 'fund_metadata', arguments: { fund } });
+    for (const fund of plan.factsAsked) calls.push({ name: 'fund_metadata', arguments: { fund } });
   }
   return calls;
 }

@@ -127,6 +127,50 @@ export const METADATA_WORDS = /\b(expense ratio|expenses?|inception|shares outst
 export const HOLDINGS_WORDS =
   /\b(holdings?|hold|holds|compare|comparison|overlap|top|weights?|gaps?|coverage|securities|stocks|names|changed?|since|vs\.?|versus)\b/i;
 
+/** Words by which a question asks for a comparison (`compare`, `vs`, `overlap`, `in common`, `differ`, `both`). */
+export const COMPARE_WORDS = /\b(compar\w*|vs\.?|versus|overlap\w*|in common|common|differ\w*|between|both|against)\b/i;
+
+/**
+ * What the question asks of each fund it names, part by part ({@link questionParts}): `facts` for
+ * a fund named in a part that asks for fund facts and no holdings (`What is the expense ratio of
+ * VTI`), `holdings` for one named in any other part. A part that names no fund but refers to one
+ * (`... and what does it hold?`, `... and what is its expense ratio?`) asks its part of every fund
+ * named; a fund no part names alone is asked what the whole question asks.
+ * @param mentioned the funds the whole question names ({@link mentionedFunds}).
+ */
+export function fundIntents(
+  question: string,
+  mentioned: readonly string[],
+  knownFunds: Iterable<string> = [],
+): { holdings: Set<string>; facts: Set<string> } {
+  const known = [...knownFunds];
+  const holdings = new Set<string>();
+  const facts = new Set<string>();
+  const wantsFacts = (text: string) => METADATA_WORDS.test(text);
+  const wantsHoldings = (text: string) => !wantsFacts(text) || HOLDINGS_WORDS.test(text);
+  const seen = new Set<string>();
+  for (const part of questionParts(question)) {
+    const named = mentionedFunds(part, known).filter((f) => mentioned.includes(f));
+    if (named.length === 0 && /\b(it|its|they|them|their|each|both|these|those)\b/i.test(part)) {
+      for (const f of mentioned) {
+        if (wantsFacts(part)) facts.add(f);
+        if (wantsHoldings(part)) holdings.add(f);
+      }
+    }
+    for (const f of named) {
+      seen.add(f);
+      if (wantsFacts(part)) facts.add(f);
+      if (wantsHoldings(part)) holdings.add(f);
+    }
+  }
+  for (const f of mentioned) {
+    if (seen.has(f)) continue;
+    if (wantsFacts(question)) facts.add(f);
+    if (wantsHoldings(question)) holdings.add(f);
+  }
+  return { holdings, facts };
+}
+
 export const CHANGE_WORDS = /\b(since|changed?|changes|evolved?|latest|newest)\b/i;
 
 export const NUMBER_WORDS: Record<string, number> = { five: 5, ten: 10, twenty: 20, fifteen: 15, three: 3 };

@@ -52,7 +52,7 @@ import {
 } from './answer-text.js';
 import { currentRequest, currentTurnCalls, type CallRecord } from './conversation.js';
 import { planResearch, questionPlan } from './plan.js';
-import { askedSecurities, COVERAGE_WORDS, MAX_TOP, SHARE_COUNT_WORDS } from './question.js';
+import { askedSecurities, COMPARE_WORDS, COVERAGE_WORDS, MAX_TOP, SHARE_COUNT_WORDS } from './question.js';
 import { beyondTheResearch } from './research-limits.js';
 import { factsPassage, partOf, shortReason, unansweredPassage } from './unanswered-list.js';
 import { type Reply, type WireMessage, type WireTool } from './wire.js';
@@ -174,7 +174,8 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
     intro.push(`Holdings read: ${[...summaries.values()].map((s) => `${s.summary.fund} ${dateText(s.summary)} from ${s.summary.file}`).join('; ')}.`);
     const asked = holdings.map((h) => argText(h.call.args.fund).toUpperCase());
     const readFunds = new Set([...summaries.values()].map((s) => s.summary.fund.toUpperCase()));
-    if (new Set(asked).size >= 2 && compares.length === 0)
+    // said only when a comparison was asked for: two funds read for other parts were not meant to be compared
+    if (new Set(asked).size >= 2 && compares.length === 0 && COMPARE_WORDS.test(question))
       intro.push(
         readFunds.size >= 2
           ? 'No comparison was made.'

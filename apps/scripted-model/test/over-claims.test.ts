@@ -206,6 +206,24 @@ describeWithSharedData(
       expect(r.unanswered).toEqual([{ part: 'the number of shares of AAPL in SPY', reason: 'the holdings tool returns weights, not share counts' }]);
     });
 
+    it("given one part about a fund's facts and another about another fund's holdings, then each fund is researched for its own part only", async () => {
+      // Before: "What is the expense ratio of VTI and what is the weight of TSLA in QQQ?" read VTI's holdings
+      // (listed "holdings of VTI" as not answered: partial), QQQ's facts, and said "No comparison was made".
+      const mixed = await research('What is the expense ratio of VTI and what is the weight of TSLA in QQQ?');
+      expect(mixed.calls.filter((c) => c.name !== 'list_funds').map((c) => [c.name, c.arguments.fund])).toEqual([
+        ['get_holdings', 'QQQ'],
+        ['fund_metadata', 'VTI'],
+      ]);
+      expect(mixed.answer).toContain('TSLA (Tesla Inc) is 3.52% of QQQ');
+      expect(mixed.answer).toContain('Expense ratio of VTI as the files state it');
+      expect(mixed.answer).not.toMatch(/No comparison was made|Expense ratio of QQQ/);
+      expect(mixed.unanswered).toEqual([]);
+      // a part that refers to the fund (`its`) asks its part of it
+      const both = await research('What does SPY hold and what is its expense ratio?');
+      expect(both.calls.filter((c) => c.name !== 'list_funds').map((c) => c.name)).toEqual(['get_holdings', 'fund_metadata']);
+      expect(both.answer).toContain('Expense ratio of SPY as the files state it');
+    });
+
     it('given "all 30 holdings" or "all the holdings", then every holding is read and shown, and a list longer than one call returns is listed', async () => {
       // Before: "List all 30 holdings of DIA with their weights" answered with DIA's five largest, as complete.
       expect(topN('List all 30 holdings of DIA with their weights')).toBe(30);
