@@ -190,6 +190,8 @@ export function failureSentence(c: CallRecord, known: ReadonlySet<string> | null
       return `${capitalize(what)}: outcome unknown, not assumed (${o.error.code}: ${o.error.message})`;
     case 'missing':
       return `${capitalize(what)}: no result came back; outcome unknown, not assumed`;
+    case 'narrowed':
+      return `${capitalize(what)} returned a result too large for the model's context: only its first ${o.shown} of ${o.total} characters were shown, so it is not used`;
     case 'unreadable':
       return `${capitalize(what)} returned content that is not a tool result; it is not used`;
     case 'succeeded':

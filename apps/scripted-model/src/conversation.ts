@@ -11,6 +11,12 @@ export type CallOutcome =
   | { status: 'failed' | 'denied' | 'unknown'; error: { code: string; message: string } }
   /** No tool message answers this call. */
   | { status: 'missing' }
+  /**
+   * The runtime narrowed the tool message to an excerpt to fit the context budget (apps/runtime
+   * messages.ts: `{ narrowed: { shownCharacters, totalCharacters, ... }, excerpt }`): the result
+   * came back, but the model was shown only its first characters.
+   */
+  | { status: 'narrowed'; shown: number; total: number }
   /** The tool message is not a {@link ToolMessageContent} JSON. */
   | { status: 'unreadable'; text: string };
 
@@ -81,7 +87,11 @@ export function parseOutcome(text: string): CallOutcome {
     return { status: 'unreadable', text };
   }
   const parsed = ToolMessageContent.safeParse(json);
-  return parsed.success ? parsed.data : { status: 'unreadable', text };
+  if (parsed.success) return parsed.data;
+  const narrowed = (json as { narrowed?: { shownCharacters?: unknown; totalCharacters?: unknown } } | null)?.narrowed;
+  if (narrowed && typeof narrowed.shownCharacters === 'number' && typeof narrowed.totalCharacters === 'number')
+    return { status: 'narrowed', shown: narrowed.shownCharacters, total: narrowed.totalCharacters };
+  return { status: 'unreadable', text };
 }
 
 /**

@@ -19,6 +19,7 @@ export function partOf(c: CallRecord): string {
 export function shortReason(c: CallRecord): string {
   const o = c.outcome;
   if (o.status === 'missing') return 'no result came back';
+  if (o.status === 'narrowed') return `the result was too large for the model's context (${o.shown} of ${o.total} characters shown)`;
   if (o.status === 'unreadable' || o.status === 'succeeded') return 'the result could not be used';
   if (o.status === 'unknown') return 'outcome unknown';
   if (o.status === 'denied') return `denied (${o.error.code})`;

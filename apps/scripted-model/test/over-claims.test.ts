@@ -224,6 +224,38 @@ describeWithSharedData(
       expect(both.answer).toContain('Expense ratio of SPY as the files state it');
     });
 
+    it("given a comparison's result narrowed by the runtime to fit the context, then its reason says so, not that it is no tool result", async () => {
+      // Before: "The comparison of SPY and QQQ returned content that is not a tool result; it is not used"
+      // for a comparison that succeeded and was only cut to an excerpt (four funds' six comparisons, 55-66 KB each).
+      const narrowCompare = (messages: WireMessage[]) => {
+        const ids = new Set(
+          messages.flatMap((m) =>
+            m.role === 'assistant' ? (m.tool_calls ?? []).filter((c) => c.function.name === 'compare_holdings').map((c) => c.id) : [],
+          ),
+        );
+        return messages.map((m) =>
+          m.role === 'tool' && ids.has(m.tool_call_id ?? '')
+            ? {
+                ...m,
+                content: JSON.stringify({
+                  narrowed: { note: '[narrowed to fit the context budget]', shownCharacters: 120, totalCharacters: 55399 },
+                  excerpt: 'x'.repeat(120),
+                }),
+              }
+            : m,
+        );
+      };
+      const { answer, unanswered } = await research('Compare SPY and QQQ', narrowCompare);
+      expect(answer).not.toContain('not a tool result');
+      expect(answer).toContain(
+        "returned a result too large for the model's context: only its first 120 of 55399 characters were shown, so it is not used",
+      );
+      expect(unanswered).toContainEqual({
+        part: 'comparison of SPY and QQQ',
+        reason: "the result was too large for the model's context (120 of 55399 characters shown)",
+      });
+    });
+
     it('given "all 30 holdings" or "all the holdings", then every holding is read and shown, and a list longer than one call returns is listed', async () => {
       // Before: "List all 30 holdings of DIA with their weights" answered with DIA's five largest, as complete.
       expect(topN('List all 30 holdings of DIA with their weights')).toBe(30);
