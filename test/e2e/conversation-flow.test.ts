@@ -17,7 +17,7 @@
  *   committed passages as labelled history, with its own fresh grant and limits.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { join } from 'node:path';
 import type { WireMessage } from '@runplane/app-scripted-model';
 import { repoRoot } from '@runplane/devstack';
@@ -362,4 +362,37 @@ describe("a continuation whose model asks for the parent's reads again (K3: comp
     // the parent's stream gained nothing
     expect((await t.log.readRun(parentRunId)).map((e) => e.event.eventId)).toEqual(parentEvents.map((e) => e.event.eventId));
   }, 120_000);
+});
+
+describe('a Ctrl-C of the CLI following a Run it did not start the stack for (K4)', () => {
+  it('stops only the following: exit 130 with a line naming the Run and how to follow it again, and the Run settles on its own', async () => {
+    const key = 'flow-sigint-ask';
+    await t.setScenario({ steps: [{ reply: { content: `Answered ${key} after a while.` }, delayMs: 3_000 }], then: 'error' }, key);
+    const env = { ...t.env, RUNPLANE_ADMISSION_URL: t.stack.endpoints.admission, RUNPLANE_PUBLICATION_URL: t.stack.endpoints.publication };
+    const child = spawn(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'ask', `[${key}] What does SPY hold?`], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    const admitted = new Promise<string>((resolve) => {
+      child.stdout.setEncoding('utf8').on('data', (d: string) => {
+        out += d;
+        const runId = printedRunId(out);
+        if (runId) resolve(runId);
+      });
+    });
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const runId = await admitted;
+    child.kill('SIGINT');
+    expect(await exited).toBe(130);
+    expect(out).toContain(
+      `SIGINT: stopped following. Run ${runId} goes on (leaving is not a cancel); follow it again with: npm run runplane -- watch`,
+    );
+    expect(out).toContain(runId);
+    // leaving was no cancel: the Run settles as the model answers
+    const events = await t.waitForSettlement(runId);
+    expect(ofType(events, 'run.settled')[0]!.event.data.outcome).toBe('completed');
+    expect(ofType(events, 'run.cancel.requested')).toEqual([]);
+  }, 60_000);
 });

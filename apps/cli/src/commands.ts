@@ -217,9 +217,19 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
       out(renderProtocol(event, seq, hint));
     }
   };
+  // a Ctrl-C of a command that started no process (`ask`, `watch`, `continue` against a running
+  // stack) stops only the following: the Run goes on (a disconnect is not a cancel, K4), and the
+  // line says how to follow it again
+  const leave = (signal: NodeJS.Signals) => {
+    out(`\n${signal}: stopped following. Run ${runId} goes on (leaving is not a cancel); follow it again with: ${hint('watch', runId)}`);
+    process.exit(SIGNAL_EXIT_CODES[signal] ?? 1);
+  };
+  const signals: NodeJS.Signals[] = stopsOnSignal ? [] : ['SIGINT', 'SIGTERM'];
+  for (const s of signals) process.once(s, leave);
   try {
     await followStream();
   } finally {
+    for (const s of signals) process.removeListener(s, leave);
     if (view.mode === 'answer' && !settled) out(renderAnswer(answer.texts(), false));
   }
   return settled;
@@ -478,6 +488,9 @@ export function askHint(endpoints: { admission: string; publication: string }): 
 /** True once a signal is stopping everything this command started (their exits are expected then). */
 let stopping = false;
 
+/** True once this command started processes and stops them on a signal ({@link stopOnSignal}). */
+let stopsOnSignal = false;
+
 /** The Run this command follows and has not seen settled yet, if any (named when a signal stops it). */
 let following: string | null = null;
 
@@ -496,6 +509,7 @@ const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGHUP: 129
  * takes SIGHUP as "reload the configuration").
  */
 function stopOnSignal(): { also(fn: () => Promise<void>): void } {
+  stopsOnSignal = true;
   const cleanups: (() => Promise<void>)[] = [];
   const interrupt = (signal: NodeJS.Signals) => {
     stopping = true;
