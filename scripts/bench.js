@@ -482,7 +482,10 @@ async function measureW1(sys, h) {
   if (isRunplane(sys)) {
     const info = await h.log.jsm.streams.info(h.log.space.stream);
     eventsPerRun = info.state.messages / totalRuns;
-    say(`  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs)`);
+    // every Run on the stream: the measured ones, the warm-up ones and the one whose shape was checked
+    say(
+      `  events per Run: ${num(eventsPerRun, 1)} (${info.state.messages} events / ${totalRuns} Runs, the ${Number(a.warmup)} warm-up Runs and the shape check's one included)`,
+    );
   }
   return { levels: out, idleRss, eventsPerRun, includes: h.includes, shape };
 }
