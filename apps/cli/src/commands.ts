@@ -72,6 +72,7 @@ export async function ask(
 ): Promise<RunEvent | null> {
   const client = new RunplaneClient(endpoints);
   const { status, body } = await postPatiently(client, conversationId, { clientMessageId, content: question });
+  leaveOnSignal(body.runId, endpoints);
   out(`Run ${body.runId} ${status === 201 ? 'admitted' : 'already admitted'} (conversation ${conversationId}, message ${clientMessageId})`);
   return follow(client, body.runId, 0, view);
 }
@@ -130,6 +131,7 @@ export async function postLinked(
   }
   const what =
     link.kind === 'continue' ? `continuing run ${link.parentRunId}` : `answering clarification ${link.clarificationId} of run ${link.runId}`;
+  if (opts.follow !== false) leaveOnSignal(res.body.runId, endpoints);
   out(
     `Run ${res.body.runId} ${res.status === 201 ? 'admitted' : 'already admitted'}, ${what} (conversation ${conversationId}, message ${body.clientMessageId})`,
   );
@@ -217,19 +219,11 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
       out(renderProtocol(event, seq, hint));
     }
   };
-  // a Ctrl-C of a command that started no process (`ask`, `watch`, `continue` against a running
-  // stack) stops only the following: the Run goes on (a disconnect is not a cancel, K4), and the
-  // line says how to follow it again
-  const leave = (signal: NodeJS.Signals) => {
-    out(`\n${signal}: stopped following. Run ${runId} goes on (leaving is not a cancel); follow it again with: ${hint('watch', runId)}`);
-    process.exit(SIGNAL_EXIT_CODES[signal] ?? 1);
-  };
-  const signals: NodeJS.Signals[] = stopsOnSignal ? [] : ['SIGINT', 'SIGTERM'];
-  for (const s of signals) process.once(s, leave);
+  leaveOnSignal(runId, client.endpoints);
   try {
     await followStream();
   } finally {
-    for (const s of signals) process.removeListener(s, leave);
+    leaving?.remove();
     if (view.mode === 'answer' && !settled) out(renderAnswer(answer.texts(), false));
   }
   return settled;
@@ -490,6 +484,37 @@ let stopping = false;
 
 /** True once this command started processes and stops them on a signal ({@link stopOnSignal}). */
 let stopsOnSignal = false;
+
+/** The Run whose following a signal ends ({@link leaveOnSignal}), and how to stop listening. */
+let leaving: { runId: string; remove(): void } | null = null;
+
+/**
+ * From now on until `leaving.remove()`, SIGINT or SIGTERM of a command that started no process
+ * (`ask`, `watch`, `continue`, `reply` against a running stack) ends only the following of `runId`,
+ * with 130 / 143 and a line naming the Run and the `watch` command that follows it again: the Run
+ * goes on (a disconnect is not a cancel, K4). Set before anything names the Run on the terminal:
+ * a signal sent on seeing the Run's id must find it listening (a test's Ctrl-C right after `ask`
+ * printed the admission killed the CLI before its following had started listening).
+ */
+function leaveOnSignal(runId: string, endpoints: RunplaneEndpoints): void {
+  if (stopsOnSignal || leaving?.runId === runId) return;
+  leaving?.remove();
+  const leave = (signal: NodeJS.Signals) => {
+    out(
+      `\n${signal}: stopped following. Run ${runId} goes on (leaving is not a cancel); follow it again with: ${commandFor(endpoints)('watch', runId)}`,
+    );
+    process.exit(SIGNAL_EXIT_CODES[signal] ?? 1);
+  };
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM'];
+  for (const s of signals) process.once(s, leave);
+  leaving = {
+    runId,
+    remove: () => {
+      for (const s of signals) process.removeListener(s, leave);
+      leaving = null;
+    },
+  };
+}
 
 /** The Run this command follows and has not seen settled yet, if any (named when a signal stops it). */
 let following: string | null = null;
