@@ -322,7 +322,10 @@ function apply(facts: RunFacts, stored: StoredEvent, owned: boolean): RunFacts {
       next.answer = e.data;
       break;
     case 'run.settled':
-      next.settled = { ...e.data, at: e.occurredAt };
+      // the first settlement is the Run's outcome (K9); a later one (only a forger with the
+      // lifecycle's key can append it) is ignored here as by the projection and the consumers, and
+      // named by the audit
+      next.settled ??= { ...e.data, at: e.occurredAt };
       break;
     case 'lease.granted':
       next.leases = [...facts.leases, e.data];

@@ -30,6 +30,22 @@ describe('the fold: executor subjects closed before a settlement (K6, K9)', () =
   });
 });
 
+describe('the fold: one settlement (K9)', () => {
+  it('given a settled Run, when a second settlement is appended (a forger with the lifecycle key), then the first stays its outcome', () => {
+    const h = new History().admitted().turn(1, { content: 'A.' }).settled('completed');
+    expect(h.facts.settled?.outcome).toBe('completed');
+    h.add('run.settled', 'forged', {
+      outcome: 'failed',
+      reason: 'a second settlement',
+      passageIds: [],
+      receipts: [],
+      usage: { modelRequests: 1, toolCalls: 0, promptTokens: 0, completionTokens: 0 },
+    });
+    expect(h.events.filter((e) => e.event.type === 'run.settled')).toHaveLength(2);
+    expect(h.facts.settled).toMatchObject({ outcome: 'completed', reason: 'settled completed' });
+  });
+});
+
 describe('the fold: an execution that closes itself (K6, K9; recovery off the happy path)', () => {
   const withCall = () =>
     new History()
