@@ -72,9 +72,25 @@ export class WebhookNotifier {
     this.logger = opts.logger ?? console;
   }
 
-  /** Notifies every `run.settled` the consumer delivers (its other events are acknowledged untouched). */
+  /**
+   * Notifies every `run.settled` the consumer delivers that is its Run's first (its other events
+   * are acknowledged untouched). A Run has one settlement (K9): one that stands after another on
+   * the Run's lifecycle subject (only a forger holding the lifecycle's key and NATS credentials can
+   * append it) is logged as an error, acknowledged and not notified, so a receiver never hears a
+   * second outcome under a new `webhook-id`; `runplane audit` names it.
+   */
   attach(consumer: RunConsumer): void {
-    consumer.on('run.settled', (event, meta) => this.notify(event, meta));
+    consumer.on('run.settled', async (event, meta) => {
+      for await (const earlier of consumer.stream.earlierOnSubject(event, meta.subject)) {
+        if (earlier.event.type !== 'run.settled') continue;
+        this.logger.error(
+          { runId: event.runId, seq: meta.seq, eventId: meta.eventId, firstSettlementSeq: earlier.seq },
+          'a second settlement of the Run (K9): not notified; run `runplane audit` over the log',
+        );
+        return;
+      }
+      await this.notify(event, meta);
+    });
   }
 
   /**

@@ -172,6 +172,18 @@ it('delivers every settlement at least once, signed, copies with the same webhoo
     await log.append(admitted(runId), 0);
     await log.append(settlement(runId), 0);
   }
+  // a second settlement of a settled Run, appended on top of its first (a compromised lifecycle's
+  // forgery, K9): a fact of the log, but never notified as a second outcome
+  const twice = runsBefore[4]!;
+  const firstSettlement = await log.lastOf(twice, 'lifecycle');
+  const secondSettlement = makeEvent(
+    'run.settled',
+    ctx(twice),
+    'forged-second',
+    { ...settlement(twice).data, outcome: 'failed', reason: 'a forged second settlement' },
+    new Date(),
+  );
+  const secondStored = await log.append(secondSettlement, firstSettlement!.seq);
   // a settlement published around the event log (no checked expectation): no fact, never notified
   const forgedRun = `forged${tag}`;
   const forged = await log.js.publish(runSubject(log.space, forgedRun, 'lifecycle'), JSON.stringify(settlement(forgedRun)));
@@ -224,9 +236,19 @@ it('delivers every settlement at least once, signed, copies with the same webhoo
   expect(held.filter((r) => r.phase === 1).every((r) => r.answer === 'held')).toBe(true);
   expect(held.some((r) => r.phase === 2 && r.answer === 200)).toBe(true);
   expect(received.filter((r) => runsWhileDown.includes(r.runId)).every((r) => r.phase === 2)).toBe(true);
-  // the forgery reached no receiver, and the notifier said why
+  // the forgeries reached no receiver, and the notifier said why
   expect(received.some((r) => r.runId === forgedRun)).toBe(false);
+  expect(received.filter((r) => r.runId === twice).map((r) => r.id)).toEqual([settlement(twice).eventId]);
+  expect(received.some((r) => r.id === secondSettlement.eventId)).toBe(false);
   await new Promise((r) => logStream.write('', r));
   const lines = readFileSync(logFile, 'utf8').split('\n');
+  expect(
+    lines.some(
+      (l) =>
+        l.includes('a second settlement of the Run') &&
+        l.includes(`"seq":${secondStored.seq}`) &&
+        l.includes(`"firstSettlementSeq":${firstSettlement!.seq}`),
+    ),
+  ).toBe(true);
   expect(lines.some((l) => l.includes('not a fact of the log') && l.includes(`"seq":${forged.seq}`) && l.includes('unverified-event'))).toBe(true);
 });

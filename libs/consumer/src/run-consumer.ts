@@ -74,17 +74,32 @@ export interface RunConsumerOptions {
   ackWaitMs?: number;
   /** Told of every message that is not a fact (default: the error line of the logger only). */
   onInvalid?: (message: InvalidMessage) => void;
-  /** Where problems are written (default `console`). */
+  /** Where problems are written (default {@link stderrLines}: one line each on stderr). */
   logger?: ConsumerLogger;
+}
+
+/**
+ * The default {@link RunConsumerOptions.logger}: one line per problem on stderr, the message then
+ * its fields as JSON (`runplane-consumer: terminating a message that is not a fact (an anomaly)
+ * {"durable":"downstream-1","seq":157,...}`), where `console` printed a multi-line object dump.
+ */
+export const stderrLines: ConsumerLogger = {
+  warn: (fields, message) => process.stderr.write(`runplane-consumer: ${message} ${lineFields(fields)}\n`),
+  error: (fields, message) => process.stderr.write(`runplane-consumer: ${message} ${lineFields(fields)}\n`),
+};
+
+/** `fields` as one line of JSON; an `Error` among them as its message. */
+function lineFields(fields: object): string {
+  return JSON.stringify(fields, (_key, value: unknown) => (value instanceof Error ? value.message : value));
 }
 
 /**
  * A durable consumer of Run events for a downstream service. Register handlers with {@link on},
  * then {@link start}. Delivery is at least once: an event is acknowledged after its handler
  * returns, and comes again (same `eventId`) when the handler threw (after 250 ms, doubling up to
- * 15 s), when the process died before the acknowledgement, or when it was lost. Events of one Run
- * reach the handlers one at a time in stream order; different Runs' events are handled
- * concurrently. Every message is verified as the event log's own readers verify it
+ * 15 s; the Run's later events wait for it meanwhile), when the process died before the
+ * acknowledgement, or when it was lost. Events of one Run reach the handlers one at a time in
+ * stream order, also after a handler threw; different Runs' events are handled concurrently. Every message is verified as the event log's own readers verify it
  * (`verifyStored`): one the log did not append is reported ({@link RunConsumerOptions.onInvalid})
  * and terminated, never handed to a handler. An event whose type has no handler is acknowledged.
  */
@@ -162,6 +177,8 @@ export class RunConsumer {
           exactName: true,
           filter,
           ackWaitMs: bind?.ackWaitMs ?? this.opts.ackWaitMs ?? 30_000,
+          // a Run's events reach the handlers in order, also after a handler threw (the docs' promise)
+          retryInPlace: true,
           // a provisioned durable is in the downstream priority group: every pull names it
           ...(bind ? { bind: true, group: DOWNSTREAM_PRIORITY_GROUP } : {}),
           ...(onInvalid
@@ -169,7 +186,7 @@ export class RunConsumer {
             : {}),
         },
         (stored, delivery) => this.dispatch(stored, delivery),
-        this.opts.logger ?? console,
+        this.opts.logger ?? stderrLines,
       );
     let consumer = make(null);
     try {

@@ -5,7 +5,7 @@
  */
 import { type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { BusConfig } from '@runplane/contracts';
+import { BusConfig, type RunEvent, type StoredEvent } from '@runplane/contracts';
 import {
   allRunsFilter,
   closeConnection,
@@ -18,6 +18,7 @@ import {
   readPublicKeySet,
   reconnectingNatsOptions,
   SignatureVerifier,
+  verifyStored,
   type ConsumerSource,
   type SubjectSpace,
 } from '@runplane/eventlog';
@@ -168,6 +169,31 @@ export class RunStream implements ConsumerSource {
     } catch (e) {
       await nc.close().catch(() => undefined);
       throw e;
+    }
+  }
+
+  /**
+   * The events before `event` on its owner's subject of its Run, newest first: its back-link
+   * (`prevSeq`) followed with direct gets (which a downstream user may make), each one verified as
+   * a delivered message is ({@link verifyStored}, signatures too with the public keys). Ends at the
+   * subject's first event, or at a link that does not lead to a fact of that subject (the audit
+   * names such a break). For a check such as "is this the Run's first settlement" (K9).
+   * @throws the NATS errors of a direct get (the connection lost, the stream gone).
+   */
+  async *earlierOnSubject(event: RunEvent, subject: string): AsyncGenerator<StoredEvent> {
+    let prev = event.prevSeq ?? 0;
+    while (prev > 0) {
+      const msg = await this.jsm.direct.getMessage(this.space.stream, { seq: prev });
+      if (!msg || msg.subject !== subject) return;
+      let stored: StoredEvent;
+      try {
+        stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures);
+      } catch {
+        return;
+      }
+      if (stored.event.runId !== event.runId) return;
+      yield stored;
+      prev = stored.event.prevSeq ?? 0;
     }
   }
 

@@ -20,6 +20,7 @@ import {
   RunConsumer,
   RunStream,
   RunStreamUnavailable,
+  stderrLines,
   type EventMeta,
   type InvalidMessage,
   type RunStreamOptions,
@@ -82,6 +83,24 @@ afterAll(async () => {
   await stream?.close();
   await log?.destroyStream();
   await log?.close();
+});
+
+describe('the default logger', () => {
+  it('writes each problem as one line on stderr: the message, then its fields as JSON (an error as its message)', () => {
+    const lines: string[] = [];
+    const write = process.stderr.write.bind(process.stderr);
+    process.stderr.write = ((chunk: string) => lines.push(chunk) > 0);
+    try {
+      stderrLines.error({ durable: 'downstream-1', seq: 157, err: new Error('boom') }, 'handler failed');
+      stderrLines.warn({ seq: 3 }, 'not yet actionable');
+    } finally {
+      process.stderr.write = write;
+    }
+    expect(lines).toEqual([
+      'runplane-consumer: handler failed {"durable":"downstream-1","seq":157,"err":"boom"}\n',
+      'runplane-consumer: not yet actionable {"seq":3}\n',
+    ]);
+  });
 });
 
 describe('names and the stream', () => {
@@ -168,6 +187,34 @@ describe('following Runs', () => {
       [settled(runId).eventId, 1, false],
       [settled(runId).eventId, 2, true],
     ]);
+  });
+
+  it('given a handler that throws on a Run’s first event, the Run’s later events wait for its retry: they reach the handlers in stream order', async () => {
+    const runId = `order${tag}`;
+    const a = await log.append(admitted(runId), 0);
+    const s = await log.append(settled(runId), 0);
+    const handled: [string, number][] = [];
+    let failed = false;
+    const c = consumer('order').on('*', (event, meta) => {
+      if (event.runId !== runId) return;
+      handled.push([event.type, meta.deliveryCount]);
+      if (event.type === 'run.admitted' && !failed) {
+        failed = true;
+        throw new Error('the downstream store is down');
+      }
+    });
+    await c.start();
+    await until(
+      () => handled.length === 3,
+      () => `three handler calls (so far ${JSON.stringify(handled)})`,
+    );
+    await until(async () => (await pendingOf(c)).ackPending === 0, 'the acknowledgements');
+    expect(handled).toEqual([
+      ['run.admitted', 1],
+      ['run.admitted', 2],
+      ['run.settled', 1],
+    ]);
+    expect(a.seq).toBeLessThan(s.seq);
   });
 
   it('reports and terminates a message the event log did not append; no handler sees it', async () => {

@@ -78,6 +78,16 @@ export interface DurableConsumerSpec {
    * Default false: a Run's messages are handled one at a time, in delivery order.
    */
   onArrival?: boolean;
+  /**
+   * True: a handler that throws is called again here, after the same backoff, before any later
+   * message of its Run is handled, so a Run's events reach the handler in delivery order even
+   * across failures (a downstream consumer: `@runplane/consumer`). The message stays in progress
+   * meanwhile (heartbeats), and the later attempts see the delivery count plus the attempts made
+   * here. A stop or a release during the wait hands it back (nak) instead. Default false: the
+   * message is handed back with that delay (nak) and the Run's later messages go on, which the
+   * services' handlers accept because each decides from the Run's folded log.
+   */
+  retryInPlace?: boolean;
 }
 
 /** Every event type of the catalogue: the only types {@link payloadTypeOf} names. */
@@ -229,6 +239,8 @@ export class DurableConsumer {
   private counts: DeliveryCounts | null = null;
   /** True while the loop of {@link consume} reads the client's stream of messages (see {@link pulling}). */
   private reading = false;
+  /** Aborted by {@link stop} and {@link release}: ends the waits of {@link DurableConsumerSpec.retryInPlace}. */
+  private readonly halted = new AbortController();
 
   /**
    * @param chains per-Run handler chains; consumers of one service that share it handle one Run's
@@ -432,29 +444,60 @@ export class DurableConsumer {
       return;
     }
     const heartbeat = setInterval(() => m.working(), Math.max(1000, Math.floor(ackWaitMs / 3)));
-    const delivery: DeliveryInfo = { deliveryCount: m.info.deliveryCount, redelivered: m.redelivered };
     try {
-      // the handler continues the trace of the message it handles (its spans and appends carry it on)
-      await traceContext.with(extractTraceContext(m.headers), async () => {
-        if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
-        else await this.handler(stored, delivery);
-      });
-      acks.later(m);
-    } catch (e) {
-      const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(m.info.deliveryCount);
-      const fields = { durable: this.durableName, runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
-      if (e instanceof AppendConflict) this.logger.warn({ ...fields, reason: e.message }, 'append conflict; will re-read');
-      else if (e instanceof RetryLater)
-        this.logger.warn({ ...fields, delivery: m.info.deliveryCount, redeliveryMs: delay, reason: e.message }, 'not yet actionable; redelivering');
-      else
-        this.logger.error(
-          { ...fields, delivery: m.info.deliveryCount, redeliveryMs: delay, err: e instanceof Error ? e : describeError(e) },
-          'handler failed; redelivering',
-        );
-      m.nak(delay);
+      for (let attempt = 0; ; attempt++) {
+        const deliveryCount = m.info.deliveryCount + attempt;
+        const delivery: DeliveryInfo = { deliveryCount, redelivered: m.redelivered || attempt > 0 };
+        try {
+          // the handler continues the trace of the message it handles (its spans and appends carry it on)
+          await traceContext.with(extractTraceContext(m.headers), async () => {
+            if (this.spec.wholeRuns) await this.log.deliveries.handle(stored, () => this.handler(stored, delivery));
+            else await this.handler(stored, delivery);
+          });
+          acks.later(m);
+          return;
+        } catch (e) {
+          const delay = e instanceof AppendConflict ? 50 : e instanceof RetryLater ? e.delayMs : redeliveryDelayMs(deliveryCount);
+          const fields = { durable: this.durableName, runId: stored.event.runId, eventType: stored.event.type, seq: stored.seq };
+          const again = this.spec.retryInPlace ? 'retrying before the Run goes on' : 'redelivering';
+          if (e instanceof AppendConflict) this.logger.warn({ ...fields, reason: e.message }, 'append conflict; will re-read');
+          else if (e instanceof RetryLater)
+            this.logger.warn({ ...fields, delivery: deliveryCount, redeliveryMs: delay, reason: e.message }, `not yet actionable; ${again}`);
+          else
+            this.logger.error(
+              { ...fields, delivery: deliveryCount, redeliveryMs: delay, err: e instanceof Error ? e : describeError(e) },
+              `handler failed; ${again}`,
+            );
+          if (!this.spec.retryInPlace) {
+            m.nak(delay);
+            return;
+          }
+          if (!(await this.pause(delay))) {
+            // stopped or released while waiting: handed back, for the next process or owner
+            m.nak();
+            return;
+          }
+        }
+      }
     } finally {
       clearInterval(heartbeat);
     }
+  }
+
+  /** Waits `ms`; false when the consumer was stopped or released meanwhile (or before). */
+  private pause(ms: number): Promise<boolean> {
+    const signal = this.halted.signal;
+    if (signal.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const done = (waited: boolean) => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        resolve(waited);
+      };
+      const onAbort = () => done(false);
+      const timer = setTimeout(() => done(true), ms);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
   }
 
   /**
@@ -464,6 +507,7 @@ export class DurableConsumer {
    */
   async stop(): Promise<void> {
     this.stopping = true;
+    this.halted.abort();
     await this.endConsuming();
     await Promise.allSettled([...this.chains.values(), ...this.mine]);
     acks.flush();
@@ -478,6 +522,7 @@ export class DurableConsumer {
    */
   async release(): Promise<void> {
     this.releasing = true;
+    this.halted.abort();
     await this.endConsuming();
     await Promise.allSettled([...this.mine]);
     // what finished here is acknowledged before the next owner is let in (no redelivery to it)
