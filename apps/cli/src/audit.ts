@@ -123,8 +123,12 @@ export function renderAudit(report: AuditReport): string[] {
   for (const run of report.runs) {
     const held = run.checks.filter((c) => c.status === 'held').length;
     const broken = run.checks.filter((c) => c.status === 'broken');
+    // a Run id on whose subjects only messages that are not facts stand (garbage, forgeries): no
+    // check can hold over no events, so only what was found broken is said
     lines.push(
-      `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (${run.outcome ?? 'not settled'}, ${run.events} events): ${held} held, ${broken.length} broken, ${run.checks.length - held - broken.length} not applicable`,
+      run.events === 0
+        ? `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (no event of the log: only messages that are not facts stand on its subjects): ${broken.length} broken`
+        : `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (${run.outcome ?? 'not settled'}, ${run.events} events): ${held} held, ${broken.length} broken, ${run.checks.length - held - broken.length} not applicable`,
     );
     for (const c of broken)
       for (const v of c.violations) lines.push(`         ${c.contract} ${c.id}${v.seq === null ? '' : ` at #${v.seq}`}: ${v.message}`);
@@ -132,7 +136,7 @@ export function renderAudit(report: AuditReport): string[] {
   const s = report.summary;
   lines.push('');
   lines.push(
-    `audited ${s.runs} run(s), ${s.events} event(s): ${s.clean} clean, ${s.broken} broken, ${s.open} not settled; ${s.anomalies} unverified message(s)`,
+    `audited ${s.runs} run(s), ${s.events} event(s): ${s.clean} clean, ${s.broken} broken (${s.open} of all not settled, clean or broken); ${s.anomalies} unverified message(s)`,
   );
   for (const c of CHECKS) {
     const r = s.checks[c.id];
