@@ -41,6 +41,8 @@ const url = (service: 'admission' | 'publication' | 'projector' | 'runtime' | 't
 async function problemOf(res: Response, status: number): Promise<{ problem: ProblemDetails & Record<string, unknown>; res: Response }> {
   expect(res.status).toBe(status);
   expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  // no framework banner on any answer
+  expect(res.headers.get('x-powered-by')).toBeNull();
   const body = (await res.json()) as Record<string, unknown>;
   const parsed = ProblemDetails.safeParse(body);
   expect(parsed.success).toBe(true);

@@ -210,6 +210,10 @@ export type QuotaProblem = z.infer<typeof QuotaProblem>;
  */
 export const ProblemTitles: Record<string, string> = {
   bad_request: 'Bad request',
+  unauthorized: 'Authentication is required',
+  forbidden: 'The token lacks a scope this needs',
+  headers_too_large: 'Request headers too large',
+  request_timeout: 'The request did not arrive in time',
   invalid_body: 'The request body is invalid',
   unsupported_media_type: 'Unsupported media type',
   payload_too_large: 'Request body too large',

@@ -268,6 +268,8 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
     throw e;
   }
   app.useLogger(app.get(PinoNestLogger));
+  // no `X-Powered-By: Express` on any answer: it tells a client nothing it needs, and a scanner the framework
+  (app.getHttpAdapter().getInstance() as { disable(setting: string): void }).disable('x-powered-by');
   if (tracing) app.use(traceRequests());
   // one body limit for every service, registered before Nest's default parser (which would take 100 KiB)
   // (NestExpressApplication's method, typed here without depending on the platform package)

@@ -1,8 +1,11 @@
 import { describe, expect, it } from '@jest/globals';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { z } from 'zod';
 import { BatchNotStored } from '@runplane/kit';
-import { ProblemDetails, RunEventsQuery, RunsQuery } from '@runplane/contracts';
+import { ProblemDetails, ProblemTitles, RunEventsQuery, RunsQuery } from '@runplane/contracts';
 import { apiError, ApiError, badRequestFromZod, dependencyUnavailable, parseQuery, unavailableDependency } from '../src/problems.js';
 
 describe('apiError', () => {
@@ -28,6 +31,40 @@ describe('apiError', () => {
     expect(down.getStatus()).toBe(503);
     expect(down.extras.headers).toEqual({ 'Retry-After': '2' });
     expect(down.problem()).toMatchObject({ postgres: 'down', status: 503 });
+  });
+});
+
+describe('the problem codes', () => {
+  const root = fileURLToPath(new URL('../../..', import.meta.url));
+  const sources = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+      d.isDirectory() ? sources(join(dir, d.name)) : d.name.endsWith('.ts') && !d.name.endsWith('.d.ts') ? [join(dir, d.name)] : [],
+    );
+  const raised = new Set(
+    ['apps', 'libs'].flatMap((top) =>
+      readdirSync(join(root, top))
+        .map((project) => join(root, top, project, 'src'))
+        .filter((src) => {
+          try {
+            return readdirSync(src).length > 0;
+          } catch {
+            return false;
+          }
+        })
+        .flatMap(sources)
+        .flatMap((file) => [...readFileSync(file, 'utf8').matchAll(/(?:apiError\([^,]+, |status: \d{3}, code: )'([a-z_]+)'/g)].map((m) => m[1]!)),
+    ),
+  );
+
+  it('given every code a service raises (apiError, the HTTP parser refusals), then each has its fixed title and a row in docs/api.md', () => {
+    // the codes found are the known ones: the scan itself is checked
+    expect([...raised]).toEqual(expect.arrayContaining(['unauthorized', 'forbidden', 'headers_too_large', 'request_timeout', 'run_settled']));
+    const table = readFileSync(join(root, 'docs/api.md'), 'utf8');
+    for (const code of raised) {
+      expect([code, ProblemTitles[code]]).toEqual([code, expect.any(String)]);
+      expect([code, table.includes(`| \`${code}\` |`)]).toEqual([code, true]);
+      expect(apiError(400, code, 'x').problem().title).toBe(ProblemTitles[code]);
+    }
   });
 });
 
