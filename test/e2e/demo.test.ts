@@ -7,7 +7,8 @@
  * (docs/cli.md "Exit codes"): 3 for a `partial` settlement, 0 for `completed`.
  */
 import { afterAll, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { dropDatabase, projectionDatabaseFor, repoRoot } from '@runplane/devstack';
 
@@ -74,4 +75,25 @@ describe('the demo', () => {
     expect(lines[settlementAt]).toMatch(/^Settlement \(by lifecycle\): COMPLETED: /);
     expect(r.code).toBe(0);
   }, 300_000);
+
+  it('Ctrl-C during its start-up: the stopping line, then only "Stopped.", no start-up line after it; exit 130', async () => {
+    const child = spawn(process.execPath, [join(repoRoot(), 'apps/cli/dist/main.js'), 'demo', '--no-events'], {
+      env: { ...process.env, DATABASE_URL: base },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const lines: string[] = [];
+    const errors: string[] = [];
+    // interrupted as soon as its nats-server is up: the database and data lines are still to come
+    createInterface({ input: child.stdout }).on('line', (l) => {
+      lines.push(l);
+      if (l.startsWith('  bus:')) child.kill('SIGINT');
+    });
+    createInterface({ input: child.stderr }).on('line', (l) => errors.push(l));
+    const code = await new Promise<number | null>((r) => child.once('close', (c) => r(c)));
+    process.stdout.write(`demo interrupted: exit ${code}\n${lines.join('\n')}\n${errors.join('\n')}\n`);
+    const stopAt = lines.indexOf('SIGINT: stopping every process this command started...');
+    expect(stopAt).toBeGreaterThan(0);
+    expect(lines.slice(stopAt + 1)).toEqual(['Stopped.']);
+    expect(code).toBe(130);
+  }, 120_000);
 });

@@ -479,6 +479,11 @@ export function askHint(endpoints: { admission: string; publication: string }): 
   return commandFor(endpoints)('ask', '"Compare the holdings of SPY and QQQ"');
 }
 
+/** A start-up line (what was started, where), left out once a signal is stopping it all: it would follow the stopping line. */
+const progress = (line: string) => {
+  if (!stopping) out(line);
+};
+
 /** True once a signal is stopping everything this command started (their exits are expected then). */
 let stopping = false;
 
@@ -589,7 +594,7 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   // a server already running (the machine's) is never reconfigured
   const space = { stream: bus.RUNPLANE_STREAM, prefix: bus.RUNPLANE_SUBJECT_PREFIX, partitions: bus.RUNPLANE_PARTITIONS };
   const nats = opts.cluster ? await dev.startSecuredNatsCluster({ stateDir, space }) : await dev.startSecuredNats({ stateDir, space });
-  out(`  bus:      ${nats.note}`);
+  progress(`  bus:      ${nats.note}`);
   let embedded: EmbeddedDatabase | null = null;
   try {
     // The NATS started here has its own log, so its projections go to a database of their own.
@@ -597,10 +602,12 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
     let databaseUrl = dev.projectionDatabaseFor(DATABASE_URL, nats, nats.cluster ? join(stateDir, 'nats-cluster') : stateDir);
     // a store put in place of the kept one starts a new log: the database of the old one goes (K11)
     if (await dev.forgetProjectionsOfAnotherLog(nats, databaseUrl, DATABASE_URL)) {
-      out(`  database: dropped ${redactUrl(databaseUrl)}: it held the projections of a log no longer in the store (a new store starts with no Run)`);
+      progress(
+        `  database: dropped ${redactUrl(databaseUrl)}: it held the projections of a log no longer in the store (a new store starts with no Run)`,
+      );
     }
     if (await dev.ensureDatabaseExists(databaseUrl)) {
-      out(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
+      progress(`  database: ${redactUrl(databaseUrl)}${databaseUrl !== DATABASE_URL ? ' (its own, for the NATS started here)' : ''}`);
     } else {
       embedded = await (
         await projections()
@@ -611,11 +618,11 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
         ),
       });
       databaseUrl = embedded.url;
-      out(
+      progress(
         `  database: PostgreSQL is not reachable at ${redactUrl(DATABASE_URL)}: using an embedded PostgreSQL (PGlite, migrated through MikroORM's PGlite driver, data in .runplane/pglite) served on ${embedded.url}`,
       );
     }
-    out(
+    progress(
       `  data:     ${data.dir}${data.dataSet === 'illustrative' ? ' (ILLUSTRATIVE sample shipped with the project: invented figures, not real holdings)' : ''}`,
     );
     // authentication on, as deployed: a signing key of this run's own, tokens minted from it
