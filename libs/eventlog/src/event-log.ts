@@ -13,7 +13,17 @@ import {
   type StoredMsg,
   type StreamInfo,
 } from '@nats-io/jetstream';
-import { BusConfig, EventCatalog, natsServerList, Owner, RunEvent, subjectTokenOf, type StoredEvent, type Writer } from '@runplane/contracts';
+import {
+  BusConfig,
+  EnvelopeFields,
+  EventCatalog,
+  natsServerList,
+  Owner,
+  RunEvent,
+  subjectTokenOf,
+  type StoredEvent,
+  type Writer,
+} from '@runplane/contracts';
 import { DeliveryFeed } from './deliveries.js';
 import { AppendConflict, AppendRefused, InvalidStoredEvent, issuesInBrief, RetryLater, StreamNotFound } from './errors.js';
 import { natsUserOptions } from './inbox.js';
@@ -340,7 +350,15 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
     throw new InvalidStoredEvent(seq, subject, `not JSON (${(e as Error).message})`);
   }
   const parsed = RunEvent.safeParse(raw);
-  if (!parsed.success) throw new InvalidStoredEvent(seq, subject, issuesInBrief(parsed.error.issues), 'invalid-message', parsed.error.message);
+  if (!parsed.success) {
+    let issues = parsed.error.issues;
+    // a type outside the catalogue is all the union says: the envelope's own faults are listed too
+    if (issues.length === 1 && issues[0]!.path.length === 1 && issues[0]!.path[0] === 'type') {
+      const envelope = EnvelopeFields.safeParse(raw);
+      if (!envelope.success) issues = [...issues, ...envelope.error.issues];
+    }
+    throw new InvalidStoredEvent(seq, subject, issuesInBrief(issues), 'invalid-message', JSON.stringify(issues, null, 2));
+  }
   const event = parsed.data as StoredEvent['event'];
   // `<prefix>.run.<runId>.<owner>.<partition>` (subjects.ts)
   const tokens = subject.split('.');
