@@ -33,6 +33,17 @@ async function metric(service: 'recovery' | 'lifecycle', name: string, label = '
   return line ? Number(line.split(' ').at(-1)) : 0;
 }
 
+/** Model requests aborted, summed over every live runtime (after the frozen-holder case two run, each owning its partitions). */
+async function abortedRequests(): Promise<number> {
+  let sum = 0;
+  for (const p of t.stack.replicas.get('runtime') ?? []) {
+    const text = await (await fetch(`${p.url}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith('runplane_model_request_seconds_count{') && l.includes('finish="aborted"'));
+    sum += line ? Number(line.split(' ').at(-1)) : 0;
+  }
+  return sum;
+}
+
 /** Kills a process with `signal` and waits until it is gone. */
 async function killed(name: 'runtime', signal: NodeJS.Signals): Promise<void> {
   const p = t.stack.services.get(name)!;
@@ -186,6 +197,7 @@ describe('cancel versus disconnect (K4)', () => {
     const { body } = await t.client.postMessage('conv-cancel', { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     await waitForType(t, body.runId, 'model.turn.requested');
     const asked = Date.now();
+    const abortedBefore = await abortedRequests();
     const first = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
     const again = await t.client.cancelRun(body.runId, { reason: 'wrong fund', user: 'ana' });
     expect(again).toEqual(first);
@@ -200,6 +212,13 @@ describe('cancel versus disconnect (K4)', () => {
     expect(ofType(events, 'run.cancel.requested')).toHaveLength(1);
     expect(ofType(events, 'tool.call.dispatched')).toHaveLength(0);
     expect(settleMs).toBeLessThan(8_000); // well before the model's 10 s reply
+    // the runtime aborted the request itself as the cancel arrived, not only the settlement came
+    // early: before, the cancel waited behind the delivery whose handler awaited the request, and
+    // the request ran to the model's reply (finish "stop" after 10 s)
+    for (const end = Date.now() + 4_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100)))
+      if ((await abortedRequests()) > abortedBefore) break;
+    expect(await abortedRequests()).toBe(abortedBefore + 1);
+    expect(Date.now() - asked).toBeLessThan(10_000);
     reportRow({ fault: 'cancel during a model turn', runs: 1, settled: '1 x canceled', duplicates: 0, lost: 0, settleMs });
     await new Promise((r) => setTimeout(r, LEASE_TTL_MS));
     expect(await modelRequestsFor(t, key)).toBe(1);

@@ -80,6 +80,8 @@ export class RunExecutor {
   private readonly serial = new Map<string, Promise<void>>();
   /** Aborts the wait or model request in flight per Run (a cancel, a lost lease, the process stopping). */
   private readonly inFlight = new Map<string, AbortController>();
+  /** Runs whose cancel has arrived and not yet been handled in order ({@link wake}): a model request of theirs is aborted at once (K4). */
+  private readonly cancelArrived = new Set<string>();
   /** Runs with a model request of their own in flight (the one thing a drain waits for). */
   private readonly modelRequests = new Set<string>();
   private stopping = false;
@@ -107,6 +109,16 @@ export class RunExecutor {
       },
       lost: (runId) => this.inFlight.get(runId)?.abort(),
     });
+    // a cancel aborts the model request in flight as it arrives (K4): its ordered handling waits
+    // behind the delivery whose handler awaits that very request, so it would come only after the
+    // whole reply (a trial cancelled 7 s into a 25 s reply and the request ran to its end)
+    log.deliveries.onArrival((stored) => {
+      if (stored.event.type !== 'run.cancel.requested') return;
+      // also for a request not yet under way: a decision taken before the cancel is handled in
+      // order may still ask the model, and that request is aborted as it starts
+      this.cancelArrived.add(stored.event.runId);
+      this.inFlight.get(stored.event.runId)?.abort();
+    });
   }
 
   /**
@@ -121,6 +133,8 @@ export class RunExecutor {
       if (this.stopping) throw new RetryLater('the runtime is stopping', 200);
       return this.execute(runId);
     });
+    // decided with the cancel in its facts: no later decision asks the model for this Run
+    if (type === 'run.cancel.requested') this.cancelArrived.delete(runId);
   }
 
   /** Runs `step` after every earlier step of the same Run in this process. */
@@ -207,6 +221,8 @@ export class RunExecutor {
       const turn = request.turn;
       const abort = new AbortController();
       this.inFlight.set(runId, abort);
+      // a cancel that arrived before this request was under way (K4)
+      if (this.cancelArrived.has(runId)) abort.abort();
       this.modelRequests.add(runId);
       let result: ModelTurnResult;
       try {

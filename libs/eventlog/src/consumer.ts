@@ -418,6 +418,8 @@ export class DurableConsumer {
     }
     // the handler's reads of this Run must include this event (a stream copy behind is read again)
     this.log.noteStored(m.subject, m.seq);
+    // told at once, before it waits behind the Run's earlier deliveries (a cancel of a Run whose model request is under way)
+    if (this.spec.wholeRuns) this.log.deliveries.arrived(stored);
     if (this.spec.onArrival) {
       const now = this.process(m, stored, ackWaitMs);
       this.mine.add(now);

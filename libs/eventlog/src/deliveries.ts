@@ -42,7 +42,31 @@ export interface DeliveryObserver {
  */
 export class DeliveryFeed {
   private readonly observers = new Set<DeliveryObserver>();
+  private readonly arrivalListeners = new Set<(stored: StoredEvent) => void>();
   private readonly scope = new AsyncLocalStorage<DeliveryScope>();
+
+  /**
+   * Listens to every verified delivery of a whole-Run consumer as it arrives, before it waits
+   * behind the handlers of its Run's earlier deliveries: for what must act at once whatever the
+   * Run is doing (a cancel aborts the model request that the handler of an earlier delivery is
+   * awaiting, K4). The delivery is still handled in order afterwards. A listener must not throw
+   * and must not wait. @returns a function that removes it.
+   */
+  onArrival(listener: (stored: StoredEvent) => void): () => void {
+    this.arrivalListeners.add(listener);
+    return () => this.arrivalListeners.delete(listener);
+  }
+
+  /** Tells the {@link onArrival} listeners of a delivery that has just arrived (a listener that throws is skipped). */
+  arrived(stored: StoredEvent): void {
+    for (const listener of this.arrivalListeners) {
+      try {
+        listener(stored);
+      } catch {
+        // an arrival listener only hastens what the ordered handling does anyway
+      }
+    }
+  }
 
   /** Adds an observer. @returns a function that removes it. */
   observe(observer: DeliveryObserver): () => void {
