@@ -3,6 +3,7 @@
  * in docs/configuration.md; a bad value stops the process with the zod reason.
  */
 import { z } from 'zod';
+import { ParkingToolNames, TestToolNames } from './tools.js';
 
 /** Node timers overflow (and fire at once) past 2^31 - 1 ms. */
 export const MAX_TIMER_MS = 2_147_483_647;
@@ -126,9 +127,42 @@ export const BusConfig = z.object({
 });
 export type BusConfig = z.infer<typeof BusConfig>;
 
+/** Whether `value` is a PostgreSQL connection URL (`postgresql://` or `postgres://`). */
+function isPostgresUrl(value: string): boolean {
+  try {
+    return ['postgresql:', 'postgres:'].includes(new URL(value).protocol);
+  } catch {
+    return false;
+  }
+}
+
 export const DatabaseConfig = z.object({
-  DATABASE_URL: z.string().default('postgresql://postgres@127.0.0.1:5432/runplane'),
+  // refused at start-up, named, rather than as a bare "Invalid URL" from the first connection;
+  // the message never repeats the value (it may hold a password)
+  DATABASE_URL: z
+    .string()
+    .default('postgresql://postgres@127.0.0.1:5432/runplane')
+    .refine(isPostgresUrl, { message: 'must be a PostgreSQL URL: postgresql://user[:password]@host[:port]/database' }),
 });
+
+/**
+ * A comma-separated list of tool names (blanks ignored), each one of `known`: an unknown name is
+ * refused at start-up, naming it and the known ones (a typo would silently take a tool out of
+ * every grant, or leave a test tool unrun).
+ */
+function toolNameList(defaultValue: string, known: readonly string[]) {
+  return z
+    .string()
+    .default(defaultValue)
+    .superRefine((value, ctx) => {
+      const unknown = value
+        .split(',')
+        .map((t) => t.trim())
+        .filter((t) => t !== '' && !known.includes(t));
+      if (unknown.length > 0)
+        ctx.addIssue({ code: 'custom', message: `unknown tool name(s) ${unknown.join(', ')}; the known ones are ${known.join(', ')}` });
+    });
+}
 
 /** One model's price as written in `RUNPLANE_MODEL_PRICES`: currency units per million tokens. */
 const PriceSetting = z
@@ -172,35 +206,44 @@ export const ModelPrices = z.preprocess(
     ),
 );
 
-export const ModelConfig = z.object({
-  OPENAI_BASE_URL: z.string().url().default('http://127.0.0.1:8090/v1'),
-  OPENAI_API_KEY: z.string().default('runplane-scripted'),
-  RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
-  /** Per model request, milliseconds. */
-  RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
-  /** The most `max_tokens` one model request asks for (what the model accepts in one reply), within the Run's output budget (K7). */
-  RUNPLANE_MODEL_MAX_TOKENS: envInt(16_384, 1),
-  /**
-   * Seconds before a Run's deadline from which research stops and, when the Run has material and
-   * a final-output reserve, the one finalization request answers from it (K9); at most a quarter of
-   * the Run's whole time. 0: off.
-   */
-  RUNPLANE_FINALIZATION_LEAD_SECONDS: envInt(60, 0, 366 * 24 * 3600),
-  /** Model requests in flight at once per model, for all Runs of one runtime process (K7). */
-  RUNPLANE_MODEL_MAX_CONCURRENT: envInt(8, 1, 10_000),
-  /** Smallest gap between the starts of two model requests per runtime process, ms (0: no rate limit). */
-  RUNPLANE_MODEL_MIN_INTERVAL_MS: envInt(0, 0, MAX_TIMER_MS),
-  /**
-   * The retry backoff of a failed model request (connection, timeout, 429, 5xx; K7), ms: the n-th
-   * failure in a row waits `MIN * 2^(n-1) * (1 + jitter)` (jitter in [0, 1)), at most `MAX`, and at
-   * least the provider's `Retry-After`, before the Run's next request; never past its deadline.
-   */
-  RUNPLANE_MODEL_RETRY_MIN_MS: envInt(1_000, 0, MAX_TIMER_MS),
-  /** The longest retry backoff of a failed model request, ms (see `RUNPLANE_MODEL_RETRY_MIN_MS`). */
-  RUNPLANE_MODEL_RETRY_MAX_MS: envInt(30_000, 0, MAX_TIMER_MS),
-  /** Token prices per model (`ModelPrices`): what turns every turn's usage into money on the ledger (K7). */
-  RUNPLANE_MODEL_PRICES: ModelPrices,
-});
+export const ModelConfig = z
+  .object({
+    OPENAI_BASE_URL: z.string().url().default('http://127.0.0.1:8090/v1'),
+    OPENAI_API_KEY: z.string().default('runplane-scripted'),
+    RUNPLANE_MODEL: z.string().default('runplane-scripted-research'),
+    /** Per model request, milliseconds. */
+    RUNPLANE_MODEL_TIMEOUT_MS: envInt(120_000, 1, MAX_TIMER_MS),
+    /** The most `max_tokens` one model request asks for (what the model accepts in one reply), within the Run's output budget (K7). */
+    RUNPLANE_MODEL_MAX_TOKENS: envInt(16_384, 1),
+    /**
+     * Seconds before a Run's deadline from which research stops and, when the Run has material and
+     * a final-output reserve, the one finalization request answers from it (K9); at most a quarter of
+     * the Run's whole time. 0: off.
+     */
+    RUNPLANE_FINALIZATION_LEAD_SECONDS: envInt(60, 0, 366 * 24 * 3600),
+    /** Model requests in flight at once per model, for all Runs of one runtime process (K7). */
+    RUNPLANE_MODEL_MAX_CONCURRENT: envInt(8, 1, 10_000),
+    /** Smallest gap between the starts of two model requests per runtime process, ms (0: no rate limit). */
+    RUNPLANE_MODEL_MIN_INTERVAL_MS: envInt(0, 0, MAX_TIMER_MS),
+    /**
+     * The retry backoff of a failed model request (connection, timeout, 429, 5xx; K7), ms: the n-th
+     * failure in a row waits `MIN * 2^(n-1) * (1 + jitter)` (jitter in [0, 1)), at most `MAX`, and at
+     * least the provider's `Retry-After`, before the Run's next request; never past its deadline.
+     */
+    RUNPLANE_MODEL_RETRY_MIN_MS: envInt(1_000, 0, MAX_TIMER_MS),
+    /** The longest retry backoff of a failed model request, ms (see `RUNPLANE_MODEL_RETRY_MIN_MS`). */
+    RUNPLANE_MODEL_RETRY_MAX_MS: envInt(30_000, 0, MAX_TIMER_MS),
+    /** Token prices per model (`ModelPrices`): what turns every turn's usage into money on the ledger (K7). */
+    RUNPLANE_MODEL_PRICES: ModelPrices,
+  })
+  .superRefine((v, ctx) => {
+    if (v.RUNPLANE_MODEL_RETRY_MIN_MS > v.RUNPLANE_MODEL_RETRY_MAX_MS)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['RUNPLANE_MODEL_RETRY_MIN_MS'],
+        message: `must be at most RUNPLANE_MODEL_RETRY_MAX_MS (${v.RUNPLANE_MODEL_RETRY_MAX_MS})`,
+      });
+  });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 
 export const LimitsConfig = z
@@ -290,7 +333,7 @@ export const ToolsConfig = z.object({
   /** Worker threads executing tools. */
   RUNPLANE_TOOL_THREADS: envInt(2, 1, 64),
   /** Comma-separated test tools to grant and execute (`record_effect`); empty in production. */
-  RUNPLANE_TEST_TOOLS: z.string().default(''),
+  RUNPLANE_TEST_TOOLS: toolNameList('', TestToolNames),
   /** File `record_effect` appends its lines to. */
   RUNPLANE_RECORD_EFFECT_FILE: z.string().default(''),
   /**
@@ -380,7 +423,7 @@ export const WaitConfig = z.object({
 export type WaitConfig = z.infer<typeof WaitConfig>;
 
 /** Parking tools admission grants every Run admitted from a user's message (comma-separated; empty = none). */
-export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: z.string().default('ask_human,spawn_subagent,ask_clarification') });
+export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: toolNameList('ask_human,spawn_subagent,ask_clarification', ParkingToolNames) });
 
 /** How much the runtime sends the model per request (K2, K3), read by the runtime. */
 export const ContextConfig = z.object({
@@ -402,7 +445,7 @@ export const RecoveryConfig = z.object({
 export type RecoveryConfig = z.infer<typeof RecoveryConfig>;
 
 /** Test tools admission grants (`RUNPLANE_TEST_TOOLS`, comma-separated); none by default. */
-export const TestToolsConfig = z.object({ RUNPLANE_TEST_TOOLS: z.string().default('') });
+export const TestToolsConfig = z.object({ RUNPLANE_TEST_TOOLS: toolNameList('', TestToolNames) });
 export const AdmissionPort = z.object({ ADMISSION_PORT: envInt(8081, 0, 65535) });
 export const PublicationPort = z.object({ PUBLICATION_PORT: envInt(8082, 0, 65535) });
 

@@ -3,7 +3,11 @@ import {
   AdmissionPort,
   BusConfig,
   CorsConfig,
+  DatabaseConfig,
   LimitsConfig,
+  ModelConfig,
+  ParkingToolsConfig,
+  TestToolsConfig,
   MemoryConfig,
   ToolsConfig,
   ViewerConfig,
@@ -34,6 +38,38 @@ describe('configuration from the environment (zod, validated at start-up)', () =
 
   it.each(['abc', '0x1F90', '1e3', '-1', '12abc', '70000'])('refuses ADMISSION_PORT=%s with the variable named', (value) => {
     expect(() => loadConfig(AdmissionPort, { ADMISSION_PORT: value })).toThrow(/Invalid configuration: ADMISSION_PORT/);
+  });
+
+  it('given a DATABASE_URL that is not a PostgreSQL URL, then start-up is refused naming the variable, never repeating the value', () => {
+    for (const bad of ['notaurl', 'mysql://u:secret@h/db', 'http://h/db'])
+      expect(() => loadConfig(DatabaseConfig, { DATABASE_URL: bad })).toThrow(/Invalid configuration: DATABASE_URL: must be a PostgreSQL URL/);
+    expect(() => loadConfig(DatabaseConfig, { DATABASE_URL: 'mysql://u:secret@h/db' })).not.toThrow(/secret/);
+    for (const good of ['postgresql://postgres@127.0.0.1:5432/x', 'postgres://u:p@h/db', 'postgresql:///db?host=/var/run/postgresql'])
+      expect(loadConfig(DatabaseConfig, { DATABASE_URL: good }).DATABASE_URL).toBe(good);
+  });
+
+  it('given an unknown name in RUNPLANE_PARKING_TOOLS or RUNPLANE_TEST_TOOLS, then start-up is refused naming it and the known ones', () => {
+    expect(() => loadConfig(ParkingToolsConfig, { RUNPLANE_PARKING_TOOLS: 'ask_human, ask_humans' })).toThrow(
+      /RUNPLANE_PARKING_TOOLS: unknown tool name\(s\) ask_humans; the known ones are ask_human, /,
+    );
+    expect(() => loadConfig(TestToolsConfig, { RUNPLANE_TEST_TOOLS: 'bogus' })).toThrow(/RUNPLANE_TEST_TOOLS: unknown tool name\(s\) bogus/);
+    expect(() => loadConfig(ToolsConfig, { RUNPLANE_TEST_TOOLS: 'record_effect,bogus' })).toThrow(
+      /RUNPLANE_TEST_TOOLS: unknown tool name\(s\) bogus/,
+    );
+    expect(loadConfig(ParkingToolsConfig, { RUNPLANE_PARKING_TOOLS: 'ask_human, spawn_subagent,' }).RUNPLANE_PARKING_TOOLS).toBe(
+      'ask_human, spawn_subagent,',
+    );
+    expect(loadConfig(TestToolsConfig, { RUNPLANE_TEST_TOOLS: 'record_effect' }).RUNPLANE_TEST_TOOLS).toBe('record_effect');
+    // empty: no parking tool (as documented); unset: the default three
+    expect(loadConfig(ParkingToolsConfig, { RUNPLANE_PARKING_TOOLS: '' }).RUNPLANE_PARKING_TOOLS).toBe('');
+    expect(loadConfig(ParkingToolsConfig, {}).RUNPLANE_PARKING_TOOLS).toBe('ask_human,spawn_subagent,ask_clarification');
+  });
+
+  it('given a model retry backoff whose least is over its most, then start-up is refused naming both', () => {
+    expect(() => loadConfig(ModelConfig, { RUNPLANE_MODEL_RETRY_MIN_MS: '50000' })).toThrow(
+      /RUNPLANE_MODEL_RETRY_MIN_MS: must be at most RUNPLANE_MODEL_RETRY_MAX_MS \(30000\)/,
+    );
+    expect(loadConfig(ModelConfig, { RUNPLANE_MODEL_RETRY_MIN_MS: '30000' }).RUNPLANE_MODEL_RETRY_MIN_MS).toBe(30_000);
   });
 
   it('refuses a tool timeout that is not a positive whole number of milliseconds', () => {

@@ -318,7 +318,10 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
       app.connectMicroservice({ strategy: transport });
       await app.startAllMicroservices();
     }
-    await app.listen(port, HOST);
+    // a listen error names the settings it came from (a trial's HOST=not-a-host said only "getaddrinfo ENOTFOUND")
+    await app.listen(port, HOST).catch((e: unknown) => {
+      throw new Error(`cannot listen on HOST=${HOST} ${spec.portEnv}=${port}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    });
   } catch (e) {
     await app.close().catch(() => undefined);
     throw e;
