@@ -94,6 +94,12 @@ export interface ExpiringLease {
   holder: Holder;
   ttlMs: number;
   expiresAt: number;
+  /**
+   * When the lease itself expired (its last renewal's server time plus the TTL), when that is
+   * earlier than `expiresAt` (recovery judges from its own start or reconnection plus a grace):
+   * the fence's detail states both, so an auditor does not read the judging time as the expiry.
+   */
+  storedExpiresAt?: number;
 }
 
 /**
@@ -130,7 +136,11 @@ export type ExpiredLeaseVerdict = { kind: 'held' } | { kind: 'late'; fenceBy: nu
 export function expiredLease(lease: ExpiringLease, heartbeat: HolderHeartbeat | null, now: number): ExpiredLeaseVerdict {
   if (now <= lease.expiresAt) return { kind: 'held' };
   const fenceBy = lease.expiresAt + lease.ttlMs;
-  const expired = `lease epoch ${lease.epoch} of ${lease.holder.instance} expired at ${new Date(lease.expiresAt).toISOString()} without a renewal`;
+  const stored = lease.storedExpiresAt;
+  const expired =
+    stored !== undefined && stored < lease.expiresAt
+      ? `lease epoch ${lease.epoch} of ${lease.holder.instance} expired at ${new Date(stored).toISOString()} without a renewal (judged from ${new Date(lease.expiresAt).toISOString()}: recovery's grace after its own start or reconnection)`
+      : `lease epoch ${lease.epoch} of ${lease.holder.instance} expired at ${new Date(lease.expiresAt).toISOString()} without a renewal`;
   if (heartbeat && now <= heartbeat.freshUntil) {
     if (now <= fenceBy) return { kind: 'late', fenceBy };
     // the verdict is the same either way; the detail, which auditors read in `run.fenced`, says

@@ -301,10 +301,11 @@ export class LeaseWatcher implements OnApplicationBootstrap, OnApplicationShutdo
   private verdictOn(entry: LeaseEntry, now: number): ExpiredLeaseVerdict {
     const v = entry.value;
     if (v.state !== 'held') return { kind: 'held' };
-    const expiresAt = Math.max(leaseExpiresAt(entry), this.grace.judgeFrom(v.ttlMs));
+    const storedExpiresAt = leaseExpiresAt(entry);
+    const expiresAt = Math.max(storedExpiresAt, this.grace.judgeFrom(v.ttlMs));
     const beat = this.heartbeats.get(v.holder.instance);
     return expiredLease(
-      { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt },
+      { epoch: v.epoch, holder: v.holder, ttlMs: v.ttlMs, expiresAt, storedExpiresAt },
       // a beat vouches for the holder for at least one lease TTL here, whatever the
       // (shorter) membership TTL it was written with: on a loaded machine a holder is not
       // judged gone for a few late beats (K10: late is not gone)

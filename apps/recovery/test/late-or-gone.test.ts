@@ -15,6 +15,20 @@ const given = (heartbeat: HolderHeartbeat | null) => ({
   when: (now: number) => ({ verdict: () => expiredLease(lease, heartbeat, now) }),
 });
 
+describe('recovery: the fence detail of a lease judged after recovery restarted', () => {
+  it('given a lease that expired while recovery was down, when it is judged after the grace, then the detail states its own expiry and the judging time apart', () => {
+    const judged = EXPIRES + 45_000;
+    const verdict = expiredLease({ ...lease, expiresAt: judged, storedExpiresAt: EXPIRES }, null, judged + 1);
+    expect(verdict.kind).toBe('gone');
+    expect((verdict as { detail: string }).detail).toMatch(
+      /^lease epoch 3 of i-1 expired at 2026-01-01T00:00:15\.000Z without a renewal \(judged from 2026-01-01T00:01:00\.000Z: recovery's grace after its own start or reconnection\)/,
+    );
+    // judged at its own expiry: one time, as before
+    const plain = expiredLease({ ...lease, storedExpiresAt: EXPIRES }, null, EXPIRES + 1);
+    expect((plain as { detail: string }).detail).toMatch(/^lease epoch 3 of i-1 expired at 2026-01-01T00:00:15\.000Z without a renewal;/);
+  });
+});
+
 describe('recovery: an expired lease is late while its holder beats, gone when it does not (K10)', () => {
   it('given any heartbeat, when the lease has not expired, then it is held', () => {
     expect(given(null).when(EXPIRES).verdict()).toEqual({ kind: 'held' });
