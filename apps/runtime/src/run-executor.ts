@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { Logger } from '@nestjs/common';
 import type { RunEvent, StoredEvent, TokenPrice } from '@runplane/contracts';
-import { EventLog, isPermanentAppendError, isTransientNatsError, RetryLater } from '@runplane/eventlog';
+import { DRAIN_REDELIVERY_MS, EventLog, isPermanentAppendError, isTransientNatsError, RetryLater } from '@runplane/eventlog';
 import { retry } from '@runplane/kit';
 import { epochSuperseded, parkedOn, unansweredWaits, type RunFacts } from '@runplane/run-facts';
 import { modelCostMicrosTotal, RunCommandHandler } from '@runplane/service-kit';
@@ -130,7 +130,7 @@ export class RunExecutor {
     if (type === 'run.cancel.requested') this.inFlight.get(runId)?.abort();
     this.keeper.woken(runId);
     await this.exclusive(runId, () => {
-      if (this.stopping) throw new RetryLater('the runtime is stopping', 200);
+      if (this.stopping) throw new RetryLater('the runtime is stopping', DRAIN_REDELIVERY_MS);
       return this.execute(runId);
     });
     // decided with the cancel in its facts: no later decision asks the model for this Run

@@ -7,7 +7,7 @@ import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
-import { EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { DRAIN_REDELIVERY_MS, EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
 import { privateStoreFolder } from '@runplane/holdings/inspection-store';
 import { RenewalSlots, retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
@@ -174,7 +174,7 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
 
   @EventPattern('tool.call.proposed')
   async onProposed(@Payload() stored: StoredEvent): Promise<void> {
-    if (this.stopping) throw new RetryLater('the tools service is stopping', 200);
+    if (this.stopping) throw new RetryLater('the tools service is stopping', DRAIN_REDELIVERY_MS);
     await this.wake(stored.event.runId, `${stored.event.type} ${stored.seq}`);
   }
 
