@@ -144,7 +144,9 @@ export class AnswerAssembly {
  */
 export function renderAnswer(texts: readonly string[], settled = true): string {
   const heading = settled ? 'Answer:' : 'Answer so far (no settlement seen):';
-  if (texts.length === 0) return `\n${heading} none (no passage was committed)`;
+  // without the settlement, no passage seen is not no passage committed (publication may be unreachable)
+  if (texts.length === 0)
+    return `\n${heading} ${settled ? 'none (no passage was committed)' : 'none seen (passages committed meanwhile could not be read here)'}`;
   return [`\n${heading}`, ...texts].join('\n\n');
 }
 

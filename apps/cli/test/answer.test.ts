@@ -48,6 +48,8 @@ describe('renderAnswer', () => {
     expect(renderAnswer(['One.', 'Two.'])).toBe('\nAnswer:\n\nOne.\n\nTwo.');
     expect(renderAnswer([])).toBe('\nAnswer: none (no passage was committed)');
     expect(renderAnswer(['One.'], false)).toBe('\nAnswer so far (no settlement seen):\n\nOne.');
+    // not seen is not "not committed" (a trial's publication was unreachable, and the Run had completed)
+    expect(renderAnswer([], false)).toBe('\nAnswer so far (no settlement seen): none seen (passages committed meanwhile could not be read here)');
   });
 });
 
