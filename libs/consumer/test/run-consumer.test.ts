@@ -89,7 +89,7 @@ describe('the default logger', () => {
   it('writes each problem as one line on stderr: the message, then its fields as JSON (an error as its message)', () => {
     const lines: string[] = [];
     const write = process.stderr.write.bind(process.stderr);
-    process.stderr.write = ((chunk: string) => lines.push(chunk) > 0);
+    process.stderr.write = (chunk: string) => lines.push(chunk) > 0;
     try {
       stderrLines.error({ durable: 'downstream-1', seq: 157, err: new Error('boom') }, 'handler failed');
       stderrLines.warn({ seq: 3 }, 'not yet actionable');
