@@ -470,6 +470,9 @@ describe('the Run viewer in a real browser', () => {
     expect(ofType(before, 'run.settled')).toHaveLength(0);
 
     expect(await settledIn(page)).toBe('completed');
+    // the list's row, loaded while the Run ran, shows the settlement it saw without a refresh
+    await page.locator(`tr[data-run-id="${runId}"] td.outcome-completed`).waitFor({ timeout: 5_000 });
+    expect(await page.locator(`tr[data-run-id="${runId}"] td`).nth(1).textContent()).toBe('settled');
     const events = await throughSettlement(runId);
     const committed = ofType(events, 'passage.committed').map((p) => ({ id: p.data.passageId, text: p.data.text }));
     expect(await passagesIn(page)).toEqual(committed);

@@ -198,6 +198,18 @@ function runRow(run) {
   );
 }
 
+/**
+ * The list's row of a Run this page saw settle shows the settlement (status and outcome): the list
+ * is otherwise as last loaded, and a trial read a Run as running there beside its settlement.
+ */
+function markListedSettled(runId, outcome) {
+  const row = [...$('runs').children].find((r) => r.dataset.runId === runId);
+  if (!row) return;
+  row.children[1].textContent = 'settled';
+  row.children[2].textContent = outcome;
+  row.children[2].className = `outcome outcome-${outcome}`;
+}
+
 // ---- one Run, live --------------------------------------------------------------------------------
 
 /** The Run being shown; replaced (and its stream aborted) when another one is opened. */
@@ -464,6 +476,7 @@ function apply(run, seq, e) {
       run.settledOutcome = d.outcome;
       showSettlement(e);
       renderView(run);
+      markListedSettled(run.runId, d.outcome);
       break;
     default:
       break;
