@@ -64,8 +64,16 @@ const run =
 export const program = new Command('runplane').description('Runplane: control plane for long-running AI research Runs');
 const api = (c: Command) =>
   c
-    .option('--admission <url>', 'admission service base URL', process.env.RUNPLANE_ADMISSION_URL ?? 'http://127.0.0.1:8081')
-    .option('--publication <url>', 'publication service base URL', process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082')
+    .option(
+      '--admission <url>',
+      'admission service base URL (env RUNPLANE_ADMISSION_URL)',
+      process.env.RUNPLANE_ADMISSION_URL ?? 'http://127.0.0.1:8081',
+    )
+    .option(
+      '--publication <url>',
+      'publication service base URL (env RUNPLANE_PUBLICATION_URL)',
+      process.env.RUNPLANE_PUBLICATION_URL ?? 'http://127.0.0.1:8082',
+    )
     .option('--token <jwt>', 'bearer token for the API (default: RUNPLANE_TOKEN, else the one `runplane up` wrote)');
 
 /** Help text of every command that follows a Run to its settlement: its exit codes ({@link exitCodeOf}; docs/cli.md "Exit codes"). */
