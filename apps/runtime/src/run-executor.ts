@@ -129,12 +129,16 @@ export class RunExecutor {
   async wake(runId: string, type: RunEvent['type']): Promise<void> {
     if (type === 'run.cancel.requested') this.inFlight.get(runId)?.abort();
     this.keeper.woken(runId);
-    await this.exclusive(runId, () => {
-      if (this.stopping) throw new RetryLater('the runtime is stopping', DRAIN_REDELIVERY_MS);
-      return this.execute(runId);
-    });
-    // decided with the cancel in its facts: no later decision asks the model for this Run
-    if (type === 'run.cancel.requested') this.cancelArrived.delete(runId);
+    try {
+      await this.exclusive(runId, () => {
+        if (this.stopping) throw new RetryLater('the runtime is stopping', DRAIN_REDELIVERY_MS);
+        return this.execute(runId);
+      });
+    } finally {
+      // decided with the cancel in its facts (no later decision asks the model for this Run), or
+      // handed back: its redelivery marks it again as it arrives
+      if (type === 'run.cancel.requested') this.cancelArrived.delete(runId);
+    }
   }
 
   /** Runs `step` after every earlier step of the same Run in this process. */

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AckPolicy, DeliverPolicy, JetStreamApiError, type ConsumerConfig, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
 import { EventTypes, type EventType, type StoredEvent } from '@runplane/contracts';
 import { AbortError, retry, retryPolicies } from '@runplane/kit';
@@ -488,18 +489,7 @@ export class DurableConsumer {
 
   /** Waits `ms`; false when the consumer was stopped or released meanwhile (or before). */
   private pause(ms: number): Promise<boolean> {
-    const signal = this.halted.signal;
-    if (signal.aborted) return Promise.resolve(false);
-    return new Promise((resolve) => {
-      const done = (waited: boolean) => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        resolve(waited);
-      };
-      const onAbort = () => done(false);
-      const timer = setTimeout(() => done(true), ms);
-      signal.addEventListener('abort', onAbort, { once: true });
-    });
+    return sleep(ms, true, { signal: this.halted.signal }).catch(() => false);
   }
 
   /**
