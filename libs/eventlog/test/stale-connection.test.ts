@@ -5,8 +5,8 @@
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { createServer, type Server, type Socket } from 'node:net';
-import { errors } from '@nats-io/transport-node';
-import { connectPatiently, STALE_CONNECTION_OPTIONS } from '../src/stale-connection.js';
+import { errors, type Server as NatsServer } from '@nats-io/transport-node';
+import { connectPatiently, leastRecentlyDialed, STALE_CONNECTION_OPTIONS } from '../src/stale-connection.js';
 
 let server: Server | null = null;
 const sockets: Socket[] = [];
@@ -30,8 +30,8 @@ async function silentServer(): Promise<{ port: number; accepted: () => number }>
 }
 
 describe('connectPatiently', () => {
-  it('is what the services connect with: a ping every 2 s, stale after 2 unanswered, 5 s per connection attempt', () => {
-    expect(STALE_CONNECTION_OPTIONS).toEqual({ pingInterval: 2_000, maxPingOut: 2, timeout: 5_000 });
+  it('is what the services connect with: a ping every 2 s, stale after 2 unanswered, 5 s per connection attempt, the least recently dialed node next', () => {
+    expect(STALE_CONNECTION_OPTIONS).toEqual({ pingInterval: 2_000, maxPingOut: 2, timeout: 5_000, reconnectToServer: leastRecentlyDialed });
   });
 
   it('given a server that accepts and never answers, then each attempt times out and four are made before the timeout is thrown', async () => {
@@ -53,5 +53,38 @@ describe('connectPatiently', () => {
     expect(error).toBeInstanceOf(Error);
     expect(error).not.toBeInstanceOf(errors.TimeoutError);
     expect(Date.now() - started).toBeLessThan(200);
+  });
+});
+
+/** A pool entry as the client's snapshot gives it: `name` a node's host, `lastConnect` when it was last dialed (0: never). */
+const node = (name: string, lastConnect: number): NatsServer => ({
+  hostname: name,
+  port: 4222,
+  listen: `${name}:4222`,
+  src: `${name}:4222`,
+  tlsName: '',
+  reconnects: 0,
+  lastConnect,
+  gossiped: false,
+  didConnect: lastConnect > 0,
+});
+
+describe('leastRecentlyDialed (which node a reconnection dials)', () => {
+  it('given the node just left first in the pool (the client rotation), when the connection went stale, then another node is dialed', () => {
+    const left = node('nats-0', 1_000);
+    expect(leastRecentlyDialed([left, node('nats-1', 0), node('nats-2', 0)])?.listen).toBe('nats-1:4222');
+  });
+
+  it('given every node dialed before, when choosing, then the one dialed longest ago, never the one just left', () => {
+    expect(leastRecentlyDialed([node('nats-1', 9_000), node('nats-0', 5_000), node('nats-2', 7_000)])?.listen).toBe('nats-0:4222');
+  });
+
+  it('given one node only, when it is the one just left, then it is dialed again; given an empty pool, the client chooses', () => {
+    expect(leastRecentlyDialed([node('nats-0', 1_000)])?.listen).toBe('nats-0:4222');
+    expect(leastRecentlyDialed([])).toBeNull();
+  });
+
+  it('given a tie, when choosing, then the client own pick (the first) stands', () => {
+    expect(leastRecentlyDialed([node('nats-2', 0), node('nats-0', 0)])?.listen).toBe('nats-2:4222');
   });
 });
