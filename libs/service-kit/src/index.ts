@@ -148,6 +148,10 @@ export class StartupLogger extends ConsoleLogger {
     options: { context: string; logLevel: NestLogLevel; errorStack?: unknown; params?: Record<string, unknown>; error?: Error },
   ): void {
     const { error, errorStack, context, params } = options;
+    // Nest's report of an error that stopped the start-up: `main` logs that error once, as the
+    // process's fatal last line with its stack, and `startService` throws it to its caller
+    // (`abortOnError: false`); printed here too, an operator read the same failure twice
+    if (context === 'ExceptionHandler') return;
     process.stderr.write(
       logLine(this.serviceName, PINO_LEVEL[options.logLevel] ?? 30, {
         ...params,
@@ -438,11 +442,16 @@ export async function runService(spec: ServiceSpec): Promise<INestApplication> {
 /**
  * Process entry helper: runs the service, or writes why it could not start as its last log line
  * (level 60, fatal; `msg` `<name> failed to start: <reason>`, the reason naming the setting or the
- * URL) and exits 1.
+ * URL; `err` the error's type, message and stack), the only line that names that failure, and exits 1.
  */
 export function main(spec: ServiceSpec): void {
   runService(spec).catch((e: unknown) => {
-    process.stderr.write(logLine(spec.name, 60, { msg: `${spec.name} failed to start: ${e instanceof Error ? e.message : String(e)}` }));
+    process.stderr.write(
+      logLine(spec.name, 60, {
+        msg: `${spec.name} failed to start: ${e instanceof Error ? e.message : String(e)}`,
+        ...(e instanceof Error ? { err: { type: e.name, message: e.message, stack: e.stack } } : {}),
+      }),
+    );
     process.exit(1);
   });
 }

@@ -136,7 +136,7 @@ describe('a service that fails to start', () => {
   }, 60_000);
 
   /** Runs a service's bundle (what a deployment runs) with `env` until it exits; its exit code and the `msg` of its last stderr line (a fatal JSON line). */
-  async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined }> {
+  async function failedStart(service: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; last: string | undefined; stderr: string }> {
     const main = fileURLToPath(new URL(`../../../apps/${service}/dist/main.bundle.js`, import.meta.url));
     const proc = spawn(process.execPath, [main], {
       env: { ...process.env, RUNPLANE_AUTH_DISABLED: 'true', ...env },
@@ -147,7 +147,7 @@ describe('a service that fails to start', () => {
     const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
     const last = JSON.parse(stderr.trim().split('\n').at(-1)!) as { level: number; service: string; msg: string };
     expect(last).toMatchObject({ level: 60, service });
-    return { code, last: last.msg };
+    return { code, last: last.msg, stderr };
   }
 
   it('given an invalid setting, then the one line is JSON too and names the setting (it was the only line, and plain text)', async () => {
@@ -157,10 +157,18 @@ describe('a service that fails to start', () => {
   }, 60_000);
 
   it('given NATS unreachable, then the last line names the NATS server it could not reach', async () => {
-    const { code, last } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
+    const { code, last, stderr } = await failedStart('admission', { NATS_URL: 'nats://127.0.0.1:1', ADMISSION_PORT: '0' });
     expect(code).toBe(1);
     // as the suite's user (NATS_USER of process.env): the line names the user too
     expect(last).toBe(`admission failed to start: cannot connect to NATS at nats://127.0.0.1:1 as ${SUITE_NATS.user}: connection refused`);
+    // once, on that fatal line with its stack: Nest's own report of the same error is not printed as well
+    const naming = stderr
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { level: number; msg: string; err?: { stack?: string } })
+      .filter((l) => l.msg.includes('cannot connect to NATS'));
+    expect(naming).toHaveLength(1);
+    expect(naming[0]!.err?.stack).toContain('cannot connect to NATS');
   }, 60_000);
 
   it('given PostgreSQL unreachable, then the projector names the database (password redacted) it could not use', async () => {
