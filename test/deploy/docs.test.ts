@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { program } from '@runplane/app-cli';
 import { repoRoot } from '@runplane/devstack';
 import {
+  bannerRedirects,
   cliCommandsOf,
   codeText,
   consumerNamingFiles,
@@ -52,6 +53,13 @@ describe('the docs name only what exists', () => {
     const files = sourceAndDocFiles(repo);
     expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['README.md', 'apps/runtime/src/decide.ts', 'test/support/docs-check.ts']));
     expect(issueCitations(files).map((p) => `${p.file}:${p.line}: ${p.name}`)).toEqual([]);
+  });
+
+  it('every `npm run ... > file` in the docs, the code and deploy/ passes --silent, so the file holds the output alone', () => {
+    // (this file plants such commands to show the check failing)
+    const files = sourceAndDocFiles(repo).filter((f) => f.path !== 'test/deploy/docs.test.ts');
+    expect(files.map((f) => f.path)).toEqual(expect.arrayContaining(['libs/contracts/test/catalog.test.ts', 'deploy/k8s/base/config.env']));
+    expect(bannerRedirects(files).map((p) => `${p.file}:${p.line}: ${p.name}`)).toEqual([]);
   });
 
   it("names each service's durable consumers as the services make them, in the docs and in deploy/'s comments", () => {
@@ -97,6 +105,16 @@ describe('the checker fails on what does not exist', () => {
       `5:${'issue'} [9]`,
       `5:(#${16})`,
     ]);
+  });
+
+  it('reports an `npm run ... > file` without --silent, and not one with it or a pipe', () => {
+    const planted = [
+      'regenerate: npm run runplane -- docs openapi > docs/openapi.json',
+      '`npm run runplane --silent -- docs asyncapi > docs/contract/asyncapi.json` and `npm run -s bench -- --json > out.json`',
+      '`npm run runplane -- audit | tee x` and `npm run bench -- --only w1 2>&1 > bench.log`',
+    ].join('\n');
+    const found = bannerRedirects([{ path: 'docs/x.md', text: planted }]).map((p) => `${p.line}:${p.name}`);
+    expect(found).toEqual(['1:npm run runplane -- docs openapi >', '3:npm run bench -- --only w1 2>&1 >']);
   });
 
   it('reports a durable consumer name the services do not make', () => {

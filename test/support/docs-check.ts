@@ -126,6 +126,28 @@ export function issueCitations(files: readonly DocFile[]): DocProblem[] {
   );
 }
 
+// `npm run <script> [-- args] > file`: what npm prints before the script's own output (its banner)
+// lands in the file unless npm is told `--silent` (or `-s`)
+const REDIRECTED_NPM_RUN = /npm run [\w:-]+(?: [^`'"\n|]*?)?\s>(?=\s*[\w./$~])/g;
+
+/**
+ * Every npm run in `files` whose output goes to a file (`>`) without `--silent` (or `-s`) for npm: the file
+ * it writes would start with npm's banner (a regenerate command printed by a staleness test wrote
+ * the banner into the generated file), in file and line order.
+ */
+export function bannerRedirects(files: readonly DocFile[]): DocProblem[] {
+  return files.flatMap((file) =>
+    [...file.text.matchAll(REDIRECTED_NPM_RUN)]
+      .filter((m) => !/ (?:--silent|-s)\b/.test(m[0].split(' -- ')[0]!))
+      .map((m) => ({
+        file: file.path,
+        line: file.text.slice(0, m.index).split('\n').length,
+        name: m[0].trim(),
+        problem: 'npm writes its banner into the file: npm run --silent',
+      })),
+  );
+}
+
 // a service's durable consumer as the services name it (`<prefix>-<service>-p<N>`, libs/eventlog/src/nest.ts);
 // any other `rp-<service>...` is a consumer of a layout that is gone
 const SERVICE_DURABLE = /(?<![\w-])(?:rp|<prefix>)-(?:admission|runtime|tools|publication|lifecycle|recovery|projector)(?:-[\w<>$]+)*/g;

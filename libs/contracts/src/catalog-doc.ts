@@ -46,7 +46,7 @@ export function renderEventCatalog(): string {
   const lines: string[] = [
     '# Event catalogue',
     '',
-    '<!-- Generated from libs/contracts/src/events.ts by `npm run runplane -- docs event-catalog`; a test fails when it is stale. -->',
+    '<!-- Generated from libs/contracts/src/events.ts by `npm run runplane --silent -- docs event-catalog`; a test fails when it is stale. -->',
     '',
     'Every fact Runplane records is one JSON event on the JetStream stream, on the subject',
     '`<prefix>.run.<runId>.<owner>.<partition>` (default prefix `rp`). Reading `<prefix>.run.<runId>.>` in',

@@ -7,7 +7,7 @@ import { EventCatalog, EventTypes, RunEvent, makeEvent, renderEventCatalog } fro
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 describe('event catalogue', () => {
-  it('docs/event-catalog.md is the catalogue generated from the zod schemas (regenerate: npm run runplane -- docs event-catalog > docs/event-catalog.md)', () => {
+  it('docs/event-catalog.md is the catalogue generated from the zod schemas (regenerate: npm run runplane --silent -- docs event-catalog > docs/event-catalog.md)', () => {
     expect(readFileSync(join(root, 'docs', 'event-catalog.md'), 'utf8')).toBe(renderEventCatalog());
   });
 

@@ -39,7 +39,7 @@ const validator = () => {
 const ctx = { runId: 'run-1', conversationId: 'conv-1', correlationId: 'msg-1', causationId: null };
 
 describe('event contract (JSON Schema)', () => {
-  it('docs/contract/events.schema.json is the schema generated from the zod catalogue (regenerate: npm run runplane -- docs event-schema > docs/contract/events.schema.json)', () => {
+  it('docs/contract/events.schema.json is the schema generated from the zod catalogue (regenerate: npm run runplane --silent -- docs event-schema > docs/contract/events.schema.json)', () => {
     expect(readFileSync(join(contractDir, 'events.schema.json'), 'utf8')).toBe(renderEventsJsonSchema());
   });
 

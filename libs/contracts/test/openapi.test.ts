@@ -7,7 +7,7 @@ import { HttpRoutes, HttpServices, openApiDocument, PostMessageBody, ProblemDeta
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 describe('OpenAPI description', () => {
-  it('docs/openapi.json is the description generated from the zod schemas (regenerate: npm run runplane -- docs openapi > docs/openapi.json)', () => {
+  it('docs/openapi.json is the description generated from the zod schemas (regenerate: npm run runplane --silent -- docs openapi > docs/openapi.json)', () => {
     expect(readFileSync(join(root, 'docs', 'openapi.json'), 'utf8')).toBe(renderOpenApi());
   });
 

@@ -422,7 +422,7 @@ export function renderNatsAuthorization(
   return [
     `# Runplane NATS accounts and users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
     `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
-    `#   npm run runplane -- docs nats-auth > deploy/nats/accounts.conf`,
+    `#   npm run runplane --silent -- docs nats-auth > deploy/nats/accounts.conf`,
     `# Do not edit by hand; a test fails when this file is stale.`,
     `# ${SERVICES_ACCOUNT}: the services and admin (the Run stream and the buckets). One account per downstream`,
     `# durable consumer (DOWNSTREAM_...), its one user allowed only its own durable; ${OPS_ACCOUNT}: the ops user's`,

@@ -11,7 +11,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const isError = (d: { severity: number }) => Number(d.severity) === Number(DiagnosticSeverity.Error);
 
 describe('AsyncAPI description of the Run stream', () => {
-  it('docs/contract/asyncapi.json is the description generated for the deployment (regenerate: npm run runplane -- docs asyncapi > docs/contract/asyncapi.json)', () => {
+  it('docs/contract/asyncapi.json is the description generated for the deployment (regenerate: npm run runplane --silent -- docs asyncapi > docs/contract/asyncapi.json)', () => {
     expect(readFileSync(join(root, 'docs', 'contract', 'asyncapi.json'), 'utf8')).toBe(renderAsyncApi(DEPLOYED_SPACE));
   });
 

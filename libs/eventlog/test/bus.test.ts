@@ -33,7 +33,7 @@ import {
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 describe('NATS users and permissions (libs/eventlog bus.ts)', () => {
-  it('deploy/nats/accounts.conf is the one rendered from bus.ts (regenerate: npm run runplane -- docs nats-auth > deploy/nats/accounts.conf)', () => {
+  it('deploy/nats/accounts.conf is the one rendered from bus.ts (regenerate: npm run runplane --silent -- docs nats-auth > deploy/nats/accounts.conf)', () => {
     expect(readFileSync(join(root, 'deploy', 'nats', 'accounts.conf'), 'utf8')).toBe(renderNatsAuthorization(DEPLOYED_SPACE, 'env'));
   });
 
