@@ -32,6 +32,8 @@ import {
   type HoldingLine,
   type HoldingsSummary,
   ListFundsResult,
+  ToolPack,
+  type ToolName,
   type UnansweredPart,
 } from '@runplane/contracts';
 import {
@@ -76,16 +78,8 @@ export function writeAnswer(question: string, turnCalls: readonly CallRecord[], 
   const holdings = calls.filter((c) => c.name === 'get_holdings').map((c) => ({ call: c, result: succeeded(c, GetHoldingsResult) }));
   const compares = calls.filter((c) => c.name === 'compare_holdings').map((c) => ({ call: c, result: succeeded(c, CompareHoldingsResult) }));
   const metadata = calls.filter((c) => c.name === 'fund_metadata').map((c) => ({ call: c, result: succeeded(c, FundMetadataResult) }));
-  const schemaOf = (name: string) =>
-    name === 'list_funds'
-      ? ListFundsResult
-      : name === 'get_holdings'
-        ? GetHoldingsResult
-        : name === 'compare_holdings'
-          ? CompareHoldingsResult
-          : name === 'fund_metadata'
-            ? FundMetadataResult
-            : null;
+  // a pack tool's result schema (the contract's), null for a tool outside the pack
+  const schemaOf = (name: string) => (Object.prototype.hasOwnProperty.call(ToolPack, name) ? ToolPack[name as ToolName].result : null);
   const failedCalls = calls.filter((c) => {
     const schema = schemaOf(c.name);
     return c.outcome.status !== 'succeeded' || (schema !== null && !schema.safeParse(c.outcome.result).success);

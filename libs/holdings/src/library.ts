@@ -355,8 +355,9 @@ export class HoldingsLibrary {
   }
 
   /**
-   * `compare_holdings`: securities in common (matched by CUSIP where both files carry CUSIPs,
-   * else by normalised ticker), names held by only one fund, the weight (percent, as stated) of
+   * `compare_holdings`: securities in common (matched one to one, strongest key first: CUSIP,
+   * ISIN, SEDOL, the ticker on the same market, the normalised company name; docs/fund-research.md
+   * "Matching securities"), names held by only one fund, the weight (percent, as stated) of
    * each fund held by the other, and the days between the two as-of dates. Without dates the pair
    * of files with the closest as-of dates is used (ties: the later pair).
    *

@@ -45,15 +45,21 @@ function describeIssues(error: z.ZodError): string {
   return error.issues.map((issue) => (issue.path.length > 0 ? `${issue.path.join('.')}: ` : '') + issue.message).join('; ');
 }
 
-async function run(library: HoldingsLibrary, name: ToolName, args: unknown): Promise<unknown> {
-  switch (name) {
-    case 'list_funds':
-      return library.listFunds();
-    case 'get_holdings':
-      return library.getHoldings(args as z.output<(typeof ToolPack)['get_holdings']['args']>);
-    case 'compare_holdings':
-      return library.compareHoldings(args as z.output<(typeof ToolPack)['compare_holdings']['args']>);
-    case 'fund_metadata':
-      return library.fundMetadata(args as z.output<(typeof ToolPack)['fund_metadata']['args']>);
-  }
+/** What runs each tool of the pack, on its parsed arguments; its result is checked against the pack's schema. */
+type ToolRunners = { [N in ToolName]: (library: HoldingsLibrary, args: z.output<(typeof ToolPack)[N]['args']>) => Promise<unknown> };
+
+/**
+ * One runner per tool name of the contract's pack: a tool added to `ToolPack` without a runner
+ * here is a type error, not a call that fails at run time with an `undefined` result.
+ */
+const RUNNERS: ToolRunners = {
+  list_funds: (library) => library.listFunds(),
+  get_holdings: (library, args) => library.getHoldings(args),
+  compare_holdings: (library, args) => library.compareHoldings(args),
+  fund_metadata: (library, args) => library.fundMetadata(args),
+};
+
+function run(library: HoldingsLibrary, name: ToolName, args: unknown): Promise<unknown> {
+  // `args` was parsed by ToolPack[name].args just before: the runner of `name` takes exactly that
+  return (RUNNERS[name] as (library: HoldingsLibrary, args: unknown) => Promise<unknown>)(library, args);
 }
