@@ -7,7 +7,7 @@ import { PassThroughEventErrors } from '@runplane/eventlog/nest';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import type { z } from 'zod';
 import type { DrainConfig, ToolsConfig, RunEvent, StoredEvent } from '@runplane/contracts';
-import { DRAIN_REDELIVERY_MS, EventLog, ResultStore, RetryLater } from '@runplane/eventlog';
+import { AppendConflict, DRAIN_REDELIVERY_MS, EventLog, isTransientNatsError, ResultStore, RetryLater } from '@runplane/eventlog';
 import { privateStoreFolder } from '@runplane/holdings/inspection-store';
 import { RenewalSlots, retry, retryPolicies } from '@runplane/kit';
 import { RunCommandHandler, toolClaimMetTotal as claimMetTotal, toolDurationSeconds } from '@runplane/service-kit';
@@ -421,7 +421,20 @@ export class DispatchController implements OnModuleInit, OnModuleDestroy, OnAppl
       if (outcome.kind === 'crashed')
         this.logger.error({ runId, toolCallId: call.toolCallId, tool: call.name, error: outcome.message }, 'tool crashed');
       // The claim is released only after the outcome is recorded: until then this executor is alive.
-      await this.record(runId, call.toolCallId, outcome, durationMs);
+      // The outcome is in hand: it is recorded however long NATS takes to take it, as long as this
+      // executor still holds the claim (renewed meanwhile); once the claim is lost, a sweep records
+      // the call `unknown` (K5). Given up on the first failure, a NATS hiccup turned a result this
+      // process held into an `unknown` receipt.
+      await retry('recordOutcome', () => this.record(runId, call.toolCallId, outcome, durationMs), {
+        shouldRetry: ({ error }) => (isTransientNatsError(error) || error instanceof AppendConflict) && current !== null,
+        onFailedAttempt: ({ error, attemptNumber }) => {
+          if ((isTransientNatsError(error) || error instanceof AppendConflict) && current !== null)
+            this.logger.warn(
+              { runId, toolCallId: call.toolCallId, tool: call.name, attempt: attemptNumber, error: error.message },
+              'outcome of a tool call not recorded yet; retrying while its claim is held',
+            );
+        },
+      });
       await stopRenewing();
       if (current) await claims.release(current.key, current.revision);
       if (late) {

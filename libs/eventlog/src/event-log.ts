@@ -950,12 +950,16 @@ export class EventLog {
             ...(headers ? { headers } : {}),
           });
         } catch (e) {
-          if (e instanceof JetStreamApiError && e.code === WRONG_LAST_SEQUENCE) {
+          // a wrong last sequence, or (on a replicated stream) another write on the subject still in
+          // flight, whose expectation the server cannot check yet: either way another write came
+          // first, a conflict to decide again from the log. Left unmapped, the in-flight refusal
+          // failed the caller's handler: a trial's tools process lost tool results it held (K5).
+          if (e instanceof JetStreamApiError && (e.code === WRONG_LAST_SEQUENCE || e.code === WRONG_LAST_SEQUENCE_IN_FLIGHT)) {
             // nats-server 2.11+ checks the expectation before Nats-Msg-Id: a retry of an attempt
             // that was stored (its ack lost) is refused as a wrong last sequence, not a duplicate.
             const own = attempts > 1 ? await this.ownLastOn(subject, event.eventId, expectedLastSubjectSeq) : null;
             if (own) return { seq: own.seq, stored: own, recovered: true };
-            throw new AbortError(new AppendConflict(subject, expectedLastSubjectSeq, e.message, 'wrong-last-sequence'));
+            throw new AbortError(new AppendConflict(subject, expectedLastSubjectSeq, `${e.message} (${e.code})`, 'wrong-last-sequence'));
           }
           if (isTransientNatsError(e)) throw e;
           throw new AbortError(e as Error);
