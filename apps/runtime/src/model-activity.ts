@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { EventData, StreamedParagraph } from '@runplane/contracts';
-import { EventLog, liveDeltaSubject, ResultStore, traceHeaders } from '@runplane/eventlog';
+import { EventLog, isTransientNatsError, liveDeltaSubject, ResultStore, traceHeaders } from '@runplane/eventlog';
+import { retry } from '@runplane/kit';
 import type { RunFacts } from '@runplane/run-facts';
 import type { ModelTurnResult } from './decide.js';
 import { finalizationInstruction } from './ledger.js';
@@ -41,13 +42,29 @@ export class ModelActivity {
    * publication commits it at once), and text streaming inside one long paragraph is handed over as
    * progress at a bounded rate (K7). All recording is over before this returns, so the turn's own
    * record never races it; an aborted request (`signal`: a stop, a lost lease, a cancel) records
-   * nothing more.
+   * nothing more. The stored results the request carries are read first, again through NATS errors
+   * until `signal` stops it (then this throws, with the signal aborted).
    */
   async request(facts: RunFacts, request: EventData<'model.turn.requested'>, signal: AbortSignal, record: RecordStreamed): Promise<ModelTurnResult> {
     const runId = facts.runId;
     const turn = request.turn;
     const finalization = request.purpose === 'finalization';
-    const messages = buildMessages(facts, await this.resolveResults(facts), this.contextMaxChars);
+    // The turn is recorded as requested already, and a redelivered wake never calls the model for a
+    // turn in flight: a read of the stored results that fails while NATS moves is tried again here
+    // (until it answers, or the signal stops the request), not thrown. Thrown, it left the Run with a
+    // live holder and a request never sent until the no-progress limit failed it (a trial's rolling restart).
+    const results = await retry('transientRead', () => this.resolveResults(facts), {
+      signal,
+      shouldRetry: ({ error }) => isTransientNatsError(error) && !signal.aborted,
+      onFailedAttempt: ({ error, attemptNumber }) => {
+        if (isTransientNatsError(error) && !signal.aborted)
+          this.logger.warn(
+            { runId, turn, attempt: attemptNumber, error: error.message },
+            'stored tool results not read yet (NATS); retrying before the model request',
+          );
+      },
+    });
+    const messages = buildMessages(facts, results, this.contextMaxChars);
     // the finalization request: no tools, told to answer the original question from what it has (K9)
     if (finalization) messages.push(finalizationInstruction(facts));
     const tools = finalization ? [] : toolDefinitions(facts.admitted!.grant.tools);

@@ -237,6 +237,10 @@ export class RunExecutor {
             { epoch },
           );
         });
+      } catch (e) {
+        // stopped before or while it was made (its stored results still being read): as an abort below
+        if (abort.signal.aborted) return;
+        throw e;
       } finally {
         this.inFlight.delete(runId);
         this.modelRequests.delete(runId);
