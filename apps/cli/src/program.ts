@@ -328,17 +328,33 @@ docs
 docs
   .command('nats-auth')
   .description(
-    'print the NATS users and permissions for stream RUNPLANE, prefix rp, passwords from the server environment (deploy/nats/accounts.conf)',
+    "print the NATS users and permissions for a deployment's stream, subject prefix and partition count (deploy/nats/accounts.conf: RUNPLANE, rp, 8), passwords from the server environment",
   )
+  .option('--stream <name>', 'the Run stream (env RUNPLANE_STREAM; default RUNPLANE)')
+  .option('--prefix <token>', "the subjects' first token (env RUNPLANE_SUBJECT_PREFIX; default rp)")
+  .option('--partitions <n>', 'partitions, 1..256: the count the stream is provisioned with (env RUNPLANE_PARTITIONS; default 8)')
   .option(
     '--downstream <names>',
     `comma-separated durable consumer names the downstream \`consumer\` user may use, each starting with ${DOWNSTREAM_CONSUMER_PREFIX} (default: ${DEFAULT_DOWNSTREAM_CONSUMERS.join(',')})`,
   )
-  .action((o: { downstream?: string }) =>
+  .action((o: { downstream?: string; stream?: string; prefix?: string; partitions?: string }) =>
     run(async () => {
       const downstream = o.downstream ? downstreamConsumerNames(o.downstream.split(',').map((n) => n.trim())) : DEFAULT_DOWNSTREAM_CONSUMERS;
-      const { DEPLOYED_SPACE, renderNatsAuthorization } = await eventlog();
-      process.stdout.write(renderNatsAuthorization(DEPLOYED_SPACE, 'env', downstream));
+      const [{ DEPLOYED_SPACE, renderNatsAuthorization }, { BusConfig, loadConfig }] = await Promise.all([eventlog(), contracts()]);
+      // the names the services are configured with: a permission granted for another stream, prefix
+      // or partition count refuses their consumers (a lifecycle for 16 partitions was refused p8-p15)
+      const space = loadConfig(BusConfig.pick({ RUNPLANE_STREAM: true, RUNPLANE_SUBJECT_PREFIX: true, RUNPLANE_PARTITIONS: true }), {
+        RUNPLANE_STREAM: o.stream ?? process.env.RUNPLANE_STREAM ?? DEPLOYED_SPACE.stream,
+        RUNPLANE_SUBJECT_PREFIX: o.prefix ?? process.env.RUNPLANE_SUBJECT_PREFIX ?? DEPLOYED_SPACE.prefix,
+        RUNPLANE_PARTITIONS: o.partitions ?? process.env.RUNPLANE_PARTITIONS ?? String(DEPLOYED_SPACE.partitions),
+      });
+      process.stdout.write(
+        renderNatsAuthorization(
+          { stream: space.RUNPLANE_STREAM, prefix: space.RUNPLANE_SUBJECT_PREFIX, partitions: space.RUNPLANE_PARTITIONS },
+          'env',
+          downstream,
+        ),
+      );
       return 0;
     })(),
   );

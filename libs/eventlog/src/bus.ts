@@ -360,6 +360,15 @@ export const passwordVariable = (user: BusUser): string => `RUNPLANE_NATS_PASSWO
  */
 export type NatsPasswords = Record<BusUser, string> & { downstream: Readonly<Record<string, string>> };
 
+/** The `docs nats-auth` options that render `space` again: none for the deployment's ({@link DEPLOYED_SPACE}). */
+function spaceOptions(space: SubjectSpace): string {
+  return [
+    space.stream !== DEPLOYED_SPACE.stream ? ` --stream ${space.stream}` : '',
+    space.prefix !== DEPLOYED_SPACE.prefix ? ` --prefix ${space.prefix}` : '',
+    space.partitions !== DEPLOYED_SPACE.partitions ? ` --partitions ${space.partitions}` : '',
+  ].join('');
+}
+
 /**
  * Renders the nats-server `accounts` block for a subject space: {@link SERVICES_ACCOUNT} (JetStream
  * on) with the services and `admin`, exporting only the subjects of {@link consumerImports} to each
@@ -421,8 +430,8 @@ export function renderNatsAuthorization(
   const importOf = (i: ConsumerImport) => `        { service: { account: ${q(SERVICES_ACCOUNT)}, subject: ${q(i.subject)} } }`;
   return [
     `# Runplane NATS accounts and users (K9: only the lifecycle settles; the broker enforces each owner's subjects).`,
-    `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}:`,
-    `#   npm run runplane --silent -- docs nats-auth > deploy/nats/accounts.conf`,
+    `# GENERATED from libs/eventlog/src/bus.ts for stream ${space.stream}, subject prefix ${space.prefix}, ${space.partitions} partitions:`,
+    `#   npm run runplane --silent -- docs nats-auth${spaceOptions(space)} > deploy/nats/accounts.conf`,
     `# Do not edit by hand; a test fails when this file is stale.`,
     `# ${SERVICES_ACCOUNT}: the services and admin (the Run stream and the buckets). One account per downstream`,
     `# durable consumer (DOWNSTREAM_...), its one user allowed only its own durable; ${OPS_ACCOUNT}: the ops user's`,
