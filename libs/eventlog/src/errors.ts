@@ -146,4 +146,4 @@ export class StreamNotFound extends Error {
 }
 
 // moved to @runplane/kit (shared by every retry policy); re-exported so imports of the log keep working
-export { isTransientNatsError } from '@runplane/kit';
+export { isTransientNatsError, permissionViolationOf } from '@runplane/kit';

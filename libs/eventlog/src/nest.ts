@@ -6,7 +6,7 @@ import { Catch, Logger, Module, type DynamicModule, type OnApplicationShutdown, 
 import { Server, type CustomTransportStrategy, type MessageHandler } from '@nestjs/microservices';
 import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, configToken, type EventType, type StoredEvent } from '@runplane/contracts';
-import { retry } from '@runplane/kit';
+import { permissionViolationOf, retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError, ServedConsumers } from './consumer.js';
@@ -177,6 +177,25 @@ export interface EventTransportSpec {
 export const PARTITION_GROUP = 'owner';
 
 /**
+ * A partition consumer the broker refuses this service's NATS user: its permissions name the
+ * consumers of another stream, subject prefix or partition count than the service is configured
+ * with (deploy/nats/accounts.conf rendered for another deployment). Permanent until the
+ * permissions change; the message says how to render them for this one.
+ */
+export class ConsumerRefused extends Error {
+  constructor(log: EventLog, durable: string, partition: number, detail: string, cause: unknown) {
+    const { stream, prefix, partitions } = log.space;
+    super(
+      `the NATS server refuses this service the consumer ${durable} of stream ${stream} (partition ${partition} of ${partitions}): ${detail}. ` +
+        `Its permissions must name this deployment's stream, subject prefix and partition count: render them with ` +
+        `runplane docs nats-auth --stream ${stream} --prefix ${prefix} --partitions ${partitions} (deploy/nats/accounts.conf)`,
+      { cause },
+    );
+    this.name = 'ConsumerRefused';
+  }
+}
+
+/**
  * Nest microservice transport over the service's partition consumers. For every partition this
  * replica owns ({@link PartitionOwnership}) it consumes the durable `<prefix>-<service>-p<N>`
  * (the owners' subjects the service reads, of that partition only; pinned to one client at a time
@@ -218,6 +237,9 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
       this.previousMembers = this.ownership.members();
       this.unsubscribe = this.ownership.onChange((c) => this.onChange(c));
       await Promise.all(this.ownership.partitions().map((p) => this.step(p, () => this.startPartition(p, null, []))));
+      // a consumer the broker refuses this service (its permissions name another stream, prefix or
+      // partition count) is refused again at every try: the start fails, saying so
+      if (this.refusal) throw this.refusal;
       callback();
     } catch (e) {
       callback(e);
@@ -239,8 +261,12 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
 
   private previousMembers: string[] = [];
 
+  /** The first partition consumer the broker refused this service (a permissions violation), if any. */
+  private refusal: Error | null = null;
+
   private step(p: number, fn: () => Promise<void>): Promise<void> {
     const next = (this.steps.get(p) ?? Promise.resolve()).then(fn).catch((e: unknown) => {
+      if (e instanceof ConsumerRefused) this.refusal ??= e;
       this.nestLogger.error({ partition: p, err: describeError(e) }, 'partition step failed');
     });
     this.steps.set(p, next);
@@ -286,7 +312,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     );
     const wanted = () => !this.closed && this.ownership.ownsPartition(p);
     const started = await retry('startupConnect', () => consumer.start(), {
-      shouldRetry: wanted,
+      // refused by the broker's permissions: refused again at every try (a trial's lifecycle tried for ever, never ready)
+      shouldRetry: ({ error }) => wanted() && !permissionViolationOf(error),
       onFailedAttempt: ({ error, attemptNumber }) => {
         if (wanted())
           this.nestLogger.warn(
@@ -297,6 +324,8 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     }).then(
       () => true,
       (e: unknown) => {
+        const refused = permissionViolationOf(e);
+        if (refused && wanted()) throw new ConsumerRefused(this.log, consumer.durableName, p, refused.message, e);
         if (wanted()) throw e;
         return false; // no longer this process's partition, or closing
       },
