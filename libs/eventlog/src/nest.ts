@@ -51,7 +51,12 @@ export class EventLogModule implements OnApplicationShutdown {
                 'RUNPLANE_PARTITIONS differs from the partition count the stream was created with: the stream wins',
               );
             // where an operator sees that this process left its NATS server and where it is now
-            void logConnectionChanges(log.nc.status(), logger, () => log.nc.info?.server_name);
+            void logConnectionChanges(
+              log.nc.status(),
+              logger,
+              () => log.nc.info?.server_name,
+              () => log.nc.getServer() || undefined,
+            );
             EventLogModule.instance = log;
             return log;
           },
@@ -98,33 +103,48 @@ export class EventLogModule implements OnApplicationShutdown {
 export interface ConnectionStatus {
   type: string;
   server?: string;
+  error?: Error;
 }
 
 /**
  * Logs the changes of a service's NATS connection an operator needs to see (pino-style fields,
  * then a constant message): `staleConnection` (the server stopped answering pings while the
  * connection stayed open: a hung node, left for another; stale-connection.ts), `disconnect` (with
- * the server left) and `reconnect` (with the server now used). Each names the server by address
- * (`server`, host:port) and, where `nodeName` tells it (the connected server's `server_name`, as
- * the `nats` readiness check reports it), by name (`node`): for a disconnection the node left, the
- * last one known. The client's other notices (each reconnection attempt, pings, server updates) are
- * not logged. Resolves when the connection closes.
+ * the server left) and `reconnect` (with the server now used), and `error` (what a server refused:
+ * this service's credentials on one node, an operation its permissions do not allow). Each names the
+ * server by address (`server`, host:port) and, where `nodeName` tells it (the connected server's
+ * `server_name`, as the `nats` readiness check reports it), by name (`node`): for a disconnection
+ * the node left, the last one known. A disconnection from a server this client was not connected
+ * to (`connectedServer` at the start, then the last reconnection's) is an attempt that failed after
+ * the server answered (its credentials refused, say): logged as such, without a node name, which
+ * would be the last node's. The client's other notices (each reconnection attempt, pings, server
+ * updates) are not logged. Resolves when the connection closes.
  */
 export async function logConnectionChanges(
   statuses: AsyncIterable<ConnectionStatus>,
   logger: { warn(fields: object, message: string): void; log(fields: object, message: string): void },
   nodeName: () => string | undefined = () => undefined,
+  connectedServer: () => string | undefined = () => undefined,
 ): Promise<void> {
   let node = nodeName();
+  let connected = connectedServer();
   const named = (n: string | undefined) => (n ? { node: n } : {});
   try {
     for await (const s of statuses) {
       if (s.type === 'staleConnection') logger.warn({ ...named(node) }, 'the NATS server stopped answering pings: leaving it (a stale connection)');
-      else if (s.type === 'disconnect') logger.warn({ server: s.server, ...named(node) }, 'NATS connection lost: reconnecting');
-      else if (s.type === 'reconnect') {
+      else if (s.type === 'disconnect') {
+        if (connected !== undefined && s.server !== connected)
+          logger.warn({ server: s.server }, 'NATS connection attempt failed after the server answered: trying another');
+        else logger.warn({ server: s.server, ...named(node) }, 'NATS connection lost: reconnecting');
+      } else if (s.type === 'reconnect') {
         node = nodeName();
+        connected = s.server;
         logger.log({ server: s.server, ...named(node) }, 'NATS connection back');
-      }
+      } else if (s.type === 'error' && s.error)
+        logger.warn(
+          { err: s.error.message, kind: s.error.name },
+          'the NATS server reported an error for this connection (credentials refused, an operation not permitted)',
+        );
     }
   } catch {
     // the status stream of a closed connection: nothing more to log

@@ -1,8 +1,8 @@
 /**
  * What a service logs of its NATS connection (nest.ts `logConnectionChanges`): an operator sees a
  * stale connection (a hung server left), a disconnection with the server left, and the reconnection
- * with the server now used, each by address and by node name (as `/readyz` names it); the
- * client's other notices are not logged. (Against a real cluster, a client whose node n3 was
+ * with the server now used, each by address and by node name (as `/readyz` names it), and what a
+ * server refused (credentials on one node); the client's other notices are not logged. (Against a real cluster, a client whose node n3 was
  * stopped logged `{server: <n3's address>, node: 'n3'}` lost, then `node: 'n1'` back.)
  */
 import { describe, expect, it } from '@jest/globals';
@@ -41,6 +41,37 @@ describe('logConnectionChanges', () => {
       { level: 'warn', fields: { node: 'n3' }, message: 'the NATS server stopped answering pings: leaving it (a stale connection)' },
       { level: 'warn', fields: { server: '127.0.0.1:4301', node: 'n3' }, message: 'NATS connection lost: reconnecting' },
       { level: 'log', fields: { server: '127.0.0.1:4302', node: 'n1' }, message: 'NATS connection back' },
+    ]);
+  });
+
+  it('given a node that refuses the service its credentials, when the client tries it, then the refusal is logged and the failed attempt names that server, not the last node', async () => {
+    const lines: { level: string; fields: object; message: string }[] = [];
+    const logger = {
+      warn: (fields: object, message: string) => void lines.push({ level: 'warn', fields, message }),
+      log: (fields: object, message: string) => void lines.push({ level: 'log', fields, message }),
+    };
+    const refused = Object.assign(new Error("'Authorization Violation'"), { name: 'AuthorizationError' });
+    await logConnectionChanges(
+      statuses([
+        { type: 'disconnect', server: '127.0.0.1:4302' }, // n2, where it was, restarted
+        { type: 'reconnecting' },
+        { type: 'error', error: refused }, // n3 answers, and refuses the password
+        { type: 'disconnect', server: '127.0.0.1:4303' },
+        { type: 'reconnect', server: '127.0.0.1:4301' },
+      ]),
+      logger,
+      () => 'n2',
+      () => '127.0.0.1:4302',
+    );
+    expect(lines).toEqual([
+      { level: 'warn', fields: { server: '127.0.0.1:4302', node: 'n2' }, message: 'NATS connection lost: reconnecting' },
+      {
+        level: 'warn',
+        fields: { err: "'Authorization Violation'", kind: 'AuthorizationError' },
+        message: 'the NATS server reported an error for this connection (credentials refused, an operation not permitted)',
+      },
+      { level: 'warn', fields: { server: '127.0.0.1:4303' }, message: 'NATS connection attempt failed after the server answered: trying another' },
+      { level: 'log', fields: { server: '127.0.0.1:4301', node: 'n2' }, message: 'NATS connection back' },
     ]);
   });
 
