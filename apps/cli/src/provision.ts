@@ -67,10 +67,19 @@ export async function provision(
       bus.RUNPLANE_STREAM,
       ...(Object.keys(BUS_BUCKETS) as BusBucket[]).map((b) => `${BUS_BUCKETS[b].kind === 'kv' ? 'KV' : 'OBJ'}_${bucketName(log.space, b)}`),
     ];
+    let single = 0;
     for (const name of names) {
       const info = await log.jsm.streams.info(name);
+      if ((info.config.num_replicas ?? 1) < 2) single++;
       out(`${name}: ${info.config.num_replicas} replica(s)${info.cluster?.leader ? `, leader ${info.cluster.leader}` : ''}`);
     }
+    // a cluster given one replica each: the loss of the node holding them loses the Runs' facts
+    // (a trial provisioned a 3-node cluster with the default RUNPLANE_NATS_REPLICAS=1 and everything sat on one node)
+    const cluster = log.nc.info?.cluster;
+    if (cluster && single > 0)
+      out(
+        `warning: NATS at ${bus.NATS_URL} is a cluster (${cluster}), but ${single} of these have 1 replica: the node holding them is a single point of loss. Set RUNPLANE_NATS_REPLICAS=3 before provisioning; an existing stream keeps its replicas (raise them with nats stream edit <name> --replicas 3)`,
+      );
     for (const name of downstream) {
       const repaired = report.repaired.find((r) => r.name === name);
       out(

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { natsCaEnvOf, natsEnvOf, startSecuredNats, type SecuredNats } from '@runplane/devstack';
+import { natsCaEnvOf, natsEnvOf, startSecuredNats, startSecuredNatsCluster, type SecuredNats } from '@runplane/devstack';
 import { EventLog, StreamNotFound } from '@runplane/eventlog';
 import { provision } from '../dist/provision.js';
 
@@ -88,10 +88,35 @@ describe('runplane provision', () => {
     expect(first[0]).toBe(`provisioning stream ${space.stream} on NATS at ${nats.url}`);
     expect(first[1]).toMatch(new RegExp(`^${space.stream}: 1 replica\\(s\\)`));
     expect(first.at(-1)).toMatch(/^downstream durable downstream-1: NATS user /);
+    // one server: one replica is all there is, nothing to warn about
+    expect(first.filter((l) => l.startsWith('warning'))).toEqual([]);
     const second: string[] = [];
     expect(await provision(envAs('admin'), (l) => second.push(l), ['downstream-1'])).toBe(0);
     // the same lines, but nothing created or put back the second time
     expect(second).toEqual(first.map((l) => l.replace(/; created$/, '')));
     expect(second.at(-1)).not.toMatch(/created|put back/);
   }, 60_000);
+
+  it('given a 3-node cluster and the default of one replica, then it warns that the node holding them is a single point of loss, naming the setting', async () => {
+    const clusterDir = mkdtempSync(join(tmpdir(), 'rp-provision-cluster-'));
+    const cspace = { stream: `RPTEST_PROVC_${tag}`, prefix: `tprovc${tag}`, partitions: 8 };
+    const cluster = await startSecuredNatsCluster({ stateDir: clusterDir, space: cspace });
+    try {
+      const lines: string[] = [];
+      const env = {
+        NATS_URL: cluster.url,
+        ...natsCaEnvOf(cluster),
+        ...natsEnvOf(cluster.users, 'admin'),
+        RUNPLANE_STREAM: cspace.stream,
+        RUNPLANE_SUBJECT_PREFIX: cspace.prefix,
+      };
+      expect(await provision(env, (l) => lines.push(l), ['downstream-1'])).toBe(0);
+      expect(lines.filter((l) => l.startsWith('warning'))).toEqual([
+        expect.stringMatching(/^warning: NATS at .* is a cluster \(.+\), but \d+ of these have 1 replica: .*Set RUNPLANE_NATS_REPLICAS=3 /),
+      ]);
+    } finally {
+      await cluster.stop();
+      rmSync(clusterDir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
