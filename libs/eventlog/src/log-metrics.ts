@@ -51,3 +51,23 @@ export function deliveryCountsOf(durable: string): DeliveryCounts {
 export function deliveryCounts(): ReadonlyMap<string, Readonly<DeliveryCounts>> {
   return deliveries;
 }
+
+/**
+ * The changes of this process's NATS connections an operator watches (nest.ts `logConnectionChanges`):
+ * `stale` (a server that stopped answering pings, left), `lost` (a connection lost), `back`
+ * (reconnected), `attempt-failed` (a server that answered, then refused: its credentials, say),
+ * `error` (an error the server reported: a refused credential or operation).
+ */
+export type ConnectionChange = 'stale' | 'lost' | 'back' | 'attempt-failed' | 'error';
+
+const connectionChanges = new Map<ConnectionChange, number>();
+
+/** Counts one change of a NATS connection of this process. */
+export function recordConnectionChange(change: ConnectionChange): void {
+  connectionChanges.set(change, (connectionChanges.get(change) ?? 0) + 1);
+}
+
+/** The connection changes of this process, by kind (read, do not change). */
+export function connectionChangeCounts(): ReadonlyMap<ConnectionChange, number> {
+  return connectionChanges;
+}

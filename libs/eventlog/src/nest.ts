@@ -8,6 +8,7 @@ import { lastValueFrom, throwError, type Observable } from 'rxjs';
 import { BusConfig, configToken, type EventType, type StoredEvent } from '@runplane/contracts';
 import { permissionViolationOf, retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
+import { recordConnectionChange } from './log-metrics.js';
 import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError, ServedConsumers } from './consumer.js';
 import { EventLog } from './event-log.js';
@@ -131,20 +132,29 @@ export async function logConnectionChanges(
   const named = (n: string | undefined) => (n ? { node: n } : {});
   try {
     for await (const s of statuses) {
-      if (s.type === 'staleConnection') logger.warn({ ...named(node) }, 'the NATS server stopped answering pings: leaving it (a stale connection)');
-      else if (s.type === 'disconnect') {
-        if (connected !== undefined && s.server !== connected)
+      if (s.type === 'staleConnection') {
+        recordConnectionChange('stale');
+        logger.warn({ ...named(node) }, 'the NATS server stopped answering pings: leaving it (a stale connection)');
+      } else if (s.type === 'disconnect') {
+        if (connected !== undefined && s.server !== connected) {
+          recordConnectionChange('attempt-failed');
           logger.warn({ server: s.server }, 'NATS connection attempt failed after the server answered: trying another');
-        else logger.warn({ server: s.server, ...named(node) }, 'NATS connection lost: reconnecting');
+        } else {
+          recordConnectionChange('lost');
+          logger.warn({ server: s.server, ...named(node) }, 'NATS connection lost: reconnecting');
+        }
       } else if (s.type === 'reconnect') {
+        recordConnectionChange('back');
         node = nodeName();
         connected = s.server;
         logger.log({ server: s.server, ...named(node) }, 'NATS connection back');
-      } else if (s.type === 'error' && s.error)
+      } else if (s.type === 'error' && s.error) {
+        recordConnectionChange('error');
         logger.warn(
           { err: s.error.message, kind: s.error.name },
           'the NATS server reported an error for this connection (credentials refused, an operation not permitted)',
         );
+      }
     }
   } catch {
     // the status stream of a closed connection: nothing more to log

@@ -6,6 +6,7 @@
  * stopped logged `{server: <n3's address>, node: 'n3'}` lost, then `node: 'n1'` back.)
  */
 import { describe, expect, it } from '@jest/globals';
+import { connectionChangeCounts } from '../src/log-metrics.js';
 import { logConnectionChanges, type ConnectionStatus } from '../src/nest.js';
 
 /** The statuses in order; a status's `then` runs once it was handed over (the client moving to another node meanwhile). */
@@ -51,6 +52,7 @@ describe('logConnectionChanges', () => {
       log: (fields: object, message: string) => void lines.push({ level: 'log', fields, message }),
     };
     const refused = Object.assign(new Error("'Authorization Violation'"), { name: 'AuthorizationError' });
+    const before = new Map(connectionChangeCounts());
     await logConnectionChanges(
       statuses([
         { type: 'disconnect', server: '127.0.0.1:4302' }, // n2, where it was, restarted
@@ -73,6 +75,9 @@ describe('logConnectionChanges', () => {
       { level: 'warn', fields: { server: '127.0.0.1:4303' }, message: 'NATS connection attempt failed after the server answered: trying another' },
       { level: 'log', fields: { server: '127.0.0.1:4301', node: 'n2' }, message: 'NATS connection back' },
     ]);
+    // what runplane_nats_connection_changes_total{change} counts
+    const added = Object.fromEntries([...connectionChangeCounts()].map(([k, n]) => [k, n - (before.get(k) ?? 0)]));
+    expect(added).toMatchObject({ lost: 1, error: 1, 'attempt-failed': 1, back: 1 });
   });
 
   it('given a server that does not tell its name, then the lines name the address only', async () => {

@@ -28,13 +28,14 @@
  *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`, `runplane_consumer_ignored_total{durable}`,
  *   `runplane_consumer_pending{durable}`, `runplane_consumer_acks_coalesced_total`, `runplane_lease_renewals_total{result}`,
  *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`,
+ *   `runplane_nats_connection_changes_total{change}`,
  *   `runplane_process_allocator_info{allocator}` (jemalloc or system).
  *   Each is recorded at the one place its effect happens; none carries a Run id or a principal.
  * - the prom-client default process metrics (`process_*`, `nodejs_*`: CPU, memory, event loop lag).
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
-import { acks, anomalyCounts, appendCounts, deliveryCounts } from '@runplane/eventlog';
+import { acks, anomalyCounts, appendCounts, connectionChangeCounts, deliveryCounts } from '@runplane/eventlog';
 import { allocatorInUse, type Allocator } from '@runplane/kit/memory';
 import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -200,6 +201,17 @@ new Counter({
       this.inc({ owner, result: 'ok' }, c.ok);
       this.inc({ owner, result: 'conflict' }, c.conflict);
     }
+  },
+});
+
+new Counter({
+  name: 'runplane_nats_connection_changes_total',
+  help: "Changes of the process's NATS connections: stale (a hung server left), lost, back, attempt-failed (a server that answered, then refused), error (a refusal the server reported)",
+  labelNames: ['change'] as const,
+  registers: [metricsRegistry],
+  collect() {
+    this.reset();
+    for (const [change, n] of connectionChangeCounts()) this.inc({ change }, n);
   },
 });
 
