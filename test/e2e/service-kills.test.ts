@@ -105,8 +105,10 @@ async function restart(name: ServiceName): Promise<void> {
 describe('kill -9 of a control-plane service mid-Run, then a restart', () => {
   it('tools during a call: the call gets unknown once its claim expires, is never re-run, and the Run settles once', async () => {
     const key = `kill-tools-${t.tag}`;
+    // the call runs for 15 s (under the 20 s tool timeout), so the kill lands during it: with 3 s, a
+    // CI run on a loaded machine killed the process after the call had returned and been receipted
     const runId = await ask(key, [
-      { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 3000 } }] } },
+      { reply: { content: '', toolCalls: [{ name: 'record_effect', arguments: { tag: key, sleepMs: 15_000 } }] } },
       answer(key),
     ]);
     await eventually(async () => (effectsOf(effectFile, runId).length > 0 ? true : null), 30_000, 'the tool to start');
