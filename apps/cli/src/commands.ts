@@ -433,6 +433,21 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
         err(`runplane: ${name} exited (${code ?? signal}); it is not restarted: stop with Ctrl-C and run up again (logs: ${stack.logFile})`);
     });
   }
+  // nor a node of the cluster: one that exits is said once (a trial killed one and `up` said nothing)
+  const goneNodes = new Set<string>();
+  const nodeWatch = setInterval(() => {
+    for (const node of env.clusterNodes) {
+      // its pid is null once its process has exited (and was reaped)
+      const pid = node.pid;
+      if (stopping || goneNodes.has(node.name) || (pid !== null && processAlive(pid))) continue;
+      goneNodes.add(node.name);
+      err(
+        `runplane: NATS node ${node.name} exited; it is not restarted (the cluster goes on while 2 of its 3 nodes run): stop with Ctrl-C and run up again (its log: ${node.logFile})`,
+      );
+    }
+  }, 2_000);
+  nodeWatch.unref();
+  cleanup.also(async () => clearInterval(nodeWatch));
   out(`  services: ${[...stack.services.entries()].map(([n, p]) => `${n} ${p.url}`).join(', ')}`);
   out(`  model:    ${stack.modelUrl}`);
   out(`  logs:     ${stack.logFile}`);
@@ -570,6 +585,8 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
   env: NodeJS.ProcessEnv;
   /** The users of the nats-server this command started (permissions switched on). */
   natsUsers: NatsUsers;
+  /** With `cluster`, its nodes (each its name, running pid and log file); none otherwise. */
+  clusterNodes: readonly { readonly name: string; readonly pid: number | null; readonly logFile: string }[];
   dataSet: 'shared' | 'illustrative';
   model: { modelBaseUrl?: string };
   /** The development issuer: the services verify its tokens (authentication is on, as deployed). */
@@ -643,6 +660,7 @@ async function prepareEnvironment(opts: { cluster?: boolean } = {}): Promise<{
         RUNPLANE_DATA_DIR: data.dir,
       },
       natsUsers: nats.users,
+      clusterNodes: nats.cluster?.nodes ?? [],
       dataSet: data.dataSet,
       model: realModel ? { modelBaseUrl: process.env.OPENAI_BASE_URL! } : {},
       async close() {
@@ -730,4 +748,14 @@ export async function status(endpoints: RunplaneEndpoints, runId: string, json: 
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
   return 0;
+}
+
+/** Whether process `pid` still runs (signal 0: nothing is sent). */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

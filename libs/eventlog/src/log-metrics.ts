@@ -58,7 +58,8 @@ export function deliveryCounts(): ReadonlyMap<string, Readonly<DeliveryCounts>> 
  * (reconnected), `attempt-failed` (a server that answered, then refused: its credentials, say),
  * `error` (an error the server reported: a refused credential or operation).
  */
-export type ConnectionChange = 'stale' | 'lost' | 'back' | 'attempt-failed' | 'error';
+export const CONNECTION_CHANGES = ['stale', 'lost', 'back', 'attempt-failed', 'error'] as const;
+export type ConnectionChange = (typeof CONNECTION_CHANGES)[number];
 
 const connectionChanges = new Map<ConnectionChange, number>();
 

@@ -35,7 +35,7 @@
  *   The event loop lag histogram samples every {@link EVENT_LOOP_SAMPLE_MS} ms (prom-client's
  *   default, 10 ms, woke an idle process 100 times a second: about half of its idle CPU).
  */
-import { acks, anomalyCounts, appendCounts, connectionChangeCounts, deliveryCounts } from '@runplane/eventlog';
+import { acks, anomalyCounts, appendCounts, CONNECTION_CHANGES, connectionChangeCounts, deliveryCounts } from '@runplane/eventlog';
 import { allocatorInUse, type Allocator } from '@runplane/kit/memory';
 import { runReads } from './command-handler.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -211,7 +211,9 @@ new Counter({
   registers: [metricsRegistry],
   collect() {
     this.reset();
-    for (const [change, n] of connectionChangeCounts()) this.inc({ change }, n);
+    // every change from the start, at 0 until it happens: increase() sees a service's first one
+    const counts = connectionChangeCounts();
+    for (const change of CONNECTION_CHANGES) this.inc({ change }, counts.get(change) ?? 0);
   },
 });
 
