@@ -439,7 +439,7 @@ export async function up(opts: { cluster?: boolean } = {}): Promise<number> {
     for (const node of env.clusterNodes) {
       // its pid is null once its process has exited (and was reaped)
       const pid = node.pid;
-      if (stopping || goneNodes.has(node.name) || (pid !== null && processAlive(pid))) continue;
+      if (stopping || goneNodes.has(node.name) || (pid !== null && dev.processAlive(pid))) continue;
       goneNodes.add(node.name);
       err(
         `runplane: NATS node ${node.name} exited; it is not restarted (the cluster goes on while 2 of its 3 nodes run): stop with Ctrl-C and run up again (its log: ${node.logFile})`,
@@ -748,14 +748,4 @@ export async function status(endpoints: RunplaneEndpoints, runId: string, json: 
   }
   out(json ? JSON.stringify(view) : renderStatus(view, new Date()));
   return 0;
-}
-
-/** Whether process `pid` still runs (signal 0: nothing is sent). */
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

@@ -23,8 +23,8 @@ export class StackAlreadyRunning extends Error {
   }
 }
 
-/** Whether a process of that id lives (and may be signalled by us: EPERM is alive too). */
-function alive(pid: number): boolean {
+/** Whether a process of that id lives (and may be signalled by us: EPERM is alive too). Signal 0: nothing is sent. */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -93,12 +93,12 @@ export function lockStateDir(stateDir: string): () => void {
     }
     const holder = holderIn(file);
     if (holder === 'gone') continue; // released or taken over meanwhile: try again
-    if (holder !== null && holder !== process.pid && alive(holder)) throw new StackAlreadyRunning(holder, file);
+    if (holder !== null && holder !== process.pid && processAlive(holder)) throw new StackAlreadyRunning(holder, file);
     // stale: one taker at a time
     if (!placeExclusively(takeover)) {
       const taker = holderIn(takeover);
       if (taker === 'gone') continue;
-      if (taker !== null && taker !== process.pid && alive(taker))
+      if (taker !== null && taker !== process.pid && processAlive(taker))
         pause(10); // another starter is taking it over
       else rmSync(takeover, { force: true }); // a taker that died in the middle
       continue;
