@@ -503,6 +503,24 @@ describe('the Run viewer in a real browser', () => {
     await page.close();
   });
 
+  it('keeps the list up to date on its own: a Run admitted after the page loaded is listed, and its settlement shown, with no click', async () => {
+    const page = await openViewer();
+    // the first load is done: everything after it comes from the page's own refresh
+    await page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`));
+    const key = `listed-${t.tag}`;
+    await scriptAnswer(key, PARAGRAPHS.slice(0, 1), 0);
+    const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const row = page.locator(`tr[data-run-id="${body.runId}"]`);
+    await row.waitFor({ timeout: 20_000 });
+    // newest first: the new Run is the list's first row
+    expect(await page.locator('#runs > tr').first().getAttribute('data-run-id')).toBe(body.runId);
+    await row.locator('td.outcome-completed').waitFor({ timeout: 30_000 });
+    expect(await row.locator('td').nth(1).textContent()).toBe('settled');
+    // each Run once
+    expect(await page.locator(`tr[data-run-id="${body.runId}"]`).count()).toBe(1);
+    await page.close();
+  });
+
   it('follows a Run across a kill -9 and restart of publication: reconnects with Last-Event-ID, shows the settlement, no passage or event twice', async () => {
     const page = await openViewer();
     const key = `restart-${t.tag}`;

@@ -2,7 +2,8 @@
  * The Run viewer: a person's view of their Runs in a browser, with no framework and no build step.
  *
  * - The list of Runs comes from admission (`GET /v1/runs`, another origin: admission answers CORS
- *   for the origins of `RUNPLANE_CORS_ORIGINS`).
+ *   for the origins of `RUNPLANE_CORS_ORIGINS`); its first page is read again every 5 s while the
+ *   page is visible, new Runs added above and listed ones' status and outcome brought up to date.
  * - One Run is followed live from publication (this page's origin): `GET /v1/runs/{runId}/events`
  *   read with fetch and a ReadableStream (an EventSource cannot send the Authorization header),
  *   resumed with `Last-Event-ID` after an error or a stream that ends before the settlement, so
@@ -185,6 +186,42 @@ async function loadRuns({ more = false } = {}) {
   $('more').hidden = !nextCursor;
   $('runs-empty').hidden = body.children.length > 0;
   notice(`${body.children.length} Run(s) listed${nextCursor ? '; more below' : ''}.`);
+}
+
+/** How often the list's first page is read again while the page is visible, in ms. */
+const LIST_REFRESH_MS = 5000;
+let listRefreshFailed = false;
+
+/**
+ * Reads the list's first page again and merges it into the rows shown: a Run not listed yet is
+ * added above the others (newest first), a listed Run's status and outcome are brought up to date,
+ * and no row is removed (pages loaded with "more" stay). Quiet: it announces nothing when it
+ * succeeds, and a failure once until a read succeeds again.
+ */
+async function refreshRuns() {
+  if (document.visibilityState !== 'visible' || !settings().token || viewerConfig.admissionOrigins.length === 0) return;
+  let page;
+  try {
+    page = await admission(`/v1/runs?${new URLSearchParams({ limit: String(PAGE_SIZE) })}`);
+  } catch (e) {
+    if (!listRefreshFailed) notice(explain(e, 'The list of Runs could not be brought up to date'), 'error');
+    listRefreshFailed = true;
+    return;
+  }
+  listRefreshFailed = false;
+  const body = $('runs');
+  const rows = new Map([...body.children].map((r) => [r.dataset.runId, r]));
+  const added = [];
+  for (const run of page.runs) {
+    const row = rows.get(run.runId);
+    if (row) {
+      row.children[1].textContent = run.status.replace('_', ' ');
+      row.children[2].textContent = run.outcome ?? '—';
+      row.children[2].className = run.outcome ? `outcome outcome-${run.outcome}` : '';
+    } else added.push(runRow(run));
+  }
+  if (added.length > 0) body.prepend(...added);
+  $('runs-empty').hidden = body.children.length > 0;
 }
 
 function runRow(run) {
@@ -820,6 +857,9 @@ async function init() {
   window.addEventListener('hashchange', route);
   // the relative clocks move on their own
   setInterval(() => current && renderView(current), 1000);
+  // the list follows new Runs and settlements on its own (and at once when the tab is shown again)
+  setInterval(() => void refreshRuns(), LIST_REFRESH_MS);
+  document.addEventListener('visibilitychange', () => void refreshRuns());
 
   if (viewerConfig.admissionOrigins.length === 0)
     notice('Publication configures no admission for this viewer (RUNPLANE_VIEWER_ADMISSION_ORIGINS): the Runs cannot be listed.', 'error');
