@@ -259,7 +259,7 @@ describe('runplane ask: exit codes tell outcomes apart (K9)', () => {
     expect(answerOf(partial.stdout)).toContain('SPY and QQQ overlap by half.');
     expect(answerOf(partial.stdout)).not.toMatch(/^ {2}#\d+ \[/m);
     expect(failed.stdout).toContain('\nAnswer: none (no passage was committed)\n');
-    expect(completed.stdout.indexOf('[publication] passage 0 committed')).toBeLessThan(completed.stdout.indexOf('\nAnswer:\n'));
+    expect(completed.stdout.indexOf('[publication] passage 1 of turn ')).toBeLessThan(completed.stdout.indexOf('\nAnswer:\n'));
   }, 90_000);
 });
 

@@ -56,7 +56,7 @@ describe('the demo', () => {
     expect(settlementAt).toBeGreaterThan(answerAt);
     // the protocol lines come before the answer, none between its passages
     expect(before.filter((l) => PROTOCOL.test(l)).length).toBeGreaterThan(3);
-    expect(before.some((l) => /\[publication\] passage 0 committed/.test(l))).toBe(true);
+    expect(before.some((l) => /\[publication\] passage 1 of turn \d+ committed/.test(l))).toBe(true);
     expect(answer.filter((l) => PROTOCOL.test(l))).toEqual([]);
     expect(answer.join('\n')).toMatch(/XYZQ[^.]*not covered/);
     expect(lines[settlementAt]).toMatch(/^Settlement \(by lifecycle\): PARTIAL: /);

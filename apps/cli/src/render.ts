@@ -37,7 +37,8 @@ export function summarize(e: RunEvent, hint: CommandHint = localCommand): string
     case 'run.finalization.started':
       return `finalization-only: ${e.data.reason} (${e.data.detail}); unfinished: ${e.data.unfinished.map((u) => u.part).join('; ')}`;
     case 'passage.committed':
-      return `passage ${e.data.index} committed (v${e.data.version}, ${e.data.text.length} chars)`;
+      // counted from 1 within its turn, as the Run viewer shows it (the event's `index` counts from 0)
+      return `passage ${e.data.index + 1} of turn ${e.data.sourceTurn} committed (v${e.data.version}, ${e.data.text.length} chars)`;
     case 'answer.published':
       return `answer published: ${e.data.passageIds.length} passage(s), ${e.data.characters} chars of passage text (the turn's text less the blank lines between paragraphs and any unanswered block)${e.data.unanswered?.length ? `, ${e.data.unanswered.length} part(s) unanswered` : ''}`;
     case 'run.settled':

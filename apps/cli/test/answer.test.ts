@@ -61,3 +61,10 @@ describe('summarize answer.published', () => {
     );
   });
 });
+
+describe('summarize passage.committed', () => {
+  it("counts a passage from 1 within its turn, as the Run viewer does (the event's index counts from 0)", () => {
+    expect(summarize(passage(3, 0, 'Held: 30 securities.'))).toBe('passage 1 of turn 3 committed (v1, 20 chars)');
+    expect(summarize(passage(3, 4, 'Gaps.', 2))).toBe('passage 5 of turn 3 committed (v2, 5 chars)');
+  });
+});
