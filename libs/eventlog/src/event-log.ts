@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createInbox, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
-import { AbortError, BatchNotStored, isTransientNatsError, retry } from '@runplane/kit';
+import { AbortError, BatchNotStored, isTransientNatsError, retry, untilProvisioned } from '@runplane/kit';
 import {
   DeliverPolicy,
   JetStreamApiError,
@@ -624,7 +624,8 @@ export class EventLog {
       );
       for (const signer of signers) log.signers.set(signer.owner, signer);
       log.signatures = (opts.verifySignatures ?? true) ? signatures : null;
-      if (create) await log.ensureStream();
+      // a stream the admin has not provisioned yet is waited for, not created (its user may not)
+      if (create) await untilProvisioned(`stream ${opts.stream}`, () => log.ensureStream());
       else await log.openStream(opts.natsUrl);
       return log;
     } catch (e) {

@@ -15,7 +15,7 @@
  */
 import { Kvm, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { QueuedIterator } from '@nats-io/transport-node';
-import { AbortError, retry, retryPolicies } from '@runplane/kit';
+import { AbortError, retry, retryPolicies, untilProvisioned } from '@runplane/kit';
 import type { EventLog } from './event-log.js';
 import {
   heartbeatBucketFor,
@@ -170,7 +170,10 @@ export class PartitionOwnership {
     ttlMs: number,
     logger: OwnershipLogger = { log: () => undefined, warn: (f, m) => console.warn(m, f) },
   ): Promise<PartitionOwnership> {
-    const kv = await new Kvm(log.nc).create(heartbeatBucketFor(log.space), { history: 1 });
+    const bucket = heartbeatBucketFor(log.space);
+    // a missing bucket this service's user may not create is waited for (the admin's provisioning),
+    // said on stderr: the service's logger holds its lines until the application has started
+    const kv = await untilProvisioned(`bucket ${bucket}`, () => new Kvm(log.nc).create(bucket, { history: 1 }));
     const beat = connection ? await ProcessHeartbeat.start(connection, log.space, { service, instance: log.writer.instance }, ttlMs) : null;
     const o = new PartitionOwnership(service, log.writer.instance, log.space.partitions, kv, beat, ttlMs, logger);
     await o.follow();

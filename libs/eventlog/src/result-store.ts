@@ -1,5 +1,6 @@
 import { Objm, type ObjectStore } from '@nats-io/obj';
 import { sha256Hex, type ResultRef } from '@runplane/contracts';
+import { untilProvisioned } from '@runplane/kit';
 import type { EventLog } from './event-log.js';
 
 /**
@@ -20,7 +21,8 @@ export class ResultStore {
 
   static async open(log: EventLog): Promise<ResultStore> {
     const bucket = ResultStore.bucketFor(log);
-    const store = await new Objm(log.nc).create(bucket);
+    // a missing bucket the tools' user may not create is waited for (the admin's provisioning)
+    const store = await untilProvisioned(`bucket ${bucket}`, () => new Objm(log.nc).create(bucket));
     return new ResultStore(store, bucket);
   }
 

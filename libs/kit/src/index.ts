@@ -5,3 +5,4 @@ export * from './named-error.js';
 export * from './periodic.js';
 export * from './memory.js';
 export * from './renewal-slots.js';
+export * from './provisioning.js';

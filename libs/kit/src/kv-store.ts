@@ -10,6 +10,7 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
 import type { z } from 'zod';
 import { AbortError, retry, type RetryPolicy, type RetryPolicyName } from './retry.js';
+import { untilProvisioned } from './provisioning.js';
 
 /**
  * The value of a KV bucket entry as `schema` reads it (JSON, zod-checked): null for a deleted or
@@ -106,9 +107,13 @@ export class KvStore<T> {
     this.bucket = at.bucket;
   }
 
-  /** Opens the bucket `bucket` on `nc`, creating it (history 1) when missing. */
+  /**
+   * Opens the bucket `bucket` on `nc`, creating it (history 1) when missing; a missing bucket this
+   * user may not create (a service's, before the admin's provisioning) is waited for
+   * ({@link untilProvisioned}).
+   */
   static async openBucket(nc: NatsConnection, bucket: string): Promise<KvBucket> {
-    return { nc, kv: await new Kvm(nc).create(bucket, { history: 1 }), bucket };
+    return { nc, kv: await untilProvisioned(`bucket ${bucket}`, () => new Kvm(nc).create(bucket, { history: 1 })), bucket };
   }
 
   /**

@@ -126,6 +126,13 @@ export const retryPolicies = {
    */
   busProvisioning: { retries: 1_000, minTimeout: 250, maxTimeout: 2_000, factor: 2 },
   /**
+   * A service opening what only the admin may create (the Run stream, a bucket) before the
+   * provisioning made it: it waits, not ready, instead of exiting, and opens it 2 s after it
+   * appears (`untilProvisioned`). Never given up by count: the process is stopped from outside (a
+   * startup probe) or the provisioning runs.
+   */
+  awaitProvisioning: { retries: Number.POSITIVE_INFINITY, minTimeout: 2_000, factor: 1 },
+  /**
    * A first connection to NATS whose attempt timed out (each attempt is bounded at 5 s so that a
    * reconnection leaves a hung server quickly: eventlog stale-connection.ts): three more attempts
    * at once, so a start-up on a loaded machine is as patient as with the client's own 20 s bound.

@@ -1,0 +1,121 @@
+/**
+ * A service started before the admin's provisioning: on a first install, or an upgrade that adds a
+ * bucket, the Kubernetes Job runs beside the rollout. A trial's lifecycle exited 1 within 2 s with
+ * the server's "Permissions Violation for Publish to $JS.API.STREAM.CREATE.RUNPLANE", where the
+ * docs promise a service that is not ready until the provisioning has run. Now it waits (kit
+ * `untilProvisioned`), says what it waits for, and becomes ready once the stream and its buckets
+ * exist.
+ *
+ * Given a private nats-server with the Runplane users and permissions (libs/devstack
+ * natsAuthConfig, as deploy/nats/accounts.conf): when the lifecycle's bundle (what a deployment
+ * runs) starts with nothing provisioned, or with its heartbeat bucket missing, then it does not
+ * exit, says it waits for the provisioning (naming the stream, then the bucket), and is ready once
+ * the admin has provisioned.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { natsAuthConfig, newNatsUsers } from '@runplane/devstack';
+import { EventLog, provisionBus } from '@runplane/eventlog';
+import { TestNatsServer } from '../../../test/support/nats-server.js';
+import { testNatsServerBinary } from '../../../test/support/stack.js';
+
+const tag = randomBytes(4).toString('hex');
+const users = newNatsUsers();
+const admin = { user: users.admin.user, pass: users.admin.password };
+let server: TestNatsServer;
+const started: ChildProcess[] = [];
+
+beforeAll(async () => {
+  server = await TestNatsServer.start({ bin: testNatsServerBinary(), config: natsAuthConfig(space, users), auth: admin });
+}, 60_000);
+afterAll(async () => {
+  for (const p of started) p.kill('SIGKILL');
+  await server?.cleanup();
+});
+
+const space = { stream: `RPTEST_AWP_${tag}`, prefix: `tawp${tag}`, partitions: 2 };
+
+/** The lifecycle's bundle as its Deployment runs it, on the private server as the lifecycle's user. */
+function startLifecycle() {
+  const main = fileURLToPath(new URL('../../../apps/lifecycle/dist/main.bundle.js', import.meta.url));
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NATS_URL: server.url,
+    NATS_USER: users.lifecycle.user,
+    NATS_PASSWORD: users.lifecycle.password,
+    RUNPLANE_STREAM: space.stream,
+    RUNPLANE_SUBJECT_PREFIX: space.prefix,
+    RUNPLANE_PARTITIONS: String(space.partitions),
+    LIFECYCLE_PORT: '0',
+    RUNPLANE_STARTUP_COLLECTION: 'false',
+  };
+  delete env.NATS_CA_FILE;
+  delete env.RUNPLANE_SIGNING_KEY_FILE;
+  delete env.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE;
+  const proc = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  started.push(proc);
+  const out = { stdout: '', stderr: '', exit: null as number | null };
+  const waiters: (() => void)[] = [];
+  const wake = () => waiters.splice(0).forEach((w) => w());
+  proc.stdout.on('data', (d: Buffer) => ((out.stdout += d.toString()), wake()));
+  proc.stderr.on('data', (d: Buffer) => ((out.stderr += d.toString()), wake()));
+  proc.once('exit', (c) => ((out.exit = c ?? -1), wake()));
+  /** Resolves when `seen` holds on the output, rejects after `ms` or when the process exits first. */
+  const until = (what: string, seen: () => boolean, ms = 30_000) =>
+    new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${what} within ${ms} ms; stdout:\n${out.stdout}\nstderr:\n${out.stderr}`)), ms);
+      const check = () => {
+        if (seen()) return (clearTimeout(timer), resolve());
+        if (out.exit !== null) return (clearTimeout(timer), reject(new Error(`exited ${out.exit} before ${what}; stderr:\n${out.stderr}`)));
+        waiters.push(check);
+      };
+      check();
+    });
+  return { proc, out, until };
+}
+
+async function provision(): Promise<void> {
+  const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
+  try {
+    await provisionBus(log);
+  } finally {
+    await log.close();
+  }
+}
+
+describe('a service started before the provisioning', () => {
+  it('given nothing provisioned, when the lifecycle starts, then it waits for the stream, saying so, and is ready once the admin has provisioned', async () => {
+    const svc = startLifecycle();
+    await svc.until('waiting line', () => /waiting for the provisioning/.test(svc.out.stderr));
+    expect(svc.out.stderr).toContain(`stream ${space.stream} does not exist`);
+    expect(svc.out.stderr).toContain('runplane provision');
+    expect(svc.out.stderr).not.toMatch(/failed to start/);
+    expect(svc.out.exit).toBeNull();
+    await provision();
+    await svc.until('ready line', () => /ready on/.test(svc.out.stdout));
+    expect(svc.out.exit).toBeNull();
+    svc.proc.kill('SIGTERM');
+    await svc.until('exit', () => svc.out.exit !== null);
+    expect(svc.out.exit).toBe(0);
+  }, 90_000);
+
+  it('given the stream but not its heartbeat bucket (an upgrade that adds a bucket), when the lifecycle starts, then it waits for that bucket and is ready once it is provisioned', async () => {
+    await provision();
+    const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
+    await log.jsm.streams.delete(`KV_${space.prefix}_heartbeats`);
+    await log.close();
+    const svc = startLifecycle();
+    // said in the service's log (a JSON line of the partition ownership's logger)
+    const logged = () => svc.out.stdout + svc.out.stderr;
+    await svc.until('waiting line', () => /waiting for the provisioning/.test(logged()));
+    expect(logged()).toContain(`bucket ${space.prefix}_heartbeats does not exist (JetStream stream KV_${space.prefix}_heartbeats)`);
+    expect(svc.out.exit).toBeNull();
+    await provision();
+    await svc.until('ready line', () => /ready on/.test(svc.out.stdout));
+    svc.proc.kill('SIGTERM');
+    await svc.until('exit', () => svc.out.exit !== null);
+    expect(svc.out.exit).toBe(0);
+  }, 90_000);
+});
