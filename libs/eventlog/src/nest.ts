@@ -32,7 +32,8 @@ export class EventLogModule implements OnApplicationShutdown {
           provide: EventLog,
           inject: [configToken(BusConfig)],
           useFactory: async (bus: BusConfig) => {
-            const log = await EventLog.fromConfig(serviceName, bus);
+            // started before the admin's provisioning, a service waits for the stream (not ready)
+            const log = await EventLog.fromConfig(serviceName, bus, { awaitProvisioning: true });
             const logger = new Logger('EventLog');
             if (bus.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE && !log.signatures)
               logger.warn(
