@@ -23,7 +23,7 @@ import { RunStream, type RunStreamOptions } from './stream.js';
 /**
  * Checks a downstream durable consumer name: `DOWNSTREAM_CONSUMER_PREFIX` (`downstream-`) then 1-64 of
  * `A-Z a-z 0-9 _ -` (a consumer name is one token of the JetStream API subjects; the broker's
- * `consumer` user may use only the names its deployment lists, default `downstream-1` to `-4`).
+ * downstream users may use only the names its deployment lists, default `downstream-1` to `-4`).
  * @returns the name.
  * @throws RangeError otherwise.
  */
@@ -60,6 +60,20 @@ export interface InvalidMessage {
   reason: string;
 }
 
+/**
+ * An event newer than this library's catalogue (docs/contract/README.md, additive changes): `type`,
+ * a type it does not know (passed over: acknowledged, no handler), or `value`, a known type with
+ * enum values it does not know at `paths` (`data.outcome`; handed to the handler as stored).
+ */
+export interface NewerEvent {
+  seq: number;
+  subject: string;
+  type: string;
+  eventId: string;
+  kind: 'type' | 'value';
+  paths: string[];
+}
+
 export interface RunConsumerOptions {
   /** The durable consumer's name ({@link downstreamConsumerName}); the same name resumes where it acknowledged. */
   name: string;
@@ -74,6 +88,11 @@ export interface RunConsumerOptions {
   ackWaitMs?: number;
   /** Told of every message that is not a fact (default: the error line of the logger only). */
   onInvalid?: (message: InvalidMessage) => void;
+  /**
+   * Told of every event newer than this library's catalogue, before it is passed over (a new type)
+   * or handed to its handler (a new enum value); the logger says each type once either way.
+   */
+  onNewer?: (event: NewerEvent) => void;
   /** Where problems are written (default {@link stderrLines}: one line each on stderr). */
   logger?: ConsumerLogger;
 }
@@ -102,6 +121,11 @@ function lineFields(fields: object): string {
  * stream order, also after a handler threw; different Runs' events are handled concurrently. Every message is verified as the event log's own readers verify it
  * (`verifyStored`): one the log did not append is reported ({@link RunConsumerOptions.onInvalid})
  * and terminated, never handed to a handler. An event whose type has no handler is acknowledged.
+ * An authentic event newer than this library (docs/contract/README.md: a new event type or enum
+ * value is an additive change) is not refused: a new type is passed over (acknowledged, no
+ * handler, not even `'*'`), a known type with a new enum value reaches its handler as stored, so
+ * `event.data` may hold a value outside its TypeScript union there: treat one you do not know as
+ * "other" ({@link RunConsumerOptions.onNewer}).
  */
 export class RunConsumer {
   private readonly handlers = new Map<EventType | '*', (event: RunEvent, meta: EventMeta) => void | Promise<void>>();
@@ -157,7 +181,7 @@ export class RunConsumer {
   /**
    * Creates the durable consumer (or updates it to these options) and starts handling: from the
    * stream's first event for a new name, else from the first event it has not acknowledged. As the
-   * broker's `consumer` user, which may not create or change consumers (docs/consumers.md), it
+   * broker's downstream user (`downstream-1`..), which may not create or change consumers (docs/consumers.md), it
    * uses the durable the admin provisioned as it is: `owners` then selects events here (the others
    * are acknowledged and skipped) and the ack wait is the durable's.
    * @throws Error naming the consumer and the stream when the broker refuses the name (the
@@ -214,10 +238,44 @@ export class RunConsumer {
   private async dispatch(stored: StoredEvent, delivery: DeliveryInfo): Promise<void> {
     // a provisioned durable reads every Run subject: `owners` selects here (the owner token of the subject)
     if (this.selectOwners && !this.selectOwners.has(stored.subject.split('.').at(-2) as Owner)) return;
+    if (stored.newer && !this.noteNewer(stored)) return;
     const handler = this.handlers.get(stored.event.type) ?? this.handlers.get('*');
     if (!handler) return;
     const e = stored.event;
     await handler(e, { eventId: e.eventId, runId: e.runId, seq: stored.seq, subject: stored.subject, ...delivery });
+  }
+
+  /** Event types and enum values newer than this library, said once each. */
+  private readonly newerSaid = new Set<string>();
+
+  /**
+   * An event newer than this library's catalogue (docs/contract/README.md): a new type is passed
+   * over (acknowledged, no handler: false), a new enum value is handed to the handler as stored
+   * (true); each said once per type (and paths) on the logger, and to `onNewer`.
+   */
+  private noteNewer(stored: StoredEvent): boolean {
+    const newer = stored.newer!;
+    const paths = newer.kind === 'value' ? newer.paths : [];
+    const key = `${stored.event.type} ${paths.join(',')}`;
+    const fields = { durable: this.name, seq: stored.seq, type: stored.event.type, ...(paths.length ? { paths } : {}) };
+    if (!this.newerSaid.has(key)) {
+      this.newerSaid.add(key);
+      (this.opts.logger ?? stderrLines).warn(
+        fields,
+        newer.kind === 'type'
+          ? 'passing over an event type newer than this library (upgrade @runplane/consumer to handle it)'
+          : 'handing an event with an enum value newer than this library to its handler as stored (treat a value you do not know as other)',
+      );
+    }
+    this.opts.onNewer?.({
+      seq: stored.seq,
+      subject: stored.subject,
+      type: stored.event.type,
+      eventId: stored.event.eventId,
+      kind: newer.kind,
+      paths,
+    });
+    return newer.kind === 'value';
   }
 
   /**
@@ -238,7 +296,7 @@ export class RunConsumer {
   /**
    * Deletes the durable consumer from the server: its position is forgotten, and a later start
    * with the same name begins again at the stream's first event. The broker refuses it to the
-   * `consumer` user (its account may not delete a durable: docs/consumers.md); it works for a user
+   * downstream users (their account may not delete a durable: docs/consumers.md); it works for a user
    * that may (the admin, or a server without users).
    * @returns false when there was none.
    */

@@ -1,7 +1,7 @@
 /**
  * A read-only connection to the Run stream for a downstream service: it looks the stream up and
  * never creates, changes or appends anything (K11: reads never append), so it works with the
- * broker's `consumer` user, which may only read the stream and use its own durable consumers.
+ * broker's downstream user (`downstream-1`..), which may only read the stream and use its own durable consumers.
  */
 import { type NatsConnection } from '@nats-io/transport-node';
 import { JetStreamApiError, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
@@ -28,7 +28,7 @@ export interface RunStreamOptions {
   /** The NATS server, or every node of a cluster comma-separated (`NATS_URL`). */
   natsUrl: string;
   /**
-   * The NATS user and password (`NATS_USER`, `NATS_PASSWORD`): the `consumer` user the deployment
+   * The NATS user and password (`NATS_USER`, `NATS_PASSWORD`): a downstream user (`downstream-1`..) the deployment
    * gives downstream services. The connection takes the user's own inbox prefix (`_INBOX_<user>`,
    * `inboxPrefixOf`): the broker lets a user receive replies only there.
    */
@@ -91,6 +91,12 @@ export class RunStreamUnavailable extends Error {
 export class RunStream implements ConsumerSource {
   /** Unused by downstream consumers (they never read whole Runs); present for the durable consumer's shape. */
   readonly deliveries = new DeliveryFeed();
+  /**
+   * Events newer than this library's catalogue are read, not refused (docs/contract/README.md: a
+   * new type or enum value is additive): {@link RunConsumer} passes over a new type and hands a new
+   * enum value to the handler as stored.
+   */
+  readonly acceptNewer = true;
 
   private constructor(
     readonly nc: NatsConnection,
@@ -187,7 +193,7 @@ export class RunStream implements ConsumerSource {
       if (!msg || msg.subject !== subject) return;
       let stored: StoredEvent;
       try {
-        stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures);
+        stored = verifyStored(msg.seq, msg.subject, msg.data, msg.header, this.space.partitions, this.signatures, this.acceptNewer);
       } catch {
         return;
       }

@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createDevSigning, repoRoot } from '@runplane/devstack';
 import type { RunEventOf } from '@runplane/contracts';
-import { EventLog, readSigningKey, runSubject } from '@runplane/eventlog';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { EventLog, InvalidStoredEvent, readSigningKey, runSubject, signatureHeaders, verifyStored } from '@runplane/eventlog';
 import {
   DOWNSTREAM_CONSUMER_PREFIX,
   downstreamConsumerName,
@@ -23,6 +24,7 @@ import {
   stderrLines,
   type EventMeta,
   type InvalidMessage,
+  type NewerEvent,
   type RunStreamOptions,
 } from '@runplane/consumer';
 import { SHARED_NATS, SHARED_NATS_URL, suiteNatsEnv } from '../../../test/support/nats-server.js';
@@ -294,6 +296,72 @@ describe('following Runs', () => {
       await checked.close();
       await lifecycle.close();
       await runtimeAsLifecycle.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("given authentic events newer than its catalogue (a new enum value, a new event type: additive changes), hands the new value to its handler as stored and passes over the new type, neither an anomaly; the services' reader still refuses both", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rp-consumer-newer-'));
+    const signing = createDevSigning(dir);
+    const lifecycleKey = readSigningKey('lifecycle', signing.keyFiles.lifecycle);
+    const lifecycle = await EventLog.connect({
+      ...SHARED_NATS,
+      ...space,
+      name: 'lifecycle',
+      signingKeyFiles: { lifecycle: signing.keyFiles.lifecycle },
+    });
+    const checked = await RunStream.open({ ...streamOptions, publicKeysFile: signing.publicKeysFile });
+    let mine: RunConsumer | null = null;
+    try {
+      // stored as a newer lifecycle's log stores them: conditional on the subject (its first event), signed by the owner
+      const store = async (event: Record<string, unknown> & { runId: string; eventId: string }) => {
+        const subject = runSubject(log.space, event.runId, 'lifecycle');
+        const payload = JSON.stringify(event);
+        const h = natsHeaders();
+        for (const [k, v] of signatureHeaders(lifecycleKey, subject, event.eventId, payload)) h.set(k, v);
+        return { subject, ack: await log.js.publish(subject, payload, { expect: { lastSubjectSequence: 0 }, headers: h, msgID: event.eventId }) };
+      };
+      const valueBase = settled(`newer-value${tag}`);
+      const newValue = await store({ ...valueBase, data: { ...valueBase.data, outcome: 'expired' } });
+      const typeBase = settled(`newer-type${tag}`);
+      const newType = await store({ ...typeBase, type: 'run.archived', data: { archivedBy: 'retention' } });
+      const after = await lifecycle.append(settled(`newer-after${tag}`), 0);
+      const outcomes = new Map<number, string>();
+      const others: number[] = [];
+      const newer: NewerEvent[] = [];
+      const reports: InvalidMessage[] = [];
+      const c = new RunConsumer(checked, {
+        name: `${DOWNSTREAM_CONSUMER_PREFIX}newer-${tag}`,
+        logger: quiet,
+        owners: ['lifecycle'],
+        onInvalid: (m) => reports.push(m),
+        onNewer: (e) => newer.push(e),
+      })
+        .on('run.settled', (e, meta) => void outcomes.set(meta.seq, e.data.outcome))
+        .on('*', (_e, meta) => void others.push(meta.seq));
+      mine = c;
+      await c.start();
+      await until(() => outcomes.has(after.seq), 'the settlement after the newer events');
+      await until(async () => (await checked.jsm.consumers.info(space.stream, c.name)).num_ack_pending === 0, 'nothing left unacknowledged');
+      expect(outcomes.get(newValue.ack.seq)).toBe('expired');
+      expect(others).not.toContain(newType.ack.seq);
+      expect(outcomes.has(newType.ack.seq)).toBe(false);
+      const mineNewer = newer.filter((e) => [newValue.ack.seq, newType.ack.seq].includes(e.seq));
+      expect(mineNewer.map((e) => [e.seq, e.kind, e.type, e.paths])).toEqual([
+        [newValue.ack.seq, 'value', 'run.settled', ['data.outcome']],
+        [newType.ack.seq, 'type', 'run.archived', []],
+      ]);
+      expect(reports.filter((r) => [newValue.ack.seq, newType.ack.seq].includes(r.seq))).toEqual([]);
+      // the services' reader (no acceptNewer) refuses both as not valid
+      for (const { ack } of [newValue, newType]) {
+        const msg = await log.jsm.direct.getMessage(space.stream, { seq: ack.seq });
+        expect(() => verifyStored(msg!.seq, msg!.subject, msg!.data, msg!.header, log.space.partitions)).toThrow(InvalidStoredEvent);
+      }
+    } finally {
+      await mine?.stop();
+      await mine?.deleteDurable();
+      await checked.close();
+      await lifecycle.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });

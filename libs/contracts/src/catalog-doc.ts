@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { EnvelopeFields, EventCatalog, EventTypes, ownersOfType, type EventType } from './events.js';
+import { openObjects } from './event-schema.js';
 
 /** The owner column: the owner, and any former owner whose events older logs still hold. */
 function ownerText(t: EventType): string {
@@ -38,7 +39,8 @@ export const EventPurposes: Partial<Record<EventType, string>> = {
 
 function schemaJson(schema: z.ZodType): string {
   const { $schema: _drop, ...json } = z.toJSONSchema(schema, { io: 'output', unrepresentable: 'any' }) as Record<string, unknown>;
-  return JSON.stringify(json, null, 2);
+  // open to properties they do not name, as the contract document's (an additive change adds them)
+  return JSON.stringify(openObjects(json), null, 2);
 }
 
 /** The catalogue as Markdown. */

@@ -35,15 +35,17 @@ const DATA_KEYWORDS = new Set(['const', 'enum', 'default', 'examples']);
 /**
  * Objects open to properties they do not name: zod's output schemas close every object
  * (`additionalProperties: false`), but an additive change adds properties, and a consumer that
- * validates with this contract must accept events written by a newer producer.
+ * validates with this contract must accept events written by a newer producer. The contract
+ * document and the event catalogue's schemas (docs/event-catalog.md) both go through it.
+ * @param node a JSON Schema (or any part of one); returned as a new value, `node` is not changed.
  */
-function open(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(open);
+export function openObjects(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(openObjects);
   if (node === null || typeof node !== 'object') return node;
   const out: JsonSchema = {};
   for (const [keyword, value] of Object.entries(node)) {
     if (keyword === 'additionalProperties' && value === false) continue;
-    out[keyword] = DATA_KEYWORDS.has(keyword) ? value : open(value);
+    out[keyword] = DATA_KEYWORDS.has(keyword) ? value : openObjects(value);
   }
   return out;
 }
@@ -56,7 +58,7 @@ function converted(schema: z.ZodType): JsonSchema {
   const { $schema: _dialect, ...json } = z.toJSONSchema(schema, { io: 'output', unrepresentable: 'any' }) as JsonSchema;
   if ('$defs' in json || 'definitions' in json)
     throw new Error('a recursive event schema needs shared $defs: the contract generator does not support them');
-  return open(json) as JsonSchema;
+  return openObjects(json) as JsonSchema;
 }
 
 /** The subject tokens an event of `type` may stand on: its subject owner's, and any former owner's (older logs). */

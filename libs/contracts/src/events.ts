@@ -883,10 +883,24 @@ export function subjectTokensOfType(type: EventType): readonly Owner[] {
   return type === 'run.fenced' ? RunFencedV1.shape.fencedSubject.options : [EventCatalog[type].owner];
 }
 
+/**
+ * The envelope of any event, of a type in this catalogue or newer: the envelope fields, a `type`
+ * and a `data` object. What a consumer validates an event type it does not know against
+ * (`$defs.Envelope` of the contract document, docs/contract/README.md).
+ */
+export const AnyEventEnvelope = EnvelopeFields.extend({ type: z.string().min(1), data: z.record(z.string(), z.unknown()) });
+
 /** An event as read back from the log, with its stream position. */
 export interface StoredEvent<E extends RunEvent = RunEvent> {
   /** JetStream stream sequence: a total order over all Runs, increasing within a Run. */
   seq: number;
   subject: string;
   event: E;
+  /**
+   * Set only for a reader that takes events newer than its catalogue (a downstream consumer,
+   * docs/contract/README.md): `type`, an event type this catalogue does not have (its envelope
+   * valid; `event` is then not one of {@link RunEvent}'s types); `value`, a known type with enum
+   * values this catalogue does not have, at `paths` (`data.outcome`), passed as stored.
+   */
+  newer?: { kind: 'type' } | { kind: 'value'; paths: string[] };
 }

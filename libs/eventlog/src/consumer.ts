@@ -13,7 +13,14 @@ import { extractTraceContext, traceContext } from './tracing.js';
  * partitions (for {@link verifyStored}), and where it tells what it delivered. An {@link EventLog}
  * is one; a downstream reader that may not create or append anything builds its own (libs/consumer).
  */
-export type ConsumerSource = Pick<EventLog, 'nc' | 'js' | 'jsm' | 'space' | 'noteStored' | 'deliveries' | 'signatures'>;
+export type ConsumerSource = Pick<EventLog, 'nc' | 'js' | 'jsm' | 'space' | 'noteStored' | 'deliveries' | 'signatures'> & {
+  /**
+   * True for a downstream reader: an event newer than this catalogue (a new type, a new enum
+   * value) is delivered with `newer` set ({@link verifyStored}), not terminated. The services' own
+   * consumers leave it unset.
+   */
+  readonly acceptNewer?: boolean;
+};
 
 export interface DurableConsumerSpec {
   /** Durable consumer name (e.g. `runtime-p3`); prefixed with the subject prefix unless {@link exactName}. */
@@ -410,7 +417,7 @@ export class DurableConsumer {
     try {
       // the same check as every reader of facts (verifyStored): a valid event that the event log
       // appended, with the back-link the server verified
-      stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.log.space.partitions, this.log.signatures);
+      stored = verifyStored(m.seq, m.subject, m.data, m.headers, this.log.space.partitions, this.log.signatures, this.log.acceptNewer ?? false);
     } catch (e) {
       if (!(e instanceof InvalidStoredEvent)) throw e;
       this.terminate(m, e.anomaly, e.message);

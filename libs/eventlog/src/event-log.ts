@@ -15,7 +15,7 @@ import {
 } from '@nats-io/jetstream';
 import {
   BusConfig,
-  EnvelopeFields,
+  AnyEventEnvelope,
   EventCatalog,
   natsServerList,
   Owner,
@@ -120,6 +120,12 @@ export interface EventLogOptions {
    * naming the server and the stream (K11: reads never append, nor create the log they read).
    */
   create?: boolean;
+  /**
+   * True (a service's way, {@link fromConfig} for an owner): a missing Run stream that this user
+   * may not create is waited for (kit `untilProvisioned`: the admin's provisioning has not run
+   * yet), not an error. Default false: the admin's tools and tests are told at once.
+   */
+  awaitProvisioning?: boolean;
 }
 
 /** Result of an append: where the event landed, and the event as stored (with `prevSeq` and `writer`). */
@@ -342,7 +348,7 @@ export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
 /** One decoder for every stored message (a `TextDecoder` per message was garbage on the hot path). */
 const utf8 = new TextDecoder();
 
-export function decodeStored(seq: number, subject: string, data: Uint8Array): StoredEvent {
+export function decodeStored(seq: number, subject: string, data: Uint8Array, acceptNewer = false): StoredEvent {
   let raw: unknown;
   try {
     raw = JSON.parse(utf8.decode(data));
@@ -350,22 +356,39 @@ export function decodeStored(seq: number, subject: string, data: Uint8Array): St
     throw new InvalidStoredEvent(seq, subject, `not JSON (${(e as Error).message})`);
   }
   const parsed = RunEvent.safeParse(raw);
-  if (!parsed.success) {
+  let event: StoredEvent['event'];
+  let newer: StoredEvent['newer'];
+  if (parsed.success) event = parsed.data as StoredEvent['event'];
+  else {
     let issues = parsed.error.issues;
     // a type outside the catalogue is all the union says: the envelope's own faults are listed too
-    if (issues.length === 1 && issues[0]!.path.length === 1 && issues[0]!.path[0] === 'type') {
-      const envelope = EnvelopeFields.safeParse(raw);
+    const typeUnknown = issues.length === 1 && issues[0]!.path.length === 1 && issues[0]!.path[0] === 'type';
+    if (typeUnknown) {
+      const envelope = AnyEventEnvelope.safeParse(raw);
       if (!envelope.success) issues = [...issues, ...envelope.error.issues];
     }
-    throw new InvalidStoredEvent(seq, subject, issuesInBrief(issues), 'invalid-message', JSON.stringify(issues, null, 2));
+    newer = acceptNewer ? newerPart(raw, issues, typeUnknown) : undefined;
+    if (!newer) throw new InvalidStoredEvent(seq, subject, issuesInBrief(issues), 'invalid-message', JSON.stringify(issues, null, 2));
+    event = raw as StoredEvent['event'];
   }
-  const event = parsed.data as StoredEvent['event'];
   // `<prefix>.run.<runId>.<owner>.<partition>` (subjects.ts)
   const tokens = subject.split('.');
   if (tokens.length !== 5 || tokens[3] !== subjectTokenOf(event) || tokens[2] !== event.runId) {
     throw new InvalidStoredEvent(seq, subject, `owner ${event.owner} / run ${event.runId} do not match the subject`);
   }
-  return { seq, subject, event };
+  return newer ? { seq, subject, event, newer } : { seq, subject, event };
+}
+
+/**
+ * What makes `raw` an event newer than this catalogue, or null: a type the catalogue does not have
+ * with a valid envelope (`typeUnknown`: the union's only issue, and no envelope fault was added),
+ * or a known type whose every issue is an enum value the catalogue does not have (zod's
+ * `invalid_value`). The additive changes of docs/contract/README.md; anything else is not valid.
+ */
+function newerPart(raw: unknown, issues: readonly { code: string; path: readonly PropertyKey[] }[], typeUnknown: boolean): StoredEvent['newer'] {
+  if (typeUnknown) return issues.length === 1 ? { kind: 'type' } : undefined;
+  if (issues.length === 0 || !issues.every((i) => i.code === 'invalid_value') || !AnyEventEnvelope.safeParse(raw).success) return undefined;
+  return { kind: 'value', paths: issues.map((i) => i.path.map(String).join('.')) };
 }
 
 /** The headers of a stored message, as a consumer (`JsMsg.headers`) or a direct get (`StoredMsg.header`) gives them. */
@@ -394,6 +417,10 @@ export interface StoredHeaders {
  * atomic append").
  * With `signatures` (the deployment's public keys, signing.ts) the message's signature is checked
  * last: it must be its event type's owner's, over its subject, event id and payload.
+ * With `acceptNewer` (a downstream consumer's reader), an event newer than this catalogue (a new
+ * type, a new enum value: docs/contract/README.md) is returned with `newer` set instead of refused,
+ * after the same partition, back-link and signature checks (a new type's signer must be the owner
+ * its envelope names).
  * @throws InvalidStoredEvent with `anomaly` `invalid-message` (not a valid event, see
  *   {@link decodeStored}), `wrong-partition`, `unverified-event` (no verified back-link), or with
  *   `signatures` `unsigned-event`, `bad-signature` or `wrong-signer`.
@@ -405,8 +432,9 @@ export function verifyStored(
   headers: StoredHeaders | undefined,
   partitions: number,
   signatures?: SignatureVerifier | null,
+  acceptNewer = false,
 ): StoredEvent {
-  const stored = decodeStored(seq, subject, data);
+  const stored = decodeStored(seq, subject, data, acceptNewer);
   const expected = partitionOf(stored.event.runId, partitions);
   if (subject.slice(subject.lastIndexOf('.') + 1) !== String(expected)) {
     throw new InvalidStoredEvent(
@@ -624,8 +652,9 @@ export class EventLog {
       );
       for (const signer of signers) log.signers.set(signer.owner, signer);
       log.signatures = (opts.verifySignatures ?? true) ? signatures : null;
-      // a stream the admin has not provisioned yet is waited for, not created (its user may not)
-      if (create) await untilProvisioned(`stream ${opts.stream}`, () => log.ensureStream());
+      // a service waits for a stream the admin has not provisioned yet (its user may not create it)
+      if (create && opts.awaitProvisioning) await untilProvisioned(`stream ${opts.stream}`, () => log.ensureStream());
+      else if (create) await log.ensureStream();
       else await log.openStream(opts.natsUrl);
       return log;
     } catch (e) {
@@ -667,11 +696,12 @@ export class EventLog {
    * refuses what is not signed by its owner (signing.ts).
    * @param name the connection name shown by the NATS server (e.g. the service name; an owner's name signs as that owner).
    * @param opts `readOnly`: open the existing stream only, never create it (`create: false` of
-   *   {@link connect}: auditors' tools, K11).
+   *   {@link connect}: auditors' tools, K11); `awaitProvisioning`: a service's way, see
+   *   {@link EventLogOptions.awaitProvisioning}.
    * @throws as {@link connect}; Error naming `RUNPLANE_SIGNING_KEY_FILE` when it is set for a
    *   process that owns no facts, or missing for an owner whose readers hold public keys.
    */
-  static fromConfig(name: string, bus: BusConfig, opts: { readOnly?: boolean } = {}): Promise<EventLog> {
+  static fromConfig(name: string, bus: BusConfig, opts: { readOnly?: boolean; awaitProvisioning?: boolean } = {}): Promise<EventLog> {
     const owner = Owner.safeParse(name);
     if (bus.RUNPLANE_SIGNING_KEY_FILE && !owner.success) {
       return Promise.reject(
@@ -701,6 +731,8 @@ export class EventLog {
       // a service may leave verifying to the auditors and downstream consumers; a read-only tool (audit) always verifies
       verifySignatures: opts.readOnly ? true : bus.RUNPLANE_SIGNING_VERIFY,
       ...(opts.readOnly ? { create: false } : {}),
+      // a service started before the admin's provisioning waits for the stream (the CLI is told at once)
+      ...(opts.awaitProvisioning && !opts.readOnly ? { awaitProvisioning: true } : {}),
     });
   }
 

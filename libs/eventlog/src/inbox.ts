@@ -3,7 +3,7 @@
  * and watches, object store gets, consumer fetches and ordered consumers) is answered on a
  * subject under the connection's inbox prefix. With the client default (`_INBOX`) and a broker
  * that lets every user subscribe `_INBOX.>`, any user could read the replies of every other: the
- * downstream `consumer` user would see the leases, claims, heartbeats and tool results the
+ * downstream user (`downstream-1`..) would see the leases, claims, heartbeats and tool results the
  * services fetch. So each NATS user has its own prefix, the broker lets it subscribe only that
  * ({@link busPermissions}), and every connection made as a user sets it ({@link natsUserOptions}).
  * This module is the one source of both; it imports nothing, so the heartbeat worker thread can

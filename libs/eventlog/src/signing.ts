@@ -203,7 +203,7 @@ export class SignatureVerifier {
   check(
     seq: number,
     subject: string,
-    event: Pick<RunEvent, 'eventId' | 'type'>,
+    event: Pick<RunEvent, 'eventId' | 'type' | 'owner'>,
     data: Uint8Array,
     headers: SignedHeaders | undefined,
   ): { problem: SignatureProblem; reason: string } | null {
@@ -216,7 +216,8 @@ export class SignatureVerifier {
       if (seq < this.requiredFromSeq) return null;
       return { problem: 'unsigned-event', reason: 'it carries no signature (Runplane-Signature)' };
     }
-    const owner = EventCatalog[event.type].owner;
+    // a type newer than this catalogue (read by a downstream consumer) is its envelope's owner's to write
+    const owner = (EventCatalog[event.type] as (typeof EventCatalog)[keyof typeof EventCatalog] | undefined)?.owner ?? event.owner;
     const keys = this.keys.get(signer as Owner);
     const key = keys?.get(keyId);
     if (!key)
