@@ -608,6 +608,8 @@ describe('the Run viewer in a real browser', () => {
     expect(answered.map((e) => [e.data.answer, e.data.answeredBy])).toEqual([['The institutional class, please.', USER]]);
     expect((await passagesIn(page)).map((p) => p.text)).toEqual([final]);
     await page.locator('.wait.answered', { hasText: `Answered by ${USER}` }).waitFor();
+    // the focus, on the button that was pressed, moved to what replaced the form (not lost to the body)
+    expect(await page.locator('.wait.answered').evaluate((e) => e === (globalThis as unknown as PageGlobals).document.activeElement)).toBe(true);
     // the budget follows the projection to the settlement
     await page.locator('#budget dd', { hasText: 'settled (completed)' }).waitFor({ timeout: 30_000 });
     // the tool call of the same batch, with its receipt as the log has it
@@ -615,6 +617,77 @@ describe('the Run viewer in a real browser', () => {
     const row = page.locator(`#tools tr[data-tool-call-id="${receipt.data.toolCallId}"]`);
     expect([await row.getAttribute('data-status'), await row.locator('td').nth(2).textContent()]).toEqual([receipt.data.status, receipt.data.status]);
     await shot(page, 'run-wait-answered');
+    await page.close();
+  });
+
+  it('closes a question the Run can no longer take once it settles (canceled), and at phone width wraps long text and keeps the page as wide as the screen; bidirectional controls are shown, not obeyed', async () => {
+    const page = await browser.newPage();
+    await page.setViewportSize({ width: 375, height: 740 });
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    await page.goto(`${t.stack.endpoints.publication}/viewer/?admission=${encodeURIComponent(t.stack.endpoints.admission)}`);
+    await connectFormReady(page);
+    await page.getByLabel('Bearer token').fill(token);
+    await page.getByRole('button', { name: 'Connect' }).click();
+    const key = `close-${t.tag}`;
+    const long = `https://example.com/${'x'.repeat(3_000)}`;
+    await t.setScenario(
+      {
+        steps: [
+          {
+            reply: {
+              content: `See ${long}`,
+              toolCalls: [
+                { id: `call_funds_${key}`, name: 'list_funds', arguments: {} },
+                { id: `call_ask_${key}`, name: 'ask_human', arguments: { question: 'Keep the file \u202Eexe.txt\u202C?' } },
+              ],
+            },
+          },
+        ],
+        then: 'error',
+      },
+      key,
+    );
+    const { body } = await client().postMessage(`conv-${key}`, {
+      clientMessageId: key,
+      content: `[${key}] Compare the share classes ${'y'.repeat(150)}`,
+    });
+    const runId = body.runId;
+    await openRunFromList(page, runId);
+    await page.getByLabel('Your answer').waitFor({ timeout: 30_000 });
+    await client().cancelRun(runId, { reason: 'changed my mind' });
+    expect(await settledIn(page)).toBe('canceled');
+    // no form left that admission would refuse: the question is shown closed, in words
+    const closed = page.locator('.wait.closed');
+    await closed.waitFor();
+    expect(await closed.textContent()).toContain('can no longer be answered');
+    expect(await page.getByRole('button', { name: 'Send the answer' }).count()).toBe(0);
+    // the question's right-to-left override is shown as its code point, not obeyed ("txt.exe")
+    expect(await closed.locator('.question').textContent()).toBe('Keep the file ⟦U+202E⟧exe.txt⟦U+202C⟧?');
+    // a phone's width: the page is no wider than the screen (a table scrolls inside its card)
+    await page.locator('#tools tr').first().waitFor();
+    const widths = await page.evaluate(() => {
+      const g = globalThis as unknown as { document: { documentElement: { scrollWidth: number } }; innerWidth: number };
+      return { page: g.document.documentElement.scrollWidth, screen: g.innerWidth };
+    });
+    expect(widths.page).toBeLessThanOrEqual(widths.screen);
+    await shot(page, 'run-phone-width');
+    await page.close();
+  });
+
+  it('forgets the token with what it showed (the list, the open Run); a link naming no Run says so', async () => {
+    const page = await openViewer();
+    const key = `forget-${t.tag}`;
+    await scriptAnswer(key, PARAGRAPHS.slice(0, 1), 0);
+    const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    await openRunFromList(page, body.runId);
+    await page.getByRole('button', { name: /Forget the token/ }).click();
+    expect(await page.locator('#runs tr').count()).toBe(0);
+    expect(await page.locator('#run').isHidden()).toBe(true);
+    expect(await page.locator('#notice').textContent()).toContain('forgotten');
+    await page.evaluate(() => {
+      (globalThis as unknown as { location: { hash: string } }).location.hash = '#run/%3Cimg%20src%3Dx%3E';
+    });
+    await page.locator('#notice', { hasText: 'does not name a Run' }).waitFor();
     await page.close();
   });
 

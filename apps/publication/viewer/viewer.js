@@ -38,13 +38,25 @@ function h(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v === null || v === undefined || v === false) continue;
     if (k === 'class') e.className = v;
-    else if (k === 'text') e.textContent = String(v);
+    else if (k === 'text') e.textContent = shown(String(v));
     else if (k === 'dataset') Object.assign(e.dataset, v);
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) e.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) e.append(c instanceof Node ? c : shown(String(c)));
   return e;
+}
+
+/** Bidirectional override and isolate characters (U+202A-U+202E, U+2066-U+2069), which admission refuses in a question. */
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/g;
+
+/**
+ * Text as it is shown: a bidirectional override or isolate character in a model's text or a
+ * wait's question would reorder what follows it ("exe.txt" shown as "txt.exe"), so it is shown as
+ * its code point (`⟦U+202E⟧`) instead of being obeyed.
+ */
+function shown(text) {
+  return text.replace(BIDI_CONTROLS, (c) => `⟦U+${c.codePointAt(0).toString(16).toUpperCase()}⟧`);
 }
 
 const sleep = (ms, signal) =>
@@ -60,7 +72,11 @@ const durationText = (ms) => {
   const text = s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`;
   return text;
 };
-const cut = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+/** `s` cut to at most `n` characters (code points: an emoji is never split in two), with an ellipsis when cut. */
+const cut = (s, n) => {
+  const chars = Array.from(s);
+  return chars.length > n ? `${chars.slice(0, n - 1).join('')}…` : s;
+};
 
 // ---- the server's configuration: the admission origins this page may call -------------------------
 
@@ -177,6 +193,12 @@ async function loadRuns({ more = false } = {}) {
     page = await admission(`/v1/runs?${query}`);
   } catch (e) {
     notice(explain(e, 'The Runs could not be listed'), 'error');
+    // rows read with a token that is refused now are not left on show as if they were current
+    if (!more && e?.status === 401) {
+      $('runs').replaceChildren();
+      $('runs-empty').hidden = false;
+      $('more').hidden = true;
+    }
     return;
   }
   const body = $('runs');
@@ -477,7 +499,7 @@ function apply(run, seq, e) {
   const d = e.data ?? {};
   switch (e.type) {
     case 'run.admitted':
-      $('run-question').textContent = d.message?.content ?? '';
+      $('run-question').textContent = shown(d.message?.content ?? '');
       break;
     case 'passage.committed':
       showPassage(run, d);
@@ -512,6 +534,7 @@ function apply(run, seq, e) {
       run.settledAt = e.occurredAt;
       run.settledOutcome = d.outcome;
       showSettlement(e);
+      closeOpenWaits(run, d.outcome);
       renderView(run);
       markListedSettled(run.runId, d.outcome);
       break;
@@ -600,7 +623,7 @@ function toolRow(t) {
 function showWait(run, d) {
   if (run.waits.has(d.waitId)) return;
   const ids = { q: `wait-q-${d.waitId}`, a: `wait-a-${d.waitId}`, x: `wait-x-${d.waitId}`, r: `wait-r-${d.waitId}` };
-  const result = h('p', { id: ids.r, class: 'wait-result', role: 'status' });
+  const result = h('p', { id: ids.r, class: 'wait-result', role: 'status', tabindex: '-1' });
   const textarea = h('textarea', {
     id: ids.a,
     name: 'answer',
@@ -628,8 +651,11 @@ function showWait(run, d) {
       textarea.focus();
       return;
     }
+    // a disabled button drops the focus to the page's body: it moves to the form's result instead
+    const hadFocus = document.activeElement === button;
     button.disabled = true;
     result.textContent = 'Sending…';
+    if (hadFocus) result.focus();
     try {
       const recorded = await admission(`/v1/runs/${encodeURIComponent(run.runId)}/waits/${encodeURIComponent(d.waitId)}`, {
         method: 'POST',
@@ -648,15 +674,38 @@ function showWait(run, d) {
   $('waits-none').hidden = true;
 }
 
+/**
+ * A settled Run's questions that were not answered can no longer be: their forms become a closed
+ * note (admission would refuse an answer with 409), instead of offering a form that fails.
+ */
+function closeOpenWaits(run, outcome) {
+  for (const [waitId, wait] of run.waits) {
+    if (wait.form.tagName !== 'FORM') continue;
+    const hadFocus = wait.form.contains(document.activeElement);
+    const closed = h(
+      'div',
+      { class: 'wait closed card-inner', dataset: { waitId, status: 'closed' }, tabindex: '-1' },
+      h('p', { class: 'question' }, wait.d.question),
+      h('p', { text: `Not answered: the Run settled ${outcome}, and this question can no longer be answered.` }),
+    );
+    wait.form.replaceWith(closed);
+    run.waits.set(waitId, { form: closed, d: wait.d });
+    if (hadFocus) closed.focus();
+  }
+}
+
 function waitAnswered(run, d) {
   const wait = run.waits.get(d.waitId);
   const done = h(
     'div',
-    { class: 'wait answered card-inner', dataset: { waitId: d.waitId, status: 'answered' } },
+    { class: 'wait answered card-inner', dataset: { waitId: d.waitId, status: 'answered' }, tabindex: '-1' },
     h('p', { class: 'question' }, wait?.d.question ?? ''),
     h('p', {}, h('strong', { text: `Answered by ${d.answeredBy ?? 'someone'}: ` }), d.answer),
   );
+  // the focus, in the form that is replaced (its button, just pressed), moves to what replaces it
+  const hadFocus = wait?.form.contains(document.activeElement) ?? false;
   if (wait) wait.form.replaceWith(done);
+  if (hadFocus) done.focus();
   else $('waits').append(done);
   run.waits.set(d.waitId, { form: done, d: wait?.d ?? d });
   $('waits-none').hidden = true;
@@ -808,6 +857,10 @@ function route() {
   const m = /^#run\/([A-Za-z0-9_-]{1,128})$/.exec(location.hash);
   if (m) openRun(decodeURIComponent(m[1]));
   else if (location.hash === '' || location.hash === '#') closeRun();
+  else if (location.hash.startsWith('#run/')) {
+    closeRun();
+    notice('The link does not name a Run: a Run id is 1 to 128 letters, digits, "-" or "_".', 'error');
+  }
 }
 
 async function init() {
@@ -848,7 +901,16 @@ async function init() {
   $('forget').addEventListener('click', () => {
     sessionStorage.removeItem(STORE.token);
     $('token').value = '';
-    notice('The token is forgotten.');
+    // what the token showed goes with it: the list, and the Run open with it (its stream stopped)
+    $('runs').replaceChildren();
+    $('runs-empty').hidden = false;
+    $('more').hidden = true;
+    nextCursor = null;
+    if (current) {
+      window.history.replaceState(null, '', location.pathname + location.search);
+      closeRun();
+    }
+    notice('The token is forgotten, and what it showed is cleared.');
   });
   // the form is wired and filled: what is typed from now on is kept and submitted here
   $('connect').removeAttribute('aria-busy');
