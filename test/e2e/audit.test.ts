@@ -410,7 +410,7 @@ describe('runplane audit (K11)', () => {
     });
     expect(other.status).toBe(1);
     expect(other.stderr).toMatch(
-      /reading stream NOPE on NATS at .*: user runplane-ops may not read a stream of that name .*check RUNPLANE_STREAM; nothing was created/,
+      /reading stream NOPE on NATS at .*: user runplane-ops may not read a stream of that name .*check RUNPLANE_STREAM.*nothing was created/,
     );
   }, 60_000);
 });

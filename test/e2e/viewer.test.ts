@@ -512,8 +512,10 @@ describe('the Run viewer in a real browser', () => {
     const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
     const row = page.locator(`tr[data-run-id="${body.runId}"]`);
     await row.waitFor({ timeout: 20_000 });
-    // newest first: the new Run is the list's first row
+    // newest first: the new Run is the list's first row, and the count above the list follows it
     expect(await page.locator('#runs > tr').first().getAttribute('data-run-id')).toBe(body.runId);
+    const rows = await page.locator('#runs > tr').count();
+    expect(await page.locator('#notice').textContent()).toMatch(new RegExp(`^${rows} Run\\(s\\) listed`));
     await row.locator('td.outcome-completed').waitFor({ timeout: 30_000 });
     expect(await row.locator('td').nth(1).textContent()).toBe('settled');
     // each Run once

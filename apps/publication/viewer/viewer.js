@@ -242,7 +242,11 @@ async function refreshRuns() {
       row.children[2].className = run.outcome ? `outcome outcome-${run.outcome}` : '';
     } else added.push(runRow(run));
   }
-  if (added.length > 0) body.prepend(...added);
+  if (added.length > 0) {
+    body.prepend(...added);
+    // the count said above the list follows it (and new Runs are announced: the notice is a live region)
+    notice(`${body.children.length} Run(s) listed${nextCursor ? '; more below' : ''}.`);
+  }
   $('runs-empty').hidden = body.children.length > 0;
 }
 

@@ -664,10 +664,11 @@ export class EventLog {
         throw new Error(`NATS at ${opts.natsUrl} answers but has no JetStream: start nats-server with -js (JetStream enabled)`, { cause: e });
       }
       // a user's permissions name the deployment's stream: any other name is refused before the server looks it up
-      if (!create && /permissions violation/i.test(text) && text.includes(`STREAM.INFO.${opts.stream}`))
+      if (/permissions violation/i.test(text) && text.includes(`STREAM.INFO.${opts.stream}`))
         throw new Error(
           `reading stream ${opts.stream} on NATS at ${opts.natsUrl}: user ${opts.user ?? '(none)'} may not read a stream of that name ` +
-            `(its permissions name the deployment's stream): check RUNPLANE_STREAM; nothing was created`,
+            `(its permissions name the deployment's stream): check RUNPLANE_STREAM, or render the permissions for this stream ` +
+            `(\`runplane docs nats-auth --stream ${opts.stream}\`); nothing was created`,
           { cause: e },
         );
       if (!create && !(e instanceof StreamNotFound))

@@ -38,7 +38,7 @@ afterAll(async () => {
 const space = { stream: `RPTEST_AWP_${tag}`, prefix: `tawp${tag}`, partitions: 2 };
 
 /** The lifecycle's bundle as its Deployment runs it, on the private server as the lifecycle's user. */
-function startLifecycle() {
+function startLifecycle(overrides: NodeJS.ProcessEnv = {}) {
   const main = fileURLToPath(new URL('../../../apps/lifecycle/dist/main.bundle.js', import.meta.url));
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -50,6 +50,7 @@ function startLifecycle() {
     RUNPLANE_PARTITIONS: String(space.partitions),
     LIFECYCLE_PORT: '0',
     RUNPLANE_STARTUP_COLLECTION: 'false',
+    ...overrides,
   };
   delete env.NATS_CA_FILE;
   delete env.RUNPLANE_SIGNING_KEY_FILE;
@@ -118,4 +119,13 @@ describe('a service started before the provisioning', () => {
     await svc.until('exit', () => svc.out.exit !== null);
     expect(svc.out.exit).toBe(0);
   }, 90_000);
+
+  it('given a stream name its permissions do not name, when the lifecycle starts, then it fails at once, saying to check RUNPLANE_STREAM or render the permissions for it (not a wait)', async () => {
+    const svc = startLifecycle({ RUNPLANE_STREAM: `OTHER_${tag}` });
+    await svc.until('exit', () => svc.out.exit !== null);
+    expect(svc.out.exit).toBe(1);
+    expect(svc.out.stderr).toContain(`may not read a stream of that name`);
+    expect(svc.out.stderr).toContain(`runplane docs nats-auth --stream OTHER_${tag}`);
+    expect(svc.out.stderr).not.toMatch(/waiting for the provisioning/);
+  }, 60_000);
 });
