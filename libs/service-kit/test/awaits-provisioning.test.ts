@@ -13,13 +13,13 @@
  * the admin has provisioned.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { natsAuthConfig, newNatsUsers } from '@runplane/devstack';
 import { EventLog, provisionBus } from '@runplane/eventlog';
 import { TestNatsServer } from '../../../test/support/nats-server.js';
 import { testNatsServerBinary } from '../../../test/support/stack.js';
+import { startServiceBundle } from '../../../test/support/service-bundle.js';
 
 const tag = randomBytes(4).toString('hex');
 const users = newNatsUsers();
@@ -39,42 +39,9 @@ const space = { stream: `RPTEST_AWP_${tag}`, prefix: `tawp${tag}`, partitions: 2
 
 /** The lifecycle's bundle as its Deployment runs it, on the private server as the lifecycle's user. */
 function startLifecycle(overrides: NodeJS.ProcessEnv = {}) {
-  const main = fileURLToPath(new URL('../../../apps/lifecycle/dist/main.bundle.js', import.meta.url));
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    NATS_URL: server.url,
-    NATS_USER: users.lifecycle.user,
-    NATS_PASSWORD: users.lifecycle.password,
-    RUNPLANE_STREAM: space.stream,
-    RUNPLANE_SUBJECT_PREFIX: space.prefix,
-    RUNPLANE_PARTITIONS: String(space.partitions),
-    LIFECYCLE_PORT: '0',
-    RUNPLANE_STARTUP_COLLECTION: 'false',
-    ...overrides,
-  };
-  delete env.NATS_CA_FILE;
-  delete env.RUNPLANE_SIGNING_KEY_FILE;
-  delete env.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE;
-  const proc = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  started.push(proc);
-  const out = { stdout: '', stderr: '', exit: null as number | null };
-  const waiters: (() => void)[] = [];
-  const wake = () => waiters.splice(0).forEach((w) => w());
-  proc.stdout.on('data', (d: Buffer) => ((out.stdout += d.toString()), wake()));
-  proc.stderr.on('data', (d: Buffer) => ((out.stderr += d.toString()), wake()));
-  proc.once('exit', (c) => ((out.exit = c ?? -1), wake()));
-  /** Resolves when `seen` holds on the output, rejects after `ms` or when the process exits first. */
-  const until = (what: string, seen: () => boolean, ms = 30_000) =>
-    new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no ${what} within ${ms} ms; stdout:\n${out.stdout}\nstderr:\n${out.stderr}`)), ms);
-      const check = () => {
-        if (seen()) return (clearTimeout(timer), resolve());
-        if (out.exit !== null) return (clearTimeout(timer), reject(new Error(`exited ${out.exit} before ${what}; stderr:\n${out.stderr}`)));
-        waiters.push(check);
-      };
-      check();
-    });
-  return { proc, out, until };
+  const svc = startServiceBundle('lifecycle', server.url, { user: users.lifecycle.user, password: users.lifecycle.password }, space, overrides);
+  started.push(svc.proc);
+  return svc;
 }
 
 async function provision(): Promise<void> {

@@ -11,13 +11,12 @@
  * last line naming the refused consumer and the `docs nats-auth` options for 16 partitions.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { natsAuthConfig, newNatsUsers } from '@runplane/devstack';
 import { EventLog, provisionBus } from '@runplane/eventlog';
 import { TestNatsServer } from '../../../test/support/nats-server.js';
 import { testNatsServerBinary } from '../../../test/support/stack.js';
+import { startServiceBundle } from '../../../test/support/service-bundle.js';
 
 const tag = randomBytes(4).toString('hex');
 const users = newNatsUsers();
@@ -39,29 +38,15 @@ afterAll(async () => {
 
 describe('a service refused its partition consumers by the broker', () => {
   it('given permissions rendered for 8 partitions and a stream of 16, when the lifecycle starts, then it fails at once, naming the consumer and how to render the permissions', async () => {
-    const main = fileURLToPath(new URL('../../../apps/lifecycle/dist/main.bundle.js', import.meta.url));
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      NATS_URL: server.url,
-      NATS_USER: users.lifecycle.user,
-      NATS_PASSWORD: users.lifecycle.password,
-      RUNPLANE_STREAM: space.stream,
-      RUNPLANE_SUBJECT_PREFIX: space.prefix,
-      RUNPLANE_PARTITIONS: '16',
-      LIFECYCLE_PORT: '0',
-      RUNPLANE_STARTUP_COLLECTION: 'false',
-    };
-    delete env.NATS_CA_FILE;
-    delete env.RUNPLANE_SIGNING_KEY_FILE;
-    delete env.RUNPLANE_SIGNING_PUBLIC_KEYS_FILE;
-    const proc = spawn(process.execPath, [main], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const killer = setTimeout(() => proc.kill('SIGKILL'), 45_000);
-    const code = await new Promise<number | null>((resolve) => proc.once('exit', (c) => resolve(c)));
-    clearTimeout(killer);
+    const svc = startServiceBundle(
+      'lifecycle',
+      server.url,
+      { user: users.lifecycle.user, password: users.lifecycle.password },
+      { ...space, partitions: 16 },
+    );
+    const killer = setTimeout(() => svc.proc.kill('SIGKILL'), 45_000);
+    await svc.until('exit', () => svc.out.exit !== null, 50_000).finally(() => clearTimeout(killer));
+    const { stdout, stderr, exit: code } = svc.out;
     expect(stdout).not.toContain('ready on');
     expect(code).toBe(1);
     const last = JSON.parse(stderr.trim().split('\n').at(-1)!) as { level: number; msg: string };
