@@ -195,6 +195,7 @@ async function loadRuns({ more = false } = {}) {
     notice(explain(e, 'The Runs could not be listed'), 'error');
     // rows read with a token that is refused now are not left on show as if they were current
     if (!more && e?.status === 401) {
+      listShown = false;
       $('runs').replaceChildren();
       $('runs-empty').hidden = false;
       $('more').hidden = true;
@@ -203,6 +204,7 @@ async function loadRuns({ more = false } = {}) {
   }
   const body = $('runs');
   if (!more) body.replaceChildren();
+  listShown = true;
   for (const run of page.runs) body.append(runRow(run));
   nextCursor = page.nextCursor;
   $('more').hidden = !nextCursor;
@@ -213,6 +215,8 @@ async function loadRuns({ more = false } = {}) {
 /** How often the list's first page is read again while the page is visible, in ms. */
 const LIST_REFRESH_MS = 5000;
 let listRefreshFailed = false;
+/** True once the list was read (a token connected, or none where authentication is off); false again when the token is forgotten. */
+let listShown = false;
 
 /**
  * Reads the list's first page again and merges it into the rows shown: a Run not listed yet is
@@ -221,7 +225,7 @@ let listRefreshFailed = false;
  * succeeds, and a failure once until a read succeeds again.
  */
 async function refreshRuns() {
-  if (document.visibilityState !== 'visible' || !settings().token || viewerConfig.admissionOrigins.length === 0) return;
+  if (document.visibilityState !== 'visible' || !listShown || viewerConfig.admissionOrigins.length === 0) return;
   let page;
   try {
     page = await admission(`/v1/runs?${new URLSearchParams({ limit: String(PAGE_SIZE) })}`);
@@ -910,6 +914,7 @@ async function init() {
     $('runs-empty').hidden = false;
     $('more').hidden = true;
     nextCursor = null;
+    listShown = false;
     if (current) {
       window.history.replaceState(null, '', location.pathname + location.search);
       closeRun();
