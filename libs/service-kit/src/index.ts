@@ -35,7 +35,7 @@ import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
 import { IdleMemoryRelease, releaseStartupMemory, setStartupCollection } from '@runplane/kit/memory';
-import { shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
+import { exitOnSignalsWhileStarting, shutDownOnSignals, type ShutdownProgress } from './shutdown.js';
 import { restoreDateTimeFormat } from './locale-data.js';
 
 export * from './config.js';
@@ -249,6 +249,35 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
   const { HOST } = loadConfig(HttpConfig);
   const port = loadConfig(z.object({ [spec.portEnv]: envInt(spec.defaultPort, 0, 65535) }))[spec.portEnv] as number;
   const level = opts.logLevel ?? loadConfig(LogConfig).LOG_LEVEL;
+  // a stop while starting (waiting for the provisioning, say) exits 0 with a line, not by the signal
+  const whileStarting = opts.shutdownHooks
+    ? exitOnSignalsWhileStarting((signal) =>
+        process.stderr.write(
+          logLine(spec.name, 30, { context: 'shutdown', signal, msg: 'stopped while starting, before it was ready: nothing of it was running' }),
+        ),
+      )
+    : () => undefined;
+  try {
+    return await bootStartedService(spec, opts, { config, graceSeconds, host: HOST, port, level, takeOverSignals: whileStarting });
+  } finally {
+    whileStarting();
+  }
+}
+
+/** {@link bootService} once its settings are read: Nest, its hooks and its consumers. */
+async function bootStartedService(
+  spec: ServiceSpec,
+  opts: StartServiceOptions,
+  settings: {
+    config: ReturnType<typeof ConfigModule.forRoot>;
+    graceSeconds: number;
+    host: string;
+    port: number;
+    level: LogLevel;
+    takeOverSignals: () => void;
+  },
+): Promise<StartedService> {
+  const { config, graceSeconds, host: HOST, port, level } = settings;
   // before Nest boots, so that every span of the service is recorded; flushed at shutdown
   const tracing = await startTracing(spec.name);
   let app: INestApplication;
@@ -293,6 +322,8 @@ async function bootService(spec: ServiceSpec, opts: StartServiceOptions): Promis
     const stage = p.state === 'consuming' ? 'draining' : p.state === 'closing' ? 'closing consumers' : 'closing connections';
     return { stage, handlers: p.handlers };
   };
+  // from here a signal closes the app gracefully (the start-up's handler is removed first)
+  settings.takeOverSignals();
   if (opts.shutdownHooks)
     shutDownOnSignals(app, {
       graceMs: graceSeconds * 1000,

@@ -62,6 +62,31 @@ export function httpShutdownGraceMs(graceMs: number): number {
 const SIGNAL_EXIT_CODES: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGTERM: 143 };
 
 /**
+ * Until {@link shutDownOnSignals} takes over: a SIGTERM or SIGINT while the service is still
+ * starting (loading its modules, waiting for the provisioning, connecting) writes one JSON line
+ * through `say` (`stopped while starting, before it was ready: nothing of it was running`) and
+ * exits 0: nothing was consumed or appended, so there is nothing to drain. Without it the process
+ * died of the signal (143) and said nothing, though a rollout or a scale-down stops a pod that is
+ * waiting for the provisioning. Returns the function that removes the handlers (called once the
+ * graceful shutdown is installed, or the start failed).
+ */
+export function exitOnSignalsWhileStarting(
+  say: (signal: NodeJS.Signals) => void,
+  exit: (code: number) => void = (code) => process.exit(code),
+): () => void {
+  const onSignal = (signal: NodeJS.Signals) => {
+    say(signal);
+    exit(0);
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  return () => {
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
+  };
+}
+
+/**
  * Closes `app` on the first SIGTERM or SIGINT and exits 0 once it is closed, 1 when closing failed
  * or took longer than `graceMs`; a second signal exits at once. Every step is one JSON log line
  * (context `shutdown`): `stopping`, then `stopped`, or the error naming the stage and the handlers

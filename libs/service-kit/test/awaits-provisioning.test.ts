@@ -87,6 +87,20 @@ describe('a service started before the provisioning', () => {
     expect(svc.out.exit).toBe(0);
   }, 90_000);
 
+  it('given its bucket not provisioned, when the waiting lifecycle is stopped (a rollout, a scale-down), then it says it stopped while starting and exits 0, not by the signal', async () => {
+    await provision();
+    const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
+    await log.jsm.streams.delete(`KV_${space.prefix}_heartbeats`);
+    await log.close();
+    const svc = startLifecycle();
+    await svc.until('waiting line', () => /waiting for the provisioning/.test(svc.out.stdout + svc.out.stderr));
+    svc.proc.kill('SIGTERM');
+    await svc.until('exit', () => svc.out.exit !== null);
+    expect(svc.out.exit).toBe(0);
+    expect(svc.out.stderr).toContain('stopped while starting, before it was ready');
+    expect(svc.out.stderr).not.toMatch(/failed to start/);
+  }, 60_000);
+
   it('given a stream name its permissions do not name, when the lifecycle starts, then it fails at once, saying to check RUNPLANE_STREAM or render the permissions for it (not a wait)', async () => {
     const svc = startLifecycle({ RUNPLANE_STREAM: `OTHER_${tag}` });
     await svc.until('exit', () => svc.out.exit !== null);
