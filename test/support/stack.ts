@@ -353,13 +353,18 @@ async function auditOnStop(tag: string, log: EventLog, mode: 'report' | 'strict'
   const violations = report.runs.flatMap((r) =>
     r.checks.flatMap((c) => c.violations.map((v) => `${r.runId} ${c.contract} ${c.id}${v.seq === null ? '' : ` #${v.seq}`}: ${v.message}`)),
   );
+  // messages gone from the stream (no back-link shows a Run's last or only event erased)
+  if (s.erased && s.erased.count > 0) violations.unshift(`stream: ${s.erased.count} message(s) erased: #${s.erased.seqs.join(', #')}`);
   process.stdout.write(
-    `AUDIT | ${tag} | ${s.runs} runs, ${s.events} events | ${s.clean} clean, ${s.broken} broken, ${s.open} not settled, ${s.anomalies} unverified |${violations
+    `AUDIT | ${tag} | ${s.runs} runs, ${s.events} events | ${s.clean} clean, ${s.broken} broken, ${s.open} not settled, ${s.anomalies} unverified, ${s.erased?.count ?? 0} erased |${violations
       .slice(0, 20)
       .map((v) => `\n  ${v}`)
       .join('')}\n`,
   );
-  if (mode === 'strict' && s.broken > 0) throw new Error(`the audit of ${tag}'s log found ${s.broken} broken run(s):\n${violations.join('\n')}`);
+  if (mode === 'strict' && !report.clean)
+    throw new Error(
+      `the audit of ${tag}'s log found ${s.broken} broken run(s), ${s.erased?.count ?? 0} erased message(s):\n${violations.join('\n')}`,
+    );
 }
 
 /**

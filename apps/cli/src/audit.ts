@@ -81,7 +81,7 @@ export async function auditLog(
       for (const d of projections.differences.slice(0, 50)) write(`  ${d}`);
     }
   }
-  return report.summary.broken === 0 && (projections?.identical ?? true) ? 0 : AUDIT_BROKEN_EXIT;
+  return report.clean && (projections?.identical ?? true) ? 0 : AUDIT_BROKEN_EXIT;
 }
 
 /** The audited Runs' events as read for the audit, in stream order, to replay those Runs alone (their rows only are compared). */
@@ -134,6 +134,13 @@ export function renderAudit(report: AuditReport): string[] {
       for (const v of c.violations) lines.push(`         ${c.contract} ${c.id}${v.seq === null ? '' : ` at #${v.seq}`}: ${v.message}`);
   }
   const s = report.summary;
+  if (s.erased && s.erased.count > 0) {
+    const more = s.erased.count > s.erased.seqs.length ? `, and ${s.erased.count - s.erased.seqs.length} more` : '';
+    lines.push(
+      `BROKEN stream: ${s.erased.count} stored message(s) erased (K11 stored-verified: the stream denies deletes and purges, so nothing may be missing): ` +
+        `#${s.erased.seqs.join(', #')}${more}`,
+    );
+  }
   lines.push('');
   lines.push(
     `audited ${s.runs} run(s), ${s.events} event(s): ${s.clean} clean, ${s.broken} broken (${s.open} of all not settled, clean or broken); ${s.anomalies} unverified message(s)`,

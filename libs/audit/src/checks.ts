@@ -116,7 +116,11 @@ export interface AuditReport {
     anomalies: number;
     /** Per check: on how many Runs it ran (not `not-applicable`) and how many it found broken. */
     checks: Record<CheckId, { ran: number; broken: number }>;
+    /** Messages erased from the stream (K11), when the reader looked; null when it did not. */
+    erased: ErasedMessages | null;
   };
+  /** True when no audited Run is broken and nothing was erased from the stream. */
+  clean: boolean;
 }
 
 /** The Runs to audit: each Run's verified events in stream order, and the anomalies found on its subjects. */
@@ -129,7 +133,28 @@ export interface AuditInput {
    * children that the link checks look up (`--run`).
    */
   audited?: readonly string[];
+  /** What is missing from the stream itself (its deleted messages), when the reader looked ({@link ErasedMessages}). */
+  erased?: ErasedMessages;
 }
+
+/**
+ * Stored messages gone from the Run stream: the stream is created with deletes and purges denied
+ * and no limit that removes a message (K11: nothing committed is erased), so any sequence between 1
+ * and its last that the stream no longer holds was erased by other means (a copy or backup
+ * edited, a server's store tampered with). Which Run a deleted message belonged to cannot be known
+ * (its subject is gone with it); a deleted message that was a Run's last on its subject, or its
+ * only one (a settlement, an admission, the whole Run), leaves no broken back-link behind, so this
+ * is the only place such an erasure shows.
+ */
+export interface ErasedMessages {
+  /** How many sequences between 1 and the stream's last are not stored. */
+  count: number;
+  /** The first of them, in order (at most {@link ERASED_LISTED}). */
+  seqs: number[];
+}
+
+/** How many erased sequences a report lists (the count is always whole). */
+export const ERASED_LISTED = 100;
 
 const EXECUTOR_TOKENS = new Set<Owner>(['runtime', 'tools']);
 
@@ -182,7 +207,9 @@ export function auditRuns(input: AuditInput): AuditReport {
       events: runs.reduce((n, r) => n + r.events, 0),
       anomalies: runs.reduce((n, r) => n + (anomaliesByRun.get(r.runId)?.length ?? 0), 0),
       checks,
+      erased: input.erased ?? null,
     },
+    clean: runs.every((r) => r.clean) && (input.erased?.count ?? 0) === 0,
   };
 }
 
@@ -474,6 +501,16 @@ function replay(runId: string, events: readonly StoredEvent[], anomalies: readon
     }
     // the replay owns its facts and reads `before` no more: folded in place (linear in the Run's events)
     r.facts = evolveOwned(before, stored);
+  }
+  // K1: every Run begins with its admission; a Run whose events stand without one lost it (erased,
+  // or written by no admission): its other events are not the answer to an admitted message
+  if (r.events > 0 && !r.facts.admitted) {
+    const first = events[0]!;
+    r.report(
+      'admission-once',
+      first.seq,
+      `the Run has ${r.events} event(s) and no run.admitted: its admission is not in the log (erased?), yet it ran from #${first.seq} (${first.event.type})`,
+    );
   }
   checkBudget(r);
   return r;

@@ -5,7 +5,7 @@
  */
 import { Id, type StoredEvent } from '@runplane/contracts';
 import { parseRunSubject, type EventLog, type InvalidStoredEvent } from '@runplane/eventlog';
-import type { AuditInput, StoredAnomaly } from './checks.js';
+import { ERASED_LISTED, type AuditInput, type ErasedMessages, type StoredAnomaly } from './checks.js';
 
 /**
  * The report entry under which `--all` lists stored messages whose subject is not a Run subject
@@ -94,17 +94,41 @@ export async function readForAudit(log: EventLog, selection: AuditSelection): Pr
         if (e.event.type === 'run.admitted' && e.event.data.link) await read(e.event.data.link.parentRunId);
         if (e.event.type === 'child.run.requested') await read(e.event.data.childRunId);
       }
-      return { runs, anomalies: [...anomalies], audited: [runId] };
+      return { runs, anomalies: [...anomalies], audited: [runId], erased: await erasedFrom(log) };
     }
     for await (const e of log.readAll()) add(e);
     for (const a of anomalies) if (!runs.has(a.runId)) runs.set(a.runId, []);
     const audited = [...runs.keys()].filter((runId) => {
       if (since === null) return true;
-      const admitted = runs.get(runId)!.find((e) => e.event.type === 'run.admitted');
-      return admitted !== undefined && Date.parse(admitted.event.occurredAt) >= since;
+      const events = runs.get(runId)!;
+      const admitted = events.find((e) => e.event.type === 'run.admitted');
+      // a Run whose events stand without its admission has no admission time: it is audited (and
+      // found broken, K1); a Run id with only messages that are not facts is not dated either, as before
+      if (!admitted) return events.length > 0;
+      return Date.parse(admitted.event.occurredAt) >= since;
     });
-    return { runs, anomalies: [...anomalies], audited };
+    return { runs, anomalies: [...anomalies], audited, erased: await erasedFrom(log) };
   } finally {
     log.onInvalid = previous;
   }
+}
+
+/**
+ * The Run stream's erased messages ({@link ErasedMessages}), read after the scan from the
+ * stream's state (`$JS.API.STREAM.INFO` with the deleted sequences): sequences below its first
+ * (purged from the head) and those deleted between its first and last.
+ */
+export async function erasedFrom(log: EventLog): Promise<ErasedMessages> {
+  const info = await log.jsm.streams.info(log.space.stream, { deleted_details: true });
+  const { first_seq: first, last_seq: last } = info.state;
+  if (last === 0) return { count: 0, seqs: [] };
+  // purged from the head: every sequence below the first still stored
+  const head = Math.max(0, first - 1);
+  // deleted between the first and the last (nats-server 2.15 lists 0 as deleted in an empty
+  // stream, and counts it in num_deleted: only sequences inside the stored range count)
+  const inside = [...(info.state.deleted ?? [])].filter((seq) => seq >= first && seq <= last).sort((x, y) => x - y);
+  const seqs: number[] = [];
+  for (let seq = 1; seq <= head && seqs.length < ERASED_LISTED; seq++) seqs.push(seq);
+  for (const seq of inside) if (seqs.length < ERASED_LISTED) seqs.push(seq);
+  return { count: head + inside.length, seqs };
 }

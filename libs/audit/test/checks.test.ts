@@ -101,6 +101,21 @@ describe('audit K1: one admission per message id', () => {
   });
 });
 
+describe('audit K11: what the back-links cannot show', () => {
+  it('a Run whose admission is not in the log (erased) breaks K1 at its first event', () => {
+    const h = cleanRun();
+    h.events.shift();
+    expect(broken(audit(h)).find((c) => c.id === 'admission-once')).toEqual({ id: 'admission-once', seqs: [2] });
+  });
+  it('messages erased from the stream make a report of clean Runs unclean, and are listed', () => {
+    const runs = new Map([['run-1', cleanRun().events]]);
+    expect(auditRuns({ runs }).clean).toBe(true);
+    const report = auditRuns({ runs, erased: { count: 2, seqs: [40, 41] } });
+    expect(report.summary).toMatchObject({ clean: 1, broken: 0, erased: { count: 2, seqs: [40, 41] } });
+    expect(report.clean).toBe(false);
+  });
+});
+
 describe('audit K9: one settlement, after closure, naming what exists, honestly', () => {
   it('a forged second settlement is named at its sequence', () => {
     const h = cleanRun();
