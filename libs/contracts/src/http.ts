@@ -2,16 +2,13 @@
 import { z } from 'zod';
 import { Id, Outcome, ReceiptStatus } from './events.js';
 import { UnansweredPart } from './unanswered.js';
+import { showsSomething } from './principal.js';
 
 /**
- * Characters that show nothing on their own: whitespace, combining and enclosing marks, format
- * characters (zero-width space and joiners, the BOM, soft hyphen...), variation selectors (marks) and the
- * Hangul/Braille fillers that render blank. Content made only of these is refused like blank
+ * Content made only of invisible characters (principal.ts `showsSomething`) is refused like blank
  * content: it would start a Run that spends model requests on nothing (K1 admission checks).
  */
-const INVISIBLE = /[\p{White_Space}\p{Mn}\p{Me}\p{Cf}\u115F\u1160\u3164\uFFA0\u2800]/gu;
-/** True when `s` has at least one character that shows something. */
-export const showsSomething = (s: string): boolean => s.replace(INVISIBLE, '').length > 0;
+export { showsSomething };
 /** Bidirectional embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069): they can make text read other than it is stored. */
 export const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069]/u;
 

@@ -98,6 +98,21 @@ describe("a token's sub", () => {
     expect(err.detail).toBe('the token\'s "sub" must be well-formed Unicode without control or bidirectional override characters');
   });
 
+  it.each([
+    ['only a zero-width space', '\u200b'],
+    ['only a space', ' '],
+    ['a trailing space', 'alice '],
+    ['a leading no-break space', '\u00a0alice'],
+  ])(
+    'given %s as the sub, then 401 naming why (a trial cancelled a Run as an invisible principal the timeline printed blank)',
+    async (_what, sub) => {
+      const err = (await auth.authenticate(`Bearer ${await dev.mint(sub)}`).catch((e: unknown) => e)) as ApiError;
+      expect(err).toBeInstanceOf(ApiError);
+      expect(err.getStatus()).toBe(401);
+      expect(err.detail).toBe('the token\'s "sub" must show something, with no white space at its start or end');
+    },
+  );
+
   it.each(['auth0|64b7f', 'alice@example.com', 'with space', 'a.b*>', 'x/y=z', '日本語ユーザー'])(
     'given %j, then it is the principal',
     async (sub) => {
