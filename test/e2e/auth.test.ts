@@ -148,6 +148,29 @@ describe('tenancy: a Conversation and its Runs belong to their creator', () => {
     await same((id) => publication(`/v1/runs/${id}/answer`), 'GET');
     await same((id) => publication(`/v1/runs/${id}/events`), 'GET');
     await same((id) => publication(`/v1/runs/${id}/events?deltas=true`), 'GET');
+    // bob's own Run, resumed from a position of hers or past the end of the log: refused without
+    // saying whose the position is or how long the log is (admins get the reason)
+    const bobs = await post(admission(`/v1/conversations/conv-${t.tag}-bob/messages`), bob, {
+      clientMessageId: 'b0',
+      content: 'What does SPY hold?',
+    });
+    expect(bobs.status).toBe(201);
+    const end = await t.log.lastSeq();
+    for (const cursor of [events[0]!.seq, end + 1000]) {
+      const refused = await fetch(publication(`/v1/runs/${String(bobs.body!.runId)}/events`), {
+        headers: { ...bearer(bob), 'last-event-id': String(cursor) },
+      });
+      expect(refused.status).toBe(400);
+      expect(await refused.json()).toMatchObject({
+        code: 'invalid_cursor',
+        reason: 'not-this-run',
+        detail: `Last-Event-ID ${cursor} is not a position of run ${String(bobs.body!.runId)}`,
+      });
+    }
+    const told = await fetch(publication(`/v1/runs/${String(bobs.body!.runId)}/events`), {
+      headers: { ...bearer(admin), 'last-event-id': String(events[0]!.seq) },
+    });
+    expect(await told.json()).toMatchObject({ code: 'invalid_cursor', reason: 'other-run' });
     // her message, looked up by id, and her conversation: unknown to bob
     expect((await get(admission(`/v1/conversations/${conversationId}/messages/a1`), bob)).status).toBe(404);
     expect((await get(admission(`/v1/conversations/${conversationId}/messages/a1`), alice)).status).toBe(200);

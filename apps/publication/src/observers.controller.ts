@@ -84,7 +84,7 @@ export class ObserversController implements BeforeApplicationShutdown {
    * `event: delta` messages without an id (they are not stored and are never replayed).
    * 204 when `Last-Event-ID` is at or after the Run's settlement (nothing more will come).
    * @throws 400 `invalid_cursor` (extensions `cursor`, `reason`: `beyond-end`, `other-run`,
-   * `not-an-event`) when `Last-Event-ID` is not 0 and not a position in this Run's log
+   * `not-an-event` to an admin, `not-this-run` to anyone else) when `Last-Event-ID` is not 0 and not a position in this Run's log
    * ({@link judgeCursor}): a stream from there would skip stored events or never end (K4).
    * The stream never outlives the caller's token: at its expiry (`exp` plus the clock-skew
    * allowance, {@link Principal.expiresAt}) it sends the comment `: token expired` and ends; the
@@ -116,7 +116,7 @@ export class ObserversController implements BeforeApplicationShutdown {
       // before refusing a position inside the log, a second opinion from the Run's own read: a
       // direct get may be answered by a replica that has not stored the newest messages yet
       if (!atCursor && after <= streamLastSeq && (await this.log.readRun(runId)).some((e) => e.seq === after)) atCursor = { runId };
-      const refusal = judgeCursor(runId, after, atCursor, streamLastSeq);
+      const refusal = judgeCursor(runId, after, atCursor, streamLastSeq, principal.admin);
       if (refusal) {
         throw apiError(HttpStatus.BAD_REQUEST, 'invalid_cursor', refusal.detail, { extensions: { cursor: after, reason: refusal.reason } });
       }

@@ -29,6 +29,18 @@ describe("an observer cursor is 0 or a position in the Run's own log (K4)", () =
     expect(judgeCursor('run-1', 5, null, 10)?.reason).toBe('not-an-event');
   });
 
+  it('given any refused cursor of a caller who is not an admin, the refusal says only that it is not a position of this Run (not the log length, not whose it is)', () => {
+    for (const [cursor, at] of [
+      [3, other],
+      [11, null],
+      [5, null],
+    ] as const) {
+      const refusal = judgeCursor('run-1', cursor, at, 10, false);
+      expect(refusal).toEqual({ reason: 'not-this-run', detail: `Last-Event-ID ${cursor} is not a position of run run-1` });
+    }
+    expect(judgeCursor('run-1', 1, own, 10, false)).toBeNull();
+  });
+
   it('reads the Run id of a Run subject only', () => {
     expect(runIdOfSubject('rp', 'rp.run.run-1.lifecycle.3')).toBe('run-1');
     expect(runIdOfSubject('rp', 'other.run.run-1.lifecycle.3')).toBeNull();

@@ -294,7 +294,7 @@ export const HttpRoutes: readonly HttpRoute[] = [
       },
       204: { description: 'Last-Event-ID is at or after the settlement: nothing more will come' },
       400: problem(
-        "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (`beyond-end`, `other-run`, `not-an-event`)",
+        "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (to an admin `beyond-end`, `other-run`, `not-an-event`; to anyone else `not-this-run`)",
       ),
       404: NO_SUCH_RUN,
       503: NATS_UNAVAILABLE,
