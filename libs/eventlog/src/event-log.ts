@@ -1673,14 +1673,23 @@ export class EventLog {
     /** The sequence after the last message read (where the next batch starts). */
     let position = fromSeq;
     let stalls = 0;
+    let batch = batchSize;
     while (position <= last.seq) {
       let messages: Msg[];
       try {
-        messages = await this.directBatch(filter, position, batchSize, idleMs);
+        messages = await this.directBatch(filter, position, batch, idleMs);
       } catch (e) {
         if (!(e instanceof DirectBatchStalled) && !isTransientNatsError(e)) throw e;
         if (e instanceof DirectBatchStalled) messages = e.received;
         else messages = [];
+        // one message, then silence: a broker that passes one reply per request (an account's import
+        // of direct gets without `response: stream`, as brokers configured before it had) drops the
+        // rest of every batch, and the read went on at one message per stall (an upgrade trial's
+        // audit: 56 s for 11 events, and nothing said). The rest of this read asks one at a time.
+        if (e instanceof DirectBatchStalled && batch > 1 && messages.length === 1 && position + 1 <= last.seq) {
+          batch = 1;
+          this.saySingleReplies();
+        }
       }
       let got = 0;
       for (const m of messages) {
@@ -1741,12 +1750,28 @@ export class EventLog {
             return finish(new Error(`reading ${filter} from sequence ${seq}: ${h.code} ${h.description}`));
           }
           received.push(msg);
+          // the batch is whole: its end-of-batch status need not be waited for (a broker that
+          // passes one reply per request never sends it)
+          if (received.length >= batch) return finish();
           arm();
         },
       });
       arm();
       this.nc.publish(`$JS.API.DIRECT.GET.${this.space.stream}`, JSON.stringify({ seq, batch, next_by_subj: filter }), { reply: sub.getSubject() });
     });
+  }
+
+  private saidSingleReplies = false;
+
+  /** Says once per log that batched reads come one message per request, and what to do about it. */
+  private saySingleReplies(): void {
+    if (this.saidSingleReplies) return;
+    this.saidSingleReplies = true;
+    process.stderr.write(
+      `runplane event log: a batched read of ${this.space.stream} got one message per request (the broker passes one reply: ` +
+        `this user's account imports direct gets without \`response: stream\`, as a broker configured by an earlier release does); ` +
+        `reading one message at a time, slower. Apply the current NATS accounts (runplane docs nats-auth; deploy/nats/accounts.conf)\n`,
+    );
   }
 
   /**
