@@ -14,6 +14,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { readFileSync } from 'node:fs';
 import { admissionIds, conversationKey } from '@runplane/contracts';
 import { createDevAuth, type DevAuth } from '@runplane/devstack';
 import { ConversationIndex } from '@runplane/eventlog';
@@ -204,6 +205,24 @@ describe('tenancy: a Conversation and its Runs belong to their creator', () => {
       async () => ((await get(admission(`/v1/runs/${runId}`), admin)).status === 200 ? true : null),
       20_000,
       'the admin reads the Run',
+    );
+    // the request lines name who asked: bob's refused reads of her Run, the admin's reads of it
+    const requestLines = () =>
+      readFileSync(t.stack.logFile, 'utf8')
+        .split('\n')
+        .flatMap((l) =>
+          l.includes(`/v1/runs/${runId}/answer`) && l.includes('"responseTime"')
+            ? [JSON.parse(l.slice(l.indexOf('{'))) as Record<string, unknown>]
+            : [],
+        );
+    await eventually(async () => (requestLines().some((l) => l.principal === 'ops') ? true : null), 10_000, "the admin's request line");
+    const callers = requestLines().map((l) => [l.principal, l.admin ?? false, (l.res as { statusCode: number }).statusCode]);
+    expect(callers).toEqual(
+      expect.arrayContaining([
+        ['bob', false, 404],
+        ['alice', false, 200],
+        ['ops', true, 200],
+      ]),
     );
     // an operator action without the admin scope
     const reconcile = await post(admission(`/v1/runs/${runId}/tool-calls/c1/reconcile`), alice, { outcome: 'succeeded', evidence: 'checked' });

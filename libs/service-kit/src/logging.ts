@@ -24,9 +24,19 @@ export type LogLevel = z.infer<typeof LogConfig>['LOG_LEVEL'];
 export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie'] as const;
 
 /**
+ * The fields a request's log line gets for its caller: `principal` (the token's `sub`) and `admin:
+ * true` for an operator; nothing before the guard ran (a request it refused, a public route) or
+ * with authentication off.
+ */
+export function principalFields(p: { sub: string; admin: boolean; unauthenticated?: boolean } | undefined): Record<string, unknown> {
+  if (!p || p.unauthenticated) return {};
+  return p.admin ? { principal: p.sub, admin: true } : { principal: p.sub };
+}
+
+/**
  * The logger module of service `name`: JSON lines on stderr with `service: name`, HTTP requests
  * logged when they complete (except `GET /healthz`, which probes call every few seconds), their
- * {@link REDACTED_HEADERS} as `[redacted]`.
+ * {@link REDACTED_HEADERS} as `[redacted]`, with the caller ({@link principalFields}).
  */
 export function serviceLoggerModule(name: string, level: LogLevel): DynamicModule {
   return LoggerModule.forRoot({
@@ -35,6 +45,10 @@ export function serviceLoggerModule(name: string, level: LogLevel): DynamicModul
         level,
         base: { service: name, pid: process.pid },
         autoLogging: { ignore: (req) => req.url === '/healthz' },
+        // who asked (the token's sub, and `admin` for an operator): an admin's reads of other
+        // people's Runs append nothing, so the request line is their only record (a trial's
+        // request lines named no principal at all)
+        customProps: (req) => principalFields((req as { principal?: { sub: string; admin: boolean; unauthenticated?: boolean } }).principal),
         redact: { paths: [...REDACTED_HEADERS.map((h) => `req.headers["${h}"]`), 'res.headers["set-cookie"]'], censor: '[redacted]' },
       },
       // Synchronous: the last lines before an exit are not lost.
