@@ -422,6 +422,32 @@ export const WaitConfig = z.object({
 });
 export type WaitConfig = z.infer<typeof WaitConfig>;
 
+/**
+ * Caps on the observer streams (`GET /v1/runs/{runId}/events`) one publication process holds open,
+ * read by publication. Each open stream holds one ordered JetStream consumer on the Run stream, and
+ * nats-server (2.12 and later) gives a stream a default of 1,000 consumers (a stream's
+ * `max_consumers: -1` means that default), shared by every publication replica's observers, the
+ * services' durables (7 per partition: 56 at the default 8 partitions) and the downstream durables.
+ * Without a cap one principal opening 3,000 streams took them all, and every other user's stream
+ * was answered 200 and closed at once. The defaults keep one replica at about half of the
+ * server's limit, with room for the durables and a second replica's observers at a rolling update;
+ * 20 per principal lets one user watch 20 Runs at once (a CLI `watch`, a few viewer tabs) while no
+ * fewer than 25 principals are needed to fill a replica. With authentication disabled every caller
+ * is one principal (`anonymous`): only the process cap applies then. Over the principal's cap a
+ * stream is refused 429 `observer_limit`; over the process cap 503 `observer_capacity`; both with
+ * `Retry-After` (docs/operations.md "Limits and where each holds").
+ */
+export const ObserverConfig = z.object({
+  /** Observer streams one publication process holds open at once, all principals together. */
+  RUNPLANE_OBSERVER_STREAMS_MAX: envInt(500, 1, 100_000),
+  /**
+   * Observer streams one principal (a token's `sub`, admins included) holds open at once on one
+   * publication process; one above `RUNPLANE_OBSERVER_STREAMS_MAX` leaves the process cap to bind.
+   */
+  RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL: envInt(20, 1, 100_000),
+});
+export type ObserverConfig = z.infer<typeof ObserverConfig>;
+
 /** Parking tools admission grants every Run admitted from a user's message (comma-separated; empty = none). */
 export const ParkingToolsConfig = z.object({ RUNPLANE_PARKING_TOOLS: toolNameList('ask_human,spawn_subagent,ask_clarification', ParkingToolNames) });
 

@@ -202,6 +202,24 @@ export const QuotaProblem = ProblemDetails.extend({
 export type QuotaProblem = z.infer<typeof QuotaProblem>;
 
 /**
+ * 429 `observer_limit` / 503 `observer_capacity`: an event stream refused before anything was
+ * written, because its principal (429) or the publication process (503) holds as many open
+ * streams as its cap allows. The `Retry-After` header carries `retryAfterSeconds`.
+ */
+export const ObserverLimitProblem = ProblemDetails.extend({
+  setting: z
+    .enum(['RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL', 'RUNPLANE_OBSERVER_STREAMS_MAX'])
+    .meta({ description: 'The setting whose cap refused the stream' }),
+  limit: z.number().int().min(1).meta({ description: 'The cap (that setting), streams' }),
+  open: z.number().int().min(0).meta({ description: 'Streams open under that cap on this publication process when the request came' }),
+  retryAfterSeconds: z.number().int().min(1).meta({
+    description:
+      'Seconds to wait before opening the stream again: a hint, since when an open stream ends (its Run settles, its client leaves) is not known',
+  }),
+}).meta({ id: 'ObserverLimitProblem' });
+export type ObserverLimitProblem = z.infer<typeof ObserverLimitProblem>;
+
+/**
  * The problem types the services answer with, and their fixed titles. Errors Nest raises itself
  * (an HTTP status without a Runplane code) use the lower-cased status name as code.
  */
@@ -227,6 +245,8 @@ export const ProblemTitles: Record<string, string> = {
   wait_conflict: 'The wait was answered differently',
   admission_contended: 'Admission contended',
   quota_exceeded: 'A quota of the principal is exceeded',
+  observer_limit: 'The principal holds as many event streams as it may',
+  observer_capacity: 'The publication process holds as many event streams as it may',
   dependency_unavailable: 'A dependency is unavailable',
   internal_error: 'Internal error',
 };

@@ -16,6 +16,7 @@ import {
   loadConfig,
   MAX_TIMER_MS,
   ModelConfig,
+  ObserverConfig,
   QuotaConfig,
   RecoveryConfig,
   ShutdownConfig,
@@ -52,6 +53,8 @@ const cases: [string, z.ZodObject, number, number | null][] = [
   ['RUNPLANE_QUOTA_CONCURRENT_RUNS', QuotaConfig, 1, 1_000_000],
   ['RUNPLANE_QUOTA_RUNS_PER_HOUR', QuotaConfig, 1, 1_000_000],
   ['RUNPLANE_QUOTA_COST_MICROS_PER_DAY', QuotaConfig, 1, 1_000_000_000_000_000],
+  ['RUNPLANE_OBSERVER_STREAMS_MAX', ObserverConfig, 1, 100_000],
+  ['RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL', ObserverConfig, 1, 100_000],
 ];
 
 describe('configured limits: accepted at their edges, refused one beyond, naming the variable', () => {
