@@ -1,2 +1,3 @@
 export * from './decide.js';
 export * from './cursor.js';
+export * from './observer-admission.js';
