@@ -7,7 +7,9 @@
  * principal gets the 404 of an unknown id on every route, and appends nothing, also when it
  * races the admission); the principal is recorded on `run.admitted` and as who canceled, from the
  * token, never from `X-Runplane-User`; operator actions and `/partitions` want `runplane:admin`;
- * an event stream ends when its token expires. Health, metrics and the OpenAPI description stay open.
+ * an event stream ends when its token expires; a principal's open event streams are capped (3 here),
+ * and so are the publication process's (5 here), each refusal a problem answer. Health, metrics and
+ * the OpenAPI description stay open.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -33,8 +35,14 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) dirs.push(mkdtempSync(join(tmpdir(), 'rp-auth-')));
   auth = await createDevAuth(dirs[0]!);
   other = await createDevAuth(dirs[1]!); // same issuer and audience, another key
-  // a skew allowance of 1 s: an event stream's end at its token's expiry is seen within seconds
-  t = await startTestStack('auth', { ...auth.env, RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: '1' });
+  // a skew allowance of 1 s: an event stream's end at its token's expiry is seen within seconds;
+  // small caps on event streams, reached by a handful of streams (the other cases hold at most 3 at once, 2 per principal)
+  t = await startTestStack('auth', {
+    ...auth.env,
+    RUNPLANE_AUTH_CLOCK_SKEW_SECONDS: '1',
+    RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL: '3',
+    RUNPLANE_OBSERVER_STREAMS_MAX: '5',
+  });
   [alice, bob, admin] = await Promise.all([auth.mint('alice'), auth.mint('bob'), auth.mint('ops', { scopes: ['runplane:admin'] })]);
 }, 120_000);
 afterAll(async () => {
@@ -473,5 +481,90 @@ describe('GET /v1/runs: the list of Runs a principal sees (the Run viewer)', () 
     expect(listed.headers.get('access-control-allow-origin')).toBe(viewerOrigin);
     const foreign = await fetch(admission('/v1/runs'), { headers: { origin: 'http://evil.example', ...bearer(alice) } });
     expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
+  });
+});
+
+describe('event streams are capped per principal and per publication process (RUNPLANE_OBSERVER_STREAMS_*: 3 and 5 here)', () => {
+  /** Opens an event stream of `runId` with `token`; `close` disconnects it (the Run goes on). */
+  async function openStream(runId: string, token: string) {
+    const ac = new AbortController();
+    const res = await fetch(publication(`/v1/runs/${runId}/events`), { headers: bearer(token), signal: ac.signal });
+    return { res, close: () => ac.abort() };
+  }
+  /** The problem answer of a refused stream, with its `Retry-After`. */
+  async function refusal(res: Response) {
+    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    return { status: res.status, retryAfter: Number(res.headers.get('retry-after')), body: (await res.json()) as Record<string, unknown> };
+  }
+
+  it("given frank holds 3 streams of his Run, then his 4th is 429 problem JSON naming the setting; with the process's 5 held, grace's is 503; once streams close, grace's stream carries her Run's events through run.settled and frank is admitted 3 times again", async () => {
+    const key = `caps-${t.tag}`;
+    await t.setScenario({ steps: [{ hang: true }], then: 'repeat-last' }, key);
+    const [frank, grace] = await Promise.all([auth.mint(`frank-${t.tag}`), auth.mint(`grace-${t.tag}`)]);
+    const held = await post(admission(`/v1/conversations/conv-${t.tag}-frank/messages`), frank, {
+      clientMessageId: 'f1',
+      content: `What does DIA hold? ${key}`,
+    });
+    const answered = await post(admission(`/v1/conversations/conv-${t.tag}-grace/messages`), grace, {
+      clientMessageId: 'g1',
+      content: 'What does SPY hold?',
+    });
+    expect([held.status, answered.status]).toEqual([201, 201]);
+    const frankRun = String(held.body!.runId);
+    const graceRun = String(answered.body!.runId);
+
+    const franks = await Promise.all([1, 2, 3].map(() => openStream(frankRun, frank)));
+    expect(franks.map((s) => s.res.status)).toEqual([200, 200, 200]);
+    const fourth = await openStream(frankRun, frank);
+    const overPrincipal = await refusal(fourth.res);
+    expect(overPrincipal).toMatchObject({
+      status: 429,
+      body: { status: 429, code: 'observer_limit', setting: 'RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL', limit: 3, open: 3 },
+    });
+    expect(overPrincipal.retryAfter).toBeGreaterThan(0);
+    expect(String(overPrincipal.body.detail)).toContain('RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL=3');
+
+    // an admin is a principal too; its 2 streams fill the process's 5
+    const admins = await Promise.all([1, 2].map(() => openStream(frankRun, admin)));
+    expect(admins.map((s) => s.res.status)).toEqual([200, 200]);
+    const overProcess = await refusal((await openStream(graceRun, grace)).res);
+    expect(overProcess).toMatchObject({
+      status: 503,
+      body: { status: 503, code: 'observer_capacity', setting: 'RUNPLANE_OBSERVER_STREAMS_MAX', limit: 5, open: 5 },
+    });
+    expect(overProcess.retryAfter).toBeGreaterThan(0);
+
+    // the admin's streams close: grace's stream is admitted and is a working one, to the settlement
+    for (const s of admins) s.close();
+    const graceStream = await eventually(
+      async () => {
+        const s = await openStream(graceRun, grace);
+        if (s.res.status === 200) return s;
+        expect(s.res.status).toBe(503); // until the server has seen the admin's streams go
+        await s.res.body?.cancel();
+        return null;
+      },
+      10_000,
+      "grace's stream admitted once the admin's closed",
+    );
+    const text = await graceStream.res.text();
+    const types = [...text.matchAll(/^event: (.+)$/gm)].map((m) => m[1]);
+    expect(types[0]).toBe('run.admitted');
+    expect(types.at(-1)).toBe('run.settled');
+
+    // frank's streams close: his count went down, 3 new ones are admitted
+    for (const s of franks) s.close();
+    const again = await eventually(
+      async () => {
+        const streams = await Promise.all([1, 2, 3].map(() => openStream(frankRun, frank)));
+        if (streams.every((s) => s.res.status === 200)) return streams;
+        for (const s of streams) s.close();
+        return null;
+      },
+      10_000,
+      "frank's 3 streams admitted again once his earlier ones closed",
+    );
+    for (const s of again) s.close();
+    expect((await post(admission(`/v1/runs/${frankRun}/cancel`), frank, { reason: 'test over' })).status).toBe(202);
   });
 });

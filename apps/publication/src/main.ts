@@ -1,7 +1,7 @@
 // first, before anything loads @nestjs/common: ICU's locale data stays unmapped until used (service-kit locale-data.ts)
 import '@runplane/service-kit/defer-locale-data';
 import { fileURLToPath } from 'node:url';
-import { AuthConfig, loadConfig, ViewerConfig } from '@runplane/contracts';
+import { AuthConfig, loadConfig, ObserverConfig, ViewerConfig } from '@runplane/contracts';
 import { main } from '@runplane/service-kit';
 import { PublicationModule } from './publication.module.js';
 
@@ -10,7 +10,7 @@ main({
   module: PublicationModule,
   portEnv: 'PUBLICATION_PORT',
   defaultPort: 8082,
-  config: [AuthConfig, ViewerConfig],
+  config: [AuthConfig, ObserverConfig, ViewerConfig],
   consumer: {},
   // the Run viewer: static files (apps/publication/viewer, beside dist/), no build step; its API
   // calls carry the token the user gives it (the event stream here, same origin; admission by CORS),

@@ -1,10 +1,23 @@
-import { Controller, Get, Headers, HttpStatus, Param, Query, Req, Res, UseGuards, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Controller, Get, Headers, HttpStatus, Logger, Param, Query, Req, Res, UseGuards, type BeforeApplicationShutdown } from '@nestjs/common';
 import type { Request, Response } from 'express';
-import { AnswerView, Id, LastEventIdText, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
+import { AnswerView, Id, LastEventIdText, ObserverConfig, RunEventsQuery, type StoredEvent } from '@runplane/contracts';
 import { EventLog, isPublishedOn, liveDeltaSubject } from '@runplane/eventlog';
 import { answerPassages, foldRun } from '@runplane/run-facts';
-import { apiError, AuthGuard, badRequestFromZod, CurrentPrincipal, mayAccess, parseQuery, sseObservers, type Principal } from '@runplane/service-kit';
+import {
+  apiError,
+  AuthGuard,
+  badRequestFromZod,
+  CurrentPrincipal,
+  dependencyUnavailable,
+  InjectConfig,
+  mayAccess,
+  parseQuery,
+  sseObservers,
+  type ApiError,
+  type Principal,
+} from '@runplane/service-kit';
 import { judgeCursor, runIdOfSubject } from './cursor.js';
+import { ObserverGate, observerCapsOf, type ObserverRefusal } from './observer-admission.js';
 
 const HEARTBEAT_MS = 15_000;
 
@@ -28,6 +41,15 @@ export function callAt(atMs: number, fn: () => void): () => void {
 }
 
 const notFound = (runId: string) => apiError(HttpStatus.NOT_FOUND, 'not_found', `run ${runId} not found`);
+
+/** The problem of a refused observer stream (429 `observer_limit`, 503 `observer_capacity`), with `Retry-After`. */
+export function observerRefused(refusal: ObserverRefusal): ApiError {
+  const { status, code, detail, setting, limit, open, retryAfterSeconds } = refusal;
+  return apiError(status, code, detail, {
+    headers: { 'Retry-After': String(retryAfterSeconds) },
+    extensions: { setting, limit, open, retryAfterSeconds },
+  });
+}
 
 function parseRunId(runId: string): string {
   const parsed = Id.safeParse(runId);
@@ -65,10 +87,18 @@ export function parseEventsQuery(query: unknown): RunEventsQuery {
 @Controller('v1/runs')
 @UseGuards(AuthGuard)
 export class ObserversController implements BeforeApplicationShutdown {
+  private readonly logger = new Logger('observers');
   /** Open observer streams; ended on shutdown so the HTTP server can close (observers resume with Last-Event-ID). */
   private readonly open = new Set<() => Promise<void>>();
+  /** How many streams are open, in all and per principal, against the caps of `ObserverConfig`. */
+  readonly gate: ObserverGate;
 
-  constructor(private readonly log: EventLog) {}
+  constructor(
+    private readonly log: EventLog,
+    @InjectConfig(ObserverConfig) observerConfig: ObserverConfig,
+  ) {
+    this.gate = new ObserverGate(observerCapsOf(observerConfig));
+  }
 
   async beforeApplicationShutdown(): Promise<void> {
     await Promise.all([...this.open].map((detach) => detach()));
@@ -89,6 +119,13 @@ export class ObserversController implements BeforeApplicationShutdown {
    * The stream never outlives the caller's token: at its expiry (`exp` plus the clock-skew
    * allowance, {@link Principal.expiresAt}) it sends the comment `: token expired` and ends; the
    * observer resumes with `Last-Event-ID` and a fresh token (the expired one gets 401).
+   * @throws 429 `observer_limit` when the principal (the token's `sub`, admins too) already holds
+   * `RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL` open streams on this process (not applied with
+   * authentication disabled), 503 `observer_capacity` when the process holds
+   * `RUNPLANE_OBSERVER_STREAMS_MAX` ({@link ObserverGate}); 503 `dependency_unavailable` when the
+   * Run's consumer cannot be made (NATS unreachable, the stream's consumer limit reached). Each
+   * with `Retry-After`, and before anything of the stream is written: the 200 and its headers are
+   * sent only once the consumer exists.
    */
   @Get(':runId/events')
   async events(
@@ -129,18 +166,63 @@ export class ObserversController implements BeforeApplicationShutdown {
       res.status(HttpStatus.NO_CONTENT).end();
       return;
     }
-    res.status(200).set({
-      'Content-Type': 'text/event-stream; charset=utf-8',
-      'Cache-Control': 'no-cache, no-transform',
-      Connection: 'keep-alive',
-      'X-Accel-Buffering': 'no',
-    });
-    res.flushHeaders();
-    res.write(': runplane event stream\n\n');
+    const admission = this.gate.open(principal.unauthenticated ? null : principal.sub);
+    if (!admission.admitted) throw observerRefused(admission.refusal);
 
     let closed = false;
-    const heartbeat = setInterval(() => res.write(': keepalive\n\n'), HEARTBEAT_MS);
-    const sub =
+    /** Set once the 200 and its headers are sent; until then the follow's events wait in `pending`. */
+    let committed = false;
+    const pending: string[] = [];
+    const send = (chunk: string) => {
+      if (committed) res.write(chunk);
+      else pending.push(chunk);
+    };
+    let heartbeat: NodeJS.Timeout | null = null;
+    let sub: ReturnType<EventLog['nc']['subscribe']> | null = null;
+    let cancelExpiry: (() => void) | null = null;
+    let stop: (() => Promise<void>) | null = null;
+    const detach = async () => {
+      if (closed) return;
+      closed = true;
+      this.open.delete(detach);
+      admission.release();
+      sseObservers.dec();
+      if (heartbeat) clearInterval(heartbeat);
+      cancelExpiry?.();
+      sub?.unsubscribe();
+      await stop?.();
+      if (committed) res.end();
+    };
+    this.open.add(detach);
+    sseObservers.inc();
+    req.on('close', () => void detach());
+    try {
+      // the consumer first: a follow that cannot start is a problem answer, not a 200 that closes at once
+      stop = await this.log.followRun(runId, after + 1, (stored: StoredEvent) => {
+        if (closed) return;
+        send(`id: ${stored.seq}\nevent: ${stored.event.type}\ndata: ${JSON.stringify(stored.event)}\n\n`);
+        if (stored.event.type === 'run.settled') void detach();
+      });
+    } catch (error) {
+      const wasClosed = closed;
+      await detach();
+      if (wasClosed) return; // the client left meanwhile: nobody to answer
+      const reason = error instanceof Error ? error.message : String(error);
+      this.logger.warn({ runId, reason }, "the Run's consumer could not be made; the event stream is refused 503");
+      throw dependencyUnavailable('NATS JetStream', `the Run's consumer could not be made (${reason})`);
+    }
+    if (closed) {
+      // ended while the consumer was made (the Run's settlement delivered already, the client gone,
+      // a shutdown): what was delivered is sent and the stream ends (a client that left hears nothing)
+      await stop();
+      this.commit(res, pending);
+      res.end();
+      return;
+    }
+    committed = true;
+    this.commit(res, pending);
+    heartbeat = setInterval(() => res.write(': keepalive\n\n'), HEARTBEAT_MS);
+    sub =
       deltas === 'true'
         ? this.log.nc.subscribe(liveDeltaSubject(this.log.space, runId), {
             callback: (_err, msg) => {
@@ -149,9 +231,8 @@ export class ObserversController implements BeforeApplicationShutdown {
             },
           })
         : null;
-    let stop: (() => Promise<void>) | null = null;
     // a token that expires (or is revoked by expiring) stops reading: nothing is sent after it would be refused
-    const cancelExpiry =
+    cancelExpiry =
       principal.expiresAt === null
         ? null
         : callAt(principal.expiresAt, () => {
@@ -159,26 +240,24 @@ export class ObserversController implements BeforeApplicationShutdown {
             res.write(': token expired\n\n');
             void detach();
           });
-    const detach = async () => {
-      if (closed) return;
-      closed = true;
-      this.open.delete(detach);
-      sseObservers.dec();
-      clearInterval(heartbeat);
-      cancelExpiry?.();
-      sub?.unsubscribe();
-      await stop?.();
-      res.end();
-    };
-    this.open.add(detach);
-    sseObservers.inc();
-    req.on('close', () => void detach());
-    stop = await this.log.followRun(runId, after + 1, (stored: StoredEvent) => {
-      if (closed) return;
-      res.write(`id: ${stored.seq}\nevent: ${stored.event.type}\ndata: ${JSON.stringify(stored.event)}\n\n`);
-      if (stored.event.type === 'run.settled') void detach();
+  }
+
+  /**
+   * Sends the stream's 200 and SSE headers, its opening comment, then `pending` (what the follow
+   * delivered before, in order). Called once per stream, synchronously after the consumer exists:
+   * Node's `res.write` before the headers are sent would send them itself, with whatever status
+   * and headers were set at that moment, so nothing is written before this.
+   */
+  private commit(res: Response, pending: string[]): void {
+    res.status(200).set({
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-cache, no-transform',
+      Connection: 'keep-alive',
+      'X-Accel-Buffering': 'no',
     });
-    if (closed) await stop();
+    res.flushHeaders();
+    res.write(': runplane event stream\n\n');
+    for (const chunk of pending.splice(0)) res.write(chunk);
   }
 
   /**
