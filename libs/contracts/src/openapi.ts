@@ -37,6 +37,7 @@ import {
   RunView,
   RunsPage,
   RunsQuery,
+  ObserverLimitProblem,
   QuotaProblem,
 } from './http.js';
 
@@ -285,7 +286,10 @@ export const HttpRoutes: readonly HttpRoute[] = [
     summary: "Server-Sent Events of a Run's stored events, replayed after Last-Event-ID, then live",
     description:
       'Each SSE message has `id: <stream seq>`, `event: <event type>` and `data: <event envelope JSON>`. The stream ends after `run.settled`. ' +
-      'With `deltas=true`, live token deltas are interleaved as `event: delta` without an id (never replayed). The `Last-Event-ID` header wins over `?lastEventId=`.',
+      'With `deltas=true`, live token deltas are interleaved as `event: delta` without an id (never replayed). The `Last-Event-ID` header wins over `?lastEventId=`. ' +
+      'Each open stream holds one JetStream consumer: a principal may hold `RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL` open streams on one publication process ' +
+      "(429 beyond), the process `RUNPLANE_OBSERVER_STREAMS_MAX` (503 beyond). The 200 is sent only once the stream's consumer exists: " +
+      'every refusal is a problem answer, never a 200 that closes at once.',
     request: { path: RunIdParams, query: RunEventsQuery, header: RunEventsHeaders },
     responses: {
       200: {
@@ -297,7 +301,21 @@ export const HttpRoutes: readonly HttpRoute[] = [
         "Bad runId, Last-Event-ID or query (a repeated parameter too): `bad_request` with `issues`; a `Last-Event-ID` that is not 0 and not a position in this Run's log (a message on its subjects): `invalid_cursor` with `cursor` and `reason` (to an admin `beyond-end`, `other-run`, `not-an-event`; to anyone else `not-this-run`)",
       ),
       404: NO_SUCH_RUN,
-      503: NATS_UNAVAILABLE,
+      429: {
+        description:
+          'The principal holds as many open event streams on this publication process as `RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL` allows ' +
+          '(`observer_limit`: the `setting`, its `limit`, the streams `open`); nothing was written. Close one, or retry after `Retry-After` seconds',
+        body: { contentType: PROBLEM_CONTENT_TYPE, schema: ObserverLimitProblem },
+        headers: RETRY_AFTER,
+      },
+      503: {
+        description:
+          'This publication process holds as many open event streams as `RUNPLANE_OBSERVER_STREAMS_MAX` allows (`observer_capacity`, with `setting`, ' +
+          "`limit`, `open`), or NATS JetStream is unreachable or refused the stream's consumer (the stream's consumer limit: `dependency_unavailable`); " +
+          'nothing was written. Retry after `Retry-After` seconds',
+        body: { contentType: PROBLEM_CONTENT_TYPE, schema: ObserverLimitProblem.or(ProblemDetails) },
+        headers: RETRY_AFTER,
+      },
     },
   },
   {
