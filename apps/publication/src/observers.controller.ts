@@ -208,8 +208,9 @@ export class ObserversController implements BeforeApplicationShutdown {
       await detach();
       if (wasClosed) return; // the client left meanwhile: nobody to answer
       const reason = error instanceof Error ? error.message : String(error);
+      // NATS's own words stay in the log, as for every dependency_unavailable
       this.logger.warn({ runId, reason }, "the Run's consumer could not be made; the event stream is refused 503");
-      throw dependencyUnavailable('NATS JetStream', `the Run's consumer could not be made (${reason})`);
+      throw dependencyUnavailable('NATS JetStream', "the Run's consumer could not be made");
     }
     if (closed) {
       // ended while the consumer was made (the Run's settlement delivered already, the client gone,

@@ -80,7 +80,8 @@ describe('the stream starts only once its consumer exists', () => {
     expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
     const body = (await res.json()) as Record<string, unknown>;
     expect(body).toMatchObject({ status: 503, code: 'dependency_unavailable' });
-    expect(String(body.detail)).toContain('maximum consumers limit reached');
+    expect(String(body.detail)).toContain("the Run's consumer could not be made");
+    expect(String(body.detail)).not.toContain('maximum consumers'); // the server's words stay in the log
     expect(openCount()).toBe(0);
   });
 
