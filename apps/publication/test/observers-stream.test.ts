@@ -1,47 +1,58 @@
 /**
- * The event stream's route (`ObserversController.events`) on a real Express server, with an event
- * log whose follow a test decides (it holds, throws, or delivers before it returns): a follow that
- * cannot start is a 503 problem with nothing of a stream written (it was a 200 that closed at
- * once); what the follow delivers before the headers are sent comes after them, in order; the caps
- * per principal (429) and per process (503) hold, and every way a stream ends (client gone,
- * settlement, token expiry, shutdown, a failed start) gives its place back exactly once.
+ * The event stream's route (`ObserversController.events`) on a real Express server over the real
+ * event log (the suite's nats-server): a follow that cannot start (the Run stream's consumer limit
+ * reached, here a stream limited to one consumer) is a 503 problem with nothing of a stream written
+ * (it was a 200 that closed at once); the stored events and the live ones come after the headers,
+ * in order; the caps per principal (429) and per process (503) hold, and every way a stream ends
+ * (client gone, settlement, token expiry, shutdown, a failed start) gives its place back exactly
+ * once.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import express from 'express';
 import { Logger } from '@nestjs/common';
-import type { StoredEvent } from '@runplane/contracts';
-import type { EventLog } from '@runplane/eventlog';
+import { makeEvent } from '@runplane/contracts';
+import { EventLog, runStreamConfig } from '@runplane/eventlog';
 import { ApiError, writeProblem, type Principal } from '@runplane/service-kit';
 import { ObserversController } from '../src/observers.controller.js';
+import { admittedEvent, settledEvent, testContext } from '../../../test/support/events.js';
+import { SHARED_NATS } from '../../../test/support/nats-server.js';
 
-type OnEvent = (e: StoredEvent) => void | Promise<void>;
-/** What the fake log's follow of a Run does: resolves with a stop function or throws. */
-type Follow = (onEvent: OnEvent) => Promise<() => Promise<void>>;
-
-const follows = new Map<string, Follow>();
-let stops = 0;
-const stored = (seq: number, type: string, runId: string) => ({ seq, event: { type, runId } }) as unknown as StoredEvent;
-const holding: Follow = () => Promise.resolve(() => Promise.resolve(void stops++));
-
-const log = {
-  lastOf: (_runId: string, owner: string) => Promise.resolve(owner === 'admission' ? stored(1, 'run.admitted', 'x') : null),
-  followRun: (runId: string, _from: number, onEvent: OnEvent) => (follows.get(runId) ?? holding)(onEvent),
-} as unknown as EventLog;
-const controller = new ObserversController(log, { RUNPLANE_OBSERVER_STREAMS_MAX: 5, RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL: 3 });
+const tag = randomBytes(4).toString('hex');
+/** The Run stream of this file, and one that allows a single consumer (nats-server's limit per stream: 1,000 by default). */
+const space = { stream: `RPTEST_OBS_${tag}`, prefix: `tobs${tag}`, partitions: 2 };
+const narrow = { stream: `RPTEST_OBS1_${tag}`, prefix: `tobsn${tag}`, partitions: 2 };
+let log: EventLog;
+let narrowLog: EventLog;
+let controller: ObserversController;
+let narrowController: ObserversController;
 const principal = (sub: string, expiresAt: number | null = null): Principal => ({ sub, scopes: [], admin: true, unauthenticated: false, expiresAt });
 const expiries = new Map<string, number>();
+/** Appends a new Run's admission (what the route looks up before it streams); its id. */
+async function admitted(on: EventLog = log): Promise<string> {
+  const runId = randomUUID();
+  await on.append(admittedEvent(runId), 0);
+  return runId;
+}
 
 let server: Server;
 let base: string;
 beforeAll(async () => {
   Logger.overrideLogger(false); // the refused follow's warning is what the first case causes
+  log = await EventLog.connect({ ...SHARED_NATS, ...space, name: 'observers-test' });
+  log.onInvalid = () => undefined;
+  // made before its log connects to it (a connect adopts an existing stream): one consumer at most
+  await log.jsm.streams.add({ ...runStreamConfig(narrow, { replicas: 1, duplicateWindowMs: 120_000 }), max_consumers: 1 });
+  narrowLog = await EventLog.connect({ ...SHARED_NATS, ...narrow, name: 'observers-test-narrow' });
+  const caps = { RUNPLANE_OBSERVER_STREAMS_MAX: 5, RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL: 3 };
+  controller = new ObserversController(log, caps);
+  narrowController = new ObserversController(narrowLog, caps);
   const app = express();
   app.get('/v1/runs/:runId/events', (req, res) => {
     const sub = String(req.headers['x-sub']);
-    controller
+    (req.headers['x-narrow'] ? narrowController : controller)
       .events(req.params.runId, undefined, req.query, req, res, principal(sub, expiries.get(sub) ?? null))
       .catch((e: unknown) => (e instanceof ApiError && !res.headersSent ? writeProblem(res, e, req.path) : res.end()));
   });
@@ -50,15 +61,24 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 });
 afterAll(async () => {
-  await controller.beforeApplicationShutdown();
-  server.closeAllConnections();
-  await new Promise((r) => server.close(r));
+  await controller?.beforeApplicationShutdown();
+  await narrowController?.beforeApplicationShutdown();
+  if (server) {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  }
+  for (const l of [log, narrowLog]) {
+    await l?.destroyStream().catch(() => undefined);
+    await l?.close();
+  }
 });
 
-/** Opens a stream as `sub`; `abort` disconnects it. */
-async function open(sub: string, runId: string = randomUUID()) {
+/** Opens a stream of `runId` (default: a new admitted Run) as `sub`, on the narrow stream's route with `narrowRoute`; `abort` disconnects it. */
+async function open(sub: string, runId?: string, narrowRoute = false) {
+  const id = runId ?? (await admitted());
   const ac = new AbortController();
-  const res = await fetch(`${base}/v1/runs/${runId}/events`, { headers: { 'x-sub': sub }, signal: ac.signal });
+  const headers: Record<string, string> = { 'x-sub': sub, ...(narrowRoute ? { 'x-narrow': '1' } : {}) };
+  const res = await fetch(`${base}/v1/runs/${id}/events`, { headers, signal: ac.signal });
   return { res, abort: () => ac.abort() };
 }
 async function until(what: string, ok: () => boolean, ms = 5_000): Promise<void> {
@@ -68,13 +88,22 @@ async function until(what: string, ok: () => boolean, ms = 5_000): Promise<void>
     await new Promise((r) => setTimeout(r, 10));
   }
 }
-const openCount = () => controller.gate.current.open;
+async function untilAsync(what: string, ok: () => Promise<boolean>, ms = 5_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+/** Consumers the server holds on this file's Run stream. */
+const consumers = async () => (await log.jsm.streams.info(space.stream)).state.consumer_count;
+const openCount = (c: ObserversController = controller) => c.gate.current.open;
 
 describe('the stream starts only once its consumer exists', () => {
-  it('given a follow that cannot start (the stream consumer limit), then 503 problem JSON with Retry-After and nothing of a stream; its place is given back', async () => {
-    const runId = randomUUID();
-    follows.set(runId, () => Promise.reject(new Error('maximum consumers limit reached')));
-    const { res } = await open('alice', runId);
+  it('given a follow that cannot start (the Run stream holds its one consumer already), then 503 problem JSON with Retry-After and nothing of a stream; its place is given back', async () => {
+    const holder = await open('alice', await admitted(narrowLog), true);
+    expect(holder.res.status).toBe(200);
+    const { res } = await open('bob', await admitted(narrowLog), true);
     expect(res.status).toBe(503);
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
@@ -82,39 +111,37 @@ describe('the stream starts only once its consumer exists', () => {
     expect(body).toMatchObject({ status: 503, code: 'dependency_unavailable' });
     expect(String(body.detail)).toContain("the Run's consumer could not be made");
     expect(String(body.detail)).not.toContain('maximum consumers'); // the server's words stay in the log
-    expect(openCount()).toBe(0);
+    expect(openCount(narrowController)).toBe(1);
+    holder.abort();
+    await until('the holder to give its place back', () => openCount(narrowController) === 0);
   });
 
-  it('given a follow that delivers events before it returns, then they are written after the headers and the opening comment, in order, and the live ones after them', async () => {
-    const runId = randomUUID();
-    let live: OnEvent = () => undefined;
-    follows.set(runId, async (onEvent) => {
-      await onEvent(stored(1, 'run.admitted', runId));
-      await onEvent(stored(2, 'model.turn.requested', runId));
-      live = onEvent;
-      return async () => void stops++;
-    });
+  it("given a Run's stored events and then a live settlement, then they are written after the headers and the opening comment, in order, and the stream ends", async () => {
+    const runId = await admitted();
+    const turn = await log.append(makeEvent('model.turn.requested', testContext(runId), 1, { turn: 1, model: 'm' }, new Date()), 0);
     const { res } = await open('alice', runId);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
-    setTimeout(() => void live(stored(3, 'run.settled', runId)), 50);
+    const settled = await log.append(settledEvent(runId), 0);
     const text = await res.text();
-    expect([...text.matchAll(/^(?::.*|id: \d+)$/gm)].map((m) => m[0])).toEqual([': runplane event stream', 'id: 1', 'id: 2', 'id: 3']);
+    const first = turn.seq - 1;
+    expect([...text.matchAll(/^(?::.*|id: \d+)$/gm)].map((m) => m[0])).toEqual([
+      ': runplane event stream',
+      `id: ${first}`,
+      `id: ${turn.seq}`,
+      `id: ${settled.seq}`,
+    ]);
     await until('the settled stream to give its place back', () => openCount() === 0);
   });
 
-  it('given a follow that delivers the settlement before it returns, then the stream is the opening comment and the events, and ends', async () => {
-    const runId = randomUUID();
-    follows.set(runId, async (onEvent) => {
-      await onEvent(stored(7, 'run.settled', runId));
-      return async () => void stops++;
-    });
-    const before = stops;
+  it('given a settled Run, then the stream is the opening comment and its events, and ends', async () => {
+    const runId = await admitted();
+    const settled = await log.append(settledEvent(runId), 0);
     const { res } = await open('alice', runId);
     expect(res.status).toBe(200);
     const text = await res.text();
-    expect(text).toBe(`: runplane event stream\n\nid: 7\nevent: run.settled\ndata: ${JSON.stringify({ type: 'run.settled', runId })}\n\n`);
-    expect(stops).toBe(before + 1);
+    expect(text.startsWith(': runplane event stream\n\n')).toBe(true);
+    expect([...text.matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]))).toEqual([settled.seq - 1, settled.seq]);
     expect(openCount()).toBe(0);
   });
 });
@@ -140,16 +167,17 @@ describe('caps: 3 streams per principal, 5 per process', () => {
     expect(Number(sixth.res.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(await sixth.res.json()).toMatchObject({ status: 503, code: 'observer_capacity', setting: 'RUNPLANE_OBSERVER_STREAMS_MAX', limit: 5 });
     expect(openCount()).toBe(5);
+    // each open stream holds one consumer of the Run stream
+    expect(await consumers()).toBe(5);
 
-    const before = stops;
     alice[0].abort();
     await until('the disconnected stream to give its place back', () => openCount() === 4);
-    expect(stops).toBe(before + 1);
+    await untilAsync('its consumer deleted', async () => (await consumers()) === 4);
     const again = await open('alice');
     expect(again.res.status).toBe(200);
     for (const s of [...alice.slice(1), ...bob, again]) s.abort();
     await until('every stream to give its place back', () => openCount() === 0);
-    expect(stops).toBe(before + 6);
+    await untilAsync('every consumer deleted', async () => (await consumers()) === 0);
   });
 
   it('given a token that expires, then its stream ends and gives its place back; a shutdown gives back every place', async () => {
