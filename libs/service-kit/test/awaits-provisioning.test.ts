@@ -53,6 +53,14 @@ async function provision(): Promise<void> {
   }
 }
 
+/** Everything provisioned but the heartbeat bucket (as before an upgrade that adds a bucket). */
+async function provisionedWithoutHeartbeats(): Promise<void> {
+  await provision();
+  const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
+  await log.jsm.streams.delete(`KV_${space.prefix}_heartbeats`);
+  await log.close();
+}
+
 describe('a service started before the provisioning', () => {
   it('given nothing provisioned, when the lifecycle starts, then it waits for the stream, saying so, and is ready once the admin has provisioned', async () => {
     const svc = startLifecycle();
@@ -70,10 +78,7 @@ describe('a service started before the provisioning', () => {
   }, 90_000);
 
   it('given the stream but not its heartbeat bucket (an upgrade that adds a bucket), when the lifecycle starts, then it waits for that bucket and is ready once it is provisioned', async () => {
-    await provision();
-    const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
-    await log.jsm.streams.delete(`KV_${space.prefix}_heartbeats`);
-    await log.close();
+    await provisionedWithoutHeartbeats();
     const svc = startLifecycle();
     // said in the service's log (a JSON line of the partition ownership's logger)
     const logged = () => svc.out.stdout + svc.out.stderr;
@@ -88,10 +93,7 @@ describe('a service started before the provisioning', () => {
   }, 90_000);
 
   it('given its bucket not provisioned, when the waiting lifecycle is stopped (a rollout, a scale-down), then it says it stopped while starting and exits 0, not by the signal', async () => {
-    await provision();
-    const log = await EventLog.connect({ natsUrl: server.url, ...admin, ...space, name: 'admin' });
-    await log.jsm.streams.delete(`KV_${space.prefix}_heartbeats`);
-    await log.close();
+    await provisionedWithoutHeartbeats();
     const svc = startLifecycle();
     await svc.until('waiting line', () => /waiting for the provisioning/.test(svc.out.stdout + svc.out.stderr));
     svc.proc.kill('SIGTERM');
