@@ -441,6 +441,9 @@ describe('GET /v1/runs: the list of Runs a principal sees (the Run viewer)', () 
     expect((await allPages(dave, 50, [daveRun])).ids).toEqual([daveRun]);
     const everyone = await allPages(admin, 100, [...carolRuns, daveRun]);
     expect(everyone.ids).toEqual(expect.arrayContaining([...carolRuns, daveRun]));
+    // the admin's list says whose each Run is (a trial's operator could not tell two tenants' Runs apart)
+    const whose = new Map(everyone.pages.flatMap((p) => (p.runs as { runId: string; principal?: string }[]).map((r) => [r.runId, r.principal])));
+    expect([...carolRuns, daveRun].map((id) => whose.get(id))).toEqual([...carolRuns.map(() => `carol-${t.tag}`), `dave-${t.tag}`]);
     // the admin's list is in the same order: admission time, newest first
     const admitted = everyone.pages.flatMap((p) => (p.runs as { admittedAt: string }[]).map((r) => Date.parse(r.admittedAt)));
     expect(admitted).toEqual([...admitted].sort((a, b) => b - a));

@@ -553,7 +553,7 @@ export class AdmissionController {
     const limit = parsed.limit ?? RUNS_PAGE_DEFAULT;
     const after = parsed.cursor ? decodeRunsCursor(parsed.cursor) : null;
     const { runs, more } = await this.runs.list({ principal: principal.admin ? null : principal.sub, limit, after });
-    return { runs, nextCursor: more && runs.length > 0 ? encodeRunsCursor(runs[runs.length - 1]!) : null };
+    return { runs: runs.map((r) => viewFor(principal, r)), nextCursor: more && runs.length > 0 ? encodeRunsCursor(runs[runs.length - 1]!) : null };
   }
 
   /**
@@ -570,7 +570,7 @@ export class AdmissionController {
       if (!facts.admitted || !mayAccess(principal, facts.admitted.principal)) throw runNotFound(runId);
     }
     const view = await this.runs.get(runId);
-    if (view) return view;
+    if (view) return viewFor(principal, view);
     if (await this.log.lastOf(runId, 'admission')) {
       throw apiError(HttpStatus.NOT_FOUND, 'not_projected_yet', `run ${runId} is admitted but not projected yet; retry shortly`, {
         headers: { 'Retry-After': '1' },
@@ -578,4 +578,11 @@ export class AdmissionController {
     }
     throw runNotFound(runId);
   }
+}
+
+/** A Run's view as `caller` may see it: whose Run it is (`principal`) only in an admin's (contracts `RunView`). */
+function viewFor(caller: Principal, view: RunView): RunView {
+  if (caller.admin) return view;
+  const { principal: _whose, ...rest } = view;
+  return rest;
 }

@@ -255,6 +255,11 @@ export const ProblemTitles: Record<string, string> = {
 export const RunView = z
   .object({
     runId: Id,
+    /**
+     * Whose Run it is (the token's `sub` its `run.admitted` recorded; null when admitted with
+     * authentication off): in an admin's view only, so that an operator's list tells tenants apart.
+     */
+    principal: z.string().nullable().optional(),
     conversationId: Id,
     messageId: Id,
     clientMessageId: z.string(),
