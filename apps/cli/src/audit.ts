@@ -8,6 +8,7 @@ import type { StoredEvent } from '@runplane/contracts';
 import type { EventLog } from '@runplane/eventlog';
 import type { ReplayableLog } from '@runplane/projections';
 import { AUDIT_BROKEN_EXIT } from './render.js';
+import { stoppable } from './commands.js';
 
 /** The check of an audit's selection, before anything connects (libs/audit). */
 export { checkAuditSelection } from '@runplane/audit';
@@ -109,7 +110,9 @@ async function compareProjections(source: { log: ReplayableLog; runIds?: Readonl
   const { databaseUrlWith, dropDatabase, rebuildProjections, redact } = await import('@runplane/projections');
   let result;
   try {
-    result = await rebuildProjections({ log: source.log, databaseUrl, ...(source.runIds ? { runIds: source.runIds } : {}) });
+    result = await stoppable((signal) =>
+      rebuildProjections({ log: source.log, databaseUrl, signal, ...(source.runIds ? { runIds: source.runIds } : {}) }),
+    );
   } catch (e) {
     throw new Error(`--projections: cannot rebuild next to ${redact(databaseUrl)}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }

@@ -361,6 +361,28 @@ export async function audit(opts: Omit<AuditOptions, 'projectionsUrl'> & { proje
 }
 
 /**
+ * Runs `work` with a signal aborted by the first SIGINT or SIGTERM (said on stderr), so that work
+ * that made something (a rebuild's fresh database) removes it before the command ends; a second
+ * signal exits at once (130 after SIGINT, 143 after SIGTERM).
+ */
+export async function stoppable<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal.aborted) process.exit(signal === 'SIGINT' ? 130 : 143);
+    process.stderr.write(`runplane: ${signal}: stopping (a second one exits at once)\n`);
+    stop.abort();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    return await work(stop.signal);
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+/**
  * Replays the whole log into a fresh database and compares it with the live projections (K11).
  * Exit 0 identical (the fresh database is dropped unless `keep`), 2 different (it is kept for
  * inspection). The live projections are never modified, and nothing is created that was not
@@ -376,7 +398,7 @@ export async function rebuild(targetDatabase: string | undefined, keep = false):
     const { databaseUrlWith, dropDatabase, rebuildProjections } = await projections();
     log.onInvalid = (e) => out(`anomaly: ${e.message}: skipped`);
     const result = await withReadCredentials('projections rebuild', process.env, () =>
-      rebuildProjections({ log, databaseUrl: DATABASE_URL, ...(targetDatabase ? { targetDatabase } : {}) }),
+      stoppable((signal) => rebuildProjections({ log, databaseUrl: DATABASE_URL, signal, ...(targetDatabase ? { targetDatabase } : {}) })),
     );
     out(`replayed ${result.eventsApplied} event(s) from stream ${log.space.stream} into database ${result.database}`);
     for (const line of result.skipped) out(`anomaly: ${line}`);

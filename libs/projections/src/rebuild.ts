@@ -39,6 +39,12 @@ export interface RebuildOptions {
    * every row.
    */
   runIds?: ReadonlySet<string>;
+  /**
+   * Stops the rebuild (the CLI aborts it on SIGINT or SIGTERM): the replay ends at its next event,
+   * the fresh database is dropped and the rebuild throws. An upgrade trial's rebuild killed while
+   * it crawled left its `_rebuild_` database behind.
+   */
+  signal?: AbortSignal;
 }
 
 export interface RebuildResult {
@@ -74,6 +80,7 @@ const stamp = (d: Date): string =>
  * appended meanwhile; otherwise the lag shows up as differences.
  * Reads never create what they read (K11): when the live database does not exist, nothing is
  * created, and a rebuild that fails leaves no copy behind.
+ * A stop through `signal` drops the fresh database too.
  * @throws Error naming the database when the live database does not exist, naming the server when
  *   PostgreSQL cannot be used, when the target database already exists (a rebuild never reuses
  *   one), on an invalid name, or when an event cannot be applied or the comparison fails (the
@@ -119,7 +126,12 @@ export async function rebuildProjections(opts: RebuildOptions): Promise<RebuildR
       }
       batch = [];
     };
+    const stopped = () => {
+      if (opts.signal?.aborted) throw new Error(`the rebuild was stopped after ${eventsApplied} event(s); its database ${database} was dropped`);
+    };
+    stopped();
     for await (const stored of opts.log.readAll()) {
+      stopped();
       if (opts.runIds && !opts.runIds.has(stored.event.runId)) continue;
       batch.push(stored);
       lastSeq = Math.max(lastSeq, stored.seq);

@@ -104,6 +104,26 @@ describe('rebuildProjections (K11: rebuilt from the log alone, identical)', () =
     ]);
   });
 
+  it('given a rebuild stopped during its replay (SIGINT in the CLI), then it throws saying so and its fresh database is gone', async () => {
+    const target = `rp_test_rebuild_stop_${tag}`;
+    const stop = new AbortController();
+    // the replay's reader: the real log, stopped once its first event has been read
+    const stopping = {
+      async *readAll() {
+        for await (const stored of log.readAll()) {
+          yield stored;
+          stop.abort();
+        }
+      },
+    };
+    await expect(rebuildProjections({ log: stopping, databaseUrl: liveUrl, targetDatabase: target, signal: stop.signal })).rejects.toThrow(
+      `the rebuild was stopped after 0 event(s); its database ${target} was dropped`,
+    );
+    // a second attempt may create it again: nothing was left behind
+    expect(await ensureDatabase(adminUrl, target)).toBe(true);
+    created.push(target);
+  });
+
   it('given an existing target database, then the rebuild refuses to reuse it', async () => {
     const target = `rp_test_rb_${tag}_exists`;
     created.push(target);
