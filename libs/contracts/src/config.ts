@@ -424,13 +424,14 @@ export type WaitConfig = z.infer<typeof WaitConfig>;
 
 /**
  * Caps on the observer streams (`GET /v1/runs/{runId}/events`) one publication process holds open,
- * read by publication. Each open stream holds one ordered JetStream consumer on the Run stream, and
- * nats-server (2.12 and later) gives a stream a default of 1,000 consumers (a stream's
- * `max_consumers: -1` means that default), shared by every publication replica's observers, the
- * services' durables (7 per partition: 56 at the default 8 partitions) and the downstream durables.
- * Without a cap one principal opening 3,000 streams took them all, and every other user's stream
- * was answered 200 and closed at once. The defaults keep one replica at about half of the
- * server's limit, with room for the durables and a second replica's observers at a rolling update;
+ * read by publication. Each open stream holds one ordered JetStream consumer on the Run stream,
+ * whose consumers are limited (10,000 named by the stream, eventlog `RUN_STREAM_MAX_CONSUMERS`;
+ * nats-server's default of 1,000 on a stream that names none), shared by every publication
+ * replica's observers, the services' durables (7 per partition: 56 at the default 8 partitions)
+ * and the downstream durables. Without a cap one principal opening 3,000 streams took them all,
+ * and every other user's stream was answered 200 and closed at once. The defaults keep one replica
+ * at about half of a stream at the server's default limit, with room for the durables and a
+ * second replica's observers at a rolling update;
  * 20 per principal lets one user watch 20 Runs at once (a CLI `watch`, a few viewer tabs) while no
  * fewer than 25 principals are needed to fill a replica. With authentication disabled every caller
  * is one principal (`anonymous`): only the process cap applies then. Over the principal's cap a

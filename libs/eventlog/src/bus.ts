@@ -586,6 +586,8 @@ export async function provisionBus(log: EventLog, downstream: readonly string[] 
   }
   // a stream created before atomic batches (or by an older Runplane) gets them now (2.12.1+)
   await log.enableAtomicBatches();
+  // and the consumer limit it names (created without one, the server held it to 1,000)
+  await log.raiseConsumerLimit();
   const kvm = new Kvm(log.nc);
   const objm = new Objm(log.nc);
   for (const [bucket, spec] of Object.entries(BUS_BUCKETS) as [BusBucket, (typeof BUS_BUCKETS)[BusBucket]][]) {

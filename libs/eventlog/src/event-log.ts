@@ -12,6 +12,7 @@ import {
   type JsMsg,
   type StoredMsg,
   type StreamInfo,
+  type StreamUpdateConfig,
 } from '@nats-io/jetstream';
 import {
   BusConfig,
@@ -493,6 +494,14 @@ function verifiedLink(seq: number, event: StoredEvent['event'], headers: StoredH
 }
 
 /**
+ * The consumers the Run stream may hold at once: each service's partition durables (7 services x
+ * partitions), the downstream durables and one per open event stream (publication's
+ * `RUNPLANE_OBSERVER_STREAMS_MAX` per replica). nats-server 2.15 holds a stream that names no limit
+ * to 1,000, which a hostile tenant's 3,000 event streams filled for everyone.
+ */
+export const RUN_STREAM_MAX_CONSUMERS = 10_000;
+
+/**
  * The configuration of the Run stream as {@link EventLog.ensureStream} creates it (and as
  * deploy/nats/stream-RUNPLANE.json gives it to `nats stream add`, a test keeps the two equal):
  * file storage, `replicas` copies, the duplicate window in ns, direct get and atomic batch publish
@@ -505,6 +514,9 @@ export function runStreamConfig(space: SubjectSpace, opts: { replicas: number; d
     subjects: [allRunsFilter(space)],
     storage: StorageType.File,
     num_replicas: opts.replicas,
+    // said, not left to the server: nats-server 2.15 holds a stream that names none (-1) to 1,000,
+    // shared by every service's durables and every open event stream's consumer
+    max_consumers: RUN_STREAM_MAX_CONSUMERS,
     duplicate_window: opts.duplicateWindowMs * 1_000_000,
     allow_direct: true,
     // one decision's events stored together (EventLog.appendBatch, nats-server 2.12+)
@@ -805,6 +817,29 @@ export class EventLog {
     if (info.config.allow_atomic !== true) await this.jsm.streams.update(this.space.stream, { allow_atomic: true });
     this.atomicStream = true;
     return true;
+  }
+
+  /**
+   * Raises the Run stream's consumer limit to {@link RUN_STREAM_MAX_CONSUMERS} when it names a
+   * lower one or none (a stream created before the limit was set: the server then holds it to its
+   * default, 1,000 on 2.15): the admin's step ({@link provisionBus}), as services may not update
+   * streams. A server that refuses the change (older than 2.12's editable limit) leaves it as it was.
+   * @returns the stream's limit afterwards (as configured; -1: the server's default).
+   */
+  async raiseConsumerLimit(): Promise<number> {
+    const info = await this.jsm.streams.info(this.space.stream);
+    const have = info.config.max_consumers ?? -1;
+    if (have > 0 && have >= RUN_STREAM_MAX_CONSUMERS) return have;
+    try {
+      // the client types the limit as fixed at creation; nats-server 2.12+ lets it change
+      const raise = { max_consumers: RUN_STREAM_MAX_CONSUMERS } as Partial<StreamUpdateConfig>;
+      return (await this.jsm.streams.update(this.space.stream, raise)).config.max_consumers;
+    } catch (e) {
+      process.stderr.write(
+        `runplane event log: the consumer limit of ${this.space.stream} stays ${have} (the server's default when -1): ${e instanceof Error ? e.message : String(e)}\n`,
+      );
+      return have;
+    }
   }
 
   /** True when {@link appendBatch} stores a decision of several events atomically (else one by one): the stream allows it and the connected server supports it. */
