@@ -128,10 +128,13 @@ export function renderAudit(report: AuditReport): string[] {
     const broken = run.checks.filter((c) => c.status === 'broken');
     // a Run id on whose subjects only messages that are not facts stand (garbage, forgeries): no
     // check can hold over no events, so only what was found broken is said
+    const nothing = report.summary.anomalies === 0 && run.checks.every((c) => c.status === 'not-applicable');
     lines.push(
-      run.events === 0
-        ? `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (no event of the log: only messages that are not facts stand on its subjects): ${broken.length} broken`
-        : `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (${run.outcome ?? 'not settled'}, ${run.events} events): ${held} held, ${broken.length} broken, ${run.checks.length - held - broken.length} not applicable`,
+      run.events === 0 && nothing
+        ? `?      run ${run.runId} (nothing of it in the log: an id that never ran, or a Run erased whole: see the stream line below)`
+        : run.events === 0
+          ? `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (no event of the log: only messages that are not facts stand on its subjects): ${broken.length} broken`
+          : `${run.clean ? 'ok    ' : 'BROKEN'} run ${run.runId} (${run.outcome ?? 'not settled'}, ${run.events} events): ${held} held, ${broken.length} broken, ${run.checks.length - held - broken.length} not applicable`,
     );
     for (const c of broken)
       for (const v of c.violations) lines.push(`         ${c.contract} ${c.id}${v.seq === null ? '' : ` at #${v.seq}`}: ${v.message}`);
@@ -140,7 +143,7 @@ export function renderAudit(report: AuditReport): string[] {
   if (s.erased && s.erased.count > 0) {
     const more = s.erased.count > s.erased.seqs.length ? `, and ${s.erased.count - s.erased.seqs.length} more` : '';
     lines.push(
-      `BROKEN stream: ${s.erased.count} stored message(s) erased (K11 stored-verified: the stream denies deletes and purges, so nothing may be missing): ` +
+      `BROKEN stream: ${s.erased.count} stored message(s) erased (K11: nothing committed is erased; the stream denies deletes and purges, so no sequence may be missing; not counted under any check below, which count Runs): ` +
         `#${s.erased.seqs.join(', #')}${more}`,
     );
   }

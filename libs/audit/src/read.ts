@@ -87,8 +87,13 @@ export async function readForAudit(log: EventLog, selection: AuditSelection): Pr
         for await (const e of log.readRunWhole(id)) add(e);
       };
       await read(runId);
-      if (runs.get(runId)!.length === 0 && !anomalies.some((a) => a.runId === runId))
-        throw new Error(`no events for run ${runId} in stream ${log.space.stream}`);
+      if (runs.get(runId)!.length === 0 && !anomalies.some((a) => a.runId === runId)) {
+        // nothing of it in the log: an id that never ran, or a Run erased whole, which only the
+        // stream's deleted sequences can show (a verification trial's got exit 1, "no events")
+        const erased = await erasedFrom(log);
+        if (erased.count === 0) throw new Error(`no events for run ${runId} in stream ${log.space.stream}`);
+        return { runs, anomalies: [], audited: [runId], erased };
+      }
       // the Runs its link checks look up: its parent, and the children it requested
       for (const e of [...runs.get(runId)!]) {
         if (e.event.type === 'run.admitted' && e.event.data.link) await read(e.event.data.link.parentRunId);

@@ -66,5 +66,10 @@ describe('audit: messages erased from the stream (K11)', () => {
     expect(since.runs.map((r) => r.runId)).toEqual([b]);
     // one Run's audit reports the stream's erasures too: which Run lost them cannot be known
     expect(auditRuns(await readForAudit(log, { run: a })).summary.erased?.count).toBe(4);
+    // the Run erased whole, audited by its id: the erasures, not "no events for run" (exit 1)
+    const whole = auditRuns(await readForAudit(log, { run: c }));
+    expect(whole.runs.map((r) => [r.runId, r.events])).toEqual([[c, 0]]);
+    expect(whole.summary.erased?.count).toBe(4);
+    expect(whole.clean).toBe(false);
   });
 });
