@@ -43,7 +43,10 @@ export async function mintLocalToken(opts: { sub: string; scopes?: string[]; ttl
     throw new Error(
       `--sub must be 1 to 200 characters, counted in UTF-16 units (an emoji may count 2; the services refuse another "sub"); got ${sub.length}`,
     );
-  if (problem === 'blank') throw new Error('--sub must show something, with no white space at its start or end (the services refuse another "sub")');
+  if (problem === 'blank')
+    throw new Error(
+      '--sub must show something, with no invisible format character (zero-width...) and no white space at its start or end (the services refuse another "sub")',
+    );
   if (problem === 'characters')
     throw new Error('--sub must be well-formed Unicode without control or bidirectional override characters (the services refuse another "sub")');
   for (const s of scopes) if (!/^\S+$/.test(s)) throw new Error(`--scope ${JSON.stringify(s)} is not a scope: one word without white space`);

@@ -72,7 +72,12 @@ describe('runplane token', () => {
     ['an empty --sub', ['--sub', ''], /--sub must be 1 to 200 characters/],
     ['a --sub of 201 characters', ['--sub', 'x'.repeat(201)], /--sub must be 1 to 200 characters/],
     ['a --sub of only a zero-width space', ['--sub', '\u200b'], /--sub must show something/],
-    ['a --sub with a trailing space', ['--sub', 'alice '], /--sub must show something, with no white space at its start or end/],
+    ['a --sub with a zero-width space in it', ['--sub', 'al\u200bice'], /--sub must show something/],
+    [
+      'a --sub with a trailing space',
+      ['--sub', 'alice '],
+      /--sub must show something, with no invisible format character \(zero-width\.\.\.\) and no white space at its start or end/,
+    ],
     // the services refuse such a sub (401): a fresh user minted one with exit 0
     ['a --sub with a control character', ['--sub', 'ev\u0001e'], /--sub must be well-formed Unicode without control/],
     ['a --sub with a bidirectional override', ['--sub', 'eve\u202e'], /--sub must be well-formed Unicode without control/],

@@ -25,12 +25,14 @@ export const showsSomething = (s: string): boolean => s.replace(INVISIBLE, '').l
  * Why `sub` cannot be a principal, or null when it can.
  * @returns `'length'` (not a string of 1 to 200 UTF-16 code units), `'characters'` (a control or
  *   bidirectional override character, or a lone surrogate) or `'blank'` (only invisible
- *   characters, or white space at its start or end).
+ *   characters, an invisible format character anywhere, or white space at its start or end).
  */
 export function principalProblem(sub: unknown): 'length' | 'characters' | 'blank' | null {
   // UTF-16 code units, as `run.admitted.principal`'s schema counts them (an emoji beyond the BMP is 2)
   if (typeof sub !== 'string' || sub.length === 0 || sub.length > 200) return 'length';
   if (UNFIT_IN_PRINCIPAL.test(sub) || !sub.isWellFormed()) return 'characters';
-  if (!showsSomething(sub) || sub.trim() !== sub) return 'blank';
+  // a format character (zero-width space or joiner, soft hyphen, BOM...) shows nothing: `alice` and
+  // `alice\u200b` would be two principals printed alike (a verification trial's)
+  if (!showsSomething(sub) || sub.trim() !== sub || /\p{Cf}/u.test(sub)) return 'blank';
   return null;
 }

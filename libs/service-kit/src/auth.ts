@@ -153,7 +153,10 @@ export class Authenticator {
     // the principal is recorded in the log, keyed on, stored in PostgreSQL (which refuses a NUL) and printed
     const problem = principalProblem(payload.sub);
     if (problem === 'length') throw unauthorized('the token\'s "sub" must be 1 to 200 characters, counted in UTF-16 units (an emoji may count 2)');
-    if (problem === 'blank') throw unauthorized('the token\'s "sub" must show something, with no white space at its start or end');
+    if (problem === 'blank')
+      throw unauthorized(
+        'the token\'s "sub" must show something, with no invisible format character (zero-width...) and no white space at its start or end',
+      );
     if (problem === 'characters')
       throw unauthorized('the token\'s "sub" must be well-formed Unicode without control or bidirectional override characters');
     const sub = payload.sub!; // a string of 1 to 200 characters (principalProblem said so)

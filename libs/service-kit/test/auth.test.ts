@@ -103,13 +103,17 @@ describe("a token's sub", () => {
     ['only a space', ' '],
     ['a trailing space', 'alice '],
     ['a leading no-break space', '\u00a0alice'],
+    ['a zero-width space after a name', 'alice\u200b'],
+    ['a zero-width joiner inside a name', 'al\u200dice'],
   ])(
     'given %s as the sub, then 401 naming why (a trial cancelled a Run as an invisible principal the timeline printed blank)',
     async (_what, sub) => {
       const err = (await auth.authenticate(`Bearer ${await dev.mint(sub)}`).catch((e: unknown) => e)) as ApiError;
       expect(err).toBeInstanceOf(ApiError);
       expect(err.getStatus()).toBe(401);
-      expect(err.detail).toBe('the token\'s "sub" must show something, with no white space at its start or end');
+      expect(err.detail).toBe(
+        'the token\'s "sub" must show something, with no invisible format character (zero-width...) and no white space at its start or end',
+      );
     },
   );
 
