@@ -336,6 +336,25 @@ describe('routes outside /v1', () => {
       expect(ops.status).toBe(200);
       expect(ops.body).toMatchObject({ partitionCount: Number(t.env.RUNPLANE_PARTITIONS) });
     }
+    // each call has its request line, naming the caller (the route is mounted outside Nest's logging)
+    const lines = () =>
+      readFileSync(t.stack.logFile, 'utf8')
+        .split('\n')
+        .flatMap((l) =>
+          l.includes('"url":"/partitions"') && l.includes('"msg":"request completed"')
+            ? [JSON.parse(l.slice(l.indexOf('{'))) as Record<string, unknown>]
+            : [],
+        )
+        .map((l) => [l.service, (l.res as { statusCode: number }).statusCode, l.principal ?? null, l.admin ?? false]);
+    await eventually(async () => (lines().length >= 8 ? true : null), 10_000, 'the /partitions request lines');
+    for (const service of ['admission', 'publication'])
+      expect(lines().filter((l) => l[0] === service)).toEqual(
+        expect.arrayContaining([
+          [service, 401, null, false],
+          [service, 403, 'alice', false],
+          [service, 200, 'ops', true],
+        ]),
+      );
     for (const path of ['/openapi.json', '/livez', '/readyz', '/healthz', '/metrics'])
       for (const url of [admission(path), publication(path)]) expect({ url, status: (await fetch(url)).status }).toEqual({ url, status: 200 });
   });

@@ -26,11 +26,11 @@ import {
   type PartitionsBody,
 } from '@runplane/contracts';
 import { answerClientError, apiError, ApiError, ProblemDetailsFilter, serveOpenApi, writeProblem, type ProblemTable } from './problems.js';
-import { ADMIN_SCOPE, Authenticator } from './auth.js';
+import { ADMIN_SCOPE, Authenticator, type Principal } from './auth.js';
 import { EventLog, PartitionOwnership, ServedConsumers } from '@runplane/eventlog';
 import { JetStreamEventTransport } from '@runplane/eventlog/nest';
 import { ConfigModule } from './config.js';
-import { LogConfig, serviceLoggerModule, type LogLevel } from './logging.js';
+import { LogConfig, principalFields, serviceLoggerModule, type LogLevel } from './logging.js';
 import { serveMetrics } from './metrics.js';
 import { enableCorsFor, serveStaticFiles, type StaticFilesOptions } from './web.js';
 import { startTracing, stopTracing, traceRequests, TracingShutdown } from './tracing.js';
@@ -383,9 +383,13 @@ async function bootStartedService(
 /** The request and response of a route served on the HTTP adapter directly (Express under Nest). */
 interface RawRequest {
   headers: Record<string, string | string[] | undefined>;
+  method?: string;
+  url?: string;
 }
 interface RawResponse {
   headersSent: boolean;
+  statusCode?: number;
+  once?(event: 'finish', fn: () => void): void;
   status(code: number): RawResponse;
   setHeader(n: string, v: string): void;
   json(body: unknown): void;
@@ -417,11 +421,22 @@ function servePartitions(app: INestApplication): void {
     get(path: string, handler: (req: RawRequest, res: RawResponse) => void): unknown;
   };
   adapter.get('/partitions', (req, res) => {
+    // mounted before Nest's request logging runs: its line is written here, naming the caller as those do
+    const started = Date.now();
+    let caller: Principal | undefined;
+    res.once?.('finish', () =>
+      app.get(PinoNestLogger).log(
+        // the request and response themselves, as pino-http logs them (its serializers, its redaction of
+        // credentials), and its message (pino takes `msg` from the object when no message is given)
+        { req, res, responseTime: Date.now() - started, ...principalFields(caller), msg: 'request completed' },
+      ),
+    );
     const auth = authenticatorOf(app);
     if (!auth) return answerPartitions(app, res);
     auth
       .authenticate(req.headers.authorization)
       .then((principal) => {
+        caller = principal;
         if (!principal.admin)
           throw apiError(403, 'forbidden', '/partitions needs the runplane:admin scope', { extensions: { requiredScope: ADMIN_SCOPE } });
         answerPartitions(app, res);
