@@ -78,6 +78,8 @@ describe('getRunView', () => {
     const view = await getRunView(db.orm, runId);
     expect(RunView.parse(view)).toEqual({
       runId,
+      // admitted with no principal (authentication off): whose Run it is, shown to admins only by the API
+      principal: null,
       conversationId: `conv-${runId}`,
       messageId: `msg-${runId}`,
       clientMessageId: `client-${runId}`,
