@@ -145,7 +145,11 @@ interface PageElement {
   matches(selector: string): boolean;
 }
 interface PageGlobals {
-  document: { activeElement: PageElement | null; body: PageElement };
+  document: {
+    activeElement: PageElement | null;
+    body: PageElement;
+    getElementById(id: string): { dataset: Record<string, string | undefined> } | null;
+  };
   getComputedStyle(e: PageElement): { outlineStyle: string; outlineWidth: string };
 }
 
@@ -520,6 +524,40 @@ describe('the Run viewer in a real browser', () => {
     expect(await row.locator('td').nth(1).textContent()).toBe('settled');
     // each Run once
     expect(await page.locator(`tr[data-run-id="${body.runId}"]`).count()).toBe(1);
+    await page.close();
+  });
+
+  it('keeps a settlement it saw in the list while the projections lag: a refresh read before the projector applied it does not show the Run running again', async () => {
+    const page = await openViewer();
+    const key = `lagging-${t.tag}`;
+    await scriptAnswer(key, PARAGRAPHS.slice(0, 2), 2_000);
+    const { body } = await client().postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] What does DIA hold?` });
+    const runId = body.runId;
+    await openRunFromList(page, runId);
+    await page.locator('#passages > li').first().waitFor({ timeout: 30_000 });
+    // the projections stop following the log: every later list refresh reads the Run as running
+    await kill9(t, 'projector');
+    try {
+      expect(await settledIn(page)).toBe('completed');
+      const row = page.locator(`tr[data-run-id="${runId}"]`);
+      await row.locator('td.outcome-completed').waitFor({ timeout: 5_000 });
+      // a refresh after the settlement, answered from the lagging projections (the Run not settled there), then merged
+      const merged = Number((await page.locator('#runs').getAttribute('data-refreshes')) ?? 0);
+      const refreshed = await page.waitForResponse((r) => r.url().startsWith(`${t.stack.endpoints.admission}/v1/runs?`), { timeout: 20_000 });
+      const listed = ((await refreshed.json()) as { runs: { runId: string; status: string }[] }).runs.find((r) => r.runId === runId);
+      expect(listed?.status).not.toBe('settled');
+      await page.waitForFunction(
+        (n) => Number((globalThis as unknown as PageGlobals).document.getElementById('runs')?.dataset.refreshes ?? 0) > n,
+        merged,
+        { timeout: 10_000 },
+      );
+      expect([await row.locator('td').nth(1).textContent(), await row.locator('td').nth(2).getAttribute('class')]).toEqual([
+        'settled',
+        'outcome outcome-completed',
+      ]);
+    } finally {
+      await t.stack.startService('projector');
+    }
     await page.close();
   });
 

@@ -240,6 +240,9 @@ async function refreshRuns() {
   const added = [];
   for (const run of page.runs) {
     const row = rows.get(run.runId);
+    // a row this page saw settle (its event stream) keeps it: the projections follow the log, and a
+    // refresh read while the projector lagged showed the Run running again (a loaded CI run's)
+    if (row?.dataset.settledOutcome && run.status !== 'settled') continue;
     if (row) {
       row.children[1].textContent = run.status.replace('_', ' ');
       row.children[2].textContent = run.outcome ?? '—';
@@ -252,6 +255,8 @@ async function refreshRuns() {
     notice(`${body.children.length} Run(s) listed${nextCursor ? '; more below' : ''}.`);
   }
   $('runs-empty').hidden = body.children.length > 0;
+  // how many refreshes were merged (a test waits on it rather than on time)
+  body.dataset.refreshes = String(Number(body.dataset.refreshes ?? 0) + 1);
 }
 
 function runRow(run) {
@@ -272,6 +277,7 @@ function runRow(run) {
 function markListedSettled(runId, outcome) {
   const row = [...$('runs').children].find((r) => r.dataset.runId === runId);
   if (!row) return;
+  row.dataset.settledOutcome = outcome;
   row.children[1].textContent = 'settled';
   row.children[2].textContent = outcome;
   row.children[2].className = `outcome outcome-${outcome}`;
