@@ -1,9 +1,10 @@
 /**
  * Admission of observer streams (`GET /v1/runs/{runId}/events`): how many one publication process
  * holds open, in all and per principal, and whether one more may open. Each open stream holds an
- * ordered JetStream consumer, and the Run stream's consumers are limited (nats-server's default:
- * 1,000 per stream, shared with the services' durables): without caps one principal's streams
- * took them all and every other user's stream failed (contracts `ObserverConfig`).
+ * ordered JetStream consumer, and the Run stream's consumers are limited (10,000 named by the
+ * stream, eventlog `RUN_STREAM_MAX_CONSUMERS`; nats-server's default of 1,000 on a stream that names
+ * none), shared with the services' durables: without caps one principal's streams took them all
+ * and every other user's stream failed (contracts `ObserverConfig`).
  *
  * A decider in the shape of the owners' (`decide.ts`): {@link decideObserver} decides an
  * {@link OpenObserver} command from the {@link ObserverCounts} that {@link evolveObservers} folds

@@ -9,6 +9,7 @@ import type { DynamicModule } from '@nestjs/common';
 import { LoggerModule } from 'nestjs-pino';
 import pino from 'pino';
 import { z } from 'zod';
+import type { Principal } from './auth.js';
 
 /** `LOG_LEVEL` (pino's levels; default `info`) and `LOG_FORMAT` (`json`, the only format). */
 export const LogConfig = z.object({
@@ -28,7 +29,7 @@ export const REDACTED_HEADERS = ['authorization', 'proxy-authorization', 'cookie
  * true` for an operator; nothing before the guard ran (a request it refused, a public route) or
  * with authentication off.
  */
-export function principalFields(p: { sub: string; admin: boolean; unauthenticated?: boolean } | undefined): Record<string, unknown> {
+export function principalFields(p: Pick<Principal, 'sub' | 'admin' | 'unauthenticated'> | undefined): Record<string, unknown> {
   if (!p || p.unauthenticated) return {};
   return p.admin ? { principal: p.sub, admin: true } : { principal: p.sub };
 }
@@ -48,7 +49,7 @@ export function serviceLoggerModule(name: string, level: LogLevel): DynamicModul
         // who asked (the token's sub, and `admin` for an operator): an admin's reads of other
         // people's Runs append nothing, so the request line is their only record (a trial's
         // request lines named no principal at all)
-        customProps: (req) => principalFields((req as { principal?: { sub: string; admin: boolean; unauthenticated?: boolean } }).principal),
+        customProps: (req) => principalFields((req as { principal?: Principal }).principal),
         redact: { paths: [...REDACTED_HEADERS.map((h) => `req.headers["${h}"]`), 'res.headers["set-cookie"]'], censor: '[redacted]' },
       },
       // Synchronous: the last lines before an exit are not lost.
