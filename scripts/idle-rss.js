@@ -5,7 +5,8 @@
 // (what the bench's "idle RSS" row reports, 3 s after start-up) at each of the --after times
 // (seconds after the stack has started), split into anonymous memory (the process's own: V8 heaps,
 // worker threads, malloc) and file-backed pages (mostly the node binary, the same pages in every
-// process), and its PSS (the file-backed pages shared out among the processes mapping them).
+// process), and its PSS (the file-backed pages shared out among the processes mapping them); then
+// each service's CPU since its start (utime + stime of all its threads) at the same times.
 // Stops everything it started. Build first (`npm run build`).
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -29,6 +30,7 @@ const times = a.after
 /** VmRSS, RssAnon, RssFile and Pss of a process, MiB; null when it is gone. */
 async function memory(pid) {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => null);
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
   const rollup = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
   if (status === null) return null;
   const kib = (text, key) => Number(new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? NaN);
@@ -37,6 +39,15 @@ async function memory(pid) {
     anon: kib(status, 'RssAnon') / 1024,
     file: kib(status, 'RssFile') / 1024,
     pss: kib(rollup, 'Pss') / 1024,
+    // utime + stime since the process started, all threads, s (clock ticks of 10 ms)
+    cpu: stat
+      ? stat
+          .slice(stat.lastIndexOf(')') + 2)
+          .split(' ')
+          .slice(11, 13)
+          .map(Number)
+          .reduce((x, y) => x + y, 0) / 100
+      : NaN,
   };
 }
 
@@ -66,6 +77,17 @@ try {
   for (const [name, samples] of rows) {
     process.stdout.write(`${name.padEnd(12)}${samples.map((m) => `${f(m?.rss).padStart(9)} ${f(m?.anon)} ${f(m?.file)} ${f(m?.pss)}`).join('  ')}\n`);
   }
+  const cpu = (m) => (m === null || Number.isNaN(m.cpu) ? 'n/a' : m.cpu.toFixed(2)).padStart(9);
+  process.stdout.write(
+    `\nCPU since its start (utime + stime, all threads), s\n${'service'.padEnd(12)}${times.map((s) => `${s}s`.padStart(9)).join('')}\n`,
+  );
+  for (const [name, samples] of rows) process.stdout.write(`${name.padEnd(12)}${samples.map(cpu).join('')}\n`);
+  const sum = (i) =>
+    [...rows.values()]
+      .reduce((t, samples) => t + (samples[i]?.cpu ?? 0), 0)
+      .toFixed(2)
+      .padStart(9);
+  process.stdout.write(`${'all'.padEnd(12)}${times.map((_, i) => sum(i)).join('')}\n`);
 } finally {
   await h?.stop();
   await model?.stop();

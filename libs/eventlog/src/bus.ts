@@ -63,6 +63,22 @@ export const SERVICE_CONSUMERS: Partial<Record<BusService, readonly Owner[] | 'a
   projector: 'all',
 };
 
+/**
+ * Where each service beats its process heartbeat (heartbeats.ts `HeartbeatPlacement`): the runtime
+ * on a worker thread, since recovery judges its execution leases by it ("late" is not "gone", K6,
+ * K10) and its main loop parses long streamed replies; every other service on its main thread (its
+ * heartbeat serves only the partition membership of its replicas).
+ */
+export const HEARTBEAT_PLACEMENT: Record<BusService, 'thread' | 'main'> = {
+  admission: 'main',
+  runtime: 'thread',
+  tools: 'main',
+  publication: 'main',
+  recovery: 'main',
+  lifecycle: 'main',
+  projector: 'main',
+};
+
 /** The services with durable consumers (and so a share of the partitions). */
 export const CONSUMING_SERVICES = BUS_SERVICES.filter((s) => SERVICE_CONSUMERS[s] !== undefined);
 

@@ -6,6 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Kvm } from '@nats-io/kv';
 import { releaseStartupMemory } from '@runplane/kit/memory';
+import { beatKey } from './beat.js';
 import type { HeartbeatWorkerData } from './heartbeats.js';
 import { natsUserOptions } from './inbox.js';
 import { natsTlsOptions } from './tls.js';
@@ -30,35 +31,16 @@ const nc = await connectPatiently({
   ...natsTlsOptions(data.natsUrl, data.caFile),
 });
 const kv = await new Kvm(nc).open(data.bucket);
-const body = JSON.stringify(data.value);
-let first = true;
-let beating = false;
-
-async function beat(): Promise<void> {
-  if (beating) return; // the previous beat still waits on NATS (an outage): no pile-up
-  beating = true;
-  try {
-    await kv.put(data.key, body);
-    if (first) parentPort!.postMessage({ beat: true });
-    first = false;
-  } catch {
-    // NATS unreachable: the next tick tries again (recovery does not count an outage against anyone)
-  } finally {
-    beating = false;
-  }
-}
-
-await beat();
+const beating = beatKey(kv, data.key, JSON.stringify(data.value), data.everyMs);
+void beating.written.then(() => parentPort!.postMessage({ beat: true }));
+await beating.tried;
 // what connecting left behind goes back to the OS (a few MiB of this thread's isolate; kit memory.ts),
 // unless the process was started with RUNPLANE_STARTUP_COLLECTION=false
 parentPort!.postMessage({ collected: releaseStartupMemory(data.startupCollection) });
-const timer = setInterval(() => void beat(), data.everyMs);
 parentPort!.on('message', (m) => {
   if (m !== 'stop') return;
-  clearInterval(timer);
-  void kv
-    .delete(data.key)
-    .catch(() => undefined)
+  void beating
+    .stop()
     .then(() => nc.close())
     .finally(() => process.exit(0));
 });

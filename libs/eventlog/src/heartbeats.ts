@@ -2,20 +2,21 @@
  * Process heartbeats: one NATS KV bucket `<prefix>_heartbeats`, one key per service process,
  * `<service>.<instance>` (its writer instance id). They serve two readers: the replicas of a
  * service, which share its partitions among the live members (./partitions.ts, `Membership`), and
- * recovery (K6, K10: "late" is not "gone"). Each key is written every third of `ttlMs` by a
- * worker thread with its own NATS connection and its own timer, so that work on the process's
- * main event loop (parsing a long streamed reply, a burst of appends, a loaded machine) cannot
- * hold it up. Recovery reads it beside the leases: a held lease that expired while its holder's
+ * recovery (K6, K10: "late" is not "gone"). Each key is written every third of `ttlMs`; the
+ * runtime's by a worker thread with its own NATS connection and its own timer, so that work on the
+ * process's main event loop (parsing a long streamed reply, a burst of appends) cannot hold it up,
+ * the other services' from their main thread ({@link HeartbeatPlacement}). Recovery reads it beside the leases: a held lease that expired while its holder's
  * heartbeat is fresh belongs to a process that is alive but late; it is given at most one more
  * lease TTL before it is fenced (docs/recovery.md, "Late or gone"). A process killed outright
  * stops beating at once, so its leases are fenced as before, on their own expiry.
  */
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
-import type { KvEntry } from '@nats-io/kv';
+import { Kvm, type KvEntry } from '@nats-io/kv';
 import { kvJson, KvStore } from '@runplane/kit';
 import { startupCollectionOn } from '@runplane/kit/memory';
 import { z } from 'zod';
+import { beatKey } from './beat.js';
 import type { EventLog } from './event-log.js';
 
 /**
@@ -103,24 +104,39 @@ export interface HeartbeatWorkerData {
 }
 
 /**
- * This process's heartbeat, beaten by a worker thread (its own event loop, timer and NATS
- * connection: nothing on the main thread can delay it). Every `ttlMs / 3`; a beat that fails (NATS
- * unreachable) is tried again on the next tick. `stop()` deletes the key, so a stopping process
- * vouches for nothing any more.
+ * Where a process beats its heartbeat:
+ * - `thread`: a worker thread with its own event loop, timer and NATS connection, so nothing on the
+ *   main thread (parsing a megabyte reply, a burst of appends) can delay it. For a process whose
+ *   leases recovery judges by its heartbeat (the runtime's execution leases: "late" is not "gone",
+ *   K6, K10), where a beat held up by its own main loop would have a live holder fenced.
+ * - `main`: a timer on the main thread, writing through the process's own connection. For a process
+ *   whose heartbeat serves only the partition membership of its replicas: a beat late by more than
+ *   two thirds of the TTL moves its partitions to another replica, which is harmless (every
+ *   decision is a conditional append, K6) and never happens with one replica (a process always
+ *   counts itself live). It saves the thread's isolate and connection: 10-15 MiB of RSS per process.
+ */
+export type HeartbeatPlacement = 'thread' | 'main';
+
+/**
+ * This process's heartbeat: written at once and then every `ttlMs / 3`, on a worker thread or on the
+ * main thread ({@link HeartbeatPlacement}); a beat that fails (NATS unreachable) is tried again on
+ * the next tick. `stop()` deletes the key, so a stopping process vouches for nothing any more.
  */
 export class ProcessHeartbeat {
   private constructor(
-    private readonly worker: Worker,
+    /** Where it beats. */
+    readonly placement: HeartbeatPlacement,
+    private readonly stopBeating: () => Promise<void>,
     /**
-     * Whether the worker ran its start-up collection (false when its process was started with
-     * `RUNPLANE_STARTUP_COLLECTION=false`); settles once it has run or been skipped, after the
-     * first beat was tried.
+     * Whether the worker thread ran its start-up collection (false when its process was started
+     * with `RUNPLANE_STARTUP_COLLECTION=false`, and on the main thread, which has no isolate of its
+     * own to collect); settles once it has run or been skipped, after the first beat was tried.
      */
     readonly startupCollection: Promise<boolean>,
   ) {}
 
   /**
-   * Starts beating for `writer` with the given connection settings.
+   * Starts beating for `writer` from a worker thread with the given connection settings.
    * @param ttlMs how long one beat vouches for the process (`RUNPLANE_MEMBER_TTL_MS`), ms.
    * @returns once the worker has written the first beat.
    * @throws when the worker cannot connect or write within 30 s.
@@ -151,7 +167,7 @@ export class ProcessHeartbeat {
       worker.on('message', onCollected);
     });
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), 30_000);
+      const timer = setTimeout(() => reject(new Error('the heartbeat worker did not beat within 30 s')), FIRST_BEAT_WITHIN_MS);
       const onBeat = (m: { beat?: boolean }) => {
         if (!m.beat) return;
         clearTimeout(timer);
@@ -164,15 +180,54 @@ export class ProcessHeartbeat {
         reject(e instanceof Error ? e : new Error(String(e)));
       });
     });
-    return new ProcessHeartbeat(worker, startupCollection);
+    const stop = async () => {
+      const exited = new Promise<void>((r) => worker.once('exit', () => r()));
+      worker.postMessage('stop');
+      const timer = setTimeout(() => void worker.terminate(), 5_000);
+      await exited;
+      clearTimeout(timer);
+    };
+    return new ProcessHeartbeat('thread', stop, startupCollection);
   }
 
-  /** Stops beating and deletes this process's key (within 5 s; the worker is terminated after). */
+  /**
+   * Starts beating for `writer` from this (the main) thread, through the process's own connection
+   * `nc` (placement `main`, {@link HeartbeatPlacement}).
+   * @param ttlMs how long one beat vouches for the process (`RUNPLANE_MEMBER_TTL_MS`), ms.
+   * @returns once the first beat is written.
+   * @throws when the bucket cannot be opened, or no beat is written within 30 s (then it beats no more).
+   */
+  static async onMainThread(
+    nc: EventLog['nc'],
+    space: { prefix: string },
+    writer: { service: string; instance: string },
+    ttlMs: number,
+  ): Promise<ProcessHeartbeat> {
+    const kv = await new Kvm(nc).open(heartbeatBucketFor(space));
+    const value: HeartbeatValue = { service: writer.service, instance: writer.instance, ttlMs };
+    const beating = beatKey(kv, heartbeatKey(writer), JSON.stringify(value), heartbeatEveryMs(ttlMs), true);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        beating.written,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('the heartbeat was not written within 30 s')), FIRST_BEAT_WITHIN_MS);
+        }),
+      ]);
+    } catch (e) {
+      await beating.stop();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    return new ProcessHeartbeat('main', () => beating.stop(), Promise.resolve(false));
+  }
+
+  /** Stops beating and deletes this process's key (a worker thread within 5 s; it is terminated after). */
   async stop(): Promise<void> {
-    const exited = new Promise<void>((r) => this.worker.once('exit', () => r()));
-    this.worker.postMessage('stop');
-    const timer = setTimeout(() => void this.worker.terminate(), 5_000);
-    await exited;
-    clearTimeout(timer);
+    await this.stopBeating();
   }
 }
+
+/** How long a process waits for its first heartbeat to be written before its start fails, ms. */
+const FIRST_BEAT_WITHIN_MS = 30_000;

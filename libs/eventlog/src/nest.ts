@@ -9,7 +9,7 @@ import { BusConfig, configToken, type EventType, type StoredEvent } from '@runpl
 import { permissionViolationOf, retry } from '@runplane/kit';
 import { recordAnomaly } from './anomalies.js';
 import { recordConnectionChange } from './log-metrics.js';
-import { consumerFilters, SERVICE_CONSUMERS, type BusService } from './bus.js';
+import { consumerFilters, HEARTBEAT_PLACEMENT, SERVICE_CONSUMERS, type BusService } from './bus.js';
 import { DurableConsumer, describeError, ServedConsumers } from './consumer.js';
 import { EventLog } from './event-log.js';
 import { assignPartitions, PartitionOwnership, type OwnershipChange } from './partitions.js';
@@ -74,11 +74,14 @@ export class EventLogModule implements OnApplicationShutdown {
             const ownership = await PartitionOwnership.start(
               log,
               serviceName,
-              {
-                natsUrl: bus.NATS_URL,
-                ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
-                ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
-              },
+              // the runtime beats on a thread of its own, the others on their main thread (HEARTBEAT_PLACEMENT)
+              HEARTBEAT_PLACEMENT[serviceName as BusService] === 'thread'
+                ? {
+                    natsUrl: bus.NATS_URL,
+                    ...(bus.NATS_USER ? { user: bus.NATS_USER, pass: bus.NATS_PASSWORD ?? '' } : {}),
+                    ...(bus.NATS_CA_FILE ? { caFile: bus.NATS_CA_FILE } : {}),
+                  }
+                : 'main-thread',
               bus.RUNPLANE_MEMBER_TTL_MS,
               { log: (f, m) => logger.log(f, m), warn: (f, m) => logger.warn(f, m) },
             );

@@ -2,7 +2,7 @@
  * Partitioned ownership of Runs (docs/architecture.md "Partitions"). Every Run belongs to one of
  * the stream's P partitions (`partitionOf`, subjects.ts). The replicas of a service share the P
  * partitions: each replica registers itself in the membership bucket (`<prefix>_heartbeats`, key
- * `<service>.<instance>`, beaten by a worker thread: ./heartbeats.ts), follows the live members of
+ * `<service>.<instance>`, beaten on a worker thread or the main thread: ./heartbeats.ts), follows the live members of
  * its own service, and computes from them, with the same deterministic function as every other
  * replica ({@link assignPartitions}), which partitions it owns. It consumes only those (one
  * durable consumer per partition, pinned to one client at a time by the server: ./nest.ts) and
@@ -113,7 +113,7 @@ export interface OwnershipLogger {
   warn(fields: object, message: string): void;
 }
 
-/** How a process connects its membership heartbeat (the worker thread opens its own connection). */
+/** How a heartbeat worker thread connects (it opens its own connection; ./heartbeats.ts `ProcessHeartbeat.start`). */
 export interface MembershipConnection {
   natsUrl: string;
   user?: string;
@@ -156,17 +156,19 @@ export class PartitionOwnership {
   ) {}
 
   /**
-   * Registers this process as a member of `service` (its heartbeat worker beats every third of
-   * `ttlMs`), reads the current members and computes the first map before resolving.
+   * Registers this process as a member of `service` (its heartbeat beats every third of `ttlMs`),
+   * reads the current members and computes the first map before resolving.
    * @param log the process's event log (its `writer.instance` is the member id; `space.partitions` is P)
-   * @param connection for the heartbeat worker's own NATS connection; null = do not beat (a
-   *   reader that is no member, e.g. a test that only watches)
+   * @param beat where the heartbeat beats (heartbeats.ts `HeartbeatPlacement`): the connection
+   *   settings of a worker thread's own NATS connection; `'main-thread'` for a timer on this thread
+   *   writing through `log.nc`; null = do not beat (a reader that is no member, e.g. a test that
+   *   only watches)
    * @throws when the bucket cannot be opened or the first beat is not written within 30 s.
    */
   static async start(
     log: Pick<EventLog, 'nc' | 'space' | 'writer'>,
     service: string,
-    connection: MembershipConnection | null,
+    beat: MembershipConnection | 'main-thread' | null,
     ttlMs: number,
     logger: OwnershipLogger = { log: () => undefined, warn: (f, m) => console.warn(m, f) },
   ): Promise<PartitionOwnership> {
@@ -174,8 +176,14 @@ export class PartitionOwnership {
     // a missing bucket this service's user may not create is waited for (the admin's provisioning),
     // said on stderr: the service's logger holds its lines until the application has started
     const kv = await untilProvisioned(`bucket ${bucket}`, () => new Kvm(log.nc).create(bucket, { history: 1 }));
-    const beat = connection ? await ProcessHeartbeat.start(connection, log.space, { service, instance: log.writer.instance }, ttlMs) : null;
-    const o = new PartitionOwnership(service, log.writer.instance, log.space.partitions, kv, beat, ttlMs, logger);
+    const writer = { service, instance: log.writer.instance };
+    const heartbeat =
+      beat === 'main-thread'
+        ? await ProcessHeartbeat.onMainThread(log.nc, log.space, writer, ttlMs)
+        : beat
+          ? await ProcessHeartbeat.start(beat, log.space, writer, ttlMs)
+          : null;
+    const o = new PartitionOwnership(service, log.writer.instance, log.space.partitions, kv, heartbeat, ttlMs, logger);
     await o.follow();
     return o;
   }

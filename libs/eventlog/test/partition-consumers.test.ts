@@ -44,7 +44,8 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
 
   async function replica(): Promise<Replica> {
     const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...space, partitions: 8, name: 'tools' });
-    const ownership = await PartitionOwnership.start(log, 'tools', { ...SUITE_NATS, natsUrl: server.url }, TTL);
+    // the tools service beats on its main thread (bus.ts HEARTBEAT_PLACEMENT), as here
+    const ownership = await PartitionOwnership.start(log, 'tools', 'main-thread', TTL);
     const transport = new JetStreamEventTransport(log, { service: 'tools', ackWaitMs: 2_000, pinTimeoutMs: 2_000 }, ownership);
     const r: Replica = { log, ownership, transport, handled: [] };
     transport.addHandler(
@@ -232,7 +233,7 @@ d(`partition consumers (nats-server ${'version' in current ? current.version : '
     const own = { stream: `RPTEST_PCA_${tag}`, prefix: `tpca${tag}` };
     const runtime = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...own, partitions: 8, name: 'runtime' });
     const log = await EventLog.connect({ ...SUITE_NATS, natsUrl: server.url, ...own, partitions: 8, name: 'admission' });
-    const ownership = await PartitionOwnership.start(log, 'admission', { ...SUITE_NATS, natsUrl: server.url }, TTL);
+    const ownership = await PartitionOwnership.start(log, 'admission', 'main-thread', TTL);
     const transport = new JetStreamEventTransport(log, { service: 'admission', ackWaitMs: 2_000, pinTimeoutMs: 2_000 }, ownership);
     const handled: string[] = [];
     transport.addHandler(
