@@ -555,6 +555,12 @@ describe('event streams are capped per principal and per publication process (RU
       body: { status: 503, code: 'observer_capacity', setting: 'RUNPLANE_OBSERVER_STREAMS_MAX', limit: 5, open: 5 },
     });
     expect(overProcess.retryAfter).toBeGreaterThan(0);
+    // each refusal is counted by its code, for the SRE watching the caps
+    const metrics = await (await fetch(publication('/metrics'))).text();
+    const refused = (code: string) =>
+      Number(new RegExp(`^runplane_observer_streams_refused_total\\{code="${code}"[^}]*\\} (\\d+)`, 'm').exec(metrics)?.[1] ?? 0);
+    expect(refused('observer_limit')).toBeGreaterThanOrEqual(1);
+    expect(refused('observer_capacity')).toBeGreaterThanOrEqual(1);
 
     // the admin's streams close: grace's stream is admitted and is a working one, to the settlement
     for (const s of admins) s.close();

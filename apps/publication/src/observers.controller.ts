@@ -11,6 +11,7 @@ import {
   dependencyUnavailable,
   InjectConfig,
   mayAccess,
+  observerStreamsRefusedTotal,
   parseQuery,
   sseObservers,
   type ApiError,
@@ -167,7 +168,10 @@ export class ObserversController implements BeforeApplicationShutdown {
       return;
     }
     const admission = this.gate.open(principal.unauthenticated ? null : principal.sub);
-    if (!admission.admitted) throw observerRefused(admission.refusal);
+    if (!admission.admitted) {
+      observerStreamsRefusedTotal.inc({ code: admission.refusal.code });
+      throw observerRefused(admission.refusal);
+    }
 
     let closed = false;
     /** Set once the 200 and its headers are sent; until then the follow's events wait in `pending`. */
@@ -210,6 +214,7 @@ export class ObserversController implements BeforeApplicationShutdown {
       const reason = error instanceof Error ? error.message : String(error);
       // NATS's own words stay in the log, as for every dependency_unavailable
       this.logger.warn({ runId, reason }, "the Run's consumer could not be made; the event stream is refused 503");
+      observerStreamsRefusedTotal.inc({ code: 'dependency_unavailable' });
       throw dependencyUnavailable('NATS JetStream', "the Run's consumer could not be made");
     }
     if (closed) {

@@ -27,7 +27,7 @@
  *   `runplane_model_tokens_total{model, kind}`, `runplane_tool_duration_seconds{tool, status}`,
  *   `runplane_consumer_deliveries_total{durable}`, `runplane_consumer_redeliveries_total{durable}`, `runplane_consumer_ignored_total{durable}`,
  *   `runplane_consumer_pending{durable}`, `runplane_consumer_acks_coalesced_total`, `runplane_lease_renewals_total{result}`,
- *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_appends_total{owner, result}`,
+ *   `runplane_lease_expiries_total`, `runplane_sse_observers`, `runplane_observer_streams_refused_total{code}`, `runplane_appends_total{owner, result}`,
  *   `runplane_nats_connection_changes_total{change}`,
  *   `runplane_process_allocator_info{allocator}` (jemalloc or system).
  *   Each is recorded at the one place its effect happens; none carries a Run id or a principal.
@@ -187,6 +187,19 @@ export const leaseExpiriesTotal = new Counter({
 export const sseObservers = new Gauge({
   name: 'runplane_sse_observers',
   help: 'Server-Sent Events observer streams open on this process',
+  registers: [metricsRegistry],
+});
+
+/**
+ * Observer streams refused on this process, by the problem's `code`: `observer_limit` (429, the
+ * principal's `RUNPLANE_OBSERVER_STREAMS_PER_PRINCIPAL`), `observer_capacity` (503, the process's
+ * `RUNPLANE_OBSERVER_STREAMS_MAX`), `dependency_unavailable` (503, the Run's consumer could not be
+ * made: NATS unreachable or the stream's consumer limit).
+ */
+export const observerStreamsRefusedTotal = new Counter({
+  name: 'runplane_observer_streams_refused_total',
+  help: 'Observer streams (GET /v1/runs/{runId}/events) refused on this process, by problem code: observer_limit (429), observer_capacity (503), dependency_unavailable (503)',
+  labelNames: ['code'] as const,
   registers: [metricsRegistry],
 });
 
