@@ -181,6 +181,9 @@ export async function watch(endpoints: RunplaneEndpoints, runId: string, lastEve
   }
 }
 
+/** The longest `Retry-After` the observer honours before its next try, seconds (a larger one is waited this long). */
+const MAX_RETRY_AFTER_S = 60;
+
 /** Tries of an event stream whose publication never answered before the observer gives up (about 1.5 s of backoff). */
 const UNREACHED_OBSERVER_ATTEMPTS = 3;
 
@@ -257,16 +260,21 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
       },
       {
         shouldRetry: resumes,
-        onFailedAttempt: (c) => {
+        onFailedAttempt: async (c) => {
           // while a signal stops the services this command started, their streams end: the resumes
           // go on quietly until the signal's exit (130, 143) ends the command (a trial's Ctrl-C
           // mid-Run printed three resume attempts against the stopping publication)
           if (c.retriesLeft === 0 || !resumes(c) || stopping) return;
+          // a refusal that says when to come back (503 observer_capacity, dependency_unavailable:
+          // Retry-After) is tried again no sooner than that, on top of the backoff
+          const asked = c.error instanceof RunplaneHttpError ? c.error.retryAfterSeconds : null;
+          const wait = asked ? `; the server asked to wait ${asked} s` : '';
           process.stderr.write(
             reached
-              ? `  (observer connection lost: ${c.error.message}; resuming after #${last}, attempt ${c.attemptNumber + 1})\n`
-              : `  (${c.error.message}; trying again, attempt ${c.attemptNumber + 1} of ${UNREACHED_OBSERVER_ATTEMPTS})\n`,
+              ? `  (observer connection lost: ${c.error.message}${wait}; resuming after #${last}, attempt ${c.attemptNumber + 1})\n`
+              : `  (${c.error.message}${wait}; trying again, attempt ${c.attemptNumber + 1} of ${UNREACHED_OBSERVER_ATTEMPTS})\n`,
           );
+          if (asked) await new Promise((r) => setTimeout(r, Math.min(asked, MAX_RETRY_AFTER_S) * 1000));
         },
       },
     );

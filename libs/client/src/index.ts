@@ -41,11 +41,18 @@ export interface RunplaneEndpoints {
 export class RunplaneHttpError extends Error {
   /** The parsed problem details, or null when the body was not problem details (e.g. a proxy's page). */
   readonly problem: ProblemDetails | null;
+  /**
+   * How long the server asked the client to wait before trying again (its `Retry-After`, seconds:
+   * delta-seconds, or an HTTP date turned into the seconds until it, at least 0), or null when it
+   * sent none or one that is neither (RFC 9110 section 10.2.3).
+   */
+  readonly retryAfterSeconds: number | null;
 
   constructor(
     readonly status: number,
     readonly body: unknown,
     readonly url = '',
+    headers?: Pick<Headers, 'get'>,
   ) {
     const parsed = ProblemDetails.safeParse(body);
     const problem = parsed.success ? parsed.data : null;
@@ -58,12 +65,25 @@ export class RunplaneHttpError extends Error {
     super(`HTTP ${status}${url ? ` from ${url}` : ''}: ${reason}`);
     this.name = 'RunplaneHttpError';
     this.problem = problem;
+    this.retryAfterSeconds = retryAfterSecondsOf(headers?.get('retry-after') ?? null);
   }
 
   /** The problem's `code` (e.g. `invalid_body`), or null. */
   get code(): string | null {
     return this.problem?.code ?? null;
   }
+}
+
+/**
+ * A `Retry-After` value in seconds (RFC 9110 section 10.2.3): delta-seconds as given, an HTTP date
+ * as the whole seconds from now until it (0 when past); null for none or anything else.
+ * @param now the current time, ms since the epoch (for the date form).
+ */
+export function retryAfterSecondsOf(value: string | null, now = Date.now()): number | null {
+  const text = value?.trim() ?? '';
+  if (/^\d+$/.test(text)) return Number(text);
+  const at = /[a-z]/i.test(text) ? Date.parse(text) : NaN;
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - now) / 1000));
 }
 
 /**
@@ -191,7 +211,7 @@ export class RunplaneClient {
   ): Promise<{ status: number; body: T }> {
     const res = await this.request(service, url, init);
     const json = await readJson(res);
-    if (!res.ok) throw new RunplaneHttpError(res.status, json, url);
+    if (!res.ok) throw new RunplaneHttpError(res.status, json, url, res.headers);
     return { status: res.status, body: schema.parse(json) };
   }
 
@@ -318,7 +338,7 @@ export class RunplaneClient {
       throw e;
     }
     if (res.status === 204) return { lastEventId: last, ended: 'complete' }; // the settlement is already behind Last-Event-ID
-    if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res), String(url));
+    if (!res.ok || !res.body) throw new RunplaneHttpError(res.status, await readJson(res), String(url), res.headers);
     opts.onOpen?.();
     const parser = createParser({
       onEvent: (m: EventSourceMessage) => {
