@@ -200,6 +200,13 @@ export class ObserversController implements BeforeApplicationShutdown {
     this.open.add(detach);
     sseObservers.inc();
     req.on('close', () => void detach());
+    if (req.destroyed || res.closed) {
+      // the client left during the reads above: its 'close' came before this listener, and nothing
+      // would give the place back or delete the consumer before the Run settled (a trial: 100
+      // requests dropped in their first 25 ms held 100 places and 100 consumers of a parked Run)
+      await detach();
+      return;
+    }
     try {
       // the consumer first: a follow that cannot start is a problem answer, not a 200 that closes at once
       stop = await this.log.followRun(runId, after + 1, (stored: StoredEvent) => {

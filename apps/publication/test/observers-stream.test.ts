@@ -52,6 +52,8 @@ beforeAll(async () => {
   const app = express();
   app.get('/v1/runs/:runId/events', (req, res) => {
     const sub = String(req.headers['x-sub']);
+    // the client gone before the route's first read is answered: its connection closes while the route awaits
+    if (req.headers['x-leave']) req.socket.destroy();
     (req.headers['x-narrow'] ? narrowController : controller)
       .events(req.params.runId, undefined, req.query, req, res, principal(sub, expiries.get(sub) ?? null))
       .catch((e: unknown) => (e instanceof ApiError && !res.headersSent ? writeProblem(res, e, req.path) : res.end()));
@@ -178,6 +180,24 @@ describe('caps: 3 streams per principal, 5 per process', () => {
     for (const s of [...alice.slice(1), ...bob, again]) s.abort();
     await until('every stream to give its place back', () => openCount() === 0);
     await untilAsync('every consumer deleted', async () => (await consumers()) === 0);
+  });
+
+  it('given clients that leave while the route still reads the Run (before the stream is set up), then each gives its place back and holds no consumer', async () => {
+    const runId = await admitted();
+    const left = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        fetch(`${base}/v1/runs/${runId}/events`, { headers: { 'x-sub': 'frank', 'x-leave': '1' } }).catch((e: unknown) => e),
+      ),
+    );
+    // the connection was closed under each: no answer came
+    expect(left.map((r) => (r as { status?: number }).status)).toEqual(Array.from({ length: 8 }, () => undefined));
+    await until('the places of the clients that left given back', () => openCount() === 0);
+    await untilAsync('no consumer left behind', async () => (await consumers()) === 0);
+    // frank was never at his cap: 3 streams are admitted
+    const frank = await Promise.all([open('frank', runId), open('frank', runId), open('frank', runId)]);
+    expect(frank.map((s) => s.res.status)).toEqual([200, 200, 200]);
+    for (const s of frank) s.abort();
+    await until('every stream to give its place back', () => openCount() === 0);
   });
 
   it('given a token that expires, then its stream ends and gives its place back; a shutdown gives back every place', async () => {
