@@ -506,6 +506,7 @@ export class DurableConsumer {
    */
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.counts) this.counts.pending = null;
     this.halted.abort();
     await this.endConsuming();
     await Promise.allSettled([...this.chains.values(), ...this.mine]);
@@ -521,6 +522,8 @@ export class DurableConsumer {
    */
   async release(): Promise<void> {
     this.releasing = true;
+    // another replica consumes it now: what this process last saw of its backlog is not reported
+    if (this.counts) this.counts.pending = null;
     this.halted.abort();
     await this.endConsuming();
     await Promise.allSettled([...this.mine]);

@@ -21,8 +21,12 @@ export interface DeliveryCounts {
   redelivered: number;
   /** Of them, messages acknowledged unread: an event type the handler does not act on (`DurableConsumerSpec.handles`). */
   ignored: number;
-  /** Messages of the consumer not yet delivered, as the server said with the latest delivery (`num_pending`). */
-  pending: number;
+  /**
+   * Messages of the consumer not yet delivered, as the server said with the latest delivery
+   * (`num_pending`); null while this process does not consume it (released to another replica, or
+   * stopped), so that no stale backlog is reported for it.
+   */
+  pending: number | null;
 }
 
 const appends = new Map<string, AppendCounts>();

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { makeEvent, type StoredEvent } from '@runplane/contracts';
-import { DurableConsumer, EventLog, ownerFilter, type ConsumerSource } from '../src/index.js';
+import { deliveryCounts, DurableConsumer, EventLog, ownerFilter, type ConsumerSource } from '../src/index.js';
 import { SHARED_NATS } from '../../../test/support/nats-server.js';
 import { waitFor } from '../../../test/support/wait.js';
 import { admittedEvent as admitted } from '../../../test/support/events.js';
@@ -99,6 +99,8 @@ describe('a consumer stopped or released while it consumes again', () => {
         pending: 1,
       });
       expect(after.num_waiting).toBe(0); // no pull request of this process left on the server
+      // what it last saw of its backlog is no longer reported by this process (runplane_consumer_pending)
+      expect(deliveryCounts().get(consumer.durableName)?.pending).toBeNull();
     },
   );
 });

@@ -266,7 +266,9 @@ new Gauge({
   labelNames: ['durable'] as const,
   registers: [metricsRegistry],
   collect() {
-    for (const [durable, c] of deliveryCounts()) this.set({ durable }, c.pending);
+    // only the consumers this process consumes now: a partition released to another replica drops its series
+    this.reset();
+    for (const [durable, c] of deliveryCounts()) if (c.pending !== null) this.set({ durable }, c.pending);
   },
 });
 
