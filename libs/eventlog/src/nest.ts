@@ -372,7 +372,10 @@ export class JetStreamEventTransport extends Server implements CustomTransportSt
     // itself once its in-flight work is done, so one Run's events stay in order.
     if (stale?.length && previous.length) {
       const owner = [...assignPartitions(this.log.space.partitions, previous)].find(([, ps]) => ps.includes(p))?.[0];
-      if (owner && owner !== this.log.writer.instance && stale.includes(owner)) {
+      // judged again now: a member seen stale by a recomputation that a newer one has superseded
+      // (its beats came in after all) keeps its pin
+      const goneStill = () => !this.ownership.members().includes(owner!) && this.ownership.ownsPartition(p);
+      if (owner && owner !== this.log.writer.instance && stale.includes(owner) && goneStill()) {
         this.nestLogger.log({ partition: p, previousOwner: owner }, 'the previous owner of a partition is gone: unpinning it');
         await consumer.unpin();
       }

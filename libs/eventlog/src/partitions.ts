@@ -259,7 +259,7 @@ export class PartitionOwnership {
           for await (const e of watch) {
             this.take(e);
             if (e.delta === 0) finish();
-            if (done) this.recompute();
+            if (done) this.recomputeOnceTaken();
           }
         } catch (err) {
           this.logger.warn({ error: (err as Error).message }, 'membership watch failed');
@@ -314,6 +314,26 @@ export class PartitionOwnership {
     for (const [instance, entry] of this.beats) if (heartbeatFreshUntil(entry) >= now) live.add(instance);
     if (!this.stopped && this.heartbeat) live.add(this.instance);
     return [...live].sort();
+  }
+
+  /** Set while a recomputation waits for the entries already received ({@link recomputeOnceTaken}). */
+  private recomputeQueued = false;
+
+  /**
+   * Recomputes once every watch entry already received has been taken, not after each one. After
+   * this process itself stalled (its main loop busy, or frozen and continued), the watch hands it
+   * the beats written meanwhile one after another, the oldest first: judged one at a time against
+   * the present, a live member's older beats are past their TTL, and it was taken for gone, its
+   * partitions taken and unpinned, until its newest beat came a few milliseconds later (a
+   * verification trial: a 4 s stall of one of two replicas, and a SIGSTOP/SIGCONT).
+   */
+  private recomputeOnceTaken(): void {
+    if (this.recomputeQueued) return;
+    this.recomputeQueued = true;
+    setImmediate(() => {
+      this.recomputeQueued = false;
+      this.recompute();
+    });
   }
 
   private recompute(): void {
