@@ -357,6 +357,16 @@ describe('routes outside /v1', () => {
       );
     for (const path of ['/openapi.json', '/livez', '/readyz', '/healthz', '/metrics'])
       for (const url of [admission(path), publication(path)]) expect({ url, status: (await fetch(url)).status }).toEqual({ url, status: 200 });
+    // an internal service (no authenticator) answers it without logging an error for the lookup
+    // of the authenticator it does not have (one ERROR with a stack per request before)
+    const lifecycle = t.stack.services.get('lifecycle')!.url;
+    for (let i = 0; i < 3; i++) expect((await fetch(`${lifecycle}/partitions`)).status).toBe(200);
+    await eventually(
+      async () => (lines().filter((l) => l[0] === 'lifecycle').length >= 3 ? true : null),
+      10_000,
+      "lifecycle's /partitions request lines",
+    );
+    expect(readFileSync(t.stack.logFile, 'utf8')).not.toContain('could not find Authenticator');
   });
 });
 

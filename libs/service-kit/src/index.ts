@@ -5,7 +5,7 @@
  */
 import 'reflect-metadata';
 import { ConsoleLogger, Module, type INestApplication, type LogLevel as NestLogLevel, type Type } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { ModuleRef, NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -398,11 +398,14 @@ interface RawResponse {
 
 /**
  * The service's {@link Authenticator} when it has one and authentication is on (admission and
- * publication, the services callers reach), else null (the internal services have none).
+ * publication, the services callers reach), else null (the internal services have none). Looked up
+ * through the {@link ModuleRef}: a lookup through the application itself that finds nothing is
+ * logged by Nest as an ERROR with its stack (a trial: one per `GET /partitions` on every internal
+ * service) before it is thrown.
  */
 function authenticatorOf(app: INestApplication): Authenticator | null {
   try {
-    const auth = app.get(Authenticator, { strict: false });
+    const auth = app.get(ModuleRef).get(Authenticator, { strict: false });
     return auth.disabled ? null : auth;
   } catch {
     return null;
@@ -420,6 +423,8 @@ function servePartitions(app: INestApplication): void {
   const adapter = app.getHttpAdapter() as unknown as {
     get(path: string, handler: (req: RawRequest, res: RawResponse) => void): unknown;
   };
+  // looked up with the first request (the application is initialized by then) and kept
+  let found: { auth: Authenticator | null } | undefined;
   adapter.get('/partitions', (req, res) => {
     // mounted before Nest's request logging runs: its line is written here, naming the caller as those do
     const started = Date.now();
@@ -431,7 +436,8 @@ function servePartitions(app: INestApplication): void {
         { req, res, responseTime: Date.now() - started, ...principalFields(caller), msg: 'request completed' },
       ),
     );
-    const auth = authenticatorOf(app);
+    found ??= { auth: authenticatorOf(app) };
+    const { auth } = found;
     if (!auth) return answerPartitions(app, res);
     auth
       .authenticate(req.headers.authorization)
