@@ -269,10 +269,14 @@ async function follow(client: RunplaneClient, runId: string, lastEventId: number
           // Retry-After) is tried again no sooner than that, on top of the backoff
           const asked = c.error instanceof RunplaneHttpError ? c.error.retryAfterSeconds : null;
           const wait = asked ? `; the server asked to wait ${asked} s` : '';
+          // only a publication that never answered is given up after a few tries: one that answers
+          // (a 503) is tried as long as a dropped stream is resumed, so no bound is printed
           process.stderr.write(
             reached
               ? `  (observer connection lost: ${c.error.message}${wait}; resuming after #${last}, attempt ${c.attemptNumber + 1})\n`
-              : `  (${c.error.message}${wait}; trying again, attempt ${c.attemptNumber + 1} of ${UNREACHED_OBSERVER_ATTEMPTS})\n`,
+              : c.error instanceof RunplaneHttpError
+                ? `  (${c.error.message}${wait}; trying again, attempt ${c.attemptNumber + 1})\n`
+                : `  (${c.error.message}; trying again, attempt ${c.attemptNumber + 1} of ${UNREACHED_OBSERVER_ATTEMPTS})\n`,
           );
           if (asked) await new Promise((r) => setTimeout(r, Math.min(asked, MAX_RETRY_AFTER_S) * 1000));
         },
