@@ -353,3 +353,48 @@ describe('timeouts hold while a tool burns the CPU (K5)', () => {
     expect(effectsOf(runId)).toHaveLength(1);
   }, 90_000);
 });
+
+describe('the model asks again for an effect whose outcome is unknown (K5)', () => {
+  it('given a call that outlived its timeout, when the next turn asks for the same call, then it is denied, the effect happens once, and the settlement names the unknown call', async () => {
+    const key = 'k5-asked-again';
+    const call = { name: 'record_effect', arguments: { tag: key, sleepMs: 4500 } };
+    const admin = t.stack.modelUrl.replace(/\/v1$/, '/_scripted');
+    const scenario = {
+      steps: [
+        { reply: { content: '', toolCalls: [call] } },
+        // a model that reads "unknown" and tries again, as a trial's misbehaving endpoint did
+        { reply: { content: '', toolCalls: [call] } },
+        { reply: { content: `Tried to record the effect for ${key}; its outcome is unknown.` } },
+      ],
+      then: 'error',
+    };
+    const set = await fetch(`${admin}/scenario?key=${encodeURIComponent(key)}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(scenario),
+    });
+    expect(set.ok).toBe(true);
+    const admitted = await t.client.postMessage(`conv-${key}`, { clientMessageId: key, content: `[${key}] record the effect` });
+    expect(admitted.status).toBe(201);
+    const runId = admitted.body.runId;
+    const events = await t.waitForSettlement(runId, 60_000);
+    const receipts = ofType(events, 'tool.call.receipt').map((r) => r.event.data);
+    withToolTrace(runId, events, () => {
+      expect(receipts.map((r) => [r.status, r.error?.code])).toEqual([
+        ['unknown', 'timeout'],
+        ['denied', 'unknown_effect_needs_reconciliation'],
+      ]);
+      expect(ofType(events, 'tool.call.dispatched')).toHaveLength(1);
+    });
+    // the first call's own late completion is the one execution
+    await eventually(
+      async () => (ofType(await t.log.readRun(runId), 'tool.call.late_observed').length === 1 ? true : null),
+      30_000,
+      'the late observation',
+    );
+    expect(effectsOf(runId)).toHaveLength(1);
+    const settled = ofType(events, 'run.settled')[0]!.event.data;
+    expect(settled.outcome).toBe('partial');
+    expect(settled.reason).toContain(receipts[0]!.toolCallId);
+  }, 90_000);
+});

@@ -192,6 +192,18 @@ export class History {
   }
 
   /** The lifecycle's settlement. */
+  /** An operator's reconciliation of call `id` (`tool.call.reconciled`, admission's). */
+  reconciled(id: string, name: string, outcome: 'succeeded' | 'failed' | 'not_executed' = 'not_executed'): this {
+    return this.add('tool.call.reconciled', `reconciled-${id}`, {
+      toolCallId: id,
+      name,
+      outcome,
+      evidence: 'checked at the destination',
+      operator: 'ops',
+      requestId: 'req-1',
+    });
+  }
+
   settled(outcome: 'completed' | 'partial' | 'failed' | 'canceled' | 'interrupted', reason = `settled ${outcome}`): this {
     return this.add('run.settled', 'settlement', {
       outcome,

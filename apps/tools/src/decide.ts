@@ -10,6 +10,10 @@
  *   - the same tool and arguments (`effectKey`) as an unreconciled `unknown` call the Run carries
  *     from its continuation parent (`context.carried`) -> `denied`
  *     (`unknown_effect_needs_reconciliation`), never dispatched (K3, K5);
+ *   - a tool not labelled `read-only` called with the same arguments as an earlier call of this
+ *     Run whose receipt is `unknown` and that no operator reconciled -> `denied`
+ *     (`unknown_effect_needs_reconciliation`), never dispatched (K5: a model that asks again for an
+ *     effect whose outcome is unknown does not get it run a second time; a read may be asked again);
  *   - the same tool and arguments as a call that SUCCEEDED in the continuation parent
  *     (`context.carried.completedCalls`) -> never re-run (K3): a `succeeded` receipt repeating the
  *     parent's result (`reusedFrom`) when it is carried, else `denied` (`already_done_in_parent`);
@@ -93,6 +97,22 @@ function carriedUnknown(facts: RunFacts, name: string, argumentsText: string): {
   return carried.find((u) => u.effectKey === key);
 }
 
+/**
+ * The earlier call of this Run whose effect `call` would repeat while its outcome is unknown (K5):
+ * same tool and arguments, its receipt `unknown`, no operator's reconciliation (a late observation
+ * does not count: the receipt stays unknown). Only for a tool that is not labelled `read-only`
+ * (`ToolEffects`; a tool without a label is taken as having effects): a read may be asked again.
+ */
+function unknownInRun(facts: RunFacts, call: { toolCallId: string; name: string; argumentsText: string }) {
+  if (effectOf(call.name).effect === 'read-only') return undefined;
+  const key = effectKey(call.name, call.argumentsText);
+  for (const earlier of toolCallsInOrder(facts)) {
+    if (earlier.toolCallId === call.toolCallId) return undefined;
+    if (earlier.receipt?.status === 'unknown' && !earlier.reconciliation && effectKey(earlier.name, earlier.argumentsText) === key) return earlier;
+  }
+  return undefined;
+}
+
 /** The continuation parent's succeeded call (K3) this proposal would repeat (same tool, same arguments), if any. */
 function carriedCompleted(facts: RunFacts, name: string, argumentsText: string) {
   const done = facts.carried?.completedCalls ?? [];
@@ -174,6 +194,18 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
           error: {
             code: 'unknown_effect_needs_reconciliation',
             message: `the same ${call.name} call (same arguments) has an unknown outcome in Run ${u.runId} [${u.toolCallId}]; it is not dispatched again until that call is reconciled`,
+          },
+        }),
+      );
+    } else if (unknownInRun(facts, call)) {
+      const u = unknownInRun(facts, call)!;
+      events.push(
+        receipt({
+          ...base,
+          status: 'denied',
+          error: {
+            code: 'unknown_effect_needs_reconciliation',
+            message: `the same ${call.name} call (same arguments) [${u.toolCallId}] has an unknown outcome in this Run: it may have taken effect; it is not dispatched again until an operator reconciles that call`,
           },
         }),
       );

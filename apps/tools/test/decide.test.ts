@@ -65,6 +65,67 @@ describe('tools decide, Wake: every proposed call is executed at most once (K5)'
     tools.given(dispatchedA()).when(wake).thenNothing();
   });
 
+  describe('the model asks again for a call whose outcome is unknown in this Run (K5)', () => {
+    const askedAgain = (name: string, args: string, reconciled = false) => {
+      const h = new History()
+        .admitted({ tools: ['record_effect', 'get_holdings'] })
+        .turn(1, { calls: [{ id: 'e1', name, args }] })
+        .proposed(1, 'e1', name, args)
+        .dispatched('e1', name)
+        .receipt('e1', name, 'unknown');
+      if (reconciled) h.reconciled('e1', name);
+      return h.turn(2, { calls: [{ id: 'e2', name, args }] }).proposed(2, 'e2', name, args);
+    };
+
+    it('given an external effect with the same arguments, then it is denied, never dispatched: its outcome may have taken effect', () => {
+      tools
+        .given(askedAgain('record_effect', '{"tag":"pay-invoice-42"}'))
+        .when(wake)
+        .then([
+          {
+            type: 'tool.call.receipt',
+            data: expect.objectContaining({
+              toolCallId: 'e2',
+              status: 'denied',
+              error: {
+                code: 'unknown_effect_needs_reconciliation',
+                message: expect.stringContaining('[e1] has an unknown outcome in this Run') as never,
+              },
+            }),
+          },
+        ]);
+    });
+
+    it('given other arguments, then it is dispatched: it is another effect', () => {
+      const h = new History()
+        .admitted({ tools: ['record_effect'] })
+        .turn(1, { calls: [{ id: 'e1', name: 'record_effect', args: '{"tag":"a"}' }] })
+        .proposed(1, 'e1', 'record_effect', '{"tag":"a"}')
+        .dispatched('e1', 'record_effect')
+        .receipt('e1', 'record_effect', 'unknown')
+        .turn(2, { calls: [{ id: 'e2', name: 'record_effect', args: '{"tag":"b"}' }] })
+        .proposed(2, 'e2', 'record_effect', '{"tag":"b"}');
+      tools
+        .given(h)
+        .when(wake)
+        .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'e2', name: 'record_effect' } }]);
+    });
+
+    it('given an operator reconciled the first, then the same call is dispatched', () => {
+      tools
+        .given(askedAgain('record_effect', '{"tag":"pay-invoice-42"}', true))
+        .when(wake)
+        .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'e2', name: 'record_effect' } }]);
+    });
+
+    it('given a read-only tool, then it is dispatched: a read may be asked again', () => {
+      tools
+        .given(askedAgain('get_holdings', '{"fund":"DIA"}'))
+        .when(wake)
+        .then([{ type: 'tool.call.dispatched', data: { toolCallId: 'e2', name: 'get_holdings' } }]);
+    });
+  });
+
   it('given an unknown external-effect call, then a Wake never dispatches it again, whatever its label', () => {
     const h = new History()
       .admitted({ tools: ['record_effect'] })
