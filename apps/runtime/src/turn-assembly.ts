@@ -176,7 +176,29 @@ export class TurnAssembler {
     if (unnamed) return { ok: false, error: { kind: 'invalid-response', status: null, message: `tool call ${unnamed.index} has no function name` } };
     // in stream-index order (stable: two calls under one index keep the order they were sent in)
     const ordered = [...calls].sort((a, b) => a.index - b.index);
-    const toolCalls = ordered.map((c, position) => ({
+    // one provider id is one call (the results sent back name it): the same call repeated under
+    // another index (a glitch of some OpenAI-compatible servers) is that call once, never two
+    // executions (K5: a trial's record_effect ran twice); one id for two different calls is no valid reply
+    const byId = new Map<string, CallSlot>();
+    const distinct: CallSlot[] = [];
+    for (const c of ordered) {
+      const first = c.id === undefined ? undefined : byId.get(c.id);
+      if (!first) {
+        if (c.id !== undefined) byId.set(c.id, c);
+        distinct.push(c);
+      } else if (first.name !== c.name || first.args !== c.args) {
+        const what = first.name !== c.name ? 'functions' : 'arguments';
+        return {
+          ok: false,
+          error: {
+            kind: 'invalid-response',
+            status: null,
+            message: `tool calls ${first.index} and ${c.index} share the id ${JSON.stringify(c.id)} with different ${what}`,
+          },
+        };
+      }
+    }
+    const toolCalls = distinct.map((c, position) => ({
       toolCallId: runToolCallId(turnNo, position, c.id),
       name: c.name,
       argumentsText: c.args,

@@ -90,6 +90,31 @@ describe('malformed streams', () => {
     ]);
   });
 
+  it('given the same call (same id, function and arguments) repeated under a second index, then it is one call, executed once (K5)', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'record_effect', arguments: '{"tag":"ship-order-7"}' }, 'call_SAME')),
+      c(call(1, { name: 'record_effect', arguments: '{"tag":"ship-order-7"}' }, 'call_SAME')),
+      c(call(2, { name: 'list_funds', arguments: '{}' }, 'call_other')),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result.ok && result.turn.toolCalls).toEqual([
+      { toolCallId: 't2-0-call_SAME', name: 'record_effect', argumentsText: '{"tag":"ship-order-7"}' },
+      { toolCallId: 't2-1-call_other', name: 'list_funds', argumentsText: '{}' },
+    ]);
+  });
+
+  it('given one id for two different calls under two indexes, then the reply is invalid: which one the model meant is not known', () => {
+    const { result } = assemble([
+      c(call(0, { name: 'record_effect', arguments: '{"tag":"a"}' }, 'call_SAME')),
+      c(call(1, { name: 'record_effect', arguments: '{"tag":"b"}' }, 'call_SAME')),
+      c({}, 'tool_calls'),
+    ]);
+    expect(result).toEqual({
+      ok: false,
+      error: { kind: 'invalid-response', status: null, message: 'tool calls 0 and 1 share the id "call_SAME" with different arguments' },
+    });
+  });
+
   it("given arguments sent as a JSON object instead of a string, then they are recorded as that object's JSON text", () => {
     const { result } = assemble([c(call(0, { name: 'get_holdings', arguments: { fund: 'DIA', top: 10 } }, 'call_a')), c({}, 'tool_calls')]);
     expect(result.ok && result.turn.toolCalls[0]!.argumentsText).toBe('{"fund":"DIA","top":10}');
