@@ -139,6 +139,73 @@ describe('lifecycle decide: what the log says the Run never had is listed, whate
     },
   );
 
+  describe('calls the runtime refused before anything ran (never proposed, no receipt)', () => {
+    /** Turn 1 asks for `calls`, of which the runtime proposes none; turn 2 answers as if it had their results. */
+    const refused = (calls: { id: string; name: string; args?: string }[], cut?: { toolCallId: string; bytes: number }) => {
+      const h = new History().admitted().turn(1, { calls });
+      if (cut) {
+        // the turn as the runtime records a call whose arguments were over the size limit
+        const completed = h.events.at(-1)!.event as { data: { cut?: unknown[] } };
+        completed.data.cut = [
+          { field: 'arguments', toolCallId: cut.toolCallId, bytes: cut.bytes, limitBytes: 32_768, keptCharacters: 100, sha256: 'b'.repeat(64) },
+        ];
+      }
+      return h
+        .turn(2, { content: 'DIA holds the thirty Dow stocks.' })
+        .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+    };
+
+    it('given get_holdings whose arguments were over the size limit and an answer that lists nothing, then it settles partial naming the call never executed', () => {
+      const settled = settles(
+        published(refused([{ id: 'big', name: 'get_holdings', args: '{"fund":"DIA","pad":"x"}' }], { toolCallId: 'big', bytes: 40_000 }), []),
+        expect.objectContaining({ outcome: 'partial' }),
+      );
+      expect(settled.data.unanswered).toEqual([
+        {
+          part: 'the result of get_holdings({"fund":"DIA","pad":"x"}) [big]',
+          reason: expect.stringContaining(
+            'the call was never executed: its arguments (40000 bytes) were over the size limit of 32768 bytes',
+          ) as never,
+        },
+      ]);
+    });
+
+    it('given a sub-agent asked without a question (refused, nothing spawned), then it settles partial naming it', () => {
+      const settled = settles(
+        published(refused([{ id: 'sub', name: 'spawn_subagent', args: '{"task":"research DIA holdings"}' }]), []),
+        expect.objectContaining({ outcome: 'partial' }),
+      );
+      expect(settled.data.unanswered!.map((u) => u.part)).toEqual(['the result of spawn_subagent({"task":"research DIA holdings"}) [sub]']);
+    });
+
+    it('given the refused call later asked again and answered by an identical call, then nothing is listed: completed', () => {
+      const h = new History()
+        .admitted()
+        .turn(1, { calls: [{ id: 'x', name: 'get_holdings', args: '{"fund":"DIA"}' }] })
+        .turn(2, { calls: [{ id: 'y', name: 'get_holdings', args: '{"fund":"DIA"}' }] })
+        .proposed(2, 'y', 'get_holdings', '{"fund":"DIA"}')
+        .dispatched('y', 'get_holdings')
+        .receipt('y', 'get_holdings', 'succeeded')
+        .turn(3, { content: 'Answer.' })
+        .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 3 })
+        .closed()
+        .add('passage.committed', '0/v1', { passageId: 'p0', index: 0, version: 1, text: 'Answer.', sourceTurn: 3, sha256: 'a'.repeat(64) })
+        .add('answer.published', 'answer', { passageIds: ['p0'], characters: 7, sourceTurn: 3 });
+      settles(h, expect.objectContaining({ outcome: 'completed', unanswered: [] }));
+    });
+
+    it('given a question for a human that was opened, then it is no refused call', () => {
+      const h = new History()
+        .admitted({ tools: ['get_holdings', 'ask_human'] })
+        .turn(1, { calls: [{ id: 'w', name: 'ask_human', args: '{"question":"Which fund?"}' }] })
+        .waitOpened(1, 'w', 'Which fund?')
+        .waitAnswered('w', 'DIA')
+        .turn(2, { content: 'Answer.' })
+        .add('run.execution.finished', 'finished', { reason: 'answered', detail: '', answerTurn: 2 });
+      settles(published(h, []), expect.objectContaining({ outcome: 'completed', unanswered: [] }));
+    });
+  });
+
   it("given the answer's own list and a failed call, then both are listed, the answer's first", () => {
     const gaps = [{ part: 'holdings of XYZ', reason: 'no holdings file' }];
     settles(

@@ -4,7 +4,11 @@
  * - a reply cut at the length limit and never made whole ({@link uncoveredCutTurns});
  * - an answer written in finalization-only ({@link finalizationEnding});
  * - every tool call whose receipt is `failed`, `denied` or `unknown` and whose result no other call of
- * the same tool with the same arguments, before or after it, obtained (`succeeded`). An answer rests on what its tools
+ * the same tool with the same arguments, before or after it, obtained (`succeeded`);
+ * - every call a completed research turn asked for that never became a tool call, a wait, a child
+ * Run or a clarification: the runtime refused it before anything ran (arguments over the size
+ * limit, a question it could not read, a tool outside the grant), and no identical call succeeded
+ * ({@link unexecutedCalls}). An answer rests on what its tools
  * returned; a result the Run never had is a part of the question it may not have answered, so the
  * settlement lists it beside the answer's own unanswered list, and such a Run is `partial`, never
  * `completed`. The answer accounts for such a call when an entry of its own list names one of the
@@ -26,7 +30,60 @@ import { toolCallsInOrder } from './queries.js';
  * Pure.
  */
 export function unestablishedFacts(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
-  return [...uncoveredCutTurns(facts, listed), ...finalizationEnding(facts, listed), ...unestablishedResults(facts, listed)];
+  return [
+    ...uncoveredCutTurns(facts, listed),
+    ...finalizationEnding(facts, listed),
+    ...unestablishedResults(facts, listed),
+    ...unexecutedCalls(facts, listed),
+  ];
+}
+
+/**
+ * The calls the model asked for in a completed research turn (`model.turn.completed`, not cut at
+ * the length limit: {@link uncoveredCutTurns} covers those) that the log shows were never run: no
+ * `tool.call.proposed`, `wait.opened`, `child.run.requested` or `clarification.requested` carries
+ * their id. The runtime refused them itself and told the model so (a call whose arguments or name
+ * were over the size limit, recorded cut; a sub-agent or a question without a readable question;
+ * a second park in one turn; a parking tool outside the grant), so no receipt records them (K9: a
+ * real model that answered as if it had run one settled `completed`). One entry per tool and
+ * arguments, in turn order, leaving out a call an identical call answered (`succeeded`) and those
+ * the answer's own list names, as {@link unestablishedResults} does. `part`: `the result of
+ * <tool>(<arguments>) [<id>]`; `reason`: that it was never executed, and why when the log says it.
+ */
+export function unexecutedCalls(facts: RunFacts, listed: readonly UnansweredPart[] = []): UnansweredPart[] {
+  const taken = new Set<string>([
+    ...facts.toolCalls.keys(),
+    ...[...facts.waits.values()].map((w) => w.toolCallId),
+    ...[...facts.children.values()].map((c) => c.toolCallId),
+    ...[...facts.clarifications.values()].map((c) => c.toolCallId),
+  ]);
+  const calls = toolCallsInOrder(facts);
+  const named = listed.map((u) => `${u.part}\n${u.reason}`.toLowerCase());
+  const seen = new Set<string>();
+  const out: UnansweredPart[] = [];
+  for (const t of facts.turns) {
+    const done = t.completed;
+    if (!done || done.finishReason === 'length' || t.request.purpose === 'finalization') continue;
+    for (const call of done.toolCalls) {
+      if (taken.has(call.toolCallId)) continue;
+      const key = `${call.name}\n${call.argumentsText}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      if (calls.some((other) => other.receipt?.status === 'succeeded' && other.name === call.name && other.argumentsText === call.argumentsText))
+        continue;
+      const names = [call.toolCallId, ...argumentValues(call.argumentsText)].map((v) => v.toLowerCase());
+      if (named.some((text) => names.some((n) => text.includes(n)))) continue;
+      const cut = done.cut?.find((c) => c.toolCallId === call.toolCallId && c.field !== 'content');
+      const why = cut
+        ? `its ${cut.field === 'name' ? 'name' : 'arguments'} (${cut.bytes} bytes) were over the size limit of ${cut.limitBytes} bytes`
+        : 'the runtime refused it as asked (its reply to the model says why)';
+      out.push({
+        part: `the result of ${call.name}(${clip(call.argumentsText, ARGUMENTS_QUOTED_MAX)}) [${call.toolCallId}]`,
+        reason: `the call was never executed: ${why}; recorded in the log, whatever the answer says`,
+      });
+    }
+  }
+  return out;
 }
 
 /**
