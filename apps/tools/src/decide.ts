@@ -113,6 +113,22 @@ function unknownInRun(facts: RunFacts, call: { toolCallId: string; name: string;
   return undefined;
 }
 
+/**
+ * Why `call` may not be dispatched because it repeats an effect whose outcome is unknown (K5): an
+ * unreconciled `unknown` call the Run carries from its continuation parent ({@link carriedUnknown},
+ * any tool), or an earlier one of this Run ({@link unknownInRun}, tools not labelled read-only);
+ * undefined when it repeats none.
+ */
+function unknownEffectRepeated(facts: RunFacts, call: { toolCallId: string; name: string; argumentsText: string }): string | undefined {
+  const carried = carriedUnknown(facts, call.name, call.argumentsText);
+  if (carried)
+    return `the same ${call.name} call (same arguments) has an unknown outcome in Run ${carried.runId} [${carried.toolCallId}]; it is not dispatched again until that call is reconciled`;
+  const earlier = unknownInRun(facts, call);
+  if (earlier)
+    return `the same ${call.name} call (same arguments) [${earlier.toolCallId}] has an unknown outcome in this Run: it may have taken effect; it is not dispatched again until an operator reconciles that call`;
+  return undefined;
+}
+
 /** The continuation parent's succeeded call (K3) this proposal would repeat (same tool, same arguments), if any. */
 function carriedCompleted(facts: RunFacts, name: string, argumentsText: string) {
   const done = facts.carried?.completedCalls ?? [];
@@ -185,28 +201,12 @@ function onWake(facts: RunFacts, claims: Readonly<Record<string, ToolClaim | nul
           error: { code: 'not_granted', message: `tool ${call.name} is not in this Run's grant (${grant.tools.join(', ')})` },
         }),
       );
-    } else if (carriedUnknown(facts, call.name, call.argumentsText)) {
-      const u = carriedUnknown(facts, call.name, call.argumentsText)!;
+    } else if (unknownEffectRepeated(facts, call)) {
       events.push(
         receipt({
           ...base,
           status: 'denied',
-          error: {
-            code: 'unknown_effect_needs_reconciliation',
-            message: `the same ${call.name} call (same arguments) has an unknown outcome in Run ${u.runId} [${u.toolCallId}]; it is not dispatched again until that call is reconciled`,
-          },
-        }),
-      );
-    } else if (unknownInRun(facts, call)) {
-      const u = unknownInRun(facts, call)!;
-      events.push(
-        receipt({
-          ...base,
-          status: 'denied',
-          error: {
-            code: 'unknown_effect_needs_reconciliation',
-            message: `the same ${call.name} call (same arguments) [${u.toolCallId}] has an unknown outcome in this Run: it may have taken effect; it is not dispatched again until an operator reconciles that call`,
-          },
+          error: { code: 'unknown_effect_needs_reconciliation', message: unknownEffectRepeated(facts, call)! },
         }),
       );
     } else if (carriedCompleted(facts, call.name, call.argumentsText)) {
