@@ -25,12 +25,14 @@ import {
   type EventData,
   type ExecutionStopReason,
   type RunEvent,
+  type StoredEvent,
   type TokenPrice,
   type UnansweredPart,
 } from '@runplane/contracts';
 import {
   budgetOf,
   estimateInputTokens,
+  evolve,
   lastTurn,
   reservationMicros,
   tokensCostMicros,
@@ -427,6 +429,17 @@ function finishedEvent(
     { reason, detail, answerTurn, ...(unfinished ? { unfinished } : {}) },
     now,
   );
+}
+
+/**
+ * The facts a model request is made from: those its decision read, with the finalization it
+ * recorded with the request, if any (`run.finalization.started`, appended in the same batch as the
+ * finalization turn's `model.turn.requested`), which {@link finalizationInstruction} reads. Without
+ * it the finalization request said "its budget is spent" whatever the recorded reason (a
+ * real-model trial; a deadline's finalization was mislabelled the same way). Pure.
+ */
+export function asDecided(facts: RunFacts, appended: readonly StoredEvent[]): RunFacts {
+  return appended.filter((e) => e.event.type === 'run.finalization.started').reduce(evolve, facts);
 }
 
 /**

@@ -9,7 +9,7 @@ import { awaitingContext, earlierRunIds, type EarlierRun } from './context.js';
 import { decide, withGrant, type ModelTurnResult, type RuntimeTrigger } from './decide.js';
 import type { GrantCeiling } from './grant-ceiling.js';
 import type { LeaseKeeper } from './lease-keeper.js';
-import { retryWaitMs, type RetryBackoff } from './ledger.js';
+import { asDecided, retryWaitMs, type RetryBackoff } from './ledger.js';
 import type { ModelActivity } from './model-activity.js';
 
 /** Settings of the runtime (from contracts' LeaseConfig, WaitConfig, ContextConfig, ModelConfig, DrainConfig). */
@@ -230,7 +230,7 @@ export class RunExecutor {
       this.modelRequests.add(runId);
       let result: ModelTurnResult;
       try {
-        result = await this.activity.request(facts, request, abort.signal, async (paragraphs, progress) => {
+        result = await this.activity.request(asDecided(facts, appended), request, abort.signal, async (paragraphs, progress) => {
           await this.commands.handle(
             runId,
             this.underLease(runId, epoch, (f, now) => decide(f, { type: 'ParagraphsStreamed', turn, paragraphs, progress }, now)),

@@ -7,10 +7,13 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { decide, type ModelTurnResult } from '../src/decide.js';
-import { MAX_FRUITLESS_TURNS } from '../src/ledger.js';
+import { asDecided, finalizationInstruction, MAX_FRUITLESS_TURNS } from '../src/ledger.js';
 import { ModelRateLimiter, retryAfterMs } from '../src/model-limiter.js';
 import { planCalls } from '../src/parking.js';
-import { budgetOf, estimateInputTokens } from '@runplane/run-facts';
+import { budgetOf, estimateInputTokens, foldRun } from '@runplane/run-facts';
+
+/** The facts of `h` without its last `n` events (what a decision read before it appended them). */
+const foldWithout = (h: History, n: number) => foldRun(h.runId, h.events.slice(0, -n));
 import { spec } from '../../../test/support/decider-spec.js';
 import { History } from '../../../test/support/history.js';
 
@@ -192,6 +195,16 @@ describe('runtime decide: finalization-only, one way (K7, K9)', () => {
     });
     return h.add('model.turn.requested', 4, { turn: 4, model: 'm', maxTokens: 200, purpose: 'finalization' });
   };
+
+  it('given the finalization recorded with its request, then the request tells the model the recorded reason, not a spent budget by default', () => {
+    const h = finalizing();
+    const appended = h.events.slice(-2); // run.finalization.started and model.turn.requested, one batch
+    const decidedFrom = foldWithout(h, 2);
+    expect(decidedFrom.finalization).toBeNull();
+    const said = finalizationInstruction(asDecided(decidedFrom, appended)).content;
+    expect(said).toContain('Research has stopped: model-request-limit (3 of 4 model requests used)');
+    expect(said).not.toContain('its budget is spent');
+  });
 
   it('given the finalization request in flight, when it answers, then the answer stops the Run listing the unfinished scope (settles partial)', () => {
     runtime
